@@ -1,0 +1,83 @@
+"""One exception root for everything actorctl raises on purpose.
+
+Every layer may import this module; it imports nothing from actorctl.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ActorctlError",
+    "AskTimeout",
+    "ConfigError",
+    "DeliveryError",
+    "Modified",
+    "PeerUnavailable",
+    "Rejected",
+    "RemoteError",
+    "UnknownActor",
+    "WireFormatError",
+]
+
+
+class ActorctlError(Exception):
+    """The root of every error actorctl raises on purpose."""
+
+
+class ConfigError(ActorctlError):
+    """A command line, a configuration file or an argument is wrong."""
+
+
+class WireFormatError(ActorctlError):
+    """Bytes that are not a message in the format docs/protocol.md specifies."""
+
+
+class DeliveryError(ActorctlError):
+    """The receiving node answered a delivery with something other than `accepted`.
+
+    Attributes:
+        condition: the AMQP error condition, for example ``actorctl:unknown-handler``.
+        description: the receiver's words for what was wrong.
+        message_id: the id of the message that was refused.
+    """
+
+    def __init__(self, condition: str, description: str, message_id: str | None = None) -> None:
+        super().__init__(f"{condition}: {description}" + (f" (message {message_id})" if message_id else ""))
+        self.condition = condition
+        self.description = description
+        self.message_id = message_id
+
+
+class Rejected(DeliveryError):
+    """The receiver settled the delivery `rejected`: bad input, never retried."""
+
+
+class Modified(DeliveryError):
+    """The receiver settled the delivery `modified`: it could not handle it there.
+
+    The message was not executed; the sender may send it elsewhere.
+    """
+
+
+class UnknownActor(DeliveryError):
+    """The receiving node hosts no actor at the address (it refused the link)."""
+
+
+class PeerUnavailable(ActorctlError):
+    """No connection to the peer node could be made in the time allowed."""
+
+
+class AskTimeout(ActorctlError):
+    """No reply to an ``ask`` arrived within its timeout."""
+
+
+class RemoteError(ActorctlError):
+    """The remote handler raised: this carries its exception type and message.
+
+    The remote exception is never pickled: only its type name and text cross the
+    wire, so a client in any language can raise or print it.
+    """
+
+    def __init__(self, type_name: str, message: str) -> None:
+        super().__init__(f"{type_name}: {message}")
+        self.type_name = type_name
+        self.message = message

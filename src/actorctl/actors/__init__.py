@@ -1,0 +1,11 @@
+"""Actors, handlers, behaviours, ActorRef, ask/tell."""
+
+from ._actor import Actor as Actor
+from ._address import Address as Address
+from ._cell import ActorCell as ActorCell
+from ._handlers import BadArguments as BadArguments
+from ._handlers import Behaviour as Behaviour
+from ._handlers import converter as converter
+from ._handlers import handler as handler
+from ._ref import ActorRef as ActorRef
+from ._ref import Outbox as Outbox

@@ -1,0 +1,92 @@
+"""Actor: a class with handlers, a bounded mailbox and a concurrency budget."""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, ClassVar
+
+from .._errors import ActorctlError
+from ._address import Address
+from ._handlers import Behaviour
+from ._ref import ActorRef
+
+if TYPE_CHECKING:
+    from ._cell import ActorCell
+
+__all__ = ["Actor"]
+
+_CAMEL = re.compile(r"(?<!^)(?=[A-Z])")
+
+
+class Actor(Behaviour):
+    """Subclass this and mark methods with ``@handler``.
+
+    Class attributes tune it:
+
+    - ``name``: the name it is reachable under on its node (default: the class
+      name in snake_case).
+    - ``mailbox_capacity``: the most messages it holds unsettled at once; this is
+      the link credit its node grants to senders.
+    - ``concurrency``: how many messages it handles at once (default 1, one at a
+      time, as actors do); plain ``def`` handlers run in that many threads.
+
+    Example::
+
+        class Greeter(Actor):
+            @handler
+            async def greet(self, name: str) -> str:
+                return f"hello, {name}"
+    """
+
+    name: ClassVar[str | None] = None
+    mailbox_capacity: ClassVar[int] = 100
+    concurrency: ClassVar[int] = 1
+
+    _cell: ActorCell | None = None
+
+    @classmethod
+    def default_name(cls) -> str:
+        return cls.name or _CAMEL.sub("_", cls.__name__).lower()
+
+    # -- lifecycle hooks ---------------------------------------------------------
+
+    async def on_start(self) -> None:
+        """Runs in the actor's task before it takes its first message."""
+
+    async def on_stop(self) -> None:
+        """Runs in the actor's task after it took its last message."""
+
+    # -- behaviour ---------------------------------------------------------------
+
+    def become(self, behaviour: Behaviour) -> None:
+        """Handle the next messages with ``behaviour``'s handler table."""
+        self._require_cell().behaviour = behaviour
+
+    def unbecome(self) -> None:
+        """Return to the actor's own handlers."""
+        self._require_cell().behaviour = self
+
+    # -- sending ---------------------------------------------------------------
+
+    @property
+    def address(self) -> Address:
+        """This actor's own address."""
+        return self._require_cell().address
+
+    def ref(self, address: Address | str) -> ActorRef:
+        """A ref to another actor, sent through this actor's node."""
+        if isinstance(address, str):
+            address = Address.parse(address)
+        return ActorRef(address, self._require_cell().outbox)
+
+    def _require_cell(self) -> ActorCell:
+        if self._cell is None:
+            raise ActorctlError(
+                f"actor {type(self).__name__} is not running: host it on a node first"
+            )
+        return self._cell
+
+    def __repr__(self) -> str:
+        where = f" at {self._cell.address}" if self._cell is not None else ""
+        return f"<{type(self).__name__}{where}>"
+

@@ -1,0 +1,226 @@
+"""ActorCell: the runtime around one actor: its mailbox, its task, its dispatch.
+
+The cell takes messages from the mailbox, looks the handler up in the current
+behaviour, binds the arguments, runs the handler (a trio task, or a worker thread
+for a plain ``def``), replies if the caller wants a reply, and settles the
+delivery only then (acks-late).
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import math
+from typing import Any, final
+
+import trio
+
+from .._errors import WireFormatError
+from .._log import log
+from ..mailbox import (
+    ACCEPTED,
+    KIND_DOCUMENT,
+    RELEASED,
+    STATUS_ERROR,
+    STATUS_OK,
+    Envelope,
+    Inbound,
+    Mailbox,
+    Outcome,
+)
+from ._actor import Actor
+from ._address import Address
+from ._handlers import BadArguments, Behaviour
+from ._ref import Outbox, to_wire
+
+__all__ = ["ActorCell"]
+
+# Error conditions for the rejections an actor makes (docs/protocol.md lists them).
+UNKNOWN_HANDLER = "actorctl:unknown-handler"
+BAD_ARGUMENTS = "actorctl:bad-arguments"
+DECODE_ERROR = "actorctl:decode-error"
+EXPIRED = "actorctl:expired"
+_YIELD_EVERY = 16
+
+
+@final
+class ActorCell:
+    """Hosts one actor on a node. Only the node makes cells."""
+
+    def __init__(self, actor: Actor, address: Address, outbox: Outbox) -> None:
+        if actor._cell is not None:
+            raise ValueError(f"{actor!r} is already hosted")
+        self.actor = actor
+        self.address = address
+        self.outbox = outbox
+        self.behaviour: Behaviour = actor
+        self.mailbox = Mailbox(type(actor).mailbox_capacity)
+        concurrency = type(actor).concurrency
+        if concurrency < 1:
+            raise ValueError(f"{type(actor).__name__}.concurrency must be at least 1")
+        self._concurrency = concurrency
+        self._threads = trio.CapacityLimiter(concurrency)
+        self._taken = itertools.count(1)
+        actor._cell = self
+
+    @property
+    def name(self) -> str:
+        return self.address.name
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Run the actor until cancelled: on_start, then messages, then on_stop."""
+        mailbox = self.mailbox
+        try:
+            await self.actor.on_start()
+            task_status.started()
+            if self._concurrency == 1:
+                while (inbound := await self._next()) is not None:
+                    await self._handle(inbound)
+            else:
+                slots = trio.Semaphore(self._concurrency)
+                async with trio.open_nursery() as nursery:
+                    while (inbound := await self._next()) is not None:
+                        await slots.acquire()
+                        nursery.start_soon(self._handle_then_release, inbound, slots)
+        finally:
+            for left in mailbox.close():
+                left.settle(RELEASED)
+            with trio.CancelScope(shield=True) as scope:
+                scope.deadline = trio.current_time() + 5.0
+                await self.actor.on_stop()
+            self.actor._cell = None
+
+    async def _next(self) -> Inbound | None:
+        # Take what is queued without yielding (the mailbox is bounded, so this
+        # cannot starve anyone for long): the node's writer then settles a batch
+        # of messages in one write instead of one write per message.
+        try:
+            if next(self._taken) % _YIELD_EVERY:
+                try:
+                    return self.mailbox.receive_nowait()
+                except trio.WouldBlock:
+                    pass
+            return await self.mailbox.receive()
+        except trio.EndOfChannel:
+            return None
+
+    async def _handle_then_release(self, inbound: Inbound, slots: trio.Semaphore) -> None:
+        try:
+            await self._handle(inbound)
+        finally:
+            slots.release()
+
+    async def _handle(self, inbound: Inbound) -> None:
+        envelope = inbound.envelope
+        behaviour = self.behaviour
+        spec = behaviour.__actorctl_handlers__.get(envelope.subject)
+        if spec is None:
+            outcome = behaviour.unhandled(envelope)
+            if outcome is None:
+                outcome = Outcome.rejected(
+                    UNKNOWN_HANDLER,
+                    f"actor {self.name!r} has no handler {envelope.subject!r} "
+                    f"(it has: {', '.join(sorted(behaviour.__actorctl_handlers__)) or 'none'})",
+                )
+            self._settle(inbound, outcome)
+            return
+        try:
+            args, kwargs = spec.bind(*envelope.call())
+        except WireFormatError as exc:
+            self._settle(inbound, Outcome.rejected(DECODE_ERROR, str(exc)))
+            return
+        except BadArguments as exc:
+            self._settle(inbound, Outcome.rejected(BAD_ARGUMENTS, str(exc)))
+            return
+        deadline = math.inf
+        if envelope.expiry_time is not None:
+            left = envelope.expiry_time - self.outbox.now()
+            if left <= 0:
+                self._settle(
+                    inbound,
+                    Outcome.rejected(EXPIRED, f"message expired {-left:.3f} s before it was handled"),
+                )
+                return
+            deadline = trio.current_time() + left
+        try:
+            with trio.CancelScope(deadline=deadline) as scope:
+                if spec.is_async:
+                    result = await spec.fn(behaviour, *args, **kwargs)
+                else:
+                    call = functools.partial(spec.fn, behaviour, *args, **kwargs)
+                    # abandon_on_cancel: a thread cannot be interrupted; at the stop
+                    # deadline the node stops waiting for it and never settles the
+                    # message, so its sender sends it again (at-least-once).
+                    result = await trio.to_thread.run_sync(
+                        call, limiter=self._threads, abandon_on_cancel=True
+                    )
+        except Exception as exc:
+            log(
+                "actorctl:handler:failed",
+                actor=self.name,
+                handler=envelope.subject,
+                message_id=envelope.message_id,
+                error_type=type(exc).__name__,
+                error=str(exc),
+            )
+            self._reply(envelope, STATUS_ERROR, {"type": type(exc).__name__, "message": str(exc)})
+            inbound.settle(ACCEPTED)
+            return
+        if scope.cancelled_caught:
+            self._settle(
+                inbound,
+                Outcome.rejected(EXPIRED, f"handler {envelope.subject!r} ran past the message's expiry"),
+            )
+            return
+        self._reply(envelope, STATUS_OK, result)
+        inbound.settle(ACCEPTED)
+
+    def _reply(self, request: Envelope, status: str, body: Any) -> None:
+        if request.reply_to is None:
+            return
+        outbox = self.outbox
+        reply = Envelope(
+            message_id=outbox.new_message_id(),
+            to=request.reply_to,
+            subject=request.subject,
+            body=to_wire(body),
+            kind=KIND_DOCUMENT,
+            correlation_id=request.correlation_id or request.message_id,
+            creation_time=outbox.now(),
+            headers={"status": status},
+        )
+        try:
+            outbox.reply(reply)
+        except WireFormatError as exc:
+            log(
+                "actorctl:handler:bad-result",
+                actor=self.name,
+                handler=request.subject,
+                message_id=request.message_id,
+                error=str(exc),
+            )
+            error = {"type": "WireFormatError", "message": f"result of {request.subject!r}: {exc}"}
+            outbox.reply(
+                Envelope(
+                    message_id=reply.message_id,
+                    to=reply.to,
+                    subject=reply.subject,
+                    body=error,
+                    kind=KIND_DOCUMENT,
+                    correlation_id=reply.correlation_id,
+                    creation_time=reply.creation_time,
+                    headers={"status": STATUS_ERROR},
+                )
+            )
+
+    def _settle(self, inbound: Inbound, outcome: Outcome) -> None:
+        envelope = inbound.envelope
+        log(
+            f"actorctl:delivery:{outcome.state}",
+            actor=self.name,
+            handler=envelope.subject,
+            message_id=envelope.message_id,
+            condition=outcome.condition,
+            description=outcome.description,
+        )
+        inbound.settle(outcome)

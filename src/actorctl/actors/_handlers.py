@@ -1,0 +1,170 @@
+"""Handlers and behaviours: the tables an actor dispatches messages through.
+
+A behaviour is a class whose ``@handler`` methods make up a handler table. An
+actor is a behaviour too (its default table); ``Actor.become(other)`` swaps the
+table, as Akka's ``become`` does, and a circuit breaker is such a behaviour.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import typing
+from collections.abc import Callable
+from typing import Any, ClassVar, TypeVar, final
+
+import attrs
+import cattrs
+
+from .._errors import ActorctlError
+from ..mailbox import Envelope, Outcome
+
+__all__ = ["BadArguments", "Behaviour", "HandlerSpec", "converter", "handler"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+#: The one converter for typed payloads (attrs classes and dataclasses).
+converter = cattrs.Converter()
+
+_MARK = "__actorctl_handler__"
+_PRIMITIVES: dict[type, tuple[type, ...]] = {
+    int: (int,),
+    float: (int, float),
+    str: (str,),
+    bool: (bool,),
+    list: (list,),
+    dict: (dict,),
+}
+
+
+class BadArguments(ActorctlError):
+    """The arguments of a message do not fit the handler's signature."""
+
+
+def handler(fn: F) -> F:
+    """Mark a method as a message handler, reachable under its own name.
+
+    ``async def`` handlers run as trio tasks; plain ``def`` handlers run in a
+    worker thread under the actor's concurrency limit.
+    """
+    setattr(fn, _MARK, True)
+    return fn
+
+
+@final
+class HandlerSpec:
+    """One handler: its function and how to bind wire arguments to it."""
+
+    __slots__ = ("_fast", "_hooks", "fn", "is_async", "name", "signature")
+
+    def __init__(self, name: str, fn: Callable[..., Any]) -> None:
+        self.name = name
+        self.fn = fn
+        self.is_async = inspect.iscoroutinefunction(fn)
+        self.signature = inspect.signature(fn)
+        self._hooks: dict[str, Callable[[Any], Any]] | None = None
+        self._fast: tuple[int, int] | None = None
+
+    def bind(self, args: list[Any], kwargs: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
+        """Check and convert wire arguments for a call on a bound method.
+
+        Raises:
+            BadArguments: naming the handler and the argument that does not fit.
+        """
+        if self._hooks is None:
+            self._prepare()
+        fast = self._fast
+        if fast is not None and not kwargs and fast[0] <= len(args) <= fast[1]:
+            return args, kwargs
+        try:
+            bound = self.signature.bind(None, *args, **kwargs)
+        except TypeError as exc:
+            raise BadArguments(f"handler {self.name!r}: {exc}") from None
+        hooks = self._hooks
+        assert hooks is not None
+        for pname, value in bound.arguments.items():
+            hook = hooks.get(pname)
+            if hook is not None:
+                bound.arguments[pname] = self._convert(pname, hook, value)
+        return list(bound.args[1:]), bound.kwargs
+
+    def _convert(self, pname: str, hook: Callable[[Any], Any], value: Any) -> Any:
+        try:
+            return hook(value)
+        except BadArguments:
+            raise
+        except Exception as exc:
+            detail = "; ".join(cattrs.transform_error(exc, path=pname))
+            raise BadArguments(f"handler {self.name!r}, argument {detail}") from None
+
+    def _prepare(self) -> None:
+        try:
+            hints = typing.get_type_hints(self.fn)
+        except Exception:  # unresolvable annotations: take arguments as they come
+            hints = {}
+        hooks: dict[str, Callable[[Any], Any]] = {}
+        params = list(self.signature.parameters.values())[1:]  # skip self
+        for param in params:
+            hint = hints.get(param.name)
+            if hint is None or hint is Any:
+                continue
+            if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+                continue
+            hooks[param.name] = self._hook_for(param.name, hint)
+        self._hooks = hooks
+        simple = all(
+            p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params
+        )
+        if simple and not hooks:
+            required = sum(1 for p in params if p.default is p.empty)
+            self._fast = (required, len(params))
+
+    def _hook_for(self, pname: str, hint: Any) -> Callable[[Any], Any]:
+        accepted = _PRIMITIVES.get(hint)
+        if accepted is not None:
+            expected = hint.__name__
+
+            def check(value: Any) -> Any:
+                if isinstance(value, accepted) and not (
+                    isinstance(value, bool) and hint is not bool
+                ):
+                    return value
+                raise BadArguments(
+                    f"handler {self.name!r}, argument {pname!r}: expected {expected}, "
+                    f"got {type(value).__name__} {value!r:.60}"
+                )
+
+            return check
+        if attrs.has(hint) or dataclasses.is_dataclass(hint) or typing.get_origin(hint):
+            return lambda value: converter.structure(value, hint)
+        return lambda value: value
+
+
+def _collect(cls: type) -> dict[str, HandlerSpec]:
+    table: dict[str, HandlerSpec] = {}
+    for klass in reversed(cls.__mro__):
+        for name, value in vars(klass).items():
+            if callable(value) and getattr(value, _MARK, False):
+                table[name] = HandlerSpec(name, value)
+            elif name in table and not getattr(value, _MARK, False):
+                del table[name]  # a subclass replaced the handler with a non-handler
+    return table
+
+
+class Behaviour:
+    """A handler table: subclass it and mark methods with ``@handler``."""
+
+    __actorctl_handlers__: ClassVar[dict[str, HandlerSpec]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.__actorctl_handlers__ = _collect(cls)
+
+    def unhandled(self, envelope: Envelope) -> Outcome | None:
+        """Answer a message this behaviour has no handler for.
+
+        Return an outcome to settle it with, or ``None`` to reject it as an
+        unknown handler. Runs in the actor's own task. A circuit breaker's open
+        state returns ``Outcome.modified(...)`` here for every message.
+        """
+        return None

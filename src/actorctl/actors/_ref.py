@@ -1,0 +1,154 @@
+"""ActorRef: how you send to an actor wherever it lives, and the Outbox it sends through.
+
+An actor never imports the cluster layer: it sends through an ``Outbox``, an
+interface that the node implements and hands to it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Protocol, final
+
+import attrs
+
+from .._errors import RemoteError
+from ..mailbox import (
+    KIND_COMMAND,
+    STATUS_ERROR,
+    Envelope,
+)
+from ._address import Address
+from ._handlers import converter
+
+__all__ = ["ActorRef", "Outbox", "to_wire"]
+
+DEFAULT_ASK_TIMEOUT = 30.0
+
+
+class Outbox(Protocol):
+    """What the node offers actors and refs for sending."""
+
+    def new_message_id(self) -> str: ...
+
+    def now(self) -> float:
+        """Wall-clock time in seconds since the epoch."""
+        ...
+
+    async def send(
+        self, address: Address, envelope: Envelope, *, presettled: bool, confirm: bool
+    ) -> None:
+        """Send one message; with ``confirm``, wait until it is settled and raise
+        a ``DeliveryError`` unless it was accepted."""
+        ...
+
+    async def request(self, address: Address, envelope: Envelope, timeout: float) -> Envelope:
+        """Send a command that wants a reply and wait for the reply document."""
+        ...
+
+    def reply(self, envelope: Envelope) -> None:
+        """Send a reply document to ``envelope.to`` (a reply address). Does not block."""
+        ...
+
+
+_JSON_SCALARS = (str, int, float, bool, type(None))
+
+
+def to_wire(value: Any) -> Any:
+    """Turn attrs classes and dataclasses (at any depth) into JSON values."""
+    if isinstance(value, _JSON_SCALARS):
+        return value
+    if isinstance(value, list | tuple):
+        return [to_wire(item) for item in value]
+    if isinstance(value, dict):
+        return {key: to_wire(item) for key, item in value.items()}
+    if attrs.has(type(value)) or dataclasses.is_dataclass(value):
+        return converter.unstructure(value)
+    return value
+
+
+@final
+class ActorRef:
+    """A handle on one actor, local or remote: ``tell``, ``ask``, ``deliver``.
+
+    Made by a node (``node.ref(address)``) or an actor (``self.ref(address)``).
+    Options are set with :meth:`with_options`, which returns a new ref, so that
+    keyword arguments always belong to the handler.
+    """
+
+    __slots__ = ("_outbox", "address", "at_most_once", "timeout")
+
+    def __init__(
+        self,
+        address: Address,
+        outbox: Outbox,
+        *,
+        timeout: float = DEFAULT_ASK_TIMEOUT,
+        at_most_once: bool = False,
+    ) -> None:
+        self.address = address
+        self.timeout = timeout
+        self.at_most_once = at_most_once
+        self._outbox = outbox
+
+    def with_options(
+        self, *, timeout: float | None = None, at_most_once: bool | None = None
+    ) -> ActorRef:
+        """A copy of this ref with another ask timeout (seconds) or delivery mode.
+
+        ``at_most_once=True`` sends pre-settled: the message is never re-sent,
+        and may be lost if the receiver dies.
+        """
+        return ActorRef(
+            self.address,
+            self._outbox,
+            timeout=self.timeout if timeout is None else timeout,
+            at_most_once=self.at_most_once if at_most_once is None else at_most_once,
+        )
+
+    def _command(self, handler: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Envelope:
+        outbox = self._outbox
+        return Envelope(
+            message_id=outbox.new_message_id(),
+            to=str(self.address),
+            subject=handler,
+            body=[to_wire(args), to_wire(kwargs)],
+            kind=KIND_COMMAND,
+            creation_time=outbox.now(),
+        )
+
+    async def tell(self, handler: str, /, *args: Any, **kwargs: Any) -> None:
+        """Send and forget. Waits only for link credit (that is the backpressure)."""
+        envelope = self._command(handler, args, kwargs)
+        await self._outbox.send(
+            self.address, envelope, presettled=self.at_most_once, confirm=False
+        )
+
+    async def deliver(self, handler: str, /, *args: Any, **kwargs: Any) -> None:
+        """Send and wait until the receiver has handled it (settled ``accepted``).
+
+        Raises:
+            Rejected: bad input (unknown handler, wrong arguments, ...).
+            Modified: the actor could not handle it there.
+            UnknownActor: no such actor on that node.
+        """
+        envelope = self._command(handler, args, kwargs)
+        await self._outbox.send(self.address, envelope, presettled=False, confirm=True)
+
+    async def ask(self, handler: str, /, *args: Any, **kwargs: Any) -> Any:
+        """Send and wait for the handler's result.
+
+        Raises:
+            AskTimeout: no reply within this ref's timeout.
+            RemoteError: the handler raised (its type name and message).
+            Rejected, Modified, UnknownActor: as for :meth:`deliver`.
+        """
+        envelope = self._command(handler, args, kwargs)
+        envelope = attrs.evolve(envelope, expiry_time=envelope.creation_time + self.timeout)  # type: ignore[operator]
+        reply = await self._outbox.request(self.address, envelope, self.timeout)
+        if reply.headers.get("status") == STATUS_ERROR:
+            body = reply.body if isinstance(reply.body, dict) else {}
+            raise RemoteError(str(body.get("type", "Error")), str(body.get("message", reply.body)))
+        return reply.body
+
+    def __repr__(self) -> str:
+        return f"<ActorRef {self.address}>"

@@ -1,0 +1,3 @@
+"""The ``actorctl`` command."""
+
+from ._main import main as main

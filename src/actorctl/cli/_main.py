@@ -1,0 +1,216 @@
+"""The ``actorctl`` command: the composition root of every actorctl process.
+
+Only this layer prints to a terminal; it also chooses where eliot writes (JSON
+lines on stdout by default for a node, stderr for one-shot commands).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import signal
+import sys
+from collections.abc import Iterable, Mapping
+from typing import IO, Any
+
+import asyncclick as click
+import eliot
+import trio
+
+from .._errors import ActorctlError, ConfigError, DeliveryError, RemoteError
+from ..actors import Actor, Address
+from ..cluster import Node, open_node
+
+__all__ = ["main"]
+
+
+def main() -> None:
+    """Entry point of the ``actorctl`` console script."""
+    cli(_anyio_backend="trio")
+
+
+@click.group()
+@click.version_option(package_name="actorctl")
+def cli() -> None:
+    """actorctl: supervised actors reachable over AMQP 1.0 peer links."""
+
+
+@cli.group()
+def node() -> None:
+    """Run a node."""
+
+
+@node.command("run")
+@click.argument("target", metavar="MODULE:OBJECT")
+@click.option("--listen", default="127.0.0.1:5672", show_default=True, metavar="HOST:PORT")
+@click.option("--name", default=None, help="Node name (default: the object's name).")
+@click.option("--grace", default=5.0, show_default=True, help="Seconds in-flight handlers get at stop.")
+@click.option("--log", "log_path", default="-", show_default=True, help="Log file ('-' for stdout).")
+async def node_run(target: str, listen: str, name: str | None, grace: float, log_path: str) -> None:
+    """Run a node hosting the actors that MODULE:OBJECT names.
+
+    OBJECT may be an Actor subclass or instance, a list of them, or a mapping of
+    name to actor. The node stops gracefully on SIGINT or SIGTERM.
+    """
+    _log_to(log_path, sys.stdout)
+    try:
+        actors = _load(target)
+        host, port = _parse_listen(listen)
+        server = Node(name or f"node-{port}", actors, host=host, port=port)
+    except ConfigError as exc:
+        _fail(str(exc))
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with trio.open_nursery() as nursery:
+            try:
+                await nursery.start(server.serve)
+            except OSError as exc:
+                _fail(f"cannot listen on {listen}: {exc.strerror or exc}")
+            async for signum in signals:
+                eliot.log_message(message_type="actorctl:node:signal", signal=signal.Signals(signum).name)
+                server.stop(grace)
+                break
+
+
+_ARGS = click.argument("args", nargs=-1, metavar="[ARGS]...")
+_KW = click.option("--kw", "kwargs", multiple=True, metavar="KEY=VALUE", help="A keyword argument.")
+_TIMEOUT = click.option("--timeout", default=10.0, show_default=True, help="Seconds to wait.")
+
+
+@cli.command()
+@click.argument("address")
+@click.argument("handler")
+@_ARGS
+@_KW
+@_TIMEOUT
+@click.option("--at-most-once", is_flag=True, help="Send pre-settled; do not wait for the outcome.")
+async def send(
+    address: str, handler: str, args: tuple[str, ...], kwargs: tuple[str, ...], timeout: float,
+    at_most_once: bool,
+) -> None:
+    """Send a message to ADDRESS's HANDLER and wait until it is handled.
+
+    Each of ARGS is read as JSON if it parses (1, "a", [1,2], {"k": 1}), else as
+    a string. Exits non-zero, printing the error, if the message is refused.
+    """
+    _log_to("-", sys.stderr)
+
+    async def go(client: Node, target: Address) -> None:
+        ref = client.ref(target).with_options(at_most_once=at_most_once)
+        if at_most_once:
+            await ref.tell(handler, *_values(args), **_keywords(kwargs))
+        else:
+            await ref.deliver(handler, *_values(args), **_keywords(kwargs))
+        click.echo(f"{'sent' if at_most_once else 'accepted'}: {handler} on {target}")
+
+    await _one_shot(address, timeout, go)
+
+
+@cli.command()
+@click.argument("address")
+@click.argument("handler")
+@_ARGS
+@_KW
+@_TIMEOUT
+async def call(
+    address: str, handler: str, args: tuple[str, ...], kwargs: tuple[str, ...], timeout: float
+) -> None:
+    """Call ADDRESS's HANDLER and print its result as JSON.
+
+    Exits non-zero, printing the error, if the call fails or times out.
+    """
+    _log_to("-", sys.stderr)
+
+    async def go(client: Node, target: Address) -> None:
+        ref = client.ref(target).with_options(timeout=timeout)
+        result = await ref.ask(handler, *_values(args), **_keywords(kwargs))
+        click.echo(json.dumps(result))
+
+    await _one_shot(address, timeout, go)
+
+
+async def _one_shot(address: str, timeout: float, go: Any) -> None:
+    try:
+        target = Address.parse(address)
+    except ConfigError as exc:
+        _fail(str(exc))
+    try:
+        async with open_node("cli", host=None, grace=0.5) as client:
+            with trio.fail_after(timeout + 1.0):
+                await go(client, target)
+    except* RemoteError as group:
+        _fail(f"the handler raised {_first(group)}", code=1)
+    except* DeliveryError as group:
+        _fail(f"refused: {_first(group)}", code=1)
+    except* trio.TooSlowError:
+        _fail(f"no answer from {address} within {timeout:g} s (is the node running?)", code=1)
+    except* ActorctlError as group:
+        _fail(str(_first(group)), code=1)
+
+
+def _first(group: BaseExceptionGroup[Any]) -> BaseException:
+    exc: BaseException = group
+    while isinstance(exc, BaseExceptionGroup):
+        exc = exc.exceptions[0]
+    return exc
+
+
+def _values(args: Iterable[str]) -> list[Any]:
+    return [_value(arg) for arg in args]
+
+
+def _value(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def _keywords(pairs: Iterable[str]) -> dict[str, Any]:
+    result = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            _fail(f"--kw {pair!r}: expected KEY=VALUE")
+        result[key] = _value(value)
+    return result
+
+
+def _load(target: str) -> Any:
+    module_name, sep, attr = target.partition(":")
+    if not sep or not module_name or not attr:
+        raise ConfigError(f"{target!r}: expected MODULE:OBJECT, e.g. examples.workers:actors")
+    if "" not in sys.path:
+        sys.path.insert(0, "")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(f"cannot import module {module_name!r}: {exc}") from None
+    try:
+        obj = getattr(module, attr)
+    except AttributeError:
+        raise ConfigError(f"module {module_name!r} has no object {attr!r}") from None
+    if isinstance(obj, Actor) or (isinstance(obj, type) and issubclass(obj, Actor)):
+        return [obj]
+    if isinstance(obj, Mapping | list | tuple):
+        return obj
+    raise ConfigError(
+        f"{target} is a {type(obj).__name__}: expected an Actor subclass or instance, "
+        "a list of them, or a mapping of name to actor"
+    )
+
+
+def _parse_listen(listen: str) -> tuple[str, int]:
+    host, sep, port = listen.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ConfigError(f"--listen {listen!r}: expected HOST:PORT, e.g. 127.0.0.1:5672")
+    return host.strip("[]"), int(port)
+
+
+def _log_to(path: str, default: IO[str]) -> None:
+    stream: IO[str] = default if path == "-" else open(path, "a", encoding="utf-8")  # noqa: SIM115
+    eliot.to_file(stream)
+
+
+def _fail(message: str, code: int = 2) -> Any:
+    click.echo(f"error: {message}", err=True)
+    raise SystemExit(code)

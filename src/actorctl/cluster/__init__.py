@@ -1,0 +1,6 @@
+"""Nodes (AMQP 1.0 containers on trio), peer links, addresses."""
+
+from ._engine import Engine as Engine
+from ._engine import EngineHandler as EngineHandler
+from ._node import Node as Node
+from ._node import open_node as open_node

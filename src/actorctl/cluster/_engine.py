@@ -1,0 +1,292 @@
+"""One AMQP 1.0 connection: proton's sans-IO engine driven by a trio stream.
+
+trio owns the socket. Bytes read from the stream are pushed into the proton
+``Transport``; collector events are handled in this connection's own tasks;
+output is popped from the transport and written by one writer task, which
+anything that changes the engine outside an event callback wakes with
+:meth:`Engine.wake`. No proton reactor, no threads, no polling loop.
+"""
+
+from __future__ import annotations
+
+from typing import Final, final
+
+import trio
+from proton import Collector, Connection, Delivery, Endpoint, Event, Link, Transport
+
+from .._log import log
+
+__all__ = ["Engine", "EngineHandler"]
+
+_READ_SIZE: Final = 65536
+_CLOSE_GRACE: Final = 2.0  # seconds the other direction may linger once one is done
+_LOCAL_UNINIT: Final = Endpoint.LOCAL_UNINIT
+_LOCAL_CLOSED: Final = Endpoint.LOCAL_CLOSED
+_IO_ERRORS: Final = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
+
+
+class EngineHandler:
+    """What the node does with one connection's events. Every method runs in the
+    connection's own task, inside event processing: it must not block."""
+
+    def on_remote_open(self, engine: Engine) -> None:
+        """The peer opened the connection."""
+
+    def on_link_remote_open(self, engine: Engine, link: Link) -> None:
+        """The peer attached a link, or answered our attach. For a link the peer
+        began, open it (or open then close it with a condition, to refuse it)."""
+        if link.state & _LOCAL_UNINIT:
+            link.open()
+
+    def on_link_remote_close(self, engine: Engine, link: Link) -> None:
+        """The peer detached a link (it is closed locally right after)."""
+
+    def on_link_flow(self, engine: Engine, link: Link) -> None:
+        """Credit changed on a link."""
+
+    def on_delivery(self, engine: Engine, delivery: Delivery) -> None:
+        """A delivery arrived (receiver) or its remote state changed (sender)."""
+
+    def on_closed(self, engine: Engine) -> None:
+        """The connection is gone; nothing more will happen on it."""
+
+
+@final
+class Engine:
+    """Drives one proton connection over one trio stream.
+
+    Args:
+        stream: the connected byte stream; the engine closes it at the end.
+        handler: receives the connection's events.
+        server: whether this side accepted the connection.
+        container_id: this node's AMQP container id.
+        peer: a name for the other side, for logs.
+        idle_timeout: seconds of silence after which the peer is taken for dead
+            (AMQP heartbeats keep a live but idle peer from reaching it).
+    """
+
+    def __init__(
+        self,
+        stream: trio.abc.Stream,
+        handler: EngineHandler,
+        *,
+        server: bool,
+        container_id: str,
+        peer: str,
+        idle_timeout: float = 30.0,
+    ) -> None:
+        self.stream = stream
+        self.handler = handler
+        self.peer = peer
+        self.closed = False
+        self.connection = connection = Connection()
+        connection.container = container_id
+        self._collector = collector = Collector()
+        connection.collect(collector)  # before bind, or the first events are missed
+        self.transport = transport = Transport(Transport.SERVER if server else Transport.CLIENT)
+        transport.idle_timeout = idle_timeout
+        transport.sasl().allowed_mechs("ANONYMOUS")
+        transport.bind(connection)
+        self._wake_event = trio.Event()
+        self._remote_opened = trio.Event()
+        self._reader_done = trio.Event()
+        self._writer_done = trio.Event()
+        self._dispatch = {
+            Event.CONNECTION_REMOTE_OPEN: self._on_connection_remote_open,
+            Event.CONNECTION_REMOTE_CLOSE: self._on_connection_remote_close,
+            Event.SESSION_REMOTE_OPEN: self._on_session_remote_open,
+            Event.SESSION_REMOTE_CLOSE: self._on_session_remote_close,
+            Event.LINK_REMOTE_OPEN: self._on_link_remote_open,
+            Event.LINK_REMOTE_CLOSE: self._on_link_remote_close,
+            Event.LINK_FLOW: self._on_link_flow,
+            Event.DELIVERY: self._on_delivery,
+            Event.TRANSPORT_ERROR: self._on_transport_error,
+        }
+
+    def wake(self) -> None:
+        """Have the writer emit whatever the engine has to send now."""
+        self._wake_event.set()
+
+    async def run(self) -> None:
+        """Run the connection until both directions are closed, then close the stream."""
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._read_loop)
+                nursery.start_soon(self._write_loop)
+                nursery.start_soon(self._tick_loop)
+                await _first(self._reader_done.wait, self._writer_done.wait)
+                with trio.move_on_after(_CLOSE_GRACE):
+                    await self._reader_done.wait()
+                    await self._writer_done.wait()
+                nursery.cancel_scope.cancel(reason="connection closed")
+        finally:
+            self.closed = True
+            if self.transport.capacity() >= 0:
+                self.transport.close_tail()
+            if self.transport.pending() >= 0:
+                self.transport.close_head()
+            self._process()
+            self.handler.on_closed(self)
+            await trio.aclose_forcefully(self.stream)
+
+    # -- I/O -------------------------------------------------------------------
+
+    async def _read_loop(self) -> None:
+        transport = self.transport
+        stream = self.stream
+        try:
+            while True:
+                try:
+                    data = await stream.receive_some(_READ_SIZE)
+                except _IO_ERRORS:
+                    data = b""
+                if not data:
+                    return
+                if not self._push(data):
+                    return
+                self._process()
+                self._wake_event.set()
+        finally:
+            if transport.capacity() >= 0:
+                transport.close_tail()
+            self._process()
+            self._wake_event.set()
+            self._reader_done.set()
+
+    def _push(self, data: bytes) -> bool:
+        transport = self.transport
+        view = memoryview(data)
+        stalls = 0
+        while view:
+            room = transport.capacity()
+            if room < 0:
+                return False  # the engine closed its input (a protocol error, or closed)
+            if room == 0:
+                stalls += 1
+                if stalls > 100:
+                    log("actorctl:connection:stalled", peer=self.peer)
+                    return False
+                self._process()
+                continue
+            transport.push(bytes(view[:room]))
+            view = view[room:]
+        return True
+
+    async def _write_loop(self) -> None:
+        transport = self.transport
+        stream = self.stream
+        try:
+            while True:
+                # Re-arm before draining, so a wake-up during send_all is not lost.
+                self._wake_event = trio.Event()
+                while True:
+                    size = transport.pending()
+                    if size < 0:
+                        # Nothing more to say: half-close, so the peer's reader
+                        # sees the end instead of waiting for our socket to close.
+                        if isinstance(stream, trio.SocketStream):
+                            await stream.send_eof()
+                        return
+                    if size == 0:
+                        break
+                    data = transport.peek(size)
+                    transport.pop(size)
+                    await stream.send_all(data)
+                self._process()
+                await self._wake_event.wait()
+        except _IO_ERRORS:
+            if transport.pending() >= 0:
+                transport.close_head()
+        finally:
+            self._process()
+            self._writer_done.set()
+
+    async def _tick_loop(self) -> None:
+        await self._remote_opened.wait()
+        transport = self.transport
+        while True:
+            deadline = transport.tick(trio.current_time())
+            self._wake_event.set()
+            if not deadline:
+                return  # neither side asked for heartbeats
+            await trio.sleep_until(deadline)
+
+    # -- events ------------------------------------------------------------------
+
+    def _process(self) -> None:
+        collector = self._collector
+        dispatch = self._dispatch
+        while True:
+            event = collector.peek()
+            if event is None:
+                return
+            method = dispatch.get(event.type)
+            if method is not None:
+                method(event)
+            collector.pop()
+
+    def _on_connection_remote_open(self, event: Event) -> None:
+        connection = event.connection
+        if connection.state & _LOCAL_UNINIT:
+            connection.open()
+        self._remote_opened.set()
+        self.handler.on_remote_open(self)
+
+    def _on_connection_remote_close(self, event: Event) -> None:
+        connection = event.connection
+        condition = connection.remote_condition
+        if condition is not None:
+            log(
+                "actorctl:connection:remote-error",
+                peer=self.peer,
+                condition=condition.name,
+                description=condition.description,
+            )
+        if not connection.state & _LOCAL_CLOSED:
+            connection.close()
+
+    def _on_session_remote_open(self, event: Event) -> None:
+        session = event.session
+        if session.state & _LOCAL_UNINIT:
+            session.open()
+
+    def _on_session_remote_close(self, event: Event) -> None:
+        session = event.session
+        if not session.state & _LOCAL_CLOSED:
+            session.close()
+
+    def _on_link_remote_open(self, event: Event) -> None:
+        self.handler.on_link_remote_open(self, event.link)
+
+    def _on_link_remote_close(self, event: Event) -> None:
+        link = event.link
+        self.handler.on_link_remote_close(self, link)
+        if not link.state & _LOCAL_CLOSED:
+            link.close()
+
+    def _on_link_flow(self, event: Event) -> None:
+        self.handler.on_link_flow(self, event.link)
+
+    def _on_delivery(self, event: Event) -> None:
+        self.handler.on_delivery(self, event.delivery)
+
+    def _on_transport_error(self, event: Event) -> None:
+        condition = event.transport.condition
+        log(
+            "actorctl:connection:protocol-error",
+            peer=self.peer,
+            condition=condition.name if condition else None,
+            description=condition.description if condition else None,
+        )
+
+
+async def _first(*waits: object) -> None:
+    """Return as soon as the first of several waits returns."""
+    async with trio.open_nursery() as nursery:
+        for wait in waits:
+
+            async def one(wait: object = wait) -> None:
+                await wait()  # type: ignore[operator]
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(one)

@@ -1,0 +1,338 @@
+"""Node: one OS process's AMQP 1.0 container, hosting actors.
+
+A node listens on one endpoint, hosts actors (one cell each), keeps at most one
+outgoing connection per peer node, and is the ``Outbox`` its actors and refs send
+through. It is built by a composition root (the CLI, a test, an example) with
+every collaborator passed in; nothing here is global.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import time
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from contextlib import asynccontextmanager
+from typing import Any, Final, final
+
+import attrs
+import trio
+from proton import Link
+
+from .._errors import AskTimeout, ConfigError
+from .._log import log
+from ..actors import Actor, ActorCell, ActorRef, Address
+from ..mailbox import Envelope, MailboxStatistics, Outcome, encode
+from ._engine import Engine
+from ._inbound import InboundHandler
+from ._peer import Peer, Pending
+
+__all__ = ["Node", "open_node"]
+
+ActorSpec = Actor | type[Actor]
+DEFAULT_GRACE: Final = 5.0
+
+
+@attrs.frozen
+class _AskSlot:
+    done: trio.Event = attrs.field(factory=trio.Event)
+    replies: list[Envelope] = attrs.field(factory=list)
+    failures: list[Pending] = attrs.field(factory=list)
+
+
+@final
+class Node:
+    """One AMQP 1.0 container hosting actors. Use :func:`open_node` to run one.
+
+    Args:
+        name: the node's name (its AMQP container id starts with it).
+        actors: actors to host, as instances, classes, or a mapping of name to
+            either; an unnamed actor is reachable under ``Actor.default_name()``.
+        host, port: where to listen; port 0 picks a free port. ``host=None``
+            makes a client-only node that listens nowhere.
+        idle_timeout: seconds of silence after which a peer is taken for dead.
+        clock: wall-clock time in seconds since the epoch (for message times).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        actors: Mapping[str, ActorSpec] | Iterable[ActorSpec] = (),
+        *,
+        host: str | None = "127.0.0.1",
+        port: int = 0,
+        idle_timeout: float = 30.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.name = name
+        self.node_id = f"{name}-{os.urandom(6).hex()}"
+        self.host = host
+        self.port = port
+        self.idle_timeout = idle_timeout
+        self._clock = clock
+        self._ids = itertools.count()
+        self._actors = _named(actors)
+        self.cells: dict[str, ActorCell] = {}
+        self.reply_routes: dict[str, tuple[Engine, Link]] = {}
+        self._peers: dict[tuple[str, int], Peer] = {}
+        self._asks: dict[str, _AskSlot] = {}
+        self._nursery: trio.Nursery | None = None
+        self._engines: set[Engine] = set()
+        self._stop = trio.Event()
+        self._actors_started = trio.Event()
+        self._engines_changed = trio.Event()
+        self._grace = DEFAULT_GRACE
+
+    # -- running -------------------------------------------------------------------
+
+    async def serve(self, *, task_status: trio.TaskStatus[Node] = trio.TASK_STATUS_IGNORED) -> None:
+        """Run the node until :meth:`stop` (graceful) or cancellation (immediate)."""
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            listen_scope = trio.CancelScope()
+            if self.host is not None:
+                self.port = await nursery.start(self._listen, listen_scope)
+            actors_scope = trio.CancelScope()
+            actors_done = trio.Event()
+            nursery.start_soon(self._run_actors, actors_scope, actors_done)
+            await self._actors_started.wait()
+            log("actorctl:node:ready", node=self.name, address=self.url, actors=sorted(self.cells))
+            task_status.started(self)
+            await self._stop.wait()
+            # Graceful stop: no new connections, no new messages; in-flight
+            # handlers get the grace period, then everything is cancelled.
+            listen_scope.cancel(reason="node stopping")
+            for cell in self.cells.values():
+                for left in cell.mailbox.close():
+                    left.settle(Outcome("released"))
+            with trio.move_on_after(self._grace):
+                await actors_done.wait()
+            actors_scope.cancel(reason="node stop deadline")
+            for engine in list(self._engines):
+                engine.connection.close()
+                engine.wake()
+            with trio.move_on_after(1.0):
+                while self._engines:
+                    await self._engines_changed.wait()
+            nursery.cancel_scope.cancel(reason="node stopped")
+        log("actorctl:node:stopped", node=self.name)
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    def stop(self, grace: float = DEFAULT_GRACE) -> None:
+        """Begin a graceful stop: in-flight handlers get ``grace`` seconds."""
+        self._grace = grace
+        self._stop.set()
+
+    @property
+    def url(self) -> str:
+        return f"amqp://{self.host}:{self.port}" if self.host is not None else "(client only)"
+
+    def address_of(self, name: str) -> Address:
+        if self.host is None:
+            raise ConfigError(f"node {self.name!r} does not listen, so its actors have no address")
+        return Address(self.host, self.port, name)
+
+    def ref(self, address: Address | str) -> ActorRef:
+        """A ref to an actor anywhere, sent through this node."""
+        if isinstance(address, str):
+            address = Address.parse(address)
+        return ActorRef(address, self)
+
+    def statistics(self) -> dict[str, MailboxStatistics]:
+        """Mailbox statistics of every actor on this node, by name."""
+        return {name: cell.mailbox.statistics() for name, cell in self.cells.items()}
+
+    async def _listen(self, scope: trio.CancelScope, *, task_status: trio.TaskStatus[int]) -> None:
+        with scope:
+            assert self.host is not None
+            listeners = await trio.open_tcp_listeners(self.port, host=self.host)
+            port = listeners[0].socket.getsockname()[1]
+            task_status.started(port)
+            await trio.serve_listeners(self._on_incoming, listeners, handler_nursery=self._nursery)
+
+    async def _run_actors(self, scope: trio.CancelScope, done: trio.Event) -> None:
+        try:
+            with scope:
+                async with trio.open_nursery() as nursery:
+                    for name, actor in self._actors.items():
+                        address = Address(self.host or "", self.port, name)
+                        cell = ActorCell(actor, address, self)
+                        self.cells[name] = cell
+                        await nursery.start(cell.run)
+                    self._actors_started.set()
+        finally:
+            done.set()
+
+    async def _on_incoming(self, stream: trio.SocketStream) -> None:
+        try:
+            peer = "{}:{}".format(*stream.socket.getpeername()[:2])
+        except OSError:
+            peer = "?"
+        engine = Engine(
+            stream,
+            InboundHandler(self),
+            server=True,
+            container_id=self.node_id,
+            peer=peer,
+            idle_timeout=self.idle_timeout,
+        )
+        self._engines.add(engine)
+        try:
+            await engine.run()
+        except Exception as exc:  # one broken peer must not take the node down
+            log("actorctl:connection:failed", node=self.name, peer=peer, error=repr(exc))
+        finally:
+            self._forget(engine)
+
+    def _forget(self, engine: Engine) -> None:
+        self._engines.discard(engine)
+        self._engines_changed.set()
+        self._engines_changed = trio.Event()
+
+    def _peer(self, address: Address) -> Peer:
+        peer = self._peers.get(address.endpoint)
+        if peer is None:
+            if self._nursery is None:
+                raise ConfigError(f"node {self.name!r} is not running: use open_node()")
+            peer = Peer(self, address.host, address.port)
+            self._peers[address.endpoint] = peer
+            self._nursery.start_soon(peer.run)
+        return peer
+
+    # -- the Outbox ------------------------------------------------------------------
+
+    def new_message_id(self) -> str:
+        return f"{self.node_id}-{next(self._ids)}"
+
+    def now(self) -> float:
+        return self._clock()
+
+    async def send(
+        self, address: Address, envelope: Envelope, *, presettled: bool, confirm: bool
+    ) -> None:
+        pending = Pending(address.name, encode(envelope), envelope.message_id, presettled=presettled)
+        await self._peer(address).transmit(pending)
+        if confirm and not presettled:
+            await pending.done.wait()
+            error = pending.error()
+            if error is not None:
+                raise error
+
+    async def request(self, address: Address, envelope: Envelope, timeout: float) -> Envelope:
+        peer = self._peer(address)
+        envelope = attrs.evolve(
+            envelope, reply_to=peer.reply_address, correlation_id=envelope.message_id
+        )
+        slot = _AskSlot()
+        self._asks[envelope.message_id] = slot
+
+        def on_outcome(outcome: Outcome) -> None:
+            if outcome.state != "accepted":
+                slot.failures.append(pending)
+                slot.done.set()
+
+        pending = Pending(
+            address.name, encode(envelope), envelope.message_id, on_outcome=on_outcome
+        )
+        try:
+            with trio.fail_after(timeout):
+                await peer.transmit(pending)
+                await slot.done.wait()
+        except trio.TooSlowError:
+            raise AskTimeout(
+                f"no reply from {address} to {envelope.subject!r} "
+                f"(message {envelope.message_id}) within {timeout:g} s"
+            ) from None
+        finally:
+            del self._asks[envelope.message_id]
+        if slot.failures:
+            error = slot.failures[0].error()
+            assert error is not None
+            raise error
+        return slot.replies[0]
+
+    def reply(self, envelope: Envelope) -> None:
+        data = encode(envelope)
+        route = self.reply_routes.get(envelope.to)
+        if route is not None:
+            engine, link = route
+            if not engine.closed:
+                delivery = link.delivery(envelope.message_id)
+                link.send(data)
+                link.advance()
+                delivery.settle()
+                engine.wake()
+                return
+        elif "://" in envelope.to and self._nursery is not None:
+            try:
+                address = Address.parse(envelope.to)
+            except ConfigError:
+                pass
+            else:
+                pending = Pending(address.name, data, envelope.message_id)
+                self._nursery.start_soon(self._peer(address).transmit, pending)
+                return
+        log(
+            "actorctl:reply:dropped",
+            node=self.name,
+            reply_to=envelope.to,
+            correlation_id=envelope.correlation_id,
+            reason="no route to the caller (it disconnected or never attached a reply link)",
+        )
+
+    def _on_reply(self, envelope: Envelope) -> None:
+        slot = self._asks.get(envelope.correlation_id or "")
+        if slot is None:
+            log(
+                "actorctl:reply:late",
+                node=self.name,
+                correlation_id=envelope.correlation_id,
+                message_id=envelope.message_id,
+            )
+            return
+        slot.replies.append(envelope)
+        slot.done.set()
+
+
+def _named(actors: Mapping[str, ActorSpec] | Iterable[ActorSpec]) -> dict[str, Actor]:
+    items: Iterable[tuple[str | None, ActorSpec]]
+    if isinstance(actors, Mapping):
+        items = actors.items()
+    else:
+        items = ((None, actor) for actor in actors)
+    named: dict[str, Actor] = {}
+    for name, spec in items:
+        actor = spec() if isinstance(spec, type) else spec
+        if not isinstance(actor, Actor):
+            raise ConfigError(f"{spec!r} is not an actorctl.Actor (subclass Actor and mark handlers)")
+        key = name or type(actor).default_name()
+        if key in named:
+            raise ConfigError(f"two actors are named {key!r} on one node: give one another name")
+        named[key] = actor
+    return named
+
+
+@asynccontextmanager
+async def open_node(
+    name: str,
+    actors: Mapping[str, ActorSpec] | Iterable[ActorSpec] = (),
+    *,
+    grace: float = DEFAULT_GRACE,
+    **options: Any,
+) -> AsyncIterator[Node]:
+    """Run a node for the duration of the block, then stop it gracefully.
+
+    Takes the arguments of :class:`Node`. On leaving the block, in-flight
+    handlers get ``grace`` seconds to finish before they are cancelled.
+    """
+    node = Node(name, actors, **options)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(node.serve)
+        try:
+            yield node
+        finally:
+            node.stop(grace)
+

@@ -1,0 +1,196 @@
+"""The envelope: one message as actorctl sees it, and its AMQP 1.0 codec.
+
+The wire layout is normative in docs/protocol.md; this module is its reference
+implementation. Metadata lives in the properties and application-properties
+sections so that a router can route and a monitor can inspect without decoding
+the body. The body is JSON in a data section: ``[args, kwargs]`` for commands and
+events, the result (or error) for documents.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any, Final
+
+import attrs
+from proton import Message
+
+from .._errors import WireFormatError
+
+__all__ = [
+    "CONTENT_TYPE_JSON",
+    "KIND_COMMAND",
+    "KIND_DOCUMENT",
+    "KIND_EVENT",
+    "STATUS_ERROR",
+    "STATUS_OK",
+    "Envelope",
+    "decode",
+    "encode",
+    "json_dumps",
+]
+
+CONTENT_TYPE_JSON: Final = "application/json"
+KIND_COMMAND: Final = "command"
+KIND_EVENT: Final = "event"
+KIND_DOCUMENT: Final = "document"
+KINDS: Final = frozenset({KIND_COMMAND, KIND_EVENT, KIND_DOCUMENT})
+STATUS_OK: Final = "ok"
+STATUS_ERROR: Final = "error"
+
+# Content types a node refuses outright: bodies only one language can read.
+_FORBIDDEN_CONTENT = ("application/x-python-serialize", "application/python-pickle")
+
+_dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+_loads = json.JSONDecoder().decode
+
+
+def json_dumps(value: object) -> bytes:
+    """Encode a JSON value the way every actorctl body is encoded."""
+    try:
+        return _dumps(value).encode()
+    except (TypeError, ValueError) as exc:
+        raise WireFormatError(f"value cannot be sent as JSON: {exc}") from None
+
+
+@attrs.frozen(slots=True)
+class Envelope:
+    """One message: its routing metadata and its decoded JSON body.
+
+    Attributes:
+        message_id: unique per message; the key for de-duplication and logs.
+        to: the target address (``amqp://host:port/actor`` or ``/actor``).
+        subject: the handler name (for documents, the handler that answered).
+        kind: ``command``, ``event`` or ``document``.
+        body: the decoded JSON body: ``[args, kwargs]`` for commands and events.
+        reply_to: where the result of a command goes, if anywhere.
+        correlation_id: the id that ties a reply to its request.
+        creation_time: seconds since the epoch when the sender made it.
+        expiry_time: seconds since the epoch after which it must not be executed.
+        headers: the other application properties (``retries``, ``chain``, ...).
+    """
+
+    message_id: str
+    to: str
+    subject: str
+    body: Any
+    kind: str = KIND_COMMAND
+    reply_to: str | None = None
+    correlation_id: str | None = None
+    creation_time: float | None = None
+    expiry_time: float | None = None
+    headers: Mapping[str, Any] = attrs.field(factory=dict)
+
+    def call(self) -> tuple[list[Any], dict[str, Any]]:
+        """The ``(args, kwargs)`` of a command or event body.
+
+        Raises:
+            WireFormatError: the body is not ``[list, object]``.
+        """
+        body = self.body
+        if (
+            isinstance(body, list)
+            and len(body) == 2
+            and isinstance(body[0], list)
+            and isinstance(body[1], dict)
+        ):
+            return body[0], body[1]
+        raise WireFormatError(
+            f"body of message {self.message_id} must be the JSON array [args, kwargs] "
+            f"(an array and an object), got {_preview(body)}"
+        )
+
+
+def encode(envelope: Envelope) -> bytes:
+    """Encode an envelope as one AMQP 1.0 message (bare message bytes)."""
+    msg = Message(
+        id=envelope.message_id,
+        address=envelope.to,
+        subject=envelope.subject,
+        reply_to=envelope.reply_to,
+        correlation_id=envelope.correlation_id,
+        content_type=CONTENT_TYPE_JSON,
+        body=json_dumps(envelope.body),
+        inferred=True,  # bytes go in a data section, not an amqp-value
+    )
+    if envelope.creation_time is not None:
+        msg.creation_time = envelope.creation_time
+    if envelope.expiry_time is not None:
+        msg.expiry_time = envelope.expiry_time
+    props: dict[str, Any] = {"kind": envelope.kind, "lang": "py"}
+    for key, value in envelope.headers.items():
+        if value is not None:
+            props[key] = value
+    msg.properties = props
+    return msg.encode()  # type: ignore[no-any-return]
+
+
+def decode(data: bytes) -> Envelope:
+    """Decode one AMQP 1.0 message into an envelope.
+
+    Raises:
+        WireFormatError: naming what is wrong (not AMQP, no message id, no subject,
+            a body that is not JSON, a forbidden content type).
+    """
+    msg = Message()
+    try:
+        msg.decode(data)
+    except Exception as exc:  # proton raises several unrelated types here
+        raise WireFormatError(f"not an AMQP 1.0 message: {exc}") from None
+    message_id = msg.id
+    if message_id is None:
+        raise WireFormatError("message has no message-id property")
+    message_id = str(message_id)
+    props = dict(msg.properties or {})
+    kind = str(props.pop("kind", KIND_COMMAND))
+    if kind not in KINDS:
+        raise WireFormatError(
+            f"message {message_id}: application property kind={kind!r} is not one of "
+            "command, event, document"
+        )
+    props.pop("lang", None)
+    subject = msg.subject
+    if not subject and kind != KIND_DOCUMENT:
+        raise WireFormatError(f"message {message_id}: no subject (the handler name)")
+    return Envelope(
+        message_id=message_id,
+        to=msg.address or "",
+        subject=subject or "",
+        body=_decode_body(message_id, msg),
+        kind=kind,
+        reply_to=msg.reply_to,
+        correlation_id=None if msg.correlation_id is None else str(msg.correlation_id),
+        creation_time=msg.creation_time or None,
+        expiry_time=msg.expiry_time or None,
+        headers=props,
+    )
+
+
+def _decode_body(message_id: str, msg: Message) -> Any:
+    content_type = (msg.content_type or "").lower()
+    if content_type.startswith(_FORBIDDEN_CONTENT):
+        raise WireFormatError(
+            f"message {message_id}: content-type {content_type!r} is refused: "
+            "bodies must be JSON so that any language can read them"
+        )
+    body = msg.body
+    if isinstance(body, memoryview | bytes | str):
+        raw = bytes(body) if not isinstance(body, str) else body.encode()
+        try:
+            return _loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise WireFormatError(
+                f"message {message_id}: body is not valid UTF-8 JSON: {exc}"
+            ) from None
+    if isinstance(body, list | dict | int | float | bool) or body is None:
+        # An amqp-value section holding native AMQP values: accepted as the same data.
+        return body
+    raise WireFormatError(
+        f"message {message_id}: body of type {type(body).__name__} is not JSON or a list"
+    )
+
+
+def _preview(value: object, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -1,0 +1,230 @@
+"""A bounded inbox whose free capacity is the link credit the node grants.
+
+Every message in a mailbox is *unsettled*: the sender holds it until the handler
+has finished and the mailbox settles it (acks-late). The mailbox counts queued
+and running messages together, and grants credit to the links that feed it only
+for the slots that are free, so a fast sender waits for credit instead of
+filling the receiver's memory. Nothing here touches a socket: a link is anything
+with ``credit`` and ``flow(n)`` (a proton ``Receiver`` wrapped by the node).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Final, Literal, Protocol, final
+
+import attrs
+import trio
+
+from ._envelope import Envelope
+
+__all__ = [
+    "ACCEPTED",
+    "CreditLink",
+    "Inbound",
+    "Mailbox",
+    "MailboxStatistics",
+    "Outcome",
+]
+
+OutcomeState = Literal["accepted", "rejected", "modified", "released"]
+
+
+@attrs.frozen(slots=True)
+class Outcome:
+    """How a delivery was settled.
+
+    ``accepted``: handled. ``rejected``: bad input, never to be retried; the
+    condition and description say what was wrong. ``modified``: not handled here,
+    the sender may send it elsewhere. ``released``: never looked at (the actor
+    stopped first).
+    """
+
+    state: OutcomeState
+    condition: str | None = None
+    description: str | None = None
+
+    @classmethod
+    def rejected(cls, condition: str, description: str) -> Outcome:
+        return cls("rejected", condition, description)
+
+    @classmethod
+    def modified(cls, condition: str, description: str) -> Outcome:
+        return cls("modified", condition, description)
+
+
+ACCEPTED: Final = Outcome("accepted")
+RELEASED: Final = Outcome("released")
+
+
+class CreditLink(Protocol):
+    """One incoming link that feeds a mailbox."""
+
+    @property
+    def credit(self) -> int: ...
+
+    def flow(self, n: int) -> None: ...
+
+
+@final
+class Inbound:
+    """A message waiting in (or being handled from) a mailbox.
+
+    ``settle`` is called exactly once, by whoever finishes with the message; it
+    answers the sender and frees the slot.
+    """
+
+    __slots__ = ("_mailbox", "_on_settle", "envelope", "outcome")
+
+    def __init__(
+        self,
+        envelope: Envelope,
+        on_settle: Callable[[Outcome], None] | None,
+        mailbox: Mailbox,
+    ) -> None:
+        self.envelope = envelope
+        self.outcome: Outcome | None = None
+        self._on_settle = on_settle
+        self._mailbox = mailbox
+
+    def settle(self, outcome: Outcome) -> None:
+        if self.outcome is not None:
+            return
+        self.outcome = outcome
+        if self._on_settle is not None:
+            self._on_settle(outcome)
+        self._mailbox._release()
+
+
+@attrs.frozen
+class MailboxStatistics:
+    """A snapshot of a mailbox.
+
+    Attributes:
+        capacity: the most messages it holds unsettled at once.
+        depth: messages held now (queued or being handled).
+        max_depth: the most it ever held at once.
+        received: messages it has taken in since it was made.
+        links: incoming links that feed it.
+        credit: credit granted to those links and not yet used.
+    """
+
+    capacity: int
+    depth: int
+    max_depth: int
+    received: int
+    links: int
+    credit: int
+
+
+@final
+class Mailbox:
+    """A bounded inbox tied to link credit."""
+
+    def __init__(self, capacity: int) -> None:
+        if capacity < 1:
+            raise ValueError(f"mailbox capacity must be at least 1, got {capacity}")
+        self.capacity = capacity
+        self._send, self._receive = trio.open_memory_channel[Inbound](capacity)
+        self._links: list[CreditLink] = []
+        self._unsettled = 0
+        self._max_unsettled = 0
+        self._received = 0
+        self._batch = max(1, capacity // 2)
+
+    # -- the node's side -------------------------------------------------------
+
+    def attach(self, link: CreditLink) -> None:
+        """Feed this mailbox from a new link and grant it what credit is free."""
+        self._links.append(link)
+        self._replenish(force=True)
+
+    def detach(self, link: CreditLink) -> None:
+        """Stop granting credit to a link (it closed)."""
+        if link in self._links:
+            self._links.remove(link)
+            self._replenish(force=True)
+
+    def put_nowait(
+        self, envelope: Envelope, on_settle: Callable[[Outcome], None] | None
+    ) -> Inbound:
+        """Queue a message that arrived on a link.
+
+        Raises:
+            trio.WouldBlock: the mailbox is full (the sender ignored its credit).
+            trio.ClosedResourceError: the mailbox is closed.
+        """
+        if self._unsettled >= self.capacity:
+            raise trio.WouldBlock
+        inbound = Inbound(envelope, on_settle, self)
+        self._send.send_nowait(inbound)
+        self._unsettled += 1
+        self._received += 1
+        if self._unsettled > self._max_unsettled:
+            self._max_unsettled = self._unsettled
+        return inbound
+
+    def close(self) -> list[Inbound]:
+        """Stop taking messages; return those that were queued and never handled."""
+        self._send.close()
+        left = []
+        while True:
+            try:
+                left.append(self._receive.receive_nowait())
+            except (trio.WouldBlock, trio.EndOfChannel):
+                return left
+
+    # -- the actor's side ------------------------------------------------------
+
+    def receive_nowait(self) -> Inbound:
+        """The next message if one is queued. Raises ``trio.WouldBlock`` if none is,
+        ``trio.EndOfChannel`` once closed."""
+        return self._receive.receive_nowait()
+
+    async def receive(self) -> Inbound:
+        """Wait for the next message. Raises ``trio.EndOfChannel`` once closed."""
+        return await self._receive.receive()
+
+    def statistics(self) -> MailboxStatistics:
+        return MailboxStatistics(
+            capacity=self.capacity,
+            depth=self._unsettled,
+            max_depth=self._max_unsettled,
+            received=self._received,
+            links=len(self._links),
+            credit=sum(max(0, link.credit) for link in self._links),
+        )
+
+    # -- credit ---------------------------------------------------------------
+
+    def _release(self) -> None:
+        self._unsettled -= 1
+        self._replenish(force=False)
+
+    def _replenish(self, *, force: bool) -> None:
+        links = self._links
+        if not links:
+            return
+        granted = 0
+        for link in links:
+            granted += max(0, link.credit)
+        free = self.capacity - self._unsettled - granted
+        if free <= 0:
+            return
+        # Top credit up in batches, not one flow frame per settled message, unless
+        # no link has any credit left (then the senders are waiting on us).
+        if not force and free < self._batch and granted > 0:
+            return
+        if len(links) == 1:
+            links[0].flow(free)
+            return
+        # Several links: no link holds more than its share, so an idle link cannot
+        # starve the others; what is left over is granted on a later release.
+        share = max(1, self.capacity // len(links))
+        for link in sorted(links, key=lambda item: item.credit):
+            give = min(free, share - max(0, link.credit))
+            if give > 0:
+                link.flow(give)
+                free -= give
+                if free <= 0:
+                    return
