@@ -26,8 +26,8 @@ from .mailbox import MailboxStatistics as MailboxStatistics
 from .mailbox import Outcome as Outcome
 
 __all__ = [
-    "ActorRef",
     "Actor",
+    "ActorRef",
     "ActorctlError",
     "Address",
     "AskTimeout",

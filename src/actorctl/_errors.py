@@ -41,7 +41,9 @@ class DeliveryError(ActorctlError):
     """
 
     def __init__(self, condition: str, description: str, message_id: str | None = None) -> None:
-        super().__init__(f"{condition}: {description}" + (f" (message {message_id})" if message_id else ""))
+        super().__init__(
+            f"{condition}: {description}" + (f" (message {message_id})" if message_id else "")
+        )
         self.condition = condition
         self.description = description
         self.message_id = message_id

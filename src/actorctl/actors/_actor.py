@@ -89,4 +89,3 @@ class Actor(Behaviour):
     def __repr__(self) -> str:
         where = f" at {self._cell.address}" if self._cell is not None else ""
         return f"<{type(self).__name__}{where}>"
-

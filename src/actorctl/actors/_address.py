@@ -9,7 +9,7 @@ import attrs
 
 from .._errors import ConfigError
 
-__all__ = ["Address", "DEFAULT_PORT"]
+__all__ = ["DEFAULT_PORT", "Address"]
 
 DEFAULT_PORT: Final = 5672
 _SCHEMES: Final = {"amqp": 5672, "amqps": 5671}

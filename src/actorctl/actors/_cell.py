@@ -138,7 +138,9 @@ class ActorCell:
             if left <= 0:
                 self._settle(
                     inbound,
-                    Outcome.rejected(EXPIRED, f"message expired {-left:.3f} s before it was handled"),
+                    Outcome.rejected(
+                        EXPIRED, f"message expired {-left:.3f} s before it was handled"
+                    ),
                 )
                 return
             deadline = trio.current_time() + left
@@ -169,7 +171,9 @@ class ActorCell:
         if scope.cancelled_caught:
             self._settle(
                 inbound,
-                Outcome.rejected(EXPIRED, f"handler {envelope.subject!r} ran past the message's expiry"),
+                Outcome.rejected(
+                    EXPIRED, f"handler {envelope.subject!r} ran past the message's expiry"
+                ),
             )
             return
         self._reply(envelope, STATUS_OK, result)

@@ -112,9 +112,7 @@ class HandlerSpec:
                 continue
             hooks[param.name] = self._hook_for(param.name, hint)
         self._hooks = hooks
-        simple = all(
-            p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params
-        )
+        simple = all(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params)
         if simple and not hooks:
             required = sum(1 for p in params if p.default is p.empty)
             self._fast = (required, len(params))

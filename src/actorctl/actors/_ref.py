@@ -119,9 +119,7 @@ class ActorRef:
     async def tell(self, handler: str, /, *args: Any, **kwargs: Any) -> None:
         """Send and forget. Waits only for link credit (that is the backpressure)."""
         envelope = self._command(handler, args, kwargs)
-        await self._outbox.send(
-            self.address, envelope, presettled=self.at_most_once, confirm=False
-        )
+        await self._outbox.send(self.address, envelope, presettled=self.at_most_once, confirm=False)
 
     async def deliver(self, handler: str, /, *args: Any, **kwargs: Any) -> None:
         """Send and wait until the receiver has handled it (settled ``accepted``).

@@ -44,8 +44,12 @@ def node() -> None:
 @click.argument("target", metavar="MODULE:OBJECT")
 @click.option("--listen", default="127.0.0.1:5672", show_default=True, metavar="HOST:PORT")
 @click.option("--name", default=None, help="Node name (default: the object's name).")
-@click.option("--grace", default=5.0, show_default=True, help="Seconds in-flight handlers get at stop.")
-@click.option("--log", "log_path", default="-", show_default=True, help="Log file ('-' for stdout).")
+@click.option(
+    "--grace", default=5.0, show_default=True, help="Seconds in-flight handlers get at stop."
+)
+@click.option(
+    "--log", "log_path", default="-", show_default=True, help="Log file ('-' for stdout)."
+)
 async def node_run(target: str, listen: str, name: str | None, grace: float, log_path: str) -> None:
     """Run a node hosting the actors that MODULE:OBJECT names.
 
@@ -66,7 +70,9 @@ async def node_run(target: str, listen: str, name: str | None, grace: float, log
             except OSError as exc:
                 _fail(f"cannot listen on {listen}: {exc.strerror or exc}")
             async for signum in signals:
-                eliot.log_message(message_type="actorctl:node:signal", signal=signal.Signals(signum).name)
+                eliot.log_message(
+                    message_type="actorctl:node:signal", signal=signal.Signals(signum).name
+                )
                 server.stop(grace)
                 break
 
@@ -84,7 +90,11 @@ _TIMEOUT = click.option("--timeout", default=10.0, show_default=True, help="Seco
 @_TIMEOUT
 @click.option("--at-most-once", is_flag=True, help="Send pre-settled; do not wait for the outcome.")
 async def send(
-    address: str, handler: str, args: tuple[str, ...], kwargs: tuple[str, ...], timeout: float,
+    address: str,
+    handler: str,
+    args: tuple[str, ...],
+    kwargs: tuple[str, ...],
+    timeout: float,
     at_most_once: bool,
 ) -> None:
     """Send a message to ADDRESS's HANDLER and wait until it is handled.

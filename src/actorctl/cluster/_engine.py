@@ -153,7 +153,7 @@ class Engine:
             self._wake_event.set()
             self._reader_done.set()
 
-    def _push(self, data: bytes) -> bool:
+    def _push(self, data: bytes | bytearray) -> bool:
         transport = self.transport
         view = memoryview(data)
         stalls = 0
@@ -191,7 +191,8 @@ class Engine:
                         break
                     data = transport.peek(size)
                     transport.pop(size)
-                    await stream.send_all(data)
+                    if data:
+                        await stream.send_all(data)
                 self._process()
                 await self._wake_event.wait()
         except _IO_ERRORS:
@@ -227,6 +228,7 @@ class Engine:
 
     def _on_connection_remote_open(self, event: Event) -> None:
         connection = event.connection
+        assert connection is not None
         if connection.state & _LOCAL_UNINIT:
             connection.open()
         self._remote_opened.set()
@@ -234,6 +236,7 @@ class Engine:
 
     def _on_connection_remote_close(self, event: Event) -> None:
         connection = event.connection
+        assert connection is not None
         condition = connection.remote_condition
         if condition is not None:
             log(
@@ -247,31 +250,40 @@ class Engine:
 
     def _on_session_remote_open(self, event: Event) -> None:
         session = event.session
+        assert session is not None
         if session.state & _LOCAL_UNINIT:
             session.open()
 
     def _on_session_remote_close(self, event: Event) -> None:
         session = event.session
+        assert session is not None
         if not session.state & _LOCAL_CLOSED:
             session.close()
 
     def _on_link_remote_open(self, event: Event) -> None:
-        self.handler.on_link_remote_open(self, event.link)
+        link = event.link
+        assert link is not None
+        self.handler.on_link_remote_open(self, link)
 
     def _on_link_remote_close(self, event: Event) -> None:
         link = event.link
+        assert link is not None
         self.handler.on_link_remote_close(self, link)
         if not link.state & _LOCAL_CLOSED:
             link.close()
 
     def _on_link_flow(self, event: Event) -> None:
-        self.handler.on_link_flow(self, event.link)
+        link = event.link
+        assert link is not None
+        self.handler.on_link_flow(self, link)
 
     def _on_delivery(self, event: Event) -> None:
-        self.handler.on_delivery(self, event.delivery)
+        delivery = event.delivery
+        assert delivery is not None
+        self.handler.on_delivery(self, delivery)
 
     def _on_transport_error(self, event: Event) -> None:
-        condition = event.transport.condition
+        condition = self.transport.condition
         log(
             "actorctl:connection:protocol-error",
             peer=self.peer,

@@ -81,7 +81,7 @@ class InboundHandler(EngineHandler):
         engine.wake()
 
     def _attach_inbox(self, engine: Engine, link: Link) -> None:
-        target = link.remote_target.address
+        target = link.remote_target.address or ""
         link.target.address = target
         name = actor_name(target)
         cell = self.node.cells.get(name)
@@ -102,17 +102,18 @@ class InboundHandler(EngineHandler):
 
     def _attach_replies(self, engine: Engine, link: Link) -> None:
         source = link.remote_source
+        asked = source.address or ""
         if source.dynamic:
             address = f"{REPLY_PREFIX}{uuid.uuid4().hex}"
-        elif (source.address or "").startswith(REPLY_PREFIX):
-            address = source.address
+        elif asked.startswith(REPLY_PREFIX):
+            address = asked
         else:
-            link.source.address = source.address
+            link.source.address = asked
             link.open()
             _refuse(
                 link,
                 NOT_FOUND,
-                f"node {self.node.name!r} offers no source {source.address!r}: attach a "
+                f"node {self.node.name!r} offers no source {asked!r}: attach a "
                 "dynamic receiver (or one whose source starts with $reply/) to get replies",
             )
             return
@@ -130,8 +131,9 @@ class InboundHandler(EngineHandler):
                     self._credits.remove((cell, credit))
                     return
         else:
-            address = link.source.address
-            if self.node.reply_routes.get(address, (None, None))[1] == link:
+            address = link.source.address or ""
+            route = self.node.reply_routes.get(address)
+            if route is not None and route[1] == link:
                 del self.node.reply_routes[address]
 
     def on_delivery(self, engine: Engine, delivery: Delivery) -> None:
@@ -144,7 +146,7 @@ class InboundHandler(EngineHandler):
             return
         data = link.recv(delivery.pending)
         link.advance()
-        self._take(engine, link, delivery, data)
+        self._take(engine, link, delivery, data or b"")
 
     def _take(self, engine: Engine, link: Link, delivery: Delivery, data: bytes) -> None:
         presettled = delivery.settled
@@ -152,7 +154,12 @@ class InboundHandler(EngineHandler):
         try:
             envelope = decode(data)
         except WireFormatError as exc:
-            log("actorctl:delivery:rejected", peer=engine.peer, condition=DECODE_ERROR, description=str(exc))
+            log(
+                "actorctl:delivery:rejected",
+                peer=engine.peer,
+                condition=DECODE_ERROR,
+                description=str(exc),
+            )
             if settle is not None:
                 settle(Outcome.rejected(DECODE_ERROR, str(exc)))
             return
@@ -189,7 +196,8 @@ class InboundHandler(EngineHandler):
         self._credits.clear()
         routes = self.node.reply_routes
         for address in self._reply_addresses:
-            if routes.get(address, (None, None))[0] is engine:
+            route = routes.get(address)
+            if route is not None and route[0] is engine:
                 del routes[address]
         self._reply_addresses.clear()
 
@@ -207,7 +215,9 @@ def _settle(engine: Engine, delivery: Delivery, outcome: Outcome) -> None:
     if state == "accepted":
         delivery.update(Delivery.ACCEPTED)
     elif state == "rejected":
-        delivery.local.condition = Condition(outcome.condition or "amqp:internal-error", outcome.description)
+        delivery.local.condition = Condition(
+            outcome.condition or "amqp:internal-error", outcome.description
+        )
         delivery.update(Delivery.REJECTED)
     elif state == "modified":
         local = delivery.local

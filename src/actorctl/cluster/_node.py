@@ -31,6 +31,7 @@ __all__ = ["Node", "open_node"]
 
 ActorSpec = Actor | type[Actor]
 DEFAULT_GRACE: Final = 5.0
+EXPIRED: Final = "actorctl:expired"
 
 
 @attrs.frozen
@@ -213,7 +214,9 @@ class Node:
     async def send(
         self, address: Address, envelope: Envelope, *, presettled: bool, confirm: bool
     ) -> None:
-        pending = Pending(address.name, encode(envelope), envelope.message_id, presettled=presettled)
+        pending = Pending(
+            address.name, encode(envelope), envelope.message_id, presettled=presettled
+        )
         await self._peer(address).transmit(pending)
         if confirm and not presettled:
             await pending.done.wait()
@@ -242,12 +245,18 @@ class Node:
                 await peer.transmit(pending)
                 await slot.done.wait()
         except trio.TooSlowError:
+            timed_out = True
+        else:
+            timed_out = False
+        finally:
+            del self._asks[envelope.message_id]
+        failure = slot.failures[0].outcome if slot.failures else None
+        if timed_out or (failure is not None and failure.condition == EXPIRED):
+            # The receiver gave up on it at the same deadline: one error either way.
             raise AskTimeout(
                 f"no reply from {address} to {envelope.subject!r} "
                 f"(message {envelope.message_id}) within {timeout:g} s"
-            ) from None
-        finally:
-            del self._asks[envelope.message_id]
+            )
         if slot.failures:
             error = slot.failures[0].error()
             assert error is not None
@@ -298,16 +307,16 @@ class Node:
 
 
 def _named(actors: Mapping[str, ActorSpec] | Iterable[ActorSpec]) -> dict[str, Actor]:
-    items: Iterable[tuple[str | None, ActorSpec]]
-    if isinstance(actors, Mapping):
-        items = actors.items()
-    else:
-        items = ((None, actor) for actor in actors)
+    items: Iterable[tuple[str | None, ActorSpec]] = (
+        actors.items() if isinstance(actors, Mapping) else ((None, actor) for actor in actors)
+    )
     named: dict[str, Actor] = {}
     for name, spec in items:
         actor = spec() if isinstance(spec, type) else spec
         if not isinstance(actor, Actor):
-            raise ConfigError(f"{spec!r} is not an actorctl.Actor (subclass Actor and mark handlers)")
+            raise ConfigError(
+                f"{spec!r} is not an actorctl.Actor (subclass Actor and mark handlers)"
+            )
         key = name or type(actor).default_name()
         if key in named:
             raise ConfigError(f"two actors are named {key!r} on one node: give one another name")
@@ -335,4 +344,3 @@ async def open_node(
             yield node
         finally:
             node.stop(grace)
-

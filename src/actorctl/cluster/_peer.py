@@ -12,10 +12,10 @@ from __future__ import annotations
 import itertools
 import random
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Final, final
+from typing import TYPE_CHECKING, Any, Final, final
 
 import trio
-from proton import Condition, Delivery, Endpoint, Link
+from proton import Condition, Delivery, Endpoint, Link, Session
 
 from .._errors import ActorctlError, Modified, Rejected, UnknownActor
 from .._log import log
@@ -31,7 +31,8 @@ _BACKOFF_FIRST: Final = 0.05
 _BACKOFF_MAX: Final = 2.0
 _REPLY_CREDIT: Final = 1000
 _YIELD_EVERY: Final = 16
-_STATES: Final = {
+NOT_FOUND: Final = "amqp:not-found"
+_STATES: Final[dict[int, str]] = {
     Delivery.ACCEPTED: "accepted",
     Delivery.REJECTED: "rejected",
     Delivery.MODIFIED: "modified",
@@ -85,10 +86,10 @@ class Pending:
             return None
         condition = outcome.condition or f"amqp:{outcome.state}"
         description = outcome.description or f"the receiver answered {outcome.state}"
+        if outcome.condition == NOT_FOUND:
+            return UnknownActor(condition, description, self.message_id)
         if outcome.state == "rejected":
             return Rejected(condition, description, self.message_id)
-        if outcome.state == "unknown-actor":
-            return UnknownActor(condition, description, self.message_id)
         return Modified(condition, description, self.message_id)
 
 
@@ -124,7 +125,7 @@ class Peer(EngineHandler):
         self._all_links: list[_OutLink] = []
         self._resend: list[Pending] = []
         self._sends = itertools.count(1)
-        self._session: Endpoint | None = None
+        self._session: Session | None = None
         self._reply_receiver: Link | None = None
 
     async def run(self) -> None:
@@ -137,7 +138,12 @@ class Peer(EngineHandler):
             except OSError as exc:
                 failures += 1
                 if failures == 1 or failures % 10 == 0:
-                    log("actorctl:peer:unreachable", peer=self.name, error=str(exc), attempts=failures)
+                    log(
+                        "actorctl:peer:unreachable",
+                        peer=self.name,
+                        error=str(exc),
+                        attempts=failures,
+                    )
                 await trio.sleep(backoff * (0.5 + random.random()))
                 backoff = min(backoff * 2, _BACKOFF_MAX)
                 continue
@@ -266,12 +272,15 @@ class Peer(EngineHandler):
             return
         condition = link.remote_condition
         out.failure = Outcome(
-            "unknown-actor",  # type: ignore[arg-type]
-            condition.name if condition else "amqp:not-found",
-            condition.description if condition else f"{self.name} closed the link to {link.target.address!r}",
+            "rejected",
+            condition.name if condition else NOT_FOUND,
+            condition.description
+            if condition
+            else f"{self.name} closed the link to {link.target.address!r}",
         )
-        if self._links.get(out.sender.target.address) is out:
-            del self._links[out.sender.target.address]
+        path = out.sender.target.address or ""
+        if self._links.get(path) is out:
+            del self._links[path]
         out.lot.unpark_all()
 
     def on_link_flow(self, engine: Engine, link: Link) -> None:
@@ -300,10 +309,10 @@ class Peer(EngineHandler):
             return
         condition = remote.condition
         if condition is None and state == "modified":
-            notes = remote.annotations or {}
+            notes: dict[Any, Any] = dict(remote.annotations or {})
             condition = Condition(
-                str(notes.get("actorctl-condition", "amqp:modified")),
-                str(notes.get("actorctl-description", "the receiver could not handle it")),
+                str(notes.get("actorctl-condition") or "amqp:modified"),
+                str(notes.get("actorctl-description") or "the receiver could not handle it"),
             )
         pending.resolve(
             Outcome(
@@ -342,7 +351,6 @@ class Peer(EngineHandler):
         for out in self._dead_links(engine):
             self._resend.extend(p for p in out.unsettled if p.outcome is None)
             out.unsettled.clear()
-
 
     def _dead_links(self, engine: Engine) -> list[_OutLink]:
         dead = [out for out in self._all_links if out.engine is engine]

@@ -122,8 +122,8 @@ def encode(envelope: Envelope) -> bytes:
     for key, value in envelope.headers.items():
         if value is not None:
             props[key] = value
-    msg.properties = props
-    return msg.encode()  # type: ignore[no-any-return]
+    msg.properties = props  # type: ignore[assignment]
+    return msg.encode()
 
 
 def decode(data: bytes) -> Envelope:
@@ -142,7 +142,7 @@ def decode(data: bytes) -> Envelope:
     if message_id is None:
         raise WireFormatError("message has no message-id property")
     message_id = str(message_id)
-    props = dict(msg.properties or {})
+    props: dict[str, Any] = dict(msg.properties or {})
     kind = str(props.pop("kind", KIND_COMMAND))
     if kind not in KINDS:
         raise WireFormatError(

@@ -1,0 +1,5 @@
+"""``python -m actorctl`` is the ``actorctl`` command."""
+
+from .cli import main
+
+main()

@@ -1,0 +1,103 @@
+"""Actors the tests host on real nodes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import attrs
+import trio
+
+from actorctl import Actor, Behaviour, Envelope, Outcome, handler
+
+
+@dataclass
+class User:
+    name: str
+    email: str
+
+
+@attrs.frozen
+class Point:
+    x: int
+    y: int
+
+
+class Calculator(Actor):
+    """Async and sync handlers, typed payloads, failures."""
+
+    def __init__(self) -> None:
+        self.told: list[object] = []
+        self.told_event = trio.Event()
+        self.threads: set[str] = set()
+
+    @handler
+    async def add(self, a: int, b: int) -> int:
+        return a + b
+
+    @handler
+    def multiply(self, a: int, b: int) -> int:
+        import threading
+
+        self.threads.add(threading.current_thread().name)
+        return a * b
+
+    @handler
+    async def remember(self, value: object) -> None:
+        self.told.append(value)
+        self.told_event.set()
+
+    @handler
+    async def greet(self, user: User) -> str:
+        return f"hello {user.name} <{user.email}>"
+
+    @handler
+    async def norm(self, p: Point) -> Point:
+        return Point(abs(p.x), abs(p.y))
+
+    @handler
+    async def fail(self, text: str) -> None:
+        raise ValueError(text)
+
+    @handler
+    async def hang(self) -> None:
+        await trio.sleep_forever()
+
+    @handler
+    async def open_circuit(self) -> None:
+        self.become(OpenCircuit())
+
+    @handler
+    async def shout(self, text: str) -> str:
+        return text.upper()
+
+
+class OpenCircuit(Behaviour):
+    """The open state of a breaker: every message is answered `modified`."""
+
+    def unhandled(self, envelope: Envelope) -> Outcome | None:
+        return Outcome.modified(
+            "actorctl:circuit-open", f"{envelope.subject} refused: circuit open"
+        )
+
+
+class Whisper(Behaviour):
+    def __init__(self, actor: Actor) -> None:
+        self.actor = actor
+
+    @handler
+    async def shout(self, text: str) -> str:
+        return text.lower()
+
+    @handler
+    async def back(self) -> None:
+        self.actor.unbecome()
+
+
+class Moody(Actor):
+    @handler
+    async def shout(self, text: str) -> str:
+        return text.upper()
+
+    @handler
+    async def calm_down(self) -> None:
+        self.become(Whisper(self))

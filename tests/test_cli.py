@@ -1,0 +1,105 @@
+"""The actorctl command, driven in real subprocesses."""
+
+from __future__ import annotations
+
+import functools
+import json
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import trio
+
+ROOT = Path(__file__).resolve().parent.parent
+ACTORCTL = [sys.executable, "-m", "actorctl"]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+async def _run(*args: str) -> subprocess.CompletedProcess[bytes]:
+    with trio.fail_after(30):
+        return await trio.run_process(
+            [*ACTORCTL, *args], cwd=ROOT, capture_stdout=True, capture_stderr=True, check=False
+        )
+
+
+@pytest.fixture
+async def node_address(nursery: trio.Nursery):  # type: ignore[no-untyped-def]
+    port = _free_port()
+    command = [*ACTORCTL, "node", "run", "tests.actors:Calculator", "--listen", f"127.0.0.1:{port}"]
+    proc: trio.Process = await nursery.start(
+        functools.partial(trio.run_process, command, cwd=ROOT, stdout=subprocess.PIPE, check=False)
+    )
+    assert proc.stdout is not None
+    lines: list[dict[str, object]] = []
+    buffer = b""
+    with trio.fail_after(20):
+        while not any(m.get("message_type") == "actorctl:node:ready" for m in lines):
+            chunk = await proc.stdout.receive_some(4096)
+            assert chunk, "the node exited before it was ready"
+            buffer += chunk
+            *complete, buffer = buffer.split(b"\n")
+            lines.extend(json.loads(line) for line in complete if line.strip())
+    yield f"amqp://127.0.0.1:{port}/calculator"
+    proc.send_signal(signal.SIGINT)  # our own child, by its PID
+    with trio.fail_after(20):
+        rest = b""
+        while chunk := await proc.stdout.receive_some(4096):
+            rest += chunk
+        await proc.wait()
+    assert proc.returncode == 0
+    assert b"actorctl:node:stopped" in rest
+
+
+async def test_call_prints_the_result_as_json(node_address: str) -> None:
+    result = await _run("call", node_address, "add", "2", "40")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == 42
+
+
+async def test_call_reads_json_arguments_and_keywords(node_address: str) -> None:
+    result = await _run(
+        "call", node_address, "greet", "--kw", 'user={"name": "Ada", "email": "a@b.c"}'
+    )
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == "hello Ada <a@b.c>"
+
+
+async def test_call_exits_non_zero_with_the_remote_error(node_address: str) -> None:
+    result = await _run("call", node_address, "fail", "no space left")
+    assert result.returncode == 1
+    assert b"ValueError: no space left" in result.stderr
+
+
+async def test_send_waits_until_accepted_and_reports_refusals(node_address: str) -> None:
+    ok = await _run("send", node_address, "remember", "hello")
+    assert ok.returncode == 0, ok.stderr
+    assert b"accepted" in ok.stdout
+    refused = await _run("send", node_address, "no_such_handler")
+    assert refused.returncode == 1
+    assert b"actorctl:unknown-handler" in refused.stderr
+
+
+async def test_a_bad_address_is_a_usage_error() -> None:
+    result = await _run("call", "http://example/x", "add")
+    assert result.returncode == 2
+    assert b"scheme must be amqp://" in result.stderr
+
+
+async def test_call_to_a_node_that_is_not_there_fails_within_the_timeout() -> None:
+    result = await _run("call", f"amqp://127.0.0.1:{_free_port()}/x", "add", "--timeout", "0.5")
+    assert result.returncode == 1
+    assert b"is the node running?" in result.stderr or b"within" in result.stderr
+
+
+async def test_node_run_with_a_bad_target_says_what_is_wrong() -> None:
+    result = await _run("node", "run", "tests.nonexistent:Thing", "--listen", "127.0.0.1:0")
+    assert result.returncode == 2
+    assert b"cannot import module 'tests.nonexistent'" in result.stderr
