@@ -9,14 +9,14 @@ from actorctl import Actor, handler
 
 class Bench(Actor):
     name = "bench"
-    mailbox_capacity = 100
+    mailbox_capacity = 100  # the same credit window as the raw reference
 
     @handler
-    async def noop(self, *args: Any) -> None:
+    async def noop(self, *args: Any, **kwargs: Any) -> None:
         return None
 
     @handler
-    async def echo(self, *args: Any) -> Any:
+    async def echo(self, *args: Any, **kwargs: Any) -> Any:
         return list(args)
 
 

@@ -1,0 +1,121 @@
+"""actorctl's figures: a node in a subprocess, a client node in this process.
+
+The same traffic as bench/_raw.py: ~100-byte JSON bodies ``[[1, 2], {"pad": ...}]``,
+a receiver credit window of 100, at-least-once one-way messages, sequential asks,
+and asks with 100 in flight.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from actorctl import ActorRef, open_node
+
+ROOT = Path(__file__).resolve().parent.parent
+PAD = "x" * 79
+WARMUP = 200
+WINDOW = 100
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+async def _wait_ready(proc: trio.Process) -> None:
+    assert proc.stdout is not None
+    buffer = b""
+    with trio.fail_after(20):
+        while b'"actorctl:node:ready"' not in buffer:
+            chunk = await proc.stdout.receive_some(4096)
+            if not chunk:
+                raise RuntimeError("the benchmark node exited before it was ready")
+            buffer += chunk
+
+
+async def _tell(ref: ActorRef, count: int) -> float:
+    started = time.perf_counter()
+    for _ in range(count - 1):
+        await ref.tell("noop", 1, 2, pad=PAD)
+    await ref.deliver("noop", 1, 2, pad=PAD)  # settled in order: the last one closes the run
+    return count / (time.perf_counter() - started)
+
+
+async def _ask(ref: ActorRef, count: int) -> list[float]:
+    for _ in range(WARMUP):
+        await ref.ask("echo", 1, 2, pad=PAD)
+    latencies = []
+    for _ in range(count):
+        started = time.perf_counter()
+        await ref.ask("echo", 1, 2, pad=PAD)
+        latencies.append(time.perf_counter() - started)
+    return sorted(latencies)
+
+
+async def _pipelined(ref: ActorRef, count: int) -> float:
+    async def caller(n: int) -> None:
+        for _ in range(n):
+            await ref.ask("echo", 1, 2, pad=PAD)
+
+    started = time.perf_counter()
+    async with trio.open_nursery() as nursery:
+        for _ in range(WINDOW):
+            nursery.start_soon(caller, count // WINDOW)
+    return (count // WINDOW * WINDOW) / (time.perf_counter() - started)
+
+
+async def _measure(tell_count: int, ask_count: int, pipelined_count: int) -> dict[str, float]:
+    port = _free_port()
+    command = [sys.executable, "-m", "actorctl", "node", "run", "bench._actors:actors",
+               "--listen", f"127.0.0.1:{port}", "--name", "bench"]  # fmt: skip
+    async with trio.open_nursery() as nursery:
+        proc: trio.Process = await nursery.start(
+            functools.partial(
+                trio.run_process, command, cwd=ROOT, stdout=subprocess.PIPE, check=False
+            )
+        )
+        try:
+            await _wait_ready(proc)
+            nursery.start_soon(_drain, proc)
+            async with open_node("bench-client", host=None) as client:
+                ref = client.ref(f"amqp://127.0.0.1:{port}/bench").with_options(timeout=30)
+                with trio.fail_after(300):
+                    tell = await _tell(ref, tell_count)
+                    latencies = await _ask(ref, ask_count)
+                    piped = await _pipelined(ref, pipelined_count)
+        finally:
+            proc.terminate()  # our own child, by its PID
+
+    def pct(q: float) -> float:
+        return latencies[min(len(latencies) - 1, round(q * (len(latencies) - 1)))] * 1e6
+
+    return {
+        "tell_per_s": tell,
+        "ask_p50_us": pct(0.50),
+        "ask_p99_us": pct(0.99),
+        "ask_pipelined_per_s": piped,
+    }
+
+
+async def _drain(proc: trio.Process) -> None:
+    assert proc.stdout is not None
+    while await proc.stdout.receive_some(65536):
+        pass
+
+
+def measure(tell_count: int = 20000, ask_count: int = 2000, pipelined_count: int = 20000) -> Any:
+    return trio.run(_measure, tell_count, ask_count, pipelined_count)
+
+
+if __name__ == "__main__":
+    print(json.dumps(measure(), indent=2))
