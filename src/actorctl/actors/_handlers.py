@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import sys
 import typing
 from collections.abc import Callable
 from typing import Any, ClassVar, TypeVar, final
@@ -55,7 +56,7 @@ def handler(fn: F) -> F:
 class HandlerSpec:
     """One handler: its function and how to bind wire arguments to it."""
 
-    __slots__ = ("_fast", "_hooks", "fn", "is_async", "name", "signature")
+    __slots__ = ("_any_keywords", "_fast", "_hooks", "fn", "is_async", "name", "signature")
 
     def __init__(self, name: str, fn: Callable[..., Any]) -> None:
         self.name = name
@@ -64,6 +65,7 @@ class HandlerSpec:
         self.signature = inspect.signature(fn)
         self._hooks: dict[str, Callable[[Any], Any]] | None = None
         self._fast: tuple[int, int] | None = None
+        self._any_keywords = False
 
     def bind(self, args: list[Any], kwargs: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
         """Check and convert wire arguments for a call on a bound method.
@@ -74,7 +76,11 @@ class HandlerSpec:
         if self._hooks is None:
             self._prepare()
         fast = self._fast
-        if fast is not None and not kwargs and fast[0] <= len(args) <= fast[1]:
+        if (
+            fast is not None
+            and (self._any_keywords or not kwargs)
+            and fast[0] <= len(args) <= fast[1]
+        ):
             return args, kwargs
         try:
             bound = self.signature.bind(None, *args, **kwargs)
@@ -112,8 +118,14 @@ class HandlerSpec:
                 continue
             hooks[param.name] = self._hook_for(param.name, hint)
         self._hooks = hooks
-        simple = all(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params)
-        if simple and not hooks:
+        kinds = [p.kind for p in params]
+        if not hooks and kinds == [inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD]:
+            self._fast = (0, sys.maxsize)  # takes anything: nothing to check
+            self._any_keywords = True
+        elif not hooks and all(
+            kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+            for kind in kinds
+        ):
             required = sum(1 for p in params if p.default is p.empty)
             self._fast = (required, len(params))
 

@@ -41,6 +41,10 @@ class Outbox(Protocol):
         a ``DeliveryError`` unless it was accepted."""
         ...
 
+    def reply_address(self, address: Address) -> str:
+        """Where replies from the node at ``address`` come back to this node."""
+        ...
+
     async def request(self, address: Address, envelope: Envelope, timeout: float) -> Envelope:
         """Send a command that wants a reply and wait for the reply document."""
         ...
@@ -75,7 +79,7 @@ class ActorRef:
     keyword arguments always belong to the handler.
     """
 
-    __slots__ = ("_outbox", "address", "at_most_once", "timeout")
+    __slots__ = ("_outbox", "_to", "address", "at_most_once", "timeout")
 
     def __init__(
         self,
@@ -86,6 +90,7 @@ class ActorRef:
         at_most_once: bool = False,
     ) -> None:
         self.address = address
+        self._to = str(address)
         self.timeout = timeout
         self.at_most_once = at_most_once
         self._outbox = outbox
@@ -105,15 +110,22 @@ class ActorRef:
             at_most_once=self.at_most_once if at_most_once is None else at_most_once,
         )
 
-    def _command(self, handler: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Envelope:
+    def _command(
+        self, handler: str, args: tuple[Any, ...], kwargs: dict[str, Any], *, ask: bool = False
+    ) -> Envelope:
         outbox = self._outbox
+        now = outbox.now()
+        message_id = outbox.new_message_id()
         return Envelope(
-            message_id=outbox.new_message_id(),
-            to=str(self.address),
+            message_id=message_id,
+            to=self._to,
             subject=handler,
             body=[to_wire(args), to_wire(kwargs)],
             kind=KIND_COMMAND,
-            creation_time=outbox.now(),
+            creation_time=now,
+            reply_to=outbox.reply_address(self.address) if ask else None,
+            correlation_id=message_id if ask else None,
+            expiry_time=now + self.timeout if ask else None,
         )
 
     async def tell(self, handler: str, /, *args: Any, **kwargs: Any) -> None:
@@ -140,8 +152,7 @@ class ActorRef:
             RemoteError: the handler raised (its type name and message).
             Rejected, Modified, UnknownActor: as for :meth:`deliver`.
         """
-        envelope = self._command(handler, args, kwargs)
-        envelope = attrs.evolve(envelope, expiry_time=envelope.creation_time + self.timeout)  # type: ignore[operator]
+        envelope = self._command(handler, args, kwargs, ask=True)
         reply = await self._outbox.request(self.address, envelope, self.timeout)
         if reply.headers.get("status") == STATUS_ERROR:
             body = reply.body if isinstance(reply.body, dict) else {}

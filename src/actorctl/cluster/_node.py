@@ -205,6 +205,9 @@ class Node:
 
     # -- the Outbox ------------------------------------------------------------------
 
+    def reply_address(self, address: Address) -> str:
+        return self._peer(address).reply_address
+
     def new_message_id(self) -> str:
         return f"{self.node_id}-{next(self._ids)}"
 
@@ -226,9 +229,6 @@ class Node:
 
     async def request(self, address: Address, envelope: Envelope, timeout: float) -> Envelope:
         peer = self._peer(address)
-        envelope = attrs.evolve(
-            envelope, reply_to=peer.reply_address, correlation_id=envelope.message_id
-        )
         slot = _AskSlot()
         self._asks[envelope.message_id] = slot
 
