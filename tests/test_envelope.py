@@ -72,3 +72,19 @@ def test_a_message_without_an_id_is_refused() -> None:
     msg = Message(subject="s", body=b"[[],{}]", inferred=True)
     with pytest.raises(WireFormatError, match="no message-id"):
         decode(msg.encode())
+
+
+def test_messages_proton_writes_with_other_id_types_read_the_same() -> None:
+    import uuid
+
+    for message_id, correlation_id in [(uuid.uuid4(), 7), (12345, uuid.uuid4()), ("s", "c")]:
+        msg = Message(id=message_id, correlation_id=correlation_id, subject="add", inferred=True)
+        msg.body = b"[[1, 2], {}]"
+        msg.properties = {"kind": "command", "retries": 2}
+        msg.creation_time = 1795316000.25
+        envelope = decode(msg.encode())
+        assert envelope.message_id == str(message_id)
+        assert envelope.correlation_id == str(correlation_id)
+        assert envelope.call() == ([1, 2], {})
+        assert envelope.headers == {"retries": 2}
+        assert envelope.creation_time == 1795316000.25

@@ -18,6 +18,7 @@ import attrs
 from proton import Message
 
 from .._errors import WireFormatError
+from ._amqp import read_message
 
 __all__ = [
     "CONTENT_TYPE_JSON",
@@ -222,6 +223,32 @@ def decode(data: bytes) -> Envelope:
         WireFormatError: naming what is wrong (not AMQP, no message id, no subject,
             a body that is not JSON, a forbidden content type).
     """
+    sections = read_message(data)
+    if sections is None:
+        return _decode_with_proton(data)
+    properties, app, raw = sections
+    properties = properties + [None] * (10 - len(properties))
+    message_id = properties[0]
+    if message_id is None:
+        raise WireFormatError("message has no message-id property")
+    message_id = str(message_id)
+    body = _json_body(message_id, properties[6], raw)
+    correlation_id = properties[5]
+    expiry, creation = properties[8], properties[9]
+    return _envelope(
+        message_id,
+        properties[2],
+        properties[3],
+        body,
+        properties[4],
+        None if correlation_id is None else str(correlation_id),
+        creation / 1000 if creation else None,
+        expiry / 1000 if expiry else None,
+        dict(app),
+    )
+
+
+def _decode_with_proton(data: bytes) -> Envelope:
     msg = Message()
     try:
         msg.decode(data)
@@ -231,7 +258,41 @@ def decode(data: bytes) -> Envelope:
     if message_id is None:
         raise WireFormatError("message has no message-id property")
     message_id = str(message_id)
-    props: dict[str, Any] = dict(msg.properties or {})
+    body = msg.body
+    if isinstance(body, memoryview | bytes | str):
+        raw = body.encode() if isinstance(body, str) else bytes(body)
+        value = _json_body(message_id, msg.content_type, raw)
+    elif isinstance(body, list | dict | int | float | bool) or body is None:
+        # An amqp-value section holding native AMQP values: the same data.
+        value = body
+    else:
+        raise WireFormatError(
+            f"message {message_id}: body of type {type(body).__name__} is not JSON or a list"
+        )
+    return _envelope(
+        message_id,
+        msg.address,
+        msg.subject,
+        value,
+        msg.reply_to,
+        None if msg.correlation_id is None else str(msg.correlation_id),
+        msg.creation_time or None,
+        msg.expiry_time or None,
+        dict(msg.properties or {}),
+    )
+
+
+def _envelope(
+    message_id: str,
+    to: str | None,
+    subject: str | None,
+    body: Any,
+    reply_to: str | None,
+    correlation_id: str | None,
+    creation_time: float | None,
+    expiry_time: float | None,
+    props: dict[Any, Any],
+) -> Envelope:
     kind = str(props.pop("kind", KIND_COMMAND))
     if kind not in KINDS:
         raise WireFormatError(
@@ -239,45 +300,35 @@ def decode(data: bytes) -> Envelope:
             "command, event, document"
         )
     props.pop("lang", None)
-    subject = msg.subject
     if not subject and kind != KIND_DOCUMENT:
         raise WireFormatError(f"message {message_id}: no subject (the handler name)")
     return Envelope(
         message_id=message_id,
-        to=msg.address or "",
+        to=to or "",
         subject=subject or "",
-        body=_decode_body(message_id, msg),
+        body=body,
         kind=kind,
-        reply_to=msg.reply_to,
-        correlation_id=None if msg.correlation_id is None else str(msg.correlation_id),
-        creation_time=msg.creation_time or None,
-        expiry_time=msg.expiry_time or None,
+        reply_to=reply_to,
+        correlation_id=correlation_id,
+        creation_time=creation_time,
+        expiry_time=expiry_time,
         headers=props,
     )
 
 
-def _decode_body(message_id: str, msg: Message) -> Any:
-    content_type = (msg.content_type or "").lower()
+def _json_body(message_id: str, content_type: str | None, raw: bytes) -> Any:
+    content_type = (content_type or "").lower()
     if content_type.startswith(_FORBIDDEN_CONTENT):
         raise WireFormatError(
             f"message {message_id}: content-type {content_type!r} is refused: "
             "bodies must be JSON so that any language can read them"
         )
-    body = msg.body
-    if isinstance(body, memoryview | bytes | str):
-        raw = bytes(body) if not isinstance(body, str) else body.encode()
-        try:
-            return _loads(raw.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError) as exc:
-            raise WireFormatError(
-                f"message {message_id}: body is not valid UTF-8 JSON: {exc}"
-            ) from None
-    if isinstance(body, list | dict | int | float | bool) or body is None:
-        # An amqp-value section holding native AMQP values: accepted as the same data.
-        return body
-    raise WireFormatError(
-        f"message {message_id}: body of type {type(body).__name__} is not JSON or a list"
-    )
+    try:
+        return _loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise WireFormatError(
+            f"message {message_id}: body is not valid UTF-8 JSON: {exc}"
+        ) from None
 
 
 def _preview(value: object, limit: int = 80) -> str:

@@ -1,0 +1,118 @@
+"""A small reader for AMQP 1.0 encoded messages: the inbox's fast path.
+
+It reads the sections and primitive types that messages usually carry and
+gives up (returns None) on anything else, in which case the caller falls back
+to proton's complete decoder. It never guesses.
+"""
+
+from __future__ import annotations
+
+import struct
+import uuid
+from typing import Any
+
+__all__ = ["Sections", "read_message"]
+
+_U8 = struct.Struct(">B").unpack_from
+_I8 = struct.Struct(">b").unpack_from
+_U16 = struct.Struct(">H").unpack_from
+_I16 = struct.Struct(">h").unpack_from
+_U32 = struct.Struct(">I").unpack_from
+_I32 = struct.Struct(">i").unpack_from
+_U64 = struct.Struct(">Q").unpack_from
+_I64 = struct.Struct(">q").unpack_from
+_F32 = struct.Struct(">f").unpack_from
+_F64 = struct.Struct(">d").unpack_from
+
+_FIXED: dict[int, tuple[Any, int]] = {
+    0x50: (_U8, 1), 0x51: (_I8, 1), 0x52: (_U8, 1), 0x53: (_U8, 1), 0x54: (_I8, 1),
+    0x55: (_I8, 1), 0x60: (_U16, 2), 0x61: (_I16, 2), 0x70: (_U32, 4), 0x71: (_I32, 4),
+    0x80: (_U64, 8), 0x81: (_I64, 8), 0x72: (_F32, 4), 0x82: (_F64, 8), 0x83: (_I64, 8),
+}  # fmt: skip
+_CONSTANTS: dict[int, Any] = {0x40: None, 0x41: True, 0x42: False, 0x43: 0, 0x44: 0, 0x45: []}
+_IGNORED_SECTIONS = frozenset({0x70, 0x71, 0x72, 0x78})  # header, annotations, footer
+
+Sections = tuple[list[Any], dict[Any, Any], bytes]
+
+
+class _Unsupported(Exception):
+    pass
+
+
+def read_message(data: bytes) -> Sections | None:
+    """(properties, application-properties, data body) or None if unsure."""
+    try:
+        return _read_message(data)
+    except (_Unsupported, IndexError, struct.error, UnicodeDecodeError, ValueError):
+        return None
+
+
+def _read_message(data: bytes) -> Sections | None:
+    pos, end = 0, len(data)
+    properties: list[Any] = []
+    app: dict[Any, Any] = {}
+    body: bytes | None = None
+    while pos < end:
+        if data[pos] != 0x00 or data[pos + 1] != 0x53:
+            return None
+        code = data[pos + 2]
+        value, pos = _read(data, pos + 3)
+        if code == 0x73 and isinstance(value, list):
+            properties = value
+        elif code == 0x74 and isinstance(value, dict):
+            app = value
+        elif code == 0x75 and body is None and isinstance(value, bytes):
+            body = value
+        elif code not in _IGNORED_SECTIONS:
+            return None  # amqp-value, amqp-sequence, several data sections: proton's job
+    if pos != end or body is None:
+        return None
+    return properties, app, body
+
+
+def _read(data: bytes, pos: int) -> tuple[Any, int]:
+    code = data[pos]
+    pos += 1
+    fixed = _FIXED.get(code)
+    if fixed is not None:
+        unpack, size = fixed
+        return unpack(data, pos)[0], pos + size
+    if code in _CONSTANTS:
+        value = _CONSTANTS[code]
+        return ([] if code == 0x45 else value), pos
+    if code == 0x56:
+        return data[pos] != 0, pos + 1
+    if code in (0xA0, 0xA1, 0xA3):
+        size = data[pos]
+        pos += 1
+    elif code in (0xB0, 0xB1, 0xB3):
+        size = _U32(data, pos)[0]
+        pos += 4
+    elif code == 0x98:
+        return str(uuid.UUID(bytes=bytes(data[pos : pos + 16]))), pos + 16
+    elif code in (0xC0, 0xC1):
+        return _compound(data, pos + 2, data[pos + 1], code == 0xC1, pos + 1 + data[pos])
+    elif code in (0xD0, 0xD1):
+        size, count = _U32(data, pos)[0], _U32(data, pos + 4)[0]
+        return _compound(data, pos + 8, count, code == 0xD1, pos + 4 + size)
+    else:
+        raise _Unsupported(code)
+    end = pos + size
+    if end > len(data):
+        raise _Unsupported("truncated")
+    raw = bytes(data[pos:end])
+    return (raw if code in (0xA0, 0xB0) else raw.decode("utf-8")), end
+
+
+def _compound(data: bytes, pos: int, count: int, is_map: bool, end: int) -> tuple[Any, int]:
+    items = []
+    for _ in range(count):
+        value, pos = _read(data, pos)
+        items.append(value)
+    if pos != end:
+        raise _Unsupported("size mismatch")
+    if is_map:
+        if count % 2:
+            raise _Unsupported("odd map")
+        return dict(zip(items[::2], items[1::2], strict=True)), pos
+    return items, pos
