@@ -101,3 +101,9 @@ class Moody(Actor):
     @handler
     async def calm_down(self) -> None:
         self.become(Whisper(self))
+
+
+class Odd(Actor):
+    @handler
+    async def nan(self) -> float:
+        return float("nan")

@@ -56,3 +56,37 @@ async def test_a_fast_sender_is_paced_and_the_receiver_holds_at_most_its_capacit
     assert slow.max_held <= CAPACITY
     # and the sender was never more than the mailbox (plus the message in hand) ahead
     assert slow.max_ahead <= CAPACITY + 1
+
+
+class Small(Actor):
+    mailbox_capacity = CAPACITY
+
+    @handler
+    async def ping(self, who: str) -> str:
+        return f"pong {who}"
+
+
+async def test_an_idle_link_holding_all_the_credit_does_not_starve_a_second_sender() -> None:
+    async with (
+        open_node("server", [Small()]) as server,
+        open_node("a", host=None) as a,
+        open_node("b", host=None) as b,
+    ):
+        address = server.address_of("small")
+        with trio.fail_after(10):
+            # Given a first sender whose link got the whole window and then sits idle
+            assert await a.ref(address).ask("ping", "a") == "pong a"
+            assert server.statistics()["small"].credit >= CAPACITY - 1  # (nearly) all of it
+            # When a second sender attaches to the same actor
+            # Then the idle link's credit is reclaimed, and the second is served
+            assert await b.ref(address).with_options(timeout=5).ask("ping", "b") == "pong b"
+            # and the first still is, too
+            assert await a.ref(address).ask("ping", "a") == "pong a"
+            # and both take turns at the one slot
+            async with trio.open_nursery() as nursery:
+                for i in range(20):
+                    nursery.start_soon(a.ref(address).ask, "ping", f"a{i}")
+                    nursery.start_soon(b.ref(address).ask, "ping", f"b{i}")
+        stats = server.statistics()["small"]
+        assert stats.max_depth <= CAPACITY
+        assert stats.received == 43

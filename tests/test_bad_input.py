@@ -9,7 +9,7 @@ import pytest
 import trio
 from proton import Message
 
-from actorctl import Actor, Rejected, handler, open_node
+from actorctl import Actor, Rejected, RemoteError, handler, open_node
 from actorctl.cluster._peer import Pending
 
 from .actors import Calculator
@@ -181,3 +181,55 @@ async def test_rejections_name_the_message_id_in_the_logs(logs) -> None:
     ]
     assert line["message_id"] == caught.value.message_id
     assert line["condition"] == "actorctl:unknown-handler"
+
+
+async def _outcome(client, address, msg: Message):  # type: ignore[no-untyped-def]
+    pending = Pending(address.name, msg.encode(), str(msg.id))
+    with trio.fail_after(10):
+        await client._peer(address).transmit(pending)
+        await pending.done.wait()
+    assert pending.outcome is not None
+    return pending.outcome
+
+
+async def test_a_result_that_is_not_json_reaches_the_caller_as_an_error() -> None:
+    from .actors import Odd
+
+    async with open_node("server", [Odd()]) as server, open_node("client", host=None) as client:
+        with trio.fail_after(10), pytest.raises(RemoteError) as caught:
+            await client.ref(server.address_of("odd")).ask("nan")
+    assert caught.value.type_name == "WireFormatError"
+    assert "NaN" in caught.value.message or "JSON" in caught.value.message
+
+
+async def test_binary_ids_and_documents_are_refused_at_the_inbox() -> None:
+    async with (
+        open_node("server", [Calculator()]) as server,
+        open_node("client", host=None) as client,
+    ):
+        address = server.address_of("calculator")
+        binary = Message(id=b"\x01\x02", subject="add", body=b"[[1, 2], {}]", inferred=True)
+        outcome = await _outcome(client, address, binary)
+        assert outcome.condition == "actorctl:decode-error"
+        assert "message-id is binary" in (outcome.description or "")
+        document = Message(id="doc-1", subject="add", body=b"3", inferred=True)
+        document.properties = {"kind": "document", "status": "ok"}
+        outcome = await _outcome(client, address, document)
+        assert outcome.condition == "actorctl:bad-kind"
+        await _served(server.port, client.ref(address))
+
+
+async def test_an_event_is_handled_but_never_answered(logs) -> None:
+    calculator = Calculator()
+    async with (
+        open_node("server", [calculator]) as server,
+        open_node("client", host=None) as client,
+    ):
+        address = server.address_of("calculator")
+        event = Message(id="ev-1", subject="remember", body=b'[["seen"], {}]', inferred=True)
+        event.reply_to = "$reply/nobody"
+        event.properties = {"kind": "event"}
+        outcome = await _outcome(client, address, event)
+        assert outcome.state == "accepted"
+    assert calculator.told == ["seen"]
+    assert not logs.of_type("actorctl:reply:dropped")

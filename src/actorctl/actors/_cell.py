@@ -19,6 +19,7 @@ from .._errors import WireFormatError
 from .._log import log
 from ..mailbox import (
     ACCEPTED,
+    KIND_COMMAND,
     KIND_DOCUMENT,
     RELEASED,
     STATUS_ERROR,
@@ -40,6 +41,7 @@ UNKNOWN_HANDLER = "actorctl:unknown-handler"
 BAD_ARGUMENTS = "actorctl:bad-arguments"
 DECODE_ERROR = "actorctl:decode-error"
 EXPIRED = "actorctl:expired"
+BAD_KIND = "actorctl:bad-kind"
 _YIELD_EVERY = 16
 
 
@@ -112,6 +114,16 @@ class ActorCell:
 
     async def _handle(self, inbound: Inbound) -> None:
         envelope = inbound.envelope
+        if envelope.kind == KIND_DOCUMENT:
+            self._settle(
+                inbound,
+                Outcome.rejected(
+                    BAD_KIND,
+                    f"actor {self.name!r} takes commands and events; a document "
+                    "(a reply) goes to the reply address of the call it answers",
+                ),
+            )
+            return
         behaviour = self.behaviour
         spec = behaviour.__actorctl_handlers__.get(envelope.subject)
         if spec is None:
@@ -180,8 +192,8 @@ class ActorCell:
         inbound.settle(ACCEPTED)
 
     def _reply(self, request: Envelope, status: str, body: Any) -> None:
-        if request.reply_to is None:
-            return
+        if request.reply_to is None or request.kind != KIND_COMMAND:
+            return  # events fan out: nobody waits for their results
         outbox = self.outbox
         reply = Envelope(
             message_id=outbox.new_message_id(),

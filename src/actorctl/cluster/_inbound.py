@@ -13,7 +13,7 @@ import uuid
 from typing import TYPE_CHECKING, Final, final
 
 import trio
-from proton import Condition, Delivery, Endpoint, Link
+from proton import Condition, Delivery, Endpoint, Link, symbol
 
 from .._errors import WireFormatError
 from .._log import log
@@ -61,6 +61,12 @@ class _Credit:
             self.receiver.flow(n)
             self.engine.wake()
 
+    def reclaim(self) -> None:
+        receiver = self.receiver
+        if not self.engine.closed and not receiver.drain_mode:
+            receiver.drain(0)
+            self.engine.wake()
+
 
 @final
 class InboundHandler(EngineHandler):
@@ -82,9 +88,10 @@ class InboundHandler(EngineHandler):
 
     def _attach_inbox(self, engine: Engine, link: Link) -> None:
         target = link.remote_target.address or ""
-        link.target.address = target
         name = actor_name(target)
         cell = self.node.cells.get(name)
+        if cell is not None:
+            link.target.address = target
         link.open()
         if cell is None:
             hosted = ", ".join(sorted(self.node.cells)) or "none"
@@ -108,7 +115,6 @@ class InboundHandler(EngineHandler):
         elif asked.startswith(REPLY_PREFIX):
             address = asked
         else:
-            link.source.address = asked
             link.open()
             _refuse(
                 link,
@@ -118,10 +124,20 @@ class InboundHandler(EngineHandler):
             )
             return
         link.source.address = address
+        link.source.dynamic = source.dynamic
         link.snd_settle_mode = Link.SND_SETTLED  # the reply is the acknowledgement
         link.open()
         self.node.reply_routes[address] = (engine, link)
         self._reply_addresses.append(address)
+
+    def on_link_flow(self, engine: Engine, link: Link) -> None:
+        # A sender's flow answers a drain: it gave back the credit it had no use for.
+        if link.is_receiver and link.drain_mode and link.credit <= 0:
+            link.drain_mode = False
+            link.drained()
+            cell: ActorCell | None = getattr(link, "actorctl_cell", None)
+            if cell is not None:
+                cell.mailbox.credit_changed()
 
     def on_link_remote_close(self, engine: Engine, link: Link) -> None:
         if link.is_receiver:
@@ -224,8 +240,8 @@ def _settle(engine: Engine, delivery: Delivery, outcome: Outcome) -> None:
         local.failed = True
         local.undeliverable = True
         local.annotations = {
-            "actorctl-condition": outcome.condition or "",
-            "actorctl-description": outcome.description or "",
+            symbol("actorctl-condition"): outcome.condition or "",
+            symbol("actorctl-description"): outcome.description or "",
         }
         delivery.update(Delivery.MODIFIED)
     else:

@@ -275,15 +275,6 @@ class Node:
                 delivery.settle()
                 engine.wake()
                 return
-        elif "://" in envelope.to and self._nursery is not None:
-            try:
-                address = Address.parse(envelope.to)
-            except ConfigError:
-                pass
-            else:
-                pending = Pending(address.name, data, envelope.message_id)
-                self._nursery.start_soon(self._peer(address).transmit, pending)
-                return
         log(
             "actorctl:reply:dropped",
             node=self.name,

@@ -44,8 +44,13 @@ STATUS_ERROR: Final = "error"
 # Content types a node refuses outright: bodies only one language can read.
 _FORBIDDEN_CONTENT = ("application/x-python-serialize", "application/python-pickle")
 
-_dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
-_loads = json.JSONDecoder().decode
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON (RFC 8259 has no non-finite numbers)")
+
+
+_dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
+_loads = json.JSONDecoder(parse_constant=_no_constant).decode
 
 
 def json_dumps(value: object) -> bytes:
@@ -231,7 +236,7 @@ def decode(data: bytes) -> Envelope:
     message_id = properties[0]
     if message_id is None:
         raise WireFormatError("message has no message-id property")
-    message_id = str(message_id)
+    message_id = _id(message_id, "message-id")
     body = _json_body(message_id, properties[6], raw)
     correlation_id = properties[5]
     expiry, creation = properties[8], properties[9]
@@ -241,7 +246,7 @@ def decode(data: bytes) -> Envelope:
         properties[3],
         body,
         properties[4],
-        None if correlation_id is None else str(correlation_id),
+        None if correlation_id is None else _id(correlation_id, "correlation-id", message_id),
         creation / 1000 if creation else None,
         expiry / 1000 if expiry else None,
         dict(app),
@@ -257,7 +262,7 @@ def _decode_with_proton(data: bytes) -> Envelope:
     message_id = msg.id
     if message_id is None:
         raise WireFormatError("message has no message-id property")
-    message_id = str(message_id)
+    message_id = _id(message_id, "message-id")
     body = msg.body
     if isinstance(body, memoryview | bytes | str):
         raw = body.encode() if isinstance(body, str) else bytes(body)
@@ -275,11 +280,24 @@ def _decode_with_proton(data: bytes) -> Envelope:
         msg.subject,
         value,
         msg.reply_to,
-        None if msg.correlation_id is None else str(msg.correlation_id),
+        None
+        if msg.correlation_id is None
+        else _id(msg.correlation_id, "correlation-id", message_id),
         msg.creation_time or None,
         msg.expiry_time or None,
         dict(msg.properties or {}),
     )
+
+
+def _id(value: object, field: str, message_id: str | None = None) -> str:
+    """Ids travel as strings; ulong and uuid ids are read as their text."""
+    if isinstance(value, bytes | memoryview | bytearray):
+        where = f"message {message_id}: " if message_id else ""
+        raise WireFormatError(
+            f"{where}{field} is binary: ids must be strings (or ulong or uuid), "
+            "see docs/protocol.md"
+        )
+    return str(value)
 
 
 def _envelope(

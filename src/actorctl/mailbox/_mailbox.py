@@ -10,6 +10,7 @@ with ``credit`` and ``flow(n)`` (a proton ``Receiver`` wrapped by the node).
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from typing import Final, Literal, Protocol, final
 
@@ -64,6 +65,10 @@ class CreditLink(Protocol):
     def credit(self) -> int: ...
 
     def flow(self, n: int) -> None: ...
+
+    def reclaim(self) -> None:
+        """Ask the sender to give back the credit it is not using (AMQP drain)."""
+        ...
 
 
 @final
@@ -131,6 +136,8 @@ class Mailbox:
         self._max_unsettled = 0
         self._received = 0
         self._batch = max(1, capacity // 2)
+        self._grants = itertools.count()
+        self._last_grant: dict[CreditLink, int] = {}
 
     # -- the node's side -------------------------------------------------------
 
@@ -138,11 +145,14 @@ class Mailbox:
         """Feed this mailbox from a new link and grant it what credit is free."""
         self._links.append(link)
         self._replenish(force=True)
+        if len(self._links) > 1:
+            self._reclaim_over_share()
 
     def detach(self, link: CreditLink) -> None:
         """Stop granting credit to a link (it closed)."""
         if link in self._links:
             self._links.remove(link)
+            self._last_grant.pop(link, None)
             self._replenish(force=True)
 
     def put_nowait(
@@ -197,6 +207,10 @@ class Mailbox:
 
     # -- credit ---------------------------------------------------------------
 
+    def credit_changed(self) -> None:
+        """A sender gave credit back (it answered a drain): grant what is free."""
+        self._replenish(force=True)
+
     def _release(self) -> None:
         self._unsettled -= 1
         self._replenish(force=False)
@@ -209,22 +223,31 @@ class Mailbox:
         for link in links:
             granted += max(0, link.credit)
         free = self.capacity - self._unsettled - granted
-        if free <= 0:
-            return
         # Top credit up in batches, not one flow frame per settled message, unless
         # no link has any credit left (then the senders are waiting on us).
-        if not force and free < self._batch and granted > 0:
+        if free <= 0 or (not force and free < self._batch and granted > 0):
             return
         if len(links) == 1:
             links[0].flow(free)
             return
-        # Several links: no link holds more than its share, so an idle link cannot
-        # starve the others; what is left over is granted on a later release.
+        # Several links: none is granted more than its share; among links with as
+        # little credit, the one served longest ago goes first.
         share = max(1, self.capacity // len(links))
-        for link in sorted(links, key=lambda item: item.credit):
+        last = self._last_grant
+        for link in sorted(links, key=lambda item: (item.credit, last.get(item, -1))):
             give = min(free, share - max(0, link.credit))
             if give > 0:
                 link.flow(give)
+                last[link] = next(self._grants)
                 free -= give
                 if free <= 0:
                     return
+
+    def _reclaim_over_share(self) -> None:
+        """A link that was alone got the whole window; with company, each link
+        keeps at most its share. Drain the ones holding more (AMQP drain: the
+        sender uses the credit at once or gives it back)."""
+        share = max(1, self.capacity // len(self._links))
+        for link in self._links:
+            if link.credit > share:
+                link.reclaim()

@@ -1,0 +1,83 @@
+"""The mailbox's credit accounting, driven directly (its links are the only fake)."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+
+from actorctl import Envelope
+from actorctl.mailbox import ACCEPTED, Mailbox
+
+
+class Link:
+    """A receiver link as the mailbox sees it; what a sender would do is scripted."""
+
+    def __init__(self) -> None:
+        self.credit = 0
+        self.reclaimed = 0
+
+    def flow(self, n: int) -> None:
+        self.credit += n
+
+    def reclaim(self) -> None:
+        self.reclaimed += 1
+
+    def use(self) -> None:
+        self.credit -= 1
+
+
+def _envelope(i: int) -> Envelope:
+    return Envelope(message_id=str(i), to="a", subject="h", body=[[], {}])
+
+
+def test_one_link_gets_the_whole_window_and_is_topped_up_in_batches() -> None:
+    box = Mailbox(10)
+    link = Link()
+    box.attach(link)
+    assert link.credit == 10
+    taken = []
+    for i in range(10):
+        link.use()
+        taken.append(box.put_nowait(_envelope(i), None))
+    with pytest.raises(trio.WouldBlock):
+        box.put_nowait(_envelope(99), None)  # a sender that ignores its credit
+    taken[0].settle(ACCEPTED)
+    assert link.credit == 1  # the sender was waiting: no batching then
+    for inbound in taken[1:4]:
+        inbound.settle(ACCEPTED)
+    assert link.credit == 1  # now it has some: wait for a batch
+    taken[4].settle(ACCEPTED)
+    assert link.credit == 1
+    taken[5].settle(ACCEPTED)  # half the window is free: one flow for five slots
+    assert link.credit == 6
+    assert box.statistics().max_depth == 10
+
+
+def test_a_second_link_makes_the_first_give_back_what_is_over_its_share() -> None:
+    box = Mailbox(10)
+    a, b = Link(), Link()
+    box.attach(a)
+    assert a.credit == 10
+    box.attach(b)
+    assert a.reclaimed == 1
+    assert b.credit == 0
+    a.credit = 0  # the sender answered the drain
+    box.credit_changed()
+    assert (a.credit, b.credit) == (5, 5)
+
+
+def test_links_that_wait_are_served_longest_waiting_first() -> None:
+    box = Mailbox(2)
+    a, b = Link(), Link()
+    box.attach(a)
+    box.attach(b)
+    a.credit = 0
+    box.credit_changed()
+    assert (a.credit, b.credit) == (1, 1)
+    held = []
+    for link in (a, b):
+        link.use()
+        held.append(box.put_nowait(_envelope(len(held)), None))
+    held[0].settle(ACCEPTED)
+    held[1].settle(ACCEPTED)
+    assert (a.credit, b.credit) == (1, 1)
