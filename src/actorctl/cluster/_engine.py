@@ -88,6 +88,7 @@ class Engine:
         transport.sasl().allowed_mechs("ANONYMOUS")
         transport.bind(connection)
         self._wake_event = trio.Event()
+        self._send_lock = trio.Lock()
         self._remote_opened = trio.Event()
         self._reader_done = trio.Event()
         self._writer_done = trio.Event()
@@ -145,7 +146,12 @@ class Engine:
                 if not self._push(data):
                     return
                 self._process()
-                self._wake_event.set()
+                # Answer from this task when nobody else is writing: one task
+                # switch fewer per message than waking the writer.
+                if self._send_lock.locked():
+                    self._wake_event.set()
+                elif not await self._send_pending():
+                    self._wake_event.set()  # output closed: the writer ends it
         finally:
             if transport.capacity() >= 0:
                 transport.close_tail()
@@ -179,20 +185,12 @@ class Engine:
             while True:
                 # Re-arm before draining, so a wake-up during send_all is not lost.
                 self._wake_event = trio.Event()
-                while True:
-                    size = transport.pending()
-                    if size < 0:
-                        # Nothing more to say: half-close, so the peer's reader
-                        # sees the end instead of waiting for our socket to close.
-                        if isinstance(stream, trio.SocketStream):
-                            await stream.send_eof()
-                        return
-                    if size == 0:
-                        break
-                    data = transport.peek(size)
-                    transport.pop(size)
-                    if data:
-                        await stream.send_all(data)
+                if not await self._send_pending():
+                    # Nothing more to say: half-close, so the peer's reader sees
+                    # the end instead of waiting for our socket to close.
+                    if isinstance(stream, trio.SocketStream):
+                        await stream.send_eof()
+                    return
                 self._process()
                 await self._wake_event.wait()
         except _IO_ERRORS:
@@ -201,6 +199,31 @@ class Engine:
         finally:
             self._process()
             self._writer_done.set()
+
+    async def _send_pending(self) -> bool:
+        """Write what the engine has to send. False once its output is closed."""
+        transport = self.transport
+        lock = self._send_lock
+        if lock.locked():
+            await lock.acquire()
+        else:
+            lock.acquire_nowait()  # no checkpoint: the send below has one
+        try:
+            while True:
+                size = transport.pending()
+                if size <= 0:
+                    return size == 0
+                data = transport.peek(size)
+                transport.pop(size)
+                if data:
+                    await self.stream.send_all(data)
+        except _IO_ERRORS:
+            if transport.pending() >= 0:
+                transport.close_head()
+            self._wake_event.set()
+            return True  # the writer task sees the closed head next
+        finally:
+            lock.release()
 
     async def _tick_loop(self) -> None:
         await self._remote_opened.wait()
