@@ -11,15 +11,30 @@ from actorctl import Envelope, WireFormatError
 from actorctl.mailbox import decode, encode
 
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(-(2**53), 2**53) | st.text(max_size=40),
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**53), 2**53)
+    | st.text(st.characters(exclude_categories=("Cs",)), max_size=40),
     lambda inner: (
-        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+        st.lists(inner, max_size=4)
+        | st.dictionaries(
+            st.text(st.characters(exclude_categories=("Cs",)), max_size=8), inner, max_size=4
+        )
     ),
     max_leaves=12,
 )
 # proton reads string properties as C strings: a NUL ends them (docs/protocol.md).
-names = st.text(alphabet=st.characters(exclude_characters="\x00"), min_size=1, max_size=300)
-header_values = st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.text(max_size=300)
+names = st.text(
+    alphabet=st.characters(exclude_characters="\x00", exclude_categories=("Cs",)),
+    min_size=1,
+    max_size=300,
+)
+header_values = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**63 - 1)
+    | st.text(st.characters(exclude_categories=("Cs",)), max_size=300)
+)
 
 
 @given(
@@ -29,7 +44,9 @@ header_values = st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | s
     body=json_values,
     created=st.none() | st.integers(1, 2**40).map(lambda ms: ms / 1000),
     headers=st.dictionaries(
-        st.text(min_size=1, max_size=12).filter(lambda k: k not in ("kind", "lang")),
+        st.text(st.characters(exclude_categories=("Cs",)), min_size=1, max_size=12).filter(
+            lambda k: k not in ("kind", "lang")
+        ),
         header_values,
         max_size=5,
     ),
@@ -88,3 +105,8 @@ def test_messages_proton_writes_with_other_id_types_read_the_same() -> None:
         assert envelope.call() == ([1, 2], {})
         assert envelope.headers == {"retries": 2}
         assert envelope.creation_time == 1795316000.25
+
+
+def test_text_that_is_not_unicode_cannot_be_sent() -> None:
+    with pytest.raises(WireFormatError, match="UTF-8"):
+        encode(Envelope(message_id="m", to="x", subject="\ud800", body=[[], {}]))

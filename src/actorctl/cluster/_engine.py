@@ -9,14 +9,21 @@ anything that changes the engine outside an event callback wakes with
 
 from __future__ import annotations
 
-from typing import Final, final
+from typing import Any, Final, final
 
 import trio
-from proton import Collector, Connection, Delivery, Endpoint, Event, Link, Transport
+from proton import Collector, Connection, Endpoint, Event, Link, Transport
 
 from .._log import log
+from ._raw import DELIVERY, LINK_FLOW, NULL, lib
 
 __all__ = ["Engine", "EngineHandler"]
+
+_peek = lib.pn_collector_peek
+_pop = lib.pn_collector_pop
+_event_type = lib.pn_event_type
+_event_delivery = lib.pn_event_delivery
+_event_link = lib.pn_event_link
 
 _READ_SIZE: Final = 65536
 _CLOSE_GRACE: Final = 2.0  # seconds the other direction may linger once one is done
@@ -41,11 +48,12 @@ class EngineHandler:
     def on_link_remote_close(self, engine: Engine, link: Link) -> None:
         """The peer detached a link (it is closed locally right after)."""
 
-    def on_link_flow(self, engine: Engine, link: Link) -> None:
-        """Credit changed on a link."""
+    def on_link_flow(self, engine: Engine, link: Any) -> None:
+        """Credit changed on a link (``link`` is a raw ``pn_link_t`` pointer)."""
 
-    def on_delivery(self, engine: Engine, delivery: Delivery) -> None:
-        """A delivery arrived (receiver) or its remote state changed (sender)."""
+    def on_delivery(self, engine: Engine, delivery: Any) -> None:
+        """A delivery arrived (receiver) or its remote state changed (sender).
+        ``delivery`` is a raw ``pn_delivery_t`` pointer: see ``_raw``."""
 
     def on_closed(self, engine: Engine) -> None:
         """The connection is gone; nothing more will happen on it."""
@@ -92,16 +100,15 @@ class Engine:
         self._remote_opened = trio.Event()
         self._reader_done = trio.Event()
         self._writer_done = trio.Event()
+        self._collector_impl = collector._impl
         self._dispatch = {
-            Event.CONNECTION_REMOTE_OPEN: self._on_connection_remote_open,
-            Event.CONNECTION_REMOTE_CLOSE: self._on_connection_remote_close,
-            Event.SESSION_REMOTE_OPEN: self._on_session_remote_open,
-            Event.SESSION_REMOTE_CLOSE: self._on_session_remote_close,
-            Event.LINK_REMOTE_OPEN: self._on_link_remote_open,
-            Event.LINK_REMOTE_CLOSE: self._on_link_remote_close,
-            Event.LINK_FLOW: self._on_link_flow,
-            Event.DELIVERY: self._on_delivery,
-            Event.TRANSPORT_ERROR: self._on_transport_error,
+            lib.PN_CONNECTION_REMOTE_OPEN: self._on_connection_remote_open,
+            lib.PN_CONNECTION_REMOTE_CLOSE: self._on_connection_remote_close,
+            lib.PN_SESSION_REMOTE_OPEN: self._on_session_remote_open,
+            lib.PN_SESSION_REMOTE_CLOSE: self._on_session_remote_close,
+            lib.PN_LINK_REMOTE_OPEN: self._on_link_remote_open,
+            lib.PN_LINK_REMOTE_CLOSE: self._on_link_remote_close,
+            lib.PN_TRANSPORT_ERROR: self._on_transport_error,
         }
 
     def wake(self) -> None:
@@ -238,16 +245,25 @@ class Engine:
     # -- events ------------------------------------------------------------------
 
     def _process(self) -> None:
-        collector = self._collector
+        # Deliveries and flow, the events of every message, go to the handler as
+        # raw pointers; the rare ones are wrapped in proton's classes.
+        collector = self._collector_impl
         dispatch = self._dispatch
+        handler = self.handler
         while True:
-            event = collector.peek()
-            if event is None:
+            event = _peek(collector)
+            if event == NULL:
                 return
-            method = dispatch.get(event.type)
-            if method is not None:
-                method(event)
-            collector.pop()
+            kind = _event_type(event)
+            if kind == DELIVERY:
+                handler.on_delivery(self, _event_delivery(event))
+            elif kind == LINK_FLOW:
+                handler.on_link_flow(self, _event_link(event))
+            else:
+                method = dispatch.get(kind)
+                if method is not None:
+                    method(Event.wrap(event))  # type: ignore[no-untyped-call]
+            _pop(collector)
 
     def _on_connection_remote_open(self, event: Event) -> None:
         connection = event.connection
@@ -294,16 +310,6 @@ class Engine:
         self.handler.on_link_remote_close(self, link)
         if not link.state & _LOCAL_CLOSED:
             link.close()
-
-    def _on_link_flow(self, event: Event) -> None:
-        link = event.link
-        assert link is not None
-        self.handler.on_link_flow(self, link)
-
-    def _on_delivery(self, event: Event) -> None:
-        delivery = event.delivery
-        assert delivery is not None
-        self.handler.on_delivery(self, delivery)
 
     def _on_transport_error(self, event: Event) -> None:
         condition = self.transport.condition

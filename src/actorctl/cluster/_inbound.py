@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import functools
 import uuid
-from typing import TYPE_CHECKING, Final, final
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Final, final
 
 import trio
 from proton import Condition, Delivery, Endpoint, Link, symbol
@@ -20,11 +21,23 @@ from .._log import log
 from ..actors import ActorCell
 from ..mailbox import Outcome, decode
 from ._engine import Engine, EngineHandler
+from ._raw import ACCEPTED, REJECTED, RELEASED, lib, recv, set_condition
 
 if TYPE_CHECKING:
     from ._node import Node
 
 __all__ = ["InboundHandler", "actor_name"]
+
+_delivery_link = lib.pn_delivery_link
+_is_receiver = lib.pn_link_is_receiver
+_readable = lib.pn_delivery_readable
+_partial = lib.pn_delivery_partial
+_pending = lib.pn_delivery_pending
+_settled = lib.pn_delivery_settled
+_update = lib.pn_delivery_update
+_settle_delivery = lib.pn_delivery_settle
+_link_credit = lib.pn_link_credit
+_link_flow = lib.pn_link_flow
 
 NOT_FOUND: Final = "amqp:not-found"
 DECODE_ERROR: Final = "actorctl:decode-error"
@@ -46,25 +59,25 @@ def actor_name(target: str | None) -> str:
 class _Credit:
     """A receiver link seen as a mailbox's credit link: flowing wakes the writer."""
 
-    __slots__ = ("engine", "receiver")
+    __slots__ = ("engine", "link", "receiver")
 
     def __init__(self, engine: Engine, receiver: Link) -> None:
         self.engine = engine
-        self.receiver = receiver
+        self.receiver = receiver  # the wrapper holds a reference: the pointer stays valid
+        self.link = receiver._impl
 
     @property
     def credit(self) -> int:
-        return 0 if self.engine.closed else int(self.receiver.credit)
+        return 0 if self.engine.closed else int(_link_credit(self.link))
 
     def flow(self, n: int) -> None:
         if not self.engine.closed:
-            self.receiver.flow(n)
+            _link_flow(self.link, n)
             self.engine.wake()
 
     def reclaim(self) -> None:
-        receiver = self.receiver
-        if not self.engine.closed and not receiver.drain_mode:
-            receiver.drain(0)
+        if not self.engine.closed and not lib.pn_link_get_drain(self.link):
+            lib.pn_link_drain(self.link, 0)
             self.engine.wake()
 
 
@@ -74,7 +87,8 @@ class InboundHandler(EngineHandler):
 
     def __init__(self, node: Node) -> None:
         self.node = node
-        self._credits: list[tuple[ActorCell, _Credit]] = []
+        # Inbox links by their raw pn_link_t pointer.
+        self._inboxes: dict[Any, tuple[ActorCell, _Credit]] = {}
         self._reply_addresses: list[str] = []
 
     def on_link_remote_open(self, engine: Engine, link: Link) -> None:
@@ -103,8 +117,7 @@ class InboundHandler(EngineHandler):
             log("actorctl:link:refused", peer=engine.peer, target=target, reason="unknown actor")
             return
         credit = _Credit(engine, link)
-        link.actorctl_cell = cell
-        self._credits.append((cell, credit))
+        self._inboxes[link._impl] = (cell, credit)
         cell.mailbox.attach(credit)
 
     def _attach_replies(self, engine: Engine, link: Link) -> None:
@@ -130,59 +143,63 @@ class InboundHandler(EngineHandler):
         self.node.reply_routes[address] = (engine, link)
         self._reply_addresses.append(address)
 
-    def on_link_flow(self, engine: Engine, link: Link) -> None:
+    def on_link_flow(self, engine: Engine, link: Any) -> None:
         # A sender's flow answers a drain: it gave back the credit it had no use for.
-        if link.is_receiver and link.drain_mode and link.credit <= 0:
-            link.drain_mode = False
-            link.drained()
-            cell: ActorCell | None = getattr(link, "actorctl_cell", None)
-            if cell is not None:
-                cell.mailbox.credit_changed()
+        inbox = self._inboxes.get(link)
+        if inbox is not None and lib.pn_link_get_drain(link) and _link_credit(link) <= 0:
+            lib.pn_link_set_drain(link, False)
+            lib.pn_link_drained(link)
+            inbox[0].mailbox.credit_changed()
 
     def on_link_remote_close(self, engine: Engine, link: Link) -> None:
         if link.is_receiver:
-            for cell, credit in self._credits:
-                if credit.receiver == link:
-                    cell.mailbox.detach(credit)
-                    self._credits.remove((cell, credit))
-                    return
+            inbox = self._inboxes.pop(link._impl, None)
+            if inbox is not None:
+                inbox[0].mailbox.detach(inbox[1])
         else:
             address = link.source.address or ""
             route = self.node.reply_routes.get(address)
             if route is not None and route[1] == link:
                 del self.node.reply_routes[address]
 
-    def on_delivery(self, engine: Engine, delivery: Delivery) -> None:
-        link = delivery.link
-        if not link.is_receiver:
-            if delivery.remote_state and not delivery.settled:
-                delivery.settle()
+    def on_delivery(self, engine: Engine, delivery: Any) -> None:
+        link = _delivery_link(delivery)
+        if not _is_receiver(link):
+            return  # a reply we sent pre-settled: nothing to do
+        if not _readable(delivery) or _partial(delivery):
             return
-        if not delivery.readable or delivery.partial:
+        data = recv(link, _pending(delivery))
+        presettled = bool(_settled(delivery))
+        settle = None
+        if not presettled:
+            lib.pn_incref(delivery)  # held until the actor settles it
+            settle = functools.partial(_settle, engine, delivery)
+        inbox = self._inboxes.get(link)
+        if inbox is None:  # a link we refused: nothing should arrive on it
+            if settle is not None:
+                settle(Outcome.rejected(NOT_FOUND, "the link to this address was refused"))
             return
-        data = link.recv(delivery.pending)
-        link.advance()
-        self._take(engine, link, delivery, data or b"")
+        self._take(engine, inbox[0], data, settle)
 
-    def _take(self, engine: Engine, link: Link, delivery: Delivery, data: bytes) -> None:
-        presettled = delivery.settled
-        settle = None if presettled else functools.partial(_settle, engine, delivery)
+    def _take(
+        self,
+        engine: Engine,
+        cell: ActorCell,
+        data: bytes,
+        settle: Callable[[Outcome], None] | None,
+    ) -> None:
         try:
             envelope = decode(data)
         except WireFormatError as exc:
             log(
                 "actorctl:delivery:rejected",
                 peer=engine.peer,
+                actor=cell.name,
                 condition=DECODE_ERROR,
                 description=str(exc),
             )
             if settle is not None:
                 settle(Outcome.rejected(DECODE_ERROR, str(exc)))
-            return
-        cell: ActorCell | None = getattr(link, "actorctl_cell", None)
-        if cell is None:  # a link we refused: nothing should arrive on it
-            if settle is not None:
-                settle(Outcome.rejected(NOT_FOUND, f"link to {link.target.address!r} is closed"))
             return
         try:
             cell.mailbox.put_nowait(envelope, settle)
@@ -207,9 +224,9 @@ class InboundHandler(EngineHandler):
             settle(outcome)
 
     def on_closed(self, engine: Engine) -> None:
-        for cell, credit in self._credits:
+        for cell, credit in self._inboxes.values():
             cell.mailbox.detach(credit)
-        self._credits.clear()
+        self._inboxes.clear()
         routes = self.node.reply_routes
         for address in self._reply_addresses:
             route = routes.get(address)
@@ -223,28 +240,30 @@ def _refuse(link: Link, condition: str, description: str) -> None:
     link.close()
 
 
-def _settle(engine: Engine, delivery: Delivery, outcome: Outcome) -> None:
+def _settle(engine: Engine, delivery: Any, outcome: Outcome) -> None:
     """Answer the sender: runs when the actor is done with the message."""
-    if engine.closed:
-        return  # the sender is gone; it will send the message again
-    state = outcome.state
-    if state == "accepted":
-        delivery.update(Delivery.ACCEPTED)
-    elif state == "rejected":
-        delivery.local.condition = Condition(
-            outcome.condition or "amqp:internal-error", outcome.description
-        )
-        delivery.update(Delivery.REJECTED)
-    elif state == "modified":
-        local = delivery.local
-        local.failed = True
-        local.undeliverable = True
-        local.annotations = {
-            symbol("actorctl-condition"): outcome.condition or "",
-            symbol("actorctl-description"): outcome.description or "",
-        }
-        delivery.update(Delivery.MODIFIED)
-    else:
-        delivery.update(Delivery.RELEASED)
-    delivery.settle()
-    engine.wake()
+    try:
+        if engine.closed:
+            return  # the sender is gone; it will send the message again
+        state = outcome.state
+        if state == "accepted":
+            _update(delivery, ACCEPTED)
+        elif state == "rejected":
+            set_condition(delivery, outcome.condition or "amqp:internal-error", outcome.description)
+            _update(delivery, REJECTED)
+        elif state == "modified":
+            wrapped = Delivery.wrap(delivery)  # type: ignore[no-untyped-call]
+            local = wrapped.local
+            local.failed = True
+            local.undeliverable = True
+            local.annotations = {
+                symbol("actorctl-condition"): outcome.condition or "",
+                symbol("actorctl-description"): outcome.description or "",
+            }
+            wrapped.update(Delivery.MODIFIED)
+        else:
+            _update(delivery, RELEASED)
+        _settle_delivery(delivery)
+        engine.wake()
+    finally:
+        lib.pn_decref(delivery)

@@ -20,6 +20,7 @@ from proton import Condition, Delivery, Endpoint, Link, Session
 from .._errors import ActorctlError, Modified, Rejected, UnknownActor
 from .._log import log
 from ..mailbox import ACCEPTED, Envelope, Outcome, decode
+from . import _raw as raw
 from ._engine import Engine, EngineHandler
 
 if TYPE_CHECKING:
@@ -32,12 +33,29 @@ _BACKOFF_MAX: Final = 2.0
 _REPLY_CREDIT: Final = 1000
 _YIELD_EVERY: Final = 16
 NOT_FOUND: Final = "amqp:not-found"
+ACCEPTED_STATE: Final = raw.ACCEPTED
+MODIFIED: Final = raw.MODIFIED
 _STATES: Final[dict[int, str]] = {
-    Delivery.ACCEPTED: "accepted",
-    Delivery.REJECTED: "rejected",
-    Delivery.MODIFIED: "modified",
-    Delivery.RELEASED: "released",
+    raw.ACCEPTED: "accepted",
+    raw.REJECTED: "rejected",
+    raw.MODIFIED: "modified",
+    raw.RELEASED: "released",
 }
+lib = raw.lib
+_delivery_link = lib.pn_delivery_link
+_is_receiver = lib.pn_link_is_receiver
+_readable = lib.pn_delivery_readable
+_partial = lib.pn_delivery_partial
+_pending = lib.pn_delivery_pending
+_remote_settled = lib.pn_delivery_settled
+_remote_state = lib.pn_delivery_remote_state
+_update = lib.pn_delivery_update
+_settle_delivery = lib.pn_delivery_settle
+_link_credit = lib.pn_link_credit
+_link_flow = lib.pn_link_flow
+recv = raw.recv
+send = raw.send
+remote_condition = raw.remote_condition
 
 
 @final
@@ -97,16 +115,18 @@ class Pending:
 class _OutLink:
     """A sender link to one actor on the peer."""
 
-    __slots__ = ("engine", "failure", "lot", "sender", "tags", "unsettled")
+    __slots__ = ("engine", "failure", "link", "lot", "sender", "tags", "unsettled")
 
     def __init__(self, engine: Engine, sender: Link) -> None:
         self.engine = engine
-        self.sender = sender
+        self.sender = sender  # the wrapper holds a reference: the pointer stays valid
+        self.link = sender._impl
         self.lot = trio.lowlevel.ParkingLot()
         self.failure: Outcome | None = None
         self.tags = itertools.count()
-        # Sent at-least-once and not yet settled by the peer, in sending order.
-        self.unsettled: dict[Pending, None] = {}
+        # Sent at-least-once and not yet settled by the peer, by raw delivery
+        # pointer, in sending order.
+        self.unsettled: dict[Any, Pending] = {}
 
 
 @final
@@ -122,7 +142,7 @@ class Peer(EngineHandler):
         self.engine: Engine | None = None
         self._ready = trio.Event()
         self._links: dict[str, _OutLink] = {}
-        self._all_links: list[_OutLink] = []
+        self._outs: dict[Any, _OutLink] = {}  # by raw pn_link_t pointer
         self._resend: list[Pending] = []
         self._sends = itertools.count(1)
         self._session: Session | None = None
@@ -184,9 +204,9 @@ class Peer(EngineHandler):
             if engine is None or engine.closed or not self._ready.is_set():
                 engine = await self.wait_ready()
             out = self._out_link(engine, pending.path)
-            sender = out.sender
-            if sender.credit <= 0:
-                while sender.credit <= 0 and out.failure is None and not engine.closed:
+            link = out.link
+            if _link_credit(link) <= 0:
+                while _link_credit(link) <= 0 and out.failure is None and not engine.closed:
                     await out.lot.park()
             elif next(self._sends) % _YIELD_EVERY == 0:
                 # A sender with credit does not yield on every message, so that
@@ -198,15 +218,13 @@ class Peer(EngineHandler):
                 return
             if engine.closed:
                 continue  # the connection dropped while we waited: try the next one
-            delivery = sender.delivery(str(next(out.tags)))
-            sender.send(pending.data)
-            sender.advance()
+            delivery = send(link, b"%x" % next(out.tags), pending.data)
             if pending.presettled:
-                delivery.settle()
+                _settle_delivery(delivery)
                 pending.resolve(ACCEPTED)
             else:
-                delivery.actorctl_pending = pending
-                out.unsettled[pending] = None
+                out.unsettled[delivery] = pending
+            _drain_if_idle(engine, out)
             engine.wake()
             return
 
@@ -238,9 +256,8 @@ class Peer(EngineHandler):
         sender.snd_settle_mode = Link.SND_MIXED
         sender.open()
         out = _OutLink(engine, sender)
-        sender.actorctl_out = out
         self._links[path] = out
-        self._all_links.append(out)
+        self._outs[out.link] = out
         engine.wake()
         return out
 
@@ -267,7 +284,7 @@ class Peer(EngineHandler):
             self._ready.set()
 
     def on_link_remote_close(self, engine: Engine, link: Link) -> None:
-        out: _OutLink | None = getattr(link, "actorctl_out", None)
+        out = self._outs.get(link._impl)
         if out is None:
             return
         condition = link.remote_condition
@@ -283,55 +300,53 @@ class Peer(EngineHandler):
             del self._links[path]
         out.lot.unpark_all()
 
-    def on_link_flow(self, engine: Engine, link: Link) -> None:
-        out: _OutLink | None = getattr(link, "actorctl_out", None)
-        if out is not None and link.credit > 0:
-            out.lot.unpark(count=link.credit)
+    def on_link_flow(self, engine: Engine, link: Any) -> None:
+        out = self._outs.get(link)
+        if out is None:
+            return
+        credit = _link_credit(link)
+        if credit > 0:
+            out.lot.unpark(count=credit)
+        _drain_if_idle(engine, out)
 
-    def on_delivery(self, engine: Engine, delivery: Delivery) -> None:
-        link = delivery.link
-        if link.is_receiver:
+    def on_delivery(self, engine: Engine, delivery: Any) -> None:
+        link = _delivery_link(delivery)
+        if _is_receiver(link):
             self._on_reply(engine, link, delivery)
             return
-        if not delivery.settled:
+        if not _remote_settled(delivery):
             return
-        pending: Pending | None = getattr(delivery, "actorctl_pending", None)
-        remote = delivery.remote
-        state = _STATES.get(delivery.remote_state, "accepted")
-        delivery.settle()
+        out = self._outs.get(link)
+        pending = out.unsettled.pop(delivery, None) if out is not None else None
         if pending is None:
+            _settle_delivery(delivery)
             return
-        out: _OutLink | None = getattr(link, "actorctl_out", None)
-        if out is not None:
-            out.unsettled.pop(pending, None)
-        if state == "accepted":
+        state = _remote_state(delivery)
+        if state == ACCEPTED_STATE:
+            _settle_delivery(delivery)
             pending.resolve(ACCEPTED)
             return
-        condition = remote.condition
-        if condition is None and state == "modified":
-            notes: dict[Any, Any] = dict(remote.annotations or {})
-            condition = Condition(
-                str(notes.get("actorctl-condition") or "amqp:modified"),
-                str(notes.get("actorctl-description") or "the receiver could not handle it"),
+        name, description = remote_condition(delivery)
+        if name is None and state == MODIFIED:
+            wrapped = Delivery.wrap(delivery)  # type: ignore[no-untyped-call]
+            notes: dict[Any, Any] = dict(wrapped.remote.annotations or {})
+            name = str(notes.get("actorctl-condition") or "amqp:modified")
+            description = str(
+                notes.get("actorctl-description") or "the receiver could not handle it"
             )
-        pending.resolve(
-            Outcome(
-                state,  # type: ignore[arg-type]
-                condition.name if condition else None,
-                condition.description if condition else None,
-            )
-        )
+        _settle_delivery(delivery)
+        pending.resolve(Outcome(_STATES.get(state, "released"), name, description))  # type: ignore[arg-type]
 
-    def _on_reply(self, engine: Engine, link: Link, delivery: Delivery) -> None:
-        if not delivery.readable or delivery.partial:
+    def _on_reply(self, engine: Engine, link: Any, delivery: Any) -> None:
+        if not _readable(delivery) or _partial(delivery):
             return
-        data = link.recv(delivery.pending)
-        link.advance()
-        if not delivery.settled:
-            delivery.update(Delivery.ACCEPTED)
-        delivery.settle()
-        if link.credit < _REPLY_CREDIT // 2:
-            link.flow(_REPLY_CREDIT - link.credit)
+        data = recv(link, _pending(delivery))
+        if not _remote_settled(delivery):
+            _update(delivery, ACCEPTED_STATE)
+        _settle_delivery(delivery)
+        credit = _link_credit(link)
+        if credit < _REPLY_CREDIT // 2:
+            _link_flow(link, _REPLY_CREDIT - credit)
             engine.wake()
         try:
             envelope: Envelope = decode(data)
@@ -348,11 +363,17 @@ class Peer(EngineHandler):
                 del self._links[path]
                 out.lot.unpark_all()
         # Deliveries this connection never saw settled go out again on the next one.
-        for out in self._dead_links(engine):
-            self._resend.extend(p for p in out.unsettled if p.outcome is None)
-            out.unsettled.clear()
+        for link, out in list(self._outs.items()):
+            if out.engine is engine:
+                del self._outs[link]
+                self._resend.extend(p for p in out.unsettled.values() if p.outcome is None)
+                out.unsettled.clear()
 
-    def _dead_links(self, engine: Engine) -> list[_OutLink]:
-        dead = [out for out in self._all_links if out.engine is engine]
-        self._all_links = [out for out in self._all_links if out.engine is not engine]
-        return dead
+
+def _drain_if_idle(engine: Engine, out: _OutLink) -> None:
+    """The receiver asked for its unused credit back (AMQP drain): give back
+    what no waiting sender is about to use."""
+    link = out.link
+    if lib.pn_link_get_drain(link) and not len(out.lot) and _link_credit(link) > 0:
+        lib.pn_link_drained(link)
+        engine.wake()

@@ -116,6 +116,15 @@ def encode(envelope: Envelope) -> bytes:
     docs/protocol.md is written directly; headers whose values are not simple
     AMQP types (lists, maps) go through proton's general encoder instead.
     """
+    try:
+        return _encode(envelope)
+    except UnicodeEncodeError as exc:
+        raise WireFormatError(
+            f"message {envelope.message_id!r}: text that is not valid UTF-8 ({exc.reason})"
+        ) from None
+
+
+def _encode(envelope: Envelope) -> bytes:
     app = _app_properties(envelope)
     if app is None:
         return _encode_with_proton(envelope)
