@@ -77,7 +77,7 @@ async def _pipelined(ref: ActorRef, count: int) -> float:
 async def _measure(tell_count: int, ask_count: int, pipelined_count: int) -> dict[str, float]:
     port = _free_port()
     command = [sys.executable, "-m", "actorctl", "node", "run", "bench._actors:actors",
-               "--listen", f"127.0.0.1:{port}", "--name", "bench"]  # fmt: skip
+               "--listen", f"127.0.0.1:{port}", "--name", "bench", "--insecure"]  # fmt: skip
     async with trio.open_nursery() as nursery:
         proc: trio.Process = await nursery.start(
             functools.partial(
@@ -87,7 +87,7 @@ async def _measure(tell_count: int, ask_count: int, pipelined_count: int) -> dic
         try:
             await _wait_ready(proc)
             nursery.start_soon(_drain, proc)
-            async with open_node("bench-client", host=None) as client:
+            async with open_node("bench-client", host=None, insecure=True) as client:
                 ref = client.ref(f"amqp://127.0.0.1:{port}/bench").with_options(timeout=30)
                 with trio.fail_after(300):
                     tell = await _tell(ref, tell_count)

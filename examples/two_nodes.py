@@ -71,6 +71,7 @@ async def main() -> None:
         f"127.0.0.1:{port}",
         "--name",
         "worker",
+        "--insecure",
     ]
     print(f"starting worker node: {' '.join(command[2:])}")
     async with trio.open_nursery() as nursery:
@@ -81,7 +82,7 @@ async def main() -> None:
             address = await wait_ready(proc)
             nursery.start_soon(drain, proc)
             print(f"worker node ready at {address} (pid {proc.pid})")
-            async with actorctl.open_node("client", host=None) as client:
+            async with actorctl.open_node("client", host=None, insecure=True) as client:
                 await send_work(client, address)
         finally:
             proc.send_signal(signal.SIGINT)

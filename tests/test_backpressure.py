@@ -38,7 +38,10 @@ class Slow(Actor):
 async def test_a_fast_sender_is_paced_and_the_receiver_holds_at_most_its_capacity() -> None:
     # Given an actor with a mailbox of 10 that is slower than its sender
     slow = Slow()
-    async with open_node("server", [slow]) as server, open_node("client", host=None) as client:
+    async with (
+        open_node("server", [slow], insecure=True) as server,
+        open_node("client", host=None, insecure=True) as client,
+    ):
         slow.node = server
         ref = client.ref(server.address_of("slow"))
         # When a few thousand messages are told as fast as the sender can
@@ -68,9 +71,9 @@ class Small(Actor):
 
 async def test_an_idle_link_holding_all_the_credit_does_not_starve_a_second_sender() -> None:
     async with (
-        open_node("server", [Small()]) as server,
-        open_node("a", host=None) as a,
-        open_node("b", host=None) as b,
+        open_node("server", [Small()], insecure=True) as server,
+        open_node("a", host=None, insecure=True) as a,
+        open_node("b", host=None, insecure=True) as b,
     ):
         address = server.address_of("small")
         with trio.fail_after(10):

@@ -22,8 +22,8 @@ async def _served(node_port: int, client_ref) -> None:  # type: ignore[no-untype
 
 async def test_malformed_frames_drop_only_that_connection(logs) -> None:
     async with (
-        open_node("server", [Calculator()]) as server,
-        open_node("client", host=None) as client,
+        open_node("server", [Calculator()], insecure=True) as server,
+        open_node("client", host=None, insecure=True) as client,
     ):
         ref = client.ref(server.address_of("calculator"))
         await _served(server.port, ref)
@@ -44,8 +44,8 @@ async def test_malformed_frames_drop_only_that_connection(logs) -> None:
 
 async def test_a_body_that_is_not_json_is_rejected_naming_the_message(logs) -> None:
     async with (
-        open_node("server", [Calculator()]) as server,
-        open_node("client", host=None) as client,
+        open_node("server", [Calculator()], insecure=True) as server,
+        open_node("client", host=None, insecure=True) as client,
     ):
         address = server.address_of("calculator")
         msg = Message(id="bad-json-1", subject="add", body=b"[[1, 2], {", inferred=True)
@@ -64,8 +64,8 @@ async def test_a_body_that_is_not_json_is_rejected_naming_the_message(logs) -> N
 
 async def test_a_pickled_body_is_refused_outright() -> None:
     async with (
-        open_node("server", [Calculator()]) as server,
-        open_node("client", host=None) as client,
+        open_node("server", [Calculator()], insecure=True) as server,
+        open_node("client", host=None, insecure=True) as client,
     ):
         address = server.address_of("calculator")
         msg = Message(id="pickle-1", subject="add", body=b"\x80\x04K\x01.", inferred=True)
@@ -81,8 +81,8 @@ async def test_a_pickled_body_is_refused_outright() -> None:
 
 async def test_a_body_that_is_not_args_and_kwargs_is_rejected() -> None:
     async with (
-        open_node("server", [Calculator()]) as server,
-        open_node("client", host=None) as client,
+        open_node("server", [Calculator()], insecure=True) as server,
+        open_node("client", host=None, insecure=True) as client,
     ):
         address = server.address_of("calculator")
         msg = Message(
@@ -117,9 +117,9 @@ class Gate(Actor):
 
 async def test_a_peer_that_disappears_mid_delivery_does_not_disturb_the_node() -> None:
     gate = Gate()
-    async with open_node("server", [gate]) as server:
+    async with open_node("server", [gate], insecure=True) as server:
         # Given a peer whose request is being handled
-        async with open_node("client", host=None) as client:
+        async with open_node("client", host=None, insecure=True) as client:
             ref = client.ref(server.address_of("gate"))
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(ref.ask, "wait")
@@ -130,7 +130,7 @@ async def test_a_peer_that_disappears_mid_delivery_does_not_disturb_the_node() -
             client.stop(grace=0)
         # Then the handler still finishes, its settlement goes nowhere, and the node serves others
         gate.release.set()
-        async with open_node("client2", host=None) as other:
+        async with open_node("client2", host=None, insecure=True) as other:
             with trio.fail_after(10):
                 assert await other.ref(server.address_of("gate")).ask("ping") == "pong"
         assert gate.finished == 1
@@ -147,11 +147,11 @@ async def test_a_sender_reconnects_when_the_peer_comes_back_and_resends_what_was
 ) -> None:
     port = _free_port()
     first = Gate()
-    async with open_node("client", host=None) as client:
+    async with open_node("client", host=None, insecure=True) as client:
         ref = client.ref(f"amqp://127.0.0.1:{port}/gate")
         async with trio.open_nursery() as nursery:
             # Given a delivery in flight to a node that then dies before settling it
-            async with open_node("server", [first], port=port, grace=0):
+            async with open_node("server", [first], port=port, grace=0, insecure=True):
                 nursery.start_soon(ref.deliver, "wait")
                 with trio.fail_after(10):
                     await first.entered.wait()
@@ -159,7 +159,7 @@ async def test_a_sender_reconnects_when_the_peer_comes_back_and_resends_what_was
             # When a node comes back on the same address
             second = Gate()
             second.release.set()
-            async with open_node("server", [second], port=port):
+            async with open_node("server", [second], port=port, insecure=True):
                 # Then the sender reconnects, and the unsettled delivery arrives again
                 with trio.fail_after(20):
                     await second.entered.wait()
@@ -171,8 +171,8 @@ async def test_a_sender_reconnects_when_the_peer_comes_back_and_resends_what_was
 
 async def test_rejections_name_the_message_id_in_the_logs(logs) -> None:
     async with (
-        open_node("server", [Calculator()]) as server,
-        open_node("client", host=None) as client,
+        open_node("server", [Calculator()], insecure=True) as server,
+        open_node("client", host=None, insecure=True) as client,
     ):
         with trio.fail_after(10), pytest.raises(Rejected) as caught:
             await client.ref(server.address_of("calculator")).deliver("nope")
@@ -195,7 +195,10 @@ async def _outcome(client, address, msg: Message):  # type: ignore[no-untyped-de
 async def test_a_result_that_is_not_json_reaches_the_caller_as_an_error() -> None:
     from .actors import Odd
 
-    async with open_node("server", [Odd()]) as server, open_node("client", host=None) as client:
+    async with (
+        open_node("server", [Odd()], insecure=True) as server,
+        open_node("client", host=None, insecure=True) as client,
+    ):
         with trio.fail_after(10), pytest.raises(RemoteError) as caught:
             await client.ref(server.address_of("odd")).ask("nan")
     assert caught.value.type_name == "WireFormatError"
@@ -204,8 +207,8 @@ async def test_a_result_that_is_not_json_reaches_the_caller_as_an_error() -> Non
 
 async def test_binary_ids_and_documents_are_refused_at_the_inbox() -> None:
     async with (
-        open_node("server", [Calculator()]) as server,
-        open_node("client", host=None) as client,
+        open_node("server", [Calculator()], insecure=True) as server,
+        open_node("client", host=None, insecure=True) as client,
     ):
         address = server.address_of("calculator")
         binary = Message(id=b"\x01\x02", subject="add", body=b"[[1, 2], {}]", inferred=True)
@@ -222,8 +225,8 @@ async def test_binary_ids_and_documents_are_refused_at_the_inbox() -> None:
 async def test_an_event_is_handled_but_never_answered(logs) -> None:
     calculator = Calculator()
     async with (
-        open_node("server", [calculator]) as server,
-        open_node("client", host=None) as client,
+        open_node("server", [calculator], insecure=True) as server,
+        open_node("client", host=None, insecure=True) as client,
     ):
         address = server.address_of("calculator")
         event = Message(id="ev-1", subject="remember", body=b'[["seen"], {}]', inferred=True)

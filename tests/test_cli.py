@@ -23,17 +23,30 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-async def _run(*args: str) -> subprocess.CompletedProcess[bytes]:
+async def _run(*args: str, insecure: bool = True) -> subprocess.CompletedProcess[bytes]:
+    extra = ["--insecure"] if insecure and args[0] in ("call", "send") else []
     with trio.fail_after(30):
         return await trio.run_process(
-            [*ACTORCTL, *args], cwd=ROOT, capture_stdout=True, capture_stderr=True, check=False
+            [*ACTORCTL, *args, *extra],
+            cwd=ROOT,
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
         )
 
 
 @pytest.fixture
 async def node_address(nursery: trio.Nursery):  # type: ignore[no-untyped-def]
     port = _free_port()
-    command = [*ACTORCTL, "node", "run", "tests.actors:Calculator", "--listen", f"127.0.0.1:{port}"]
+    command = [
+        *ACTORCTL,
+        "node",
+        "run",
+        "tests.actors:Calculator",
+        "--listen",
+        f"127.0.0.1:{port}",
+        "--insecure",
+    ]
     proc: trio.Process = await nursery.start(
         functools.partial(trio.run_process, command, cwd=ROOT, stdout=subprocess.PIPE, check=False)
     )
@@ -100,6 +113,8 @@ async def test_call_to_a_node_that_is_not_there_fails_within_the_timeout() -> No
 
 
 async def test_node_run_with_a_bad_target_says_what_is_wrong() -> None:
-    result = await _run("node", "run", "tests.nonexistent:Thing", "--listen", "127.0.0.1:0")
+    result = await _run(
+        "node", "run", "tests.nonexistent:Thing", "--listen", "127.0.0.1:0", "--insecure"
+    )
     assert result.returncode == 2
     assert b"cannot import module 'tests.nonexistent'" in result.stderr

@@ -277,7 +277,7 @@ async def _call(port: int, target: str, message: Message) -> CallResult:
 
 
 async def test_a_foreign_client_calls_a_handler_and_gets_the_reply() -> None:
-    async with open_node("server", [Calculator()]) as node:
+    async with open_node("server", [Calculator()], insecure=True) as node:
         message = json_command("add", [2, 3], {}, to=f"amqp://127.0.0.1:{node.port}/calculator")
         result = await _call(node.port, "calculator", message)
 
@@ -297,7 +297,7 @@ async def test_a_foreign_client_calls_a_handler_and_gets_the_reply() -> None:
 
 
 async def test_a_foreign_client_calling_an_unknown_handler_is_rejected() -> None:
-    async with open_node("server", [Calculator()]) as node:
+    async with open_node("server", [Calculator()], insecure=True) as node:
         message = json_command("divide", [1, 2], {}, to=f"amqp://127.0.0.1:{node.port}/calculator")
         result = await _call(node.port, "calculator", message)
 
@@ -310,7 +310,7 @@ async def test_a_foreign_client_calling_an_unknown_handler_is_rejected() -> None
 
 
 async def test_a_foreign_client_may_send_an_amqp_value_list_body() -> None:
-    async with open_node("server", [Calculator()]) as node:
+    async with open_node("server", [Calculator()], insecure=True) as node:
         url = f"amqp://127.0.0.1:{node.port}/calculator"
         message = Message(
             id=f"foreign-{uuid.uuid4()}",
@@ -335,7 +335,7 @@ async def test_a_foreign_client_may_send_an_amqp_value_list_body() -> None:
 
 
 async def test_a_foreign_client_linking_to_an_unknown_actor_is_refused() -> None:
-    async with open_node("server", [Calculator()]) as node:
+    async with open_node("server", [Calculator()], insecure=True) as node:
         message = json_command("add", [1, 2], {}, to=f"amqp://127.0.0.1:{node.port}/nobody")
         result = await _call(node.port, "nobody", message)
 

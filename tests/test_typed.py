@@ -12,8 +12,8 @@ from .actors import Calculator, Point, User
 
 async def test_a_dataclass_parameter_receives_an_instance() -> None:
     async with (
-        open_node("server", [Calculator()]) as server,
-        open_node("client", host=None) as client,
+        open_node("server", [Calculator()], insecure=True) as server,
+        open_node("client", host=None, insecure=True) as client,
     ):
         ref = client.ref(server.address_of("calculator"))
         with trio.fail_after(10):
@@ -30,8 +30,8 @@ async def test_a_dataclass_parameter_receives_an_instance() -> None:
 
 async def test_an_attrs_result_comes_back_as_its_fields() -> None:
     async with (
-        open_node("server", [Calculator()]) as server,
-        open_node("client", host=None) as client,
+        open_node("server", [Calculator()], insecure=True) as server,
+        open_node("client", host=None, insecure=True) as client,
     ):
         ref = client.ref(server.address_of("calculator"))
         with trio.fail_after(10):
@@ -40,8 +40,8 @@ async def test_an_attrs_result_comes_back_as_its_fields() -> None:
 
 async def test_a_payload_that_does_not_fit_is_rejected_naming_the_field() -> None:
     async with (
-        open_node("server", [Calculator()]) as server,
-        open_node("client", host=None) as client,
+        open_node("server", [Calculator()], insecure=True) as server,
+        open_node("client", host=None, insecure=True) as client,
     ):
         ref = client.ref(server.address_of("calculator"))
         with trio.fail_after(10):

@@ -20,6 +20,7 @@ from .actors import Address as Address
 from .actors import Behaviour as Behaviour
 from .actors import handler as handler
 from .cluster import Node as Node
+from .cluster import TlsFiles as TlsFiles
 from .cluster import open_node as open_node
 from .mailbox import Envelope as Envelope
 from .mailbox import MailboxStatistics as MailboxStatistics
@@ -42,6 +43,7 @@ __all__ = [
     "PeerUnavailable",
     "Rejected",
     "RemoteError",
+    "TlsFiles",
     "UnknownActor",
     "WireFormatError",
     "handler",

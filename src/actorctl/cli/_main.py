@@ -11,6 +11,7 @@ import json
 import signal
 import sys
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import IO, Any
 
 import asyncclick as click
@@ -19,7 +20,7 @@ import trio
 
 from .._errors import ActorctlError, ConfigError, DeliveryError, RemoteError
 from ..actors import Actor, Address
-from ..cluster import Node, open_node
+from ..cluster import Node, TlsFiles, open_node
 
 __all__ = ["main"]
 
@@ -40,6 +41,40 @@ def node() -> None:
     """Run a node."""
 
 
+def _security(command: Any) -> Any:
+    """The options that say how a process proves who it is and checks others."""
+    command = click.option(
+        "--insecure",
+        is_flag=True,
+        help="Plain TCP, no TLS: for tests and development only (logs a warning).",
+    )(command)
+    command = click.option(
+        "--cert-name",
+        default=None,
+        help="Which certificate in --certs is ours (default: the node name).",
+    )(command)
+    return click.option(
+        "--certs",
+        "certs_dir",
+        type=click.Path(file_okay=False, path_type=Path),
+        default=None,
+        help="Directory made by `actorctl certs init`: mutual TLS with the cluster CA.",
+    )(command)
+
+
+def _tls(
+    certs_dir: Path | None, cert_name: str | None, default_name: str, insecure: bool
+) -> TlsFiles | None:
+    if certs_dir is None:
+        if not insecure:
+            _fail(
+                "no TLS: pass --certs DIR (made by `actorctl certs init DIR --node NAME`) "
+                "or --insecure for plain TCP in development"
+            )
+        return None
+    return TlsFiles.from_dir(certs_dir, cert_name or default_name)
+
+
 @node.command("run")
 @click.argument("target", metavar="MODULE:OBJECT")
 @click.option("--listen", default="127.0.0.1:5672", show_default=True, metavar="HOST:PORT")
@@ -50,7 +85,17 @@ def node() -> None:
 @click.option(
     "--log", "log_path", default="-", show_default=True, help="Log file ('-' for stdout)."
 )
-async def node_run(target: str, listen: str, name: str | None, grace: float, log_path: str) -> None:
+@_security
+async def node_run(
+    target: str,
+    listen: str,
+    name: str | None,
+    grace: float,
+    log_path: str,
+    certs_dir: Path | None,
+    cert_name: str | None,
+    insecure: bool,
+) -> None:
     """Run a node hosting the actors that MODULE:OBJECT names.
 
     OBJECT may be an Actor subclass or instance, a list of them, or a mapping of
@@ -60,7 +105,9 @@ async def node_run(target: str, listen: str, name: str | None, grace: float, log
     try:
         actors = _load(target)
         host, port = _parse_listen(listen)
-        server = Node(name or f"node-{port}", actors, host=host, port=port)
+        node_name = name or f"node-{port}"
+        tls = _tls(certs_dir, cert_name, node_name, insecure)
+        server = Node(node_name, actors, host=host, port=port, tls=tls, insecure=insecure)
     except ConfigError as exc:
         _fail(str(exc))
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
@@ -89,6 +136,7 @@ _TIMEOUT = click.option("--timeout", default=10.0, show_default=True, help="Seco
 @_KW
 @_TIMEOUT
 @click.option("--at-most-once", is_flag=True, help="Send pre-settled; do not wait for the outcome.")
+@_security
 async def send(
     address: str,
     handler: str,
@@ -96,6 +144,9 @@ async def send(
     kwargs: tuple[str, ...],
     timeout: float,
     at_most_once: bool,
+    certs_dir: Path | None,
+    cert_name: str | None,
+    insecure: bool,
 ) -> None:
     """Send a message to ADDRESS's HANDLER and wait until it is handled.
 
@@ -112,7 +163,7 @@ async def send(
             await ref.deliver(handler, *_values(args), **_keywords(kwargs))
         click.echo(f"{'sent' if at_most_once else 'accepted'}: {handler} on {target}")
 
-    await _one_shot(address, timeout, go)
+    await _one_shot(address, timeout, go, _tls(certs_dir, cert_name, "client", insecure))
 
 
 @cli.command()
@@ -121,8 +172,16 @@ async def send(
 @_ARGS
 @_KW
 @_TIMEOUT
+@_security
 async def call(
-    address: str, handler: str, args: tuple[str, ...], kwargs: tuple[str, ...], timeout: float
+    address: str,
+    handler: str,
+    args: tuple[str, ...],
+    kwargs: tuple[str, ...],
+    timeout: float,
+    certs_dir: Path | None,
+    cert_name: str | None,
+    insecure: bool,
 ) -> None:
     """Call ADDRESS's HANDLER and print its result as JSON.
 
@@ -135,16 +194,16 @@ async def call(
         result = await ref.ask(handler, *_values(args), **_keywords(kwargs))
         click.echo(json.dumps(result))
 
-    await _one_shot(address, timeout, go)
+    await _one_shot(address, timeout, go, _tls(certs_dir, cert_name, "client", insecure))
 
 
-async def _one_shot(address: str, timeout: float, go: Any) -> None:
+async def _one_shot(address: str, timeout: float, go: Any, tls: TlsFiles | None) -> None:
     try:
         target = Address.parse(address)
     except ConfigError as exc:
         _fail(str(exc))
     try:
-        async with open_node("cli", host=None, grace=0.5) as client:
+        async with open_node("cli", host=None, grace=0.5, tls=tls, insecure=tls is None) as client:
             with trio.fail_after(timeout + 1.0):
                 await go(client, target)
     except* RemoteError as group:

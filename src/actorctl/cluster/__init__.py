@@ -4,3 +4,4 @@ from ._engine import Engine as Engine
 from ._engine import EngineHandler as EngineHandler
 from ._node import Node as Node
 from ._node import open_node as open_node
+from ._tls import TlsFiles as TlsFiles

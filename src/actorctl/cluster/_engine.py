@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any, Final, final
 
 import trio
-from proton import Collector, Connection, Endpoint, Event, Link, Transport
+from proton import Collector, Connection, Endpoint, Event, Link, SSLDomain, Transport
 
 from .._log import log
 from ._raw import DELIVERY, LINK_FLOW, NULL, lib
@@ -71,6 +71,8 @@ class Engine:
         peer: a name for the other side, for logs.
         idle_timeout: seconds of silence after which the peer is taken for dead
             (AMQP heartbeats keep a live but idle peer from reaching it).
+        ssl_domain: TLS settings (see ``_tls``); None for plain TCP.
+        peer_hostname: the name a client expects in the server's certificate.
     """
 
     def __init__(
@@ -82,6 +84,8 @@ class Engine:
         container_id: str,
         peer: str,
         idle_timeout: float = 30.0,
+        ssl_domain: SSLDomain | None = None,
+        peer_hostname: str | None = None,
     ) -> None:
         self.stream = stream
         self.handler = handler
@@ -93,6 +97,11 @@ class Engine:
         connection.collect(collector)  # before bind, or the first events are missed
         self.transport = transport = Transport(Transport.SERVER if server else Transport.CLIENT)
         transport.idle_timeout = idle_timeout
+        if ssl_domain is not None:
+            # TLS inside the transport, before bind: still sans-IO (see _tls).
+            ssl = transport.ssl(ssl_domain)
+            if peer_hostname is not None:
+                ssl.peer_hostname = peer_hostname
         transport.sasl().allowed_mechs("ANONYMOUS")
         transport.bind(connection)
         self._wake_event = trio.Event()

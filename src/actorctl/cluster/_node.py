@@ -8,6 +8,7 @@ every collaborator passed in; nothing here is global.
 
 from __future__ import annotations
 
+import ipaddress
 import itertools
 import os
 import time
@@ -17,7 +18,7 @@ from typing import Any, Final, final
 
 import attrs
 import trio
-from proton import Link
+from proton import Link, SSLDomain
 
 from .._errors import AskTimeout, ConfigError
 from .._log import log
@@ -26,6 +27,7 @@ from ..mailbox import Envelope, MailboxStatistics, Outcome, encode
 from ._engine import Engine
 from ._inbound import InboundHandler
 from ._peer import Peer, Pending
+from ._tls import TlsFiles
 
 __all__ = ["Node", "open_node"]
 
@@ -52,6 +54,10 @@ class Node:
         host, port: where to listen; port 0 picks a free port. ``host=None``
             makes a client-only node that listens nowhere.
         idle_timeout: seconds of silence after which a peer is taken for dead.
+        tls: the node's TLS files: every connection it accepts or opens is mutual
+            TLS against the cluster CA.
+        insecure: allow plain TCP (no ``tls``): for tests and development only;
+            the node logs a warning when it starts.
         clock: wall-clock time in seconds since the epoch (for message times).
     """
 
@@ -63,6 +69,8 @@ class Node:
         host: str | None = "127.0.0.1",
         port: int = 0,
         idle_timeout: float = 30.0,
+        tls: TlsFiles | None = None,
+        insecure: bool = False,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.name = name
@@ -70,6 +78,20 @@ class Node:
         self.host = host
         self.port = port
         self.idle_timeout = idle_timeout
+        if tls is None and not insecure:
+            raise ConfigError(
+                f"node {name!r} has no TLS files: give it tls=TlsFiles.from_dir(...) "
+                "(`actorctl certs init` makes them), or insecure=True for plain TCP in "
+                "tests and development"
+            )
+        self.tls = tls
+        self.insecure = tls is None
+        self._server_domain = tls.server_domain() if tls is not None else None
+        self._client_domains = (
+            (tls.client_domain(check_name=False), tls.client_domain(check_name=True))
+            if tls is not None
+            else None
+        )
         self._clock = clock
         self._ids = itertools.count()
         self._actors = _named(actors)
@@ -97,6 +119,12 @@ class Node:
             actors_done = trio.Event()
             nursery.start_soon(self._run_actors, actors_scope, actors_done)
             await self._actors_started.wait()
+            if self.insecure:
+                log(
+                    "actorctl:node:insecure",
+                    node=self.name,
+                    warning="plain TCP, no TLS: for tests and development only",
+                )
             log("actorctl:node:ready", node=self.name, address=self.url, actors=sorted(self.cells))
             task_status.started(self)
             await self._stop.wait()
@@ -129,12 +157,18 @@ class Node:
 
     @property
     def url(self) -> str:
-        return f"amqp://{self.host}:{self.port}" if self.host is not None else "(client only)"
+        if self.host is None:
+            return "(client only)"
+        return f"{self.scheme}://{self.host}:{self.port}"
+
+    @property
+    def scheme(self) -> str:
+        return "amqp" if self.insecure else "amqps"
 
     def address_of(self, name: str) -> Address:
         if self.host is None:
             raise ConfigError(f"node {self.name!r} does not listen, so its actors have no address")
-        return Address(self.host, self.port, name)
+        return Address(self.host, self.port, name, self.scheme)
 
     def ref(self, address: Address | str) -> ActorRef:
         """A ref to an actor anywhere, sent through this node."""
@@ -159,7 +193,7 @@ class Node:
             with scope:
                 async with trio.open_nursery() as nursery:
                     for name, actor in self._actors.items():
-                        address = Address(self.host or "", self.port, name)
+                        address = Address(self.host or "", self.port, name, self.scheme)
                         cell = ActorCell(actor, address, self)
                         self.cells[name] = cell
                         await nursery.start(cell.run)
@@ -179,6 +213,7 @@ class Node:
             container_id=self.node_id,
             peer=peer,
             idle_timeout=self.idle_timeout,
+            ssl_domain=self._server_domain,
         )
         self._engines.add(engine)
         try:
@@ -187,6 +222,16 @@ class Node:
             log("actorctl:connection:failed", node=self.name, peer=peer, error=repr(exc))
         finally:
             self._forget(engine)
+
+    def client_domain(self, host: str) -> SSLDomain | None:
+        """TLS settings for a connection this node opens to ``host``."""
+        if self._client_domains is None:
+            return None
+        try:
+            ipaddress.ip_address(host)
+        except ValueError:
+            return self._client_domains[1]  # a DNS name: check it
+        return self._client_domains[0]
 
     def _forget(self, engine: Engine) -> None:
         self._engines.discard(engine)

@@ -177,6 +177,8 @@ class Peer(EngineHandler):
                 container_id=self.node.node_id,
                 peer=self.name,
                 idle_timeout=self.node.idle_timeout,
+                ssl_domain=self.node.client_domain(self.host),
+                peer_hostname=self.host,
             )
             self._open(engine)
             self.node._engines.add(engine)

@@ -1,0 +1,106 @@
+"""Mutual TLS on peer links: only peers with a certificate from the cluster CA get in."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import trio
+
+from actorctl import AskTimeout, ConfigError, TlsFiles, open_node
+
+from .actors import Calculator
+from .tls import make_tls
+
+
+async def test_nodes_with_certificates_from_the_cluster_ca_talk_over_tls(
+    tmp_path: Path, logs
+) -> None:
+    tls = make_tls(tmp_path, "server", "client")
+    async with (
+        open_node("server", [Calculator()], tls=tls["server"]) as server,
+        open_node("client", host=None, tls=tls["client"]) as client,
+    ):
+        address = server.address_of("calculator")
+        assert str(address).startswith("amqps://127.0.0.1:")
+        with trio.fail_after(10):
+            assert await client.ref(address).ask("add", 2, 3) == 5
+    assert not logs.of_type("actorctl:node:insecure")
+
+
+async def _refused(client_ref, logs, server_port: int) -> None:  # type: ignore[no-untyped-def]
+    # The client never gets in: its ask can only time out.
+    with trio.fail_after(10), pytest.raises(AskTimeout):
+        await client_ref.with_options(timeout=1.0).ask("add", 1, 1)
+    errors = logs.of_type("actorctl:connection:protocol-error")
+    assert errors, "the server logged no handshake failure"
+
+
+async def test_a_plaintext_client_is_refused_at_the_handshake_and_the_node_keeps_serving(
+    tmp_path: Path, logs
+) -> None:
+    tls = make_tls(tmp_path, "server", "client")
+    async with (
+        open_node("server", [Calculator()], tls=tls["server"]) as server,
+        open_node("plain", host=None, insecure=True) as plain,
+        open_node("client", host=None, tls=tls["client"]) as client,
+    ):
+        address = server.address_of("calculator")
+        await _refused(plain.ref(address), logs, server.port)
+        with trio.fail_after(10):
+            assert await client.ref(address).ask("add", 1, 2) == 3
+
+
+async def test_a_client_with_a_certificate_from_another_ca_is_refused(tmp_path: Path, logs) -> None:
+    ours = make_tls(tmp_path / "ours", "server", "client")
+    theirs = make_tls(tmp_path / "theirs", "intruder")
+    async with (
+        open_node("server", [Calculator()], tls=ours["server"]) as server,
+        open_node("intruder", host=None, tls=theirs["intruder"]) as intruder,
+        open_node("client", host=None, tls=ours["client"]) as client,
+    ):
+        address = server.address_of("calculator")
+        await _refused(intruder.ref(address), logs, server.port)
+        with trio.fail_after(10):
+            assert await client.ref(address).ask("add", 2, 2) == 4
+
+
+def test_missing_tls_files_are_named(tmp_path: Path) -> None:
+    (tmp_path / "ca.pem").write_text("x")
+    with pytest.raises(ConfigError, match=r"server\.pem is missing"):
+        TlsFiles.from_dir(tmp_path, "server")
+
+
+def test_a_node_without_tls_must_say_it_is_insecure() -> None:
+    from actorctl import Node
+
+    with pytest.raises(ConfigError, match="insecure=True"):
+        Node("n")
+
+
+async def test_a_peer_dialled_by_name_must_carry_that_name(tmp_path: Path, logs) -> None:
+    import trustme
+
+    ca = trustme.CA()
+    good = make_tls(tmp_path / "good", "server", "client", ca=ca)
+    # Same CA, but a server certificate that does not name "localhost"
+    bad_dir = tmp_path / "bad"
+    bad_dir.mkdir()
+    ca.cert_pem.write_to_path(str(bad_dir / "ca.pem"))
+    cert = ca.issue_cert("127.0.0.1", "elsewhere.example")
+    cert.private_key_pem.write_to_path(str(bad_dir / "server.key"))
+    cert.cert_chain_pems[0].write_to_path(str(bad_dir / "server.pem"))
+    misnamed = TlsFiles.from_dir(bad_dir, "server")
+    async with open_node("client", host=None, tls=good["client"]) as client:
+        async with open_node("server", [Calculator()], tls=good["server"]) as server:
+            with trio.fail_after(10):
+                url = f"amqps://localhost:{server.port}/calculator"
+                assert await client.ref(url).ask("add", 1, 1) == 2
+        async with open_node("impostor", [Calculator()], tls=misnamed) as impostor:
+            url = f"amqps://localhost:{impostor.port}/calculator"
+            with trio.fail_after(10), pytest.raises(AskTimeout):
+                await client.ref(url).with_options(timeout=1.0).ask("add", 1, 1)
+    assert any(
+        "verify" in (m.get("description") or "")
+        for m in logs.of_type("actorctl:connection:protocol-error")
+    )
