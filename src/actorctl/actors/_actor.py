@@ -29,6 +29,9 @@ class Actor(Behaviour):
       the link credit its node grants to senders.
     - ``concurrency``: how many messages it handles at once (default 1, one at a
       time, as actors do); plain ``def`` handlers run in that many threads.
+    - ``dedup_count``, ``dedup_seconds``: the idempotent-receiver window. A message
+      whose id was handled within the last ``dedup_seconds`` (and among the last
+      ``dedup_count``) is answered as the first time and not run again.
 
     Example::
 
@@ -41,6 +44,8 @@ class Actor(Behaviour):
     name: ClassVar[str | None] = None
     mailbox_capacity: ClassVar[int] = 100
     concurrency: ClassVar[int] = 1
+    dedup_count: ClassVar[int] = 10_000
+    dedup_seconds: ClassVar[float] = 300.0
 
     _cell: ActorCell | None = None
 

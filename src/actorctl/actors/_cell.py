@@ -31,6 +31,7 @@ from ..mailbox import (
 )
 from ._actor import Actor
 from ._address import Address
+from ._dedup import Handled, SeenWindow
 from ._handlers import BadArguments, Behaviour
 from ._ref import Outbox, to_wire
 
@@ -63,6 +64,7 @@ class ActorCell:
         self._concurrency = concurrency
         self._threads = trio.CapacityLimiter(concurrency)
         self._taken = itertools.count(1)
+        self._seen = SeenWindow(type(actor).dedup_count, type(actor).dedup_seconds)
         actor._cell = self
 
     @property
@@ -114,47 +116,70 @@ class ActorCell:
 
     async def _handle(self, inbound: Inbound) -> None:
         envelope = inbound.envelope
-        if envelope.kind == KIND_DOCUMENT:
-            self._settle(
-                inbound,
-                Outcome.rejected(
-                    BAD_KIND,
-                    f"actor {self.name!r} takes commands and events; a document "
-                    "(a reply) goes to the reply address of the call it answers",
-                ),
+        seen = self._seen
+        message_id = envelope.message_id
+        running = seen.running(message_id)
+        if running is not None:
+            await running.wait()  # a duplicate of a message being handled now
+        handled = seen.get(message_id)
+        if handled is not None:
+            log(
+                "actorctl:delivery:duplicate",
+                actor=self.name,
+                handler=envelope.subject,
+                message_id=message_id,
+                outcome=handled.outcome.state,
+                warning="already handled: answered as the first time, not run again",
             )
+            self._finish(inbound, handled)
             return
+        seen.start(message_id)
+        try:
+            handled = await self._dispatch(envelope)
+        except BaseException:
+            seen.abandon(message_id)  # never answered: a resend must run it
+            raise
+        seen.finish(message_id, handled)
+        self._finish(inbound, handled)
+
+    def _finish(self, inbound: Inbound, handled: Handled) -> None:
+        if handled.reply is not None:
+            self._reply(inbound.envelope, *handled.reply)
+        if handled.outcome is ACCEPTED:
+            inbound.settle(ACCEPTED)
+        else:
+            self._settle(inbound, handled.outcome)
+
+    async def _dispatch(self, envelope: Envelope) -> Handled:
+        """Run the message's handler; say how to answer it."""
+        if envelope.kind == KIND_DOCUMENT:
+            return _refuse(
+                BAD_KIND,
+                f"actor {self.name!r} takes commands and events; a document "
+                "(a reply) goes to the reply address of the call it answers",
+            )
         behaviour = self.behaviour
         spec = behaviour.__actorctl_handlers__.get(envelope.subject)
         if spec is None:
             outcome = behaviour.unhandled(envelope)
-            if outcome is None:
-                outcome = Outcome.rejected(
-                    UNKNOWN_HANDLER,
-                    f"actor {self.name!r} has no handler {envelope.subject!r} "
-                    f"(it has: {', '.join(sorted(behaviour.__actorctl_handlers__)) or 'none'})",
-                )
-            self._settle(inbound, outcome)
-            return
+            if outcome is not None:
+                return Handled(outcome, None)
+            return _refuse(
+                UNKNOWN_HANDLER,
+                f"actor {self.name!r} has no handler {envelope.subject!r} "
+                f"(it has: {', '.join(sorted(behaviour.__actorctl_handlers__)) or 'none'})",
+            )
         try:
             args, kwargs = spec.bind(*envelope.call())
         except WireFormatError as exc:
-            self._settle(inbound, Outcome.rejected(DECODE_ERROR, str(exc)))
-            return
+            return _refuse(DECODE_ERROR, str(exc))
         except BadArguments as exc:
-            self._settle(inbound, Outcome.rejected(BAD_ARGUMENTS, str(exc)))
-            return
+            return _refuse(BAD_ARGUMENTS, str(exc))
         deadline = math.inf
         if envelope.expiry_time is not None:
             left = envelope.expiry_time - self.outbox.now()
             if left <= 0:
-                self._settle(
-                    inbound,
-                    Outcome.rejected(
-                        EXPIRED, f"message expired {-left:.3f} s before it was handled"
-                    ),
-                )
-                return
+                return _refuse(EXPIRED, f"message expired {-left:.3f} s before it was handled")
             deadline = trio.current_time() + left
         try:
             with trio.CancelScope(deadline=deadline) as scope:
@@ -177,19 +202,12 @@ class ActorCell:
                 error_type=type(exc).__name__,
                 error=str(exc),
             )
-            self._reply(envelope, STATUS_ERROR, {"type": type(exc).__name__, "message": str(exc)})
-            inbound.settle(ACCEPTED)
-            return
-        if scope.cancelled_caught:
-            self._settle(
-                inbound,
-                Outcome.rejected(
-                    EXPIRED, f"handler {envelope.subject!r} ran past the message's expiry"
-                ),
+            return Handled(
+                ACCEPTED, (STATUS_ERROR, {"type": type(exc).__name__, "message": str(exc)})
             )
-            return
-        self._reply(envelope, STATUS_OK, result)
-        inbound.settle(ACCEPTED)
+        if scope.cancelled_caught:
+            return _refuse(EXPIRED, f"handler {envelope.subject!r} ran past the message's expiry")
+        return Handled(ACCEPTED, (STATUS_OK, to_wire(result)))
 
     def _reply(self, request: Envelope, status: str, body: Any) -> None:
         if request.reply_to is None or request.kind != KIND_COMMAND:
@@ -199,7 +217,7 @@ class ActorCell:
             message_id=outbox.new_message_id(),
             to=request.reply_to,
             subject=request.subject,
-            body=to_wire(body),
+            body=body,
             kind=KIND_DOCUMENT,
             correlation_id=request.correlation_id or request.message_id,
             creation_time=outbox.now(),
@@ -240,3 +258,7 @@ class ActorCell:
             description=outcome.description,
         )
         inbound.settle(outcome)
+
+
+def _refuse(condition: str, description: str) -> Handled:
+    return Handled(Outcome.rejected(condition, description), None)
