@@ -12,13 +12,17 @@ import json
 import socket
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import trio
+import trustme
 
-from actorctl import ActorRef, open_node
+from actorctl import ActorRef, TlsFiles, open_node
 
 ROOT = Path(__file__).resolve().parent.parent
 PAD = "x" * 79
@@ -74,10 +78,22 @@ async def _pipelined(ref: ActorRef, count: int) -> float:
     return (count // WINDOW * WINDOW) / (time.perf_counter() - started)
 
 
-async def _measure(tell_count: int, ask_count: int, pipelined_count: int) -> dict[str, float]:
+@asynccontextmanager
+async def _bench_node(security: str, directory: Path) -> AsyncIterator[ActorRef]:
+    """A node hosting the bench actor in a subprocess, and a ref to it from a
+    client node in this process, with the given security: ``plain`` (TCP) or
+    ``tls`` (mutual TLS)."""
     port = _free_port()
     command = [sys.executable, "-m", "actorctl", "node", "run", "bench._actors:actors",
-               "--listen", f"127.0.0.1:{port}", "--name", "bench", "--insecure"]  # fmt: skip
+               "--listen", f"127.0.0.1:{port}", "--name", "bench"]  # fmt: skip
+    options: dict[str, Any] = {}
+    if security == "plain":
+        command.append("--insecure")
+        options["insecure"] = True
+    else:
+        _make_certs(directory)
+        command += ["--certs", str(directory)]
+        options["tls"] = TlsFiles.from_dir(directory, "client")
     async with trio.open_nursery() as nursery:
         proc: trio.Process = await nursery.start(
             functools.partial(
@@ -87,14 +103,30 @@ async def _measure(tell_count: int, ask_count: int, pipelined_count: int) -> dic
         try:
             await _wait_ready(proc)
             nursery.start_soon(_drain, proc)
-            async with open_node("bench-client", host=None, insecure=True) as client:
-                ref = client.ref(f"amqp://127.0.0.1:{port}/bench").with_options(timeout=30)
-                with trio.fail_after(300):
-                    tell = await _tell(ref, tell_count)
-                    latencies = await _ask(ref, ask_count)
-                    piped = await _pipelined(ref, pipelined_count)
+            async with open_node("bench-client", host=None, **options) as client:
+                yield client.ref(f"amqp://127.0.0.1:{port}/bench").with_options(timeout=30)
         finally:
             proc.terminate()  # our own child, by its PID
+
+
+def _make_certs(directory: Path) -> None:
+    if (directory / "ca.pem").exists():
+        return
+    ca = trustme.CA()
+    ca.cert_pem.write_to_path(str(directory / "ca.pem"))
+    for name in ("bench", "client"):
+        cert = ca.issue_cert("127.0.0.1", "localhost", name)
+        cert.private_key_pem.write_to_path(str(directory / f"{name}.key"))
+        cert.cert_chain_pems[0].write_to_path(str(directory / f"{name}.pem"))
+
+
+async def _measure(tell_count: int, ask_count: int, pipelined_count: int) -> dict[str, float]:
+    with tempfile.TemporaryDirectory() as directory:
+        async with _bench_node("plain", Path(directory)) as ref:
+            with trio.fail_after(300):
+                tell = await _tell(ref, tell_count)
+                latencies = await _ask(ref, ask_count)
+                piped = await _pipelined(ref, pipelined_count)
 
     def pct(q: float) -> float:
         return latencies[min(len(latencies) - 1, round(q * (len(latencies) - 1)))] * 1e6
@@ -105,6 +137,19 @@ async def _measure(tell_count: int, ask_count: int, pipelined_count: int) -> dic
         "ask_p99_us": pct(0.99),
         "ask_pipelined_per_s": piped,
     }
+
+
+async def _measure_tell(security: str, count: int) -> float:
+    with tempfile.TemporaryDirectory() as directory:
+        async with _bench_node(security, Path(directory)) as ref:
+            with trio.fail_after(300):
+                await _tell(ref, min(count, 2000))  # warm up: connection, TLS, caches
+                return await _tell(ref, count)
+
+
+def measure_tell(security: str, count: int = 20000) -> float:
+    """One-way tell throughput, messages/s, with the given security."""
+    return float(trio.run(_measure_tell, security, count))
 
 
 async def _drain(proc: trio.Process) -> None:
