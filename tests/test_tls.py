@@ -10,6 +10,7 @@ import trio
 from actorctl import AskTimeout, ConfigError, TlsFiles, open_node
 
 from .actors import Calculator
+from .keys import make_keys
 from .tls import make_tls
 
 
@@ -17,9 +18,10 @@ async def test_nodes_with_certificates_from_the_cluster_ca_talk_over_tls(
     tmp_path: Path, logs
 ) -> None:
     tls = make_tls(tmp_path, "server", "client")
+    keys = make_keys(tmp_path / "keys", "server", "client")
     async with (
-        open_node("server", [Calculator()], tls=tls["server"]) as server,
-        open_node("client", host=None, tls=tls["client"]) as client,
+        open_node("server", [Calculator()], tls=tls["server"], keyring=keys["server"]) as server,
+        open_node("client", host=None, tls=tls["client"], keyring=keys["client"]) as client,
     ):
         address = server.address_of("calculator")
         assert str(address).startswith("amqps://127.0.0.1:")
@@ -40,10 +42,11 @@ async def test_a_plaintext_client_is_refused_at_the_handshake_and_the_node_keeps
     tmp_path: Path, logs
 ) -> None:
     tls = make_tls(tmp_path, "server", "client")
+    keys = make_keys(tmp_path / "keys", "server", "client")
     async with (
-        open_node("server", [Calculator()], tls=tls["server"]) as server,
+        open_node("server", [Calculator()], tls=tls["server"], keyring=keys["server"]) as server,
         open_node("plain", host=None, insecure=True) as plain,
-        open_node("client", host=None, tls=tls["client"]) as client,
+        open_node("client", host=None, tls=tls["client"], keyring=keys["client"]) as client,
     ):
         address = server.address_of("calculator")
         await _refused(plain.ref(address), logs, server.port)
@@ -54,10 +57,13 @@ async def test_a_plaintext_client_is_refused_at_the_handshake_and_the_node_keeps
 async def test_a_client_with_a_certificate_from_another_ca_is_refused(tmp_path: Path, logs) -> None:
     ours = make_tls(tmp_path / "ours", "server", "client")
     theirs = make_tls(tmp_path / "theirs", "intruder")
+    keys = make_keys(tmp_path / "keys", "server", "client", "intruder")
     async with (
-        open_node("server", [Calculator()], tls=ours["server"]) as server,
-        open_node("intruder", host=None, tls=theirs["intruder"]) as intruder,
-        open_node("client", host=None, tls=ours["client"]) as client,
+        open_node("server", [Calculator()], tls=ours["server"], keyring=keys["server"]) as server,
+        open_node(
+            "intruder", host=None, tls=theirs["intruder"], keyring=keys["intruder"]
+        ) as intruder,
+        open_node("client", host=None, tls=ours["client"], keyring=keys["client"]) as client,
     ):
         address = server.address_of("calculator")
         await _refused(intruder.ref(address), logs, server.port)
@@ -78,11 +84,20 @@ def test_a_node_without_tls_must_say_it_is_insecure() -> None:
         Node("n")
 
 
+def test_a_node_without_keys_must_say_it_is_insecure(tmp_path: Path) -> None:
+    from actorctl import Node
+
+    tls = make_tls(tmp_path, "n")
+    with pytest.raises(ConfigError, match="has no keys"):
+        Node("n", tls=tls["n"])
+
+
 async def test_a_peer_dialled_by_name_must_carry_that_name(tmp_path: Path, logs) -> None:
     import trustme
 
     ca = trustme.CA()
     good = make_tls(tmp_path / "good", "server", "client", ca=ca)
+    keys = make_keys(tmp_path / "keys", "server", "client")
     # Same CA, but a server certificate that does not name "localhost"
     bad_dir = tmp_path / "bad"
     bad_dir.mkdir()
@@ -91,12 +106,16 @@ async def test_a_peer_dialled_by_name_must_carry_that_name(tmp_path: Path, logs)
     cert.private_key_pem.write_to_path(str(bad_dir / "server.key"))
     cert.cert_chain_pems[0].write_to_path(str(bad_dir / "server.pem"))
     misnamed = TlsFiles.from_dir(bad_dir, "server")
-    async with open_node("client", host=None, tls=good["client"]) as client:
-        async with open_node("server", [Calculator()], tls=good["server"]) as server:
+    async with open_node("client", host=None, tls=good["client"], keyring=keys["client"]) as client:
+        async with open_node(
+            "server", [Calculator()], tls=good["server"], keyring=keys["server"]
+        ) as server:
             with trio.fail_after(10):
                 url = f"amqps://localhost:{server.port}/calculator"
                 assert await client.ref(url).ask("add", 1, 1) == 2
-        async with open_node("impostor", [Calculator()], tls=misnamed) as impostor:
+        async with open_node(
+            "impostor", [Calculator()], tls=misnamed, keyring=keys["server"]
+        ) as impostor:
             url = f"amqps://localhost:{impostor.port}/calculator"
             with trio.fail_after(10), pytest.raises(AskTimeout):
                 await client.ref(url).with_options(timeout=1.0).ask("add", 1, 1)

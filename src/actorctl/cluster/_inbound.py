@@ -19,7 +19,18 @@ from proton import Condition, Delivery, Endpoint, Link, symbol
 from .._errors import WireFormatError
 from .._log import log
 from ..actors import ActorCell
-from ..mailbox import Outcome, decode
+from ..mailbox import (
+    SESSION_ADDRESS,
+    AuthError,
+    Outcome,
+    Sections,
+    Verified,
+    Verifier,
+    canonical_bytes,
+    decode,
+    from_sections,
+    read_message,
+)
 from ._engine import Engine, EngineHandler
 from ._raw import ACCEPTED, REJECTED, RELEASED, lib, recv, set_condition
 
@@ -44,6 +55,7 @@ DECODE_ERROR: Final = "actorctl:decode-error"
 OVER_CREDIT: Final = "amqp:link:transfer-limit-exceeded"
 STOPPING: Final = "actorctl:actor-stopping"
 REPLY_PREFIX: Final = "$reply/"
+_SESSION_CREDIT: Final = 4
 
 
 def actor_name(target: str | None) -> str:
@@ -89,6 +101,10 @@ class InboundHandler(EngineHandler):
         self.node = node
         # Inbox links by their raw pn_link_t pointer.
         self._inboxes: dict[Any, tuple[ActorCell, _Credit]] = {}
+        # Authenticates this connection's messages; its sessions live and die
+        # with the connection. None: the node is insecure and has no keys.
+        self._verifier = node.new_verifier()
+        self._session_links: dict[Any, Link] = {}
         self._reply_addresses: list[str] = []
 
     def on_link_remote_open(self, engine: Engine, link: Link) -> None:
@@ -103,6 +119,12 @@ class InboundHandler(EngineHandler):
     def _attach_inbox(self, engine: Engine, link: Link) -> None:
         target = link.remote_target.address or ""
         name = actor_name(target)
+        if name == SESSION_ADDRESS and self._verifier is not None:
+            link.target.address = target
+            link.open()
+            link.flow(_SESSION_CREDIT)
+            self._session_links[link._impl] = link
+            return
         cell = self.node.cells.get(name)
         if cell is not None:
             link.target.address = target
@@ -174,6 +196,9 @@ class InboundHandler(EngineHandler):
         if not presettled:
             lib.pn_incref(delivery)  # held until the actor settles it
             settle = functools.partial(_settle, engine, delivery)
+        if link in self._session_links:
+            self._open_session(engine, link, data, settle)
+            return
         inbox = self._inboxes.get(link)
         if inbox is None:  # a link we refused: nothing should arrive on it
             if settle is not None:
@@ -188,18 +213,26 @@ class InboundHandler(EngineHandler):
         data: bytes,
         settle: Callable[[Outcome], None] | None,
     ) -> None:
+        verifier = self._verifier
+        verified = None
         try:
-            envelope = decode(data)
+            if verifier is None:
+                envelope = decode(data)
+                log(
+                    "actorctl:delivery:unauthenticated",
+                    actor=cell.name,
+                    message_id=envelope.message_id,
+                    warning="accepted without authentication: this node is insecure",
+                )
+            else:
+                # Authenticate before anything looks at the body or the handler.
+                sections, verified = _authenticate(verifier, cell.name, data)
+                envelope = from_sections(sections)
+        except AuthError as exc:
+            _refuse_delivery(engine, cell.name, settle, exc.condition, exc.description, exc)
+            return
         except WireFormatError as exc:
-            log(
-                "actorctl:delivery:rejected",
-                peer=engine.peer,
-                actor=cell.name,
-                condition=DECODE_ERROR,
-                description=str(exc),
-            )
-            if settle is not None:
-                settle(Outcome.rejected(DECODE_ERROR, str(exc)))
+            _refuse_delivery(engine, cell.name, settle, DECODE_ERROR, str(exc), exc)
             return
         try:
             cell.mailbox.put_nowait(envelope, settle)
@@ -213,6 +246,8 @@ class InboundHandler(EngineHandler):
             outcome = Outcome.modified(STOPPING, f"actor {cell.name!r} is stopping")
         else:
             return
+        if verified is not None and verifier is not None:
+            verifier.forget(verified, envelope.message_id)  # not run: a resend may come
         log(
             f"actorctl:delivery:{outcome.state}",
             actor=cell.name,
@@ -222,6 +257,48 @@ class InboundHandler(EngineHandler):
         )
         if settle is not None:
             settle(outcome)
+
+    def _open_session(
+        self,
+        engine: Engine,
+        link: Any,
+        data: bytes,
+        settle: Callable[[Outcome], None] | None,
+    ) -> None:
+        """A peer hands this connection a session key (docs/protocol.md §11)."""
+        verifier = self._verifier
+        assert verifier is not None
+        _link_flow(link, 1)
+        try:
+            sections = read_message(data)
+            if sections is None:
+                raise WireFormatError("a session message must be a data-section message")
+            properties, app, body = sections
+            properties = properties + [None] * (10 - len(properties))
+            message_id = str(properties[0])
+            session = verifier.accept_session(
+                app,
+                _canonical(SESSION_ADDRESS, properties, app, body),
+                message_id=message_id,
+                creation_ms=properties[9],
+                body=body,
+                node=self.node.node_id,
+            )
+        except AuthError as exc:
+            _refuse_delivery(engine, SESSION_ADDRESS, settle, exc.condition, exc.description, exc)
+            return
+        except (WireFormatError, ValueError) as exc:
+            _refuse_delivery(engine, SESSION_ADDRESS, settle, DECODE_ERROR, str(exc), exc)
+            return
+        log(
+            "actorctl:session:opened",
+            peer=engine.peer,
+            session=session.id,
+            key=session.issuer_key_id,
+            expires=session.expires,
+        )
+        if settle is not None:
+            settle(Outcome("accepted"))
 
     def on_closed(self, engine: Engine) -> None:
         for cell, credit in self._inboxes.values():
@@ -267,3 +344,77 @@ def _settle(engine: Engine, delivery: Any, outcome: Outcome) -> None:
         engine.wake()
     finally:
         lib.pn_decref(delivery)
+
+
+def _authenticate(
+    verifier: Verifier, actor: str, data: bytes
+) -> tuple[Sections, Verified]:
+    """Check a message's signature over its canonical bytes, for ``actor``.
+
+    Raises:
+        AuthError: why it is refused (docs/protocol.md §11).
+        WireFormatError: it is not in the layout that can be signed.
+    """
+    sections = read_message(data)
+    if sections is None:
+        raise WireFormatError(
+            "a signed message must be one properties, one application-properties and "
+            "one data section of the types docs/protocol.md lists"
+        )
+    properties, app, body = sections
+    properties = properties + [None] * (10 - len(properties))
+    if properties[0] is None:
+        raise WireFormatError("message has no message-id property")
+    message_id = str(properties[0])
+    try:
+        verified = verifier.verify(
+            app,
+            _canonical(actor, properties, app, body),
+            message_id=message_id,
+            creation_ms=properties[9],
+        )
+    except AuthError as exc:
+        # for the log line: which message, and which key it claims
+        exc.message_id = message_id  # type: ignore[attr-defined]
+        exc.key_id = app.get("sig_key")  # type: ignore[attr-defined]
+        raise
+    return sections, verified
+
+
+def _canonical(actor: str, properties: list[Any], app: dict[Any, Any], body: bytes) -> bytes:
+    def text(value: object) -> str | None:
+        return None if value is None else str(value)
+
+    return canonical_bytes(
+        to=actor,
+        subject=text(properties[3]) or "",
+        message_id=str(properties[0]),
+        correlation_id=text(properties[5]),
+        reply_to=text(properties[4]),
+        creation_ms=properties[9],
+        expiry_ms=properties[8],
+        kind=str(app.get("kind") or "command"),
+        headers=app,
+        body=body,
+    )
+
+
+def _refuse_delivery(
+    engine: Engine,
+    actor: str,
+    settle: Callable[[Outcome], None] | None,
+    condition: str,
+    description: str,
+    error: Exception,
+) -> None:
+    log(
+        "actorctl:delivery:rejected",
+        peer=engine.peer,
+        actor=actor,
+        condition=condition,
+        description=description,
+        message_id=getattr(error, "message_id", None),
+        key=getattr(error, "key_id", None),
+    )
+    if settle is not None:
+        settle(Outcome.rejected(condition, description))

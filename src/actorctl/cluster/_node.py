@@ -23,7 +23,17 @@ from proton import Link, SSLDomain
 from .._errors import AskTimeout, ConfigError
 from .._log import log
 from ..actors import Actor, ActorCell, ActorRef, Address
-from ..mailbox import Envelope, MailboxStatistics, Outcome, encode
+from ..mailbox import (
+    Envelope,
+    Keyring,
+    MailboxStatistics,
+    Outcome,
+    ReplayCache,
+    SessionTable,
+    Verifier,
+    encode,
+)
+from ..mailbox._signing import DEFAULT_SESSION_LIFETIME, DEFAULT_WINDOW
 from ._engine import Engine
 from ._inbound import InboundHandler
 from ._peer import Peer, Pending
@@ -56,8 +66,16 @@ class Node:
         idle_timeout: seconds of silence after which a peer is taken for dead.
         tls: the node's TLS files: every connection it accepts or opens is mutual
             TLS against the cluster CA.
-        insecure: allow plain TCP (no ``tls``): for tests and development only;
-            the node logs a warning when it starts.
+        keyring: the node's identity key (it signs what it sends) and the keys it
+            trusts (every message that reaches one of its inboxes must be signed
+            by one of them, per message or within a session).
+        insecure: allow plain TCP (no ``tls``) and unsigned messages (no
+            ``keyring``): for tests and development only; the node logs a
+            warning when it starts, and on every unsigned message it accepts.
+        auth_window: how far (s) a message's creation time may be from this
+            node's clock; ids of accepted messages are remembered that long.
+        session_lifetime: how long (s) a session this node opens with a peer
+            lasts; it opens the next one at 80% of that.
         clock: wall-clock time in seconds since the epoch (for message times).
     """
 
@@ -70,7 +88,10 @@ class Node:
         port: int = 0,
         idle_timeout: float = 30.0,
         tls: TlsFiles | None = None,
+        keyring: Keyring | None = None,
         insecure: bool = False,
+        auth_window: float = DEFAULT_WINDOW,
+        session_lifetime: float = DEFAULT_SESSION_LIFETIME,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.name = name
@@ -84,8 +105,19 @@ class Node:
                 "(`actorctl certs init` makes them), or insecure=True for plain TCP in "
                 "tests and development"
             )
+        if keyring is None and not insecure:
+            raise ConfigError(
+                f"node {name!r} has no keys: give it keyring=Keyring.load(DIR) "
+                "(`actorctl keys gen NAME --dir DIR` makes them), or insecure=True to "
+                "accept unsigned messages in tests and development"
+            )
         self.tls = tls
         self.insecure = tls is None
+        self.keyring = keyring
+        self.identity = keyring.identity if keyring is not None else None
+        self.auth_window = auth_window
+        self.session_lifetime = session_lifetime
+        self._replays = ReplayCache()
         self._server_domain = tls.server_domain() if tls is not None else None
         self._client_domains = (
             (tls.client_domain(check_name=False), tls.client_domain(check_name=True))
@@ -223,6 +255,19 @@ class Node:
         finally:
             self._forget(engine)
 
+    def new_verifier(self) -> Verifier | None:
+        """What authenticates the messages of one incoming connection: sessions
+        belong to the connection they were opened on; replays are node-wide."""
+        if self.keyring is None:
+            return None
+        return Verifier(
+            self.keyring,
+            SessionTable(),
+            clock=self._clock,
+            window=self.auth_window,
+            replay=self._replays,
+        )
+
     def client_domain(self, host: str) -> SSLDomain | None:
         """TLS settings for a connection this node opens to ``host``."""
         if self._client_domains is None:
@@ -262,9 +307,7 @@ class Node:
     async def send(
         self, address: Address, envelope: Envelope, *, presettled: bool, confirm: bool
     ) -> None:
-        pending = Pending(
-            address.name, encode(envelope), envelope.message_id, presettled=presettled
-        )
+        pending = Pending(address.name, envelope, envelope.message_id, presettled=presettled)
         await self._peer(address).transmit(pending)
         if confirm and not presettled:
             await pending.done.wait()
@@ -282,9 +325,7 @@ class Node:
                 slot.failures.append(pending)
                 slot.done.set()
 
-        pending = Pending(
-            address.name, encode(envelope), envelope.message_id, on_outcome=on_outcome
-        )
+        pending = Pending(address.name, envelope, envelope.message_id, on_outcome=on_outcome)
         try:
             with trio.fail_after(timeout):
                 await peer.transmit(pending)

@@ -9,17 +9,33 @@ again on the next connection if the peer goes away first.
 
 from __future__ import annotations
 
+import functools
 import itertools
+import json
 import random
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final, final
 
+import attrs
 import trio
 from proton import Condition, Delivery, Endpoint, Link, Session
 
 from .._errors import ActorctlError, Modified, Rejected, UnknownActor
 from .._log import log
-from ..mailbox import ACCEPTED, Envelope, Outcome, decode
+from ..mailbox import (
+    ACCEPTED,
+    SESSION_ADDRESS,
+    SESSION_SUBJECT,
+    Envelope,
+    IdentityKey,
+    Outcome,
+    SessionOffer,
+    Signer,
+    decode,
+    encode,
+    sign_ed25519,
+    sign_hmac,
+)
 from . import _raw as raw
 from ._engine import Engine, EngineHandler
 
@@ -62,19 +78,21 @@ remote_condition = raw.remote_condition
 class Pending:
     """One outgoing delivery, kept until the receiver settles it."""
 
-    __slots__ = ("data", "done", "message_id", "on_outcome", "outcome", "path", "presettled")
+    __slots__ = ("done", "message", "message_id", "on_outcome", "outcome", "path", "presettled")
 
     def __init__(
         self,
         path: str,
-        data: bytes,
+        message: Envelope | bytes | bytearray,
         message_id: str,
         *,
         presettled: bool = False,
         on_outcome: Callable[[Outcome], None] | None = None,
     ) -> None:
         self.path = path
-        self.data = data
+        # An envelope is encoded (and signed) when it is sent: a resend after a
+        # reconnect is signed again, within the new connection's session.
+        self.message = message
         self.message_id = message_id
         self.presettled = presettled
         self.on_outcome = on_outcome
@@ -147,6 +165,14 @@ class Peer(EngineHandler):
         self._sends = itertools.count(1)
         self._session: Session | None = None
         self._reply_receiver: Link | None = None
+        self._linked = trio.Event()  # the reply link of the current connection is open
+        # How this node signs what it sends on the current connection: within a
+        # session (HMAC) once one is open, else per message (Ed25519), or not at
+        # all without keys.
+        identity = node.identity
+        self._signer: Signer | None = (
+            None if identity is None else functools.partial(sign_ed25519, identity)
+        )
 
     async def run(self) -> None:
         """Keep a connection to the peer open, reconnecting with backoff."""
@@ -184,7 +210,7 @@ class Peer(EngineHandler):
             self.node._engines.add(engine)
             try:
                 async with trio.open_nursery() as nursery:
-                    nursery.start_soon(self._send_again)
+                    nursery.start_soon(self._prepare, engine)
                     await engine.run()
                     nursery.cancel_scope.cancel()
             except Exception as exc:  # a broken connection must not take the node down
@@ -220,7 +246,10 @@ class Peer(EngineHandler):
                 return
             if engine.closed:
                 continue  # the connection dropped while we waited: try the next one
-            delivery = send(link, b"%x" % next(out.tags), pending.data)
+            message = pending.message
+            if isinstance(message, Envelope):
+                message = encode(message, signer=self._signer, actor=pending.path)
+            delivery = send(link, b"%x" % next(out.tags), message)
             if pending.presettled:
                 _settle_delivery(delivery)
                 pending.resolve(ACCEPTED)
@@ -263,14 +292,74 @@ class Peer(EngineHandler):
         engine.wake()
         return out
 
-    async def _send_again(self) -> None:
-        """After a reconnect, send what the last connection left unsettled."""
-        await self.wait_ready()
+    async def _prepare(self, engine: Engine) -> None:
+        """Once the connection is up: open a session, then let senders in, then
+        send again what the last connection left unsettled, then keep the
+        session renewed."""
+        await self._linked.wait()
+        identity = self.node.identity
+        if identity is not None:
+            self._signer = functools.partial(sign_ed25519, identity)
+            await self._open_session(engine, identity)
+        self._ready.set()
         again, self._resend = self._resend, []
         if again:
             log("actorctl:peer:resending", peer=self.name, deliveries=len(again))
+        now = self.node.now()
         for pending in again:
+            if isinstance(pending.message, Envelope) and identity is not None:
+                # Signed anew (a fresh creation time): a copy of the same bytes
+                # would be refused as a replay.
+                pending.message = attrs.evolve(pending.message, creation_time=now)
             await self.transmit(pending)
+        if identity is not None:
+            while True:
+                await trio.sleep(self.node.session_lifetime * 0.8)
+                await self._open_session(engine, identity)
+
+    async def _open_session(self, engine: Engine, identity: IdentityKey) -> None:
+        """Hand the peer a fresh MAC key in an Ed25519-signed session message
+        (over this TLS link only); sign with it from then on."""
+        node = self.node
+        offer = SessionOffer.new(identity, now=node.now(), lifetime=node.session_lifetime)
+        envelope = Envelope(
+            message_id=node.new_message_id(),
+            to=SESSION_ADDRESS,
+            subject=SESSION_SUBJECT,
+            body=json.loads(offer.body(engine.connection.remote_container or "")),
+            creation_time=node.now(),
+        )
+        pending = Pending(SESSION_ADDRESS, envelope, envelope.message_id, on_outcome=_ignore)
+        await self._transmit_now(engine, pending)
+        await pending.done.wait()
+        if pending.outcome is not None and pending.outcome.state == "accepted":
+            self._signer = functools.partial(sign_hmac, offer.session())
+            log("actorctl:peer:session", peer=self.name, session=offer.id, key=identity.key_id)
+        else:
+            outcome = pending.outcome
+            log(
+                "actorctl:peer:session-refused",
+                peer=self.name,
+                condition=outcome.condition if outcome else None,
+                description=outcome.description if outcome else None,
+                fallback="every message signed with ed25519",
+            )
+
+    async def _transmit_now(self, engine: Engine, pending: Pending) -> None:
+        """Send on this connection before it is ready for everyone else."""
+        out = self._out_link(engine, pending.path)
+        while _link_credit(out.link) <= 0 and out.failure is None and not engine.closed:
+            await out.lot.park()
+        if out.failure is not None or engine.closed:
+            pending.resolve(out.failure or Outcome("released"))
+            return
+        message = pending.message
+        assert isinstance(message, Envelope)
+        identity = self.node.identity
+        assert identity is not None
+        data = encode(message, signer=functools.partial(sign_ed25519, identity), actor=pending.path)
+        out.unsettled[send(out.link, b"%x" % next(out.tags), data)] = pending
+        engine.wake()
 
     # -- events --------------------------------------------------------------------
 
@@ -282,8 +371,8 @@ class Peer(EngineHandler):
             link.close()
             engine.wake()
             return
-        if link is self._reply_receiver or link.name == f"{self.node.node_id}-replies":
-            self._ready.set()
+        if link.name == f"{self.node.node_id}-replies":
+            self._linked.set()
 
     def on_link_remote_close(self, engine: Engine, link: Link) -> None:
         out = self._outs.get(link._impl)
@@ -360,6 +449,7 @@ class Peer(EngineHandler):
     def on_closed(self, engine: Engine) -> None:
         if self.engine is engine:
             self._ready = trio.Event()
+            self._linked = trio.Event()
         for path, out in list(self._links.items()):
             if out.engine is engine:
                 del self._links[path]
@@ -379,3 +469,7 @@ def _drain_if_idle(engine: Engine, out: _OutLink) -> None:
     if lib.pn_link_get_drain(link) and not len(out.lot) and _link_credit(link) > 0:
         lib.pn_link_drained(link)
         engine.wake()
+
+
+def _ignore(outcome: Outcome) -> None:
+    """For deliveries whose outcome the sender reads itself."""

@@ -53,7 +53,7 @@ def recv(link: Any, size: int) -> bytes:
     return bytes(buffer[:got]) if got >= 0 else b""
 
 
-def send(link: Any, tag: bytes, data: bytes) -> Any:
+def send(link: Any, tag: bytes, data: bytes | bytearray) -> Any:
     """Start a delivery on a sender, write it whole, advance; return the delivery."""
     delivery = _delivery(link, (len(tag), _from_buffer(tag)))
     _link_send(link, _from_buffer(data), len(data))

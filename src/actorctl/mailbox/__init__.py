@@ -3,6 +3,8 @@
 This layer imports nothing else from actorctl except the error root.
 """
 
+from ._amqp import Sections as Sections
+from ._amqp import read_message as read_message
 from ._envelope import (
     CONTENT_TYPE_JSON as CONTENT_TYPE_JSON,
 )
@@ -22,8 +24,11 @@ from ._envelope import (
     STATUS_OK as STATUS_OK,
 )
 from ._envelope import Envelope as Envelope
+from ._envelope import Signer as Signer
+from ._envelope import canonical as canonical
 from ._envelope import decode as decode
 from ._envelope import encode as encode
+from ._envelope import from_sections as from_sections
 from ._envelope import json_dumps as json_dumps
 from ._mailbox import ACCEPTED as ACCEPTED
 from ._mailbox import RELEASED as RELEASED
@@ -32,3 +37,17 @@ from ._mailbox import Inbound as Inbound
 from ._mailbox import Mailbox as Mailbox
 from ._mailbox import MailboxStatistics as MailboxStatistics
 from ._mailbox import Outcome as Outcome
+from ._signing import SESSION_ADDRESS as SESSION_ADDRESS
+from ._signing import SESSION_SUBJECT as SESSION_SUBJECT
+from ._signing import AuthError as AuthError
+from ._signing import IdentityKey as IdentityKey
+from ._signing import Keyring as Keyring
+from ._signing import PublicKey as PublicKey
+from ._signing import ReplayCache as ReplayCache
+from ._signing import SessionOffer as SessionOffer
+from ._signing import SessionTable as SessionTable
+from ._signing import Verified as Verified
+from ._signing import Verifier as Verifier
+from ._signing import canonical_bytes as canonical_bytes
+from ._signing import sign_ed25519 as sign_ed25519
+from ._signing import sign_hmac as sign_hmac

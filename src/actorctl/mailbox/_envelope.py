@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import json
 import struct
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 import attrs
 from proton import Message
 
 from .._errors import WireFormatError
-from ._amqp import read_message
+from ._amqp import Sections, read_message
+from ._auth import SIG, SIG_ALG, SIG_KEY, canonical_bytes
 
 __all__ = [
     "CONTENT_TYPE_JSON",
@@ -42,6 +43,7 @@ STATUS_OK: Final = "ok"
 STATUS_ERROR: Final = "error"
 
 # Content types a node refuses outright: bodies only one language can read.
+SIGNATURE_PROPERTIES: Final = (SIG_ALG, SIG_KEY, SIG)
 _FORBIDDEN_CONTENT = ("application/x-python-serialize", "application/python-pickle")
 
 
@@ -109,25 +111,59 @@ class Envelope:
         )
 
 
-def encode(envelope: Envelope) -> bytes:
+#: Signs a message's canonical bytes (docs/protocol.md §11); returns the
+#: application properties that carry the signature.
+Signer = Callable[[bytes], Mapping[str, object]]
+
+
+def encode(envelope: Envelope, *, signer: Signer | None = None, actor: str = "") -> bytes:
     """Encode an envelope as one AMQP 1.0 message (bare message bytes).
 
     Every message crosses this on the hot path, so the fixed layout of
     docs/protocol.md is written directly; headers whose values are not simple
     AMQP types (lists, maps) go through proton's general encoder instead.
+
+    Args:
+        signer: signs the message (per message, or within a session); None sends
+            it unauthenticated.
+        actor: the name of the actor it is for, which the signature covers.
     """
     try:
-        return _encode(envelope)
+        body = json_dumps(envelope.body)
+        extra = None
+        if signer is not None:
+            extra = signer(canonical(envelope, actor, body))
+        return _encode(envelope, body, extra)
     except UnicodeEncodeError as exc:
         raise WireFormatError(
             f"message {envelope.message_id!r}: text that is not valid UTF-8 ({exc.reason})"
         ) from None
 
 
-def _encode(envelope: Envelope) -> bytes:
-    app = _app_properties(envelope)
+def canonical(envelope: Envelope, actor: str, body: bytes) -> bytes:
+    """The bytes a signature over this envelope covers (docs/protocol.md §11.2)."""
+    return canonical_bytes(
+        to=actor,
+        subject=envelope.subject,
+        message_id=envelope.message_id,
+        correlation_id=envelope.correlation_id,
+        reply_to=envelope.reply_to,
+        creation_ms=_ms(envelope.creation_time),
+        expiry_ms=_ms(envelope.expiry_time),
+        kind=envelope.kind,
+        headers=envelope.headers,
+        body=body,
+    )
+
+
+def _ms(seconds: float | None) -> int | None:
+    return None if not seconds else round(seconds * 1000)
+
+
+def _encode(envelope: Envelope, body: bytes, extra: Mapping[str, object] | None) -> bytes:
+    app = _app_properties(envelope, extra)
     if app is None:
-        return _encode_with_proton(envelope)
+        return _encode_with_proton(envelope, body, extra)
     fields = [
         _string(envelope.message_id),
         _NULL,  # user-id
@@ -143,7 +179,6 @@ def _encode(envelope: Envelope) -> bytes:
     while fields[-1] is _NULL:
         fields.pop()
     props = b"".join(fields)
-    body = json_dumps(envelope.body)
     return b"".join(
         (
             _PROPERTIES,
@@ -180,19 +215,26 @@ def _string(text: str) -> bytes:
 
 
 def _timestamp(seconds: float) -> bytes:
-    return b"\x83" + _pack_long(round(seconds * 1000))
+    return b"\x83" + _pack_long(round(seconds * 1000))  # as _ms: the signature covers it
 
 
 _JSON_SYMBOL = b"\xa3" + bytes((len(CONTENT_TYPE_JSON),)) + CONTENT_TYPE_JSON.encode()
 
 
-def _app_properties(envelope: Envelope) -> tuple[bytes, int] | None:
+def _app_properties(
+    envelope: Envelope, extra: Mapping[str, object] | None
+) -> tuple[bytes, int] | None:
     """The application-properties map, or None if a value is not a simple type."""
     parts = [_string("kind"), _string(envelope.kind), _string("lang"), _string("py")]
-    for key, value in envelope.headers.items():
+    items = envelope.headers.items()
+    if extra:
+        items = [*items, *extra.items()]  # type: ignore[assignment]
+    for key, value in items:
         if value is None:
             continue
-        if value is True or value is False:
+        if isinstance(value, bytes):
+            encoded = _binary(value)
+        elif value is True or value is False:
             encoded = _TRUE if value else _FALSE
         elif isinstance(value, str):
             encoded = _string(value)
@@ -207,7 +249,15 @@ def _app_properties(envelope: Envelope) -> tuple[bytes, int] | None:
     return b"".join(parts), len(parts)
 
 
-def _encode_with_proton(envelope: Envelope) -> bytes:
+def _binary(raw: bytes) -> bytes:
+    if len(raw) < 256:
+        return b"\xa0" + bytes((len(raw),)) + raw
+    return b"\xb0" + _pack_size32(len(raw)) + raw
+
+
+def _encode_with_proton(
+    envelope: Envelope, body: bytes, extra: Mapping[str, object] | None
+) -> bytes:
     msg = Message(
         id=envelope.message_id,
         address=envelope.to,
@@ -215,7 +265,7 @@ def _encode_with_proton(envelope: Envelope) -> bytes:
         reply_to=envelope.reply_to,
         correlation_id=envelope.correlation_id,
         content_type=CONTENT_TYPE_JSON,
-        body=json_dumps(envelope.body),
+        body=body,
         inferred=True,  # bytes go in a data section, not an amqp-value
     )
     if envelope.creation_time is not None:
@@ -223,7 +273,7 @@ def _encode_with_proton(envelope: Envelope) -> bytes:
     if envelope.expiry_time is not None:
         msg.expiry_time = envelope.expiry_time
     props: dict[str, Any] = {"kind": envelope.kind, "lang": "py"}
-    for key, value in envelope.headers.items():
+    for key, value in [*envelope.headers.items(), *(extra or {}).items()]:
         if value is not None:
             props[key] = value
     msg.properties = props  # type: ignore[assignment]
@@ -240,6 +290,12 @@ def decode(data: bytes) -> Envelope:
     sections = read_message(data)
     if sections is None:
         return _decode_with_proton(data)
+    return from_sections(sections)
+
+
+def from_sections(sections: Sections) -> Envelope:
+    """The envelope of a message ``read_message`` parsed (the body is JSON-decoded
+    only now, so that a receiver can authenticate it first)."""
     properties, app, raw = sections
     properties = properties + [None] * (10 - len(properties))
     message_id = properties[0]
@@ -327,6 +383,8 @@ def _envelope(
             "command, event, document"
         )
     props.pop("lang", None)
+    for key in SIGNATURE_PROPERTIES:
+        props.pop(key, None)
     if not subject and kind != KIND_DOCUMENT:
         raise WireFormatError(f"message {message_id}: no subject (the handler name)")
     return Envelope(

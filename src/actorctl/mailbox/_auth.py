@@ -1,0 +1,194 @@
+"""The vocabulary of message authentication and its canonical byte form.
+
+docs/protocol.md §11 is normative; docs/test-vectors.json pins it to this code.
+The rest of the feature is in ``_keys`` (Ed25519 keys, the keyring) and
+``_signing`` (signing, sessions, verification), which re-exports it all.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import struct
+import uuid
+from collections.abc import Mapping
+from json.encoder import encode_basestring
+from typing import Final
+
+from .._errors import ActorctlError, WireFormatError
+
+__all__ = [
+    "BAD_SESSION",
+    "BAD_SIGNATURE",
+    "ED25519",
+    "HMAC_SHA256",
+    "PREFIX",
+    "REPLAY",
+    "SESSION_ADDRESS",
+    "SESSION_SUBJECT",
+    "SIG",
+    "SIG_ALG",
+    "SIG_KEY",
+    "STALE",
+    "UNAUTHENTICATED",
+    "UNKNOWN_KEY",
+    "UNKNOWN_SESSION",
+    "AuthError",
+    "canonical_bytes",
+]
+
+# AMQP error conditions, one per reason a message is refused (docs/protocol.md §11.7).
+UNAUTHENTICATED: Final = "actorctl:unauthenticated"
+UNKNOWN_KEY: Final = "actorctl:unknown-key"
+UNKNOWN_SESSION: Final = "actorctl:unknown-session"
+BAD_SIGNATURE: Final = "actorctl:bad-signature"
+STALE: Final = "actorctl:stale"
+REPLAY: Final = "actorctl:replay"
+BAD_SESSION: Final = "actorctl:bad-session"
+
+# The signature application properties and the two forms.
+SIG_ALG: Final = "sig_alg"
+SIG_KEY: Final = "sig_key"
+SIG: Final = "sig"
+ED25519: Final = "ed25519"
+HMAC_SHA256: Final = "hmac-sha256"
+
+# Session messages go to this node address, with this subject.
+SESSION_ADDRESS: Final = "$session"
+SESSION_SUBJECT: Final = "$session"
+
+
+class AuthError(ActorctlError):
+    """A message failed authentication; the receiver settles it ``rejected``.
+
+    Attributes:
+        condition: the AMQP error condition (``actorctl:bad-signature``, ...).
+        description: what was wrong, for people (logs and the outcome's description).
+    """
+
+    def __init__(self, condition: str, description: str) -> None:
+        super().__init__(f"{condition}: {description}")
+        self.condition = condition
+        self.description = description
+
+
+# --- The canonical byte form (docs/protocol.md §11.2) --------------------------------
+
+PREFIX: Final = b"actorctl-auth-v1\n"
+_ABSENT: Final = b"\xff\xff\xff\xff"
+_u32 = struct.Struct(">I").pack
+_UNCOVERED: Final = frozenset({"kind", "lang", SIG_ALG, SIG_KEY, SIG})
+_NO_HEADERS: Final = _u32(0)
+_json_string = encode_basestring  # what json.dumps(..., ensure_ascii=False) uses
+
+
+def _uuid_text(value: object) -> object:
+    # proton decodes a uuid value to uuid.UUID, actorctl's own reader to its text.
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    raise TypeError(f"{type(value).__name__} is not a JSON value")
+
+
+_header_json = json.JSONEncoder(
+    separators=(",", ":"), ensure_ascii=False, sort_keys=True, default=_uuid_text
+).encode
+
+
+def canonical_bytes(
+    *,
+    to: str,
+    subject: str,
+    message_id: str,
+    correlation_id: str | None,
+    reply_to: str | None,
+    creation_ms: int | None,
+    expiry_ms: int | None,
+    kind: str,
+    headers: Mapping[str, object],
+    body: bytes,
+) -> bytes:
+    """The bytes that both authentication forms cover (docs/protocol.md §11.2).
+
+    ``PREFIX``, then each field as a 4-byte big-endian length and its UTF-8
+    bytes, in the order of the parameters. An absent field (None, or an empty
+    ``correlation_id``/``reply_to``, or a time of 0) is the length 0xFFFFFFFF
+    alone. Times are decimal ASCII. Headers are counted, sorted by key and written
+    as key and JSON value; ``kind``, ``lang``, the signature properties and null
+    values are left out.
+
+    Args:
+        to: the *actor name* the message is for, as the receiver resolved it from
+            the link target (``calculator``, not a URL), so that a message cannot
+            be replayed to another actor; ``$session`` for session messages.
+        subject: the handler name.
+        message_id: the message-id property.
+        correlation_id: the correlation-id property, if any.
+        reply_to: the reply-to property, if any.
+        creation_ms: the creation-time property, ms since the epoch, as on the wire.
+        expiry_ms: the absolute-expiry-time property, ms since the epoch.
+        kind: ``command``, ``event`` or ``document``.
+        headers: the application properties (those not covered are skipped here).
+        body: the bytes of the data section exactly as on the wire.
+
+    Raises:
+        WireFormatError: text that is not valid UTF-8, or a header value JSON
+            cannot hold (binary, a described type, ...).
+    """
+    # Written out flat, not in a loop: this runs on every message a node receives.
+    try:
+        t, s, m, k = to.encode(), subject.encode(), message_id.encode(), kind.encode()
+        c = _u32(len(x := correlation_id.encode())) + x if correlation_id else _ABSENT
+        r = _u32(len(x := reply_to.encode())) + x if reply_to else _ABSENT
+        h = _headers(headers)
+    except UnicodeEncodeError as exc:
+        raise WireFormatError(
+            f"message {message_id!r}: text that is not valid UTF-8 ({exc.reason})"
+        ) from None
+    cr = _u32(len(x := b"%d" % creation_ms)) + x if creation_ms else _ABSENT
+    ex = _u32(len(x := b"%d" % expiry_ms)) + x if expiry_ms else _ABSENT
+    # fmt: off
+    return b"".join((
+        PREFIX, _u32(len(t)), t, _u32(len(s)), s, _u32(len(m)), m, c, r, cr, ex,
+        _u32(len(k)), k, h, _u32(len(body)), body,
+    ))
+    # fmt: on
+
+
+def _headers(headers: Mapping[str, object]) -> bytes:
+    """The header count, then each covered header's key and JSON value, by key."""
+    try:
+        items = [
+            (key.encode(), _json_value(key, value))
+            for key, value in headers.items()
+            if value is not None and key not in _UNCOVERED
+        ]
+    except AttributeError:  # a key that is not a string has no encode()
+        keys = [key for key in headers if not isinstance(key, str)]
+        raise WireFormatError(f"application property keys must be strings, not {keys}") from None
+    if not items:
+        return _NO_HEADERS
+    if len(items) > 1:
+        items.sort()
+    parts = [_u32(len(items))]
+    for key_bytes, value_bytes in items:
+        parts += (_u32(len(key_bytes)), key_bytes, _u32(len(value_bytes)), value_bytes)
+    return b"".join(parts)
+
+
+def _json_value(key: str, value: object) -> bytes:
+    """The JSON text of a header value; the common types skip the encoder's setup."""
+    if isinstance(value, str):
+        return _json_string(value).encode()
+    if value is True or value is False:
+        return b"true" if value else b"false"
+    if isinstance(value, int):
+        return b"%d" % value
+    if isinstance(value, float) and math.isfinite(value):
+        return float.__repr__(value).encode()  # what json writes: shortest round-trip
+    try:
+        return _header_json(value).encode()
+    except (TypeError, ValueError) as exc:
+        raise WireFormatError(
+            f"application property {key!r} cannot be authenticated ({exc}): use null, "
+            "boolean, integer, double or string values"
+        ) from None

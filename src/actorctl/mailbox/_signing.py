@@ -1,0 +1,472 @@
+"""Message authentication: signing, HMAC sessions, replays and verification.
+
+docs/protocol.md §11 is normative and docs/test-vectors.json pins it to this
+code. This is the feature's one front module: it re-exports the canonical form
+(``_auth``) and the keys (``_keys``). Everything is pure (no sockets, no tasks).
+A receiver calls :func:`canonical_bytes` and :meth:`Verifier.verify` on every
+message, so the hot path is a few dictionary lookups, one HMAC (or one Ed25519
+verification) and no allocation it can avoid.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hmac
+import json
+import os
+import re
+import struct
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Final, NamedTuple, final
+
+from ._auth import BAD_SESSION as BAD_SESSION
+from ._auth import BAD_SIGNATURE as BAD_SIGNATURE
+from ._auth import ED25519 as ED25519
+from ._auth import HMAC_SHA256 as HMAC_SHA256
+from ._auth import PREFIX as PREFIX
+from ._auth import REPLAY as REPLAY
+from ._auth import SESSION_ADDRESS as SESSION_ADDRESS
+from ._auth import SESSION_SUBJECT as SESSION_SUBJECT
+from ._auth import SIG as SIG
+from ._auth import SIG_ALG as SIG_ALG
+from ._auth import SIG_KEY as SIG_KEY
+from ._auth import STALE as STALE
+from ._auth import UNAUTHENTICATED as UNAUTHENTICATED
+from ._auth import UNKNOWN_KEY as UNKNOWN_KEY
+from ._auth import UNKNOWN_SESSION as UNKNOWN_SESSION
+from ._auth import AuthError as AuthError
+from ._auth import canonical_bytes as canonical_bytes
+from ._keys import IdentityKey as IdentityKey
+from ._keys import Keyring as Keyring
+from ._keys import PublicKey as PublicKey
+from ._keys import key_id as key_id
+
+__all__ = [
+    "BAD_SESSION",
+    "BAD_SIGNATURE",
+    "DEFAULT_SESSION_LIFETIME",
+    "DEFAULT_WINDOW",
+    "ED25519",
+    "HMAC_SHA256",
+    "MAX_SESSION_LIFETIME",
+    "PREFIX",
+    "REPLAY",
+    "SESSION_ADDRESS",
+    "SESSION_SUBJECT",
+    "SIG",
+    "SIG_ALG",
+    "SIG_KEY",
+    "STALE",
+    "UNAUTHENTICATED",
+    "UNKNOWN_KEY",
+    "UNKNOWN_SESSION",
+    "AuthError",
+    "IdentityKey",
+    "Keyring",
+    "PublicKey",
+    "ReplayCache",
+    "Session",
+    "SessionOffer",
+    "SessionTable",
+    "Verified",
+    "Verifier",
+    "canonical_bytes",
+    "key_id",
+    "sign_ed25519",
+    "sign_hmac",
+]
+
+DEFAULT_WINDOW: Final = 300.0
+DEFAULT_SESSION_LIFETIME: Final = 3600.0
+MAX_SESSION_LIFETIME: Final = 86400.0
+_u32 = struct.Struct(">I").pack
+
+
+def sign_ed25519(key: IdentityKey, canonical: bytes) -> dict[str, object]:
+    """The signature application properties of the per-message form."""
+    return {SIG_ALG: ED25519, SIG_KEY: key.key_id, SIG: key.sign(canonical)}
+
+
+def sign_hmac(session: Session, canonical: bytes) -> dict[str, object]:
+    """The signature application properties of a message within ``session``."""
+    return {
+        SIG_ALG: HMAC_SHA256,
+        SIG_KEY: session.id,
+        SIG: hmac.digest(session.mac_key, canonical, "sha256"),
+    }
+
+
+# --- Sessions ------------------------------------------------------------------------
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Session:
+    """A MAC key that a receiver holds for one sender (the issuer).
+
+    Attributes:
+        id: 32 hex digits; what ``sig_key`` carries.
+        mac_key: the 32-byte HMAC-SHA256 key (not shown by repr).
+        issuer_key_id: the key id of the Ed25519 key that signed the session message.
+        expires: seconds since the epoch; the session is unknown from then on.
+    """
+
+    id: str
+    mac_key: bytes = field(repr=False)
+    issuer_key_id: str
+    expires: float
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class SessionOffer:
+    """What a sender makes to open a session: see :meth:`new` and :meth:`body`."""
+
+    id: str
+    mac_key: bytes = field(repr=False)
+    expires: float
+    issuer_key_id: str
+
+    @classmethod
+    def new(
+        cls, identity: IdentityKey, *, now: float, lifetime: float = DEFAULT_SESSION_LIFETIME
+    ) -> SessionOffer:
+        """A fresh random MAC key and session id, expiring ``lifetime`` s from ``now``.
+
+        Open the next session before this one expires (say at 80% of its
+        lifetime): both stay valid until their own expiry.
+        """
+        return cls(os.urandom(16).hex(), os.urandom(32), now + lifetime, identity.key_id)
+
+    def body(self, node: str) -> bytes:
+        """The JSON body of the session message for the receiving ``node``.
+
+        Send it as a command with subject ``$session`` to the address ``$session``,
+        signed with :func:`sign_ed25519` by the issuer's key, over TLS only: it
+        carries the MAC key in the clear.
+        """
+        doc = {
+            "session": self.id,
+            "key": base64.b64encode(self.mac_key).decode(),
+            "expires_ms": round(self.expires * 1000),
+            "node": node,
+        }
+        return json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
+
+    def session(self) -> Session:
+        """The sender's own copy, for :func:`sign_hmac`."""
+        return Session(self.id, self.mac_key, self.issuer_key_id, self.expires)
+
+
+class Verified(NamedTuple):
+    """Who vouched for a message: an Ed25519 key id, and the form (``ed25519`` or
+    ``hmac-sha256``; for a session, ``key_id`` is the session's issuer)."""
+
+    key_id: str
+    form: str
+
+
+@final
+class SessionTable:
+    """The sessions a receiver holds, at most ``max_sessions`` in all and
+    ``per_issuer`` for one issuer (the oldest one goes first). Expired sessions
+    are dropped when looked up."""
+
+    def __init__(self, max_sessions: int = 4096, per_issuer: int = 16) -> None:
+        if max_sessions < 1 or per_issuer < 1:
+            raise ValueError("a session table holds at least one session")
+        self.max_sessions = max_sessions
+        self.per_issuer = per_issuer
+        self._sessions: dict[str, tuple[Session, Verified]] = {}
+
+    def __len__(self) -> int:
+        return len(self._sessions)
+
+    def add(self, session: Session, now: float) -> None:
+        """Hold ``session`` until it expires (or the bounds push it out). Sessions
+        that have expired at ``now`` go first. O(n): sessions open rarely.
+
+        Raises:
+            AuthError: ``actorctl:bad-session`` if its id is in use already.
+        """
+        same_issuer = []
+        for sid, (held, _) in list(self._sessions.items()):
+            if held.expires <= now:
+                del self._sessions[sid]
+            elif held.issuer_key_id == session.issuer_key_id:
+                same_issuer.append(sid)
+        if session.id in self._sessions:
+            raise AuthError(BAD_SESSION, f"session {session.id} is open already")
+        if len(same_issuer) >= self.per_issuer:
+            del self._sessions[same_issuer[0]]
+        elif len(self._sessions) >= self.max_sessions:
+            del self._sessions[next(iter(self._sessions))]
+        self._sessions[session.id] = (session, Verified(session.issuer_key_id, HMAC_SHA256))
+
+    def get(self, session_id: str, now: float) -> Session | None:
+        """The session with that id unless it has expired at ``now``."""
+        entry = self._find(session_id, now)
+        return None if entry is None else entry[0]
+
+    def _find(self, session_id: str, now: float) -> tuple[Session, Verified] | None:
+        entry = self._sessions.get(session_id)
+        if entry is not None and entry[0].expires <= now:
+            del self._sessions[session_id]
+            return None
+        return entry
+
+
+# --- Replays -------------------------------------------------------------------------
+
+
+@final
+class ReplayCache:
+    """The (key id, message id) pairs accepted recently.
+
+    Each entry is kept until the time (in ms) it was added with: past that, a
+    copy of the message would be outside the time window anyway. At most
+    ``max_entries`` are kept: when a flood of messages exceeds that within one
+    window, the oldest go early, and a replay of one of those would be accepted.
+    Entries are purged from the oldest end as each new one is added, so every
+    call is O(1) amortized.
+    """
+
+    def __init__(self, max_entries: int = 100_000) -> None:
+        if max_entries < 1:
+            raise ValueError("a replay cache holds at least one entry")
+        self.max_entries = max_entries
+        self._until: dict[tuple[str, str], float] = {}
+        self._order: deque[tuple[float, tuple[str, str]]] = deque()
+
+    def __len__(self) -> int:
+        return len(self._until)
+
+    def check_and_add(self, key: tuple[str, str], *, until_ms: float, now_ms: float) -> bool:
+        """True if ``key`` was added before and is still held at ``now_ms``;
+        otherwise add it, to be held until ``until_ms``, and return False."""
+        order, held = self._order, self._until
+        while order and order[0][0] < now_ms:
+            self._drop(*order.popleft())
+        seen = held.get(key)
+        if seen is not None and seen >= now_ms:
+            return True
+        held[key] = until_ms
+        order.append((until_ms, key))
+        if len(order) > self.max_entries:
+            self._drop(*order.popleft())
+        return False
+
+    def forget(self, key: tuple[str, str]) -> None:
+        """Accept ``key`` once more (its message was not executed, e.g. released)."""
+        self._until.pop(key, None)
+
+    def _drop(self, until_ms: float, key: tuple[str, str]) -> None:
+        if self._until.get(key) == until_ms:
+            del self._until[key]
+
+
+# --- Verification --------------------------------------------------------------------
+
+
+@final
+class Verifier:
+    """Authenticates incoming messages (docs/protocol.md §11.6).
+
+    Args:
+        keyring: the trusted keys; read once, here (build a new verifier to reload).
+        sessions: the sessions opened with this receiver.
+        clock: the wall clock, seconds since the epoch.
+        window: how far (s) a message's creation-time may be from the clock.
+        replay: remembers accepted message ids; by default a fresh :class:`ReplayCache`.
+        max_session_lifetime: the longest session (s) this receiver accepts.
+    """
+
+    def __init__(
+        self,
+        keyring: Keyring,
+        sessions: SessionTable,
+        *,
+        clock: Callable[[], float] = time.time,
+        window: float = DEFAULT_WINDOW,
+        replay: ReplayCache | None = None,
+        max_session_lifetime: float = MAX_SESSION_LIFETIME,
+    ) -> None:
+        self.sessions = sessions
+        self.replay = ReplayCache() if replay is None else replay
+        self.window = window
+        self.max_session_lifetime = max_session_lifetime
+        self._clock = clock
+        self._window_ms = window * 1000.0
+        self._keys = {k.key_id: (k, Verified(k.key_id, ED25519)) for k in keyring.public_keys()}
+
+    def verify(
+        self,
+        headers: Mapping[str, object],
+        canonical: bytes,
+        *,
+        message_id: str,
+        creation_ms: int | None,
+    ) -> Verified:
+        """Check a message's signature, time and novelty, in that order.
+
+        Args:
+            headers: its application properties (``sig_alg``, ``sig_key``, ``sig``).
+            canonical: its :func:`canonical_bytes`.
+            message_id: its message-id.
+            creation_ms: its creation-time property (ms since the epoch).
+
+        Returns:
+            who vouched for it. Its (key id, message id) is now remembered.
+
+        Raises:
+            AuthError: with the condition that says why it is refused.
+        """
+        alg, sig_key, sig = headers.get(SIG_ALG), headers.get(SIG_KEY), headers.get(SIG)
+        if not isinstance(sig_key, str) or not isinstance(sig, bytes):
+            raise _malformed(message_id, alg, sig_key, sig)
+        now = self._clock()
+        if alg == HMAC_SHA256:
+            entry = self.sessions._find(sig_key, now)
+            if entry is None:
+                raise AuthError(
+                    UNKNOWN_SESSION, f"message {message_id}: session {sig_key} is unknown or over"
+                )
+            if not hmac.compare_digest(hmac.digest(entry[0].mac_key, canonical, "sha256"), sig):
+                raise AuthError(BAD_SIGNATURE, f"message {message_id}: HMAC does not match")
+            verified = entry[1]
+        elif alg == ED25519:
+            found = self._keys.get(sig_key)
+            if found is None:
+                raise AuthError(
+                    UNKNOWN_KEY, f"message {message_id}: signed by unknown key {sig_key}"
+                )
+            try:
+                found[0].verify(sig, canonical)
+            except AuthError as exc:
+                raise AuthError(BAD_SIGNATURE, f"message {message_id}: {exc.description}") from None
+            verified = found[1]
+        else:
+            raise _malformed(message_id, alg, sig_key, sig)
+        self._check_fresh(message_id, creation_ms, verified, now * 1000.0)
+        return verified
+
+    def _check_fresh(
+        self, message_id: str, creation_ms: int | None, verified: Verified, now_ms: float
+    ) -> None:
+        window_ms = self._window_ms
+        if not creation_ms or not (now_ms - window_ms <= creation_ms <= now_ms + window_ms):
+            raise AuthError(
+                STALE,
+                f"message {message_id}: creation-time {creation_ms} is not within "
+                f"{self.window:g} s of the receiver's clock ({now_ms:.0f})",
+            )
+        key = (verified.key_id, message_id)
+        if self.replay.check_and_add(key, until_ms=creation_ms + window_ms, now_ms=now_ms):
+            raise AuthError(
+                REPLAY, f"message {message_id} from key {verified.key_id} was accepted already"
+            )
+
+    def forget(self, verified: Verified, message_id: str) -> None:
+        """Let the same message in again: call it when the receiver did not execute
+        it (settled ``released``/``modified``, or refused for a full mailbox), since
+        a sender may then send the same bytes again."""
+        self.replay.forget((verified.key_id, message_id))
+
+    def accept_session(
+        self,
+        headers: Mapping[str, object],
+        canonical: bytes,
+        *,
+        message_id: str,
+        creation_ms: int | None,
+        body: bytes,
+        node: str,
+    ) -> Session:
+        """Verify a session message (subject ``$session``) and hold its session.
+
+        Args:
+            headers, canonical, message_id, creation_ms: as for :meth:`verify`.
+            body: the raw body that ``canonical`` ends with.
+            node: this receiver's node name; the session must name it.
+
+        Raises:
+            AuthError: any condition of :meth:`verify`, or ``actorctl:bad-session``:
+                not Ed25519-signed, for another node, a bad body or expiry.
+        """
+        if not canonical.endswith(_u32(len(body)) + body):
+            raise ValueError("body is not the body that the canonical bytes cover")
+        verified = self.verify(headers, canonical, message_id=message_id, creation_ms=creation_ms)
+        if verified.form != ED25519:
+            raise AuthError(
+                BAD_SESSION, f"message {message_id}: a session message must be signed ed25519"
+            )
+        now = self._clock()
+        session = _read_session(body, verified.key_id, node, now, self.max_session_lifetime)
+        if session is None:
+            raise AuthError(BAD_SESSION, f"message {message_id}: {_session_error(body, node)}")
+        self.sessions.add(session, now)
+        return session
+
+
+def _malformed(message_id: str, alg: object, sig_key: object, sig: object) -> AuthError:
+    if alg is None or sig_key is None or sig is None:
+        return AuthError(
+            UNAUTHENTICATED,
+            f"message {message_id} is not signed: it needs the application properties "
+            "sig_alg, sig_key and sig (docs/protocol.md §11)",
+        )
+    if alg not in (ED25519, HMAC_SHA256):
+        return AuthError(
+            UNAUTHENTICATED, f"message {message_id}: sig_alg {alg!r} is not ed25519 or hmac-sha256"
+        )
+    return AuthError(
+        BAD_SIGNATURE,
+        f"message {message_id}: sig_key must be a string and sig binary "
+        f"(got {type(sig_key).__name__} and {type(sig).__name__})",
+    )
+
+
+_SESSION_ID = re.compile(r"[0-9a-f]{32}")
+
+
+def _read_session(
+    body: bytes, issuer: str, node: str, now: float, max_lifetime: float
+) -> Session | None:
+    """The session a session message's body opens, or None if it is not valid."""
+    try:
+        doc = json.loads(body)
+        sid, expires_ms = doc["session"], doc["expires_ms"]
+        mac_key = base64.b64decode(doc["key"], validate=True)
+        for_node = doc["node"]
+    except (ValueError, TypeError, KeyError, binascii.Error):
+        return None
+    if (
+        not isinstance(sid, str)
+        or not _SESSION_ID.fullmatch(sid)
+        or len(mac_key) != 32
+        or for_node != node
+        or type(expires_ms) is not int
+        or not now < expires_ms / 1000 <= now + max_lifetime
+    ):
+        return None
+    return Session(sid, mac_key, issuer, expires_ms / 1000)
+
+
+def _session_error(body: bytes, node: str) -> str:
+    """Says what is wrong with a session body that :func:`_read_session` refused."""
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        return "session body is not JSON"
+    if not isinstance(doc, dict):
+        return "session body is not a JSON object"
+    if doc.get("node") != node:
+        return f"session is for node {doc.get('node')!r}, not this node ({node!r})"
+    return (
+        "session body needs session (32 hex digits), key (32 bytes, base64), node and "
+        "expires_ms (an integer, in the future, within the longest session lifetime)"
+    )
