@@ -118,3 +118,49 @@ async def test_node_run_with_a_bad_target_says_what_is_wrong() -> None:
     )
     assert result.returncode == 2
     assert b"cannot import module 'tests.nonexistent'" in result.stderr
+
+
+async def test_a_secure_cluster_from_the_command_line(
+    tmp_path: Path, nursery: trio.Nursery
+) -> None:
+    # Given certificates and keys made with the CLI itself
+    for args in (
+        ["certs", "init", str(tmp_path / "certs"), "--node", "vault", "--node", "cli"],
+        ["keys", "gen", "vault", "--dir", str(tmp_path / "keys")],
+        ["keys", "gen", "cli", "--dir", str(tmp_path / "keys")],
+    ):
+        made = await _run(*args, insecure=False)
+        assert made.returncode == 0, made.stderr
+    listed = await _run("keys", "list", "--dir", str(tmp_path / "keys"), insecure=False)
+    assert b"vault" in listed.stdout
+    assert b"private+public" in listed.stdout
+    secure = ["--certs", str(tmp_path / "certs"), "--keys", str(tmp_path / "keys")]
+    port = _free_port()
+    command = [*ACTORCTL, "node", "run", "tests.actors:Calculator", "--name", "vault",
+               "--listen", f"127.0.0.1:{port}", *secure]  # fmt: skip
+    proc: trio.Process = await nursery.start(
+        functools.partial(trio.run_process, command, cwd=ROOT, stdout=subprocess.PIPE, check=False)
+    )
+    assert proc.stdout is not None
+    buffer = b""
+    with trio.fail_after(20):
+        while b"actorctl:node:ready" not in buffer:
+            chunk = await proc.stdout.receive_some(4096)
+            assert chunk, "the node exited before it was ready"
+            buffer += chunk
+    # When the CLI calls it over mutual TLS, signing with its own key
+    address = f"amqps://127.0.0.1:{port}/calculator"
+    result = await _run("call", address, "add", "20", "22", *secure, insecure=False)
+    # Then it gets the answer, and the node never warned about being insecure
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == 42
+    without = await _run("call", address, "add", "1", "1", insecure=False)
+    assert without.returncode == 2
+    assert b"--certs DIR" in without.stderr
+    proc.send_signal(signal.SIGINT)
+    with trio.fail_after(20):
+        while chunk := await proc.stdout.receive_some(4096):
+            buffer += chunk
+        await proc.wait()
+    assert b"actorctl:node:insecure" not in buffer
+    assert b"actorctl:delivery:unauthenticated" not in buffer

@@ -11,7 +11,6 @@ import json
 import signal
 import sys
 from collections.abc import Iterable, Mapping
-from pathlib import Path
 from typing import IO, Any
 
 import asyncclick as click
@@ -20,7 +19,9 @@ import trio
 
 from .._errors import ActorctlError, ConfigError, DeliveryError, RemoteError
 from ..actors import Actor, Address
-from ..cluster import Node, TlsFiles, open_node
+from ..cluster import Node, open_node
+from ._keys import certs, keys
+from ._options import Security, security_options
 
 __all__ = ["main"]
 
@@ -36,43 +37,13 @@ def cli() -> None:
     """actorctl: supervised actors reachable over AMQP 1.0 peer links."""
 
 
+cli.add_command(keys)
+cli.add_command(certs)
+
+
 @cli.group()
 def node() -> None:
     """Run a node."""
-
-
-def _security(command: Any) -> Any:
-    """The options that say how a process proves who it is and checks others."""
-    command = click.option(
-        "--insecure",
-        is_flag=True,
-        help="Plain TCP, no TLS: for tests and development only (logs a warning).",
-    )(command)
-    command = click.option(
-        "--cert-name",
-        default=None,
-        help="Which certificate in --certs is ours (default: the node name).",
-    )(command)
-    return click.option(
-        "--certs",
-        "certs_dir",
-        type=click.Path(file_okay=False, path_type=Path),
-        default=None,
-        help="Directory made by `actorctl certs init`: mutual TLS with the cluster CA.",
-    )(command)
-
-
-def _tls(
-    certs_dir: Path | None, cert_name: str | None, default_name: str, insecure: bool
-) -> TlsFiles | None:
-    if certs_dir is None:
-        if not insecure:
-            _fail(
-                "no TLS: pass --certs DIR (made by `actorctl certs init DIR --node NAME`) "
-                "or --insecure for plain TCP in development"
-            )
-        return None
-    return TlsFiles.from_dir(certs_dir, cert_name or default_name)
 
 
 @node.command("run")
@@ -85,16 +56,14 @@ def _tls(
 @click.option(
     "--log", "log_path", default="-", show_default=True, help="Log file ('-' for stdout)."
 )
-@_security
+@security_options
 async def node_run(
     target: str,
     listen: str,
     name: str | None,
     grace: float,
     log_path: str,
-    certs_dir: Path | None,
-    cert_name: str | None,
-    insecure: bool,
+    security: Security,
 ) -> None:
     """Run a node hosting the actors that MODULE:OBJECT names.
 
@@ -106,8 +75,7 @@ async def node_run(
         actors = _load(target)
         host, port = _parse_listen(listen)
         node_name = name or f"node-{port}"
-        tls = _tls(certs_dir, cert_name, node_name, insecure)
-        server = Node(node_name, actors, host=host, port=port, tls=tls, insecure=insecure)
+        server = Node(node_name, actors, host=host, port=port, **security.node_options(node_name))
     except ConfigError as exc:
         _fail(str(exc))
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
@@ -136,7 +104,7 @@ _TIMEOUT = click.option("--timeout", default=10.0, show_default=True, help="Seco
 @_KW
 @_TIMEOUT
 @click.option("--at-most-once", is_flag=True, help="Send pre-settled; do not wait for the outcome.")
-@_security
+@security_options
 async def send(
     address: str,
     handler: str,
@@ -144,9 +112,7 @@ async def send(
     kwargs: tuple[str, ...],
     timeout: float,
     at_most_once: bool,
-    certs_dir: Path | None,
-    cert_name: str | None,
-    insecure: bool,
+    security: Security,
 ) -> None:
     """Send a message to ADDRESS's HANDLER and wait until it is handled.
 
@@ -163,7 +129,7 @@ async def send(
             await ref.deliver(handler, *_values(args), **_keywords(kwargs))
         click.echo(f"{'sent' if at_most_once else 'accepted'}: {handler} on {target}")
 
-    await _one_shot(address, timeout, go, _tls(certs_dir, cert_name, "client", insecure))
+    await _one_shot(address, timeout, go, security)
 
 
 @cli.command()
@@ -172,16 +138,14 @@ async def send(
 @_ARGS
 @_KW
 @_TIMEOUT
-@_security
+@security_options
 async def call(
     address: str,
     handler: str,
     args: tuple[str, ...],
     kwargs: tuple[str, ...],
     timeout: float,
-    certs_dir: Path | None,
-    cert_name: str | None,
-    insecure: bool,
+    security: Security,
 ) -> None:
     """Call ADDRESS's HANDLER and print its result as JSON.
 
@@ -194,16 +158,17 @@ async def call(
         result = await ref.ask(handler, *_values(args), **_keywords(kwargs))
         click.echo(json.dumps(result))
 
-    await _one_shot(address, timeout, go, _tls(certs_dir, cert_name, "client", insecure))
+    await _one_shot(address, timeout, go, security)
 
 
-async def _one_shot(address: str, timeout: float, go: Any, tls: TlsFiles | None) -> None:
+async def _one_shot(address: str, timeout: float, go: Any, security: Security) -> None:
     try:
         target = Address.parse(address)
+        options = security.node_options("cli")
     except ConfigError as exc:
         _fail(str(exc))
     try:
-        async with open_node("cli", host=None, grace=0.5, tls=tls, insecure=tls is None) as client:
+        async with open_node("cli", host=None, grace=0.5, **options) as client:
             with trio.fail_after(timeout + 1.0):
                 await go(client, target)
     except* RemoteError as group:

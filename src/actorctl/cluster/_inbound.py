@@ -346,9 +346,7 @@ def _settle(engine: Engine, delivery: Any, outcome: Outcome) -> None:
         lib.pn_decref(delivery)
 
 
-def _authenticate(
-    verifier: Verifier, actor: str, data: bytes
-) -> tuple[Sections, Verified]:
+def _authenticate(verifier: Verifier, actor: str, data: bytes) -> tuple[Sections, Verified]:
     """Check a message's signature over its canonical bytes, for ``actor``.
 
     Raises:
