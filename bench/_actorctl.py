@@ -20,9 +20,10 @@ from pathlib import Path
 from typing import Any
 
 import trio
-import trustme
 
 from actorctl import ActorRef, TlsFiles, open_node
+from actorctl.cluster import init_certs
+from actorctl.mailbox import IdentityKey, Keyring
 
 ROOT = Path(__file__).resolve().parent.parent
 PAD = "x" * 79
@@ -81,19 +82,28 @@ async def _pipelined(ref: ActorRef, count: int) -> float:
 @asynccontextmanager
 async def _bench_node(security: str, directory: Path) -> AsyncIterator[ActorRef]:
     """A node hosting the bench actor in a subprocess, and a ref to it from a
-    client node in this process, with the given security: ``plain`` (TCP) or
-    ``tls`` (mutual TLS)."""
+    client node in this process, with the given security: ``plain`` (TCP,
+    unsigned), ``tls`` (mutual TLS, unsigned), ``ed25519`` (TLS, each message
+    signed) or ``session`` (TLS, HMAC within a session)."""
     port = _free_port()
     command = [sys.executable, "-m", "actorctl", "node", "run", "bench._actors:actors",
                "--listen", f"127.0.0.1:{port}", "--name", "bench"]  # fmt: skip
-    options: dict[str, Any] = {}
+    options: dict[str, Any] = {"insecure": True}
     if security == "plain":
         command.append("--insecure")
-        options["insecure"] = True
     else:
         _make_certs(directory)
-        command += ["--certs", str(directory)]
-        options["tls"] = TlsFiles.from_dir(directory, "client")
+        command += ["--certs", str(directory / "certs")]
+        options["tls"] = TlsFiles.from_dir(directory / "certs", "client")
+        if security == "tls":
+            command.append("--insecure")  # TLS, but messages unsigned
+        else:
+            command += ["--keys", str(directory / "keys")]
+            options.update(
+                insecure=False,
+                keyring=Keyring.load(directory / "keys", "client"),
+                sessions=security == "session",
+            )
     async with trio.open_nursery() as nursery:
         proc: trio.Process = await nursery.start(
             functools.partial(
@@ -110,14 +120,11 @@ async def _bench_node(security: str, directory: Path) -> AsyncIterator[ActorRef]
 
 
 def _make_certs(directory: Path) -> None:
-    if (directory / "ca.pem").exists():
+    if (directory / "certs").exists():
         return
-    ca = trustme.CA()
-    ca.cert_pem.write_to_path(str(directory / "ca.pem"))
+    init_certs(directory / "certs", ["bench", "client"])
     for name in ("bench", "client"):
-        cert = ca.issue_cert("127.0.0.1", "localhost", name)
-        cert.private_key_pem.write_to_path(str(directory / f"{name}.key"))
-        cert.cert_chain_pems[0].write_to_path(str(directory / f"{name}.pem"))
+        IdentityKey.generate(name).save(directory / "keys", name)
 
 
 async def _measure(tell_count: int, ask_count: int, pipelined_count: int) -> dict[str, float]:

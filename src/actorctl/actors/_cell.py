@@ -32,7 +32,7 @@ from ..mailbox import (
 from ._actor import Actor
 from ._address import Address
 from ._dedup import Handled, SeenWindow
-from ._handlers import BadArguments, Behaviour
+from ._handlers import BadArguments, Behaviour, HandlerSpec
 from ._ref import Outbox, to_wire
 
 __all__ = ["ActorCell"]
@@ -182,16 +182,14 @@ class ActorCell:
                 return _refuse(EXPIRED, f"message expired {-left:.3f} s before it was handled")
             deadline = trio.current_time() + left
         try:
-            with trio.CancelScope(deadline=deadline) as scope:
-                if spec.is_async:
-                    result = await spec.fn(behaviour, *args, **kwargs)
-                else:
-                    call = functools.partial(spec.fn, behaviour, *args, **kwargs)
-                    # abandon_on_cancel: a thread cannot be interrupted; at the stop
-                    # deadline the node stops waiting for it and never settles the
-                    # message, so its sender sends it again (at-least-once).
-                    result = await trio.to_thread.run_sync(
-                        call, limiter=self._threads, abandon_on_cancel=True
+            if deadline == math.inf:  # no expiry: no cancel scope (it costs per message)
+                result = await self._run(spec, behaviour, args, kwargs)
+            else:
+                with trio.CancelScope(deadline=deadline) as scope:
+                    result = await self._run(spec, behaviour, args, kwargs)
+                if scope.cancelled_caught:
+                    return _refuse(
+                        EXPIRED, f"handler {envelope.subject!r} ran past the message's expiry"
                     )
         except Exception as exc:
             log(
@@ -205,9 +203,18 @@ class ActorCell:
             return Handled(
                 ACCEPTED, (STATUS_ERROR, {"type": type(exc).__name__, "message": str(exc)})
             )
-        if scope.cancelled_caught:
-            return _refuse(EXPIRED, f"handler {envelope.subject!r} ran past the message's expiry")
         return Handled(ACCEPTED, (STATUS_OK, to_wire(result)))
+
+    async def _run(
+        self, spec: HandlerSpec, behaviour: Behaviour, args: list[Any], kwargs: dict[str, Any]
+    ) -> Any:
+        if spec.is_async:
+            return await spec.fn(behaviour, *args, **kwargs)
+        call = functools.partial(spec.fn, behaviour, *args, **kwargs)
+        # abandon_on_cancel: a thread cannot be interrupted; at the stop deadline
+        # the node stops waiting for it and never settles the message, so its
+        # sender sends it again (at-least-once).
+        return await trio.to_thread.run_sync(call, limiter=self._threads, abandon_on_cancel=True)
 
     def _reply(self, request: Envelope, status: str, body: Any) -> None:
         if request.reply_to is None or request.kind != KIND_COMMAND:

@@ -55,6 +55,9 @@ class EngineHandler:
         """A delivery arrived (receiver) or its remote state changed (sender).
         ``delivery`` is a raw ``pn_delivery_t`` pointer: see ``_raw``."""
 
+    def after_events(self, engine: Engine) -> None:
+        """The events that arrived together have all been handled."""
+
     def on_closed(self, engine: Engine) -> None:
         """The connection is gone; nothing more will happen on it."""
 
@@ -259,10 +262,10 @@ class Engine:
         collector = self._collector_impl
         dispatch = self._dispatch
         handler = self.handler
-        while True:
-            event = _peek(collector)
-            if event == NULL:
-                return
+        event = _peek(collector)
+        if event == NULL:
+            return
+        while event != NULL:
             kind = _event_type(event)
             if kind == DELIVERY:
                 handler.on_delivery(self, _event_delivery(event))
@@ -273,6 +276,8 @@ class Engine:
                 if method is not None:
                     method(Event.wrap(event))  # type: ignore[no-untyped-call]
             _pop(collector)
+            event = _peek(collector)
+        handler.after_events(self)
 
     def _on_connection_remote_open(self, event: Event) -> None:
         connection = event.connection

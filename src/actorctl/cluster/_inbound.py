@@ -105,6 +105,8 @@ class InboundHandler(EngineHandler):
         # with the connection. None: the node is insecure and has no keys.
         self._verifier = node.new_verifier()
         self._session_links: dict[Any, Link] = {}
+        # Ids of unauthenticated messages accepted since the last warning.
+        self._unauthenticated: list[str] = []
         self._reply_addresses: list[str] = []
 
     def on_link_remote_open(self, engine: Engine, link: Link) -> None:
@@ -218,12 +220,7 @@ class InboundHandler(EngineHandler):
         try:
             if verifier is None:
                 envelope = decode(data)
-                log(
-                    "actorctl:delivery:unauthenticated",
-                    actor=cell.name,
-                    message_id=envelope.message_id,
-                    warning="accepted without authentication: this node is insecure",
-                )
+                self._unauthenticated.append(envelope.message_id)
             else:
                 # Authenticate before anything looks at the body or the handler.
                 sections, verified = _authenticate(verifier, cell.name, data)
@@ -257,6 +254,18 @@ class InboundHandler(EngineHandler):
         )
         if settle is not None:
             settle(outcome)
+
+    def after_events(self, engine: Engine) -> None:
+        # An insecure node warns about every unauthenticated message it accepts:
+        # one line per batch of deliveries that arrived together, naming each.
+        if self._unauthenticated:
+            log(
+                "actorctl:delivery:unauthenticated",
+                peer=engine.peer,
+                message_ids=self._unauthenticated,
+                warning="accepted without authentication: this node is insecure",
+            )
+            self._unauthenticated = []
 
     def _open_session(
         self,

@@ -76,6 +76,9 @@ class Node:
             node's clock; ids of accepted messages are remembered that long.
         session_lifetime: how long (s) a session this node opens with a peer
             lasts; it opens the next one at 80% of that.
+        sessions: open sessions with peers (HMAC per message); with False every
+            message this node sends is signed with Ed25519 (slower: for clients
+            that must not hold session keys, and for comparison).
         clock: wall-clock time in seconds since the epoch (for message times).
     """
 
@@ -92,6 +95,7 @@ class Node:
         insecure: bool = False,
         auth_window: float = DEFAULT_WINDOW,
         session_lifetime: float = DEFAULT_SESSION_LIFETIME,
+        sessions: bool = True,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.name = name
@@ -117,6 +121,7 @@ class Node:
         self.identity = keyring.identity if keyring is not None else None
         self.auth_window = auth_window
         self.session_lifetime = session_lifetime
+        self.sessions = sessions
         self._replays = ReplayCache()
         self._server_domain = tls.server_domain() if tls is not None else None
         self._client_domains = (

@@ -300,7 +300,8 @@ class Peer(EngineHandler):
         identity = self.node.identity
         if identity is not None:
             self._signer = functools.partial(sign_ed25519, identity)
-            await self._open_session(engine, identity)
+            if self.node.sessions:
+                await self._open_session(engine, identity)
         self._ready.set()
         again, self._resend = self._resend, []
         if again:
@@ -312,7 +313,7 @@ class Peer(EngineHandler):
                 # would be refused as a replay.
                 pending.message = attrs.evolve(pending.message, creation_time=now)
             await self.transmit(pending)
-        if identity is not None:
+        if identity is not None and self.node.sessions:
             while True:
                 await trio.sleep(self.node.session_lifetime * 0.8)
                 await self._open_session(engine, identity)

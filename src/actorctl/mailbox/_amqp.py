@@ -105,10 +105,29 @@ def _read(data: bytes, pos: int) -> tuple[Any, int]:
 
 
 def _compound(data: bytes, pos: int, count: int, is_map: bool, end: int) -> tuple[Any, int]:
-    items = []
+    # The values messages carry most (str8, sym8, null, timestamp, vbin8) are
+    # read inline: this runs for every property of every message.
+    items: list[Any] = []
+    append = items.append
     for _ in range(count):
-        value, pos = _read(data, pos)
-        items.append(value)
+        code = data[pos]
+        if code == 0xA1 or code == 0xA3:
+            stop = pos + 2 + data[pos + 1]
+            append(data[pos + 2 : stop].decode("utf-8"))
+            pos = stop
+        elif code == 0x40:
+            append(None)
+            pos += 1
+        elif code == 0x83:
+            append(_I64(data, pos + 1)[0])
+            pos += 9
+        elif code == 0xA0:
+            stop = pos + 2 + data[pos + 1]
+            append(bytes(data[pos + 2 : stop]))
+            pos = stop
+        else:
+            value, pos = _read(data, pos)
+            append(value)
     if pos != end:
         raise _Unsupported("size mismatch")
     if is_map:

@@ -79,6 +79,7 @@ _ABSENT: Final = b"\xff\xff\xff\xff"
 _u32 = struct.Struct(">I").pack
 _UNCOVERED: Final = frozenset({"kind", "lang", SIG_ALG, SIG_KEY, SIG})
 _NO_HEADERS: Final = _u32(0)
+_ONE_HEADER: Final = _u32(1)
 _json_string = encode_basestring  # what json.dumps(..., ensure_ascii=False) uses
 
 
@@ -132,7 +133,7 @@ def canonical_bytes(
 
     Raises:
         WireFormatError: text that is not valid UTF-8, or a header value JSON
-            cannot hold (binary, a described type, ...).
+            cannot hold (binary, an array, a map with keys that are not strings, ...).
     """
     # Written out flat, not in a loop: this runs on every message a node receives.
     try:
@@ -156,23 +157,20 @@ def canonical_bytes(
 
 def _headers(headers: Mapping[str, object]) -> bytes:
     """The header count, then each covered header's key and JSON value, by key."""
-    try:
-        items = [
-            (key.encode(), _json_value(key, value))
-            for key, value in headers.items()
-            if value is not None and key not in _UNCOVERED
-        ]
-    except AttributeError:  # a key that is not a string has no encode()
-        keys = [key for key in headers if not isinstance(key, str)]
-        raise WireFormatError(f"application property keys must be strings, not {keys}") from None
+    items = []  # (key bytes to sort by, the pair as written)
+    for key, value in headers.items():
+        if value is None or key in _UNCOVERED:
+            continue
+        if not isinstance(key, str):
+            raise WireFormatError(f"application property key {key!r} is not a string")
+        raw_key, raw_value = key.encode(), _json_value(key, value)
+        items.append((raw_key, _u32(len(raw_key)) + raw_key + _u32(len(raw_value)) + raw_value))
     if not items:
         return _NO_HEADERS
-    if len(items) > 1:
-        items.sort()
-    parts = [_u32(len(items))]
-    for key_bytes, value_bytes in items:
-        parts += (_u32(len(key_bytes)), key_bytes, _u32(len(value_bytes)), value_bytes)
-    return b"".join(parts)
+    if len(items) == 1:
+        return _ONE_HEADER + items[0][1]
+    items.sort()  # keys are unique, so only the key bytes decide
+    return _u32(len(items)) + b"".join([pair for _, pair in items])
 
 
 def _json_value(key: str, value: object) -> bytes:
@@ -186,9 +184,20 @@ def _json_value(key: str, value: object) -> bytes:
     if isinstance(value, float) and math.isfinite(value):
         return float.__repr__(value).encode()  # what json writes: shortest round-trip
     try:
+        if not _string_keys(value):
+            raise TypeError("a map key is not a string")
         return _header_json(value).encode()
     except (TypeError, ValueError) as exc:
         raise WireFormatError(
             f"application property {key!r} cannot be authenticated ({exc}): use null, "
             "boolean, integer, double or string values"
         ) from None
+
+
+def _string_keys(value: object) -> bool:
+    """Whether every map inside ``value`` has string keys (json would write 1 as "1")."""
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _string_keys(v) for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return all(_string_keys(v) for v in value)
+    return True

@@ -225,28 +225,48 @@ def _app_properties(
     envelope: Envelope, extra: Mapping[str, object] | None
 ) -> tuple[bytes, int] | None:
     """The application-properties map, or None if a value is not a simple type."""
-    parts = [_string("kind"), _string(envelope.kind), _string("lang"), _string("py")]
-    items = envelope.headers.items()
-    if extra:
-        items = [*items, *extra.items()]  # type: ignore[assignment]
-    for key, value in items:
-        if value is None:
+    parts = [_KIND_LANG.get(envelope.kind) or _string("kind") + _string(envelope.kind) + _LANG]
+    count = 4
+    for items in (envelope.headers, extra):
+        if not items:
             continue
-        if isinstance(value, bytes):
-            encoded = _binary(value)
-        elif value is True or value is False:
-            encoded = _TRUE if value else _FALSE
-        elif isinstance(value, str):
-            encoded = _string(value)
-        elif isinstance(value, int) and -(2**63) <= value < 2**63:
-            encoded = b"\x81" + _pack_long(value)
-        elif isinstance(value, float):
-            encoded = b"\x82" + _pack_double(value)
-        else:
-            return None
-        parts.append(_string(key))
-        parts.append(encoded)
-    return b"".join(parts), len(parts)
+        for key, value in items.items():
+            if value is None:
+                continue
+            if isinstance(value, bytes):
+                encoded = _binary(value)
+            elif value is True or value is False:
+                encoded = _TRUE if value else _FALSE
+            elif isinstance(value, str):
+                encoded = _name(value) if len(value) <= 40 else _string(value)
+            elif isinstance(value, int) and -(2**63) <= value < 2**63:
+                encoded = b"\x81" + _pack_long(value)
+            elif isinstance(value, float):
+                encoded = b"\x82" + _pack_double(value)
+            else:
+                return None
+            parts.append(_name(key))
+            parts.append(encoded)
+            count += 2
+    return b"".join(parts), count
+
+
+_names: dict[str, bytes] = {}
+
+
+def _name(text: str) -> bytes:
+    """``_string`` for the few strings that recur (header names, kinds, session
+    ids): encoded once. The cache is bounded; past it, strings are encoded anew."""
+    encoded = _names.get(text)
+    if encoded is None:
+        encoded = _string(text)
+        if len(_names) < 4096:
+            _names[text] = encoded
+    return encoded
+
+
+_LANG = _string("lang") + _string("py")
+_KIND_LANG = {kind: _string("kind") + _string(kind) + _LANG for kind in KINDS}
 
 
 def _binary(raw: bytes) -> bytes:

@@ -442,7 +442,7 @@ def _read_session(
         sid, expires_ms = doc["session"], doc["expires_ms"]
         mac_key = base64.b64decode(doc["key"], validate=True)
         for_node = doc["node"]
-    except (ValueError, TypeError, KeyError, binascii.Error):
+    except (ValueError, TypeError, KeyError, RecursionError, binascii.Error):
         return None
     if (
         not isinstance(sid, str)
@@ -450,7 +450,8 @@ def _read_session(
         or len(mac_key) != 32
         or for_node != node
         or type(expires_ms) is not int
-        or not now < expires_ms / 1000 <= now + max_lifetime
+        # in ms: an int of any size compares with a float exactly (no overflow)
+        or not now * 1000 < expires_ms <= (now + max_lifetime) * 1000
     ):
         return None
     return Session(sid, mac_key, issuer, expires_ms / 1000)
@@ -460,7 +461,7 @@ def _session_error(body: bytes, node: str) -> str:
     """Says what is wrong with a session body that :func:`_read_session` refused."""
     try:
         doc = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):
         return "session body is not JSON"
     if not isinstance(doc, dict):
         return "session body is not a JSON object"
