@@ -206,3 +206,51 @@ async def test_a_replayed_message_is_refused_and_not_run_again(
         assert c.vault.opened == ["bob"]
         c.vault.opened.clear()
         await _refused(c, data, envelope.message_id, "actorctl:replay", logs)
+
+
+class Gate(Actor):
+    def __init__(self) -> None:
+        self.entered = trio.Event()
+        self.release = trio.Event()
+        self.runs = 0
+
+    @handler
+    async def wait(self) -> str:
+        self.runs += 1
+        self.entered.set()
+        await self.release.wait()
+        return "done"
+
+
+async def test_a_message_sent_again_after_a_lost_connection_is_answered_not_run_twice(
+    tmp_path: Path, logs
+) -> None:
+    tls = make_tls(tmp_path / "tls", "server", "client")
+    keys = make_keys(tmp_path / "keys", "server", "client")
+    gate = Gate()
+    async with (
+        open_node("server", [gate], tls=tls["server"], keyring=keys["server"]) as server,
+        open_node("client", host=None, tls=tls["client"], keyring=keys["client"]) as client,
+    ):
+        ref = client.ref(server.address_of("gate")).with_options(timeout=20)
+        result: list[str] = []
+
+        async def call() -> None:
+            result.append(await ref.ask("wait"))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(call)
+            with trio.fail_after(10):
+                await gate.entered.wait()
+            # Given the connection drops while the handler runs (its answer is lost)
+            engine = client._peer(server.address_of("gate")).engine
+            assert engine is not None
+            await trio.aclose_forcefully(engine.stream)
+            # When the handler finishes and the client reconnects and sends again
+            gate.release.set()
+        # Then the caller gets the answer, and the handler ran once
+        assert result == ["done"]
+        assert gate.runs == 1
+    assert logs.of_type("actorctl:peer:resending")
+    assert logs.of_type("actorctl:delivery:duplicate")
+    assert not [m for m in logs.of_type("actorctl:delivery:rejected") if m.get("actor") == "gate"]

@@ -263,7 +263,7 @@ def test_a_message_forgotten_after_it_was_not_executed_is_accepted_again() -> No
     headers, _ = rig.sign(HMAC_SHA256, **FIELDS)
     verified = rig.verify(headers, **FIELDS)
     # When the receiver released it without executing it
-    rig.verifier.forget(verified, FIELDS["message_id"])
+    rig.verifier.forget(verified, FIELDS["message_id"], FIELDS["creation_ms"])
     # Then the sender may send the same bytes again
     assert rig.verify(headers, **FIELDS) == verified
 

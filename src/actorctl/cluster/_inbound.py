@@ -244,7 +244,8 @@ class InboundHandler(EngineHandler):
         else:
             return
         if verified is not None and verifier is not None:
-            verifier.forget(verified, envelope.message_id)  # not run: a resend may come
+            # not run: the same bytes may come again
+            verifier.forget(verified, envelope.message_id, _ms(envelope.creation_time))
         log(
             f"actorctl:delivery:{outcome.state}",
             actor=cell.name,
@@ -425,3 +426,7 @@ def _refuse_delivery(
     )
     if settle is not None:
         settle(Outcome.rejected(condition, description))
+
+
+def _ms(seconds: float | None) -> int | None:
+    return None if not seconds else round(seconds * 1000)

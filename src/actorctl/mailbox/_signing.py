@@ -364,17 +364,20 @@ class Verifier:
                 f"message {message_id}: creation-time {creation_ms} is not within "
                 f"{self.window:g} s of the receiver's clock ({now_ms:.0f})",
             )
-        key = (verified.key_id, message_id)
+        # A replay is a copy: same signer, id and creation time. A sender that
+        # sends a message again signs it anew with a fresh creation time, and
+        # the copy goes on to the receiver's duplicate detection instead.
+        key = (verified.key_id, f"{message_id}@{creation_ms}")
         if self.replay.check_and_add(key, until_ms=creation_ms + window_ms, now_ms=now_ms):
             raise AuthError(
                 REPLAY, f"message {message_id} from key {verified.key_id} was accepted already"
             )
 
-    def forget(self, verified: Verified, message_id: str) -> None:
+    def forget(self, verified: Verified, message_id: str, creation_ms: int | None) -> None:
         """Let the same message in again: call it when the receiver did not execute
         it (settled ``released``/``modified``, or refused for a full mailbox), since
         a sender may then send the same bytes again."""
-        self.replay.forget((verified.key_id, message_id))
+        self.replay.forget((verified.key_id, f"{message_id}@{creation_ms}"))
 
     def accept_session(
         self,
