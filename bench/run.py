@@ -6,6 +6,10 @@
 Each figure is the median of ``--rounds`` interleaved rounds (actorctl, then the
 raw reference, then again), because absolute figures drift a lot on a shared
 machine: compare the ratios. Two OS processes each, all traffic on 127.0.0.1.
+
+The second table is actorctl's one-way throughput with mutual TLS and signed
+messages (sessions, or Ed25519 per message), against the same traffic unsigned
+over plain TCP, measured in the same rounds.
 """
 
 from __future__ import annotations
@@ -28,6 +32,15 @@ KEYS = {
 }
 
 
+# One-way throughput with security against the same traffic unsigned on plain TCP.
+SECURITY_MODES = ("plain", "tls", "session", "ed25519")
+SECURITY = {
+    "session_vs_plain": ("session", "mutual TLS + session HMACs"),
+    "ed25519_vs_plain": ("ed25519", "mutual TLS + Ed25519 per message"),
+    "tls_vs_plain": ("tls", "mutual TLS alone"),
+}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print one JSON object")
@@ -38,16 +51,28 @@ def main() -> None:
     args = parser.parse_args()
     counts = (args.tells, args.asks, args.pipelined)
     ours, raw = [], []
+    security: dict[str, list[float]] = {mode: [] for mode in SECURITY_MODES}
     for i in range(args.rounds):
         ours.append(_actorctl.measure(*counts))
         raw.append(_raw.measure(*counts))
+        for mode in SECURITY_MODES:
+            security[mode].append(_actorctl.measure_tell(mode, args.tells))
         if not args.json:
             print(f"round {i + 1}/{args.rounds} done", file=sys.stderr)
-    result = {}
+    result: dict[str, dict[str, float]] = {}
     for key in KEYS:
         a = statistics.median(r[key] for r in ours)
         b = statistics.median(r[key] for r in raw)
         result[key] = {"actorctl": round(a, 1), "raw": round(b, 1), "ratio": round(a / b, 3)}
+    plain = statistics.median(security["plain"])
+    for key, (mode, _) in SECURITY.items():
+        a = statistics.median(security[mode])
+        result[key] = {
+            "actorctl": round(a, 1),
+            "reference": round(plain, 1),
+            "ratio": round(a / plain, 3),
+        }
+    result["signed_tls_vs_plain"] = result["session_vs_plain"]
     if args.json:
         print(json.dumps(result))
         return
@@ -56,6 +81,12 @@ def main() -> None:
         row = result[key]
         print(f"{label:34} {row['actorctl']:>12,.1f} {row['raw']:>12,.1f} {row['ratio']:>7.2f}x"
               f"  ({better} is better)")  # fmt: skip
+    print(f"\n{'one-way tell, messages/s':34} {'secured':>12} {'plain TCP':>12} {'ratio':>8}")
+    for key, (_, label) in SECURITY.items():
+        row = result[key]
+        print(
+            f"{label:34} {row['actorctl']:>12,.1f} {row['reference']:>12,.1f} {row['ratio']:>7.2f}x"
+        )
 
 
 if __name__ == "__main__":
