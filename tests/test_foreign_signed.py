@@ -1,0 +1,831 @@
+"""A client in "another language" signs its messages, knowing only docs/protocol.md.
+
+The client below uses only python-qpid-proton (its threaded ``Container`` and
+``MessagingHandler``, with ``SSLDomain`` for mutual TLS), the ``cryptography``
+package (Ed25519) and the standard library. It imports nothing from actorctl:
+it implements the canonical byte form of protocol.md §11.2 from the text,
+checks it against docs/test-vectors.json (§11.9), and then calls an actor on a
+secured node over mutual TLS with per-message Ed25519 signatures (§11.1, §11.3).
+Only the tests at the bottom of this module use actorctl, to host the actor and
+to make the TLS files and the node's own key. Each client runs in a worker
+thread with its own proton Container, and every wait is bounded by a Container
+timer (and, around it, by ``trio.fail_after``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import hmac
+import json
+import math
+import struct
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from proton import Delivery, Message, SSLDomain
+from proton.handlers import MessagingHandler
+from proton.reactor import Container
+
+# =============================================================================
+# The foreign client.
+#
+# It uses ONLY python-qpid-proton, cryptography (Ed25519) and the standard
+# library, and ONLY what docs/protocol.md (§2 transport, §4 inbox links, §6 the
+# message, §8 replies, §9 outcomes, §11 message authentication) and
+# docs/test-vectors.json say: no actorctl import, no actorctl helper, no
+# knowledge of actorctl's internals.
+# =============================================================================
+
+CLIENT_TIMEOUT = 10.0  # seconds before the client gives up on a call
+CLOSE_TIMEOUT = 2.0  # seconds the node gets to answer our close before we stop anyway
+
+# --- §11.2: the canonical byte form ------------------------------------------------
+
+PREFIX = b"actorctl-auth-v1\n"
+ABSENT = b"\xff\xff\xff\xff"
+# Application properties that are not headers of the canonical form (§11.2 "headers").
+NOT_HEADERS = frozenset({"kind", "lang", "sig_alg", "sig_key", "sig"})
+
+# JSON string escapes of §11.2: every other character below U+0020 is \u00xx.
+_ESCAPES = {
+    '"': '\\"',
+    "\\": "\\\\",
+    "\b": "\\b",
+    "\t": "\\t",
+    "\n": "\\n",
+    "\f": "\\f",
+    "\r": "\\r",
+}
+
+
+def _u32(n: int) -> bytes:
+    return struct.pack(">I", n)
+
+
+def _bytes(value: bytes) -> bytes:
+    """*bytes*: a 4-byte big-endian length, then the bytes."""
+    return _u32(len(value)) + value
+
+
+def _text(value: str) -> bytes:
+    """*text*: the UTF-8 bytes as *bytes* (no normalization of any kind)."""
+    return _bytes(value.encode("utf-8"))
+
+
+def _optional_text(value: str | None) -> bytes:
+    """*optional text*: absent if absent, null or empty."""
+    return ABSENT if not value else _text(value)
+
+
+def _time(ms: int | None) -> bytes:
+    """*time*: absent if absent or 0; otherwise the milliseconds in decimal ASCII."""
+    if not ms:
+        return ABSENT
+    if not isinstance(ms, int) or isinstance(ms, bool):
+        raise TypeError(f"a timestamp is a whole number of milliseconds, not {ms!r}")
+    return _text(str(ms))
+
+
+def json_string(value: str) -> str:
+    """A JSON string as §11.2 writes it: only `"`, `\\` and the controls escaped."""
+    out = ['"']
+    for ch in value:
+        escaped = _ESCAPES.get(ch)
+        if escaped is not None:
+            out.append(escaped)
+        elif ch < " ":
+            out.append(f"\\u{ord(ch):04x}")
+        else:
+            out.append(ch)
+    out.append('"')
+    return "".join(out)
+
+
+def header_json(value: Any) -> str:
+    """The compact JSON text of an application property value (§11.2 table)."""
+    if value is None:  # only inside a list or a map: a null header is left out
+        return "null"
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if isinstance(value, int):  # every AMQP integer type, and timestamps (ms)
+        return str(value)
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "NaN"
+        if math.isinf(value):
+            return "Infinity" if value > 0 else "-Infinity"
+        # Python's repr is the shortest decimal that reads back as the same double,
+        # in fixed notation for -4 <= e < 16 and d.ddde±XX otherwise: §11.2 exactly.
+        return repr(value)
+    if isinstance(value, str):  # string and symbol
+        return json_string(value)
+    if isinstance(value, uuid.UUID):
+        return json_string(str(value))
+    if isinstance(value, list):
+        return "[" + ",".join(header_json(v) for v in value) + "]"
+    if isinstance(value, dict):
+        if not all(isinstance(k, str) for k in value):
+            raise ValueError("a map with a key that is not a string cannot be signed")
+        # Python sorts str by code point, as §11.2 asks.
+        members = (f"{json_string(k)}:{header_json(value[k])}" for k in sorted(value))
+        return "{" + ",".join(members) + "}"
+    raise ValueError(f"a {type(value).__name__} application property cannot be signed")
+
+
+def canonical_bytes(
+    *,
+    to: str,
+    subject: str | None,
+    message_id: str,
+    correlation_id: str | None,
+    reply_to: str | None,
+    creation_ms: int | None,
+    expiry_ms: int | None,
+    kind: str | None,
+    headers: Mapping[str, Any],
+    body: bytes,
+) -> bytes:
+    """The ten fields of §11.2 after the prefix. ``to`` is the *actor name* the link
+    target resolves to (not the ``to`` property); ``headers`` are all the
+    application properties (those that are not headers are skipped here)."""
+    pairs = sorted(
+        (key.encode("utf-8"), header_json(value).encode("utf-8"))
+        for key, value in headers.items()
+        if value is not None and key not in NOT_HEADERS
+    )
+    return b"".join(
+        [
+            PREFIX,
+            _text(to),
+            _text(subject or ""),
+            _text(message_id),
+            _optional_text(correlation_id),
+            _optional_text(reply_to),
+            _time(creation_ms),
+            _time(expiry_ms),
+            _text(kind or "command"),
+            _u32(len(pairs)),
+            *(_bytes(key) + _bytes(value) for key, value in pairs),
+            _bytes(body),
+        ]
+    )
+
+
+# --- §11.4: identity keys -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Identity:
+    """An Ed25519 identity key (§11.4)."""
+
+    private: Ed25519PrivateKey
+
+    @classmethod
+    def generate(cls) -> Identity:
+        return cls(Ed25519PrivateKey.generate())
+
+    @property
+    def raw_public(self) -> bytes:
+        return self.private.public_key().public_bytes(
+            serialization.Encoding.Raw, serialization.PublicFormat.Raw
+        )
+
+    @property
+    def key_id(self) -> str:
+        """The first 16 lowercase hex digits of SHA-256 of the raw public key."""
+        return hashlib.sha256(self.raw_public).hexdigest()[:16]
+
+    def public_pem(self) -> bytes:
+        """What a node's keyring holds as ``NAME.pub``: PEM SubjectPublicKeyInfo."""
+        return self.private.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+
+    def signature_properties(self, canonical: bytes) -> dict[str, Any]:
+        """§11.3: ``sig`` is binary (Python bytes, which proton writes as binary)."""
+        return {"sig_alg": "ed25519", "sig_key": self.key_id, "sig": self.private.sign(canonical)}
+
+
+def hmac_sha256(mac_key: bytes, canonical: bytes) -> bytes:
+    """The ``hmac-sha256`` form's ``sig`` (§11.1)."""
+    return hmac.new(mac_key, canonical, hashlib.sha256).digest()
+
+
+# --- §6: a command, and the proton message that carries it ---------------------------
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _proton_seconds(ms: int) -> float:
+    # proton's Message takes timestamps as float seconds and writes int(seconds * 1000),
+    # truncating: hand it the middle of the millisecond so that it writes exactly ``ms``.
+    return (ms + 0.5) / 1000
+
+
+def _timestamp_on_the_wire(ms: int) -> bytes:
+    return b"\x83" + ms.to_bytes(8, "big")  # AMQP timestamp: 0x83, then ms64
+
+
+@dataclass(frozen=True)
+class Command:
+    """A command as §6 lays it out, with its times as the integer ms on the wire."""
+
+    actor: str  # the link target (§4) and canonical field 1
+    subject: str  # the handler
+    body: bytes  # the data section, exactly: JSON [args, kwargs] in UTF-8
+    message_id: str
+    creation_ms: int
+    expiry_ms: int | None = None
+    correlation_id: str | None = None
+    reply_to: str | None = None
+    kind: str = "command"
+    headers: Mapping[str, Any] = field(default_factory=dict)  # other application properties
+    lang: str = "proton-python"
+    to: str | None = None  # the informative `to` property (§6.1): not covered
+
+    def application_properties(self) -> dict[str, Any]:
+        return {"kind": self.kind, "lang": self.lang, **self.headers}
+
+    def canonical(self) -> bytes:
+        return canonical_bytes(
+            to=self.actor,
+            subject=self.subject,
+            message_id=self.message_id,
+            correlation_id=self.correlation_id,
+            reply_to=self.reply_to,
+            creation_ms=self.creation_ms,
+            expiry_ms=self.expiry_ms,
+            kind=self.kind,
+            headers=self.application_properties(),
+            body=self.body,
+        )
+
+    def message(self, signature: Mapping[str, Any] | None) -> Message:
+        """The proton message, with ``signature``'s properties if it is signed."""
+        message = Message(
+            id=self.message_id,
+            subject=self.subject,
+            content_type="application/json",
+            properties={**self.application_properties(), **(signature or {})},
+            body=self.body,
+            inferred=True,  # bytes as a data section, not an amqp-value holding binary
+        )
+        if self.to is not None:
+            message.address = self.to
+        if self.correlation_id is not None:
+            message.correlation_id = self.correlation_id
+        if self.reply_to is not None:
+            message.reply_to = self.reply_to
+        message.creation_time = _proton_seconds(self.creation_ms)
+        if self.expiry_ms is not None:
+            message.expiry_time = _proton_seconds(self.expiry_ms)
+        # What is signed must be what goes on the wire: check proton's encoding.
+        encoded = message.encode()
+        assert _timestamp_on_the_wire(self.creation_ms) in encoded, "creation-time"
+        if self.expiry_ms is not None:
+            assert _timestamp_on_the_wire(self.expiry_ms) in encoded, "absolute-expiry-time"
+        assert encoded.endswith(b"\x00\x53\x75" + _data_size(self.body) + self.body), "body"
+        return message
+
+
+def _data_size(body: bytes) -> bytes:
+    return (b"\xa0" + bytes([len(body)])) if len(body) < 256 else (b"\xb0" + _u32(len(body)))
+
+
+def json_command(
+    actor: str,
+    handler: str,
+    args: list[Any],
+    kwargs: dict[str, Any],
+    *,
+    headers: Mapping[str, Any] | None = None,
+    correlation_id: str | None = None,
+    to: str | None = None,
+    ttl_ms: int = 30_000,
+) -> Command:
+    """A command made now, expiring ``ttl_ms`` later; reply-to is set when sending."""
+    created = now_ms()
+    return Command(
+        actor=actor,
+        subject=handler,
+        body=json.dumps([args, kwargs], separators=(",", ":"), ensure_ascii=False).encode(),
+        message_id=f"foreign-{uuid.uuid4()}",
+        creation_ms=created,
+        expiry_ms=created + ttl_ms,
+        correlation_id=correlation_id,
+        headers=dict(headers or {}),
+        to=to,
+    )
+
+
+# --- §2, §4, §8, §9: one call over mutual TLS ------------------------------------------
+
+
+@dataclass(frozen=True)
+class ClientTls:
+    """The client's TLS files: the cluster CA, its certificate chain and its key."""
+
+    ca: str
+    cert: str
+    key: str
+
+    def domain(self) -> SSLDomain:
+        domain = SSLDomain(SSLDomain.MODE_CLIENT)
+        domain.set_credentials(self.cert, self.key, None)
+        domain.set_trusted_ca_db(self.ca)
+        # We dial an IP address: check the node's certificate against the CA only.
+        domain.set_peer_authentication(SSLDomain.VERIFY_PEER)
+        return domain
+
+
+_OUTCOMES = {
+    Delivery.ACCEPTED: "accepted",
+    Delivery.REJECTED: "rejected",
+    Delivery.RELEASED: "released",
+    Delivery.MODIFIED: "modified",
+}
+
+
+@dataclass
+class Reply:
+    """A reply document as the client received it."""
+
+    body: Any  # the decoded JSON body
+    application_properties: dict[str, Any]
+    correlation_id: Any
+    subject: str | None
+    presettled: bool
+
+
+@dataclass
+class CallResult:
+    """What one call produced on the wire."""
+
+    message_id: str | None = None
+    reply_address: str | None = None  # the $reply/... address the node assigned
+    outcome: str | None = None  # accepted | rejected | released | modified
+    condition: str | None = None  # the rejected outcome's error condition
+    description: str | None = None
+    reply: Reply | None = None
+    failure: str | None = None  # why the client gave up, if it did
+    events: list[str] = field(default_factory=list)
+
+
+class SignedCall(MessagingHandler):
+    """Call one handler of one actor over mutual TLS, and collect outcome and reply.
+
+    protocol.md: TLS with a client certificate from the cluster CA, then SASL
+    ANONYMOUS; attach a receiver with a dynamic source and read the address the
+    node assigned (§8); attach a sender whose target is the actor's name (§4);
+    make the message, which is signed over its reply-to too, only once that
+    address is known; send it unsettled within credit; the outcome says whether
+    it was taken (§9), and the reply document arrives, pre-settled, on the receiver.
+    """
+
+    def __init__(
+        self,
+        port: int,
+        tls: ClientTls,
+        actor: str,
+        make_message: Callable[[str], Message],
+        *,
+        timeout: float = CLIENT_TIMEOUT,
+    ) -> None:
+        super().__init__(prefetch=10, auto_accept=True, auto_settle=True)
+        self.url = f"amqps://127.0.0.1:{port}"
+        self.tls = tls
+        self.actor = actor
+        self.make_message = make_message
+        self.timeout = timeout
+        self.result = CallResult()
+        self._connection: Any = None
+        self._receiver: Any = None
+        self._sender: Any = None
+        self._container: Any = None
+        self._timer: Any = None
+        self._sent = False
+        self._finished = False
+
+    def on_start(self, event: Any) -> None:
+        container = self._container = event.container
+        self._timer = container.schedule(self.timeout, self)
+        self._connection = container.connect(
+            self.url,
+            ssl_domain=self.tls.domain(),
+            allowed_mechs="ANONYMOUS",
+            sasl_enabled=True,
+            reconnect=False,
+        )
+        self._receiver = container.create_receiver(self._connection, None, dynamic=True)
+
+    def on_link_opened(self, event: Any) -> None:
+        if event.receiver is not None and event.receiver == self._receiver:
+            address = event.receiver.remote_source.address
+            self.result.events.append(f"reply link attached: {address}")
+            if not address:
+                self._finish("the node assigned no reply address")
+                return
+            self.result.reply_address = address
+            self._sender = event.container.create_sender(self._connection, self.actor)
+
+    def on_sendable(self, event: Any) -> None:
+        if self._sent or event.sender != self._sender or event.sender.credit <= 0:
+            return
+        assert self.result.reply_address is not None
+        message = self.make_message(self.result.reply_address)
+        self.result.message_id = str(message.id)
+        event.sender.send(message)
+        self._sent = True
+        self.result.events.append("sent")
+
+    def on_accepted(self, event: Any) -> None:
+        self._outcome(event)
+
+    def on_rejected(self, event: Any) -> None:
+        self._outcome(event)
+
+    def on_released(self, event: Any) -> None:  # released and modified both land here
+        self._outcome(event)
+
+    def _outcome(self, event: Any) -> None:
+        delivery = event.delivery
+        self.result.outcome = _OUTCOMES.get(delivery.remote_state, str(delivery.remote_state))
+        condition = delivery.remote.condition
+        if condition is not None:
+            self.result.condition = condition.name
+            self.result.description = condition.description
+        self.result.events.append(f"outcome {self.result.outcome} {self.result.condition}")
+        self._maybe_done()
+
+    def on_message(self, event: Any) -> None:
+        msg = event.message
+        body = msg.body
+        if isinstance(body, memoryview | bytes):  # a data section of UTF-8 JSON
+            body = json.loads(bytes(body).decode("utf-8"))
+        self.result.reply = Reply(
+            body=body,
+            application_properties=dict(msg.properties or {}),
+            correlation_id=msg.correlation_id,
+            subject=msg.subject,
+            presettled=event.delivery.settled,
+        )
+        self.result.events.append("reply")
+        self._maybe_done()
+
+    def _maybe_done(self) -> None:
+        outcome = self.result.outcome
+        if outcome is None:
+            return
+        # A reply comes only for a call the actor accepted; any other outcome is final.
+        if outcome != "accepted" or self.result.reply is not None:
+            self._finish(None)
+
+    def on_timer_task(self, event: Any) -> None:
+        self._timer = None
+        self._finish(f"gave up after {self.timeout} s; events so far: {self.result.events}")
+
+    def on_link_error(self, event: Any) -> None:
+        self._finish(f"the node refused a link: {event.link.remote_condition}")
+
+    def on_connection_error(self, event: Any) -> None:
+        self._finish(f"the node closed the connection: {event.connection.remote_condition}")
+
+    def on_transport_error(self, event: Any) -> None:
+        self._finish(f"transport error: {event.transport.condition}")
+
+    def on_disconnected(self, event: Any) -> None:
+        self._finish("disconnected")
+
+    def _finish(self, failure: str | None) -> None:
+        if self._finished:
+            return
+        self._finished = True
+        self.result.failure = failure
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._connection is not None:
+            self._connection.close()
+        # If the node never answers the close, stop the Container anyway.
+        self._container.schedule(CLOSE_TIMEOUT, _StopContainer())
+
+    def on_connection_closed(self, event: Any) -> None:
+        event.container.stop()
+
+
+class _StopContainer:
+    """A timer handler that ends the Container's run whatever state it is in."""
+
+    def on_timer_task(self, event: Any) -> None:
+        event.container.stop()
+
+
+def run_signed_call(
+    port: int, tls: ClientTls, actor: str, make_message: Callable[[str], Message]
+) -> CallResult:
+    """Run one call in this thread's own proton Container; returns when it ends."""
+    call = SignedCall(port, tls, actor, make_message)
+    Container(call).run()
+    return call.result
+
+
+# =============================================================================
+# The tests: they check the client against the test vectors, and host the
+# actor with actorctl (TLS files, the node's own key) for it to call.
+# =============================================================================
+
+import base64  # noqa: E402
+from collections.abc import AsyncIterator  # noqa: E402
+from contextlib import asynccontextmanager  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+import trio  # noqa: E402
+
+from actorctl import Actor, Node, handler, open_node  # noqa: E402
+
+from .keys import make_keys  # noqa: E402
+from .tls import make_tls  # noqa: E402
+
+VECTORS = json.loads((Path(__file__).parent.parent / "docs" / "test-vectors.json").read_text())
+
+
+def test_the_client_canonical_form_matches_the_test_vectors() -> None:
+    identity = Identity(
+        Ed25519PrivateKey.from_private_bytes(bytes.fromhex(VECTORS["identity"]["seed_hex"]))
+    )
+    assert identity.raw_public.hex() == VECTORS["identity"]["public_key_hex"]
+    assert identity.key_id == VECTORS["identity"]["key_id"]
+    session = VECTORS["session"]
+    mac_key = bytes.fromhex(session["mac_key_hex"])
+    assert session["issuer_key_id"] == identity.key_id
+
+    assert [v["name"] for v in VECTORS["messages"]] == ["session", "request", "minimal event"]
+    for vector in VECTORS["messages"]:
+        fields = vector["fields"]
+        body = bytes.fromhex(vector["body_hex"])
+        canonical = canonical_bytes(
+            to=fields["to"],
+            subject=fields["subject"],
+            message_id=fields["message_id"],
+            correlation_id=fields["correlation_id"],
+            reply_to=fields["reply_to"],
+            creation_ms=fields["creation_ms"],
+            expiry_ms=fields["expiry_ms"],
+            kind=fields["kind"],
+            headers=fields["headers"],
+            body=body,
+        )
+        assert canonical.hex() == vector["canonical_hex"], vector["name"]
+
+        signed = identity.signature_properties(canonical)
+        assert signed["sig_alg"] == vector["ed25519"]["sig_alg"] == "ed25519"
+        assert signed["sig_key"] == vector["ed25519"]["sig_key"]
+        assert signed["sig"].hex() == vector["ed25519"]["sig_hex"], vector["name"]
+        if vector["name"] == "session":
+            assert "hmac-sha256" not in vector  # a session message is signed ed25519 only
+            # §11.5: the session message's body opens the vectors' session.
+            assert json.loads(body) == {
+                "session": session["id"],
+                "key": base64.b64encode(mac_key).decode(),
+                "expires_ms": session["expires_ms"],
+                "node": session["node"],
+            }
+        else:
+            assert vector["hmac-sha256"]["sig_alg"] == "hmac-sha256"
+            assert vector["hmac-sha256"]["sig_key"] == session["id"]
+            assert hmac_sha256(mac_key, canonical).hex() == vector["hmac-sha256"]["sig_hex"]
+
+    # §11.2 says the minimal event's canonical form is 130 bytes.
+    [event] = [v for v in VECTORS["messages"] if v["name"] == "minimal event"]
+    assert len(bytes.fromhex(event["canonical_hex"])) == 130
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        (30.5, "30.5"),
+        (2.0, "2.0"),
+        (-0.0, "-0.0"),
+        (0.0001, "0.0001"),
+        (1e-05, "1e-05"),
+        (1e15, "1000000000000000.0"),
+        (1e16, "1e+16"),
+        (1.25e-07, "1.25e-07"),
+        (0, "0"),
+        (-17, "-17"),
+        (18446744073709551615, "18446744073709551615"),
+        ([1, "a", True, None], '[1,"a",true,null]'),
+        ({"b": [], "a": 1}, '{"a":1,"b":[]}'),
+        ('q"b\\\b\t\n\f\r\x01\x1f', '"q\\"b\\\\\\b\\t\\n\\f\\r\\u0001\\u001f"'),
+        (
+            uuid.UUID("4F1E0B7E-2A4C-4D1E-9C3B-0A9F5D2E6B71"),
+            '"4f1e0b7e-2a4c-4d1e-9c3b-0a9f5d2e6b71"',
+        ),
+    ],
+)
+def test_the_client_header_json_follows_the_spec_examples(value: Any, text: str) -> None:
+    assert header_json(value) == text
+
+
+def test_the_client_writes_non_ascii_as_itself() -> None:
+    # §11.2: "Zürich" is the 9 bytes 22 5a c3 bc 72 69 63 68 22.
+    assert header_json("Zürich").encode() == bytes.fromhex("225ac3bc7269636822")
+
+
+class Calculator(Actor):
+    def __init__(self) -> None:
+        self.calls: list[tuple[int, int]] = []
+
+    @handler
+    async def add(self, a: int, b: int) -> int:
+        self.calls.append((a, b))
+        return a + b
+
+
+@dataclass
+class Secured:
+    node: Node
+    calculator: Calculator
+    tls: ClientTls
+    identity: Identity  # the foreign client's key, trusted by the node
+
+
+@asynccontextmanager
+async def secured_node(tmp_path: Path) -> AsyncIterator[Secured]:
+    """A node with mutual TLS and a keyring that trusts the foreign client's key."""
+    tls = make_tls(tmp_path / "tls", "server", "foreign")
+    identity = Identity.generate()
+    keys_dir = tmp_path / "keys"
+    keys_dir.mkdir()
+    # In the keyring BEFORE the node's keyring is loaded: every *.pub is trusted.
+    (keys_dir / "foreign.pub").write_bytes(identity.public_pem())
+    keyring = make_keys(keys_dir, "server")["server"]
+    assert keyring.trusted(identity.key_id) is not None
+    foreign = tls["foreign"]
+    client_tls = ClientTls(ca=str(foreign.ca), cert=str(foreign.cert), key=str(foreign.key))
+    calculator = Calculator()
+    async with open_node("server", [calculator], tls=tls["server"], keyring=keyring) as node:
+        yield Secured(node, calculator, client_tls, identity)
+
+
+async def _call(s: Secured, make_message: Callable[[str], Message]) -> CallResult:
+    # The client's own timers end its run first; this is the last resort.
+    with trio.fail_after(CLIENT_TIMEOUT + CLOSE_TIMEOUT + 5):
+        return await trio.to_thread.run_sync(
+            run_signed_call,
+            s.node.port,
+            s.tls,
+            "calculator",
+            make_message,
+            abandon_on_cancel=True,
+        )
+
+
+def _add(s: Secured, a: int, b: int, **options: Any) -> Command:
+    return json_command(
+        "calculator",
+        "add",
+        [a, b],
+        {},
+        headers={"x-tenant": "Zürich", "x-attempt": 1, "x-urgent": True},
+        to=f"amqps://127.0.0.1:{s.node.port}/calculator",
+        **options,
+    )
+
+
+async def test_a_foreign_client_signs_with_ed25519_over_mutual_tls(tmp_path: Path) -> None:
+    async with secured_node(tmp_path) as s:
+        sent: list[Command] = []
+
+        def make_message(reply_to: str) -> Message:
+            command = dataclasses.replace(
+                _add(s, 2, 3, correlation_id="my-correlation-id"), reply_to=reply_to
+            )
+            sent.append(command)
+            return command.message(s.identity.signature_properties(command.canonical()))
+
+        result = await _call(s, make_message)
+
+    assert result.failure is None, result.failure
+    assert result.reply_address is not None
+    assert result.reply_address.startswith("$reply/")
+    assert result.outcome == "accepted", (result.condition, result.description)
+    [command] = sent
+    assert command.reply_to == result.reply_address
+    reply = result.reply
+    assert reply is not None
+    assert reply.body == 5
+    assert reply.application_properties["kind"] == "document"
+    assert reply.application_properties["status"] == "ok"
+    assert reply.correlation_id == "my-correlation-id"
+    assert reply.subject == "add"
+    assert reply.presettled
+    assert s.calculator.calls == [(2, 3)]
+
+
+async def test_fields_that_are_not_covered_may_change_after_signing(tmp_path: Path) -> None:
+    # §11.2 "Not covered": the `to` property and the `lang` application property.
+    async with secured_node(tmp_path) as s:
+
+        def make_message(reply_to: str) -> Message:
+            command = dataclasses.replace(_add(s, 20, 22), reply_to=reply_to)
+            signature = s.identity.signature_properties(command.canonical())
+            changed = dataclasses.replace(command, to="amqps://elsewhere:1/other", lang="go")
+            return changed.message(signature)
+
+        result = await _call(s, make_message)
+
+    assert result.failure is None, result.failure
+    assert result.outcome == "accepted", (result.condition, result.description)
+    assert result.reply is not None
+    assert result.reply.body == 42
+    assert result.reply.correlation_id == result.message_id  # the request carried none
+    assert s.calculator.calls == [(20, 22)]
+
+
+def _signed_then_changed(**changes: Any) -> Callable[[Secured, Command], Message]:
+    def make(s: Secured, command: Command) -> Message:
+        signature = s.identity.signature_properties(command.canonical())
+        return dataclasses.replace(command, **changes).message(signature)
+
+    return make
+
+
+def _signed_for_another_actor(s: Secured, command: Command) -> Message:
+    other = dataclasses.replace(command, actor="other")  # then sent to the calculator
+    return command.message(s.identity.signature_properties(other.canonical()))
+
+
+def _unsigned(s: Secured, command: Command) -> Message:
+    return command.message(None)
+
+
+def _signed_by_an_unknown_key(s: Secured, command: Command) -> Message:
+    return command.message(Identity.generate().signature_properties(command.canonical()))
+
+
+REFUSED: dict[str, tuple[Callable[[Secured, Command], Message], str]] = {
+    "body changed": (_signed_then_changed(body=b"[[2,4],{}]"), "actorctl:bad-signature"),
+    "header changed": (
+        _signed_then_changed(headers={"x-tenant": "Zurich", "x-attempt": 1, "x-urgent": True}),
+        "actorctl:bad-signature",
+    ),
+    "header added": (
+        _signed_then_changed(
+            headers={"x-tenant": "Zürich", "x-attempt": 1, "x-urgent": True, "x-more": 0}
+        ),
+        "actorctl:bad-signature",
+    ),
+    "subject changed": (_signed_then_changed(subject="sub"), "actorctl:bad-signature"),
+    "correlation-id changed": (
+        _signed_then_changed(correlation_id="other"),
+        "actorctl:bad-signature",
+    ),
+    "creation-time changed": (
+        lambda s, c: _signed_then_changed(creation_ms=c.creation_ms + 1)(s, c),
+        "actorctl:bad-signature",
+    ),
+    "expiry changed": (
+        lambda s, c: _signed_then_changed(expiry_ms=(c.expiry_ms or 0) + 1000)(s, c),
+        "actorctl:bad-signature",
+    ),
+    "reply-to changed": (
+        _signed_then_changed(reply_to="$reply/elsewhere"),
+        "actorctl:bad-signature",
+    ),
+    "kind changed": (_signed_then_changed(kind="event"), "actorctl:bad-signature"),
+    "signed for another actor": (_signed_for_another_actor, "actorctl:bad-signature"),
+    "unsigned": (_unsigned, "actorctl:unauthenticated"),
+    "unknown key": (_signed_by_an_unknown_key, "actorctl:unknown-key"),
+}
+
+
+@pytest.mark.parametrize("case", REFUSED)
+async def test_a_changed_or_unsigned_message_is_rejected_and_not_run(
+    tmp_path: Path, case: str
+) -> None:
+    make, condition = REFUSED[case]
+    async with secured_node(tmp_path) as s:
+
+        def make_message(reply_to: str) -> Message:
+            command = dataclasses.replace(_add(s, 2, 3, correlation_id="c-1"), reply_to=reply_to)
+            return make(s, command)
+
+        result = await _call(s, make_message)
+
+    assert result.failure is None, result.failure
+    assert result.outcome == "rejected"
+    assert result.condition == condition, result.description
+    assert result.reply is None  # a rejected command gets no reply document
+    assert s.calculator.calls == [], "the handler ran for a refused message"
