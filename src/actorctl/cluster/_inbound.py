@@ -370,7 +370,8 @@ def _authenticate(verifier: Verifier, actor: str, data: bytes) -> tuple[Sections
             "one data section of the types docs/protocol.md lists"
         )
     properties, app, body = sections
-    properties = properties + [None] * (10 - len(properties))
+    if len(properties) < 10:
+        properties = properties + [None] * (10 - len(properties))
     if properties[0] is None:
         raise WireFormatError("message has no message-id property")
     message_id = str(properties[0])
@@ -390,15 +391,13 @@ def _authenticate(verifier: Verifier, actor: str, data: bytes) -> tuple[Sections
 
 
 def _canonical(actor: str, properties: list[Any], app: dict[Any, Any], body: bytes) -> bytes:
-    def text(value: object) -> str | None:
-        return None if value is None else str(value)
-
+    subject, reply_to, correlation_id = properties[3], properties[4], properties[5]
     return canonical_bytes(
         to=actor,
-        subject=text(properties[3]) or "",
+        subject="" if subject is None else str(subject),
         message_id=str(properties[0]),
-        correlation_id=text(properties[5]),
-        reply_to=text(properties[4]),
+        correlation_id=None if correlation_id is None else str(correlation_id),
+        reply_to=None if reply_to is None else str(reply_to),
         creation_ms=properties[9],
         expiry_ms=properties[8],
         kind=str(app.get("kind") or "command"),

@@ -133,5 +133,6 @@ def _compound(data: bytes, pos: int, count: int, is_map: bool, end: int) -> tupl
     if is_map:
         if count % 2:
             raise _Unsupported("odd map")
-        return dict(zip(items[::2], items[1::2], strict=True)), pos
+        it = iter(items)
+        return dict(zip(it, it, strict=False)), pos  # pairs: the count is even
     return items, pos

@@ -167,9 +167,9 @@ def _encode(envelope: Envelope, body: bytes, extra: Mapping[str, object] | None)
     fields = [
         _string(envelope.message_id),
         _NULL,  # user-id
-        _string(envelope.to) if envelope.to else _NULL,
-        _string(envelope.subject),
-        _string(envelope.reply_to) if envelope.reply_to else _NULL,
+        _name(envelope.to) if envelope.to else _NULL,
+        _name(envelope.subject),
+        _name(envelope.reply_to) if envelope.reply_to else _NULL,
         _string(envelope.correlation_id) if envelope.correlation_id else _NULL,
         _JSON_SYMBOL,
         _NULL,  # content-encoding
