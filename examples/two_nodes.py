@@ -1,11 +1,13 @@
 """Two nodes exchanging work: the README's main command runs this.
 
-It starts a worker node in a subprocess (``actorctl node run examples.workers:actors``),
-waits until it reports ready, then a second node in this process sends it work
-over an AMQP 1.0 peer link: documents to count words in (an async handler),
-prime counts and hash chains (sync handlers, in worker threads), a bad call to
-show the error a caller gets, and prints what happened. It stops the worker by
-its PID at the end.
+It makes a development cluster CA, certificates and identity keys in a
+temporary directory (what ``actorctl certs init`` and ``actorctl keys gen``
+make), starts a worker node in a subprocess (``actorctl node run
+examples.workers:actors``), waits until it reports ready, then a second node in
+this process sends it work over a mutually authenticated TLS link, each message
+signed within a session: documents to count words in (an async handler), prime
+counts and hash chains (sync handlers, in worker threads), a bad call to show
+the error a caller gets; it prints what happened and stops the worker by its PID.
 """
 
 from __future__ import annotations
@@ -16,11 +18,15 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 import trio
 
 import actorctl
+from actorctl.cluster import init_certs
+from actorctl.mailbox import IdentityKey, Keyring
 from examples.workers import Document
 
 TEXTS = {
@@ -58,7 +64,21 @@ async def drain(proc: trio.Process) -> None:
         pass
 
 
+def make_secrets(directory: Path) -> None:
+    """A throwaway cluster CA with certificates, and an identity key per node."""
+    init_certs(directory / "certs", ["worker", "client"])
+    for name in ("worker", "client"):
+        IdentityKey.generate(name).save(directory / "keys", name)
+
+
 async def main() -> None:
+    with tempfile.TemporaryDirectory() as directory:
+        await run(Path(directory))
+
+
+async def run(secrets: Path) -> None:
+    make_secrets(secrets)
+    print(f"made a development CA, certificates and keys in {secrets}")
     port = free_port()
     command = [
         sys.executable,
@@ -71,7 +91,10 @@ async def main() -> None:
         f"127.0.0.1:{port}",
         "--name",
         "worker",
-        "--insecure",
+        "--certs",
+        str(secrets / "certs"),
+        "--keys",
+        str(secrets / "keys"),
     ]
     print(f"starting worker node: {' '.join(command[2:])}")
     async with trio.open_nursery() as nursery:
@@ -82,7 +105,13 @@ async def main() -> None:
             address = await wait_ready(proc)
             nursery.start_soon(drain, proc)
             print(f"worker node ready at {address} (pid {proc.pid})")
-            async with actorctl.open_node("client", host=None, insecure=True) as client:
+            async with actorctl.open_node(
+                "client",
+                host=None,
+                tls=actorctl.TlsFiles.from_dir(secrets / "certs", "client"),
+                keyring=Keyring.load(secrets / "keys", "client"),
+            ) as client:
+                print("client node up: it dials over mutual TLS and signs what it sends")
                 await send_work(client, address)
         finally:
             proc.send_signal(signal.SIGINT)

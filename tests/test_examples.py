@@ -21,7 +21,7 @@ async def test_the_two_node_example_runs_and_reports_its_work() -> None:
         )
     out = result.stdout.decode()
     assert result.returncode == 0, result.stderr.decode()
-    assert "worker node ready at amqp://127.0.0.1:" in out
+    assert "worker node ready at amqps://127.0.0.1:" in out  # TLS by default
     assert "78498 primes below 1,000,000" in out
     assert "'Ode': 11 words" in out
     assert "missing @ doc.text" in out
