@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import random
 import time
+from typing import Any
 
 import trio
 from proton import Collector, Connection, Endpoint, Message, Transport
@@ -162,13 +163,19 @@ async def hit(port: int, data: tuple[bytes, bytes]) -> None:
         await trio.aclose_forcefully(stream)
 
 
-async def run(seconds: float, cases: int, seed: int, **node_options: object) -> Target:
+async def run(
+    seconds: float,
+    cases: int,
+    seed: int,
+    node_options: dict[str, Any],
+    checker_options: dict[str, Any] | None = None,
+) -> Target:
     """Fuzz a fresh node for at most ``seconds`` or ``cases`` cases."""
     rng = random.Random(seed)
     target = Target()
     async with (
-        open_node("fuzzed", [target], **node_options) as node,  # type: ignore[arg-type]
-        open_node("checker", host=None, **node_options) as checker,  # type: ignore[arg-type]
+        open_node("fuzzed", [target], **node_options) as node,
+        open_node("checker", host=None, **(checker_options or node_options)) as checker,
     ):
         ping = checker.ref(node.address_of("target")).with_options(timeout=5)
         deadline = time.monotonic() + seconds
@@ -190,7 +197,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=int(time.time()))
     args = parser.parse_args()
     print(f"fuzzing for {args.seconds:g} s, seed {args.seed}")
-    target = trio.run(lambda: run(args.seconds, 10**9, args.seed, insecure=True))
+    target = trio.run(run, args.seconds, 10**9, args.seed, {"insecure": True})
     print(f"node survived; handler ran {len(target.ran)} times on fuzzed input")
 
 
