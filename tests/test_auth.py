@@ -20,7 +20,7 @@ import trio
 from actorctl import Actor, Envelope, Node, handler, open_node
 from actorctl.cluster._peer import Pending
 from actorctl.mailbox import IdentityKey, Outcome, canonical, encode, json_dumps, sign_ed25519
-from actorctl.mailbox._signing import Session, sign_hmac
+from actorctl.mailbox._signing import Session, SessionSigner, sign_hmac
 
 from .keys import make_keys
 from .tls import make_tls
@@ -61,9 +61,8 @@ class Cluster:
         peer = self.client._peer(self.address)
         await peer.wait_ready()
         signer = peer._signer
-        assert isinstance(signer, functools.partial)
-        assert signer.func is sign_hmac, "the client node opened no session"
-        session = signer.args[0]
+        assert isinstance(signer, SessionSigner), "the client node opened no session"
+        session = signer.session
         assert isinstance(session, Session)
         return session
 

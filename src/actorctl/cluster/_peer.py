@@ -30,11 +30,11 @@ from ..mailbox import (
     IdentityKey,
     Outcome,
     SessionOffer,
+    SessionSigner,
     Signer,
     decode,
     encode,
     sign_ed25519,
-    sign_hmac,
 )
 from . import _raw as raw
 from ._engine import Engine, EngineHandler
@@ -334,7 +334,7 @@ class Peer(EngineHandler):
         await self._transmit_now(engine, pending)
         await pending.done.wait()
         if pending.outcome is not None and pending.outcome.state == "accepted":
-            self._signer = functools.partial(sign_hmac, offer.session())
+            self._signer = SessionSigner(offer.session())
             log("actorctl:peer:session", peer=self.name, session=offer.id, key=identity.key_id)
         else:
             outcome = pending.outcome

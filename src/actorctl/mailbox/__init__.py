@@ -45,6 +45,7 @@ from ._signing import Keyring as Keyring
 from ._signing import PublicKey as PublicKey
 from ._signing import ReplayCache as ReplayCache
 from ._signing import SessionOffer as SessionOffer
+from ._signing import SessionSigner as SessionSigner
 from ._signing import SessionTable as SessionTable
 from ._signing import Verified as Verified
 from ._signing import Verifier as Verifier
