@@ -20,6 +20,15 @@ async def _served(node_port: int, client_ref) -> None:  # type: ignore[no-untype
         assert await client_ref.ask("add", 20, 22) == 42
 
 
+async def _outcome(client, address, msg: Message):  # type: ignore[no-untyped-def]
+    pending = Pending(address.name, msg.encode(), str(msg.id))
+    with trio.fail_after(10):
+        await client._peer(address).transmit(pending)
+        await pending.done.wait()
+    assert pending.outcome is not None
+    return pending.outcome
+
+
 async def test_malformed_frames_drop_only_that_connection(logs) -> None:
     async with (
         open_node("server", [Calculator()], insecure=True) as server,
@@ -50,15 +59,11 @@ async def test_a_body_that_is_not_json_is_rejected_naming_the_message(logs) -> N
         address = server.address_of("calculator")
         msg = Message(id="bad-json-1", subject="add", body=b"[[1, 2], {", inferred=True)
         msg.content_type = "application/json"
-        pending = Pending(address.name, msg.encode(), "bad-json-1")
-        with trio.fail_after(10):
-            await client._peer(address).transmit(pending)
-            await pending.done.wait()
-        assert pending.outcome is not None
-        assert pending.outcome.state == "rejected"
-        assert pending.outcome.condition == "actorctl:decode-error"
-        assert "bad-json-1" in (pending.outcome.description or "")
-        assert "not valid UTF-8 JSON" in (pending.outcome.description or "")
+        outcome = await _outcome(client, address, msg)
+        assert outcome.state == "rejected"
+        assert outcome.condition == "actorctl:decode-error"
+        assert "bad-json-1" in (outcome.description or "")
+        assert "not valid UTF-8 JSON" in (outcome.description or "")
         await _served(server.port, client.ref(address))
 
 
@@ -70,13 +75,9 @@ async def test_a_pickled_body_is_refused_outright() -> None:
         address = server.address_of("calculator")
         msg = Message(id="pickle-1", subject="add", body=b"\x80\x04K\x01.", inferred=True)
         msg.content_type = "application/x-python-serialize"
-        pending = Pending(address.name, msg.encode(), "pickle-1")
-        with trio.fail_after(10):
-            await client._peer(address).transmit(pending)
-            await pending.done.wait()
-        assert pending.outcome is not None
-        assert pending.outcome.state == "rejected"
-        assert "refused" in (pending.outcome.description or "")
+        outcome = await _outcome(client, address, msg)
+        assert outcome.state == "rejected"
+        assert "refused" in (outcome.description or "")
 
 
 async def test_a_body_that_is_not_args_and_kwargs_is_rejected() -> None:
@@ -88,13 +89,9 @@ async def test_a_body_that_is_not_args_and_kwargs_is_rejected() -> None:
         msg = Message(
             id="shape-1", subject="add", body=json.dumps({"a": 1}).encode(), inferred=True
         )
-        pending = Pending(address.name, msg.encode(), "shape-1")
-        with trio.fail_after(10):
-            await client._peer(address).transmit(pending)
-            await pending.done.wait()
-        assert pending.outcome is not None
-        assert pending.outcome.condition == "actorctl:decode-error"
-        assert "[args, kwargs]" in (pending.outcome.description or "")
+        outcome = await _outcome(client, address, msg)
+        assert outcome.condition == "actorctl:decode-error"
+        assert "[args, kwargs]" in (outcome.description or "")
 
 
 class Gate(Actor):
@@ -181,15 +178,6 @@ async def test_rejections_name_the_message_id_in_the_logs(logs) -> None:
     ]
     assert line["message_id"] == caught.value.message_id
     assert line["condition"] == "actorctl:unknown-handler"
-
-
-async def _outcome(client, address, msg: Message):  # type: ignore[no-untyped-def]
-    pending = Pending(address.name, msg.encode(), str(msg.id))
-    with trio.fail_after(10):
-        await client._peer(address).transmit(pending)
-        await pending.done.wait()
-    assert pending.outcome is not None
-    return pending.outcome
 
 
 async def test_a_result_that_is_not_json_reaches_the_caller_as_an_error() -> None:
