@@ -157,6 +157,8 @@ def canonical_bytes(
 
 def _headers(headers: Mapping[str, object]) -> bytes:
     """The header count, then each covered header's key and JSON value, by key."""
+    if headers.keys() <= _UNCOVERED:  # the usual case: only kind, lang, signature
+        return _NO_HEADERS
     items = []  # (key bytes to sort by, the pair as written)
     for key, value in headers.items():
         if value is None or key in _UNCOVERED:
