@@ -1,5 +1,11 @@
-"""Supervisors, restart strategies, circuit breakers, retry policies.
+"""Supervisors and strategies, restart intensity, (later) circuit breakers,
+health checks, retry policies and boxed processes.
 
-Thin for now: the supervision issue fills it in. It sits between ``cluster``
-and ``actors`` in the import order.
+It sits between ``cluster`` and ``actors`` in the import order.
 """
+
+from ._supervisor import ChildSpec as ChildSpec
+from ._supervisor import Restart as Restart
+from ._supervisor import Strategy as Strategy
+from ._supervisor import Supervisor as Supervisor
+from ._supervisor import SupervisorGaveUp as SupervisorGaveUp
