@@ -20,6 +20,7 @@ import trio
 from .._errors import ActorctlError, ConfigError, DeliveryError, RemoteError
 from ..actors import Actor, Address
 from ..cluster import Node, open_node
+from ._cluster import cluster
 from ._keys import certs, keys
 from ._options import Security, security_options
 
@@ -39,6 +40,7 @@ def cli() -> None:
 
 cli.add_command(keys)
 cli.add_command(certs)
+cli.add_command(cluster)
 
 
 @cli.group()

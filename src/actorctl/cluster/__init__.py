@@ -1,8 +1,15 @@
 """Nodes (AMQP 1.0 containers on trio), peer links, addresses."""
 
 from ._certs import init_certs as init_certs
+from ._config import ClusterConfig as ClusterConfig
+from ._config import NodeConfig as NodeConfig
+from ._config import load_cluster as load_cluster
 from ._engine import Engine as Engine
 from ._engine import EngineHandler as EngineHandler
+from ._foreman import Foreman as Foreman
+from ._foreman import NodeDied as NodeDied
+from ._foreman import NodeState as NodeState
+from ._foreman import ensure_dev_secrets as ensure_dev_secrets
 from ._node import Node as Node
 from ._node import open_node as open_node
 from ._tls import TlsFiles as TlsFiles

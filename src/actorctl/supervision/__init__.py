@@ -4,6 +4,7 @@ health checks, retry policies and boxed processes.
 It sits between ``cluster`` and ``actors`` in the import order.
 """
 
+from ._supervisor import ChildFailedToStart as ChildFailedToStart
 from ._supervisor import ChildSpec as ChildSpec
 from ._supervisor import Restart as Restart
 from ._supervisor import Strategy as Strategy

@@ -25,12 +25,18 @@ import trio
 from .._errors import ActorctlError
 from .._log import log
 
-__all__ = ["ChildSpec", "Restart", "Strategy", "Supervisor", "SupervisorGaveUp"]
+__all__ = [
+    "ChildFailedToStart",
+    "ChildSpec",
+    "Restart",
+    "Strategy",
+    "Supervisor",
+    "SupervisorGaveUp",
+]
 
 #: How a child is started: an async function that calls ``task_status.started()``
 #: once it is ready (trio's ``nursery.start`` protocol) and runs until it is done.
 StartFn = Callable[..., Awaitable[Any]]
-
 
 
 class Restart(enum.Enum):
@@ -47,6 +53,15 @@ class Strategy(enum.Enum):
     ONE_FOR_ONE = "one_for_one"  #: only that child
     ONE_FOR_ALL = "one_for_all"  #: all of them
     REST_FOR_ONE = "rest_for_one"  #: that child and those started after it
+
+
+class ChildFailedToStart(ActorctlError):
+    """A child failed before it said it was ready."""
+
+    def __init__(self, child: str, reason: str) -> None:
+        super().__init__(f"child {child!r} failed to start: {reason}")
+        self.child = child
+        self.reason = reason
 
 
 class SupervisorGaveUp(ActorctlError):
@@ -196,16 +211,16 @@ class Supervisor:
         try:
             with running.scope:
                 await running.spec.start(task_status=status)
-        except Exception as exc:  # a child's failure is the supervisor's to handle
-            running.error = exc
+        except Exception as exc:
+            if not started:
+                raise  # it failed to start: the one who started it hears of it
+            running.error = exc  # it failed while running: the supervisor's to handle
         finally:
             running.done.set()
-            if not started:
-                # It ended before it was ready: report it as having started and
-                # ended at once, so the supervisor applies its policy.
-                task_status.started()
-            if not running.scope.cancel_called:
-                self._ended.send_nowait(running)
+        if not started:
+            raise ChildFailedToStart(running.spec.name, "it returned before it was ready")
+        if not running.scope.cancel_called:
+            self._ended.send_nowait(running)
 
     async def _stop(self, running: _Running) -> None:
         """Stop one child: cancel its scope and wait until it is gone."""
@@ -274,7 +289,15 @@ class Supervisor:
                 else f"{spec.name} {reason} ({self.strategy.value})",
                 count=self.restarts[restart.name],
             )
-            await self._start(restart)
+            try:
+                await self._start(restart)
+            except Exception as exc:
+                # It failed to start again: that counts as another failure.
+                again = _Running(restart)
+                again.error = exc
+                self._running[restart.name] = again
+                await self._child_ended(again)
+                return
 
     def _to_restart(self, spec: ChildSpec) -> list[ChildSpec]:
         """Stop what the strategy says goes with ``spec``; return what to start again,

@@ -1,0 +1,141 @@
+"""cluster.toml: what a cluster is made of, read with clear errors.
+
+    [cluster]
+    name = "demo"
+    dev = true              # make certificates and keys if there are none
+    certs = "certs"         # paths are relative to this file
+    keys = "keys"
+
+    [[node]]
+    name = "worker-1"
+    listen = "127.0.0.1:5701"
+    actors = "examples.workers:actors"
+
+A missing or wrong field is a ``ConfigError`` naming the file, the key and what
+was expected.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+from typing import Any, final
+
+import attrs
+
+from .._errors import ConfigError
+
+__all__ = ["ClusterConfig", "NodeConfig", "load_cluster"]
+
+_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?")
+_TARGET = re.compile(r"[\w.]+:[\w.]+")
+
+
+@final
+@attrs.frozen
+class NodeConfig:
+    name: str
+    host: str
+    port: int
+    actors: str  # MODULE:OBJECT
+
+    @property
+    def listen(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+@final
+@attrs.frozen
+class ClusterConfig:
+    path: Path
+    name: str
+    nodes: tuple[NodeConfig, ...]
+    certs: Path
+    keys: Path
+    dev: bool
+    insecure: bool
+
+    @property
+    def root(self) -> Path:
+        """The directory the file is in: relative paths start here."""
+        return self.path.parent
+
+
+def load_cluster(path: Path | str) -> ClusterConfig:
+    """Read and check a cluster.toml.
+
+    Raises:
+        ConfigError: naming the file, the key and what was expected.
+    """
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read it: {exc.strerror or exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    where = _Where(path)
+    cluster = data.get("cluster", {})
+    if not isinstance(cluster, dict):
+        raise where.error("cluster", "a table [cluster]", cluster)
+    name = where.string(cluster, "cluster.name", default="cluster")
+    nodes_data = data.get("node")
+    if not isinstance(nodes_data, list) or not nodes_data:
+        raise where.error("node", "at least one [[node]] table", nodes_data)
+    nodes = tuple(where.node(i, item) for i, item in enumerate(nodes_data))
+    names = [node.name for node in nodes]
+    for duplicate in {n for n in names if names.count(n) > 1}:
+        raise ConfigError(f"{path}: node name {duplicate!r} is used twice: names must be unique")
+    ports = [node.port for node in nodes]
+    for duplicate_port in {p for p in ports if ports.count(p) > 1}:
+        raise ConfigError(f"{path}: port {duplicate_port} is used by two nodes")
+    return ClusterConfig(
+        path=path.resolve(),
+        name=name,
+        nodes=nodes,
+        certs=path.parent.resolve() / where.string(cluster, "cluster.certs", default="certs"),
+        keys=path.parent.resolve() / where.string(cluster, "cluster.keys", default="keys"),
+        dev=where.boolean(cluster, "cluster.dev", default=True),
+        insecure=where.boolean(cluster, "cluster.insecure", default=False),
+    )
+
+
+@final
+class _Where:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def error(self, key: str, expected: str, got: object) -> ConfigError:
+        shown = "nothing" if got is None else f"{got!r}"
+        return ConfigError(f"{self.path}: key {key!r}: expected {expected}, got {shown}")
+
+    def string(self, table: dict[str, Any], key: str, *, default: str | None = None) -> str:
+        value = table.get(key.rpartition(".")[2], default)
+        if not isinstance(value, str) or not value:
+            raise self.error(key, "a non-empty string", value)
+        return value
+
+    def boolean(self, table: dict[str, Any], key: str, *, default: bool) -> bool:
+        value = table.get(key.rpartition(".")[2], default)
+        if not isinstance(value, bool):
+            raise self.error(key, "true or false", value)
+        return value
+
+    def node(self, index: int, item: object) -> NodeConfig:
+        prefix = f"node[{index}]"
+        if not isinstance(item, dict):
+            raise self.error(prefix, "a table", item)
+        name = self.string(item, f"{prefix}.name")
+        if not _NAME.fullmatch(name):
+            raise self.error(f"{prefix}.name", "letters, digits, '.' and '-'", name)
+        listen = self.string(item, f"{prefix}.listen")
+        host, _, port = listen.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise self.error(f"{prefix}.listen", "HOST:PORT, e.g. 127.0.0.1:5701", listen)
+        actors = self.string(item, f"{prefix}.actors")
+        if not _TARGET.fullmatch(actors):
+            raise self.error(
+                f"{prefix}.actors", "MODULE:OBJECT, e.g. examples.workers:actors", actors
+            )
+        return NodeConfig(name, host, int(port), actors)

@@ -1,0 +1,190 @@
+"""The Foreman: a whole node as a supervised child, in an OS subprocess.
+
+It starts ``actorctl node run`` for one node of a cluster.toml, waits until the
+node reports ready on its log, tells the supervisor it has started, and then
+waits for the process: a node that exits (or is killed) raises into the
+supervisor, which restarts it by its policy. Stopping the Foreman stops the
+node: SIGTERM, and SIGKILL if it is not gone within trio's grace period.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Final, final
+
+import attrs
+import trio
+
+from .._errors import ActorctlError, ConfigError
+from ..mailbox import IdentityKey
+from ._certs import init_certs
+from ._config import ClusterConfig, NodeConfig
+
+__all__ = ["Foreman", "NodeDied", "NodeState", "ensure_dev_secrets"]
+
+READY_TIMEOUT: Final = 30.0
+CLI_NAME: Final = "cli"
+
+
+class NodeDied(ActorctlError):
+    """A node's process ended (or never became ready)."""
+
+
+@attrs.define
+class NodeState:
+    """What the cluster knows of one node, for status tables."""
+
+    name: str
+    state: str = "starting"
+    pid: int | None = None
+    address: str | None = None
+    actors: list[str] = attrs.field(factory=list)
+    restarts: int = 0
+    reason: str | None = None
+
+
+@final
+class Foreman:
+    """Runs one node of a cluster as a supervised subprocess.
+
+    Args:
+        config: the cluster.
+        node: which node.
+        state: updated as the node starts, runs and dies.
+        on_change: called (in this task) whenever ``state`` changes.
+    """
+
+    def __init__(
+        self,
+        config: ClusterConfig,
+        node: NodeConfig,
+        state: NodeState,
+        on_change: Callable[[NodeState], None] = lambda state: None,
+    ) -> None:
+        self.config = config
+        self.node = node
+        self.state = state
+        self._on_change = on_change
+        self._starts = 0
+
+    def command(self) -> list[str]:
+        node, config = self.node, self.config
+        command = [sys.executable, "-m", "actorctl", "node", "run", node.actors,
+                   "--listen", node.listen, "--name", node.name]  # fmt: skip
+        if config.insecure:
+            return [*command, "--insecure"]
+        return [*command, "--certs", str(config.certs), "--keys", str(config.keys)]
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Start the node, report it started once it is ready, and wait for it.
+
+        Raises:
+            NodeDied: when the process ends, or is not ready in time.
+        """
+        state = self.state
+        if self._starts:
+            state.restarts += 1
+        self._starts += 1
+        self._set(state="starting", pid=None, address=None)
+        log_dir = self.config.root / "logs"
+        log_dir.mkdir(exist_ok=True)
+        log_path = log_dir / f"{self.node.name}.log"
+        async with trio.open_nursery() as nursery:
+            process: trio.Process = await nursery.start(
+                functools.partial(
+                    trio.run_process,
+                    self.command(),
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    check=False,
+                    cwd=self.config.root,
+                    env=self._environment(),
+                )
+            )
+            ready = trio.Event()
+            nursery.start_soon(self._pump, process, ready, log_path)
+            with trio.move_on_after(READY_TIMEOUT):
+                await ready.wait()
+            if state.address is None:
+                if process.returncode is None:
+                    process.kill()
+                    why = f"did not report ready within {READY_TIMEOUT:g} s"
+                else:
+                    why = f"exited with code {process.returncode} before it was ready"
+                self._set(state="dead", reason=why)
+                raise NodeDied(f"node {self.node.name} {why}; its log: {log_path}")
+            self._set(state="running", pid=process.pid)
+            task_status.started()
+            code = await process.wait()
+        reason = f"node {self.node.name} (pid {process.pid}) exited with code {code}"
+        self._set(state="dead", reason=reason)
+        raise NodeDied(reason)
+
+    def _environment(self) -> dict[str, str]:
+        """Actor modules are found beside the cluster file first, then where
+        ``cluster up`` runs."""
+        paths = [str(self.config.root), os.getcwd(), os.environ.get("PYTHONPATH", "")]
+        return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
+
+    async def _pump(self, process: trio.Process, ready: trio.Event, log_path: Path) -> None:
+        """Copy the node's log to its file; notice the line that says it is ready."""
+        assert process.stdout is not None
+        pending = b""
+        with log_path.open("ab") as out:
+            while chunk := await process.stdout.receive_some(65536):
+                out.write(chunk)
+                out.flush()
+                if ready.is_set():
+                    continue
+                pending += chunk
+                *lines, pending = pending.split(b"\n")
+                for line in lines:
+                    if b'"actorctl:node:ready"' in line:
+                        message = json.loads(line)
+                        self.state.address = str(message["address"])
+                        self.state.actors = list(message.get("actors", []))
+                        ready.set()
+        ready.set()  # it ended: whoever waits for it must look at the state
+
+    def _set(self, **changes: object) -> None:
+        for key, value in changes.items():
+            setattr(self.state, key, value)
+        self._on_change(self.state)
+
+
+def ensure_dev_secrets(config: ClusterConfig) -> list[str]:
+    """In development mode, make the certificates and keys that are missing (for
+    every node, and for the ``cli``); say what was made. Outside it, check that
+    they are there.
+
+    Raises:
+        ConfigError: naming what is missing, outside development mode.
+    """
+    if config.insecure:
+        return []
+    names = [node.name for node in config.nodes] + [CLI_NAME]
+    missing_certs = [n for n in names if not (config.certs / f"{n}.pem").is_file()]
+    missing_keys = [n for n in names if not (config.keys / f"{n}.key").is_file()]
+    if not config.dev:
+        if missing_certs or missing_keys:
+            raise ConfigError(
+                f"{config.path}: missing certificates for {missing_certs} or keys for "
+                f"{missing_keys} in {config.certs} / {config.keys} (set dev = true to make "
+                "development ones)"
+            )
+        return []
+    made = []
+    if missing_certs:
+        init_certs(config.certs, missing_certs)
+        made.append(f"certificates for {', '.join(missing_certs)} in {config.certs}")
+    for name in missing_keys:
+        IdentityKey.generate(name).save(config.keys, name)
+    if missing_keys:
+        made.append(f"keys for {', '.join(missing_keys)} in {config.keys}")
+    return made

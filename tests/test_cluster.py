@@ -1,0 +1,123 @@
+"""`actorctl cluster up`: a supervised cluster of node processes from one file."""
+
+from __future__ import annotations
+
+import functools
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import trio
+
+from actorctl import ConfigError, TlsFiles, open_node
+from actorctl.cluster import load_cluster
+from actorctl.mailbox import Keyring
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _cluster_file(directory: Path, ports: list[int]) -> Path:
+    nodes = "".join(
+        f'\n[[node]]\nname = "n{i}"\nlisten = "127.0.0.1:{port}"\n'
+        'actors = "tests.actors:Calculator"\n'
+        for i, port in enumerate(ports, 1)
+    )
+    path = directory / "cluster.toml"
+    path.write_text(f'[cluster]\nname = "test"\ndev = true\n{nodes}')
+    return path
+
+
+class Lines:
+    """The lines a process writes to a stream, read as they come."""
+
+    def __init__(self, stream: trio.abc.ReceiveStream) -> None:
+        self.stream = stream
+        self.buffer = b""
+        self.seen: list[str] = []
+
+    async def until(self, text: str) -> str:
+        with trio.fail_after(60):
+            while True:
+                for line in self.buffer.split(b"\n")[:-1]:
+                    decoded = line.decode()
+                    if text in decoded and decoded not in self.seen:
+                        self.seen.append(decoded)
+                        return decoded
+                chunk = await self.stream.receive_some(4096)
+                assert chunk, f"the process ended before it said {text!r}: {self.buffer!r}"
+                self.buffer += chunk
+
+
+async def test_a_broken_cluster_file_is_a_clear_error_with_exit_code_2(tmp_path: Path) -> None:
+    path = tmp_path / "cluster.toml"
+    path.write_text('[[node]]\nname = "a"\nlisten = "nowhere"\nactors = "m:o"\n')
+    with trio.fail_after(30):
+        result = await trio.run_process(
+            [sys.executable, "-m", "actorctl", "cluster", "up", str(path)],
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+        )
+    assert result.returncode == 2
+    assert str(path).encode() in result.stderr
+    assert b"node[0].listen" in result.stderr
+    assert b"HOST:PORT" in result.stderr
+
+
+def test_cluster_file_errors_name_the_key(tmp_path: Path) -> None:
+    path = tmp_path / "cluster.toml"
+    path.write_text('[cluster]\nname = "x"\n')
+    with pytest.raises(ConfigError, match=r"key 'node': expected at least one \[\[node\]\]"):
+        load_cluster(path)
+    path.write_text('[[node]]\nname = "a"\nlisten = "127.0.0.1:1"\nactors = "nope"\n')
+    with pytest.raises(ConfigError, match=r"node\[0\]\.actors.*MODULE:OBJECT"):
+        load_cluster(path)
+
+
+async def test_cluster_up_supervises_nodes_and_restarts_one_killed(
+    tmp_path: Path, nursery: trio.Nursery
+) -> None:
+    # Given a cluster of two nodes brought up from a file (development secrets)
+    ports = [_free_port(), _free_port()]
+    path = _cluster_file(tmp_path, ports)
+    command = [sys.executable, "-m", "actorctl", "cluster", "up", str(path)]
+    proc: trio.Process = await nursery.start(
+        functools.partial(trio.run_process, command, cwd=ROOT, stdout=subprocess.PIPE, check=False)
+    )
+    assert proc.stdout is not None
+    out = Lines(proc.stdout)
+    await out.until("cluster 'test' ready")
+    table = out.buffer.decode()
+    assert "NODE" in table
+    assert "running" in table
+    second = await out.until("node n2 ready at")
+    pid = int(second.rpartition("(pid ")[2].rstrip(")"))
+    tls = TlsFiles.from_dir(tmp_path / "certs", "cli")
+    keys = Keyring.load(tmp_path / "keys", "cli")
+    async with open_node("client", host=None, tls=tls, keyring=keys) as client:
+        ref = client.ref(f"amqps://127.0.0.1:{ports[1]}/calculator").with_options(timeout=10)
+        with trio.fail_after(30):
+            assert await ref.ask("add", 1, 2) == 3
+        # When that node is killed with SIGKILL
+        os.kill(pid, signal.SIGKILL)
+        # Then the cluster restarts it, and it serves again
+        restarted = await out.until("node n2 ready at")
+        assert "(restart 1)" in restarted
+        with trio.fail_after(30):
+            assert await ref.ask("add", 2, 2) == 4
+    # And Ctrl-C stops the whole cluster
+    proc.send_signal(signal.SIGINT)
+    await out.until("cluster 'test' stopped")
+    with trio.fail_after(30):
+        await proc.wait()
+    assert proc.returncode == 0
