@@ -26,14 +26,16 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _cluster_file(directory: Path, ports: list[int]) -> Path:
+def _cluster_file(directory: Path, ports: list[int], controller: int) -> Path:
     nodes = "".join(
         f'\n[[node]]\nname = "n{i}"\nlisten = "127.0.0.1:{port}"\n'
         'actors = "tests.actors:Calculator"\n'
         for i, port in enumerate(ports, 1)
     )
     path = directory / "cluster.toml"
-    path.write_text(f'[cluster]\nname = "test"\ndev = true\n{nodes}')
+    path.write_text(
+        f'[cluster]\nname = "test"\ndev = true\ncontroller = "127.0.0.1:{controller}"\n{nodes}'
+    )
     return path
 
 
@@ -56,6 +58,28 @@ class Lines:
                 chunk = await self.stream.receive_some(4096)
                 assert chunk, f"the process ended before it said {text!r}: {self.buffer!r}"
                 self.buffer += chunk
+
+
+async def _actorctl(*args: str) -> subprocess.CompletedProcess[bytes]:
+    with trio.fail_after(30):
+        return await trio.run_process(
+            [sys.executable, "-m", "actorctl", *args],
+            cwd=ROOT,
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+        )
+
+
+async def test_cluster_status_without_a_cluster_says_so(tmp_path: Path) -> None:
+    path = tmp_path / "cluster.toml"
+    path.write_text(
+        f'[cluster]\ninsecure = true\ncontroller = "127.0.0.1:{_free_port()}"\n'
+        f'[[node]]\nname = "a"\nlisten = "127.0.0.1:{_free_port()}"\nactors = "m:o"\n'
+    )
+    result = await _actorctl("cluster", "status", str(path), "--timeout", "1")
+    assert result.returncode == 1
+    assert b"is the cluster up?" in result.stderr
 
 
 async def test_a_broken_cluster_file_is_a_clear_error_with_exit_code_2(tmp_path: Path) -> None:
@@ -89,7 +113,7 @@ async def test_cluster_up_supervises_nodes_and_restarts_one_killed(
 ) -> None:
     # Given a cluster of two nodes brought up from a file (development secrets)
     ports = [_free_port(), _free_port()]
-    path = _cluster_file(tmp_path, ports)
+    path = _cluster_file(tmp_path, ports, _free_port())
     command = [sys.executable, "-m", "actorctl", "cluster", "up", str(path)]
     proc: trio.Process = await nursery.start(
         functools.partial(trio.run_process, command, cwd=ROOT, stdout=subprocess.PIPE, check=False)
@@ -115,8 +139,18 @@ async def test_cluster_up_supervises_nodes_and_restarts_one_killed(
         assert "(restart 1)" in restarted
         with trio.fail_after(30):
             assert await ref.ask("add", 2, 2) == 4
-    # And Ctrl-C stops the whole cluster
-    proc.send_signal(signal.SIGINT)
+    # And the Controller reports it, from another process
+    status = await _actorctl("cluster", "status", str(path))
+    assert status.returncode == 0, status.stderr
+    assert b"n2" in status.stdout
+    assert b"calculator:0/100" in status.stdout
+    restarts = [
+        line.split() for line in status.stdout.decode().splitlines() if line.startswith("n2")
+    ]
+    assert restarts[0][5] == "1"
+    # And `cluster down` stops the whole cluster
+    down = await _actorctl("cluster", "down", str(path))
+    assert down.returncode == 0, down.stderr
     await out.until("cluster 'test' stopped")
     with trio.fail_after(30):
         await proc.wait()

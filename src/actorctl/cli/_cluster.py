@@ -2,24 +2,32 @@
 
 from __future__ import annotations
 
+import functools
 import signal
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import asyncclick as click
 import eliot
 import trio
 
-from .._errors import ConfigError
+from .._errors import ActorctlError, AskTimeout, ConfigError
 from ..cluster import (
+    CLI_NAME,
+    CONTROLLER,
     ClusterConfig,
-    Foreman,
     NodeDied,
     NodeState,
+    TlsFiles,
     ensure_dev_secrets,
     load_cluster,
+    open_node,
+    run_cluster,
 )
-from ..supervision import ChildFailedToStart, ChildSpec, Strategy, Supervisor, SupervisorGaveUp
+from ..mailbox import Keyring
+from ..supervision import ChildFailedToStart, SupervisorGaveUp
 
 __all__ = ["cluster"]
 
@@ -34,36 +42,103 @@ def cluster() -> None:
 async def cluster_up(file: Path) -> None:
     """Start every node FILE describes, supervised: a node that dies is restarted.
 
-    Shows progress, then a table of the live cluster. Ctrl-C (or SIGTERM) stops
-    the nodes in reverse order. Logs go to logs/ beside FILE.
+    Shows progress, then a table of the live cluster. Ctrl-C (or SIGTERM, or
+    `actorctl cluster down FILE`) stops the nodes in reverse order. Logs go to
+    logs/ beside FILE.
     """
     config = _prepare(file)
-    states = {node.name: NodeState(node.name) for node in config.nodes}
-    supervisor = Supervisor(
-        config.name,
-        [
-            ChildSpec(node.name, Foreman(config, node, states[node.name], _progress).run)
-            for node in config.nodes
-        ],
-        strategy=Strategy.ONE_FOR_ONE,
-        max_restarts=10,
-        within=60.0,
-    )
     click.echo(f"starting cluster {config.name!r}: {len(config.nodes)} nodes")
+    stop = trio.Event()
     try:
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             async with trio.open_nursery() as nursery:
-                await nursery.start(supervisor.run)
-                click.echo(_table(config, states))
+                states = await nursery.start(
+                    functools.partial(run_cluster, config, _progress, stop=stop)
+                )
+                click.echo(_table(_rows(config, states)))
                 click.echo(f"cluster {config.name!r} ready")
-                async for _ in signals:
-                    click.echo("stopping: nodes in reverse order")
-                    nursery.cancel_scope.cancel()
-                    break
+                listening = trio.CancelScope()
+                nursery.start_soon(_stop_on_signal, signals, stop, listening)
+                await stop.wait()
+                listening.cancel()
+                click.echo("stopping: nodes in reverse order")
+                # run_cluster sees `stop` too: it stops the nodes, then the
+                # Controller's node gracefully (so `cluster down` gets its answer)
     except* (SupervisorGaveUp, NodeDied, ChildFailedToStart) as group:
         click.echo(f"error: {_first(group)}", err=True)
         raise SystemExit(1) from None
     click.echo(f"cluster {config.name!r} stopped")
+
+
+async def _stop_on_signal(
+    signals: AsyncIterator[int], stop: trio.Event, scope: trio.CancelScope
+) -> None:
+    with scope:
+        async for _ in signals:
+            stop.set()
+            return
+
+
+@cluster.command("status")
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--timeout", default=10.0, show_default=True, help="Seconds to wait.")
+async def cluster_status(file: Path, timeout: float) -> None:
+    """Print the live cluster FILE names, as its Controller sees it: per node its
+    pid, address, actors, state and restarts, and each actor's mailbox depth."""
+    rows = await _ask_controller(file, "status", timeout)
+    click.echo(_table(rows))
+
+
+@cluster.command("down")
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--timeout", default=10.0, show_default=True, help="Seconds to wait.")
+async def cluster_down(file: Path, timeout: float) -> None:
+    """Stop the cluster FILE names (from another terminal than `cluster up`)."""
+    click.echo(await _ask_controller(file, "down", timeout))
+
+
+async def _ask_controller(file: Path, handler: str, timeout: float) -> Any:
+    try:
+        config = load_cluster(file)
+        options: dict[str, Any] = {"insecure": True}
+        if not config.insecure:
+            options = {
+                "tls": TlsFiles.from_dir(config.certs, CLI_NAME),
+                "keyring": Keyring.load(config.keys, CLI_NAME),
+            }
+    except ConfigError as exc:
+        click.echo(f"error: {exc}", err=True)
+        raise SystemExit(2) from None
+    host, port = config.controller
+    scheme = "amqp" if config.insecure else "amqps"
+    address = f"{scheme}://{host}:{port}/{CONTROLLER}"
+    try:
+        async with open_node(CLI_NAME, host=None, grace=0.5, **options) as client:
+            return await client.ref(address).with_options(timeout=timeout).ask(handler)
+    except* AskTimeout:
+        click.echo(
+            f"error: no answer from the controller at {address} within {timeout:g} s "
+            "(is the cluster up?)",
+            err=True,
+        )
+        raise SystemExit(1) from None
+    except* ActorctlError as group:
+        click.echo(f"error: {_first(group)}", err=True)
+        raise SystemExit(1) from None
+
+
+def _rows(config: ClusterConfig, states: dict[str, NodeState]) -> list[dict[str, Any]]:
+    return [
+        {
+            "node": node.name,
+            "pid": states[node.name].pid,
+            "address": states[node.name].address,
+            "actors": states[node.name].actors,
+            "state": states[node.name].state,
+            "restarts": states[node.name].restarts,
+        }
+        for node in config.nodes
+    ]
 
 
 def _prepare(file: Path) -> ClusterConfig:
@@ -92,23 +167,31 @@ def _progress(state: NodeState) -> None:
     sys.stdout.flush()
 
 
-def _table(config: ClusterConfig, states: dict[str, NodeState]) -> str:
-    rows = [("NODE", "PID", "ADDRESS", "ACTORS", "STATE", "RESTARTS")]
-    for node in config.nodes:
-        state = states[node.name]
-        rows.append(
+def _table(rows: list[dict[str, Any]]) -> str:
+    header = ("NODE", "PID", "ADDRESS", "ACTORS", "STATE", "RESTARTS", "MAILBOXES")
+    lines = [header]
+    for row in rows:
+        mailboxes = row.get("mailboxes") or {}
+        depth = ",".join(
+            f"{name}:{stats['depth']}/{stats['capacity']}"
+            for name, stats in mailboxes.items()
+            if isinstance(stats, dict)
+        )
+        lines.append(
             (
-                node.name,
-                str(state.pid or "-"),
-                state.address or "-",
-                ",".join(state.actors) or "-",
-                state.state,
-                str(state.restarts),
+                str(row["node"]),
+                str(row["pid"] or "-"),
+                str(row["address"] or "-"),
+                ",".join(a for a in row["actors"] if a != "_node") or "-",
+                str(row["state"]),
+                str(row["restarts"]),
+                depth or ("-" if "error" not in mailboxes else "no answer"),
             )
         )
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
     return "\n".join(
-        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)) for row in rows
+        "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
+        for line in lines
     )
 
 

@@ -4,8 +4,12 @@ from ._certs import init_certs as init_certs
 from ._config import ClusterConfig as ClusterConfig
 from ._config import NodeConfig as NodeConfig
 from ._config import load_cluster as load_cluster
+from ._controller import CONTROLLER as CONTROLLER
+from ._controller import Controller as Controller
+from ._controller import run_cluster as run_cluster
 from ._engine import Engine as Engine
 from ._engine import EngineHandler as EngineHandler
+from ._foreman import CLI_NAME as CLI_NAME
 from ._foreman import Foreman as Foreman
 from ._foreman import NodeDied as NodeDied
 from ._foreman import NodeState as NodeState

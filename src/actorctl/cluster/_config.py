@@ -55,6 +55,7 @@ class ClusterConfig:
     keys: Path
     dev: bool
     insecure: bool
+    controller: tuple[str, int] = ("127.0.0.1", 5700)
 
     @property
     def root(self) -> Path:
@@ -88,8 +89,11 @@ def load_cluster(path: Path | str) -> ClusterConfig:
     for duplicate in {n for n in names if names.count(n) > 1}:
         raise ConfigError(f"{path}: node name {duplicate!r} is used twice: names must be unique")
     ports = [node.port for node in nodes]
+    ports.append(where.endpoint(cluster, "cluster.controller", default="127.0.0.1:5700")[1])
     for duplicate_port in {p for p in ports if ports.count(p) > 1}:
-        raise ConfigError(f"{path}: port {duplicate_port} is used by two nodes")
+        raise ConfigError(
+            f"{path}: port {duplicate_port} is used twice (by nodes or the controller)"
+        )
     return ClusterConfig(
         path=path.resolve(),
         name=name,
@@ -98,6 +102,7 @@ def load_cluster(path: Path | str) -> ClusterConfig:
         keys=path.parent.resolve() / where.string(cluster, "cluster.keys", default="keys"),
         dev=where.boolean(cluster, "cluster.dev", default=True),
         insecure=where.boolean(cluster, "cluster.insecure", default=False),
+        controller=where.endpoint(cluster, "cluster.controller", default="127.0.0.1:5700"),
     )
 
 
@@ -122,6 +127,13 @@ class _Where:
             raise self.error(key, "true or false", value)
         return value
 
+    def endpoint(self, table: dict[str, Any], key: str, *, default: str) -> tuple[str, int]:
+        listen = self.string(table, key, default=default)
+        host, _, port = listen.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise self.error(key, "HOST:PORT, e.g. 127.0.0.1:5701", listen)
+        return host, int(port)
+
     def node(self, index: int, item: object) -> NodeConfig:
         prefix = f"node[{index}]"
         if not isinstance(item, dict):
@@ -129,13 +141,10 @@ class _Where:
         name = self.string(item, f"{prefix}.name")
         if not _NAME.fullmatch(name):
             raise self.error(f"{prefix}.name", "letters, digits, '.' and '-'", name)
-        listen = self.string(item, f"{prefix}.listen")
-        host, _, port = listen.rpartition(":")
-        if not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise self.error(f"{prefix}.listen", "HOST:PORT, e.g. 127.0.0.1:5701", listen)
+        host, port = self.endpoint(item, f"{prefix}.listen", default="")
         actors = self.string(item, f"{prefix}.actors")
         if not _TARGET.fullmatch(actors):
             raise self.error(
                 f"{prefix}.actors", "MODULE:OBJECT, e.g. examples.workers:actors", actors
             )
-        return NodeConfig(name, host, int(port), actors)
+        return NodeConfig(name, host, port, actors)

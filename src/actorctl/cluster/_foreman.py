@@ -168,7 +168,7 @@ def ensure_dev_secrets(config: ClusterConfig) -> list[str]:
     """
     if config.insecure:
         return []
-    names = [node.name for node in config.nodes] + [CLI_NAME]
+    names = [node.name for node in config.nodes] + [CLI_NAME, "controller"]
     missing_certs = [n for n in names if not (config.certs / f"{n}.pem").is_file()]
     missing_keys = [n for n in names if not (config.keys / f"{n}.key").is_file()]
     if not config.dev:

@@ -22,7 +22,7 @@ from proton import Link, SSLDomain
 
 from .._errors import AskTimeout, ConfigError
 from .._log import log
-from ..actors import Actor, ActorCell, ActorRef, Address
+from ..actors import Actor, ActorCell, ActorRef, Address, handler
 from ..mailbox import (
     Envelope,
     Keyring,
@@ -39,7 +39,7 @@ from ._inbound import InboundHandler
 from ._peer import Peer, Pending
 from ._tls import TlsFiles
 
-__all__ = ["Node", "open_node"]
+__all__ = ["Node", "NodeAgent", "open_node"]
 
 ActorSpec = Actor | type[Actor]
 DEFAULT_GRACE: Final = 5.0
@@ -132,6 +132,7 @@ class Node:
         self._clock = clock
         self._ids = itertools.count()
         self._actors = _named(actors)
+        self._actors.setdefault(NodeAgent.name or "_node", NodeAgent(self))
         self.cells: dict[str, ActorCell] = {}
         self.reply_routes: dict[str, tuple[Engine, Link]] = {}
         self._peers: dict[tuple[str, int], Peer] = {}
@@ -386,6 +387,25 @@ class Node:
             return
         slot.replies.append(envelope)
         slot.done.set()
+
+
+@final
+class NodeAgent(Actor):
+    """Hosted on every node as ``_node``: what the Controller asks a node."""
+
+    name = "_node"
+
+    def __init__(self, node: Node) -> None:
+        self._node = node
+
+    @handler
+    async def statistics(self) -> dict[str, dict[str, int]]:
+        """Mailbox depth, capacity and messages received, per actor."""
+        return {
+            name: {"depth": stats.depth, "capacity": stats.capacity, "received": stats.received}
+            for name, stats in self._node.statistics().items()
+            if name != self.name
+        }
 
 
 def _named(actors: Mapping[str, ActorSpec] | Iterable[ActorSpec]) -> dict[str, Actor]:

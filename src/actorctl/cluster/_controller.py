@@ -1,0 +1,132 @@
+"""The Controller: the root supervisor of a cluster, and an actor with its own
+signed inbox.
+
+It supervises one Foreman per node of the cluster file and serves ``status``
+and ``down`` to ``actorctl cluster status`` / ``cluster down`` from another
+terminal, over the same mutually authenticated, signed links as everything else.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Callable
+from typing import Any, Final, final
+
+import trio
+
+from .._log import log
+from ..actors import Actor, handler
+from ..mailbox import Keyring
+from ..supervision import ChildSpec, Strategy, Supervisor
+from ._config import ClusterConfig
+from ._foreman import Foreman, NodeState
+from ._node import open_node
+from ._tls import TlsFiles
+
+__all__ = ["CONTROLLER", "Controller", "run_cluster"]
+
+CONTROLLER: Final = "controller"
+
+
+@final
+class Controller(Actor):
+    """The cluster's own inbox: ``status`` and ``down``."""
+
+    name = CONTROLLER
+
+    def __init__(
+        self, config: ClusterConfig, states: dict[str, NodeState], stop: trio.Event
+    ) -> None:
+        self._config = config
+        self._states = states
+        self._stop = stop
+
+    @handler
+    async def status(self) -> list[dict[str, Any]]:
+        """One row per node: name, pid, address, actors, state, restarts, and the
+        mailbox depth of each actor (asked of the node itself)."""
+        rows = []
+        for node in self._config.nodes:
+            state = self._states[node.name]
+            depths: dict[str, Any] = {}
+            if state.state == "running" and state.address:
+                try:
+                    ref = self.ref(f"{state.address}/_node").with_options(timeout=2.0)
+                    depths = await ref.ask("statistics")
+                except Exception as exc:  # a node that does not answer is reported as such
+                    depths = {"error": str(exc)}
+            rows.append(
+                {
+                    "node": node.name,
+                    "pid": state.pid,
+                    "address": state.address,
+                    "actors": state.actors,
+                    "state": state.state,
+                    "restarts": state.restarts,
+                    "mailboxes": depths,
+                }
+            )
+        return rows
+
+    @handler
+    async def down(self) -> str:
+        """Stop the cluster: every node, in reverse order, then the Controller."""
+        log("actorctl:controller:down", cluster=self._config.name)
+        self._stop.set()
+        return f"cluster {self._config.name!r} stopping"
+
+
+async def run_cluster(
+    config: ClusterConfig,
+    on_change: Callable[[NodeState], None],
+    *,
+    stop: trio.Event,
+    task_status: trio.TaskStatus[dict[str, NodeState]] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Run the cluster until ``stop`` is set (or cancelled): the Controller's own
+    node first, then every node under one supervisor; stop in reverse order.
+
+    Reports the node states once every node is ready (and, under systemd, says
+    READY=1 on NOTIFY_SOCKET).
+    """
+    states = {node.name: NodeState(node.name) for node in config.nodes}
+    supervisor = Supervisor(
+        config.name,
+        [
+            ChildSpec(node.name, Foreman(config, node, states[node.name], on_change).run)
+            for node in config.nodes
+        ],
+        strategy=Strategy.ONE_FOR_ONE,
+        max_restarts=10,
+        within=60.0,
+    )
+    security: dict[str, Any] = {"insecure": True}
+    if not config.insecure:
+        security = {
+            "tls": TlsFiles.from_dir(config.certs, CONTROLLER),
+            "keyring": Keyring.load(config.keys, CONTROLLER),
+        }
+    controller = Controller(config, states, stop)
+    host, port = config.controller
+    async with (
+        open_node(CONTROLLER, [controller], host=host, port=port, **security),
+        trio.open_nursery() as nursery,
+    ):
+        await nursery.start(supervisor.run)
+        task_status.started(states)
+        _notify_systemd("READY=1")
+        await stop.wait()
+        nursery.cancel_scope.cancel(reason="cluster down")
+
+
+def _notify_systemd(message: str) -> None:
+    """sd_notify: tell systemd (when it started us with NOTIFY_SOCKET) a state."""
+    address = os.environ.get("NOTIFY_SOCKET")
+    if not address:
+        return
+    if address.startswith("@"):
+        address = "\0" + address[1:]  # an abstract socket
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        sock.connect(address)
+        sock.sendall(message.encode())
