@@ -155,3 +155,70 @@ async def test_cluster_up_supervises_nodes_and_restarts_one_killed(
     with trio.fail_after(30):
         await proc.wait()
     assert proc.returncode == 0
+
+
+async def test_no_accepted_task_is_lost_when_a_worker_node_is_killed_mid_flight(
+    tmp_path: Path, nursery: trio.Nursery
+) -> None:
+    # Given two worker nodes behind a router, in a supervised cluster
+    ports = {name: _free_port() for name in ("n1", "n2", "r")}
+    path = tmp_path / "cluster.toml"
+    path.write_text(
+        f'[cluster]\nname = "work"\ncontroller = "127.0.0.1:{_free_port()}"\n'
+        + "".join(
+            f'[[node]]\nname = "{n}"\nlisten = "127.0.0.1:{ports[n]}"\n'
+            'actors = "tests.cluster_work:Counter"\n'
+            for n in ("n1", "n2")
+        )
+        + f'[[node]]\nname = "r"\nlisten = "127.0.0.1:{ports["r"]}"\n'
+        + '[[router]]\nname = "work"\nnode = "r"\ninstances = ["n1/counter", "n2/counter"]\n'
+    )
+    counts = tmp_path / "counts"
+    counts.mkdir()
+    command = [sys.executable, "-m", "actorctl", "cluster", "up", str(path)]
+    proc: trio.Process = await nursery.start(
+        functools.partial(
+            trio.run_process,
+            command,
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            check=False,
+            env={**os.environ, "COUNTER_DIR": str(counts)},
+        )
+    )
+    assert proc.stdout is not None
+    out = Lines(proc.stdout)
+    first = await out.until("node n1 ready at")
+    n1 = int(first.rpartition("(pid ")[2].rstrip(")"))
+    await out.until("cluster 'work' ready")
+    tls = TlsFiles.from_dir(tmp_path / "certs", "cli")
+    keys = Keyring.load(tmp_path / "keys", "cli")
+    tasks = 1000
+    delivered = 0
+    killed = trio.Event()
+    async with open_node("client", host=None, tls=tls, keyring=keys) as client:
+        router = client.ref(f"amqps://127.0.0.1:{ports['r']}/work")
+
+        async def sender(first_task: int) -> None:
+            nonlocal delivered
+            for task in range(first_task, tasks, 100):
+                await router.deliver("work", task)  # returns once a worker ran it
+                delivered += 1
+                if delivered == 300 and not killed.is_set():
+                    # When a worker node is killed with tasks in flight
+                    os.kill(n1, signal.SIGKILL)
+                    killed.set()
+
+        with trio.fail_after(120):
+            async with trio.open_nursery() as senders:
+                for first_task in range(100):
+                    senders.start_soon(sender, first_task)
+    assert killed.is_set()
+    # Then the node was restarted, and every accepted task ran at least once
+    await out.until("node n1 ready at")
+    ran = [int(line) for log in counts.glob("*.log") for line in log.read_text().split()]
+    assert set(ran) == set(range(tasks))
+    assert len(ran) >= tasks  # at least once: some may have run twice
+    down = await _actorctl("cluster", "down", str(path))
+    assert down.returncode == 0, down.stderr
+    await out.until("cluster 'work' stopped")

@@ -161,6 +161,9 @@ class ActorCell:
         behaviour = self.behaviour
         spec = behaviour.__actorctl_handlers__.get(envelope.subject)
         if spec is None:
+            forwarded = await behaviour.forward(envelope)
+            if forwarded is not None:
+                return Handled(*forwarded)
             outcome = behaviour.unhandled(envelope)
             if outcome is not None:
                 return Handled(outcome, None)

@@ -178,3 +178,13 @@ class Behaviour:
         state returns ``Outcome.modified(...)`` here for every message.
         """
         return None
+
+    async def forward(self, envelope: Envelope) -> tuple[Outcome, tuple[str, Any] | None] | None:
+        """Handle a message this behaviour has no handler for by passing it on.
+
+        Return the outcome to settle it with and the reply to send its caller
+        (``(status, body)``, or None), or ``None`` to fall back to
+        :meth:`unhandled`. A router does this for every message. Runs in the
+        actor's own task.
+        """
+        return None

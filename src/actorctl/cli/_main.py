@@ -19,7 +19,7 @@ import trio
 
 from .._errors import ActorctlError, ConfigError, DeliveryError, RemoteError
 from ..actors import Actor, Address
-from ..cluster import Node, open_node
+from ..cluster import Node, Router, open_node
 from ._cluster import cluster
 from ._keys import certs, keys
 from ._options import Security, security_options
@@ -49,7 +49,14 @@ def node() -> None:
 
 
 @node.command("run")
-@click.argument("target", metavar="MODULE:OBJECT")
+@click.argument("target", metavar="[MODULE:OBJECT]", required=False)
+@click.option(
+    "--route",
+    "routes",
+    multiple=True,
+    metavar="NAME=ADDRESS[,ADDRESS...]",
+    help="Host a router NAME that forwards to these actor instances.",
+)
 @click.option("--listen", default="127.0.0.1:5672", show_default=True, metavar="HOST:PORT")
 @click.option("--name", default=None, help="Node name (default: the object's name).")
 @click.option(
@@ -60,7 +67,8 @@ def node() -> None:
 )
 @security_options
 async def node_run(
-    target: str,
+    target: str | None,
+    routes: tuple[str, ...],
     listen: str,
     name: str | None,
     grace: float,
@@ -74,7 +82,12 @@ async def node_run(
     """
     _log_to(log_path, sys.stdout)
     try:
-        actors = _load(target)
+        actors = dict(_named_actors(_load(target))) if target else {}
+        for route in routes:
+            logical, sep, addresses = route.partition("=")
+            if not sep or not logical or not addresses:
+                raise ConfigError(f"--route {route!r}: expected NAME=ADDRESS[,ADDRESS...]")
+            actors[logical] = Router([Address.parse(a) for a in addresses.split(",")])
         host, port = _parse_listen(listen)
         node_name = name or f"node-{port}"
         server = Node(node_name, actors, host=host, port=port, **security.node_options(node_name))
@@ -250,3 +263,14 @@ def _log_to(path: str, default: IO[str]) -> None:
 def _fail(message: str, code: int = 2) -> Any:
     click.echo(f"error: {message}", err=True)
     raise SystemExit(code)
+
+
+def _named_actors(obj: Any) -> list[tuple[str, Any]]:
+    """What MODULE:OBJECT names, as (name, actor) pairs."""
+    if isinstance(obj, Mapping):
+        return list(obj.items())
+    named = []
+    for spec in obj:
+        actor = spec() if isinstance(spec, type) else spec
+        named.append((type(actor).default_name(), actor))
+    return named

@@ -16,4 +16,5 @@ from ._foreman import NodeState as NodeState
 from ._foreman import ensure_dev_secrets as ensure_dev_secrets
 from ._node import Node as Node
 from ._node import open_node as open_node
+from ._router import Router as Router
 from ._tls import TlsFiles as TlsFiles

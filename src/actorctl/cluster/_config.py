@@ -38,7 +38,9 @@ class NodeConfig:
     name: str
     host: str
     port: int
-    actors: str  # MODULE:OBJECT
+    actors: str | None  # MODULE:OBJECT
+    # routers this node hosts: (logical name, ("node/actor", ...))
+    routes: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     @property
     def listen(self) -> str:
@@ -85,6 +87,7 @@ def load_cluster(path: Path | str) -> ClusterConfig:
     if not isinstance(nodes_data, list) or not nodes_data:
         raise where.error("node", "at least one [[node]] table", nodes_data)
     nodes = tuple(where.node(i, item) for i, item in enumerate(nodes_data))
+    nodes = where.routers(data.get("router", []), nodes)
     names = [node.name for node in nodes]
     for duplicate in {n for n in names if names.count(n) > 1}:
         raise ConfigError(f"{path}: node name {duplicate!r} is used twice: names must be unique")
@@ -142,9 +145,35 @@ class _Where:
         if not _NAME.fullmatch(name):
             raise self.error(f"{prefix}.name", "letters, digits, '.' and '-'", name)
         host, port = self.endpoint(item, f"{prefix}.listen", default="")
-        actors = self.string(item, f"{prefix}.actors")
-        if not _TARGET.fullmatch(actors):
+        actors = item.get("actors")
+        if actors is not None and (not isinstance(actors, str) or not _TARGET.fullmatch(actors)):
             raise self.error(
                 f"{prefix}.actors", "MODULE:OBJECT, e.g. examples.workers:actors", actors
             )
         return NodeConfig(name, host, port, actors)
+
+    def routers(self, items: object, nodes: tuple[NodeConfig, ...]) -> tuple[NodeConfig, ...]:
+        """Attach each [[router]] to the node that hosts it."""
+        if not isinstance(items, list):
+            raise self.error("router", "[[router]] tables", items)
+        by_name = {node.name: node for node in nodes}
+        routes: dict[str, list[tuple[str, tuple[str, ...]]]] = {}
+        for index, item in enumerate(items):
+            prefix = f"router[{index}]"
+            if not isinstance(item, dict):
+                raise self.error(prefix, "a table", item)
+            name = self.string(item, f"{prefix}.name")
+            host = self.string(item, f"{prefix}.node")
+            if host not in by_name:
+                raise self.error(f"{prefix}.node", f"one of the nodes {sorted(by_name)}", host)
+            instances = item.get("instances")
+            if not isinstance(instances, list) or not instances:
+                raise self.error(f"{prefix}.instances", 'a list like ["n1/emails"]', instances)
+            for instance in instances:
+                node, _, actor = str(instance).partition("/")
+                if node not in by_name or not actor:
+                    raise self.error(
+                        f"{prefix}.instances", "NODE/ACTOR with a known NODE", instance
+                    )
+            routes.setdefault(host, []).append((name, tuple(str(i) for i in instances)))
+        return tuple(attrs.evolve(n, routes=tuple(routes.get(n.name, ()))) for n in nodes)

@@ -75,8 +75,16 @@ class Foreman:
 
     def command(self) -> list[str]:
         node, config = self.node, self.config
-        command = [sys.executable, "-m", "actorctl", "node", "run", node.actors,
+        command = [sys.executable, "-m", "actorctl", "node", "run",
+                   *([node.actors] if node.actors else []),
                    "--listen", node.listen, "--name", node.name]  # fmt: skip
+        scheme = "amqp" if config.insecure else "amqps"
+        where = {n.name: f"{scheme}://{n.listen}" for n in config.nodes}
+        for name, instances in node.routes:
+            addresses = ",".join(
+                f"{where[i.partition('/')[0]]}/{i.partition('/')[2]}" for i in instances
+            )
+            command += ["--route", f"{name}={addresses}"]
         if config.insecure:
             return [*command, "--insecure"]
         return [*command, "--certs", str(config.certs), "--keys", str(config.keys)]
