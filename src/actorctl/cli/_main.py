@@ -60,6 +60,13 @@ def node() -> None:
 @click.option("--listen", default="127.0.0.1:5672", show_default=True, metavar="HOST:PORT")
 @click.option("--name", default=None, help="Node name (default: the object's name).")
 @click.option(
+    "--instances",
+    default=1,
+    show_default=True,
+    type=click.IntRange(1, 1000),
+    help="Host this many instances of each actor: NAME, NAME-2, NAME-3, ...",
+)
+@click.option(
     "--grace", default=5.0, show_default=True, help="Seconds in-flight handlers get at stop."
 )
 @click.option(
@@ -69,6 +76,7 @@ def node() -> None:
 async def node_run(
     target: str | None,
     routes: tuple[str, ...],
+    instances: int,
     listen: str,
     name: str | None,
     grace: float,
@@ -82,7 +90,10 @@ async def node_run(
     """
     _log_to(log_path, sys.stdout)
     try:
-        actors = dict(_named_actors(_load(target))) if target else {}
+        actors: dict[str, Any] = {}
+        for copy in range(1, instances + 1):
+            for actor_name, actor in _named_actors(_load(target)) if target else []:
+                actors[actor_name if copy == 1 else f"{actor_name}-{copy}"] = actor
         for route in routes:
             logical, sep, addresses = route.partition("=")
             if not sep or not logical or not addresses:

@@ -39,6 +39,7 @@ class NodeConfig:
     host: str
     port: int
     actors: str | None  # MODULE:OBJECT
+    instances: int = 1  # how many of each actor: NAME, NAME-2, ...
     # routers this node hosts: (logical name, ("node/actor", ...))
     routes: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
@@ -150,7 +151,10 @@ class _Where:
             raise self.error(
                 f"{prefix}.actors", "MODULE:OBJECT, e.g. examples.workers:actors", actors
             )
-        return NodeConfig(name, host, port, actors)
+        instances = item.get("instances", 1)
+        if type(instances) is not int or not 1 <= instances <= 1000:
+            raise self.error(f"{prefix}.instances", "a whole number from 1 to 1000", instances)
+        return NodeConfig(name, host, port, actors, instances)
 
     def routers(self, items: object, nodes: tuple[NodeConfig, ...]) -> tuple[NodeConfig, ...]:
         """Attach each [[router]] to the node that hosts it."""

@@ -77,7 +77,8 @@ class Foreman:
         node, config = self.node, self.config
         command = [sys.executable, "-m", "actorctl", "node", "run",
                    *([node.actors] if node.actors else []),
-                   "--listen", node.listen, "--name", node.name]  # fmt: skip
+                   "--listen", node.listen, "--name", node.name,
+                   "--instances", str(node.instances)]  # fmt: skip
         scheme = "amqp" if config.insecure else "amqps"
         where = {n.name: f"{scheme}://{n.listen}" for n in config.nodes}
         for name, instances in node.routes:
