@@ -115,12 +115,21 @@ async def test_cluster_up_supervises_nodes_and_restarts_one_killed(
     ports = [_free_port(), _free_port()]
     path = _cluster_file(tmp_path, ports, _free_port())
     command = [sys.executable, "-m", "actorctl", "cluster", "up", str(path)]
+    # (as systemd would: a datagram socket in NOTIFY_SOCKET for sd_notify)
+    notify = trio.socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    await notify.bind(str(tmp_path / "notify"))
+    env = {**os.environ, "NOTIFY_SOCKET": str(tmp_path / "notify")}
     proc: trio.Process = await nursery.start(
-        functools.partial(trio.run_process, command, cwd=ROOT, stdout=subprocess.PIPE, check=False)
+        functools.partial(
+            trio.run_process, command, cwd=ROOT, stdout=subprocess.PIPE, check=False, env=env
+        )
     )
     assert proc.stdout is not None
     out = Lines(proc.stdout)
     await out.until("cluster 'test' ready")
+    with trio.fail_after(30):
+        assert await notify.recv(64) == b"READY=1"
+    notify.close()
     table = out.buffer.decode()
     assert "NODE" in table
     assert "running" in table
