@@ -231,3 +231,32 @@ async def test_no_accepted_task_is_lost_when_a_worker_node_is_killed_mid_flight(
     down = await _actorctl("cluster", "down", str(path))
     assert down.returncode == 0, down.stderr
     await out.until("cluster 'work' stopped")
+
+
+async def test_cluster_up_in_process_runs_every_node_in_one_process(
+    tmp_path: Path, nursery: trio.Nursery
+) -> None:
+    ports = [_free_port(), _free_port()]
+    path = _cluster_file(tmp_path, ports, _free_port())
+    command = [sys.executable, "-m", "actorctl", "cluster", "up", str(path), "--in-process"]
+    proc: trio.Process = await nursery.start(
+        functools.partial(trio.run_process, command, cwd=ROOT, stdout=subprocess.PIPE, check=False)
+    )
+    assert proc.stdout is not None
+    out = Lines(proc.stdout)
+    await out.until("cluster 'test' ready")
+    pids = {line.rpartition("(pid ")[2].rstrip(")") for line in out.buffer.decode().splitlines()
+            if " ready at " in line}  # fmt: skip
+    assert pids == {str(proc.pid)}  # one process: cluster up's own
+    tls = TlsFiles.from_dir(tmp_path / "certs", "cli")
+    keys = Keyring.load(tmp_path / "keys", "cli")
+    async with open_node("client", host=None, tls=tls, keyring=keys) as client:
+        ref = client.ref(f"amqps://127.0.0.1:{ports[0]}/calculator").with_options(timeout=10)
+        with trio.fail_after(30):
+            assert await ref.ask("add", 20, 22) == 42
+    down = await _actorctl("cluster", "down", str(path))
+    assert down.returncode == 0, down.stderr
+    await out.until("cluster 'test' stopped")
+    with trio.fail_after(30):
+        await proc.wait()
+    assert proc.returncode == 0

@@ -39,7 +39,10 @@ def cluster() -> None:
 
 @cluster.command("up")
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
-async def cluster_up(file: Path) -> None:
+@click.option(
+    "--in-process", is_flag=True, help="Run every node in this one process (development)."
+)
+async def cluster_up(file: Path, in_process: bool) -> None:
     """Start every node FILE describes, supervised: a node that dies is restarted.
 
     Shows progress, then a table of the live cluster. Ctrl-C (or SIGTERM, or
@@ -53,7 +56,9 @@ async def cluster_up(file: Path) -> None:
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             async with trio.open_nursery() as nursery:
                 states = await nursery.start(
-                    functools.partial(run_cluster, config, _progress, stop=stop)
+                    functools.partial(
+                        run_cluster, config, _progress, stop=stop, in_process=in_process
+                    )
                 )
                 click.echo(_table(_rows(config, states)))
                 click.echo(f"cluster {config.name!r} ready")

@@ -6,11 +6,10 @@ lines on stdout by default for a node, stderr for one-shot commands).
 
 from __future__ import annotations
 
-import importlib
 import json
 import signal
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import IO, Any
 
 import asyncclick as click
@@ -18,8 +17,8 @@ import eliot
 import trio
 
 from .._errors import ActorctlError, ConfigError, DeliveryError, RemoteError
-from ..actors import Actor, Address
-from ..cluster import Node, Router, open_node
+from ..actors import Address
+from ..cluster import Node, Router, hosted_actors, open_node
 from ._cluster import cluster
 from ._keys import certs, keys
 from ._options import Security, security_options
@@ -90,10 +89,7 @@ async def node_run(
     """
     _log_to(log_path, sys.stdout)
     try:
-        actors: dict[str, Any] = {}
-        for copy in range(1, instances + 1):
-            for actor_name, actor in _named_actors(_load(target)) if target else []:
-                actors[actor_name if copy == 1 else f"{actor_name}-{copy}"] = actor
+        actors = hosted_actors(target, instances)
         for route in routes:
             logical, sep, addresses = route.partition("=")
             if not sep or not logical or not addresses:
@@ -235,30 +231,6 @@ def _keywords(pairs: Iterable[str]) -> dict[str, Any]:
     return result
 
 
-def _load(target: str) -> Any:
-    module_name, sep, attr = target.partition(":")
-    if not sep or not module_name or not attr:
-        raise ConfigError(f"{target!r}: expected MODULE:OBJECT, e.g. examples.workers:actors")
-    if "" not in sys.path:
-        sys.path.insert(0, "")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ConfigError(f"cannot import module {module_name!r}: {exc}") from None
-    try:
-        obj = getattr(module, attr)
-    except AttributeError:
-        raise ConfigError(f"module {module_name!r} has no object {attr!r}") from None
-    if isinstance(obj, Actor) or (isinstance(obj, type) and issubclass(obj, Actor)):
-        return [obj]
-    if isinstance(obj, Mapping | list | tuple):
-        return obj
-    raise ConfigError(
-        f"{target} is a {type(obj).__name__}: expected an Actor subclass or instance, "
-        "a list of them, or a mapping of name to actor"
-    )
-
-
 def _parse_listen(listen: str) -> tuple[str, int]:
     host, sep, port = listen.rpartition(":")
     if not sep or not host or not port.isdigit():
@@ -274,14 +246,3 @@ def _log_to(path: str, default: IO[str]) -> None:
 def _fail(message: str, code: int = 2) -> Any:
     click.echo(f"error: {message}", err=True)
     raise SystemExit(code)
-
-
-def _named_actors(obj: Any) -> list[tuple[str, Any]]:
-    """What MODULE:OBJECT names, as (name, actor) pairs."""
-    if isinstance(obj, Mapping):
-        return list(obj.items())
-    named = []
-    for spec in obj:
-        actor = spec() if isinstance(spec, type) else spec
-        named.append((type(actor).default_name(), actor))
-    return named

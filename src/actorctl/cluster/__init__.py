@@ -14,6 +14,7 @@ from ._foreman import Foreman as Foreman
 from ._foreman import NodeDied as NodeDied
 from ._foreman import NodeState as NodeState
 from ._foreman import ensure_dev_secrets as ensure_dev_secrets
+from ._hosting import hosted_actors as hosted_actors
 from ._node import Node as Node
 from ._node import open_node as open_node
 from ._router import Router as Router

@@ -20,7 +20,7 @@ from ..actors import Actor, handler
 from ..mailbox import Keyring
 from ..supervision import ChildSpec, Strategy, Supervisor
 from ._config import ClusterConfig
-from ._foreman import Foreman, NodeState
+from ._foreman import Foreman, LocalForeman, NodeState
 from ._node import open_node
 from ._tls import TlsFiles
 
@@ -82,19 +82,22 @@ async def run_cluster(
     on_change: Callable[[NodeState], None],
     *,
     stop: trio.Event,
+    in_process: bool = False,
     task_status: trio.TaskStatus[dict[str, NodeState]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run the cluster until ``stop`` is set (or cancelled): the Controller's own
     node first, then every node under one supervisor; stop in reverse order.
 
     Reports the node states once every node is ready (and, under systemd, says
-    READY=1 on NOTIFY_SOCKET).
+    READY=1 on NOTIFY_SOCKET). With ``in_process`` every node runs in this
+    process instead of a subprocess of its own (for development).
     """
     states = {node.name: NodeState(node.name) for node in config.nodes}
+    foreman = LocalForeman if in_process else Foreman
     supervisor = Supervisor(
         config.name,
         [
-            ChildSpec(node.name, Foreman(config, node, states[node.name], on_change).run)
+            ChildSpec(node.name, foreman(config, node, states[node.name], on_change).run)
             for node in config.nodes
         ],
         strategy=Strategy.ONE_FOR_ONE,

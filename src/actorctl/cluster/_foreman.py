@@ -16,17 +16,21 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Final, final
+from typing import Any, Final, final
 
 import attrs
 import trio
 
 from .._errors import ActorctlError, ConfigError
-from ..mailbox import IdentityKey
+from ..mailbox import IdentityKey, Keyring
 from ._certs import init_certs
 from ._config import ClusterConfig, NodeConfig
+from ._hosting import hosted_actors
+from ._node import open_node
+from ._router import Router
+from ._tls import TlsFiles
 
-__all__ = ["Foreman", "NodeDied", "NodeState", "ensure_dev_secrets"]
+__all__ = ["Foreman", "LocalForeman", "NodeDied", "NodeState", "ensure_dev_secrets"]
 
 READY_TIMEOUT: Final = 30.0
 CLI_NAME: Final = "cli"
@@ -197,3 +201,50 @@ def ensure_dev_secrets(config: ClusterConfig) -> list[str]:
     if missing_keys:
         made.append(f"keys for {', '.join(missing_keys)} in {config.keys}")
     return made
+
+
+@final
+class LocalForeman:
+    """Runs one node of a cluster inside this process (``cluster up --in-process``,
+    for development): the same node, actors, routers and security, one trio run.
+
+    Args: as for :class:`Foreman`.
+    """
+
+    def __init__(
+        self,
+        config: ClusterConfig,
+        node: NodeConfig,
+        state: NodeState,
+        on_change: Callable[[NodeState], None] = lambda state: None,
+    ) -> None:
+        self.config = config
+        self.node = node
+        self.state = state
+        self._on_change = on_change
+        self._starts = 0
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        node, config, state = self.node, self.config, self.state
+        if self._starts:
+            state.restarts += 1
+        self._starts += 1
+        actors: dict[str, Any] = dict(hosted_actors(node.actors, node.instances))
+        scheme = "amqp" if config.insecure else "amqps"
+        where = {n.name: f"{scheme}://{n.listen}" for n in config.nodes}
+        for name, instances in node.routes:
+            actors[name] = Router(
+                [f"{where[i.partition('/')[0]]}/{i.partition('/')[2]}" for i in instances]
+            )
+        security: dict[str, Any] = {"insecure": True}
+        if not config.insecure:
+            security = {
+                "tls": TlsFiles.from_dir(config.certs, node.name),
+                "keyring": Keyring.load(config.keys, node.name),
+            }
+        async with open_node(node.name, actors, host=node.host, port=node.port, **security) as n:
+            state.pid, state.address, state.actors = os.getpid(), n.url, sorted(n.cells)
+            state.state = "running"
+            self._on_change(state)
+            task_status.started()
+            await trio.sleep_forever()

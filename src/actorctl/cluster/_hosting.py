@@ -1,0 +1,70 @@
+"""What a node hosts: the actors that MODULE:OBJECT names, N instances of each."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+from .._errors import ConfigError
+from ..actors import Actor
+
+__all__ = ["hosted_actors"]
+
+
+def hosted_actors(target: str | None, instances: int = 1) -> dict[str, Actor]:
+    """The actors MODULE:OBJECT names, by the name each is reachable under; with
+    ``instances`` above 1, also NAME-2, NAME-3, ... (each a fresh instance).
+
+    Raises:
+        ConfigError: naming the module or object that is wrong.
+    """
+    actors: dict[str, Actor] = {}
+    if target is None:
+        return actors
+    for copy in range(1, instances + 1):
+        for name, actor in _named_actors(_load(target)):
+            if any(actor is other for other in actors.values()):
+                raise ConfigError(
+                    f"{target}: hosting {instances} instances needs actor classes, "
+                    "not instances (each copy must be an actor of its own)"
+                )
+            actors[name if copy == 1 else f"{name}-{copy}"] = actor
+    return actors
+
+
+def _load(target: str) -> Any:
+    module_name, sep, attr = target.partition(":")
+    if not sep or not module_name or not attr:
+        raise ConfigError(f"{target!r}: expected MODULE:OBJECT, e.g. examples.workers:actors")
+    if "" not in sys.path:
+        sys.path.insert(0, "")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(f"cannot import module {module_name!r}: {exc}") from None
+    try:
+        obj = getattr(module, attr)
+    except AttributeError:
+        raise ConfigError(f"module {module_name!r} has no object {attr!r}") from None
+    if isinstance(obj, Actor) or (isinstance(obj, type) and issubclass(obj, Actor)):
+        return [obj]
+    if isinstance(obj, Mapping | list | tuple):
+        return obj
+    raise ConfigError(
+        f"{target} is a {type(obj).__name__}: expected an Actor subclass or instance, "
+        "a list of them, or a mapping of name to actor"
+    )
+
+
+def _named_actors(obj: Any) -> list[tuple[str, Actor]]:
+    """What MODULE:OBJECT names, as (name, actor) pairs; classes are instantiated."""
+    pairs = list(obj.items()) if isinstance(obj, Mapping) else [(None, spec) for spec in obj]
+    named = []
+    for name, spec in pairs:
+        actor = spec() if isinstance(spec, type) else spec
+        if not isinstance(actor, Actor):
+            raise ConfigError(f"{spec!r} is not an actorctl.Actor")
+        named.append((name or type(actor).default_name(), actor))
+    return named
