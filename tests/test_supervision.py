@@ -13,6 +13,7 @@ from contextlib import asynccontextmanager
 import pytest
 import trio
 
+from actorctl import Actor, Envelope, Modified, Outcome, handler, open_node
 from actorctl.supervision import ChildSpec, Restart, Strategy, Supervisor, SupervisorGaveUp
 
 
@@ -203,3 +204,44 @@ def test_child_names_must_be_unique() -> None:
 
     with pytest.raises(ValueError, match="unique"):
         Supervisor("sup", [ChildSpec("a", start), ChildSpec("a", start)])
+
+
+class Fragile(Actor):
+    """Crashes (outside any handler) when told to explode."""
+
+    def __init__(self) -> None:
+        self.starts = 0
+
+    async def on_start(self) -> None:
+        self.starts += 1
+
+    def unhandled(self, envelope: Envelope) -> Outcome | None:
+        if envelope.subject == "explode":
+            raise RuntimeError("boom outside a handler")
+        return None
+
+    @handler
+    async def ping(self) -> str:
+        return f"pong {self.starts}"
+
+
+async def test_an_actor_that_crashes_is_restarted_by_its_node(logs) -> None:
+    fragile = Fragile()
+    async with (
+        open_node("server", [fragile], insecure=True) as server,
+        open_node("client", host=None, insecure=True) as client,
+    ):
+        ref = client.ref(server.address_of("fragile"))
+        with trio.fail_after(10):
+            assert await ref.ask("ping") == "pong 1"
+            # When the actor crashes while handling a message
+            with pytest.raises(Modified) as caught:
+                await ref.deliver("explode")
+            # Then that message is released (its sender may send it elsewhere),
+            # the actor is started again, and it serves the next message
+            assert await ref.ask("ping") == "pong 2"
+    assert "released" in caught.value.condition
+    [restart] = logs.of_type("actorctl:supervisor:restart")
+    assert restart["supervisor"] == "server/actors"
+    assert restart["child"] == "fragile"
+    assert "boom outside a handler" in restart["reason"]

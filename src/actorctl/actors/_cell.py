@@ -64,6 +64,7 @@ class ActorCell:
         self._concurrency = concurrency
         self._threads = trio.CapacityLimiter(concurrency)
         self._taken = itertools.count(1)
+        self._inflight: set[Inbound] = set()
         self._seen = SeenWindow(type(actor).dedup_count, type(actor).dedup_seconds)
         actor._cell = self
 
@@ -72,8 +73,17 @@ class ActorCell:
         return self.address.name
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Run the actor until cancelled: on_start, then messages, then on_stop."""
+        """Run the actor: on_start, then messages until its mailbox is closed (or
+        it is cancelled), then on_stop.
+
+        If the actor crashes (an exception escapes its own code outside a
+        handler), the messages it was handling are released (their senders may
+        send them again), its mailbox stays open, and the exception goes to
+        whoever runs it: a supervisor runs it again.
+        """
         mailbox = self.mailbox
+        self.actor._cell = self
+        crashed = False
         try:
             await self.actor.on_start()
             task_status.started()
@@ -86,9 +96,21 @@ class ActorCell:
                     while (inbound := await self._next()) is not None:
                         await slots.acquire()
                         nursery.start_soon(self._handle_then_release, inbound, slots)
+        except Exception:
+            crashed = True
+            # What it was handling is released: its sender may send it elsewhere
+            # (sent again here, it could crash the actor again).
+            for inbound in self._inflight:
+                self._seen.abandon(inbound.envelope.message_id)
+                inbound.settle(RELEASED)
+            raise
         finally:
-            for left in mailbox.close():
-                left.settle(RELEASED)
+            # Cancelled mid-message (the node's stop deadline): left unsettled,
+            # so the sender sends it again when it reconnects.
+            self._inflight.clear()
+            if not crashed:
+                for left in mailbox.close():
+                    left.settle(RELEASED)
             with trio.CancelScope(shield=True) as scope:
                 scope.deadline = trio.current_time() + 5.0
                 await self.actor.on_stop()
@@ -115,6 +137,12 @@ class ActorCell:
             slots.release()
 
     async def _handle(self, inbound: Inbound) -> None:
+        # Kept if it fails: a crash releases what the actor was handling.
+        self._inflight.add(inbound)
+        await self._handle_one(inbound)
+        self._inflight.discard(inbound)
+
+    async def _handle_one(self, inbound: Inbound) -> None:
         envelope = inbound.envelope
         seen = self._seen
         message_id = envelope.message_id

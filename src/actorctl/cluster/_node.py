@@ -34,6 +34,7 @@ from ..mailbox import (
     encode,
 )
 from ..mailbox._signing import DEFAULT_SESSION_LIFETIME, DEFAULT_WINDOW
+from ..supervision import ChildSpec, Restart, Supervisor
 from ._engine import Engine
 from ._inbound import InboundHandler
 from ._peer import Peer, Pending
@@ -79,6 +80,8 @@ class Node:
         sessions: open sessions with peers (HMAC per message); with False every
             message this node sends is signed with Ed25519 (slower: for clients
             that must not hold session keys, and for comparison).
+        actor_restarts: the restart intensity of the node's actors: at most this
+            many restarts within this many seconds, or the node fails.
         clock: wall-clock time in seconds since the epoch (for message times).
     """
 
@@ -96,6 +99,7 @@ class Node:
         auth_window: float = DEFAULT_WINDOW,
         session_lifetime: float = DEFAULT_SESSION_LIFETIME,
         sessions: bool = True,
+        actor_restarts: tuple[int, float] = (5, 10.0),
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.name = name
@@ -122,6 +126,7 @@ class Node:
         self.auth_window = auth_window
         self.session_lifetime = session_lifetime
         self.sessions = sessions
+        self.actor_restarts = actor_restarts
         self._replays = ReplayCache()
         self._server_domain = tls.server_domain() if tls is not None else None
         self._client_domains = (
@@ -229,12 +234,24 @@ class Node:
     async def _run_actors(self, scope: trio.CancelScope, done: trio.Event) -> None:
         try:
             with scope:
+                # Each actor is a supervised child: one that crashes is started
+                # again (transient: one whose mailbox was closed is done).
+                children = []
+                for name, actor in self._actors.items():
+                    address = Address(self.host or "", self.port, name, self.scheme)
+                    cell = ActorCell(actor, address, self)
+                    self.cells[name] = cell
+                    children.append(ChildSpec(name, cell.run, Restart.TRANSIENT))
+                supervisor = Supervisor(
+                    f"{self.name}/actors",
+                    children,
+                    max_restarts=self.actor_restarts[0],
+                    within=self.actor_restarts[1],
+                    backoff=0.01,
+                    auto_shutdown=True,
+                )
                 async with trio.open_nursery() as nursery:
-                    for name, actor in self._actors.items():
-                        address = Address(self.host or "", self.port, name, self.scheme)
-                        cell = ActorCell(actor, address, self)
-                        self.cells[name] = cell
-                        await nursery.start(cell.run)
+                    await nursery.start(supervisor.run)
                     self._actors_started.set()
         finally:
             done.set()

@@ -122,6 +122,8 @@ class Supervisor:
         backoff, backoff_max: seconds before the first restart of a burst,
             doubled for each further restart within the intensity period, at most
             ``backoff_max``.
+        auto_shutdown: return once no child is left running (every one ended
+            and was not restarted), instead of waiting to be cancelled.
     """
 
     def __init__(
@@ -134,6 +136,7 @@ class Supervisor:
         within: float = 5.0,
         backoff: float = 0.1,
         backoff_max: float = 5.0,
+        auto_shutdown: bool = False,
     ) -> None:
         names = [child.name for child in children]
         if len(set(names)) != len(names):
@@ -145,6 +148,7 @@ class Supervisor:
         self.within = within
         self.backoff = backoff
         self.backoff_max = backoff_max
+        self.auto_shutdown = auto_shutdown
         self.restarts: dict[str, int] = {child.name: 0 for child in children}
         self._running: dict[str, _Running] = {}
         self._history: deque[float] = deque()
@@ -176,6 +180,8 @@ class Supervisor:
                         await self._child_ended(ended)
                     except SupervisorGaveUp as exc:
                         gave_up = exc
+                        break
+                    if self.auto_shutdown and not self._running:
                         break
             finally:
                 with trio.CancelScope(shield=True):
