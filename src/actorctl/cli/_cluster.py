@@ -20,13 +20,11 @@ from ..cluster import (
     ClusterConfig,
     NodeDied,
     NodeState,
-    TlsFiles,
     ensure_dev_secrets,
     load_cluster,
     open_node,
     run_cluster,
 )
-from ..mailbox import Keyring
 from ..supervision import ChildFailedToStart, SupervisorGaveUp
 
 __all__ = ["cluster"]
@@ -105,18 +103,12 @@ async def cluster_down(file: Path, timeout: float) -> None:
 async def _ask_controller(file: Path, handler: str, timeout: float) -> Any:
     try:
         config = load_cluster(file)
-        options: dict[str, Any] = {"insecure": True}
-        if not config.insecure:
-            options = {
-                "tls": TlsFiles.from_dir(config.certs, CLI_NAME),
-                "keyring": Keyring.load(config.keys, CLI_NAME),
-            }
+        options = config.security(CLI_NAME)
     except ConfigError as exc:
         click.echo(f"error: {exc}", err=True)
         raise SystemExit(2) from None
     host, port = config.controller
-    scheme = "amqp" if config.insecure else "amqps"
-    address = f"{scheme}://{host}:{port}/{CONTROLLER}"
+    address = f"{config.scheme}://{host}:{port}/{CONTROLLER}"
     try:
         async with open_node(CLI_NAME, host=None, grace=0.5, **options) as client:
             return await client.ref(address).with_options(timeout=timeout).ask(handler)

@@ -25,6 +25,8 @@ from typing import Any, final
 import attrs
 
 from .._errors import ConfigError
+from ..mailbox import Keyring
+from ._tls import TlsFiles
 
 __all__ = ["ClusterConfig", "NodeConfig", "load_cluster"]
 
@@ -64,6 +66,29 @@ class ClusterConfig:
     def root(self) -> Path:
         """The directory the file is in: relative paths start here."""
         return self.path.parent
+
+    @property
+    def scheme(self) -> str:
+        return "amqp" if self.insecure else "amqps"
+
+    def routes(self, node: NodeConfig) -> list[tuple[str, list[str]]]:
+        """The routers ``node`` hosts: each logical name with its instances'
+        addresses (``NODE/ACTOR`` resolved to ``amqps://host:port/ACTOR``)."""
+        where = {n.name: f"{self.scheme}://{n.listen}" for n in self.nodes}
+        return [
+            (name, [f"{where[i.partition('/')[0]]}/{i.partition('/')[2]}" for i in instances])
+            for name, instances in node.routes
+        ]
+
+    def security(self, name: str) -> dict[str, Any]:
+        """``Node`` keyword arguments for a member called ``name``: its TLS files
+        and keyring, or ``insecure=True`` for an insecure cluster."""
+        if self.insecure:
+            return {"insecure": True}
+        return {
+            "tls": TlsFiles.from_dir(self.certs, name),
+            "keyring": Keyring.load(self.keys, name),
+        }
 
 
 def load_cluster(path: Path | str) -> ClusterConfig:

@@ -17,12 +17,10 @@ import trio
 
 from .._log import log
 from ..actors import Actor, handler
-from ..mailbox import Keyring
 from ..supervision import ChildSpec, Strategy, Supervisor
 from ._config import ClusterConfig
 from ._foreman import Foreman, LocalForeman, NodeState
 from ._node import open_node
-from ._tls import TlsFiles
 
 __all__ = ["CONTROLLER", "Controller", "run_cluster"]
 
@@ -104,12 +102,7 @@ async def run_cluster(
         max_restarts=10,
         within=60.0,
     )
-    security: dict[str, Any] = {"insecure": True}
-    if not config.insecure:
-        security = {
-            "tls": TlsFiles.from_dir(config.certs, CONTROLLER),
-            "keyring": Keyring.load(config.keys, CONTROLLER),
-        }
+    security = config.security(CONTROLLER)
     controller = Controller(config, states, stop)
     host, port = config.controller
     async with (

@@ -22,13 +22,12 @@ import attrs
 import trio
 
 from .._errors import ActorctlError, ConfigError
-from ..mailbox import IdentityKey, Keyring
+from ..mailbox import IdentityKey
 from ._certs import init_certs
 from ._config import ClusterConfig, NodeConfig
 from ._hosting import hosted_actors
 from ._node import open_node
 from ._router import Router
-from ._tls import TlsFiles
 
 __all__ = ["Foreman", "LocalForeman", "NodeDied", "NodeState", "ensure_dev_secrets"]
 
@@ -53,16 +52,8 @@ class NodeState:
     reason: str | None = None
 
 
-@final
-class Foreman:
-    """Runs one node of a cluster as a supervised subprocess.
-
-    Args:
-        config: the cluster.
-        node: which node.
-        state: updated as the node starts, runs and dies.
-        on_change: called (in this task) whenever ``state`` changes.
-    """
+class _Runner:
+    """What both foremen share: the node, its state, and restart counting."""
 
     def __init__(
         self,
@@ -77,19 +68,37 @@ class Foreman:
         self._on_change = on_change
         self._starts = 0
 
+    def _begin(self) -> None:
+        if self._starts:
+            self.state.restarts += 1
+        self._starts += 1
+        self._set(state="starting", pid=None, address=None)
+
+    def _set(self, **changes: object) -> None:
+        for key, value in changes.items():
+            setattr(self.state, key, value)
+        self._on_change(self.state)
+
+
+@final
+class Foreman(_Runner):
+    """Runs one node of a cluster as a supervised subprocess.
+
+    Args:
+        config: the cluster.
+        node: which node.
+        state: updated as the node starts, runs and dies.
+        on_change: called (in this task) whenever ``state`` changes.
+    """
+
     def command(self) -> list[str]:
         node, config = self.node, self.config
         command = [sys.executable, "-m", "actorctl", "node", "run",
                    *([node.actors] if node.actors else []),
                    "--listen", node.listen, "--name", node.name,
                    "--instances", str(node.instances)]  # fmt: skip
-        scheme = "amqp" if config.insecure else "amqps"
-        where = {n.name: f"{scheme}://{n.listen}" for n in config.nodes}
-        for name, instances in node.routes:
-            addresses = ",".join(
-                f"{where[i.partition('/')[0]]}/{i.partition('/')[2]}" for i in instances
-            )
-            command += ["--route", f"{name}={addresses}"]
+        for name, addresses in config.routes(node):
+            command += ["--route", f"{name}={','.join(addresses)}"]
         if config.insecure:
             return [*command, "--insecure"]
         return [*command, "--certs", str(config.certs), "--keys", str(config.keys)]
@@ -101,10 +110,7 @@ class Foreman:
             NodeDied: when the process ends, or is not ready in time.
         """
         state = self.state
-        if self._starts:
-            state.restarts += 1
-        self._starts += 1
-        self._set(state="starting", pid=None, address=None)
+        self._begin()
         log_dir = self.config.root / "logs"
         log_dir.mkdir(exist_ok=True)
         log_path = log_dir / f"{self.node.name}.log"
@@ -165,11 +171,6 @@ class Foreman:
                         ready.set()
         ready.set()  # it ended: whoever waits for it must look at the state
 
-    def _set(self, **changes: object) -> None:
-        for key, value in changes.items():
-            setattr(self.state, key, value)
-        self._on_change(self.state)
-
 
 def ensure_dev_secrets(config: ClusterConfig) -> list[str]:
     """In development mode, make the certificates and keys that are missing (for
@@ -204,47 +205,21 @@ def ensure_dev_secrets(config: ClusterConfig) -> list[str]:
 
 
 @final
-class LocalForeman:
+class LocalForeman(_Runner):
     """Runs one node of a cluster inside this process (``cluster up --in-process``,
     for development): the same node, actors, routers and security, one trio run.
 
     Args: as for :class:`Foreman`.
     """
 
-    def __init__(
-        self,
-        config: ClusterConfig,
-        node: NodeConfig,
-        state: NodeState,
-        on_change: Callable[[NodeState], None] = lambda state: None,
-    ) -> None:
-        self.config = config
-        self.node = node
-        self.state = state
-        self._on_change = on_change
-        self._starts = 0
-
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        node, config, state = self.node, self.config, self.state
-        if self._starts:
-            state.restarts += 1
-        self._starts += 1
+        node, config = self.node, self.config
+        self._begin()
         actors: dict[str, Any] = dict(hosted_actors(node.actors, node.instances))
-        scheme = "amqp" if config.insecure else "amqps"
-        where = {n.name: f"{scheme}://{n.listen}" for n in config.nodes}
-        for name, instances in node.routes:
-            actors[name] = Router(
-                [f"{where[i.partition('/')[0]]}/{i.partition('/')[2]}" for i in instances]
-            )
-        security: dict[str, Any] = {"insecure": True}
-        if not config.insecure:
-            security = {
-                "tls": TlsFiles.from_dir(config.certs, node.name),
-                "keyring": Keyring.load(config.keys, node.name),
-            }
+        for name, addresses in config.routes(node):
+            actors[name] = Router(addresses)
+        security = config.security(node.name)
         async with open_node(node.name, actors, host=node.host, port=node.port, **security) as n:
-            state.pid, state.address, state.actors = os.getpid(), n.url, sorted(n.cells)
-            state.state = "running"
-            self._on_change(state)
+            self._set(state="running", pid=os.getpid(), address=n.url, actors=sorted(n.cells))
             task_status.started()
             await trio.sleep_forever()
