@@ -253,3 +253,20 @@ async def test_a_message_sent_again_after_a_lost_connection_is_answered_not_run_
     assert logs.of_type("actorctl:peer:resending")
     assert logs.of_type("actorctl:delivery:duplicate")
     assert not [m for m in logs.of_type("actorctl:delivery:rejected") if m.get("actor") == "gate"]
+
+
+async def test_a_timestamp_recoded_as_another_type_is_refused(tmp_path: Path, logs) -> None:
+    # A captured message whose creation-time is re-encoded as a double keeps its
+    # signature (the canonical form writes the number) but would look new to the
+    # replay check: only AMQP timestamps are accepted there.
+    import struct
+
+    async with cluster(tmp_path) as c:
+        signer = await FORMS["ed25519"](c, c.envelope())
+        envelope = c.envelope("bob")
+        data = encode(envelope, signer=signer, actor="vault")
+        ms = round((envelope.creation_time or 0) * 1000)
+        stamp = b"\x83" + struct.pack(">q", ms)
+        assert stamp in data
+        recoded = data.replace(stamp, b"\x82" + struct.pack(">d", ms + 0.5))
+        await _refused(c, recoded, envelope.message_id, "actorctl:decode-error", logs)

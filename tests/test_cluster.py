@@ -173,7 +173,7 @@ async def test_no_accepted_task_is_lost_when_a_worker_node_is_killed_mid_flight(
     ports = {name: _free_port() for name in ("n1", "n2", "r")}
     path = tmp_path / "cluster.toml"
     path.write_text(
-        f'[cluster]\nname = "work"\ncontroller = "127.0.0.1:{_free_port()}"\n'
+        f'[cluster]\nname = "work"\ndev = true\ncontroller = "127.0.0.1:{_free_port()}"\n'
         + "".join(
             f'[[node]]\nname = "{n}"\nlisten = "127.0.0.1:{ports[n]}"\n'
             'actors = "tests.cluster_work:Counter"\n'

@@ -129,7 +129,7 @@ def load_cluster(path: Path | str) -> ClusterConfig:
         nodes=nodes,
         certs=path.parent.resolve() / where.string(cluster, "cluster.certs", default="certs"),
         keys=path.parent.resolve() / where.string(cluster, "cluster.keys", default="keys"),
-        dev=where.boolean(cluster, "cluster.dev", default=True),
+        dev=where.boolean(cluster, "cluster.dev", default=False),
         insecure=where.boolean(cluster, "cluster.insecure", default=False),
         controller=where.endpoint(cluster, "cluster.controller", default="127.0.0.1:5700"),
     )

@@ -190,12 +190,17 @@ class InboundHandler(EngineHandler):
         link = _delivery_link(delivery)
         if not _is_receiver(link):
             return  # a reply we sent pre-settled: nothing to do
+        if lib.pn_delivery_aborted(delivery):
+            lib.pn_delivery_settle(delivery)  # the sender gave up on it mid-way
+            return
         if not _readable(delivery) or _partial(delivery):
             return
         data = recv(link, _pending(delivery))
         presettled = bool(_settled(delivery))
         settle = None
-        if not presettled:
+        if presettled:
+            _settle_delivery(delivery)  # nothing to answer: free it now
+        else:
             lib.pn_incref(delivery)  # held until the actor settles it
             settle = functools.partial(_settle, engine, delivery)
         if link in self._session_links:
@@ -375,6 +380,11 @@ def _authenticate(verifier: Verifier, actor: str, data: bytes) -> tuple[Sections
     if properties[0] is None:
         raise WireFormatError("message has no message-id property")
     message_id = str(properties[0])
+    problem = _malformed(properties, message_id)
+    if problem is not None:
+        error = WireFormatError(problem)
+        error.message_id = message_id  # type: ignore[attr-defined]
+        raise error
     try:
         verified = verifier.verify(
             app,
@@ -388,6 +398,19 @@ def _authenticate(verifier: Verifier, actor: str, data: bytes) -> tuple[Sections
         exc.key_id = app.get("sig_key")  # type: ignore[attr-defined]
         raise
     return sections, verified
+
+
+def _malformed(properties: list[Any], message_id: str) -> str | None:
+    """What is wrong with the types of the properties a signature covers."""
+    for index, field in ((8, "absolute-expiry-time"), (9, "creation-time")):
+        # Only an AMQP timestamp (an integer of ms) is covered as written: a
+        # double or a string here could change what the replay check sees.
+        if properties[index] is not None and type(properties[index]) is not int:
+            return f"message {message_id}: {field} must be a timestamp"
+    for index, field in ((3, "subject"), (4, "reply-to")):
+        if properties[index] is not None and not isinstance(properties[index], str):
+            return f"message {message_id}: {field} must be a string"
+    return None
 
 
 def _canonical(actor: str, properties: list[Any], app: dict[Any, Any], body: bytes) -> bytes:

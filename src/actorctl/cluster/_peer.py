@@ -166,6 +166,7 @@ class Peer(EngineHandler):
         self._session: Session | None = None
         self._reply_receiver: Link | None = None
         self._linked = trio.Event()  # the reply link of the current connection is open
+        self._linked_once = False  # ... at some point during the current connection
         # How this node signs what it sends on the current connection: within a
         # session (HMAC) once one is open, else per message (Ed25519), or not at
         # all without keys.
@@ -195,7 +196,6 @@ class Peer(EngineHandler):
                 continue
             if failures:
                 log("actorctl:peer:reconnected", peer=self.name, attempts=failures)
-            backoff, failures = _BACKOFF_FIRST, 0
             engine = Engine(
                 stream,
                 self,
@@ -217,6 +217,15 @@ class Peer(EngineHandler):
                 log("actorctl:peer:connection-failed", peer=self.name, error=repr(exc))
             finally:
                 self.node._forget(engine)
+            if self._linked_once:
+                backoff, failures = _BACKOFF_FIRST, 0  # it worked: the next try is quick
+            else:
+                # It connected but never got as far as a link (a refused handshake,
+                # say): wait before dialling again, as for a refused connection.
+                failures += 1
+                await trio.sleep(backoff * (0.5 + random.random()))
+                backoff = min(backoff * 2, _BACKOFF_MAX)
+            self._linked_once = False
 
     async def wait_ready(self) -> Engine:
         while True:
@@ -298,9 +307,11 @@ class Peer(EngineHandler):
         session renewed."""
         await self._linked.wait()
         identity = self.node.identity
+        # Sessions only over TLS: the session message carries the MAC key.
+        sessions = self.node.sessions and self.node.tls is not None
         if identity is not None:
             self._signer = functools.partial(sign_ed25519, identity)
-            if self.node.sessions:
+            if sessions:
                 await self._open_session(engine, identity)
         self._ready.set()
         again, self._resend = self._resend, []
@@ -313,7 +324,7 @@ class Peer(EngineHandler):
                 # would be refused as a replay.
                 pending.message = attrs.evolve(pending.message, creation_time=now)
             await self.transmit(pending)
-        if identity is not None and self.node.sessions:
+        if identity is not None and sessions:
             while True:
                 await trio.sleep(self.node.session_lifetime * 0.8)
                 await self._open_session(engine, identity)
@@ -338,6 +349,7 @@ class Peer(EngineHandler):
             log("actorctl:peer:session", peer=self.name, session=offer.id, key=identity.key_id)
         else:
             outcome = pending.outcome
+            self._signer = functools.partial(sign_ed25519, identity)
             log(
                 "actorctl:peer:session-refused",
                 peer=self.name,
@@ -374,6 +386,7 @@ class Peer(EngineHandler):
             return
         if link.name == f"{self.node.node_id}-replies":
             self._linked.set()
+            self._linked_once = True
 
     def on_link_remote_close(self, engine: Engine, link: Link) -> None:
         out = self._outs.get(link._impl)

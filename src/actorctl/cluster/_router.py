@@ -17,7 +17,15 @@ from typing import Any, ClassVar, Final
 
 import trio
 
-from .._errors import AskTimeout, Modified, PeerUnavailable, Rejected, RemoteError, UnknownActor
+from .._errors import (
+    AskTimeout,
+    Modified,
+    PeerUnavailable,
+    Rejected,
+    RemoteError,
+    UnknownActor,
+    WireFormatError,
+)
 from .._log import log
 from ..actors import Actor, Address
 from ..mailbox import ACCEPTED, KIND_COMMAND, STATUS_ERROR, STATUS_OK, Envelope, Outcome
@@ -25,6 +33,7 @@ from ..mailbox import ACCEPTED, KIND_COMMAND, STATUS_ERROR, STATUS_OK, Envelope,
 __all__ = ["Router"]
 
 NO_INSTANCE: Final = "actorctl:no-instance"
+DECODE_ERROR: Final = "actorctl:decode-error"
 
 
 class Router(Actor):
@@ -48,7 +57,10 @@ class Router(Actor):
         self.load = {address: 0 for address in self.instances}
 
     async def forward(self, envelope: Envelope) -> tuple[Outcome, tuple[str, Any] | None] | None:
-        args, kwargs = envelope.call()
+        try:
+            args, kwargs = envelope.call()
+        except WireFormatError as exc:
+            return Outcome.rejected(DECODE_ERROR, str(exc)), None
         wants_reply = envelope.reply_to is not None and envelope.kind == KIND_COMMAND
         tried: set[Address] = set()
         reasons: list[str] = []

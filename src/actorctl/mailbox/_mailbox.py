@@ -96,9 +96,11 @@ class Inbound:
         if self.outcome is not None:
             return
         self.outcome = outcome
-        if self._on_settle is not None:
-            self._on_settle(outcome)
-        self._mailbox._release()
+        try:
+            if self._on_settle is not None:
+                self._on_settle(outcome)
+        finally:
+            self._mailbox._release()  # the slot is free whatever the answer did
 
 
 @attrs.frozen
