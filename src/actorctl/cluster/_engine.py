@@ -100,6 +100,7 @@ class Engine:
         connection.collect(collector)  # before bind, or the first events are missed
         self.transport = transport = Transport(Transport.SERVER if server else Transport.CLIENT)
         transport.idle_timeout = idle_timeout
+        self._idle_timeout = idle_timeout
         if ssl_domain is not None:
             # TLS inside the transport, before bind: still sans-IO (see _tls).
             ssl = transport.ssl(ssl_domain)
@@ -133,7 +134,7 @@ class Engine:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._read_loop)
                 nursery.start_soon(self._write_loop)
-                nursery.start_soon(self._tick_loop)
+                nursery.start_soon(self._tick_loop, nursery.cancel_scope)
                 await _first(self._reader_done.wait, self._writer_done.wait)
                 with trio.move_on_after(_CLOSE_GRACE):
                     await self._reader_done.wait()
@@ -244,8 +245,15 @@ class Engine:
         finally:
             lock.release()
 
-    async def _tick_loop(self) -> None:
-        await self._remote_opened.wait()
+    async def _tick_loop(self, scope: trio.CancelScope) -> None:
+        # A peer that never opens the connection (a slow or silent client) gets
+        # the idle timeout to do so, then it is dropped.
+        with trio.move_on_after(self._idle_timeout):
+            await self._remote_opened.wait()
+        if not self._remote_opened.is_set():
+            log("actorctl:connection:no-open", peer=self.peer, waited=self._idle_timeout)
+            scope.cancel(reason="no AMQP open within the idle timeout")
+            return
         transport = self.transport
         while True:
             deadline = transport.tick(trio.current_time())
