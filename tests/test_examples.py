@@ -10,17 +10,22 @@ import trio
 ROOT = Path(__file__).resolve().parent.parent
 
 
-async def test_the_two_node_example_runs_and_reports_its_work() -> None:
-    with trio.fail_after(60):
+async def _run_example(module: str, timeout: float) -> str:
+    """Run ``python -m module`` from the repository root; its output, once it succeeded."""
+    with trio.fail_after(timeout):
         result = await trio.run_process(
-            [sys.executable, "-m", "examples.two_nodes"],
+            [sys.executable, "-m", module],
             cwd=ROOT,
             capture_stdout=True,
             capture_stderr=True,
             check=False,
         )
-    out = result.stdout.decode()
     assert result.returncode == 0, result.stderr.decode()
+    return result.stdout.decode()
+
+
+async def test_the_two_node_example_runs_and_reports_its_work() -> None:
+    out = await _run_example("examples.two_nodes", 60)
     assert "worker node ready at amqps://127.0.0.1:" in out  # TLS by default
     assert "78498 primes below 1,000,000" in out
     assert "'Ode': 11 words" in out
@@ -29,16 +34,7 @@ async def test_the_two_node_example_runs_and_reports_its_work() -> None:
 
 
 async def test_the_cluster_example_survives_a_killed_node_and_reports_its_work() -> None:
-    with trio.fail_after(120):
-        result = await trio.run_process(
-            [sys.executable, "-m", "examples.cluster_demo"],
-            cwd=ROOT,
-            capture_stdout=True,
-            capture_stderr=True,
-            check=False,
-        )
-    out = result.stdout.decode()
-    assert result.returncode == 0, result.stderr.decode()
+    out = await _run_example("examples.cluster_demo", 120)
     assert "cluster 'demo' ready" in out
     assert "all 200 documents counted through the router despite the kill" in out
     assert "(restart 1)" in out
