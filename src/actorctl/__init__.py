@@ -12,13 +12,30 @@ from ._errors import Modified as Modified
 from ._errors import PeerUnavailable as PeerUnavailable
 from ._errors import Rejected as Rejected
 from ._errors import RemoteError as RemoteError
+from ._errors import SoftTimeLimitExceeded as SoftTimeLimitExceeded
+from ._errors import TaskFailed as TaskFailed
+from ._errors import TaskRevoked as TaskRevoked
+from ._errors import TimeLimitExceeded as TimeLimitExceeded
 from ._errors import UnknownActor as UnknownActor
 from ._errors import WireFormatError as WireFormatError
 from .actors import Actor as Actor
 from .actors import ActorRef as ActorRef
 from .actors import Address as Address
+from .actors import AsyncResult as AsyncResult
 from .actors import Behaviour as Behaviour
+from .actors import DataSink as DataSink
+from .actors import Directory as Directory
+from .actors import GroupResult as GroupResult
+from .actors import Retry as Retry
+from .actors import Signature as Signature
+from .actors import Task as Task
+from .actors import TaskContext as TaskContext
+from .actors import TaskResult as TaskResult
+from .actors import chain as chain
+from .actors import chord as chord
+from .actors import group as group
 from .actors import handler as handler
+from .cluster import App as App
 from .cluster import Node as Node
 from .cluster import TlsFiles as TlsFiles
 from .cluster import open_node as open_node
@@ -31,11 +48,16 @@ __all__ = [
     "ActorRef",
     "ActorctlError",
     "Address",
+    "App",
     "AskTimeout",
+    "AsyncResult",
     "Behaviour",
     "ConfigError",
+    "DataSink",
     "DeliveryError",
+    "Directory",
     "Envelope",
+    "GroupResult",
     "MailboxStatistics",
     "Modified",
     "Node",
@@ -43,9 +65,21 @@ __all__ = [
     "PeerUnavailable",
     "Rejected",
     "RemoteError",
+    "Retry",
+    "Signature",
+    "SoftTimeLimitExceeded",
+    "Task",
+    "TaskContext",
+    "TaskFailed",
+    "TaskResult",
+    "TaskRevoked",
+    "TimeLimitExceeded",
     "TlsFiles",
     "UnknownActor",
     "WireFormatError",
+    "chain",
+    "chord",
+    "group",
     "handler",
     "open_node",
 ]

@@ -14,6 +14,10 @@ __all__ = [
     "PeerUnavailable",
     "Rejected",
     "RemoteError",
+    "SoftTimeLimitExceeded",
+    "TaskFailed",
+    "TaskRevoked",
+    "TimeLimitExceeded",
     "UnknownActor",
     "WireFormatError",
 ]
@@ -83,3 +87,43 @@ class RemoteError(ActorctlError):
         super().__init__(f"{type_name}: {message}")
         self.type_name = type_name
         self.message = message
+
+
+class TaskFailed(RemoteError):
+    """A task raised: ``AsyncResult.get()`` raises this with the task's exception
+    type name and message.
+
+    When the task raised a built-in exception (``ZeroDivisionError``,
+    ``KeyError``, ...), the error raised is also an instance of that built-in, so
+    ``except ZeroDivisionError`` works as it does with Celery; nothing is pickled.
+
+    Attributes:
+        task_id: the id of the task that failed.
+    """
+
+    def __init__(self, type_name: str, message: str, task_id: str | None = None) -> None:
+        super().__init__(type_name, message)
+        self.task_id = task_id
+
+
+class TaskRevoked(ActorctlError):
+    """The task was revoked, or expired before it ran; it was never executed.
+
+    Attributes:
+        task_id: the task's id.
+        reason: why (``revoked``, ``expired ...``, ``terminated``).
+    """
+
+    def __init__(self, task_id: str, reason: str) -> None:
+        super().__init__(f"task {task_id} revoked: {reason}")
+        self.task_id = task_id
+        self.reason = reason
+
+
+class SoftTimeLimitExceeded(ActorctlError):
+    """Raised inside a task that ran past its soft time limit: it may catch it
+    and clean up before its hard limit."""
+
+
+class TimeLimitExceeded(ActorctlError):
+    """A task ran past its hard time limit and was stopped."""

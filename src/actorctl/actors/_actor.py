@@ -46,6 +46,8 @@ class Actor(Behaviour):
     concurrency: ClassVar[int] = 1
     dedup_count: ClassVar[int] = 10_000
     dedup_seconds: ClassVar[float] = 300.0
+    #: Whether it takes document messages (results): data sinks do.
+    takes_documents: ClassVar[bool] = False
 
     _cell: ActorCell | None = None
 

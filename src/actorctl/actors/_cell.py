@@ -180,7 +180,7 @@ class ActorCell:
 
     async def _dispatch(self, envelope: Envelope) -> Handled:
         """Run the message's handler; say how to answer it."""
-        if envelope.kind == KIND_DOCUMENT:
+        if envelope.kind == KIND_DOCUMENT and not type(self.actor).takes_documents:
             return _refuse(
                 BAD_KIND,
                 f"actor {self.name!r} takes commands and events; a document "

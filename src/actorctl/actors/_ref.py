@@ -49,8 +49,9 @@ class Outbox(Protocol):
         """Send a command that wants a reply and wait for the reply document."""
         ...
 
-    def reply(self, envelope: Envelope) -> None:
-        """Send a reply document to ``envelope.to`` (a reply address). Does not block."""
+    def reply(self, envelope: Envelope, *, quiet: bool = False) -> bool:
+        """Send a reply document to ``envelope.to`` (a reply address). Does not
+        block. False (and logged) when no reply link leads there now."""
         ...
 
 

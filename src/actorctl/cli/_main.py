@@ -18,7 +18,7 @@ import trio
 
 from .._errors import ActorctlError, ConfigError, DeliveryError, RemoteError
 from ..actors import Address
-from ..cluster import Node, Router, hosted_actors, open_node
+from ..cluster import Node, Router, cluster_task_actors, hosted_actors, load_cluster, open_node
 from ._cluster import cluster
 from ._keys import certs, keys
 from ._options import Security, security_options
@@ -71,9 +71,18 @@ def node() -> None:
 @click.option(
     "--log", "log_path", default="-", show_default=True, help="Log file ('-' for stdout)."
 )
+@click.option(
+    "--cluster",
+    "cluster_path",
+    default=None,
+    metavar="CLUSTER.TOML",
+    help="Also host what this file gives node --name of its task app: pool workers, "
+    "or (on the services node) routers, scheduler, events and chords.",
+)
 @security_options
 async def node_run(
     target: str | None,
+    cluster_path: str | None,
     routes: tuple[str, ...],
     instances: int,
     listen: str,
@@ -97,6 +106,9 @@ async def node_run(
             actors[logical] = Router([Address.parse(a) for a in addresses.split(",")])
         host, port = _parse_listen(listen)
         node_name = name or f"node-{port}"
+        if cluster_path is not None:
+            config = load_cluster(cluster_path)
+            actors.update(cluster_task_actors(config, config.node(node_name)))
         server = Node(node_name, actors, host=host, port=port, **security.node_options(node_name))
     except ConfigError as exc:
         _fail(str(exc))

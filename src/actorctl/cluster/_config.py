@@ -44,6 +44,8 @@ class NodeConfig:
     instances: int = 1  # how many of each actor: NAME, NAME-2, ...
     # routers this node hosts: (logical name, ("node/actor", ...))
     routes: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    pools: tuple[str, ...] = ()  # task pools whose workers it hosts
+    services: bool = False  # hosts the pools' routers, the scheduler, events, chords
 
     @property
     def listen(self) -> str:
@@ -61,6 +63,23 @@ class ClusterConfig:
     dev: bool
     insecure: bool
     controller: tuple[str, int] = ("127.0.0.1", 5700)
+    apps: tuple[str, ...] = ()  # MODULE:OBJECT of the task apps
+
+    def node(self, name: str) -> NodeConfig:
+        """The node called ``name``.
+
+        Raises:
+            ConfigError: no such node.
+        """
+        for node in self.nodes:
+            if node.name == name:
+                return node
+        raise ConfigError(
+            f"{self.path}: no node named {name!r} (nodes: {[n.name for n in self.nodes]})"
+        )
+
+    def url(self, node: NodeConfig) -> str:
+        return f"{self.scheme}://{node.listen}"
 
     @property
     def root(self) -> Path:
@@ -132,6 +151,7 @@ def load_cluster(path: Path | str) -> ClusterConfig:
         dev=where.boolean(cluster, "cluster.dev", default=False),
         insecure=where.boolean(cluster, "cluster.insecure", default=False),
         controller=where.endpoint(cluster, "cluster.controller", default="127.0.0.1:5700"),
+        apps=where.apps(cluster, nodes),
     )
 
 
@@ -179,7 +199,38 @@ class _Where:
         instances = item.get("instances", 1)
         if type(instances) is not int or not 1 <= instances <= 1000:
             raise self.error(f"{prefix}.instances", "a whole number from 1 to 1000", instances)
-        return NodeConfig(name, host, port, actors, instances)
+        pools = item.get("pools", [])
+        if not isinstance(pools, list) or not all(
+            isinstance(p, str) and _NAME.fullmatch(p) for p in pools
+        ):
+            raise self.error(f"{prefix}.pools", 'a list of pool names like ["celery"]', pools)
+        services = self.boolean(item, f"{prefix}.services", default=False)
+        return NodeConfig(
+            name, host, port, actors, instances, pools=tuple(pools), services=services
+        )
+
+    def apps(self, cluster: dict[str, Any], nodes: tuple[NodeConfig, ...]) -> tuple[str, ...]:
+        value = cluster.get("app", [])
+        apps = [value] if isinstance(value, str) else value
+        if not isinstance(apps, list) or not all(
+            isinstance(a, str) and _TARGET.fullmatch(a) for a in apps
+        ):
+            raise self.error("cluster.app", "MODULE:OBJECT of a task app, or a list of them", value)
+        wants = [n.name for n in nodes if n.pools or n.services]
+        if wants and not apps:
+            raise self.error(
+                "cluster.app", f"the task app that nodes {wants} host pools or services of", None
+            )
+        if sum(1 for n in nodes if n.services) > 1:
+            raise ConfigError(f"{self.path}: only one node may have services = true")
+        for node in nodes:
+            if node.services and node.pools:
+                raise ConfigError(
+                    f"{self.path}: node {node.name!r} has services = true and pools: the "
+                    "services node hosts the pools' routers under the pools' names, so put "
+                    "the workers on other nodes"
+                )
+        return tuple(apps)
 
     def routers(self, items: object, nodes: tuple[NodeConfig, ...]) -> tuple[NodeConfig, ...]:
         """Attach each [[router]] to the node that hosts it."""

@@ -23,6 +23,7 @@ import trio
 
 from .._errors import ActorctlError, ConfigError
 from ..mailbox import IdentityKey
+from ._app import cluster_task_actors
 from ._certs import init_certs
 from ._config import ClusterConfig, NodeConfig
 from ._hosting import hosted_actors
@@ -99,6 +100,8 @@ class Foreman(_Runner):
                    "--instances", str(node.instances)]  # fmt: skip
         for name, addresses in config.routes(node):
             command += ["--route", f"{name}={','.join(addresses)}"]
+        if node.pools or node.services:
+            command += ["--cluster", str(config.path)]
         if config.insecure:
             return [*command, "--insecure"]
         return [*command, "--certs", str(config.certs), "--keys", str(config.keys)]
@@ -218,6 +221,7 @@ class LocalForeman(_Runner):
         actors: dict[str, Any] = dict(hosted_actors(node.actors, node.instances))
         for name, addresses in config.routes(node):
             actors[name] = Router(addresses)
+        actors.update(cluster_task_actors(config, node))
         security = config.security(node.name)
         async with open_node(node.name, actors, host=node.host, port=node.port, **security) as n:
             self._set(state="running", pid=os.getpid(), address=n.url, actors=sorted(n.cells))

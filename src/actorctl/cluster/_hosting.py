@@ -10,7 +10,7 @@ from typing import Any
 from .._errors import ConfigError
 from ..actors import Actor
 
-__all__ = ["hosted_actors"]
+__all__ = ["hosted_actors", "load_target"]
 
 
 def hosted_actors(target: str | None, instances: int = 1) -> dict[str, Actor]:
@@ -34,7 +34,12 @@ def hosted_actors(target: str | None, instances: int = 1) -> dict[str, Actor]:
     return actors
 
 
-def _load(target: str) -> Any:
+def load_target(target: str) -> Any:
+    """The object MODULE:OBJECT names.
+
+    Raises:
+        ConfigError: naming the module or object that is wrong.
+    """
     module_name, sep, attr = target.partition(":")
     if not sep or not module_name or not attr:
         raise ConfigError(f"{target!r}: expected MODULE:OBJECT, e.g. examples.workers:actors")
@@ -48,6 +53,11 @@ def _load(target: str) -> Any:
         obj = getattr(module, attr)
     except AttributeError:
         raise ConfigError(f"module {module_name!r} has no object {attr!r}") from None
+    return obj
+
+
+def _load(target: str) -> Any:
+    obj = load_target(target)
     if isinstance(obj, Actor) or (isinstance(obj, type) and issubclass(obj, Actor)):
         return [obj]
     if isinstance(obj, Mapping | list | tuple):

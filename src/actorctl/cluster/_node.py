@@ -148,6 +148,9 @@ class Node:
         self._actors_started = trio.Event()
         self._engines_changed = trio.Event()
         self._grace = DEFAULT_GRACE
+        #: Takes reply documents that answer no ask of this node (task results
+        #: sent back on the link the task came by); True when it took one.
+        self.on_document: Callable[[Envelope], bool] | None = None
 
     # -- running -------------------------------------------------------------------
 
@@ -372,18 +375,20 @@ class Node:
             raise error
         return slot.replies[0]
 
-    def reply(self, envelope: Envelope) -> None:
-        data = encode(envelope)
+    def reply(self, envelope: Envelope, *, quiet: bool = False) -> bool:
         route = self.reply_routes.get(envelope.to)
         if route is not None:
             engine, link = route
             if not engine.closed:
+                data = encode(envelope)
                 delivery = link.delivery(envelope.message_id)
                 link.send(data)
                 link.advance()
                 delivery.settle()
                 engine.wake()
-                return
+                return True
+        if quiet:
+            return False
         log(
             "actorctl:reply:dropped",
             node=self.name,
@@ -391,9 +396,12 @@ class Node:
             correlation_id=envelope.correlation_id,
             reason="no route to the caller (it disconnected or never attached a reply link)",
         )
+        return False
 
     def _on_reply(self, envelope: Envelope) -> None:
         slot = self._asks.get(envelope.correlation_id or "")
+        if slot is None and self.on_document is not None and self.on_document(envelope):
+            return
         if slot is None:
             log(
                 "actorctl:reply:late",

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, ClassVar, Final
 
+import attrs
 import trio
 
 from .._errors import (
@@ -61,7 +62,14 @@ class Router(Actor):
             args, kwargs = envelope.call()
         except WireFormatError as exc:
             return Outcome.rejected(DECODE_ERROR, str(exc)), None
-        wants_reply = envelope.reply_to is not None and envelope.kind == KIND_COMMAND
+        # A reply-to that is an actor's address (a task's caller) gets the result
+        # from the instance itself; one that is a reply link back to this node
+        # (an ask) gets it through the router.
+        reply_to = envelope.reply_to
+        wants_reply = (
+            reply_to is not None and envelope.kind == KIND_COMMAND and "://" not in reply_to
+        )
+        outbox = self._require_cell().outbox
         tried: set[Address] = set()
         reasons: list[str] = []
         for _ in range(3 * len(self.instances)):
@@ -75,7 +83,15 @@ class Router(Actor):
                     if wants_reply:
                         result = await ref.ask(envelope.subject, *args, **kwargs)
                         return ACCEPTED, (STATUS_OK, result)
-                    await ref.deliver(envelope.subject, *args, **kwargs)
+                    # The message itself, headers and all (a task's chain, its
+                    # time limits, its caller), under a new id.
+                    copy = attrs.evolve(
+                        envelope,
+                        message_id=outbox.new_message_id(),
+                        to=str(target),
+                        creation_time=outbox.now(),
+                    )
+                    await outbox.send(target, copy, presettled=False, confirm=True)
                     return ACCEPTED, None
             except RemoteError as exc:
                 return ACCEPTED, (STATUS_ERROR, {"type": exc.type_name, "message": exc.message})

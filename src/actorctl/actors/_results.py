@@ -1,0 +1,287 @@
+"""Task states and result handles: what ``add.delay(1, 2)`` returns.
+
+A task's result travels back as a document message to the caller's results
+actor; the registry there hands each document to the handle waiting for it.
+``get()`` blocks (for plain Python code, as in Celery); ``aget()`` awaits (for
+code that runs in trio).
+"""
+
+from __future__ import annotations
+
+import builtins
+import math
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, Final, final
+
+import trio
+
+from .._errors import ActorctlError, AskTimeout, TaskFailed, TaskRevoked
+
+__all__ = [
+    "FAILURE",
+    "PENDING",
+    "READY_STATES",
+    "RETRY",
+    "REVOKED",
+    "STARTED",
+    "STATES",
+    "SUCCESS",
+    "AsyncResult",
+    "GroupResult",
+    "ResultRegistry",
+    "task_error",
+]
+
+PENDING: Final = "PENDING"
+STARTED: Final = "STARTED"
+RETRY: Final = "RETRY"
+SUCCESS: Final = "SUCCESS"
+FAILURE: Final = "FAILURE"
+REVOKED: Final = "REVOKED"
+STATES: Final = frozenset({PENDING, STARTED, RETRY, SUCCESS, FAILURE, REVOKED})
+READY_STATES: Final = frozenset({SUCCESS, FAILURE, REVOKED})
+
+_error_classes: dict[str, type[TaskFailed]] = {}
+
+
+def task_error(type_name: str, message: str, task_id: str | None = None) -> TaskFailed:
+    """The exception ``get()`` raises for a task that failed with ``type_name``.
+
+    For a built-in exception type it is also an instance of that built-in
+    (``except ZeroDivisionError`` works); the type is looked up by name among the
+    built-ins only, never imported or unpickled.
+    """
+    cls = _error_classes.get(type_name)
+    if cls is None:
+        builtin = getattr(builtins, type_name, None)
+        if (
+            isinstance(builtin, type)
+            and issubclass(builtin, Exception)
+            and not issubclass(builtin, TaskFailed)
+        ):
+            cls = type(type_name, (TaskFailed, builtin), {"__module__": "actorctl.tasks"})
+        else:
+            cls = TaskFailed
+        _error_classes[type_name] = cls
+    error = cls.__new__(cls)
+    TaskFailed.__init__(error, type_name, message, task_id)
+    return error
+
+
+def _in_trio() -> bool:
+    try:
+        trio.lowlevel.current_task()
+    except RuntimeError:
+        return False
+    return True
+
+
+@final
+class AsyncResult:
+    """The handle on one task's result.
+
+    Attributes:
+        id: the task id (for a chain, the id of the whole chain).
+        task: the task's name.
+        state: PENDING, STARTED, RETRY, SUCCESS, FAILURE or REVOKED.
+    """
+
+    def __init__(
+        self,
+        task_id: str,
+        task: str,
+        *,
+        revoke: Callable[[str, bool], None] | None = None,
+        tracked: bool = True,
+    ) -> None:
+        self.id = task_id
+        self.task = task
+        self.state = PENDING
+        self.retries = 0
+        self._value: Any = None
+        self._error: dict[str, Any] | None = None
+        self._revoke = revoke
+        self._tracked = tracked
+        self._done_thread = threading.Event()
+        self._done_trio = trio.Event()
+
+    # -- what it knows -------------------------------------------------------------
+
+    def ready(self) -> bool:
+        """Whether the task has finished (SUCCESS, FAILURE or REVOKED)."""
+        return self.state in READY_STATES
+
+    def successful(self) -> bool:
+        return self.state == SUCCESS
+
+    def failed(self) -> bool:
+        return self.state == FAILURE
+
+    @property
+    def result(self) -> Any:
+        """The value (SUCCESS), the error (FAILURE, RETRY, REVOKED), or None."""
+        if self.state == SUCCESS:
+            return self._value
+        if self._error is not None:
+            return self._exception()
+        return None
+
+    info = result
+
+    # -- waiting --------------------------------------------------------------------
+
+    def get(self, timeout: float | None = None, *, propagate: bool = True) -> Any:
+        """Wait for the task and return its value (blocking: for plain code; in
+        trio use :meth:`aget`).
+
+        Raises:
+            TaskFailed: the task raised (with its type name and message; also the
+                built-in exception type when it was one).
+            TaskRevoked: it was revoked, or expired before it ran.
+            AskTimeout: no result within ``timeout`` seconds.
+        """
+        if _in_trio():
+            raise ActorctlError(
+                "AsyncResult.get() blocks, and this is trio's thread: use `await result.aget()`"
+            )
+        self._check_tracked()
+        if not self._done_thread.wait(timeout):
+            raise AskTimeout(f"task {self.task} ({self.id}) not ready within {timeout:g} s")
+        return self._outcome(propagate)
+
+    async def aget(self, timeout: float | None = None, *, propagate: bool = True) -> Any:
+        """Await the task and return its value: :meth:`get` for trio code."""
+        self._check_tracked()
+        with trio.move_on_after(math.inf if timeout is None else timeout):
+            await self._done_trio.wait()
+        if not self.ready():
+            raise AskTimeout(f"task {self.task} ({self.id}) not ready within {timeout:g} s")
+        return self._outcome(propagate)
+
+    def revoke(self, *, terminate: bool = False) -> None:
+        """Revoke the task: see ``app.control.revoke``."""
+        if self._revoke is None:
+            raise ActorctlError(f"task {self.id}: this result is not connected to a cluster")
+        self._revoke(self.id, terminate)
+
+    def _check_tracked(self) -> None:
+        if not self._tracked:
+            raise ActorctlError(
+                f"task {self.task} ({self.id}) was sent with ignore_result, or from inside "
+                "a task: nobody receives its result (use a chain or a callback instead)"
+            )
+
+    def _outcome(self, propagate: bool) -> Any:
+        if self.state == SUCCESS:
+            return self._value
+        error = self._exception()
+        if propagate:
+            raise error
+        return error
+
+    def _exception(self) -> Exception:
+        error = self._error or {}
+        if self.state == REVOKED:
+            return TaskRevoked(self.id, str(error.get("reason", "revoked")))
+        return task_error(str(error.get("type", "Error")), str(error.get("message", "")), self.id)
+
+    # -- updates (in the trio thread of the client) ---------------------------------
+
+    def update(self, state: str, body: Any, retries: int = 0) -> None:
+        """Record a state document; wakes whoever waits once it is final."""
+        if self.ready():
+            return  # a duplicate, or a late document after the final one
+        self.state = state
+        self.retries = retries
+        if state == SUCCESS:
+            self._value = body
+        elif state in (FAILURE, RETRY, REVOKED):
+            self._error = body if isinstance(body, dict) else {"message": str(body)}
+        if state in READY_STATES:
+            self._done_thread.set()
+            self._done_trio.set()
+
+    def __repr__(self) -> str:
+        return f"<AsyncResult {self.task} {self.id} {self.state}>"
+
+
+@final
+class GroupResult(Sequence[AsyncResult]):
+    """The results of a group, in the order of its tasks."""
+
+    def __init__(self, group_id: str, results: Sequence[AsyncResult]) -> None:
+        self.id = group_id
+        self.results = list(results)
+
+    def __getitem__(self, index: Any) -> Any:
+        return self.results[index]
+
+    def __len__(self) -> int:
+        return len(self.results)
+
+    def __iter__(self) -> Iterator[AsyncResult]:
+        return iter(self.results)
+
+    def ready(self) -> bool:
+        return all(r.ready() for r in self.results)
+
+    def successful(self) -> bool:
+        return all(r.successful() for r in self.results)
+
+    def completed_count(self) -> int:
+        return sum(1 for r in self.results if r.successful())
+
+    def get(self, timeout: float | None = None, *, propagate: bool = True) -> list[Any]:
+        """Every task's value, in order; raises the first error (see
+        :meth:`AsyncResult.get`). ``timeout`` covers the whole group."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        values = []
+        for result in self.results:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            values.append(result.get(left, propagate=propagate))
+        return values
+
+    async def aget(self, timeout: float | None = None, *, propagate: bool = True) -> list[Any]:
+        """:meth:`get` for trio code."""
+        try:
+            with trio.fail_after(math.inf if timeout is None else timeout):
+                return [await r.aget(propagate=propagate) for r in self.results]
+        except trio.TooSlowError:
+            raise AskTimeout(f"group {self.id} not ready within {timeout:g} s") from None
+
+    def revoke(self, *, terminate: bool = False) -> None:
+        for result in self.results:
+            result.revoke(terminate=terminate)
+
+    def __repr__(self) -> str:
+        return f"<GroupResult {self.id} {len(self.results)} tasks>"
+
+
+@final
+class ResultRegistry:
+    """The results a client waits for, by id; fed by its results actor."""
+
+    def __init__(self) -> None:
+        self._waiting: dict[str, AsyncResult] = {}
+
+    def expect(self, result: AsyncResult) -> None:
+        self._waiting[result.id] = result
+
+    def forget(self, task_id: str) -> None:
+        self._waiting.pop(task_id, None)
+
+    def __len__(self) -> int:
+        return len(self._waiting)
+
+    def deliver(self, task_id: str, state: str, body: Any, headers: Mapping[str, Any]) -> bool:
+        """Hand a state document to its result; False if nobody waits for it."""
+        result = self._waiting.get(task_id)
+        if result is None:
+            return False
+        retries = headers.get("retries", 0)
+        result.update(state, body, retries if isinstance(retries, int) else 0)
+        if result.ready():
+            del self._waiting[task_id]
+        return True

@@ -1,0 +1,107 @@
+"""Scheduler: where delayed tasks wait, so that no worker holds them.
+
+A task sent with ``countdown`` or ``eta`` goes to the cluster's scheduler, not
+to its pool. The scheduler keeps the message (unsettled: its sender still holds
+it, so it survives a scheduler that dies) until it is due, then sends it on to
+its pool and settles it once the pool has taken it. A task revoked meanwhile,
+or past its expiry when it falls due, is never sent on: the caller gets a
+REVOKED document saying why.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Final
+
+import attrs
+import trio
+
+from .._errors import DeliveryError
+from .._log import log
+from ..actors import Actor, handler
+from ..actors._results import REVOKED
+from ..actors._tasks import H_ETA, H_POOL, H_TASK_ID, Directory, TaskClient
+from ..actors._worker import _send_document
+from ..mailbox import ACCEPTED, Envelope, Outcome
+
+__all__ = ["Scheduler"]
+
+NO_POOL: Final = "actorctl:no-pool"
+
+
+class Scheduler(Actor):
+    """``scheduler``: holds delayed tasks until they are due.
+
+    Args:
+        directory: where the pools are.
+        capacity: the most delayed tasks it holds at once (its link credit).
+    """
+
+    name = "scheduler"
+    mailbox_capacity: ClassVar[int] = 10_000
+    concurrency: ClassVar[int] = 10_000  # every held task waits in a task of its own
+    dedup_count: ClassVar[int] = 0
+
+    def __init__(self, directory: Directory) -> None:
+        self.directory = directory
+        self.waiting: dict[str, trio.CancelScope] = {}
+        self.revoked: set[str] = set()
+
+    @handler
+    async def revoke(self, ids: list[str], terminate: bool = False) -> int:
+        """Drop delayed tasks: each reports REVOKED now instead of running later."""
+        for task_id in ids:
+            self.revoked.add(str(task_id))
+            scope = self.waiting.get(str(task_id))
+            if scope is not None:
+                scope.cancel(reason="revoked")
+        return len(ids)
+
+    @handler
+    async def pending(self) -> int:
+        """How many delayed tasks it holds now."""
+        return len(self.waiting)
+
+    async def forward(self, envelope: Envelope) -> tuple[Outcome, tuple[str, Any] | None] | None:
+        client = TaskClient(self._require_cell().outbox, self.directory)
+        outbox = client.outbox
+        headers = dict(envelope.headers)
+        task_id = str(headers.get(H_TASK_ID) or envelope.correlation_id or envelope.message_id)
+        pool = headers.get(H_POOL)
+        if not isinstance(pool, str):
+            return Outcome.rejected(
+                NO_POOL, f"delayed message {envelope.message_id} names no pool"
+            ), None
+        eta = headers.pop(H_ETA, None)
+        delay = float(eta) - outbox.now() if isinstance(eta, int | float) else 0.0
+        with trio.CancelScope() as scope:
+            self.waiting[task_id] = scope
+            try:
+                if task_id not in self.revoked:
+                    await trio.sleep(max(0.0, delay))
+            finally:
+                del self.waiting[task_id]
+        reason = None
+        if scope.cancelled_caught or task_id in self.revoked:
+            reason = "revoked while it waited in the scheduler"
+        elif envelope.expiry_time is not None and envelope.expiry_time <= outbox.now():
+            reason = f"expired {outbox.now() - envelope.expiry_time:.3f} s before it was due"
+        if reason is not None:
+            log("actorctl:scheduler:revoked", task_id=task_id, reason=reason)
+            if envelope.reply_to:
+                await _send_document(
+                    client, envelope, REVOKED, {"reason": reason}, [envelope.reply_to]
+                )
+            return ACCEPTED, None
+        target = self.directory.resolve(pool)
+        due = attrs.evolve(
+            envelope,
+            message_id=outbox.new_message_id(),
+            to=str(target),
+            creation_time=outbox.now(),
+            headers=headers,
+        )
+        try:
+            await outbox.send(target, due, presettled=False, confirm=True)
+        except DeliveryError as exc:
+            return Outcome.modified(exc.condition, exc.description), None
+        return ACCEPTED, None

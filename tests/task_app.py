@@ -1,0 +1,142 @@
+"""The task app the task tests run on a real cluster (imported by its nodes)."""
+
+from __future__ import annotations
+
+import time
+
+import attrs
+import trio
+
+from actorctl import App, DataSink, SoftTimeLimitExceeded, TaskContext, TaskResult
+
+app = App("t")
+app.pool("celery", concurrency=4)
+app.pool("slow", concurrency=2)
+
+
+@app.task
+def add(x: int, y: int) -> int:
+    return x + y
+
+
+@app.task
+async def mul(x: int, y: int) -> int:
+    return x * y
+
+
+@app.task
+def div(x: int, y: int) -> float:
+    return x / y
+
+
+@app.task
+def collect(values: list[int]) -> int:
+    return sum(values)
+
+
+@app.task
+async def echo(*args: object, **kwargs: object) -> list[object]:
+    return [list(args), kwargs]
+
+
+@app.task(pool="slow")
+async def sleepy(seconds: float) -> str:
+    await trio.sleep(seconds)
+    return "slept"
+
+
+@app.task(pool="slow", soft_time_limit=0.2, time_limit=5)
+async def cleans_up_async() -> str:
+    try:
+        await trio.sleep(10)
+    except SoftTimeLimitExceeded:
+        return "cleaned up after the soft limit"
+    return "never"
+
+
+@app.task(pool="slow", soft_time_limit=0.2, time_limit=5)
+def cleans_up_sync() -> str:
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            time.sleep(0.01)
+    except SoftTimeLimitExceeded:
+        return "sync cleaned up after the soft limit"
+    return "never"
+
+
+@app.task(pool="slow", time_limit=0.3)
+async def overruns() -> str:
+    await trio.sleep(10)
+    return "never"
+
+
+@app.task(pool="slow", bind=True)
+async def abortable(ctx: TaskContext, steps: int) -> str:
+    for step in range(steps):
+        if ctx.is_aborted():
+            return f"aborted at step {step}"
+        await trio.sleep(0.02)
+    return "finished"
+
+
+@app.task(bind=True, max_retries=3, default_retry_delay=0)
+def flaky(ctx: TaskContext, fail_times: int) -> str:
+    if ctx.retries < fail_times:
+        raise ctx.retry(exc=ConnectionError(f"attempt {ctx.retries} failed"))
+    return f"ok after {ctx.retries} retries"
+
+
+@app.task(autoretry_for=(ConnectionError,), max_retries=2, default_retry_delay=0)
+def always_down() -> None:
+    raise ConnectionError("the service is down")
+
+
+@app.task
+def record_error(task_id: str, error: dict[str, str]) -> None:
+    ERRORS.append((task_id, error["type"]))
+
+
+ERRORS: list[tuple[str, str]] = []
+
+
+@app.task(pool="slow", boxed=True, time_limit=0.5)
+def boxed_spin() -> str:
+    while True:
+        pass
+
+
+@app.task(pool="slow", boxed=True)
+def boxed_square(x: int) -> int:
+    return x * x
+
+
+@app.event
+@attrs.define
+class UserRegistered:
+    user_id: int
+    email: str
+
+
+@app.task
+def send_welcome_email(event: UserRegistered) -> str:
+    return f"welcome {event.email}"
+
+
+@app.task(pool="slow")
+def add_to_crm(event: UserRegistered) -> str:
+    return f"crm {event.user_id}"
+
+
+UserRegistered.subscribe(send_welcome_email)  # type: ignore[attr-defined]
+UserRegistered.subscribe(add_to_crm)  # type: ignore[attr-defined]
+
+
+class Totals(DataSink):
+    """Keeps what it is sent; the test asks it."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, str, object]] = []
+
+    async def on_result(self, result: TaskResult) -> None:
+        self.seen.append((result.task, result.state, result.value))
