@@ -10,19 +10,30 @@ machine: compare the ratios. Two OS processes each, all traffic on 127.0.0.1.
 The second table is actorctl's one-way throughput with mutual TLS and signed
 messages (sessions, or Ed25519 per message), against the same traffic unsigned
 over plain TCP, measured in the same rounds.
+
+The third table is the task API against Celery 5 with Redis as broker and result
+backend, one solo worker each: ``--task-rounds`` rounds (default 1; 0 skips it)
+of bench/_celery.py then bench/_tasks.py, each a subprocess printing one JSON
+object (bench/_celery.py installs Celery and redis-server if they are missing).
+Its targets: actorctl at least 5x Celery's throughputs, at most half its p50.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
+import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import _actorctl, _raw
+
+ROOT = Path(__file__).resolve().parent.parent
 
 KEYS = {
     "tell_per_s": ("one-way tell, messages/s", "higher"),
@@ -40,6 +51,34 @@ SECURITY = {
     "tls_vs_plain": ("tls", "mutual TLS alone"),
 }
 
+# The task API against Celery 5 + Redis: (label, better, target ratio actorctl/celery).
+TASK_KEYS = {
+    "task_get_p50_us": ("delay().get(), p50 µs", "lower", "<= 0.5"),
+    "task_pipelined_per_s": ("delay(), 100 in flight, calls/s", "higher", ">= 5"),
+    "task_fire_forget_per_s": ("fire-and-forget, tasks/s", "higher", ">= 5"),
+}
+TASK_SCRIPTS = {"celery": "_celery.py", "actorctl": "_tasks.py"}
+TASK_TIMEOUT_S = 1800.0  # bench/_celery.py may install Celery and redis-server first
+
+
+def run_task_script(script: str) -> dict[str, Any]:
+    """Run bench/SCRIPT in a subprocess (its progress on our stderr); its JSON object."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / script)],
+        cwd=ROOT,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        text=True,
+        timeout=TASK_TIMEOUT_S,
+        check=False,
+    )
+    if proc.returncode != 0:
+        raise SystemExit(f"bench/{script} failed with exit status {proc.returncode}")
+    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return result
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -48,6 +87,9 @@ def main() -> None:
     parser.add_argument("--tells", type=int, default=20000)
     parser.add_argument("--asks", type=int, default=2000)
     parser.add_argument("--pipelined", type=int, default=20000)
+    parser.add_argument(
+        "--task-rounds", type=int, default=1, help="task API vs Celery rounds (0: skip)"
+    )
     args = parser.parse_args()
     counts = (args.tells, args.asks, args.pipelined)
     ours, raw = [], []
@@ -59,7 +101,7 @@ def main() -> None:
             security[mode].append(_actorctl.measure_tell(mode, args.tells))
         if not args.json:
             print(f"round {i + 1}/{args.rounds} done", file=sys.stderr)
-    result: dict[str, dict[str, float]] = {}
+    result: dict[str, Any] = {}
     for key in KEYS:
         a = statistics.median(r[key] for r in ours)
         b = statistics.median(r[key] for r in raw)
@@ -73,6 +115,18 @@ def main() -> None:
             "ratio": round(a / plain, 3),
         }
     result["signed_tls_vs_plain"] = result["session_vs_plain"]
+    tasks: dict[str, list[dict[str, Any]]] = {name: [] for name in TASK_SCRIPTS}
+    for i in range(args.task_rounds):
+        for name, script in TASK_SCRIPTS.items():
+            tasks[name].append(run_task_script(script))
+        if not args.json:
+            print(f"task round {i + 1}/{args.task_rounds} done", file=sys.stderr)
+    if args.task_rounds > 0:
+        for key in TASK_KEYS:
+            a = statistics.median(r[key] for r in tasks["actorctl"])
+            b = statistics.median(r[key] for r in tasks["celery"])
+            result[key] = {"actorctl": round(a, 1), "celery": round(b, 1), "ratio": round(a / b, 3)}
+        result["celery_version"] = tasks["celery"][-1]["celery_version"]
     if args.json:
         print(json.dumps(result))
         return
@@ -87,6 +141,13 @@ def main() -> None:
         print(
             f"{label:34} {row['actorctl']:>12,.1f} {row['reference']:>12,.1f} {row['ratio']:>7.2f}x"
         )
+    if args.task_rounds > 0:
+        print("\ntasks: actorctl vs Celery 5 + Redis (solo worker each)")
+        print(f"{'figure':34} {'actorctl':>12} {'celery':>12} {'ratio':>8}")
+        for key, (label, better, target) in TASK_KEYS.items():
+            row = result[key]
+            print(f"{label:34} {row['actorctl']:>12,.1f} {row['celery']:>12,.1f} "
+                  f"{row['ratio']:>7.2f}x  ({better} is better; target {target})")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -85,6 +85,8 @@ def running_cluster(
                 except subprocess.TimeoutExpired:
                     process.kill()
                     process.wait()
+            if process.stdout is not None:
+                process.stdout.close()
 
 
 def _until(lines: queue.Queue[str | None], word: str, echo: bool) -> None:

@@ -93,11 +93,9 @@ def always_down() -> None:
 
 
 @app.task
-def record_error(task_id: str, error: dict[str, str]) -> None:
-    ERRORS.append((task_id, error["type"]))
-
-
-ERRORS: list[tuple[str, str]] = []
+def record_error(task_id: str, error: dict[str, str]) -> str:
+    """An errback: called with the failed task's id and its error."""
+    return f"{task_id}:{error['type']}"
 
 
 @app.task(pool="slow", boxed=True, time_limit=0.5)

@@ -106,6 +106,7 @@ class AsyncResult:
         self._tracked = tracked
         self._done_thread = threading.Event()
         self._done_trio = trio.Event()
+        self._changed = trio.Event()
 
     # -- what it knows -------------------------------------------------------------
 
@@ -160,6 +161,20 @@ class AsyncResult:
             raise AskTimeout(f"task {self.task} ({self.id}) not ready within {timeout:g} s")
         return self._outcome(propagate)
 
+    async def await_state(self, *states: str, timeout: float | None = None) -> str:
+        """Wait until the task is in one of ``states`` (or finished); return its
+        state. STARTED is reported only for tasks sent with ``track_started``.
+
+        Raises:
+            AskTimeout: not within ``timeout`` seconds.
+        """
+        self._check_tracked()
+        with trio.move_on_after(math.inf if timeout is None else timeout):
+            while self.state not in states and not self.ready():
+                await self._changed.wait()
+            return self.state
+        raise AskTimeout(f"task {self.task} ({self.id}) not in {states} within {timeout:g} s")
+
     def revoke(self, *, terminate: bool = False) -> None:
         """Revoke the task: see ``app.control.revoke``."""
         if self._revoke is None:
@@ -202,6 +217,8 @@ class AsyncResult:
         if state in READY_STATES:
             self._done_thread.set()
             self._done_trio.set()
+        self._changed.set()
+        self._changed = trio.Event()
 
     def __repr__(self) -> str:
         return f"<AsyncResult {self.task} {self.id} {self.state}>"

@@ -9,12 +9,14 @@ message that the cluster's event hub fans out to every subscribed task, once per
 subscribing pool.
 
 Chains travel in the message header as a flat list (the next step last), so a
-chain of any length costs one header, never recursion. docs/protocol.md §15
+chain of any length costs one header, never recursion. docs/protocol.md §14
 specifies the headers.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import collections
 import dataclasses
 import datetime
@@ -24,6 +26,7 @@ import itertools
 import json
 import os
 import threading
+import zlib
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, Final, TypeVar, final, overload
 
@@ -54,7 +57,7 @@ __all__ = [
     "send_task",
 ]
 
-# Application-property headers of task messages (docs/protocol.md §15).
+# Application-property headers of task messages (docs/protocol.md §14).
 H_TASK_ID: Final = "task_id"
 H_POOL: Final = "pool"
 H_STATE: Final = "state"
@@ -73,6 +76,8 @@ H_CHORD: Final = "chord"
 H_EVENT: Final = "event"
 H_REPLY_LINK: Final = "reply_link"
 CHAIN_SEPARATOR: Final = "\n"  # compact JSON never contains a raw newline
+CHAIN_PACKED: Final = "zlib:"
+CHAIN_PACK_OVER: Final = 4096
 
 # Names of the cluster's task services in a directory.
 EVENTS: Final = "$events"
@@ -128,14 +133,12 @@ class Directory:
         if "://" in name:
             return Address.parse(name)
         address = self.addresses.get(name)
-        if address is not None:
-            return _parse(address)
         if address is None:
             known = ", ".join(sorted(self.addresses)) or "none"
             raise ConfigError(
                 f"no pool or service named {name!r} in the directory (known: {known})"
             )
-        return Address.parse(address)
+        return _parse(address)
 
     def control_addresses(self) -> list[Address]:
         """The task control actor of every node that hosts workers."""
@@ -249,6 +252,30 @@ def _timestamp(value: float | datetime.datetime | None) -> float | None:
     raise ConfigError(f"expected a datetime or seconds since the epoch, got {value!r}")
 
 
+def pack_chain(text: str) -> str:
+    """A chain header as sent: the text itself, or, past CHAIN_PACK_OVER
+    characters, ``zlib:`` and the base64 of its zlib compression (a long chain
+    would otherwise cost each step time in proportion to its length, several
+    times over: signing, checking, routing)."""
+    if len(text) <= CHAIN_PACK_OVER:
+        return text
+    return CHAIN_PACKED + base64.b64encode(zlib.compress(text.encode(), 1)).decode()
+
+
+def unpack_chain(header: str) -> str:
+    """The text of a chain header.
+
+    Raises:
+        ValueError: a packed header that does not unpack.
+    """
+    if not header.startswith(CHAIN_PACKED):
+        return header
+    try:
+        return zlib.decompress(base64.b64decode(header[len(CHAIN_PACKED) :])).decode()
+    except (zlib.error, binascii.Error, UnicodeDecodeError) as exc:
+        raise ValueError(f"packed chain header does not unpack: {exc}") from None
+
+
 def _compact(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
@@ -305,7 +332,7 @@ async def send_task(
             meta[header] = _compact([_wire(s, pool) for s in sigs])
     sinks = options.get("sinks")
     if sinks:
-        meta[H_SINKS] = ",".join(sinks)
+        meta[H_SINKS] = sinks if isinstance(sinks, str) else ",".join(sinks)
     for key, header in (("priority", H_PRIORITY), ("retries", H_RETRIES), ("map", H_MAP)):
         if options.get(key) is not None:
             meta[header] = options[key]
@@ -314,11 +341,12 @@ async def send_task(
     if options.get("chain"):
         meta[H_CHAIN] = options["chain"]
     target = client.directory.resolve(pool)
-    if reply_to is not None and reply_to == client.results_address:
+    delayed = eta is not None and eta > now + 0.001
+    if reply_to is not None and reply_to == client.results_address and not delayed:
         # The caller's own reply link: a worker it sends to directly answers on
         # the same connection; any other (behind a router, in a chain) at reply_to.
         meta[H_REPLY_LINK] = outbox.reply_address(target)
-    if eta is not None and eta > now + 0.001:
+    if delayed:
         meta[H_ETA] = eta
         target = client.directory.resolve(SCHEDULER)
     envelope = Envelope(
@@ -503,11 +531,21 @@ class Signature:
 
     def __repr__(self) -> str:
         call = ", ".join([*map(repr, self.args), *(f"{k}={v!r}" for k, v in self.kwargs.items())])
-        return f"{self.task.name}{'si' if self.immutable else 's'}({call})"
+        return f"{self.task.name}.{'si' if self.immutable else 's'}({call})"
 
 
 _STEP_OPTIONS = frozenset(
-    {"countdown", "expires", "time_limit", "soft_time_limit", "link", "link_error", "priority"}
+    {
+        "countdown",
+        "expires",
+        "time_limit",
+        "soft_time_limit",
+        "link",
+        "link_error",
+        "priority",
+        "sinks",
+        "map",
+    }
 )
 
 
@@ -539,12 +577,16 @@ class chain:
         return self.tasks
 
     def header(self) -> str | None:
-        """The rest of the chain after its first step, as its header text."""
-        rest = self.tasks[1:]
-        if not rest:
+        """The rest of the chain after its first step, as its header text: the
+        next step last, each step's pool written unless it is the previous one's
+        (a worker reads a step relative to the pool of the step it just ran)."""
+        if len(self.tasks) < 2:
             return None
-        pool = self.tasks[0].task.pool
-        return CHAIN_SEPARATOR.join(_compact(s.to_wire(pool)) for s in reversed(rest))
+        steps = [
+            _compact(step.to_wire(previous.task.pool))
+            for previous, step in itertools.pairwise(self.tasks)
+        ]
+        return pack_chain(CHAIN_SEPARATOR.join(reversed(steps)))
 
     def _first(
         self, args: Sequence[Any], kwargs: Mapping[str, Any] | None, options: Mapping[str, Any]
@@ -1063,11 +1105,13 @@ class TaskApp:
             subscribed.append(task)
         return task
 
-    def publish(self, event: Any) -> None:
-        """Publish one event message (blocking until the event hub took it)."""
-        self._client_or_raise().run_sync(self.apublish, event)
+    def publish(self, event: Any, *, sinks: Sequence[str] = ()) -> None:
+        """Publish one event message (blocking until the event hub took it).
 
-    async def apublish(self, event: Any) -> None:
+        ``sinks``: data sinks that get the result of every task it reaches."""
+        self._client_or_raise().run_sync(functools.partial(self.apublish, event, sinks=sinks))
+
+    async def apublish(self, event: Any, *, sinks: Sequence[str] = ()) -> None:
         """:meth:`publish` for trio code."""
         event_name = _event_name(type(event))
         client = self._client_or_raise()
@@ -1080,7 +1124,7 @@ class TaskApp:
             body=[[], to_wire(event)],
             kind=KIND_EVENT,
             creation_time=outbox.now(),
-            headers={H_EVENT: event_name},
+            headers={H_EVENT: event_name, **({H_SINKS: ",".join(sinks)} if sinks else {})},
         )
         await outbox.send(hub, envelope, presettled=False, confirm=True)
 

@@ -25,6 +25,7 @@ import attrs
 import trio
 
 from .._errors import (
+    ActorctlError,
     SoftTimeLimitExceeded,
     TimeLimitExceeded,
     WireFormatError,
@@ -40,10 +41,12 @@ from ._tasks import (
     CONTROL,
     H_CHAIN,
     H_CHORD,
+    H_GROUP,
     H_LINK,
     H_LINK_ERROR,
     H_MAP,
     H_POOL,
+    H_PRIORITY,
     H_REPLY_LINK,
     H_RETRIES,
     H_SINKS,
@@ -58,8 +61,10 @@ from ._tasks import (
     TaskClient,
     TaskContext,
     new_task_id,
+    pack_chain,
     send_task,
     signature_from_wire,
+    unpack_chain,
 )
 
 __all__ = [
@@ -217,13 +222,29 @@ class TaskWorker(Actor):
             self.app.attach(self.client)  # tasks may send tasks (results untracked)
 
     async def forward(self, envelope: Envelope) -> tuple[Outcome, tuple[str, Any] | None] | None:
+        try:
+            return await self._task(envelope)
+        except ActorctlError as exc:
+            # What follows the run could not be sent (an unknown pool, a result
+            # that is not JSON, no scheduler for a delayed retry): the caller
+            # hears of it, and the worker goes on.
+            error = {"type": type(exc).__name__, "message": str(exc)}
+            log("actorctl:task:unsendable", message_id=envelope.message_id, **error)
+            try:
+                await self._report(envelope, FAILURE, error)
+            except ActorctlError as again:
+                log("actorctl:task:unreported", message_id=envelope.message_id, error=str(again))
+            return ACCEPTED, None
+
+    async def _task(self, envelope: Envelope) -> tuple[Outcome, None]:
         task = self.app.tasks.get(envelope.subject)
         if task is None:
-            return Outcome.rejected(
-                UNKNOWN_TASK,
+            why = (
                 f"pool {self.pool!r} has no task {envelope.subject!r} "
-                f"(it has: {', '.join(sorted(self.app.tasks)) or 'none'})",
-            ), None
+                f"(it has: {', '.join(sorted(self.app.tasks)) or 'none'})"
+            )
+            await self._report(envelope, FAILURE, {"type": "UnknownTask", "message": why})
+            return Outcome.rejected(UNKNOWN_TASK, why), None
         try:
             args, kwargs = envelope.call()
         except WireFormatError as exc:
@@ -231,7 +252,8 @@ class TaskWorker(Actor):
             return Outcome.rejected(DECODE_ERROR, str(exc)), None
         headers = envelope.headers
         task_id = str(headers.get(H_TASK_ID) or envelope.correlation_id or envelope.message_id)
-        if task_id in self.state.revoked:
+        revoked = self.state.revoked
+        if task_id in revoked or (envelope.correlation_id or "") in revoked:
             await self._report(envelope, REVOKED, {"reason": "revoked"})
             return ACCEPTED, None
         client = self.client
@@ -358,10 +380,10 @@ class TaskWorker(Actor):
         pool = str(headers.get(H_POOL, self.pool))
         for callback in _signatures(headers.get(H_LINK)):
             await self._send_signature(envelope, callback, pool, value, reply=False)
-        chain_text = headers.get(H_CHAIN)
-        if isinstance(chain_text, str) and chain_text:
-            rest, _, step = chain_text.rpartition(CHAIN_SEPARATOR)
+        chain_header = headers.get(H_CHAIN)
+        if isinstance(chain_header, str) and chain_header:
             try:
+                rest, _, step = unpack_chain(chain_header).rpartition(CHAIN_SEPARATOR)
                 sig = json.loads(step)
             except ValueError as exc:
                 await self._fail(
@@ -370,7 +392,9 @@ class TaskWorker(Actor):
                     {"type": "WireFormatError", "message": f"bad chain header: {exc}"},
                 )
                 return
-            await self._send_signature(envelope, sig, pool, value, reply=True, chain=rest)
+            await self._send_signature(
+                envelope, sig, pool, value, reply=True, chain=pack_chain(rest) if rest else ""
+            )
             return
         await self._report(envelope, SUCCESS, to_wire(value))
 
@@ -390,6 +414,9 @@ class TaskWorker(Actor):
             name, sig_pool, args, kwargs, immutable, options = signature_from_wire(sig, pool)
         except ValueError as exc:
             log("actorctl:task:bad-signature", message_id=envelope.message_id, error=str(exc))
+            if reply:  # the chain cannot go on: its caller must hear of it
+                error = {"type": "WireFormatError", "message": f"bad chain step: {exc}"}
+                await self._report(envelope, FAILURE, error)
             return
         if not immutable:
             args = [to_wire(value), *args]
@@ -407,9 +434,15 @@ class TaskWorker(Actor):
             task_id=new_task_id(),
             reply_to=envelope.reply_to if reply else None,
             correlation_id=envelope.correlation_id if reply else None,
-            options={**options, "sinks": _sinks(envelope)} if reply else options,
+            options={**options, "sinks": [*options.get("sinks", ()), *_sinks(envelope)]}
+            if reply
+            else options,
             headers=headers,
-            confirm=True,  # the step is settled only once the next one is taken
+            # Not confirmed: settlement means "handled", and the next step is
+            # handled only after the rest of the chain, so waiting for it would
+            # hold one worker slot per step. The node's link keeps it unsettled
+            # (and sends it again after a reconnect) until the pool takes it.
+            confirm=False,
         )
 
     async def _fail(self, envelope: Envelope, task_id: str, error: dict[str, Any]) -> None:
@@ -430,7 +463,7 @@ class TaskWorker(Actor):
                 task_id=new_task_id(),
                 reply_to=None,
                 options=options,
-                confirm=True,
+                confirm=False,
             )
         await self._report(envelope, FAILURE, error)
 
@@ -464,7 +497,7 @@ class TaskWorker(Actor):
         passthrough = {
             k: v
             for k, v in envelope.headers.items()
-            if k in (H_LINK, H_LINK_ERROR, H_SINKS, H_TIMELIMIT, H_CHORD)
+            if k in (H_LINK, H_LINK_ERROR, H_SINKS, H_TIMELIMIT, H_CHORD, H_GROUP, H_PRIORITY)
         }
         if envelope.expiry_time is not None:
             options["expires"] = max(0.0, envelope.expiry_time - client.outbox.now())
@@ -479,7 +512,7 @@ class TaskWorker(Actor):
             correlation_id=envelope.correlation_id,
             options=options,
             headers=passthrough,
-            confirm=True,
+            confirm=False,
         )
         log("actorctl:task:retry", task=task.name, task_id=task_id, retries=retries + 1)
         return ACCEPTED, None
@@ -493,7 +526,7 @@ class TaskWorker(Actor):
             targets += _sinks(envelope)
         if not targets:
             return
-        await _send_document(client, envelope, state, body, targets)
+        await send_document(client, envelope, state, body, targets)
 
 
 def _sinks(envelope: Envelope) -> list[str]:
@@ -511,7 +544,7 @@ def _signatures(text: object) -> list[Any]:
     return sigs if isinstance(sigs, list) else []
 
 
-async def _send_document(
+async def send_document(
     client: TaskClient, request: Envelope, state: str, body: Any, targets: list[str]
 ) -> None:
     outbox = client.outbox
@@ -737,21 +770,27 @@ class EventHub(Actor):
         except WireFormatError as exc:
             return Outcome.rejected(DECODE_ERROR, str(exc)), None
         client = TaskClient(self._require_cell().outbox, self.directory)
-        async with trio.open_nursery() as nursery:
-            for task in subscribers:
-                nursery.start_soon(
-                    functools.partial(
-                        send_task,
-                        client,
-                        task=task.name,
-                        pool=task.pool,
-                        args=[fields],
-                        kwargs={},
-                        task_id=new_task_id(),
-                        reply_to=None,
-                        headers={"event": event_name, "event_id": envelope.message_id},
-                        confirm=True,
-                    )
+        sinks = [s for s in str(envelope.headers.get(H_SINKS, "")).split(",") if s]
+        for task in subscribers:
+            try:
+                await send_task(
+                    client,
+                    task=task.name,
+                    pool=task.pool,
+                    args=[fields],
+                    kwargs={},
+                    task_id=new_task_id(),
+                    reply_to=None,
+                    options={"sinks": [*task.sinks, *sinks]},
+                    headers={"event": event_name, "event_id": envelope.message_id},
+                )
+            except ActorctlError as exc:  # one subscriber's pool must not cost the others
+                log(
+                    "actorctl:event:undeliverable",
+                    event=event_name,
+                    task=task.name,
+                    message_id=envelope.message_id,
+                    error=str(exc),
                 )
         log("actorctl:event:delivered", event=event_name, subscribers=[t.name for t in subscribers])
         return ACCEPTED, None
@@ -805,11 +844,17 @@ class ChordBarrier(Actor):
             }
             if chord.reply_to:
                 fake = attrs.evolve(
-                    envelope, subject=str(chord.body.get("t")), headers={H_TASK_ID: chord_id}
+                    envelope,
+                    subject=str(chord.body.get("t")),
+                    reply_to=chord.reply_to,
+                    headers={H_TASK_ID: chord_id},
                 )
-                await _send_document(client, fake, FAILURE, failure, [chord.reply_to])
+                await send_document(client, fake, FAILURE, failure, [chord.reply_to])
             return ACCEPTED, None
-        chord.results[str(envelope.headers.get(H_TASK_ID))] = envelope.body
+        member = str(envelope.headers.get(H_TASK_ID))
+        if member not in chord.tasks:
+            return ACCEPTED, None
+        chord.results[member] = envelope.body
         if len(chord.results) < len(chord.tasks):
             return ACCEPTED, None
         del self.chords[chord_id]
@@ -824,7 +869,7 @@ class ChordBarrier(Actor):
             task_id=chord_id,
             reply_to=chord.reply_to,
             options=options,
-            confirm=True,
+            confirm=False,
         )
         return ACCEPTED, None
 

@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Final, final
+from typing import Any, ClassVar, Final, final
 
 import trio
 
@@ -37,6 +37,18 @@ __all__ = ["App", "cluster_directory", "cluster_task_actors"]
 
 CLIENT_NAME: Final = "cli"
 CONNECT_TIMEOUT: Final = 30.0
+
+
+class PoolRouter(Router):
+    """A task pool's router: tasks run as long as they run (a worker settles a
+    task once it has run it), so it holds many at once and re-routes one only
+    when its worker refuses it or its node is gone, not after a few seconds."""
+
+    mailbox_capacity: ClassVar[int] = 1000
+    concurrency: ClassVar[int] = 1000
+
+
+TASK_ATTEMPT_TIMEOUT: Final = 24 * 3600.0
 
 
 def cluster_directory(config: ClusterConfig) -> Directory:
@@ -118,7 +130,7 @@ def cluster_task_actors(config: ClusterConfig, node: NodeConfig) -> dict[str, Ac
                 if pool in n.pools
                 for copy in range(1, n.instances + 1)
             ]
-            actors[pool] = Router(workers)
+            actors[pool] = PoolRouter(workers, attempt_timeout=TASK_ATTEMPT_TIMEOUT)
         actors[Scheduler.name or "scheduler"] = Scheduler(directory)
     return actors
 

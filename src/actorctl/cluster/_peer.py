@@ -409,10 +409,12 @@ class Peer(EngineHandler):
         out = self._outs.get(link)
         if out is None:
             return
+        # Drain before waking anyone: a sender woken by this credit has not run
+        # yet, so the lot looks empty, and draining now would take its credit away.
+        _drain_if_idle(engine, out)
         credit = _link_credit(link)
         if credit > 0:
             out.lot.unpark(count=credit)
-        _drain_if_idle(engine, out)
 
     def on_delivery(self, engine: Engine, delivery: Any) -> None:
         link = _delivery_link(delivery)

@@ -10,22 +10,26 @@ REVOKED document saying why.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import Any, ClassVar, Final
 
 import attrs
 import trio
 
-from .._errors import DeliveryError
+from .._errors import DeliveryError, Rejected, WireFormatError
 from .._log import log
-from ..actors import Actor, handler
+from ..actors import Actor
 from ..actors._results import REVOKED
 from ..actors._tasks import H_ETA, H_POOL, H_TASK_ID, Directory, TaskClient
-from ..actors._worker import _send_document
-from ..mailbox import ACCEPTED, Envelope, Outcome
+from ..actors._worker import send_document
+from ..mailbox import ACCEPTED, STATUS_OK, Envelope, Outcome
 
 __all__ = ["Scheduler"]
 
 NO_POOL: Final = "actorctl:no-pool"
+UNKNOWN_COMMAND: Final = "actorctl:unknown-handler"
+BAD_ARGUMENTS: Final = "actorctl:bad-arguments"
+REVOKED_MEMORY: Final = 100_000
 
 
 class Scheduler(Actor):
@@ -43,25 +47,30 @@ class Scheduler(Actor):
 
     def __init__(self, directory: Directory) -> None:
         self.directory = directory
-        self.waiting: dict[str, trio.CancelScope] = {}
-        self.revoked: set[str] = set()
+        self.waiting: dict[str, dict[str, trio.CancelScope]] = {}  # task id -> held copies
+        self.revoked: OrderedDict[str, None] = OrderedDict()
 
-    @handler
-    async def revoke(self, ids: list[str], terminate: bool = False) -> int:
-        """Drop delayed tasks: each reports REVOKED now instead of running later."""
-        for task_id in ids:
-            self.revoked.add(str(task_id))
-            scope = self.waiting.get(str(task_id))
-            if scope is not None:
+    def revoke(self, ids: list[Any], terminate: bool = False) -> int:
+        """Drop delayed tasks: each reports REVOKED now instead of running later
+        (``terminate`` is for running tasks: none runs here)."""
+        for task_id in map(str, ids):
+            self.revoked[task_id] = None
+            self.revoked.move_to_end(task_id)
+            for scope in self.waiting.get(task_id, {}).values():
                 scope.cancel(reason="revoked")
+        while len(self.revoked) > REVOKED_MEMORY:
+            self.revoked.popitem(last=False)
         return len(ids)
 
-    @handler
-    async def pending(self) -> int:
+    def pending(self) -> int:
         """How many delayed tasks it holds now."""
-        return len(self.waiting)
+        return sum(len(held) for held in self.waiting.values())
 
     async def forward(self, envelope: Envelope) -> tuple[Outcome, tuple[str, Any] | None] | None:
+        # Its own commands are told apart from held tasks by the pool header, so
+        # that a task may be called "revoke" or "pending" too.
+        if H_POOL not in envelope.headers:
+            return self._control(envelope)
         client = TaskClient(self._require_cell().outbox, self.directory)
         outbox = client.outbox
         headers = dict(envelope.headers)
@@ -73,13 +82,16 @@ class Scheduler(Actor):
             ), None
         eta = headers.pop(H_ETA, None)
         delay = float(eta) - outbox.now() if isinstance(eta, int | float) else 0.0
+        held = self.waiting.setdefault(task_id, {})
         with trio.CancelScope() as scope:
-            self.waiting[task_id] = scope
+            held[envelope.message_id] = scope
             try:
                 if task_id not in self.revoked:
                     await trio.sleep(max(0.0, delay))
             finally:
-                del self.waiting[task_id]
+                del held[envelope.message_id]
+                if not held:
+                    del self.waiting[task_id]
         reason = None
         if scope.cancelled_caught or task_id in self.revoked:
             reason = "revoked while it waited in the scheduler"
@@ -88,7 +100,7 @@ class Scheduler(Actor):
         if reason is not None:
             log("actorctl:scheduler:revoked", task_id=task_id, reason=reason)
             if envelope.reply_to:
-                await _send_document(
+                await send_document(
                     client, envelope, REVOKED, {"reason": reason}, [envelope.reply_to]
                 )
             return ACCEPTED, None
@@ -102,6 +114,25 @@ class Scheduler(Actor):
         )
         try:
             await outbox.send(target, due, presettled=False, confirm=True)
+        except Rejected as exc:
+            return Outcome.rejected(exc.condition, exc.description), None
         except DeliveryError as exc:
             return Outcome.modified(exc.condition, exc.description), None
         return ACCEPTED, None
+
+    def _control(self, envelope: Envelope) -> tuple[Outcome, tuple[str, Any] | None]:
+        try:
+            args, kwargs = envelope.call()
+            if envelope.subject == "revoke":
+                value: Any = self.revoke(*args, **kwargs)
+            elif envelope.subject == "pending":
+                value = self.pending(*args, **kwargs)
+            else:
+                return Outcome.rejected(
+                    UNKNOWN_COMMAND,
+                    f"the scheduler takes delayed tasks (with a pool header), 'revoke' "
+                    f"and 'pending'; not {envelope.subject!r}",
+                ), None
+        except (WireFormatError, TypeError) as exc:
+            return Outcome.rejected(BAD_ARGUMENTS, f"{envelope.subject}: {exc}"), None
+        return ACCEPTED, (STATUS_OK, value)

@@ -225,18 +225,24 @@ class Mailbox:
         for link in links:
             granted += max(0, link.credit)
         free = self.capacity - self._unsettled - granted
+        if free <= 0:
+            return
         # Top credit up in batches, not one flow frame per settled message, unless
-        # no link has any credit left (then the senders are waiting on us).
-        if free <= 0 or (not force and free < self._batch and granted > 0):
-            return
+        # a link has no credit left (then its sender is waiting on us).
         if len(links) == 1:
-            links[0].flow(free)
+            if force or free >= self._batch or granted <= 0:
+                links[0].flow(free)
             return
-        # Several links: none is granted more than its share; among links with as
+        # Several links: none is granted more than its share, and each is topped
+        # up once it is down to half of it, whatever credit the others hold idle
+        # (or a busy sender would starve beside idle ones). Among links with as
         # little credit, the one served longest ago goes first.
         share = max(1, self.capacity // len(links))
+        low = max(1, share // 2)
         last = self._last_grant
         for link in sorted(links, key=lambda item: (item.credit, last.get(item, -1))):
+            if not force and link.credit >= low:
+                continue
             give = min(free, share - max(0, link.credit))
             if give > 0:
                 link.flow(give)

@@ -1,0 +1,105 @@
+"""actorctl's task figures, measured exactly as ``bench/_celery.py`` measures Celery's.
+
+    python bench/_tasks.py [--asks N] [--pipelined N] [--tells N] [--window 100]
+
+Runs the cluster in ``bench/tasks.toml`` (one worker process hosting the pool "celery" of
+``bench/_task_app.py``: concurrency 1, no threads, like Celery's one ``--pool=solo`` worker)
+with ``actorctl cluster up`` on free ports, and measures from this process with the app's sync
+API, as a Celery user would write it (``with app.connect(path):``), with the very functions of
+``bench/_celery.py``:
+
+* task_get_p50_us: sequential ``add.delay(1, 2).get()``, median round trip in us (after the
+  same warm-up);
+* task_pipelined_per_s: the same with ``--window`` calls in flight, calls/s;
+* task_fire_forget_per_s: N ``add.apply_async((1, 2), ignore_result=True)``, then one
+  ``add.delay(1, 2).get()``: the worker runs tasks in order, so that result arriving means all
+  were processed: N / seconds from the first send to that result.
+
+Then, on a separate connection from trio code (``async with app.aconnect(path):`` in
+``trio.run``):
+
+* task_ff_async_per_s: the same fire-and-forget run with ``await add.aapply_async(...)`` and
+  ``await (await add.adelay(1, 2)).aget()``. Before it, one ``add.delay(0, 0)`` round trip
+  checks the new connection (the counterpart of the sync connection's warm-up), untimed.
+
+Prints one JSON object on stdout; progress goes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import trio
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from examples._cluster import running_cluster
+
+from bench._celery import PHASE_TIMEOUT_S, measure_fire_forget, measure_get, measure_pipelined
+from bench._task_app import add, app
+
+CLUSTER = Path(__file__).resolve().parent / "tasks.toml"
+READY_TIMEOUT_S = 60.0
+ASYNC_FINAL_TIMEOUT_S = 30.0
+
+
+def _log(msg: str) -> None:
+    print(f"[bench/_tasks] {msg}", file=sys.stderr, flush=True)
+
+
+def _expect(value: object, wanted: int, what: str) -> None:
+    if value != wanted:
+        raise RuntimeError(f"{what} returned {value!r}, not {wanted}")
+
+
+async def _fire_forget_async(path: Path, count: int) -> float:
+    """Messages/s from trio code: ``count`` results-ignored sends, until a final result."""
+    async with app.aconnect(path):
+        ready = await add.adelay(0, 0)
+        _expect(await ready.aget(timeout=READY_TIMEOUT_S), 0, "add(0, 0)")
+        with trio.fail_after(PHASE_TIMEOUT_S):
+            t0 = time.perf_counter()
+            for _ in range(count):
+                await add.aapply_async((1, 2), ignore_result=True)
+            final = await add.adelay(1, 2)
+            _expect(await final.aget(timeout=ASYNC_FINAL_TIMEOUT_S), 3, "add(1, 2)")
+            return count / (time.perf_counter() - t0)
+
+
+def measure(
+    asks: int = 500, pipelined: int = 3000, tells: int = 5000, window: int = 100
+) -> dict[str, float]:
+    t_setup = time.monotonic()
+    with running_cluster(CLUSTER, echo=False) as path:
+        with app.connect(path):
+            _expect(add.delay(0, 0).get(timeout=READY_TIMEOUT_S), 0, "add(0, 0)")
+            _log(f"setup took {time.monotonic() - t_setup:.1f} s; measuring")
+            result = {
+                "task_get_p50_us": round(measure_get(add, asks), 1),
+                "task_pipelined_per_s": round(measure_pipelined(add, pipelined, window), 1),
+                "task_fire_forget_per_s": round(measure_fire_forget(add, tells), 1),
+            }
+        _log("sync API done; fire-and-forget from trio code on a new connection")
+        result["task_ff_async_per_s"] = round(trio.run(_fire_forget_async, path, tells), 1)
+    return result
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--asks", type=int, default=500, help="sequential get calls")
+    parser.add_argument("--pipelined", type=int, default=3000, help="pipelined calls")
+    parser.add_argument("--tells", type=int, default=5000, help="fire-and-forget sends")
+    parser.add_argument("--window", type=int, default=100, help="pipelined calls in flight")
+    args = parser.parse_args()
+    if min(args.asks, args.pipelined, args.tells, args.window) < 1:
+        parser.error("counts and --window must be at least 1")
+    print(json.dumps(measure(args.asks, args.pipelined, args.tells, args.window)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

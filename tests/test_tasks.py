@@ -1,0 +1,371 @@
+"""Tasks, events and results against a real multi-process cluster.
+
+One cluster (``tests/tasks.toml``: a services node and two worker nodes, mutual
+TLS and signed messages, development certificates) runs for the whole module;
+each test connects its own client node to it.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+from examples._cluster import running_cluster
+
+from actorctl import (
+    ActorctlError,
+    App,
+    AskTimeout,
+    AsyncResult,
+    ConfigError,
+    DataSink,
+    TaskFailed,
+    TaskResult,
+    TaskRevoked,
+    WireFormatError,
+    chain,
+    chord,
+    group,
+    open_node,
+)
+from actorctl.cluster import load_cluster
+from tests.task_app import (
+    UserRegistered,
+    abortable,
+    add,
+    always_down,
+    app,
+    boxed_spin,
+    boxed_square,
+    cleans_up_async,
+    cleans_up_sync,
+    collect,
+    div,
+    echo,
+    flaky,
+    mul,
+    overruns,
+    record_error,
+    sleepy,
+)
+
+HERE = Path(__file__).resolve().parent
+WAIT = 20.0  # seconds any one result may take on a loaded 2-core machine
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Path]:
+    with running_cluster(HERE / "tasks.toml", echo=False) as path:
+        yield path
+
+
+class Sink(DataSink):
+    """A data sink that wakes the test once ``expected`` results arrived."""
+
+    def __init__(self, expected: int) -> None:
+        self.results: list[TaskResult] = []
+        self.expected = expected
+        self.arrived = trio.Event()
+
+    async def on_result(self, result: TaskResult) -> None:
+        self.results.append(result)
+        if len(self.results) >= self.expected:
+            self.arrived.set()
+
+
+@asynccontextmanager
+async def sink_node(cluster: Path, expected: int) -> AsyncIterator[tuple[Sink, str]]:
+    """A node of the test's own hosting a data sink; yields it and its address."""
+    sink = Sink(expected)
+    security = load_cluster(cluster).security("cli")
+    async with open_node("sink", {"totals": sink}, host="127.0.0.1", **security) as node:
+        yield sink, str(node.address_of("totals"))
+
+
+# -- tasks and results -----------------------------------------------------------------
+
+
+async def test_delay_returns_a_result_whose_get_returns_the_value(cluster: Path) -> None:
+    async with app.aconnect(cluster):
+        result = await add.adelay(1, 2)
+        assert result.state == "PENDING"
+        assert await result.aget(timeout=WAIT) == 3
+        assert (result.state, result.ready(), result.successful()) == ("SUCCESS", True, True)
+        assert await (await mul.adelay(6, 7)).aget(timeout=WAIT) == 42  # an async task
+        options = {"priority": 5, "time_limit": 30, "soft_time_limit": 20}
+        assert await (await add.aapply_async((2, 3), **options)).aget(timeout=WAIT) == 5
+
+
+def _celery_style(cluster: Path) -> list[Any]:
+    with app.connect(cluster):
+        first = add.delay(1, 2).get(timeout=WAIT)
+        many = [add.delay(i, i) for i in range(200)]
+        return [first, [r.get(timeout=WAIT) for r in many]]
+
+
+async def test_plain_code_uses_it_as_celery_is_used(cluster: Path) -> None:
+    first, many = await trio.to_thread.run_sync(_celery_style, cluster)
+    assert first == 3
+    assert many == [2 * i for i in range(200)]
+
+
+async def test_a_failing_task_raises_its_error_type_and_message(cluster: Path) -> None:
+    async with app.aconnect(cluster):
+        result = await div.adelay(1, 0)
+        with pytest.raises(ZeroDivisionError, match="division by zero") as raised:
+            await result.aget(timeout=WAIT)
+        assert isinstance(raised.value, TaskFailed)
+        assert raised.value.type_name == "ZeroDivisionError"
+        assert raised.value.task_id == result.id
+        assert (result.state, result.failed()) == ("FAILURE", True)
+        error = await result.aget(propagate=False)
+        assert isinstance(error, ZeroDivisionError)
+
+
+async def test_bad_calls_fail_with_clear_errors(cluster: Path) -> None:
+    other = App("t")
+    nope = other.task(name="t.nope")(lambda: None)
+    async with app.aconnect(cluster) as client:
+        with pytest.raises(TaskFailed, match="add") as raised:
+            await (await add.adelay(1)).aget(timeout=WAIT)  # one argument short
+        assert raised.value.type_name == "BadArguments"
+        other.attach(client)
+        with pytest.raises(TaskFailed, match=r"has no task 't\.nope'") as unknown:
+            await (await nope.adelay()).aget(timeout=WAIT)
+        assert unknown.value.type_name == "UnknownTask"
+        with pytest.raises(ConfigError, match="bogus"):
+            await add.aapply_async((1, 2), bogus=True)
+        with pytest.raises(WireFormatError, match="JSON"):
+            await add.adelay(object(), 1)
+        result = await add.adelay(1, 1)
+        with pytest.raises(ActorctlError, match=r"await result.aget\(\)"):
+            result.get(timeout=1)
+    with pytest.raises(ConfigError, match="not connected"):
+        add.delay(1, 2)
+
+
+async def test_results_also_go_to_data_sinks(cluster: Path) -> None:
+    async with sink_node(cluster, expected=1) as (sink, address), app.aconnect(cluster):
+        result = await add.aapply_async((2, 3), sinks=[address])
+        assert await result.aget(timeout=WAIT) == 5
+        with trio.fail_after(WAIT):
+            await sink.arrived.wait()
+    [seen] = sink.results
+    assert (seen.task, seen.state, seen.value, seen.task_id) == ("t.add", "SUCCESS", 5, result.id)
+
+
+async def test_retries_until_it_succeeds_or_gives_up(cluster: Path) -> None:
+    async with app.aconnect(cluster):
+        assert await (await flaky.adelay(2)).aget(timeout=WAIT) == "ok after 2 retries"
+        down = await always_down.adelay()
+        with pytest.raises(ConnectionError, match=r"service is down \(gave up after 2 retries\)"):
+            await down.aget(timeout=WAIT)
+        assert down.retries == 2
+
+
+# -- the canvas --------------------------------------------------------------------------
+
+
+async def test_a_chain_passes_each_result_on(cluster: Path) -> None:
+    async with app.aconnect(cluster):
+        steps = add.s(1, 1) | add.s(2) | mul.s(10) | sleepy.si(0) | echo.s("x")
+        assert await (await steps.adelay()).aget(timeout=WAIT) == [["slept", "x"], {}]
+
+
+async def test_a_chain_of_ten_thousand_steps_works(cluster: Path) -> None:
+    async with app.aconnect(cluster):
+        steps = chain(add.s(0, 1), *(add.s(1) for _ in range(9_999)))
+        assert len(steps.tasks) == 10_000
+        assert await (await steps.adelay()).aget(timeout=120) == 10_000
+
+
+async def test_an_error_stops_a_chain_reaches_the_caller_and_runs_link_error(
+    cluster: Path,
+) -> None:
+    async with sink_node(cluster, expected=1) as (sink, address), app.aconnect(cluster):
+        errback = record_error.s().set(sinks=[address])
+        steps = add.s(1, 1) | div.s(0).on_error(errback) | add.s(100)
+        result = await steps.adelay()
+        with pytest.raises(ZeroDivisionError):
+            await result.aget(timeout=WAIT)
+        with trio.fail_after(WAIT):
+            await sink.arrived.wait()
+    [called] = sink.results
+    assert (called.task, called.state) == ("t.record_error", "SUCCESS")
+    assert str(called.value).endswith(":ZeroDivisionError")
+
+
+async def test_link_runs_a_callback_with_the_result(cluster: Path) -> None:
+    async with sink_node(cluster, expected=1) as (sink, address), app.aconnect(cluster):
+        callback = mul.s(10).set(sinks=[address])
+        assert await (await add.aapply_async((2, 2), link=callback)).aget(timeout=WAIT) == 4
+        with trio.fail_after(WAIT):
+            await sink.arrived.wait()
+    assert [(r.task, r.value) for r in sink.results] == [("t.mul", 40)]
+
+
+async def test_group_chord_map_starmap_and_chunks(cluster: Path) -> None:
+    async with app.aconnect(cluster):
+        results = await group(add.s(i, i) for i in range(10)).adelay()
+        assert await results.aget(timeout=WAIT) == [2 * i for i in range(10)]
+        assert results.ready()
+        assert results.completed_count() == 10
+        barrier = chord((add.s(i, i) for i in range(10)), collect.s())
+        assert await (await barrier.aapply_async()).aget(timeout=WAIT) == 90
+        assert await (await add.starmap([(1, 2), (3, 4)]).adelay()).aget(timeout=WAIT) == [3, 7]
+        assert await (await echo.map([1, 2]).adelay()).aget(timeout=WAIT) == [
+            [[1], {}],
+            [[2], {}],
+        ]
+        chunks = await add.chunks(zip(range(10), range(10), strict=True), 4).adelay()
+        assert await chunks.aget(timeout=WAIT) == [[0, 2, 4, 6], [8, 10, 12, 14], [16, 18]]
+
+
+async def test_a_failing_member_fails_the_chord(cluster: Path) -> None:
+    async with app.aconnect(cluster):
+        barrier = chord([add.s(1, 1), div.s(1, 0)], collect.s())
+        with pytest.raises(TaskFailed, match="ZeroDivisionError") as raised:
+            await (await barrier.aapply_async()).aget(timeout=WAIT)
+        assert raised.value.type_name == "ChordError"
+
+
+# -- time limits and cancellation -----------------------------------------------------------
+
+
+async def test_the_soft_time_limit_is_an_exception_the_task_can_catch(cluster: Path) -> None:
+    async with app.aconnect(cluster):
+        assert await (await cleans_up_async.adelay()).aget(timeout=WAIT) == (
+            "cleaned up after the soft limit"
+        )
+        assert await (await cleans_up_sync.adelay()).aget(timeout=WAIT) == (
+            "sync cleaned up after the soft limit"
+        )
+
+
+async def test_the_hard_time_limit_stops_an_async_task_and_a_boxed_one(cluster: Path) -> None:
+    async with app.aconnect(cluster):
+        for task in (overruns, boxed_spin):
+            with pytest.raises(TaskFailed, match="hard time limit") as raised:
+                await (await task.adelay()).aget(timeout=WAIT)
+            assert raised.value.type_name == "TimeLimitExceeded"
+        assert await (await boxed_square.adelay(7)).aget(timeout=WAIT) == 49
+
+
+async def test_a_revoked_task_never_runs_and_running_ones_see_is_aborted(cluster: Path) -> None:
+    async with app.aconnect(cluster):
+        # Fill every slot of the slow pool (2 nodes x concurrency 2) with tasks
+        # that run until they are aborted, so the next one must queue.
+        blockers = [await abortable.aapply_async((100_000,), track_started=True) for _ in range(4)]
+        for blocker in blockers:
+            assert await blocker.await_state("STARTED", timeout=WAIT) == "STARTED"
+        queued = await sleepy.adelay(0)
+        await app.control.arevoke(queued.id)
+        await app.control.arevoke([b.id for b in blockers])
+        with pytest.raises(TaskRevoked, match="revoked"):
+            await queued.aget(timeout=WAIT)
+        assert queued.state == "REVOKED"
+        for blocker in blockers:
+            assert str(await blocker.aget(timeout=WAIT)).startswith("aborted at step")
+
+
+async def test_revoke_with_terminate_cancels_a_running_async_task(cluster: Path) -> None:
+    async with app.aconnect(cluster):
+        running = await sleepy.aapply_async((60,), track_started=True)
+        await running.await_state("STARTED", timeout=WAIT)
+        await app.control.arevoke(running.id, terminate=True)
+        with pytest.raises(TaskRevoked, match="terminated"):
+            await running.aget(timeout=WAIT)
+
+
+# -- ETA and expiry ------------------------------------------------------------------------
+
+
+async def test_a_delayed_task_waits_in_the_scheduler_then_runs(cluster: Path) -> None:
+    config = load_cluster(cluster)
+    scheduler = f"{config.url(config.node('services'))}/scheduler"
+    async with app.aconnect(cluster) as client:
+        later = await add.aapply_async((1, 2), countdown=60)
+        soon = await add.aapply_async((2, 2), countdown=0.3)
+        ref = client.outbox.ref(scheduler)  # type: ignore[attr-defined]
+        assert await ref.ask("pending") >= 1  # held there, not in a worker
+        assert await soon.aget(timeout=WAIT) == 4
+        await app.control.arevoke(later.id)
+        with pytest.raises(TaskRevoked, match="revoked while it waited in the scheduler"):
+            await later.aget(timeout=WAIT)
+        eta = datetime.datetime.now() + datetime.timedelta(seconds=0.2)
+        assert await (await add.aapply_async((5, 5), eta=eta)).aget(timeout=WAIT) == 10
+
+
+async def test_an_expired_task_is_never_executed_and_says_why(cluster: Path) -> None:
+    async with app.aconnect(cluster):
+        past = datetime.datetime.now() - datetime.timedelta(seconds=1)
+        stale = await add.aapply_async((1, 2), expires=past)
+        with pytest.raises(TaskRevoked, match="expired") as raised:
+            await stale.aget(timeout=WAIT)
+        assert "before it could run" in raised.value.reason
+        due_late = await add.aapply_async((1, 2), countdown=0.3, expires=0.1)
+        with pytest.raises(TaskRevoked, match=r"expired .* before it was due"):
+            await due_late.aget(timeout=WAIT)
+
+
+# -- events --------------------------------------------------------------------------------
+
+
+async def test_an_event_reaches_every_subscribing_pool_once(cluster: Path) -> None:
+    async with sink_node(cluster, expected=20) as (sink, address), app.aconnect(cluster):
+        for user in range(10):
+            event = UserRegistered(user_id=user, email=f"user{user}@example.com")
+            await app.apublish(event, sinks=[address])
+        with trio.fail_after(WAIT):
+            await sink.arrived.wait()
+    by_task: dict[str, list[object]] = {}
+    for result in sink.results:
+        by_task.setdefault(result.task, []).append(result.value)
+    assert sorted(by_task["t.send_welcome_email"]) == sorted(
+        f"welcome user{u}@example.com" for u in range(10)
+    )
+    assert sorted(by_task["t.add_to_crm"]) == sorted(f"crm {u}" for u in range(10))
+
+
+def _publish_as_in_the_design_draft(cluster: Path) -> None:
+    with app.connect(cluster):
+        UserRegistered.delay(user_id=1, email="ada@example.com")  # type: ignore[attr-defined]
+
+
+async def test_event_delay_publishes_from_plain_code(cluster: Path) -> None:
+    await trio.to_thread.run_sync(_publish_as_in_the_design_draft, cluster)
+    with pytest.raises(ConfigError, match="not an event"):
+        app.subscribe(int, add)
+
+
+# -- configuration ---------------------------------------------------------------------------
+
+
+def test_cluster_files_with_task_pools_are_checked(tmp_path: Path) -> None:
+    base = '[cluster]\napp = "tests.task_app:app"\n'
+    cases = {
+        'pools = ["no such"]': "pools",
+        'services = true\npools = ["celery"]': "services = true and pools",
+    }
+    for extra, message in cases.items():
+        path = tmp_path / "cluster.toml"
+        path.write_text(f'{base}[[node]]\nname = "n"\nlisten = "127.0.0.1:5999"\n{extra}\n')
+        with pytest.raises(ConfigError, match=message):
+            load_cluster(path)
+    path.write_text('[[node]]\nname = "n"\nlisten = "127.0.0.1:5999"\npools = ["celery"]\n')
+    with pytest.raises(ConfigError, match=r"cluster\.app"):
+        load_cluster(path)
+
+
+def test_a_task_called_directly_runs_here() -> None:
+    assert add(2, 3) == 5
+    assert add.s(2)(3) == 5
+    assert repr(add.s(1) | mul.si(2)) == "t.add.s(1) | t.mul.si(2)"
+    assert abortable.name == "t.abortable"
+    with pytest.raises(AskTimeout, match="not ready within"):
+        AsyncResult("x", "t.add").get(timeout=0.01)
