@@ -40,3 +40,21 @@ async def test_the_cluster_example_survives_a_killed_node_and_reports_its_work()
     assert "(restart 1)" in out
     assert "41538 primes below 500,000" in out
     assert "cluster stopped (exit code 0)" in out
+
+
+async def test_celerys_first_example_runs_on_a_real_cluster() -> None:
+    out = await _run_example("examples.tasks", 90)
+    assert "cluster 'tasks' ready" in out
+    assert "add.delay(1, 2).get() == 3  (SUCCESS, task " in out
+    assert "their results sum to 9900" in out
+    assert "cluster stopped" in out
+
+
+async def test_the_user_registered_event_reaches_each_service_once() -> None:
+    out = await _run_example("examples.user_registered", 90)
+    assert "published 3 UserRegistered events" in out
+    for email in ("ada", "grace", "alan"):
+        assert f"emails: welcome email to {email}@example.com" in out
+    for user in (1, 2, 3):
+        assert f"crm: CRM contact for user {user}" in out
+    assert "cluster stopped" in out
