@@ -36,15 +36,14 @@ def add(x: int, y: int) -> int:
 def main() -> None:
     from examples._cluster import running_cluster
 
-    with running_cluster(Path(__file__).with_suffix(".toml")) as cluster:
-        with app.connect(cluster):
-            result = add.delay(1, 2)
-            value = result.get(timeout=10)
-            assert value == 3
-            print(f"add.delay(1, 2).get() == {value}  ({result.state}, task {result.id})")
-            results = [add.delay(i, i) for i in range(100)]
-            total = sum(r.get(timeout=10) for r in results)
-            print(f"100 more tasks in flight at once: their results sum to {total}")
+    with running_cluster(Path(__file__).with_suffix(".toml")) as cluster, app.connect(cluster):
+        result = add.delay(1, 2)
+        value = result.get(timeout=10)
+        assert value == 3
+        print(f"add.delay(1, 2).get() == {value}  ({result.state}, task {result.id})")
+        results = [add.delay(i, i) for i in range(100)]
+        total = sum(r.get(timeout=10) for r in results)
+        print(f"100 more tasks in flight at once: their results sum to {total}")
     print("cluster stopped")
 
 

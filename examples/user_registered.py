@@ -76,16 +76,15 @@ def main() -> None:
     from examples._cluster import running_cluster
 
     users = [(1, "ada@example.com"), (2, "grace@example.com"), (3, "alan@example.com")]
-    with running_cluster(Path(__file__).with_suffix(".toml")) as cluster:
-        with app.connect(cluster):
-            for user_id, email in users:
-                UserRegistered.delay(user_id=user_id, email=email)  # type: ignore[attr-defined]
-            print(f"published {len(users)} UserRegistered events")
-            for service, done in (("emails", emails_done), ("crm", crm_done)):
-                record = done.delay(len(users)).get(timeout=20)
-                assert len(record) == len(users), record  # once per service, no more
-                for line in sorted(record):
-                    print(f"  {service}: {line}")
+    with running_cluster(Path(__file__).with_suffix(".toml")) as cluster, app.connect(cluster):
+        for user_id, email in users:
+            UserRegistered.delay(user_id=user_id, email=email)  # type: ignore[attr-defined]
+        print(f"published {len(users)} UserRegistered events")
+        for service, done in (("emails", emails_done), ("crm", crm_done)):
+            record = done.delay(len(users)).get(timeout=20)
+            assert len(record) == len(users), record  # once per service, no more
+            for line in sorted(record):
+                print(f"  {service}: {line}")
     print("cluster stopped")
 
 
