@@ -35,6 +35,11 @@ def collect(values: list[int]) -> int:
 
 
 @app.task
+def decode(data: list[int]) -> str:
+    return bytes(data).decode()
+
+
+@app.task
 async def echo(*args: object, **kwargs: object) -> list[object]:
     return [list(args), kwargs]
 

@@ -45,6 +45,7 @@ from tests.task_app import (
     cleans_up_async,
     cleans_up_sync,
     collect,
+    decode,
     div,
     echo,
     flaky,
@@ -226,6 +227,22 @@ async def test_group_chord_map_starmap_and_chunks(cluster: Path) -> None:
         assert await chunks.aget(timeout=WAIT) == [[0, 2, 4, 6], [8, 10, 12, 14], [16, 18]]
 
 
+async def test_malformed_follow_ups_and_odd_errors_fail_the_task_not_the_worker(
+    cluster: Path,
+) -> None:
+    async with app.aconnect(cluster):
+        bad_callback = mul.s(2).set(countdown="soon")
+        result = await add.aapply_async((1, 1), link=bad_callback)
+        with pytest.raises(TaskFailed, match="soon") as raised:
+            await result.aget(timeout=WAIT)
+        assert raised.value.type_name == "ValueError"
+        with pytest.raises(TaskFailed, match="can't decode byte 0xff") as odd:
+            await (await decode.adelay([255])).aget(timeout=WAIT)
+        assert odd.value.type_name == "UnicodeDecodeError"  # its own arguments: no subclass
+        assert await (await add.adelay(2, 2)).aget(timeout=WAIT) == 4  # the pool goes on
+        assert await (await chord([], collect.s()).aapply_async()).aget(timeout=WAIT) == 0
+
+
 async def test_a_failing_member_fails_the_chord(cluster: Path) -> None:
     async with app.aconnect(cluster):
         barrier = chord([add.s(1, 1), div.s(1, 0)], collect.s())
@@ -350,6 +367,7 @@ def test_cluster_files_with_task_pools_are_checked(tmp_path: Path) -> None:
     base = '[cluster]\napp = "tests.task_app:app"\n'
     cases = {
         'pools = ["no such"]': "pools",
+        'pools = ["events"]': "pool names other than",
         'services = true\npools = ["celery"]': "services = true and pools",
     }
     for extra, message in cases.items():

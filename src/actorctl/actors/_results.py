@@ -65,8 +65,12 @@ def task_error(type_name: str, message: str, task_id: str | None = None) -> Task
         else:
             cls = TaskFailed
         _error_classes[type_name] = cls
-    error = cls.__new__(cls)
-    TaskFailed.__init__(error, type_name, message, task_id)
+    try:
+        error = cls.__new__(cls)
+        TaskFailed.__init__(error, type_name, message, task_id)
+    except TypeError:  # a built-in that takes its own arguments (UnicodeDecodeError, ...)
+        _error_classes[type_name] = TaskFailed
+        return TaskFailed(type_name, message, task_id)
     return error
 
 
@@ -291,6 +295,12 @@ class ResultRegistry:
 
     def __len__(self) -> int:
         return len(self._waiting)
+
+    def fail_all(self, reason: str) -> None:
+        """Fail every result still waited for (the client is going away)."""
+        waiting, self._waiting = self._waiting, {}
+        for result in waiting.values():
+            result.update(FAILURE, {"type": "Disconnected", "message": reason})
 
     def deliver(self, task_id: str, state: str, body: Any, headers: Mapping[str, Any]) -> bool:
         """Hand a state document to its result; False if nobody waits for it."""

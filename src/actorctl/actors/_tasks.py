@@ -34,6 +34,7 @@ import attrs
 import trio
 
 from .._errors import ActorctlError, ConfigError
+from .._log import log
 from ..mailbox import KIND_COMMAND, KIND_EVENT, Envelope, json_dumps
 from ._address import Address
 from ._handlers import HandlerSpec
@@ -232,9 +233,27 @@ class TaskClient:
                     return
             await self._drained.wait()
 
+    def check_thread(self) -> None:
+        """Refuse to be used from a trio run other than the client's own.
+
+        Raises:
+            ActorctlError: saying what to use instead.
+        """
+        try:
+            token = trio.lowlevel.current_trio_token()
+        except RuntimeError:
+            return  # plain code
+        if token is not self.token:
+            raise ActorctlError(
+                "this app's client runs in another trio run (app.connect() gives it a "
+                "thread of its own): from trio code, connect with `async with "
+                "app.aconnect(...)` instead"
+            )
+
     def run_sync(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
         """Run ``fn`` in the client's trio thread from plain (non-trio) code."""
         if _in_trio():
+            self.check_thread()
             raise ActorctlError(
                 "this call blocks, and this is trio's thread: use the awaitable form "
                 "(`await task.adelay(...)`, `await task.aapply_async(...)`, `await result.aget()`)"
@@ -704,6 +723,10 @@ class chord:
         body = self._body().clone(**options)
         app = body.task.app
         client = app._client_or_raise()
+        if not self.header.tasks:  # nothing to wait for: the body runs on []
+            if not body.immutable:
+                body = Signature(body.task, [[], *body.args], body.kwargs, options=body.options)
+            return await body.aapply_async()
         chord_id = new_task_id()
         result = app._expect(chord_id, body.task.name, client)
         ids = [new_task_id() for _ in self.header.tasks]
@@ -851,9 +874,8 @@ class Task:
         result, send = self._prepare(client, args, kwargs, options)
 
         def failed(exc: Exception) -> None:
-            log_error = {"type": type(exc).__name__, "message": f"not sent: {exc}"}
-            if client.results is not None:
-                client.results.deliver(result.id, FAILURE, log_error, {})
+            # send() has failed the result the caller holds; the log says it too.
+            log("actorctl:task:unsent", task=self.name, task_id=result.id, error=str(exc))
 
         client.submit(send, failed)
         return result
@@ -879,6 +901,7 @@ class Task:
     ) -> tuple[AsyncResult, Callable[[], Awaitable[None]]]:
         """Check everything that can be wrong with a call, and register its
         result, in the caller's thread; return the send for the client's."""
+        client.check_thread()
         unknown = set(options) - _SEND_OPTIONS
         if unknown:
             raise ConfigError(
@@ -915,9 +938,11 @@ class Task:
                     options=options,
                     headers={H_GROUP: group_id} if group_id else None,
                 )
-            except BaseException:
+            except Exception as exc:
                 if expected is not None and client.results is not None:
-                    client.results.forget(task_id)
+                    # Whoever waits for it hears why it was not sent.
+                    error = {"type": type(exc).__name__, "message": f"not sent: {exc}"}
+                    client.results.deliver(task_id, FAILURE, error, {})
                 raise
 
         return result, send

@@ -18,7 +18,7 @@ import math
 import sys
 import threading
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, ClassVar, Final, final
 
 import attrs
@@ -83,6 +83,7 @@ UNKNOWN_TASK: Final = "actorctl:unknown-task"
 UNKNOWN_EVENT: Final = "actorctl:unknown-event"
 BAD_ARGUMENTS: Final = "actorctl:bad-arguments"
 DECODE_ERROR: Final = "actorctl:decode-error"
+SINK_FAILED: Final = "actorctl:sink-failed"
 REVOKED_MEMORY: Final = 100_000  # revoked ids a node remembers
 
 
@@ -133,6 +134,21 @@ class DataSink(Actor):
         headers = envelope.headers
         state = str(headers.get(H_STATE, SUCCESS))
         body = envelope.body
+        try:
+            await self._on_result(envelope, state, body, headers)
+        except Exception as exc:  # the sink's own code failed: say so, keep going
+            log(
+                "actorctl:sink:failed",
+                message_id=envelope.message_id,
+                error_type=type(exc).__name__,
+                error=str(exc),
+            )
+            return Outcome.rejected(SINK_FAILED, f"{type(exc).__name__}: {exc}"), None
+        return ACCEPTED, None
+
+    async def _on_result(
+        self, envelope: Envelope, state: str, body: Any, headers: Mapping[str, Any]
+    ) -> None:
         await self.on_result(
             TaskResult(
                 task_id=str(envelope.correlation_id or headers.get(H_TASK_ID, "")),
@@ -142,7 +158,6 @@ class DataSink(Actor):
                 error=body if state != SUCCESS and isinstance(body, dict) else None,
             )
         )
-        return ACCEPTED, None
 
 
 @final
@@ -224,10 +239,11 @@ class TaskWorker(Actor):
     async def forward(self, envelope: Envelope) -> tuple[Outcome, tuple[str, Any] | None] | None:
         try:
             return await self._task(envelope)
-        except ActorctlError as exc:
+        except Exception as exc:
             # What follows the run could not be sent (an unknown pool, a result
-            # that is not JSON, no scheduler for a delayed retry): the caller
-            # hears of it, and the worker goes on.
+            # that is not JSON, no scheduler for a delayed retry, a malformed
+            # option in a signature): the caller hears of it, and the worker
+            # goes on with the other tasks it holds.
             error = {"type": type(exc).__name__, "message": str(exc)}
             log("actorctl:task:unsendable", message_id=envelope.message_id, **error)
             try:
@@ -586,10 +602,6 @@ async def send_document(
 # -- time limits ------------------------------------------------------------------
 
 
-def _raise_soft(limit: float) -> None:
-    raise SoftTimeLimitExceeded(f"soft time limit ({limit:g} s) exceeded")
-
-
 async def _with_soft_limit(call: Callable[[], Awaitable[Any]], soft: float | None) -> Any:
     """Await ``call()``; past ``soft`` seconds, raise ``SoftTimeLimitExceeded``
     inside it at the point where it waits, so that it can catch it and clean up.
@@ -603,18 +615,23 @@ async def _with_soft_limit(call: Callable[[], Awaitable[Any]], soft: float | Non
     target = trio.lowlevel.current_task()
     fired = False
 
-    async def alarm() -> None:
+    def raise_soft() -> None:
         nonlocal fired
+        fired = True  # trio calls this only when it aborted the task's wait
+        raise SoftTimeLimitExceeded(f"soft time limit ({soft:g} s) exceeded")
+
+    async def alarm() -> None:
         await trio.sleep(soft)
         while not fired:
             abort = getattr(target, "_attempt_abort", None)
             if abort is None:  # not this trio: fall back to cancelling it
                 raise SoftTimeLimitExceeded(f"soft time limit ({soft:g} s) exceeded")
             if getattr(target, "_abort_func", None) is not None:
-                abort(functools.partial(_raise_soft, soft))
-                fired = getattr(target, "_abort_func", None) is None
+                abort(raise_soft)
             if not fired:
-                await trio.sleep(0.001)  # it is running, or in a wait that cannot abort
+                # It is running, or in a wait that cannot be aborted (a thread):
+                # try again at its next wait.
+                await trio.sleep(0.001)
 
     try:
         async with trio.open_nursery() as nursery:
@@ -629,38 +646,66 @@ async def _with_soft_limit(call: Callable[[], Awaitable[Any]], soft: float | Non
         raise
 
 
+class _Alarms:
+    """Exceptions raised by timers into the one thread that runs a plain ``def``
+    task, at its next Python instruction, and never once the task is over."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._ident: int | None = None
+        self._running = False
+
+    def fire(self, exc: type[BaseException]) -> None:
+        with self._lock:
+            if self._running and self._ident is not None:
+                _set_async_exc(self._ident, exc)
+
+    def run(self, call: Callable[[], Any], timers: Sequence[threading.Timer] = ()) -> Any:
+        with self._lock:
+            self._ident = threading.get_ident()
+            self._running = True
+        try:
+            for timer in timers:
+                timer.daemon = True
+                timer.start()
+            return call()
+        finally:
+            self._leave()
+            for timer in timers:
+                timer.cancel()
+
+    def _leave(self) -> None:
+        while True:
+            try:
+                with self._lock:
+                    self._running = False
+                    if self._ident is not None:
+                        _set_async_exc(self._ident, None)  # one that fired just now
+                return
+            except (SoftTimeLimitExceeded, TimeLimitExceeded):
+                continue  # it fired as the task ended: the task is over
+
+
 async def _run_thread(call: Callable[[], Any], soft: float | None, cell: Any) -> Any:
     """Run a plain ``def`` task in a worker thread; past ``soft`` seconds raise
     ``SoftTimeLimitExceeded`` in that thread (at its next Python instruction).
 
     A thread cannot be stopped: past the hard limit the worker stops waiting for
     it (the task fails with TimeLimitExceeded) and the thread runs on until it
-    returns. A task that must be stopped should be ``boxed=True``.
+    returns, holding its place in the pool's concurrency. A task that must be
+    stopped should be ``boxed=True``.
     """
-    lock = threading.Lock()
-    thread: dict[str, Any] = {"ident": None, "running": True}
-
-    def run() -> Any:
-        with lock:
-            thread["ident"] = threading.get_ident()
-        try:
-            return call()
-        finally:
-            with lock:
-                thread["running"] = False
-                # An alarm that fired just now must not land after the task.
-                _set_async_exc(threading.get_ident(), None)
+    alarms = _Alarms()
+    run = functools.partial(alarms.run, call)
+    limiter = cell._threads
+    if soft is None:
+        return await trio.to_thread.run_sync(run, limiter=limiter, abandon_on_cancel=True)
 
     async def alarm() -> None:
         assert soft is not None
         await trio.sleep(soft)
-        with lock:
-            if thread["running"] and thread["ident"] is not None:
-                _set_async_exc(thread["ident"], SoftTimeLimitExceeded)
+        alarms.fire(SoftTimeLimitExceeded)
 
-    limiter = cell._threads
-    if soft is None:
-        return await trio.to_thread.run_sync(run, limiter=limiter, abandon_on_cancel=True)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(alarm)
         try:
@@ -681,31 +726,13 @@ def _run_inline(call: Callable[[], Any], soft: float | None, hard: float | None)
     in it at its next Python instruction (not inside a blocking C call)."""
     if soft is None and hard is None:
         return call()
-    ident = threading.get_ident()
-    lock = threading.Lock()
-    running = [True]
-
-    def fire(exc: type[BaseException]) -> None:
-        with lock:
-            if running[0]:
-                _set_async_exc(ident, exc)
-
+    alarms = _Alarms()
     timers = [
-        threading.Timer(seconds, fire, (exc,))
+        threading.Timer(seconds, alarms.fire, (exc,))
         for seconds, exc in ((soft, SoftTimeLimitExceeded), (hard, TimeLimitExceeded))
         if seconds is not None
     ]
-    for timer in timers:
-        timer.daemon = True
-        timer.start()
-    try:
-        return call()
-    finally:
-        with lock:
-            running[0] = False
-            _set_async_exc(ident, None)  # one that fired just now must not land later
-        for timer in timers:
-            timer.cancel()
+    return alarms.run(call, timers)
 
 
 async def _run_boxed(task: Task, args: list[Any], kwargs: dict[str, Any]) -> Any:
@@ -859,18 +886,29 @@ class ChordBarrier(Actor):
             return ACCEPTED, None
         del self.chords[chord_id]
         values = [chord.results[t] for t in chord.tasks]
-        name, pool, args, kwargs, immutable, options = signature_from_wire(chord.body, "")
-        await send_task(
-            client,
-            task=name,
-            pool=pool,
-            args=args if immutable else [values, *args],
-            kwargs=kwargs,
-            task_id=chord_id,
-            reply_to=chord.reply_to,
-            options=options,
-            confirm=False,
-        )
+        try:
+            name, pool, args, kwargs, immutable, options = signature_from_wire(chord.body, "")
+            await send_task(
+                client,
+                task=name,
+                pool=pool,
+                args=args if immutable else [values, *args],
+                kwargs=kwargs,
+                task_id=chord_id,
+                reply_to=chord.reply_to,
+                options=options,
+            )
+        except Exception as exc:  # the body cannot be sent: its caller must hear of it
+            log("actorctl:chord:unsendable", chord_id=chord_id, error=str(exc))
+            if chord.reply_to:
+                failure = {"type": type(exc).__name__, "message": f"chord body: {exc}"}
+                fake = attrs.evolve(
+                    envelope,
+                    subject=str(chord.body.get("t")),
+                    reply_to=chord.reply_to,
+                    headers={H_TASK_ID: chord_id},
+                )
+                await send_document(client, fake, FAILURE, failure, [chord.reply_to])
         return ACCEPTED, None
 
 

@@ -210,6 +210,7 @@ class App(TaskApp):
                             await client.drain()  # what plain code handed over goes out
                     finally:
                         nursery.cancel_scope.cancel()
+                        registry.fail_all(f"the client node {name!r} disconnected first")
             finally:
                 self.attach(previous)
 

@@ -32,6 +32,8 @@ __all__ = ["ClusterConfig", "NodeConfig", "load_cluster"]
 
 _NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?")
 _TARGET = re.compile(r"[\w.]+:[\w.]+")
+# Actor names the task services take on their nodes: no pool may have them.
+_RESERVED = frozenset({"events", "chords", "scheduler", "_tasks", "_results", "_node"})
 
 
 @final
@@ -204,6 +206,11 @@ class _Where:
             isinstance(p, str) and _NAME.fullmatch(p) for p in pools
         ):
             raise self.error(f"{prefix}.pools", 'a list of pool names like ["celery"]', pools)
+        for pool in pools:
+            if pool in _RESERVED:
+                raise self.error(
+                    f"{prefix}.pools", f"pool names other than {sorted(_RESERVED)}", pool
+                )
         services = self.boolean(item, f"{prefix}.services", default=False)
         return NodeConfig(
             name, host, port, actors, instances, pools=tuple(pools), services=services

@@ -16,10 +16,10 @@ from typing import Any, ClassVar, Final
 import attrs
 import trio
 
-from .._errors import DeliveryError, Rejected, WireFormatError
+from .._errors import ConfigError, DeliveryError, Rejected, WireFormatError
 from .._log import log
 from ..actors import Actor
-from ..actors._results import REVOKED
+from ..actors._results import FAILURE, REVOKED
 from ..actors._tasks import H_ETA, H_POOL, H_TASK_ID, Directory, TaskClient
 from ..actors._worker import send_document
 from ..mailbox import ACCEPTED, STATUS_OK, Envelope, Outcome
@@ -104,7 +104,13 @@ class Scheduler(Actor):
                     client, envelope, REVOKED, {"reason": reason}, [envelope.reply_to]
                 )
             return ACCEPTED, None
-        target = self.directory.resolve(pool)
+        try:
+            target = self.directory.resolve(pool)
+        except ConfigError as exc:
+            if envelope.reply_to:
+                error = {"type": "ConfigError", "message": str(exc)}
+                await send_document(client, envelope, FAILURE, error, [envelope.reply_to])
+            return Outcome.rejected(NO_POOL, str(exc)), None
         due = attrs.evolve(
             envelope,
             message_id=outbox.new_message_id(),
