@@ -450,7 +450,7 @@ class TaskWorker(Actor):
             task_id=new_task_id(),
             reply_to=envelope.reply_to if reply else None,
             correlation_id=envelope.correlation_id if reply else None,
-            options={**options, "sinks": [*options.get("sinks", ()), *_sinks(envelope)]}
+            options={**options, "sinks": [*_sink_list(options.get("sinks")), *_sinks(envelope)]}
             if reply
             else options,
             headers=headers,
@@ -543,6 +543,15 @@ class TaskWorker(Actor):
         if not targets:
             return
         await send_document(client, envelope, state, body, targets)
+
+
+def _sink_list(value: object) -> list[str]:
+    """A signature's ``sinks`` option: an array, or one comma-separated string."""
+    if isinstance(value, str):
+        return [s for s in value.split(",") if s]
+    if isinstance(value, list | tuple):
+        return [str(s) for s in value]
+    return []
 
 
 def _sinks(envelope: Envelope) -> list[str]:
@@ -860,6 +869,9 @@ class ChordBarrier(Actor):
             return ACCEPTED, None
         chord_id = str(envelope.correlation_id)
         client = TaskClient(self._require_cell().outbox, self.directory)
+        member = str(envelope.headers.get(H_TASK_ID))
+        if member not in chord.tasks:
+            return ACCEPTED, None  # not one of this chord's tasks
         if state != SUCCESS:
             chord.failed = True
             del self.chords[chord_id]
@@ -877,9 +889,6 @@ class ChordBarrier(Actor):
                     headers={H_TASK_ID: chord_id},
                 )
                 await send_document(client, fake, FAILURE, failure, [chord.reply_to])
-            return ACCEPTED, None
-        member = str(envelope.headers.get(H_TASK_ID))
-        if member not in chord.tasks:
             return ACCEPTED, None
         chord.results[member] = envelope.body
         if len(chord.results) < len(chord.tasks):

@@ -43,7 +43,9 @@ class Scheduler(Actor):
     name = "scheduler"
     mailbox_capacity: ClassVar[int] = 10_000
     concurrency: ClassVar[int] = 10_000  # every held task waits in a task of its own
-    dedup_count: ClassVar[int] = 0
+    # A delayed task sent again (its sender reconnected) waits for the first
+    # copy and is answered as it was: it is held, and runs, once.
+    dedup_count: ClassVar[int] = 10_000
 
     def __init__(self, directory: Directory) -> None:
         self.directory = directory
@@ -89,9 +91,9 @@ class Scheduler(Actor):
                 if task_id not in self.revoked:
                     await trio.sleep(max(0.0, delay))
             finally:
-                del held[envelope.message_id]
+                held.pop(envelope.message_id, None)
                 if not held:
-                    del self.waiting[task_id]
+                    self.waiting.pop(task_id, None)
         reason = None
         if scope.cancelled_caught or task_id in self.revoked:
             reason = "revoked while it waited in the scheduler"
