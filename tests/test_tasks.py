@@ -13,6 +13,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 import trio
 from examples._cluster import running_cluster
@@ -294,7 +295,7 @@ async def test_revoke_with_terminate_cancels_a_running_async_task(cluster: Path)
     async with app.aconnect(cluster):
         running = await sleepy.aapply_async((60,), track_started=True)
         await running.await_state("STARTED", timeout=WAIT)
-        await app.control.arevoke(running.id, terminate=True)
+        await running.arevoke(terminate=True)
         with pytest.raises(TaskRevoked, match="terminated"):
             await running.aget(timeout=WAIT)
 
@@ -380,10 +381,22 @@ def test_cluster_files_with_task_pools_are_checked(tmp_path: Path) -> None:
         load_cluster(path)
 
 
+def test_an_event_class_whose_attributes_clash_is_refused() -> None:
+    other = App("x")
+
+    @attrs.define
+    class Scheduled:
+        delay: float
+
+    with pytest.raises(ConfigError, match=r"attributes \['delay'\]"):
+        other.event(Scheduled)
+
+
 def test_a_task_called_directly_runs_here() -> None:
     assert add(2, 3) == 5
     assert add.s(2)(3) == 5
     assert repr(add.s(1) | mul.si(2)) == "t.add.s(1) | t.mul.si(2)"
     assert abortable.name == "t.abortable"
-    with pytest.raises(AskTimeout, match="not ready within"):
+    with pytest.raises(AskTimeout, match="not ready within") as raised:
         AsyncResult("x", "t.add").get(timeout=0.01)
+    assert isinstance(raised.value, TimeoutError)  # as Celery's get(timeout=) raises

@@ -72,8 +72,10 @@ class PeerUnavailable(ActorctlError):
     """No connection to the peer node could be made in the time allowed."""
 
 
-class AskTimeout(ActorctlError):
-    """No reply to an ``ask`` arrived within its timeout."""
+class AskTimeout(ActorctlError, TimeoutError):
+    """No reply to an ``ask`` (or no task result) arrived within its timeout.
+
+    It is a ``TimeoutError`` too, as Celery's ``get(timeout=...)`` error is."""
 
 
 class RemoteError(ActorctlError):

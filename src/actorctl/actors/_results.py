@@ -12,7 +12,7 @@ import builtins
 import math
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import Any, Final, final
 
 import trio
@@ -98,6 +98,7 @@ class AsyncResult:
         task: str,
         *,
         revoke: Callable[[str, bool], None] | None = None,
+        arevoke: Callable[[str, bool], Awaitable[None]] | None = None,
         tracked: bool = True,
     ) -> None:
         self.id = task_id
@@ -107,6 +108,7 @@ class AsyncResult:
         self._value: Any = None
         self._error: dict[str, Any] | None = None
         self._revoke = revoke
+        self._arevoke = arevoke
         self._tracked = tracked
         self._done_thread = threading.Event()
         self._done_trio = trio.Event()
@@ -184,6 +186,12 @@ class AsyncResult:
         if self._revoke is None:
             raise ActorctlError(f"task {self.id}: this result is not connected to a cluster")
         self._revoke(self.id, terminate)
+
+    async def arevoke(self, *, terminate: bool = False) -> None:
+        """:meth:`revoke` for trio code."""
+        if self._arevoke is None:
+            raise ActorctlError(f"task {self.id}: this result is not connected to a cluster")
+        await self._arevoke(self.id, terminate)
 
     def _check_tracked(self) -> None:
         if not self._tracked:

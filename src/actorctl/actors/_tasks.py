@@ -922,7 +922,11 @@ class Task:
             options.setdefault("track_started", True)
         expected = None if ignore else self.app._expect(task_id, name, client)
         result = expected or AsyncResult(
-            task_id, name, revoke=self.app.control.revoke, tracked=False
+            task_id,
+            name,
+            revoke=self.app.control.revoke,
+            arevoke=self.app.control.arevoke,
+            tracked=False,
         )
 
         async def send() -> None:
@@ -1107,6 +1111,12 @@ class TaskApp:
                 raise ConfigError(f"two events are named {event_name!r}: give one name=...")
             self.events[event_name] = cls
             self.subscriptions.setdefault(event_name, [])
+            taken = [a for a in ("subscribe", "delay", "adelay") if hasattr(cls, a)]
+            if taken:
+                raise ConfigError(
+                    f"event {cls.__name__} has attributes {taken}: @app.event adds "
+                    "those; rename them"
+                )
             added: dict[str, Any] = {
                 "__actorctl_event__": event_name,
                 "subscribe": staticmethod(functools.partial(self.subscribe, cls)),
@@ -1174,7 +1184,9 @@ class TaskApp:
     def _expect(self, task_id: str, name: str, client: TaskClient) -> AsyncResult | None:
         if client.results is None or client.results_address is None:
             return None
-        result = AsyncResult(task_id, name, revoke=self.control.revoke)
+        result = AsyncResult(
+            task_id, name, revoke=self.control.revoke, arevoke=self.control.arevoke
+        )
         client.results.expect(result)
         return result
 

@@ -11,6 +11,7 @@ pools' routers, the scheduler, the event hub and the chord barrier.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
 from collections.abc import AsyncIterator
@@ -253,8 +254,10 @@ class Connection:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if self._stop is not None and self._token is not None:
-            trio.from_thread.run_sync(self._stop.set, trio_token=self._token)
+        alive = self._thread is not None and self._thread.is_alive()
+        if alive and self._stop is not None and self._token is not None:
+            with contextlib.suppress(trio.RunFinishedError):  # it ended meanwhile
+                trio.from_thread.run_sync(self._stop.set, trio_token=self._token)
         if self._thread is not None:
             self._thread.join(CONNECT_TIMEOUT)
 
