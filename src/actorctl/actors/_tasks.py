@@ -132,7 +132,7 @@ class Directory:
             ConfigError: naming the unknown name and the known ones.
         """
         if "://" in name:
-            return Address.parse(name)
+            return _parse(name)
         address = self.addresses.get(name)
         if address is None:
             known = ", ".join(sorted(self.addresses)) or "none"

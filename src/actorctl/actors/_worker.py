@@ -34,7 +34,7 @@ from .._log import log
 from ..mailbox import ACCEPTED, KIND_DOCUMENT, Envelope, Outcome
 from ._actor import Actor
 from ._handlers import BadArguments, handler
-from ._ref import to_wire
+from ._ref import Outbox, to_wire
 from ._results import FAILURE, READY_STATES, RETRY, REVOKED, STARTED, SUCCESS, ResultRegistry
 from ._tasks import (
     CHAIN_SEPARATOR,
@@ -580,32 +580,37 @@ async def send_document(
     retries = request.headers.get(H_RETRIES)
     if isinstance(retries, int):
         headers[H_RETRIES] = retries
+    link = request.headers.get(H_REPLY_LINK)
     for target in targets:
+        caller = target == request.reply_to
+        if caller and isinstance(link, str):
+            document = _document(outbox, request, link, body, headers)
+            if outbox.reply(document, quiet=True):
+                continue  # back on the connection the task came by
         try:
             address = client.directory.resolve(target)
         except Exception as exc:
             log("actorctl:result:unroutable", target=target, error=str(exc))
             continue
-        document = Envelope(
-            message_id=outbox.new_message_id(),
-            to=str(address),
-            subject=request.subject,
-            body=body,
-            kind=KIND_DOCUMENT,
-            correlation_id=request.correlation_id,
-            creation_time=outbox.now(),
-            headers=headers,
-        )
-        link = request.headers.get(H_REPLY_LINK)
-        if (
-            target == request.reply_to
-            and isinstance(link, str)
-            and outbox.reply(attrs.evolve(document, to=link), quiet=True)
-        ):
-            continue  # back on the connection the task came by
+        document = _document(outbox, request, str(address), body, headers)
         # The caller's copy goes pre-settled (the result is the acknowledgement,
         # as for an ask's reply); a data sink's is settled by the sink.
-        await outbox.send(address, document, presettled=target == request.reply_to, confirm=False)
+        await outbox.send(address, document, presettled=caller, confirm=False)
+
+
+def _document(
+    outbox: Outbox, request: Envelope, to: str, body: Any, headers: Mapping[str, Any]
+) -> Envelope:
+    return Envelope(
+        message_id=outbox.new_message_id(),
+        to=to,
+        subject=request.subject,
+        body=body,
+        kind=KIND_DOCUMENT,
+        correlation_id=request.correlation_id,
+        creation_time=outbox.now(),
+        headers=headers,
+    )
 
 
 # -- time limits ------------------------------------------------------------------
