@@ -886,14 +886,7 @@ class ChordBarrier(Actor):
                 "message": f"task {envelope.headers.get(H_TASK_ID)} of the chord ended {state}: "
                 f"{error.get('type', '')} {error.get('message', error.get('reason', ''))}".strip(),
             }
-            if chord.reply_to:
-                fake = attrs.evolve(
-                    envelope,
-                    subject=str(chord.body.get("t")),
-                    reply_to=chord.reply_to,
-                    headers={H_TASK_ID: chord_id},
-                )
-                await send_document(client, fake, FAILURE, failure, [chord.reply_to])
+            await self._fail_chord(client, envelope, chord, chord_id, failure)
             return ACCEPTED, None
         chord.results[member] = envelope.body
         if len(chord.results) < len(chord.tasks):
@@ -914,16 +907,27 @@ class ChordBarrier(Actor):
             )
         except Exception as exc:  # the body cannot be sent: its caller must hear of it
             log("actorctl:chord:unsendable", chord_id=chord_id, error=str(exc))
-            if chord.reply_to:
-                failure = {"type": type(exc).__name__, "message": f"chord body: {exc}"}
-                fake = attrs.evolve(
-                    envelope,
-                    subject=str(chord.body.get("t")),
-                    reply_to=chord.reply_to,
-                    headers={H_TASK_ID: chord_id},
-                )
-                await send_document(client, fake, FAILURE, failure, [chord.reply_to])
+            failure = {"type": type(exc).__name__, "message": f"chord body: {exc}"}
+            await self._fail_chord(client, envelope, chord, chord_id, failure)
         return ACCEPTED, None
+
+    async def _fail_chord(
+        self,
+        client: TaskClient,
+        envelope: Envelope,
+        chord: _Chord,
+        chord_id: str,
+        failure: dict[str, Any],
+    ) -> None:
+        """Tell the chord's caller (if any) that it failed, under the chord's id."""
+        if chord.reply_to:
+            request = attrs.evolve(
+                envelope,
+                subject=str(chord.body.get("t")),
+                reply_to=chord.reply_to,
+                headers={H_TASK_ID: chord_id},
+            )
+            await send_document(client, request, FAILURE, failure, [chord.reply_to])
 
 
 def task_actors(
