@@ -301,8 +301,9 @@ def measure(asks: int = 500, pipelined: int = 3000, tells: int = 5000, window: i
             stop(redis_proc, "redis-server")
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def parse_counts(description: str) -> argparse.Namespace:
+    """The counts both task benchmarks take, with the same defaults."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--asks", type=int, default=500, help="sequential get calls")
     parser.add_argument("--pipelined", type=int, default=3000, help="pipelined calls")
     parser.add_argument("--tells", type=int, default=5000, help="fire-and-forget sends")
@@ -310,6 +311,11 @@ def main() -> int:
     args = parser.parse_args()
     if min(args.asks, args.pipelined, args.tells, args.window) < 1:
         parser.error("counts and --window must be at least 1")
+    return args
+
+
+def main() -> int:
+    args = parse_counts(__doc__.splitlines()[0])
     try:
         result = measure(args.asks, args.pipelined, args.tells, args.window)
     except SetupError as exc:

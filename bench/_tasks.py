@@ -27,7 +27,6 @@ Prints one JSON object on stdout; progress goes to stderr.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -39,7 +38,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from examples._cluster import running_cluster
 
-from bench._celery import PHASE_TIMEOUT_S, measure_fire_forget, measure_get, measure_pipelined
+from bench._celery import (
+    PHASE_TIMEOUT_S,
+    measure_fire_forget,
+    measure_get,
+    measure_pipelined,
+    parse_counts,
+)
 from bench._task_app import add, app
 
 CLUSTER = Path(__file__).resolve().parent / "tasks.toml"
@@ -89,14 +94,7 @@ def measure(
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--asks", type=int, default=500, help="sequential get calls")
-    parser.add_argument("--pipelined", type=int, default=3000, help="pipelined calls")
-    parser.add_argument("--tells", type=int, default=5000, help="fire-and-forget sends")
-    parser.add_argument("--window", type=int, default=100, help="pipelined calls in flight")
-    args = parser.parse_args()
-    if min(args.asks, args.pipelined, args.tells, args.window) < 1:
-        parser.error("counts and --window must be at least 1")
+    args = parse_counts(__doc__.splitlines()[0])
     print(json.dumps(measure(args.asks, args.pipelined, args.tells, args.window)))
     return 0
 

@@ -1,4 +1,9 @@
-"""The task app the task tests run on a real cluster (imported by its nodes)."""
+"""The task app the task tests run on a real cluster (imported by its nodes).
+
+The sleeps here are the tasks' own work, in worker processes: time limits,
+revokes and aborts need tasks that take time. No test waits on the clock; each
+waits for a result or a state document, with a timeout.
+"""
 
 from __future__ import annotations
 

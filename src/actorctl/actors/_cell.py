@@ -96,10 +96,17 @@ class ActorCell:
                     while (inbound := await self._next()) is not None:
                         await slots.acquire()
                         nursery.start_soon(self._handle_then_release, inbound, slots)
-        except Exception:
+        except Exception as exc:
             crashed = True
             # What it was handling is released: its sender may send it elsewhere
             # (sent again here, it could crash the actor again).
+            log(
+                "actorctl:actor:crashed",
+                actor=self.name,
+                error_type=type(exc).__name__,
+                error=str(exc),
+                released=[inbound.envelope.message_id for inbound in self._inflight],
+            )
             for inbound in self._inflight:
                 self._seen.abandon(inbound.envelope.message_id)
                 inbound.settle(RELEASED)

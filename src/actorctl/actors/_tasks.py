@@ -189,11 +189,9 @@ class TaskClient:
         at once (blocking only while SUBMIT_WINDOW sends are still waiting), so a
         caller does not pay a thread round trip per task. Sends go out in order;
         one that fails calls ``on_error`` there."""
-        if not self._pumping:
-            self.run_sync(send)
+        if not self._pumping or _in_trio():
+            self.run_sync(send)  # in trio's own thread this raises, saying what to use
             return
-        if _in_trio():
-            self.run_sync(send)  # raises: this is trio's thread
         self._window.acquire()
         with self._lock:
             self._queue.append((send, on_error))
@@ -871,7 +869,7 @@ class Task:
             WireFormatError: an argument that cannot be sent as JSON.
         """
         client = self.app._client_or_raise()
-        result, send = self._prepare(client, args, kwargs, options)
+        result, send = self._prepare(client, args, kwargs, options, check_json=True)
 
         def failed(exc: Exception) -> None:
             # send() has failed the result the caller holds; the log says it too.
@@ -898,9 +896,15 @@ class Task:
         args: Sequence[Any],
         kwargs: Mapping[str, Any] | None,
         options: dict[str, Any],
+        *,
+        check_json: bool = False,
     ) -> tuple[AsyncResult, Callable[[], Awaitable[None]]]:
         """Check everything that can be wrong with a call, and register its
-        result, in the caller's thread; return the send for the client's."""
+        result, in the caller's thread; return the send for the client's.
+
+        ``check_json``: encode the arguments here too, for a caller whose send
+        happens in another thread (where a WireFormatError could not reach it);
+        a trio caller gets it from the send itself."""
         client.check_thread()
         unknown = set(options) - _SEND_OPTIONS
         if unknown:
@@ -912,7 +916,8 @@ class Task:
         if options.get("countdown") is not None or options.get("eta") is not None:
             client.directory.resolve(SCHEDULER)
         kwargs = dict(kwargs or {})
-        json_dumps([to_wire(list(args)), to_wire(kwargs)])  # raises WireFormatError
+        if check_json:
+            json_dumps([to_wire(list(args)), to_wire(kwargs)])  # raises WireFormatError
         task_id = options.pop("task_id", None) or new_task_id()
         ignore = options.pop("ignore_result", self.ignore_result)
         name = options.pop("_name", self.name)

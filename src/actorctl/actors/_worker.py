@@ -590,7 +590,12 @@ async def send_document(
         try:
             address = client.directory.resolve(target)
         except Exception as exc:
-            log("actorctl:result:unroutable", target=target, error=str(exc))
+            log(
+                "actorctl:result:unroutable",
+                message_id=request.message_id,
+                target=target,
+                error=str(exc),
+            )
             continue
         document = _document(outbox, request, str(address), body, headers)
         # The caller's copy goes pre-settled (the result is the acknowledgement,
@@ -906,7 +911,12 @@ class ChordBarrier(Actor):
                 options=options,
             )
         except Exception as exc:  # the body cannot be sent: its caller must hear of it
-            log("actorctl:chord:unsendable", chord_id=chord_id, error=str(exc))
+            log(
+                "actorctl:chord:unsendable",
+                message_id=envelope.message_id,
+                chord_id=chord_id,
+                error=str(exc),
+            )
             failure = {"type": type(exc).__name__, "message": f"chord body: {exc}"}
             await self._fail_chord(client, envelope, chord, chord_id, failure)
         return ACCEPTED, None
