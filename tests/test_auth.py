@@ -58,7 +58,7 @@ class Cluster:
         return attrs.evolve(envelope, **changes)
 
     async def session(self) -> Session:
-        peer = self.client._peer(self.address)
+        peer = self.client.outbox.open_peer(self.address)
         await peer.wait_ready()
         signer = peer._signer
         assert isinstance(signer, SessionSigner), "the client node opened no session"
@@ -69,7 +69,7 @@ class Cluster:
     async def send(self, data: bytes, message_id: str) -> Outcome:
         pending = Pending("vault", data, message_id)
         with trio.fail_after(10):
-            await self.client._peer(self.address).transmit(pending)
+            await self.client.outbox.open_peer(self.address).transmit(pending)
             await pending.done.wait()
         assert pending.outcome is not None
         return pending.outcome
@@ -242,7 +242,7 @@ async def test_a_message_sent_again_after_a_lost_connection_is_answered_not_run_
             with trio.fail_after(10):
                 await gate.entered.wait()
             # Given the connection drops while the handler runs (its answer is lost)
-            engine = client._peer(server.address_of("gate")).engine
+            engine = client.outbox.open_peer(server.address_of("gate")).engine
             assert engine is not None
             await trio.aclose_forcefully(engine.stream)
             # When the handler finishes and the client reconnects and sends again

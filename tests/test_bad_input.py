@@ -23,7 +23,7 @@ async def _served(node_port: int, client_ref) -> None:  # type: ignore[no-untype
 async def _outcome(client, address, msg: Message):  # type: ignore[no-untyped-def]
     pending = Pending(address.name, msg.encode(), str(msg.id))
     with trio.fail_after(10):
-        await client._peer(address).transmit(pending)
+        await client.outbox.open_peer(address).transmit(pending)
         await pending.done.wait()
     assert pending.outcome is not None
     return pending.outcome

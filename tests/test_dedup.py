@@ -35,13 +35,13 @@ async def test_a_duplicate_ask_gets_the_first_reply_and_the_handler_runs_once(lo
             subject="bump",
             body=[[], {}],
             creation_time=client.now(),
-            reply_to=client.reply_address(address),
+            reply_to=client.outbox.reply_address(address),
             correlation_id="once-1",
         )
         with trio.fail_after(10):
-            first = await client.request(address, request, 5.0)
+            first = await client.outbox.request(address, request, 5.0)
             # When the sender sends it again (it never saw it settled, say)
-            second = await client.request(address, request, 5.0)
+            second = await client.outbox.request(address, request, 5.0)
             # Then the handler did not run again, and the answer is the same
             assert await client.ref(address).ask("bump") == 2
     assert first.body == second.body == 1

@@ -20,6 +20,8 @@ from examples._cluster import running_cluster
 
 from actorctl import (
     ActorctlError,
+    ActorRef,
+    Address,
     App,
     AskTimeout,
     AsyncResult,
@@ -309,7 +311,7 @@ async def test_a_delayed_task_waits_in_the_scheduler_then_runs(cluster: Path) ->
     async with app.aconnect(cluster) as client:
         later = await add.aapply_async((1, 2), countdown=60)
         soon = await add.aapply_async((2, 2), countdown=0.3)
-        ref = client.outbox.ref(scheduler)  # type: ignore[attr-defined]
+        ref = ActorRef(Address.parse(scheduler), client.outbox)
         assert await ref.ask("pending") >= 1  # held there, not in a worker
         assert await soon.aget(timeout=WAIT) == 4
         await app.control.arevoke(later.id)

@@ -7,6 +7,7 @@ interface that the node implements and hands to it.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any, Protocol, final
 
 import attrs
@@ -52,6 +53,17 @@ class Outbox(Protocol):
     def reply(self, envelope: Envelope, *, quiet: bool = False) -> bool:
         """Send a reply document to ``envelope.to`` (a reply address). Does not
         block. False (and logged) when no reply link leads there now."""
+        ...
+
+    def expect(
+        self, correlation_id: str, take: Callable[[Envelope], None], *, peer: str | None = None
+    ) -> None:
+        """Have ``take`` receive the reply documents that come back to this node
+        with ``correlation_id`` (only from ``peer``, ``host:port``, if given)."""
+        ...
+
+    def unexpect(self, correlation_id: str) -> None:
+        """Stop taking replies for ``correlation_id``."""
         ...
 
 

@@ -18,6 +18,8 @@ from typing import Any, Final, final
 import trio
 
 from .._errors import ActorctlError, AskTimeout, TaskFailed, TaskRevoked
+from ..mailbox import Envelope
+from ._ref import Outbox
 
 __all__ = [
     "FAILURE",
@@ -294,12 +296,27 @@ class ResultRegistry:
 
     def __init__(self) -> None:
         self._waiting: dict[str, AsyncResult] = {}
+        self._outbox: Outbox | None = None
+
+    def bind(self, outbox: Outbox) -> None:
+        """Take the result documents that come back to ``outbox`` (on its reply
+        links) for the results this registry waits for."""
+        self._outbox = outbox
 
     def expect(self, result: AsyncResult) -> None:
         self._waiting[result.id] = result
+        if self._outbox is not None:
+            self._outbox.expect(result.id, self._take)
 
     def forget(self, task_id: str) -> None:
         self._waiting.pop(task_id, None)
+        if self._outbox is not None:
+            self._outbox.unexpect(task_id)
+
+    def _take(self, envelope: Envelope) -> None:
+        headers = envelope.headers
+        state = str(headers.get("state", "SUCCESS"))
+        self.deliver(str(envelope.correlation_id), state, envelope.body, headers)
 
     def __len__(self) -> int:
         return len(self._waiting)
@@ -308,6 +325,8 @@ class ResultRegistry:
         """Fail every result still waited for (the client is going away)."""
         waiting, self._waiting = self._waiting, {}
         for result in waiting.values():
+            if self._outbox is not None:
+                self._outbox.unexpect(result.id)
             result.update(FAILURE, {"type": "Disconnected", "message": reason})
 
     def deliver(self, task_id: str, state: str, body: Any, headers: Mapping[str, Any]) -> bool:
@@ -318,5 +337,5 @@ class ResultRegistry:
         retries = headers.get("retries", 0)
         result.update(state, body, retries if isinstance(retries, int) else 0)
         if result.ready():
-            del self._waiting[task_id]
+            self.forget(task_id)
         return True

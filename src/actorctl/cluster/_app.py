@@ -12,7 +12,6 @@ pools' routers, the scheduler, the event hub and the chord barrier.
 from __future__ import annotations
 
 import contextlib
-import functools
 import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -27,7 +26,6 @@ from ..actors import Actor
 from ..actors._results import ResultRegistry
 from ..actors._tasks import CHORDS, EVENTS, SCHEDULER, Directory, TaskApp, TaskClient
 from ..actors._worker import ResultsActor, task_actors
-from ..mailbox import Envelope
 from ._config import ClusterConfig, NodeConfig, load_cluster
 from ._hosting import load_target
 from ._node import open_node
@@ -193,13 +191,13 @@ class App(TaskApp):
         options.setdefault("host", "127.0.0.1")
         registry = ResultRegistry()
         async with open_node(name, {"_results": ResultsActor(registry)}, **options) as node:
+            registry.bind(node.outbox)
             client = TaskClient(
-                node,
+                node.outbox,
                 directory,
                 results=registry,
                 results_address=str(node.address_of("_results")),
             )
-            node.on_document = functools.partial(_deliver, registry)
             previous = self.client
             self.attach(client)
             try:
@@ -214,12 +212,6 @@ class App(TaskApp):
                         registry.fail_all(f"the client node {name!r} disconnected first")
             finally:
                 self.attach(previous)
-
-
-def _deliver(registry: ResultRegistry, envelope: Envelope) -> bool:
-    headers = envelope.headers
-    state = str(headers.get("state", "SUCCESS"))
-    return registry.deliver(str(envelope.correlation_id), state, envelope.body, headers)
 
 
 @final

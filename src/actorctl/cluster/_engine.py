@@ -15,9 +15,9 @@ import trio
 from proton import Collector, Connection, Endpoint, Event, Link, SSLDomain, Transport
 
 from .._log import log
-from ._raw import DELIVERY, LINK_FLOW, NULL, lib
+from ._raw import DELIVERY, LINK_FLOW, NULL, lib, send
 
-__all__ = ["Engine", "EngineHandler"]
+__all__ = ["Engine", "EngineHandler", "EngineSet"]
 
 _peek = lib.pn_collector_peek
 _pop = lib.pn_collector_pop
@@ -126,6 +126,12 @@ class Engine:
 
     def wake(self) -> None:
         """Have the writer emit whatever the engine has to send now."""
+        self._wake_event.set()
+
+    def send_settled(self, link: Any, tag: bytes, data: bytes | bytearray) -> None:
+        """Send one pre-settled delivery on a sender (``link``: its raw
+        ``pn_link_t``), such as a reply, and have the writer emit it."""
+        lib.pn_delivery_settle(send(link, tag, data))
         self._wake_event.set()
 
     async def run(self) -> None:
@@ -353,3 +359,34 @@ async def _first(*waits: object) -> None:
                 nursery.cancel_scope.cancel()
 
             nursery.start_soon(one)
+
+
+@final
+class EngineSet:
+    """A node's live connections, incoming and outgoing: what its stop closes."""
+
+    __slots__ = ("_changed", "_engines")
+
+    def __init__(self) -> None:
+        self._engines: set[Engine] = set()
+        self._changed = trio.Event()
+
+    def add(self, engine: Engine) -> None:
+        self._engines.add(engine)
+
+    def discard(self, engine: Engine) -> None:
+        self._engines.discard(engine)
+        self._changed.set()
+        self._changed = trio.Event()
+
+    def __len__(self) -> int:
+        return len(self._engines)
+
+    async def close_all(self, timeout: float) -> None:
+        """Close every connection, and wait up to ``timeout`` s for them to end."""
+        for engine in list(self._engines):
+            engine.connection.close()
+            engine.wake()
+        with trio.move_on_after(timeout):
+            while self._engines:
+                await self._changed.wait()

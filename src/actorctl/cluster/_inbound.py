@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import functools
 import uuid
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Final, final
+from collections.abc import Callable, Mapping
+from typing import Any, Final, final
 
 import trio
 from proton import Condition, Delivery, Endpoint, Link, symbol
@@ -32,10 +32,8 @@ from ..mailbox import (
     read_message,
 )
 from ._engine import Engine, EngineHandler
+from ._outbox import ReplyRoutes
 from ._raw import ACCEPTED, REJECTED, RELEASED, lib, recv, set_condition
-
-if TYPE_CHECKING:
-    from ._node import Node
 
 __all__ = ["InboundHandler", "actor_name"]
 
@@ -95,15 +93,31 @@ class _Credit:
 
 @final
 class InboundHandler(EngineHandler):
-    """Events of one connection that a peer opened to this node."""
+    """Events of one connection that a peer opened to this node.
 
-    def __init__(self, node: Node) -> None:
-        self.node = node
+    Args:
+        node_name, node_id: the node's name (for errors) and container id.
+        cells: the node's actors, by name.
+        verifier: authenticates this connection's messages; its sessions live
+            and die with the connection. None: the node is insecure, has no keys.
+        routes: where the reply links that callers attach are recorded.
+    """
+
+    def __init__(
+        self,
+        node_name: str,
+        node_id: str,
+        cells: Mapping[str, ActorCell],
+        verifier: Verifier | None,
+        routes: ReplyRoutes,
+    ) -> None:
+        self._node_name = node_name
+        self._node_id = node_id
+        self._cells = cells
+        self._routes = routes
         # Inbox links by their raw pn_link_t pointer.
         self._inboxes: dict[Any, tuple[ActorCell, _Credit]] = {}
-        # Authenticates this connection's messages; its sessions live and die
-        # with the connection. None: the node is insecure and has no keys.
-        self._verifier = node.new_verifier()
+        self._verifier = verifier
         self._session_links: dict[Any, Link] = {}
         # Ids of unauthenticated messages accepted since the last warning.
         self._unauthenticated: list[str] = []
@@ -127,16 +141,16 @@ class InboundHandler(EngineHandler):
             link.flow(_SESSION_CREDIT)
             self._session_links[link._impl] = link
             return
-        cell = self.node.cells.get(name)
+        cell = self._cells.get(name)
         if cell is not None:
             link.target.address = target
         link.open()
         if cell is None:
-            hosted = ", ".join(sorted(self.node.cells)) or "none"
+            hosted = ", ".join(sorted(self._cells)) or "none"
             _refuse(
                 link,
                 NOT_FOUND,
-                f"no actor named {name!r} on node {self.node.name!r} (it hosts: {hosted})",
+                f"no actor named {name!r} on node {self._node_name!r} (it hosts: {hosted})",
             )
             log("actorctl:link:refused", peer=engine.peer, target=target, reason="unknown actor")
             return
@@ -156,7 +170,7 @@ class InboundHandler(EngineHandler):
             _refuse(
                 link,
                 NOT_FOUND,
-                f"node {self.node.name!r} offers no source {asked!r}: attach a "
+                f"node {self._node_name!r} offers no source {asked!r}: attach a "
                 "dynamic receiver (or one whose source starts with $reply/) to get replies",
             )
             return
@@ -164,7 +178,7 @@ class InboundHandler(EngineHandler):
         link.source.dynamic = source.dynamic
         link.snd_settle_mode = Link.SND_SETTLED  # the reply is the acknowledgement
         link.open()
-        self.node.reply_routes[address] = (engine, link)
+        self._routes.add(address, engine, link)
         self._reply_addresses.append(address)
 
     def on_link_flow(self, engine: Engine, link: Any) -> None:
@@ -181,10 +195,7 @@ class InboundHandler(EngineHandler):
             if inbox is not None:
                 inbox[0].mailbox.detach(inbox[1])
         else:
-            address = link.source.address or ""
-            route = self.node.reply_routes.get(address)
-            if route is not None and route[1] == link:
-                del self.node.reply_routes[address]
+            self._routes.remove(link.source.address or "", link=link)
 
     def on_delivery(self, engine: Engine, delivery: Any) -> None:
         link = _delivery_link(delivery)
@@ -297,7 +308,7 @@ class InboundHandler(EngineHandler):
                 message_id=message_id,
                 creation_ms=properties[9],
                 body=body,
-                node=self.node.node_id,
+                node=self._node_id,
             )
         except AuthError as exc:
             _refuse_delivery(engine, SESSION_ADDRESS, settle, exc.condition, exc.description, exc)
@@ -319,11 +330,8 @@ class InboundHandler(EngineHandler):
         for cell, credit in self._inboxes.values():
             cell.mailbox.detach(credit)
         self._inboxes.clear()
-        routes = self.node.reply_routes
         for address in self._reply_addresses:
-            route = routes.get(address)
-            if route is not None and route[0] is engine:
-                del routes[address]
+            self._routes.remove(address, engine=engine)
         self._reply_addresses.clear()
 
 

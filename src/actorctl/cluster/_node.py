@@ -9,54 +9,46 @@ every collaborator passed in; nothing here is global.
 from __future__ import annotations
 
 import ipaddress
-import itertools
 import os
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, Final, final
 
-import attrs
 import trio
-from proton import Link, SSLDomain
+from proton import SSLDomain
 
-from .._errors import AskTimeout, ConfigError
+from .._errors import ConfigError
 from .._log import log
 from ..actors import Actor, ActorCell, ActorRef, Address, handler
 from ..mailbox import (
-    Envelope,
     Keyring,
     MailboxStatistics,
     Outcome,
     ReplayCache,
     SessionTable,
     Verifier,
-    encode,
 )
 from ..mailbox._signing import DEFAULT_SESSION_LIFETIME, DEFAULT_WINDOW
 from ..supervision import ChildSpec, Restart, Supervisor
-from ._engine import Engine
+from ._engine import Engine, EngineSet
 from ._inbound import InboundHandler
-from ._peer import Peer, Pending
+from ._outbox import NodeOutbox
+from ._peer import PeerSettings
 from ._tls import TlsFiles
 
 __all__ = ["Node", "NodeAgent", "open_node"]
 
 ActorSpec = Actor | type[Actor]
 DEFAULT_GRACE: Final = 5.0
-EXPIRED: Final = "actorctl:expired"
-
-
-@attrs.frozen
-class _AskSlot:
-    done: trio.Event = attrs.field(factory=trio.Event)
-    replies: list[Envelope] = attrs.field(factory=list)
-    failures: list[Pending] = attrs.field(factory=list)
 
 
 @final
 class Node:
     """One AMQP 1.0 container hosting actors. Use :func:`open_node` to run one.
+
+    Everything it sends goes through its :attr:`outbox` (a :class:`NodeOutbox`):
+    refs made with :meth:`ref` and the actors it hosts send through it.
 
     Args:
         name: the node's name (its AMQP container id starts with it).
@@ -135,22 +127,28 @@ class Node:
             else None
         )
         self._clock = clock
-        self._ids = itertools.count()
         self._actors = _named(actors)
         self._actors.setdefault(NodeAgent.name or "_node", NodeAgent(self))
         self.cells: dict[str, ActorCell] = {}
-        self.reply_routes: dict[str, tuple[Engine, Link]] = {}
-        self._peers: dict[tuple[str, int], Peer] = {}
-        self._asks: dict[str, _AskSlot] = {}
         self._nursery: trio.Nursery | None = None
-        self._engines: set[Engine] = set()
+        self._engines = EngineSet()
         self._stop = trio.Event()
         self._actors_started = trio.Event()
-        self._engines_changed = trio.Event()
         self._grace = DEFAULT_GRACE
-        #: Takes reply documents that answer no ask of this node (task results
-        #: sent back on the link the task came by); True when it took one.
-        self.on_document: Callable[[Envelope], bool] | None = None
+        settings = PeerSettings(
+            node_id=self.node_id,
+            identity=self.identity,
+            # Sessions only over TLS: the session message carries the MAC key.
+            sessions=sessions and tls is not None,
+            session_lifetime=session_lifetime,
+            idle_timeout=idle_timeout,
+            client_domain=self.client_domain,
+            new_message_id=self.new_message_id,
+            clock=clock,
+            stopping=self._stop.is_set,
+        )
+        #: The one path out of this node.
+        self.outbox = NodeOutbox(name, self.node_id, settings, self._engines, clock)
 
     # -- running -------------------------------------------------------------------
 
@@ -158,6 +156,7 @@ class Node:
         """Run the node until :meth:`stop` (graceful) or cancellation (immediate)."""
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
+            self.outbox.start(nursery)
             listen_scope = trio.CancelScope()
             if self.host is not None:
                 self.port = await nursery.start(self._listen, listen_scope)
@@ -183,12 +182,7 @@ class Node:
             with trio.move_on_after(self._grace):
                 await actors_done.wait()
             actors_scope.cancel(reason="node stop deadline")
-            for engine in list(self._engines):
-                engine.connection.close()
-                engine.wake()
-            with trio.move_on_after(1.0):
-                while self._engines:
-                    await self._engines_changed.wait()
+            await self._engines.close_all(timeout=1.0)
             nursery.cancel_scope.cancel(reason="node stopped")
         log("actorctl:node:stopped", node=self.name)
 
@@ -220,7 +214,13 @@ class Node:
         """A ref to an actor anywhere, sent through this node."""
         if isinstance(address, str):
             address = Address.parse(address)
-        return ActorRef(address, self)
+        return ActorRef(address, self.outbox)
+
+    def new_message_id(self) -> str:
+        return self.outbox.new_message_id()
+
+    def now(self) -> float:
+        return self._clock()
 
     def statistics(self) -> dict[str, MailboxStatistics]:
         """Mailbox statistics of every actor on this node, by name."""
@@ -242,7 +242,7 @@ class Node:
                 children = []
                 for name, actor in self._actors.items():
                     address = Address(self.host or "", self.port, name, self.scheme)
-                    cell = ActorCell(actor, address, self)
+                    cell = ActorCell(actor, address, self.outbox)
                     self.cells[name] = cell
                     children.append(ChildSpec(name, cell.run, Restart.TRANSIENT))
                 supervisor = Supervisor(
@@ -264,9 +264,12 @@ class Node:
             peer = "{}:{}".format(*stream.socket.getpeername()[:2])
         except OSError:
             peer = "?"
+        handler = InboundHandler(
+            self.name, self.node_id, self.cells, self.new_verifier(), self.outbox.routes
+        )
         engine = Engine(
             stream,
-            InboundHandler(self),
+            handler,
             server=True,
             container_id=self.node_id,
             peer=peer,
@@ -279,7 +282,7 @@ class Node:
         except Exception as exc:  # one broken peer must not take the node down
             log("actorctl:connection:failed", node=self.name, peer=peer, error=repr(exc))
         finally:
-            self._forget(engine)
+            self._engines.discard(engine)
 
     def new_verifier(self) -> Verifier | None:
         """What authenticates the messages of one incoming connection: sessions
@@ -303,116 +306,6 @@ class Node:
         except ValueError:
             return self._client_domains[1]  # a DNS name: check it
         return self._client_domains[0]
-
-    def _forget(self, engine: Engine) -> None:
-        self._engines.discard(engine)
-        self._engines_changed.set()
-        self._engines_changed = trio.Event()
-
-    def _peer(self, address: Address) -> Peer:
-        peer = self._peers.get(address.endpoint)
-        if peer is None:
-            if self._nursery is None:
-                raise ConfigError(f"node {self.name!r} is not running: use open_node()")
-            peer = Peer(self, address.host, address.port)
-            self._peers[address.endpoint] = peer
-            self._nursery.start_soon(peer.run)
-        return peer
-
-    # -- the Outbox ------------------------------------------------------------------
-
-    def reply_address(self, address: Address) -> str:
-        return self._peer(address).reply_address
-
-    def new_message_id(self) -> str:
-        return f"{self.node_id}-{next(self._ids)}"
-
-    def now(self) -> float:
-        return self._clock()
-
-    async def send(
-        self, address: Address, envelope: Envelope, *, presettled: bool, confirm: bool
-    ) -> None:
-        pending = Pending(address.name, envelope, envelope.message_id, presettled=presettled)
-        await self._peer(address).transmit(pending)
-        if confirm and not presettled:
-            await pending.done.wait()
-            error = pending.error()
-            if error is not None:
-                raise error
-
-    async def request(self, address: Address, envelope: Envelope, timeout: float) -> Envelope:
-        peer = self._peer(address)
-        slot = _AskSlot()
-        self._asks[envelope.message_id] = slot
-
-        def on_outcome(outcome: Outcome) -> None:
-            if outcome.state != "accepted":
-                slot.failures.append(pending)
-                slot.done.set()
-
-        pending = Pending(address.name, envelope, envelope.message_id, on_outcome=on_outcome)
-        try:
-            with trio.fail_after(timeout):
-                await peer.transmit(pending)
-                await slot.done.wait()
-        except trio.TooSlowError:
-            timed_out = True
-        else:
-            timed_out = False
-        finally:
-            del self._asks[envelope.message_id]
-        failure = slot.failures[0].outcome if slot.failures else None
-        if timed_out or (failure is not None and failure.condition == EXPIRED):
-            # The receiver gave up on it at the same deadline: one error either way.
-            raise AskTimeout(
-                f"no reply from {address} to {envelope.subject!r} "
-                f"(message {envelope.message_id}) within {timeout:g} s"
-            )
-        if slot.failures:
-            error = slot.failures[0].error()
-            assert error is not None
-            raise error
-        return slot.replies[0]
-
-    def reply(self, envelope: Envelope, *, quiet: bool = False) -> bool:
-        route = self.reply_routes.get(envelope.to)
-        if route is not None:
-            engine, link = route
-            if not engine.closed:
-                data = encode(envelope)
-                delivery = link.delivery(envelope.message_id)
-                link.send(data)
-                link.advance()
-                delivery.settle()
-                engine.wake()
-                return True
-        if quiet:
-            return False
-        log(
-            "actorctl:reply:dropped",
-            node=self.name,
-            reply_to=envelope.to,
-            correlation_id=envelope.correlation_id,
-            reason="no route to the caller (it disconnected or never attached a reply link)",
-        )
-        return False
-
-    def _on_reply(self, envelope: Envelope) -> None:
-        slot = self._asks.get(envelope.correlation_id or "")
-        if slot is None and self.on_document is not None and self.on_document(envelope):
-            return
-        if slot is None:
-            log(
-                "actorctl:reply:late",
-                node=self.name,
-                correlation_id=envelope.correlation_id,
-                message_id=envelope.message_id,
-            )
-            return
-        slot.replies.append(envelope)
-        slot.done.set()
-
 
 @final
 class NodeAgent(Actor):

@@ -14,11 +14,11 @@ import itertools
 import json
 import random
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Final, final
+from typing import Any, Final, final
 
 import attrs
 import trio
-from proton import Condition, Delivery, Endpoint, Link, Session
+from proton import Condition, Delivery, Endpoint, Link, Session, SSLDomain
 
 from .._errors import ActorctlError, Modified, Rejected, UnknownActor
 from .._log import log
@@ -37,12 +37,9 @@ from ..mailbox import (
     sign_ed25519,
 )
 from . import _raw as raw
-from ._engine import Engine, EngineHandler
+from ._engine import Engine, EngineHandler, EngineSet
 
-if TYPE_CHECKING:
-    from ._node import Node
-
-__all__ = ["Peer", "Pending"]
+__all__ = ["Peer", "PeerSettings", "Pending"]
 
 _BACKOFF_FIRST: Final = 0.05
 _BACKOFF_MAX: Final = 2.0
@@ -72,6 +69,34 @@ _link_flow = lib.pn_link_flow
 recv = raw.recv
 send = raw.send
 remote_condition = raw.remote_condition
+
+
+@final
+@attrs.frozen
+class PeerSettings:
+    """How a node makes and signs its outgoing connections (the node makes it).
+
+    Attributes:
+        node_id: the node's AMQP container id.
+        identity: the key it signs with; None: it sends unsigned (insecure).
+        sessions: open a session with each peer (HMAC per message); only over TLS.
+        session_lifetime: seconds a session lasts; the next opens at 80% of it.
+        idle_timeout: seconds of silence after which a peer is taken for dead.
+        client_domain: TLS settings for a connection to a host; None: plain TCP.
+        new_message_id: the node's message ids (for session messages).
+        clock: wall-clock time in seconds since the epoch.
+        stopping: whether the node is stopping (then no reconnect).
+    """
+
+    node_id: str
+    identity: IdentityKey | None
+    sessions: bool
+    session_lifetime: float
+    idle_timeout: float
+    client_domain: Callable[[str], SSLDomain | None]
+    new_message_id: Callable[[], str]
+    clock: Callable[[], float]
+    stopping: Callable[[], bool]
 
 
 @final
@@ -151,12 +176,21 @@ class _OutLink:
 class Peer(EngineHandler):
     """The connection from this node to one other node."""
 
-    def __init__(self, node: Node, host: str, port: int) -> None:
-        self.node = node
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        settings: PeerSettings,
+        engines: EngineSet,
+        on_reply: Callable[[Envelope, str], None],
+    ) -> None:
+        self.settings = settings
         self.host = host
         self.port = port
         self.name = f"{host}:{port}"
-        self.reply_address = f"$reply/{node.node_id}"
+        self.reply_address = f"$reply/{settings.node_id}"
+        self._engines = engines
+        self._on_reply_document = on_reply
         self.engine: Engine | None = None
         self._ready = trio.Event()
         self._links: dict[str, _OutLink] = {}
@@ -170,7 +204,7 @@ class Peer(EngineHandler):
         # How this node signs what it sends on the current connection: within a
         # session (HMAC) once one is open, else per message (Ed25519), or not at
         # all without keys.
-        identity = node.identity
+        identity = settings.identity
         self._signer: Signer | None = (
             None if identity is None else functools.partial(sign_ed25519, identity)
         )
@@ -179,7 +213,8 @@ class Peer(EngineHandler):
         """Keep a connection to the peer open, reconnecting with backoff."""
         backoff = _BACKOFF_FIRST
         failures = 0
-        while not self.node.stopping:
+        settings = self.settings
+        while not settings.stopping():
             try:
                 stream = await trio.open_tcp_stream(self.host, self.port)
             except OSError as exc:
@@ -200,14 +235,14 @@ class Peer(EngineHandler):
                 stream,
                 self,
                 server=False,
-                container_id=self.node.node_id,
+                container_id=settings.node_id,
                 peer=self.name,
-                idle_timeout=self.node.idle_timeout,
-                ssl_domain=self.node.client_domain(self.host),
+                idle_timeout=settings.idle_timeout,
+                ssl_domain=settings.client_domain(self.host),
                 peer_hostname=self.host,
             )
             self._open(engine)
-            self.node._engines.add(engine)
+            self._engines.add(engine)
             try:
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(self._prepare, engine)
@@ -216,7 +251,7 @@ class Peer(EngineHandler):
             except Exception as exc:  # a broken connection must not take the node down
                 log("actorctl:peer:connection-failed", peer=self.name, error=repr(exc))
             finally:
-                self.node._forget(engine)
+                self._engines.discard(engine)
             if self._linked_once:
                 backoff, failures = _BACKOFF_FIRST, 0  # it worked: the next try is quick
             else:
@@ -278,7 +313,7 @@ class Peer(EngineHandler):
         session = connection.session()
         session.open()
         self._session = session
-        receiver = session.receiver(f"{self.node.node_id}-replies")
+        receiver = session.receiver(f"{self.settings.node_id}-replies")
         receiver.source.address = self.reply_address
         receiver.target.address = self.reply_address
         receiver.open()
@@ -291,7 +326,7 @@ class Peer(EngineHandler):
         if out is not None and out.engine is engine:
             return out
         assert self._session is not None
-        sender = self._session.sender(f"{self.node.node_id}->{path}")
+        sender = self._session.sender(f"{self.settings.node_id}->{path}")
         sender.target.address = path
         sender.snd_settle_mode = Link.SND_MIXED
         sender.open()
@@ -306,9 +341,11 @@ class Peer(EngineHandler):
         send again what the last connection left unsettled, then keep the
         session renewed."""
         await self._linked.wait()
-        identity = self.node.identity
-        # Sessions only over TLS: the session message carries the MAC key.
-        sessions = self.node.sessions and self.node.tls is not None
+        settings = self.settings
+        identity = settings.identity
+        # Sessions only over TLS (the node says so): the session message
+        # carries the MAC key.
+        sessions = settings.sessions
         if identity is not None:
             self._signer = functools.partial(sign_ed25519, identity)
             if sessions:
@@ -317,7 +354,7 @@ class Peer(EngineHandler):
         again, self._resend = self._resend, []
         if again:
             log("actorctl:peer:resending", peer=self.name, deliveries=len(again))
-        now = self.node.now()
+        now = settings.clock()
         for pending in again:
             if isinstance(pending.message, Envelope) and identity is not None:
                 # Signed anew (a fresh creation time): a copy of the same bytes
@@ -326,20 +363,21 @@ class Peer(EngineHandler):
             await self.transmit(pending)
         if identity is not None and sessions:
             while True:
-                await trio.sleep(self.node.session_lifetime * 0.8)
+                await trio.sleep(settings.session_lifetime * 0.8)
                 await self._open_session(engine, identity)
 
     async def _open_session(self, engine: Engine, identity: IdentityKey) -> None:
         """Hand the peer a fresh MAC key in an Ed25519-signed session message
         (over this TLS link only); sign with it from then on."""
-        node = self.node
-        offer = SessionOffer.new(identity, now=node.now(), lifetime=node.session_lifetime)
+        settings = self.settings
+        now = settings.clock()
+        offer = SessionOffer.new(identity, now=now, lifetime=settings.session_lifetime)
         envelope = Envelope(
-            message_id=node.new_message_id(),
+            message_id=settings.new_message_id(),
             to=SESSION_ADDRESS,
             subject=SESSION_SUBJECT,
             body=json.loads(offer.body(engine.connection.remote_container or "")),
-            creation_time=node.now(),
+            creation_time=now,
         )
         pending = Pending(SESSION_ADDRESS, envelope, envelope.message_id, on_outcome=_ignore)
         await self._transmit_now(engine, pending)
@@ -368,7 +406,7 @@ class Peer(EngineHandler):
             return
         message = pending.message
         assert isinstance(message, Envelope)
-        identity = self.node.identity
+        identity = self.settings.identity
         assert identity is not None
         data = encode(message, signer=functools.partial(sign_ed25519, identity), actor=pending.path)
         out.unsettled[send(out.link, b"%x" % next(out.tags), data)] = pending
@@ -384,7 +422,7 @@ class Peer(EngineHandler):
             link.close()
             engine.wake()
             return
-        if link.name == f"{self.node.node_id}-replies":
+        if link.name == f"{self.settings.node_id}-replies":
             self._linked.set()
             self._linked_once = True
 
@@ -460,7 +498,7 @@ class Peer(EngineHandler):
         except ActorctlError as exc:
             log("actorctl:reply:undecodable", peer=self.name, error=str(exc))
             return
-        self.node._on_reply(envelope)
+        self._on_reply_document(envelope, self.name)
 
     def on_closed(self, engine: Engine) -> None:
         if self.engine is engine:

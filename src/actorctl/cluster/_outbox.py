@@ -1,0 +1,261 @@
+"""The one path out of a node: sending, the reply table and the reply routes.
+
+Every message a node sends goes through its :class:`NodeOutbox`: a ``tell``, an
+``ask`` and the reply it waits for, the replies its actors send back, results
+and forwarded messages. It owns
+
+- the peers: at most one outgoing connection per peer node, opened the first
+  time something is sent there (:meth:`NodeOutbox.open_peer`) and run in the
+  node's nursery;
+- the reply table: who takes the reply documents that carry a correlation id
+  (an ``ask`` waiting for its reply, or an application that registered with
+  :meth:`NodeOutbox.expect`): every reply reaches its taker this one way;
+- the reply routes: the reply links callers attached to this node, by reply
+  address, on which replies go back pre-settled (the reply is the
+  acknowledgement).
+
+The actors layer sees it through the ``Outbox`` protocol (``actors/_ref.py``);
+peers and inbound connections get the parts they need in their constructors.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from typing import Final, final
+
+import trio
+from proton import Link
+
+from .._errors import AskTimeout, ConfigError
+from .._log import log
+from ..actors import Address
+from ..mailbox import Envelope, Outcome, encode
+from ._engine import Engine, EngineSet
+from ._peer import Peer, PeerSettings, Pending
+
+__all__ = ["EXPIRED", "NodeOutbox", "ReplyRoutes"]
+
+EXPIRED: Final = "actorctl:expired"
+
+#: Takes the reply documents of one correlation id.
+Taker = Callable[[Envelope], None]
+
+
+@final
+class ReplyRoutes:
+    """The reply links callers attached to this node, by reply address.
+
+    Inbound connections add and remove them; the outbox sends replies on them.
+    """
+
+    __slots__ = ("_routes",)
+
+    def __init__(self) -> None:
+        self._routes: dict[str, tuple[Engine, Link]] = {}
+
+    def add(self, address: str, engine: Engine, link: Link) -> None:
+        """A caller attached a reply link; replies to ``address`` go on it."""
+        self._routes[address] = (engine, link)
+
+    def remove(
+        self, address: str, *, engine: Engine | None = None, link: Link | None = None
+    ) -> None:
+        """Forget a route, if it is still the one on ``engine`` (or ``link``)."""
+        route = self._routes.get(address)
+        if route is None:
+            return
+        if (engine is not None and route[0] is not engine) or (
+            link is not None and route[1] != link
+        ):
+            return  # the caller re-attached since: that newer route stays
+        del self._routes[address]
+
+    def __contains__(self, address: object) -> bool:
+        return address in self._routes
+
+    def __len__(self) -> int:
+        return len(self._routes)
+
+    def send(self, envelope: Envelope) -> bool:
+        """Send a reply on the route to ``envelope.to``; False if there is none."""
+        route = self._routes.get(envelope.to)
+        if route is None:
+            return False
+        engine, link = route
+        if engine.closed:
+            return False
+        engine.send_settled(link._impl, envelope.message_id.encode(), encode(envelope))
+        return True
+
+
+@final
+class _Waiter:
+    """One expected reply: who takes it, and which peer may send it."""
+
+    __slots__ = ("peer", "take")
+
+    def __init__(self, take: Taker, peer: str | None) -> None:
+        self.take = take
+        self.peer = peer
+
+
+@final
+class NodeOutbox:
+    """Sends every message of one node. The node makes it; see the module docstring.
+
+    Args:
+        name: the node's name, for logs and errors.
+        node_id: the node's AMQP container id; message ids start with it.
+        settings: how the node's outgoing connections are made and signed.
+        engines: the node's live connections (each peer's joins it).
+        clock: wall-clock time in seconds since the epoch (for message times).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        node_id: str,
+        settings: PeerSettings,
+        engines: EngineSet,
+        clock: Callable[[], float],
+    ) -> None:
+        self.name = name
+        self.node_id = node_id
+        self.settings = settings
+        self.routes = ReplyRoutes()
+        self._engines = engines
+        self._clock = clock
+        self._ids = itertools.count()
+        self._peers: dict[tuple[str, int], Peer] = {}
+        self._waiting: dict[str, _Waiter] = {}
+        self._reply_address = f"$reply/{node_id}"
+        self._nursery: trio.Nursery | None = None
+
+    def start(self, nursery: trio.Nursery) -> None:
+        """Run peers in ``nursery`` from now on (the node's own)."""
+        self._nursery = nursery
+
+    # -- the Outbox protocol -------------------------------------------------------
+
+    def new_message_id(self) -> str:
+        return f"{self.node_id}-{next(self._ids)}"
+
+    def now(self) -> float:
+        return self._clock()
+
+    def reply_address(self, address: Address) -> str:
+        """Where replies come back to this node: the source address of the reply
+        link each of its outgoing connections attaches (the same on every one)."""
+        return self._reply_address
+
+    async def send(
+        self, address: Address, envelope: Envelope, *, presettled: bool, confirm: bool
+    ) -> None:
+        pending = Pending(address.name, envelope, envelope.message_id, presettled=presettled)
+        await self.open_peer(address).transmit(pending)
+        if confirm and not presettled:
+            await pending.done.wait()
+            error = pending.error()
+            if error is not None:
+                raise error
+
+    async def request(self, address: Address, envelope: Envelope, timeout: float) -> Envelope:
+        peer = self.open_peer(address)
+        done = trio.Event()
+        replies: list[Envelope] = []
+        failures: list[Pending] = []
+
+        def take(reply: Envelope) -> None:
+            replies.append(reply)
+            done.set()
+
+        def on_outcome(outcome: Outcome) -> None:
+            if outcome.state != "accepted":
+                failures.append(pending)
+                done.set()
+
+        pending = Pending(address.name, envelope, envelope.message_id, on_outcome=on_outcome)
+        self.expect(envelope.message_id, take, peer=peer.name)
+        try:
+            with trio.fail_after(timeout):
+                await peer.transmit(pending)
+                await done.wait()
+        except trio.TooSlowError:
+            timed_out = True
+        else:
+            timed_out = False
+        finally:
+            self.unexpect(envelope.message_id)
+        failure = failures[0].outcome if failures else None
+        if timed_out or (failure is not None and failure.condition == EXPIRED):
+            # The receiver gave up on it at the same deadline: one error either way.
+            raise AskTimeout(
+                f"no reply from {address} to {envelope.subject!r} "
+                f"(message {envelope.message_id}) within {timeout:g} s"
+            )
+        if failures:
+            error = failures[0].error()
+            assert error is not None
+            raise error
+        return replies[0]
+
+    def reply(self, envelope: Envelope, *, quiet: bool = False) -> bool:
+        if self.routes.send(envelope):
+            return True
+        if not quiet:
+            log(
+                "actorctl:reply:dropped",
+                node=self.name,
+                reply_to=envelope.to,
+                correlation_id=envelope.correlation_id,
+                reason="no route to the caller (it disconnected or never attached a reply link)",
+            )
+        return False
+
+    def expect(self, correlation_id: str, take: Taker, *, peer: str | None = None) -> None:
+        """Have ``take`` receive the reply documents that carry ``correlation_id``
+        (until :meth:`unexpect`); with ``peer`` (``host:port``), only those that
+        come back from that peer."""
+        self._waiting[correlation_id] = _Waiter(take, peer)
+
+    def unexpect(self, correlation_id: str) -> None:
+        """Stop taking replies for ``correlation_id``; later ones are logged as late."""
+        self._waiting.pop(correlation_id, None)
+
+    # -- peers -----------------------------------------------------------------------
+
+    def open_peer(self, address: Address) -> Peer:
+        """The connection to the node at ``address``: started (in the node's
+        nursery) the first time, reused after."""
+        peer = self._peers.get(address.endpoint)
+        if peer is None:
+            if self._nursery is None:
+                raise ConfigError(f"node {self.name!r} is not running: use open_node()")
+            peer = Peer(address.host, address.port, self.settings, self._engines, self._on_reply)
+            self._peers[address.endpoint] = peer
+            self._nursery.start_soon(peer.run)
+        return peer
+
+    def _on_reply(self, envelope: Envelope, peer: str) -> None:
+        """A reply document came back on the reply link of the connection to ``peer``."""
+        waiter = self._waiting.get(envelope.correlation_id or "")
+        if waiter is not None and waiter.peer is not None and waiter.peer != peer:
+            log(
+                "actorctl:reply:wrong-peer",
+                node=self.name,
+                correlation_id=envelope.correlation_id,
+                message_id=envelope.message_id,
+                peer=peer,
+                expected=waiter.peer,
+            )
+            return
+        if waiter is None:
+            log(
+                "actorctl:reply:late",
+                node=self.name,
+                correlation_id=envelope.correlation_id,
+                message_id=envelope.message_id,
+            )
+            return
+        waiter.take(envelope)
