@@ -3,19 +3,25 @@
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar, Protocol
 
 from .._errors import ActorctlError
 from ._address import Address
 from ._handlers import Behaviour
-from ._ref import ActorRef
+from ._ref import ActorRef, Outbox
 
-if TYPE_CHECKING:
-    from ._cell import ActorCell
-
-__all__ = ["Actor"]
+__all__ = ["Actor", "ActorHost"]
 
 _CAMEL = re.compile(r"(?<!^)(?=[A-Z])")
+
+
+class ActorHost(Protocol):
+    """What hosts a running actor (its cell, made by the node): the actor reads
+    its address and outbox there and switches its behaviour there."""
+
+    address: Address
+    outbox: Outbox
+    behaviour: Behaviour
 
 
 class Actor(Behaviour):
@@ -49,7 +55,7 @@ class Actor(Behaviour):
     #: Whether it takes document messages (results): data sinks do.
     takes_documents: ClassVar[bool] = False
 
-    _cell: ActorCell | None = None
+    _cell: ActorHost | None = None
 
     @classmethod
     def default_name(cls) -> str:
@@ -86,7 +92,7 @@ class Actor(Behaviour):
             address = Address.parse(address)
         return ActorRef(address, self._require_cell().outbox)
 
-    def _require_cell(self) -> ActorCell:
+    def _require_cell(self) -> ActorHost:
         if self._cell is None:
             raise ActorctlError(
                 f"actor {type(self).__name__} is not running: host it on a node first"

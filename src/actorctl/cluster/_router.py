@@ -102,7 +102,7 @@ class Router(Actor):
                 reasons.append(reason)
                 log(
                     "actorctl:router:rerouted",
-                    router=self._require_cell().name,
+                    router=self.address.name,
                     message_id=envelope.message_id,
                     reason=reason,
                 )

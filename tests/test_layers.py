@@ -1,0 +1,119 @@
+"""The layer order of docs/architecture.md, checked on the source itself.
+
+cli -> tasks -> cluster -> supervision -> actors -> mailbox: a layer imports
+only the layers below it, the runtime (mailbox to cluster) never imports the
+task layer, and no module imports another that imports it back (imports made
+only for type checking count too: they are a cycle a reader has to untangle).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import actorctl
+
+SRC = Path(actorctl.__file__).parent
+LAYERS = ["mailbox", "actors", "supervision", "cluster", "tasks", "cli"]
+RUNTIME = {"mailbox", "actors", "supervision", "cluster"}
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(SRC.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _imports(path: Path) -> set[str]:
+    """Every actorctl module ``path`` imports, resolved to module names."""
+    module = _module_name(path)
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.startswith("actorctl"))
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if not target.startswith("actorctl"):
+                continue
+            for alias in node.names:
+                # `from . import _raw` imports a module; `from ._x import Y` a name.
+                candidate = f"{target}.{alias.name}"
+                found.add(candidate if candidate in MODULES else target)
+    return {name for name in found if name in MODULES}
+
+
+MODULES = {_module_name(p): p for p in SRC.rglob("*.py")}
+GRAPH = {name: _imports(path) for name, path in MODULES.items()}
+
+
+def _layer(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[1] in LAYERS else None
+
+
+def test_the_runtime_never_imports_the_task_layer() -> None:
+    wrong = sorted(
+        f"{module} imports {target}"
+        for module, targets in GRAPH.items()
+        if _layer(module) in RUNTIME
+        for target in targets
+        if _layer(target) == "tasks"
+    )
+    assert wrong == []
+
+
+def test_no_layer_imports_a_layer_above_it() -> None:
+    wrong = []
+    for module, targets in GRAPH.items():
+        mine = _layer(module)
+        if mine is None:
+            continue
+        for target in targets:
+            theirs = _layer(target)
+            if theirs is not None and LAYERS.index(theirs) > LAYERS.index(mine):
+                wrong.append(f"{module} ({mine}) imports {target} ({theirs})")
+    assert sorted(wrong) == []
+
+
+def test_no_module_imports_one_that_imports_it_back() -> None:
+    # Package __init__ files re-export their package's modules: an edge into a
+    # package's own __init__ from inside it is the re-export, not a cycle.
+    def edges(module: str) -> set[str]:
+        return {t for t in GRAPH[module] if not (module.startswith(t + ".") and t != "actorctl")}
+
+    cycles: set[tuple[str, ...]] = set()
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(module: str) -> None:
+        state[module] = 1
+        stack.append(module)
+        for target in sorted(edges(module)):
+            if state.get(target) == 1:
+                cycle = stack[stack.index(target) :]
+                turn = cycle.index(min(cycle))
+                cycles.add(tuple(cycle[turn:] + cycle[:turn]))
+            elif target not in state:
+                visit(target)
+        stack.pop()
+        state[module] = 2
+
+    for module in sorted(GRAPH):
+        if module not in state:
+            visit(module)
+    assert sorted(" -> ".join(c) for c in cycles) == []
+
+
+def test_the_checks_see_real_imports() -> None:
+    # A guard on the checker itself: it must find the imports that do exist.
+    assert "actorctl.mailbox._envelope" in GRAPH["actorctl.cluster._peer"] or any(
+        t.startswith("actorctl.mailbox") for t in GRAPH["actorctl.cluster._peer"]
+    )
+    assert "actorctl.cluster._raw" in GRAPH["actorctl.cluster._peer"]
