@@ -19,11 +19,16 @@ from .._errors import WireFormatError
 from .._log import log
 from ..mailbox import (
     ACCEPTED,
+    BAD_ARGUMENTS,
+    BAD_KIND,
+    DECODE_ERROR,
+    EXPIRED,
     KIND_COMMAND,
     KIND_DOCUMENT,
     RELEASED,
     STATUS_ERROR,
     STATUS_OK,
+    UNKNOWN_HANDLER,
     Envelope,
     Inbound,
     Mailbox,
@@ -37,12 +42,6 @@ from ._ref import Outbox, to_wire
 
 __all__ = ["ActorCell"]
 
-# Error conditions for the rejections an actor makes (docs/protocol.md lists them).
-UNKNOWN_HANDLER = "actorctl:unknown-handler"
-BAD_ARGUMENTS = "actorctl:bad-arguments"
-DECODE_ERROR = "actorctl:decode-error"
-EXPIRED = "actorctl:expired"
-BAD_KIND = "actorctl:bad-kind"
 _YIELD_EVERY = 16
 
 

@@ -20,7 +20,11 @@ from .._errors import WireFormatError
 from .._log import log
 from ..actors import ActorCell
 from ..mailbox import (
+    DECODE_ERROR,
+    NOT_FOUND,
+    OVER_CREDIT,
     SESSION_ADDRESS,
+    STOPPING,
     AuthError,
     Outcome,
     Sections,
@@ -48,10 +52,6 @@ _settle_delivery = lib.pn_delivery_settle
 _link_credit = lib.pn_link_credit
 _link_flow = lib.pn_link_flow
 
-NOT_FOUND: Final = "amqp:not-found"
-DECODE_ERROR: Final = "actorctl:decode-error"
-OVER_CREDIT: Final = "amqp:link:transfer-limit-exceeded"
-STOPPING: Final = "actorctl:actor-stopping"
 REPLY_PREFIX: Final = "$reply/"
 _SESSION_CREDIT: Final = 4
 

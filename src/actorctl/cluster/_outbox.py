@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
-from typing import Final, final
+from typing import final
 
 import trio
 from proton import Link
@@ -30,13 +30,12 @@ from proton import Link
 from .._errors import AskTimeout, ConfigError
 from .._log import log
 from ..actors import Address
-from ..mailbox import Envelope, Outcome, encode
+from ..mailbox import EXPIRED, Envelope, Outcome, encode
 from ._engine import Engine, EngineSet
 from ._peer import Peer, PeerSettings, Pending
 
-__all__ = ["EXPIRED", "NodeOutbox", "ReplyRoutes"]
+__all__ = ["NodeOutbox", "ReplyRoutes"]
 
-EXPIRED: Final = "actorctl:expired"
 
 #: Takes the reply documents of one correlation id.
 Taker = Callable[[Envelope], None]

@@ -24,6 +24,7 @@ from .._errors import ActorctlError, Modified, Rejected, UnknownActor
 from .._log import log
 from ..mailbox import (
     ACCEPTED,
+    NOT_FOUND,
     SESSION_ADDRESS,
     SESSION_SUBJECT,
     Envelope,
@@ -45,7 +46,6 @@ _BACKOFF_FIRST: Final = 0.05
 _BACKOFF_MAX: Final = 2.0
 _REPLY_CREDIT: Final = 1000
 _YIELD_EVERY: Final = 16
-NOT_FOUND: Final = "amqp:not-found"
 ACCEPTED_STATE: Final = raw.ACCEPTED
 MODIFIED: Final = raw.MODIFIED
 _STATES: Final[dict[int, str]] = {

@@ -13,7 +13,7 @@ node.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, ClassVar, Final
+from typing import Any, ClassVar
 
 import attrs
 import trio
@@ -29,12 +29,18 @@ from .._errors import (
 )
 from .._log import log
 from ..actors import Actor, Address
-from ..mailbox import ACCEPTED, KIND_COMMAND, STATUS_ERROR, STATUS_OK, Envelope, Outcome
+from ..mailbox import (
+    ACCEPTED,
+    DECODE_ERROR,
+    KIND_COMMAND,
+    NO_INSTANCE,
+    STATUS_ERROR,
+    STATUS_OK,
+    Envelope,
+    Outcome,
+)
 
 __all__ = ["Router"]
-
-NO_INSTANCE: Final = "actorctl:no-instance"
-DECODE_ERROR: Final = "actorctl:decode-error"
 
 
 class Router(Actor):

@@ -5,6 +5,22 @@ This layer imports nothing else from actorctl except the error root.
 
 from ._amqp import Sections as Sections
 from ._amqp import read_message as read_message
+from ._conditions import BAD_ARGUMENTS as BAD_ARGUMENTS
+from ._conditions import BAD_KIND as BAD_KIND
+from ._conditions import BAD_SESSION as BAD_SESSION
+from ._conditions import BAD_SIGNATURE as BAD_SIGNATURE
+from ._conditions import DECODE_ERROR as DECODE_ERROR
+from ._conditions import EXPIRED as EXPIRED
+from ._conditions import NO_INSTANCE as NO_INSTANCE
+from ._conditions import NOT_FOUND as NOT_FOUND
+from ._conditions import OVER_CREDIT as OVER_CREDIT
+from ._conditions import REPLAY as REPLAY
+from ._conditions import STALE as STALE
+from ._conditions import STOPPING as STOPPING
+from ._conditions import UNAUTHENTICATED as UNAUTHENTICATED
+from ._conditions import UNKNOWN_HANDLER as UNKNOWN_HANDLER
+from ._conditions import UNKNOWN_KEY as UNKNOWN_KEY
+from ._conditions import UNKNOWN_SESSION as UNKNOWN_SESSION
 from ._envelope import (
     CONTENT_TYPE_JSON as CONTENT_TYPE_JSON,
 )

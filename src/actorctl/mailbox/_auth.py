@@ -16,6 +16,15 @@ from json.encoder import encode_basestring
 from typing import Final
 
 from .._errors import ActorctlError, WireFormatError
+from ._conditions import (
+    BAD_SESSION,
+    BAD_SIGNATURE,
+    REPLAY,
+    STALE,
+    UNAUTHENTICATED,
+    UNKNOWN_KEY,
+    UNKNOWN_SESSION,
+)
 
 __all__ = [
     "BAD_SESSION",
@@ -37,14 +46,6 @@ __all__ = [
     "canonical_bytes",
 ]
 
-# AMQP error conditions, one per reason a message is refused (docs/protocol.md §11.7).
-UNAUTHENTICATED: Final = "actorctl:unauthenticated"
-UNKNOWN_KEY: Final = "actorctl:unknown-key"
-UNKNOWN_SESSION: Final = "actorctl:unknown-session"
-BAD_SIGNATURE: Final = "actorctl:bad-signature"
-STALE: Final = "actorctl:stale"
-REPLAY: Final = "actorctl:replay"
-BAD_SESSION: Final = "actorctl:bad-session"
 
 # The signature application properties and the two forms.
 SIG_ALG: Final = "sig_alg"

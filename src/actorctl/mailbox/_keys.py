@@ -23,7 +23,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
 )
 
 from .._errors import ConfigError
-from ._auth import BAD_SIGNATURE, AuthError
+from ._auth import AuthError
+from ._conditions import BAD_SIGNATURE
 
 __all__ = ["IdentityKey", "Keyring", "PublicKey", "key_id"]
 

@@ -24,23 +24,23 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, NamedTuple, final
 
-from ._auth import BAD_SESSION as BAD_SESSION
-from ._auth import BAD_SIGNATURE as BAD_SIGNATURE
 from ._auth import ED25519 as ED25519
 from ._auth import HMAC_SHA256 as HMAC_SHA256
 from ._auth import PREFIX as PREFIX
-from ._auth import REPLAY as REPLAY
 from ._auth import SESSION_ADDRESS as SESSION_ADDRESS
 from ._auth import SESSION_SUBJECT as SESSION_SUBJECT
 from ._auth import SIG as SIG
 from ._auth import SIG_ALG as SIG_ALG
 from ._auth import SIG_KEY as SIG_KEY
-from ._auth import STALE as STALE
-from ._auth import UNAUTHENTICATED as UNAUTHENTICATED
-from ._auth import UNKNOWN_KEY as UNKNOWN_KEY
-from ._auth import UNKNOWN_SESSION as UNKNOWN_SESSION
 from ._auth import AuthError as AuthError
 from ._auth import canonical_bytes as canonical_bytes
+from ._conditions import BAD_SESSION as BAD_SESSION
+from ._conditions import BAD_SIGNATURE as BAD_SIGNATURE
+from ._conditions import REPLAY as REPLAY
+from ._conditions import STALE as STALE
+from ._conditions import UNAUTHENTICATED as UNAUTHENTICATED
+from ._conditions import UNKNOWN_KEY as UNKNOWN_KEY
+from ._conditions import UNKNOWN_SESSION as UNKNOWN_SESSION
 from ._keys import IdentityKey as IdentityKey
 from ._keys import Keyring as Keyring
 from ._keys import PublicKey as PublicKey

@@ -1,0 +1,52 @@
+"""Every error condition actorctl puts on a refused message, defined once.
+
+A receiver settles a message it will not run ``rejected`` (bad input, never
+retried) or ``modified`` (not here: the sender may send it elsewhere) with one
+of these AMQP condition names; docs/protocol.md lists what each means and what
+the sender should do about it.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+__all__ = [
+    "BAD_ARGUMENTS",
+    "BAD_KIND",
+    "BAD_SESSION",
+    "BAD_SIGNATURE",
+    "DECODE_ERROR",
+    "EXPIRED",
+    "NOT_FOUND",
+    "NO_INSTANCE",
+    "OVER_CREDIT",
+    "REPLAY",
+    "STALE",
+    "STOPPING",
+    "UNAUTHENTICATED",
+    "UNKNOWN_HANDLER",
+    "UNKNOWN_KEY",
+    "UNKNOWN_SESSION",
+]
+
+# AMQP's own.
+NOT_FOUND: Final = "amqp:not-found"
+OVER_CREDIT: Final = "amqp:link:transfer-limit-exceeded"
+
+# Authentication (docs/protocol.md §11.7): one per reason a message is refused.
+UNAUTHENTICATED: Final = "actorctl:unauthenticated"
+UNKNOWN_KEY: Final = "actorctl:unknown-key"
+UNKNOWN_SESSION: Final = "actorctl:unknown-session"
+BAD_SIGNATURE: Final = "actorctl:bad-signature"
+STALE: Final = "actorctl:stale"
+REPLAY: Final = "actorctl:replay"
+BAD_SESSION: Final = "actorctl:bad-session"
+
+# What an actor (or the node in front of it) refuses.
+DECODE_ERROR: Final = "actorctl:decode-error"
+UNKNOWN_HANDLER: Final = "actorctl:unknown-handler"
+BAD_ARGUMENTS: Final = "actorctl:bad-arguments"
+BAD_KIND: Final = "actorctl:bad-kind"
+EXPIRED: Final = "actorctl:expired"
+STOPPING: Final = "actorctl:actor-stopping"
+NO_INSTANCE: Final = "actorctl:no-instance"
