@@ -10,7 +10,7 @@ with ``credit`` and ``flow(n)`` (a proton ``Receiver`` wrapped by the node).
 
 from __future__ import annotations
 
-import itertools
+from collections import deque
 from collections.abc import Callable
 from typing import Final, Literal, Protocol, final
 
@@ -114,6 +114,7 @@ class MailboxStatistics:
         received: messages it has taken in since it was made.
         links: incoming links that feed it.
         credit: credit granted to those links and not yet used.
+        queued: messages waiting to be handled (depth less those being handled).
     """
 
     capacity: int
@@ -122,29 +123,55 @@ class MailboxStatistics:
     received: int
     links: int
     credit: int
+    queued: int = 0
+
+
+_EMPTY: Final[tuple[()]] = ()
 
 
 @final
 class Mailbox:
-    """A bounded inbox tied to link credit."""
+    """A bounded inbox tied to link credit.
+
+    An idle mailbox is small (a node may host 100,000 idle actors): its queue,
+    its links and the event a waiting receiver parks on are made when first
+    needed. One task receives from it (the actor's).
+    """
+
+    __slots__ = (
+        "_arrived",
+        "_closed",
+        "_grants",
+        "_last_grant",
+        "_links",
+        "_max_unsettled",
+        "_queue",
+        "_received",
+        "_unsettled",
+        "capacity",
+    )
 
     def __init__(self, capacity: int) -> None:
         if capacity < 1:
             raise ValueError(f"mailbox capacity must be at least 1, got {capacity}")
         self.capacity = capacity
-        self._send, self._receive = trio.open_memory_channel[Inbound](capacity)
-        self._links: list[CreditLink] = []
+        self._queue: deque[Inbound] | None = None
+        self._arrived: trio.Event | None = None  # set when a waiting receiver may go on
+        self._closed = False
+        self._links: list[CreditLink] | tuple[()] = _EMPTY
         self._unsettled = 0
         self._max_unsettled = 0
         self._received = 0
-        self._batch = max(1, capacity // 2)
-        self._grants = itertools.count()
-        self._last_grant: dict[CreditLink, int] = {}
+        self._last_grant: dict[CreditLink, int] | None = None
+        self._grants = 0  # how many grants were made: orders _last_grant
 
     # -- the node's side -------------------------------------------------------
 
     def attach(self, link: CreditLink) -> None:
         """Feed this mailbox from a new link and grant it what credit is free."""
+        if not self._links:
+            self._links = []
+        assert isinstance(self._links, list)
         self._links.append(link)
         self._replenish(force=True)
         if len(self._links) > 1:
@@ -153,8 +180,10 @@ class Mailbox:
     def detach(self, link: CreditLink) -> None:
         """Stop granting credit to a link (it closed)."""
         if link in self._links:
+            assert isinstance(self._links, list)
             self._links.remove(link)
-            self._last_grant.pop(link, None)
+            if self._last_grant is not None:
+                self._last_grant.pop(link, None)
             self._replenish(force=True)
 
     def put_nowait(
@@ -166,10 +195,19 @@ class Mailbox:
             trio.WouldBlock: the mailbox is full (the sender ignored its credit).
             trio.ClosedResourceError: the mailbox is closed.
         """
+        if self._closed:
+            raise trio.ClosedResourceError("the mailbox is closed")
         if self._unsettled >= self.capacity:
             raise trio.WouldBlock
         inbound = Inbound(envelope, on_settle, self)
-        self._send.send_nowait(inbound)
+        queue = self._queue
+        if queue is None:
+            queue = self._queue = deque()
+        queue.append(inbound)
+        arrived = self._arrived
+        if arrived is not None:
+            self._arrived = None
+            arrived.set()
         self._unsettled += 1
         self._received += 1
         if self._unsettled > self._max_unsettled:
@@ -178,24 +216,43 @@ class Mailbox:
 
     def close(self) -> list[Inbound]:
         """Stop taking messages; return those that were queued and never handled."""
-        self._send.close()
-        left = []
-        while True:
-            try:
-                left.append(self._receive.receive_nowait())
-            except (trio.WouldBlock, trio.EndOfChannel):
-                return left
+        self._closed = True
+        arrived = self._arrived
+        if arrived is not None:
+            self._arrived = None
+            arrived.set()  # a waiting receiver sees the end
+        queue, self._queue = self._queue, None
+        return list(queue) if queue else []
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
     # -- the actor's side ------------------------------------------------------
 
     def receive_nowait(self) -> Inbound:
         """The next message if one is queued. Raises ``trio.WouldBlock`` if none is,
         ``trio.EndOfChannel`` once closed."""
-        return self._receive.receive_nowait()
+        queue = self._queue
+        if queue:
+            return queue.popleft()
+        if self._closed:
+            raise trio.EndOfChannel
+        raise trio.WouldBlock
 
     async def receive(self) -> Inbound:
         """Wait for the next message. Raises ``trio.EndOfChannel`` once closed."""
-        return await self._receive.receive()
+        await trio.lowlevel.checkpoint()
+        while True:
+            queue = self._queue
+            if queue:
+                return queue.popleft()
+            if self._closed:
+                raise trio.EndOfChannel
+            arrived = self._arrived
+            if arrived is None:
+                arrived = self._arrived = trio.Event()
+            await arrived.wait()
 
     def statistics(self) -> MailboxStatistics:
         return MailboxStatistics(
@@ -205,6 +262,7 @@ class Mailbox:
             received=self._received,
             links=len(self._links),
             credit=sum(max(0, link.credit) for link in self._links),
+            queued=len(self._queue) if self._queue else 0,
         )
 
     # -- credit ---------------------------------------------------------------
@@ -230,7 +288,7 @@ class Mailbox:
         # Top credit up in batches, not one flow frame per settled message, unless
         # a link has no credit left (then its sender is waiting on us).
         if len(links) == 1:
-            if force or free >= self._batch or granted <= 0:
+            if force or free >= max(1, self.capacity // 2) or granted <= 0:
                 links[0].flow(free)
             return
         # Several links: none is granted more than its share, and each is topped
@@ -240,13 +298,16 @@ class Mailbox:
         share = max(1, self.capacity // len(links))
         low = max(1, share // 2)
         last = self._last_grant
+        if last is None:
+            last = self._last_grant = {}
         for link in sorted(links, key=lambda item: (item.credit, last.get(item, -1))):
             if not force and link.credit >= low:
                 continue
             give = min(free, share - max(0, link.credit))
             if give > 0:
                 link.flow(give)
-                last[link] = next(self._grants)
+                self._grants += 1
+                last[link] = self._grants
                 free -= give
                 if free <= 0:
                     return
