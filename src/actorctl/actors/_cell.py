@@ -61,7 +61,7 @@ class ActorCell:
         if concurrency < 1:
             raise ValueError(f"{type(actor).__name__}.concurrency must be at least 1")
         self._concurrency = concurrency
-        self._threads = trio.CapacityLimiter(concurrency)
+        self._threads: trio.CapacityLimiter | None = None  # made by the first thread
         self._taken = itertools.count(1)
         self._inflight: set[Inbound] = set()
         self._seen = SeenWindow(type(actor).dedup_count, type(actor).dedup_seconds)
@@ -251,7 +251,10 @@ class ActorCell:
         # abandon_on_cancel: a thread cannot be interrupted; at the stop deadline
         # the node stops waiting for it and never settles the message, so its
         # sender sends it again (at-least-once).
-        return await trio.to_thread.run_sync(call, limiter=self._threads, abandon_on_cancel=True)
+        threads = self._threads
+        if threads is None:
+            threads = self._threads = trio.CapacityLimiter(self._concurrency)
+        return await trio.to_thread.run_sync(call, limiter=threads, abandon_on_cancel=True)
 
     def _reply(self, request: Envelope, status: str, body: Any) -> None:
         if request.reply_to is None or request.kind != KIND_COMMAND:
