@@ -16,32 +16,16 @@ from json.encoder import encode_basestring
 from typing import Final
 
 from .._errors import ActorctlError, WireFormatError
-from ._conditions import (
-    BAD_SESSION,
-    BAD_SIGNATURE,
-    REPLAY,
-    STALE,
-    UNAUTHENTICATED,
-    UNKNOWN_KEY,
-    UNKNOWN_SESSION,
-)
 
 __all__ = [
-    "BAD_SESSION",
-    "BAD_SIGNATURE",
     "ED25519",
     "HMAC_SHA256",
     "PREFIX",
-    "REPLAY",
     "SESSION_ADDRESS",
     "SESSION_SUBJECT",
     "SIG",
     "SIG_ALG",
     "SIG_KEY",
-    "STALE",
-    "UNAUTHENTICATED",
-    "UNKNOWN_KEY",
-    "UNKNOWN_SESSION",
     "AuthError",
     "canonical_bytes",
 ]
