@@ -140,6 +140,7 @@ class Mailbox:
         self._batch = max(1, capacity // 2)
         self._grants = itertools.count()
         self._last_grant: dict[CreditLink, int] = {}
+        self._closed = False
 
     # -- the node's side -------------------------------------------------------
 
@@ -178,6 +179,7 @@ class Mailbox:
 
     def close(self) -> list[Inbound]:
         """Stop taking messages; return those that were queued and never handled."""
+        self._closed = True
         self._send.close()
         left = []
         while True:
@@ -185,6 +187,19 @@ class Mailbox:
                 left.append(self._receive.receive_nowait())
             except (trio.WouldBlock, trio.EndOfChannel):
                 return left
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def reopen(self) -> None:
+        """Take messages again after :meth:`close`: a stopped actor that its
+        supervisor starts again keeps its mailbox, and the links feeding it."""
+        if not self._closed:
+            return
+        self._closed = False
+        self._send, self._receive = trio.open_memory_channel[Inbound](self.capacity)
+        self._replenish(force=True)
 
     # -- the actor's side ------------------------------------------------------
 
