@@ -151,11 +151,21 @@ class _OutLink:
 class Peer(EngineHandler):
     """The connection from this node to one other node."""
 
-    def __init__(self, node: Node, host: str, port: int) -> None:
+    def __init__(
+        self,
+        node: Node,
+        host: str,
+        port: int,
+        *,
+        on_state: Callable[[str, bool], None] | None = None,
+    ) -> None:
         self.node = node
         self.host = host
         self.port = port
         self.name = f"{host}:{port}"
+        # Told ("host:port", True) when a connection is ready for senders, and
+        # ("host:port", False) when it closes: node-loss detection for monitors.
+        self._on_state = on_state
         self.reply_address = f"$reply/{node.node_id}"
         self.engine: Engine | None = None
         self._ready = trio.Event()
@@ -314,6 +324,8 @@ class Peer(EngineHandler):
             if sessions:
                 await self._open_session(engine, identity)
         self._ready.set()
+        if self._on_state is not None:
+            self._on_state(self.name, True)
         again, self._resend = self._resend, []
         if again:
             log("actorctl:peer:resending", peer=self.name, deliveries=len(again))
@@ -466,6 +478,8 @@ class Peer(EngineHandler):
         if self.engine is engine:
             self._ready = trio.Event()
             self._linked = trio.Event()
+            if self._on_state is not None:
+                self._on_state(self.name, False)
         for path, out in list(self._links.items()):
             if out.engine is engine:
                 del self._links[path]
