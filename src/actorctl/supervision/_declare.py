@@ -130,6 +130,8 @@ def child_from_table(
     if not isinstance(table, Mapping):
         raise fail(prefix, "a table", table)
     kinds = [kind for kind in ("actor", "process", "supervisor") if kind in table]
+    if not kinds:  # perhaps a misspelt kind: say which key was meant
+        check_keys(table, ACTOR_KEYS | PROCESS_KEYS | NESTED_KEYS, prefix, fail)
     if len(kinds) != 1:
         raise fail(
             prefix,
