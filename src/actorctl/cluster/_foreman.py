@@ -100,7 +100,7 @@ class Foreman(_Runner):
                    "--instances", str(node.instances)]  # fmt: skip
         for name, addresses in config.routes(node):
             command += ["--route", f"{name}={','.join(addresses)}"]
-        if node.pools or node.services:
+        if node.pools or node.services or node.supervisors:
             command += ["--cluster", str(config.path)]
         if config.insecure:
             return [*command, "--insecure"]
@@ -222,6 +222,7 @@ class LocalForeman(_Runner):
         for name, addresses in config.routes(node):
             actors[name] = Router(addresses)
         actors.update(cluster_task_actors(config, node))
+        actors.update((spec.name, spec) for spec in config.supervisor_specs(node))
         security = config.security(node.name)
         async with open_node(node.name, actors, host=node.host, port=node.port, **security) as n:
             self._set(state="running", pid=os.getpid(), address=n.url, actors=sorted(n.cells))
