@@ -14,7 +14,7 @@ from ..supervision._specs import ActorSpec, SupervisorSpec
 from ..supervision._tree import InstanceSpec, TreeLevel
 from ._monitors import NodeMonitors
 
-__all__ = ["NodeHost", "node_root"]
+__all__ = ["Hosted", "NodeHost", "describe_root", "node_root"]
 
 Hosted = Actor | ActorSpec | SupervisorSpec
 
@@ -79,4 +79,10 @@ def node_root(
 def describe_root(node: str, root: TreeLevel | None) -> dict[str, Any]:
     """The node's tree as the ``_node`` agent answers it."""
     children = root.describe() if root is not None else []
-    return {"name": f"{node}/actors", "kind": "supervisor", "children": children}
+    return {
+        "name": f"{node}/actors",
+        "kind": "supervisor",
+        "state": "running" if root is not None else "starting",
+        "restarts": 0,
+        "children": children,
+    }
