@@ -151,12 +151,12 @@ async def test_cluster_up_supervises_nodes_and_restarts_one_killed(
     # And the Controller reports it, from another process
     status = await _actorctl("cluster", "status", str(path))
     assert status.returncode == 0, status.stderr
-    assert b"n2" in status.stdout
-    assert b"calculator:0/100" in status.stdout
-    restarts = [
-        line.split() for line in status.stdout.decode().splitlines() if line.startswith("n2")
-    ]
-    assert restarts[0][5] == "1"
+    # (one tree: Controller -> nodes -> each node's supervisor -> its actors)
+    tree = status.stdout.decode().splitlines()
+    assert tree[0].startswith("controller  cluster 'test'  supervisor  running")
+    [n2] = [line for line in tree if "n2  node" in line]
+    assert "running  restarts 1" in n2
+    assert any("calculator  actor  running  restarts 0  mailbox 0/100" in line for line in tree)
     # And `cluster down` stops the whole cluster
     down = await _actorctl("cluster", "down", str(path))
     assert down.returncode == 0, down.stderr

@@ -31,6 +31,7 @@ from .actors import Signature as Signature
 from .actors import Task as Task
 from .actors import TaskContext as TaskContext
 from .actors import TaskResult as TaskResult
+from .actors import Terminated as Terminated
 from .actors import chain as chain
 from .actors import chord as chord
 from .actors import group as group
@@ -42,16 +43,26 @@ from .cluster import open_node as open_node
 from .mailbox import Envelope as Envelope
 from .mailbox import MailboxStatistics as MailboxStatistics
 from .mailbox import Outcome as Outcome
+from .supervision import ActorSpec as ActorSpec
+from .supervision import ChildError as ChildError
+from .supervision import ProcessExited as ProcessExited
+from .supervision import ProcessSpec as ProcessSpec
+from .supervision import Restart as Restart
+from .supervision import Strategy as Strategy
+from .supervision import SupervisorGaveUp as SupervisorGaveUp
+from .supervision import SupervisorSpec as SupervisorSpec
 
 __all__ = [
     "Actor",
     "ActorRef",
+    "ActorSpec",
     "ActorctlError",
     "Address",
     "App",
     "AskTimeout",
     "AsyncResult",
     "Behaviour",
+    "ChildError",
     "ConfigError",
     "DataSink",
     "DeliveryError",
@@ -63,16 +74,23 @@ __all__ = [
     "Node",
     "Outcome",
     "PeerUnavailable",
+    "ProcessExited",
+    "ProcessSpec",
     "Rejected",
     "RemoteError",
+    "Restart",
     "Retry",
     "Signature",
     "SoftTimeLimitExceeded",
+    "Strategy",
+    "SupervisorGaveUp",
+    "SupervisorSpec",
     "Task",
     "TaskContext",
     "TaskFailed",
     "TaskResult",
     "TaskRevoked",
+    "Terminated",
     "TimeLimitExceeded",
     "TlsFiles",
     "UnknownActor",

@@ -7,6 +7,9 @@ from ._handlers import BadArguments as BadArguments
 from ._handlers import Behaviour as Behaviour
 from ._handlers import converter as converter
 from ._handlers import handler as handler
+from ._monitor import TERMINATED as TERMINATED
+from ._monitor import Monitors as Monitors
+from ._monitor import Terminated as Terminated
 from ._ref import ActorRef as ActorRef
 from ._ref import Outbox as Outbox
 from ._results import AsyncResult as AsyncResult

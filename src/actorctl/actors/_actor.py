@@ -8,6 +8,7 @@ from typing import ClassVar, Protocol
 from .._errors import ActorctlError
 from ._address import Address
 from ._handlers import Behaviour
+from ._monitor import Monitors, Terminated
 from ._ref import ActorRef, Outbox
 
 __all__ = ["Actor", "ActorHost"]
@@ -22,6 +23,12 @@ class ActorHost(Protocol):
     address: Address
     outbox: Outbox
     behaviour: Behaviour
+    #: The node's monitors (None: the node offers none).
+    monitors: Monitors | None
+    #: Addresses this actor watches.
+    watching: set[str]
+
+    def stop(self) -> None: ...
 
 
 class Actor(Behaviour):
@@ -38,6 +45,12 @@ class Actor(Behaviour):
     - ``dedup_count``, ``dedup_seconds``: the idempotent-receiver window. A message
       whose id was handled within the last ``dedup_seconds`` (and among the last
       ``dedup_count``) is answered as the first time and not run again.
+    - ``keeps_state``: when its supervisor starts it again after a crash, the
+      same instance carries on, state and all (Akka's "resume"). By default
+      (False) a restart builds a fresh instance from the actor's spec: its class
+      or factory, called again with the same arguments. An actor handed to a
+      node as an *instance* has no spec to build from: it is started again as
+      it is (give the class, or an ``ActorSpec``, for a fresh start).
 
     Example::
 
@@ -54,6 +67,7 @@ class Actor(Behaviour):
     dedup_seconds: ClassVar[float] = 300.0
     #: Whether it takes document messages (results): data sinks do.
     takes_documents: ClassVar[bool] = False
+    keeps_state: ClassVar[bool] = False
 
     _cell: ActorHost | None = None
 
@@ -68,6 +82,36 @@ class Actor(Behaviour):
 
     async def on_stop(self) -> None:
         """Runs in the actor's task after it took its last message."""
+
+    async def on_terminated(self, terminated: Terminated) -> None:
+        """Runs in the actor's task when an actor it watches is gone (see
+        :meth:`watch`). An exception here crashes the actor."""
+
+    # -- monitors ----------------------------------------------------------------
+
+    async def watch(self, ref: ActorRef) -> None:
+        """Hear (in :meth:`on_terminated`, once) when the actor ``ref`` points to
+        stops for good, or its node is lost; a restart is not an end. The watch
+        is in place when this returns; an actor that does not exist (or a node
+        that cannot be reached) is reported at once as terminated."""
+        cell = self._require_cell()
+        if cell.monitors is None:
+            raise ActorctlError(f"the node hosting {self!r} offers no monitors")
+        cell.watching.add(str(ref.address))
+        await cell.monitors.watch(cell.address, ref.address)
+
+    async def unwatch(self, ref: ActorRef) -> None:
+        """Stop watching; no Terminated for ``ref`` reaches the actor after this."""
+        cell = self._require_cell()
+        cell.watching.discard(str(ref.address))
+        if cell.monitors is not None:
+            await cell.monitors.unwatch(cell.address, ref.address)
+
+    def stop(self) -> None:
+        """Take no more messages and end once those being handled are done: a
+        normal exit (a permanent child is started again; transient and
+        temporary ones are not). Queued messages are released to their senders."""
+        self._require_cell().stop()
 
     # -- behaviour ---------------------------------------------------------------
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import itertools
 import math
+from collections.abc import Callable
 from typing import Any, final
 
 import trio
@@ -37,7 +38,8 @@ from ..mailbox import (
 from ._actor import Actor
 from ._address import Address
 from ._dedup import Handled, SeenWindow
-from ._handlers import BadArguments, Behaviour, HandlerSpec
+from ._handlers import BadArguments, Behaviour, HandlerSpec, converter
+from ._monitor import TERMINATED, Monitors, Terminated
 from ._ref import Outbox, to_wire
 
 __all__ = ["ActorCell"]
@@ -47,14 +49,36 @@ _YIELD_EVERY = 16
 
 @final
 class ActorCell:
-    """Hosts one actor on a node. Only the node makes cells."""
+    """Hosts one actor on a node. Only the node makes cells.
 
-    def __init__(self, actor: Actor, address: Address, outbox: Outbox) -> None:
+    The cell outlives the actor's incarnations: its address, mailbox and links
+    stay while its supervisor starts the actor again. With a ``factory``, each
+    start after the first builds a fresh actor (state reset), unless the actor's
+    class sets ``keeps_state = True``; without one (an actor given as an
+    instance) the same instance is started again, its behaviour reset.
+    """
+
+    def __init__(
+        self,
+        actor: Actor,
+        address: Address,
+        outbox: Outbox,
+        *,
+        factory: Callable[[], Actor] | None = None,
+        monitors: Monitors | None = None,
+    ) -> None:
         if actor._cell is not None:
             raise ValueError(f"{actor!r} is already hosted")
         self.actor = actor
         self.address = address
         self.outbox = outbox
+        self.factory = factory
+        self.monitors = monitors
+        #: "new", "running", "stopped" (ended normally or was stopped), "crashed"
+        self.state = "new"
+        self.starts = 0
+        #: Addresses this actor watches (a Terminated from elsewhere is ignored).
+        self.watching: set[str] = set()
         self.behaviour: Behaviour = actor
         self.mailbox = Mailbox(type(actor).mailbox_capacity)
         concurrency = type(actor).concurrency
@@ -81,10 +105,11 @@ class ActorCell:
         whoever runs it: a supervisor runs it again.
         """
         mailbox = self.mailbox
-        self.actor._cell = self
+        self._incarnate()
         crashed = False
         try:
             await self.actor.on_start()
+            self.state = "running"
             task_status.started()
             if self._concurrency == 1:
                 while (inbound := await self._next()) is not None:
@@ -97,6 +122,7 @@ class ActorCell:
                         nursery.start_soon(self._handle_then_release, inbound, slots)
         except Exception as exc:
             crashed = True
+            self.state = "crashed"
             # What it was handling is released: its sender may send it elsewhere
             # (sent again here, it could crash the actor again).
             log(
@@ -121,6 +147,28 @@ class ActorCell:
                 scope.deadline = trio.current_time() + 5.0
                 await self.actor.on_stop()
             self.actor._cell = None
+            if not crashed:
+                self.state = "stopped"
+
+    def _incarnate(self) -> None:
+        """Before each start: after the first, a fresh actor from the factory
+        (unless its class keeps state), its own behaviour, an open mailbox."""
+        self.starts += 1
+        if self.starts > 1:
+            if self.factory is not None and not type(self.actor).keeps_state:
+                fresh = self.factory()
+                if not isinstance(fresh, Actor):
+                    raise TypeError(f"the factory of {self.name!r} made {fresh!r}, not an Actor")
+                self.actor = fresh
+            self.behaviour = self.actor
+            self.mailbox.reopen()
+        self.actor._cell = self
+
+    def stop(self) -> None:
+        """Take no more messages; the actor ends after those it is handling.
+        Queued messages are released (their senders may send them elsewhere)."""
+        for left in self.mailbox.close():
+            left.settle(RELEASED)
 
     async def _next(self) -> Inbound | None:
         # Take what is queued without yielding (the mailbox is bounded, so this
@@ -192,6 +240,8 @@ class ActorCell:
                 f"actor {self.name!r} takes commands and events; a document "
                 "(a reply) goes to the reply address of the call it answers",
             )
+        if envelope.subject == TERMINATED:
+            return await self._terminated(envelope)
         behaviour = self.behaviour
         spec = behaviour.__actorctl_handlers__.get(envelope.subject)
         if spec is None:
@@ -241,6 +291,20 @@ class ActorCell:
                 ACCEPTED, (STATUS_ERROR, {"type": type(exc).__name__, "message": str(exc)})
             )
         return Handled(ACCEPTED, (STATUS_OK, to_wire(result)))
+
+    async def _terminated(self, envelope: Envelope) -> Handled:
+        """A watched actor is gone: tell the actor once (a crash in its hook is a
+        crash of the actor, as in Akka)."""
+        try:
+            args, _ = envelope.call()
+            terminated = converter.structure(args[0], Terminated)
+        except Exception as exc:  # any malformed body
+            return _refuse(DECODE_ERROR, f"a Terminated message: {exc}")
+        if terminated.address not in self.watching:
+            return Handled(ACCEPTED, None)  # unwatched, or already told
+        self.watching.discard(terminated.address)
+        await self.actor.on_terminated(terminated)
+        return Handled(ACCEPTED, None)
 
     async def _run(
         self, spec: HandlerSpec, behaviour: Behaviour, args: list[Any], kwargs: dict[str, Any]

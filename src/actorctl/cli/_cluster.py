@@ -26,6 +26,7 @@ from ..cluster import (
     run_cluster,
 )
 from ..supervision import ChildFailedToStart, SupervisorGaveUp
+from ._tree import render_tree
 
 __all__ = ["cluster"]
 
@@ -86,10 +87,10 @@ async def _stop_on_signal(
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--timeout", default=10.0, show_default=True, help="Seconds to wait.")
 async def cluster_status(file: Path, timeout: float) -> None:
-    """Print the live cluster FILE names, as its Controller sees it: per node its
-    pid, address, actors, state and restarts, and each actor's mailbox depth."""
-    rows = await _ask_controller(file, "status", timeout)
-    click.echo(_table(rows))
+    """Print the live cluster FILE names as its Controller sees it: one
+    supervision tree, Controller -> nodes -> supervisors -> actors (and boxed
+    processes), each with its state, restarts and (actors) mailbox depth."""
+    click.echo(render_tree(await _ask_controller(file, "tree", timeout)))
 
 
 @cluster.command("down")

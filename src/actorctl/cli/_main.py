@@ -17,8 +17,9 @@ import eliot
 import trio
 
 from .._errors import ActorctlError, ConfigError, DeliveryError, RemoteError
-from ..actors import Address
+from ..actors import Actor, Address
 from ..cluster import Node, Router, cluster_task_actors, hosted_actors, load_cluster, open_node
+from ..supervision import SupervisorSpec
 from ._cluster import cluster
 from ._keys import certs, keys
 from ._options import Security, security_options
@@ -99,6 +100,8 @@ async def node_run(
     _log_to(log_path, sys.stdout)
     try:
         actors = hosted_actors(target, instances)
+        hosted: dict[str, Actor | SupervisorSpec] = {}
+        trees: list[SupervisorSpec] = []
         for route in routes:
             logical, sep, addresses = route.partition("=")
             if not sep or not logical or not addresses:
@@ -109,7 +112,15 @@ async def node_run(
         if cluster_path is not None:
             config = load_cluster(cluster_path)
             actors.update(cluster_task_actors(config, config.node(node_name)))
-        server = Node(node_name, actors, host=host, port=port, **security.node_options(node_name))
+            trees = config.supervisor_specs(config.node(node_name))
+        hosted.update(actors)
+        for tree in trees:
+            if tree.name in hosted:
+                raise ConfigError(
+                    f"supervisor {tree.name!r}: node {node_name!r} has an actor of that name"
+                )
+            hosted[tree.name] = tree
+        server = Node(node_name, hosted, host=host, port=port, **security.node_options(node_name))
     except ConfigError as exc:
         _fail(str(exc))
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:

@@ -11,6 +11,13 @@
     listen = "127.0.0.1:5701"
     actors = "examples.workers:actors"
 
+    [[supervisor]]          # a supervision tree on a node (see docs/supervision.md)
+    name = "pipeline"
+    node = "worker-1"
+    strategy = "rest_for_one"
+      [[supervisor.child]]
+      actor = "examples.workers:WordCounter"
+
 A missing or wrong field is a ``ConfigError`` naming the file, the key and what
 was expected.
 """
@@ -26,7 +33,9 @@ import attrs
 
 from .._errors import ConfigError
 from ..mailbox import Keyring
+from ..supervision import SupervisorSpec
 from ._tls import TlsFiles
+from ._tree_config import check_supervisors, supervisor_specs
 
 __all__ = ["ClusterConfig", "NodeConfig", "load_cluster"]
 
@@ -48,6 +57,7 @@ class NodeConfig:
     routes: tuple[tuple[str, tuple[str, ...]], ...] = ()
     pools: tuple[str, ...] = ()  # task pools whose workers it hosts
     services: bool = False  # hosts the pools' routers, the scheduler, events, chords
+    supervisors: tuple[str, ...] = ()  # the [[supervisor]] trees it hosts, by name
 
     @property
     def listen(self) -> str:
@@ -66,6 +76,15 @@ class ClusterConfig:
     insecure: bool
     controller: tuple[str, int] = ("127.0.0.1", 5700)
     apps: tuple[str, ...] = ()  # MODULE:OBJECT of the task apps
+    supervisor_tables: tuple[Any, ...] = attrs.field(default=(), eq=False)
+
+    def supervisor_specs(self, node: NodeConfig) -> list[SupervisorSpec]:
+        """The supervision trees ``node`` hosts, their actor modules imported.
+
+        Raises:
+            ConfigError: naming the key that is wrong.
+        """
+        return supervisor_specs(self.path, list(self.supervisor_tables), node.name)
 
     def node(self, name: str) -> NodeConfig:
         """The node called ``name``.
@@ -135,6 +154,9 @@ def load_cluster(path: Path | str) -> ClusterConfig:
         raise where.error("node", "at least one [[node]] table", nodes_data)
     nodes = tuple(where.node(i, item) for i, item in enumerate(nodes_data))
     nodes = where.routers(data.get("router", []), nodes)
+    supervisor_tables = data.get("supervisor", [])
+    trees = check_supervisors(path, supervisor_tables, [node.name for node in nodes])
+    nodes = tuple(attrs.evolve(n, supervisors=trees.get(n.name, ())) for n in nodes)
     names = [node.name for node in nodes]
     for duplicate in {n for n in names if names.count(n) > 1}:
         raise ConfigError(f"{path}: node name {duplicate!r} is used twice: names must be unique")
@@ -154,6 +176,7 @@ def load_cluster(path: Path | str) -> ClusterConfig:
         insecure=where.boolean(cluster, "cluster.insecure", default=False),
         controller=where.endpoint(cluster, "cluster.controller", default="127.0.0.1:5700"),
         apps=where.apps(cluster, nodes),
+        supervisor_tables=tuple(supervisor_tables),
     )
 
 

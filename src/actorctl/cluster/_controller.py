@@ -1,9 +1,12 @@
 """The Controller: the root supervisor of a cluster, and an actor with its own
 signed inbox.
 
-It supervises one Foreman per node of the cluster file and serves ``status``
-and ``down`` to ``actorctl cluster status`` / ``cluster down`` from another
-terminal, over the same mutually authenticated, signed links as everything else.
+It supervises one Foreman per node of the cluster file and serves ``tree``,
+``status`` and ``down`` to ``actorctl cluster status`` / ``cluster down`` from
+another terminal, over the same mutually authenticated, signed links as
+everything else. It is the root of the cluster's one supervision tree:
+Controller, then nodes, then each node's supervisors and actors (which each
+node's ``_node`` agent describes).
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ CONTROLLER: Final = "controller"
 
 @final
 class Controller(Actor):
-    """The cluster's own inbox: ``status`` and ``down``."""
+    """The cluster's own inbox: ``tree``, ``status`` and ``down``."""
 
     name = CONTROLLER
 
@@ -66,6 +69,39 @@ class Controller(Actor):
                 }
             )
         return rows
+
+    @handler
+    async def tree(self) -> dict[str, Any]:
+        """The cluster's supervision tree: the Controller, its nodes (state,
+        restarts, pid, address), and in each the node's own tree, asked of its
+        ``_node`` agent (each actor with state, restarts and mailbox depth)."""
+        nodes = []
+        for node in self._config.nodes:
+            state = self._states[node.name]
+            entry: dict[str, Any] = {
+                "name": node.name,
+                "kind": "node",
+                "state": state.state,
+                "restarts": state.restarts,
+                "pid": state.pid,
+                "address": state.address,
+                "children": [],
+            }
+            if state.state == "running" and state.address:
+                try:
+                    ref = self.ref(f"{state.address}/_node").with_options(timeout=2.0)
+                    entry["children"] = [await ref.ask("tree")]
+                except Exception as exc:  # a node that does not answer is reported as such
+                    entry["error"] = str(exc)
+            nodes.append(entry)
+        return {
+            "name": CONTROLLER,
+            "kind": "supervisor",
+            "cluster": self._config.name,
+            "state": "running",
+            "restarts": 0,
+            "children": nodes,
+        }
 
     @handler
     async def down(self) -> str:

@@ -9,9 +9,11 @@ node: SIGTERM, and SIGKILL if it is not gone within trio's grace period.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Callable
@@ -100,7 +102,7 @@ class Foreman(_Runner):
                    "--instances", str(node.instances)]  # fmt: skip
         for name, addresses in config.routes(node):
             command += ["--route", f"{name}={','.join(addresses)}"]
-        if node.pools or node.services:
+        if node.pools or node.services or node.supervisors:
             command += ["--cluster", str(config.path)]
         if config.insecure:
             return [*command, "--insecure"]
@@ -127,6 +129,9 @@ class Foreman(_Runner):
                     check=False,
                     cwd=self.config.root,
                     env=self._environment(),
+                    # Its own process group: what it starts (boxed processes)
+                    # is ended with it if it dies (see _end_group).
+                    start_new_session=True,
                 )
             )
             ready = trio.Event()
@@ -144,6 +149,7 @@ class Foreman(_Runner):
             self._set(state="running", pid=process.pid)
             task_status.started()
             code = await process.wait()
+            _end_group(process.pid)
         reason = f"node {self.node.name} (pid {process.pid}) exited with code {code}"
         self._set(state="dead", reason=reason)
         raise NodeDied(reason)
@@ -222,8 +228,16 @@ class LocalForeman(_Runner):
         for name, addresses in config.routes(node):
             actors[name] = Router(addresses)
         actors.update(cluster_task_actors(config, node))
+        actors.update((spec.name, spec) for spec in config.supervisor_specs(node))
         security = config.security(node.name)
         async with open_node(node.name, actors, host=node.host, port=node.port, **security) as n:
             self._set(state="running", pid=os.getpid(), address=n.url, actors=sorted(n.cells))
             task_status.started()
             await trio.sleep_forever()
+
+
+def _end_group(pid: int) -> None:
+    """A node that died (kill -9, say) could not stop the boxed processes it
+    started, and they would hold its log pipe open: end its process group."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):  # nothing left in it
+        os.killpg(pid, signal.SIGKILL)

@@ -15,12 +15,13 @@ from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, Final, final
 
+import attrs
 import trio
 from proton import SSLDomain
 
 from .._errors import ConfigError
 from .._log import log
-from ..actors import Actor, ActorCell, ActorRef, Address, handler
+from ..actors import Actor, ActorCell, ActorRef, Address
 from ..mailbox import (
     Keyring,
     MailboxStatistics,
@@ -30,16 +31,22 @@ from ..mailbox import (
     Verifier,
 )
 from ..mailbox._signing import DEFAULT_SESSION_LIFETIME, DEFAULT_WINDOW
-from ..supervision import ChildSpec, Restart, Supervisor
+from ..supervision import Restart
+from ..supervision._specs import ActorSpec, SupervisorSpec
+from ..supervision._tree import TreeLevel
+from ._agent import NodeAgent
 from ._engine import Engine, EngineSet
 from ._inbound import InboundHandler
+from ._monitors import NodeMonitors
 from ._outbox import NodeOutbox
 from ._peer import PeerSettings
+from ._supervised import Hosted, NodeHost, describe_root, node_root
 from ._tls import TlsFiles
 
 __all__ = ["Node", "NodeAgent", "open_node"]
 
-ActorSpec = Actor | type[Actor]
+#: What a node hosts: actors (instances or classes), ActorSpecs, SupervisorSpecs.
+Hostable = Actor | type[Actor] | ActorSpec | SupervisorSpec
 DEFAULT_GRACE: Final = 5.0
 
 
@@ -52,8 +59,11 @@ class Node:
 
     Args:
         name: the node's name (its AMQP container id starts with it).
-        actors: actors to host, as instances, classes, or a mapping of name to
-            either; an unnamed actor is reachable under ``Actor.default_name()``.
+        actors: actors to host, as instances, classes, ``ActorSpec`` or
+            ``SupervisorSpec`` (a supervision tree), or a mapping of name to
+            those; an unnamed actor is reachable under ``Actor.default_name()``.
+            An actor given as a class is built afresh when it is restarted; one
+            given as an instance is started again as it is.
         host, port: where to listen; port 0 picks a free port. ``host=None``
             makes a client-only node that listens nowhere.
         idle_timeout: seconds of silence after which a peer is taken for dead.
@@ -75,12 +85,14 @@ class Node:
         actor_restarts: the restart intensity of the node's actors: at most this
             many restarts within this many seconds, or the node fails.
         clock: wall-clock time in seconds since the epoch (for message times).
+        node_lost_after: seconds the connection to a peer node may stay down
+            before actors watching actors there are told they terminated.
     """
 
     def __init__(
         self,
         name: str,
-        actors: Mapping[str, ActorSpec] | Iterable[ActorSpec] = (),
+        actors: Mapping[str, Hostable] | Iterable[Hostable] = (),
         *,
         host: str | None = "127.0.0.1",
         port: int = 0,
@@ -93,6 +105,7 @@ class Node:
         sessions: bool = True,
         actor_restarts: tuple[int, float] = (5, 10.0),
         clock: Callable[[], float] = time.time,
+        node_lost_after: float = 10.0,
     ) -> None:
         self.name = name
         self.node_id = f"{name}-{os.urandom(6).hex()}"
@@ -127,8 +140,6 @@ class Node:
             else None
         )
         self._clock = clock
-        self._actors = _named(actors)
-        self._actors.setdefault(NodeAgent.name or "_node", NodeAgent(self))
         self.cells: dict[str, ActorCell] = {}
         self._nursery: trio.Nursery | None = None
         self._engines = EngineSet()
@@ -148,7 +159,26 @@ class Node:
             stopping=self._stop.is_set,
         )
         #: The one path out of this node.
-        self.outbox = NodeOutbox(name, self.node_id, settings, self._engines, clock)
+        self.outbox = NodeOutbox(
+            name,
+            self.node_id,
+            settings,
+            self._engines,
+            clock,
+            on_peer_state=lambda peer, up: self.monitors.peer_state(peer, up),
+        )
+        self.monitors = NodeMonitors(
+            self.outbox,
+            is_local=lambda address: address.endpoint == (self.host, self.port),
+            alive=lambda name: name in self.cells and self.cells[name].state != "stopped",
+            lost_after=node_lost_after,
+        )
+        self._actors = _named(actors)
+        self._actors.setdefault(
+            NodeAgent.name or "_node",
+            NodeAgent(self.statistics, lambda: describe_root(self.name, self.tree), self.monitors),
+        )
+        self.tree: TreeLevel | None = None
 
     # -- running -------------------------------------------------------------------
 
@@ -160,6 +190,7 @@ class Node:
             listen_scope = trio.CancelScope()
             if self.host is not None:
                 self.port = await nursery.start(self._listen, listen_scope)
+            await nursery.start(self.monitors.run)
             actors_scope = trio.CancelScope()
             actors_done = trio.Event()
             nursery.start_soon(self._run_actors, actors_scope, actors_done)
@@ -237,24 +268,18 @@ class Node:
     async def _run_actors(self, scope: trio.CancelScope, done: trio.Event) -> None:
         try:
             with scope:
-                # Each actor is a supervised child: one that crashes is started
-                # again (transient: one whose mailbox was closed is done).
-                children = []
-                for name, actor in self._actors.items():
-                    address = Address(self.host or "", self.port, name, self.scheme)
-                    cell = ActorCell(actor, address, self.outbox)
-                    self.cells[name] = cell
-                    children.append(ChildSpec(name, cell.run, Restart.TRANSIENT))
-                supervisor = Supervisor(
-                    f"{self.name}/actors",
-                    children,
-                    max_restarts=self.actor_restarts[0],
-                    within=self.actor_restarts[1],
-                    backoff=0.01,
-                    auto_shutdown=True,
+                # The node's supervision tree: each actor a supervised child (one
+                # that crashes is started again), then the trees declared for it.
+                host = NodeHost(
+                    self.cells,
+                    lambda name: Address(self.host or "", self.port, name, self.scheme),
+                    self.outbox,
+                    self.monitors,
+                    self._stop,
                 )
+                self.tree = node_root(self.name, self._actors, host, self.actor_restarts)
                 async with trio.open_nursery() as nursery:
-                    await nursery.start(supervisor.run)
+                    await nursery.start(self.tree.supervisor.run)
                     self._actors_started.set()
         finally:
             done.set()
@@ -308,47 +333,42 @@ class Node:
         return self._client_domains[0]
 
 
-@final
-class NodeAgent(Actor):
-    """Hosted on every node as ``_node``: what the Controller asks a node."""
-
-    name = "_node"
-
-    def __init__(self, node: Node) -> None:
-        self._node = node
-
-    @handler
-    async def statistics(self) -> dict[str, dict[str, int]]:
-        """Mailbox depth, capacity and messages received, per actor."""
-        return {
-            name: {"depth": stats.depth, "capacity": stats.capacity, "received": stats.received}
-            for name, stats in self._node.statistics().items()
-            if name != self.name
-        }
-
-
-def _named(actors: Mapping[str, ActorSpec] | Iterable[ActorSpec]) -> dict[str, Actor]:
-    items: Iterable[tuple[str | None, ActorSpec]] = (
+def _named(actors: Mapping[str, Hostable] | Iterable[Hostable]) -> dict[str, Hosted]:
+    items: Iterable[tuple[str | None, Hostable]] = (
         actors.items() if isinstance(actors, Mapping) else ((None, actor) for actor in actors)
     )
-    named: dict[str, Actor] = {}
+    named: dict[str, Hosted] = {}
     for name, spec in items:
-        actor = spec() if isinstance(spec, type) else spec
-        if not isinstance(actor, Actor):
+        item: Hosted
+        if isinstance(spec, type) and issubclass(spec, Actor):
+            # A class: built afresh at each restart, a transient child as before.
+            item = ActorSpec(spec, name=name or spec.default_name(), restart=Restart.TRANSIENT)
+        elif isinstance(spec, Actor | ActorSpec | SupervisorSpec):
+            item = spec
+        else:
             raise ConfigError(
-                f"{spec!r} is not an actorctl.Actor (subclass Actor and mark handlers)"
+                f"{spec!r} is not an actorctl.Actor (subclass Actor and mark handlers), "
+                "an ActorSpec or a SupervisorSpec"
             )
-        key = name or type(actor).default_name()
+        key = name or _default_name(item)
+        if isinstance(item, ActorSpec | SupervisorSpec) and item.name != key:
+            item = attrs.evolve(item, name=key)
         if key in named:
             raise ConfigError(f"two actors are named {key!r} on one node: give one another name")
-        named[key] = actor
+        named[key] = item
     return named
+
+
+def _default_name(item: Hosted) -> str:
+    if isinstance(item, Actor):
+        return type(item).default_name()
+    return item.child_name if isinstance(item, ActorSpec) else item.name
 
 
 @asynccontextmanager
 async def open_node(
     name: str,
-    actors: Mapping[str, ActorSpec] | Iterable[ActorSpec] = (),
+    actors: Mapping[str, Hostable] | Iterable[Hostable] = (),
     *,
     grace: float = DEFAULT_GRACE,
     **options: Any,

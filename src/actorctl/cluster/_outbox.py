@@ -109,6 +109,9 @@ class NodeOutbox:
         settings: how the node's outgoing connections are made and signed.
         engines: the node's live connections (each peer's joins it).
         clock: wall-clock time in seconds since the epoch (for message times).
+        on_peer_state: told ``("host:port", True)`` when a connection to a peer
+            is ready and ``("host:port", False)`` when it closes (the node's
+            monitors learn of a lost node this way).
     """
 
     def __init__(
@@ -118,8 +121,11 @@ class NodeOutbox:
         settings: PeerSettings,
         engines: EngineSet,
         clock: Callable[[], float],
+        *,
+        on_peer_state: Callable[[str, bool], None] | None = None,
     ) -> None:
         self.name = name
+        self._on_peer_state = on_peer_state
         self.node_id = node_id
         self.settings = settings
         self.routes = ReplyRoutes()
@@ -231,7 +237,14 @@ class NodeOutbox:
         if peer is None:
             if self._nursery is None:
                 raise ConfigError(f"node {self.name!r} is not running: use open_node()")
-            peer = Peer(address.host, address.port, self.settings, self._engines, self._on_reply)
+            peer = Peer(
+                address.host,
+                address.port,
+                self.settings,
+                self._engines,
+                self._on_reply,
+                on_state=self._on_peer_state,
+            )
             self._peers[address.endpoint] = peer
             self._nursery.start_soon(peer.run)
         return peer

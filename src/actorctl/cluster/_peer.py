@@ -183,6 +183,8 @@ class Peer(EngineHandler):
         settings: PeerSettings,
         engines: EngineSet,
         on_reply: Callable[[Envelope, str], None],
+        *,
+        on_state: Callable[[str, bool], None] | None = None,
     ) -> None:
         self.settings = settings
         self.host = host
@@ -191,6 +193,9 @@ class Peer(EngineHandler):
         self.reply_address = f"$reply/{settings.node_id}"
         self._engines = engines
         self._on_reply_document = on_reply
+        # Told ("host:port", True) when a connection is ready for senders, and
+        # ("host:port", False) when it closes: node-loss detection for monitors.
+        self._on_state = on_state
         self.engine: Engine | None = None
         self._ready = trio.Event()
         self._links: dict[str, _OutLink] = {}
@@ -351,6 +356,8 @@ class Peer(EngineHandler):
             if sessions:
                 await self._open_session(engine, identity)
         self._ready.set()
+        if self._on_state is not None:
+            self._on_state(self.name, True)
         again, self._resend = self._resend, []
         if again:
             log("actorctl:peer:resending", peer=self.name, deliveries=len(again))
@@ -504,6 +511,8 @@ class Peer(EngineHandler):
         if self.engine is engine:
             self._ready = trio.Event()
             self._linked = trio.Event()
+            if self._on_state is not None:
+                self._on_state(self.name, False)
         for path, out in list(self._links.items()):
             if out.engine is engine:
                 del self._links[path]

@@ -228,6 +228,14 @@ class Mailbox:
     def closed(self) -> bool:
         return self._closed
 
+    def reopen(self) -> None:
+        """Take messages again after :meth:`close`: a stopped actor that its
+        supervisor starts again keeps its mailbox, and the links feeding it."""
+        if not self._closed:
+            return
+        self._closed = False
+        self._replenish(force=True)
+
     # -- the actor's side ------------------------------------------------------
 
     def receive_nowait(self) -> Inbound:

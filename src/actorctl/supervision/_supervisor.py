@@ -9,104 +9,36 @@ waiting an exponentially growing backoff between restarts. More than
 it stops its children in reverse start order and fails to its own parent with
 :class:`SupervisorGaveUp`. A supervisor's ``run`` is itself a child start
 function, so supervisors nest.
+
+While it runs it answers OTP's requests: :meth:`~Supervisor.which_children`,
+:meth:`~Supervisor.count_children`, :meth:`~Supervisor.start_child`,
+:meth:`~Supervisor.terminate_child`, :meth:`~Supervisor.restart_child` and
+:meth:`~Supervisor.delete_child`.
 """
 
 from __future__ import annotations
 
-import enum
 import math
 from collections import deque
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, final
 
-import attrs
 import trio
 
-from .._errors import ActorctlError
 from .._log import log
+from ._child import (
+    ChildError,
+    ChildFailedToStart,
+    ChildSpec,
+    Restart,
+    Running,
+    Status,
+    Strategy,
+    SupervisorGaveUp,
+    describe,
+)
 
-__all__ = [
-    "ChildFailedToStart",
-    "ChildSpec",
-    "Restart",
-    "Strategy",
-    "Supervisor",
-    "SupervisorGaveUp",
-]
-
-#: How a child is started: an async function that calls ``task_status.started()``
-#: once it is ready (trio's ``nursery.start`` protocol) and runs until it is done.
-StartFn = Callable[..., Awaitable[Any]]
-
-
-class Restart(enum.Enum):
-    """When a child that ended is started again (OTP's restart types)."""
-
-    PERMANENT = "permanent"  #: always
-    TRANSIENT = "transient"  #: only if it failed (raised)
-    TEMPORARY = "temporary"  #: never
-
-
-class Strategy(enum.Enum):
-    """Which children are restarted when one ends (OTP's strategies)."""
-
-    ONE_FOR_ONE = "one_for_one"  #: only that child
-    ONE_FOR_ALL = "one_for_all"  #: all of them
-    REST_FOR_ONE = "rest_for_one"  #: that child and those started after it
-
-
-class ChildFailedToStart(ActorctlError):
-    """A child failed before it said it was ready."""
-
-    def __init__(self, child: str, reason: str) -> None:
-        super().__init__(f"child {child!r} failed to start: {reason}")
-        self.child = child
-        self.reason = reason
-
-
-class SupervisorGaveUp(ActorctlError):
-    """A supervisor restarted its children more often than its intensity allows."""
-
-    def __init__(self, name: str, restarts: int, within: float, last: str) -> None:
-        super().__init__(
-            f"supervisor {name!r} gave up: more than {restarts} restarts within "
-            f"{within:g} s (last: {last})"
-        )
-        self.supervisor = name
-        self.last = last
-
-
-@final
-@attrs.frozen
-class ChildSpec:
-    """One child of a supervisor.
-
-    Attributes:
-        name: unique among the supervisor's children; used in logs.
-        start: ``async def start(*, task_status)``: starts the child, calls
-            ``task_status.started()`` when it is ready, and returns when it is done.
-        restart: when it is started again after it ended.
-
-    A child is stopped by cancelling its scope: its ``finally`` blocks run (shield
-    what must finish), then it is gone.
-    """
-
-    name: str
-    start: StartFn
-    restart: Restart = Restart.PERMANENT
-
-
-@final
-class _Running:
-    """A child while it runs: its scope, and how it ended."""
-
-    __slots__ = ("done", "error", "scope", "spec")
-
-    def __init__(self, spec: ChildSpec) -> None:
-        self.spec = spec
-        self.scope = trio.CancelScope()
-        self.done = trio.Event()
-        self.error: BaseException | None = None
+__all__ = ["Supervisor"]
 
 
 @final
@@ -124,6 +56,10 @@ class Supervisor:
             ``backoff_max``.
         auto_shutdown: return once no child is left running (every one ended
             and was not restarted), instead of waiting to be cancelled.
+        stopping: once set (its node is stopping), a child that ends is not
+            started again, and the supervisor returns when none is left.
+        on_gone: called with a child's name and the reason when it ends for good
+            (it is not started again): monitors hear of it from here.
     """
 
     def __init__(
@@ -137,11 +73,14 @@ class Supervisor:
         backoff: float = 0.1,
         backoff_max: float = 5.0,
         auto_shutdown: bool = False,
+        stopping: trio.Event | None = None,
+        on_gone: Callable[[str, str], None] | None = None,
     ) -> None:
         names = [child.name for child in children]
         if len(set(names)) != len(names):
             raise ValueError(f"supervisor {name!r}: child names must be unique, got {names}")
         self.name = name
+        self._initial = list(children)
         self.children = list(children)
         self.strategy = strategy
         self.max_restarts = max_restarts
@@ -150,9 +89,14 @@ class Supervisor:
         self.backoff_max = backoff_max
         self.auto_shutdown = auto_shutdown
         self.restarts: dict[str, int] = {child.name: 0 for child in children}
-        self._running: dict[str, _Running] = {}
+        #: Each child's state: new, running, restarting, terminated or stopped.
+        self.states: dict[str, str] = {child.name: "new" for child in children}
+        self._stopping = stopping
+        self._on_gone = on_gone
+        self._running: dict[str, Running] = {}
         self._history: deque[float] = deque()
-        self._ended: trio.MemorySendChannel[_Running]
+        self._lock = trio.Lock()  # one change to the children at a time
+        self._ended: trio.MemorySendChannel[Running | None]
         self._nursery: trio.Nursery | None = None
 
     async def run(
@@ -160,10 +104,16 @@ class Supervisor:
     ) -> None:
         """Start every child in order, then supervise them until cancelled.
 
+        Each run starts from the children it was made with (as OTP's ``init``
+        does: children added by :meth:`start_child` are not started again).
+
         Raises:
             SupervisorGaveUp: the restart intensity was exceeded.
         """
-        send, receive = trio.open_memory_channel[_Running](math.inf)
+        self.children = list(self._initial)
+        self.states = {child.name: "new" for child in self.children}
+        self._history.clear()
+        send, receive = trio.open_memory_channel[Running | None](math.inf)
         self._ended = send
         gave_up: SupervisorGaveUp | None = None
         async with trio.open_nursery() as outer:
@@ -171,24 +121,40 @@ class Supervisor:
             # cancellation, so that when it is cancelled it can still stop them
             # one by one, in reverse start order.
             self._nursery = await outer.start(self._host_children)
+            if self._stopping is not None:
+                outer.start_soon(self._wake_when_stopping, self._stopping)
             try:
-                for spec in self.children:
-                    await self._start(spec)
+                async with self._lock:
+                    for spec in self.children:
+                        await self._start(spec)
                 task_status.started(self)
                 async for ended in receive:
                     try:
-                        await self._child_ended(ended)
+                        if ended is not None:
+                            async with self._lock:
+                                await self._child_ended(ended)
                     except SupervisorGaveUp as exc:
                         gave_up = exc
                         break
-                    if self.auto_shutdown and not self._running:
+                    if (self.auto_shutdown or self.stopping) and not self._running:
                         break
             finally:
+                why = "stopped with its supervisor"
+                if gave_up is not None:
+                    why = f"its supervisor gave up ({gave_up.last})"
+                elif self.stopping:
+                    why = "node stopping"
                 with trio.CancelScope(shield=True):
-                    await self._stop_all()
+                    await self._stop_all(why)
                     self._closing.set()
+                self._nursery = None
+                outer.cancel_scope.cancel(reason=f"supervisor {self.name!r} done")
         if gave_up is not None:
             raise gave_up
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping is not None and self._stopping.is_set()
 
     async def _host_children(self, *, task_status: trio.TaskStatus[trio.Nursery]) -> None:
         self._closing = trio.Event()
@@ -197,15 +163,114 @@ class Supervisor:
                 task_status.started(nursery)
                 await self._closing.wait()
 
+    async def _wake_when_stopping(self, stopping: trio.Event) -> None:
+        await stopping.wait()
+        self._ended.send_nowait(None)  # look again: perhaps no child is left
+
+    # -- what OTP's supervisor module offers ------------------------------------------
+
+    def which_children(self) -> list[dict[str, Any]]:
+        """Each child in start order: name, kind, state and restarts."""
+        return [
+            {
+                "name": spec.name,
+                "kind": spec.kind,
+                "state": self.states.get(spec.name, "new"),
+                "restarts": self.restarts.get(spec.name, 0),
+            }
+            for spec in self.children
+        ]
+
+    def count_children(self) -> dict[str, int]:
+        """OTP's counts: specs, active (running), supervisors, workers."""
+        return {
+            "specs": len(self.children),
+            "active": len(self._running),
+            "supervisors": sum(1 for c in self.children if c.kind == "supervisor"),
+            "workers": sum(1 for c in self.children if c.kind != "supervisor"),
+        }
+
+    async def start_child(self, spec: ChildSpec) -> None:
+        """Add ``spec`` as the last child and start it.
+
+        Raises:
+            ChildError: the name is taken, or the supervisor is not running.
+            ChildFailedToStart: it failed before it was ready (it is not added).
+        """
+        async with self._lock:
+            if any(child.name == spec.name for child in self.children):
+                raise ChildError(f"supervisor {self.name!r} already has a child {spec.name!r}")
+            self.children.append(spec)
+            self.restarts.setdefault(spec.name, 0)
+            try:
+                await self._start(spec)
+            except BaseException:
+                self.children.remove(spec)
+                self._running.pop(spec.name, None)
+                self.states.pop(spec.name, None)
+                raise
+
+    async def terminate_child(self, name: str) -> None:
+        """Stop a child and do not start it again; its spec stays (see
+        :meth:`restart_child`, :meth:`delete_child`).
+
+        Raises:
+            ChildError: no child of that name.
+        """
+        async with self._lock:
+            self._spec(name)
+            running = self._running.pop(name, None)
+            if running is not None:
+                await self._stop(running)
+            self.states[name] = "terminated"
+            self._gone(name, f"terminated by supervisor {self.name!r}")
+
+    async def restart_child(self, name: str) -> None:
+        """Start again a child that was terminated (or ended and was not restarted).
+
+        Raises:
+            ChildError: no child of that name, or it is running.
+            ChildFailedToStart: it failed before it was ready.
+        """
+        async with self._lock:
+            spec = self._spec(name)
+            if name in self._running:
+                raise ChildError(f"child {name!r} of {self.name!r} is running: terminate it first")
+            await self._start(spec)
+
+    async def delete_child(self, name: str) -> None:
+        """Forget a child that is not running.
+
+        Raises:
+            ChildError: no child of that name, or it is running.
+        """
+        async with self._lock:
+            spec = self._spec(name)
+            if name in self._running:
+                raise ChildError(f"child {name!r} of {self.name!r} is running: terminate it first")
+            self.children.remove(spec)
+            self.states.pop(name, None)
+
+    def _spec(self, name: str) -> ChildSpec:
+        if self._nursery is None:
+            raise ChildError(f"supervisor {self.name!r} is not running")
+        for spec in self.children:
+            if spec.name == name:
+                return spec
+        known = ", ".join(child.name for child in self.children) or "none"
+        raise ChildError(f"supervisor {self.name!r} has no child {name!r} (it has: {known})")
+
     # -- children --------------------------------------------------------------------
 
     async def _start(self, spec: ChildSpec) -> None:
-        assert self._nursery is not None
-        running = _Running(spec)
+        if self._nursery is None:
+            raise ChildError(f"supervisor {self.name!r} is not running")
+        running = Running(spec)
         self._running[spec.name] = running
         await self._nursery.start(self._child, running)
+        self.states[spec.name] = "running"
 
-    async def _child(self, running: _Running, *, task_status: trio.TaskStatus[None]) -> None:
+    async def _child(self, running: Running, *, task_status: trio.TaskStatus[None]) -> None:
         started = False
 
         def mark_started(value: object = None) -> None:
@@ -213,10 +278,9 @@ class Supervisor:
             started = True
             task_status.started()
 
-        status = _Status(mark_started)
         try:
             with running.scope:
-                await running.spec.start(task_status=status)
+                await running.spec.start(task_status=Status(mark_started))
         except Exception as exc:
             if not started:
                 raise  # it failed to start: the one who started it hears of it
@@ -228,30 +292,40 @@ class Supervisor:
         if not running.scope.cancel_called:
             self._ended.send_nowait(running)
 
-    async def _stop(self, running: _Running) -> None:
+    async def _stop(self, running: Running) -> None:
         """Stop one child: cancel its scope and wait until it is gone."""
         if running.done.is_set():
             return
         running.scope.cancel(reason=f"stopped by supervisor {self.name!r}")
         await running.done.wait()
 
-    async def _stop_all(self) -> None:
+    async def _stop_all(self, why: str) -> None:
         """Stop every child, in reverse start order."""
         for spec in reversed(self.children):
             running = self._running.pop(spec.name, None)
             if running is not None:
                 await self._stop(running)
+                self.states[spec.name] = "stopped"
+                self._gone(spec.name, why)
                 log("actorctl:supervisor:stopped-child", supervisor=self.name, child=spec.name)
+
+    def _gone(self, name: str, reason: str) -> None:
+        if self._on_gone is not None:
+            self._on_gone(name, reason)
 
     # -- policy ---------------------------------------------------------------------
 
-    async def _child_ended(self, ended: _Running) -> None:
+    async def _child_ended(self, ended: Running) -> None:
         spec = ended.spec
         if self._running.get(spec.name) is not ended:
             return  # an incarnation that was already replaced
         failed = ended.error is not None
-        reason = "exited normally" if ended.error is None else _describe(ended.error)
-        if spec.restart is Restart.TEMPORARY or (spec.restart is Restart.TRANSIENT and not failed):
+        reason = "exited normally" if ended.error is None else describe(ended.error)
+        if (
+            spec.restart is Restart.TEMPORARY
+            or (spec.restart is Restart.TRANSIENT and not failed)
+            or self.stopping
+        ):
             log(
                 "actorctl:supervisor:child-ended",
                 supervisor=self.name,
@@ -259,7 +333,44 @@ class Supervisor:
                 reason=reason,
             )
             del self._running[spec.name]
+            self.states[spec.name] = "stopped"
+            self._gone(spec.name, reason)
             return
+        self._check_intensity(spec, reason)
+        group = self._to_restart(spec)
+        for child in group:
+            self.states[child.name] = "restarting"
+        await self._stop_group([child for child in group if child is not spec])
+        del self._running[spec.name]
+        await trio.sleep(min(self.backoff * 2 ** (len(self._history) - 1), self.backoff_max))
+        for restart in group:
+            if restart is not spec and restart.restart is Restart.TEMPORARY:
+                self._running.pop(restart.name, None)  # stopped with the others, not restarted
+                self.states[restart.name] = "stopped"
+                self._gone(restart.name, f"stopped with {spec.name} ({self.strategy.value})")
+                continue
+            self.restarts[restart.name] += 1
+            log(
+                "actorctl:supervisor:restart",
+                supervisor=self.name,
+                child=restart.name,
+                reason=reason
+                if restart is spec
+                else f"{spec.name} {reason} ({self.strategy.value})",
+                count=self.restarts[restart.name],
+            )
+            try:
+                await self._start(restart)
+            except Exception as exc:
+                # It failed to start again: that counts as another failure.
+                again = Running(restart)
+                again.error = exc
+                self._running[restart.name] = again
+                await self._child_ended(again)
+                return
+
+    def _check_intensity(self, spec: ChildSpec, reason: str) -> None:
+        """Count one more restart, or give up if that is more than allowed."""
         now = trio.current_time()
         history = self._history
         while history and now - history[0] > self.within:
@@ -277,37 +388,9 @@ class Supervisor:
                 self.name, self.max_restarts, self.within, f"{spec.name}: {reason}"
             )
         history.append(now)
-        group = self._to_restart(spec)
-        await self._stop_group([child for child in group if child is not spec])
-        del self._running[spec.name]
-        await trio.sleep(min(self.backoff * 2 ** (len(history) - 1), self.backoff_max))
-        for restart in group:
-            if restart is not spec and restart.restart is Restart.TEMPORARY:
-                self._running.pop(restart.name, None)  # stopped with the others, not restarted
-                continue
-            self.restarts[restart.name] += 1
-            log(
-                "actorctl:supervisor:restart",
-                supervisor=self.name,
-                child=restart.name,
-                reason=reason
-                if restart is spec
-                else f"{spec.name} {reason} ({self.strategy.value})",
-                count=self.restarts[restart.name],
-            )
-            try:
-                await self._start(restart)
-            except Exception as exc:
-                # It failed to start again: that counts as another failure.
-                again = _Running(restart)
-                again.error = exc
-                self._running[restart.name] = again
-                await self._child_ended(again)
-                return
 
     def _to_restart(self, spec: ChildSpec) -> list[ChildSpec]:
-        """Stop what the strategy says goes with ``spec``; return what to start again,
-        in start order."""
+        """What the strategy says goes with ``spec``, in start order."""
         if self.strategy is Strategy.ONE_FOR_ONE:
             return [spec]
         index = self.children.index(spec)
@@ -319,21 +402,3 @@ class Supervisor:
             running = self._running.get(child.name)
             if running is not None:
                 await self._stop(running)
-
-
-@final
-class _Status:
-    """The task_status a child's start function gets."""
-
-    def __init__(self, started: Callable[[object], None]) -> None:
-        self._started = started
-
-    def started(self, value: object = None) -> None:
-        self._started(value)
-
-
-def _describe(error: BaseException) -> str:
-    """``Type: message`` of what a child raised, looking inside groups of one."""
-    while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
-        error = error.exceptions[0]
-    return f"{type(error).__name__}: {error}"

@@ -1,0 +1,40 @@
+"""The cluster's supervision tree as ``cluster status`` prints it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["render_tree"]
+
+
+def render_tree(root: dict[str, Any]) -> str:
+    """One line per supervisor, node, actor or process, indented under its
+    parent, each with its state, restarts and what its kind adds."""
+    lines = [_line(root)]
+    _children(root, "", lines)
+    return "\n".join(lines)
+
+
+def _children(parent: dict[str, Any], indent: str, lines: list[str]) -> None:
+    children = parent.get("children") or []
+    for index, child in enumerate(children):
+        last = index == len(children) - 1
+        lines.append(f"{indent}{'└── ' if last else '├── '}{_line(child)}")
+        _children(child, indent + ("    " if last else "│   "), lines)
+
+
+def _line(item: dict[str, Any]) -> str:
+    parts = [str(item.get("name")), str(item.get("kind")), str(item.get("state", "-"))]
+    if item.get("cluster"):
+        parts.insert(1, f"cluster {item['cluster']!r}")
+    parts.append(f"restarts {item.get('restarts', 0)}")
+    mailbox = item.get("mailbox")
+    if isinstance(mailbox, dict):
+        parts.append(f"mailbox {mailbox.get('depth')}/{mailbox.get('capacity')}")
+    if item.get("pid"):
+        parts.append(f"pid {item['pid']}")
+    if item.get("address"):
+        parts.append(str(item["address"]))
+    if item.get("error"):
+        parts.append(f"(no answer: {item['error']})")
+    return "  ".join(parts)

@@ -1,0 +1,88 @@
+"""A node's supervision tree: what the node gives it (a :class:`Host`) and its
+root, the node's own actors followed by the trees declared for it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, final
+
+import trio
+
+from ..actors import Actor, ActorCell, Address, Outbox
+from ..supervision import ChildError
+from ..supervision._specs import ActorSpec, SupervisorSpec
+from ..supervision._tree import InstanceSpec, TreeLevel
+from ._monitors import NodeMonitors
+
+__all__ = ["Hosted", "NodeHost", "describe_root", "node_root"]
+
+Hosted = Actor | ActorSpec | SupervisorSpec
+
+
+@final
+class NodeHost:
+    """What a node offers its trees: names on the node, monitors, its stop."""
+
+    def __init__(
+        self,
+        cells: dict[str, ActorCell],
+        address_of: Callable[[str], Address],
+        outbox: Outbox,
+        monitors: NodeMonitors,
+        stopping: trio.Event,
+    ) -> None:
+        self._cells = cells
+        self._address_of = address_of
+        self._outbox = outbox
+        self._monitors = monitors
+        self._stopping = stopping
+
+    @property
+    def stopping(self) -> trio.Event:
+        return self._stopping
+
+    def host(self, name: str, actor: Actor, factory: Callable[[], Actor] | None) -> ActorCell:
+        if name in self._cells:
+            raise ChildError(f"an actor named {name!r} is already on this node")
+        cell = ActorCell(
+            actor, self._address_of(name), self._outbox, factory=factory, monitors=self._monitors
+        )
+        self._cells[name] = cell
+        return cell
+
+    def unhost(self, name: str) -> None:
+        self._cells.pop(name, None)
+
+    def gone(self, name: str, reason: str) -> None:
+        self._monitors.gone(name, reason)
+
+
+def node_root(
+    name: str, hosted: Mapping[str, Hosted], host: NodeHost, restarts: tuple[int, float]
+) -> TreeLevel:
+    """The node's root supervisor: each actor a transient child (one whose
+    mailbox was closed is done), each declared tree a permanent one."""
+    children: list[InstanceSpec | ActorSpec | SupervisorSpec] = []
+    for key, item in hosted.items():
+        children.append(InstanceSpec(key, item) if isinstance(item, Actor) else item)
+    return TreeLevel(
+        f"{name}/actors",
+        children,
+        host,
+        max_restarts=restarts[0],
+        within=restarts[1],
+        backoff=0.01,
+        auto_shutdown=True,
+    )
+
+
+def describe_root(node: str, root: TreeLevel | None) -> dict[str, Any]:
+    """The node's tree as the ``_node`` agent answers it."""
+    children = root.describe() if root is not None else []
+    return {
+        "name": f"{node}/actors",
+        "kind": "supervisor",
+        "state": "running" if root is not None else "starting",
+        "restarts": 0,
+        "children": children,
+    }

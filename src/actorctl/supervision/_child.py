@@ -1,0 +1,123 @@
+"""The vocabulary of supervision: restart types, strategies, child specs, errors."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Awaitable, Callable
+from typing import Any, final
+
+import attrs
+import trio
+
+from .._errors import ActorctlError
+
+__all__ = [
+    "ChildError",
+    "ChildFailedToStart",
+    "ChildSpec",
+    "Restart",
+    "StartFn",
+    "Strategy",
+    "SupervisorGaveUp",
+    "describe",
+]
+
+#: How a child is started: an async function that calls ``task_status.started()``
+#: once it is ready (trio's ``nursery.start`` protocol) and runs until it is done.
+StartFn = Callable[..., Awaitable[Any]]
+
+
+class Restart(enum.Enum):
+    """When a child that ended is started again (OTP's restart types)."""
+
+    PERMANENT = "permanent"  #: always
+    TRANSIENT = "transient"  #: only if it failed (raised)
+    TEMPORARY = "temporary"  #: never
+
+
+class Strategy(enum.Enum):
+    """Which children are restarted when one ends (OTP's strategies)."""
+
+    ONE_FOR_ONE = "one_for_one"  #: only that child
+    ONE_FOR_ALL = "one_for_all"  #: all of them
+    REST_FOR_ONE = "rest_for_one"  #: that child and those started after it
+
+
+class ChildFailedToStart(ActorctlError):
+    """A child failed before it said it was ready."""
+
+    def __init__(self, child: str, reason: str) -> None:
+        super().__init__(f"child {child!r} failed to start: {reason}")
+        self.child = child
+        self.reason = reason
+
+
+class ChildError(ActorctlError):
+    """A request about a child that cannot be done: no child of that name, a
+    name already taken, a child that is (or is not) running."""
+
+
+class SupervisorGaveUp(ActorctlError):
+    """A supervisor restarted its children more often than its intensity allows."""
+
+    def __init__(self, name: str, restarts: int, within: float, last: str) -> None:
+        super().__init__(
+            f"supervisor {name!r} gave up: more than {restarts} restarts within "
+            f"{within:g} s (last: {last})"
+        )
+        self.supervisor = name
+        self.last = last
+
+
+@final
+@attrs.frozen
+class ChildSpec:
+    """One child of a supervisor.
+
+    Attributes:
+        name: unique among the supervisor's children; used in logs.
+        start: ``async def start(*, task_status)``: starts the child, calls
+            ``task_status.started()`` when it is ready, and returns when it is done.
+        restart: when it is started again after it ended.
+        kind: what it is, for ``which_children`` (OTP's ``worker`` or
+            ``supervisor``; actorctl's trees say ``actor``, ``process``, ``node``).
+
+    A child is stopped by cancelling its scope: its ``finally`` blocks run (shield
+    what must finish), then it is gone.
+    """
+
+    name: str
+    start: StartFn
+    restart: Restart = Restart.PERMANENT
+    kind: str = "worker"
+
+
+@final
+class Status:
+    """The task_status a child's start function gets."""
+
+    def __init__(self, started: Callable[[object], None]) -> None:
+        self._started = started
+
+    def started(self, value: object = None) -> None:
+        self._started(value)
+
+
+@final
+class Running:
+    """A child while it runs: its scope, and how it ended."""
+
+    __slots__ = ("done", "error", "scope", "spec")
+
+    def __init__(self, spec: ChildSpec) -> None:
+        self.spec = spec
+        self.scope = trio.CancelScope()
+        self.done = trio.Event()
+        self.error: BaseException | None = None
+
+
+def describe(error: BaseException) -> str:
+    """``Type: message`` of what a child raised, looking inside groups of one."""
+    while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
+        error = error.exceptions[0]
+    return f"{type(error).__name__}: {error}"

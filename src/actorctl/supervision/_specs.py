@@ -1,0 +1,182 @@
+"""How a user declares a supervision tree: frozen specs, as OTP's child specs.
+
+A :class:`SupervisorSpec` has flags (strategy, intensity, backoff) and children;
+each child is an :class:`ActorSpec` (an actor built by a class or factory with
+arguments), a :class:`ProcessSpec` (an external command) or another
+:class:`SupervisorSpec`. A spec builds; it never holds a running thing, so the
+same spec builds a fresh actor for every restart.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, final
+
+import attrs
+
+from .._errors import ConfigError
+from ..actors import Actor
+from ._child import Restart, Strategy
+
+__all__ = ["ActorSpec", "Child", "ProcessSpec", "SupervisorSpec", "import_target"]
+
+
+def _strategy(value: Strategy | str) -> Strategy:
+    if isinstance(value, Strategy):
+        return value
+    try:
+        return Strategy(value)
+    except ValueError:
+        choices = ", ".join(repr(s.value) for s in Strategy)
+        raise ConfigError(f"unknown strategy {value!r}: expected one of {choices}") from None
+
+
+def _restart(value: Restart | str) -> Restart:
+    if isinstance(value, Restart):
+        return value
+    try:
+        return Restart(value)
+    except ValueError:
+        choices = ", ".join(repr(r.value) for r in Restart)
+        raise ConfigError(f"unknown restart type {value!r}: expected one of {choices}") from None
+
+
+@final
+@attrs.frozen
+class ActorSpec:
+    """An actor child, built by ``factory(*args, **kwargs)`` at each start.
+
+    Attributes:
+        factory: an :class:`~actorctl.Actor` subclass, or a function returning
+            an actor.
+        args, kwargs: passed to ``factory`` each time (keep them immutable: the
+            same objects go to every incarnation).
+        name: the name it is reachable under (default: the class's
+            ``default_name()``, or the factory's ``__name__``).
+        restart: permanent (the default, as in OTP), transient or temporary.
+    """
+
+    factory: Callable[..., Actor]
+    args: tuple[Any, ...] = attrs.field(default=(), converter=tuple)
+    kwargs: Mapping[str, Any] = attrs.field(factory=dict, hash=False)
+    name: str | None = None
+    restart: Restart = attrs.field(default=Restart.PERMANENT, converter=_restart)
+
+    @property
+    def child_name(self) -> str:
+        if self.name:
+            return self.name
+        factory = self.factory
+        if isinstance(factory, type) and issubclass(factory, Actor):
+            return factory.default_name()
+        return getattr(factory, "__name__", "actor")
+
+    def build(self) -> Actor:
+        """A fresh actor.
+
+        Raises:
+            ConfigError: the factory made something that is not an Actor.
+        """
+        actor = self.factory(*self.args, **dict(self.kwargs))
+        if not isinstance(actor, Actor):
+            raise ConfigError(f"{self.factory!r} made {actor!r}, not an actorctl.Actor")
+        return actor
+
+
+@final
+@attrs.frozen
+class ProcessSpec:
+    """A boxed process: an external command, in any language, as a child.
+
+    It is started when the supervisor starts it and stopped (SIGTERM, then
+    SIGKILL after ``stop_timeout`` seconds) when the supervisor stops it. Exit
+    code 0 is a normal exit; any other code (or a signal) is a failure.
+    """
+
+    name: str
+    command: tuple[str, ...] = attrs.field(converter=tuple)
+    restart: Restart = attrs.field(default=Restart.PERMANENT, converter=_restart)
+    cwd: str | None = None
+    env: Mapping[str, str] | None = attrs.field(default=None, hash=False)
+    stop_timeout: float = 5.0
+
+    @command.validator
+    def _check(self, _: object, command: tuple[str, ...]) -> None:
+        if not command or not all(isinstance(part, str) and part for part in command):
+            raise ConfigError(f"process {self.name!r}: command must be a non-empty list of strings")
+
+
+def _children(children: Iterable[Child]) -> tuple[Child, ...]:
+    return tuple(children)
+
+
+@final
+@attrs.frozen
+class SupervisorSpec:
+    """A supervisor and its children, started in order, stopped in reverse.
+
+    Attributes:
+        name: unique on its node: the supervisor is an actor reachable under it.
+        children: ActorSpec, ProcessSpec or SupervisorSpec, in start order.
+        strategy: one_for_one, one_for_all or rest_for_one.
+        max_restarts, within: its intensity: more than ``max_restarts``
+            restarts within ``within`` seconds and it gives up, failing to its
+            parent.
+        backoff, backoff_max: seconds before a restart, doubled within a burst.
+        restart: its own restart type under its parent.
+    """
+
+    name: str
+    children: tuple[Child, ...] = attrs.field(converter=_children)
+    strategy: Strategy = attrs.field(default=Strategy.ONE_FOR_ONE, converter=_strategy)
+    max_restarts: int = 3
+    within: float = 5.0
+    backoff: float = 0.1
+    backoff_max: float = 5.0
+    restart: Restart = attrs.field(default=Restart.PERMANENT, converter=_restart)
+
+    @children.validator
+    def _check(self, _: object, children: tuple[Child, ...]) -> None:
+        names = [child_name(child) for child in children]
+        for name in names:
+            if names.count(name) > 1:
+                raise ConfigError(
+                    f"supervisor {self.name!r}: two children are named {name!r}: "
+                    "give one another name"
+                )
+        if self.max_restarts < 0 or self.within <= 0 or self.backoff < 0:
+            raise ConfigError(
+                f"supervisor {self.name!r}: max_restarts must be 0 or more, within "
+                "above 0 and backoff 0 or more"
+            )
+
+
+#: A child of a supervisor, as declared.
+Child = ActorSpec | ProcessSpec | SupervisorSpec
+
+
+def child_name(child: Child) -> str:
+    return child.child_name if isinstance(child, ActorSpec) else child.name
+
+
+def import_target(target: str) -> Any:
+    """The object MODULE:OBJECT names.
+
+    Raises:
+        ConfigError: naming the module or object that is wrong.
+    """
+    module_name, sep, attr = target.partition(":")
+    if not sep or not module_name or not attr:
+        raise ConfigError(f"{target!r}: expected MODULE:OBJECT, e.g. examples.workers:Primes")
+    if "" not in sys.path:
+        sys.path.insert(0, "")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(f"cannot import module {module_name!r}: {exc}") from None
+    try:
+        return getattr(module, attr)
+    except AttributeError:
+        raise ConfigError(f"module {module_name!r} has no object {attr!r}") from None
