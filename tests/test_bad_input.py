@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import socket
 
 import pytest
 import trio
@@ -13,6 +12,7 @@ from actorctl import Actor, Rejected, RemoteError, handler, open_node
 from actorctl.cluster._peer import Pending
 
 from .actors import Calculator
+from .harness import free_port
 
 
 async def _served(node_port: int, client_ref) -> None:  # type: ignore[no-untyped-def]
@@ -133,16 +133,10 @@ async def test_a_peer_that_disappears_mid_delivery_does_not_disturb_the_node() -
         assert gate.finished == 1
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 async def test_a_sender_reconnects_when_the_peer_comes_back_and_resends_what_was_unsettled(
     logs,
 ) -> None:
-    port = _free_port()
+    port = free_port()
     first = Gate()
     async with open_node("client", host=None, insecure=True) as client:
         ref = client.ref(f"amqp://127.0.0.1:{port}/gate")
