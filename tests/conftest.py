@@ -1,12 +1,18 @@
-"""Shared fixtures: captured eliot logs, and actors used across the suite."""
+"""Shared fixtures: captured eliot logs, and secrets for a server and a client node.
+
+The helpers they are built on (and that fixtures fit less well) are in tests/harness.py.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import eliot
 import pytest
+
+from .harness import Secrets
 
 
 class Logs:
@@ -30,3 +36,9 @@ def logs() -> Iterator[Logs]:
         yield captured
     finally:
         eliot.remove_destination(captured)
+
+
+@pytest.fixture
+def secrets(tmp_path: Path) -> Secrets:
+    """TLS files from one CA, and keyrings that trust each other, for "server" and "client"."""
+    return Secrets.make(tmp_path, "server", "client")
