@@ -8,12 +8,14 @@ import signal
 import socket
 import subprocess
 import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
 import trio
 
-from actorctl import ConfigError, TlsFiles, open_node
+from actorctl import ConfigError, Node, TlsFiles, open_node
 from actorctl.cluster import load_cluster
 from actorctl.mailbox import Keyring
 
@@ -33,6 +35,15 @@ def _cluster_file(directory: Path, ports: list[int], controller: int) -> Path:
         f'[cluster]\nname = "test"\ndev = true\ncontroller = "127.0.0.1:{controller}"\n{nodes}'
     )
     return path
+
+
+@asynccontextmanager
+async def _cli_client(directory: Path) -> AsyncIterator[Node]:
+    """A client node with the development secrets `cluster up` made for "cli" in ``directory``."""
+    tls = TlsFiles.from_dir(directory / "certs", "cli")
+    keys = Keyring.load(directory / "keys", "cli")
+    async with open_node("client", host=None, tls=tls, keyring=keys) as client:
+        yield client
 
 
 class Lines:
@@ -131,9 +142,7 @@ async def test_cluster_up_supervises_nodes_and_restarts_one_killed(
     assert "running" in table
     second = await out.until("node n2 ready at")
     pid = int(second.rpartition("(pid ")[2].rstrip(")"))
-    tls = TlsFiles.from_dir(tmp_path / "certs", "cli")
-    keys = Keyring.load(tmp_path / "keys", "cli")
-    async with open_node("client", host=None, tls=tls, keyring=keys) as client:
+    async with _cli_client(tmp_path) as client:
         ref = client.ref(f"amqps://127.0.0.1:{ports[1]}/calculator").with_options(timeout=10)
         with trio.fail_after(30):
             assert await ref.ask("add", 1, 2) == 3
@@ -196,12 +205,10 @@ async def test_no_accepted_task_is_lost_when_a_worker_node_is_killed_mid_flight(
     first = await out.until("node n1 ready at")
     n1 = int(first.rpartition("(pid ")[2].rstrip(")"))
     await out.until("cluster 'work' ready")
-    tls = TlsFiles.from_dir(tmp_path / "certs", "cli")
-    keys = Keyring.load(tmp_path / "keys", "cli")
     tasks = 1000
     delivered = 0
     killed = trio.Event()
-    async with open_node("client", host=None, tls=tls, keyring=keys) as client:
+    async with _cli_client(tmp_path) as client:
         router = client.ref(f"amqps://127.0.0.1:{ports['r']}/work")
 
         async def sender(first_task: int) -> None:
@@ -244,9 +251,7 @@ async def test_cluster_up_in_process_runs_every_node_in_one_process(
     pids = {line.rpartition("(pid ")[2].rstrip(")") for line in out.buffer.decode().splitlines()
             if " ready at " in line}  # fmt: skip
     assert pids == {str(proc.pid)}  # one process: cluster up's own
-    tls = TlsFiles.from_dir(tmp_path / "certs", "cli")
-    keys = Keyring.load(tmp_path / "keys", "cli")
-    async with open_node("client", host=None, tls=tls, keyring=keys) as client:
+    async with _cli_client(tmp_path) as client:
         ref = client.ref(f"amqps://127.0.0.1:{ports[0]}/calculator").with_options(timeout=10)
         with trio.fail_after(30):
             assert await ref.ask("add", 20, 22) == 42
