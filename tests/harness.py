@@ -1,4 +1,4 @@
-"""What the tests repeat: a free port, cluster secrets, and a server node with a client node.
+"""What the tests repeat: a free port, cluster secrets, a server node with a client node, logs.
 
 Plain helpers and context managers, for test modules and for tests/fuzz_inbox.py
 (which also runs outside pytest); the fixtures built on them are in
@@ -27,6 +27,19 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+class Logs:
+    """Every eliot message written while a test runs (the ``logs`` fixture)."""
+
+    def __init__(self) -> None:
+        self.messages: list[dict[str, Any]] = []
+
+    def __call__(self, message: dict[str, Any]) -> None:
+        self.messages.append(message)
+
+    def of_type(self, message_type: str) -> list[dict[str, Any]]:
+        return [m for m in self.messages if m.get("message_type") == message_type]
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from actorctl import (
 )
 
 from .actors import Calculator, Moody
-from .harness import node_pair
+from .harness import Logs, node_pair
 
 
 async def test_ask_returns_the_handlers_result_across_nodes() -> None:
@@ -66,7 +66,7 @@ async def test_at_most_once_sends_pre_settled_and_still_arrives() -> None:
     assert calculator.told == ["once"]
 
 
-async def test_a_handler_that_raises_sends_the_caller_its_type_and_message(logs) -> None:
+async def test_a_handler_that_raises_sends_the_caller_its_type_and_message(logs: Logs) -> None:
     async with node_pair([Calculator()]) as (server, client):
         ref = client.ref(server.address_of("calculator"))
         with trio.fail_after(10), pytest.raises(RemoteError) as caught:

@@ -21,7 +21,7 @@ from actorctl.cluster._peer import Pending
 from actorctl.mailbox import IdentityKey, Outcome, canonical, encode, json_dumps, sign_ed25519
 from actorctl.mailbox._signing import Session, SessionSigner, sign_hmac
 
-from .harness import Secrets, node_pair
+from .harness import Logs, Secrets, node_pair
 
 
 class Vault(Actor):
@@ -99,7 +99,7 @@ FORMS = {"ed25519": _ed25519, "session": _hmac}
 
 
 @pytest.mark.parametrize("form", FORMS)
-async def test_both_forms_are_accepted_when_right(secrets: Secrets, form: str, logs) -> None:
+async def test_both_forms_are_accepted_when_right(secrets: Secrets, form: str, logs: Logs) -> None:
     async with cluster(secrets) as c:
         signer = await FORMS[form](c, c.envelope())
         envelope = c.envelope("bob")
@@ -109,7 +109,7 @@ async def test_both_forms_are_accepted_when_right(secrets: Secrets, form: str, l
     assert logs.of_type("actorctl:session:opened")
 
 
-async def _refused(c: Cluster, data: bytes, message_id: str, condition: str, logs) -> None:  # type: ignore[no-untyped-def]
+async def _refused(c: Cluster, data: bytes, message_id: str, condition: str, logs: Logs) -> None:
     outcome = await c.send(data, message_id)
     assert outcome.state == "rejected"
     assert outcome.condition == condition, outcome
@@ -123,13 +123,13 @@ async def _refused(c: Cluster, data: bytes, message_id: str, condition: str, log
 
 
 @pytest.mark.parametrize("form", FORMS)
-async def test_an_unsigned_message_is_refused(secrets: Secrets, form: str, logs) -> None:
+async def test_an_unsigned_message_is_refused(secrets: Secrets, form: str, logs: Logs) -> None:
     async with cluster(secrets) as c:
         envelope = c.envelope()
         await _refused(c, encode(envelope), envelope.message_id, "actorctl:unauthenticated", logs)
 
 
-async def test_an_unknown_key_is_refused(secrets: Secrets, logs) -> None:
+async def test_an_unknown_key_is_refused(secrets: Secrets, logs: Logs) -> None:
     async with cluster(secrets) as c:
         stranger = IdentityKey.generate("stranger")
         envelope = c.envelope()
@@ -137,7 +137,7 @@ async def test_an_unknown_key_is_refused(secrets: Secrets, logs) -> None:
         await _refused(c, data, envelope.message_id, "actorctl:unknown-key", logs)
 
 
-async def test_an_unknown_or_expired_session_is_refused(secrets: Secrets, logs) -> None:
+async def test_an_unknown_or_expired_session_is_refused(secrets: Secrets, logs: Logs) -> None:
     async with cluster(secrets) as c:
         real = await c.session()
         made_up = Session("0" * 32, b"k" * 32, real.issuer_key_id, real.expires)
@@ -152,7 +152,7 @@ async def test_an_unknown_or_expired_session_is_refused(secrets: Secrets, logs) 
     ["subject", "actor", "message_id", "creation_time", "reply_to", "body", "header", "kind"],
 )
 async def test_any_covered_field_changed_after_signing_is_refused(
-    secrets: Secrets, form: str, field: str, logs
+    secrets: Secrets, form: str, field: str, logs: Logs
 ) -> None:
     async with cluster(secrets) as c:
         signer = await FORMS[form](c, c.envelope())
@@ -177,7 +177,7 @@ async def test_any_covered_field_changed_after_signing_is_refused(
 
 @pytest.mark.parametrize("form", FORMS)
 async def test_a_message_outside_the_time_window_is_refused(
-    secrets: Secrets, form: str, logs
+    secrets: Secrets, form: str, logs: Logs
 ) -> None:
     async with cluster(secrets) as c:
         signer = await FORMS[form](c, c.envelope())
@@ -188,7 +188,7 @@ async def test_a_message_outside_the_time_window_is_refused(
 
 @pytest.mark.parametrize("form", FORMS)
 async def test_a_replayed_message_is_refused_and_not_run_again(
-    secrets: Secrets, form: str, logs
+    secrets: Secrets, form: str, logs: Logs
 ) -> None:
     async with cluster(secrets) as c:
         signer = await FORMS[form](c, c.envelope())
@@ -215,7 +215,7 @@ class Gate(Actor):
 
 
 async def test_a_message_sent_again_after_a_lost_connection_is_answered_not_run_twice(
-    secrets: Secrets, logs
+    secrets: Secrets, logs: Logs
 ) -> None:
     gate = Gate()
     async with node_pair([gate], secrets=secrets) as (server, client):
@@ -243,7 +243,7 @@ async def test_a_message_sent_again_after_a_lost_connection_is_answered_not_run_
     assert not [m for m in logs.of_type("actorctl:delivery:rejected") if m.get("actor") == "gate"]
 
 
-async def test_a_timestamp_recoded_as_another_type_is_refused(secrets: Secrets, logs) -> None:
+async def test_a_timestamp_recoded_as_another_type_is_refused(secrets: Secrets, logs: Logs) -> None:
     # A captured message whose creation-time is re-encoded as a double keeps its
     # signature (the canonical form writes the number) but would look new to the
     # replay check: only AMQP timestamps are accepted there.

@@ -12,7 +12,7 @@ from actorctl import Actor, Rejected, RemoteError, handler, open_node
 from actorctl.cluster._peer import Pending
 
 from .actors import Calculator
-from .harness import free_port, node_pair
+from .harness import Logs, free_port, node_pair
 
 
 async def _served(node_port: int, client_ref) -> None:  # type: ignore[no-untyped-def]
@@ -29,7 +29,7 @@ async def _outcome(client, address, msg: Message):  # type: ignore[no-untyped-de
     return pending.outcome
 
 
-async def test_malformed_frames_drop_only_that_connection(logs) -> None:
+async def test_malformed_frames_drop_only_that_connection(logs: Logs) -> None:
     async with node_pair([Calculator()]) as (server, client):
         ref = client.ref(server.address_of("calculator"))
         await _served(server.port, ref)
@@ -48,7 +48,7 @@ async def test_malformed_frames_drop_only_that_connection(logs) -> None:
         await _served(server.port, ref)
 
 
-async def test_a_body_that_is_not_json_is_rejected_naming_the_message(logs) -> None:
+async def test_a_body_that_is_not_json_is_rejected_naming_the_message(logs: Logs) -> None:
     async with node_pair([Calculator()]) as (server, client):
         address = server.address_of("calculator")
         msg = Message(id="bad-json-1", subject="add", body=b"[[1, 2], {", inferred=True)
@@ -122,7 +122,7 @@ async def test_a_peer_that_disappears_mid_delivery_does_not_disturb_the_node() -
 
 
 async def test_a_sender_reconnects_when_the_peer_comes_back_and_resends_what_was_unsettled(
-    logs,
+    logs: Logs,
 ) -> None:
     port = free_port()
     first = Gate()
@@ -148,7 +148,7 @@ async def test_a_sender_reconnects_when_the_peer_comes_back_and_resends_what_was
     assert logs.of_type("actorctl:peer:reconnected") or logs.of_type("actorctl:peer:resending")
 
 
-async def test_rejections_name_the_message_id_in_the_logs(logs) -> None:
+async def test_rejections_name_the_message_id_in_the_logs(logs: Logs) -> None:
     async with node_pair([Calculator()]) as (server, client):
         with trio.fail_after(10), pytest.raises(Rejected) as caught:
             await client.ref(server.address_of("calculator")).deliver("nope")
@@ -183,7 +183,7 @@ async def test_binary_ids_and_documents_are_refused_at_the_inbox() -> None:
         await _served(server.port, client.ref(address))
 
 
-async def test_an_event_is_handled_but_never_answered(logs) -> None:
+async def test_an_event_is_handled_but_never_answered(logs: Logs) -> None:
     calculator = Calculator()
     async with node_pair([calculator]) as (server, client):
         address = server.address_of("calculator")
@@ -196,7 +196,7 @@ async def test_an_event_is_handled_but_never_answered(logs) -> None:
     assert not logs.of_type("actorctl:reply:dropped")
 
 
-async def test_a_peer_that_never_opens_the_connection_is_dropped(logs) -> None:
+async def test_a_peer_that_never_opens_the_connection_is_dropped(logs: Logs) -> None:
     # Given a node with a short idle timeout, and a client that connects and says nothing
     async with open_node("server", [Calculator()], insecure=True, idle_timeout=0.5) as server:
         stream = await trio.open_tcp_stream("127.0.0.1", server.port)

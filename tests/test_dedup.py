@@ -8,7 +8,7 @@ from actorctl import Actor, Envelope, handler
 from actorctl.actors._dedup import Handled, SeenWindow
 from actorctl.mailbox import ACCEPTED
 
-from .harness import node_pair
+from .harness import Logs, node_pair
 
 
 class Counter(Actor):
@@ -23,7 +23,7 @@ class Counter(Actor):
         return self.runs
 
 
-async def test_a_duplicate_ask_gets_the_first_reply_and_the_handler_runs_once(logs) -> None:
+async def test_a_duplicate_ask_gets_the_first_reply_and_the_handler_runs_once(logs: Logs) -> None:
     counter = Counter()
     async with node_pair([counter]) as (server, client):
         address = server.address_of("counter")
