@@ -20,7 +20,9 @@ from typing import Any
 import trio
 from proton import Collector, Connection, Endpoint, Message, Transport
 
-from actorctl import Actor, handler, open_node
+from actorctl import Actor, handler
+
+from .harness import node_pair
 
 
 class Target(Actor):
@@ -170,13 +172,20 @@ async def run(
     node_options: dict[str, Any],
     checker_options: dict[str, Any] | None = None,
 ) -> Target:
-    """Fuzz a fresh node for at most ``seconds`` or ``cases`` cases."""
+    """Fuzz a fresh node for at most ``seconds`` or ``cases`` cases.
+
+    ``node_options`` go to the fuzzed node, and to the node that checks it still
+    answers unless ``checker_options`` are given. Both are plain TCP (insecure,
+    unless the options say otherwise), so the fuzzer's bytes reach the inbox.
+    """
     rng = random.Random(seed)
     target = Target()
-    async with (
-        open_node("fuzzed", [target], **node_options) as node,
-        open_node("checker", host=None, **(checker_options or node_options)) as checker,
-    ):
+    async with node_pair(
+        [target],
+        names=("fuzzed", "checker"),
+        client_options=checker_options or node_options,
+        **node_options,
+    ) as (node, checker):
         ping = checker.ref(node.address_of("target")).with_options(timeout=5)
         deadline = time.monotonic() + seconds
         done = 0

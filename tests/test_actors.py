@@ -13,18 +13,15 @@ from actorctl import (
     Rejected,
     RemoteError,
     UnknownActor,
-    open_node,
 )
 
 from .actors import Calculator, Moody
+from .harness import Logs, node_pair
 
 
 async def test_ask_returns_the_handlers_result_across_nodes() -> None:
     # Given a node hosting a calculator, and a second node that only sends
-    async with (
-        open_node("server", [Calculator()], insecure=True) as server,
-        open_node("client", host=None, insecure=True) as client,
-    ):
+    async with node_pair([Calculator()]) as (server, client):
         ref = client.ref(server.address_of("calculator"))
         with trio.fail_after(10):
             # When the client asks
@@ -34,10 +31,7 @@ async def test_ask_returns_the_handlers_result_across_nodes() -> None:
 
 
 async def test_an_address_names_host_port_and_actor() -> None:
-    async with (
-        open_node("server", [Calculator()], insecure=True) as server,
-        open_node("client", host=None, insecure=True) as client,
-    ):
+    async with node_pair([Calculator()]) as (server, client):
         url = f"amqp://127.0.0.1:{server.port}/calculator"
         assert str(server.address_of("calculator")) == url
         with trio.fail_after(10):
@@ -46,10 +40,7 @@ async def test_an_address_names_host_port_and_actor() -> None:
 
 async def test_sync_handlers_run_in_worker_threads() -> None:
     calculator = Calculator()
-    async with (
-        open_node("server", [calculator], insecure=True) as server,
-        open_node("client", host=None, insecure=True) as client,
-    ):
+    async with node_pair([calculator]) as (server, client):
         with trio.fail_after(10):
             assert await client.ref(server.address_of("calculator")).ask("multiply", 6, 7) == 42
     assert calculator.threads
@@ -58,10 +49,7 @@ async def test_sync_handlers_run_in_worker_threads() -> None:
 
 async def test_tell_delivers_without_waiting_for_a_reply() -> None:
     calculator = Calculator()
-    async with (
-        open_node("server", [calculator], insecure=True) as server,
-        open_node("client", host=None, insecure=True) as client,
-    ):
+    async with node_pair([calculator]) as (server, client):
         with trio.fail_after(10):
             await client.ref(server.address_of("calculator")).tell("remember", {"k": [1, 2]})
             await calculator.told_event.wait()
@@ -70,10 +58,7 @@ async def test_tell_delivers_without_waiting_for_a_reply() -> None:
 
 async def test_at_most_once_sends_pre_settled_and_still_arrives() -> None:
     calculator = Calculator()
-    async with (
-        open_node("server", [calculator], insecure=True) as server,
-        open_node("client", host=None, insecure=True) as client,
-    ):
+    async with node_pair([calculator]) as (server, client):
         ref = client.ref(server.address_of("calculator")).with_options(at_most_once=True)
         with trio.fail_after(10):
             await ref.tell("remember", "once")
@@ -81,11 +66,8 @@ async def test_at_most_once_sends_pre_settled_and_still_arrives() -> None:
     assert calculator.told == ["once"]
 
 
-async def test_a_handler_that_raises_sends_the_caller_its_type_and_message(logs) -> None:
-    async with (
-        open_node("server", [Calculator()], insecure=True) as server,
-        open_node("client", host=None, insecure=True) as client,
-    ):
+async def test_a_handler_that_raises_sends_the_caller_its_type_and_message(logs: Logs) -> None:
+    async with node_pair([Calculator()]) as (server, client):
         ref = client.ref(server.address_of("calculator"))
         with trio.fail_after(10), pytest.raises(RemoteError) as caught:
             await ref.ask("fail", "disk full")
@@ -100,10 +82,7 @@ async def test_a_handler_that_raises_sends_the_caller_its_type_and_message(logs)
 
 
 async def test_unknown_handler_is_rejected_with_a_condition_naming_it() -> None:
-    async with (
-        open_node("server", [Calculator()], insecure=True) as server,
-        open_node("client", host=None, insecure=True) as client,
-    ):
+    async with node_pair([Calculator()]) as (server, client):
         ref = client.ref(server.address_of("calculator"))
         with trio.fail_after(10), pytest.raises(Rejected) as caught:
             await ref.ask("divide", 1, 2)
@@ -113,10 +92,7 @@ async def test_unknown_handler_is_rejected_with_a_condition_naming_it() -> None:
 
 
 async def test_wrong_arguments_are_rejected_naming_the_problem() -> None:
-    async with (
-        open_node("server", [Calculator()], insecure=True) as server,
-        open_node("client", host=None, insecure=True) as client,
-    ):
+    async with node_pair([Calculator()]) as (server, client):
         ref = client.ref(server.address_of("calculator"))
         with trio.fail_after(10):
             with pytest.raises(Rejected) as too_many:
@@ -131,10 +107,7 @@ async def test_wrong_arguments_are_rejected_naming_the_problem() -> None:
 
 
 async def test_a_link_to_an_actor_that_does_not_exist_is_refused() -> None:
-    async with (
-        open_node("server", [Calculator()], insecure=True) as server,
-        open_node("client", host=None, insecure=True) as client,
-    ):
+    async with node_pair([Calculator()]) as (server, client):
         with trio.fail_after(10), pytest.raises(UnknownActor) as caught:
             await client.ref(server.address_of("nobody")).ask("add", 1, 2)
         with trio.fail_after(10):
@@ -145,10 +118,7 @@ async def test_a_link_to_an_actor_that_does_not_exist_is_refused() -> None:
 
 async def test_ask_times_out_with_a_clear_error_and_the_handler_is_cancelled() -> None:
     # (A real clock: the autojump clock would jump while real sockets are idle.)
-    async with (
-        open_node("server", [Calculator()], insecure=True) as server,
-        open_node("client", host=None, insecure=True) as client,
-    ):
+    async with node_pair([Calculator()]) as (server, client):
         ref = client.ref(server.address_of("calculator")).with_options(timeout=0.3)
         with pytest.raises(AskTimeout) as caught:
             await ref.ask("hang")
@@ -159,10 +129,7 @@ async def test_ask_times_out_with_a_clear_error_and_the_handler_is_cancelled() -
 
 
 async def test_become_switches_the_handler_table_and_unbecome_switches_back() -> None:
-    async with (
-        open_node("server", [Moody()], insecure=True) as server,
-        open_node("client", host=None, insecure=True) as client,
-    ):
+    async with node_pair([Moody()]) as (server, client):
         ref = client.ref(server.address_of("moody"))
         with trio.fail_after(10):
             assert await ref.ask("shout", "Hi") == "HI"
@@ -175,10 +142,7 @@ async def test_become_switches_the_handler_table_and_unbecome_switches_back() ->
 
 
 async def test_an_open_circuit_behaviour_answers_modified() -> None:
-    async with (
-        open_node("server", [Calculator()], insecure=True) as server,
-        open_node("client", host=None, insecure=True) as client,
-    ):
+    async with node_pair([Calculator()]) as (server, client):
         ref = client.ref(server.address_of("calculator"))
         with trio.fail_after(10):
             await ref.ask("open_circuit")
@@ -190,10 +154,7 @@ async def test_an_open_circuit_behaviour_answers_modified() -> None:
 
 async def test_many_calls_in_flight_all_get_their_own_reply() -> None:
     results: dict[int, int] = {}
-    async with (
-        open_node("server", [Calculator()], insecure=True) as server,
-        open_node("client", host=None, insecure=True) as client,
-    ):
+    async with node_pair([Calculator()]) as (server, client):
         ref = client.ref(server.address_of("calculator"))
 
         async def call(i: int) -> None:

@@ -11,19 +11,17 @@ from __future__ import annotations
 import functools
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
-from pathlib import Path
 
 import attrs
 import pytest
 import trio
 
-from actorctl import Actor, Envelope, Node, handler, open_node
+from actorctl import Actor, Envelope, Node, handler
 from actorctl.cluster._peer import Pending
 from actorctl.mailbox import IdentityKey, Outcome, canonical, encode, json_dumps, sign_ed25519
 from actorctl.mailbox._signing import Session, SessionSigner, sign_hmac
 
-from .keys import make_keys
-from .tls import make_tls
+from .harness import Logs, Secrets, node_pair
 
 
 class Vault(Actor):
@@ -80,15 +78,10 @@ class Cluster:
 
 
 @asynccontextmanager
-async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
-    tls = make_tls(tmp_path / "tls", "server", "client")
-    keys = make_keys(tmp_path / "keys", "server", "client")
+async def cluster(secrets: Secrets) -> AsyncIterator[Cluster]:
     vault = Vault()
-    async with (
-        open_node("server", [vault], tls=tls["server"], keyring=keys["server"]) as server,
-        open_node("client", host=None, tls=tls["client"], keyring=keys["client"]) as client,
-    ):
-        yield Cluster(server, client, vault, keys["client"].identity)
+    async with node_pair([vault], secrets=secrets) as (server, client):
+        yield Cluster(server, client, vault, secrets.keys["client"].identity)
 
 
 Signing = Callable[[Cluster, Envelope], "Callable[[bytes], Mapping[str, object]] | None"]
@@ -106,8 +99,8 @@ FORMS = {"ed25519": _ed25519, "session": _hmac}
 
 
 @pytest.mark.parametrize("form", FORMS)
-async def test_both_forms_are_accepted_when_right(tmp_path: Path, form: str, logs) -> None:
-    async with cluster(tmp_path) as c:
+async def test_both_forms_are_accepted_when_right(secrets: Secrets, form: str, logs: Logs) -> None:
+    async with cluster(secrets) as c:
         signer = await FORMS[form](c, c.envelope())
         envelope = c.envelope("bob")
         outcome = await c.send(encode(envelope, signer=signer, actor="vault"), envelope.message_id)
@@ -116,7 +109,7 @@ async def test_both_forms_are_accepted_when_right(tmp_path: Path, form: str, log
     assert logs.of_type("actorctl:session:opened")
 
 
-async def _refused(c: Cluster, data: bytes, message_id: str, condition: str, logs) -> None:  # type: ignore[no-untyped-def]
+async def _refused(c: Cluster, data: bytes, message_id: str, condition: str, logs: Logs) -> None:
     outcome = await c.send(data, message_id)
     assert outcome.state == "rejected"
     assert outcome.condition == condition, outcome
@@ -130,22 +123,22 @@ async def _refused(c: Cluster, data: bytes, message_id: str, condition: str, log
 
 
 @pytest.mark.parametrize("form", FORMS)
-async def test_an_unsigned_message_is_refused(tmp_path: Path, form: str, logs) -> None:
-    async with cluster(tmp_path) as c:
+async def test_an_unsigned_message_is_refused(secrets: Secrets, form: str, logs: Logs) -> None:
+    async with cluster(secrets) as c:
         envelope = c.envelope()
         await _refused(c, encode(envelope), envelope.message_id, "actorctl:unauthenticated", logs)
 
 
-async def test_an_unknown_key_is_refused(tmp_path: Path, logs) -> None:
-    async with cluster(tmp_path) as c:
+async def test_an_unknown_key_is_refused(secrets: Secrets, logs: Logs) -> None:
+    async with cluster(secrets) as c:
         stranger = IdentityKey.generate("stranger")
         envelope = c.envelope()
         data = encode(envelope, signer=functools.partial(sign_ed25519, stranger), actor="vault")
         await _refused(c, data, envelope.message_id, "actorctl:unknown-key", logs)
 
 
-async def test_an_unknown_or_expired_session_is_refused(tmp_path: Path, logs) -> None:
-    async with cluster(tmp_path) as c:
+async def test_an_unknown_or_expired_session_is_refused(secrets: Secrets, logs: Logs) -> None:
+    async with cluster(secrets) as c:
         real = await c.session()
         made_up = Session("0" * 32, b"k" * 32, real.issuer_key_id, real.expires)
         envelope = c.envelope()
@@ -159,9 +152,9 @@ async def test_an_unknown_or_expired_session_is_refused(tmp_path: Path, logs) ->
     ["subject", "actor", "message_id", "creation_time", "reply_to", "body", "header", "kind"],
 )
 async def test_any_covered_field_changed_after_signing_is_refused(
-    tmp_path: Path, form: str, field: str, logs
+    secrets: Secrets, form: str, field: str, logs: Logs
 ) -> None:
-    async with cluster(tmp_path) as c:
+    async with cluster(secrets) as c:
         signer = await FORMS[form](c, c.envelope())
         signed = c.envelope(headers={"retries": 0})
         actor = "vault"
@@ -184,9 +177,9 @@ async def test_any_covered_field_changed_after_signing_is_refused(
 
 @pytest.mark.parametrize("form", FORMS)
 async def test_a_message_outside_the_time_window_is_refused(
-    tmp_path: Path, form: str, logs
+    secrets: Secrets, form: str, logs: Logs
 ) -> None:
-    async with cluster(tmp_path) as c:
+    async with cluster(secrets) as c:
         signer = await FORMS[form](c, c.envelope())
         envelope = c.envelope(creation_time=c.client.now() - 3600)
         data = encode(envelope, signer=signer, actor="vault")
@@ -195,9 +188,9 @@ async def test_a_message_outside_the_time_window_is_refused(
 
 @pytest.mark.parametrize("form", FORMS)
 async def test_a_replayed_message_is_refused_and_not_run_again(
-    tmp_path: Path, form: str, logs
+    secrets: Secrets, form: str, logs: Logs
 ) -> None:
-    async with cluster(tmp_path) as c:
+    async with cluster(secrets) as c:
         signer = await FORMS[form](c, c.envelope())
         envelope = c.envelope("bob")
         data = encode(envelope, signer=signer, actor="vault")
@@ -222,15 +215,10 @@ class Gate(Actor):
 
 
 async def test_a_message_sent_again_after_a_lost_connection_is_answered_not_run_twice(
-    tmp_path: Path, logs
+    secrets: Secrets, logs: Logs
 ) -> None:
-    tls = make_tls(tmp_path / "tls", "server", "client")
-    keys = make_keys(tmp_path / "keys", "server", "client")
     gate = Gate()
-    async with (
-        open_node("server", [gate], tls=tls["server"], keyring=keys["server"]) as server,
-        open_node("client", host=None, tls=tls["client"], keyring=keys["client"]) as client,
-    ):
+    async with node_pair([gate], secrets=secrets) as (server, client):
         ref = client.ref(server.address_of("gate")).with_options(timeout=20)
         result: list[str] = []
 
@@ -255,13 +243,13 @@ async def test_a_message_sent_again_after_a_lost_connection_is_answered_not_run_
     assert not [m for m in logs.of_type("actorctl:delivery:rejected") if m.get("actor") == "gate"]
 
 
-async def test_a_timestamp_recoded_as_another_type_is_refused(tmp_path: Path, logs) -> None:
+async def test_a_timestamp_recoded_as_another_type_is_refused(secrets: Secrets, logs: Logs) -> None:
     # A captured message whose creation-time is re-encoded as a double keeps its
     # signature (the canonical form writes the number) but would look new to the
     # replay check: only AMQP timestamps are accepted there.
     import struct
 
-    async with cluster(tmp_path) as c:
+    async with cluster(secrets) as c:
         signer = await FORMS["ed25519"](c, c.envelope())
         envelope = c.envelope("bob")
         data = encode(envelope, signer=signer, actor="vault")

@@ -7,6 +7,8 @@ import trio.lowlevel
 
 from actorctl import Actor, Node, handler, open_node
 
+from .harness import node_pair
+
 CAPACITY = 10
 MESSAGES = 3000
 
@@ -38,10 +40,7 @@ class Slow(Actor):
 async def test_a_fast_sender_is_paced_and_the_receiver_holds_at_most_its_capacity() -> None:
     # Given an actor with a mailbox of 10 that is slower than its sender
     slow = Slow()
-    async with (
-        open_node("server", [slow], insecure=True) as server,
-        open_node("client", host=None, insecure=True) as client,
-    ):
+    async with node_pair([slow]) as (server, client):
         slow.node = server
         ref = client.ref(server.address_of("slow"))
         # When a few thousand messages are told as fast as the sender can
@@ -71,8 +70,7 @@ class Small(Actor):
 
 async def test_an_idle_link_holding_all_the_credit_does_not_starve_a_second_sender() -> None:
     async with (
-        open_node("server", [Small()], insecure=True) as server,
-        open_node("a", host=None, insecure=True) as a,
+        node_pair([Small()], names=("server", "a")) as (server, a),
         open_node("b", host=None, insecure=True) as b,
     ):
         address = server.address_of("small")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import socket
 
 import pytest
 import trio
@@ -13,6 +12,7 @@ from actorctl import Actor, Rejected, RemoteError, handler, open_node
 from actorctl.cluster._peer import Pending
 
 from .actors import Calculator
+from .harness import Logs, free_port, node_pair
 
 
 async def _served(node_port: int, client_ref) -> None:  # type: ignore[no-untyped-def]
@@ -29,11 +29,8 @@ async def _outcome(client, address, msg: Message):  # type: ignore[no-untyped-de
     return pending.outcome
 
 
-async def test_malformed_frames_drop_only_that_connection(logs) -> None:
-    async with (
-        open_node("server", [Calculator()], insecure=True) as server,
-        open_node("client", host=None, insecure=True) as client,
-    ):
+async def test_malformed_frames_drop_only_that_connection(logs: Logs) -> None:
+    async with node_pair([Calculator()]) as (server, client):
         ref = client.ref(server.address_of("calculator"))
         await _served(server.port, ref)
         # Given a peer that speaks garbage
@@ -51,11 +48,8 @@ async def test_malformed_frames_drop_only_that_connection(logs) -> None:
         await _served(server.port, ref)
 
 
-async def test_a_body_that_is_not_json_is_rejected_naming_the_message(logs) -> None:
-    async with (
-        open_node("server", [Calculator()], insecure=True) as server,
-        open_node("client", host=None, insecure=True) as client,
-    ):
+async def test_a_body_that_is_not_json_is_rejected_naming_the_message(logs: Logs) -> None:
+    async with node_pair([Calculator()]) as (server, client):
         address = server.address_of("calculator")
         msg = Message(id="bad-json-1", subject="add", body=b"[[1, 2], {", inferred=True)
         msg.content_type = "application/json"
@@ -68,10 +62,7 @@ async def test_a_body_that_is_not_json_is_rejected_naming_the_message(logs) -> N
 
 
 async def test_a_pickled_body_is_refused_outright() -> None:
-    async with (
-        open_node("server", [Calculator()], insecure=True) as server,
-        open_node("client", host=None, insecure=True) as client,
-    ):
+    async with node_pair([Calculator()]) as (server, client):
         address = server.address_of("calculator")
         msg = Message(id="pickle-1", subject="add", body=b"\x80\x04K\x01.", inferred=True)
         msg.content_type = "application/x-python-serialize"
@@ -81,10 +72,7 @@ async def test_a_pickled_body_is_refused_outright() -> None:
 
 
 async def test_a_body_that_is_not_args_and_kwargs_is_rejected() -> None:
-    async with (
-        open_node("server", [Calculator()], insecure=True) as server,
-        open_node("client", host=None, insecure=True) as client,
-    ):
+    async with node_pair([Calculator()]) as (server, client):
         address = server.address_of("calculator")
         msg = Message(
             id="shape-1", subject="add", body=json.dumps({"a": 1}).encode(), inferred=True
@@ -133,16 +121,10 @@ async def test_a_peer_that_disappears_mid_delivery_does_not_disturb_the_node() -
         assert gate.finished == 1
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 async def test_a_sender_reconnects_when_the_peer_comes_back_and_resends_what_was_unsettled(
-    logs,
+    logs: Logs,
 ) -> None:
-    port = _free_port()
+    port = free_port()
     first = Gate()
     async with open_node("client", host=None, insecure=True) as client:
         ref = client.ref(f"amqp://127.0.0.1:{port}/gate")
@@ -166,11 +148,8 @@ async def test_a_sender_reconnects_when_the_peer_comes_back_and_resends_what_was
     assert logs.of_type("actorctl:peer:reconnected") or logs.of_type("actorctl:peer:resending")
 
 
-async def test_rejections_name_the_message_id_in_the_logs(logs) -> None:
-    async with (
-        open_node("server", [Calculator()], insecure=True) as server,
-        open_node("client", host=None, insecure=True) as client,
-    ):
+async def test_rejections_name_the_message_id_in_the_logs(logs: Logs) -> None:
+    async with node_pair([Calculator()]) as (server, client):
         with trio.fail_after(10), pytest.raises(Rejected) as caught:
             await client.ref(server.address_of("calculator")).deliver("nope")
     [line] = [
@@ -183,10 +162,7 @@ async def test_rejections_name_the_message_id_in_the_logs(logs) -> None:
 async def test_a_result_that_is_not_json_reaches_the_caller_as_an_error() -> None:
     from .actors import Odd
 
-    async with (
-        open_node("server", [Odd()], insecure=True) as server,
-        open_node("client", host=None, insecure=True) as client,
-    ):
+    async with node_pair([Odd()]) as (server, client):
         with trio.fail_after(10), pytest.raises(RemoteError) as caught:
             await client.ref(server.address_of("odd")).ask("nan")
     assert caught.value.type_name == "WireFormatError"
@@ -194,10 +170,7 @@ async def test_a_result_that_is_not_json_reaches_the_caller_as_an_error() -> Non
 
 
 async def test_binary_ids_and_documents_are_refused_at_the_inbox() -> None:
-    async with (
-        open_node("server", [Calculator()], insecure=True) as server,
-        open_node("client", host=None, insecure=True) as client,
-    ):
+    async with node_pair([Calculator()]) as (server, client):
         address = server.address_of("calculator")
         binary = Message(id=b"\x01\x02", subject="add", body=b"[[1, 2], {}]", inferred=True)
         outcome = await _outcome(client, address, binary)
@@ -210,12 +183,9 @@ async def test_binary_ids_and_documents_are_refused_at_the_inbox() -> None:
         await _served(server.port, client.ref(address))
 
 
-async def test_an_event_is_handled_but_never_answered(logs) -> None:
+async def test_an_event_is_handled_but_never_answered(logs: Logs) -> None:
     calculator = Calculator()
-    async with (
-        open_node("server", [calculator], insecure=True) as server,
-        open_node("client", host=None, insecure=True) as client,
-    ):
+    async with node_pair([calculator]) as (server, client):
         address = server.address_of("calculator")
         event = Message(id="ev-1", subject="remember", body=b'[["seen"], {}]', inferred=True)
         event.reply_to = "$reply/nobody"
@@ -226,7 +196,7 @@ async def test_an_event_is_handled_but_never_answered(logs) -> None:
     assert not logs.of_type("actorctl:reply:dropped")
 
 
-async def test_a_peer_that_never_opens_the_connection_is_dropped(logs) -> None:
+async def test_a_peer_that_never_opens_the_connection_is_dropped(logs: Logs) -> None:
     # Given a node with a short idle timeout, and a client that connects and says nothing
     async with open_node("server", [Calculator()], insecure=True, idle_timeout=0.5) as server:
         stream = await trio.open_tcp_stream("127.0.0.1", server.port)

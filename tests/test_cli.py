@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import json
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -13,14 +12,10 @@ from pathlib import Path
 import pytest
 import trio
 
+from .harness import free_port
+
 ROOT = Path(__file__).resolve().parent.parent
 ACTORCTL = [sys.executable, "-m", "actorctl"]
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 async def _run(*args: str, insecure: bool = True) -> subprocess.CompletedProcess[bytes]:
@@ -37,7 +32,7 @@ async def _run(*args: str, insecure: bool = True) -> subprocess.CompletedProcess
 
 @pytest.fixture
 async def node_address(nursery: trio.Nursery):  # type: ignore[no-untyped-def]
-    port = _free_port()
+    port = free_port()
     command = [
         *ACTORCTL,
         "node",
@@ -107,7 +102,7 @@ async def test_a_bad_address_is_a_usage_error() -> None:
 
 
 async def test_call_to_a_node_that_is_not_there_fails_within_the_timeout() -> None:
-    result = await _run("call", f"amqp://127.0.0.1:{_free_port()}/x", "add", "--timeout", "0.5")
+    result = await _run("call", f"amqp://127.0.0.1:{free_port()}/x", "add", "--timeout", "0.5")
     assert result.returncode == 1
     assert b"is the node running?" in result.stderr or b"within" in result.stderr
 
@@ -135,7 +130,7 @@ async def test_a_secure_cluster_from_the_command_line(
     assert b"vault" in listed.stdout
     assert b"private+public" in listed.stdout
     secure = ["--certs", str(tmp_path / "certs"), "--keys", str(tmp_path / "keys")]
-    port = _free_port()
+    port = free_port()
     command = [*ACTORCTL, "node", "run", "tests.actors:Calculator", "--name", "vault",
                "--listen", f"127.0.0.1:{port}", *secure]  # fmt: skip
     proc: trio.Process = await nursery.start(

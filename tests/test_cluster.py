@@ -8,22 +8,20 @@ import signal
 import socket
 import subprocess
 import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
 import trio
 
-from actorctl import ConfigError, TlsFiles, open_node
+from actorctl import ConfigError, Node, TlsFiles, open_node
 from actorctl.cluster import load_cluster
 from actorctl.mailbox import Keyring
 
+from .harness import free_port
+
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _cluster_file(directory: Path, ports: list[int], controller: int) -> Path:
@@ -37,6 +35,15 @@ def _cluster_file(directory: Path, ports: list[int], controller: int) -> Path:
         f'[cluster]\nname = "test"\ndev = true\ncontroller = "127.0.0.1:{controller}"\n{nodes}'
     )
     return path
+
+
+@asynccontextmanager
+async def _cli_client(directory: Path) -> AsyncIterator[Node]:
+    """A client node with the development secrets `cluster up` made for "cli" in ``directory``."""
+    tls = TlsFiles.from_dir(directory / "certs", "cli")
+    keys = Keyring.load(directory / "keys", "cli")
+    async with open_node("client", host=None, tls=tls, keyring=keys) as client:
+        yield client
 
 
 class Lines:
@@ -74,8 +81,8 @@ async def _actorctl(*args: str) -> subprocess.CompletedProcess[bytes]:
 async def test_cluster_status_without_a_cluster_says_so(tmp_path: Path) -> None:
     path = tmp_path / "cluster.toml"
     path.write_text(
-        f'[cluster]\ninsecure = true\ncontroller = "127.0.0.1:{_free_port()}"\n'
-        f'[[node]]\nname = "a"\nlisten = "127.0.0.1:{_free_port()}"\nactors = "m:o"\n'
+        f'[cluster]\ninsecure = true\ncontroller = "127.0.0.1:{free_port()}"\n'
+        f'[[node]]\nname = "a"\nlisten = "127.0.0.1:{free_port()}"\nactors = "m:o"\n'
     )
     result = await _actorctl("cluster", "status", str(path), "--timeout", "1")
     assert result.returncode == 1
@@ -112,8 +119,8 @@ async def test_cluster_up_supervises_nodes_and_restarts_one_killed(
     tmp_path: Path, nursery: trio.Nursery
 ) -> None:
     # Given a cluster of two nodes brought up from a file (development secrets)
-    ports = [_free_port(), _free_port()]
-    path = _cluster_file(tmp_path, ports, _free_port())
+    ports = [free_port(), free_port()]
+    path = _cluster_file(tmp_path, ports, free_port())
     command = [sys.executable, "-m", "actorctl", "cluster", "up", str(path)]
     # (as systemd would: a datagram socket in NOTIFY_SOCKET for sd_notify)
     notify = trio.socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
@@ -135,9 +142,7 @@ async def test_cluster_up_supervises_nodes_and_restarts_one_killed(
     assert "running" in table
     second = await out.until("node n2 ready at")
     pid = int(second.rpartition("(pid ")[2].rstrip(")"))
-    tls = TlsFiles.from_dir(tmp_path / "certs", "cli")
-    keys = Keyring.load(tmp_path / "keys", "cli")
-    async with open_node("client", host=None, tls=tls, keyring=keys) as client:
+    async with _cli_client(tmp_path) as client:
         ref = client.ref(f"amqps://127.0.0.1:{ports[1]}/calculator").with_options(timeout=10)
         with trio.fail_after(30):
             assert await ref.ask("add", 1, 2) == 3
@@ -170,10 +175,10 @@ async def test_no_accepted_task_is_lost_when_a_worker_node_is_killed_mid_flight(
     tmp_path: Path, nursery: trio.Nursery
 ) -> None:
     # Given two worker nodes behind a router, in a supervised cluster
-    ports = {name: _free_port() for name in ("n1", "n2", "r")}
+    ports = {name: free_port() for name in ("n1", "n2", "r")}
     path = tmp_path / "cluster.toml"
     path.write_text(
-        f'[cluster]\nname = "work"\ndev = true\ncontroller = "127.0.0.1:{_free_port()}"\n'
+        f'[cluster]\nname = "work"\ndev = true\ncontroller = "127.0.0.1:{free_port()}"\n'
         + "".join(
             f'[[node]]\nname = "{n}"\nlisten = "127.0.0.1:{ports[n]}"\n'
             'actors = "tests.cluster_work:Counter"\n'
@@ -200,12 +205,10 @@ async def test_no_accepted_task_is_lost_when_a_worker_node_is_killed_mid_flight(
     first = await out.until("node n1 ready at")
     n1 = int(first.rpartition("(pid ")[2].rstrip(")"))
     await out.until("cluster 'work' ready")
-    tls = TlsFiles.from_dir(tmp_path / "certs", "cli")
-    keys = Keyring.load(tmp_path / "keys", "cli")
     tasks = 1000
     delivered = 0
     killed = trio.Event()
-    async with open_node("client", host=None, tls=tls, keyring=keys) as client:
+    async with _cli_client(tmp_path) as client:
         router = client.ref(f"amqps://127.0.0.1:{ports['r']}/work")
 
         async def sender(first_task: int) -> None:
@@ -236,8 +239,8 @@ async def test_no_accepted_task_is_lost_when_a_worker_node_is_killed_mid_flight(
 async def test_cluster_up_in_process_runs_every_node_in_one_process(
     tmp_path: Path, nursery: trio.Nursery
 ) -> None:
-    ports = [_free_port(), _free_port()]
-    path = _cluster_file(tmp_path, ports, _free_port())
+    ports = [free_port(), free_port()]
+    path = _cluster_file(tmp_path, ports, free_port())
     command = [sys.executable, "-m", "actorctl", "cluster", "up", str(path), "--in-process"]
     proc: trio.Process = await nursery.start(
         functools.partial(trio.run_process, command, cwd=ROOT, stdout=subprocess.PIPE, check=False)
@@ -248,9 +251,7 @@ async def test_cluster_up_in_process_runs_every_node_in_one_process(
     pids = {line.rpartition("(pid ")[2].rstrip(")") for line in out.buffer.decode().splitlines()
             if " ready at " in line}  # fmt: skip
     assert pids == {str(proc.pid)}  # one process: cluster up's own
-    tls = TlsFiles.from_dir(tmp_path / "certs", "cli")
-    keys = Keyring.load(tmp_path / "keys", "cli")
-    async with open_node("client", host=None, tls=tls, keyring=keys) as client:
+    async with _cli_client(tmp_path) as client:
         ref = client.ref(f"amqps://127.0.0.1:{ports[0]}/calculator").with_options(timeout=10)
         with trio.fail_after(30):
             assert await ref.ask("add", 20, 22) == 42

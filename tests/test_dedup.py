@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import trio
 
-from actorctl import Actor, Envelope, handler, open_node
+from actorctl import Actor, Envelope, handler
 from actorctl.actors._dedup import Handled, SeenWindow
 from actorctl.mailbox import ACCEPTED
+
+from .harness import Logs, node_pair
 
 
 class Counter(Actor):
@@ -21,12 +23,9 @@ class Counter(Actor):
         return self.runs
 
 
-async def test_a_duplicate_ask_gets_the_first_reply_and_the_handler_runs_once(logs) -> None:
+async def test_a_duplicate_ask_gets_the_first_reply_and_the_handler_runs_once(logs: Logs) -> None:
     counter = Counter()
-    async with (
-        open_node("server", [counter], insecure=True) as server,
-        open_node("client", host=None, insecure=True) as client,
-    ):
+    async with node_pair([counter]) as (server, client):
         address = server.address_of("counter")
         # Given a request the receiver handled
         request = Envelope(

@@ -1,15 +1,16 @@
 """A client in "another language" signs its messages, knowing only docs/protocol.md.
 
-The client below uses only python-qpid-proton (its threaded ``Container`` and
-``MessagingHandler``, with ``SSLDomain`` for mutual TLS), the ``cryptography``
-package (Ed25519) and the standard library. It imports nothing from actorctl:
-it implements the canonical byte form of protocol.md §11.2 from the text,
-checks it against docs/test-vectors.json (§11.9), and then calls an actor on a
-secured node over mutual TLS with per-message Ed25519 signatures (§11.1, §11.3).
-Only the tests at the bottom of this module use actorctl, to host the actor and
-to make the TLS files and the node's own key. Each client runs in a worker
-thread with its own proton Container, and every wait is bounded by a Container
-timer (and, around it, by ``trio.fail_after``).
+The client below uses only python-qpid-proton, the ``cryptography`` package
+(Ed25519) and the standard library. It imports nothing from actorctl: it
+implements the canonical byte form of protocol.md §11.2 from the text, checks it
+against docs/test-vectors.json (§11.9), and then calls an actor on a secured node
+over mutual TLS with per-message Ed25519 signatures (§11.1, §11.3). Its transport
+(the proton ``Container`` and ``MessagingHandler``, with ``SSLDomain`` for mutual
+TLS) is tests/foreign.py, shared with tests/test_foreign_client.py and written
+under the same rule. Only the tests at the bottom of this module use actorctl,
+to host the actor and to make the TLS files and the node's own key. Each client
+runs in a worker thread with its own proton Container, and every wait is bounded
+by a Container timer (and, around it, by ``trio.fail_after``).
 """
 
 from __future__ import annotations
@@ -28,22 +29,19 @@ from typing import Any
 
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from proton import Delivery, Message, SSLDomain
-from proton.handlers import MessagingHandler
-from proton.reactor import Container
+from proton import Message
+
+from .foreign import CallResult, ClientTls, foreign_call
 
 # =============================================================================
 # The foreign client.
 #
-# It uses ONLY python-qpid-proton, cryptography (Ed25519) and the standard
-# library, and ONLY what docs/protocol.md (§2 transport, §4 inbox links, §6 the
-# message, §8 replies, §9 outcomes, §11 message authentication) and
-# docs/test-vectors.json say: no actorctl import, no actorctl helper, no
+# It uses ONLY python-qpid-proton, cryptography (Ed25519), the standard library
+# and tests/foreign.py (§2 transport, §4 inbox links, §8 replies, §9 outcomes),
+# and ONLY what docs/protocol.md (§6 the message, §11 message authentication)
+# and docs/test-vectors.json say: no actorctl import, no actorctl helper, no
 # knowledge of actorctl's internals.
 # =============================================================================
-
-CLIENT_TIMEOUT = 10.0  # seconds before the client gives up on a call
-CLOSE_TIMEOUT = 2.0  # seconds the node gets to answer our close before we stop anyway
 
 # --- §11.2: the canonical byte form ------------------------------------------------
 
@@ -328,217 +326,6 @@ def json_command(
     )
 
 
-# --- §2, §4, §8, §9: one call over mutual TLS ------------------------------------------
-
-
-@dataclass(frozen=True)
-class ClientTls:
-    """The client's TLS files: the cluster CA, its certificate chain and its key."""
-
-    ca: str
-    cert: str
-    key: str
-
-    def domain(self) -> SSLDomain:
-        domain = SSLDomain(SSLDomain.MODE_CLIENT)
-        domain.set_credentials(self.cert, self.key, None)
-        domain.set_trusted_ca_db(self.ca)
-        # We dial an IP address: check the node's certificate against the CA only.
-        domain.set_peer_authentication(SSLDomain.VERIFY_PEER)
-        return domain
-
-
-_OUTCOMES = {
-    Delivery.ACCEPTED: "accepted",
-    Delivery.REJECTED: "rejected",
-    Delivery.RELEASED: "released",
-    Delivery.MODIFIED: "modified",
-}
-
-
-@dataclass
-class Reply:
-    """A reply document as the client received it."""
-
-    body: Any  # the decoded JSON body
-    application_properties: dict[str, Any]
-    correlation_id: Any
-    subject: str | None
-    presettled: bool
-
-
-@dataclass
-class CallResult:
-    """What one call produced on the wire."""
-
-    message_id: str | None = None
-    reply_address: str | None = None  # the $reply/... address the node assigned
-    outcome: str | None = None  # accepted | rejected | released | modified
-    condition: str | None = None  # the rejected outcome's error condition
-    description: str | None = None
-    reply: Reply | None = None
-    failure: str | None = None  # why the client gave up, if it did
-    events: list[str] = field(default_factory=list)
-
-
-class SignedCall(MessagingHandler):
-    """Call one handler of one actor over mutual TLS, and collect outcome and reply.
-
-    protocol.md: TLS with a client certificate from the cluster CA, then SASL
-    ANONYMOUS; attach a receiver with a dynamic source and read the address the
-    node assigned (§8); attach a sender whose target is the actor's name (§4);
-    make the message, which is signed over its reply-to too, only once that
-    address is known; send it unsettled within credit; the outcome says whether
-    it was taken (§9), and the reply document arrives, pre-settled, on the receiver.
-    """
-
-    def __init__(
-        self,
-        port: int,
-        tls: ClientTls,
-        actor: str,
-        make_message: Callable[[str], Message],
-        *,
-        timeout: float = CLIENT_TIMEOUT,
-    ) -> None:
-        super().__init__(prefetch=10, auto_accept=True, auto_settle=True)
-        self.url = f"amqps://127.0.0.1:{port}"
-        self.tls = tls
-        self.actor = actor
-        self.make_message = make_message
-        self.timeout = timeout
-        self.result = CallResult()
-        self._connection: Any = None
-        self._receiver: Any = None
-        self._sender: Any = None
-        self._container: Any = None
-        self._timer: Any = None
-        self._sent = False
-        self._finished = False
-
-    def on_start(self, event: Any) -> None:
-        container = self._container = event.container
-        self._timer = container.schedule(self.timeout, self)
-        self._connection = container.connect(
-            self.url,
-            ssl_domain=self.tls.domain(),
-            allowed_mechs="ANONYMOUS",
-            sasl_enabled=True,
-            reconnect=False,
-        )
-        self._receiver = container.create_receiver(self._connection, None, dynamic=True)
-
-    def on_link_opened(self, event: Any) -> None:
-        if event.receiver is not None and event.receiver == self._receiver:
-            address = event.receiver.remote_source.address
-            self.result.events.append(f"reply link attached: {address}")
-            if not address:
-                self._finish("the node assigned no reply address")
-                return
-            self.result.reply_address = address
-            self._sender = event.container.create_sender(self._connection, self.actor)
-
-    def on_sendable(self, event: Any) -> None:
-        if self._sent or event.sender != self._sender or event.sender.credit <= 0:
-            return
-        assert self.result.reply_address is not None
-        message = self.make_message(self.result.reply_address)
-        self.result.message_id = str(message.id)
-        event.sender.send(message)
-        self._sent = True
-        self.result.events.append("sent")
-
-    def on_accepted(self, event: Any) -> None:
-        self._outcome(event)
-
-    def on_rejected(self, event: Any) -> None:
-        self._outcome(event)
-
-    def on_released(self, event: Any) -> None:  # released and modified both land here
-        self._outcome(event)
-
-    def _outcome(self, event: Any) -> None:
-        delivery = event.delivery
-        self.result.outcome = _OUTCOMES.get(delivery.remote_state, str(delivery.remote_state))
-        condition = delivery.remote.condition
-        if condition is not None:
-            self.result.condition = condition.name
-            self.result.description = condition.description
-        self.result.events.append(f"outcome {self.result.outcome} {self.result.condition}")
-        self._maybe_done()
-
-    def on_message(self, event: Any) -> None:
-        msg = event.message
-        body = msg.body
-        if isinstance(body, memoryview | bytes):  # a data section of UTF-8 JSON
-            body = json.loads(bytes(body).decode("utf-8"))
-        self.result.reply = Reply(
-            body=body,
-            application_properties=dict(msg.properties or {}),
-            correlation_id=msg.correlation_id,
-            subject=msg.subject,
-            presettled=event.delivery.settled,
-        )
-        self.result.events.append("reply")
-        self._maybe_done()
-
-    def _maybe_done(self) -> None:
-        outcome = self.result.outcome
-        if outcome is None:
-            return
-        # A reply comes only for a call the actor accepted; any other outcome is final.
-        if outcome != "accepted" or self.result.reply is not None:
-            self._finish(None)
-
-    def on_timer_task(self, event: Any) -> None:
-        self._timer = None
-        self._finish(f"gave up after {self.timeout} s; events so far: {self.result.events}")
-
-    def on_link_error(self, event: Any) -> None:
-        self._finish(f"the node refused a link: {event.link.remote_condition}")
-
-    def on_connection_error(self, event: Any) -> None:
-        self._finish(f"the node closed the connection: {event.connection.remote_condition}")
-
-    def on_transport_error(self, event: Any) -> None:
-        self._finish(f"transport error: {event.transport.condition}")
-
-    def on_disconnected(self, event: Any) -> None:
-        self._finish("disconnected")
-
-    def _finish(self, failure: str | None) -> None:
-        if self._finished:
-            return
-        self._finished = True
-        self.result.failure = failure
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        if self._connection is not None:
-            self._connection.close()
-        # If the node never answers the close, stop the Container anyway.
-        self._container.schedule(CLOSE_TIMEOUT, _StopContainer())
-
-    def on_connection_closed(self, event: Any) -> None:
-        event.container.stop()
-
-
-class _StopContainer:
-    """A timer handler that ends the Container's run whatever state it is in."""
-
-    def on_timer_task(self, event: Any) -> None:
-        event.container.stop()
-
-
-def run_signed_call(
-    port: int, tls: ClientTls, actor: str, make_message: Callable[[str], Message]
-) -> CallResult:
-    """Run one call in this thread's own proton Container; returns when it ends."""
-    call = SignedCall(port, tls, actor, make_message)
-    Container(call).run()
-    return call.result
-
-
 # =============================================================================
 # The tests: they check the client against the test vectors, and host the
 # actor with actorctl (TLS files, the node's own key) for it to call.
@@ -550,7 +337,6 @@ from contextlib import asynccontextmanager  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
-import trio  # noqa: E402
 
 from actorctl import Actor, Node, handler, open_node  # noqa: E402
 
@@ -680,16 +466,7 @@ async def secured_node(tmp_path: Path) -> AsyncIterator[Secured]:
 
 
 async def _call(s: Secured, make_message: Callable[[str], Message]) -> CallResult:
-    # The client's own timers end its run first; this is the last resort.
-    with trio.fail_after(CLIENT_TIMEOUT + CLOSE_TIMEOUT + 5):
-        return await trio.to_thread.run_sync(
-            run_signed_call,
-            s.node.port,
-            s.tls,
-            "calculator",
-            make_message,
-            abandon_on_cancel=True,
-        )
+    return await foreign_call(s.node.port, "calculator", make_message, tls=s.tls)
 
 
 def _add(s: Secured, a: int, b: int, **options: Any) -> Command:

@@ -7,22 +7,18 @@ from pathlib import Path
 import pytest
 import trio
 
-from actorctl import AskTimeout, ConfigError, TlsFiles, open_node
+from actorctl import ActorRef, AskTimeout, ConfigError, TlsFiles, open_node
 
 from .actors import Calculator
+from .harness import Logs, Secrets, node_pair
 from .keys import make_keys
 from .tls import make_tls
 
 
 async def test_nodes_with_certificates_from_the_cluster_ca_talk_over_tls(
-    tmp_path: Path, logs
+    secrets: Secrets, logs: Logs
 ) -> None:
-    tls = make_tls(tmp_path, "server", "client")
-    keys = make_keys(tmp_path / "keys", "server", "client")
-    async with (
-        open_node("server", [Calculator()], tls=tls["server"], keyring=keys["server"]) as server,
-        open_node("client", host=None, tls=tls["client"], keyring=keys["client"]) as client,
-    ):
+    async with node_pair([Calculator()], secrets=secrets) as (server, client):
         address = server.address_of("calculator")
         assert str(address).startswith("amqps://127.0.0.1:")
         with trio.fail_after(10):
@@ -30,7 +26,7 @@ async def test_nodes_with_certificates_from_the_cluster_ca_talk_over_tls(
     assert not logs.of_type("actorctl:node:insecure")
 
 
-async def _refused(client_ref, logs, server_port: int) -> None:  # type: ignore[no-untyped-def]
+async def _refused(client_ref: ActorRef, logs: Logs, server_port: int) -> None:
     # The client never gets in: its ask can only time out.
     with trio.fail_after(10), pytest.raises(AskTimeout):
         await client_ref.with_options(timeout=1.0).ask("add", 1, 1)
@@ -39,14 +35,11 @@ async def _refused(client_ref, logs, server_port: int) -> None:  # type: ignore[
 
 
 async def test_a_plaintext_client_is_refused_at_the_handshake_and_the_node_keeps_serving(
-    tmp_path: Path, logs
+    secrets: Secrets, logs: Logs
 ) -> None:
-    tls = make_tls(tmp_path, "server", "client")
-    keys = make_keys(tmp_path / "keys", "server", "client")
     async with (
-        open_node("server", [Calculator()], tls=tls["server"], keyring=keys["server"]) as server,
+        node_pair([Calculator()], secrets=secrets) as (server, client),
         open_node("plain", host=None, insecure=True) as plain,
-        open_node("client", host=None, tls=tls["client"], keyring=keys["client"]) as client,
     ):
         address = server.address_of("calculator")
         await _refused(plain.ref(address), logs, server.port)
@@ -54,16 +47,17 @@ async def test_a_plaintext_client_is_refused_at_the_handshake_and_the_node_keeps
             assert await client.ref(address).ask("add", 1, 2) == 3
 
 
-async def test_a_client_with_a_certificate_from_another_ca_is_refused(tmp_path: Path, logs) -> None:
+async def test_a_client_with_a_certificate_from_another_ca_is_refused(
+    tmp_path: Path, logs: Logs
+) -> None:
     ours = make_tls(tmp_path / "ours", "server", "client")
     theirs = make_tls(tmp_path / "theirs", "intruder")
     keys = make_keys(tmp_path / "keys", "server", "client", "intruder")
     async with (
-        open_node("server", [Calculator()], tls=ours["server"], keyring=keys["server"]) as server,
+        node_pair([Calculator()], secrets=Secrets(ours, keys)) as (server, client),
         open_node(
             "intruder", host=None, tls=theirs["intruder"], keyring=keys["intruder"]
         ) as intruder,
-        open_node("client", host=None, tls=ours["client"], keyring=keys["client"]) as client,
     ):
         address = server.address_of("calculator")
         await _refused(intruder.ref(address), logs, server.port)
@@ -92,7 +86,7 @@ def test_a_node_without_keys_must_say_it_is_insecure(tmp_path: Path) -> None:
         Node("n", tls=tls["n"])
 
 
-async def test_a_peer_dialled_by_name_must_carry_that_name(tmp_path: Path, logs) -> None:
+async def test_a_peer_dialled_by_name_must_carry_that_name(tmp_path: Path, logs: Logs) -> None:
     import trustme
 
     ca = trustme.CA()

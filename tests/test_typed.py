@@ -5,16 +5,14 @@ from __future__ import annotations
 import pytest
 import trio
 
-from actorctl import Rejected, open_node
+from actorctl import Rejected
 
 from .actors import Calculator, Point, User
+from .harness import node_pair
 
 
 async def test_a_dataclass_parameter_receives_an_instance() -> None:
-    async with (
-        open_node("server", [Calculator()], insecure=True) as server,
-        open_node("client", host=None, insecure=True) as client,
-    ):
+    async with node_pair([Calculator()]) as (server, client):
         ref = client.ref(server.address_of("calculator"))
         with trio.fail_after(10):
             # sent as an instance, or as the plain JSON object a foreign client sends
@@ -29,20 +27,14 @@ async def test_a_dataclass_parameter_receives_an_instance() -> None:
 
 
 async def test_an_attrs_result_comes_back_as_its_fields() -> None:
-    async with (
-        open_node("server", [Calculator()], insecure=True) as server,
-        open_node("client", host=None, insecure=True) as client,
-    ):
+    async with node_pair([Calculator()]) as (server, client):
         ref = client.ref(server.address_of("calculator"))
         with trio.fail_after(10):
             assert await ref.ask("norm", Point(-1, 2)) == {"x": 1, "y": 2}
 
 
 async def test_a_payload_that_does_not_fit_is_rejected_naming_the_field() -> None:
-    async with (
-        open_node("server", [Calculator()], insecure=True) as server,
-        open_node("client", host=None, insecure=True) as client,
-    ):
+    async with node_pair([Calculator()]) as (server, client):
         ref = client.ref(server.address_of("calculator"))
         with trio.fail_after(10):
             with pytest.raises(Rejected) as missing:
