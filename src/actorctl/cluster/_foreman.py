@@ -23,7 +23,6 @@ import trio
 
 from .._errors import ActorctlError, ConfigError
 from ..mailbox import IdentityKey
-from ._app import cluster_task_actors
 from ._certs import init_certs
 from ._config import ClusterConfig, NodeConfig
 from ._hosting import hosted_actors
@@ -100,8 +99,8 @@ class Foreman(_Runner):
                    "--instances", str(node.instances)]  # fmt: skip
         for name, addresses in config.routes(node):
             command += ["--route", f"{name}={','.join(addresses)}"]
-        if node.pools or node.services:
-            command += ["--cluster", str(config.path)]
+        # The node's actors factory (if its actors name one) reads its cluster.
+        command += ["--cluster", str(config.path)]
         if config.insecure:
             return [*command, "--insecure"]
         return [*command, "--certs", str(config.certs), "--keys", str(config.keys)]
@@ -218,10 +217,11 @@ class LocalForeman(_Runner):
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         node, config = self.node, self.config
         self._begin()
-        actors: dict[str, Any] = dict(hosted_actors(node.actors, node.instances))
+        actors: dict[str, Any] = hosted_actors(
+            node.actors, node.instances, node=node, cluster=config
+        )
         for name, addresses in config.routes(node):
             actors[name] = Router(addresses)
-        actors.update(cluster_task_actors(config, node))
         security = config.security(node.name)
         async with open_node(node.name, actors, host=node.host, port=node.port, **security) as n:
             self._set(state="running", pid=os.getpid(), address=n.url, actors=sorted(n.cells))
