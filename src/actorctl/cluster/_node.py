@@ -307,7 +307,6 @@ class Node:
             return self._client_domains[1]  # a DNS name: check it
         return self._client_domains[0]
 
-
 @final
 class NodeAgent(Actor):
     """Hosted on every node as ``_node``: what the Controller asks a node."""
