@@ -13,7 +13,7 @@ Celery's tutorial starts with::
 
 Here the app is ``actorctl.App`` and, instead of a broker, ``app.connect`` takes
 the cluster's file: the task goes straight to a worker actor over an AMQP 1.0
-link (mutual TLS, signed), and its result comes back as a document message.
+link (mutual TLS, signed), and its result comes back on the same connection.
 Run it with ``python -m examples.tasks``: it starts the cluster that
 examples/tasks.toml describes (one worker node hosting the ``celery`` pool),
 calls the task as Celery's tutorial does, and stops the cluster.

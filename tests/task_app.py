@@ -12,7 +12,15 @@ import time
 import attrs
 import trio
 
-from actorctl import App, DataSink, SoftTimeLimitExceeded, TaskContext, TaskResult
+from actorctl import (
+    App,
+    DataSink,
+    SoftTimeLimitExceeded,
+    TaskContext,
+    TaskResult,
+    check_soft_time_limit,
+    soft_time_limit,
+)
 
 app = App("t")
 app.pool("celery", concurrency=4)
@@ -58,9 +66,17 @@ async def sleepy(seconds: float) -> str:
 @app.task(pool="slow", soft_time_limit=0.2, time_limit=5)
 async def cleans_up_async() -> str:
     try:
-        await trio.sleep(10)
+        with soft_time_limit():
+            await trio.sleep(10)
     except SoftTimeLimitExceeded:
+        await trio.sleep(0.01)  # it may still wait: its hard limit is 5 s away
         return "cleaned up after the soft limit"
+    return "never"
+
+
+@app.task(pool="slow", soft_time_limit=0.2, time_limit=5)
+async def ignores_soft_limit() -> str:
+    await trio.sleep(10)
     return "never"
 
 
@@ -70,6 +86,7 @@ def cleans_up_sync() -> str:
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             time.sleep(0.01)
+            check_soft_time_limit()
     except SoftTimeLimitExceeded:
         return "sync cleaned up after the soft limit"
     return "never"
@@ -78,6 +95,12 @@ def cleans_up_sync() -> str:
 @app.task(pool="slow", time_limit=0.3)
 async def overruns() -> str:
     await trio.sleep(10)
+    return "never"
+
+
+@app.task(pool="slow", time_limit=0.3)
+def thread_overruns() -> str:
+    time.sleep(1)  # a thread cannot be interrupted: the worker stops waiting
     return "never"
 
 

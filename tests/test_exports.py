@@ -20,11 +20,11 @@ def test_every_error_shares_one_root() -> None:
 
 
 def test_layers_import_only_downwards() -> None:
-    # cli -> cluster -> supervision -> actors -> mailbox
+    # cli -> tasks -> cluster -> supervision -> actors -> mailbox
     import ast
     from pathlib import Path
 
-    order = ["mailbox", "actors", "supervision", "cluster", "cli"]
+    order = ["mailbox", "actors", "supervision", "cluster", "tasks", "cli"]
     root = Path(actorctl.__file__).parent
     for rank, layer in enumerate(order):
         for path in (root / layer).glob("*.py"):

@@ -36,7 +36,7 @@ from actorctl import (
     group,
     open_node,
 )
-from actorctl.cluster import load_cluster
+from actorctl.cluster import NodeConfig, hosted_actors, load_cluster
 from tests.task_app import (
     UserRegistered,
     abortable,
@@ -52,10 +52,12 @@ from tests.task_app import (
     div,
     echo,
     flaky,
+    ignores_soft_limit,
     mul,
     overruns,
     record_error,
     sleepy,
+    thread_overruns,
 )
 
 HERE = Path(__file__).resolve().parent
@@ -134,11 +136,11 @@ async def test_a_failing_task_raises_its_error_type_and_message(cluster: Path) -
 async def test_bad_calls_fail_with_clear_errors(cluster: Path) -> None:
     other = App("t")
     nope = other.task(name="t.nope")(lambda: None)
-    async with app.aconnect(cluster) as client:
+    async with app.aconnect(cluster):
         with pytest.raises(TaskFailed, match="add") as raised:
             await (await add.adelay(1)).aget(timeout=WAIT)  # one argument short
         assert raised.value.type_name == "BadArguments"
-        other.attach(client)
+        # Any app's tasks go through the client of this context.
         with pytest.raises(TaskFailed, match=r"has no task 't\.nope'") as unknown:
             await (await nope.adelay()).aget(timeout=WAIT)
         assert unknown.value.type_name == "UnknownTask"
@@ -265,6 +267,9 @@ async def test_the_soft_time_limit_is_an_exception_the_task_can_catch(cluster: P
         assert await (await cleans_up_sync.adelay()).aget(timeout=WAIT) == (
             "sync cleaned up after the soft limit"
         )
+        with pytest.raises(TaskFailed, match=r"soft time limit \(0.2 s\)") as raised:
+            await (await ignores_soft_limit.adelay()).aget(timeout=WAIT)
+        assert raised.value.type_name == "SoftTimeLimitExceeded"
 
 
 async def test_the_hard_time_limit_stops_an_async_task_and_a_boxed_one(cluster: Path) -> None:
@@ -274,6 +279,9 @@ async def test_the_hard_time_limit_stops_an_async_task_and_a_boxed_one(cluster: 
                 await (await task.adelay()).aget(timeout=WAIT)
             assert raised.value.type_name == "TimeLimitExceeded"
         assert await (await boxed_square.adelay(7)).aget(timeout=WAIT) == 49
+        with pytest.raises(TaskFailed, match="its thread runs on") as abandoned:
+            await (await thread_overruns.adelay()).aget(timeout=WAIT)
+        assert abandoned.value.type_name == "TimeLimitExceeded"
 
 
 async def test_a_revoked_task_never_runs_and_running_ones_see_is_aborted(cluster: Path) -> None:
@@ -367,20 +375,25 @@ async def test_event_delay_publishes_from_plain_code(cluster: Path) -> None:
 
 
 def test_cluster_files_with_task_pools_are_checked(tmp_path: Path) -> None:
-    base = '[cluster]\napp = "tests.task_app:app"\n'
+    # Given a node that hosts the task app with wrong task settings
+    node = '[[node]]\nname = "n"\nlisten = "127.0.0.1:5999"\nactors = "tests.task_app:app"\n'
     cases = {
-        'pools = ["no such"]': "pools",
+        'pools = "celery"': "pools",
+        'pools = ["no such"]': "no pool named 'no such'",
         'pools = ["events"]': "pool names other than",
         'services = true\npools = ["celery"]': "services = true and pools",
     }
     for extra, message in cases.items():
         path = tmp_path / "cluster.toml"
-        path.write_text(f'{base}[[node]]\nname = "n"\nlisten = "127.0.0.1:5999"\n{extra}\n')
+        path.write_text(f"{node}{extra}\n")
+        config = load_cluster(path)  # the cluster layer does not read task settings
+        # When the node's actors are made, then the app says what is wrong
         with pytest.raises(ConfigError, match=message):
-            load_cluster(path)
-    path.write_text('[[node]]\nname = "n"\nlisten = "127.0.0.1:5999"\npools = ["celery"]\n')
-    with pytest.raises(ConfigError, match=r"cluster\.app"):
-        load_cluster(path)
+            hosted_actors(config.nodes[0].actors, node=config.nodes[0], cluster=config)
+    # A node run without its cluster file cannot host the app
+    bare = NodeConfig("n", "127.0.0.1", 5999, "tests.task_app:app")
+    with pytest.raises(ConfigError, match=r"needs its cluster\.toml"):
+        hosted_actors(bare.actors, node=bare)
 
 
 def test_an_event_class_whose_attributes_clash_is_refused() -> None:

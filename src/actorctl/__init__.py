@@ -21,22 +21,9 @@ from ._errors import WireFormatError as WireFormatError
 from .actors import Actor as Actor
 from .actors import ActorRef as ActorRef
 from .actors import Address as Address
-from .actors import AsyncResult as AsyncResult
 from .actors import Behaviour as Behaviour
-from .actors import DataSink as DataSink
-from .actors import Directory as Directory
-from .actors import GroupResult as GroupResult
-from .actors import Retry as Retry
-from .actors import Signature as Signature
-from .actors import Task as Task
-from .actors import TaskContext as TaskContext
-from .actors import TaskResult as TaskResult
 from .actors import Terminated as Terminated
-from .actors import chain as chain
-from .actors import chord as chord
-from .actors import group as group
 from .actors import handler as handler
-from .cluster import App as App
 from .cluster import Node as Node
 from .cluster import TlsFiles as TlsFiles
 from .cluster import open_node as open_node
@@ -51,6 +38,21 @@ from .supervision import Restart as Restart
 from .supervision import Strategy as Strategy
 from .supervision import SupervisorGaveUp as SupervisorGaveUp
 from .supervision import SupervisorSpec as SupervisorSpec
+from .tasks import App as App
+from .tasks import AsyncResult as AsyncResult
+from .tasks import DataSink as DataSink
+from .tasks import Directory as Directory
+from .tasks import GroupResult as GroupResult
+from .tasks import Retry as Retry
+from .tasks import Signature as Signature
+from .tasks import Task as Task
+from .tasks import TaskContext as TaskContext
+from .tasks import TaskResult as TaskResult
+from .tasks import chain as chain
+from .tasks import check_soft_time_limit as check_soft_time_limit
+from .tasks import chord as chord
+from .tasks import group as group
+from .tasks import soft_time_limit as soft_time_limit
 
 __all__ = [
     "Actor",
@@ -96,10 +98,12 @@ __all__ = [
     "UnknownActor",
     "WireFormatError",
     "chain",
+    "check_soft_time_limit",
     "chord",
     "group",
     "handler",
     "open_node",
+    "soft_time_limit",
 ]
 
 __version__ = "0.1.0"

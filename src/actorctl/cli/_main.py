@@ -18,7 +18,7 @@ import trio
 
 from .._errors import ActorctlError, ConfigError, DeliveryError, RemoteError
 from ..actors import Actor, Address
-from ..cluster import Node, Router, cluster_task_actors, hosted_actors, load_cluster, open_node
+from ..cluster import Node, NodeConfig, Router, hosted_actors, load_cluster, open_node
 from ..supervision import SupervisorSpec
 from ._cluster import cluster
 from ._keys import certs, keys
@@ -77,8 +77,8 @@ def node() -> None:
     "cluster_path",
     default=None,
     metavar="CLUSTER.TOML",
-    help="Also host what this file gives node --name of its task app: pool workers, "
-    "or (on the services node) routers, scheduler, events and chords.",
+    help="The cluster this node (--name) is part of: an actors factory that "
+    "MODULE:OBJECT names (a task app) makes the node's actors from it.",
 )
 @security_options
 async def node_run(
@@ -99,21 +99,21 @@ async def node_run(
     """
     _log_to(log_path, sys.stdout)
     try:
-        actors = hosted_actors(target, instances)
-        hosted: dict[str, Actor | SupervisorSpec] = {}
-        trees: list[SupervisorSpec] = []
+        host, port = _parse_listen(listen)
+        node_name = name or f"node-{port}"
+        node_config = NodeConfig(node_name, host, port, target, instances)
+        config = None
+        if cluster_path is not None:
+            config = load_cluster(cluster_path)
+            node_config = config.node(node_name)
+        actors = hosted_actors(target, instances, node=node_config, cluster=config)
+        hosted: dict[str, Actor | SupervisorSpec] = dict(actors)
         for route in routes:
             logical, sep, addresses = route.partition("=")
             if not sep or not logical or not addresses:
                 raise ConfigError(f"--route {route!r}: expected NAME=ADDRESS[,ADDRESS...]")
-            actors[logical] = Router([Address.parse(a) for a in addresses.split(",")])
-        host, port = _parse_listen(listen)
-        node_name = name or f"node-{port}"
-        if cluster_path is not None:
-            config = load_cluster(cluster_path)
-            actors.update(cluster_task_actors(config, config.node(node_name)))
-            trees = config.supervisor_specs(config.node(node_name))
-        hosted.update(actors)
+            hosted[logical] = Router([Address.parse(a) for a in addresses.split(",")])
+        trees = config.supervisor_specs(node_config) if config is not None else []
         for tree in trees:
             if tree.name in hosted:
                 raise ConfigError(

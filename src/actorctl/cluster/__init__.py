@@ -1,8 +1,5 @@
 """Nodes (AMQP 1.0 containers on trio), peer links, addresses."""
 
-from ._app import App as App
-from ._app import cluster_directory as cluster_directory
-from ._app import cluster_task_actors as cluster_task_actors
 from ._certs import init_certs as init_certs
 from ._config import ClusterConfig as ClusterConfig
 from ._config import NodeConfig as NodeConfig
@@ -17,9 +14,11 @@ from ._foreman import Foreman as Foreman
 from ._foreman import NodeDied as NodeDied
 from ._foreman import NodeState as NodeState
 from ._foreman import ensure_dev_secrets as ensure_dev_secrets
+from ._hosting import ActorsFactory as ActorsFactory
 from ._hosting import hosted_actors as hosted_actors
+from ._hosting import load_target as load_target
+from ._inbound import REPLY_PREFIX as REPLY_PREFIX
 from ._node import Node as Node
 from ._node import open_node as open_node
 from ._router import Router as Router
-from ._scheduler import Scheduler as Scheduler
 from ._tls import TlsFiles as TlsFiles

@@ -19,15 +19,18 @@
       actor = "examples.workers:WordCounter"
 
 A missing or wrong field is a ``ConfigError`` naming the file, the key and what
-was expected.
+was expected. The other keys of a ``[[node]]`` table are that node's
+``settings``: this layer does not read them; an actors factory that the node's
+``actors`` names does (``_hosting.py``), as a task app reads ``pools`` there.
 """
 
 from __future__ import annotations
 
 import re
 import tomllib
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, final
+from typing import Any, Final, final
 
 import attrs
 
@@ -41,8 +44,7 @@ __all__ = ["ClusterConfig", "NodeConfig", "load_cluster"]
 
 _NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?")
 _TARGET = re.compile(r"[\w.]+:[\w.]+")
-# Actor names the task services take on their nodes: no pool may have them.
-_RESERVED = frozenset({"events", "chords", "scheduler", "_tasks", "_results", "_node"})
+_NODE_KEYS: Final = frozenset({"name", "listen", "actors", "instances"})
 
 
 @final
@@ -55,9 +57,9 @@ class NodeConfig:
     instances: int = 1  # how many of each actor: NAME, NAME-2, ...
     # routers this node hosts: (logical name, ("node/actor", ...))
     routes: tuple[tuple[str, tuple[str, ...]], ...] = ()
-    pools: tuple[str, ...] = ()  # task pools whose workers it hosts
-    services: bool = False  # hosts the pools' routers, the scheduler, events, chords
     supervisors: tuple[str, ...] = ()  # the [[supervisor]] trees it hosts, by name
+    # the node table's other keys, for the actors factory its `actors` names
+    settings: Mapping[str, Any] = attrs.field(factory=dict, eq=False, hash=False)
 
     @property
     def listen(self) -> str:
@@ -75,7 +77,6 @@ class ClusterConfig:
     dev: bool
     insecure: bool
     controller: tuple[str, int] = ("127.0.0.1", 5700)
-    apps: tuple[str, ...] = ()  # MODULE:OBJECT of the task apps
     supervisor_tables: tuple[Any, ...] = attrs.field(default=(), eq=False)
 
     def supervisor_specs(self, node: NodeConfig) -> list[SupervisorSpec]:
@@ -175,7 +176,6 @@ def load_cluster(path: Path | str) -> ClusterConfig:
         dev=where.boolean(cluster, "cluster.dev", default=False),
         insecure=where.boolean(cluster, "cluster.insecure", default=False),
         controller=where.endpoint(cluster, "cluster.controller", default="127.0.0.1:5700"),
-        apps=where.apps(cluster, nodes),
         supervisor_tables=tuple(supervisor_tables),
     )
 
@@ -224,43 +224,8 @@ class _Where:
         instances = item.get("instances", 1)
         if type(instances) is not int or not 1 <= instances <= 1000:
             raise self.error(f"{prefix}.instances", "a whole number from 1 to 1000", instances)
-        pools = item.get("pools", [])
-        if not isinstance(pools, list) or not all(
-            isinstance(p, str) and _NAME.fullmatch(p) for p in pools
-        ):
-            raise self.error(f"{prefix}.pools", 'a list of pool names like ["celery"]', pools)
-        for pool in pools:
-            if pool in _RESERVED:
-                raise self.error(
-                    f"{prefix}.pools", f"pool names other than {sorted(_RESERVED)}", pool
-                )
-        services = self.boolean(item, f"{prefix}.services", default=False)
-        return NodeConfig(
-            name, host, port, actors, instances, pools=tuple(pools), services=services
-        )
-
-    def apps(self, cluster: dict[str, Any], nodes: tuple[NodeConfig, ...]) -> tuple[str, ...]:
-        value = cluster.get("app", [])
-        apps = [value] if isinstance(value, str) else value
-        if not isinstance(apps, list) or not all(
-            isinstance(a, str) and _TARGET.fullmatch(a) for a in apps
-        ):
-            raise self.error("cluster.app", "MODULE:OBJECT of a task app, or a list of them", value)
-        wants = [n.name for n in nodes if n.pools or n.services]
-        if wants and not apps:
-            raise self.error(
-                "cluster.app", f"the task app that nodes {wants} host pools or services of", None
-            )
-        if sum(1 for n in nodes if n.services) > 1:
-            raise ConfigError(f"{self.path}: only one node may have services = true")
-        for node in nodes:
-            if node.services and node.pools:
-                raise ConfigError(
-                    f"{self.path}: node {node.name!r} has services = true and pools: the "
-                    "services node hosts the pools' routers under the pools' names, so put "
-                    "the workers on other nodes"
-                )
-        return tuple(apps)
+        settings = {key: value for key, value in item.items() if key not in _NODE_KEYS}
+        return NodeConfig(name, host, port, actors, instances, settings=settings)
 
     def routers(self, items: object, nodes: tuple[NodeConfig, ...]) -> tuple[NodeConfig, ...]:
         """Attach each [[router]] to the node that hosts it."""

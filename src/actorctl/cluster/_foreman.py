@@ -25,7 +25,6 @@ import trio
 
 from .._errors import ActorctlError, ConfigError
 from ..mailbox import IdentityKey
-from ._app import cluster_task_actors
 from ._certs import init_certs
 from ._config import ClusterConfig, NodeConfig
 from ._hosting import hosted_actors
@@ -102,8 +101,8 @@ class Foreman(_Runner):
                    "--instances", str(node.instances)]  # fmt: skip
         for name, addresses in config.routes(node):
             command += ["--route", f"{name}={','.join(addresses)}"]
-        if node.pools or node.services or node.supervisors:
-            command += ["--cluster", str(config.path)]
+        # The node's actors factory (if its actors name one) reads its cluster.
+        command += ["--cluster", str(config.path)]
         if config.insecure:
             return [*command, "--insecure"]
         return [*command, "--certs", str(config.certs), "--keys", str(config.keys)]
@@ -224,10 +223,11 @@ class LocalForeman(_Runner):
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         node, config = self.node, self.config
         self._begin()
-        actors: dict[str, Any] = dict(hosted_actors(node.actors, node.instances))
+        actors: dict[str, Any] = hosted_actors(
+            node.actors, node.instances, node=node, cluster=config
+        )
         for name, addresses in config.routes(node):
             actors[name] = Router(addresses)
-        actors.update(cluster_task_actors(config, node))
         actors.update((spec.name, spec) for spec in config.supervisor_specs(node))
         security = config.security(node.name)
         async with open_node(node.name, actors, host=node.host, port=node.port, **security) as n:

@@ -55,6 +55,11 @@ class Router(Actor):
     mailbox_capacity: ClassVar[int] = 100
     concurrency: ClassVar[int] = 100  # messages it forwards at once
     dedup_count: ClassVar[int] = 0  # the instances detect duplicates
+    #: True: a command whose reply-to is a reply address (an ask) is called on
+    #: the instance, and the router relays the reply. False: every message is
+    #: forwarded as it is, and the instance answers the caller itself, on a
+    #: reply link the caller must hold to the instance's node.
+    relays_replies: ClassVar[bool] = True
 
     def __init__(self, instances: Sequence[Address | str], *, attempt_timeout: float = 5.0) -> None:
         if not instances:
@@ -73,7 +78,10 @@ class Router(Actor):
         # (an ask) gets it through the router.
         reply_to = envelope.reply_to
         wants_reply = (
-            reply_to is not None and envelope.kind == KIND_COMMAND and "://" not in reply_to
+            self.relays_replies
+            and reply_to is not None
+            and envelope.kind == KIND_COMMAND
+            and "://" not in reply_to
         )
         outbox = self._require_cell().outbox
         tried: set[Address] = set()

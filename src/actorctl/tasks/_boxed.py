@@ -1,4 +1,4 @@
-"""Runs one boxed task in this process: ``python -m actorctl.actors._boxed``.
+"""Runs one boxed task in this process: ``python -m actorctl.tasks._boxed``.
 
 Reads ``{"module", "function", "args", "kwargs"}`` as JSON on stdin, imports the
 module, calls the task's function, and writes ``{"value": ...}`` or ``{"error":

@@ -1,7 +1,9 @@
 """Task states and result handles: what ``add.delay(1, 2)`` returns.
 
-A task's result travels back as a document message to the caller's results
-actor; the registry there hands each document to the handle waiting for it.
+A task's result comes back to the caller as a document on the caller's own reply
+link (docs/protocol.md §14.4): the caller's outbox hands each document that
+carries an id the registry expects to the registry, which hands it to the
+handle waiting for it.
 ``get()`` blocks (for plain Python code, as in Celery); ``aget()`` awaits (for
 code that runs in trio).
 """
@@ -9,43 +11,21 @@ code that runs in trio).
 from __future__ import annotations
 
 import builtins
+import functools
 import math
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
-from typing import Any, Final, final
+from typing import Any, final
 
 import trio
 
 from .._errors import ActorctlError, AskTimeout, TaskFailed, TaskRevoked
+from ..actors import Outbox
 from ..mailbox import Envelope
-from ._ref import Outbox
+from ._protocol import FAILURE, H_RETRIES, H_STATE, PENDING, READY_STATES, RETRY, REVOKED, SUCCESS
 
-__all__ = [
-    "FAILURE",
-    "PENDING",
-    "READY_STATES",
-    "RETRY",
-    "REVOKED",
-    "STARTED",
-    "STATES",
-    "SUCCESS",
-    "AsyncResult",
-    "GroupResult",
-    "ResultRegistry",
-    "task_error",
-]
-
-PENDING: Final = "PENDING"
-STARTED: Final = "STARTED"
-RETRY: Final = "RETRY"
-SUCCESS: Final = "SUCCESS"
-FAILURE: Final = "FAILURE"
-REVOKED: Final = "REVOKED"
-STATES: Final = frozenset({PENDING, STARTED, RETRY, SUCCESS, FAILURE, REVOKED})
-READY_STATES: Final = frozenset({SUCCESS, FAILURE, REVOKED})
-
-_error_classes: dict[str, type[TaskFailed]] = {}
+__all__ = ["AsyncResult", "GroupResult", "ResultRegistry", "in_trio", "task_error"]
 
 
 def task_error(type_name: str, message: str, task_id: str | None = None) -> TaskFailed:
@@ -55,28 +35,34 @@ def task_error(type_name: str, message: str, task_id: str | None = None) -> Task
     (``except ZeroDivisionError`` works); the type is looked up by name among the
     built-ins only, never imported or unpickled.
     """
-    cls = _error_classes.get(type_name)
-    if cls is None:
-        builtin = getattr(builtins, type_name, None)
-        if (
-            isinstance(builtin, type)
-            and issubclass(builtin, Exception)
-            and not issubclass(builtin, TaskFailed)
-        ):
-            cls = type(type_name, (TaskFailed, builtin), {"__module__": "actorctl.tasks"})
-        else:
-            cls = TaskFailed
-        _error_classes[type_name] = cls
-    try:
-        error = cls.__new__(cls)
-        TaskFailed.__init__(error, type_name, message, task_id)
-    except TypeError:  # a built-in that takes its own arguments (UnicodeDecodeError, ...)
-        _error_classes[type_name] = TaskFailed
-        return TaskFailed(type_name, message, task_id)
+    cls = _error_class(type_name)
+    error = cls.__new__(cls)
+    TaskFailed.__init__(error, type_name, message, task_id)
     return error
 
 
-def _in_trio() -> bool:
+@functools.cache
+def _error_class(type_name: str) -> type[TaskFailed]:
+    """TaskFailed, or a subclass of it and of the built-in named ``type_name``
+    when there is one whose instances can be made that way (a memo: the same
+    name always gives the same class)."""
+    builtin = getattr(builtins, type_name, None)
+    if not (
+        isinstance(builtin, type)
+        and issubclass(builtin, Exception)
+        and not issubclass(builtin, TaskFailed)
+    ):
+        return TaskFailed
+    cls: type[TaskFailed] = type(type_name, (TaskFailed, builtin), {"__module__": "actorctl.tasks"})
+    try:
+        TaskFailed.__init__(cls.__new__(cls), type_name, "", None)
+    except TypeError:  # a built-in that takes its own arguments (UnicodeDecodeError, ...)
+        return TaskFailed
+    return cls
+
+
+def in_trio() -> bool:
+    """Whether this code runs in a trio task (trio's own thread)."""
     try:
         trio.lowlevel.current_task()
     except RuntimeError:
@@ -101,6 +87,7 @@ class AsyncResult:
         *,
         revoke: Callable[[str, bool], None] | None = None,
         arevoke: Callable[[str, bool], Awaitable[None]] | None = None,
+        forget: Callable[[str], None] | None = None,
         tracked: bool = True,
     ) -> None:
         self.id = task_id
@@ -111,12 +98,19 @@ class AsyncResult:
         self._error: dict[str, Any] | None = None
         self._revoke = revoke
         self._arevoke = arevoke
+        self._forget = forget
         self._tracked = tracked
         self._done_thread = threading.Event()
         self._done_trio = trio.Event()
         self._changed = trio.Event()
 
     # -- what it knows -------------------------------------------------------------
+
+    @property
+    def tracked(self) -> bool:
+        """Whether its caller receives its documents (not sent with
+        ``ignore_result``, nor from inside a task)."""
+        return self._tracked
 
     def ready(self) -> bool:
         """Whether the task has finished (SUCCESS, FAILURE or REVOKED)."""
@@ -151,7 +145,7 @@ class AsyncResult:
             TaskRevoked: it was revoked, or expired before it ran.
             AskTimeout: no result within ``timeout`` seconds.
         """
-        if _in_trio():
+        if in_trio():
             raise ActorctlError(
                 "AsyncResult.get() blocks, and this is trio's thread: use `await result.aget()`"
             )
@@ -194,6 +188,13 @@ class AsyncResult:
         if self._arevoke is None:
             raise ActorctlError(f"task {self.id}: this result is not connected to a cluster")
         await self._arevoke(self.id, terminate)
+
+    def forget(self) -> None:
+        """Stop waiting for this result (its caller then holds nothing for it):
+        for a result nobody will read. Call it from the client's own thread
+        (trio code), or before the result could arrive."""
+        if self._forget is not None:
+            self._forget(self.id)
 
     def _check_tracked(self) -> None:
         if not self._tracked:
@@ -292,41 +293,40 @@ class GroupResult(Sequence[AsyncResult]):
 
 @final
 class ResultRegistry:
-    """The results a client waits for, by id; fed by its results actor."""
+    """The results a caller waits for, by task id.
 
-    def __init__(self) -> None:
-        self._waiting: dict[str, AsyncResult] = {}
-        self._outbox: Outbox | None = None
+    It registers each id with the caller's outbox (``expect``) before the task
+    is sent, so that the documents that come back on the caller's reply links
+    with that id reach it, and unregisters the id (``unexpect``) as soon as the
+    result is final, forgotten, or the caller disconnects: an id the registry
+    no longer waits for holds nothing in the outbox.
 
-    def bind(self, outbox: Outbox) -> None:
-        """Take the result documents that come back to ``outbox`` (on its reply
-        links) for the results this registry waits for."""
+    Args:
+        outbox: the caller node's outbox.
+    """
+
+    def __init__(self, outbox: Outbox) -> None:
         self._outbox = outbox
+        self._waiting: dict[str, AsyncResult] = {}
 
     def expect(self, result: AsyncResult) -> None:
+        """Wait for ``result``'s documents from now on."""
         self._waiting[result.id] = result
-        if self._outbox is not None:
-            self._outbox.expect(result.id, self._take)
+        self._outbox.expect(result.id, self._take)
 
     def forget(self, task_id: str) -> None:
-        self._waiting.pop(task_id, None)
-        if self._outbox is not None:
+        """Stop waiting for ``task_id`` (its later documents are logged as late)."""
+        if self._waiting.pop(task_id, None) is not None:
             self._outbox.unexpect(task_id)
-
-    def _take(self, envelope: Envelope) -> None:
-        headers = envelope.headers
-        state = str(headers.get("state", "SUCCESS"))
-        self.deliver(str(envelope.correlation_id), state, envelope.body, headers)
 
     def __len__(self) -> int:
         return len(self._waiting)
 
     def fail_all(self, reason: str) -> None:
-        """Fail every result still waited for (the client is going away)."""
+        """Fail every result still waited for (the caller is going away)."""
         waiting, self._waiting = self._waiting, {}
         for result in waiting.values():
-            if self._outbox is not None:
-                self._outbox.unexpect(result.id)
+            self._outbox.unexpect(result.id)
             result.update(FAILURE, {"type": "Disconnected", "message": reason})
 
     def deliver(self, task_id: str, state: str, body: Any, headers: Mapping[str, Any]) -> bool:
@@ -334,8 +334,12 @@ class ResultRegistry:
         result = self._waiting.get(task_id)
         if result is None:
             return False
-        retries = headers.get("retries", 0)
+        retries = headers.get(H_RETRIES, 0)
         result.update(state, body, retries if isinstance(retries, int) else 0)
         if result.ready():
             self.forget(task_id)
         return True
+
+    def _take(self, envelope: Envelope) -> None:
+        state = str(envelope.headers.get(H_STATE, SUCCESS))
+        self.deliver(str(envelope.correlation_id), state, envelope.body, envelope.headers)

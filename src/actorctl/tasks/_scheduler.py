@@ -11,7 +11,7 @@ REVOKED document saying why.
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Any, ClassVar, Final
+from typing import Any, ClassVar
 
 import attrs
 import trio
@@ -19,17 +19,23 @@ import trio
 from .._errors import ConfigError, DeliveryError, Rejected, WireFormatError
 from .._log import log
 from ..actors import Actor
-from ..actors._results import FAILURE, REVOKED
-from ..actors._tasks import H_ETA, H_POOL, H_TASK_ID, Directory, TaskClient
-from ..actors._worker import send_document
 from ..mailbox import ACCEPTED, STATUS_OK, Envelope, Outcome
+from ._client import Directory, TaskClient
+from ._documents import send_document
+from ._protocol import (
+    BAD_ARGUMENTS,
+    FAILURE,
+    H_ETA,
+    H_POOL,
+    H_TASK_ID,
+    NO_POOL,
+    REVOKED,
+    REVOKED_MEMORY,
+    SCHEDULER_NAME,
+    UNKNOWN_HANDLER,
+)
 
 __all__ = ["Scheduler"]
-
-NO_POOL: Final = "actorctl:no-pool"
-UNKNOWN_COMMAND: Final = "actorctl:unknown-handler"
-BAD_ARGUMENTS: Final = "actorctl:bad-arguments"
-REVOKED_MEMORY: Final = 100_000
 
 
 class Scheduler(Actor):
@@ -40,7 +46,7 @@ class Scheduler(Actor):
         capacity: the most delayed tasks it holds at once (its link credit).
     """
 
-    name = "scheduler"
+    name = SCHEDULER_NAME
     mailbox_capacity: ClassVar[int] = 10_000
     concurrency: ClassVar[int] = 10_000  # every held task waits in a task of its own
     # A delayed task sent again (its sender reconnected) waits for the first
@@ -137,7 +143,7 @@ class Scheduler(Actor):
                 value = self.pending(*args, **kwargs)
             else:
                 return Outcome.rejected(
-                    UNKNOWN_COMMAND,
+                    UNKNOWN_HANDLER,
                     f"the scheduler takes delayed tasks (with a pool header), 'revoke' "
                     f"and 'pending'; not {envelope.subject!r}",
                 ), None

@@ -1,0 +1,71 @@
+"""``App``: Celery's app object, on actors.
+
+The definitions (``@app.task``, ``@app.event``, ``app.pool``) are those of
+:class:`TaskRegistry`; ``App`` adds connecting a caller to a cluster, and is the
+actors factory a node of the cluster names to host the app's pools
+(``actors = "myapp:app"`` in cluster.toml).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from contextlib import AbstractAsyncContextManager
+from typing import Any
+
+from ..actors import Actor
+from ..cluster import ClusterConfig, NodeConfig
+from ._client import TaskClient
+from ._connect import CLIENT_NAME, ClusterSpec, Connection, open_client
+from ._hosting import task_actors
+from ._registry import TaskRegistry
+
+__all__ = ["App"]
+
+
+class App(TaskRegistry):
+    """A task app: ``@app.task``, ``@app.event``, and ``app.connect(...)``.
+
+    Args:
+        name: the app's name; a task's default name is ``NAME.FUNCTION``.
+        default_pool: the pool tasks go to unless they name another.
+
+    Example::
+
+        app = App("tasks")
+
+        @app.task
+        def add(x, y):
+            return x + y
+
+        with app.connect("cluster.toml"):
+            assert add.delay(1, 2).get(timeout=10) == 3
+    """
+
+    def connect(
+        self, cluster: ClusterSpec, *, name: str = CLIENT_NAME, **node_options: Any
+    ) -> Connection:
+        """Connect for the duration of a ``with`` block, from plain (non-trio)
+        code: a client node runs in a thread of its own, and the block's tasks
+        and events go through it.
+
+        Args:
+            cluster: a cluster.toml (its security, with the ``name`` member's
+                certificate and key), or a Directory (then pass the node options:
+                ``tls``/``keyring`` or ``insecure=True``).
+            name: whose certificate and key to use.
+            node_options: more ``Node`` arguments.
+        """
+        return Connection(cluster, name, node_options)
+
+    def aconnect(
+        self, cluster: ClusterSpec, *, name: str = CLIENT_NAME, **node_options: Any
+    ) -> AbstractAsyncContextManager[TaskClient]:
+        """Connect for the duration of an ``async with`` block in trio code
+        (the arguments of :meth:`connect`)."""
+        return open_client(cluster, name=name, **node_options)
+
+    def actors_for(self, cluster: ClusterConfig | None, node: NodeConfig) -> Mapping[str, Actor]:
+        """The actors a node of ``cluster`` hosts for this app, as its settings
+        say (``pools = [...]`` or ``services = true``): the actors factory
+        interface of ``actorctl.cluster``."""
+        return task_actors(self, cluster, node)

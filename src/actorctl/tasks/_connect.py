@@ -1,0 +1,145 @@
+"""Connecting a caller to a cluster: the client node and its client.
+
+``open_client`` runs a small client-only node (it listens nowhere) for the
+duration of a block: it connects to every node of the cluster that may send
+the caller a result (the pools' nodes and the services node) and waits until
+its reply link is up on each, so that every result can come back on a reply
+link; then it sends through a :class:`TaskClient` that it makes the client of
+the caller's context. :class:`Connection` does the same for plain code, with
+the client node in a thread of its own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Final, final
+
+import trio
+
+from .._errors import ActorctlError
+from .._log import log
+from ..actors import ActorRef, Outbox
+from ..cluster import ClusterConfig, load_cluster, open_node
+from ._client import Directory, TaskClient, using_client
+from ._hosting import cluster_directory
+from ._results import ResultRegistry
+
+__all__ = ["CLIENT_NAME", "Connection", "open_client"]
+
+CLIENT_NAME: Final = "cli"
+CONNECT_TIMEOUT: Final = 30.0
+REACH_TIMEOUT: Final = 10.0
+
+ClusterSpec = str | Path | ClusterConfig | Directory
+
+
+def _where(
+    cluster: ClusterSpec, name: str, node_options: dict[str, Any]
+) -> tuple[Directory, dict[str, Any]]:
+    if isinstance(cluster, Directory):
+        return cluster, dict(node_options)
+    config = cluster if isinstance(cluster, ClusterConfig) else load_cluster(cluster)
+    return cluster_directory(config), {**config.security(name), **node_options}
+
+
+async def reach_nodes(outbox: Outbox, directory: Directory, timeout: float) -> None:
+    """Open this node's connection to every node of ``directory`` and wait until
+    each answers (so that its reply link is up there), ``timeout`` at most; a
+    node that does not answer is logged (its connection keeps trying)."""
+
+    async def reach(ref: ActorRef) -> None:
+        try:
+            await ref.ask("statistics")
+        except Exception as exc:  # a node that is down must not keep the caller out
+            log("actorctl:client:unreached", node=str(ref.address), error=str(exc))
+
+    async with trio.open_nursery() as nursery:
+        for address in directory.endpoints():
+            nursery.start_soon(reach, ActorRef(address, outbox, timeout=timeout))
+
+
+@asynccontextmanager
+async def open_client(
+    cluster: ClusterSpec, *, name: str = CLIENT_NAME, **node_options: Any
+) -> AsyncIterator[TaskClient]:
+    """Connect for the duration of an ``async with`` block in trio code, and
+    send tasks and events through the client it yields in this context."""
+    directory, options = _where(cluster, name, node_options)
+    options.setdefault("host", None)  # results come back on reply links
+    async with open_node(name, **options) as node:
+        await reach_nodes(node.outbox, directory, REACH_TIMEOUT)
+        registry = ResultRegistry(node.outbox)
+        client = TaskClient(node.outbox, directory, results=registry)
+        with using_client(client):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(client.pump)
+                try:
+                    yield client
+                    with trio.move_on_after(CONNECT_TIMEOUT):
+                        await client.wait_drained()  # what plain code handed over goes out
+                finally:
+                    nursery.cancel_scope.cancel()
+                    registry.fail_all(f"the client node {name!r} disconnected first")
+
+
+@final
+class Connection:
+    """``app.connect(...)``: a client node in a thread of its own, for plain
+    code; its client is the client of the context that enters it."""
+
+    def __init__(self, cluster: ClusterSpec, name: str, options: dict[str, Any]) -> None:
+        self._cluster = cluster
+        self._name = name
+        self._options = options
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+        self._client: TaskClient | None = None
+        self._token: trio.lowlevel.TrioToken | None = None
+        self._stop: trio.Event | None = None
+        self._thread: threading.Thread | None = None
+        self._binding = contextlib.ExitStack()
+
+    def __enter__(self) -> TaskClient:
+        self._thread = threading.Thread(target=self._main, name="actorctl-client", daemon=True)
+        self._thread.start()
+        if not self._ready.wait(CONNECT_TIMEOUT):
+            raise ActorctlError(f"the client node did not start within {CONNECT_TIMEOUT:g} s")
+        if self._error is not None:
+            raise self._error
+        assert self._client is not None
+        return self._binding.enter_context(using_client(self._client))
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._binding.close()
+        alive = self._thread is not None and self._thread.is_alive()
+        if alive and self._stop is not None and self._token is not None:
+            with contextlib.suppress(trio.RunFinishedError):  # it ended meanwhile
+                trio.from_thread.run_sync(self._stop.set, trio_token=self._token)
+        if self._thread is not None:
+            self._thread.join(CONNECT_TIMEOUT)
+
+    def _main(self) -> None:
+        try:
+            trio.run(self._serve)
+        except BaseException as exc:  # reported to the thread that connects
+            self._error = exc
+        finally:
+            self._ready.set()
+
+    async def _serve(self) -> None:
+        async with open_client(self._cluster, name=self._name, **self._options) as client:
+            self._client = client
+            self._stop = trio.Event()
+            self._token = trio.lowlevel.current_trio_token()
+            self._ready.set()
+            await self._stop.wait()

@@ -1,0 +1,134 @@
+"""Revoking tasks: the caller's side (``app.control``, ``result.revoke()``), the
+control actor each worker node hosts, and what its workers share.
+
+A revoke goes to the ``_tasks`` control actor of every node that hosts workers
+(its own mailbox, so that it never queues behind the tasks it revokes) and to
+the scheduler (docs/protocol.md §14.8).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import ClassVar, final
+
+import trio
+
+from .._errors import ConfigError
+from .._log import log
+from ..actors import Actor, handler
+from ..mailbox import Envelope
+from ._client import TaskClient, current_client
+from ._protocol import CONTROL, REVOKED_MEMORY, SCHEDULER
+from ._results import AsyncResult
+
+__all__ = ["Control", "TaskControl", "WorkerState", "arevoke", "new_result"]
+
+
+async def arevoke(client: TaskClient, task_id: str | Sequence[str], terminate: bool) -> None:
+    """Send a revoke of ``task_id`` (or of several) to every node that hosts
+    workers and to the scheduler, and wait until each has recorded it.
+
+    Raises:
+        ConfigError: the directory names no node that hosts workers.
+    """
+    ids = [task_id] if isinstance(task_id, str) else list(task_id)
+    targets = client.directory.control_addresses()
+    if SCHEDULER in client.directory.addresses:
+        targets.append(client.directory.resolve(SCHEDULER))
+    if not targets:
+        raise ConfigError("revoke: the directory names no node that hosts task workers")
+    outbox = client.outbox
+    async with trio.open_nursery() as nursery:
+        for target in targets:
+            envelope = Envelope(
+                message_id=outbox.new_message_id(),
+                to=str(target),
+                subject="revoke",
+                body=[[ids], {"terminate": terminate}],
+                creation_time=outbox.now(),
+            )
+            nursery.start_soon(
+                functools.partial(outbox.send, target, envelope, presettled=False, confirm=True)
+            )
+
+
+def revoke(client: TaskClient, task_id: str | Sequence[str], terminate: bool) -> None:
+    """:func:`arevoke` from plain code: blocks until every node recorded it."""
+    client.wait_in_client_thread(functools.partial(arevoke, client, task_id, terminate))
+
+
+def new_result(client: TaskClient, task_id: str, task: str, *, tracked: bool) -> AsyncResult:
+    """The handle on task ``task_id`` sent through ``client``. A tracked one is
+    registered with the client's results (before the task is sent, so that no
+    document can come first); revoking it goes through the same client."""
+    registry = client.results if tracked else None
+    result = AsyncResult(
+        task_id,
+        task,
+        revoke=functools.partial(revoke, client),
+        arevoke=functools.partial(arevoke, client),
+        forget=registry.forget if registry is not None else None,
+        tracked=registry is not None,
+    )
+    if registry is not None:
+        registry.expect(result)
+    return result
+
+
+@final
+class Control:
+    """``app.control``: revoke tasks across the cluster, through the client of
+    the calling context."""
+
+    def __init__(self, app_name: str) -> None:
+        self._app_name = app_name
+
+    def revoke(self, task_id: str | Sequence[str], terminate: bool = False) -> None:
+        """Revoke tasks: a queued or delayed one never runs anywhere in its pool
+        (it reports REVOKED); a running one sees ``ctx.is_aborted()`` turn true,
+        and with ``terminate`` an async one is cancelled. Blocks until every
+        node that hosts workers (and the scheduler) has recorded it."""
+        revoke(current_client(f"app {self._app_name!r}"), task_id, terminate)
+
+    async def arevoke(self, task_id: str | Sequence[str], terminate: bool = False) -> None:
+        """:meth:`revoke` for trio code."""
+        await arevoke(current_client(f"app {self._app_name!r}"), task_id, terminate)
+
+
+@final
+class WorkerState:
+    """What the task actors of one node share: revoked ids and running tasks."""
+
+    def __init__(self) -> None:
+        self.revoked: OrderedDict[str, bool] = OrderedDict()  # id -> terminate
+        self.running: dict[str, trio.CancelScope] = {}
+
+    def revoke(self, task_id: str, terminate: bool) -> None:
+        self.revoked[task_id] = terminate
+        self.revoked.move_to_end(task_id)
+        while len(self.revoked) > REVOKED_MEMORY:
+            self.revoked.popitem(last=False)
+        scope = self.running.get(task_id)
+        if scope is not None and terminate:
+            scope.cancel(reason="terminated by revoke")
+
+
+@final
+class TaskControl(Actor):
+    """``_tasks`` on every node that hosts task workers: takes revokes at once
+    (its own mailbox, so a revoke never queues behind the tasks it revokes)."""
+
+    name = CONTROL
+    dedup_count: ClassVar[int] = 0
+
+    def __init__(self, state: WorkerState) -> None:
+        self.state = state
+
+    @handler
+    async def revoke(self, ids: list[str], terminate: bool = False) -> int:
+        for task_id in ids:
+            self.state.revoke(str(task_id), terminate)
+        log("actorctl:task:revoked", ids=ids, terminate=terminate)
+        return len(ids)

@@ -1,0 +1,133 @@
+"""Result documents: how task actors send them, and data sinks that take them.
+
+A document to a task's caller goes back on the caller's own reply link
+(docs/protocol.md §14.4): the caller's ``reply-to`` is its reply address
+(``$reply/...``), and the node that sends the document holds a reply link to
+it, because the caller connects to every node of the cluster that may answer
+(``_connect.py``). Sending on a reply link never waits: a slow or dead caller
+cannot hold up a worker (a document for a caller with no link here is logged
+and dropped, as a reply is). A document to an actor (a chord's barrier as
+``reply-to``, a data sink) is an ordinary message to its inbox.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import attrs
+
+from .._log import log
+from ..actors import Actor
+from ..mailbox import ACCEPTED, KIND_DOCUMENT, Envelope, Outcome
+from ._client import TaskClient
+from ._protocol import H_RETRIES, H_STATE, H_TASK_ID, SINK_FAILED, SUCCESS
+
+__all__ = ["DataSink", "TaskResult", "is_reply_address", "send_document"]
+
+REPLY_PREFIX = "$reply/"
+
+
+def is_reply_address(target: str) -> bool:
+    """Whether ``target`` is a caller's reply address rather than an actor's."""
+    return target.startswith(REPLY_PREFIX)
+
+
+async def send_document(
+    client: TaskClient, request: Envelope, state: str, body: Any, targets: list[str]
+) -> None:
+    """Send a state document about the task ``request`` to each of ``targets``:
+    on the reply link for a reply address (never waiting), else to the actor's
+    inbox (pre-settled for the request's ``reply-to``, unsettled for a sink)."""
+    outbox = client.outbox
+    headers: dict[str, Any] = {H_STATE: state}
+    task_id = request.headers.get(H_TASK_ID)
+    if task_id:
+        headers[H_TASK_ID] = task_id
+    retries = request.headers.get(H_RETRIES)
+    if isinstance(retries, int):
+        headers[H_RETRIES] = retries
+    for target in targets:
+        if is_reply_address(target):
+            outbox.reply(_document(client, request, target, body, headers))
+            continue
+        try:
+            address = client.directory.resolve(target)
+        except Exception as exc:
+            log(
+                "actorctl:result:unroutable",
+                message_id=request.message_id,
+                target=target,
+                error=str(exc),
+            )
+            continue
+        document = _document(client, request, str(address), body, headers)
+        # The reply-to actor's copy goes pre-settled (the result is the
+        # acknowledgement, as for a reply); a data sink's is settled by the sink.
+        caller = target == request.reply_to
+        await outbox.send(address, document, presettled=caller, confirm=False)
+
+
+def _document(
+    client: TaskClient, request: Envelope, to: str, body: Any, headers: Mapping[str, Any]
+) -> Envelope:
+    outbox = client.outbox
+    return Envelope(
+        message_id=outbox.new_message_id(),
+        to=to,
+        subject=request.subject,
+        body=body,
+        kind=KIND_DOCUMENT,
+        correlation_id=request.correlation_id,
+        creation_time=outbox.now(),
+        headers=headers,
+    )
+
+
+@attrs.frozen
+class TaskResult:
+    """A result document, as a data sink receives it."""
+
+    task_id: str
+    task: str
+    state: str
+    value: Any = None
+    error: Mapping[str, Any] | None = None
+
+
+class DataSink(Actor):
+    """An actor that takes result documents: override :meth:`on_result`.
+
+    Name it in a task's ``sinks`` (``@app.task(sinks=["totals"])``) and it gets
+    the final state of every run of that task, besides the caller.
+    """
+
+    takes_documents: ClassVar[bool] = True
+
+    async def on_result(self, result: TaskResult) -> None:
+        """Called with each result document, in the actor's own task."""
+
+    async def forward(self, envelope: Envelope) -> tuple[Outcome, tuple[str, Any] | None] | None:
+        if envelope.kind != KIND_DOCUMENT:
+            return None
+        headers = envelope.headers
+        state = str(headers.get(H_STATE, SUCCESS))
+        body = envelope.body
+        result = TaskResult(
+            task_id=str(envelope.correlation_id or headers.get(H_TASK_ID, "")),
+            task=envelope.subject,
+            state=state,
+            value=body if state == SUCCESS else None,
+            error=body if state != SUCCESS and isinstance(body, dict) else None,
+        )
+        try:
+            await self.on_result(result)
+        except Exception as exc:  # the sink's own code failed: say so, keep going
+            log(
+                "actorctl:sink:failed",
+                message_id=envelope.message_id,
+                error_type=type(exc).__name__,
+                error=str(exc),
+            )
+            return Outcome.rejected(SINK_FAILED, f"{type(exc).__name__}: {exc}"), None
+        return ACCEPTED, None

@@ -1,0 +1,212 @@
+"""Where a task app lives in a cluster: its directory, and the actors each node
+hosts for it.
+
+A node hosts an app's actors by naming the app as its actors
+(``actors = "tests.task_app:app"`` in cluster.toml): the app is an actors
+factory, and the cluster layer hosts what it makes as any other actors. The
+node's own settings say what: ``pools = [...]`` (the workers of those pools,
+``instances`` of each, and the node's ``_tasks`` control actor) or
+``services = true`` (a router per pool, the scheduler, the event hub and the
+chord barrier). docs/protocol.md §14.1 says where everything lives.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Final, final
+
+import attrs
+
+from .._errors import ConfigError
+from ..actors import Actor
+from ..cluster import ClusterConfig, NodeConfig, Router
+from ._chords import ChordBarrier
+from ._client import Directory
+from ._control import TaskControl, WorkerState
+from ._events import EventHub
+from ._protocol import (
+    CHORD_BARRIER_NAME,
+    CHORDS,
+    CONTROL,
+    EVENT_HUB_NAME,
+    EVENTS,
+    RESERVED_NAMES,
+    SCHEDULER,
+    SCHEDULER_NAME,
+)
+from ._registry import TaskRegistry
+from ._scheduler import Scheduler
+from ._worker import TaskWorker
+
+__all__ = ["PoolRouter", "TaskNodeSettings", "cluster_directory", "task_actors"]
+
+TASK_ATTEMPT_TIMEOUT: Final = 24 * 3600.0
+
+
+@final
+class PoolRouter(Router):
+    """A task pool's router: tasks run as long as they run (a worker settles a
+    task once it has run it), so it holds many at once and re-routes one only
+    when its worker refuses it or its node is gone, not after a few seconds.
+    It forwards every task as it is: the worker answers the caller itself."""
+
+    mailbox_capacity: ClassVar[int] = 1000
+    concurrency: ClassVar[int] = 1000
+    relays_replies: ClassVar[bool] = False
+
+
+@final
+@attrs.frozen
+class TaskNodeSettings:
+    """What a node's settings say it hosts of a task app."""
+
+    pools: tuple[str, ...] = ()
+    services: bool = False
+
+    @classmethod
+    def of(cls, config: ClusterConfig | None, node: NodeConfig) -> TaskNodeSettings:
+        """Read ``pools`` and ``services`` from the node's table.
+
+        Raises:
+            ConfigError: naming the file, the node and what was expected.
+        """
+        where = f"{config.path}: " if config is not None else ""
+        pools = node.settings.get("pools", [])
+        if not isinstance(pools, list) or not all(isinstance(p, str) and p for p in pools):
+            raise ConfigError(
+                f"{where}node {node.name!r}: key 'pools': expected a list of pool names "
+                f'like ["celery"], got {pools!r}'
+            )
+        for pool in pools:
+            if pool in RESERVED_NAMES:
+                raise ConfigError(
+                    f"{where}node {node.name!r}: key 'pools': expected pool names other "
+                    f"than {sorted(RESERVED_NAMES)}, got {pool!r}"
+                )
+        services = node.settings.get("services", False)
+        if not isinstance(services, bool):
+            raise ConfigError(
+                f"{where}node {node.name!r}: key 'services': expected true or false, "
+                f"got {services!r}"
+            )
+        if services and pools:
+            raise ConfigError(
+                f"{where}node {node.name!r} has services = true and pools: the services "
+                "node hosts the pools' routers under the pools' names, so put the workers "
+                "on other nodes"
+            )
+        return cls(tuple(pools), services)
+
+
+def cluster_directory(config: ClusterConfig) -> Directory:
+    """Where the cluster's pools and services are: a pool is reached through
+    its router on the services node, or (with no services node) at its one
+    worker.
+
+    Raises:
+        ConfigError: a node's task settings are wrong, two nodes have services,
+            or a pool has several workers and no services node to route.
+    """
+    settings = {node.name: TaskNodeSettings.of(config, node) for node in config.nodes}
+    services_nodes = [n for n in config.nodes if settings[n.name].services]
+    if len(services_nodes) > 1:
+        raise ConfigError(f"{config.path}: only one node may have services = true")
+    services = services_nodes[0] if services_nodes else None
+    nodes: dict[str, list[str]] = {}
+    for node in config.nodes:
+        for pool in settings[node.name].pools:
+            nodes.setdefault(pool, []).append(config.url(node))
+    addresses: dict[str, str] = {}
+    for pool in nodes:
+        workers = _workers(config, settings, pool)
+        if services is not None:
+            addresses[pool] = f"{config.url(services)}/{pool}"
+        elif len(workers) == 1:
+            addresses[pool] = workers[0]
+        else:
+            raise ConfigError(
+                f"{config.path}: pool {pool!r} has {len(workers)} workers and no node has "
+                "services = true to route between them"
+            )
+    for name, route_node in ((n, r) for r in config.nodes for n, _ in r.routes):
+        addresses.setdefault(name, f"{config.url(route_node)}/{name}")
+    if services is not None:
+        url = config.url(services)
+        addresses[EVENTS] = f"{url}/{EVENT_HUB_NAME}"
+        addresses[SCHEDULER] = f"{url}/{SCHEDULER_NAME}"
+        addresses[CHORDS] = f"{url}/{CHORD_BARRIER_NAME}"
+    return Directory(addresses, {pool: tuple(where) for pool, where in nodes.items()})
+
+
+def _workers(config: ClusterConfig, settings: dict[str, TaskNodeSettings], pool: str) -> list[str]:
+    """The addresses of every worker of ``pool`` in the cluster."""
+    return [
+        f"{config.url(node)}/{_instance(pool, copy)}"
+        for node in config.nodes
+        if pool in settings[node.name].pools
+        for copy in range(1, node.instances + 1)
+    ]
+
+
+def _instance(name: str, copy: int) -> str:
+    return name if copy == 1 else f"{name}-{copy}"
+
+
+def task_actors(
+    app: TaskRegistry, config: ClusterConfig | None, node: NodeConfig
+) -> dict[str, Actor]:
+    """The actors ``node`` hosts for ``app``: a ``TaskWorker`` per pool in its
+    settings (``POOL``, ``POOL-2``, ... for more instances) and the ``_tasks``
+    control actor; on the services node, a router per pool of the cluster, the
+    scheduler, the event hub and the chord barrier.
+
+    Raises:
+        ConfigError: no cluster file, a pool the app does not define, or wrong
+            task settings.
+    """
+    if config is None:
+        raise ConfigError(
+            f"node {node.name!r} hosts task app {app.name!r}: it needs its cluster.toml "
+            "(`actorctl node run ... --cluster FILE`, or `actorctl cluster up FILE`)"
+        )
+    directory = cluster_directory(config)
+    mine = TaskNodeSettings.of(config, node)
+    actors: dict[str, Actor] = {}
+    state = WorkerState()
+    for pool in mine.pools:
+        worker_class = _worker_class(app, pool)
+        for copy in range(1, node.instances + 1):
+            actors[_instance(pool, copy)] = worker_class(app, pool, directory, state)
+    if actors:
+        actors[CONTROL] = TaskControl(state)
+    if mine.services:
+        settings = {n.name: TaskNodeSettings.of(config, n) for n in config.nodes}
+        for pool in sorted(directory.nodes):
+            workers = _workers(config, settings, pool)
+            actors[pool] = PoolRouter(workers, attempt_timeout=TASK_ATTEMPT_TIMEOUT)
+        actors[SCHEDULER_NAME] = Scheduler(directory)
+        actors[EVENT_HUB_NAME] = EventHub([app], directory)
+        actors[CHORD_BARRIER_NAME] = ChordBarrier(directory)
+    return actors
+
+
+def _worker_class(app: TaskRegistry, pool: str) -> type[TaskWorker]:
+    """A TaskWorker class with the pool's settings (concurrency, mailbox, threads).
+
+    Raises:
+        ConfigError: the app defines no such pool.
+    """
+    settings: dict[str, Any] | None = app.pools.get(pool)
+    if settings is None:
+        raise ConfigError(
+            f"app {app.name!r} defines no pool named {pool!r} (pools: {sorted(app.pools)})"
+        )
+    return type(
+        "TaskWorker",
+        (TaskWorker,),
+        {
+            "concurrency": settings.get("concurrency", 4),
+            "mailbox_capacity": settings.get("mailbox_capacity", 100),
+            "threads": bool(settings.get("threads", True)),
+            "__module__": TaskWorker.__module__,
+        },
+    )

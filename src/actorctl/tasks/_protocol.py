@@ -1,0 +1,182 @@
+"""The task protocol's names and encodings (docs/protocol.md §14), defined once.
+
+Header keys of task commands and result documents, the names of the cluster's
+task services, task states, the error conditions task actors settle with, task
+ids, and the wire form of chains and signatures.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import itertools
+import json
+import os
+import zlib
+from typing import Any, Final
+
+from ..mailbox import BAD_ARGUMENTS, DECODE_ERROR, UNKNOWN_HANDLER
+
+__all__ = [
+    "BAD_ARGUMENTS",
+    "CHORDS",
+    "CONTROL",
+    "DECODE_ERROR",
+    "EVENTS",
+    "FAILURE",
+    "PENDING",
+    "READY_STATES",
+    "RESERVED_NAMES",
+    "RETRY",
+    "REVOKED",
+    "SCHEDULER",
+    "STARTED",
+    "STATES",
+    "SUCCESS",
+    "UNKNOWN_HANDLER",
+    "compact",
+    "header_sinks",
+    "new_task_id",
+    "pack_chain",
+    "signature_from_wire",
+    "signatures_in",
+    "sink_list",
+    "unpack_chain",
+]
+
+# Application-property headers of task messages (docs/protocol.md §14.2).
+H_TASK_ID: Final = "task_id"
+H_POOL: Final = "pool"
+H_STATE: Final = "state"
+H_RETRIES: Final = "retries"
+H_ETA: Final = "eta"
+H_CHAIN: Final = "chain"
+H_LINK: Final = "link"
+H_LINK_ERROR: Final = "link_error"
+H_SINKS: Final = "sinks"
+H_TIMELIMIT: Final = "timelimit"
+H_PRIORITY: Final = "priority"
+H_MAP: Final = "map"
+H_TRACK: Final = "track_started"
+H_GROUP: Final = "group"
+H_CHORD: Final = "chord"
+H_EVENT: Final = "event"
+H_EVENT_ID: Final = "event_id"
+
+CHAIN_SEPARATOR: Final = "\n"  # compact JSON never contains a raw newline
+CHAIN_PACKED: Final = "zlib:"
+CHAIN_PACK_OVER: Final = 4096
+
+# Where the cluster's task services are, by name in a directory, and the
+# actor names they take on their nodes (no pool may take one of these).
+EVENTS: Final = "$events"
+SCHEDULER: Final = "$scheduler"
+CHORDS: Final = "$chords"
+CONTROL: Final = "_tasks"  # the per-node task control actor (revokes)
+EVENT_HUB_NAME: Final = "events"
+SCHEDULER_NAME: Final = "scheduler"
+CHORD_BARRIER_NAME: Final = "chords"
+RESERVED_NAMES: Final = frozenset(
+    {EVENT_HUB_NAME, CHORD_BARRIER_NAME, SCHEDULER_NAME, CONTROL, "_node"}
+)
+
+# Task states (§14.4). PENDING is what a caller knows before any document came.
+PENDING: Final = "PENDING"
+STARTED: Final = "STARTED"
+RETRY: Final = "RETRY"
+SUCCESS: Final = "SUCCESS"
+FAILURE: Final = "FAILURE"
+REVOKED: Final = "REVOKED"
+STATES: Final = frozenset({PENDING, STARTED, RETRY, SUCCESS, FAILURE, REVOKED})
+READY_STATES: Final = frozenset({SUCCESS, FAILURE, REVOKED})
+
+# Error conditions task actors settle with (§14.5, §14.7, §14.9); the generic
+# ones (BAD_ARGUMENTS, DECODE_ERROR, UNKNOWN_HANDLER) are mailbox/_conditions.py's.
+UNKNOWN_TASK: Final = "actorctl:unknown-task"
+UNKNOWN_EVENT: Final = "actorctl:unknown-event"
+SINK_FAILED: Final = "actorctl:sink-failed"
+NO_POOL: Final = "actorctl:no-pool"
+
+REVOKED_MEMORY: Final = 100_000  # revoked ids a node (or the scheduler) remembers
+
+_ids = itertools.count()
+_id_prefix = os.urandom(6).hex()
+
+
+def new_task_id() -> str:
+    """A task id unique across processes: 12 random hex digits, ``-``, a counter."""
+    return f"{_id_prefix}-{next(_ids)}"
+
+
+def compact(value: Any) -> str:
+    """``value`` as compact JSON text (no white space; never a raw line feed)."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def pack_chain(text: str) -> str:
+    """A chain header as sent: the text itself, or, past CHAIN_PACK_OVER
+    characters, ``zlib:`` and the base64 of its zlib compression (a long chain
+    would otherwise cost each step time in proportion to its length, several
+    times over: signing, checking, routing)."""
+    if len(text) <= CHAIN_PACK_OVER:
+        return text
+    return CHAIN_PACKED + base64.b64encode(zlib.compress(text.encode(), 1)).decode()
+
+
+def unpack_chain(header: str) -> str:
+    """The text of a chain header.
+
+    Raises:
+        ValueError: a packed header that does not unpack.
+    """
+    if not header.startswith(CHAIN_PACKED):
+        return header
+    try:
+        return zlib.decompress(base64.b64decode(header[len(CHAIN_PACKED) :])).decode()
+    except (zlib.error, binascii.Error, UnicodeDecodeError) as exc:
+        raise ValueError(f"packed chain header does not unpack: {exc}") from None
+
+
+def signature_from_wire(
+    data: Any, pool: str
+) -> tuple[str, str, list[Any], dict[str, Any], bool, dict[str, Any]]:
+    """(task, pool, args, kwargs, immutable, options) of a signature in a header
+    (§14.3); ``pool`` is the pool its ``p`` defaults to.
+
+    Raises:
+        ValueError: it is not a signature.
+    """
+    if not isinstance(data, dict) or not isinstance(data.get("t"), str):
+        raise ValueError(f"not a task signature: {data!r:.80}")
+    args = data.get("a", [])
+    kwargs = data.get("k", {})
+    options = data.get("o", {})
+    if not isinstance(args, list) or not isinstance(kwargs, dict) or not isinstance(options, dict):
+        raise ValueError(f"malformed task signature: {data!r:.80}")
+    return data["t"], str(data.get("p", pool)), args, kwargs, bool(data.get("i")), options
+
+
+def signatures_in(text: object) -> list[Any]:
+    """The signatures of a ``link`` or ``link_error`` header (none if unreadable)."""
+    if not isinstance(text, str) or not text:
+        return []
+    try:
+        sigs = json.loads(text)
+    except ValueError:
+        return []
+    return sigs if isinstance(sigs, list) else []
+
+
+def sink_list(value: object) -> list[str]:
+    """A ``sinks`` value: an array, or one comma-separated string (§14.2, §14.3)."""
+    if isinstance(value, str):
+        return [s for s in value.split(",") if s]
+    if isinstance(value, list | tuple):
+        return [str(s) for s in value]
+    return []
+
+
+def header_sinks(headers: Any) -> list[str]:
+    """The data sinks a message's ``sinks`` header names."""
+    sinks = headers.get(H_SINKS)
+    return [s for s in sinks.split(",") if s] if isinstance(sinks, str) else []

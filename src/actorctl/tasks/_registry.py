@@ -1,0 +1,178 @@
+"""What an application defines: its tasks, events and pools, and publishing events.
+
+:class:`TaskRegistry` is the definitions half of ``App`` (``_app.py`` adds the
+connection and the actors a node hosts for it); workers and the event hub read
+it. It holds definitions only: which client sends is never stored here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar, overload
+
+import attrs
+
+from .._errors import ConfigError
+from ..actors import to_wire
+from ..mailbox import KIND_EVENT, Envelope
+from ._client import current_client
+from ._control import Control
+from ._protocol import EVENTS, H_EVENT, H_SINKS
+from ._task import Task
+
+__all__ = ["TaskRegistry", "name_of_event"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
+
+
+class TaskRegistry:
+    """The tasks, events and pools of an application: Celery's app object.
+
+    Args:
+        name: the app's name; a task's default name is ``NAME.FUNCTION``.
+        default_pool: the pool tasks go to unless they name another.
+    """
+
+    def __init__(self, name: str, *, default_pool: str = "celery") -> None:
+        self.name = name
+        self.default_pool = default_pool
+        self.tasks: dict[str, Task] = {}
+        self.events: dict[str, type] = {}
+        self.subscriptions: dict[str, list[Task]] = {}
+        self.pools: dict[str, dict[str, Any]] = {}
+        self.control = Control(name)
+
+    # -- definitions ---------------------------------------------------------------
+
+    @overload
+    def task(self, fn: F, /) -> Task: ...
+
+    @overload
+    def task(
+        self, *, name: str | None = None, pool: str | None = None, **options: Any
+    ) -> Callable[[F], Task]: ...
+
+    def task(  # type: ignore[misc]
+        self, fn: Any = None, /, *, name: str | None = None, pool: str | None = None, **options: Any
+    ) -> Any:
+        """Register a function (``async def`` or plain ``def``) as a task.
+
+        Options: ``bind`` (first argument is a ``TaskContext``), ``max_retries``,
+        ``autoretry_for``, ``default_retry_delay``, ``retry_backoff``,
+        ``time_limit``, ``soft_time_limit``, ``ignore_result``, ``track_started``,
+        ``sinks`` (data-sink actors that also get its results), ``boxed`` (run it
+        in a process of its own, which its hard time limit can kill).
+        """
+
+        def register(fn: Callable[..., Any]) -> Task:
+            task_name = name or f"{self.name}.{fn.__name__}"
+            if task_name in self.tasks:
+                raise ConfigError(f"two tasks are named {task_name!r}: give one name=...")
+            task = Task(fn, name=task_name, pool=pool or self.default_pool, **options)
+            self.tasks[task_name] = task
+            self.pools.setdefault(task.pool, {})
+            return task
+
+        return register(fn) if fn is not None else register
+
+    def pool(
+        self, name: str, *, concurrency: int = 4, mailbox_capacity: int = 100, threads: bool = True
+    ) -> None:
+        """Set how a pool's worker actors run.
+
+        Args:
+            concurrency: tasks each worker runs at once (async tasks as trio
+                tasks, plain ``def`` ones in that many threads).
+            mailbox_capacity: messages each worker holds (its link credit).
+            threads: False runs plain ``def`` tasks inline on the node's event
+                loop, one at a time, as Celery's solo pool does: several times
+                faster for short tasks (no thread hand-off, no GIL contention),
+                but a long one holds up the node, and its time limits are raised
+                in it rather than enforced from outside.
+        """
+        if concurrency < 1 or mailbox_capacity < 1:
+            raise ConfigError(f"pool {name!r}: concurrency and mailbox_capacity must be >= 1")
+        if not threads and concurrency != 1:
+            raise ConfigError(
+                f"pool {name!r}: threads=False runs one task at a time: concurrency=1"
+            )
+        self.pools[name] = {
+            "concurrency": concurrency,
+            "mailbox_capacity": mailbox_capacity,
+            "threads": threads,
+        }
+
+    def event(self, cls: type[T] | None = None, /, *, name: str | None = None) -> Any:
+        """Make an attrs class or dataclass a domain event: it gains
+        ``subscribe(task)``, ``delay(**fields)`` and ``adelay(**fields)``."""
+
+        def register(cls: type[T]) -> type[T]:
+            if not (attrs.has(cls) or dataclasses.is_dataclass(cls)):
+                raise ConfigError(f"@app.event needs an attrs class or a dataclass, got {cls!r}")
+            event_name = name or cls.__name__
+            if event_name in self.events:
+                raise ConfigError(f"two events are named {event_name!r}: give one name=...")
+            self.events[event_name] = cls
+            self.subscriptions.setdefault(event_name, [])
+            taken = [a for a in ("subscribe", "delay", "adelay") if hasattr(cls, a)]
+            if taken:
+                raise ConfigError(
+                    f"event {cls.__name__} has attributes {taken}: @app.event adds "
+                    "those; rename them"
+                )
+            added: dict[str, Any] = {
+                "__actorctl_event__": event_name,
+                "subscribe": staticmethod(functools.partial(self.subscribe, cls)),
+                "delay": staticmethod(lambda *a, **kw: self.publish(cls(*a, **kw))),
+                "adelay": staticmethod(lambda *a, **kw: self.apublish(cls(*a, **kw))),
+            }
+            for attribute, value in added.items():
+                setattr(cls, attribute, value)
+            return cls  # type: ignore[return-value]
+
+        return register(cls) if cls is not None else register
+
+    def subscribe(self, event: type, task: Task) -> Task:
+        """Have ``task`` receive every ``event`` (its one argument): once per pool
+        that subscribes."""
+        event_name = name_of_event(event)
+        if not isinstance(task, Task):
+            raise ConfigError(f"{task!r} is not a task: decorate it with @app.task first")
+        subscribed = self.subscriptions.setdefault(event_name, [])
+        if task not in subscribed:
+            subscribed.append(task)
+        return task
+
+    def publish(self, event: Any, *, sinks: Sequence[str] = ()) -> None:
+        """Publish one event message (blocking until the event hub took it).
+
+        ``sinks``: data sinks that get the result of every task it reaches."""
+        client = current_client(f"app {self.name!r}")
+        client.wait_in_client_thread(functools.partial(self.apublish, event, sinks=sinks))
+
+    async def apublish(self, event: Any, *, sinks: Sequence[str] = ()) -> None:
+        """:meth:`publish` for trio code."""
+        event_name = name_of_event(type(event))
+        client = current_client(f"app {self.name!r}")
+        hub = client.directory.resolve(EVENTS)
+        outbox = client.outbox
+        envelope = Envelope(
+            message_id=outbox.new_message_id(),
+            to=str(hub),
+            subject=event_name,
+            body=[[], to_wire(event)],
+            kind=KIND_EVENT,
+            creation_time=outbox.now(),
+            headers={H_EVENT: event_name, **({H_SINKS: ",".join(sinks)} if sinks else {})},
+        )
+        await outbox.send(hub, envelope, presettled=False, confirm=True)
+
+
+def name_of_event(event: type) -> str:
+    name = getattr(event, "__actorctl_event__", None)
+    if not isinstance(name, str):
+        raise ConfigError(f"{event!r} is not an event: decorate it with @app.event")
+    return name

@@ -1,0 +1,289 @@
+"""Tasks: functions registered on an app, and what a bound task gets.
+
+A :class:`Task` is made by ``@app.task``. Calling it runs the function here;
+``delay``/``apply_async`` send it to its pool through the client of the calling
+context (``adelay``/``aapply_async`` from trio code) and return an
+``AsyncResult``. A bound task (``bind=True``) gets a :class:`TaskContext` as its
+first argument.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from typing import Any, Final
+
+from .._errors import ConfigError
+from .._log import log
+from ..actors import HandlerSpec, to_wire
+from ..mailbox import json_dumps
+from ._canvas import group
+from ._client import TaskClient, current_client, send_task
+from ._control import new_result
+from ._protocol import FAILURE, H_GROUP, SCHEDULER, new_task_id
+from ._results import AsyncResult
+from ._signature import Signature, wire_options
+
+__all__ = ["Retry", "Task", "TaskContext"]
+
+
+class Retry(Exception):
+    """Raised by ``ctx.retry()`` in a bound task: run the task again later."""
+
+    def __init__(self, exc: BaseException | None = None, countdown: float | None = None) -> None:
+        super().__init__(f"retry in {countdown} s" if countdown is not None else "retry")
+        self.exc = exc
+        self.countdown = countdown
+
+
+class TaskContext:
+    """What a bound task (``@app.task(bind=True)``) gets as its first argument:
+    its request (``ctx.id``, ``ctx.retries``, ...), ``retry()`` and ``is_aborted()``.
+    """
+
+    def __init__(
+        self,
+        task: Task,
+        task_id: str,
+        *,
+        retries: int = 0,
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        aborted: Callable[[], bool] = lambda: False,
+    ) -> None:
+        self.task = task
+        self.id = task_id
+        self.retries = retries
+        self.args = list(args)
+        self.kwargs = dict(kwargs or {})
+        self._aborted = aborted
+
+    @property
+    def request(self) -> TaskContext:
+        """Celery's ``self.request``: this object."""
+        return self
+
+    def is_aborted(self) -> bool:
+        """Whether the task was revoked while it runs: stop cooperatively."""
+        return self._aborted()
+
+    def retry(self, *, exc: BaseException | None = None, countdown: float | None = None) -> Retry:
+        """Raise ``Retry``: the worker sends the task again after ``countdown``
+        seconds (default: the task's ``default_retry_delay``), up to its
+        ``max_retries``; past that, the task fails with ``exc``."""
+        raise Retry(exc, countdown)
+
+
+class Task:
+    """A function registered as a task; made by ``@app.task``.
+
+    Calling it runs the function here and now; ``delay``/``apply_async`` send it
+    to its pool (``adelay``/``aapply_async`` from trio code).
+    """
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        *,
+        name: str,
+        pool: str,
+        bind: bool = False,
+        max_retries: int | None = 3,
+        autoretry_for: tuple[type[BaseException], ...] = (),
+        default_retry_delay: float = 1.0,
+        retry_backoff: bool = False,
+        time_limit: float | None = None,
+        soft_time_limit: float | None = None,
+        ignore_result: bool = False,
+        track_started: bool = False,
+        sinks: Sequence[str] = (),
+        boxed: bool = False,
+    ) -> None:
+        self.fn = fn
+        self.name = name
+        self.pool = pool
+        self.bind = bind
+        self.max_retries = max_retries
+        self.autoretry_for = autoretry_for
+        self.default_retry_delay = default_retry_delay
+        self.retry_backoff = retry_backoff
+        self.time_limit = time_limit
+        self.soft_time_limit = soft_time_limit
+        self.ignore_result = ignore_result
+        self.track_started = track_started
+        self.sinks = tuple(sinks)
+        self.boxed = boxed
+        self.is_async = inspect.iscoroutinefunction(fn)
+        if boxed and (self.is_async or bind):
+            raise ConfigError(f"task {name}: a boxed task must be a plain `def` without bind=True")
+        self.spec = HandlerSpec(name, _as_method(fn, bind))
+        functools.update_wrapper(self, fn)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self.bind:
+            return self.fn(
+                TaskContext(self, new_task_id(), args=args, kwargs=kwargs), *args, **kwargs
+            )
+        return self.fn(*args, **kwargs)
+
+    # -- signatures and the canvas --------------------------------------------------
+
+    def s(self, *args: Any, **kwargs: Any) -> Signature:
+        return Signature(self, args, kwargs)
+
+    def si(self, *args: Any, **kwargs: Any) -> Signature:
+        return Signature(self, args, kwargs, immutable=True)
+
+    def signature(
+        self, args: Sequence[Any] = (), kwargs: Mapping[str, Any] | None = None, **options: Any
+    ) -> Signature:
+        return Signature(self, args, kwargs, options=options)
+
+    def map(self, items: Iterable[Any]) -> Signature:
+        """One task that runs this one on each item in turn; its result is the list."""
+        return Signature(self, [list(items)], options={"map": "map"}, immutable=True)
+
+    def starmap(self, items: Iterable[Sequence[Any]]) -> Signature:
+        """As :meth:`map`, each item being the arguments of one call."""
+        return Signature(
+            self, [[list(i) for i in items]], options={"map": "starmap"}, immutable=True
+        )
+
+    def chunks(self, items: Iterable[Sequence[Any]], size: int) -> group:
+        """A group of starmaps over ``items`` split into chunks of ``size``."""
+        if size < 1:
+            raise ConfigError(f"chunks of {size}: the size must be at least 1")
+        listed = [list(i) for i in items]
+        return group(self.starmap(listed[i : i + size]) for i in range(0, len(listed), size))
+
+    # -- sending -------------------------------------------------------------------
+
+    def delay(self, *args: Any, **kwargs: Any) -> AsyncResult:
+        """Send it to its pool; returns the result handle at once."""
+        return self.apply_async(args, kwargs)
+
+    def apply_async(
+        self, args: Sequence[Any] = (), kwargs: Mapping[str, Any] | None = None, **options: Any
+    ) -> AsyncResult:
+        """Send it with options: ``countdown``/``eta``, ``expires``, ``priority``,
+        ``time_limit``, ``soft_time_limit``, ``link``, ``link_error``, ``sinks``,
+        ``ignore_result``, ``task_id``. Returns at once: the message goes out from
+        the client's thread, in order.
+
+        Raises:
+            ConfigError: the app is not connected, or an unknown pool or option.
+            WireFormatError: an argument that cannot be sent as JSON.
+        """
+        client = current_client(f"task {self.name}")
+        result, send = self._prepare(client, args, kwargs, options, check_json=True)
+
+        def failed(exc: Exception) -> None:
+            # send() has failed the result the caller holds; the log says it too.
+            log("actorctl:task:unsent", task=self.name, task_id=result.id, error=str(exc))
+
+        client.submit(send, failed)
+        return result
+
+    async def adelay(self, *args: Any, **kwargs: Any) -> AsyncResult:
+        return await self.aapply_async(args, kwargs)
+
+    async def aapply_async(
+        self, args: Sequence[Any] = (), kwargs: Mapping[str, Any] | None = None, **options: Any
+    ) -> AsyncResult:
+        """:meth:`apply_async` for trio code; returns once the message is sent."""
+        client = current_client(f"task {self.name}")
+        result, send = self._prepare(client, args, kwargs, options)
+        await send()
+        return result
+
+    def _prepare(
+        self,
+        client: TaskClient,
+        args: Sequence[Any],
+        kwargs: Mapping[str, Any] | None,
+        options: dict[str, Any],
+        *,
+        check_json: bool = False,
+    ) -> tuple[AsyncResult, Callable[[], Awaitable[None]]]:
+        """Check everything that can be wrong with a call, and register its
+        result, in the caller's thread; return the send for the client's.
+
+        ``check_json``: encode the arguments here too, for a caller whose send
+        happens in another thread (where a WireFormatError could not reach it);
+        a trio caller gets it from the send itself."""
+        client.check_thread()
+        unknown = set(options) - _SEND_OPTIONS
+        if unknown:
+            raise ConfigError(
+                f"task {self.name}: unknown option(s) {sorted(unknown)} "
+                f"(known: {sorted(o for o in _SEND_OPTIONS if not o.startswith('_'))})"
+            )
+        target = client.directory.resolve(self.pool)
+        if options.get("countdown") is not None or options.get("eta") is not None:
+            client.directory.resolve(SCHEDULER)
+        kwargs = dict(kwargs or {})
+        if check_json:
+            json_dumps([to_wire(list(args)), to_wire(kwargs)])  # raises WireFormatError
+        task_id = options.pop("task_id", None) or new_task_id()
+        ignore = options.pop("ignore_result", self.ignore_result)
+        name = options.pop("_name", self.name)
+        group_id = options.pop("_group", None)
+        options.setdefault("sinks", self.sinks)
+        if self.track_started:
+            options.setdefault("track_started", True)
+        result = new_result(client, task_id, name, tracked=not ignore)
+        options = wire_options(options, self.pool)
+        reply_to = client.outbox.reply_address(target) if result.tracked else None
+
+        async def send() -> None:
+            try:
+                await send_task(
+                    client,
+                    task=self.name,
+                    pool=self.pool,
+                    args=args,
+                    kwargs=kwargs,
+                    task_id=task_id,
+                    reply_to=reply_to,
+                    options=options,
+                    headers={H_GROUP: group_id} if group_id else None,
+                )
+            except Exception as exc:
+                if result.tracked and client.results is not None:
+                    # Whoever waits for it hears why it was not sent.
+                    error = {"type": type(exc).__name__, "message": f"not sent: {exc}"}
+                    client.results.deliver(task_id, FAILURE, error, {})
+                raise
+
+        return result, send
+
+    def __repr__(self) -> str:
+        return f"<Task {self.name} pool={self.pool}>"
+
+
+_SEND_OPTIONS: Final = frozenset(
+    {
+        "countdown", "eta", "expires", "priority", "time_limit", "soft_time_limit", "link",
+        "link_error", "sinks", "ignore_result", "task_id", "chain", "retries", "map",
+        "track_started", "_name", "_group",
+    }
+)  # fmt: skip
+
+
+def _as_method(fn: Callable[..., Any], bind: bool) -> Callable[..., Any]:
+    """``fn`` with a leading parameter to stand for ``self`` (HandlerSpec binds
+    methods): the context of a bound task, or a placeholder."""
+    if bind:
+        return fn
+    signature = inspect.signature(fn)
+    placeholder = inspect.Parameter("_task", inspect.Parameter.POSITIONAL_ONLY)
+
+    @functools.wraps(fn)
+    def method(_task: Any, *args: Any, **kwargs: Any) -> Any:
+        return fn(*args, **kwargs)
+
+    method.__signature__ = signature.replace(  # type: ignore[attr-defined]
+        parameters=[placeholder, *signature.parameters.values()]
+    )
+    return method

@@ -1,0 +1,277 @@
+"""The worker actor: runs every task of one pool of an app.
+
+A ``TaskWorker`` checks that a task was not revoked and has not expired, binds
+its arguments, runs it under its time limits (``_limits.py``) with its node's
+client as the client of the running task (so that ``add.delay()`` inside a task
+sends through this node), and then sends what follows (``_followups.py``). It
+settles the message only after that (acks-late).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import trio
+
+from .._errors import ActorctlError, WireFormatError
+from .._log import log
+from ..actors import Actor, BadArguments
+from ..mailbox import ACCEPTED, Envelope, Outcome
+from ._client import Directory, TaskClient, using_client
+from ._control import WorkerState
+from ._followups import FollowUps
+from ._limits import TaskFailure, TimeLimits, run_async, run_boxed, run_inline, run_thread
+from ._protocol import (
+    BAD_ARGUMENTS,
+    DECODE_ERROR,
+    FAILURE,
+    H_MAP,
+    H_RETRIES,
+    H_TASK_ID,
+    H_TIMELIMIT,
+    H_TRACK,
+    REVOKED,
+    STARTED,
+    UNKNOWN_TASK,
+)
+from ._registry import TaskRegistry
+from ._task import Retry, Task, TaskContext
+
+__all__ = ["TaskWorker"]
+
+Handled = tuple[Outcome, None]
+_Call = tuple[list[Any], dict[str, Any]]
+
+
+class TaskWorker(Actor):
+    """Runs every task of one pool of ``app``; one or more per node.
+
+    Args:
+        app: the tasks.
+        pool: the pool's name.
+        directory: where the pools and services are (for chains, callbacks,
+            retries and sinks, and for tasks that send tasks).
+        state: shared with the node's ``TaskControl``.
+    """
+
+    #: Plain ``def`` tasks run in worker threads (True), or inline on the
+    #: node's event loop, one at a time, as Celery's solo pool runs them (False).
+    threads: ClassVar[bool] = True
+
+    def __init__(
+        self, app: TaskRegistry, pool: str, directory: Directory, state: WorkerState
+    ) -> None:
+        self.app = app
+        self.pool = pool
+        self.directory = directory
+        self.state = state
+        self._threads = trio.CapacityLimiter(type(self).concurrency)
+        self._followups: FollowUps | None = None
+
+    async def on_start(self) -> None:
+        """Runs in the actor's task: the client of the node it runs on."""
+        client = TaskClient(self._require_cell().outbox, self.directory)
+        self._followups = FollowUps(client, self.pool)
+
+    @property
+    def followups(self) -> FollowUps:
+        if self._followups is None:
+            raise ActorctlError(f"task worker {self.pool!r} is not running: host it on a node")
+        return self._followups
+
+    async def forward(self, envelope: Envelope) -> tuple[Outcome, tuple[str, Any] | None] | None:
+        try:
+            return await self._task(envelope)
+        except Exception as exc:
+            # What follows the run could not be sent (an unknown pool, a result
+            # that is not JSON, no scheduler for a delayed retry, a malformed
+            # option in a signature): the caller hears of it, and the worker
+            # goes on with the other tasks it holds.
+            error = {"type": type(exc).__name__, "message": str(exc)}
+            log("actorctl:task:unsendable", message_id=envelope.message_id, **error)
+            try:
+                await self.followups.report(envelope, FAILURE, error)
+            except ActorctlError as again:
+                log("actorctl:task:unreported", message_id=envelope.message_id, error=str(again))
+            return ACCEPTED, None
+
+    async def _task(self, envelope: Envelope) -> Handled:
+        followups = self.followups
+        task = self.app.tasks.get(envelope.subject)
+        if task is None:
+            why = (
+                f"pool {self.pool!r} has no task {envelope.subject!r} "
+                f"(it has: {', '.join(sorted(self.app.tasks)) or 'none'})"
+            )
+            await followups.report(envelope, FAILURE, {"type": "UnknownTask", "message": why})
+            return Outcome.rejected(UNKNOWN_TASK, why), None
+        try:
+            args, kwargs = envelope.call()
+            calls = self._calls(task, args, kwargs, envelope.headers.get(H_MAP))
+        except WireFormatError as exc:
+            error = {"type": "WireFormatError", "message": str(exc)}
+            await followups.report(envelope, FAILURE, error)
+            return Outcome.rejected(DECODE_ERROR, str(exc)), None
+        except BadArguments as exc:
+            await followups.report(envelope, FAILURE, {"type": "BadArguments", "message": str(exc)})
+            return Outcome.rejected(BAD_ARGUMENTS, str(exc)), None
+        task_id = str(
+            envelope.headers.get(H_TASK_ID) or envelope.correlation_id or envelope.message_id
+        )
+        why_not = self._why_not_run(envelope, task_id)
+        if why_not is not None:
+            await followups.report(envelope, REVOKED, {"reason": why_not})
+            return ACCEPTED, None
+        if envelope.headers.get(H_TRACK):
+            await followups.report(envelope, STARTED, None)
+        await self._run_and_follow(envelope, task, task_id, calls)
+        return ACCEPTED, None
+
+    def _why_not_run(self, envelope: Envelope, task_id: str) -> str | None:
+        """Why the task must not run (revoked, or expired), or None."""
+        revoked = self.state.revoked
+        if task_id in revoked or (envelope.correlation_id or "") in revoked:
+            return "revoked"
+        now = self.followups.client.outbox.now()
+        if envelope.expiry_time is not None and envelope.expiry_time <= now:
+            return f"expired {now - envelope.expiry_time:.3f} s before it could run"
+        return None
+
+    async def _run_and_follow(
+        self, envelope: Envelope, task: Task, task_id: str, calls: list[_Call]
+    ) -> None:
+        followups = self.followups
+        retries = envelope.headers.get(H_RETRIES, 0)
+        retries = retries if isinstance(retries, int) else 0
+        try:
+            values = [
+                await self._run(task, task_id, retries, call_args, call_kwargs, envelope.headers)
+                for call_args, call_kwargs in calls
+            ]
+        except Retry as retry:
+            await self._retry(envelope, task, task_id, retries, retry.exc, retry.countdown)
+            return
+        except TaskFailure as failure:
+            if failure.type_name == "TaskRevoked":
+                await followups.report(envelope, REVOKED, {"reason": failure.message})
+                return
+            error = {"type": failure.type_name, "message": failure.message}
+            await followups.fail(envelope, task_id, error)
+            return
+        except Exception as exc:
+            if task.autoretry_for and isinstance(exc, task.autoretry_for):
+                await self._retry(envelope, task, task_id, retries, exc, None)
+                return
+            log(
+                "actorctl:task:failed",
+                task=task.name,
+                task_id=task_id,
+                error_type=type(exc).__name__,
+                error=str(exc),
+            )
+            error = {"type": type(exc).__name__, "message": str(exc)}
+            await followups.fail(envelope, task_id, error)
+            return
+        await followups.succeed(envelope, values if envelope.headers.get(H_MAP) else values[0])
+
+    async def _retry(
+        self,
+        envelope: Envelope,
+        task: Task,
+        task_id: str,
+        retries: int,
+        exc: BaseException | None,
+        countdown: float | None,
+    ) -> None:
+        error = {
+            "type": type(exc).__name__ if exc is not None else "Retry",
+            "message": str(exc) if exc is not None else "retry requested",
+        }
+        if task.max_retries is not None and retries >= task.max_retries:
+            error["message"] += f" (gave up after {retries} retries)"
+            await self.followups.fail(envelope, task_id, error)
+            return
+        if countdown is None:
+            countdown = task.default_retry_delay * (2**retries if task.retry_backoff else 1)
+        await self.followups.retry(envelope, task_id, retries, error, countdown)
+        log("actorctl:task:retry", task=task.name, task_id=task_id, retries=retries + 1)
+
+    # -- running -------------------------------------------------------------------
+
+    def _calls(
+        self, task: Task, args: list[Any], kwargs: dict[str, Any], mode: object
+    ) -> list[_Call]:
+        if not mode:
+            return [task.spec.bind(args, kwargs)]
+        if len(args) != 1 or not isinstance(args[0], list):
+            raise BadArguments(f"task {task.name!r}: a {mode} takes one list of items")
+        items = args[0]
+        if mode == "starmap":
+            if not all(isinstance(item, list) for item in items):
+                raise BadArguments(f"task {task.name!r}: each starmap item must be a list")
+            return [task.spec.bind(item, {}) for item in items]
+        return [task.spec.bind([item], {}) for item in items]
+
+    async def _run(
+        self,
+        task: Task,
+        task_id: str,
+        retries: int,
+        args: list[Any],
+        kwargs: dict[str, Any],
+        headers: Mapping[str, Any],
+    ) -> Any:
+        """One run of ``task`` under its limits, with this node's client as the
+        client of the code it runs.
+
+        Raises:
+            TaskFailure: it ran past its hard limit, or was terminated.
+        """
+        limits = _limits_of(task, headers)
+        if task.bind:
+            aborted = functools.partial(self.state.revoked.__contains__, task_id)
+            ctx = TaskContext(
+                task, task_id, retries=retries, args=args, kwargs=kwargs, aborted=aborted
+            )
+            args = [ctx, *args]
+        call = functools.partial(task.fn, *args, **kwargs)
+        with (
+            using_client(self.followups.client),
+            trio.CancelScope(deadline=limits.trio_deadline(limits.hard_deadline)) as scope,
+        ):
+            self.state.running[task_id] = scope
+            try:
+                if task.boxed:
+                    return await run_boxed(task.name, task.fn, args, kwargs)
+                if task.is_async:
+                    return await run_async(call, limits)
+                if not self.threads:
+                    return run_inline(call, limits)
+                return await run_thread(call, limits, self._threads)
+            finally:
+                self.state.running.pop(task_id, None)
+        if self.state.revoked.get(task_id):
+            raise TaskFailure("TaskRevoked", "terminated while running")
+        raise TaskFailure(
+            "TimeLimitExceeded",
+            f"task {task.name} ran past its hard time limit ({limits.hard:g} s) and was stopped"
+            + ("" if task.is_async or task.boxed else " (its thread runs on: use boxed=True)"),
+        )
+
+
+def _limits_of(task: Task, headers: Mapping[str, Any]) -> TimeLimits:
+    """The task's limits, as its message's ``timelimit`` header overrides them
+    (an unreadable header is ignored, docs/protocol.md §14.2)."""
+    hard, soft = task.time_limit, task.soft_time_limit
+    given = headers.get(H_TIMELIMIT)
+    if isinstance(given, str):
+        try:
+            hard_given, soft_given = json.loads(given)
+            hard = hard if hard_given is None else float(hard_given)
+            soft = soft if soft_given is None else float(soft_given)
+        except (ValueError, TypeError):
+            pass
+    return TimeLimits(hard, soft)
