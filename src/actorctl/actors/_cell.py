@@ -245,7 +245,7 @@ class ActorCell:
         behaviour = self.behaviour
         spec = behaviour.__actorctl_handlers__.get(envelope.subject)
         if spec is None:
-            forwarded = await behaviour.forward(envelope)
+            forwarded = await behaviour.handle_unmatched(envelope)
             if forwarded is not None:
                 return Handled(*forwarded)
             outcome = behaviour.unhandled(envelope)

@@ -179,12 +179,14 @@ class Behaviour:
         """
         return None
 
-    async def forward(self, envelope: Envelope) -> tuple[Outcome, tuple[str, Any] | None] | None:
-        """Handle a message this behaviour has no handler for by passing it on.
+    async def handle_unmatched(
+        self, envelope: Envelope
+    ) -> tuple[Outcome, tuple[str, Any] | None] | None:
+        """Handle a message whose subject names none of this behaviour's handlers
+        (a router passes it on; a worker looks the task up in its own table).
 
         Return the outcome to settle it with and the reply to send its caller
-        (``(status, body)``, or None), or ``None`` to fall back to
-        :meth:`unhandled`. A router does this for every message. Runs in the
-        actor's own task.
+        (``(status, body)``, or None), or ``None`` to fall back to the quick,
+        synchronous :meth:`unhandled`. Runs in the actor's own task.
         """
         return None

@@ -68,7 +68,9 @@ class Router(Actor):
         self.attempt_timeout = attempt_timeout
         self.load = {address: 0 for address in self.instances}
 
-    async def forward(self, envelope: Envelope) -> tuple[Outcome, tuple[str, Any] | None] | None:
+    async def handle_unmatched(
+        self, envelope: Envelope
+    ) -> tuple[Outcome, tuple[str, Any] | None] | None:
         try:
             args, kwargs = envelope.call()
         except WireFormatError as exc:

@@ -59,7 +59,9 @@ class ChordBarrier(Actor):
     ) -> None:
         self.chords[chord_id] = _Chord(list(tasks), body, reply_to)
 
-    async def forward(self, envelope: Envelope) -> tuple[Outcome, tuple[str, Any] | None] | None:
+    async def handle_unmatched(
+        self, envelope: Envelope
+    ) -> tuple[Outcome, tuple[str, Any] | None] | None:
         if envelope.kind != KIND_DOCUMENT:
             return None
         chord = self.chords.get(str(envelope.correlation_id))

@@ -107,7 +107,9 @@ class DataSink(Actor):
     async def on_result(self, result: TaskResult) -> None:
         """Called with each result document, in the actor's own task."""
 
-    async def forward(self, envelope: Envelope) -> tuple[Outcome, tuple[str, Any] | None] | None:
+    async def handle_unmatched(
+        self, envelope: Envelope
+    ) -> tuple[Outcome, tuple[str, Any] | None] | None:
         if envelope.kind != KIND_DOCUMENT:
             return None
         headers = envelope.headers

@@ -41,7 +41,9 @@ class EventHub(Actor):
         self.apps = apps
         self.directory = directory
 
-    async def forward(self, envelope: Envelope) -> tuple[Outcome, tuple[str, Any] | None] | None:
+    async def handle_unmatched(
+        self, envelope: Envelope
+    ) -> tuple[Outcome, tuple[str, Any] | None] | None:
         event_name = envelope.subject
         subscribers = [task for app in self.apps for task in app.subscriptions.get(event_name, [])]
         if not any(event_name in app.events for app in self.apps):

@@ -74,7 +74,9 @@ class Scheduler(Actor):
         """How many delayed tasks it holds now."""
         return sum(len(held) for held in self.waiting.values())
 
-    async def forward(self, envelope: Envelope) -> tuple[Outcome, tuple[str, Any] | None] | None:
+    async def handle_unmatched(
+        self, envelope: Envelope
+    ) -> tuple[Outcome, tuple[str, Any] | None] | None:
         # Its own commands are told apart from held tasks by the pool header, so
         # that a task may be called "revoke" or "pending" too.
         if H_POOL not in envelope.headers:

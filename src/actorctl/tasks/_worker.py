@@ -82,7 +82,9 @@ class TaskWorker(Actor):
             raise ActorctlError(f"task worker {self.pool!r} is not running: host it on a node")
         return self._followups
 
-    async def forward(self, envelope: Envelope) -> tuple[Outcome, tuple[str, Any] | None] | None:
+    async def handle_unmatched(
+        self, envelope: Envelope
+    ) -> tuple[Outcome, tuple[str, Any] | None] | None:
         try:
             return await self._task(envelope)
         except Exception as exc:
