@@ -9,7 +9,6 @@ delivery only then (acks-late).
 from __future__ import annotations
 
 import functools
-import itertools
 import math
 from collections.abc import Callable
 from typing import Any, final
@@ -45,6 +44,9 @@ from ._ref import Outbox, to_wire
 __all__ = ["ActorCell"]
 
 _YIELD_EVERY = 16
+#: Seconds an actor's task waits for the next message before it ends (the
+#: actor stays; its next message starts a new task).
+IDLE_LINGER = 1.0
 
 
 @final
@@ -86,7 +88,13 @@ class ActorCell:
             raise ValueError(f"{type(actor).__name__}.concurrency must be at least 1")
         self._concurrency = concurrency
         self._threads: trio.CapacityLimiter | None = None  # made by the first thread
-        self._taken = itertools.count(1)
+        self._taken = 0
+        # While it runs (see activate): where its turns run, who hears of its
+        # end, and the turn handling messages now (None: it has no task).
+        self._nursery: trio.Nursery | None = None
+        self._on_end: Callable[[BaseException | None], None] | None = None
+        self._turn: trio.CancelScope | None = None
+        self._turn_done: trio.Event | None = None
         self._inflight: set[Inbound] = set()
         self._seen = SeenWindow(type(actor).dedup_count, type(actor).dedup_seconds)
         actor._cell = self
@@ -96,59 +104,153 @@ class ActorCell:
         return self.address.name
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Run the actor: on_start, then messages until its mailbox is closed (or
-        it is cancelled), then on_stop.
+        """Run the actor as a task: :meth:`activate` it, return when it ends
+        (its mailbox was closed), :meth:`deactivate` it when cancelled.
 
-        If the actor crashes (an exception escapes its own code outside a
-        handler), the messages it was handling are released (their senders may
-        send them again), its mailbox stays open, and the exception goes to
-        whoever runs it: a supervisor runs it again.
+        Raises:
+            Exception: what the actor crashed with (see :meth:`activate`).
         """
-        mailbox = self.mailbox
-        self._incarnate()
-        crashed = False
-        try:
-            await self.actor.on_start()
-            self.state = "running"
+        ended = trio.Event()
+        errors: list[BaseException | None] = []
+
+        def on_end(error: BaseException | None) -> None:
+            errors.append(error)
+            ended.set()
+
+        async with trio.open_nursery() as nursery:
+            await self.activate(nursery, on_end)
             task_status.started()
-            if self._concurrency == 1:
-                while (inbound := await self._next()) is not None:
-                    await self._handle(inbound)
-            else:
-                slots = trio.Semaphore(self._concurrency)
-                async with trio.open_nursery() as nursery:
-                    while (inbound := await self._next()) is not None:
-                        await slots.acquire()
-                        nursery.start_soon(self._handle_then_release, inbound, slots)
+            try:
+                await ended.wait()
+            finally:
+                if not ended.is_set():
+                    with trio.CancelScope(shield=True):
+                        await self.deactivate()
+        if errors and errors[0] is not None:
+            raise errors[0]
+
+    async def activate(
+        self, nursery: trio.Nursery, on_end: Callable[[BaseException | None], None]
+    ) -> None:
+        """Start the actor: a fresh incarnation (see the class docstring), then
+        its ``on_start``. It has no task while its mailbox is empty: a message
+        arriving starts one in ``nursery`` (a turn), which handles messages
+        until the mailbox has been empty for ``IDLE_LINGER`` seconds. A node can
+        host many idle actors this way for the memory of their objects alone.
+
+        ``on_end`` is told once when the actor ends by itself: ``None`` when its
+        mailbox was closed (it stopped), or the exception it crashed with (an
+        exception that escaped its own code outside a handler). A crash releases
+        the messages it was handling (their senders may send them again) and
+        leaves its mailbox open for the next incarnation.
+
+        Raises:
+            Exception: what ``on_start`` raised (the actor did not start).
+        """
+        self._incarnate()
+        await self.actor.on_start()
+        self.state = "running"
+        self._nursery = nursery
+        self._on_end = on_end
+        self.mailbox.on_arrival(self._wake)
+        if self.mailbox.pending or self.mailbox.closed:
+            self._wake()
+
+    async def deactivate(self) -> None:
+        """Stop the actor from outside (its supervisor): the messages it is
+        handling are cancelled and left unsettled (their senders send them
+        again), queued ones are released, then ``on_stop`` runs. ``on_end`` is
+        not told."""
+        if self._on_end is None:
+            return  # it ended by itself already
+        self._on_end = None
+        self.mailbox.on_arrival(None)
+        turn, done = self._turn, self._turn_done
+        if turn is not None and done is not None:
+            turn.cancel(reason=f"actor {self.name!r} stopped by its supervisor")
+            await done.wait()
+        self._inflight.clear()
+        for left in self.mailbox.close():
+            left.settle(RELEASED)
+        await self._stop_actor()
+        self.state = "stopped"
+
+    def _wake(self) -> None:
+        """A message arrived (or the mailbox closed): start a turn unless one runs."""
+        nursery = self._nursery
+        if self._turn is None and self._on_end is not None and nursery is not None:
+            self._turn = turn = trio.CancelScope()
+            self._turn_done = done = trio.Event()
+            nursery.start_soon(self._run_turn, turn, done)
+
+    async def _run_turn(self, turn: trio.CancelScope, done: trio.Event) -> None:
+        error: Exception | None = None
+        closed = False
+        try:
+            with turn:
+                closed = await self._drain()
         except Exception as exc:
-            crashed = True
-            self.state = "crashed"
-            # What it was handling is released: its sender may send it elsewhere
-            # (sent again here, it could crash the actor again).
-            log(
-                "actorctl:actor:crashed",
-                actor=self.name,
-                error_type=type(exc).__name__,
-                error=str(exc),
-                released=[inbound.envelope.message_id for inbound in self._inflight],
-            )
-            for inbound in self._inflight:
-                self._seen.abandon(inbound.envelope.message_id)
-                inbound.settle(RELEASED)
-            raise
+            error = exc
         finally:
-            # Cancelled mid-message (the node's stop deadline): left unsettled,
-            # so the sender sends it again when it reconnects.
-            self._inflight.clear()
-            if not crashed:
-                for left in mailbox.close():
-                    left.settle(RELEASED)
-            with trio.CancelScope(shield=True) as scope:
-                scope.deadline = trio.current_time() + 5.0
-                await self.actor.on_stop()
-            self.actor._cell = None
-            if not crashed:
-                self.state = "stopped"
+            self._turn = self._turn_done = None
+            done.set()
+        if self._on_end is None:
+            return  # deactivated meanwhile: it does the rest
+        if error is not None:
+            self._crashed(error)
+            await self._end(error)
+        elif closed:
+            for left in self.mailbox.close():
+                left.settle(RELEASED)
+            await self._end(None)
+        elif self.mailbox.pending:
+            self._wake()  # arrived while this turn was ending
+
+    async def _drain(self) -> bool:
+        """Handle messages until the mailbox closes (True) or stays empty for
+        IDLE_LINGER seconds (False)."""
+        if self._concurrency == 1:
+            while (inbound := await self._next()) is not None:
+                await self._handle(inbound)
+        else:
+            slots = trio.Semaphore(self._concurrency)
+            async with trio.open_nursery() as nursery:
+                while (inbound := await self._next()) is not None:
+                    await slots.acquire()
+                    nursery.start_soon(self._handle_then_release, inbound, slots)
+        return self.mailbox.closed
+
+    def _crashed(self, error: Exception) -> None:
+        self.state = "crashed"
+        # What it was handling is released: its sender may send it elsewhere
+        # (sent again here, it could crash the actor again).
+        log(
+            "actorctl:actor:crashed",
+            actor=self.name,
+            error_type=type(error).__name__,
+            error=str(error),
+            released=[inbound.envelope.message_id for inbound in self._inflight],
+        )
+        for inbound in self._inflight:
+            self._seen.abandon(inbound.envelope.message_id)
+            inbound.settle(RELEASED)
+        self._inflight.clear()
+
+    async def _end(self, error: Exception | None) -> None:
+        on_end = self._on_end
+        self._on_end = None
+        self.mailbox.on_arrival(None)
+        await self._stop_actor()
+        if error is None:
+            self.state = "stopped"
+        if on_end is not None:
+            on_end(error)
+
+    async def _stop_actor(self) -> None:
+        with trio.CancelScope(shield=True) as scope:
+            scope.deadline = trio.current_time() + 5.0
+            await self.actor.on_stop()
+        self.actor._cell = None
 
     def _incarnate(self) -> None:
         """Before each start: after the first, a fresh actor from the factory
@@ -174,13 +276,17 @@ class ActorCell:
         # Take what is queued without yielding (the mailbox is bounded, so this
         # cannot starve anyone for long): the node's writer then settles a batch
         # of messages in one write instead of one write per message.
+        mailbox = self.mailbox
         try:
-            if next(self._taken) % _YIELD_EVERY:
+            self._taken += 1
+            if self._taken % _YIELD_EVERY:
                 try:
-                    return self.mailbox.receive_nowait()
+                    return mailbox.receive_nowait()
                 except trio.WouldBlock:
                     pass
-            return await self.mailbox.receive()
+            with trio.move_on_after(IDLE_LINGER):
+                return await mailbox.receive()
+            return None  # idle: this turn ends, the next message starts another
         except trio.EndOfChannel:
             return None
 

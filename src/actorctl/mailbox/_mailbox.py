@@ -145,6 +145,7 @@ class Mailbox:
         "_last_grant",
         "_links",
         "_max_unsettled",
+        "_on_arrival",
         "_queue",
         "_received",
         "_unsettled",
@@ -164,6 +165,7 @@ class Mailbox:
         self._received = 0
         self._last_grant: dict[CreditLink, int] | None = None
         self._grants = 0  # how many grants were made: orders _last_grant
+        self._on_arrival: Callable[[], None] | None = None
 
     # -- the node's side -------------------------------------------------------
 
@@ -208,6 +210,8 @@ class Mailbox:
         if arrived is not None:
             self._arrived = None
             arrived.set()
+        elif self._on_arrival is not None:
+            self._on_arrival()
         self._unsettled += 1
         self._received += 1
         if self._unsettled > self._max_unsettled:
@@ -221,12 +225,25 @@ class Mailbox:
         if arrived is not None:
             self._arrived = None
             arrived.set()  # a waiting receiver sees the end
+        elif self._on_arrival is not None:
+            self._on_arrival()  # so does one that is not running now
         queue, self._queue = self._queue, None
         return list(queue) if queue else []
 
     @property
     def closed(self) -> bool:
         return self._closed
+
+    def on_arrival(self, call: Callable[[], None] | None) -> None:
+        """Have ``call`` run (at once, in the sender's task: it must not block)
+        when a message arrives or the mailbox closes while no receiver waits:
+        an actor with no task of its own starts one then."""
+        self._on_arrival = call
+
+    @property
+    def pending(self) -> int:
+        """Messages queued and not yet taken by the receiver."""
+        return len(self._queue) if self._queue else 0
 
     def reopen(self) -> None:
         """Take messages again after :meth:`close`: a stopped actor that its
@@ -260,7 +277,14 @@ class Mailbox:
             arrived = self._arrived
             if arrived is None:
                 arrived = self._arrived = trio.Event()
-            await arrived.wait()
+            try:
+                await arrived.wait()
+            except BaseException:
+                # Nobody waits any more (cancelled): the next arrival must go
+                # to on_arrival, not to this event.
+                if self._arrived is arrived:
+                    self._arrived = None
+                raise
 
     def statistics(self) -> MailboxStatistics:
         return MailboxStatistics(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Awaitable, Callable
-from typing import Any, final
+from typing import Any, Protocol, final
 
 import attrs
 import trio
@@ -12,6 +12,7 @@ import trio
 from .._errors import ActorctlError
 
 __all__ = [
+    "Activation",
     "ChildError",
     "ChildFailedToStart",
     "ChildSpec",
@@ -69,6 +70,24 @@ class SupervisorGaveUp(ActorctlError):
         self.last = last
 
 
+class Activation(Protocol):
+    """A child that needs no task of its own while it is idle (an actor: see
+    ``ActorCell.activate``). The supervisor starts it with :meth:`activate`,
+    hears of its end through ``on_end``, and stops it with :meth:`deactivate`."""
+
+    async def activate(
+        self, nursery: trio.Nursery, on_end: Callable[[BaseException | None], None]
+    ) -> None:
+        """Start it; run whatever tasks it needs in ``nursery``; tell ``on_end``
+        once when it ends by itself (None: normally; else what it failed with).
+        Raises what made it fail to start."""
+        ...
+
+    async def deactivate(self) -> None:
+        """Stop it; ``on_end`` is not told."""
+        ...
+
+
 @final
 @attrs.frozen
 class ChildSpec:
@@ -81,6 +100,8 @@ class ChildSpec:
         restart: when it is started again after it ended.
         kind: what it is, for ``which_children`` (OTP's ``worker`` or
             ``supervisor``; actorctl's trees say ``actor``, ``process``, ``node``).
+        activation: if given, how the child is started and stopped instead of
+            ``start`` (no task of its own: a node's idle actors cost no task).
 
     A child is stopped by cancelling its scope: its ``finally`` blocks run (shield
     what must finish), then it is gone.
@@ -90,6 +111,7 @@ class ChildSpec:
     start: StartFn
     restart: Restart = Restart.PERMANENT
     kind: str = "worker"
+    activation: Activation | None = None
 
 
 @final

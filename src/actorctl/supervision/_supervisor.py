@@ -18,6 +18,7 @@ While it runs it answers OTP's requests: :meth:`~Supervisor.which_children`,
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -267,8 +268,19 @@ class Supervisor:
             raise ChildError(f"supervisor {self.name!r} is not running")
         running = Running(spec)
         self._running[spec.name] = running
-        await self._nursery.start(self._child, running)
+        if spec.activation is not None:
+            await spec.activation.activate(
+                self._nursery, functools.partial(self._activation_ended, running)
+            )
+        else:
+            await self._nursery.start(self._child, running)
         self.states[spec.name] = "running"
+
+    def _activation_ended(self, running: Running, error: BaseException | None) -> None:
+        running.error = error
+        running.done.set()
+        if not running.scope.cancel_called:
+            self._ended.send_nowait(running)
 
     async def _child(self, running: Running, *, task_status: trio.TaskStatus[None]) -> None:
         started = False
@@ -297,6 +309,10 @@ class Supervisor:
         if running.done.is_set():
             return
         running.scope.cancel(reason=f"stopped by supervisor {self.name!r}")
+        activation = running.spec.activation
+        if activation is not None:
+            await activation.deactivate()
+            running.done.set()
         await running.done.wait()
 
     async def _stop_all(self, why: str) -> None:

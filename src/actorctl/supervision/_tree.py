@@ -126,7 +126,7 @@ class TreeLevel:
         cell = host.host(name, actor, factory)
         self._addressable.add(name)
         self._details[name] = functools.partial(_describe_actor, cell)
-        return ChildSpec(name, cell.run, restart, kind="actor")
+        return ChildSpec(name, cell.run, restart, kind="actor", activation=cell)
 
     def _gone(self, name: str, reason: str) -> None:
         if name in self._addressable:
