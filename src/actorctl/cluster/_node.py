@@ -39,7 +39,7 @@ from ._engine import Engine, EngineSet
 from ._inbound import InboundHandler
 from ._monitors import NodeMonitors
 from ._outbox import NodeOutbox
-from ._peer import PeerSettings
+from ._pending import PeerSettings
 from ._supervised import Hosted, NodeHost, describe_root, node_root
 from ._tls import TlsFiles
 

@@ -32,7 +32,8 @@ from .._log import log
 from ..actors import Address
 from ..mailbox import EXPIRED, Envelope, Outcome, encode
 from ._engine import Engine, EngineSet
-from ._peer import Peer, PeerSettings, Pending
+from ._peer import Peer
+from ._pending import PeerSettings, Pending
 
 __all__ = ["NodeOutbox", "ReplyRoutes"]
 

@@ -18,9 +18,9 @@ from typing import Any, Final, final
 
 import attrs
 import trio
-from proton import Condition, Delivery, Endpoint, Link, Session, SSLDomain
+from proton import Condition, Delivery, Endpoint, Link, Session
 
-from .._errors import ActorctlError, Modified, Rejected, UnknownActor
+from .._errors import ActorctlError
 from .._log import log
 from ..mailbox import (
     ACCEPTED,
@@ -39,8 +39,9 @@ from ..mailbox import (
 )
 from . import _raw as raw
 from ._engine import Engine, EngineHandler, EngineSet
+from ._pending import PeerSettings, Pending
 
-__all__ = ["Peer", "PeerSettings", "Pending"]
+__all__ = ["Peer"]
 
 _BACKOFF_FIRST: Final = 0.05
 _BACKOFF_MAX: Final = 2.0
@@ -69,89 +70,6 @@ _link_flow = lib.pn_link_flow
 recv = raw.recv
 send = raw.send
 remote_condition = raw.remote_condition
-
-
-@final
-@attrs.frozen
-class PeerSettings:
-    """How a node makes and signs its outgoing connections (the node makes it).
-
-    Attributes:
-        node_id: the node's AMQP container id.
-        identity: the key it signs with; None: it sends unsigned (insecure).
-        sessions: open a session with each peer (HMAC per message); only over TLS.
-        session_lifetime: seconds a session lasts; the next opens at 80% of it.
-        idle_timeout: seconds of silence after which a peer is taken for dead.
-        client_domain: TLS settings for a connection to a host; None: plain TCP.
-        new_message_id: the node's message ids (for session messages).
-        clock: wall-clock time in seconds since the epoch.
-        stopping: whether the node is stopping (then no reconnect).
-    """
-
-    node_id: str
-    identity: IdentityKey | None
-    sessions: bool
-    session_lifetime: float
-    idle_timeout: float
-    client_domain: Callable[[str], SSLDomain | None]
-    new_message_id: Callable[[], str]
-    clock: Callable[[], float]
-    stopping: Callable[[], bool]
-
-
-@final
-class Pending:
-    """One outgoing delivery, kept until the receiver settles it."""
-
-    __slots__ = ("done", "message", "message_id", "on_outcome", "outcome", "path", "presettled")
-
-    def __init__(
-        self,
-        path: str,
-        message: Envelope | bytes | bytearray,
-        message_id: str,
-        *,
-        presettled: bool = False,
-        on_outcome: Callable[[Outcome], None] | None = None,
-    ) -> None:
-        self.path = path
-        # An envelope is encoded (and signed) when it is sent: a resend after a
-        # reconnect is signed again, within the new connection's session.
-        self.message = message
-        self.message_id = message_id
-        self.presettled = presettled
-        self.on_outcome = on_outcome
-        self.outcome: Outcome | None = None
-        self.done = trio.Event()
-
-    def resolve(self, outcome: Outcome) -> None:
-        if self.outcome is not None:
-            return
-        self.outcome = outcome
-        self.done.set()
-        if self.on_outcome is not None:
-            self.on_outcome(outcome)
-        elif outcome.state != "accepted":
-            log(
-                f"actorctl:send:{outcome.state}",
-                target=self.path,
-                message_id=self.message_id,
-                condition=outcome.condition,
-                description=outcome.description,
-            )
-
-    def error(self) -> ActorctlError | None:
-        """The error a waiting sender should raise for this outcome, if any."""
-        outcome = self.outcome
-        if outcome is None or outcome.state == "accepted":
-            return None
-        condition = outcome.condition or f"amqp:{outcome.state}"
-        description = outcome.description or f"the receiver answered {outcome.state}"
-        if outcome.condition == NOT_FOUND:
-            return UnknownActor(condition, description, self.message_id)
-        if outcome.state == "rejected":
-            return Rejected(condition, description, self.message_id)
-        return Modified(condition, description, self.message_id)
 
 
 @final
