@@ -78,10 +78,12 @@ class Actor(Behaviour):
     # -- lifecycle hooks ---------------------------------------------------------
 
     async def on_start(self) -> None:
-        """Runs in the actor's task before it takes its first message."""
+        """Runs before the actor takes its first message (in the task that
+        starts it: its supervisor's), after each restart too."""
 
     async def on_stop(self) -> None:
-        """Runs in the actor's task after it took its last message."""
+        """Runs after the actor took its last message (in its last task, or
+        its supervisor's when that stops it); at most 5 s."""
 
     async def on_terminated(self, terminated: Terminated) -> None:
         """Runs in the actor's task when an actor it watches is gone (see
