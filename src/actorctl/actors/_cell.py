@@ -95,6 +95,7 @@ class ActorCell:
         self._on_end: Callable[[BaseException | None], None] | None = None
         self._turn: trio.CancelScope | None = None
         self._turn_done: trio.Event | None = None
+        self._parked = False  # its turn waits for a message
         self._inflight: set[Inbound] = set()
         self._seen = SeenWindow(type(actor).dedup_count, type(actor).dedup_seconds)
         actor._cell = self
@@ -186,12 +187,16 @@ class ActorCell:
     async def _run_turn(self, turn: trio.CancelScope, done: trio.Event) -> None:
         error: Exception | None = None
         closed = False
+        watch = trio.CancelScope()
+        assert self._nursery is not None
+        self._nursery.start_soon(self._end_turn_when_idle, turn, watch)
         try:
             with turn:
                 closed = await self._drain()
         except Exception as exc:
             error = exc
         finally:
+            watch.cancel()
             self._turn = self._turn_done = None
             done.set()
         if self._on_end is None:
@@ -206,9 +211,24 @@ class ActorCell:
         elif self.mailbox.pending:
             self._wake()  # arrived while this turn was ending
 
+    async def _end_turn_when_idle(self, turn: trio.CancelScope, watch: trio.CancelScope) -> None:
+        """End ``turn`` once it has waited for a message, taking none, for
+        IDLE_LINGER seconds. One timer per turn, not one per message: an
+        actor that is busy pays nothing for being able to idle."""
+        taken = -1
+        with watch:
+            while True:
+                await trio.sleep(IDLE_LINGER)
+                if self._parked and not self._inflight and self._taken == taken:
+                    # Parked in receive: cancelling ends the wait at once, before
+                    # any later arrival could wake it (that one starts a new turn).
+                    turn.cancel(reason="idle")
+                    return
+                taken = self._taken
+
     async def _drain(self) -> bool:
-        """Handle messages until the mailbox closes (True) or stays empty for
-        IDLE_LINGER seconds (False)."""
+        """Handle messages until the mailbox closes (True) or the turn is ended
+        for being idle (False)."""
         if self._concurrency == 1:
             while (inbound := await self._next()) is not None:
                 await self._handle(inbound)
@@ -284,9 +304,11 @@ class ActorCell:
                     return mailbox.receive_nowait()
                 except trio.WouldBlock:
                     pass
-            with trio.move_on_after(IDLE_LINGER):
+            self._parked = True
+            try:
                 return await mailbox.receive()
-            return None  # idle: this turn ends, the next message starts another
+            finally:
+                self._parked = False
         except trio.EndOfChannel:
             return None
 
