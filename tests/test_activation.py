@@ -3,13 +3,17 @@ ends once its mailbox has stayed empty for IDLE_LINGER seconds."""
 
 from __future__ import annotations
 
+import pytest
 import trio
 import trio.testing
 
 from actorctl import Actor, handler, open_node
 from actorctl.actors import ActorCell, Address
 from actorctl.actors._cell import IDLE_LINGER
-from actorctl.mailbox import KIND_COMMAND, Envelope
+from actorctl.mailbox import KIND_COMMAND, Envelope, Outcome
+from actorctl.supervision import ChildSpec, Restart, Supervisor
+
+from .harness import Logs
 
 
 class Counter(Actor):
@@ -89,3 +93,101 @@ async def test_a_node_hosting_many_idle_actors_runs_no_task_per_actor() -> None:
             ref = node.ref(node.address_of("idle-1999"))
             await ref.deliver("count", 7)
             assert node.cells["idle-1999"].actor.seen == [7]  # type: ignore[attr-defined]
+
+
+class Slow(Actor):
+    mailbox_capacity = 2
+
+    @handler
+    async def wait(self, n: int) -> None:
+        await trio.sleep_forever()
+
+    async def handle_unmatched(self, envelope: Envelope) -> None:
+        raise RuntimeError("crash outside any handler")
+
+
+def _message(n: int, subject: str) -> Envelope:
+    return Envelope(
+        message_id=f"m-{n}",
+        to="slow",
+        subject=subject,
+        body=[[n], {}],
+        kind=KIND_COMMAND,
+        creation_time=1.0,
+    )
+
+
+async def test_a_message_cancelled_by_a_supervisor_stopping_its_actor_is_released(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    # Given an actor in the middle of a message, under a supervisor
+    async with open_node("host", host=None, insecure=True) as node:
+        cell = ActorCell(Slow(), Address("127.0.0.1", 1, "slow", "amqp"), node.outbox, factory=Slow)
+        supervisor = Supervisor("s", [ChildSpec("slow", cell.run, activation=cell)])
+        outcomes: list[Outcome] = []
+        async with trio.open_nursery() as nursery:
+            await nursery.start(supervisor.run)
+            cell.mailbox.put_nowait(_message(1, "wait"), outcomes.append)
+            await trio.testing.wait_all_tasks_blocked()
+            # When the supervisor terminates it and starts it again
+            await supervisor.terminate_child("slow")
+            await supervisor.restart_child("slow")
+            # Then the sender was told (released: it may send it again) and the
+            # mailbox slot is free, not held by a delivery nobody will settle
+            assert [o.state for o in outcomes] == ["released"]
+            assert cell.mailbox.statistics().depth == 0
+            nursery.cancel_scope.cancel()
+
+
+async def test_an_actor_that_crashed_for_good_refuses_new_messages(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    # Given a temporary actor (never restarted) that crashes
+    async with open_node("host", host=None, insecure=True) as node:
+        cell = ActorCell(Slow(), Address("127.0.0.1", 1, "slow", "amqp"), node.outbox, factory=Slow)
+        child = ChildSpec("slow", cell.run, Restart.TEMPORARY, activation=cell)
+        supervisor = Supervisor("s", [child])
+        outcomes: list[Outcome] = []
+        async with trio.open_nursery() as nursery:
+            await nursery.start(supervisor.run)
+            cell.mailbox.put_nowait(_message(1, "nope"), outcomes.append)
+            await trio.testing.wait_all_tasks_blocked()
+            # Then what it was handling went back to its sender, its mailbox is
+            # closed (a sender is refused at once instead of waiting forever)
+            assert [o.state for o in outcomes] == ["released"]
+            assert cell.mailbox.closed
+            assert cell.state == "stopped"
+            with pytest.raises(trio.ClosedResourceError):
+                cell.mailbox.put_nowait(_message(2, "wait"), outcomes.append)
+            nursery.cancel_scope.cancel()
+
+
+class FailsToStop(Actor):
+    @handler
+    async def quit(self) -> None:
+        self.stop()
+
+    async def on_stop(self) -> None:
+        raise RuntimeError("on_stop failed")
+
+
+class Pinged(Actor):
+    @handler
+    async def ping(self) -> str:
+        return "pong"
+
+
+async def test_an_on_stop_that_raises_fails_only_its_own_actor(logs: Logs) -> None:
+    # Given a node with an actor whose on_stop raises, beside another actor
+    with trio.fail_after(10):
+        async with open_node("n", {"bad": FailsToStop, "good": Pinged}, insecure=True) as node:
+            # When it stops itself
+            await node.ref(node.address_of("bad")).ask("quit")
+            # Then the failure is logged, the node and the other actor carry on
+            assert await node.ref(node.address_of("good")).ask("ping") == "pong"
+            assert await node.ref(node.address_of("good")).ask("ping") == "pong"
+    # (it counts as a failure of that actor: restarted, it fails again when the
+    # node stops)
+    failed = logs.of_type("actorctl:actor:on-stop-failed")
+    assert failed
+    assert {m["actor"] for m in failed} == {"bad"}

@@ -170,11 +170,28 @@ class ActorCell:
         if turn is not None and done is not None:
             turn.cancel(reason=f"actor {self.name!r} stopped by its supervisor")
             await done.wait()
-        self._inflight.clear()
+        self._release_inflight()
         for left in self.mailbox.close():
             left.settle(RELEASED)
         await self._stop_actor()
         self.state = "stopped"
+
+    def retire(self) -> None:
+        """Its supervisor will not start it again (it crashed, and is temporary,
+        or its supervisor gave up): close its mailbox, releasing what waits
+        there, so that senders send elsewhere instead of waiting for it."""
+        self.mailbox.on_arrival(None)
+        for left in self.mailbox.close():
+            left.settle(RELEASED)
+        self.state = "stopped"
+
+    def _release_inflight(self) -> None:
+        """Messages cancelled mid-handling go back to their senders (released:
+        they may send them again), never left unsettled on a live link."""
+        for inbound in self._inflight:
+            self._seen.abandon(inbound.envelope.message_id)
+            inbound.settle(RELEASED)
+        self._inflight.clear()
 
     def _wake(self) -> None:
         """A message arrived (or the mailbox closed): start a turn unless one runs."""
@@ -197,6 +214,8 @@ class ActorCell:
             error = exc
         finally:
             watch.cancel()
+            if error is None:
+                self._release_inflight()  # cancelled mid-message: released, not lost
             self._turn = self._turn_done = None
             done.set()
         if self._on_end is None:
@@ -219,7 +238,12 @@ class ActorCell:
         with watch:
             while True:
                 await trio.sleep(IDLE_LINGER)
-                if self._parked and not self._inflight and self._taken == taken:
+                if (
+                    self._parked
+                    and not self._inflight
+                    and not self.mailbox.pending
+                    and self._taken == taken
+                ):
                     # Parked in receive: cancelling ends the wait at once, before
                     # any later arrival could wake it (that one starts a new turn).
                     turn.cancel(reason="idle")
@@ -251,26 +275,39 @@ class ActorCell:
             error=str(error),
             released=[inbound.envelope.message_id for inbound in self._inflight],
         )
-        for inbound in self._inflight:
-            self._seen.abandon(inbound.envelope.message_id)
-            inbound.settle(RELEASED)
-        self._inflight.clear()
+        self._release_inflight()
 
     async def _end(self, error: Exception | None) -> None:
         on_end = self._on_end
         self._on_end = None
         self.mailbox.on_arrival(None)
-        await self._stop_actor()
+        failed = await self._stop_actor()
         if error is None:
-            self.state = "stopped"
+            error = failed
+            self.state = "stopped" if failed is None else "crashed"
         if on_end is not None:
             on_end(error)
 
-    async def _stop_actor(self) -> None:
+    async def _stop_actor(self) -> Exception | None:
+        """Run on_stop (at most 5 s). What it raises is logged and returned: a
+        failure of this actor alone, never of the task that stops it."""
+        actor = self.actor
+        failed: Exception | None = None
         with trio.CancelScope(shield=True) as scope:
             scope.deadline = trio.current_time() + 5.0
-            await self.actor.on_stop()
-        self.actor._cell = None
+            try:
+                await actor.on_stop()
+            except Exception as exc:
+                failed = exc
+                log(
+                    "actorctl:actor:on-stop-failed",
+                    actor=self.name,
+                    error_type=type(exc).__name__,
+                    error=str(exc),
+                )
+        if actor._cell is self:
+            actor._cell = None
+        return failed
 
     def _incarnate(self) -> None:
         """Before each start: after the first, a fresh actor from the factory

@@ -87,6 +87,10 @@ class Activation(Protocol):
         """Stop it; ``on_end`` is not told."""
         ...
 
+    def retire(self) -> None:
+        """It ended and will not be started again: let go of what it holds."""
+        ...
+
 
 @final
 @attrs.frozen

@@ -326,6 +326,9 @@ class Supervisor:
                 log("actorctl:supervisor:stopped-child", supervisor=self.name, child=spec.name)
 
     def _gone(self, name: str, reason: str) -> None:
+        for spec in self.children:
+            if spec.name == name and spec.activation is not None:
+                spec.activation.retire()
         if self._on_gone is not None:
             self._on_gone(name, reason)
 
