@@ -10,16 +10,15 @@ one (``actorctl.tasks``): the cluster hosts its pools this way, as any actor.
 
 from __future__ import annotations
 
-import importlib
-import sys
 from collections.abc import Mapping
 from typing import Any, Protocol, runtime_checkable
 
 from .._errors import ConfigError
 from ..actors import Actor
+from ..supervision import import_target
 from ._config import ClusterConfig, NodeConfig
 
-__all__ = ["ActorsFactory", "hosted_actors", "load_target"]
+__all__ = ["ActorsFactory", "hosted_actors"]
 
 
 @runtime_checkable
@@ -49,7 +48,7 @@ def hosted_actors(
     actors: dict[str, Actor] = {}
     if target is None:
         return actors
-    obj = load_target(target)
+    obj = import_target(target)
     if isinstance(obj, ActorsFactory) and not isinstance(obj, type):
         if node is None:
             raise ConfigError(
@@ -58,7 +57,7 @@ def hosted_actors(
             )
         return _checked(target, obj.actors_for(cluster, node))
     for copy in range(1, instances + 1):
-        for name, actor in _named_actors(_as_collection(target, load_target(target))):
+        for name, actor in _named_actors(_as_collection(target, import_target(target))):
             if any(actor is other for other in actors.values()):
                 raise ConfigError(
                     f"{target}: hosting {instances} instances needs actor classes, "
@@ -66,28 +65,6 @@ def hosted_actors(
                 )
             actors[name if copy == 1 else f"{name}-{copy}"] = actor
     return actors
-
-
-def load_target(target: str) -> Any:
-    """The object MODULE:OBJECT names.
-
-    Raises:
-        ConfigError: naming the module or object that is wrong.
-    """
-    module_name, sep, attr = target.partition(":")
-    if not sep or not module_name or not attr:
-        raise ConfigError(f"{target!r}: expected MODULE:OBJECT, e.g. examples.workers:actors")
-    if "" not in sys.path:
-        sys.path.insert(0, "")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ConfigError(f"cannot import module {module_name!r}: {exc}") from None
-    try:
-        obj = getattr(module, attr)
-    except AttributeError:
-        raise ConfigError(f"module {module_name!r} has no object {attr!r}") from None
-    return obj
 
 
 def _as_collection(target: str, obj: Any) -> Any:
