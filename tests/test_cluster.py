@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import trio
 
-from actorctl import ConfigError, Node, TlsFiles, open_node
-from actorctl.cluster import load_cluster
+from actorctl import ConfigError, Modified, Node, TlsFiles, open_node
+from actorctl.cluster import hosted_actors, load_cluster
 from actorctl.mailbox import Keyring
 
 from .harness import free_port
@@ -261,3 +261,25 @@ async def test_cluster_up_in_process_runs_every_node_in_one_process(
     with trio.fail_after(30):
         await proc.wait()
     assert proc.returncode == 0
+
+
+async def test_an_actor_named_by_class_in_a_cluster_file_restarts_fresh() -> None:
+    # Given a node hosting two instances of an actor class, as cluster.toml names it
+    actors = hosted_actors("tests.actors:Tally", 2)
+    assert sorted(actors) == ["tally", "tally-2"]
+    async with (
+        open_node("server", actors, insecure=True) as server,
+        open_node("client", host=None, insecure=True) as client,
+    ):
+        tally = client.ref(server.address_of("tally"))
+        other = client.ref(server.address_of("tally-2"))
+        with trio.fail_after(10):
+            assert [await tally.ask("bump") for _ in range(3)] == [1, 2, 3]
+            assert await other.ask("bump") == 1  # each copy is an actor of its own
+            # When the actor crashes
+            with pytest.raises(Modified):
+                await tally.deliver("explode")
+            # Then the node restarted it as a fresh instance: its count starts again
+            assert await tally.ask("bump") == 1
+            # And its sibling, which did not crash, kept its state
+            assert await other.ask("bump") == 2

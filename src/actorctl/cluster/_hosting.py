@@ -18,7 +18,7 @@ from ..actors import Actor
 from ..supervision import import_target
 from ._config import ClusterConfig, NodeConfig
 
-__all__ = ["ActorsFactory", "hosted_actors"]
+__all__ = ["ActorsFactory", "Hosted", "hosted_actors"]
 
 
 @runtime_checkable
@@ -31,21 +31,29 @@ class ActorsFactory(Protocol):
         ...
 
 
+#: What MODULE:OBJECT names for a node to host: a class (the node builds a fresh
+#: instance of it at each start and restart) or an instance (started again as
+#: it is).
+Hosted = Actor | type[Actor]
+
+
 def hosted_actors(
     target: str | None,
     instances: int = 1,
     *,
     node: NodeConfig | None = None,
     cluster: ClusterConfig | None = None,
-) -> dict[str, Actor]:
+) -> dict[str, Hosted]:
     """The actors MODULE:OBJECT names, by the name each is reachable under; with
-    ``instances`` above 1, also NAME-2, NAME-3, ... (each a fresh instance). An
-    actors factory is asked once, with ``cluster`` and ``node``.
+    ``instances`` above 1, also NAME-2, NAME-3, ... An actor named by its class
+    stays a class here: the node builds each copy from it, afresh at each
+    restart, so its state does not survive a crash. An actors factory is asked
+    once, with ``cluster`` and ``node``.
 
     Raises:
         ConfigError: naming the module or object that is wrong.
     """
-    actors: dict[str, Actor] = {}
+    actors: dict[str, Hosted] = {}
     if target is None:
         return actors
     obj = import_target(target)
@@ -55,13 +63,15 @@ def hosted_actors(
                 f"{target} is an actors factory: run its node from a cluster.toml "
                 "(`actorctl node run ... --cluster FILE --name NODE`, or `cluster up`)"
             )
-        return _checked(target, obj.actors_for(cluster, node))
+        return dict(_checked(target, obj.actors_for(cluster, node)))
+    named = _named_actors(_as_collection(target, obj))
     for copy in range(1, instances + 1):
-        for name, actor in _named_actors(_as_collection(target, import_target(target))):
-            if any(actor is other for other in actors.values()):
+        for name, actor in named:
+            if copy > 1 and isinstance(actor, Actor):
                 raise ConfigError(
                     f"{target}: hosting {instances} instances needs actor classes, "
-                    "not instances (each copy must be an actor of its own)"
+                    f"not instances (each copy must be an actor of its own; {name!r} is "
+                    f"an instance of {type(actor).__name__})"
                 )
             actors[name if copy == 1 else f"{name}-{copy}"] = actor
     return actors
@@ -85,13 +95,15 @@ def _checked(target: str, actors: Mapping[str, Any]) -> dict[str, Actor]:
     return dict(actors)
 
 
-def _named_actors(obj: Any) -> list[tuple[str, Actor]]:
-    """What MODULE:OBJECT names, as (name, actor) pairs; classes are instantiated."""
+def _named_actors(obj: Any) -> list[tuple[str, Hosted]]:
+    """What MODULE:OBJECT names, as (name, class or actor) pairs."""
     pairs = list(obj.items()) if isinstance(obj, Mapping) else [(None, spec) for spec in obj]
-    named = []
+    named: list[tuple[str, Hosted]] = []
     for name, spec in pairs:
-        actor = spec() if isinstance(spec, type) else spec
-        if not isinstance(actor, Actor):
+        if isinstance(spec, type) and issubclass(spec, Actor):
+            named.append((name or spec.default_name(), spec))
+        elif isinstance(spec, Actor):
+            named.append((name or type(spec).default_name(), spec))
+        else:
             raise ConfigError(f"{spec!r} is not an actorctl.Actor")
-        named.append((name or type(actor).default_name(), actor))
     return named
