@@ -6,17 +6,21 @@ an object with an ``actors_for(cluster, node)`` method that makes the actors
 itself, knowing the cluster it is part of and the node's own settings (the
 keys of its ``[[node]]`` table that this layer does not read). A task app is
 one (``actorctl.tasks``): the cluster hosts its pools this way, as any actor.
+
+A factory says which settings it reads (``settings_keys``); any other key of
+the node's table is an error here, as is any such key on a node whose actors
+are not a factory: nothing would read it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any, Protocol, runtime_checkable
 
 from .._errors import ConfigError
 from ..actors import Actor
 from ..supervision import import_target
-from ._config import ClusterConfig, NodeConfig
+from ._config import NODE_KEYS, ClusterConfig, NodeConfig, unknown_key
 
 __all__ = ["ActorsFactory", "Hosted", "hosted_actors"]
 
@@ -24,6 +28,13 @@ __all__ = ["ActorsFactory", "Hosted", "hosted_actors"]
 @runtime_checkable
 class ActorsFactory(Protocol):
     """Makes the actors one node hosts."""
+
+    @property
+    def settings_keys(self) -> Collection[str]:
+        """The keys of its node's table it reads, besides those every node has
+        (name, listen, actors, instances): any other key there is an error. A
+        class attribute will do (``settings_keys = frozenset({"pools"})``)."""
+        ...
 
     def actors_for(self, cluster: ClusterConfig | None, node: NodeConfig) -> Mapping[str, Actor]:
         """The actors ``node`` of ``cluster`` hosts, by name (``cluster`` is None
@@ -57,13 +68,22 @@ def hosted_actors(
     if target is None:
         return actors
     obj = import_target(target)
-    if isinstance(obj, ActorsFactory) and not isinstance(obj, type):
+    factory = obj if isinstance(obj, ActorsFactory) and not isinstance(obj, type) else None
+    if factory is None and hasattr(obj, "actors_for") and not isinstance(obj, type):
+        raise ConfigError(
+            f"{target} has actors_for but no settings_keys: an actors factory says "
+            "which keys of its node's table it reads (settings_keys = frozenset(...), "
+            "empty if it reads none)"
+        )
+    if node is not None:
+        _check_settings(target, factory, node, cluster)
+    if factory is not None:
         if node is None:
             raise ConfigError(
                 f"{target} is an actors factory: run its node from a cluster.toml "
                 "(`actorctl node run ... --cluster FILE --name NODE`, or `cluster up`)"
             )
-        return dict(_checked(target, obj.actors_for(cluster, node)))
+        return dict(_checked(target, factory.actors_for(cluster, node)))
     named = _named_actors(_as_collection(target, obj))
     for copy in range(1, instances + 1):
         for name, actor in named:
@@ -75,6 +95,31 @@ def hosted_actors(
                 )
             actors[name if copy == 1 else f"{name}-{copy}"] = actor
     return actors
+
+
+def _check_settings(
+    target: str, factory: ActorsFactory | None, node: NodeConfig, cluster: ClusterConfig | None
+) -> None:
+    """Refuse a key of the node's table that neither this layer nor its actors
+    factory reads.
+
+    Raises:
+        ConfigError: naming the file, the node's table, the key and the fix.
+    """
+    reads = frozenset(factory.settings_keys) if factory is not None else frozenset()
+    index = [n.name for n in cluster.nodes].index(node.name) if cluster is not None else None
+    table = f"node[{index}]" if index is not None else f"node {node.name!r}"
+    for key, value in node.settings.items():
+        if key in reads:
+            continue
+        why = (
+            f"the actors factory {target} reads no such key"
+            if factory is not None
+            else f"nothing reads it: {target} is not an actors factory (only a factory, "
+            "such as a task app, reads a node's other keys)"
+        )
+        path = cluster.path if cluster is not None else None
+        raise unknown_key(path, f"{table}.{key}", value, NODE_KEYS | reads, why)
 
 
 def _as_collection(target: str, obj: Any) -> Any:

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from contextlib import AbstractAsyncContextManager
-from typing import Any
+from typing import Any, ClassVar
 
 from ..actors import Actor
 from ..cluster import ClusterConfig, NodeConfig
 from ._client import TaskClient
 from ._connect import CLIENT_NAME, ClusterSpec, Connection, open_client
-from ._hosting import task_actors
+from ._hosting import TASK_SETTINGS, task_actors
 from ._registry import TaskRegistry
 
 __all__ = ["App"]
@@ -40,6 +40,10 @@ class App(TaskRegistry):
         with app.connect("cluster.toml"):
             assert add.delay(1, 2).get(timeout=10) == 3
     """
+
+    #: The keys of a node's table the app reads, as an actors factory: any
+    #: other key there is an error (``actorctl.cluster`` checks).
+    settings_keys: ClassVar[frozenset[str]] = TASK_SETTINGS
 
     def connect(
         self, cluster: ClusterSpec, *, name: str = CLIENT_NAME, **node_options: Any
