@@ -37,6 +37,7 @@ from actorctl import (
     open_node,
 )
 from actorctl.cluster import NodeConfig, hosted_actors, load_cluster
+from tests.harness import Logs, free_port
 from tests.task_app import (
     UserRegistered,
     abortable,
@@ -415,3 +416,40 @@ def test_a_task_called_directly_runs_here() -> None:
     with pytest.raises(AskTimeout, match="not ready within") as raised:
         AsyncResult("x", "t.add").get(timeout=0.01)
     assert isinstance(raised.value, TimeoutError)  # as Celery's get(timeout=) raises
+
+
+# -- connecting ----------------------------------------------------------------------------
+
+
+async def test_connect_returns_within_one_bound_when_nodes_of_the_cluster_are_down(
+    tmp_path: Path, logs: Logs
+) -> None:
+    # Given a cluster of three nodes: one running here, two not running at all
+    # (their ports are free: nothing listens there)
+    live, down, down_too = free_port(), free_port(), free_port()
+    path = tmp_path / "cluster.toml"
+    path.write_text(
+        "[cluster]\ninsecure = true\n"
+        f'[[node]]\nname = "live"\nlisten = "127.0.0.1:{live}"\n'
+        'actors = "tests.task_app:app"\npools = ["celery"]\n'
+        f'[[node]]\nname = "down"\nlisten = "127.0.0.1:{down}"\n'
+        'actors = "tests.task_app:app"\npools = ["slow"]\n'
+        f'[[node]]\nname = "down-too"\nlisten = "127.0.0.1:{down_too}"\n'
+        '[[router]]\nname = "elsewhere"\nnode = "down-too"\ninstances = ["live/celery"]\n'
+    )
+    config = load_cluster(path)
+    node = config.node("live")
+    actors = hosted_actors(node.actors, node=node, cluster=config)
+    reach = 4.0
+    async with open_node("live", actors, port=live, insecure=True):
+        # When a caller connects, then it is connected within the one bound for
+        # all nodes (one per node would be twice that), and work on the live
+        # node succeeds
+        with trio.fail_after(reach + 3.0):
+            async with app.aconnect(path, reach_timeout=reach):
+                assert await (await add.adelay(2, 3)).aget(timeout=3.0) == 5
+    # And the caller's log says which nodes it did not reach
+    [unreached] = logs.of_type("actorctl:client:unreached")
+    assert sorted(unreached["nodes"]) == sorted(
+        f"amqp://127.0.0.1:{port}/_node" for port in (down, down_too)
+    )

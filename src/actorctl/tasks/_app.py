@@ -57,7 +57,9 @@ class App(TaskRegistry):
                 certificate and key), or a Directory (then pass the node options:
                 ``tls``/``keyring`` or ``insecure=True``).
             name: whose certificate and key to use.
-            node_options: more ``Node`` arguments.
+            node_options: more ``Node`` arguments, and ``reach_timeout``: the
+                seconds it waits at most for the cluster's nodes to answer, all
+                together (a node that does not is logged; default 10).
         """
         return Connection(cluster, name, node_options)
 
