@@ -8,6 +8,8 @@ each test connects its own client node to it.
 from __future__ import annotations
 
 import datetime
+import json
+import socket
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -39,6 +41,8 @@ from actorctl import (
 from actorctl.cluster import NodeConfig, hosted_actors, load_cluster
 from tests.harness import Logs, free_port
 from tests.task_app import (
+    RECORDS,
+    WAKE,
     UserRegistered,
     abortable,
     add,
@@ -66,8 +70,15 @@ WAIT = 20.0  # seconds any one result may take on a loaded 2-core machine
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[Path]:
-    with running_cluster(HERE / "tasks.toml", echo=False) as path:
+def records(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where the event's tasks record each run (tests/task_app.py)."""
+    return tmp_path_factory.mktemp("records")
+
+
+@pytest.fixture(scope="module")
+def cluster(records: Path) -> Iterator[Path]:
+    env = {RECORDS: str(records)}
+    with running_cluster(HERE / "tasks.toml", echo=False, env=env) as path:
         yield path
 
 
@@ -361,13 +372,44 @@ async def test_an_event_reaches_every_subscribing_pool_once(cluster: Path) -> No
     assert sorted(by_task["t.add_to_crm"]) == sorted(f"crm {u}" for u in range(10))
 
 
-def _publish_as_in_the_design_draft(cluster: Path) -> None:
+def _publish_as_in_the_design_draft(cluster: Path, user_id: int, email: str) -> None:
     with app.connect(cluster):
-        UserRegistered.delay(user_id=1, email="ada@example.com")  # type: ignore[attr-defined]
+        UserRegistered.delay(user_id=user_id, email=email)  # type: ignore[attr-defined]
 
 
-async def test_event_delay_publishes_from_plain_code(cluster: Path) -> None:
-    await trio.to_thread.run_sync(_publish_as_in_the_design_draft, cluster)
+def _runs_for(records: Path, user_id: int) -> dict[str, list[dict[str, Any]]]:
+    """The runs the event's tasks recorded for the user ``user_id``, by task."""
+    runs: dict[str, list[dict[str, Any]]] = {}
+    for path in records.glob("*.json"):
+        record = json.loads(path.read_text(encoding="utf-8"))
+        if record["user_id"] == user_id:
+            runs.setdefault(record["task"], []).append(record)
+    return runs
+
+
+async def test_event_delay_publishes_from_plain_code(cluster: Path, records: Path) -> None:
+    subscribers = ["t.add_to_crm", "t.send_welcome_email"]
+    user_id, email = 1001, "ada@example.com"  # no other test's event has this user
+    with trio.socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as wake:
+        await wake.bind(str(records / WAKE))
+        try:
+            # When plain code publishes the event as the design draft does
+            await trio.to_thread.run_sync(_publish_as_in_the_design_draft, cluster, user_id, email)
+            # Then every subscribing task runs: wait for their records (each
+            # record written wakes this test)
+            with trio.fail_after(WAIT):
+                while sorted(_runs_for(records, user_id)) != subscribers:
+                    await wake.recv(16)
+        finally:
+            (records / WAKE).unlink()
+    runs = _runs_for(records, user_id)
+    # with the event's fields
+    for task in subscribers:
+        assert {(r["user_id"], r["email"]) for r in runs[task]} == {(user_id, email)}, task
+    # and each once: the event hub sends each subscriber one task (at least once
+    # is the guarantee: a run twice would be a redelivery, and is reported here)
+    twice = {task: len(r) for task, r in runs.items() if len(r) > 1}
+    assert len(twice) == 0, f"{len(twice)} subscribing tasks ran more than once: {twice}"
     with pytest.raises(ConfigError, match="not an event"):
         app.subscribe(int, add)
 
