@@ -155,3 +155,14 @@ def test_the_task_layer_holds_no_module_level_mutable_state() -> None:
     assert not found, (
         f"module-level mutable state (give it an owner, or make it immutable): {found}"
     )
+
+
+def test_no_module_of_the_task_layer_or_the_cluster_is_over_500_lines() -> None:
+    # STYLE.md: small modules, one concern each.
+    long = {
+        f"{path.parent.name}/{path.name}": lines
+        for layer in ("tasks", "cluster")
+        for path in sorted((SRC / layer).glob("*.py"))
+        if (lines := len(path.read_text().splitlines())) > 500
+    }
+    assert not long, f"split these by concern: {long}"
