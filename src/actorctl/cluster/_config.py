@@ -45,12 +45,11 @@ from .._errors import ConfigError
 from ..mailbox import Keyring
 from ..supervision import SupervisorSpec
 from ._tls import TlsFiles
-from ._tree_config import check_supervisors, supervisor_specs
+from ._tree_config import TARGET, check_supervisors, supervisor_specs
 
 __all__ = ["NODE_KEYS", "ClusterConfig", "NodeConfig", "load_cluster", "unknown_key"]
 
 _NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?")
-_TARGET = re.compile(r"[\w.]+:[\w.]+")
 #: The keys of a [[node]] table this layer reads; an actors factory reads others.
 NODE_KEYS: Final = frozenset({"name", "listen", "actors", "instances"})
 _TABLES: Final = frozenset({"cluster", "node", "router", "supervisor"})
@@ -265,7 +264,7 @@ class _Where:
             raise self.error(f"{prefix}.name", "letters, digits, '.' and '-'", name)
         host, port = self.endpoint(item, f"{prefix}.listen", default="")
         actors = item.get("actors")
-        if actors is not None and (not isinstance(actors, str) or not _TARGET.fullmatch(actors)):
+        if actors is not None and (not isinstance(actors, str) or not TARGET.fullmatch(actors)):
             raise self.error(
                 f"{prefix}.actors", "MODULE:OBJECT, e.g. examples.workers:actors", actors
             )
