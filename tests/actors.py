@@ -107,3 +107,30 @@ class Odd(Actor):
     @handler
     async def nan(self) -> float:
         return float("nan")
+
+
+class Tally(Actor):
+    """Counts the bumps it was sent; ``explode`` crashes it (outside any handler)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    @handler
+    async def bump(self) -> int:
+        self.count += 1
+        return self.count
+
+    def unhandled(self, envelope: Envelope) -> Outcome | None:
+        if envelope.subject == "explode":
+            raise RuntimeError("tally exploded")
+        return None
+
+
+class _FactoryOfAnOlderFormat:
+    """An actors factory that does not say which keys of its node's table it reads."""
+
+    def actors_for(self, cluster: object, node: object) -> dict[str, Actor]:
+        return {"calculator": Calculator()}
+
+
+factory_without_settings_keys = _FactoryOfAnOlderFormat()

@@ -7,7 +7,13 @@ waits for a result or a state document, with a timeout.
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
+import socket
 import time
+import uuid
+from pathlib import Path
 
 import attrs
 import trio
@@ -21,6 +27,11 @@ from actorctl import (
     check_soft_time_limit,
     soft_time_limit,
 )
+
+#: The directory where the event's tasks record each run (set by the test's cluster).
+RECORDS = "ACTORCTL_TEST_RECORDS"
+#: The datagram socket in RECORDS that a waiting test binds, to be woken by each record.
+WAKE = "wake.sock"
 
 app = App("t")
 app.pool("celery", concurrency=4)
@@ -149,13 +160,31 @@ class UserRegistered:
     email: str
 
 
+def _record(task: str, event: UserRegistered) -> None:
+    """Record one run of an event's task: a file of its own in $ACTORCTL_TEST_RECORDS
+    (written whole, then renamed into place), then a datagram to wake a test that
+    waits for it (if one does: nobody may be listening)."""
+    directory = os.environ.get(RECORDS)
+    if not directory:
+        return
+    record = {"task": task, "user_id": event.user_id, "email": event.email, "pid": os.getpid()}
+    name = f"{task}-{uuid.uuid4().hex}"
+    partial = Path(directory) / f"{name}.part"
+    partial.write_text(json.dumps(record), encoding="utf-8")
+    partial.replace(partial.with_suffix(".json"))
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as wake, contextlib.suppress(OSError):
+        wake.sendto(b"!", str(Path(directory) / WAKE))
+
+
 @app.task
 def send_welcome_email(event: UserRegistered) -> str:
+    _record(send_welcome_email.name, event)
     return f"welcome {event.email}"
 
 
 @app.task(pool="slow")
 def add_to_crm(event: UserRegistered) -> str:
+    _record(add_to_crm.name, event)
     return f"crm {event.user_id}"
 
 

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import trio
 
-from actorctl import ConfigError, Node, TlsFiles, open_node
-from actorctl.cluster import load_cluster
+from actorctl import ConfigError, Modified, Node, TlsFiles, open_node
+from actorctl.cluster import NodeConfig, hosted_actors, load_cluster
 from actorctl.mailbox import Keyring
 
 from .harness import free_port
@@ -261,3 +261,135 @@ async def test_cluster_up_in_process_runs_every_node_in_one_process(
     with trio.fail_after(30):
         await proc.wait()
     assert proc.returncode == 0
+
+
+OLD_TASK_FILE = """[cluster]
+name = "old"
+app = "tests.task_app:app"
+
+[[node]]
+name = "worker"
+listen = "127.0.0.1:5999"
+actors = "tests.actors:Calculator"
+pools = ["celery"]
+"""
+
+
+NODE = '[[node]]\nname = "worker"\nlisten = "127.0.0.1:5999"\n'
+CALCULATOR = 'actors = "tests.actors:Calculator"\n'
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        # a key of the older task format: the error says where it moved
+        (
+            OLD_TASK_FILE,
+            r"key 'cluster\.app': expected no such key: it moved to the nodes that host the "
+            r'app: name the app as such a node\'s actors \(actors = "MODULE:APP"\) and say '
+            r"what the node hosts there \(pools = ",
+        ),
+        (
+            f'[cluster]\ncontoller = "127.0.0.1:1"\n{NODE}{CALCULATOR}',
+            r"key 'cluster\.contoller': expected no such key: 'controller' \(a misspelling\?\)",
+        ),
+        (
+            f"{NODE.replace('[[node]]', '[[nodes]]')}{CALCULATOR}{NODE}{CALCULATOR}",
+            r"key 'nodes': expected no such key: 'node' \(a misspelling\?\)",
+        ),
+        (
+            f'{NODE}{CALCULATOR}[[router]]\nname = "r"\nnode = "worker"\n'
+            'instance = ["worker/calculator"]\n',
+            r"key 'router\[0\]\.instance': expected no such key: 'instances' \(a misspelling",
+        ),
+        (
+            f'{NODE}pools = ["celery"]\n',
+            r"key 'node\[0\]\.pools': expected no such key: nothing reads it on a node that "
+            r"names no actors",
+        ),
+    ],
+    ids=["moved", "misspelt", "table", "router", "no-actors"],
+)
+def test_a_key_that_nothing_reads_is_an_error_naming_the_fix(
+    tmp_path: Path, text: str, message: str
+) -> None:
+    # Given a cluster file with a key that nothing reads
+    path = tmp_path / "cluster.toml"
+    path.write_text(text)
+    # When it is read, then the error names the file, the table and key, and the fix
+    with pytest.raises(ConfigError, match=message) as caught:
+        load_cluster(path)
+    assert str(caught.value).startswith(f"{path}: ")
+
+
+async def test_cluster_up_and_node_run_refuse_keys_of_the_older_task_format(
+    tmp_path: Path,
+) -> None:
+    # Given a cluster file of the older format: the app under [cluster], pools on
+    # a node whose actors are a plain actor class
+    path = tmp_path / "cluster.toml"
+    path.write_text(OLD_TASK_FILE.replace("[cluster]", "[cluster]\ninsecure = true"))
+    # When it is brought up, then nothing starts and the error says where app moved
+    up = await _actorctl("cluster", "up", str(path))
+    assert up.returncode == 2
+    assert f"{path}: key 'cluster.app'".encode() in up.stderr
+    assert b'actors = "MODULE:APP"' in up.stderr
+    # And once app is gone, the node itself refuses the pools nothing would read
+    path.write_text(path.read_text().replace('app = "tests.task_app:app"\n', ""))
+    run = await _actorctl(
+        "node", "run", "tests.actors:Calculator", "--cluster", str(path), "--name", "worker",
+        "--listen", f"127.0.0.1:{free_port()}", "--insecure",
+    )  # fmt: skip
+    assert run.returncode == 2
+    assert f"{path}: key 'node[0].pools'".encode() in run.stderr
+    assert b"tests.actors:Calculator is not an actors factory" in run.stderr
+
+
+def test_a_node_key_that_its_actors_do_not_read_is_an_error(tmp_path: Path) -> None:
+    path = tmp_path / "cluster.toml"
+    cases = {
+        # plain actors read no settings: a misspelt node key is named as such
+        ("tests.actors:Calculator", "instance = 2"): r"key 'node\[0\]\.instance': expected no "
+        r"such key: 'instances' \(a misspelling\?\)",
+        # a task app reads pools and services, and only those
+        ("tests.task_app:app", 'pool = ["celery"]'): r"key 'node\[0\]\.pool': expected no such "
+        r"key: 'pools' \(a misspelling\?\)",
+        ("tests.task_app:app", "workers = 3"): r"key 'node\[0\]\.workers': expected no such key: "
+        r"the actors factory tests\.task_app:app reads no such key; the keys it may have: "
+        r"\['actors', 'instances', 'listen', 'name', 'pools', 'services'\]",
+    }
+    for (actors, extra), message in cases.items():
+        path.write_text(
+            f'[[node]]\nname = "n"\nlisten = "127.0.0.1:5999"\nactors = "{actors}"\n{extra}\n'
+        )
+        config = load_cluster(path)  # the file is read without importing the actors
+        # When the node builds its actors, then the key nothing reads is refused
+        with pytest.raises(ConfigError, match=message) as caught:
+            hosted_actors(config.nodes[0].actors, node=config.nodes[0], cluster=config)
+        assert str(caught.value).startswith(f"{config.path}: ")
+    # A factory must say what it reads, so that its node's other keys can be refused
+    older = "tests.actors:factory_without_settings_keys"
+    with pytest.raises(ConfigError, match=r"has actors_for but no settings_keys"):
+        hosted_actors(older, node=NodeConfig("n", "127.0.0.1", 5999, older))
+
+
+async def test_an_actor_named_by_class_in_a_cluster_file_restarts_fresh() -> None:
+    # Given a node hosting two instances of an actor class, as cluster.toml names it
+    actors = hosted_actors("tests.actors:Tally", 2)
+    assert sorted(actors) == ["tally", "tally-2"]
+    async with (
+        open_node("server", actors, insecure=True) as server,
+        open_node("client", host=None, insecure=True) as client,
+    ):
+        tally = client.ref(server.address_of("tally"))
+        other = client.ref(server.address_of("tally-2"))
+        with trio.fail_after(10):
+            assert [await tally.ask("bump") for _ in range(3)] == [1, 2, 3]
+            assert await other.ask("bump") == 1  # each copy is an actor of its own
+            # When the actor crashes
+            with pytest.raises(Modified):
+                await tally.deliver("explode")
+            # Then the node restarted it as a fresh instance: its count starts again
+            assert await tally.ask("bump") == 1
+            # And its sibling, which did not crash, kept its state
+            assert await other.ask("bump") == 2

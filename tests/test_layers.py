@@ -117,3 +117,52 @@ def test_the_checks_see_real_imports() -> None:
         t.startswith("actorctl.mailbox") for t in GRAPH["actorctl.cluster._peer"]
     )
     assert "actorctl.cluster._raw" in GRAPH["actorctl.cluster._peer"]
+
+
+# What a module of the task layer may hold at module level: constants and names.
+# A ContextVar is task-local (it carries the client or the time limits through
+# one running task), not state shared between callers.
+_IMMUTABLE_CALLS = {"frozenset", "MappingProxyType", "ContextVar", "TypeVar", "compile"}
+
+
+def _mutable_at_module_level(path: Path) -> list[str]:
+    """Module-level values of ``path`` that can change: containers, counters, memos."""
+    found = []
+    for node in ast.parse(path.read_text(), str(path)).body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            for decorator in node.decorator_list:
+                if "cache" in ast.unparse(decorator):
+                    found.append(f"{path.name}:{node.lineno} @{ast.unparse(decorator)}")
+        value = node.value if isinstance(node, ast.Assign | ast.AnnAssign) else None
+        target = node.targets[0] if isinstance(node, ast.Assign) else getattr(node, "target", None)
+        if value is None or ast.unparse(target) == "__all__":
+            continue
+        mutable = isinstance(
+            value, ast.Dict | ast.List | ast.Set | ast.DictComp | ast.ListComp | ast.SetComp
+        )
+        if isinstance(value, ast.Call):
+            called = ast.unparse(value.func).rpartition(".")[2]
+            mutable = called not in _IMMUTABLE_CALLS
+        if mutable:
+            found.append(f"{path.name}:{node.lineno} {ast.unparse(node)[:60]}")
+    return found
+
+
+def test_the_task_layer_holds_no_module_level_mutable_state() -> None:
+    found = [
+        m for path in sorted((SRC / "tasks").glob("*.py")) for m in _mutable_at_module_level(path)
+    ]
+    assert not found, (
+        f"module-level mutable state (give it an owner, or make it immutable): {found}"
+    )
+
+
+def test_no_module_of_the_task_layer_or_the_cluster_is_over_500_lines() -> None:
+    # STYLE.md: small modules, one concern each.
+    long = {
+        f"{path.parent.name}/{path.name}": lines
+        for layer in ("tasks", "cluster")
+        for path in sorted((SRC / layer).glob("*.py"))
+        if (lines := len(path.read_text().splitlines())) > 500
+    }
+    assert not long, f"split these by concern: {long}"

@@ -8,6 +8,8 @@ each test connects its own client node to it.
 from __future__ import annotations
 
 import datetime
+import json
+import socket
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -37,7 +39,10 @@ from actorctl import (
     open_node,
 )
 from actorctl.cluster import NodeConfig, hosted_actors, load_cluster
+from tests.harness import Logs, free_port
 from tests.task_app import (
+    RECORDS,
+    WAKE,
     UserRegistered,
     abortable,
     add,
@@ -65,8 +70,15 @@ WAIT = 20.0  # seconds any one result may take on a loaded 2-core machine
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[Path]:
-    with running_cluster(HERE / "tasks.toml", echo=False) as path:
+def records(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where the event's tasks record each run (tests/task_app.py)."""
+    return tmp_path_factory.mktemp("records")
+
+
+@pytest.fixture(scope="module")
+def cluster(records: Path) -> Iterator[Path]:
+    env = {RECORDS: str(records)}
+    with running_cluster(HERE / "tasks.toml", echo=False, env=env) as path:
         yield path
 
 
@@ -360,13 +372,44 @@ async def test_an_event_reaches_every_subscribing_pool_once(cluster: Path) -> No
     assert sorted(by_task["t.add_to_crm"]) == sorted(f"crm {u}" for u in range(10))
 
 
-def _publish_as_in_the_design_draft(cluster: Path) -> None:
+def _publish_as_in_the_design_draft(cluster: Path, user_id: int, email: str) -> None:
     with app.connect(cluster):
-        UserRegistered.delay(user_id=1, email="ada@example.com")  # type: ignore[attr-defined]
+        UserRegistered.delay(user_id=user_id, email=email)  # type: ignore[attr-defined]
 
 
-async def test_event_delay_publishes_from_plain_code(cluster: Path) -> None:
-    await trio.to_thread.run_sync(_publish_as_in_the_design_draft, cluster)
+def _runs_for(records: Path, user_id: int) -> dict[str, list[dict[str, Any]]]:
+    """The runs the event's tasks recorded for the user ``user_id``, by task."""
+    runs: dict[str, list[dict[str, Any]]] = {}
+    for path in records.glob("*.json"):
+        record = json.loads(path.read_text(encoding="utf-8"))
+        if record["user_id"] == user_id:
+            runs.setdefault(record["task"], []).append(record)
+    return runs
+
+
+async def test_event_delay_publishes_from_plain_code(cluster: Path, records: Path) -> None:
+    subscribers = ["t.add_to_crm", "t.send_welcome_email"]
+    user_id, email = 1001, "ada@example.com"  # no other test's event has this user
+    with trio.socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as wake:
+        await wake.bind(str(records / WAKE))
+        try:
+            # When plain code publishes the event as the design draft does
+            await trio.to_thread.run_sync(_publish_as_in_the_design_draft, cluster, user_id, email)
+            # Then every subscribing task runs: wait for their records (each
+            # record written wakes this test)
+            with trio.fail_after(WAIT):
+                while sorted(_runs_for(records, user_id)) != subscribers:
+                    await wake.recv(16)
+        finally:
+            (records / WAKE).unlink()
+    runs = _runs_for(records, user_id)
+    # with the event's fields
+    for task in subscribers:
+        assert {(r["user_id"], r["email"]) for r in runs[task]} == {(user_id, email)}, task
+    # and each once: the event hub sends each subscriber one task (at least once
+    # is the guarantee: a run twice would be a redelivery, and is reported here)
+    twice = {task: len(r) for task, r in runs.items() if len(r) > 1}
+    assert len(twice) == 0, f"{len(twice)} subscribing tasks ran more than once: {twice}"
     with pytest.raises(ConfigError, match="not an event"):
         app.subscribe(int, add)
 
@@ -415,3 +458,40 @@ def test_a_task_called_directly_runs_here() -> None:
     with pytest.raises(AskTimeout, match="not ready within") as raised:
         AsyncResult("x", "t.add").get(timeout=0.01)
     assert isinstance(raised.value, TimeoutError)  # as Celery's get(timeout=) raises
+
+
+# -- connecting ----------------------------------------------------------------------------
+
+
+async def test_connect_returns_within_one_bound_when_nodes_of_the_cluster_are_down(
+    tmp_path: Path, logs: Logs
+) -> None:
+    # Given a cluster of three nodes: one running here, two not running at all
+    # (their ports are free: nothing listens there)
+    live, down, down_too = free_port(), free_port(), free_port()
+    path = tmp_path / "cluster.toml"
+    path.write_text(
+        "[cluster]\ninsecure = true\n"
+        f'[[node]]\nname = "live"\nlisten = "127.0.0.1:{live}"\n'
+        'actors = "tests.task_app:app"\npools = ["celery"]\n'
+        f'[[node]]\nname = "down"\nlisten = "127.0.0.1:{down}"\n'
+        'actors = "tests.task_app:app"\npools = ["slow"]\n'
+        f'[[node]]\nname = "down-too"\nlisten = "127.0.0.1:{down_too}"\n'
+        '[[router]]\nname = "elsewhere"\nnode = "down-too"\ninstances = ["live/celery"]\n'
+    )
+    config = load_cluster(path)
+    node = config.node("live")
+    actors = hosted_actors(node.actors, node=node, cluster=config)
+    reach = 4.0
+    async with open_node("live", actors, port=live, insecure=True):
+        # When a caller connects, then it is connected within the one bound for
+        # all nodes (one per node would be twice that), and work on the live
+        # node succeeds
+        with trio.fail_after(reach + 3.0):
+            async with app.aconnect(path, reach_timeout=reach):
+                assert await (await add.adelay(2, 3)).aget(timeout=3.0) == 5
+    # And the caller's log says which nodes it did not reach
+    [unreached] = logs.of_type("actorctl:client:unreached")
+    assert sorted(unreached["nodes"]) == sorted(
+        f"amqp://127.0.0.1:{port}/_node" for port in (down, down_too)
+    )

@@ -107,7 +107,7 @@ async def node_run(
             config = load_cluster(cluster_path)
             node_config = config.node(node_name)
         actors = hosted_actors(target, instances, node=node_config, cluster=config)
-        hosted: dict[str, Actor | SupervisorSpec] = dict(actors)
+        hosted: dict[str, Actor | type[Actor] | SupervisorSpec] = dict(actors)
         for route in routes:
             logical, sep, addresses = route.partition("=")
             if not sep or not logical or not addresses:

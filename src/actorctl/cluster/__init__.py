@@ -16,7 +16,6 @@ from ._foreman import NodeState as NodeState
 from ._foreman import ensure_dev_secrets as ensure_dev_secrets
 from ._hosting import ActorsFactory as ActorsFactory
 from ._hosting import hosted_actors as hosted_actors
-from ._hosting import load_target as load_target
 from ._inbound import REPLY_PREFIX as REPLY_PREFIX
 from ._node import Node as Node
 from ._node import open_node as open_node

@@ -19,17 +19,24 @@
       actor = "examples.workers:WordCounter"
 
 A missing or wrong field is a ``ConfigError`` naming the file, the key and what
-was expected. The other keys of a ``[[node]]`` table are that node's
-``settings``: this layer does not read them; an actors factory that the node's
-``actors`` names does (``_hosting.py``), as a task app reads ``pools`` there.
+was expected; so is a key that nothing reads (a misspelling, or a key of an older
+format: it says which key was meant, or where the key moved). The other keys of
+a ``[[node]]`` table are that node's ``settings``: this layer does not read them;
+an actors factory that the node's ``actors`` names does, and says which it reads
+(``_hosting.py``), as a task app reads ``pools`` there. They are checked when the
+node builds its actors (the factory is imported then, not when the file is read:
+the Controller and the CLI read it too); a node that names no actors may have no
+other keys.
 """
 
 from __future__ import annotations
 
+import difflib
 import re
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, Final, final
 
 import attrs
@@ -38,13 +45,45 @@ from .._errors import ConfigError
 from ..mailbox import Keyring
 from ..supervision import SupervisorSpec
 from ._tls import TlsFiles
-from ._tree_config import check_supervisors, supervisor_specs
+from ._tree_config import TARGET, check_supervisors, supervisor_specs
 
-__all__ = ["ClusterConfig", "NodeConfig", "load_cluster"]
+__all__ = ["NODE_KEYS", "ClusterConfig", "NodeConfig", "load_cluster", "unknown_key"]
 
 _NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?")
-_TARGET = re.compile(r"[\w.]+:[\w.]+")
-_NODE_KEYS: Final = frozenset({"name", "listen", "actors", "instances"})
+#: The keys of a [[node]] table this layer reads; an actors factory reads others.
+NODE_KEYS: Final = frozenset({"name", "listen", "actors", "instances"})
+_TABLES: Final = frozenset({"cluster", "node", "router", "supervisor"})
+_CLUSTER_KEYS: Final = frozenset({"name", "dev", "certs", "keys", "insecure", "controller"})
+_ROUTER_KEYS: Final = frozenset({"name", "node", "instances"})
+#: Keys of older formats, and where what they said is said now.
+_MOVED: Final = MappingProxyType(
+    {
+        "cluster.app": (
+            "it moved to the nodes that host the app: name the app as such a node's "
+            'actors (actors = "MODULE:APP") and say what the node hosts there '
+            '(pools = ["POOL", ...], or services = true on one node)'
+        ),
+    }
+)
+
+
+def unknown_key(
+    path: Path | None, key: str, value: object, known: Collection[str], why: str = ""
+) -> ConfigError:
+    """The error for a key that nothing reads (``key`` with its table, e.g.
+    ``node[1].pool``): it says where the key moved (a key of an older format),
+    else which key was meant if one of ``known`` is close, else ``why`` and the
+    keys the table may have."""
+    name = key.rpartition(".")[2]
+    close = difflib.get_close_matches(name, sorted(known), n=1)
+    if key in _MOVED:
+        fix = _MOVED[key]
+    elif close:
+        fix = f"{close[0]!r} (a misspelling?)"
+    else:
+        fix = f"{why}; the keys it may have: {sorted(known)}" if why else f"one of {sorted(known)}"
+    where = f"{path}: " if path is not None else ""
+    return ConfigError(f"{where}key {key!r}: expected no such key: {fix}, got {value!r}")
 
 
 @final
@@ -146,9 +185,11 @@ def load_cluster(path: Path | str) -> ClusterConfig:
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
     where = _Where(path)
+    where.known_keys(data, "", _TABLES)
     cluster = data.get("cluster", {})
     if not isinstance(cluster, dict):
         raise where.error("cluster", "a table [cluster]", cluster)
+    where.known_keys(cluster, "cluster.", _CLUSTER_KEYS)
     name = where.string(cluster, "cluster.name", default="cluster")
     nodes_data = data.get("node")
     if not isinstance(nodes_data, list) or not nodes_data:
@@ -185,6 +226,12 @@ class _Where:
     def __init__(self, path: Path) -> None:
         self.path = path
 
+    def known_keys(self, table: Mapping[str, Any], prefix: str, known: Collection[str]) -> None:
+        """Refuse a key of ``table`` that nothing reads."""
+        for key, value in table.items():
+            if key not in known:
+                raise unknown_key(self.path, f"{prefix}{key}", value, known)
+
     def error(self, key: str, expected: str, got: object) -> ConfigError:
         shown = "nothing" if got is None else f"{got!r}"
         return ConfigError(f"{self.path}: key {key!r}: expected {expected}, got {shown}")
@@ -217,14 +264,25 @@ class _Where:
             raise self.error(f"{prefix}.name", "letters, digits, '.' and '-'", name)
         host, port = self.endpoint(item, f"{prefix}.listen", default="")
         actors = item.get("actors")
-        if actors is not None and (not isinstance(actors, str) or not _TARGET.fullmatch(actors)):
+        if actors is not None and (not isinstance(actors, str) or not TARGET.fullmatch(actors)):
             raise self.error(
                 f"{prefix}.actors", "MODULE:OBJECT, e.g. examples.workers:actors", actors
             )
         instances = item.get("instances", 1)
         if type(instances) is not int or not 1 <= instances <= 1000:
             raise self.error(f"{prefix}.instances", "a whole number from 1 to 1000", instances)
-        settings = {key: value for key, value in item.items() if key not in _NODE_KEYS}
+        settings = {key: value for key, value in item.items() if key not in NODE_KEYS}
+        if actors is None and settings:  # no actors factory here to read them
+            key, value = next(iter(settings.items()))
+            raise unknown_key(
+                self.path,
+                f"{prefix}.{key}",
+                value,
+                NODE_KEYS,
+                "nothing reads it on a node that names no actors (only an actors "
+                'factory that actors = "MODULE:OBJECT" names, such as a task app, '
+                "reads a node's other keys)",
+            )
         return NodeConfig(name, host, port, actors, instances, settings=settings)
 
     def routers(self, items: object, nodes: tuple[NodeConfig, ...]) -> tuple[NodeConfig, ...]:
@@ -237,6 +295,7 @@ class _Where:
             prefix = f"router[{index}]"
             if not isinstance(item, dict):
                 raise self.error(prefix, "a table", item)
+            self.known_keys(item, f"{prefix}.", _ROUTER_KEYS)
             name = self.string(item, f"{prefix}.name")
             host = self.string(item, f"{prefix}.node")
             if host not in by_name:

@@ -6,30 +6,46 @@ an object with an ``actors_for(cluster, node)`` method that makes the actors
 itself, knowing the cluster it is part of and the node's own settings (the
 keys of its ``[[node]]`` table that this layer does not read). A task app is
 one (``actorctl.tasks``): the cluster hosts its pools this way, as any actor.
+
+A factory says which settings it reads (``settings_keys``); any other key of
+the node's table is an error here, as is any such key on a node whose actors
+are not a factory: nothing would read it.
 """
 
 from __future__ import annotations
 
-import importlib
-import sys
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any, Protocol, runtime_checkable
 
 from .._errors import ConfigError
 from ..actors import Actor
-from ._config import ClusterConfig, NodeConfig
+from ..supervision import import_target
+from ._config import NODE_KEYS, ClusterConfig, NodeConfig, unknown_key
 
-__all__ = ["ActorsFactory", "hosted_actors", "load_target"]
+__all__ = ["ActorsFactory", "Hosted", "hosted_actors"]
 
 
 @runtime_checkable
 class ActorsFactory(Protocol):
     """Makes the actors one node hosts."""
 
+    @property
+    def settings_keys(self) -> Collection[str]:
+        """The keys of its node's table it reads, besides those every node has
+        (name, listen, actors, instances): any other key there is an error. A
+        class attribute will do (``settings_keys = frozenset({"pools"})``)."""
+        ...
+
     def actors_for(self, cluster: ClusterConfig | None, node: NodeConfig) -> Mapping[str, Actor]:
         """The actors ``node`` of ``cluster`` hosts, by name (``cluster`` is None
         for a node run without its cluster file)."""
         ...
+
+
+#: What MODULE:OBJECT names for a node to host: a class (the node builds a fresh
+#: instance of it at each start and restart) or an instance (started again as
+#: it is).
+Hosted = Actor | type[Actor]
 
 
 def hosted_actors(
@@ -38,56 +54,72 @@ def hosted_actors(
     *,
     node: NodeConfig | None = None,
     cluster: ClusterConfig | None = None,
-) -> dict[str, Actor]:
+) -> dict[str, Hosted]:
     """The actors MODULE:OBJECT names, by the name each is reachable under; with
-    ``instances`` above 1, also NAME-2, NAME-3, ... (each a fresh instance). An
-    actors factory is asked once, with ``cluster`` and ``node``.
+    ``instances`` above 1, also NAME-2, NAME-3, ... An actor named by its class
+    stays a class here: the node builds each copy from it, afresh at each
+    restart, so its state does not survive a crash. An actors factory is asked
+    once, with ``cluster`` and ``node``.
 
     Raises:
         ConfigError: naming the module or object that is wrong.
     """
-    actors: dict[str, Actor] = {}
+    actors: dict[str, Hosted] = {}
     if target is None:
         return actors
-    obj = load_target(target)
-    if isinstance(obj, ActorsFactory) and not isinstance(obj, type):
+    obj = import_target(target)
+    factory = obj if isinstance(obj, ActorsFactory) and not isinstance(obj, type) else None
+    if factory is None and hasattr(obj, "actors_for") and not isinstance(obj, type):
+        raise ConfigError(
+            f"{target} has actors_for but no settings_keys: an actors factory says "
+            "which keys of its node's table it reads (settings_keys = frozenset(...), "
+            "empty if it reads none)"
+        )
+    if node is not None:
+        _check_settings(target, factory, node, cluster)
+    if factory is not None:
         if node is None:
             raise ConfigError(
                 f"{target} is an actors factory: run its node from a cluster.toml "
                 "(`actorctl node run ... --cluster FILE --name NODE`, or `cluster up`)"
             )
-        return _checked(target, obj.actors_for(cluster, node))
+        return dict(_checked(target, factory.actors_for(cluster, node)))
+    named = _named_actors(_as_collection(target, obj))
     for copy in range(1, instances + 1):
-        for name, actor in _named_actors(_as_collection(target, load_target(target))):
-            if any(actor is other for other in actors.values()):
+        for name, actor in named:
+            if copy > 1 and isinstance(actor, Actor):
                 raise ConfigError(
                     f"{target}: hosting {instances} instances needs actor classes, "
-                    "not instances (each copy must be an actor of its own)"
+                    f"not instances (each copy must be an actor of its own; {name!r} is "
+                    f"an instance of {type(actor).__name__})"
                 )
             actors[name if copy == 1 else f"{name}-{copy}"] = actor
     return actors
 
 
-def load_target(target: str) -> Any:
-    """The object MODULE:OBJECT names.
+def _check_settings(
+    target: str, factory: ActorsFactory | None, node: NodeConfig, cluster: ClusterConfig | None
+) -> None:
+    """Refuse a key of the node's table that neither this layer nor its actors
+    factory reads.
 
     Raises:
-        ConfigError: naming the module or object that is wrong.
+        ConfigError: naming the file, the node's table, the key and the fix.
     """
-    module_name, sep, attr = target.partition(":")
-    if not sep or not module_name or not attr:
-        raise ConfigError(f"{target!r}: expected MODULE:OBJECT, e.g. examples.workers:actors")
-    if "" not in sys.path:
-        sys.path.insert(0, "")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ConfigError(f"cannot import module {module_name!r}: {exc}") from None
-    try:
-        obj = getattr(module, attr)
-    except AttributeError:
-        raise ConfigError(f"module {module_name!r} has no object {attr!r}") from None
-    return obj
+    reads = frozenset(factory.settings_keys) if factory is not None else frozenset()
+    index = [n.name for n in cluster.nodes].index(node.name) if cluster is not None else None
+    table = f"node[{index}]" if index is not None else f"node {node.name!r}"
+    for key, value in node.settings.items():
+        if key in reads:
+            continue
+        why = (
+            f"the actors factory {target} reads no such key"
+            if factory is not None
+            else f"nothing reads it: {target} is not an actors factory (only a factory, "
+            "such as a task app, reads a node's other keys)"
+        )
+        path = cluster.path if cluster is not None else None
+        raise unknown_key(path, f"{table}.{key}", value, NODE_KEYS | reads, why)
 
 
 def _as_collection(target: str, obj: Any) -> Any:
@@ -108,13 +140,15 @@ def _checked(target: str, actors: Mapping[str, Any]) -> dict[str, Actor]:
     return dict(actors)
 
 
-def _named_actors(obj: Any) -> list[tuple[str, Actor]]:
-    """What MODULE:OBJECT names, as (name, actor) pairs; classes are instantiated."""
+def _named_actors(obj: Any) -> list[tuple[str, Hosted]]:
+    """What MODULE:OBJECT names, as (name, class or actor) pairs."""
     pairs = list(obj.items()) if isinstance(obj, Mapping) else [(None, spec) for spec in obj]
-    named = []
+    named: list[tuple[str, Hosted]] = []
     for name, spec in pairs:
-        actor = spec() if isinstance(spec, type) else spec
-        if not isinstance(actor, Actor):
+        if isinstance(spec, type) and issubclass(spec, Actor):
+            named.append((name or spec.default_name(), spec))
+        elif isinstance(spec, Actor):
+            named.append((name or type(spec).default_name(), spec))
+        else:
             raise ConfigError(f"{spec!r} is not an actorctl.Actor")
-        named.append((name or type(actor).default_name(), actor))
     return named

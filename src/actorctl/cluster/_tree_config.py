@@ -18,10 +18,11 @@ from .._errors import ConfigError
 from ..actors import Actor
 from ..supervision import SupervisorSpec, import_target, supervisor_from_table
 
-__all__ = ["check_supervisors", "supervisor_specs"]
+__all__ = ["TARGET", "check_supervisors", "supervisor_specs"]
 
 _NAME = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9_.-]*[A-Za-z0-9_])?")
-_TARGET = re.compile(r"[\w.]+:[\w.]+")
+#: MODULE:OBJECT, as cluster.toml names an actor, a factory or a tree's child.
+TARGET = re.compile(r"[\w.]+:[\w.]+")
 
 
 def check_supervisors(path: Path, items: object, nodes: list[str]) -> dict[str, tuple[str, ...]]:
@@ -124,7 +125,7 @@ def _fail(path: Path) -> Callable[[str, str, object], ConfigError]:
 
 
 def _check_target(target: str) -> Callable[..., Actor]:
-    if not _TARGET.fullmatch(target):
+    if not TARGET.fullmatch(target):
         raise ConfigError(f"{target!r} is not MODULE:OBJECT")
 
     def stand_in() -> Actor:

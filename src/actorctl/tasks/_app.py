@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from contextlib import AbstractAsyncContextManager
-from typing import Any
+from typing import Any, ClassVar
 
 from ..actors import Actor
 from ..cluster import ClusterConfig, NodeConfig
 from ._client import TaskClient
 from ._connect import CLIENT_NAME, ClusterSpec, Connection, open_client
-from ._hosting import task_actors
+from ._hosting import TASK_SETTINGS, task_actors
 from ._registry import TaskRegistry
 
 __all__ = ["App"]
@@ -41,6 +41,10 @@ class App(TaskRegistry):
             assert add.delay(1, 2).get(timeout=10) == 3
     """
 
+    #: The keys of a node's table the app reads, as an actors factory: any
+    #: other key there is an error (``actorctl.cluster`` checks).
+    settings_keys: ClassVar[frozenset[str]] = TASK_SETTINGS
+
     def connect(
         self, cluster: ClusterSpec, *, name: str = CLIENT_NAME, **node_options: Any
     ) -> Connection:
@@ -53,7 +57,9 @@ class App(TaskRegistry):
                 certificate and key), or a Directory (then pass the node options:
                 ``tls``/``keyring`` or ``insecure=True``).
             name: whose certificate and key to use.
-            node_options: more ``Node`` arguments.
+            node_options: more ``Node`` arguments, and ``reach_timeout``: the
+                seconds it waits at most for the cluster's nodes to answer, all
+                together (a node that does not is logged; default 10).
         """
         return Connection(cluster, name, node_options)
 

@@ -15,9 +15,9 @@ import collections
 import contextlib
 import contextvars
 import datetime
-import functools
 import threading
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from types import MappingProxyType
 from typing import Any, Final, TypeVar, final
 
 import attrs
@@ -50,8 +50,6 @@ __all__ = ["Directory", "TaskClient", "current_client", "send_task", "using_clie
 T = TypeVar("T")
 SUBMIT_WINDOW: Final = 1000  # sends plain code may hand over before it waits
 
-_parse = functools.lru_cache(maxsize=4096)(Address.parse)
-
 
 @final
 @attrs.frozen
@@ -68,6 +66,17 @@ class Directory:
 
     addresses: Mapping[str, str] = attrs.field(factory=dict)
     nodes: Mapping[str, tuple[str, ...]] = attrs.field(factory=dict)
+    # ``addresses`` parsed once, when the directory is made (it never changes):
+    # resolving a pool's name is on the path of every task sent.
+    _parsed: Mapping[str, Address] = attrs.field(
+        init=False,
+        repr=False,
+        eq=False,
+        default=attrs.Factory(
+            lambda self: MappingProxyType({k: Address.parse(v) for k, v in self.addresses.items()}),
+            takes_self=True,
+        ),
+    )
 
     def resolve(self, name: str) -> Address:
         """The address of a pool, a service, or an address given as such.
@@ -76,14 +85,14 @@ class Directory:
             ConfigError: naming the unknown name and the known ones.
         """
         if "://" in name:
-            return _parse(name)
-        address = self.addresses.get(name)
+            return Address.parse(name)
+        address = self._parsed.get(name)
         if address is None:
             known = ", ".join(sorted(self.addresses)) or "none"
             raise ConfigError(
                 f"no pool or service named {name!r} in the directory (known: {known})"
             )
-        return _parse(address)
+        return address
 
     def control_addresses(self) -> list[Address]:
         """The task control actor of every node that hosts workers."""
@@ -93,10 +102,10 @@ class Directory:
     def endpoints(self) -> list[Address]:
         """Every node that may send a caller a result: the nodes of the pools'
         workers and of every address the directory holds (``_node`` on each)."""
-        found = {_parse(a).endpoint: _parse(a).scheme for a in self.addresses.values()}
+        found = {a.endpoint: a.scheme for a in self._parsed.values()}
         for where in self.nodes.values():
             for endpoint in where:
-                address = _parse(f"{endpoint}/_node")
+                address = Address.parse(f"{endpoint}/_node")
                 found[address.endpoint] = address.scheme
         return [
             Address(host, port, "_node", scheme) for (host, port), scheme in sorted(found.items())
@@ -224,6 +233,10 @@ class TaskClient:
         return trio.from_thread.run(fn, *args, trio_token=self.token)
 
 
+# The client of the running context. Not shared state: a ContextVar is task-local
+# (each trio task and each thread sees the value of the context it was started
+# in), so it carries the client through one caller's block or one running task
+# (``add.delay()`` inside a task sends through that worker's node), never across.
 _current: contextvars.ContextVar[TaskClient | None] = contextvars.ContextVar(
     "actorctl_task_client", default=None
 )

@@ -23,7 +23,7 @@ import trio
 
 from .._errors import ActorctlError
 from .._log import log
-from ..actors import ActorRef, Outbox
+from ..actors import ActorRef, Address, Outbox
 from ..cluster import ClusterConfig, load_cluster, open_node
 from ._client import Directory, TaskClient, using_client
 from ._hosting import cluster_directory
@@ -47,32 +47,60 @@ def _where(
     return cluster_directory(config), {**config.security(name), **node_options}
 
 
-async def reach_nodes(outbox: Outbox, directory: Directory, timeout: float) -> None:
+async def reach_nodes(outbox: Outbox, directory: Directory, timeout: float) -> list[Address]:
     """Open this node's connection to every node of ``directory`` and wait until
-    each answers (so that its reply link is up there), ``timeout`` at most; a
-    node that does not answer is logged (its connection keeps trying)."""
+    each answers (so that its reply link is up there): all at once, within
+    ``timeout`` seconds for all of them together, however many are down.
 
-    async def reach(ref: ActorRef) -> None:
+    Returns the nodes that did not answer in time (their connections keep
+    trying), and logs them: a node that is down must not keep the caller out,
+    but the caller's log must say which one it was.
+    """
+    nodes = directory.endpoints()
+    reached: set[Address] = set()
+    errors: dict[str, str] = {}
+
+    async def reach(address: Address) -> None:
         try:
-            await ref.ask("statistics")
-        except Exception as exc:  # a node that is down must not keep the caller out
-            log("actorctl:client:unreached", node=str(ref.address), error=str(exc))
+            await ActorRef(address, outbox, timeout=timeout).ask("statistics")
+        except Exception as exc:  # any failure: the node is reported below, not raised
+            errors[str(address)] = str(exc)
+        else:
+            reached.add(address)
 
-    async with trio.open_nursery() as nursery:
-        for address in directory.endpoints():
-            nursery.start_soon(reach, ActorRef(address, outbox, timeout=timeout))
+    with trio.move_on_after(timeout):
+        async with trio.open_nursery() as nursery:
+            for address in nodes:
+                nursery.start_soon(reach, address)
+    unreached = [address for address in nodes if address not in reached]
+    if unreached:
+        log(
+            "actorctl:client:unreached",
+            nodes=[str(address) for address in unreached],
+            timeout=timeout,
+            errors=errors,
+        )
+    return unreached
 
 
 @asynccontextmanager
 async def open_client(
-    cluster: ClusterSpec, *, name: str = CLIENT_NAME, **node_options: Any
+    cluster: ClusterSpec,
+    *,
+    name: str = CLIENT_NAME,
+    reach_timeout: float = REACH_TIMEOUT,
+    **node_options: Any,
 ) -> AsyncIterator[TaskClient]:
     """Connect for the duration of an ``async with`` block in trio code, and
-    send tasks and events through the client it yields in this context."""
+    send tasks and events through the client it yields in this context.
+
+    It waits ``reach_timeout`` seconds at most for the cluster's nodes to
+    answer (all together); one that does not is logged, and the block runs.
+    """
     directory, options = _where(cluster, name, node_options)
     options.setdefault("host", None)  # results come back on reply links
     async with open_node(name, **options) as node:
-        await reach_nodes(node.outbox, directory, REACH_TIMEOUT)
+        await reach_nodes(node.outbox, directory, reach_timeout)
         registry = ResultRegistry(node.outbox)
         client = TaskClient(node.outbox, directory, results=registry)
         with using_client(client):
@@ -107,8 +135,10 @@ class Connection:
     def __enter__(self) -> TaskClient:
         self._thread = threading.Thread(target=self._main, name="actorctl-client", daemon=True)
         self._thread.start()
-        if not self._ready.wait(CONNECT_TIMEOUT):
-            raise ActorctlError(f"the client node did not start within {CONNECT_TIMEOUT:g} s")
+        # Starting the node, then at most the reach timeout for the cluster's nodes.
+        wait = CONNECT_TIMEOUT + float(self._options.get("reach_timeout", REACH_TIMEOUT))
+        if not self._ready.wait(wait):
+            raise ActorctlError(f"the client node did not start within {wait:g} s")
         if self._error is not None:
             raise self._error
         assert self._client is not None

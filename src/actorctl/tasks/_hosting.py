@@ -37,9 +37,11 @@ from ._registry import TaskRegistry
 from ._scheduler import Scheduler
 from ._worker import TaskWorker
 
-__all__ = ["PoolRouter", "TaskNodeSettings", "cluster_directory", "task_actors"]
+__all__ = ["TASK_SETTINGS", "PoolRouter", "TaskNodeSettings", "cluster_directory", "task_actors"]
 
 TASK_ATTEMPT_TIMEOUT: Final = 24 * 3600.0
+#: The keys of a node's table a task app reads (its ``settings_keys``).
+TASK_SETTINGS: Final = frozenset({"pools", "services"})
 
 
 @final

@@ -88,6 +88,8 @@ class TimeLimits:
         return trio.current_time() + (deadline - time.monotonic())
 
 
+# The time limits of the running task. Task-local, not shared: each task run
+# sets it in its own context (see ``_client._current``).
 _limits: contextvars.ContextVar[TimeLimits | None] = contextvars.ContextVar(
     "actorctl_time_limits", default=None
 )

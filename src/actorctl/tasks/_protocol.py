@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import itertools
 import json
 import os
 import zlib
@@ -99,13 +98,12 @@ NO_POOL: Final = "actorctl:no-pool"
 
 REVOKED_MEMORY: Final = 100_000  # revoked ids a node (or the scheduler) remembers
 
-_ids = itertools.count()
-_id_prefix = os.urandom(6).hex()
-
 
 def new_task_id() -> str:
-    """A task id unique across processes: 12 random hex digits, ``-``, a counter."""
-    return f"{_id_prefix}-{next(_ids)}"
+    """A task id unique across processes: 32 random hex digits (128 bits, as
+    many as a UUID4 carries). Random rather than a counter, so that no module
+    holds state and any code can make one, in any process, without an owner."""
+    return os.urandom(16).hex()
 
 
 def compact(value: Any) -> str:

@@ -11,11 +11,11 @@ code that runs in trio).
 from __future__ import annotations
 
 import builtins
-import functools
 import math
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from types import MappingProxyType
 from typing import Any, final
 
 import trio
@@ -35,30 +35,36 @@ def task_error(type_name: str, message: str, task_id: str | None = None) -> Task
     (``except ZeroDivisionError`` works); the type is looked up by name among the
     built-ins only, never imported or unpickled.
     """
-    cls = _error_class(type_name)
+    cls = _ERROR_CLASSES.get(type_name, TaskFailed)
     error = cls.__new__(cls)
     TaskFailed.__init__(error, type_name, message, task_id)
     return error
 
 
-@functools.cache
-def _error_class(type_name: str) -> type[TaskFailed]:
-    """TaskFailed, or a subclass of it and of the built-in named ``type_name``
-    when there is one whose instances can be made that way (a memo: the same
-    name always gives the same class)."""
-    builtin = getattr(builtins, type_name, None)
-    if not (
-        isinstance(builtin, type)
+def _error_class(name: str, builtin: type[Exception]) -> type[TaskFailed] | None:
+    """A subclass of TaskFailed and of ``builtin`` called ``name``, if its
+    instances can be made as ``task_error`` makes them."""
+    try:
+        cls: type[TaskFailed] = type(name, (TaskFailed, builtin), {"__module__": "actorctl.tasks"})
+        TaskFailed.__init__(cls.__new__(cls), name, "", None)
+    except TypeError:  # a built-in that takes its own arguments (UnicodeDecodeError, ...)
+        return None
+    return cls
+
+
+#: Built-in exception name to the class ``task_error`` raises for it: made once,
+#: when the module is imported, and never changed (the same name always gives the
+#: same class, so ``except`` clauses match across results).
+_ERROR_CLASSES: Mapping[str, type[TaskFailed]] = MappingProxyType(
+    {
+        name: cls
+        for name, builtin in vars(builtins).items()
+        if isinstance(builtin, type)
         and issubclass(builtin, Exception)
         and not issubclass(builtin, TaskFailed)
-    ):
-        return TaskFailed
-    cls: type[TaskFailed] = type(type_name, (TaskFailed, builtin), {"__module__": "actorctl.tasks"})
-    try:
-        TaskFailed.__init__(cls.__new__(cls), type_name, "", None)
-    except TypeError:  # a built-in that takes its own arguments (UnicodeDecodeError, ...)
-        return TaskFailed
-    return cls
+        and (cls := _error_class(name, builtin)) is not None
+    }
+)
 
 
 def in_trio() -> bool:
