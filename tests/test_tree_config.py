@@ -61,6 +61,10 @@ def test_a_two_level_tree_is_read_and_built_on_its_node(tmp_path: Path) -> None:
             r"key 'supervisor\[0\]\.stratgy': expected no such key: 'strategy' \(a misspelling\?\)",
         ),
         (
+            ('strategy = "rest_for_one"', 'strategy = ["rest_for_one"]'),
+            r"key 'supervisor\[0\]\.strategy': expected one of .*got \['rest_for_one'\]",
+        ),
+        (
             ('strategy = "rest_for_one"', 'strategy = "rest_for_all"'),
             r"key 'supervisor\[0\]\.strategy': expected one of \['one_for_one', 'one_for_all', "
             r"'rest_for_one'\], got 'rest_for_all'",

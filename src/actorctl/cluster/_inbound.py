@@ -34,6 +34,7 @@ from ..mailbox import (
     decode,
     from_sections,
     read_message,
+    to_ms,
 )
 from ._engine import Engine, EngineHandler
 from ._outbox import ReplyRoutes
@@ -261,7 +262,7 @@ class InboundHandler(EngineHandler):
             return
         if verified is not None and verifier is not None:
             # not run: the same bytes may come again
-            verifier.forget(verified, envelope.message_id, _ms(envelope.creation_time))
+            verifier.forget(verified, envelope.message_id, to_ms(envelope.creation_time))
         log(
             f"actorctl:delivery:{outcome.state}",
             actor=cell.name,
@@ -456,7 +457,3 @@ def _refuse_delivery(
     )
     if settle is not None:
         settle(Outcome.rejected(condition, description))
-
-
-def _ms(seconds: float | None) -> int | None:
-    return None if not seconds else round(seconds * 1000)

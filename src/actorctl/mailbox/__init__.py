@@ -46,6 +46,7 @@ from ._envelope import decode as decode
 from ._envelope import encode as encode
 from ._envelope import from_sections as from_sections
 from ._envelope import json_dumps as json_dumps
+from ._envelope import to_ms as to_ms
 from ._mailbox import ACCEPTED as ACCEPTED
 from ._mailbox import RELEASED as RELEASED
 from ._mailbox import CreditLink as CreditLink

@@ -32,6 +32,7 @@ __all__ = [
     "decode",
     "encode",
     "json_dumps",
+    "to_ms",
 ]
 
 CONTENT_TYPE_JSON: Final = "application/json"
@@ -148,15 +149,15 @@ def canonical(envelope: Envelope, actor: str, body: bytes) -> bytes:
         message_id=envelope.message_id,
         correlation_id=envelope.correlation_id,
         reply_to=envelope.reply_to,
-        creation_ms=_ms(envelope.creation_time),
-        expiry_ms=_ms(envelope.expiry_time),
+        creation_ms=to_ms(envelope.creation_time),
+        expiry_ms=to_ms(envelope.expiry_time),
         kind=envelope.kind,
         headers=envelope.headers,
         body=body,
     )
 
 
-def _ms(seconds: float | None) -> int | None:
+def to_ms(seconds: float | None) -> int | None:
     return None if not seconds else round(seconds * 1000)
 
 

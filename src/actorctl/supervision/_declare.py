@@ -100,7 +100,7 @@ def supervisor_from_table(
         for i, child in enumerate(children)
     )
     strategy = table.get("strategy", Strategy.ONE_FOR_ONE.value)
-    if strategy not in {s.value for s in Strategy}:
+    if not isinstance(strategy, str) or strategy not in {s.value for s in Strategy}:
         raise fail(f"{prefix}.strategy", f"one of {[s.value for s in Strategy]}", strategy)
     try:
         return SupervisorSpec(
@@ -217,6 +217,6 @@ def _number(
 
 def _restart(table: Mapping[str, Any], prefix: str, fail: Fail) -> Restart:
     value = table.get("restart", Restart.PERMANENT.value)
-    if value not in {r.value for r in Restart}:
+    if not isinstance(value, str) or value not in {r.value for r in Restart}:
         raise fail(f"{prefix}.restart", f"one of {[r.value for r in Restart]}", value)
     return Restart(value)
