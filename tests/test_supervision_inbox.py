@@ -28,6 +28,7 @@ from actorctl import (
 )
 
 from .actors import Calculator
+from .harness import free_port
 from .keys import make_keys
 from .tls import make_tls
 
@@ -236,3 +237,37 @@ async def _drain(stream: trio.abc.ReceiveStream) -> None:
     """Keep reading a node's log, so that a full pipe never blocks it."""
     while await stream.receive_some(65536):
         pass
+
+
+async def _host_victim(
+    port: int, secrets: dict[str, Any], *, task_status: trio.TaskStatus[trio.CancelScope]
+) -> None:
+    """A node on ``port`` until its scope is cancelled (an abrupt end)."""
+    with trio.CancelScope() as scope:
+        async with open_node("victim", [Calculator], port=port, **secrets):
+            task_status.started(scope)
+            await trio.sleep_forever()
+
+
+async def test_a_monitor_hears_when_the_watched_actors_node_comes_back_as_a_new_process(
+    secrets: dict[str, dict[str, Any]], nursery: trio.Nursery
+) -> None:
+    # Given a watcher of an actor on a node that will be restarted quickly
+    port = free_port()
+    first = await nursery.start(_host_victim, port, secrets["victim"])
+    watcher = Watcher()
+    async with open_node("watcher", [watcher], node_lost_after=60.0, **secrets["watcher"]) as node:
+        calc = f"amqps://127.0.0.1:{port}/calculator"
+        me = node.ref(node.address_of("watcher")).with_options(timeout=10)
+        with trio.fail_after(30):
+            await me.ask("watch_address", calc)
+            assert await node.ref(calc).ask("add", 1, 1) == 2
+            # When its node ends and a new one starts on the same port well
+            # within node_lost_after (the new one knows nothing of the watch)
+            first.cancel()
+            await nursery.start(_host_victim, port, secrets["victim"])
+            assert await node.ref(calc).ask("add", 2, 2) == 4
+            # Then the watcher hears that the actor it watched is gone
+            [terminated] = await watcher.wait_heard(1)
+    assert terminated.address == calc
+    assert terminated.reason.startswith(f"node restarted: 127.0.0.1:{port} is a new process")

@@ -63,6 +63,7 @@ class NodeMonitors:
         # "host:port" of a peer -> target address there -> watcher addresses here
         self._there: dict[str, dict[str, set[str]]] = {}
         self._down: dict[str, trio.CancelScope] = {}
+        self._incarnations: dict[str, str] = {}  # endpoint: the node process last seen there
         self._send, self._receive = trio.open_memory_channel[tuple[str, Terminated]](math.inf)
         self._nursery: trio.Nursery | None = None
 
@@ -130,13 +131,20 @@ class NodeMonitors:
 
     # -- peers ----------------------------------------------------------------------
 
-    def peer_state(self, endpoint: str, up: bool) -> None:
-        """The connection to the peer at ``endpoint`` ("host:port") is up, or
-        went down: a peer that stays down ``lost_after`` seconds is lost."""
+    def peer_state(self, endpoint: str, up: bool, node_id: str | None = None) -> None:
+        """The connection to the peer at ``endpoint`` ("host:port") is up (to
+        the node process ``node_id``), or went down: a peer that stays down
+        ``lost_after`` seconds is lost, and one that comes back as another
+        process (restarted) has lost the watches the old one held."""
         if up:
             scope = self._down.pop(endpoint, None)
             if scope is not None:
                 scope.cancel(reason=f"{endpoint} is back")
+            before = self._incarnations.get(endpoint)
+            if node_id is not None:
+                self._incarnations[endpoint] = node_id
+            if before is not None and node_id is not None and before != node_id:
+                self._lose(endpoint, f"node restarted: {endpoint} is a new process ({node_id})")
             return
         if endpoint in self._down or not self._there.get(endpoint) or self._nursery is None:
             return
@@ -147,11 +155,16 @@ class NodeMonitors:
         with scope:
             await trio.sleep(self.lost_after)
             self._down.pop(endpoint, None)
-            reason = f"node lost: no connection to {endpoint} for {self.lost_after:g} s"
-            log("actorctl:monitor:node-lost", peer=endpoint, after=self.lost_after)
-            for target, watchers in self._there.pop(endpoint, {}).items():
-                for watcher in watchers:
-                    self._notify(watcher, target, reason)
+            self._lose(
+                endpoint, f"node lost: no connection to {endpoint} for {self.lost_after:g} s"
+            )
+
+    def _lose(self, endpoint: str, reason: str) -> None:
+        """Every watch of an actor at ``endpoint`` ends: tell its watchers."""
+        log("actorctl:monitor:node-lost", peer=endpoint, reason=reason)
+        for target, watchers in self._there.pop(endpoint, {}).items():
+            for watcher in watchers:
+                self._notify(watcher, target, reason)
 
     # -- telling --------------------------------------------------------------------
 

@@ -165,7 +165,7 @@ class Node:
             settings,
             self._engines,
             clock,
-            on_peer_state=lambda peer, up: self.monitors.peer_state(peer, up),
+            on_peer_state=lambda peer, up, node: self.monitors.peer_state(peer, up, node),
         )
         self.monitors = NodeMonitors(
             self.outbox,

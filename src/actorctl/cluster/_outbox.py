@@ -110,7 +110,7 @@ class NodeOutbox:
         settings: how the node's outgoing connections are made and signed.
         engines: the node's live connections (each peer's joins it).
         clock: wall-clock time in seconds since the epoch (for message times).
-        on_peer_state: told ``("host:port", True)`` when a connection to a peer
+        on_peer_state: told ``("host:port", True, container_id)`` when a connection to a peer
             is ready and ``("host:port", False)`` when it closes (the node's
             monitors learn of a lost node this way).
     """
@@ -123,7 +123,7 @@ class NodeOutbox:
         engines: EngineSet,
         clock: Callable[[], float],
         *,
-        on_peer_state: Callable[[str, bool], None] | None = None,
+        on_peer_state: Callable[[str, bool, str | None], None] | None = None,
     ) -> None:
         self.name = name
         self._on_peer_state = on_peer_state

@@ -102,7 +102,7 @@ class Peer(EngineHandler):
         engines: EngineSet,
         on_reply: Callable[[Envelope, str], None],
         *,
-        on_state: Callable[[str, bool], None] | None = None,
+        on_state: Callable[[str, bool, str | None], None] | None = None,
     ) -> None:
         self.settings = settings
         self.host = host
@@ -275,7 +275,7 @@ class Peer(EngineHandler):
                 await self._open_session(engine, identity)
         self._ready.set()
         if self._on_state is not None:
-            self._on_state(self.name, True)
+            self._on_state(self.name, True, engine.connection.remote_container)
         again, self._resend = self._resend, []
         if again:
             log("actorctl:peer:resending", peer=self.name, deliveries=len(again))
@@ -430,7 +430,7 @@ class Peer(EngineHandler):
             self._ready = trio.Event()
             self._linked = trio.Event()
             if self._on_state is not None:
-                self._on_state(self.name, False)
+                self._on_state(self.name, False, None)
         for path, out in list(self._links.items()):
             if out.engine is engine:
                 del self._links[path]
