@@ -82,7 +82,7 @@ async def test_start_child_and_terminate_child_through_the_supervisors_signed_in
     secrets: dict[str, dict[str, Any]],
 ) -> None:
     # Given a node with a supervisor of one calculator, and a client with keys
-    tree = SupervisorSpec("maths", [ActorSpec(Calculator, name="calc")])
+    tree = SupervisorSpec("maths", [ActorSpec(Calculator, name="calc")], remote_start=True)
     async with (
         open_node("server", [tree], **secrets["server"]) as server,
         open_node("client", host=None, **secrets["client"]) as client,
@@ -271,3 +271,22 @@ async def test_a_monitor_hears_when_the_watched_actors_node_comes_back_as_a_new_
             [terminated] = await watcher.wait_heard(1)
     assert terminated.address == calc
     assert terminated.reason.startswith(f"node restarted: 127.0.0.1:{port} is a new process")
+
+
+async def test_a_supervisor_starts_no_child_named_in_a_message_unless_its_spec_allows_it(
+    secrets: dict[str, dict[str, Any]],
+) -> None:
+    # Given a supervisor declared without remote_start (the default)
+    tree = SupervisorSpec("maths", [ActorSpec(Calculator, name="calc")])
+    async with (
+        open_node("server", [tree], **secrets["server"]) as server,
+        open_node("client", host=None, **secrets["client"]) as client,
+    ):
+        sup = client.ref(server.address_of("maths")).with_options(timeout=10)
+        with trio.fail_after(30):
+            # When a trusted client asks it to run a command
+            with pytest.raises(RemoteError, match="set remote_start = true"):
+                await sup.ask("start_child", {"process": ["true"], "name": "intruder"})
+            # Then nothing was started
+            assert [c["name"] for c in await sup.ask("which_children")] == ["calc"]
+            assert "intruder" not in server.cells

@@ -58,6 +58,7 @@ SUPERVISOR_KEYS: Final = frozenset(
         "backoff_max",
         "restart",
         "child",
+        "remote_start",
     }
 )
 ACTOR_KEYS: Final = frozenset({"actor", "name", "args", "kwargs", "restart"})
@@ -112,6 +113,7 @@ def supervisor_from_table(
             backoff=_number(table, "backoff", prefix, fail, 0.1),
             backoff_max=_number(table, "backoff_max", prefix, fail, 5.0),
             restart=_restart(table, prefix, fail),
+            remote_start=_flag(table, "remote_start", prefix, fail),
         )
     except ConfigError as exc:
         raise fail(prefix, "a valid supervisor", str(exc)) from None
@@ -220,3 +222,10 @@ def _restart(table: Mapping[str, Any], prefix: str, fail: Fail) -> Restart:
     if not isinstance(value, str) or value not in {r.value for r in Restart}:
         raise fail(f"{prefix}.restart", f"one of {[r.value for r in Restart]}", value)
     return Restart(value)
+
+
+def _flag(table: Mapping[str, Any], key: str, prefix: str, fail: Fail) -> bool:
+    value = table.get(key, False)
+    if type(value) is not bool:
+        raise fail(f"{prefix}.{key}", "true or false", value)
+    return value

@@ -126,6 +126,10 @@ class SupervisorSpec:
             parent.
         backoff, backoff_max: seconds before a restart, doubled within a burst.
         restart: its own restart type under its parent.
+        remote_start: whether ``start_child`` through its inbox is allowed. Off
+            by default: it imports and runs what the message names (any module's
+            callable, any command), so it gives every key the node trusts the
+            power to run code there.
     """
 
     name: str
@@ -136,6 +140,7 @@ class SupervisorSpec:
     backoff: float = 0.1
     backoff_max: float = 5.0
     restart: Restart = attrs.field(default=Restart.PERMANENT, converter=_restart)
+    remote_start: bool = False
 
     @children.validator
     def _check(self, _: object, children: tuple[Child, ...]) -> None:

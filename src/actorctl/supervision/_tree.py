@@ -21,7 +21,7 @@ import trio
 
 from .._errors import ConfigError
 from ..actors import Actor, ActorCell, handler
-from ._child import ChildSpec, Restart, Strategy
+from ._child import ChildError, ChildSpec, Restart, Strategy
 from ._declare import child_from_table, plain_fail
 from ._process import BoxedProcess
 from ._specs import ActorSpec, Child, ProcessSpec, SupervisorSpec, import_target
@@ -220,6 +220,13 @@ class SupervisorActor(Actor):
         """Add and start a child: ``{"actor": "MODULE:OBJECT", "name": ...,
         "args": [...], "kwargs": {...}, "restart": ...}``, ``{"process":
         [COMMAND, ...], "name": ...}`` or ``{"supervisor": {...}}``."""
+        if not self.spec.remote_start:
+            raise ChildError(
+                f"supervisor {self.spec.name!r} does not start children named in a "
+                "message: declare them in its spec, or set remote_start = true in its "
+                "[[supervisor]] table (SupervisorSpec(remote_start=True)), which lets "
+                "every key this node trusts run code here"
+            )
         spec = child_from_table(child, "child", fail=plain_fail, load=_load_factory)
         await self.level.start_child(spec)
         return spec.child_name if isinstance(spec, ActorSpec) else spec.name
