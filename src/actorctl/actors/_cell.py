@@ -23,7 +23,6 @@ from ..mailbox import (
     BAD_KIND,
     DECODE_ERROR,
     EXPIRED,
-    KIND_COMMAND,
     KIND_DOCUMENT,
     RELEASED,
     STATUS_ERROR,
@@ -40,6 +39,7 @@ from ._dedup import Handled, SeenWindow
 from ._handlers import BadArguments, Behaviour, HandlerSpec, converter
 from ._monitor import TERMINATED, Monitors, Terminated
 from ._ref import Outbox, to_wire
+from ._replies import send_reply
 
 __all__ = ["ActorCell"]
 
@@ -391,7 +391,7 @@ class ActorCell:
 
     def _finish(self, inbound: Inbound, handled: Handled) -> None:
         if handled.reply is not None:
-            self._reply(inbound.envelope, *handled.reply)
+            send_reply(self.outbox, self.name, inbound.envelope, *handled.reply)
         if handled.outcome is ACCEPTED:
             inbound.settle(ACCEPTED)
         else:
@@ -484,44 +484,6 @@ class ActorCell:
         if threads is None:
             threads = self._threads = trio.CapacityLimiter(self._concurrency)
         return await trio.to_thread.run_sync(call, limiter=threads, abandon_on_cancel=True)
-
-    def _reply(self, request: Envelope, status: str, body: Any) -> None:
-        if request.reply_to is None or request.kind != KIND_COMMAND:
-            return  # events fan out: nobody waits for their results
-        outbox = self.outbox
-        reply = Envelope(
-            message_id=outbox.new_message_id(),
-            to=request.reply_to,
-            subject=request.subject,
-            body=body,
-            kind=KIND_DOCUMENT,
-            correlation_id=request.correlation_id or request.message_id,
-            creation_time=outbox.now(),
-            headers={"status": status},
-        )
-        try:
-            outbox.reply(reply)
-        except WireFormatError as exc:
-            log(
-                "actorctl:handler:bad-result",
-                actor=self.name,
-                handler=request.subject,
-                message_id=request.message_id,
-                error=str(exc),
-            )
-            error = {"type": "WireFormatError", "message": f"result of {request.subject!r}: {exc}"}
-            outbox.reply(
-                Envelope(
-                    message_id=reply.message_id,
-                    to=reply.to,
-                    subject=reply.subject,
-                    body=error,
-                    kind=KIND_DOCUMENT,
-                    correlation_id=reply.correlation_id,
-                    creation_time=reply.creation_time,
-                    headers={"status": STATUS_ERROR},
-                )
-            )
 
     def _settle(self, inbound: Inbound, outcome: Outcome) -> None:
         envelope = inbound.envelope

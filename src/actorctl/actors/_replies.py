@@ -1,0 +1,52 @@
+"""The reply an actor sends its caller: a document to the caller's reply address."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .._errors import WireFormatError
+from .._log import log
+from ..mailbox import KIND_COMMAND, KIND_DOCUMENT, STATUS_ERROR, Envelope
+from ._ref import Outbox
+
+__all__ = ["send_reply"]
+
+
+def send_reply(outbox: Outbox, actor: str, request: Envelope, status: str, body: Any) -> None:
+    """Answer ``request`` (a command that wants a reply) with a reply document
+    through ``outbox``; a result that cannot be encoded is answered as an error."""
+    if request.reply_to is None or request.kind != KIND_COMMAND:
+        return  # events fan out: nobody waits for their results
+    reply = Envelope(
+        message_id=outbox.new_message_id(),
+        to=request.reply_to,
+        subject=request.subject,
+        body=body,
+        kind=KIND_DOCUMENT,
+        correlation_id=request.correlation_id or request.message_id,
+        creation_time=outbox.now(),
+        headers={"status": status},
+    )
+    try:
+        outbox.reply(reply)
+    except WireFormatError as exc:
+        log(
+            "actorctl:handler:bad-result",
+            actor=actor,
+            handler=request.subject,
+            message_id=request.message_id,
+            error=str(exc),
+        )
+        error = {"type": "WireFormatError", "message": f"result of {request.subject!r}: {exc}"}
+        outbox.reply(
+            Envelope(
+                message_id=reply.message_id,
+                to=reply.to,
+                subject=reply.subject,
+                body=error,
+                kind=KIND_DOCUMENT,
+                correlation_id=reply.correlation_id,
+                creation_time=reply.creation_time,
+                headers={"status": STATUS_ERROR},
+            )
+        )
