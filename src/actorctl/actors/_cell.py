@@ -224,6 +224,7 @@ class ActorCell:
             self._crashed(error)
             await self._end(error)
         elif closed:
+            self.mailbox.on_arrival(None)  # closing it again must not start a turn
             for left in self.mailbox.close():
                 left.settle(RELEASED)
             await self._end(None)

@@ -224,7 +224,7 @@ class Supervisor:
             if running is not None:
                 await self._stop(running)
             self.states[name] = "terminated"
-            self._gone(name, f"terminated by supervisor {self.name!r}")
+            self._gone(self._spec(name), f"terminated by supervisor {self.name!r}")
 
     async def restart_child(self, name: str) -> None:
         """Start again a child that was terminated (or ended and was not restarted).
@@ -322,15 +322,15 @@ class Supervisor:
             if running is not None:
                 await self._stop(running)
                 self.states[spec.name] = "stopped"
-                self._gone(spec.name, why)
+                self._gone(spec, why)
                 log("actorctl:supervisor:stopped-child", supervisor=self.name, child=spec.name)
 
-    def _gone(self, name: str, reason: str) -> None:
-        for spec in self.children:
-            if spec.name == name and spec.activation is not None:
-                spec.activation.retire()
+    def _gone(self, spec: ChildSpec, reason: str) -> None:
+        """``spec``'s child ended for good: let go of it, tell who listens."""
+        if spec.activation is not None:
+            spec.activation.retire()
         if self._on_gone is not None:
-            self._on_gone(name, reason)
+            self._on_gone(spec.name, reason)
 
     # -- policy ---------------------------------------------------------------------
 
@@ -353,7 +353,7 @@ class Supervisor:
             )
             del self._running[spec.name]
             self.states[spec.name] = "stopped"
-            self._gone(spec.name, reason)
+            self._gone(spec, reason)
             return
         self._check_intensity(spec, reason)
         group = self._to_restart(spec)
@@ -366,7 +366,7 @@ class Supervisor:
             if restart is not spec and restart.restart is Restart.TEMPORARY:
                 self._running.pop(restart.name, None)  # stopped with the others, not restarted
                 self.states[restart.name] = "stopped"
-                self._gone(restart.name, f"stopped with {spec.name} ({self.strategy.value})")
+                self._gone(restart, f"stopped with {spec.name} ({self.strategy.value})")
                 continue
             self.restarts[restart.name] += 1
             log(
