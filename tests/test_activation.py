@@ -25,11 +25,11 @@ class Counter(Actor):
         self.seen.append(n)
 
 
-def _tell(n: int) -> Envelope:
+def _message(n: int, subject: str) -> Envelope:
     return Envelope(
         message_id=f"m-{n}",
-        to="counter",
-        subject="count",
+        to="actor",
+        subject=subject,
         body=[[n], {}],
         kind=KIND_COMMAND,
         creation_time=1.0,
@@ -56,7 +56,7 @@ async def test_an_actor_gets_a_task_for_its_messages_and_none_while_idle(
             assert len(nursery.child_tasks) == 0
 
             # When a message arrives, a task handles it
-            cell.mailbox.put_nowait(_tell(1), None)
+            cell.mailbox.put_nowait(_message(1, "count"), None)
             await trio.testing.wait_all_tasks_blocked()
             assert actor.seen == [1]
             assert len(nursery.child_tasks) == 2  # the turn and its idle timer
@@ -66,7 +66,7 @@ async def test_an_actor_gets_a_task_for_its_messages_and_none_while_idle(
             assert len(nursery.child_tasks) == 0
 
             # Then the next message starts a task again, and nothing was lost
-            cell.mailbox.put_nowait(_tell(2), None)
+            cell.mailbox.put_nowait(_message(2, "count"), None)
             await trio.testing.wait_all_tasks_blocked()
             assert actor.seen == [1, 2]
 
@@ -104,17 +104,6 @@ class Slow(Actor):
 
     async def handle_unmatched(self, envelope: Envelope) -> None:
         raise RuntimeError("crash outside any handler")
-
-
-def _message(n: int, subject: str) -> Envelope:
-    return Envelope(
-        message_id=f"m-{n}",
-        to="slow",
-        subject=subject,
-        body=[[n], {}],
-        kind=KIND_COMMAND,
-        creation_time=1.0,
-    )
 
 
 async def test_a_message_cancelled_by_a_supervisor_stopping_its_actor_is_released(

@@ -257,7 +257,7 @@ async def test_a_temporary_actor_that_crashes_is_gone_for_good(
         await events.expect("start t", "start u")
         host.crash("t")
         await events.expect("stop t")
-        await trio.sleep(60)
+        await trio.sleep(60)  # virtual time (autojump): long past any backoff, nothing restarts
         events.quiet()
         [sup] = root.describe()
         assert sup["children"][0]["state"] == "stopped"

@@ -171,8 +171,7 @@ class ActorCell:
             turn.cancel(reason=f"actor {self.name!r} stopped by its supervisor")
             await done.wait()
         self._release_inflight()
-        for left in self.mailbox.close():
-            left.settle(RELEASED)
+        self.stop()
         await self._stop_actor()
         self.state = "stopped"
 
@@ -181,8 +180,7 @@ class ActorCell:
         or its supervisor gave up): close its mailbox, releasing what waits
         there, so that senders send elsewhere instead of waiting for it."""
         self.mailbox.on_arrival(None)
-        for left in self.mailbox.close():
-            left.settle(RELEASED)
+        self.stop()
         self.state = "stopped"
 
     def _release_inflight(self) -> None:
@@ -225,8 +223,7 @@ class ActorCell:
             await self._end(error)
         elif closed:
             self.mailbox.on_arrival(None)  # closing it again must not start a turn
-            for left in self.mailbox.close():
-                left.settle(RELEASED)
+            self.stop()
             await self._end(None)
         elif self.mailbox.pending:
             self._wake()  # arrived while this turn was ending
@@ -262,7 +259,7 @@ class ActorCell:
             async with trio.open_nursery() as nursery:
                 while (inbound := await self._next()) is not None:
                     await slots.acquire()
-                    nursery.start_soon(self._handle_then_release, inbound, slots)
+                    nursery.start_soon(self._handle, inbound, slots)
         return self.mailbox.closed
 
     def _crashed(self, error: Exception) -> None:
@@ -350,16 +347,14 @@ class ActorCell:
         except trio.EndOfChannel:
             return None
 
-    async def _handle_then_release(self, inbound: Inbound, slots: trio.Semaphore) -> None:
-        try:
-            await self._handle(inbound)
-        finally:
-            slots.release()
-
-    async def _handle(self, inbound: Inbound) -> None:
+    async def _handle(self, inbound: Inbound, slots: trio.Semaphore | None = None) -> None:
         # Kept if it fails: a crash releases what the actor was handling.
         self._inflight.add(inbound)
-        await self._handle_one(inbound)
+        try:
+            await self._handle_one(inbound)
+        finally:
+            if slots is not None:
+                slots.release()
         self._inflight.discard(inbound)
 
     async def _handle_one(self, inbound: Inbound) -> None:

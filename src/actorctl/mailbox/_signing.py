@@ -19,7 +19,6 @@ import os
 import re
 import struct
 import time
-from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, NamedTuple, final
@@ -45,6 +44,7 @@ from ._keys import IdentityKey as IdentityKey
 from ._keys import Keyring as Keyring
 from ._keys import PublicKey as PublicKey
 from ._keys import key_id as key_id
+from ._replay import ReplayCache as ReplayCache
 
 __all__ = [
     "BAD_SESSION",
@@ -243,55 +243,6 @@ class SessionTable:
             del self._sessions[session_id]
             return None
         return entry
-
-
-# --- Replays -------------------------------------------------------------------------
-
-
-@final
-class ReplayCache:
-    """The (key id, message id) pairs accepted recently.
-
-    Each entry is kept until the time (in ms) it was added with: past that, a
-    copy of the message would be outside the time window anyway. At most
-    ``max_entries`` are kept: when a flood of messages exceeds that within one
-    window, the oldest go early, and a replay of one of those would be accepted.
-    Entries are purged from the oldest end as each new one is added, so every
-    call is O(1) amortized.
-    """
-
-    def __init__(self, max_entries: int = 100_000) -> None:
-        if max_entries < 1:
-            raise ValueError("a replay cache holds at least one entry")
-        self.max_entries = max_entries
-        self._until: dict[tuple[str, str], float] = {}
-        self._order: deque[tuple[float, tuple[str, str]]] = deque()
-
-    def __len__(self) -> int:
-        return len(self._until)
-
-    def check_and_add(self, key: tuple[str, str], *, until_ms: float, now_ms: float) -> bool:
-        """True if ``key`` was added before and is still held at ``now_ms``;
-        otherwise add it, to be held until ``until_ms``, and return False."""
-        order, held = self._order, self._until
-        while order and order[0][0] < now_ms:
-            self._drop(*order.popleft())
-        seen = held.get(key)
-        if seen is not None and seen >= now_ms:
-            return True
-        held[key] = until_ms
-        order.append((until_ms, key))
-        if len(order) > self.max_entries:
-            self._drop(*order.popleft())
-        return False
-
-    def forget(self, key: tuple[str, str]) -> None:
-        """Accept ``key`` once more (its message was not executed, e.g. released)."""
-        self._until.pop(key, None)
-
-    def _drop(self, until_ms: float, key: tuple[str, str]) -> None:
-        if self._until.get(key) == until_ms:
-            del self._until[key]
 
 
 # --- Verification --------------------------------------------------------------------
