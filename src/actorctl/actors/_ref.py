@@ -36,10 +36,23 @@ class Outbox(Protocol):
         ...
 
     async def send(
-        self, address: Address, envelope: Envelope, *, presettled: bool, confirm: bool
+        self,
+        address: Address,
+        envelope: Envelope,
+        *,
+        presettled: bool,
+        confirm: bool,
+        durable: bool = False,
     ) -> None:
         """Send one message; with ``confirm``, wait until it is settled and raise
-        a ``DeliveryError`` unless it was accepted."""
+        a ``DeliveryError`` unless it was accepted. With ``durable``, return once
+        the node's backlog holds it (its store, when durable): it is sent from
+        there, as often as it takes, until its receiver settles it.
+
+        Raises:
+            PeerUnavailable: (not durable) no connection to the peer within the
+                node's connect timeout.
+        """
         ...
 
     def reply_address(self, address: Address) -> str:
@@ -92,7 +105,7 @@ class ActorRef:
     keyword arguments always belong to the handler.
     """
 
-    __slots__ = ("_outbox", "_to", "address", "at_most_once", "timeout")
+    __slots__ = ("_outbox", "_to", "address", "at_most_once", "durable", "timeout")
 
     def __init__(
         self,
@@ -101,26 +114,37 @@ class ActorRef:
         *,
         timeout: float = DEFAULT_ASK_TIMEOUT,
         at_most_once: bool = False,
+        durable: bool = False,
     ) -> None:
+        if at_most_once and durable:
+            raise ValueError("a ref is at_most_once or durable, not both")
         self.address = address
         self._to = str(address)
         self.timeout = timeout
         self.at_most_once = at_most_once
+        self.durable = durable
         self._outbox = outbox
 
     def with_options(
-        self, *, timeout: float | None = None, at_most_once: bool | None = None
+        self,
+        *,
+        timeout: float | None = None,
+        at_most_once: bool | None = None,
+        durable: bool | None = None,
     ) -> ActorRef:
         """A copy of this ref with another ask timeout (seconds) or delivery mode.
 
         ``at_most_once=True`` sends pre-settled: the message is never re-sent,
-        and may be lost if the receiver dies.
+        and may be lost if the receiver dies. ``durable=True`` makes ``tell``
+        hand the message to the node's backlog (kept in its store) and return:
+        it is sent when the peer can take it, even after a restart of this node.
         """
         return ActorRef(
             self.address,
             self._outbox,
             timeout=self.timeout if timeout is None else timeout,
             at_most_once=self.at_most_once if at_most_once is None else at_most_once,
+            durable=self.durable if durable is None else durable,
         )
 
     def _command(
@@ -142,9 +166,21 @@ class ActorRef:
         )
 
     async def tell(self, handler: str, /, *args: Any, **kwargs: Any) -> None:
-        """Send and forget. Waits only for link credit (that is the backpressure)."""
+        """Send and forget. Waits for link credit (that is the backpressure),
+        or (a durable ref) only until the node's backlog holds the message.
+
+        Raises:
+            PeerUnavailable: (not durable) the peer's node could not be reached
+                within the node's connect timeout.
+        """
         envelope = self._command(handler, args, kwargs)
-        await self._outbox.send(self.address, envelope, presettled=self.at_most_once, confirm=False)
+        await self._outbox.send(
+            self.address,
+            envelope,
+            presettled=self.at_most_once,
+            confirm=False,
+            durable=self.durable,
+        )
 
     async def deliver(self, handler: str, /, *args: Any, **kwargs: Any) -> None:
         """Send and wait until the receiver has handled it (settled ``accepted``).

@@ -87,6 +87,9 @@ class Node:
         clock: wall-clock time in seconds since the epoch (for message times).
         node_lost_after: seconds the connection to a peer node may stay down
             before actors watching actors there are told they terminated.
+        connect_timeout: seconds a peer node may stay unreachable before a send
+            to it fails with ``PeerUnavailable`` (a durable send waits in the
+            backlog instead).
     """
 
     def __init__(
@@ -106,6 +109,7 @@ class Node:
         actor_restarts: tuple[int, float] = (5, 10.0),
         clock: Callable[[], float] = time.time,
         node_lost_after: float = 10.0,
+        connect_timeout: float = 5.0,
     ) -> None:
         self.name = name
         self.node_id = f"{name}-{os.urandom(6).hex()}"
@@ -157,6 +161,7 @@ class Node:
             new_message_id=self.new_message_id,
             clock=clock,
             stopping=self._stop.is_set,
+            connect_timeout=connect_timeout,
         )
         #: The one path out of this node.
         self.outbox = NodeOutbox(

@@ -12,7 +12,13 @@ and forwarded messages. It owns
   :meth:`NodeOutbox.expect`): every reply reaches its taker this one way;
 - the reply routes: the reply links callers attached to this node, by reply
   address, on which replies go back pre-settled (the reply is the
-  acknowledgement).
+  acknowledgement);
+- the backlog (``_backlog.py``): durable sends, kept in the node's store until
+  their receiver accepts them.
+
+Every wait on a peer is bounded: a peer that cannot be reached within the
+connect timeout fails a plain send with ``PeerUnavailable``; a durable send
+does not wait for the peer at all.
 
 The actors layer sees it through the ``Outbox`` protocol (``actors/_ref.py``);
 peers and inbound connections get the parts they need in their constructors.
@@ -31,9 +37,11 @@ from .._errors import AskTimeout, ConfigError
 from .._log import log
 from ..actors import Address
 from ..mailbox import EXPIRED, Envelope, Outcome, encode
+from ._backlog import Backlog, Done, Reroute
 from ._engine import Engine, EngineSet
 from ._peer import Peer
 from ._pending import PeerSettings, Pending
+from ._store import Store
 
 __all__ = ["NodeOutbox", "ReplyRoutes"]
 
@@ -113,6 +121,7 @@ class NodeOutbox:
         on_peer_state: told ``("host:port", True, container_id)`` when a connection to a peer
             is ready and ``("host:port", False)`` when it closes (the node's
             monitors learn of a lost node this way).
+        store: the node's store (the backlog is kept there); default: in memory.
     """
 
     def __init__(
@@ -124,6 +133,7 @@ class NodeOutbox:
         clock: Callable[[], float],
         *,
         on_peer_state: Callable[[str, bool, str | None], None] | None = None,
+        store: Store | None = None,
     ) -> None:
         self.name = name
         self._on_peer_state = on_peer_state
@@ -137,10 +147,13 @@ class NodeOutbox:
         self._waiting: dict[str, _Waiter] = {}
         self._reply_address = f"$reply/{node_id}"
         self._nursery: trio.Nursery | None = None
+        self.store = store if store is not None else Store.memory(name)
+        self.backlog = Backlog(name, self.store, self.open_peer, clock)
 
     def start(self, nursery: trio.Nursery) -> None:
-        """Run peers in ``nursery`` from now on (the node's own)."""
+        """Run peers and the backlog in ``nursery`` from now on (the node's own)."""
         self._nursery = nursery
+        self.backlog.start(nursery)
 
     # -- the Outbox protocol -------------------------------------------------------
 
@@ -156,8 +169,17 @@ class NodeOutbox:
         return self._reply_address
 
     async def send(
-        self, address: Address, envelope: Envelope, *, presettled: bool, confirm: bool
+        self,
+        address: Address,
+        envelope: Envelope,
+        *,
+        presettled: bool,
+        confirm: bool,
+        durable: bool = False,
     ) -> None:
+        if durable:
+            await self.backlog.add(address, envelope)
+            return
         pending = Pending(address.name, envelope, envelope.message_id, presettled=presettled)
         await self.open_peer(address).transmit(pending)
         if confirm and not presettled:
@@ -205,6 +227,18 @@ class NodeOutbox:
             assert error is not None
             raise error
         return replies[0]
+
+    async def hand_over(
+        self,
+        address: Address,
+        envelope: Envelope,
+        *,
+        on_done: Done | None = None,
+        reroute: Reroute | None = None,
+    ) -> None:
+        """A durable send that reports its final outcome to ``on_done`` and may
+        be sent elsewhere when refused (``reroute``): what a router forwards."""
+        await self.backlog.add(address, envelope, on_done=on_done, reroute=reroute)
 
     def reply(self, envelope: Envelope, *, quiet: bool = False) -> bool:
         if self.routes.send(envelope):

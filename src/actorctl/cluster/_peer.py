@@ -20,11 +20,12 @@ import attrs
 import trio
 from proton import Condition, Delivery, Endpoint, Link, Session
 
-from .._errors import ActorctlError
+from .._errors import ActorctlError, PeerUnavailable
 from .._log import log
 from ..mailbox import (
     ACCEPTED,
     NOT_FOUND,
+    PEER_UNAVAILABLE,
     SESSION_ADDRESS,
     SESSION_SUBJECT,
     Envelope,
@@ -131,6 +132,11 @@ class Peer(EngineHandler):
         self._signer: Signer | None = (
             None if identity is None else functools.partial(sign_ed25519, identity)
         )
+        # Since when (trio time) there has been no ready connection (None: there
+        # is one), and why the last attempt failed: what waits for the peer
+        # longer than the connect timeout fails with PeerUnavailable.
+        self._down_since: float | None = trio.current_time()
+        self._last_error = "no connection made yet"
 
     async def run(self) -> None:
         """Keep a connection to the peer open, reconnecting with backoff."""
@@ -142,6 +148,8 @@ class Peer(EngineHandler):
                 stream = await trio.open_tcp_stream(self.host, self.port)
             except OSError as exc:
                 failures += 1
+                self._last_error = str(exc)
+                self._give_up_resends()
                 if failures == 1 or failures % 10 == 0:
                     log(
                         "actorctl:peer:unreachable",
@@ -181,16 +189,56 @@ class Peer(EngineHandler):
                 # It connected but never got as far as a link (a refused handshake,
                 # say): wait before dialling again, as for a refused connection.
                 failures += 1
+                self._last_error = "the connection closed before its links opened"
+                self._give_up_resends()
                 await trio.sleep(backoff * (0.5 + random.random()))
                 backoff = min(backoff * 2, _BACKOFF_MAX)
             self._linked_once = False
 
     async def wait_ready(self) -> Engine:
+        """The ready connection, waiting for one at most until the peer has been
+        down for the connect timeout.
+
+        Raises:
+            PeerUnavailable: naming the peer, how long, and the last error.
+        """
         while True:
-            await self._ready.wait()
             engine = self.engine
-            if engine is not None and not engine.closed:
+            if self._ready.is_set() and engine is not None and not engine.closed:
                 return engine
+            since = self._down_since
+            if since is None:
+                since = self._down_since = trio.current_time()
+            with trio.move_on_at(since + self.settings.connect_timeout):
+                await self._ready.wait()
+                continue
+            raise PeerUnavailable(self._unavailable())
+
+    async def wait_connected(self) -> None:
+        """Wait, without bound, until a connection is ready (for the backlog,
+        whose messages wait for the peer as long as it takes)."""
+        while not self._ready.is_set():
+            await self._ready.wait()
+
+    def _unavailable(self) -> str:
+        return (
+            f"no connection to node {self.name} within "
+            f"{self.settings.connect_timeout:g} s (last error: {self._last_error})"
+        )
+
+    def _give_up_resends(self) -> None:
+        """Deliveries a lost connection left unsettled wait for the next one, but
+        only until the peer has been down for the connect timeout: then they
+        fail (a durable sender's backlog keeps its own, and tries again later)."""
+        since = self._down_since
+        if not self._resend or since is None:
+            return
+        if trio.current_time() - since < self.settings.connect_timeout:
+            return
+        failed, self._resend = self._resend, []
+        outcome = Outcome("released", PEER_UNAVAILABLE, self._unavailable())
+        for pending in failed:
+            pending.resolve(outcome)
 
     async def transmit(self, pending: Pending) -> None:
         """Put one delivery on the wire, waiting for a connection and for credit."""
@@ -274,6 +322,7 @@ class Peer(EngineHandler):
             if sessions:
                 await self._open_session(engine, identity)
         self._ready.set()
+        self._down_since = None
         if self._on_state is not None:
             self._on_state(self.name, True, engine.connection.remote_container)
         again, self._resend = self._resend, []
@@ -429,6 +478,9 @@ class Peer(EngineHandler):
         if self.engine is engine:
             self._ready = trio.Event()
             self._linked = trio.Event()
+            if self._down_since is None:
+                self._down_since = trio.current_time()
+                self._last_error = "the connection closed"
             if self._on_state is not None:
                 self._on_state(self.name, False, None)
         for path, out in list(self._links.items()):

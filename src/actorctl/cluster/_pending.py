@@ -11,9 +11,9 @@ import attrs
 import trio
 from proton import SSLDomain
 
-from .._errors import ActorctlError, Modified, Rejected, UnknownActor
+from .._errors import ActorctlError, Modified, PeerUnavailable, Rejected, UnknownActor
 from .._log import log
-from ..mailbox import NOT_FOUND, Envelope, IdentityKey, Outcome
+from ..mailbox import NOT_FOUND, PEER_UNAVAILABLE, Envelope, IdentityKey, Outcome
 
 __all__ = ["PeerSettings", "Pending"]
 
@@ -33,6 +33,8 @@ class PeerSettings:
         new_message_id: the node's message ids (for session messages).
         clock: wall-clock time in seconds since the epoch.
         stopping: whether the node is stopping (then no reconnect).
+        connect_timeout: seconds a peer may stay unreachable before what waits
+            for it fails with ``PeerUnavailable`` (the backlog keeps durable sends).
     """
 
     node_id: str
@@ -44,6 +46,7 @@ class PeerSettings:
     new_message_id: Callable[[], str]
     clock: Callable[[], float]
     stopping: Callable[[], bool]
+    connect_timeout: float = 5.0
 
 
 @final
@@ -94,6 +97,8 @@ class Pending:
             return None
         condition = outcome.condition or f"amqp:{outcome.state}"
         description = outcome.description or f"the receiver answered {outcome.state}"
+        if outcome.condition == PEER_UNAVAILABLE:
+            return PeerUnavailable(description)
         if outcome.condition == NOT_FOUND:
             return UnknownActor(condition, description, self.message_id)
         if outcome.state == "rejected":

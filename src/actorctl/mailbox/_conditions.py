@@ -20,6 +20,7 @@ __all__ = [
     "NOT_FOUND",
     "NO_INSTANCE",
     "OVER_CREDIT",
+    "PEER_UNAVAILABLE",
     "REPLAY",
     "STALE",
     "STOPPING",
@@ -50,3 +51,6 @@ BAD_KIND: Final = "actorctl:bad-kind"
 EXPIRED: Final = "actorctl:expired"
 STOPPING: Final = "actorctl:actor-stopping"
 NO_INSTANCE: Final = "actorctl:no-instance"
+
+# What the sending node decides itself, without an answer from the receiver.
+PEER_UNAVAILABLE: Final = "actorctl:peer-unavailable"

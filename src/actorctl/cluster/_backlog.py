@@ -1,0 +1,231 @@
+"""The outgoing backlog: what a node has taken on to send, kept until the
+receiver accepts it.
+
+A durable send (``outbox.send(..., durable=True)``) returns once the message is
+in the node's store (one group commit with a durable store), not once it is on
+the wire: a worker hands over its follow-ups this way and is free at once, and
+what it handed over outlives the node. One publisher task per target actor sends
+its messages oldest first, as credit allows; a message leaves the backlog when
+its receiver accepts it, or refuses it for good (rejected: logged). Anything
+else (the peer unreachable, the connection lost, ``modified``) sends it again
+later, with backoff, for as long as the node lives, and from the store again
+after a restart.
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import itertools
+from collections.abc import Callable
+from typing import Final, final
+
+import attrs
+import trio
+
+from .._errors import ActorctlError, PeerUnavailable
+from .._log import log
+from ..actors import Address
+from ..mailbox import Envelope, Outcome, decode, encode
+from ._peer import Peer
+from ._pending import Pending
+from ._store import Store
+
+__all__ = ["Backlog", "Reroute"]
+
+TABLE: Final = "backlog"
+_RETRY_FIRST: Final = 0.1
+_RETRY_MAX: Final = 30.0
+
+#: Told each refusal of a message; returns where to send it instead, or None
+#: to keep trying the same receiver (a router moves a task to another worker).
+Reroute = Callable[[Address, Outcome], Address | None]
+#: Told the final outcome of a message (accepted, or rejected for good).
+Done = Callable[[Outcome], None]
+
+
+@final
+class _Entry:
+    __slots__ = ("address", "attempts", "envelope", "on_done", "reroute")
+
+    def __init__(
+        self,
+        address: Address,
+        envelope: Envelope,
+        on_done: Done | None = None,
+        reroute: Reroute | None = None,
+    ) -> None:
+        self.address = address
+        self.envelope = envelope
+        self.on_done = on_done
+        self.reroute = reroute
+        self.attempts = 0
+
+
+@final
+class _Lane:
+    """The messages waiting for one target actor, and the task that sends them."""
+
+    __slots__ = ("lot", "queue")
+
+    def __init__(self) -> None:
+        self.queue: collections.deque[_Entry] = collections.deque()
+        self.lot = trio.lowlevel.ParkingLot()
+
+
+@final
+class Backlog:
+    """A node's outgoing backlog (the outbox owns it; see the module docstring).
+
+    Args:
+        name: the node's name, for logs.
+        store: where entries are kept (durable, or in memory).
+        open_peer: the connection to a node (the outbox's).
+        clock: wall-clock seconds (a message is signed afresh when it goes out).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        store: Store,
+        open_peer: Callable[[Address], Peer],
+        clock: Callable[[], float],
+    ) -> None:
+        self.name = name
+        self._store = store
+        self._open_peer = open_peer
+        self._clock = clock
+        self._lanes: dict[Address, _Lane] = {}
+        self._keys = itertools.count()
+        self._nursery: trio.Nursery | None = None
+
+    def __len__(self) -> int:
+        return self._store.count(TABLE)
+
+    def start(self, nursery: trio.Nursery) -> None:
+        """Publish from now on, starting with what the store kept from before."""
+        self._nursery = nursery
+        kept = self._store.items(TABLE)
+        for key, value in kept:
+            try:
+                address, envelope = _unpack(value)
+            except (ActorctlError, ValueError) as exc:
+                log("actorctl:backlog:unreadable", node=self.name, key=key, error=str(exc))
+                self._store.delete(TABLE, key)
+                continue
+            self._queue(_Entry(address, envelope))
+        if kept:
+            log("actorctl:backlog:resumed", node=self.name, messages=len(kept))
+
+    async def add(
+        self,
+        address: Address,
+        envelope: Envelope,
+        *,
+        on_done: Done | None = None,
+        reroute: Reroute | None = None,
+    ) -> None:
+        """Take ``envelope`` on: returns once it is stored (committed, with a
+        durable store); it is sent from then on until its receiver settles it."""
+        entry = _Entry(address, envelope, on_done, reroute)
+        self._store.put(TABLE, envelope.message_id, _pack(address, envelope))
+        await self._store.sync()
+        self._queue(entry)
+
+    def _queue(self, entry: _Entry) -> None:
+        lane = self._lanes.get(entry.address)
+        if lane is None:
+            if self._nursery is None:
+                raise ActorctlError(f"node {self.name!r} is not running: its backlog cannot send")
+            lane = self._lanes[entry.address] = _Lane()
+            self._nursery.start_soon(self._publish, entry.address, lane)
+        lane.queue.append(entry)
+        lane.lot.unpark()
+
+    async def _publish(self, address: Address, lane: _Lane) -> None:
+        peer = self._open_peer(address)
+        queue = lane.queue
+        while True:
+            while not queue:
+                await lane.lot.park()
+            entry = queue[0]
+            envelope = attrs.evolve(entry.envelope, creation_time=self._clock())
+            pending = Pending(
+                address.name,
+                envelope,
+                envelope.message_id,
+                on_outcome=functools.partial(self._settled, entry),
+            )
+            try:
+                await peer.transmit(pending)
+            except PeerUnavailable as exc:
+                log(
+                    "actorctl:backlog:waiting",
+                    node=self.name,
+                    target=str(address),
+                    messages=len(queue),
+                    reason=str(exc),
+                )
+                await peer.wait_connected()
+                continue
+            queue.popleft()
+
+    def _settled(self, entry: _Entry, outcome: Outcome) -> None:
+        message_id = entry.envelope.message_id
+        if outcome.state == "accepted" or (
+            outcome.state == "rejected" and entry.reroute is None
+        ):
+            self._done(entry, outcome)
+            return
+        if entry.reroute is not None:
+            elsewhere = entry.reroute(entry.address, outcome)
+            if elsewhere is None and outcome.state == "rejected":
+                self._done(entry, outcome)
+                return
+            if elsewhere is not None and elsewhere != entry.address:
+                entry.address = elsewhere
+                entry.envelope = attrs.evolve(entry.envelope, to=str(elsewhere))
+                self._store.put(TABLE, message_id, _pack(elsewhere, entry.envelope))
+                self._queue(entry)
+                return
+        entry.attempts += 1
+        delay = min(_RETRY_FIRST * 2 ** (entry.attempts - 1), _RETRY_MAX)
+        log(
+            "actorctl:backlog:retry",
+            node=self.name,
+            target=str(entry.address),
+            message_id=message_id,
+            attempts=entry.attempts,
+            delay=delay,
+            condition=outcome.condition,
+            description=outcome.description,
+        )
+        assert self._nursery is not None
+        self._nursery.start_soon(self._later, entry, delay)
+
+    async def _later(self, entry: _Entry, delay: float) -> None:
+        await trio.sleep(delay)
+        self._queue(entry)
+
+    def _done(self, entry: _Entry, outcome: Outcome) -> None:
+        self._store.delete(TABLE, entry.envelope.message_id)
+        if outcome.state != "accepted":
+            log(
+                "actorctl:backlog:refused",
+                node=self.name,
+                target=str(entry.address),
+                message_id=entry.envelope.message_id,
+                condition=outcome.condition,
+                description=outcome.description,
+            )
+        if entry.on_done is not None:
+            entry.on_done(outcome)
+
+
+def _pack(address: Address, envelope: Envelope) -> bytes:
+    return str(address).encode() + b"\n" + bytes(encode(envelope))
+
+
+def _unpack(value: bytes) -> tuple[Address, Envelope]:
+    head, _, data = value.partition(b"\n")
+    return Address.parse(head.decode()), decode(data)
