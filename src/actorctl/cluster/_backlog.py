@@ -172,9 +172,7 @@ class Backlog:
 
     def _settled(self, entry: _Entry, outcome: Outcome) -> None:
         message_id = entry.envelope.message_id
-        if outcome.state == "accepted" or (
-            outcome.state == "rejected" and entry.reroute is None
-        ):
+        if outcome.state == "accepted" or (outcome.state == "rejected" and entry.reroute is None):
             self._done(entry, outcome)
             return
         if entry.reroute is not None:

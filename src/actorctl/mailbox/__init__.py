@@ -12,9 +12,9 @@ from ._conditions import BAD_SIGNATURE as BAD_SIGNATURE
 from ._conditions import DECODE_ERROR as DECODE_ERROR
 from ._conditions import EXPIRED as EXPIRED
 from ._conditions import NO_INSTANCE as NO_INSTANCE
-from ._conditions import PEER_UNAVAILABLE as PEER_UNAVAILABLE
 from ._conditions import NOT_FOUND as NOT_FOUND
 from ._conditions import OVER_CREDIT as OVER_CREDIT
+from ._conditions import PEER_UNAVAILABLE as PEER_UNAVAILABLE
 from ._conditions import REPLAY as REPLAY
 from ._conditions import STALE as STALE
 from ._conditions import STOPPING as STOPPING
