@@ -7,7 +7,8 @@ it, because the caller connects to every node of the cluster that may answer
 (``_connect.py``). Sending on a reply link never waits: a slow or dead caller
 cannot hold up a worker (a document for a caller with no link here is logged
 and dropped, as a reply is). A document to an actor (a chord's barrier as
-``reply-to``, a data sink) is an ordinary message to its inbox.
+``reply-to``, a data sink) is a durable send to its inbox: the node's backlog
+keeps it until the actor settles it.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ async def send_document(
 ) -> None:
     """Send a state document about the task ``request`` to each of ``targets``:
     on the reply link for a reply address (never waiting), else to the actor's
-    inbox (pre-settled for the request's ``reply-to``, unsettled for a sink)."""
+    inbox through the node's backlog (returns once the backlog holds it)."""
     outbox = client.outbox
     headers: dict[str, Any] = {H_STATE: state}
     task_id = request.headers.get(H_TASK_ID)
@@ -62,10 +63,9 @@ async def send_document(
             )
             continue
         document = _document(client, request, str(address), body, headers)
-        # The reply-to actor's copy goes pre-settled (the result is the
-        # acknowledgement, as for a reply); a data sink's is settled by the sink.
-        caller = target == request.reply_to
-        await outbox.send(address, document, presettled=caller, confirm=False)
+        # To an actor (a chord's barrier, a data sink): through the backlog,
+        # kept until the actor settles it.
+        await outbox.send(address, document, presettled=False, confirm=False, durable=True)
 
 
 def _document(
