@@ -16,6 +16,7 @@ import pytest
 import trio
 import trio.testing
 
+from actorctl import Node, open_node
 from actorctl.cluster import Store
 from actorctl.cluster._store import PURGE_EVERY
 
@@ -155,6 +156,7 @@ from pathlib import Path
 
 import trio
 
+from actorctl import Node, open_node
 from actorctl.cluster import Store
 
 
@@ -244,3 +246,27 @@ async def test_a_disk_that_fills_up_is_logged_and_writes_go_on_in_memory(
         store.put("t", "after", b"3")
         await store.sync()
         assert [key for key, _ in store.items("t")] == ["first", "big", "after"]
+
+
+# -- a node's store --------------------------------------------------------------------
+
+
+async def test_a_node_runs_its_store_and_commits_it_when_it_stops(tmp_path: Path) -> None:
+    path = tmp_path / "n1" / "store.sqlite"
+    # Given a node with a store on disk
+    async with open_node("n1", insecure=True, store=Store(path, name="n1")) as node:
+        # Then the store was open before the node was ready, and its outbox has it
+        assert node.store.durable
+        assert node.outbox.store is node.store
+        assert path.is_file()
+        # When a write is made that nobody syncs, and the node stops
+        node.store.put("backlog", "m1", b"message")
+    # Then it was committed on the way out
+    async with running(Store(path, name="again")) as store:
+        assert store.items("backlog") == [("m1", b"message")]
+
+
+def test_a_node_without_a_store_keeps_one_in_memory() -> None:
+    node = Node("n1", insecure=True)
+    assert (node.store.path, node.store.durable) == (None, False)
+    assert node.outbox.store is node.store

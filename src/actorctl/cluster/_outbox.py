@@ -34,6 +34,7 @@ from ..mailbox import EXPIRED, Envelope, Outcome, encode
 from ._engine import Engine, EngineSet
 from ._peer import Peer
 from ._pending import PeerSettings, Pending
+from ._store import Store
 
 __all__ = ["NodeOutbox", "ReplyRoutes"]
 
@@ -113,6 +114,7 @@ class NodeOutbox:
         on_peer_state: told ``("host:port", True, container_id)`` when a connection to a peer
             is ready and ``("host:port", False)`` when it closes (the node's
             monitors learn of a lost node this way).
+        store: the node's durable store.
     """
 
     def __init__(
@@ -124,8 +126,10 @@ class NodeOutbox:
         clock: Callable[[], float],
         *,
         on_peer_state: Callable[[str, bool, str | None], None] | None = None,
+        store: Store,
     ) -> None:
         self.name = name
+        self.store = store
         self._on_peer_state = on_peer_state
         self.node_id = node_id
         self.settings = settings
