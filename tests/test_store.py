@@ -16,11 +16,12 @@ import pytest
 import trio
 import trio.testing
 
-from actorctl import Node, open_node
-from actorctl.cluster import Store
+from actorctl import ConfigError, Node, open_node
+from actorctl.cluster import Store, load_cluster
+from actorctl.cluster._foreman import LocalForeman, NodeState
 from actorctl.cluster._store import PURGE_EVERY
 
-from .harness import Logs
+from .harness import Logs, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -156,8 +157,8 @@ from pathlib import Path
 
 import trio
 
-from actorctl import Node, open_node
-from actorctl.cluster import Store
+from actorctl import ConfigError, Node, open_node
+from actorctl.cluster import Store, load_cluster
 
 
 async def main() -> None:
@@ -270,3 +271,69 @@ def test_a_node_without_a_store_keeps_one_in_memory() -> None:
     node = Node("n1", insecure=True)
     assert (node.store.path, node.store.durable) == (None, False)
     assert node.outbox.store is node.store
+
+
+# -- a node's store, from cluster.toml -------------------------------------------------
+
+
+def _cluster(tmp_path: Path, extra: str = "") -> Path:
+    path = tmp_path / "cluster.toml"
+    path.write_text(
+        f'[cluster]\ninsecure = true\n\n[[node]]\nname = "n1"\nlisten = "127.0.0.1:{free_port()}"\n'
+        f"{extra}"
+    )
+    return path
+
+
+def test_durable_must_be_true_or_false(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_cluster(_cluster(tmp_path, 'durable = "yes"\n'))
+    message = str(caught.value)
+    assert str(tmp_path / "cluster.toml") in message
+    assert "key 'node[0].durable': expected true or false" in message
+    assert "node 'n1'" in message
+    assert message.endswith("got 'yes'")
+
+
+def test_a_node_with_durable_false_has_a_memory_store(tmp_path: Path) -> None:
+    config = load_cluster(_cluster(tmp_path, "durable = false\n"))
+    store = config.store(config.node("n1"))
+    assert (store.path, store.durable) == (None, False)
+
+
+async def test_a_node_of_a_cluster_keeps_its_store_under_data(tmp_path: Path) -> None:
+    # Given a cluster file whose node does not say `durable`
+    config = load_cluster(_cluster(tmp_path))
+    node = config.node("n1")
+    runner = LocalForeman(config, node, NodeState(node.name))
+    # When the node runs, then its store is data/n1/store.sqlite beside the file
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(runner.run)
+            assert runner.state.state == "running"
+            assert (tmp_path / "data" / "n1" / "store.sqlite").is_file()
+            nursery.cancel_scope.cancel(reason="test done")
+
+
+async def test_node_run_with_its_cluster_keeps_its_store_under_data(
+    tmp_path: Path, nursery: trio.Nursery
+) -> None:
+    # Given `actorctl node run` for a node of a cluster file
+    config = load_cluster(_cluster(tmp_path))
+    node = config.node("n1")
+    command = [sys.executable, "-m", "actorctl", "node", "run", "--cluster", str(config.path),
+               "--name", "n1", "--listen", node.listen, "--insecure"]  # fmt: skip
+    process: trio.Process = await nursery.start(
+        functools.partial(trio.run_process, command, cwd=ROOT, stdout=subprocess.PIPE, check=False)
+    )
+    assert process.stdout is not None
+    with trio.fail_after(30):
+        said = b""
+        while b'"actorctl:node:ready"' not in said:
+            chunk = await process.stdout.receive_some(4096)
+            assert chunk, f"the node exited before it was ready: {said!r}"
+            said += chunk
+        # Then its store is data/n1/store.sqlite beside the file
+        assert (tmp_path / "data" / "n1" / "store.sqlite").is_file()
+        process.send_signal(signal.SIGINT)  # our own child, by its PID
+        assert await process.wait() == 0
