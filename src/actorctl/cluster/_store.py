@@ -126,7 +126,8 @@ class Store:
 
     async def sync(self) -> None:
         """Return once every put and delete made before the call is on disk (at
-        once for a memory store, or once the store fell back to memory)."""
+        once for a memory store, or once the store fell back to memory). Awaiting
+        it makes sense only while :meth:`run` runs: that is what commits."""
         target = self._queued
         while self._durable and self._committed < target:
             await self._flushed.wait()
