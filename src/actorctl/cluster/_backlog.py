@@ -6,10 +6,12 @@ in the node's store (one group commit with a durable store), not once it is on
 the wire: a worker hands over its follow-ups this way and is free at once, and
 what it handed over outlives the node. One publisher task per target actor sends
 its messages oldest first, as credit allows; a message leaves the backlog when
-its receiver accepts it, or refuses it for good (rejected: logged). Anything
-else (the peer unreachable, the connection lost, ``modified``) sends it again
-later, with backoff, for as long as the node lives, and from the store again
-after a restart.
+its receiver accepts it, or refuses it for good (rejected: logged). A message
+whose peer cannot be reached waits (with the rest of its lane) until the peer
+is back; one the receiver could not take (``modified``, released) is sent
+again later, with backoff. Either way for as long as the node lives, and from
+the store again after a restart. Order: oldest first, except that a message
+sent again goes behind those waiting.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import trio
 from .._errors import ActorctlError, PeerUnavailable
 from .._log import log
 from ..actors import Address
-from ..mailbox import Envelope, Outcome, decode, encode
+from ..mailbox import PEER_UNAVAILABLE, Envelope, Outcome, decode, encode
 from ._peer import Peer
 from ._pending import Pending
 from ._store import Store
@@ -192,6 +194,10 @@ class Backlog:
                 self._store.put(TABLE, message_id, _pack(elsewhere, entry.envelope))
                 self._queue(entry)
                 return
+        if outcome.condition == PEER_UNAVAILABLE:
+            # Its lane waits for the peer to come back before it sends anything.
+            self._queue(entry)
+            return
         entry.attempts += 1
         delay = min(_RETRY_FIRST * 2 ** (entry.attempts - 1), _RETRY_MAX)
         log(
