@@ -14,7 +14,7 @@ import pytest
 import trio
 
 from actorctl import Actor, Address, PeerUnavailable, handler, open_node
-from actorctl.cluster import Router
+from actorctl.cluster import Router, Store
 from actorctl.mailbox import ACCEPTED, Envelope, Outcome
 from tests.harness import Logs, Secrets, free_port
 
@@ -137,3 +137,31 @@ async def test_a_router_keeps_the_message_id_so_a_resend_runs_once(secrets: Secr
             await outbox.send(pool, again, presettled=False, confirm=True)
     # Then the worker saw it under its own id, and ran it once
     assert worker.runs == {envelope.message_id: 1}
+
+
+async def test_a_store_that_cannot_write_logs_it_and_the_backlog_goes_on_in_memory(
+    secrets: Secrets, tmp_path: Path, logs: Logs
+) -> None:
+    # Given a node whose data directory cannot be made (its parent is a file:
+    # refused to root as to anyone)
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("")
+    store = Store(blocker / "data" / "store.sqlite", name="sender")
+    port = free_port()
+    tally = Tally(expected=2)
+    async with open_node("sender", store=store, **_client(secrets)) as node:
+        # Then the failure is logged, naming the path, and the node runs on
+        assert not store.durable
+        [failed] = logs.of_type("actorctl:store:failed")
+        assert str(blocker) in failed["path"]
+        # And durable sends are kept in memory until their peer takes them
+        ref = node.ref(Address("127.0.0.1", port, "tally", "amqps")).with_options(durable=True)
+        with trio.fail_after(WAIT):
+            await ref.tell("note", "a")
+            await ref.tell("note", "b")
+        async with open_node(
+            "receiver", {"tally": tally}, port=port, **secrets.options("receiver")
+        ):
+            with trio.fail_after(WAIT):
+                await tally.arrived.wait()
+    assert tally.values == ["a", "b"]
