@@ -35,7 +35,7 @@ from ._protocol import (
 )
 from ._registry import TaskRegistry
 from ._scheduler import Scheduler
-from ._worker import TaskWorker
+from ._worker import SETTLING, TaskWorker
 
 __all__ = ["TASK_SETTINGS", "PoolRouter", "TaskNodeSettings", "cluster_directory", "task_actors"]
 
@@ -212,7 +212,8 @@ def _worker_class(app: TaskRegistry, pool: str) -> type[TaskWorker]:
         "TaskWorker",
         (TaskWorker,),
         {
-            "concurrency": settings.get("concurrency", 4),
+            "runs": settings.get("concurrency", 4),
+            "concurrency": settings.get("concurrency", 4) + SETTLING,
             "mailbox_capacity": settings.get("mailbox_capacity", 100),
             "threads": bool(settings.get("threads", True)),
             "__module__": TaskWorker.__module__,

@@ -5,6 +5,10 @@ its arguments, runs it under its time limits (``_limits.py``) with its node's
 client as the client of the running task (so that ``add.delay()`` inside a task
 sends through this node), and then sends what follows (``_followups.py``). It
 settles the message only after that (acks-late).
+
+A worker holds more messages at once than it runs (``concurrency`` is its
+pool's ``runs`` plus SETTLING): a run slot is held only while the task runs,
+so the next task starts while the last one's follow-ups are being stored.
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Final
 
 import trio
 
@@ -43,6 +47,9 @@ from ._task import Retry, Task, TaskContext
 __all__ = ["TaskWorker"]
 
 Handled = tuple[Outcome, None]
+#: Messages a worker holds beyond those it runs: tasks whose follow-ups are
+#: being stored (and waiting for a run slot, in the order they came).
+SETTLING: Final = 64
 _Call = tuple[list[Any], dict[str, Any]]
 
 
@@ -60,6 +67,9 @@ class TaskWorker(Actor):
     #: Plain ``def`` tasks run in worker threads (True), or inline on the
     #: node's event loop, one at a time, as Celery's solo pool runs them (False).
     threads: ClassVar[bool] = True
+    #: Tasks it runs at once (the pool's concurrency).
+    runs: ClassVar[int] = 4
+    concurrency: ClassVar[int] = 4 + SETTLING
 
     def __init__(
         self, app: TaskRegistry, pool: str, directory: Directory, state: WorkerState
@@ -68,7 +78,8 @@ class TaskWorker(Actor):
         self.pool = pool
         self.directory = directory
         self.state = state
-        self._threads = trio.CapacityLimiter(type(self).concurrency)
+        self._threads = trio.CapacityLimiter(type(self).runs)
+        self._runs = trio.Semaphore(type(self).runs)
         self._followups: FollowUps | None = None
 
     async def on_start(self) -> None:
@@ -123,13 +134,16 @@ class TaskWorker(Actor):
         task_id = str(
             envelope.headers.get(H_TASK_ID) or envelope.correlation_id or envelope.message_id
         )
-        why_not = self._why_not_run(envelope, task_id)
+        async with self._runs:
+            why_not = self._why_not_run(envelope, task_id)
+            if why_not is None:
+                if envelope.headers.get(H_TRACK):
+                    await followups.report(envelope, STARTED, None)
+                ran = await self._run_all(envelope, task, task_id, calls)
         if why_not is not None:
             await followups.report(envelope, REVOKED, {"reason": why_not})
             return ACCEPTED, None
-        if envelope.headers.get(H_TRACK):
-            await followups.report(envelope, STARTED, None)
-        await self._run_and_follow(envelope, task, task_id, calls)
+        await self._follow(envelope, task, task_id, ran)
         return ACCEPTED, None
 
     def _why_not_run(self, envelope: Envelope, task_id: str) -> str | None:
@@ -142,17 +156,31 @@ class TaskWorker(Actor):
             return f"expired {now - envelope.expiry_time:.3f} s before it could run"
         return None
 
-    async def _run_and_follow(
+    async def _run_all(
         self, envelope: Envelope, task: Task, task_id: str, calls: list[_Call]
-    ) -> None:
-        followups = self.followups
-        retries = envelope.headers.get(H_RETRIES, 0)
-        retries = retries if isinstance(retries, int) else 0
+    ) -> list[Any] | BaseException:
+        """Run the task (each call of a map): its values, or what it raised."""
+        retries = _retries(envelope)
         try:
-            values = [
+            return [
                 await self._run(task, task_id, retries, call_args, call_kwargs, envelope.headers)
                 for call_args, call_kwargs in calls
             ]
+        except (Retry, Exception) as exc:
+            return exc
+
+    async def _follow(
+        self, envelope: Envelope, task: Task, task_id: str, ran: list[Any] | BaseException
+    ) -> None:
+        """Send what follows a run: its result, next step and callbacks, or its
+        failure and errbacks, or its retry."""
+        followups = self.followups
+        retries = _retries(envelope)
+        if isinstance(ran, list):
+            await followups.succeed(envelope, ran if envelope.headers.get(H_MAP) else ran[0])
+            return
+        try:
+            raise ran
         except Retry as retry:
             await self._retry(envelope, task, task_id, retries, retry.exc, retry.countdown)
             return
@@ -177,7 +205,6 @@ class TaskWorker(Actor):
             error = {"type": type(exc).__name__, "message": str(exc)}
             await followups.fail(envelope, task_id, error)
             return
-        await followups.succeed(envelope, values if envelope.headers.get(H_MAP) else values[0])
 
     async def _retry(
         self,
@@ -262,6 +289,11 @@ class TaskWorker(Actor):
             f"task {task.name} ran past its hard time limit ({limits.hard:g} s) and was stopped"
             + ("" if task.is_async or task.boxed else " (its thread runs on: use boxed=True)"),
         )
+
+
+def _retries(envelope: Envelope) -> int:
+    retries = envelope.headers.get(H_RETRIES, 0)
+    return retries if isinstance(retries, int) else 0
 
 
 def _limits_of(task: Task, headers: Mapping[str, Any]) -> TimeLimits:
