@@ -6,6 +6,7 @@ Real nodes on 127.0.0.1, mutual TLS and signed messages.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -98,16 +99,27 @@ def _client(secrets: Secrets) -> dict[str, Any]:
 
 
 class Worker(Actor):
-    """Counts the runs of each message id it takes."""
+    """Counts the runs of each message id it takes, and wakes the test at ``expected``."""
 
-    def __init__(self) -> None:
+    def __init__(self, expected: int = 1) -> None:
         self.runs: dict[str, int] = {}
+        self.expected = expected
+        self.arrived = trio.Event()
 
     async def handle_unmatched(
         self, envelope: Envelope
     ) -> tuple[Outcome, tuple[str, Any] | None] | None:
         self.runs[envelope.message_id] = self.runs.get(envelope.message_id, 0) + 1
+        if len(self.runs) >= self.expected:
+            self.arrived.set()
         return ACCEPTED, None
+
+
+class HandingOver(Router):
+    """A router that hands what it forwards to its node's backlog, as a task pool's does."""
+
+    relays_replies = False
+    hands_over = True
 
 
 async def test_a_router_keeps_the_message_id_so_a_resend_runs_once(secrets: Secrets) -> None:
@@ -137,6 +149,38 @@ async def test_a_router_keeps_the_message_id_so_a_resend_runs_once(secrets: Secr
             await outbox.send(pool, again, presettled=False, confirm=True)
     # Then the worker saw it under its own id, and ran it once
     assert worker.runs == {envelope.message_id: 1}
+
+
+async def test_a_router_moves_what_waits_for_an_unreachable_instance_to_another(
+    secrets: Secrets, logs: Logs
+) -> None:
+    worker = Worker(expected=20)
+    dead = Address("127.0.0.1", free_port(), "work", "amqps")
+    async with (
+        open_node("receiver", {"work": worker}, **secrets.options("receiver")) as receiver,
+        open_node(
+            "router",
+            {"pool": HandingOver([dead, receiver.address_of("work")])},
+            connect_timeout=0.5,
+            **secrets.options("router"),
+        ) as router,
+        open_node("sender", host=None, **secrets.options("sender")) as sender,
+    ):
+        # Given a router whose first instance is on a node that is not running
+        ref = sender.ref(router.address_of("pool"))
+        # When it hands over tasks, some of them to that instance
+        with trio.fail_after(WAIT):
+            async with trio.open_nursery() as nursery:
+                for task in range(20):
+                    nursery.start_soon(functools.partial(ref.tell, "work", task))
+        # Then those are moved to the other instance once the first has been
+        # unreachable for the connect timeout: every task runs, once
+        with trio.fail_after(WAIT):
+            await worker.arrived.wait()
+    assert sorted(worker.runs.values()) == [1] * 20
+    moved = logs.of_type("actorctl:router:rerouted")
+    assert moved
+    assert all(str(dead) in m["reason"] and "peer-unavailable" in m["reason"] for m in moved)
 
 
 async def test_a_store_that_cannot_write_logs_it_and_the_backlog_goes_on_in_memory(

@@ -8,10 +8,13 @@ what it handed over outlives the node. One publisher task per target actor sends
 its messages oldest first, as credit allows; a message leaves the backlog when
 its receiver accepts it, or refuses it for good (rejected: logged). A message
 whose peer cannot be reached waits (with the rest of its lane) until the peer
-is back; one the receiver could not take (``modified``, released) is sent
-again later, with backoff. Either way for as long as the node lives, and from
-the store again after a restart. Order: oldest first, except that a message
-sent again goes behind those waiting.
+is back, unless it may go elsewhere (a router's, which moves it to another
+instance): such a message leaves the lane once the peer has been unreachable
+for the connect timeout, as do those queued behind it later. One the receiver
+could not take (``modified``, released) is sent again later, with backoff.
+Either way for as long as the node lives, and from the store again after a
+restart. Order: oldest first, except that a message sent again goes behind
+those waiting.
 """
 
 from __future__ import annotations
@@ -48,7 +51,7 @@ Done = Callable[[Outcome], None]
 
 @final
 class _Entry:
-    __slots__ = ("address", "attempts", "envelope", "on_done", "reroute")
+    __slots__ = ("address", "attempts", "envelope", "fled", "on_done", "reroute")
 
     def __init__(
         self,
@@ -62,6 +65,10 @@ class _Entry:
         self.on_done = on_done
         self.reroute = reroute
         self.attempts = 0
+        # It left a lane whose peer was unreachable, and has not been sent
+        # since: it waits where it went rather than move again (were every
+        # instance down, it would go round them without end).
+        self.fled = False
 
 
 @final
@@ -174,9 +181,35 @@ class Backlog:
                     messages=len(queue),
                     reason=str(exc),
                 )
-                await peer.wait_connected()
+                await self._wait_for_peer(peer, lane, str(exc))
                 continue
             queue.popleft()
+            entry.fled = False
+
+    async def _wait_for_peer(self, peer: Peer, lane: _Lane, reason: str) -> None:
+        """Wait until ``peer`` is back; meanwhile, what may go elsewhere leaves
+        the lane, as it comes."""
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._flee, lane, reason)
+            await peer.wait_connected()
+            nursery.cancel_scope.cancel(reason="the peer is back")
+
+    async def _flee(self, lane: _Lane, reason: str) -> None:
+        """Hand each entry of ``lane`` that has a reroute (and did not just come
+        from another unreachable peer) to it, now and whenever more are queued;
+        the others keep their place."""
+        outcome = Outcome("released", PEER_UNAVAILABLE, reason)
+        while True:
+            queue = lane.queue
+            leaving = [e for e in queue if e.reroute is not None and not e.fled]
+            if leaving:
+                staying = [e for e in queue if e.reroute is None or e.fled]
+                queue.clear()
+                queue.extend(staying)
+                for entry in leaving:
+                    entry.fled = True
+                    self._settled(entry, outcome)  # elsewhere, or back here
+            await lane.lot.park()
 
     def _settled(self, entry: _Entry, outcome: Outcome) -> None:
         message_id = entry.envelope.message_id
