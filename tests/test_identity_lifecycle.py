@@ -439,3 +439,21 @@ def test_certs_issue_refuses_an_out_directory_of_another_ca(tmp_path: Path) -> N
     with pytest.raises(ConfigError, match="is not the CA of"):
         issue_cert(tmp_path / "one", "bob", out=tmp_path / "two")
     assert not (tmp_path / "two" / "bob.pem").exists()
+
+
+def test_a_revoked_file_that_is_not_a_key_keeps_the_keys_as_they_were(tmp_path: Path) -> None:
+    # Given a keyring that revoked bob
+    keys = keyring_dir(tmp_path / "keys", "node", "bob")
+    revoke_key(keys, "bob")
+    keyring = Keyring.load(keys, "node")
+    bob = IdentityKey.load(keys / "bob.key")
+    generation = keyring.generation
+    # When bob's key comes back beside the others and revoked/ holds a damaged file
+    (keys / "bob.pub").write_bytes(bob.public.pem())
+    (keys / "revoked" / "bob.pub").write_text("damaged")
+    # Then reading it again fails, naming the file, and bob stays untrusted
+    with pytest.raises(ConfigError, match=r"revoked/bob.pub is not a PEM public key"):
+        keyring.reload()
+    assert keyring.generation == generation
+    assert keyring.trusted(bob.key_id) is None
+    assert keyring.revoked(bob.key_id) is not None

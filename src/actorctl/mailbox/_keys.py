@@ -336,29 +336,30 @@ class KeyringChange:
 
 
 def read_public_keys(directory: Path) -> tuple[list[PublicKey], list[PublicKey], list[str]]:
-    """The ``*.pub`` keys of a keyring directory and of its ``revoked/``, leaving
-    out (and describing) the files that are not keys.
+    """The ``*.pub`` keys of a keyring directory and of its ``revoked/``. A file
+    of the directory that is not a key is left out and described; one in
+    ``revoked/`` is an error (leaving it out would trust that key again).
 
     Raises:
-        ConfigError: the directory cannot be listed.
+        ConfigError: either directory cannot be listed, or a file in
+            ``revoked/`` is not a key.
     """
-    problems: list[str] = []
 
-    def read(folder: Path) -> list[PublicKey]:
-        keys = []
-        for path in sorted(folder.glob("*.pub")):
-            try:
-                keys.append(PublicKey.load(path))
-            except ConfigError as exc:
-                problems.append(str(exc))
-        return keys
+    def listed(folder: Path) -> list[Path]:
+        try:
+            return sorted(folder / name for name in os.listdir(folder) if name.endswith(".pub"))
+        except OSError as exc:
+            raise ConfigError(f"keyring {folder} cannot be read: {exc.strerror or exc}") from None
 
-    try:
-        names = os.listdir(directory)
-    except OSError as exc:
-        raise ConfigError(f"keyring {directory} cannot be read: {exc.strerror or exc}") from None
-    revoked = read(directory / REVOKED) if REVOKED in names else []
-    return read(directory), revoked, problems
+    trusted, problems = [], []
+    for path in listed(directory):
+        try:
+            trusted.append(PublicKey.load(path))
+        except ConfigError as exc:
+            problems.append(str(exc))
+    revoked_dir = directory / REVOKED
+    revoked = [PublicKey.load(p) for p in listed(revoked_dir)] if revoked_dir.is_dir() else []
+    return trusted, revoked, problems
 
 
 def _identity_file(directory: Path, name: str | None) -> Path:
