@@ -268,8 +268,8 @@ async def test_a_certificate_issued_by_certs_issue_joins_a_running_cluster(
     newcomer_certs, newcomer_keys = tmp_path / "newcomer-certs", tmp_path / "newcomer-keys"
     issued = await actorctl("certs", "issue", "newcomer", "--dir", certs, "--out", newcomer_certs)
     assert str(newcomer_certs / "newcomer.pem") in issued
-    await actorctl("keys", "gen", "newcomer", "--dir", newcomer_keys)
-    await actorctl("keys", "add", vault_keys / "vault.pub", "--dir", newcomer_keys)
+    keyring_dir(newcomer_keys, "newcomer")
+    add_public_key(newcomer_keys, vault_keys / "vault.pub")
     await actorctl("keys", "add", newcomer_keys / "newcomer.pub", "--dir", vault_keys)
     address = f"amqps://127.0.0.1:{port}/calculator"
     # Then the newcomer calls an actor on the running node, over mutual TLS, signed
