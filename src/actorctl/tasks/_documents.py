@@ -7,7 +7,13 @@ it, because the caller connects to every node of the cluster that may answer
 (``_connect.py``). Sending on a reply link never waits: a slow or dead caller
 cannot hold up a worker (a document for a caller with no link here is logged
 and dropped, as a reply is). A document to an actor (a chord's barrier as
-``reply-to``, a data sink) is an ordinary message to its inbox.
+``reply-to``, a data sink) is an ordinary message to its inbox; a final one is
+a durable send (kept in the node's backlog until the actor accepts it).
+
+A final document (SUCCESS, FAILURE, REVOKED) is also kept in the sending node's
+store (``_state.py``), committed before :func:`send_document` returns, so before
+the task is settled: any caller can fetch it by id for ``RESULT_EXPIRES``
+seconds from that node's ``_tasks`` (``_lookup.py``).
 """
 
 from __future__ import annotations
@@ -21,7 +27,8 @@ from .._log import log
 from ..actors import Actor
 from ..mailbox import ACCEPTED, KIND_DOCUMENT, Envelope, Outcome
 from ._client import TaskClient
-from ._protocol import H_RETRIES, H_STATE, H_TASK_ID, SINK_FAILED, SUCCESS
+from ._protocol import H_RETRIES, H_STATE, H_TASK_ID, READY_STATES, SINK_FAILED, SUCCESS
+from ._state import keep_result, store_of
 
 __all__ = ["DataSink", "TaskResult", "is_reply_address", "send_document"]
 
@@ -38,8 +45,12 @@ async def send_document(
 ) -> None:
     """Send a state document about the task ``request`` to each of ``targets``:
     on the reply link for a reply address (never waiting), else to the actor's
-    inbox (pre-settled for the request's ``reply-to``, unsettled for a sink)."""
+    inbox (pre-settled for the request's ``reply-to``, unsettled for a sink;
+    a final one durably).
+    A final state is kept in the node's store too (committed when this returns),
+    even with no target."""
     outbox = client.outbox
+    kept = state in READY_STATES and keep_result(outbox, request, state, body)
     headers: dict[str, Any] = {H_STATE: state}
     task_id = request.headers.get(H_TASK_ID)
     if task_id:
@@ -62,10 +73,17 @@ async def send_document(
             )
             continue
         document = _document(client, request, str(address), body, headers)
+        if state in READY_STATES:
+            # A final document must reach its actor (a chord's barrier counts
+            # on it): the node's backlog keeps it until the actor accepts it.
+            await outbox.send(address, document, presettled=False, confirm=False, durable=True)
+            continue
         # The reply-to actor's copy goes pre-settled (the result is the
         # acknowledgement, as for a reply); a data sink's is settled by the sink.
         caller = target == request.reply_to
         await outbox.send(address, document, presettled=caller, confirm=False)
+    if kept:
+        await store_of(outbox).sync()
 
 
 def _document(
