@@ -120,7 +120,16 @@ async def node_run(
                     f"supervisor {tree.name!r}: node {node_name!r} has an actor of that name"
                 )
             hosted[tree.name] = tree
-        server = Node(node_name, hosted, host=host, port=port, **security.node_options(node_name))
+        # Its durable store is under its cluster's data/; without one, in memory.
+        store = config.store(node_config) if config is not None else None
+        server = Node(
+            node_name,
+            hosted,
+            host=host,
+            port=port,
+            store=store,
+            **security.node_options(node_name),
+        )
     except ConfigError as exc:
         _fail(str(exc))
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:

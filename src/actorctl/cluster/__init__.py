@@ -20,4 +20,5 @@ from ._inbound import REPLY_PREFIX as REPLY_PREFIX
 from ._node import Node as Node
 from ._node import open_node as open_node
 from ._router import Router as Router
+from ._store import Store as Store
 from ._tls import TlsFiles as TlsFiles

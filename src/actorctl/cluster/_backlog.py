@@ -98,9 +98,15 @@ class Backlog:
         self._lanes: dict[Address, _Lane] = {}
         self._keys = itertools.count()
         self._nursery: trio.Nursery | None = None
+        self._emptied = trio.lowlevel.ParkingLot()
 
     def __len__(self) -> int:
         return self._store.count(TABLE)
+
+    async def wait_empty(self) -> None:
+        """Wait until every message it holds has been settled by its receiver."""
+        while len(self):
+            await self._emptied.park()
 
     def start(self, nursery: trio.Nursery) -> None:
         """Publish from now on, starting with what the store kept from before."""
@@ -218,6 +224,8 @@ class Backlog:
             )
         if entry.on_done is not None:
             entry.on_done(outcome)
+        if not len(self):
+            self._emptied.unpark_all()
 
 
 def _pack(address: Address, envelope: Envelope) -> bytes:

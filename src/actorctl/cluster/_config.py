@@ -10,6 +10,7 @@
     name = "worker-1"
     listen = "127.0.0.1:5701"
     actors = "examples.workers:actors"
+    durable = true          # its store in data/worker-1/store.sqlite; false: in memory
 
     [[supervisor]]          # a supervision tree on a node (see docs/supervision.md)
     name = "pipeline"
@@ -44,6 +45,7 @@ import attrs
 from .._errors import ConfigError
 from ..mailbox import Keyring
 from ..supervision import SupervisorSpec
+from ._store import Store
 from ._tls import TlsFiles
 from ._tree_config import TARGET, check_supervisors, supervisor_specs
 
@@ -51,7 +53,7 @@ __all__ = ["NODE_KEYS", "ClusterConfig", "NodeConfig", "load_cluster", "unknown_
 
 _NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?")
 #: The keys of a [[node]] table this layer reads; an actors factory reads others.
-NODE_KEYS: Final = frozenset({"name", "listen", "actors", "instances"})
+NODE_KEYS: Final = frozenset({"name", "listen", "actors", "instances", "durable"})
 _TABLES: Final = frozenset({"cluster", "node", "router", "supervisor"})
 _CLUSTER_KEYS: Final = frozenset({"name", "dev", "certs", "keys", "insecure", "controller"})
 _ROUTER_KEYS: Final = frozenset({"name", "node", "instances"})
@@ -97,6 +99,7 @@ class NodeConfig:
     # routers this node hosts: (logical name, ("node/actor", ...))
     routes: tuple[tuple[str, tuple[str, ...]], ...] = ()
     supervisors: tuple[str, ...] = ()  # the [[supervisor]] trees it hosts, by name
+    durable: bool = True  # its store on disk (False: in memory, for tests and benchmarks)
     # the node table's other keys, for the actors factory its `actors` names
     settings: Mapping[str, Any] = attrs.field(factory=dict, eq=False, hash=False)
 
@@ -150,6 +153,13 @@ class ClusterConfig:
     @property
     def scheme(self) -> str:
         return "amqp" if self.insecure else "amqps"
+
+    def store(self, node: NodeConfig) -> Store:
+        """The durable store of ``node``: ``data/NODE/store.sqlite`` beside the
+        file, or a memory store for a node with ``durable = false``."""
+        if not node.durable:
+            return Store.memory(node.name)
+        return Store(self.root / "data" / node.name / "store.sqlite", name=node.name)
 
     def routes(self, node: NodeConfig) -> list[tuple[str, list[str]]]:
         """The routers ``node`` hosts: each logical name with its instances'
@@ -271,6 +281,10 @@ class _Where:
         instances = item.get("instances", 1)
         if type(instances) is not int or not 1 <= instances <= 1000:
             raise self.error(f"{prefix}.instances", "a whole number from 1 to 1000", instances)
+        durable = item.get("durable", True)
+        if not isinstance(durable, bool):
+            why = f"true or false (whether node {name!r} keeps its store on disk)"
+            raise self.error(f"{prefix}.durable", why, durable)
         settings = {key: value for key, value in item.items() if key not in NODE_KEYS}
         if actors is None and settings:  # no actors factory here to read them
             key, value = next(iter(settings.items()))
@@ -283,7 +297,7 @@ class _Where:
                 'factory that actors = "MODULE:OBJECT" names, such as a task app, '
                 "reads a node's other keys)",
             )
-        return NodeConfig(name, host, port, actors, instances, settings=settings)
+        return NodeConfig(name, host, port, actors, instances, durable=durable, settings=settings)
 
     def routers(self, items: object, nodes: tuple[NodeConfig, ...]) -> tuple[NodeConfig, ...]:
         """Attach each [[router]] to the node that hosts it."""

@@ -230,7 +230,10 @@ class LocalForeman(_Runner):
             actors[name] = Router(addresses)
         actors.update((spec.name, spec) for spec in config.supervisor_specs(node))
         security = config.security(node.name)
-        async with open_node(node.name, actors, host=node.host, port=node.port, **security) as n:
+        store = config.store(node)
+        async with open_node(
+            node.name, actors, host=node.host, port=node.port, store=store, **security
+        ) as n:
             self._set(state="running", pid=os.getpid(), address=n.url, actors=sorted(n.cells))
             task_status.started()
             await trio.sleep_forever()

@@ -32,7 +32,7 @@ class ActorsFactory(Protocol):
     @property
     def settings_keys(self) -> Collection[str]:
         """The keys of its node's table it reads, besides those every node has
-        (name, listen, actors, instances): any other key there is an error. A
+        (name, listen, actors, instances, durable): any other key there is an error. A
         class attribute will do (``settings_keys = frozenset({"pools"})``)."""
         ...
 

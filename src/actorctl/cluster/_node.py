@@ -40,6 +40,7 @@ from ._inbound import InboundHandler
 from ._monitors import NodeMonitors
 from ._outbox import NodeOutbox
 from ._pending import PeerSettings
+from ._store import Store
 from ._supervised import Hosted, NodeHost, describe_root, node_root
 from ._tls import TlsFiles
 
@@ -90,6 +91,10 @@ class Node:
         connect_timeout: seconds a peer node may stay unreachable before a send
             to it fails with ``PeerUnavailable`` (a durable send waits in the
             backlog instead).
+        store: the node's durable store (the outgoing backlog, delayed tasks,
+            revokes, chord barriers, results); the node runs it, first to start
+            and last to stop. None: a memory store (``durable = false``: nothing
+            survives the process, for tests and benchmarks).
     """
 
     def __init__(
@@ -110,8 +115,10 @@ class Node:
         clock: Callable[[], float] = time.time,
         node_lost_after: float = 10.0,
         connect_timeout: float = 5.0,
+        store: Store | None = None,
     ) -> None:
         self.name = name
+        self.store = store if store is not None else Store.memory(name)
         self.node_id = f"{name}-{os.urandom(6).hex()}"
         self.host = host
         self.port = port
@@ -171,6 +178,7 @@ class Node:
             self._engines,
             clock,
             on_peer_state=lambda peer, up, node: self.monitors.peer_state(peer, up, node),
+            store=self.store,
         )
         self.monitors = NodeMonitors(
             self.outbox,
@@ -189,6 +197,24 @@ class Node:
 
     async def serve(self, *, task_status: trio.TaskStatus[Node] = trio.TASK_STATUS_IGNORED) -> None:
         """Run the node until :meth:`stop` (graceful) or cancellation (immediate)."""
+        async with trio.open_nursery() as outer:
+            # The store starts first and stops last, once nothing else of the
+            # node runs: what they wrote while they stopped is committed too.
+            store_scope = trio.CancelScope(shield=True)
+            await outer.start(self._run_store, store_scope)
+            try:
+                await self._serve(task_status)
+            finally:
+                store_scope.cancel(reason="node stopped")
+        log("actorctl:node:stopped", node=self.name)
+
+    async def _run_store(
+        self, scope: trio.CancelScope, *, task_status: trio.TaskStatus[None]
+    ) -> None:
+        with scope:
+            await self.store.run(task_status=task_status)
+
+    async def _serve(self, task_status: trio.TaskStatus[Node]) -> None:
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             self.outbox.start(nursery)
@@ -220,7 +246,6 @@ class Node:
             actors_scope.cancel(reason="node stop deadline")
             await self._engines.close_all(timeout=1.0)
             nursery.cancel_scope.cancel(reason="node stopped")
-        log("actorctl:node:stopped", node=self.name)
 
     @property
     def stopping(self) -> bool:

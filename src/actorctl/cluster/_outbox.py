@@ -121,7 +121,7 @@ class NodeOutbox:
         on_peer_state: told ``("host:port", True, container_id)`` when a connection to a peer
             is ready and ``("host:port", False)`` when it closes (the node's
             monitors learn of a lost node this way).
-        store: the node's store (the backlog is kept there); default: in memory.
+        store: the node's durable store.
     """
 
     def __init__(
@@ -133,9 +133,10 @@ class NodeOutbox:
         clock: Callable[[], float],
         *,
         on_peer_state: Callable[[str, bool, str | None], None] | None = None,
-        store: Store | None = None,
+        store: Store,
     ) -> None:
         self.name = name
+        self.store = store
         self._on_peer_state = on_peer_state
         self.node_id = node_id
         self.settings = settings
@@ -147,7 +148,6 @@ class NodeOutbox:
         self._waiting: dict[str, _Waiter] = {}
         self._reply_address = f"$reply/{node_id}"
         self._nursery: trio.Nursery | None = None
-        self.store = store if store is not None else Store.memory(name)
         self.backlog = Backlog(name, self.store, self.open_peer, clock)
 
     def start(self, nursery: trio.Nursery) -> None:

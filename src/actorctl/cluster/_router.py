@@ -1,13 +1,24 @@
 """Router: one logical name, a pool of actor instances across nodes.
 
 A router is an actor that handles every message by forwarding it to one of its
-instances: the least loaded first (fewest of its messages in flight there). It
-settles the message it received only once the instance has handled the copy
-(acks-late through the router), answers the caller with the instance's reply,
-and sends the message to another instance when the one it chose answers
-``modified`` (it could not handle it there), does not know the actor, or does
-not settle it in time (its node died): at-least-once, whatever happens to one
-node.
+instances: the least loaded first (fewest of its messages in flight there).
+
+- An ask (a command whose reply-to is a reply link back to this node, with
+  ``relays_replies``) is asked of the instance, and the router relays the reply;
+  it tries another instance when the one it chose answers ``modified`` (it could
+  not handle it there), does not know the actor, or does not answer in time.
+- Every other message is forwarded as it is: the same message id, correlation
+  id, headers and reply-to, so that a copy the sender sends again (after a
+  reconnect) is known for the same message downstream. By default the router
+  settles it once the instance has handled the copy (acks-late through the
+  router) and tries another instance as for an ask.
+- A router that ``hands_over`` (a task pool's) gives every other message,
+  as it is, to the node's backlog for the chosen instance, and settles it once
+  the backlog holds it (in the node's store, when durable): to its sender, the
+  pool has accepted it. The backlog sends it until the instance settles it, and
+  moves it to another instance when that one refuses it (``modified``, unknown
+  actor) or its node cannot be reached: at-least-once, whatever happens to one
+  node.
 """
 
 from __future__ import annotations
@@ -34,11 +45,13 @@ from ..mailbox import (
     DECODE_ERROR,
     KIND_COMMAND,
     NO_INSTANCE,
+    NOT_FOUND,
     STATUS_ERROR,
     STATUS_OK,
     Envelope,
     Outcome,
 )
+from ._outbox import NodeOutbox
 
 __all__ = ["Router"]
 
@@ -54,12 +67,18 @@ class Router(Actor):
 
     mailbox_capacity: ClassVar[int] = 100
     concurrency: ClassVar[int] = 100  # messages it forwards at once
-    dedup_count: ClassVar[int] = 0  # the instances detect duplicates
+    # A message its sender sends again (after a reconnect) is taken once: the
+    # router answers the copy as it answered the first, and hands over nothing.
+    dedup_count: ClassVar[int] = 100_000
     #: True: a command whose reply-to is a reply address (an ask) is called on
     #: the instance, and the router relays the reply. False: every message is
     #: forwarded as it is, and the instance answers the caller itself, on a
     #: reply link the caller must hold to the instance's node.
     relays_replies: ClassVar[bool] = True
+    #: True: a message that is not an ask is handed to the node's backlog and
+    #: settled once it is held there (the backlog moves it to another instance
+    #: when one refuses it). False: it is settled once an instance handled it.
+    hands_over: ClassVar[bool] = False
 
     def __init__(self, instances: Sequence[Address | str], *, attempt_timeout: float = 5.0) -> None:
         if not instances:
@@ -86,6 +105,9 @@ class Router(Actor):
             and "://" not in reply_to
         )
         outbox = self._require_cell().outbox
+        if not wants_reply and self.hands_over and isinstance(outbox, NodeOutbox):
+            await self._hand_over(outbox, envelope)
+            return ACCEPTED, None
         tried: set[Address] = set()
         reasons: list[str] = []
         for _ in range(3 * len(self.instances)):
@@ -99,14 +121,9 @@ class Router(Actor):
                     if wants_reply:
                         result = await ref.ask(envelope.subject, *args, **kwargs)
                         return ACCEPTED, (STATUS_OK, result)
-                    # The message itself, headers and all (a task's chain, its
-                    # time limits, its caller), under a new id.
-                    copy = attrs.evolve(
-                        envelope,
-                        message_id=outbox.new_message_id(),
-                        to=str(target),
-                        creation_time=outbox.now(),
-                    )
+                    # The message itself, ids, headers and all (a task's chain,
+                    # its time limits, its caller), signed afresh.
+                    copy = attrs.evolve(envelope, to=str(target), creation_time=outbox.now())
                     await outbox.send(target, copy, presettled=False, confirm=True)
                     return ACCEPTED, None
             except RemoteError as exc:
@@ -127,3 +144,34 @@ class Router(Actor):
         return Outcome.modified(
             NO_INSTANCE, f"no instance took message {envelope.message_id}: {'; '.join(reasons)}"
         ), None
+
+    async def _hand_over(self, outbox: NodeOutbox, envelope: Envelope) -> None:
+        """Give the message to the node's backlog for the least loaded instance;
+        it counts as in flight there until the instance settles it."""
+        target = min(self.instances, key=lambda a: self.load[a])
+        self.load[target] += 1
+        where = [target]
+
+        def reroute(failed: Address, outcome: Outcome) -> Address | None:
+            if outcome.state == "rejected" and outcome.condition != NOT_FOUND:
+                return None  # bad input: no other instance takes it either
+            others = [a for a in self.instances if a != failed] or self.instances
+            elsewhere = min(others, key=lambda a: self.load[a])
+            self.load[failed] -= 1
+            self.load[elsewhere] += 1
+            where[0] = elsewhere
+            log(
+                "actorctl:router:rerouted",
+                router=self.address.name,
+                message_id=envelope.message_id,
+                reason=f"{failed}: {outcome.condition or outcome.state}",
+                description=outcome.description,
+                to=str(elsewhere),
+            )
+            return elsewhere
+
+        def done(outcome: Outcome) -> None:
+            self.load[where[0]] -= 1
+
+        copy = attrs.evolve(envelope, to=str(target))
+        await outbox.hand_over(target, copy, on_done=done, reroute=reroute)

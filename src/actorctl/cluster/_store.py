@@ -1,60 +1,275 @@
-"""Placeholder: the in-memory half of the node's store (the SQLite half lands next)."""
+"""A node's durable store: small tables kept in memory and written behind to SQLite.
+
+The tables hold what a node must not forget when its process dies: the outgoing
+backlog, the scheduler's delayed tasks, revokes, chord barriers, results with a
+time to live. Every table is mirrored in memory, so reads are dict lookups that
+never touch the disk. Writes change memory at once and are queued; the store's
+:meth:`Store.run` task commits the queue to SQLite from a worker thread, one
+transaction per batch (a group commit: whoever awaits :meth:`Store.sync` while
+a commit is under way shares the next one).
+
+What survives what: the database is in WAL mode with ``synchronous=NORMAL``, so
+a committed write survives the process being killed (SIGKILL included); a power
+loss or an OS crash may lose the last batches committed before it. A write that
+nobody synced may be lost with the process.
+
+A disk that fails (a data directory that cannot be made or written, a file that
+is not a database, a full disk) is logged once, and the store keeps its state in
+memory from then on: nothing is lost while the node lives, and no write raises.
+``Store(None)`` (:meth:`Store.memory`) keeps everything in memory from the start:
+``durable = false``, for tests and benchmarks.
+"""
 
 from __future__ import annotations
 
+import itertools
+import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import final
+from typing import Final, final
 
 import trio
 
+from .._log import log
+
 __all__ = ["Store"]
+
+#: Seconds between two purges of expired rows.
+PURGE_EVERY: Final = 60.0
+#: Seconds the last commit may take when the store stops.
+CLOSE_TIMEOUT: Final = 2.0
+_SCHEMA: Final = """CREATE TABLE IF NOT EXISTS entries (
+    tbl TEXT NOT NULL, key TEXT NOT NULL, value BLOB NOT NULL, expires REAL,
+    PRIMARY KEY (tbl, key))"""
+_PUT: Final = "INSERT OR REPLACE INTO entries (tbl, key, value, expires) VALUES (?, ?, ?, ?)"
+_DELETE: Final = "DELETE FROM entries WHERE tbl = ? AND key = ?"
+_PURGE: Final = "DELETE FROM entries WHERE expires IS NOT NULL AND expires <= ?"
+
+#: One queued write: (table, key, value, expires); a value of None deletes the row.
+_Write = tuple[str, str, bytes | None, float | None]
+_Row = tuple[bytes, float | None]
+_Tables = dict[str, dict[str, _Row]]
+_Loaded = list[tuple[str, str, bytes, float | None]]
 
 
 @final
 class Store:
+    """Durable tables of one node, read from memory and written behind to SQLite.
+
+    Args:
+        path: the SQLite file (its directory is made if missing); None keeps
+            everything in memory (``durable = false``).
+        name: for logs (the node's name).
+        clock: wall-clock time in seconds since the epoch: ``expires`` is on it.
+
+    Attributes:
+        commits: how many batches were committed to disk (one transaction each).
+    """
+
     def __init__(
         self, path: Path | None, *, name: str, clock: Callable[[], float] = time.time
     ) -> None:
         self.path = path
         self.name = name
+        self.commits = 0
         self._clock = clock
-        self._tables: dict[str, dict[str, tuple[bytes, float | None]]] = {}
+        self._tables: _Tables = {}
+        self._durable = path is not None
+        self._db: sqlite3.Connection | None = None
+        self._queue: list[_Write] = []  # written in memory, not yet committed
+        self._queued = 0  # writes ever queued
+        self._committed = 0  # of those, how many are on disk
+        self._wake = trio.Event()  # something was queued
+        self._flushed = trio.Event()  # set (and replaced) after each commit
 
     @classmethod
     def memory(cls, name: str) -> Store:
+        """A store that keeps everything in memory (``durable = false``)."""
         return cls(None, name=name)
 
     @property
     def durable(self) -> bool:
-        return False
+        """Whether writes go to disk now: False for a memory store, and after a
+        disk failure (the store then keeps its state in memory)."""
+        return self._durable
 
-    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        task_status.started()
-        await trio.sleep_forever()
+    # -- reads and writes (sync, from the event loop's thread) ----------------------
 
     def put(self, table: str, key: str, value: bytes, *, expires: float | None = None) -> None:
-        rows = self._tables.setdefault(table, {})
-        rows.pop(key, None)
-        rows[key] = (value, expires)
+        """Set ``key`` of ``table``, replacing any row there; the row becomes the
+        newest of its table. With ``expires`` (a time on the store's clock) the
+        row is gone from then on."""
+        self._write((table, key, value, expires))
 
     def delete(self, table: str, key: str) -> None:
-        self._tables.get(table, {}).pop(key, None)
+        """Remove ``key`` from ``table``, if it is there."""
+        self._write((table, key, None, None))
 
     def get(self, table: str, key: str) -> bytes | None:
+        """The value of ``key`` in ``table``; None if it is absent or expired."""
         row = self._tables.get(table, {}).get(key)
-        if row is None or (row[1] is not None and row[1] <= self._clock()):
+        if row is None or not self._alive(row, self._clock()):
             return None
         return row[0]
 
     def items(self, table: str) -> list[tuple[str, bytes]]:
+        """The unexpired rows of ``table`` as (key, value), oldest first."""
         now = self._clock()
         rows = self._tables.get(table, {})
-        return [(k, v) for k, (v, e) in rows.items() if e is None or e > now]
+        return [(key, row[0]) for key, row in rows.items() if self._alive(row, now)]
 
     def count(self, table: str) -> int:
-        return len(self._tables.get(table, {}))
+        """How many unexpired rows ``table`` has."""
+        now = self._clock()
+        return sum(1 for row in self._tables.get(table, {}).values() if self._alive(row, now))
 
     async def sync(self) -> None:
+        """Return once every put and delete made before the call is on disk (at
+        once for a memory store, or once the store fell back to memory). Awaiting
+        it makes sense only while :meth:`run` runs: that is what commits."""
+        target = self._queued
+        while self._durable and self._committed < target:
+            await self._flushed.wait()
         await trio.lowlevel.checkpoint()
+
+    def _write(self, write: _Write) -> None:
+        _apply(self._tables, write)
+        if self._durable:
+            self._queue.append(write)
+            self._queued += 1
+            self._wake.set()
+
+    @staticmethod
+    def _alive(row: _Row, now: float) -> bool:
+        return row[1] is None or row[1] > now
+
+    # -- running -------------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Open the database, load its unexpired rows, report started, then
+        commit queued writes batch by batch until cancelled; on cancellation,
+        commit what is still queued (within ``CLOSE_TIMEOUT`` s) and close.
+
+        Writes made before it loaded count on top of what it loads. A memory
+        store only purges expired rows now and then.
+        """
+        try:
+            if self.path is not None:
+                await self._open(self.path)
+            task_status.started()
+            await self._serve()
+        finally:
+            with trio.CancelScope(shield=True):
+                with trio.move_on_after(CLOSE_TIMEOUT) as timer:
+                    await self._flush(None, abandon=True)
+                if not timer.cancelled_caught and self._db is not None:
+                    await trio.to_thread.run_sync(self._db.close)
+                self._db = None
+
+    async def _open(self, path: Path) -> None:
+        try:
+            self._db, rows = await trio.to_thread.run_sync(_open, path, self._clock())
+        except (OSError, sqlite3.Error) as exc:
+            self._fail(exc)
+            return
+        tables: _Tables = {}
+        for table, key, value, expires in rows:
+            tables.setdefault(table, {})[key] = (value, expires)
+        for write in self._queue:
+            _apply(tables, write)
+        self._tables = tables
+        log("actorctl:store:opened", store=self.name, path=str(path), rows=len(rows))
+
+    async def _serve(self) -> None:
+        next_purge = trio.current_time() + PURGE_EVERY
+        while True:
+            with trio.move_on_at(next_purge):
+                await self._wake.wait()
+            purge: float | None = None
+            if trio.current_time() >= next_purge:
+                next_purge = trio.current_time() + PURGE_EVERY
+                purge = self._purge_memory()
+            self._wake = trio.Event()
+            await self._flush(purge)
+
+    def _purge_memory(self) -> float:
+        now = self._clock()
+        for rows in self._tables.values():
+            for key in [key for key, row in rows.items() if not self._alive(row, now)]:
+                del rows[key]
+        return now
+
+    async def _flush(self, purge: float | None, *, abandon: bool = False) -> None:
+        """Commit what is queued (and purge rows expired at ``purge``) in one
+        transaction. The batch leaves the queue only once it is committed: a
+        cancelled flush leaves it for the next."""
+        db, count, upto = self._db, len(self._queue), self._queued
+        if db is None or not self._durable or (not count and purge is None):
+            return
+        batch = self._queue[:count]
+        try:
+            await trio.to_thread.run_sync(_commit, db, batch, purge, abandon_on_cancel=abandon)
+        except (OSError, sqlite3.Error) as exc:
+            self._fail(exc)
+            return
+        del self._queue[:count]
+        self.commits += 1
+        self._committed = upto
+        self._flushed.set()
+        self._flushed = trio.Event()
+
+    def _fail(self, exc: BaseException) -> None:
+        log(
+            "actorctl:store:failed",
+            store=self.name,
+            path=str(self.path),
+            error=str(exc),
+            fallback="keeping state in memory from now on",
+        )
+        self._durable = False
+        self._queue.clear()
+        db, self._db = self._db, None
+        if db is not None:
+            # No thread uses it now (a failed commit returned); closing is quick.
+            db.close()
+        self._flushed.set()
+
+
+def _apply(tables: _Tables, write: _Write) -> None:
+    table, key, value, expires = write
+    rows = tables.setdefault(table, {})
+    rows.pop(key, None)  # a replaced row moves to the end, as INSERT OR REPLACE does
+    if value is not None:
+        rows[key] = (value, expires)
+
+
+# -- in a worker thread: one at a time per connection -------------------------------
+
+
+def _open(path: Path, now: float) -> tuple[sqlite3.Connection, _Loaded]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    db = sqlite3.connect(path, check_same_thread=False)
+    try:
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=NORMAL")
+        with db:
+            db.execute(_SCHEMA)
+            db.execute(_PURGE, (now,))
+        rows = db.execute("SELECT tbl, key, value, expires FROM entries ORDER BY rowid").fetchall()
+    except BaseException:
+        db.close()
+        raise
+    return db, rows
+
+
+def _commit(db: sqlite3.Connection, batch: Sequence[_Write], purge: float | None) -> None:
+    with db:  # one transaction: committed whole, or rolled back
+        # Runs of puts and of deletes, each with executemany, in the order made.
+        for is_put, run in itertools.groupby(batch, key=lambda write: write[2] is not None):
+            if is_put:
+                db.executemany(_PUT, run)
+            else:
+                db.executemany(_DELETE, ((table, key) for table, key, _, _ in run))
+        if purge is not None:
+            db.execute(_PURGE, (purge,))

@@ -24,7 +24,7 @@ import attrs
 from .._errors import ActorctlError
 from .._log import log
 from ..actors import Actor, handler
-from ..cluster._store import Store
+from ..cluster import Store
 from ..mailbox import ACCEPTED, KIND_DOCUMENT, Envelope, Outcome
 from ._client import Directory, TaskClient, send_task
 from ._documents import send_document

@@ -62,10 +62,16 @@ class Directory:
             (a router, or one worker).
         nodes: pool name to the endpoints (``amqps://host:port``) of the nodes
             that host its workers: revokes go to each.
+        accepting: the names whose address takes a message on at once (a
+            pool's router, the scheduler, the event hub: they settle it once
+            their node's backlog or store holds it), so that a caller's send to
+            one of them is confirmed ("sent" means "will run"). A worker reached
+            directly settles a task only after running it: a send to it is not.
     """
 
     addresses: Mapping[str, str] = attrs.field(factory=dict)
     nodes: Mapping[str, tuple[str, ...]] = attrs.field(factory=dict)
+    accepting: frozenset[str] = frozenset()
     # ``addresses`` parsed once, when the directory is made (it never changes):
     # resolving a pool's name is on the path of every task sent.
     _parsed: Mapping[str, Address] = attrs.field(
@@ -318,7 +324,8 @@ async def send_task(
     options: Mapping[str, Any] | None = None,
     headers: Mapping[str, Any] | None = None,
     kind: str = KIND_COMMAND,
-    confirm: bool = False,
+    confirm: bool | None = None,
+    durable: bool = False,
 ) -> None:
     """Send one task message to its pool (or to the scheduler, when it is due
     later). Used by callers, and by workers for chain steps, callbacks and retries.
@@ -329,8 +336,15 @@ async def send_task(
     of data sinks), ``chain`` (the rest of a chain, as its header text),
     ``retries``, ``map``, ``track_started``.
 
+    ``confirm``: wait until the receiver settled it; by default, when the
+    directory says the receiver takes it on at once (``Directory.accepting``).
+    ``durable``: hand it to the node's backlog and return (what a worker sends
+    on behalf of a task it runs: the worker slot is free at once).
+
     Raises:
         ConfigError: an unknown pool, or a delay with no scheduler.
+        DeliveryError: (confirmed) the receiver refused it.
+        PeerUnavailable: (not durable) its node could not be reached.
     """
     options = options or {}
     outbox = client.outbox
@@ -346,10 +360,12 @@ async def send_task(
         expiry_time = (
             now + float(expires) if isinstance(expires, int | float) else _timestamp(expires)
         )
-    target = client.directory.resolve(pool)
+    directory = client.directory
+    receiver = pool
     if eta is not None and eta > now + 0.001:
         meta[H_ETA] = eta
-        target = client.directory.resolve(SCHEDULER)
+        receiver = SCHEDULER
+    target = directory.resolve(receiver)
     envelope = Envelope(
         message_id=outbox.new_message_id(),
         to=str(target),
@@ -362,4 +378,6 @@ async def send_task(
         expiry_time=expiry_time,
         headers=meta,
     )
-    await outbox.send(target, envelope, presettled=False, confirm=confirm)
+    if confirm is None:
+        confirm = receiver in directory.accepting
+    await outbox.send(target, envelope, presettled=False, confirm=confirm, durable=durable)

@@ -7,8 +7,8 @@ it, because the caller connects to every node of the cluster that may answer
 (``_connect.py``). Sending on a reply link never waits: a slow or dead caller
 cannot hold up a worker (a document for a caller with no link here is logged
 and dropped, as a reply is). A document to an actor (a chord's barrier as
-``reply-to``, a data sink) is an ordinary message to its inbox; a final one is
-a durable send (kept in the node's backlog until the actor accepts it).
+``reply-to``, a data sink) is a durable send to its inbox: the node's backlog
+keeps it until the actor settles it.
 
 A final document (SUCCESS, FAILURE, REVOKED) is also kept in the sending node's
 store (``_state.py``), committed before :func:`send_document` returns, so before
@@ -45,9 +45,8 @@ async def send_document(
 ) -> None:
     """Send a state document about the task ``request`` to each of ``targets``:
     on the reply link for a reply address (never waiting), else to the actor's
-    inbox (pre-settled for the request's ``reply-to``, unsettled for a sink;
-    a final one durably).
-    A final state is kept in the node's store too (committed when this returns),
+    inbox through the node's backlog (returns once the backlog holds it). A
+    final state is kept in the node's store too (committed when this returns),
     even with no target."""
     outbox = client.outbox
     kept = state in READY_STATES and keep_result(outbox, request, state, body)
@@ -73,15 +72,9 @@ async def send_document(
             )
             continue
         document = _document(client, request, str(address), body, headers)
-        if state in READY_STATES:
-            # A final document must reach its actor (a chord's barrier counts
-            # on it): the node's backlog keeps it until the actor accepts it.
-            await outbox.send(address, document, presettled=False, confirm=False, durable=True)
-            continue
-        # The reply-to actor's copy goes pre-settled (the result is the
-        # acknowledgement, as for a reply); a data sink's is settled by the sink.
-        caller = target == request.reply_to
-        await outbox.send(address, document, presettled=caller, confirm=False)
+        # To an actor (a chord's barrier, a data sink): through the backlog,
+        # kept until the actor settles it.
+        await outbox.send(address, document, presettled=False, confirm=False, durable=True)
     if kept:
         await store_of(outbox).sync()
 

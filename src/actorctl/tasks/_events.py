@@ -68,6 +68,7 @@ class EventHub(Actor):
                     reply_to=None,
                     options={"sinks": [*task.sinks, *sinks]},
                     headers={H_EVENT: event_name, H_EVENT_ID: envelope.message_id},
+                    durable=True,
                 )
             except ActorctlError as exc:  # one subscriber's pool must not cost the others
                 log(

@@ -1,12 +1,12 @@
 """What follows a task's run: documents to its caller and sinks, the next step
 of a chain, linked callbacks and errbacks, and retries.
 
-Each goes out through the worker node's outbox before the worker settles the
-task (acks-late), so that a chain never loses a step when a worker dies. Next
-steps, callbacks and retries are not confirmed: settlement means "handled", and
-a next step is handled only after the rest of the chain, so waiting for it
-would hold one worker slot per step; the node's link keeps it unsettled (and
-sends it again after a reconnect) until the pool takes it.
+Each is handed to the worker node's backlog (a durable send: kept in the
+node's store until its next hop accepts it) before the worker settles the task
+(acks-late), so that a chain never loses a step when a worker, its node or the
+next hop dies, and the worker slot is free as soon as the follow-up is stored:
+a dead or slow caller, a full router or a credit cycle (callbacks queued behind
+the parents that send them) cannot stall a pool.
 """
 
 from __future__ import annotations
@@ -115,7 +115,7 @@ class FollowUps:
                 task_id=new_task_id(),
                 reply_to=None,
                 options=options,
-                confirm=False,
+                durable=True,
             )
         await self.report(envelope, FAILURE, error)
 
@@ -148,7 +148,7 @@ class FollowUps:
             correlation_id=envelope.correlation_id,
             options=options,
             headers=passthrough,
-            confirm=False,
+            durable=True,
         )
 
     async def _send_signature(
@@ -183,5 +183,5 @@ class FollowUps:
             correlation_id=envelope.correlation_id if reply else None,
             options=options,
             headers=headers,
-            confirm=False,
+            durable=True,
         )

@@ -49,11 +49,14 @@ class PoolRouter(Router):
     """A task pool's router: tasks run as long as they run (a worker settles a
     task once it has run it), so it holds many at once and re-routes one only
     when its worker refuses it or its node is gone, not after a few seconds.
-    It forwards every task as it is: the worker answers the caller itself."""
+    It forwards every task as it is: the worker answers the caller itself. It
+    hands each task to its node's backlog and settles it once held there, so a
+    caller's send is confirmed as soon as the pool has the task."""
 
     mailbox_capacity: ClassVar[int] = 1000
     concurrency: ClassVar[int] = 1000
     relays_replies: ClassVar[bool] = False
+    hands_over: ClassVar[bool] = True
 
 
 @final
@@ -136,7 +139,10 @@ def cluster_directory(config: ClusterConfig) -> Directory:
         addresses[EVENTS] = f"{url}/{EVENT_HUB_NAME}"
         addresses[SCHEDULER] = f"{url}/{SCHEDULER_NAME}"
         addresses[CHORDS] = f"{url}/{CHORD_BARRIER_NAME}"
-    return Directory(addresses, {pool: tuple(where) for pool, where in nodes.items()})
+    # A pool's router and the event hub settle what they are sent once their
+    # node holds it: a caller's sends to them are confirmed.
+    accepting = frozenset([*nodes, EVENTS]) if services is not None else frozenset()
+    return Directory(addresses, {pool: tuple(where) for pool, where in nodes.items()}, accepting)
 
 
 def _workers(config: ClusterConfig, settings: dict[str, TaskNodeSettings], pool: str) -> list[str]:

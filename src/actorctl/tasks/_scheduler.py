@@ -34,7 +34,7 @@ import trio
 from .._errors import ActorctlError, ConfigError, WireFormatError
 from .._log import log
 from ..actors import Actor, Outbox
-from ..cluster._store import Store
+from ..cluster import Store
 from ..mailbox import ACCEPTED, STATUS_OK, Envelope, Outcome, decode, encode
 from ._client import Directory, TaskClient
 from ._documents import send_document

@@ -22,7 +22,7 @@ from typing import Any, Final, final
 
 from .._log import log
 from ..actors import Address, Outbox
-from ..cluster._store import Store
+from ..cluster import Store
 from ..mailbox import Envelope
 from ._protocol import H_CHORD, H_RETRIES, H_STATE, H_TASK_ID, compact
 

@@ -168,8 +168,12 @@ class Task:
     ) -> AsyncResult:
         """Send it with options: ``countdown``/``eta``, ``expires``, ``priority``,
         ``time_limit``, ``soft_time_limit``, ``link``, ``link_error``, ``sinks``,
-        ``ignore_result``, ``task_id``. Returns at once: the message goes out from
-        the client's thread, in order.
+        ``ignore_result``, ``task_id``. Through a pool's router (a cluster with
+        a services node), it returns once the router's node holds the message:
+        sent means it will run, whatever happens to this process after. A pool
+        reached directly (one worker, no router) settles a task only after
+        running it: then it returns at once, and the message goes out from the
+        client's thread, in order.
 
         Raises:
             ConfigError: the app is not connected, or an unknown pool or option.
@@ -182,7 +186,10 @@ class Task:
             # send() has failed the result the caller holds; the log says it too.
             log("actorctl:task:unsent", task=self.name, task_id=result.id, error=str(exc))
 
-        client.submit(send, failed)
+        if self.pool in client.directory.accepting:
+            client.wait_in_client_thread(send)
+        else:
+            client.submit(send, failed)
         return result
 
     async def adelay(self, *args: Any, **kwargs: Any) -> AsyncResult:
