@@ -139,9 +139,9 @@ def cluster_directory(config: ClusterConfig) -> Directory:
         addresses[EVENTS] = f"{url}/{EVENT_HUB_NAME}"
         addresses[SCHEDULER] = f"{url}/{SCHEDULER_NAME}"
         addresses[CHORDS] = f"{url}/{CHORD_BARRIER_NAME}"
-    # A pool's router and the event hub settle what they are sent once their
-    # node holds it: a caller's sends to them are confirmed.
-    accepting = frozenset([*nodes, EVENTS]) if services is not None else frozenset()
+    # A pool's router, the event hub and the scheduler settle what they are
+    # sent once their node holds it: a caller's sends to them are confirmed.
+    accepting = frozenset([*nodes, EVENTS, SCHEDULER]) if services is not None else frozenset()
     return Directory(addresses, {pool: tuple(where) for pool, where in nodes.items()}, accepting)
 
 
