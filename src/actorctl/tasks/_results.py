@@ -15,22 +15,25 @@ through the :class:`Lookup` of the calling context, which connecting sets.
 
 from __future__ import annotations
 
-import builtins
 import contextlib
 import contextvars
 import math
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
-from types import MappingProxyType
-from typing import Any, Protocol, final
+from typing import Any, Final, Protocol, final
 
 import trio
 
-from .._errors import ActorctlError, AskTimeout, TaskFailed, TaskRevoked
+from .._errors import ActorctlError, AskTimeout, TaskRevoked
 from ..actors import Outbox
 from ..mailbox import Envelope
 from ._protocol import FAILURE, H_RETRIES, H_STATE, PENDING, READY_STATES, RETRY, REVOKED, SUCCESS
+from ._task_errors import task_error
+
+#: Seconds a caller waits for a result's document before it also fetches the
+#: result by id (in case the document was sent while its reply link was down).
+FALLBACK_AFTER: Final = 1.0
 
 __all__ = [
     "AsyncResult",
@@ -38,7 +41,6 @@ __all__ = [
     "Lookup",
     "ResultRegistry",
     "in_trio",
-    "task_error",
     "using_lookup",
 ]
 
@@ -74,45 +76,6 @@ def using_lookup(lookup: Lookup) -> Iterator[Lookup]:
         yield lookup
     finally:
         _lookup.reset(token)
-
-
-def task_error(type_name: str, message: str, task_id: str | None = None) -> TaskFailed:
-    """The exception ``get()`` raises for a task that failed with ``type_name``.
-
-    For a built-in exception type it is also an instance of that built-in
-    (``except ZeroDivisionError`` works); the type is looked up by name among the
-    built-ins only, never imported or unpickled.
-    """
-    cls = _ERROR_CLASSES.get(type_name, TaskFailed)
-    error = cls.__new__(cls)
-    TaskFailed.__init__(error, type_name, message, task_id)
-    return error
-
-
-def _error_class(name: str, builtin: type[Exception]) -> type[TaskFailed] | None:
-    """A subclass of TaskFailed and of ``builtin`` called ``name``, if its
-    instances can be made as ``task_error`` makes them."""
-    try:
-        cls: type[TaskFailed] = type(name, (TaskFailed, builtin), {"__module__": "actorctl.tasks"})
-        TaskFailed.__init__(cls.__new__(cls), name, "", None)
-    except TypeError:  # a built-in that takes its own arguments (UnicodeDecodeError, ...)
-        return None
-    return cls
-
-
-#: Built-in exception name to the class ``task_error`` raises for it: made once,
-#: when the module is imported, and never changed (the same name always gives the
-#: same class, so ``except`` clauses match across results).
-_ERROR_CLASSES: Mapping[str, type[TaskFailed]] = MappingProxyType(
-    {
-        name: cls
-        for name, builtin in vars(builtins).items()
-        if isinstance(builtin, type)
-        and issubclass(builtin, Exception)
-        and not issubclass(builtin, TaskFailed)
-        and (cls := _error_class(name, builtin)) is not None
-    }
-)
 
 
 def in_trio() -> bool:
@@ -226,7 +189,15 @@ class AsyncResult:
             lookup.run_blocking(self._fetch, lookup, timeout)
         else:
             self._check_tracked()
-            self._done_thread.wait(timeout)
+            deadline = None if timeout is None else time.monotonic() + timeout
+            first = FALLBACK_AFTER if timeout is None else min(timeout, FALLBACK_AFTER)
+            if not self._done_thread.wait(first):
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                fallback = self._fallback()
+                if fallback is not None:
+                    fallback.run_blocking(self._wait_or_fetch, fallback, left)
+                else:
+                    self._done_thread.wait(left)
         if self._state not in READY_STATES:
             raise AskTimeout(f"{self._name()} not ready within {timeout:g} s")
         return self._outcome(propagate)
@@ -239,7 +210,13 @@ class AsyncResult:
         else:
             self._check_tracked()
             with trio.move_on_after(math.inf if timeout is None else timeout):
-                await self._done_trio.wait()
+                with trio.move_on_after(FALLBACK_AFTER):
+                    await self._done_trio.wait()
+                fallback = self._fallback()
+                if fallback is not None:
+                    await self._wait_or_fetch(fallback, None)
+                else:
+                    await self._done_trio.wait()
         if self._state not in READY_STATES:
             raise AskTimeout(f"{self._name()} not ready within {timeout:g} s")
         return self._outcome(propagate)
@@ -296,6 +273,23 @@ class AsyncResult:
             return None
         return self._lookup or _lookup.get()
 
+    def _fallback(self) -> Lookup | None:
+        """Where to fetch a result its process is sent, when its document has
+        not come within FALLBACK_AFTER seconds (the caller's reply link was down
+        when it was sent, as while a node restarts): None if it is final."""
+        if not self._delivered or self._state in READY_STATES:
+            return None
+        return self._lookup or _lookup.get()
+
+    async def _wait_or_fetch(self, lookup: Lookup, timeout: float | None) -> None:
+        """Wait for the document and fetch the result by id, both at once,
+        until either brings it or ``timeout`` passed."""
+        with trio.move_on_after(math.inf if timeout is None else timeout):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._fetch, lookup, None)
+                await self._done_trio.wait()
+                nursery.cancel_scope.cancel()
+
     async def _fetch(self, lookup: Lookup, timeout: float | None) -> None:
         """Ask until the result is found (recorded) or ``timeout`` passed."""
         self._record(await lookup.wait(self.id, timeout))
@@ -310,6 +304,8 @@ class AsyncResult:
         state, body, headers = found
         retries = headers.get(H_RETRIES, 0)
         self.update(str(state), body, retries if isinstance(retries, int) else 0)
+        if self._delivered and self._forget is not None:
+            self._forget(self.id)  # its document will not be waited for any more
 
     def _outcome(self, propagate: bool) -> Any:
         if self._state == SUCCESS:
