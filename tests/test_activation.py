@@ -7,7 +7,7 @@ import pytest
 import trio
 import trio.testing
 
-from actorctl import Actor, handler, open_node
+from actorctl import Actor, ActorctlError, handler, open_node
 from actorctl.actors import ActorCell, Address
 from actorctl.actors._cell import IDLE_LINGER
 from actorctl.mailbox import KIND_COMMAND, Envelope, Outcome
@@ -180,3 +180,76 @@ async def test_an_on_stop_that_raises_fails_only_its_own_actor(logs: Logs) -> No
     failed = logs.of_type("actorctl:actor:on-stop-failed")
     assert failed
     assert {m["actor"] for m in failed} == {"bad"}
+
+
+class Ticker(Actor):
+    """Runs a task of its own from on_start; ``boom`` makes that task raise."""
+
+    def __init__(self, log: list[str]) -> None:
+        self.log = log
+        self.boom = trio.Event()
+
+    async def on_start(self) -> None:
+        self.log.append("start")
+        self.start_soon(self._tick)
+
+    async def _tick(self) -> None:
+        try:
+            await self.boom.wait()
+        finally:
+            self.log.append("tick ended")
+        raise RuntimeError("the timer broke")
+
+    async def on_stop(self) -> None:
+        self.log.append("stop")
+
+    @handler
+    async def explode(self, n: int) -> None:
+        self.boom.set()
+
+
+async def test_a_task_an_actor_starts_ends_before_its_on_stop(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    # Given an actor that started a task of its own in on_start
+    async with open_node("host", host=None, insecure=True) as node:
+        log: list[str] = []
+        cell = ActorCell(Ticker(log), Address("127.0.0.1", 1, "t", "amqp"), node.outbox)
+        async with trio.open_nursery() as nursery:
+            await cell.activate(nursery, lambda error: None)
+            await trio.testing.wait_all_tasks_blocked()
+            assert len(nursery.child_tasks) == 1  # its task, and no turn
+            # When its supervisor stops it
+            await cell.deactivate()
+            # Then its task was cancelled, and gone before on_stop ran
+            assert log == ["start", "tick ended", "stop"]
+            assert len(nursery.child_tasks) == 0
+            # and a stopped actor starts no task
+            with pytest.raises(ActorctlError, match="not running"):
+                cell.start_soon(trio.sleep_forever)
+
+
+async def test_a_task_an_actor_started_that_raises_crashes_the_actor(
+    autojump_clock: trio.abc.Clock, logs: Logs
+) -> None:
+    # Given a supervised actor whose on_start starts a task
+    async with open_node("host", host=None, insecure=True) as node:
+        log: list[str] = []
+        cell = ActorCell(
+            Ticker(log), Address("127.0.0.1", 1, "t", "amqp"), node.outbox,
+            factory=lambda: Ticker(log),
+        )  # fmt: skip
+        supervisor = Supervisor("s", [ChildSpec("t", cell.run, activation=cell)])
+        async with trio.open_nursery() as nursery:
+            await nursery.start(supervisor.run)
+            # When that task raises
+            cell.mailbox.put_nowait(_message(1, "explode"), None)
+            await trio.sleep(1)  # the clock jumps: past the supervisor's restart backoff
+            # Then the actor crashed (logged) and its supervisor started it
+            # again: a fresh instance, with one task of its own again
+            assert log == ["start", "tick ended", "stop", "start"]
+            crashed = logs.of_type("actorctl:actor:crashed")
+            assert [m["error"] for m in crashed] == ["the timer broke"]
+            assert cell.state == "running"
+            assert len(cell._background) == 1
+            nursery.cancel_scope.cancel()

@@ -7,6 +7,7 @@ from typing import ClassVar, Protocol
 
 from .._errors import ActorctlError
 from ._address import Address
+from ._background import TaskFn
 from ._handlers import Behaviour
 from ._monitor import Monitors, Terminated
 from ._ref import ActorRef, Outbox
@@ -29,6 +30,8 @@ class ActorHost(Protocol):
     watching: set[str]
 
     def stop(self) -> None: ...
+
+    def start_soon(self, fn: TaskFn, *args: object) -> None: ...
 
 
 class Actor(Behaviour):
@@ -114,6 +117,19 @@ class Actor(Behaviour):
         normal exit (a permanent child is started again; transient and
         temporary ones are not). Queued messages are released to their senders."""
         self._require_cell().stop()
+
+    def start_soon(self, fn: TaskFn, *args: object) -> None:
+        """Run ``await fn(*args)`` as a task of this actor, besides its handlers
+        (a timer, a loop over what it holds): from ``on_start`` or a handler.
+        The task belongs to this incarnation of the actor: it is cancelled
+        before ``on_stop`` when the actor stops, or is stopped to be started
+        again, and an exception from it crashes the actor (its supervisor
+        decides what follows).
+
+        Raises:
+            ActorctlError: the actor is not running (or is stopping).
+        """
+        self._require_cell().start_soon(fn, *args)
 
     # -- behaviour ---------------------------------------------------------------
 

@@ -15,7 +15,7 @@ from typing import Any, final
 
 import trio
 
-from .._errors import WireFormatError
+from .._errors import ActorctlError, WireFormatError
 from .._log import log
 from ..mailbox import (
     ACCEPTED,
@@ -25,21 +25,20 @@ from ..mailbox import (
     EXPIRED,
     KIND_DOCUMENT,
     RELEASED,
-    STATUS_ERROR,
     STATUS_OK,
     UNKNOWN_HANDLER,
     Envelope,
     Inbound,
     Mailbox,
-    Outcome,
 )
 from ._actor import Actor
 from ._address import Address
+from ._background import Background, TaskFn
 from ._dedup import Handled, SeenWindow
 from ._handlers import BadArguments, Behaviour, HandlerSpec, converter
 from ._monitor import TERMINATED, Monitors, Terminated
 from ._ref import Outbox, to_wire
-from ._replies import send_reply
+from ._replies import handler_failed, refuse, send_reply, settle_refused
 
 __all__ = ["ActorCell"]
 
@@ -98,6 +97,7 @@ class ActorCell:
         self._parked = False  # its turn waits for a message
         self._inflight: set[Inbound] = set()
         self._seen = SeenWindow(type(actor).dedup_count, type(actor).dedup_seconds)
+        self._background = Background()
         actor._cell = self
 
     @property
@@ -149,9 +149,13 @@ class ActorCell:
             Exception: what ``on_start`` raised (the actor did not start).
         """
         self._incarnate()
-        await self.actor.on_start()
-        self.state = "running"
         self._nursery = nursery
+        try:
+            await self.actor.on_start()
+        except BaseException:
+            await self._stop_background("failed to start")
+            raise
+        self.state = "running"
         self._on_end = on_end
         self.mailbox.on_arrival(self._wake)
         if self.mailbox.pending or self.mailbox.closed:
@@ -174,6 +178,27 @@ class ActorCell:
         self.stop()
         await self._stop_actor()
         self.state = "stopped"
+
+    def start_soon(self, fn: TaskFn, *args: object) -> None:
+        """Run ``fn(*args)`` as a task of the actor's current incarnation
+        (``_background.py``): from its ``on_start`` or its handlers."""
+        if self._nursery is None:
+            raise ActorctlError(f"actor {self.name!r} is not running: it cannot start a task")
+        self._background.start_soon(self._nursery, fn, args, self._background_failed)
+
+    async def _background_failed(self, error: Exception) -> None:
+        """A task the actor started raised: the actor crashed."""
+        on_end = self._on_end
+        if on_end is not None:
+            await self.deactivate()  # its turn and its other tasks end first
+        self._crashed(error)
+        if on_end is not None:
+            on_end(error)
+
+    async def _stop_background(self, why: str) -> None:
+        self._nursery = None  # no task may start from now on
+        with trio.CancelScope(shield=True):
+            await self._background.cancel(f"actor {self.name!r} {why}")
 
     def retire(self) -> None:
         """Its supervisor will not start it again (it crashed, and is temporary,
@@ -288,7 +313,9 @@ class ActorCell:
 
     async def _stop_actor(self) -> Exception | None:
         """Run on_stop (at most 5 s). What it raises is logged and returned: a
-        failure of this actor alone, never of the task that stops it."""
+        failure of this actor alone, never of the task that stops it. The tasks
+        it started end first."""
+        await self._stop_background("stopped")
         actor = self.actor
         failed: Exception | None = None
         with trio.CancelScope(shield=True) as scope:
@@ -391,12 +418,12 @@ class ActorCell:
         if handled.outcome is ACCEPTED:
             inbound.settle(ACCEPTED)
         else:
-            self._settle(inbound, handled.outcome)
+            settle_refused(self.name, inbound, handled.outcome)
 
     async def _dispatch(self, envelope: Envelope) -> Handled:
         """Run the message's handler; say how to answer it."""
         if envelope.kind == KIND_DOCUMENT and not type(self.actor).takes_documents:
-            return _refuse(
+            return refuse(
                 BAD_KIND,
                 f"actor {self.name!r} takes commands and events; a document "
                 "(a reply) goes to the reply address of the call it answers",
@@ -412,7 +439,7 @@ class ActorCell:
             outcome = behaviour.unhandled(envelope)
             if outcome is not None:
                 return Handled(outcome, None)
-            return _refuse(
+            return refuse(
                 UNKNOWN_HANDLER,
                 f"actor {self.name!r} has no handler {envelope.subject!r} "
                 f"(it has: {', '.join(sorted(behaviour.__actorctl_handlers__)) or 'none'})",
@@ -420,14 +447,14 @@ class ActorCell:
         try:
             args, kwargs = spec.bind(*envelope.call())
         except WireFormatError as exc:
-            return _refuse(DECODE_ERROR, str(exc))
+            return refuse(DECODE_ERROR, str(exc))
         except BadArguments as exc:
-            return _refuse(BAD_ARGUMENTS, str(exc))
+            return refuse(BAD_ARGUMENTS, str(exc))
         deadline = math.inf
         if envelope.expiry_time is not None:
             left = envelope.expiry_time - self.outbox.now()
             if left <= 0:
-                return _refuse(EXPIRED, f"message expired {-left:.3f} s before it was handled")
+                return refuse(EXPIRED, f"message expired {-left:.3f} s before it was handled")
             deadline = trio.current_time() + left
         try:
             if deadline == math.inf:  # no expiry: no cancel scope (it costs per message)
@@ -436,21 +463,11 @@ class ActorCell:
                 with trio.CancelScope(deadline=deadline) as scope:
                     result = await self._run(spec, behaviour, args, kwargs)
                 if scope.cancelled_caught:
-                    return _refuse(
+                    return refuse(
                         EXPIRED, f"handler {envelope.subject!r} ran past the message's expiry"
                     )
         except Exception as exc:
-            log(
-                "actorctl:handler:failed",
-                actor=self.name,
-                handler=envelope.subject,
-                message_id=envelope.message_id,
-                error_type=type(exc).__name__,
-                error=str(exc),
-            )
-            return Handled(
-                ACCEPTED, (STATUS_ERROR, {"type": type(exc).__name__, "message": str(exc)})
-            )
+            return handler_failed(self.name, envelope, exc)
         return Handled(ACCEPTED, (STATUS_OK, to_wire(result)))
 
     async def _terminated(self, envelope: Envelope) -> Handled:
@@ -460,7 +477,7 @@ class ActorCell:
             args, _ = envelope.call()
             terminated = converter.structure(args[0], Terminated)
         except Exception as exc:  # any malformed body
-            return _refuse(DECODE_ERROR, f"a Terminated message: {exc}")
+            return refuse(DECODE_ERROR, f"a Terminated message: {exc}")
         if terminated.address not in self.watching:
             return Handled(ACCEPTED, None)  # unwatched, or already told
         self.watching.discard(terminated.address)
@@ -480,19 +497,3 @@ class ActorCell:
         if threads is None:
             threads = self._threads = trio.CapacityLimiter(self._concurrency)
         return await trio.to_thread.run_sync(call, limiter=threads, abandon_on_cancel=True)
-
-    def _settle(self, inbound: Inbound, outcome: Outcome) -> None:
-        envelope = inbound.envelope
-        log(
-            f"actorctl:delivery:{outcome.state}",
-            actor=self.name,
-            handler=envelope.subject,
-            message_id=envelope.message_id,
-            condition=outcome.condition,
-            description=outcome.description,
-        )
-        inbound.settle(outcome)
-
-
-def _refuse(condition: str, description: str) -> Handled:
-    return Handled(Outcome.rejected(condition, description), None)

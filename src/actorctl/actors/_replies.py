@@ -1,4 +1,5 @@
-"""The reply an actor sends its caller: a document to the caller's reply address."""
+"""How an actor answers: the reply it sends its caller (a document to the
+caller's reply address), and the settlement of a message it refuses."""
 
 from __future__ import annotations
 
@@ -6,10 +7,19 @@ from typing import Any
 
 from .._errors import WireFormatError
 from .._log import log
-from ..mailbox import KIND_COMMAND, KIND_DOCUMENT, STATUS_ERROR, Envelope
+from ..mailbox import (
+    ACCEPTED,
+    KIND_COMMAND,
+    KIND_DOCUMENT,
+    STATUS_ERROR,
+    Envelope,
+    Inbound,
+    Outcome,
+)
+from ._dedup import Handled
 from ._ref import Outbox
 
-__all__ = ["send_reply"]
+__all__ = ["handler_failed", "refuse", "send_reply", "settle_refused"]
 
 
 def send_reply(outbox: Outbox, actor: str, request: Envelope, status: str, body: Any) -> None:
@@ -50,3 +60,36 @@ def send_reply(outbox: Outbox, actor: str, request: Envelope, status: str, body:
                 headers={"status": STATUS_ERROR},
             )
         )
+
+
+def refuse(condition: str, description: str) -> Handled:
+    """How a message the actor cannot take is answered: rejected, with why."""
+    return Handled(Outcome.rejected(condition, description), None)
+
+
+def settle_refused(actor: str, inbound: Inbound, outcome: Outcome) -> None:
+    """Settle ``inbound`` with an outcome other than accepted, and log it."""
+    envelope = inbound.envelope
+    log(
+        f"actorctl:delivery:{outcome.state}",
+        actor=actor,
+        handler=envelope.subject,
+        message_id=envelope.message_id,
+        condition=outcome.condition,
+        description=outcome.description,
+    )
+    inbound.settle(outcome)
+
+
+def handler_failed(actor: str, request: Envelope, exc: Exception) -> Handled:
+    """A handler raised: logged, the message accepted (it was handled), and its
+    caller answered with the error's type and message."""
+    log(
+        "actorctl:handler:failed",
+        actor=actor,
+        handler=request.subject,
+        message_id=request.message_id,
+        error_type=type(exc).__name__,
+        error=str(exc),
+    )
+    return Handled(ACCEPTED, (STATUS_ERROR, {"type": type(exc).__name__, "message": str(exc)}))

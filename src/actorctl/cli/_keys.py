@@ -7,8 +7,10 @@ from pathlib import Path
 import asyncclick as click
 
 from .._errors import ConfigError
-from ..cluster import init_certs
+from ..cluster import init_certs, issue_cert
 from ..mailbox import IdentityKey, PublicKey
+from ..mailbox._keydir import add_public_key, revoke_key
+from ..mailbox._keys import REVOKED
 
 __all__ = ["certs", "keys"]
 
@@ -24,7 +26,11 @@ _DIR = click.option(
 
 @click.group()
 def keys() -> None:
-    """Ed25519 identity keys: a node signs with its own and trusts the *.pub it holds."""
+    """Ed25519 identity keys: a node signs with its own and trusts the *.pub it holds.
+
+    A running node watches its keyring directory: `keys add` and `keys revoke`
+    apply to it within about a second, without a restart.
+    """
 
 
 @keys.command("gen")
@@ -48,18 +54,59 @@ def keys_list(directory: Path) -> None:
         raise click.ClickException(f"keyring {directory} is not a directory")
     private = {path.stem for path in directory.glob("*.key")}
     rows = []
-    for path in sorted(directory.glob("*.pub")):
+    revoked = sorted((directory / REVOKED).glob("*.pub"))
+    for path in [*sorted(directory.glob("*.pub")), *revoked]:
         try:
             key = PublicKey.load(path)
         except ConfigError as exc:
             raise click.ClickException(str(exc)) from None
-        rows.append((path.stem, key.key_id, "private+public" if path.stem in private else "public"))
+        kind = "private+public" if path.stem in private else "public"
+        rows.append((path.stem, key.key_id, "revoked" if path in revoked else kind))
     if not rows:
         click.echo(f"no keys in {directory}: `actorctl keys gen NAME --dir {directory}`")
         return
     width = max(len(name) for name, _, _ in rows)
     for name, key_id, kind in rows:
         click.echo(f"{name:<{width}}  {key_id}  {kind}")
+
+
+@keys.command("add")
+@click.argument("pubkey_file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--name", default=None, help="Its name in the keyring (default: the file's stem).")
+@_DIR
+def keys_add(pubkey_file: Path, name: str | None, directory: Path) -> None:
+    """Trust the Ed25519 public key in PUBKEY_FILE: copy it into the keyring as
+    NAME.pub. Nodes that watch the keyring trust it within about a second."""
+    try:
+        added, new = add_public_key(directory, pubkey_file, name)
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from None
+    what = "trusted" if new else "already trusted"
+    click.echo(f"{what}: {added.path.stem} (key id {added.key.key_id}) in {added.path}")
+
+
+@keys.command("revoke")
+@click.argument("which", metavar="NAME|KEYID")
+@_DIR
+def keys_revoke(which: str, directory: Path) -> None:
+    """Stop trusting a key: move NAME.pub into the keyring's revoked/ folder.
+
+    Nodes that watch the keyring refuse its messages (actorctl:revoked-key)
+    and close its sessions within about a second. A cluster on several hosts
+    must copy the change to each host's keyring.
+    """
+    try:
+        revoked, new = revoke_key(directory, which)
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from None
+    what = "revoked" if new else "already revoked"
+    click.echo(f"{what}: {revoked.path.stem} (key id {revoked.key.key_id}), now {revoked.path}")
+    if new and (directory / f"{revoked.path.stem}.key").exists():
+        click.echo(
+            f"warning: {directory / (revoked.path.stem + '.key')} is its private key: "
+            "the node that signs with it is no longer trusted (give it a new key)",
+            err=True,
+        )
 
 
 @click.group()
@@ -79,3 +126,38 @@ def certs_init(directory: Path, names: tuple[str, ...]) -> None:
     for name in names:
         click.echo(f"{directory / (name + '.pem')}  {directory / (name + '.key')}")
     click.echo(f"{directory / 'ca.pem'}  (the cluster CA)")
+
+
+@certs.command("issue")
+@click.argument("name")
+@click.option(
+    "--dir",
+    "directory",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("certs"),
+    show_default=True,
+    help="The directory with the cluster CA (ca.pem and ca.key, from `certs init`).",
+)
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Where NAME.pem, NAME.key (and a copy of ca.pem) go (default: --dir).",
+)
+@click.option("--host", "hosts", multiple=True, help="Another DNS name or IP address it names.")
+@click.option("--days", default=365, show_default=True, help="How long it is valid.")
+@click.option("--force", is_flag=True, help="Issue a new one over an existing NAME.pem/NAME.key.")
+def certs_issue(
+    name: str, directory: Path, out: Path | None, hosts: tuple[str, ...], days: int, force: bool
+) -> None:
+    """Sign a certificate for NAME (a node, or a client) with the CA in --dir.
+
+    It names 127.0.0.1, localhost, NAME and each --host, and serves a node
+    and a client alike. Give the holder NAME.pem, NAME.key and ca.pem; it also
+    needs an identity key that the nodes trust (`actorctl keys add`).
+    """
+    try:
+        cert, key = issue_cert(directory, name, out=out, hosts=hosts, days=days, force=force)
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"{cert}  {key}\nsigned by {directory / 'ca.pem'}")

@@ -1,6 +1,7 @@
 """Nodes (AMQP 1.0 containers on trio), peer links, addresses."""
 
 from ._certs import init_certs as init_certs
+from ._certs import issue_cert as issue_cert
 from ._config import ClusterConfig as ClusterConfig
 from ._config import NodeConfig as NodeConfig
 from ._config import load_cluster as load_cluster

@@ -1,23 +1,34 @@
-"""Development certificates: a cluster CA and one certificate per node, by trustme.
+"""Certificates: a development cluster CA (trustme), and certificates it issues.
 
 The files are what :meth:`TlsFiles.from_dir` reads: ``ca.pem`` and ``ca.key``
 (the CA's certificate and key), then ``<name>.pem`` (the node's certificate
 chain) and ``<name>.key`` (its key) per node. Keys are written with mode 0600.
-trustme makes throwaway CAs for development and tests: production clusters
-bring certificates from their own CA.
+trustme makes throwaway CAs for development and tests (:func:`init_certs`);
+:func:`issue_cert` signs a certificate for one more node or client with a CA
+that exists already (any CA key that ``cryptography`` reads: EC, RSA, Ed25519),
+so that a cluster grows without signing by hand. Production clusters may
+bring certificates from their own CA instead.
 """
 
 from __future__ import annotations
 
+import datetime
+import ipaddress
 import os
 import re
+from collections.abc import Iterable
 from pathlib import Path
 
 import trustme
+from cryptography import x509
+from cryptography.exceptions import UnsupportedAlgorithm
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec, ed448, ed25519, rsa
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from .._errors import ConfigError
 
-__all__ = ["init_certs"]
+__all__ = ["init_certs", "issue_cert"]
 
 # A node name is also a DNS name in its certificate (trustme refuses '_' and spaces).
 _NODE_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?")
@@ -114,3 +125,176 @@ def _write(path: Path, data: bytes, mode: int) -> None:
     with os.fdopen(fd, "wb") as file:
         os.fchmod(fd, mode)
         file.write(data)
+
+
+_SigningKey = (
+    ec.EllipticCurvePrivateKey
+    | rsa.RSAPrivateKey
+    | ed25519.Ed25519PrivateKey
+    | ed448.Ed448PrivateKey
+)
+
+
+def issue_cert(
+    directory: Path,
+    name: str,
+    *,
+    out: Path | None = None,
+    hosts: Iterable[str] = (),
+    days: int = 365,
+    force: bool = False,
+) -> tuple[Path, Path]:
+    """Sign a certificate for ``name`` with the CA in ``directory`` (``ca.pem``
+    and ``ca.key``, as :func:`init_certs` writes them), with a fresh key.
+
+    The certificate names ``127.0.0.1``, ``localhost``, ``name`` and ``hosts``
+    and serves both ends of a mutual TLS connection (a node, or a client that
+    only dials). ``NAME.pem`` and ``NAME.key`` go to ``out`` (by default
+    ``directory``), with a copy of ``ca.pem`` if ``out`` has none: the
+    directory a client is given.
+
+    Returns:
+        the certificate's path and the key's.
+
+    Raises:
+        ConfigError: no CA in ``directory``; a CA key that cannot be read (or
+            does not match ``ca.pem``); a bad name or host; ``NAME.pem`` or
+            ``NAME.key`` in ``out`` already (unless ``force``); another CA's
+            ``ca.pem`` in ``out``.
+    """
+    directory = Path(directory)
+    out = directory if out is None else Path(out)
+    [name] = _check_names([name])
+    if days < 1:
+        raise ConfigError(f"--days {days}: a certificate is valid for at least one day")
+    names = _subject_names([*dict.fromkeys(("127.0.0.1", "localhost", name, *hosts))])
+    ca_pem, ca_cert, ca_key = _read_ca(directory)
+    cert_path, key_path = out / f"{name}.pem", out / f"{name}.key"
+    existing = [str(p) for p in (cert_path, key_path) if p.exists()]
+    if existing and not force:
+        raise ConfigError(
+            f"{' and '.join(existing)} exist already: {name!r} has a certificate "
+            "(pass --force to issue a new one in its place, or choose another name)"
+        )
+    out_ca = out / "ca.pem"
+    if out_ca.exists() and out_ca.read_bytes() != ca_pem:
+        raise ConfigError(
+            f"{out_ca} is not the CA of {directory}: a certificate issued there would not "
+            "be trusted with it; choose another --out directory"
+        )
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
+        .issuer_name(ca_cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(hours=1))
+        .not_valid_after(now + datetime.timedelta(days=days))
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.SubjectAlternativeName(names), critical=False)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                key_encipherment=True,
+                content_commitment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=False,
+                crl_sign=False,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(
+            x509.ExtendedKeyUsage(
+                [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]
+            ),
+            critical=False,
+        )
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
+            critical=False,
+        )
+    )
+    hash_algorithm = (
+        None
+        if isinstance(ca_key, ed25519.Ed25519PrivateKey | ed448.Ed448PrivateKey)
+        else hashes.SHA256()
+    )
+    signed = cert.sign(ca_key, hash_algorithm)
+    out.mkdir(mode=0o700, parents=True, exist_ok=True)
+    key_pem = key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+    _replace(key_path, key_pem, 0o600)
+    _replace(cert_path, signed.public_bytes(serialization.Encoding.PEM), 0o644)
+    if not out_ca.exists():
+        _write(out_ca, ca_pem, 0o644)
+    return cert_path, key_path
+
+
+def _subject_names(hosts: list[str]) -> list[x509.GeneralName]:
+    names: list[x509.GeneralName] = []
+    for host in hosts:
+        try:
+            names.append(x509.IPAddress(ipaddress.ip_address(host)))
+        except ValueError:
+            if not _NODE_NAME.fullmatch(host):
+                raise ConfigError(
+                    f"host {host!r} is neither an IP address nor a DNS name"
+                ) from None
+            names.append(x509.DNSName(host))
+    return names
+
+
+def _read_ca(directory: Path) -> tuple[bytes, x509.Certificate, _SigningKey]:
+    """The CA's certificate (as read, and parsed) and key, checked to match."""
+    cert_file, key_file = directory / "ca.pem", directory / "ca.key"
+    if not cert_file.is_file() or not key_file.is_file():
+        missing = " and ".join(str(p) for p in (cert_file, key_file) if not p.is_file())
+        raise ConfigError(
+            f"no CA in {directory}: {missing} missing. `actorctl certs init {directory} "
+            "--node NAME` makes one; a cluster whose certificates come from another CA "
+            "has them signed there"
+        )
+    try:
+        ca_pem = cert_file.read_bytes()
+        ca_cert = x509.load_pem_x509_certificate(ca_pem)
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"the CA certificate {cert_file} cannot be read: {exc}") from None
+    try:
+        ca_key = serialization.load_pem_private_key(key_file.read_bytes(), password=None)
+    except (OSError, ValueError, TypeError, UnsupportedAlgorithm) as exc:
+        detail = getattr(exc, "strerror", None) or exc
+        raise ConfigError(
+            f"the CA key {key_file} cannot be read: {detail} (it must be an unencrypted "
+            "PEM private key)"
+        ) from None
+    if not isinstance(
+        ca_key,
+        ec.EllipticCurvePrivateKey
+        | rsa.RSAPrivateKey
+        | ed25519.Ed25519PrivateKey
+        | ed448.Ed448PrivateKey,
+    ):
+        raise ConfigError(f"the CA key {key_file} is a {type(ca_key).__name__}: it cannot sign")
+    public = serialization.PublicFormat.SubjectPublicKeyInfo
+    if ca_key.public_key().public_bytes(
+        serialization.Encoding.DER, public
+    ) != ca_cert.public_key().public_bytes(serialization.Encoding.DER, public):
+        raise ConfigError(f"the CA key {key_file} does not belong to the certificate {cert_file}")
+    return ca_pem, ca_cert, ca_key
+
+
+def _replace(path: Path, data: bytes, mode: int) -> None:
+    """Write ``path`` anew (over an existing file, through a rename)."""
+    temporary = path.with_name(f".{path.name}.tmp")
+    temporary.unlink(missing_ok=True)
+    _write(temporary, data, mode)
+    os.rename(temporary, path)

@@ -37,6 +37,7 @@ from ..supervision._tree import TreeLevel
 from ._agent import NodeAgent
 from ._engine import Engine, EngineSet
 from ._inbound import InboundHandler
+from ._keywatch import KEY_POLL, KeyringWatch
 from ._monitors import NodeMonitors
 from ._outbox import NodeOutbox
 from ._pending import PeerSettings
@@ -95,6 +96,9 @@ class Node:
             revokes, chord barriers, results); the node runs it, first to start
             and last to stop. None: a memory store (``durable = false``: nothing
             survives the process, for tests and benchmarks).
+        key_poll: seconds between two looks at the keyring's directory (a key
+            added or revoked there applies within that time, no restart); None:
+            the keys read at start stay as they are.
     """
 
     def __init__(
@@ -116,6 +120,7 @@ class Node:
         node_lost_after: float = 10.0,
         connect_timeout: float = 5.0,
         store: Store | None = None,
+        key_poll: float | None = KEY_POLL,
     ) -> None:
         self.name = name
         self.store = store if store is not None else Store.memory(name)
@@ -143,6 +148,12 @@ class Node:
         self.session_lifetime = session_lifetime
         self.sessions = sessions
         self.actor_restarts = actor_restarts
+        #: Reloads the keyring when its directory changes (None: it never does).
+        self.key_watch = (
+            KeyringWatch(keyring, node=name, interval=key_poll)
+            if keyring is not None and keyring.directory is not None and key_poll
+            else None
+        )
         self._replays = ReplayCache()
         self._server_domain = tls.server_domain() if tls is not None else None
         self._client_domains = (
@@ -222,6 +233,8 @@ class Node:
             if self.host is not None:
                 self.port = await nursery.start(self._listen, listen_scope)
             await nursery.start(self.monitors.run)
+            if self.key_watch is not None:
+                await nursery.start(self.key_watch.run)
             actors_scope = trio.CancelScope()
             actors_done = trio.Event()
             nursery.start_soon(self._run_actors, actors_scope, actors_done)

@@ -40,7 +40,7 @@ from ..mailbox import (
 )
 from . import _raw as raw
 from ._engine import Engine, EngineHandler, EngineSet
-from ._pending import PeerSettings, Pending
+from ._pending import OutLink, PeerSettings, Pending
 
 __all__ = ["Peer"]
 
@@ -74,24 +74,6 @@ remote_condition = raw.remote_condition
 
 
 @final
-class _OutLink:
-    """A sender link to one actor on the peer."""
-
-    __slots__ = ("engine", "failure", "link", "lot", "sender", "tags", "unsettled")
-
-    def __init__(self, engine: Engine, sender: Link) -> None:
-        self.engine = engine
-        self.sender = sender  # the wrapper holds a reference: the pointer stays valid
-        self.link = sender._impl
-        self.lot = trio.lowlevel.ParkingLot()
-        self.failure: Outcome | None = None
-        self.tags = itertools.count()
-        # Sent at-least-once and not yet settled by the peer, by raw delivery
-        # pointer, in sending order.
-        self.unsettled: dict[Any, Pending] = {}
-
-
-@final
 class Peer(EngineHandler):
     """The connection from this node to one other node."""
 
@@ -117,8 +99,8 @@ class Peer(EngineHandler):
         self._on_state = on_state
         self.engine: Engine | None = None
         self._ready = trio.Event()
-        self._links: dict[str, _OutLink] = {}
-        self._outs: dict[Any, _OutLink] = {}  # by raw pn_link_t pointer
+        self._links: dict[str, OutLink] = {}
+        self._outs: dict[Any, OutLink] = {}  # by raw pn_link_t pointer
         self._resend: list[Pending] = []
         self._sends = itertools.count(1)
         self._session: Session | None = None
@@ -292,7 +274,7 @@ class Peer(EngineHandler):
         self._reply_receiver = receiver
         engine.wake()
 
-    def _out_link(self, engine: Engine, path: str) -> _OutLink:
+    def _out_link(self, engine: Engine, path: str) -> OutLink:
         out = self._links.get(path)
         if out is not None and out.engine is engine:
             return out
@@ -301,7 +283,7 @@ class Peer(EngineHandler):
         sender.target.address = path
         sender.snd_settle_mode = Link.SND_MIXED
         sender.open()
-        out = _OutLink(engine, sender)
+        out = OutLink(engine, sender)
         self._links[path] = out
         self._outs[out.link] = out
         engine.wake()
@@ -495,7 +477,7 @@ class Peer(EngineHandler):
                 out.unsettled.clear()
 
 
-def _drain_if_idle(engine: Engine, out: _OutLink) -> None:
+def _drain_if_idle(engine: Engine, out: OutLink) -> None:
     """The receiver asked for its unused credit back (AMQP drain): give back
     what no waiting sender is about to use."""
     link = out.link

@@ -1,21 +1,24 @@
 """What the outgoing side is made of: how a node makes and signs its
-connections (:class:`PeerSettings`), and one outgoing delivery until the
-receiver settles it (:class:`Pending`)."""
+connections (:class:`PeerSettings`), one outgoing delivery until the
+receiver settles it (:class:`Pending`), and a sender link to one actor on a
+peer (:class:`OutLink`)."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
-from typing import final
+from typing import Any, final
 
 import attrs
 import trio
-from proton import SSLDomain
+from proton import Link, SSLDomain
 
 from .._errors import ActorctlError, Modified, PeerUnavailable, Rejected, UnknownActor
 from .._log import log
 from ..mailbox import NOT_FOUND, PEER_UNAVAILABLE, Envelope, IdentityKey, Outcome
+from ._engine import Engine
 
-__all__ = ["PeerSettings", "Pending"]
+__all__ = ["OutLink", "PeerSettings", "Pending"]
 
 
 @final
@@ -104,3 +107,21 @@ class Pending:
         if outcome.state == "rejected":
             return Rejected(condition, description, self.message_id)
         return Modified(condition, description, self.message_id)
+
+
+@final
+class OutLink:
+    """A sender link to one actor on the peer."""
+
+    __slots__ = ("engine", "failure", "link", "lot", "sender", "tags", "unsettled")
+
+    def __init__(self, engine: Engine, sender: Link) -> None:
+        self.engine = engine
+        self.sender = sender  # the wrapper holds a reference: the pointer stays valid
+        self.link = sender._impl
+        self.lot = trio.lowlevel.ParkingLot()
+        self.failure: Outcome | None = None
+        self.tags = itertools.count()
+        # Sent at-least-once and not yet settled by the peer, by raw delivery
+        # pointer, in sending order.
+        self.unsettled: dict[Any, Pending] = {}

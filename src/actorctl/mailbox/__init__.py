@@ -16,6 +16,7 @@ from ._conditions import NOT_FOUND as NOT_FOUND
 from ._conditions import OVER_CREDIT as OVER_CREDIT
 from ._conditions import PEER_UNAVAILABLE as PEER_UNAVAILABLE
 from ._conditions import REPLAY as REPLAY
+from ._conditions import REVOKED_KEY as REVOKED_KEY
 from ._conditions import STALE as STALE
 from ._conditions import STOPPING as STOPPING
 from ._conditions import UNAUTHENTICATED as UNAUTHENTICATED

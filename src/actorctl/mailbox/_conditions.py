@@ -22,6 +22,7 @@ __all__ = [
     "OVER_CREDIT",
     "PEER_UNAVAILABLE",
     "REPLAY",
+    "REVOKED_KEY",
     "STALE",
     "STOPPING",
     "UNAUTHENTICATED",
@@ -37,6 +38,7 @@ OVER_CREDIT: Final = "amqp:link:transfer-limit-exceeded"
 # Authentication (docs/protocol.md §11.7): one per reason a message is refused.
 UNAUTHENTICATED: Final = "actorctl:unauthenticated"
 UNKNOWN_KEY: Final = "actorctl:unknown-key"
+REVOKED_KEY: Final = "actorctl:revoked-key"
 UNKNOWN_SESSION: Final = "actorctl:unknown-session"
 BAD_SIGNATURE: Final = "actorctl:bad-signature"
 STALE: Final = "actorctl:stale"

@@ -2,8 +2,10 @@
 
 A key file is PEM: ``NAME.key`` an unencrypted PKCS#8 private key (mode 0600),
 ``NAME.pub`` a SubjectPublicKeyInfo public key. A keyring directory holds the
-node's own ``NAME.key`` and a ``.pub`` for every key it trusts; keep it apart
-from the TLS directory, whose ``NAME.key`` files are TLS keys.
+node's own ``NAME.key`` and a ``.pub`` for every key it trusts, and in its
+``revoked/`` subdirectory the ``.pub`` of every key it must no longer trust; keep
+it apart from the TLS directory, whose ``NAME.key`` files are TLS keys. A
+running node reads the directory again when it changes (``cluster/_keywatch.py``).
 """
 
 from __future__ import annotations
@@ -12,8 +14,9 @@ import hashlib
 import os
 import re
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import final
+from typing import Final, final
 
 from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
@@ -26,7 +29,15 @@ from .._errors import ConfigError
 from ._auth import AuthError
 from ._conditions import BAD_SIGNATURE
 
-__all__ = ["IdentityKey", "Keyring", "PublicKey", "key_id"]
+__all__ = [
+    "REVOKED",
+    "IdentityKey",
+    "Keyring",
+    "KeyringChange",
+    "PublicKey",
+    "key_id",
+    "read_public_keys",
+]
 
 
 _KEY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
@@ -206,21 +217,40 @@ class Keyring:
     """The node's own identity key and the public keys it trusts.
 
     Args:
-        identity: the node's private key; its public key is trusted too.
+        identity: the node's private key; its public key is trusted too
+            (unless it is revoked).
         trusted: the public keys whose signatures are accepted.
+        revoked: keys that are never trusted, even where ``trusted`` names them.
+        directory: the directory it was loaded from (what :meth:`reload` reads
+            again), or None.
+
+    Attributes:
+        generation: goes up by one at each change of what is trusted, so that
+            whoever caches the keys (a :class:`Verifier`) sees the change.
     """
 
-    def __init__(self, identity: IdentityKey, trusted: Iterable[PublicKey] = ()) -> None:
+    def __init__(
+        self,
+        identity: IdentityKey,
+        trusted: Iterable[PublicKey] = (),
+        *,
+        revoked: Iterable[PublicKey] = (),
+        directory: Path | None = None,
+    ) -> None:
         self.identity = identity
-        self._trusted = {key.key_id: key for key in (identity.public, *trusted)}
+        self.directory = directory
+        self.generation = 0
+        self._revoked = {key.key_id: key for key in revoked}
+        self._trusted = self._without_revoked((identity.public, *trusted))
 
     def __repr__(self) -> str:
         return f"Keyring(identity={self.identity!r}, trusted={len(self._trusted)} keys)"
 
     @classmethod
     def load(cls, path: Path | str, name: str | None = None) -> Keyring:
-        """Load a keyring directory: every ``*.pub`` in it is trusted, and the
-        identity is ``NAME.key`` (or the only ``*.key`` there is, without a name).
+        """Load a keyring directory: every ``*.pub`` in it is trusted, except the
+        keys in its ``revoked/`` subdirectory, and the identity is ``NAME.key``
+        (or the only ``*.key`` there is, without a name).
 
         Raises:
             ConfigError: naming the directory or file and what is wrong.
@@ -229,15 +259,107 @@ class Keyring:
         if not directory.is_dir():
             raise ConfigError(f"keyring {directory} is not a directory")
         identity = IdentityKey.load(_identity_file(directory, name))
-        return cls(identity, [PublicKey.load(p) for p in sorted(directory.glob("*.pub"))])
+        trusted = [PublicKey.load(p) for p in sorted(directory.glob("*.pub"))]
+        revoked = [PublicKey.load(p) for p in sorted((directory / REVOKED).glob("*.pub"))]
+        return cls(identity, trusted, revoked=revoked, directory=directory)
 
     def trusted(self, key_id: str) -> PublicKey | None:
         """The trusted key with that id, or None."""
         return self._trusted.get(key_id)
 
+    def revoked(self, key_id: str) -> PublicKey | None:
+        """The revoked key with that id, or None."""
+        return self._revoked.get(key_id)
+
     def public_keys(self) -> list[PublicKey]:
         """Every trusted key, by name."""
         return sorted(self._trusted.values(), key=lambda k: (k.name or "", k.key_id))
+
+    def replace(self, trusted: Iterable[PublicKey], revoked: Iterable[PublicKey]) -> KeyringChange:
+        """Trust ``trusted`` (and the identity) minus ``revoked`` from now on;
+        what :meth:`reload` does with what it read.
+
+        Returns:
+            what changed; :attr:`generation` goes up if anything did.
+        """
+        before, before_revoked = self._trusted, self._revoked
+        self._revoked = now_revoked = {key.key_id: key for key in revoked}
+        self._trusted = now = self._without_revoked((self.identity.public, *trusted))
+        change = KeyringChange(
+            added=[k for kid, k in now.items() if kid not in before],
+            removed=[k for kid, k in before.items() if kid not in now and kid not in now_revoked],
+            revoked=[k for kid, k in now_revoked.items() if kid not in before_revoked],
+        )
+        if change or self._revoked.keys() != before_revoked.keys():
+            self.generation += 1
+        return change
+
+    def reload(self) -> tuple[KeyringChange, list[str]]:
+        """Read the directory again (see :meth:`load`) and trust what it holds now.
+
+        A file that cannot be read or is not an Ed25519 public key is left out
+        (a copy still being written, say) and named in the problems; the
+        identity key is not read again.
+
+        Returns:
+            what changed, and the problems found (one sentence each).
+
+        Raises:
+            ConfigError: the keyring was not loaded from a directory, or the
+                directory cannot be listed (nothing is changed then).
+        """
+        if self.directory is None:
+            raise ConfigError("this keyring was not loaded from a directory: nothing to reload")
+        trusted, revoked, problems = read_public_keys(self.directory)
+        return self.replace(trusted, revoked), problems
+
+    def _without_revoked(self, keys: Iterable[PublicKey]) -> dict[str, PublicKey]:
+        return {key.key_id: key for key in keys if key.key_id not in self._revoked}
+
+
+#: The subdirectory of a keyring that holds the revoked keys' ``.pub`` files.
+REVOKED: Final = "revoked"
+
+
+@final
+@dataclass(frozen=True)
+class KeyringChange:
+    """What a reload changed: keys trusted now that were not, keys no longer in
+    the directory, and keys revoked since."""
+
+    added: list[PublicKey]
+    removed: list[PublicKey]
+    revoked: list[PublicKey]
+
+    def __bool__(self) -> bool:
+        return bool(self.added or self.removed or self.revoked)
+
+
+def read_public_keys(directory: Path) -> tuple[list[PublicKey], list[PublicKey], list[str]]:
+    """The ``*.pub`` keys of a keyring directory and of its ``revoked/``. A file
+    of the directory that is not a key is left out and described; one in
+    ``revoked/`` is an error (leaving it out would trust that key again).
+
+    Raises:
+        ConfigError: either directory cannot be listed, or a file in
+            ``revoked/`` is not a key.
+    """
+
+    def listed(folder: Path) -> list[Path]:
+        try:
+            return sorted(folder / name for name in os.listdir(folder) if name.endswith(".pub"))
+        except OSError as exc:
+            raise ConfigError(f"keyring {folder} cannot be read: {exc.strerror or exc}") from None
+
+    trusted, problems = [], []
+    for path in listed(directory):
+        try:
+            trusted.append(PublicKey.load(path))
+        except ConfigError as exc:
+            problems.append(str(exc))
+    revoked_dir = directory / REVOKED
+    revoked = [PublicKey.load(p) for p in listed(revoked_dir)] if revoked_dir.is_dir() else []
+    return trusted, revoked, problems
 
 
 def _identity_file(directory: Path, name: str | None) -> Path:

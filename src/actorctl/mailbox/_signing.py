@@ -19,7 +19,7 @@ import os
 import re
 import struct
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Container, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, NamedTuple, final
 
@@ -36,6 +36,7 @@ from ._auth import canonical_bytes as canonical_bytes
 from ._conditions import BAD_SESSION as BAD_SESSION
 from ._conditions import BAD_SIGNATURE as BAD_SIGNATURE
 from ._conditions import REPLAY as REPLAY
+from ._conditions import REVOKED_KEY as REVOKED_KEY
 from ._conditions import STALE as STALE
 from ._conditions import UNAUTHENTICATED as UNAUTHENTICATED
 from ._conditions import UNKNOWN_KEY as UNKNOWN_KEY
@@ -56,6 +57,7 @@ __all__ = [
     "MAX_SESSION_LIFETIME",
     "PREFIX",
     "REPLAY",
+    "REVOKED_KEY",
     "SESSION_ADDRESS",
     "SESSION_SUBJECT",
     "SIG",
@@ -203,6 +205,9 @@ class SessionTable:
         # Each session with who vouched for it and its keyed HMAC, made once:
         # copying a keyed HMAC costs a fraction of keying one per message.
         self._sessions: dict[str, tuple[Session, Verified, Any]] = {}
+        # Sessions dropped because their issuer is no longer trusted, with that
+        # issuer: so that a refusal can say why (at most max_sessions of them).
+        self._dropped: dict[str, str] = {}
 
     def __len__(self) -> int:
         return len(self._sessions)
@@ -232,6 +237,27 @@ class SessionTable:
             hmac.new(session.mac_key, digestmod=hashlib.sha256),
         )
 
+    def drop_untrusted(self, trusted: Container[str]) -> list[Session]:
+        """Drop every session whose issuer's key id is not in ``trusted`` (its key
+        was revoked or removed from the keyring): their messages are refused
+        from now on.
+
+        Returns:
+            the sessions dropped.
+        """
+        sessions = self._sessions
+        dropped = [held for held, _, _ in sessions.values() if held.issuer_key_id not in trusted]
+        for session in dropped:
+            del self._sessions[session.id]
+            self._dropped[session.id] = session.issuer_key_id
+        while len(self._dropped) > self.max_sessions:
+            del self._dropped[next(iter(self._dropped))]
+        return dropped
+
+    def dropped_issuer(self, session_id: str) -> str | None:
+        """The issuer of a session that :meth:`drop_untrusted` dropped, or None."""
+        return self._dropped.get(session_id)
+
     def get(self, session_id: str, now: float) -> Session | None:
         """The session with that id unless it has expired at ``now``."""
         entry = self._find(session_id, now)
@@ -253,7 +279,9 @@ class Verifier:
     """Authenticates incoming messages (docs/protocol.md §11.6).
 
     Args:
-        keyring: the trusted keys; read once, here (build a new verifier to reload).
+        keyring: the trusted keys. When they change (its ``generation``), the
+            next message sees the change, and the sessions of keys that are no
+            longer trusted are dropped.
         sessions: the sessions opened with this receiver.
         clock: the wall clock, seconds since the epoch.
         window: how far (s) a message's creation-time may be from the clock.
@@ -277,7 +305,18 @@ class Verifier:
         self.max_session_lifetime = max_session_lifetime
         self._clock = clock
         self._window_ms = window * 1000.0
+        self._keyring = keyring
+        self._generation = -1
+        self._keys: dict[str, tuple[PublicKey, Verified]] = {}
+        self._refresh()
+
+    def _refresh(self) -> None:
+        """Take the keyring's keys as they are now; drop the sessions of keys no
+        longer trusted."""
+        keyring = self._keyring
+        self._generation = keyring.generation
         self._keys = {k.key_id: (k, Verified(k.key_id, ED25519)) for k in keyring.public_keys()}
+        self.sessions.drop_untrusted(self._keys)
 
     def verify(
         self,
@@ -304,13 +343,13 @@ class Verifier:
         alg, sig_key, sig = headers.get(SIG_ALG), headers.get(SIG_KEY), headers.get(SIG)
         if not isinstance(sig_key, str) or not isinstance(sig, bytes):
             raise _malformed(message_id, alg, sig_key, sig)
+        if self._generation != self._keyring.generation:
+            self._refresh()  # keys were added or revoked while the node runs
         now = self._clock()
         if alg == HMAC_SHA256:
             entry = self.sessions._find(sig_key, now)
             if entry is None:
-                raise AuthError(
-                    UNKNOWN_SESSION, f"message {message_id}: session {sig_key} is unknown or over"
-                )
+                raise self._unknown_session(message_id, sig_key)
             mac = entry[2].copy()
             mac.update(canonical)
             if not hmac.compare_digest(mac.digest(), sig):
@@ -319,9 +358,7 @@ class Verifier:
         elif alg == ED25519:
             found = self._keys.get(sig_key)
             if found is None:
-                raise AuthError(
-                    UNKNOWN_KEY, f"message {message_id}: signed by unknown key {sig_key}"
-                )
+                raise self._unknown_key(message_id, sig_key)
             try:
                 found[0].verify(sig, canonical)
             except AuthError as exc:
@@ -331,6 +368,27 @@ class Verifier:
             raise _malformed(message_id, alg, sig_key, sig)
         self._check_fresh(message_id, creation_ms, verified, now * 1000.0)
         return verified
+
+    def _unknown_key(self, message_id: str, key: str) -> AuthError:
+        revoked = self._keyring.revoked(key)
+        if revoked is not None:
+            return AuthError(
+                REVOKED_KEY, f"message {message_id}: signed by revoked key {key} ({revoked.name})"
+            )
+        return AuthError(UNKNOWN_KEY, f"message {message_id}: signed by unknown key {key}")
+
+    def _unknown_session(self, message_id: str, session_id: str) -> AuthError:
+        issuer = self.sessions.dropped_issuer(session_id)
+        if issuer is None:
+            return AuthError(
+                UNKNOWN_SESSION, f"message {message_id}: session {session_id} is unknown or over"
+            )
+        revoked = self._keyring.revoked(issuer) is not None
+        return AuthError(
+            REVOKED_KEY if revoked else UNKNOWN_KEY,
+            f"message {message_id}: session {session_id} was opened by key {issuer}, "
+            f"which is {'revoked' if revoked else 'no longer trusted'}: the session is closed",
+        )
 
     def _check_fresh(
         self, message_id: str, creation_ms: int | None, verified: Verified, now_ms: float

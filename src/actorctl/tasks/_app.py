@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 
 from ..actors import Actor
 from ..cluster import ClusterConfig, NodeConfig
+from . import _results
 from ._client import TaskClient
 from ._connect import CLIENT_NAME, ClusterSpec, Connection, open_client
 from ._hosting import TASK_SETTINGS, task_actors
@@ -69,6 +70,12 @@ class App(TaskRegistry):
         """Connect for the duration of an ``async with`` block in trio code
         (the arguments of :meth:`connect`)."""
         return open_client(cluster, name=name, **node_options)
+
+    def AsyncResult(self, task_id: str) -> _results.AsyncResult:
+        """Celery's ``app.AsyncResult``: the handle on the task ``task_id``, sent
+        by this process or another; in a connected process, its result is
+        fetched by id from the cluster."""
+        return _results.AsyncResult(task_id)
 
     def actors_for(self, cluster: ClusterConfig | None, node: NodeConfig) -> Mapping[str, Actor]:
         """The actors a node of ``cluster`` hosts for this app, as its settings

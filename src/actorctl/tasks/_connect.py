@@ -5,8 +5,10 @@ duration of a block: it connects to every node of the cluster that may send
 the caller a result (the pools' nodes and the services node) and waits until
 its reply link is up on each, so that every result can come back on a reply
 link; then it sends through a :class:`TaskClient` that it makes the client of
-the caller's context. :class:`Connection` does the same for plain code, with
-the client node in a thread of its own.
+the caller's context, and fetches results by id (``AsyncResult(task_id)``)
+through a :class:`ResultLookup` it makes the lookup of that context.
+:class:`Connection` does the same for plain code, with the client node in a
+thread of its own.
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ from ..actors import ActorRef, Address, Outbox
 from ..cluster import ClusterConfig, load_cluster, open_node
 from ._client import Directory, TaskClient, using_client
 from ._hosting import cluster_directory
-from ._results import ResultRegistry
+from ._lookup import ResultLookup
+from ._results import ResultRegistry, using_lookup
 
 __all__ = ["CLIENT_NAME", "Connection", "open_client"]
 
@@ -103,7 +106,7 @@ async def open_client(
         await reach_nodes(node.outbox, directory, reach_timeout)
         registry = ResultRegistry(node.outbox)
         client = TaskClient(node.outbox, directory, results=registry)
-        with using_client(client):
+        with using_client(client), using_lookup(ResultLookup(client)):
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(client.pump)
                 try:
@@ -142,6 +145,7 @@ class Connection:
         if self._error is not None:
             raise self._error
         assert self._client is not None
+        self._binding.enter_context(using_lookup(ResultLookup(self._client)))
         return self._binding.enter_context(using_client(self._client))
 
     def __exit__(

@@ -1,9 +1,14 @@
 """Revoking tasks: the caller's side (``app.control``, ``result.revoke()``), the
-control actor each worker node hosts, and what its workers share.
+control actor each task node hosts, and what its workers share.
 
 A revoke goes to the ``_tasks`` control actor of every node that hosts workers
 (its own mailbox, so that it never queues behind the tasks it revokes) and to
-the scheduler (docs/protocol.md §14.8).
+the scheduler (docs/protocol.md §14.8). Each keeps the ids it was told in its
+node's store for REVOKE_EXPIRES seconds, and reloads them when it starts: a
+revoke outlives a restart of the node.
+
+``_tasks`` also answers ``result(task_id)`` from its node's store: the final
+state of a task whose document that node sent (``_documents.py``).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from ..mailbox import Envelope
 from ._client import TaskClient, current_client
 from ._protocol import CONTROL, REVOKED_MEMORY, SCHEDULER
 from ._results import AsyncResult
+from ._state import StoredResult, record_revokes, store_of, stored_result, stored_revokes
 
 __all__ = ["Control", "TaskControl", "WorkerState", "arevoke", "new_result"]
 
@@ -106,6 +112,7 @@ class WorkerState:
         self.running: dict[str, trio.CancelScope] = {}
 
     def revoke(self, task_id: str, terminate: bool) -> None:
+        """Remember a revoke; a running task being terminated is cancelled."""
         self.revoked[task_id] = terminate
         self.revoked.move_to_end(task_id)
         while len(self.revoked) > REVOKED_MEMORY:
@@ -117,18 +124,41 @@ class WorkerState:
 
 @final
 class TaskControl(Actor):
-    """``_tasks`` on every node that hosts task workers: takes revokes at once
-    (its own mailbox, so a revoke never queues behind the tasks it revokes)."""
+    """``_tasks`` on every node that hosts task workers (and on the services
+    node): takes revokes at once (its own mailbox, so a revoke never queues
+    behind the tasks it revokes), and answers for the results its node keeps.
+
+    It is hosted before the node's workers, so that the revokes its
+    :meth:`on_start` reloads are known before any of them takes a task.
+    """
 
     name = CONTROL
     dedup_count: ClassVar[int] = 0
+    concurrency: ClassVar[int] = 16  # a revoke waits for a commit; lookups need not
 
     def __init__(self, state: WorkerState) -> None:
         self.state = state
 
+    async def on_start(self) -> None:
+        """Runs in the task that starts it: reload the revokes its node keeps."""
+        for task_id, terminate in stored_revokes(store_of(self._require_cell().outbox)):
+            self.state.revoke(task_id, terminate)
+
     @handler
     async def revoke(self, ids: list[str], terminate: bool = False) -> int:
-        for task_id in ids:
-            self.state.revoke(str(task_id), terminate)
-        log("actorctl:task:revoked", ids=ids, terminate=terminate)
-        return len(ids)
+        """Revoke ``ids`` on this node; answered once its store keeps them."""
+        names = [str(task_id) for task_id in ids]
+        for task_id in names:
+            self.state.revoke(task_id, terminate)
+        outbox = self._require_cell().outbox
+        store = store_of(outbox)
+        record_revokes(store, names, terminate, outbox.now())
+        await store.sync()
+        log("actorctl:task:revoked", ids=names, terminate=terminate)
+        return len(names)
+
+    @handler
+    async def result(self, task_id: str) -> StoredResult | None:
+        """The final ``[state, body, headers]`` of ``task_id`` that this node
+        keeps, or None (not finished, finished elsewhere, or expired)."""
+        return stored_result(store_of(self._require_cell().outbox), str(task_id))

@@ -9,6 +9,11 @@ cannot hold up a worker (a document for a caller with no link here is logged
 and dropped, as a reply is). A document to an actor (a chord's barrier as
 ``reply-to``, a data sink) is a durable send to its inbox: the node's backlog
 keeps it until the actor settles it.
+
+A final document (SUCCESS, FAILURE, REVOKED) is also kept in the sending node's
+store (``_state.py``), committed before :func:`send_document` returns, so before
+the task is settled: any caller can fetch it by id for ``RESULT_EXPIRES``
+seconds from that node's ``_tasks`` (``_lookup.py``).
 """
 
 from __future__ import annotations
@@ -22,7 +27,8 @@ from .._log import log
 from ..actors import Actor
 from ..mailbox import ACCEPTED, KIND_DOCUMENT, Envelope, Outcome
 from ._client import TaskClient
-from ._protocol import H_RETRIES, H_STATE, H_TASK_ID, SINK_FAILED, SUCCESS
+from ._protocol import H_RETRIES, H_STATE, H_TASK_ID, READY_STATES, SINK_FAILED, SUCCESS
+from ._state import keep_result, store_of
 
 __all__ = ["DataSink", "TaskResult", "is_reply_address", "send_document"]
 
@@ -39,8 +45,11 @@ async def send_document(
 ) -> None:
     """Send a state document about the task ``request`` to each of ``targets``:
     on the reply link for a reply address (never waiting), else to the actor's
-    inbox through the node's backlog (returns once the backlog holds it)."""
+    inbox through the node's backlog (returns once the backlog holds it). A
+    final state is kept in the node's store too (committed when this returns),
+    even with no target."""
     outbox = client.outbox
+    kept = state in READY_STATES and keep_result(outbox, request, state, body)
     headers: dict[str, Any] = {H_STATE: state}
     task_id = request.headers.get(H_TASK_ID)
     if task_id:
@@ -66,6 +75,8 @@ async def send_document(
         # To an actor (a chord's barrier, a data sink): through the backlog,
         # kept until the actor settles it.
         await outbox.send(address, document, presettled=False, confirm=False, durable=True)
+    if kept:
+        await store_of(outbox).sync()
 
 
 def _document(

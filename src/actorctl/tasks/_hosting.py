@@ -139,9 +139,9 @@ def cluster_directory(config: ClusterConfig) -> Directory:
         addresses[EVENTS] = f"{url}/{EVENT_HUB_NAME}"
         addresses[SCHEDULER] = f"{url}/{SCHEDULER_NAME}"
         addresses[CHORDS] = f"{url}/{CHORD_BARRIER_NAME}"
-    # A pool's router and the event hub settle what they are sent once their
-    # node holds it: a caller's sends to them are confirmed.
-    accepting = frozenset([*nodes, EVENTS]) if services is not None else frozenset()
+    # A pool's router, the event hub and the scheduler settle what they are
+    # sent once their node holds it: a caller's sends to them are confirmed.
+    accepting = frozenset([*nodes, EVENTS, SCHEDULER]) if services is not None else frozenset()
     return Directory(addresses, {pool: tuple(where) for pool, where in nodes.items()}, accepting)
 
 
@@ -164,8 +164,10 @@ def task_actors(
 ) -> dict[str, Actor]:
     """The actors ``node`` hosts for ``app``: a ``TaskWorker`` per pool in its
     settings (``POOL``, ``POOL-2``, ... for more instances) and the ``_tasks``
-    control actor; on the services node, a router per pool of the cluster, the
-    scheduler, the event hub and the chord barrier.
+    control actor; on the services node, ``_tasks`` (for the results its
+    scheduler and chord barrier keep), a router per pool of the cluster, the
+    scheduler, the event hub and the chord barrier. ``_tasks`` comes first: it
+    reloads the node's revokes before any worker takes a task.
 
     Raises:
         ConfigError: no cluster file, a pool the app does not define, or wrong
@@ -178,14 +180,14 @@ def task_actors(
         )
     directory = cluster_directory(config)
     mine = TaskNodeSettings.of(config, node)
-    actors: dict[str, Actor] = {}
     state = WorkerState()
+    actors: dict[str, Actor] = {}
+    if mine.pools or mine.services:
+        actors[CONTROL] = TaskControl(state)
     for pool in mine.pools:
         worker_class = _worker_class(app, pool)
         for copy in range(1, node.instances + 1):
             actors[_instance(pool, copy)] = worker_class(app, pool, directory, state)
-    if actors:
-        actors[CONTROL] = TaskControl(state)
     if mine.services:
         settings = {n.name: TaskNodeSettings.of(config, n) for n in config.nodes}
         for pool in sorted(directory.nodes):

@@ -6,65 +6,76 @@ carries an id the registry expects to the registry, which hands it to the
 handle waiting for it.
 ``get()`` blocks (for plain Python code, as in Celery); ``aget()`` awaits (for
 code that runs in trio).
+
+A result its process is not sent (``AsyncResult(task_id)``, made by a process
+that did not send the task) is fetched by id instead: its ``get()``, ``aget()``,
+``state`` and ``ready()`` ask the nodes that keep final results (``_lookup.py``)
+through the :class:`Lookup` of the calling context, which connecting sets.
 """
 
 from __future__ import annotations
 
-import builtins
+import contextlib
+import contextvars
 import math
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
-from types import MappingProxyType
-from typing import Any, final
+from typing import Any, Final, Protocol, final
 
 import trio
 
-from .._errors import ActorctlError, AskTimeout, TaskFailed, TaskRevoked
+from .._errors import ActorctlError, AskTimeout, TaskRevoked
 from ..actors import Outbox
 from ..mailbox import Envelope
 from ._protocol import FAILURE, H_RETRIES, H_STATE, PENDING, READY_STATES, RETRY, REVOKED, SUCCESS
+from ._task_errors import task_error
 
-__all__ = ["AsyncResult", "GroupResult", "ResultRegistry", "in_trio", "task_error"]
+#: Seconds a caller waits for a result's document before it also fetches the
+#: result by id (in case the document was sent while its reply link was down).
+FALLBACK_AFTER: Final = 1.0
 
-
-def task_error(type_name: str, message: str, task_id: str | None = None) -> TaskFailed:
-    """The exception ``get()`` raises for a task that failed with ``type_name``.
-
-    For a built-in exception type it is also an instance of that built-in
-    (``except ZeroDivisionError`` works); the type is looked up by name among the
-    built-ins only, never imported or unpickled.
-    """
-    cls = _ERROR_CLASSES.get(type_name, TaskFailed)
-    error = cls.__new__(cls)
-    TaskFailed.__init__(error, type_name, message, task_id)
-    return error
-
-
-def _error_class(name: str, builtin: type[Exception]) -> type[TaskFailed] | None:
-    """A subclass of TaskFailed and of ``builtin`` called ``name``, if its
-    instances can be made as ``task_error`` makes them."""
-    try:
-        cls: type[TaskFailed] = type(name, (TaskFailed, builtin), {"__module__": "actorctl.tasks"})
-        TaskFailed.__init__(cls.__new__(cls), name, "", None)
-    except TypeError:  # a built-in that takes its own arguments (UnicodeDecodeError, ...)
-        return None
-    return cls
+__all__ = [
+    "AsyncResult",
+    "GroupResult",
+    "Lookup",
+    "ResultRegistry",
+    "in_trio",
+    "using_lookup",
+]
 
 
-#: Built-in exception name to the class ``task_error`` raises for it: made once,
-#: when the module is imported, and never changed (the same name always gives the
-#: same class, so ``except`` clauses match across results).
-_ERROR_CLASSES: Mapping[str, type[TaskFailed]] = MappingProxyType(
-    {
-        name: cls
-        for name, builtin in vars(builtins).items()
-        if isinstance(builtin, type)
-        and issubclass(builtin, Exception)
-        and not issubclass(builtin, TaskFailed)
-        and (cls := _error_class(name, builtin)) is not None
-    }
+class Lookup(Protocol):
+    """Fetches final results by task id from the cluster (``_lookup.py``)."""
+
+    async def fetch(self, task_id: str) -> list[Any] | None:
+        """One round of asking: ``[state, body, headers]``, or None."""
+        ...
+
+    async def wait(self, task_id: str, timeout: float | None) -> list[Any] | None:
+        """Ask until found or ``timeout`` seconds passed (then None)."""
+        ...
+
+    def run_blocking(self, fn: Callable[..., Awaitable[Any]], *args: Any) -> Any:
+        """Run ``fn(*args)`` in the lookup's trio run, from plain code."""
+        ...
+
+
+# The lookup of the running context, set with the client by connecting. Not
+# shared state: a ContextVar is task-local, as the client's own is (_client.py).
+_lookup: contextvars.ContextVar[Lookup | None] = contextvars.ContextVar(
+    "actorctl_result_lookup", default=None
 )
+
+
+@contextlib.contextmanager
+def using_lookup(lookup: Lookup) -> Iterator[Lookup]:
+    """Fetch results by id through ``lookup`` in this context, for the block."""
+    token = _lookup.set(lookup)
+    try:
+        yield lookup
+    finally:
+        _lookup.reset(token)
 
 
 def in_trio() -> bool:
@@ -80,25 +91,30 @@ def in_trio() -> bool:
 class AsyncResult:
     """The handle on one task's result.
 
+    ``AsyncResult(task_id)`` (or ``app.AsyncResult(task_id)``), in a process
+    connected to the cluster, is a handle on a task some other process sent:
+    its result is fetched by id (see the module docstring).
+
     Attributes:
         id: the task id (for a chain, the id of the whole chain).
-        task: the task's name.
+        task: the task's name ("" when only its id is known).
         state: PENDING, STARTED, RETRY, SUCCESS, FAILURE or REVOKED.
     """
 
     def __init__(
         self,
         task_id: str,
-        task: str,
+        task: str = "",
         *,
         revoke: Callable[[str, bool], None] | None = None,
         arevoke: Callable[[str, bool], Awaitable[None]] | None = None,
         forget: Callable[[str], None] | None = None,
         tracked: bool = True,
+        lookup: Lookup | None = None,
     ) -> None:
         self.id = task_id
         self.task = task
-        self.state = PENDING
+        self._state = PENDING
         self.retries = 0
         self._value: Any = None
         self._error: dict[str, Any] | None = None
@@ -106,6 +122,8 @@ class AsyncResult:
         self._arevoke = arevoke
         self._forget = forget
         self._tracked = tracked
+        self._lookup = lookup
+        self._delivered = False  # a registry hands it its documents
         self._done_thread = threading.Event()
         self._done_trio = trio.Event()
         self._changed = trio.Event()
@@ -117,6 +135,16 @@ class AsyncResult:
         """Whether its caller receives its documents (not sent with
         ``ignore_result``, nor from inside a task)."""
         return self._tracked
+
+    @property
+    def state(self) -> str:
+        """The task's state. A result fetched by id asks the cluster (once)
+        while it is not final, from plain code; in trio, ``await aget()``."""
+        if self._state not in READY_STATES and not in_trio():
+            lookup = self._lookup_now()
+            if lookup is not None:
+                lookup.run_blocking(self._refresh, lookup)
+        return self._state
 
     def ready(self) -> bool:
         """Whether the task has finished (SUCCESS, FAILURE or REVOKED)."""
@@ -131,7 +159,8 @@ class AsyncResult:
     @property
     def result(self) -> Any:
         """The value (SUCCESS), the error (FAILURE, RETRY, REVOKED), or None."""
-        if self.state == SUCCESS:
+        state = self.state
+        if state == SUCCESS:
             return self._value
         if self._error is not None:
             return self._exception()
@@ -155,18 +184,41 @@ class AsyncResult:
             raise ActorctlError(
                 "AsyncResult.get() blocks, and this is trio's thread: use `await result.aget()`"
             )
-        self._check_tracked()
-        if not self._done_thread.wait(timeout):
-            raise AskTimeout(f"task {self.task} ({self.id}) not ready within {timeout:g} s")
+        lookup = self._lookup_now()
+        if lookup is not None:
+            lookup.run_blocking(self._fetch, lookup, timeout)
+        else:
+            self._check_tracked()
+            deadline = None if timeout is None else time.monotonic() + timeout
+            first = FALLBACK_AFTER if timeout is None else min(timeout, FALLBACK_AFTER)
+            if not self._done_thread.wait(first):
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                fallback = self._fallback()
+                if fallback is not None:
+                    fallback.run_blocking(self._wait_or_fetch, fallback, left)
+                else:
+                    self._done_thread.wait(left)
+        if self._state not in READY_STATES:
+            raise AskTimeout(f"{self._name()} not ready within {timeout:g} s")
         return self._outcome(propagate)
 
     async def aget(self, timeout: float | None = None, *, propagate: bool = True) -> Any:
         """Await the task and return its value: :meth:`get` for trio code."""
-        self._check_tracked()
-        with trio.move_on_after(math.inf if timeout is None else timeout):
-            await self._done_trio.wait()
-        if not self.ready():
-            raise AskTimeout(f"task {self.task} ({self.id}) not ready within {timeout:g} s")
+        lookup = self._lookup_now()
+        if lookup is not None:
+            await self._fetch(lookup, timeout)
+        else:
+            self._check_tracked()
+            with trio.move_on_after(math.inf if timeout is None else timeout):
+                with trio.move_on_after(FALLBACK_AFTER):
+                    await self._done_trio.wait()
+                fallback = self._fallback()
+                if fallback is not None:
+                    await self._wait_or_fetch(fallback, None)
+                else:
+                    await self._done_trio.wait()
+        if self._state not in READY_STATES:
+            raise AskTimeout(f"{self._name()} not ready within {timeout:g} s")
         return self._outcome(propagate)
 
     async def await_state(self, *states: str, timeout: float | None = None) -> str:
@@ -178,10 +230,10 @@ class AsyncResult:
         """
         self._check_tracked()
         with trio.move_on_after(math.inf if timeout is None else timeout):
-            while self.state not in states and not self.ready():
+            while self._state not in states and self._state not in READY_STATES:
                 await self._changed.wait()
-            return self.state
-        raise AskTimeout(f"task {self.task} ({self.id}) not in {states} within {timeout:g} s")
+            return self._state
+        raise AskTimeout(f"{self._name()} not in {states} within {timeout:g} s")
 
     def revoke(self, *, terminate: bool = False) -> None:
         """Revoke the task: see ``app.control.revoke``."""
@@ -205,12 +257,58 @@ class AsyncResult:
     def _check_tracked(self) -> None:
         if not self._tracked:
             raise ActorctlError(
-                f"task {self.task} ({self.id}) was sent with ignore_result, or from inside "
+                f"{self._name()} was sent with ignore_result, or from inside "
                 "a task: nobody receives its result (use a chain or a callback instead)"
             )
 
+    def _name(self) -> str:
+        return f"task {self.task} ({self.id})" if self.task else f"task {self.id}"
+
+    # -- fetching by id ---------------------------------------------------------------
+
+    def _lookup_now(self) -> Lookup | None:
+        """Where to fetch this result from: None for one its process is sent
+        (or one already final), else its own lookup or the context's."""
+        if self._delivered or not self._tracked or self._state in READY_STATES:
+            return None
+        return self._lookup or _lookup.get()
+
+    def _fallback(self) -> Lookup | None:
+        """Where to fetch a result its process is sent, when its document has
+        not come within FALLBACK_AFTER seconds (the caller's reply link was down
+        when it was sent, as while a node restarts): None if it is final."""
+        if not self._delivered or self._state in READY_STATES:
+            return None
+        return self._lookup or _lookup.get()
+
+    async def _wait_or_fetch(self, lookup: Lookup, timeout: float | None) -> None:
+        """Wait for the document and fetch the result by id, both at once,
+        until either brings it or ``timeout`` passed."""
+        with trio.move_on_after(math.inf if timeout is None else timeout):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._fetch, lookup, None)
+                await self._done_trio.wait()
+                nursery.cancel_scope.cancel()
+
+    async def _fetch(self, lookup: Lookup, timeout: float | None) -> None:
+        """Ask until the result is found (recorded) or ``timeout`` passed."""
+        self._record(await lookup.wait(self.id, timeout))
+
+    async def _refresh(self, lookup: Lookup) -> None:
+        """Ask once; record the result if found."""
+        self._record(await lookup.fetch(self.id))
+
+    def _record(self, found: list[Any] | None) -> None:
+        if found is None:
+            return
+        state, body, headers = found
+        retries = headers.get(H_RETRIES, 0)
+        self.update(str(state), body, retries if isinstance(retries, int) else 0)
+        if self._delivered and self._forget is not None:
+            self._forget(self.id)  # its document will not be waited for any more
+
     def _outcome(self, propagate: bool) -> Any:
-        if self.state == SUCCESS:
+        if self._state == SUCCESS:
             return self._value
         error = self._exception()
         if propagate:
@@ -219,7 +317,7 @@ class AsyncResult:
 
     def _exception(self) -> Exception:
         error = self._error or {}
-        if self.state == REVOKED:
+        if self._state == REVOKED:
             return TaskRevoked(self.id, str(error.get("reason", "revoked")))
         return task_error(str(error.get("type", "Error")), str(error.get("message", "")), self.id)
 
@@ -227,9 +325,9 @@ class AsyncResult:
 
     def update(self, state: str, body: Any, retries: int = 0) -> None:
         """Record a state document; wakes whoever waits once it is final."""
-        if self.ready():
+        if self._state in READY_STATES:
             return  # a duplicate, or a late document after the final one
-        self.state = state
+        self._state = state
         self.retries = retries
         if state == SUCCESS:
             self._value = body
@@ -242,7 +340,7 @@ class AsyncResult:
         self._changed = trio.Event()
 
     def __repr__(self) -> str:
-        return f"<AsyncResult {self.task} {self.id} {self.state}>"
+        return f"<AsyncResult {self.task or '?'} {self.id} {self._state}>"
 
 
 @final
@@ -317,6 +415,7 @@ class ResultRegistry:
 
     def expect(self, result: AsyncResult) -> None:
         """Wait for ``result``'s documents from now on."""
+        result._delivered = True
         self._waiting[result.id] = result
         self._outbox.expect(result.id, self._take)
 

@@ -1,25 +1,41 @@
 """Scheduler: where delayed tasks wait, so that no worker holds them.
 
 A task sent with ``countdown`` or ``eta`` goes to the cluster's scheduler, not
-to its pool. The scheduler keeps the message (unsettled: its sender still holds
-it, so it survives a scheduler that dies) until it is due, then sends it on to
-its pool and settles it once the pool has taken it. A task revoked meanwhile,
-or past its expiry when it falls due, is never sent on: the caller gets a
-REVOKED document saying why.
+to its pool. The scheduler puts the message in its node's store (table
+``delayed``, keyed by message id), commits it, and only then accepts it: the
+sender is free at once, and the task outlives a restart of the scheduler's
+node. A timer (a task the scheduler owns, one loop over a heap of due times)
+sends each held task to its pool when it falls due, through the node's backlog
+(durable: kept until the pool accepts it), then deletes it from the store. When
+the scheduler starts, it arms what its store holds again: a task that fell due
+while its node was down is sent at once.
+
+A task revoked meanwhile, or past its expiry when it falls due, is never sent
+on: its caller gets a REVOKED document saying why (kept as its result), and it
+is deleted from the store. The scheduler keeps the revoked ids in its store too.
+
+A task sent again under the same message id (its sender reconnected) is held
+once: the store's key is the message id. The copy sent to the pool has an id
+made from it (``ID/due``), so that a copy sent again after a restart (the node
+died between handing it to the backlog and deleting it) has the same id as the
+first, and the pool's router takes it once.
 """
 
 from __future__ import annotations
 
+import heapq
+import math
 from collections import OrderedDict
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Final
 
 import attrs
 import trio
 
-from .._errors import ConfigError, DeliveryError, Rejected, WireFormatError
+from .._errors import ActorctlError, ConfigError, WireFormatError
 from .._log import log
-from ..actors import Actor
-from ..mailbox import ACCEPTED, STATUS_OK, Envelope, Outcome
+from ..actors import Actor, Outbox
+from ..cluster import Store
+from ..mailbox import ACCEPTED, STATUS_OK, Envelope, Outcome, decode, encode
 from ._client import Directory, TaskClient
 from ._documents import send_document
 from ._protocol import (
@@ -34,45 +50,125 @@ from ._protocol import (
     SCHEDULER_NAME,
     UNKNOWN_HANDLER,
 )
+from ._state import DELAYED, record_revokes, store_of, stored_revokes
 
 __all__ = ["Scheduler"]
 
+#: Held tasks the timer sends at once, at most (each waits for a commit: many
+#: at once share one).
+RELEASE_BATCH: Final = 1000
+DUE_SUFFIX: Final = "/due"
+
+
+@attrs.frozen
+class _Held:
+    task_id: str
+    due: float
+    envelope: Envelope
+
+
+def _task_id(envelope: Envelope) -> str:
+    return str(envelope.headers.get(H_TASK_ID) or envelope.correlation_id or envelope.message_id)
+
 
 class Scheduler(Actor):
-    """``scheduler``: holds delayed tasks until they are due.
+    """``scheduler``: holds delayed tasks (in its node's store) until they are due.
 
     Args:
         directory: where the pools are.
-        capacity: the most delayed tasks it holds at once (its link credit).
     """
 
     name = SCHEDULER_NAME
     mailbox_capacity: ClassVar[int] = 10_000
-    concurrency: ClassVar[int] = 10_000  # every held task waits in a task of its own
-    # A delayed task sent again (its sender reconnected) waits for the first
-    # copy and is answered as it was: it is held, and runs, once.
+    # Taking a delayed task is a put and a commit: many at once share a commit.
+    concurrency: ClassVar[int] = 64
+    # A delayed task sent again (its sender reconnected) is answered as the first.
     dedup_count: ClassVar[int] = 10_000
 
     def __init__(self, directory: Directory) -> None:
         self.directory = directory
-        self.waiting: dict[str, dict[str, trio.CancelScope]] = {}  # task id -> held copies
+        self.held: dict[str, _Held] = {}  # message id -> held task
+        self.waiting: dict[str, set[str]] = {}  # task id -> message ids of its held copies
         self.revoked: OrderedDict[str, None] = OrderedDict()
+        self._heap: list[tuple[float, str]] = []  # (due, message id); stale ones are skipped
+        self._wake = trio.Event()
+        self._client: TaskClient | None = None
+        self._store: Store | None = None
 
-    def revoke(self, ids: list[Any], terminate: bool = False) -> int:
+    # -- lifecycle ----------------------------------------------------------------------
+
+    async def on_start(self) -> None:
+        """Runs in the task that starts it: reload the revokes and held tasks
+        its node's store keeps, and start the timer."""
+        outbox = self._require_cell().outbox
+        self._client = TaskClient(outbox, self.directory)
+        store = self._store = store_of(outbox)
+        self.held.clear()  # started again as it was: what it held is in the store
+        self.waiting.clear()
+        self._heap.clear()
+        self._wake = trio.Event()
+        for task_id, _ in stored_revokes(store):
+            self._remember_revoke(task_id)
+        for message_id, value in store.items(DELAYED):
+            try:
+                self._arm(decode(value))
+            except (WireFormatError, ValueError) as exc:
+                log("actorctl:scheduler:unreadable", message_id=message_id, error=str(exc))
+                store.delete(DELAYED, message_id)
+        if self.held:
+            log("actorctl:scheduler:resumed", held=len(self.held))
+        self.start_soon(self._timer)
+
+    @property
+    def client(self) -> TaskClient:
+        if self._client is None:
+            raise ActorctlError("the scheduler is not running: host it on a node")
+        return self._client
+
+    @property
+    def outbox(self) -> Outbox:
+        return self.client.outbox
+
+    @property
+    def store(self) -> Store:
+        if self._store is None:
+            raise ActorctlError("the scheduler is not running: host it on a node")
+        return self._store
+
+    # -- commands -----------------------------------------------------------------------
+
+    async def revoke(self, ids: list[Any], terminate: bool = False) -> int:
         """Drop delayed tasks: each reports REVOKED now instead of running later
-        (``terminate`` is for running tasks: none runs here)."""
-        for task_id in map(str, ids):
-            self.revoked[task_id] = None
-            self.revoked.move_to_end(task_id)
-            for scope in self.waiting.get(task_id, {}).values():
-                scope.cancel(reason="revoked")
-        while len(self.revoked) > REVOKED_MEMORY:
-            self.revoked.popitem(last=False)
-        return len(ids)
+        (``terminate`` is for running tasks: none runs here). Answered once the
+        store keeps the revokes."""
+        names = [str(task_id) for task_id in ids]
+        for task_id in names:
+            self._remember_revoke(task_id)
+        record_revokes(self.store, names, terminate, self.outbox.now())
+        dropped = [self.held[m] for t in names for m in sorted(self.waiting.get(t, ()))]
+        for held in dropped:
+            self._unhold(held)
+        await self.store.sync()
+        for held in dropped:
+            await self._finish(
+                held, REVOKED, {"reason": "revoked while it waited in the scheduler"}
+            )
+            self.store.delete(DELAYED, held.envelope.message_id)
+        if dropped:
+            await self.store.sync()
+        return len(names)
 
     def pending(self) -> int:
         """How many delayed tasks it holds now."""
-        return sum(len(held) for held in self.waiting.values())
+        return len(self.held)
+
+    def _remember_revoke(self, task_id: str) -> None:
+        self.revoked[task_id] = None
+        self.revoked.move_to_end(task_id)
+        while len(self.revoked) > REVOKED_MEMORY:
+            self.revoked.popitem(last=False)
+
+    # -- taking delayed tasks -------------------------------------------------------------
 
     async def handle_unmatched(
         self, envelope: Envelope
@@ -80,67 +176,119 @@ class Scheduler(Actor):
         # Its own commands are told apart from held tasks by the pool header, so
         # that a task may be called "revoke" or "pending" too.
         if H_POOL not in envelope.headers:
-            return self._control(envelope)
-        client = TaskClient(self._require_cell().outbox, self.directory)
-        outbox = client.outbox
-        headers = dict(envelope.headers)
-        task_id = str(headers.get(H_TASK_ID) or envelope.correlation_id or envelope.message_id)
-        pool = headers.get(H_POOL)
-        if not isinstance(pool, str):
+            return await self._control(envelope)
+        if not isinstance(envelope.headers.get(H_POOL), str):
             return Outcome.rejected(
                 NO_POOL, f"delayed message {envelope.message_id} names no pool"
             ), None
-        eta = headers.pop(H_ETA, None)
-        delay = float(eta) - outbox.now() if isinstance(eta, int | float) else 0.0
-        held = self.waiting.setdefault(task_id, {})
-        with trio.CancelScope() as scope:
-            held[envelope.message_id] = scope
-            try:
-                if task_id not in self.revoked:
-                    await trio.sleep(max(0.0, delay))
-            finally:
-                held.pop(envelope.message_id, None)
-                if not held:
-                    self.waiting.pop(task_id, None)
-        reason = None
-        if scope.cancelled_caught or task_id in self.revoked:
-            reason = "revoked while it waited in the scheduler"
-        elif envelope.expiry_time is not None and envelope.expiry_time <= outbox.now():
-            reason = f"expired {outbox.now() - envelope.expiry_time:.3f} s before it was due"
-        if reason is not None:
-            log("actorctl:scheduler:revoked", task_id=task_id, reason=reason)
-            if envelope.reply_to:
-                await send_document(
-                    client, envelope, REVOKED, {"reason": reason}, [envelope.reply_to]
-                )
+        if envelope.message_id in self.held:
+            return ACCEPTED, None  # sent again: held once
+        if _task_id(envelope) in self.revoked:
+            await self._finish(
+                _Held(_task_id(envelope), 0.0, envelope),
+                REVOKED,
+                {"reason": "revoked before it reached the scheduler"},
+            )
             return ACCEPTED, None
-        try:
-            target = self.directory.resolve(pool)
-        except ConfigError as exc:
-            if envelope.reply_to:
-                error = {"type": "ConfigError", "message": str(exc)}
-                await send_document(client, envelope, FAILURE, error, [envelope.reply_to])
-            return Outcome.rejected(NO_POOL, str(exc)), None
-        due = attrs.evolve(
-            envelope,
-            message_id=outbox.new_message_id(),
-            to=str(target),
-            creation_time=outbox.now(),
-            headers=headers,
-        )
-        try:
-            await outbox.send(target, due, presettled=False, confirm=True)
-        except Rejected as exc:
-            return Outcome.rejected(exc.condition, exc.description), None
-        except DeliveryError as exc:
-            return Outcome.modified(exc.condition, exc.description), None
+        self.store.put(DELAYED, envelope.message_id, encode(envelope))
+        await self.store.sync()
+        self._arm(envelope)
         return ACCEPTED, None
 
-    def _control(self, envelope: Envelope) -> tuple[Outcome, tuple[str, Any] | None]:
+    def _arm(self, envelope: Envelope) -> None:
+        eta = envelope.headers.get(H_ETA)
+        due = float(eta) if isinstance(eta, int | float) else 0.0
+        held = _Held(_task_id(envelope), due, envelope)
+        self.held[envelope.message_id] = held
+        self.waiting.setdefault(held.task_id, set()).add(envelope.message_id)
+        heapq.heappush(self._heap, (due, envelope.message_id))
+        if self._heap[0][1] == envelope.message_id:
+            self._wake.set()  # due before what the timer waits for
+
+    def _unhold(self, held: _Held) -> None:
+        """Take ``held`` out of what the timer and revokes see. Its row stays
+        until what ends it (sent on, or its final document kept) is committed."""
+        message_id = held.envelope.message_id
+        self.held.pop(message_id, None)
+        copies = self.waiting.get(held.task_id)
+        if copies is not None:
+            copies.discard(message_id)
+            if not copies:
+                del self.waiting[held.task_id]
+
+    # -- sending them when due -----------------------------------------------------------
+
+    async def _timer(self) -> None:
+        """Send each held task when it falls due: the scheduler's own task."""
+        while True:
+            now = self.outbox.now()
+            due: list[_Held] = []
+            while self._heap and self._heap[0][0] <= now and len(due) < RELEASE_BATCH:
+                _, message_id = heapq.heappop(self._heap)
+                held = self.held.get(message_id)
+                if held is not None:
+                    self._unhold(held)
+                    due.append(held)
+            if due:
+                async with trio.open_nursery() as nursery:
+                    for held in due:
+                        nursery.start_soon(self._release, held)
+                await self.store.sync()  # the deletes
+                continue
+            wait = self._heap[0][0] - now if self._heap else math.inf
+            with trio.move_on_after(wait):
+                await self._wake.wait()
+            self._wake = trio.Event()
+
+    async def _release(self, held: _Held) -> None:
+        """``held`` is due: send it to its pool (unless it was revoked or
+        expired), then delete its row (the timer syncs)."""
+        await self._send_due(held)
+        self.store.delete(DELAYED, held.envelope.message_id)
+
+    async def _send_due(self, held: _Held) -> None:
+        envelope = held.envelope
+        now = self.outbox.now()
+        if held.task_id in self.revoked:
+            reason = "revoked while it waited in the scheduler"
+            await self._finish(held, REVOKED, {"reason": reason})
+            return
+        if envelope.expiry_time is not None and envelope.expiry_time <= now:
+            reason = f"expired {now - envelope.expiry_time:.3f} s before it was due"
+            await self._finish(held, REVOKED, {"reason": reason})
+            return
+        try:
+            target = self.directory.resolve(str(envelope.headers[H_POOL]))
+        except ConfigError as exc:
+            log("actorctl:scheduler:no-pool", message_id=envelope.message_id, error=str(exc))
+            await self._finish(held, FAILURE, {"type": "ConfigError", "message": str(exc)})
+            return
+        headers = {k: v for k, v in envelope.headers.items() if k != H_ETA}
+        due = attrs.evolve(
+            envelope,
+            message_id=envelope.message_id + DUE_SUFFIX,
+            to=str(target),
+            creation_time=now,
+            headers=headers,
+        )
+        await self.outbox.send(target, due, presettled=False, confirm=False, durable=True)
+
+    async def _finish(self, held: _Held, state: str, body: dict[str, Any]) -> None:
+        """End a held task without sending it: its final document to its
+        caller (if it has one), kept as its result either way."""
+        envelope = held.envelope
+        if state == REVOKED:
+            log("actorctl:scheduler:revoked", task_id=held.task_id, reason=body.get("reason"))
+        targets = [envelope.reply_to] if envelope.reply_to else []
+        await send_document(self.client, envelope, state, body, targets)
+
+    # -- control ------------------------------------------------------------------------
+
+    async def _control(self, envelope: Envelope) -> tuple[Outcome, tuple[str, Any] | None]:
         try:
             args, kwargs = envelope.call()
             if envelope.subject == "revoke":
-                value: Any = self.revoke(*args, **kwargs)
+                value: Any = await self.revoke(*args, **kwargs)
             elif envelope.subject == "pending":
                 value = self.pending(*args, **kwargs)
             else:

@@ -1,0 +1,145 @@
+"""A running node watches its keyring directory: keys added or revoked apply
+within about a second, with no restart.
+
+Every ``interval`` seconds the node lists the directory and its ``revoked/``
+subdirectory and compares the ``.pub`` files (name, size, modification time,
+inode) with what it saw last: a few ``stat`` calls, off the event loop's thread.
+When they differ, it reads the keys again (:meth:`Keyring.reload`) and swaps
+them in on the event loop's thread; every verifier picks the new keys up on its
+next message and drops the sessions of keys no longer trusted.
+
+The directory is the one source of truth on one machine: nodes that share it
+(a cluster run by ``actorctl cluster up``) all see a change. A cluster on
+several hosts distributes the directory to each (configuration management, a
+synchronised folder); etcd is for a later version.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Final, final
+
+import trio
+
+from .._errors import ConfigError
+from .._log import log
+from ..mailbox import Keyring, PublicKey
+from ..mailbox._keys import REVOKED, KeyringChange, read_public_keys
+
+__all__ = ["KEY_POLL", "KeyringWatch"]
+
+#: Seconds between two looks at a keyring directory.
+KEY_POLL: Final = 1.0
+
+_Listing = tuple[tuple[str, int, int, int], ...]
+
+
+@final
+class KeyringWatch:
+    """Reloads a keyring whenever its directory changes (run :meth:`run`).
+
+    Args:
+        keyring: loaded from a directory (``Keyring.load``).
+        node: the node's name, for the logs.
+        interval: seconds between two looks at the directory.
+    """
+
+    def __init__(self, keyring: Keyring, *, node: str, interval: float = KEY_POLL) -> None:
+        if keyring.directory is None:
+            raise ConfigError(f"node {node!r}: its keyring was not loaded from a directory")
+        self.keyring = keyring
+        self.directory = keyring.directory
+        self.node = node
+        self.interval = interval
+        self._changed = trio.Event()
+
+    async def wait_changed(self, generation: int) -> None:
+        """Return once the keyring's ``generation`` is past ``generation`` (read
+        it before changing the directory)."""
+        while self.keyring.generation <= generation:
+            await self._changed.wait()
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Look at the directory every ``interval`` seconds, until cancelled.
+
+        A directory that cannot be listed (gone, or no permission) keeps the
+        keys the node has, and is logged once until it can be read again.
+        """
+        directory = self.directory
+        last = await trio.to_thread.run_sync(_listing, directory)
+        task_status.started()
+        failing = False
+        while True:
+            await trio.sleep(self.interval)
+            try:
+                now = await trio.to_thread.run_sync(_listing, directory)
+                if now == last:
+                    failing = False
+                    continue
+                # Read off the loop's thread, swap in on it: a verifier sees
+                # one set of keys or the other.
+                trusted, revoked, problems = await trio.to_thread.run_sync(
+                    read_public_keys, directory
+                )
+            except (OSError, ConfigError) as exc:
+                if not failing:
+                    log(
+                        "actorctl:keyring:unreadable",
+                        node=self.node,
+                        directory=str(directory),
+                        error=str(exc),
+                        kept="the keys read last",
+                    )
+                failing = True
+                continue
+            failing = False
+            last = now
+            _report(self.node, self.keyring, self.keyring.replace(trusted, revoked), problems)
+            self._changed.set()
+            self._changed = trio.Event()
+
+
+def _report(node: str, keyring: Keyring, change: KeyringChange, problems: list[str]) -> None:
+    for problem in problems:
+        log("actorctl:keyring:bad-file", node=node, error=problem, skipped=True)
+    if not change:
+        return
+    log(
+        "actorctl:keyring:changed",
+        node=node,
+        added=_named(change.added),
+        removed=_named(change.removed),
+        revoked=_named(change.revoked),
+        generation=keyring.generation,
+    )
+    if keyring.revoked(keyring.identity.key_id) is not None:
+        log(
+            "actorctl:keyring:own-key-revoked",
+            node=node,
+            key=keyring.identity.key_id,
+            warning="this node's own key is revoked: nodes that watch the keyring "
+            "refuse what it signs; give it a new key and restart it",
+        )
+
+
+def _named(keys: list[PublicKey]) -> list[str]:
+    return [f"{key.name} ({key.key_id})" for key in keys]
+
+
+def _listing(directory: Path) -> _Listing:
+    """What identifies the keyring's files as they are now."""
+    entries = []
+    for folder, prefix in ((directory, ""), (directory / REVOKED, f"{REVOKED}/")):
+        try:
+            scan = os.scandir(folder)
+        except FileNotFoundError:
+            if folder == directory:
+                raise
+            continue
+        with scan:
+            for entry in scan:
+                if entry.name.endswith(".pub"):
+                    st = entry.stat()
+                    entries.append((prefix + entry.name, st.st_size, st.st_mtime_ns, st.st_ino))
+    return tuple(sorted(entries))

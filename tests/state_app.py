@@ -1,0 +1,77 @@
+"""The task app of tests/test_task_state.py (imported by its cluster's nodes).
+
+Every run of a task appends its task id to ``runs.txt`` in $ACTORCTL_STATE_RECORDS,
+so that the test counts runs: none lost, and how many ran twice. ``gated`` waits
+until the test opens its gate (a file), so that a chord can be left half
+complete while a node is killed.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import trio
+
+from actorctl import App, TaskContext
+
+#: The directory where each run is recorded (set by the test's cluster).
+RECORDS = "ACTORCTL_STATE_RECORDS"
+RUNS = "runs.txt"
+GATE_TIMEOUT = 120.0
+
+app = App("s")
+app.pool("celery", concurrency=8)
+
+
+def _record(task_id: str) -> None:
+    """One line per run, appended in one write (O_APPEND: whole lines, in order)."""
+    directory = os.environ.get(RECORDS)
+    if not directory:
+        return
+    fd = os.open(Path(directory) / RUNS, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, f"{task_id}\n".encode())
+    finally:
+        os.close(fd)
+
+
+def runs(directory: Path) -> list[str]:
+    """The task ids recorded in ``directory``, one per run."""
+    path = directory / RUNS
+    return path.read_text().split() if path.exists() else []
+
+
+def gate(directory: Path, name: str) -> Path:
+    """The file that opens the gate ``name`` once it exists."""
+    return directory / f"gate-{name}"
+
+
+@app.task(bind=True)
+def note(ctx: TaskContext, value: int) -> int:
+    _record(ctx.id)
+    return value
+
+
+@app.task(bind=True)
+def total(ctx: TaskContext, values: list[int]) -> int:
+    _record(ctx.id)
+    return sum(values)
+
+
+@app.task(bind=True)
+def fails(ctx: TaskContext, message: str) -> None:
+    _record(ctx.id)
+    raise LookupError(message)
+
+
+@app.task(bind=True)
+async def gated(ctx: TaskContext, name: str, value: int) -> int:
+    """Returns ``value`` once the test opened the gate ``name`` (its own wait:
+    the test waits for results, never on the clock)."""
+    directory = Path(os.environ[RECORDS])
+    with trio.fail_after(GATE_TIMEOUT):
+        while not gate(directory, name).exists():  # noqa: ASYNC110 (another process opens it)
+            await trio.sleep(0.05)
+    _record(ctx.id)
+    return value
