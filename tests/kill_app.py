@@ -10,8 +10,8 @@ short after it did is counted, and runs again later (a duplicate).
 While a test holds an exclusive lock (flock) on the file ``hold`` there, every
 task waits for it before it runs: the test holds the work back to have all of
 it in flight when it kills a process, then lets it go. While it holds
-``starts``, a node that starts waits before it makes its actors: the test keeps
-a node it killed down (the foreman restarts it at once).
+``starts-NODE``, that node waits before it makes its actors when it starts:
+the test keeps a node it killed down (the foreman restarts it at once).
 
 Run as a script, it is a caller the tests kill: ``python -m tests.kill_app
 CLUSTER many COUNT SENDERS`` sends COUNT recording tasks (labels ``c0``...)
@@ -43,17 +43,20 @@ RECORDS = "ACTORCTL_KILL_RECORDS"
 WAKE = "wake.sock"
 #: The file in RECORDS a test locks (exclusive) to hold the tasks back.
 HOLD = "hold"
-#: The file in RECORDS a test locks (exclusive) to keep nodes from starting.
-STARTS = "starts"
+
+
+def starts(node: str) -> str:
+    """The file in RECORDS a test locks (exclusive) to keep ``node`` from starting."""
+    return f"starts-{node}"
 
 
 class _App(App):
-    """The app, whose nodes wait to start while a test holds STARTS."""
+    """The app, whose nodes wait to start while a test holds their ``starts``."""
 
     def actors_for(self, cluster: ClusterConfig | None, node: NodeConfig) -> Mapping[str, Actor]:
         directory = os.environ.get(RECORDS)
         if directory:
-            _wait_while_held(directory, STARTS)  # before the node listens: it is down
+            _wait_while_held(directory, starts(node.name))  # not listening yet: it is down
         return super().actors_for(cluster, node)
 
 

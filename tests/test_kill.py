@@ -35,11 +35,11 @@ from tests.harness import free_port
 from tests.kill_app import (
     HOLD,
     RECORDS,
-    STARTS,
     WAKE,
     app,
     gather,
     record,
+    starts,
     tight_record,
     tight_step,
 )
@@ -225,8 +225,8 @@ class Cluster:
     _held: dict[str, int] = attrs.field(factory=dict)
 
     def hold(self, what: str = HOLD) -> None:
-        """Hold every task back before it runs (HOLD), or every node that
-        starts (STARTS), until :meth:`release` (see tests/kill_app.py)."""
+        """Hold every task back before it runs (HOLD), or a node from starting
+        (``starts(NODE)``), until :meth:`release` (see tests/kill_app.py)."""
         fd = os.open(self.records.directory / what, os.O_RDWR | os.O_CREAT, 0o644)
         fcntl.flock(fd, fcntl.LOCK_EX)
         self._held[what] = fd
@@ -236,10 +236,14 @@ class Cluster:
         await trio.to_thread.run_sync(self.hold, abandon_on_cancel=True)
 
     def release(self, what: str = HOLD) -> None:
-        """Let the tasks run (HOLD), or the nodes start (STARTS)."""
+        """Let the tasks run (HOLD), or the node start (``starts(NODE)``)."""
         fd = self._held.pop(what, None)
         if fd is not None:
             os.close(fd)  # and with it, the lock
+
+    def release_all(self) -> None:
+        for what in list(self._held):
+            self.release(what)
 
     @property
     def logs(self) -> Path:
@@ -293,8 +297,7 @@ async def cluster(tmp_path: Path, nursery: trio.Nursery) -> AsyncIterator[Cluste
         await running.out.until("cluster 'kill' ready")
         yield running
     finally:
-        running.release(HOLD)
-        running.release(STARTS)
+        running.release_all()
         running.records.close()
         await _down(running)
 
@@ -472,7 +475,7 @@ async def test_a_worker_node_that_stays_down_has_its_tasks_moved_to_the_other_on
         for sender in range(10):
             senders.start_soon(_send, labels[sender::10])
     # When worker-1 is killed while it runs them, and kept from starting again
-    cluster.hold(STARTS)
+    cluster.hold(starts("worker-1"))
     victim = cluster.pids["worker-1"]
     await _kill_mid_flight(cluster, "worker-1", tasks, lambda: cluster.records.of_process(victim))
     killed = trio.current_time()
@@ -483,7 +486,7 @@ async def test_a_worker_node_that_stays_down_has_its_tasks_moved_to_the_other_on
     print(f"all run {trio.current_time() - killed:.1f} s after the kill")
     count.check("tasks", cluster.logs, max_duplicates=tasks // 4)
     # And worker-1 starts again once it may
-    cluster.release(STARTS)
+    cluster.release(starts("worker-1"))
     await cluster.wait_ready("worker-1")
 
 
