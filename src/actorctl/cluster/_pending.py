@@ -13,7 +13,7 @@ from proton import SSLDomain
 
 from .._errors import ActorctlError, Modified, PeerUnavailable, Rejected, UnknownActor
 from .._log import log
-from ..mailbox import NOT_FOUND, PEER_UNAVAILABLE, Envelope, IdentityKey, Outcome
+from ..mailbox import NOT_FOUND, PEER_UNAVAILABLE, Envelope, IdentityKey, Keyring, Outcome
 
 __all__ = ["PeerSettings", "Pending"]
 
@@ -35,6 +35,8 @@ class PeerSettings:
         stopping: whether the node is stopping (then no reconnect).
         connect_timeout: seconds a peer may stay unreachable before what waits
             for it fails with ``PeerUnavailable`` (the backlog keeps durable sends).
+        keyring: the keys whose signatures on replies it trusts; None: it takes
+            replies unchecked (a node without keys, for tests and development).
     """
 
     node_id: str
@@ -47,6 +49,7 @@ class PeerSettings:
     clock: Callable[[], float]
     stopping: Callable[[], bool]
     connect_timeout: float = 5.0
+    keyring: Keyring | None = None
 
 
 @final
