@@ -69,6 +69,7 @@ class Reply:
     subject: str | None
     content_type: str | None
     presettled: bool
+    message: Message | None = None  # as received: what a client that verifies reads (§8.1)
 
 
 @dataclass
@@ -206,6 +207,7 @@ class ForeignCall(MessagingHandler):
             subject=msg.subject,
             content_type=msg.content_type,
             presettled=event.delivery.settled,
+            message=msg,
         )
         self.result.events.append("reply")
         self._maybe_done()

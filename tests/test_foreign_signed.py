@@ -27,8 +27,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from proton import Message
 
 from .foreign import CallResult, ClientTls, foreign_call
@@ -326,6 +327,40 @@ def json_command(
     )
 
 
+# --- §8.1: checking a signed reply ---------------------------------------------------
+
+
+def reply_signature_holds(reply: Message, reply_address: str, node_public_raw: bytes) -> bool:
+    """Whether ``reply``, which came back on our reply link whose address is
+    ``reply_address``, is signed ``ed25519`` by the node's key (§8.1): the canonical
+    bytes of §11.2 with the reply address as ``to``."""
+    props = dict(reply.properties or {})
+    if props.get("sig_alg") != "ed25519":
+        return False
+    public = Ed25519PublicKey.from_public_bytes(node_public_raw)
+    if props.get("sig_key") != hashlib.sha256(node_public_raw).hexdigest()[:16]:
+        return False
+    body = reply.body
+    canonical = canonical_bytes(
+        to=reply_address,
+        subject=reply.subject,
+        message_id=str(reply.id),
+        correlation_id=None if reply.correlation_id is None else str(reply.correlation_id),
+        reply_to=reply.reply_to,
+        # proton reads a timestamp as float seconds: the ms on the wire, exactly
+        creation_ms=round(reply.creation_time * 1000) or None,
+        expiry_ms=round(reply.expiry_time * 1000) or None,
+        kind=props.get("kind"),
+        headers=props,
+        body=bytes(body) if isinstance(body, memoryview | bytes) else b"",
+    )
+    try:
+        public.verify(bytes(props["sig"]), canonical)
+    except InvalidSignature:
+        return False
+    return True
+
+
 # =============================================================================
 # The tests: they check the client against the test vectors, and host the
 # actor with actorctl (TLS files, the node's own key) for it to call.
@@ -509,6 +544,30 @@ async def test_a_foreign_client_signs_with_ed25519_over_mutual_tls(tmp_path: Pat
     assert reply.subject == "add"
     assert reply.presettled
     assert s.calculator.calls == [(2, 3)]
+
+
+async def test_a_foreign_client_can_check_the_nodes_signed_reply(tmp_path: Path) -> None:
+    async with secured_node(tmp_path) as s:
+
+        def make_message(reply_to: str) -> Message:
+            command = dataclasses.replace(_add(s, 20, 22), reply_to=reply_to)
+            return command.message(s.identity.signature_properties(command.canonical()))
+
+        result = await _call(s, make_message)
+        assert s.node.identity is not None
+        node_key = s.node.identity.public.raw  # what the node's NAME.pub holds
+
+    assert result.reply is not None
+    assert result.reply.message is not None
+    assert result.reply_address is not None
+    reply = result.reply.message
+    # The client opened no session: the node signed its reply ed25519 (§8.1)
+    assert reply_signature_holds(reply, result.reply_address, node_key)
+    assert dict(reply.properties)["replier"] == "calculator"
+    # Bound to the reply address, and to what it says
+    assert not reply_signature_holds(reply, "$reply/someone-else", node_key)
+    reply.body = b"43"
+    assert not reply_signature_holds(reply, result.reply_address, node_key)
 
 
 async def test_fields_that_are_not_covered_may_change_after_signing(tmp_path: Path) -> None:

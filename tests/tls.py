@@ -16,7 +16,7 @@ def make_tls(directory: Path, *names: str, ca: trustme.CA | None = None) -> dict
     ca.cert_pem.write_to_path(str(directory / "ca.pem"))
     files = {}
     for name in names:
-        cert = ca.issue_cert("127.0.0.1", "localhost", name)
+        cert = ca.issue_cert("127.0.0.1", "localhost", name, common_name=name)
         cert.private_key_pem.write_to_path(str(directory / f"{name}.key"))
         cert.cert_chain_pems[0].write_to_path(str(directory / f"{name}.pem"))
         for extra in cert.cert_chain_pems[1:]:

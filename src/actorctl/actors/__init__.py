@@ -14,3 +14,4 @@ from ._monitor import Terminated as Terminated
 from ._ref import ActorRef as ActorRef
 from ._ref import Outbox as Outbox
 from ._ref import to_wire as to_wire
+from ._replies import REPLIER as REPLIER

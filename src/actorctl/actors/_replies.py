@@ -3,7 +3,7 @@ caller's reply address), and the settlement of a message it refuses."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from .._errors import WireFormatError
 from .._log import log
@@ -19,7 +19,12 @@ from ..mailbox import (
 from ._dedup import Handled
 from ._ref import Outbox
 
-__all__ = ["handler_failed", "refuse", "send_reply", "settle_refused"]
+__all__ = ["REPLIER", "handler_failed", "refuse", "send_reply", "settle_refused"]
+
+#: The application property of a reply that names the actor that answered (the
+#: one the ask went to). The reply's signature covers it, and a caller that knows
+#: which actor it asked takes no reply that names another (docs/protocol.md §8.1).
+REPLIER: Final = "replier"
 
 
 def send_reply(outbox: Outbox, actor: str, request: Envelope, status: str, body: Any) -> None:
@@ -35,7 +40,7 @@ def send_reply(outbox: Outbox, actor: str, request: Envelope, status: str, body:
         kind=KIND_DOCUMENT,
         correlation_id=request.correlation_id or request.message_id,
         creation_time=outbox.now(),
-        headers={"status": status},
+        headers={"status": status, REPLIER: actor},
     )
     try:
         outbox.reply(reply)
@@ -57,7 +62,7 @@ def send_reply(outbox: Outbox, actor: str, request: Envelope, status: str, body:
                 kind=KIND_DOCUMENT,
                 correlation_id=reply.correlation_id,
                 creation_time=reply.creation_time,
-                headers={"status": STATUS_ERROR},
+                headers={"status": STATUS_ERROR, REPLIER: actor},
             )
         )
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any, Final, final
 
 import trio
-from proton import Collector, Connection, Endpoint, Event, Link, SSLDomain, Transport
+from proton import SSL, Collector, Connection, Endpoint, Event, Link, SSLDomain, Transport
 
 from .._log import log
 from ._raw import DELIVERY, LINK_FLOW, NULL, lib, send
@@ -101,9 +101,12 @@ class Engine:
         self.transport = transport = Transport(Transport.SERVER if server else Transport.CLIENT)
         transport.idle_timeout = idle_timeout
         self._idle_timeout = idle_timeout
+        #: TLS inside the transport (see _tls), or None for plain TCP: it names
+        #: the certificate the other side presented, once the handshake is done.
+        self.ssl: SSL | None = None
         if ssl_domain is not None:
             # TLS inside the transport, before bind: still sans-IO (see _tls).
-            ssl = transport.ssl(ssl_domain)
+            self.ssl = ssl = transport.ssl(ssl_domain)
             if peer_hostname is not None:
                 ssl.peer_hostname = peer_hostname
         transport.sasl().allowed_mechs("ANONYMOUS")

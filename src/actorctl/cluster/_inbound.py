@@ -39,6 +39,7 @@ from ..mailbox import (
 from ._engine import Engine, EngineHandler
 from ._outbox import ReplyRoutes
 from ._raw import ACCEPTED, REJECTED, RELEASED, lib, recv, set_condition
+from ._reply_auth import UNAUTHORIZED, ReplySigning, reply_address_refusal
 
 __all__ = ["InboundHandler", "actor_name"]
 
@@ -102,6 +103,8 @@ class InboundHandler(EngineHandler):
         verifier: authenticates this connection's messages; its sessions live
             and die with the connection. None: the node is insecure, has no keys.
         routes: where the reply links that callers attach are recorded.
+        signing: how the replies sent on this connection are signed (it learns
+            of the sessions opened here); None: unsigned.
     """
 
     def __init__(
@@ -111,6 +114,8 @@ class InboundHandler(EngineHandler):
         cells: Mapping[str, ActorCell],
         verifier: Verifier | None,
         routes: ReplyRoutes,
+        *,
+        signing: ReplySigning | None = None,
     ) -> None:
         self._node_name = node_name
         self._node_id = node_id
@@ -122,7 +127,8 @@ class InboundHandler(EngineHandler):
         self._session_links: dict[Any, Link] = {}
         # Ids of unauthenticated messages accepted since the last warning.
         self._unauthenticated: list[str] = []
-        self._reply_addresses: list[str] = []
+        self._reply_addresses: list[tuple[str, bool]] = []  # (address, dynamic)
+        self._signing = signing
 
     def on_link_remote_open(self, engine: Engine, link: Link) -> None:
         if not link.state & Endpoint.LOCAL_UNINIT:
@@ -175,12 +181,19 @@ class InboundHandler(EngineHandler):
                 "dynamic receiver (or one whose source starts with $reply/) to get replies",
             )
             return
+        # Only its own address, and one no other identity holds (§8).
+        refusal = reply_address_refusal(engine, address, self._routes.claim, dynamic=source.dynamic)
+        if refusal is not None:
+            link.open()
+            _refuse(link, UNAUTHORIZED, refusal)
+            log("actorctl:link:refused", peer=engine.peer, source=address, reason=refusal)
+            return
         link.source.address = address
         link.source.dynamic = source.dynamic
         link.snd_settle_mode = Link.SND_SETTLED  # the reply is the acknowledgement
         link.open()
-        self._routes.add(address, engine, link)
-        self._reply_addresses.append(address)
+        self._routes.add(address, engine, link, self._signing)
+        self._reply_addresses.append((address, source.dynamic))
 
     def on_link_flow(self, engine: Engine, link: Any) -> None:
         # A sender's flow answers a drain: it gave back the credit it had no use for.
@@ -196,7 +209,8 @@ class InboundHandler(EngineHandler):
             if inbox is not None:
                 inbox[0].mailbox.detach(inbox[1])
         else:
-            self._routes.remove(link.source.address or "", link=link)
+            address = link.source.address or ""
+            self._routes.remove(address, link=link, release=bool(link.source.dynamic))
 
     def on_delivery(self, engine: Engine, delivery: Any) -> None:
         link = _delivery_link(delivery)
@@ -317,6 +331,8 @@ class InboundHandler(EngineHandler):
         except (WireFormatError, ValueError) as exc:
             _refuse_delivery(engine, SESSION_ADDRESS, settle, DECODE_ERROR, str(exc), exc)
             return
+        if self._signing is not None:
+            self._signing.session_opened(session)  # replies here are signed with it
         log(
             "actorctl:session:opened",
             peer=engine.peer,
@@ -331,8 +347,8 @@ class InboundHandler(EngineHandler):
         for cell, credit in self._inboxes.values():
             cell.mailbox.detach(credit)
         self._inboxes.clear()
-        for address in self._reply_addresses:
-            self._routes.remove(address, engine=engine)
+        for address, dynamic in self._reply_addresses:
+            self._routes.remove(address, engine=engine, release=dynamic)
         self._reply_addresses.clear()
 
 

@@ -41,6 +41,7 @@ from ._keywatch import KEY_POLL, KeyringWatch
 from ._monitors import NodeMonitors
 from ._outbox import NodeOutbox
 from ._pending import PeerSettings
+from ._reply_auth import ReplySigning
 from ._store import Store
 from ._supervised import Hosted, NodeHost, describe_root, node_root
 from ._tls import TlsFiles
@@ -180,6 +181,7 @@ class Node:
             clock=clock,
             stopping=self._stop.is_set,
             connect_timeout=connect_timeout,
+            keyring=keyring,
         )
         #: The one path out of this node.
         self.outbox = NodeOutbox(
@@ -333,7 +335,12 @@ class Node:
         except OSError:
             peer = "?"
         handler = InboundHandler(
-            self.name, self.node_id, self.cells, self.new_verifier(), self.outbox.routes
+            self.name,
+            self.node_id,
+            self.cells,
+            self.new_verifier(),
+            self.outbox.routes,
+            signing=ReplySigning(self.identity, self._clock),
         )
         engine = Engine(
             stream,

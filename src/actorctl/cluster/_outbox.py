@@ -35,12 +35,13 @@ from proton import Link
 
 from .._errors import AskTimeout, ConfigError
 from .._log import log
-from ..actors import Address
+from ..actors import REPLIER, Address
 from ..mailbox import EXPIRED, Envelope, Outcome, encode
 from ._backlog import Backlog, Done, Reroute
 from ._engine import Engine, EngineSet
 from ._peer import Peer
 from ._pending import PeerSettings, Pending
+from ._reply_auth import ReplySigning
 from ._store import Store
 
 __all__ = ["NodeOutbox", "ReplyRoutes"]
@@ -48,6 +49,8 @@ __all__ = ["NodeOutbox", "ReplyRoutes"]
 
 #: Takes the reply documents of one correlation id.
 Taker = Callable[[Envelope], None]
+#: How many reply addresses a node remembers the owner of (their routes gone).
+_MAX_OWNERS = 10_000
 
 
 @final
@@ -57,19 +60,48 @@ class ReplyRoutes:
     Inbound connections add and remove them; the outbox sends replies on them.
     """
 
-    __slots__ = ("_routes",)
+    __slots__ = ("_owners", "_routes")
 
     def __init__(self) -> None:
-        self._routes: dict[str, tuple[Engine, Link]] = {}
+        self._routes: dict[str, tuple[Engine, Link, ReplySigning | None]] = {}
+        # Who each reply address belongs to (the certificate subject of the
+        # first connection that attached it), oldest first; kept after its route
+        # goes, so that nobody else takes it while its caller reconnects.
+        self._owners: dict[str, str] = {}
 
-    def add(self, address: str, engine: Engine, link: Link) -> None:
-        """A caller attached a reply link; replies to ``address`` go on it."""
-        self._routes[address] = (engine, link)
+    def add(
+        self, address: str, engine: Engine, link: Link, signing: ReplySigning | None = None
+    ) -> None:
+        """A caller attached a reply link; replies to ``address`` go on it, signed
+        as ``signing`` says (None: unsigned)."""
+        self._routes[address] = (engine, link, signing)
+
+    def claim(self, address: str, identity: str | None) -> bool:
+        """Whether ``identity`` may attach ``address``: nobody holds it yet (it is
+        ``identity``'s from now on) or ``identity`` does. Without an identity
+        (plain TCP) nothing is held."""
+        if identity is None:
+            return True
+        owner = self._owners.get(address)
+        if owner is not None:
+            return owner == identity
+        if len(self._owners) >= _MAX_OWNERS:
+            # Forget the oldest addresses that nobody holds a route to any more.
+            for old in [a for a in self._owners if a not in self._routes][: _MAX_OWNERS // 10]:
+                del self._owners[old]
+        self._owners[address] = identity
+        return True
 
     def remove(
-        self, address: str, *, engine: Engine | None = None, link: Link | None = None
+        self,
+        address: str,
+        *,
+        engine: Engine | None = None,
+        link: Link | None = None,
+        release: bool = False,
     ) -> None:
-        """Forget a route, if it is still the one on ``engine`` (or ``link``)."""
+        """Forget a route, if it is still the one on ``engine`` (or ``link``); with
+        ``release`` (a dynamic address, which nobody asks for by name) its owner too."""
         route = self._routes.get(address)
         if route is None:
             return
@@ -78,6 +110,8 @@ class ReplyRoutes:
         ):
             return  # the caller re-attached since: that newer route stays
         del self._routes[address]
+        if release:
+            self._owners.pop(address, None)
 
     def __contains__(self, address: object) -> bool:
         return address in self._routes
@@ -90,22 +124,27 @@ class ReplyRoutes:
         route = self._routes.get(envelope.to)
         if route is None:
             return False
-        engine, link = route
+        engine, link, signing = route
         if engine.closed:
             return False
-        engine.send_settled(link._impl, envelope.message_id.encode(), encode(envelope))
+        # Signed for the reply address, as the caller reads it off its link.
+        signer = None if signing is None else signing.signer()
+        data = encode(envelope, signer=signer, actor=envelope.to)
+        engine.send_settled(link._impl, envelope.message_id.encode(), data)
         return True
 
 
 @final
 class _Waiter:
-    """One expected reply: who takes it, and which peer may send it."""
+    """One expected reply: who takes it, which peer may send it, and which actor
+    there may answer (None: any)."""
 
-    __slots__ = ("peer", "take")
+    __slots__ = ("peer", "replier", "take")
 
-    def __init__(self, take: Taker, peer: str | None) -> None:
+    def __init__(self, take: Taker, peer: str | None, replier: str | None = None) -> None:
         self.take = take
         self.peer = peer
+        self.replier = replier
 
 
 @final
@@ -204,7 +243,8 @@ class NodeOutbox:
                 done.set()
 
         pending = Pending(address.name, envelope, envelope.message_id, on_outcome=on_outcome)
-        self.expect(envelope.message_id, take, peer=peer.name)
+        # Only the actor asked, on the peer asked, answers (docs/protocol.md §8.1).
+        self._waiting[envelope.message_id] = _Waiter(take, peer.name, address.name)
         try:
             with trio.fail_after(timeout):
                 await peer.transmit(pending)
@@ -285,18 +325,31 @@ class NodeOutbox:
         return peer
 
     def _on_reply(self, envelope: Envelope, peer: str) -> None:
-        """A reply document came back on the reply link of the connection to ``peer``."""
+        """A reply document came back, authenticated (``_reply_auth``), on the reply
+        link of the connection to ``peer``: it goes to its taker if it answers an
+        ask sent to that peer (and that actor, when the ask named one)."""
         waiter = self._waiting.get(envelope.correlation_id or "")
-        if waiter is not None and waiter.peer is not None and waiter.peer != peer:
-            log(
-                "actorctl:reply:wrong-peer",
-                node=self.name,
-                correlation_id=envelope.correlation_id,
-                message_id=envelope.message_id,
-                peer=peer,
-                expected=waiter.peer,
-            )
-            return
+        if waiter is not None and waiter.peer is not None:
+            asked = waiter.replier
+            if waiter.peer != peer:
+                problem = f"the ask went to {waiter.peer}, not to {peer}"
+            elif asked is not None and envelope.headers.get(REPLIER, asked) != asked:
+                problem = f"the ask went to actor {asked!r}, not {envelope.headers[REPLIER]!r}"
+            else:
+                problem = None
+            if problem is not None:
+                # Logged and dropped: the caller goes on waiting for the real reply.
+                log(
+                    "actorctl:reply:rejected",
+                    node=self.name,
+                    reason="wrong peer",
+                    description=problem,
+                    correlation_id=envelope.correlation_id,
+                    message_id=envelope.message_id,
+                    peer=peer,
+                    expected=waiter.peer,
+                )
+                return
         if waiter is None:
             log(
                 "actorctl:reply:late",

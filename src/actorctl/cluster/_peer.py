@@ -20,7 +20,7 @@ import attrs
 import trio
 from proton import Condition, Delivery, Endpoint, Link, Session
 
-from .._errors import ActorctlError, PeerUnavailable
+from .._errors import PeerUnavailable
 from .._log import log
 from ..mailbox import (
     ACCEPTED,
@@ -34,19 +34,18 @@ from ..mailbox import (
     SessionOffer,
     SessionSigner,
     Signer,
-    decode,
     encode,
     sign_ed25519,
 )
 from . import _raw as raw
 from ._engine import Engine, EngineHandler, EngineSet
 from ._pending import OutLink, PeerSettings, Pending
+from ._reply_auth import REPLY_CREDIT, ReplyCheck, certificate_names
 
 __all__ = ["Peer"]
 
 _BACKOFF_FIRST: Final = 0.05
 _BACKOFF_MAX: Final = 2.0
-_REPLY_CREDIT: Final = 1000
 _YIELD_EVERY: Final = 16
 ACCEPTED_STATE: Final = raw.ACCEPTED
 MODIFIED: Final = raw.MODIFIED
@@ -59,16 +58,10 @@ _STATES: Final[dict[int, str]] = {
 lib = raw.lib
 _delivery_link = lib.pn_delivery_link
 _is_receiver = lib.pn_link_is_receiver
-_readable = lib.pn_delivery_readable
-_partial = lib.pn_delivery_partial
-_pending = lib.pn_delivery_pending
 _remote_settled = lib.pn_delivery_settled
 _remote_state = lib.pn_delivery_remote_state
-_update = lib.pn_delivery_update
 _settle_delivery = lib.pn_delivery_settle
 _link_credit = lib.pn_link_credit
-_link_flow = lib.pn_link_flow
-recv = raw.recv
 send = raw.send
 remote_condition = raw.remote_condition
 
@@ -94,6 +87,7 @@ class Peer(EngineHandler):
         self.reply_address = f"$reply/{settings.node_id}"
         self._engines = engines
         self._on_reply_document = on_reply
+        self._replies = ReplyCheck(settings.keyring, self.reply_address, self.name, settings.clock)
         # Told ("host:port", True) when a connection is ready for senders, and
         # ("host:port", False) when it closes: node-loss detection for monitors.
         self._on_state = on_state
@@ -270,7 +264,8 @@ class Peer(EngineHandler):
         receiver.source.address = self.reply_address
         receiver.target.address = self.reply_address
         receiver.open()
-        receiver.flow(_REPLY_CREDIT)
+        receiver.flow(REPLY_CREDIT)
+        self._replies.connected(None)
         self._reply_receiver = receiver
         engine.wake()
 
@@ -328,6 +323,7 @@ class Peer(EngineHandler):
         settings = self.settings
         now = settings.clock()
         offer = SessionOffer.new(identity, now=now, lifetime=settings.session_lifetime)
+        self._replies.offered(offer)  # the peer may sign replies with it at once
         envelope = Envelope(
             message_id=settings.new_message_id(),
             to=SESSION_ADDRESS,
@@ -378,13 +374,20 @@ class Peer(EngineHandler):
             link.close()
             engine.wake()
             return
-        if link.name == f"{self.settings.node_id}-replies":
+        if link.name == f"{self.settings.node_id}-replies" and not link.state & link.REMOTE_CLOSED:
+            # TLS is done by now: replies signed ed25519 must be by its identity.
+            self._replies.connected(certificate_names(engine)[1])
             self._linked.set()
             self._linked_once = True
 
     def on_link_remote_close(self, engine: Engine, link: Link) -> None:
         out = self._outs.get(link._impl)
         if out is None:
+            if link == self._reply_receiver:
+                # No replies would come back (another may hold the address): send
+                # nothing on this connection; the next one tries again.
+                self._replies.link_closed(link)
+                engine.connection.close()
             return
         condition = link.remote_condition
         out.failure = Outcome(
@@ -439,22 +442,10 @@ class Peer(EngineHandler):
         pending.resolve(Outcome(_STATES.get(state, "released"), name, description))  # type: ignore[arg-type]
 
     def _on_reply(self, engine: Engine, link: Any, delivery: Any) -> None:
-        if not _readable(delivery) or _partial(delivery):
-            return
-        data = recv(link, _pending(delivery))
-        if not _remote_settled(delivery):
-            _update(delivery, ACCEPTED_STATE)
-        _settle_delivery(delivery)
-        credit = _link_credit(link)
-        if credit < _REPLY_CREDIT // 2:
-            _link_flow(link, _REPLY_CREDIT - credit)
-            engine.wake()
-        try:
-            envelope: Envelope = decode(data)
-        except ActorctlError as exc:
-            log("actorctl:reply:undecodable", peer=self.name, error=str(exc))
-            return
-        self._on_reply_document(envelope, self.name)
+        # Authenticated first (docs/protocol.md §8.1): what fails is logged, dropped.
+        envelope = self._replies.receive(engine, link, delivery)
+        if envelope is not None:
+            self._on_reply_document(envelope, self.name)
 
     def on_closed(self, engine: Engine) -> None:
         if self.engine is engine:

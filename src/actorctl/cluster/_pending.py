@@ -15,7 +15,7 @@ from proton import Link, SSLDomain
 
 from .._errors import ActorctlError, Modified, PeerUnavailable, Rejected, UnknownActor
 from .._log import log
-from ..mailbox import NOT_FOUND, PEER_UNAVAILABLE, Envelope, IdentityKey, Outcome
+from ..mailbox import NOT_FOUND, PEER_UNAVAILABLE, Envelope, IdentityKey, Keyring, Outcome
 from ._engine import Engine
 
 __all__ = ["OutLink", "PeerSettings", "Pending"]
@@ -38,6 +38,8 @@ class PeerSettings:
         stopping: whether the node is stopping (then no reconnect).
         connect_timeout: seconds a peer may stay unreachable before what waits
             for it fails with ``PeerUnavailable`` (the backlog keeps durable sends).
+        keyring: the keys whose signatures on replies it trusts; None: it takes
+            replies unchecked (a node without keys, for tests and development).
     """
 
     node_id: str
@@ -50,6 +52,7 @@ class PeerSettings:
     clock: Callable[[], float]
     stopping: Callable[[], bool]
     connect_timeout: float = 5.0
+    keyring: Keyring | None = None
 
 
 @final
