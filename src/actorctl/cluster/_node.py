@@ -347,6 +347,7 @@ class Node:
         return Verifier(
             self.keyring,
             SessionTable(),
+            node=self.node_id,
             clock=self._clock,
             window=self.auth_window,
             replay=self._replays,

@@ -3,7 +3,9 @@
 A key file is PEM: ``NAME.key`` an unencrypted PKCS#8 private key (mode 0600),
 ``NAME.pub`` a SubjectPublicKeyInfo public key. A keyring directory holds the
 node's own ``NAME.key`` and a ``.pub`` for every key it trusts; keep it apart
-from the TLS directory, whose ``NAME.key`` files are TLS keys.
+from the TLS directory, whose ``NAME.key`` files are TLS keys. Its optional
+``members`` file names (one per line) the keys of the cluster's own nodes:
+a member that forwards a message may assert who sent it (docs/protocol.md §11.4).
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import final
 
@@ -26,7 +28,18 @@ from .._errors import ConfigError
 from ._auth import AuthError
 from ._conditions import BAD_SIGNATURE
 
-__all__ = ["IdentityKey", "Keyring", "PublicKey", "key_id"]
+__all__ = [
+    "MEMBERS_FILE",
+    "IdentityKey",
+    "Keyring",
+    "PublicKey",
+    "add_member",
+    "key_id",
+    "members_file",
+]
+
+#: The file of a keyring directory that names the cluster members' keys.
+MEMBERS_FILE = "members"
 
 
 _KEY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
@@ -203,24 +216,42 @@ def _write_new(path: Path, data: bytes, mode: int) -> None:
 
 @final
 class Keyring:
-    """The node's own identity key and the public keys it trusts.
+    """The node's own identity key, the public keys it trusts, and which of
+    those are cluster members.
 
     Args:
-        identity: the node's private key; its public key is trusted too.
+        identity: the node's private key; its public key is trusted too, and a member.
         trusted: the public keys whose signatures are accepted.
+        members: key ids of trusted keys that belong to the cluster's own nodes
+            (routers among them): a message they sign may assert its origin
+            (``origin-key``, docs/protocol.md §11.4). Other keys are clients.
     """
 
-    def __init__(self, identity: IdentityKey, trusted: Iterable[PublicKey] = ()) -> None:
+    def __init__(
+        self,
+        identity: IdentityKey,
+        trusted: Iterable[PublicKey] = (),
+        members: Iterable[str] = (),
+    ) -> None:
         self.identity = identity
         self._trusted = {key.key_id: key for key in (identity.public, *trusted)}
+        self.members = frozenset({identity.key_id, *members}) & self._trusted.keys()
 
     def __repr__(self) -> str:
-        return f"Keyring(identity={self.identity!r}, trusted={len(self._trusted)} keys)"
+        return (
+            f"Keyring(identity={self.identity!r}, trusted={len(self._trusted)} keys, "
+            f"members={len(self.members)})"
+        )
 
     @classmethod
-    def load(cls, path: Path | str, name: str | None = None) -> Keyring:
+    def load(
+        cls, path: Path | str, name: str | None = None, *, members: Iterable[str] = ()
+    ) -> Keyring:
         """Load a keyring directory: every ``*.pub`` in it is trusted, and the
         identity is ``NAME.key`` (or the only ``*.key`` there is, without a name).
+        The members are the keys its ``members`` file names (key names, one per
+        line; ``#`` starts a comment) and those named in ``members`` (a cluster's
+        node names: names with no ``.pub`` here are skipped).
 
         Raises:
             ConfigError: naming the directory or file and what is wrong.
@@ -229,15 +260,62 @@ class Keyring:
         if not directory.is_dir():
             raise ConfigError(f"keyring {directory} is not a directory")
         identity = IdentityKey.load(_identity_file(directory, name))
-        return cls(identity, [PublicKey.load(p) for p in sorted(directory.glob("*.pub"))])
+        trusted = [PublicKey.load(p) for p in sorted(directory.glob("*.pub"))]
+        by_name = {key.name: key.key_id for key in trusted}
+        named = members_file(directory / MEMBERS_FILE, by_name)
+        named.extend(by_name[n] for n in members if n in by_name)
+        return cls(identity, trusted, named)
 
     def trusted(self, key_id: str) -> PublicKey | None:
         """The trusted key with that id, or None."""
         return self._trusted.get(key_id)
 
+    def is_member(self, key_id: str) -> bool:
+        """Whether the key belongs to one of the cluster's own nodes."""
+        return key_id in self.members
+
     def public_keys(self) -> list[PublicKey]:
         """Every trusted key, by name."""
         return sorted(self._trusted.values(), key=lambda k: (k.name or "", k.key_id))
+
+
+def members_file(path: Path, by_name: Mapping[str | None, str]) -> list[str]:
+    """What ``by_name`` maps the names in a keyring's ``members`` file to (key ids),
+    in order; none if there is no file.
+
+    Raises:
+        ConfigError: the file cannot be read, or names a key ``by_name`` lacks.
+    """
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return []
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path} cannot be read: {exc}") from None
+    ids = []
+    for number, line in enumerate(text.splitlines(), 1):
+        member = line.partition("#")[0].strip()
+        if not member:
+            continue
+        if member not in by_name:
+            raise ConfigError(
+                f"{path}, line {number}: {member!r} is not a key of this keyring "
+                f"(it needs {member}.pub beside the file)"
+            )
+        ids.append(by_name[member])
+    return ids
+
+
+def add_member(directory: Path, name: str) -> None:
+    """Name ``name`` in the keyring's ``members`` file (made if missing)."""
+    path = directory / MEMBERS_FILE
+    try:
+        text = path.read_text(encoding="utf-8") if path.exists() else ""
+        if name in (line.partition("#")[0].strip() for line in text.splitlines()):
+            return
+        path.write_text(text + ("" if not text or text.endswith("\n") else "\n") + name + "\n")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path} cannot be written: {exc}") from None
 
 
 def _identity_file(directory: Path, name: str | None) -> Path:
