@@ -33,6 +33,7 @@ MESSAGES: list[dict[str, Any]] = [
     {
         "name": "request",
         "fields": {
+            "node": NODE,
             "to": "calculator",
             "subject": "add",
             "message_id": "c0ffee-0001",
@@ -56,6 +57,7 @@ MESSAGES: list[dict[str, Any]] = [
     {
         "name": "minimal event",
         "fields": {
+            "node": NODE,
             "to": "audit",
             "subject": "user_registered",
             "message_id": "c0ffee-0002",
@@ -93,6 +95,9 @@ def _vector(identity: IdentityKey, offer: SessionOffer, message: dict[str, Any])
     }
     if message["fields"]["subject"] != "$session":
         vector["hmac-sha256"] = _signatures(sign_hmac(offer.session(), canonical))
+    for form in ("ed25519", "hmac-sha256"):
+        if form in vector:  # sig_node travels beside the signature (§11.3)
+            vector[form]["sig_node"] = message["fields"]["node"]
     return vector
 
 
@@ -103,6 +108,7 @@ def build() -> dict[str, Any]:
     session_message = {
         "name": "session",
         "fields": {
+            "node": NODE,
             "to": "$session",
             "subject": "$session",
             "message_id": "c0ffee-0000",
@@ -116,8 +122,9 @@ def build() -> dict[str, Any]:
         "body": offer.body(NODE),
     }
     return {
-        "about": "Test vectors for message authentication, docs/protocol.md section 11. "
-        "Written by docs/make_test_vectors.py; checked by tests/test_signing.py.",
+        "about": "Test vectors for message authentication, docs/protocol.md section 11 "
+        "(actorctl-auth-v2). Written by docs/make_test_vectors.py; checked by "
+        "tests/test_signing.py.",
         "identity": {
             "seed_hex": SEED.hex(),
             "public_key_hex": identity.public.raw.hex(),

@@ -31,8 +31,9 @@ from proton.reactor import Container
 CLIENT_TIMEOUT = 10.0  # seconds before the client gives up on a call
 CLOSE_TIMEOUT = 2.0  # seconds the node gets to answer our close before we stop anyway
 
-MakeMessage = Callable[[str], Message]
-"""Makes the message to send, given the reply address the node assigned (§8)."""
+MakeMessage = Callable[[str, str], Message]
+"""Makes the message to send, given the reply address the node assigned (§8) and
+the node's container id, from its open frame (§3: what a signature names, §11.2)."""
 
 _OUTCOMES = {
     Delivery.ACCEPTED: "accepted",
@@ -77,6 +78,7 @@ class CallResult:
     """What one call produced on the wire."""
 
     message_id: str | None = None  # the id of the message sent, once sent
+    node: str | None = None  # the node's container id, from its open frame
     reply_address: str | None = None  # the $reply/... address the node assigned
     outcome: str | None = None  # accepted | rejected | released | modified
     condition: str | None = None  # the rejected outcome's (or refused link's) condition
@@ -90,7 +92,7 @@ class CallResult:
 def replying_to(message: Message) -> MakeMessage:
     """Send ``message`` as it is, with its reply-to set to the assigned address."""
 
-    def make(reply_to: str) -> Message:
+    def make(reply_to: str, node: str) -> Message:
         message.reply_to = reply_to
         return message
 
@@ -104,7 +106,8 @@ class ForeignCall(MessagingHandler):
     cluster CA, if ``tls`` is given) with SASL ANONYMOUS; attach a receiver with a
     dynamic source and read the address the node assigned (§8); attach a sender
     whose target is the actor (§4); make the message only once that address is
-    known (a signature covers the reply-to); send it unsettled (at-least-once)
+    known (a signature covers the reply-to, and the node's container id, which
+    its open frame gave before that); send it unsettled (at-least-once)
     within credit; the delivery's outcome says whether the actor took it (§9),
     and the reply document arrives, pre-settled, on the receiver.
     """
@@ -168,7 +171,9 @@ class ForeignCall(MessagingHandler):
         if self._sent or event.sender != self._sender or event.sender.credit <= 0:
             return
         assert self.result.reply_address is not None
-        message = self.make_message(self.result.reply_address)
+        # The node's open frame came before its answer to our attach.
+        node = self.result.node = self._connection.remote_container
+        message = self.make_message(self.result.reply_address, node or "")
         self.result.message_id = str(message.id)
         event.sender.send(message)
         self._sent = True

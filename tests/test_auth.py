@@ -45,6 +45,11 @@ class Cluster:
     def address(self):  # type: ignore[no-untyped-def]
         return self.server.address_of("vault")
 
+    @property
+    def node(self) -> str:
+        """What a message to the vault is signed for: its node's container id."""
+        return self.server.node_id
+
     def envelope(self, who: str = "eve", **changes: object) -> Envelope:
         envelope = Envelope(
             message_id=self.client.new_message_id(),
@@ -103,7 +108,9 @@ async def test_both_forms_are_accepted_when_right(secrets: Secrets, form: str, l
     async with cluster(secrets) as c:
         signer = await FORMS[form](c, c.envelope())
         envelope = c.envelope("bob")
-        outcome = await c.send(encode(envelope, signer=signer, actor="vault"), envelope.message_id)
+        outcome = await c.send(
+            encode(envelope, signer=signer, actor="vault", node=c.node), envelope.message_id
+        )
         assert outcome.state == "accepted"
         assert c.vault.opened == ["bob"]
     assert logs.of_type("actorctl:session:opened")
@@ -133,7 +140,9 @@ async def test_an_unknown_key_is_refused(secrets: Secrets, logs: Logs) -> None:
     async with cluster(secrets) as c:
         stranger = IdentityKey.generate("stranger")
         envelope = c.envelope()
-        data = encode(envelope, signer=functools.partial(sign_ed25519, stranger), actor="vault")
+        data = encode(
+            envelope, signer=functools.partial(sign_ed25519, stranger), actor="vault", node=c.node
+        )
         await _refused(c, data, envelope.message_id, "actorctl:unknown-key", logs)
 
 
@@ -142,14 +151,26 @@ async def test_an_unknown_or_expired_session_is_refused(secrets: Secrets, logs: 
         real = await c.session()
         made_up = Session("0" * 32, b"k" * 32, real.issuer_key_id, real.expires)
         envelope = c.envelope()
-        data = encode(envelope, signer=functools.partial(sign_hmac, made_up), actor="vault")
+        data = encode(
+            envelope, signer=functools.partial(sign_hmac, made_up), actor="vault", node=c.node
+        )
         await _refused(c, data, envelope.message_id, "actorctl:unknown-session", logs)
 
 
 @pytest.mark.parametrize("form", FORMS)
 @pytest.mark.parametrize(
     "field",
-    ["subject", "actor", "message_id", "creation_time", "reply_to", "body", "header", "kind"],
+    [
+        "subject",
+        "actor",
+        "node",
+        "message_id",
+        "creation_time",
+        "reply_to",
+        "body",
+        "header",
+        "kind",
+    ],
 )
 async def test_any_covered_field_changed_after_signing_is_refused(
     secrets: Secrets, form: str, field: str, logs: Logs
@@ -167,11 +188,14 @@ async def test_any_covered_field_changed_after_signing_is_refused(
             "header": {"headers": {"retries": 5}},
             "kind": {"kind": "event"},
         }.get(field, {})
+        node = c.node
         if field == "actor":
             actor = "other"  # signed for another actor, delivered to the vault
+        if field == "node":
+            node = "elsewhere-0123456789ab"  # signed for another node, sig_node says this one
         tampered = attrs.evolve(signed, **changes)
-        signature = signer(canonical(signed, actor, json_dumps(signed.body)))
-        data = encode(tampered, signer=lambda _: signature, actor="vault")
+        signature = signer(canonical(signed, actor, json_dumps(signed.body), node))
+        data = encode(tampered, signer=lambda _: signature, actor="vault", node=c.node)
         await _refused(c, data, tampered.message_id, "actorctl:bad-signature", logs)
 
 
@@ -182,7 +206,7 @@ async def test_a_message_outside_the_time_window_is_refused(
     async with cluster(secrets) as c:
         signer = await FORMS[form](c, c.envelope())
         envelope = c.envelope(creation_time=c.client.now() - 3600)
-        data = encode(envelope, signer=signer, actor="vault")
+        data = encode(envelope, signer=signer, actor="vault", node=c.node)
         await _refused(c, data, envelope.message_id, "actorctl:stale", logs)
 
 
@@ -193,7 +217,7 @@ async def test_a_replayed_message_is_refused_and_not_run_again(
     async with cluster(secrets) as c:
         signer = await FORMS[form](c, c.envelope())
         envelope = c.envelope("bob")
-        data = encode(envelope, signer=signer, actor="vault")
+        data = encode(envelope, signer=signer, actor="vault", node=c.node)
         assert (await c.send(data, envelope.message_id)).state == "accepted"
         assert c.vault.opened == ["bob"]
         c.vault.opened.clear()
@@ -252,7 +276,7 @@ async def test_a_timestamp_recoded_as_another_type_is_refused(secrets: Secrets, 
     async with cluster(secrets) as c:
         signer = await FORMS["ed25519"](c, c.envelope())
         envelope = c.envelope("bob")
-        data = encode(envelope, signer=signer, actor="vault")
+        data = encode(envelope, signer=signer, actor="vault", node=c.node)
         ms = round((envelope.creation_time or 0) * 1000)
         stamp = b"\x83" + struct.pack(">q", ms)
         assert stamp in data

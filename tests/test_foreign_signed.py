@@ -46,10 +46,10 @@ from .foreign import CallResult, ClientTls, foreign_call
 
 # --- §11.2: the canonical byte form ------------------------------------------------
 
-PREFIX = b"actorctl-auth-v1\n"
+PREFIX = b"actorctl-auth-v2\n"
 ABSENT = b"\xff\xff\xff\xff"
 # Application properties that are not headers of the canonical form (§11.2 "headers").
-NOT_HEADERS = frozenset({"kind", "lang", "sig_alg", "sig_key", "sig"})
+NOT_HEADERS = frozenset({"kind", "lang", "sig_alg", "sig_key", "sig", "sig_node"})
 
 # JSON string escapes of §11.2: every other character below U+0020 is \u00xx.
 _ESCAPES = {
@@ -141,6 +141,7 @@ def header_json(value: Any) -> str:
 
 def canonical_bytes(
     *,
+    node: str,
     to: str,
     subject: str | None,
     message_id: str,
@@ -152,9 +153,10 @@ def canonical_bytes(
     headers: Mapping[str, Any],
     body: bytes,
 ) -> bytes:
-    """The ten fields of §11.2 after the prefix. ``to`` is the *actor name* the link
-    target resolves to (not the ``to`` property); ``headers`` are all the
-    application properties (those that are not headers are skipped here)."""
+    """The eleven fields of §11.2 after the prefix. ``node`` is the container id
+    of the node it is for (from the node's open frame); ``to`` is the *actor
+    name* the link target resolves to (not the ``to`` property); ``headers`` are
+    all the application properties (those that are not headers are skipped here)."""
     pairs = sorted(
         (key.encode("utf-8"), header_json(value).encode("utf-8"))
         for key, value in headers.items()
@@ -163,6 +165,7 @@ def canonical_bytes(
     return b"".join(
         [
             PREFIX,
+            _text(node),
             _text(to),
             _text(subject or ""),
             _text(message_id),
@@ -208,9 +211,15 @@ class Identity:
             serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
         )
 
-    def signature_properties(self, canonical: bytes) -> dict[str, Any]:
-        """§11.3: ``sig`` is binary (Python bytes, which proton writes as binary)."""
-        return {"sig_alg": "ed25519", "sig_key": self.key_id, "sig": self.private.sign(canonical)}
+    def signature_properties(self, canonical: bytes, node: str) -> dict[str, Any]:
+        """§11.3: ``sig`` is binary (Python bytes, which proton writes as binary);
+        ``sig_node`` names the node the canonical bytes were made for."""
+        return {
+            "sig_alg": "ed25519",
+            "sig_key": self.key_id,
+            "sig": self.private.sign(canonical),
+            "sig_node": node,
+        }
 
 
 def hmac_sha256(mac_key: bytes, canonical: bytes) -> bytes:
@@ -239,7 +248,8 @@ def _timestamp_on_the_wire(ms: int) -> bytes:
 class Command:
     """A command as §6 lays it out, with its times as the integer ms on the wire."""
 
-    actor: str  # the link target (§4) and canonical field 1
+    node: str  # the node's container id, from its open frame: canonical field 1
+    actor: str  # the link target (§4) and canonical field 2
     subject: str  # the handler
     body: bytes  # the data section, exactly: JSON [args, kwargs] in UTF-8
     message_id: str
@@ -257,6 +267,7 @@ class Command:
 
     def canonical(self) -> bytes:
         return canonical_bytes(
+            node=self.node,
             to=self.actor,
             subject=self.subject,
             message_id=self.message_id,
@@ -302,6 +313,7 @@ def _data_size(body: bytes) -> bytes:
 
 
 def json_command(
+    node: str,
     actor: str,
     handler: str,
     args: list[Any],
@@ -315,6 +327,7 @@ def json_command(
     """A command made now, expiring ``ttl_ms`` later; reply-to is set when sending."""
     created = now_ms()
     return Command(
+        node=node,
         actor=actor,
         subject=handler,
         body=json.dumps([args, kwargs], separators=(",", ":"), ensure_ascii=False).encode(),
@@ -396,6 +409,7 @@ def test_the_client_canonical_form_matches_the_test_vectors() -> None:
         fields = vector["fields"]
         body = bytes.fromhex(vector["body_hex"])
         canonical = canonical_bytes(
+            node=fields["node"],
             to=fields["to"],
             subject=fields["subject"],
             message_id=fields["message_id"],
@@ -409,9 +423,10 @@ def test_the_client_canonical_form_matches_the_test_vectors() -> None:
         )
         assert canonical.hex() == vector["canonical_hex"], vector["name"]
 
-        signed = identity.signature_properties(canonical)
+        signed = identity.signature_properties(canonical, fields["node"])
         assert signed["sig_alg"] == vector["ed25519"]["sig_alg"] == "ed25519"
         assert signed["sig_key"] == vector["ed25519"]["sig_key"]
+        assert signed["sig_node"] == vector["ed25519"]["sig_node"] == session["node"]
         assert signed["sig"].hex() == vector["ed25519"]["sig_hex"], vector["name"]
         if vector["name"] == "session":
             assert "hmac-sha256" not in vector  # a session message is signed ed25519 only
@@ -427,9 +442,9 @@ def test_the_client_canonical_form_matches_the_test_vectors() -> None:
             assert vector["hmac-sha256"]["sig_key"] == session["id"]
             assert hmac_sha256(mac_key, canonical).hex() == vector["hmac-sha256"]["sig_hex"]
 
-    # §11.2 says the minimal event's canonical form is 130 bytes.
+    # §11.2 says the minimal event's canonical form is 153 bytes.
     [event] = [v for v in VECTORS["messages"] if v["name"] == "minimal event"]
-    assert len(bytes.fromhex(event["canonical_hex"])) == 130
+    assert len(bytes.fromhex(event["canonical_hex"])) == 153
 
 
 @pytest.mark.parametrize(
@@ -504,8 +519,9 @@ async def _call(s: Secured, make_message: Callable[[str], Message]) -> CallResul
     return await foreign_call(s.node.port, "calculator", make_message, tls=s.tls)
 
 
-def _add(s: Secured, a: int, b: int, **options: Any) -> Command:
+def _add(s: Secured, node: str, a: int, b: int, **options: Any) -> Command:
     return json_command(
+        node,
         "calculator",
         "add",
         [a, b],
@@ -520,12 +536,12 @@ async def test_a_foreign_client_signs_with_ed25519_over_mutual_tls(tmp_path: Pat
     async with secured_node(tmp_path) as s:
         sent: list[Command] = []
 
-        def make_message(reply_to: str) -> Message:
+        def make_message(reply_to: str, node: str) -> Message:
             command = dataclasses.replace(
-                _add(s, 2, 3, correlation_id="my-correlation-id"), reply_to=reply_to
+                _add(s, node, 2, 3, correlation_id="my-correlation-id"), reply_to=reply_to
             )
             sent.append(command)
-            return command.message(s.identity.signature_properties(command.canonical()))
+            return command.message(s.identity.signature_properties(command.canonical(), node))
 
         result = await _call(s, make_message)
 
@@ -535,6 +551,7 @@ async def test_a_foreign_client_signs_with_ed25519_over_mutual_tls(tmp_path: Pat
     assert result.outcome == "accepted", (result.condition, result.description)
     [command] = sent
     assert command.reply_to == result.reply_address
+    assert command.node == result.node == s.node.node_id  # what its open frame said
     reply = result.reply
     assert reply is not None
     assert reply.body == 5
@@ -574,9 +591,9 @@ async def test_fields_that_are_not_covered_may_change_after_signing(tmp_path: Pa
     # §11.2 "Not covered": the `to` property and the `lang` application property.
     async with secured_node(tmp_path) as s:
 
-        def make_message(reply_to: str) -> Message:
-            command = dataclasses.replace(_add(s, 20, 22), reply_to=reply_to)
-            signature = s.identity.signature_properties(command.canonical())
+        def make_message(reply_to: str, node: str) -> Message:
+            command = dataclasses.replace(_add(s, node, 20, 22), reply_to=reply_to)
+            signature = s.identity.signature_properties(command.canonical(), node)
             changed = dataclasses.replace(command, to="amqps://elsewhere:1/other", lang="go")
             return changed.message(signature)
 
@@ -592,7 +609,7 @@ async def test_fields_that_are_not_covered_may_change_after_signing(tmp_path: Pa
 
 def _signed_then_changed(**changes: Any) -> Callable[[Secured, Command], Message]:
     def make(s: Secured, command: Command) -> Message:
-        signature = s.identity.signature_properties(command.canonical())
+        signature = s.identity.signature_properties(command.canonical(), command.node)
         return dataclasses.replace(command, **changes).message(signature)
 
     return make
@@ -600,7 +617,26 @@ def _signed_then_changed(**changes: Any) -> Callable[[Secured, Command], Message
 
 def _signed_for_another_actor(s: Secured, command: Command) -> Message:
     other = dataclasses.replace(command, actor="other")  # then sent to the calculator
-    return command.message(s.identity.signature_properties(other.canonical()))
+    return command.message(s.identity.signature_properties(other.canonical(), command.node))
+
+
+def _signed_for_another_node(s: Secured, command: Command) -> Message:
+    # Signed (and sig_node set) for another node hosting a calculator, sent here.
+    other = dataclasses.replace(command, node="server-0123456789ab")
+    return command.message(s.identity.signature_properties(other.canonical(), other.node))
+
+
+def _signed_for_another_node_claiming_this_one(s: Secured, command: Command) -> Message:
+    other = dataclasses.replace(command, node="server-0123456789ab")
+    return command.message(s.identity.signature_properties(other.canonical(), command.node))
+
+
+def _signed_in_the_first_version(s: Secured, command: Command) -> Message:
+    # actorctl-auth-v1: no node in the canonical bytes, and no sig_node.
+    old = command.canonical().replace(b"-v2\n" + _text(command.node), b"-v1\n", 1)
+    signature = s.identity.signature_properties(old, command.node)
+    del signature["sig_node"]
+    return command.message(signature)
 
 
 def _unsigned(s: Secured, command: Command) -> Message:
@@ -608,7 +644,8 @@ def _unsigned(s: Secured, command: Command) -> Message:
 
 
 def _signed_by_an_unknown_key(s: Secured, command: Command) -> Message:
-    return command.message(Identity.generate().signature_properties(command.canonical()))
+    stranger = Identity.generate()
+    return command.message(stranger.signature_properties(command.canonical(), command.node))
 
 
 REFUSED: dict[str, tuple[Callable[[Secured, Command], Message], str]] = {
@@ -642,6 +679,12 @@ REFUSED: dict[str, tuple[Callable[[Secured, Command], Message], str]] = {
     ),
     "kind changed": (_signed_then_changed(kind="event"), "actorctl:bad-signature"),
     "signed for another actor": (_signed_for_another_actor, "actorctl:bad-signature"),
+    "signed for another node": (_signed_for_another_node, "actorctl:wrong-node"),
+    "signed for another node, sig_node changed": (
+        _signed_for_another_node_claiming_this_one,
+        "actorctl:bad-signature",
+    ),
+    "signed in the first version": (_signed_in_the_first_version, "actorctl:auth-version"),
     "unsigned": (_unsigned, "actorctl:unauthenticated"),
     "unknown key": (_signed_by_an_unknown_key, "actorctl:unknown-key"),
 }
@@ -654,8 +697,10 @@ async def test_a_changed_or_unsigned_message_is_rejected_and_not_run(
     make, condition = REFUSED[case]
     async with secured_node(tmp_path) as s:
 
-        def make_message(reply_to: str) -> Message:
-            command = dataclasses.replace(_add(s, 2, 3, correlation_id="c-1"), reply_to=reply_to)
+        def make_message(reply_to: str, node: str) -> Message:
+            command = dataclasses.replace(
+                _add(s, node, 2, 3, correlation_id="c-1"), reply_to=reply_to
+            )
             return make(s, command)
 
         result = await _call(s, make_message)

@@ -44,6 +44,7 @@ NOW_MS = int(NOW * 1000)
 VECTORS = Path(__file__).parent.parent / "docs" / "test-vectors.json"
 
 FIELDS: dict[str, Any] = {
+    "node": "server-0123456789ab",
     "to": "calculator",
     "subject": "add",
     "message_id": "m-1",
@@ -116,6 +117,7 @@ def test_the_canonical_form_is_the_prefix_then_length_prefixed_fields_in_a_fixed
         return struct.pack(">I", len(raw)) + raw
 
     canonical = canonical_bytes(
+        node="n-1",
         to="calc",
         subject="add",
         message_id="m",
@@ -128,7 +130,8 @@ def test_the_canonical_form_is_the_prefix_then_length_prefixed_fields_in_a_fixed
         body=b"[]",
     )
     assert canonical == (
-        b"actorctl-auth-v1\n"
+        b"actorctl-auth-v2\n"
+        + field(b"n-1")
         + field(b"calc")
         + field(b"add")
         + field(b"m")
@@ -281,7 +284,7 @@ def test_a_bad_signature_is_not_remembered_as_seen() -> None:
 _JSON_SCALARS = st.one_of(
     st.booleans(), st.integers(), st.text(), st.floats(allow_nan=False, allow_infinity=False)
 )
-_COVERED_FIELDS = ("to", "subject", "message_id", "kind")
+_COVERED_FIELDS = ("node", "to", "subject", "message_id", "kind")
 
 
 @st.composite
@@ -563,8 +566,9 @@ def _reference_canonical(fields: dict[str, Any], body: bytes) -> bytes:
     def optional(value: str | int | None) -> bytes | None:
         return str(value).encode() if value else None  # "" and 0 are absent too
 
-    out = b"actorctl-auth-v1\n"
-    out += b"".join(item(fields[name].encode()) for name in ("to", "subject", "message_id"))
+    out = b"actorctl-auth-v2\n"
+    names = ("node", "to", "subject", "message_id")
+    out += b"".join(item(fields[name].encode()) for name in names)
     for name in ("correlation_id", "reply_to", "creation_ms", "expiry_ms"):
         out += item(optional(fields[name]))
     out += item(fields["kind"].encode())
@@ -574,7 +578,7 @@ def _reference_canonical(fields: dict[str, Any], body: bytes) -> bytes:
             json.dumps(v, separators=(",", ":"), ensure_ascii=False, sort_keys=True).encode(),
         )
         for k, v in fields["headers"].items()
-        if v is not None and k not in ("kind", "lang", "sig_alg", "sig_key", "sig")
+        if v is not None and k not in ("kind", "lang", "sig_alg", "sig_key", "sig", "sig_node")
     )
     out += len(headers).to_bytes(4, "big")
     for key, value in headers:

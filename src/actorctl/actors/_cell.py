@@ -34,7 +34,7 @@ from ..mailbox import (
 from ._actor import Actor
 from ._address import Address
 from ._background import Background, TaskFn
-from ._dedup import Handled, SeenWindow
+from ._dedup import Handled, SeenWindow, dedup_key
 from ._handlers import BadArguments, Behaviour, HandlerSpec, converter
 from ._monitor import TERMINATED, Monitors, Terminated
 from ._ref import Outbox, to_wire
@@ -212,7 +212,7 @@ class ActorCell:
         """Messages cancelled mid-handling go back to their senders (released:
         they may send them again), never left unsettled on a live link."""
         for inbound in self._inflight:
-            self._seen.abandon(inbound.envelope.message_id)
+            self._seen.abandon(dedup_key(inbound.envelope))
             inbound.settle(RELEASED)
         self._inflight.clear()
 
@@ -387,29 +387,30 @@ class ActorCell:
     async def _handle_one(self, inbound: Inbound) -> None:
         envelope = inbound.envelope
         seen = self._seen
-        message_id = envelope.message_id
-        running = seen.running(message_id)
+        key = (envelope.sender, envelope.message_id)  # dedup_key, inline: per message
+        running = seen.running(key)
         if running is not None:
             await running.wait()  # a duplicate of a message being handled now
-        handled = seen.get(message_id)
+        handled = seen.get(key)
         if handled is not None:
             log(
                 "actorctl:delivery:duplicate",
                 actor=self.name,
                 handler=envelope.subject,
-                message_id=message_id,
+                message_id=envelope.message_id,
+                sender=envelope.sender,
                 outcome=handled.outcome.state,
                 warning="already handled: answered as the first time, not run again",
             )
             self._finish(inbound, handled)
             return
-        seen.start(message_id)
+        seen.start(key)
         try:
             handled = await self._dispatch(envelope)
         except BaseException:
-            seen.abandon(message_id)  # never answered: a resend must run it
+            seen.abandon(key)  # never answered: a resend must run it
             raise
-        seen.finish(message_id, handled)
+        seen.finish(key, handled)
         self._finish(inbound, handled)
 
     def _finish(self, inbound: Inbound, handled: Handled) -> None:

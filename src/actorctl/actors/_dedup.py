@@ -2,22 +2,32 @@
 
 A sender that did not see a message settled sends it again (at-least-once), so
 an actor may receive a message it already handled. Within a window bounded in
-count and in time it remembers each message id's outcome and reply, and answers
-a duplicate as the first time instead of running the handler again.
+count and in time it remembers each message's outcome and reply, and answers a
+duplicate as the first time instead of running the handler again.
+
+A message is known by its sender and its message id (:func:`dedup_key`): the
+sender is the identity that authenticated it (or the origin a router asserted
+for it), so that one identity never receives another's cached answer, and an
+identity that guesses another's message ids only fills its own entries.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import Any, final
 
 import attrs
 import trio
 
-from ..mailbox import Outcome
+from ..mailbox import Envelope, Outcome
 
-__all__ = ["Handled", "SeenWindow"]
+__all__ = ["Handled", "SeenWindow", "dedup_key"]
+
+
+def dedup_key(envelope: Envelope) -> tuple[str, str]:
+    """What a message is known by in the window: (sender, message id)."""
+    return (envelope.sender, envelope.message_id)
 
 
 @attrs.frozen(slots=True)
@@ -30,8 +40,9 @@ class Handled:
 
 @final
 class SeenWindow:
-    """Message ids handled recently, at most ``count`` of them, none older than
-    ``seconds``. Lookups and inserts are O(1); old entries go on insert."""
+    """Messages handled recently, by key (:func:`dedup_key`), at most ``count``
+    of them, none older than ``seconds``. Lookups and inserts are O(1); old
+    entries go on insert."""
 
     def __init__(
         self, count: int, seconds: float, clock: Callable[[], float] = trio.current_time
@@ -41,38 +52,38 @@ class SeenWindow:
         self.count = count
         self.seconds = seconds
         self._clock = clock
-        self._entries: OrderedDict[str, tuple[float, Handled]] = OrderedDict()
+        self._entries: OrderedDict[Hashable, tuple[float, Handled]] = OrderedDict()
         # Messages being handled now: a duplicate waits for the first to finish.
-        self._running: dict[str, trio.Event] = {}
+        self._running: dict[Hashable, trio.Event] = {}
 
-    def get(self, message_id: str) -> Handled | None:
-        entry = self._entries.get(message_id)
+    def get(self, key: Hashable) -> Handled | None:
+        entry = self._entries.get(key)
         if entry is None:
             return None
         if self._clock() - entry[0] > self.seconds:
             return None
         return entry[1]
 
-    def running(self, message_id: str) -> trio.Event | None:
-        return self._running.get(message_id)
+    def running(self, key: Hashable) -> trio.Event | None:
+        return self._running.get(key)
 
-    def start(self, message_id: str) -> None:
+    def start(self, key: Hashable) -> None:
         if self.count:
-            self._running[message_id] = trio.Event()
+            self._running[key] = trio.Event()
 
-    def abandon(self, message_id: str) -> None:
+    def abandon(self, key: Hashable) -> None:
         """The message was not handled after all (its handler was cancelled)."""
-        done = self._running.pop(message_id, None)
+        done = self._running.pop(key, None)
         if done is not None:
             done.set()
 
-    def finish(self, message_id: str, handled: Handled) -> None:
-        done = self._running.pop(message_id, None)
+    def finish(self, key: Hashable, handled: Handled) -> None:
+        done = self._running.pop(key, None)
         if self.count:
             entries = self._entries
             now = self._clock()
-            entries[message_id] = (now, handled)
-            entries.move_to_end(message_id)
+            entries[key] = (now, handled)
+            entries.move_to_end(key)
             while entries and (
                 len(entries) > self.count or now - next(iter(entries.values()))[0] > self.seconds
             ):

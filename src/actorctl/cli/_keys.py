@@ -10,7 +10,7 @@ from .._errors import ConfigError
 from ..cluster import init_certs, issue_cert
 from ..mailbox import IdentityKey, PublicKey
 from ..mailbox._keydir import add_public_key, revoke_key
-from ..mailbox._keys import REVOKED
+from ..mailbox._keys import MEMBERS_FILE, REVOKED, add_member, members_file
 
 __all__ = ["certs", "keys"]
 
@@ -36,14 +36,24 @@ def keys() -> None:
 @keys.command("gen")
 @click.argument("name")
 @_DIR
-def keys_gen(name: str, directory: Path) -> None:
+@click.option(
+    "--member",
+    is_flag=True,
+    help="A cluster node's key: name it in the keyring's members file (its routers "
+    "may then assert whom they forward for).",
+)
+def keys_gen(name: str, directory: Path, member: bool) -> None:
     """Write NAME.key (private, mode 0600) and NAME.pub in the keyring directory."""
     try:
         private, public = IdentityKey.generate(name).save(directory, name)
+        if member:
+            add_member(directory, name)
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from None
     key = PublicKey.load(public)
     click.echo(f"{private}\n{public}\nkey id {key.key_id}")
+    if member:
+        click.echo(f"member (in {directory / MEMBERS_FILE})")
 
 
 @keys.command("list")
@@ -53,15 +63,21 @@ def keys_list(directory: Path) -> None:
     if not directory.is_dir():
         raise click.ClickException(f"keyring {directory} is not a directory")
     private = {path.stem for path in directory.glob("*.key")}
+    pubs = sorted(directory.glob("*.pub"))
     rows = []
     revoked = sorted((directory / REVOKED).glob("*.pub"))
-    for path in [*sorted(directory.glob("*.pub")), *revoked]:
-        try:
+    try:
+        members = set(members_file(directory / MEMBERS_FILE, {p.stem: p.stem for p in pubs}))
+        for path in [*pubs, *revoked]:
             key = PublicKey.load(path)
-        except ConfigError as exc:
-            raise click.ClickException(str(exc)) from None
-        kind = "private+public" if path.stem in private else "public"
-        rows.append((path.stem, key.key_id, "revoked" if path in revoked else kind))
+            kind = "private+public" if path.stem in private else "public"
+            if path in revoked:
+                kind = "revoked"
+            elif path.stem in members:
+                kind += ", member"
+            rows.append((path.stem, key.key_id, kind))
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from None
     if not rows:
         click.echo(f"no keys in {directory}: `actorctl keys gen NAME --dir {directory}`")
         return

@@ -128,7 +128,7 @@ async def node_run(
             host=host,
             port=port,
             store=store,
-            **security.node_options(node_name),
+            **security.node_options(node_name, config.member_names if config else ()),
         )
     except ConfigError as exc:
         _fail(str(exc))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +26,9 @@ class Security:
     key_name: str | None
     insecure: bool
 
-    def node_options(self, name: str) -> dict[str, Any]:
-        """Keyword arguments for ``Node``: TLS files and keyring for ``name``.
+    def node_options(self, name: str, members: Iterable[str] = ()) -> dict[str, Any]:
+        """Keyword arguments for ``Node``: TLS files and keyring for ``name``
+        (``members``: names of cluster members' keys besides its members file).
 
         Raises:
             click.UsageError: neither files nor --insecure were given.
@@ -36,7 +37,7 @@ class Security:
         if self.certs is not None:
             tls = TlsFiles.from_dir(self.certs, self.cert_name or name)
         if self.keys is not None:
-            keyring = Keyring.load(self.keys, self.key_name or name)
+            keyring = Keyring.load(self.keys, self.key_name or name, members=members)
         if (tls is None or keyring is None) and not self.insecure:
             missing = " and ".join(
                 what

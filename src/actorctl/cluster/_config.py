@@ -172,13 +172,19 @@ class ClusterConfig:
 
     def security(self, name: str) -> dict[str, Any]:
         """``Node`` keyword arguments for a member called ``name``: its TLS files
-        and keyring, or ``insecure=True`` for an insecure cluster."""
+        and keyring (whose members are the cluster's nodes), or
+        ``insecure=True`` for an insecure cluster."""
         if self.insecure:
             return {"insecure": True}
         return {
             "tls": TlsFiles.from_dir(self.certs, name),
-            "keyring": Keyring.load(self.keys, name),
+            "keyring": Keyring.load(self.keys, name, members=self.member_names),
         }
+
+    @property
+    def member_names(self) -> list[str]:
+        """The keys of the cluster's members: its nodes' (docs/protocol.md §11.4)."""
+        return [node.name for node in self.nodes]
 
 
 def load_cluster(path: Path | str) -> ClusterConfig:

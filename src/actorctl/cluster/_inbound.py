@@ -22,6 +22,7 @@ from ..actors import ActorCell
 from ..mailbox import (
     DECODE_ERROR,
     NOT_FOUND,
+    ORIGIN_KEY,
     OVER_CREDIT,
     SESSION_ADDRESS,
     STOPPING,
@@ -254,8 +255,11 @@ class InboundHandler(EngineHandler):
                 self._unauthenticated.append(envelope.message_id)
             else:
                 # Authenticate before anything looks at the body or the handler.
-                sections, verified = _authenticate(verifier, cell.name, data)
-                envelope = from_sections(sections)
+                sections, verified = _authenticate(verifier, cell.name, data, self._node_id)
+                sender = verified.key_id
+                if ORIGIN_KEY in sections[1]:  # a router asserts whom it forwards for
+                    sender = verifier.origin(verified, sections[1]) or _no_origin(engine, verified)
+                envelope = from_sections(sections, sender)
         except AuthError as exc:
             _refuse_delivery(engine, cell.name, settle, exc.condition, exc.description, exc)
             return
@@ -319,7 +323,7 @@ class InboundHandler(EngineHandler):
             message_id = str(properties[0])
             session = verifier.accept_session(
                 app,
-                _canonical(SESSION_ADDRESS, properties, app, body),
+                _canonical(SESSION_ADDRESS, properties, app, body, self._node_id),
                 message_id=message_id,
                 creation_ms=properties[9],
                 body=body,
@@ -350,6 +354,17 @@ class InboundHandler(EngineHandler):
         for address, dynamic in self._reply_addresses:
             self._routes.remove(address, engine=engine, release=dynamic)
         self._reply_addresses.clear()
+
+
+def _no_origin(engine: Engine, verified: Verified) -> str:
+    log(
+        "actorctl:delivery:origin-ignored",
+        peer=engine.peer,
+        key=verified.key_id,
+        reason="only a cluster member (a key the keyring's members file names) may "
+        "assert an origin: the message counts as its signer's",
+    )
+    return verified.key_id
 
 
 def _refuse(link: Link, condition: str, description: str) -> None:
@@ -386,8 +401,10 @@ def _settle(engine: Engine, delivery: Any, outcome: Outcome) -> None:
         lib.pn_decref(delivery)
 
 
-def _authenticate(verifier: Verifier, actor: str, data: bytes) -> tuple[Sections, Verified]:
-    """Check a message's signature over its canonical bytes, for ``actor``.
+def _authenticate(
+    verifier: Verifier, actor: str, data: bytes, node: str
+) -> tuple[Sections, Verified]:
+    """Check a message's signature over its canonical bytes, for ``actor`` on ``node``.
 
     Raises:
         AuthError: why it is refused (docs/protocol.md §11).
@@ -413,7 +430,7 @@ def _authenticate(verifier: Verifier, actor: str, data: bytes) -> tuple[Sections
     try:
         verified = verifier.verify(
             app,
-            _canonical(actor, properties, app, body),
+            _canonical(actor, properties, app, body, node),
             message_id=message_id,
             creation_ms=properties[9],
         )
@@ -438,9 +455,12 @@ def _malformed(properties: list[Any], message_id: str) -> str | None:
     return None
 
 
-def _canonical(actor: str, properties: list[Any], app: dict[Any, Any], body: bytes) -> bytes:
+def _canonical(
+    actor: str, properties: list[Any], app: dict[Any, Any], body: bytes, node: str
+) -> bytes:
     subject, reply_to, correlation_id = properties[3], properties[4], properties[5]
     return canonical_bytes(
+        node=node,
         to=actor,
         subject="" if subject is None else str(subject),
         message_id=str(properties[0]),

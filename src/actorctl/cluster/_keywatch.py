@@ -25,7 +25,7 @@ import trio
 from .._errors import ConfigError
 from .._log import log
 from ..mailbox import Keyring, PublicKey
-from ..mailbox._keys import REVOKED, KeyringChange, read_public_keys
+from ..mailbox._keys import MEMBERS_FILE, REVOKED, KeyringChange, read_public_keys
 
 __all__ = ["KEY_POLL", "KeyringWatch"]
 
@@ -95,7 +95,13 @@ class KeyringWatch:
                 continue
             failing = False
             last = now
-            _report(self.node, self.keyring, self.keyring.replace(trusted, revoked), problems)
+            try:
+                members: list[str] | None = self.keyring.member_ids(trusted)
+            except ConfigError as exc:
+                problems.append(str(exc))
+                members = None  # an unreadable members file: the members stay as they are
+            change = self.keyring.replace(trusted, revoked, members)
+            _report(self.node, self.keyring, change, problems)
             self._changed.set()
             self._changed = trio.Event()
 
@@ -139,7 +145,7 @@ def _listing(directory: Path) -> _Listing:
             continue
         with scan:
             for entry in scan:
-                if entry.name.endswith(".pub"):
+                if entry.name.endswith(".pub") or (not prefix and entry.name == MEMBERS_FILE):
                     st = entry.stat()
                     entries.append((prefix + entry.name, st.st_size, st.st_mtime_ns, st.st_ino))
     return tuple(sorted(entries))

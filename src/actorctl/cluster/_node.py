@@ -41,6 +41,7 @@ from ._keywatch import KEY_POLL, KeyringWatch
 from ._monitors import NodeMonitors
 from ._outbox import NodeOutbox
 from ._pending import PeerSettings
+from ._replays import ReplayJournal
 from ._reply_auth import ReplySigning
 from ._store import Store
 from ._supervised import Hosted, NodeHost, describe_root, node_root
@@ -79,7 +80,8 @@ class Node:
             ``keyring``): for tests and development only; the node logs a
             warning when it starts, and on every unsigned message it accepts.
         auth_window: how far (s) a message's creation time may be from this
-            node's clock; ids of accepted messages are remembered that long.
+            node's clock; ids of accepted messages are remembered that long (in
+            its store too, when it is durable: see ``_replays.py``).
         session_lifetime: how long (s) a session this node opens with a peer
             lasts; it opens the next one at 80% of that.
         sessions: open sessions with peers (HMAC per message); with False every
@@ -228,6 +230,8 @@ class Node:
             await self.store.run(task_status=task_status)
 
     async def _serve(self, task_status: trio.TaskStatus[Node]) -> None:
+        if self.keyring is not None:  # the store has opened: what it kept goes first
+            ReplayJournal(self.store, self._replays, self._clock).start()
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             self.outbox.start(nursery)
@@ -367,6 +371,7 @@ class Node:
         return Verifier(
             self.keyring,
             SessionTable(),
+            node=self.node_id,
             clock=self._clock,
             window=self.auth_window,
             replay=self._replays,

@@ -108,6 +108,7 @@ class Peer(EngineHandler):
         self._signer: Signer | None = (
             None if identity is None else functools.partial(sign_ed25519, identity)
         )
+        self._node = ""  # the peer's container id on this connection: what we sign for
         # Since when (trio time) there has been no ready connection (None: there
         # is one), and why the last attempt failed: what waits for the peer
         # longer than the connect timeout fails with PeerUnavailable.
@@ -239,7 +240,7 @@ class Peer(EngineHandler):
                 continue  # the connection dropped while we waited: try the next one
             message = pending.message
             if isinstance(message, Envelope):
-                message = encode(message, signer=self._signer, actor=pending.path)
+                message = encode(message, signer=self._signer, actor=pending.path, node=self._node)
             delivery = send(link, b"%x" % next(out.tags), message)
             if pending.presettled:
                 _settle_delivery(delivery)
@@ -289,6 +290,7 @@ class Peer(EngineHandler):
         send again what the last connection left unsettled, then keep the
         session renewed."""
         await self._linked.wait()
+        self._node = engine.connection.remote_container or ""
         settings = self.settings
         identity = settings.identity
         # Sessions only over TLS (the node says so): the session message
@@ -360,7 +362,8 @@ class Peer(EngineHandler):
         assert isinstance(message, Envelope)
         identity = self.settings.identity
         assert identity is not None
-        data = encode(message, signer=functools.partial(sign_ed25519, identity), actor=pending.path)
+        signer = functools.partial(sign_ed25519, identity)
+        data = encode(message, signer=signer, actor=pending.path, node=self._node)
         out.unsettled[send(out.link, b"%x" % next(out.tags), data)] = pending
         engine.wake()
 

@@ -321,6 +321,9 @@ def _canonical(address: str, properties: list[Any], app: dict[Any, Any], body: b
         if value is not None and type(value) is not int:
             raise TypeError("creation-time and absolute-expiry-time must be timestamps")
     return canonical_bytes(
+        # A reply names its destination node in ``to`` already: the reply
+        # address is ``$reply/<the caller's container id>`` (§8.1).
+        node="",
         to=address,
         subject="" if subject is None else str(subject),
         message_id="" if message_id is None else str(message_id),

@@ -9,7 +9,10 @@ instances: the least loaded first (fewest of its messages in flight there).
   not handle it there), does not know the actor, or does not answer in time.
 - Every other message is forwarded as it is: the same message id, correlation
   id, headers and reply-to, so that a copy the sender sends again (after a
-  reconnect) is known for the same message downstream. By default the router
+  reconnect) is known for the same message downstream. The router signs the
+  copy as itself and asserts whom it came from (``origin-key``: the sender's
+  key id), so that the instance's duplicate detection knows it as the
+  sender's, not the router's (docs/protocol.md §5.1). By default the router
   settles it once the instance has handled the copy (acks-late through the
   router) and tries another instance as for an ask.
 - A router that ``hands_over`` (a task pool's) gives every other message,
@@ -46,6 +49,7 @@ from ..mailbox import (
     KIND_COMMAND,
     NO_INSTANCE,
     NOT_FOUND,
+    ORIGIN_KEY,
     STATUS_ERROR,
     STATUS_OK,
     Envelope,
@@ -123,7 +127,7 @@ class Router(Actor):
                         return ACCEPTED, (STATUS_OK, result)
                     # The message itself, ids, headers and all (a task's chain,
                     # its time limits, its caller), signed afresh.
-                    copy = attrs.evolve(envelope, to=str(target), creation_time=outbox.now())
+                    copy = forwarded(envelope, to=str(target), creation_time=outbox.now())
                     await outbox.send(target, copy, presettled=False, confirm=True)
                     return ACCEPTED, None
             except RemoteError as exc:
@@ -173,5 +177,18 @@ class Router(Actor):
         def done(outcome: Outcome) -> None:
             self.load[where[0]] -= 1
 
-        copy = attrs.evolve(envelope, to=str(target))
+        copy = forwarded(envelope, to=str(target))
         await outbox.hand_over(target, copy, on_done=done, reroute=reroute)
+
+
+def forwarded(envelope: Envelope, *, to: str, creation_time: float | None = None) -> Envelope:
+    """The copy of ``envelope`` a router sends on: the same message, asserting the
+    identity it came from (``origin-key``, honoured from a cluster member only),
+    or no origin at all if it came unauthenticated."""
+    headers = dict(envelope.headers)
+    if envelope.sender:
+        headers[ORIGIN_KEY] = envelope.sender
+    else:
+        headers.pop(ORIGIN_KEY, None)
+    created = envelope.creation_time if creation_time is None else creation_time
+    return attrs.evolve(envelope, to=to, creation_time=created, headers=headers)

@@ -82,6 +82,7 @@ class Store:
         self._committed = 0  # of those, how many are on disk
         self._wake = trio.Event()  # something was queued
         self._flushed = trio.Event()  # set (and replaced) after each commit
+        self._disk_only: set[str] = set()  # tables whose owner keeps them in memory
 
     @classmethod
     def memory(cls, name: str) -> Store:
@@ -101,6 +102,13 @@ class Store:
         newest of its table. With ``expires`` (a time on the store's clock) the
         row is gone from then on."""
         self._write((table, key, value, expires))
+
+    def disk_only(self, table: str) -> None:
+        """Keep no copy of ``table`` in memory from now on: its puts and deletes
+        go to disk alone (its owner keeps its own copy, as the replay cache does).
+        The rows loaded at open stay readable (``items``) until they expire.
+        On a memory store, writes to it are dropped."""
+        self._disk_only.add(table)
 
     def delete(self, table: str, key: str) -> None:
         """Remove ``key`` from ``table``, if it is there."""
@@ -134,7 +142,8 @@ class Store:
         await trio.lowlevel.checkpoint()
 
     def _write(self, write: _Write) -> None:
-        _apply(self._tables, write)
+        if write[0] not in self._disk_only:
+            _apply(self._tables, write)
         if self._durable:
             self._queue.append(write)
             self._queued += 1
@@ -177,7 +186,8 @@ class Store:
         for table, key, value, expires in rows:
             tables.setdefault(table, {})[key] = (value, expires)
         for write in self._queue:
-            _apply(tables, write)
+            if write[0] not in self._disk_only:
+                _apply(tables, write)
         self._tables = tables
         log("actorctl:store:opened", store=self.name, path=str(path), rows=len(rows))
 

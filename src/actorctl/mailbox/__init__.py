@@ -5,6 +5,9 @@ This layer imports nothing else from actorctl except the error root.
 
 from ._amqp import Sections as Sections
 from ._amqp import read_message as read_message
+from ._auth import ORIGIN_KEY as ORIGIN_KEY
+from ._auth import SIG_NODE as SIG_NODE
+from ._conditions import AUTH_VERSION as AUTH_VERSION
 from ._conditions import BAD_ARGUMENTS as BAD_ARGUMENTS
 from ._conditions import BAD_KIND as BAD_KIND
 from ._conditions import BAD_SESSION as BAD_SESSION
@@ -23,6 +26,7 @@ from ._conditions import UNAUTHENTICATED as UNAUTHENTICATED
 from ._conditions import UNKNOWN_HANDLER as UNKNOWN_HANDLER
 from ._conditions import UNKNOWN_KEY as UNKNOWN_KEY
 from ._conditions import UNKNOWN_SESSION as UNKNOWN_SESSION
+from ._conditions import WRONG_NODE as WRONG_NODE
 from ._envelope import (
     CONTENT_TYPE_JSON as CONTENT_TYPE_JSON,
 )

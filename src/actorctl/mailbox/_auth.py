@@ -20,12 +20,15 @@ from .._errors import ActorctlError, WireFormatError
 __all__ = [
     "ED25519",
     "HMAC_SHA256",
+    "ORIGIN_KEY",
     "PREFIX",
     "SESSION_ADDRESS",
     "SESSION_SUBJECT",
     "SIG",
     "SIG_ALG",
     "SIG_KEY",
+    "SIG_NODE",
+    "VERSION",
     "AuthError",
     "canonical_bytes",
 ]
@@ -35,6 +38,12 @@ __all__ = [
 SIG_ALG: Final = "sig_alg"
 SIG_KEY: Final = "sig_key"
 SIG: Final = "sig"
+# The destination node's container id, as the signer wrote it into the canonical
+# bytes: a receiver checks it first, to say "signed for another node" plainly.
+SIG_NODE: Final = "sig_node"
+# What a cluster member that forwards a message (a router) asserts: the key id of
+# the identity the message came from, for the receiver's duplicate detection.
+ORIGIN_KEY: Final = "origin-key"
 ED25519: Final = "ed25519"
 HMAC_SHA256: Final = "hmac-sha256"
 
@@ -59,10 +68,11 @@ class AuthError(ActorctlError):
 
 # --- The canonical byte form (docs/protocol.md §11.2) --------------------------------
 
-PREFIX: Final = b"actorctl-auth-v1\n"
+VERSION: Final = "actorctl-auth-v2"
+PREFIX: Final = VERSION.encode() + b"\n"
 _ABSENT: Final = b"\xff\xff\xff\xff"
 _u32 = struct.Struct(">I").pack
-_UNCOVERED: Final = frozenset({"kind", "lang", SIG_ALG, SIG_KEY, SIG})
+_UNCOVERED: Final = frozenset({"kind", "lang", SIG_ALG, SIG_KEY, SIG, SIG_NODE})
 _NO_HEADERS: Final = _u32(0)
 _ONE_HEADER: Final = _u32(1)
 _json_string = encode_basestring  # what json.dumps(..., ensure_ascii=False) uses
@@ -82,6 +92,7 @@ _header_json = json.JSONEncoder(
 
 def canonical_bytes(
     *,
+    node: str,
     to: str,
     subject: str,
     message_id: str,
@@ -103,6 +114,9 @@ def canonical_bytes(
     values are left out.
 
     Args:
+        node: the container id of the node the message is for (the receiver's
+            own, as its AMQP open frame gives it), so that a message cannot be
+            replayed to another node, nor to the same node after a restart.
         to: the *actor name* the message is for, as the receiver resolved it from
             the link target (``calculator``, not a URL), so that a message cannot
             be replayed to another actor; ``$session`` for session messages.
@@ -122,7 +136,8 @@ def canonical_bytes(
     """
     # Written out flat, not in a loop: this runs on every message a node receives.
     try:
-        t, s, m, k = to.encode(), subject.encode(), message_id.encode(), kind.encode()
+        n, t, s, m = node.encode(), to.encode(), subject.encode(), message_id.encode()
+        k = kind.encode()
         c = _u32(len(x := correlation_id.encode())) + x if correlation_id else _ABSENT
         r = _u32(len(x := reply_to.encode())) + x if reply_to else _ABSENT
         h = _headers(headers)
@@ -134,8 +149,8 @@ def canonical_bytes(
     ex = _u32(len(x := b"%d" % expiry_ms)) + x if expiry_ms else _ABSENT
     # fmt: off
     return b"".join((
-        PREFIX, _u32(len(t)), t, _u32(len(s)), s, _u32(len(m)), m, c, r, cr, ex,
-        _u32(len(k)), k, h, _u32(len(body)), body,
+        PREFIX, _u32(len(n)), n, _u32(len(t)), t, _u32(len(s)), s, _u32(len(m)), m,
+        c, r, cr, ex, _u32(len(k)), k, h, _u32(len(body)), body,
     ))
     # fmt: on
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Final
 
 __all__ = [
+    "AUTH_VERSION",
     "BAD_ARGUMENTS",
     "BAD_KIND",
     "BAD_SESSION",
@@ -29,6 +30,7 @@ __all__ = [
     "UNKNOWN_HANDLER",
     "UNKNOWN_KEY",
     "UNKNOWN_SESSION",
+    "WRONG_NODE",
 ]
 
 # AMQP's own.
@@ -44,6 +46,8 @@ BAD_SIGNATURE: Final = "actorctl:bad-signature"
 STALE: Final = "actorctl:stale"
 REPLAY: Final = "actorctl:replay"
 BAD_SESSION: Final = "actorctl:bad-session"
+WRONG_NODE: Final = "actorctl:wrong-node"
+AUTH_VERSION: Final = "actorctl:auth-version"
 
 # What an actor (or the node in front of it) refuses.
 DECODE_ERROR: Final = "actorctl:decode-error"

@@ -19,7 +19,7 @@ from proton import Message
 
 from .._errors import WireFormatError
 from ._amqp import Sections, read_message
-from ._auth import SIG, SIG_ALG, SIG_KEY, canonical_bytes
+from ._auth import SIG, SIG_ALG, SIG_KEY, SIG_NODE, canonical_bytes
 
 __all__ = [
     "CONTENT_TYPE_JSON",
@@ -44,7 +44,7 @@ STATUS_OK: Final = "ok"
 STATUS_ERROR: Final = "error"
 
 # Content types a node refuses outright: bodies only one language can read.
-SIGNATURE_PROPERTIES: Final = (SIG_ALG, SIG_KEY, SIG)
+SIGNATURE_PROPERTIES: Final = (SIG_ALG, SIG_KEY, SIG, SIG_NODE)
 _FORBIDDEN_CONTENT = ("application/x-python-serialize", "application/python-pickle")
 
 
@@ -79,6 +79,10 @@ class Envelope:
         creation_time: seconds since the epoch when the sender made it.
         expiry_time: seconds since the epoch after which it must not be executed.
         headers: the other application properties (``retries``, ``chain``, ...).
+        sender: who the receiving node took it to come from, for duplicate
+            detection: the key id that authenticated it, or the origin a cluster
+            member asserted for it (docs/protocol.md §5.1); empty when it was not
+            authenticated, or was made here. Never on the wire, never compared.
     """
 
     message_id: str
@@ -91,6 +95,7 @@ class Envelope:
     creation_time: float | None = None
     expiry_time: float | None = None
     headers: Mapping[str, Any] = attrs.field(factory=dict)
+    sender: str = attrs.field(default="", eq=False, repr=False)
 
     def call(self) -> tuple[list[Any], dict[str, Any]]:
         """The ``(args, kwargs)`` of a command or event body.
@@ -117,7 +122,9 @@ class Envelope:
 Signer = Callable[[bytes], Mapping[str, object]]
 
 
-def encode(envelope: Envelope, *, signer: Signer | None = None, actor: str = "") -> bytes:
+def encode(
+    envelope: Envelope, *, signer: Signer | None = None, actor: str = "", node: str = ""
+) -> bytes:
     """Encode an envelope as one AMQP 1.0 message (bare message bytes).
 
     Every message crosses this on the hot path, so the fixed layout of
@@ -128,22 +135,26 @@ def encode(envelope: Envelope, *, signer: Signer | None = None, actor: str = "")
         signer: signs the message (per message, or within a session); None sends
             it unauthenticated.
         actor: the name of the actor it is for, which the signature covers.
+        node: the container id of the node it is for, which the signature covers
+            (and ``sig_node`` names).
     """
     try:
         body = json_dumps(envelope.body)
         extra = None
         if signer is not None:
-            extra = signer(canonical(envelope, actor, body))
-        return _encode(envelope, body, extra)
+            extra = signer(canonical(envelope, actor, body, node))
+        return _encode(envelope, body, extra, node)
     except UnicodeEncodeError as exc:
         raise WireFormatError(
             f"message {envelope.message_id!r}: text that is not valid UTF-8 ({exc.reason})"
         ) from None
 
 
-def canonical(envelope: Envelope, actor: str, body: bytes) -> bytes:
-    """The bytes a signature over this envelope covers (docs/protocol.md §11.2)."""
+def canonical(envelope: Envelope, actor: str, body: bytes, node: str = "") -> bytes:
+    """The bytes a signature over this envelope covers (docs/protocol.md §11.2),
+    for ``actor`` on the node whose container id is ``node``."""
     return canonical_bytes(
+        node=node,
         to=actor,
         subject=envelope.subject,
         message_id=envelope.message_id,
@@ -161,10 +172,12 @@ def to_ms(seconds: float | None) -> int | None:
     return None if not seconds else round(seconds * 1000)
 
 
-def _encode(envelope: Envelope, body: bytes, extra: Mapping[str, object] | None) -> bytes:
-    app = _app_properties(envelope, extra)
+def _encode(
+    envelope: Envelope, body: bytes, extra: Mapping[str, object] | None, node: str
+) -> bytes:
+    app = _app_properties(envelope, extra, node)
     if app is None:
-        return _encode_with_proton(envelope, body, extra)
+        return _encode_with_proton(envelope, body, extra, node)
     fields = [
         _string(envelope.message_id),
         _NULL,  # user-id
@@ -223,9 +236,10 @@ _JSON_SYMBOL = b"\xa3" + bytes((len(CONTENT_TYPE_JSON),)) + CONTENT_TYPE_JSON.en
 
 
 def _app_properties(
-    envelope: Envelope, extra: Mapping[str, object] | None
+    envelope: Envelope, extra: Mapping[str, object] | None, node: str
 ) -> tuple[bytes, int] | None:
-    """The application-properties map, or None if a value is not a simple type."""
+    """The application-properties map, or None if a value is not a simple type.
+    A signed message (``extra``) names the node it was signed for (``sig_node``)."""
     parts = [_KIND_LANG.get(envelope.kind) or _string("kind") + _string(envelope.kind) + _LANG]
     count = 4
     for items in (envelope.headers, extra):
@@ -249,6 +263,10 @@ def _app_properties(
             parts.append(_name(key))
             parts.append(encoded)
             count += 2
+    if extra:
+        parts.append(_SIG_NODE)
+        parts.append(_name(node))
+        count += 2
     return b"".join(parts), count
 
 
@@ -267,6 +285,7 @@ def _name(text: str) -> bytes:
 
 
 _LANG = _string("lang") + _string("py")
+_SIG_NODE = _string(SIG_NODE)
 _KIND_LANG = {kind: _string("kind") + _string(kind) + _LANG for kind in KINDS}
 
 
@@ -277,7 +296,7 @@ def _binary(raw: bytes) -> bytes:
 
 
 def _encode_with_proton(
-    envelope: Envelope, body: bytes, extra: Mapping[str, object] | None
+    envelope: Envelope, body: bytes, extra: Mapping[str, object] | None, node: str
 ) -> bytes:
     msg = Message(
         id=envelope.message_id,
@@ -297,6 +316,8 @@ def _encode_with_proton(
     for key, value in [*envelope.headers.items(), *(extra or {}).items()]:
         if value is not None:
             props[key] = value
+    if extra:
+        props[SIG_NODE] = node
     msg.properties = props  # type: ignore[assignment]
     return msg.encode()
 
@@ -314,9 +335,9 @@ def decode(data: bytes) -> Envelope:
     return from_sections(sections)
 
 
-def from_sections(sections: Sections) -> Envelope:
+def from_sections(sections: Sections, sender: str = "") -> Envelope:
     """The envelope of a message ``read_message`` parsed (the body is JSON-decoded
-    only now, so that a receiver can authenticate it first)."""
+    only now, so that a receiver can authenticate it first), from ``sender``."""
     properties, app, raw = sections
     properties = properties + [None] * (10 - len(properties))
     message_id = properties[0]
@@ -336,6 +357,7 @@ def from_sections(sections: Sections) -> Envelope:
         creation / 1000 if creation else None,
         expiry / 1000 if expiry else None,
         dict(app),
+        sender,
     )
 
 
@@ -396,6 +418,7 @@ def _envelope(
     creation_time: float | None,
     expiry_time: float | None,
     props: dict[Any, Any],
+    sender: str = "",
 ) -> Envelope:
     kind = str(props.pop("kind", KIND_COMMAND))
     if kind not in KINDS:
@@ -419,6 +442,7 @@ def _envelope(
         creation_time=creation_time,
         expiry_time=expiry_time,
         headers=props,
+        sender=sender,
     )
 
 

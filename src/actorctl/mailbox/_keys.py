@@ -4,8 +4,11 @@ A key file is PEM: ``NAME.key`` an unencrypted PKCS#8 private key (mode 0600),
 ``NAME.pub`` a SubjectPublicKeyInfo public key. A keyring directory holds the
 node's own ``NAME.key`` and a ``.pub`` for every key it trusts, and in its
 ``revoked/`` subdirectory the ``.pub`` of every key it must no longer trust; keep
-it apart from the TLS directory, whose ``NAME.key`` files are TLS keys. A
-running node reads the directory again when it changes (``cluster/_keywatch.py``).
+it apart from the TLS directory, whose ``NAME.key`` files are TLS keys. Its
+optional ``members`` file names (one per line) the keys of the cluster's own
+nodes: a member that forwards a message may assert who sent it
+(docs/protocol.md §11.4). A running node reads the directory again when it
+changes (``cluster/_keywatch.py``).
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, final
@@ -30,14 +33,20 @@ from ._auth import AuthError
 from ._conditions import BAD_SIGNATURE
 
 __all__ = [
+    "MEMBERS_FILE",
     "REVOKED",
     "IdentityKey",
     "Keyring",
     "KeyringChange",
     "PublicKey",
+    "add_member",
     "key_id",
+    "members_file",
     "read_public_keys",
 ]
+
+#: The file of a keyring directory that names the cluster members' keys.
+MEMBERS_FILE = "members"
 
 
 _KEY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
@@ -214,12 +223,16 @@ def _write_new(path: Path, data: bytes, mode: int) -> None:
 
 @final
 class Keyring:
-    """The node's own identity key and the public keys it trusts.
+    """The node's own identity key, the public keys it trusts, and which of
+    those are cluster members.
 
     Args:
         identity: the node's private key; its public key is trusted too
-            (unless it is revoked).
+            (unless it is revoked), and a member.
         trusted: the public keys whose signatures are accepted.
+        members: key ids of trusted keys that belong to the cluster's own nodes
+            (routers among them): a message they sign may assert its origin
+            (``origin-key``, docs/protocol.md §11.4). Other keys are clients.
         revoked: keys that are never trusted, even where ``trusted`` names them.
         directory: the directory it was loaded from (what :meth:`reload` reads
             again), or None.
@@ -233,24 +246,37 @@ class Keyring:
         self,
         identity: IdentityKey,
         trusted: Iterable[PublicKey] = (),
+        members: Iterable[str] = (),
         *,
         revoked: Iterable[PublicKey] = (),
         directory: Path | None = None,
+        member_names: Iterable[str] = (),
     ) -> None:
         self.identity = identity
         self.directory = directory
         self.generation = 0
+        self._member_names = tuple(member_names)
         self._revoked = {key.key_id: key for key in revoked}
         self._trusted = self._without_revoked((identity.public, *trusted))
+        self._members = frozenset({identity.key_id, *members})
+        self.members = self._members & self._trusted.keys()
 
     def __repr__(self) -> str:
-        return f"Keyring(identity={self.identity!r}, trusted={len(self._trusted)} keys)"
+        return (
+            f"Keyring(identity={self.identity!r}, trusted={len(self._trusted)} keys, "
+            f"members={len(self.members)})"
+        )
 
     @classmethod
-    def load(cls, path: Path | str, name: str | None = None) -> Keyring:
+    def load(
+        cls, path: Path | str, name: str | None = None, *, members: Iterable[str] = ()
+    ) -> Keyring:
         """Load a keyring directory: every ``*.pub`` in it is trusted, except the
         keys in its ``revoked/`` subdirectory, and the identity is ``NAME.key``
-        (or the only ``*.key`` there is, without a name).
+        (or the only ``*.key`` there is, without a name). The members are the
+        keys its ``members`` file names (key names, one per line; ``#`` starts a
+        comment) and those named in ``members`` (a cluster's node names: names
+        with no ``.pub`` here are skipped).
 
         Raises:
             ConfigError: naming the directory or file and what is wrong.
@@ -261,7 +287,11 @@ class Keyring:
         identity = IdentityKey.load(_identity_file(directory, name))
         trusted = [PublicKey.load(p) for p in sorted(directory.glob("*.pub"))]
         revoked = [PublicKey.load(p) for p in sorted((directory / REVOKED).glob("*.pub"))]
-        return cls(identity, trusted, revoked=revoked, directory=directory)
+        members = tuple(members)
+        named = _member_ids(directory, trusted, members)
+        return cls(
+            identity, trusted, named, revoked=revoked, directory=directory, member_names=members
+        )
 
     def trusted(self, key_id: str) -> PublicKey | None:
         """The trusted key with that id, or None."""
@@ -271,11 +301,20 @@ class Keyring:
         """The revoked key with that id, or None."""
         return self._revoked.get(key_id)
 
+    def is_member(self, key_id: str) -> bool:
+        """Whether the key belongs to one of the cluster's own nodes."""
+        return key_id in self.members
+
     def public_keys(self) -> list[PublicKey]:
         """Every trusted key, by name."""
         return sorted(self._trusted.values(), key=lambda k: (k.name or "", k.key_id))
 
-    def replace(self, trusted: Iterable[PublicKey], revoked: Iterable[PublicKey]) -> KeyringChange:
+    def replace(
+        self,
+        trusted: Iterable[PublicKey],
+        revoked: Iterable[PublicKey],
+        members: Iterable[str] | None = None,
+    ) -> KeyringChange:
         """Trust ``trusted`` (and the identity) minus ``revoked`` from now on;
         what :meth:`reload` does with what it read.
 
@@ -285,6 +324,9 @@ class Keyring:
         before, before_revoked = self._trusted, self._revoked
         self._revoked = now_revoked = {key.key_id: key for key in revoked}
         self._trusted = now = self._without_revoked((self.identity.public, *trusted))
+        if members is not None:
+            self._members = frozenset({self.identity.key_id, *members})
+        self.members = self._members & now.keys()
         change = KeyringChange(
             added=[k for kid, k in now.items() if kid not in before],
             removed=[k for kid, k in before.items() if kid not in now and kid not in now_revoked],
@@ -311,7 +353,23 @@ class Keyring:
         if self.directory is None:
             raise ConfigError("this keyring was not loaded from a directory: nothing to reload")
         trusted, revoked, problems = read_public_keys(self.directory)
-        return self.replace(trusted, revoked), problems
+        try:
+            members: list[str] | None = self.member_ids(trusted)
+        except ConfigError as exc:
+            problems.append(str(exc))
+            members = None  # the members file is unreadable: keep the members as they are
+        return self.replace(trusted, revoked, members), problems
+
+    def member_ids(self, trusted: list[PublicKey]) -> list[str]:
+        """The key ids among ``trusted`` that its directory's ``members`` file and
+        the member names it was loaded with name.
+
+        Raises:
+            ConfigError: the members file cannot be read, or names an unknown key.
+        """
+        if self.directory is None:
+            return sorted(self._members)
+        return _member_ids(self.directory, trusted, self._member_names)
 
     def _without_revoked(self, keys: Iterable[PublicKey]) -> dict[str, PublicKey]:
         return {key.key_id: key for key in keys if key.key_id not in self._revoked}
@@ -360,6 +418,52 @@ def read_public_keys(directory: Path) -> tuple[list[PublicKey], list[PublicKey],
     revoked_dir = directory / REVOKED
     revoked = [PublicKey.load(p) for p in listed(revoked_dir)] if revoked_dir.is_dir() else []
     return trusted, revoked, problems
+
+
+def _member_ids(directory: Path, trusted: list[PublicKey], names: Iterable[str]) -> list[str]:
+    by_name = {key.name: key.key_id for key in trusted}
+    ids = members_file(directory / MEMBERS_FILE, by_name)
+    ids.extend(by_name[n] for n in names if n in by_name)
+    return ids
+
+
+def members_file(path: Path, by_name: Mapping[str | None, str]) -> list[str]:
+    """What ``by_name`` maps the names in a keyring's ``members`` file to (key ids),
+    in order; none if there is no file.
+
+    Raises:
+        ConfigError: the file cannot be read, or names a key ``by_name`` lacks.
+    """
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return []
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path} cannot be read: {exc}") from None
+    ids = []
+    for number, line in enumerate(text.splitlines(), 1):
+        member = line.partition("#")[0].strip()
+        if not member:
+            continue
+        if member not in by_name:
+            raise ConfigError(
+                f"{path}, line {number}: {member!r} is not a key of this keyring "
+                f"(it needs {member}.pub beside the file)"
+            )
+        ids.append(by_name[member])
+    return ids
+
+
+def add_member(directory: Path, name: str) -> None:
+    """Name ``name`` in the keyring's ``members`` file (made if missing)."""
+    path = directory / MEMBERS_FILE
+    try:
+        text = path.read_text(encoding="utf-8") if path.exists() else ""
+        if name in (line.partition("#")[0].strip() for line in text.splitlines()):
+            return
+        path.write_text(text + ("" if not text or text.endswith("\n") else "\n") + name + "\n")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path} cannot be written: {exc}") from None
 
 
 def _identity_file(directory: Path, name: str | None) -> Path:

@@ -25,14 +25,18 @@ from typing import Any, Final, NamedTuple, final
 
 from ._auth import ED25519 as ED25519
 from ._auth import HMAC_SHA256 as HMAC_SHA256
+from ._auth import ORIGIN_KEY as ORIGIN_KEY
 from ._auth import PREFIX as PREFIX
 from ._auth import SESSION_ADDRESS as SESSION_ADDRESS
 from ._auth import SESSION_SUBJECT as SESSION_SUBJECT
 from ._auth import SIG as SIG
 from ._auth import SIG_ALG as SIG_ALG
 from ._auth import SIG_KEY as SIG_KEY
+from ._auth import SIG_NODE as SIG_NODE
+from ._auth import VERSION as VERSION
 from ._auth import AuthError as AuthError
 from ._auth import canonical_bytes as canonical_bytes
+from ._conditions import AUTH_VERSION as AUTH_VERSION
 from ._conditions import BAD_SESSION as BAD_SESSION
 from ._conditions import BAD_SIGNATURE as BAD_SIGNATURE
 from ._conditions import REPLAY as REPLAY
@@ -41,6 +45,7 @@ from ._conditions import STALE as STALE
 from ._conditions import UNAUTHENTICATED as UNAUTHENTICATED
 from ._conditions import UNKNOWN_KEY as UNKNOWN_KEY
 from ._conditions import UNKNOWN_SESSION as UNKNOWN_SESSION
+from ._conditions import WRONG_NODE as WRONG_NODE
 from ._keys import IdentityKey as IdentityKey
 from ._keys import Keyring as Keyring
 from ._keys import PublicKey as PublicKey
@@ -48,6 +53,7 @@ from ._keys import key_id as key_id
 from ._replay import ReplayCache as ReplayCache
 
 __all__ = [
+    "AUTH_VERSION",
     "BAD_SESSION",
     "BAD_SIGNATURE",
     "DEFAULT_SESSION_LIFETIME",
@@ -55,6 +61,7 @@ __all__ = [
     "ED25519",
     "HMAC_SHA256",
     "MAX_SESSION_LIFETIME",
+    "ORIGIN_KEY",
     "PREFIX",
     "REPLAY",
     "REVOKED_KEY",
@@ -63,10 +70,13 @@ __all__ = [
     "SIG",
     "SIG_ALG",
     "SIG_KEY",
+    "SIG_NODE",
     "STALE",
     "UNAUTHENTICATED",
     "UNKNOWN_KEY",
     "UNKNOWN_SESSION",
+    "VERSION",
+    "WRONG_NODE",
     "AuthError",
     "IdentityKey",
     "Keyring",
@@ -279,10 +289,14 @@ class Verifier:
     """Authenticates incoming messages (docs/protocol.md §11.6).
 
     Args:
-        keyring: the trusted keys. When they change (its ``generation``), the
-            next message sees the change, and the sessions of keys that are no
-            longer trusted are dropped.
+        keyring: the trusted keys and the members among them. When they change
+            (its ``generation``), the next message sees the change, and the
+            sessions of keys that are no longer trusted are dropped.
         sessions: the sessions opened with this receiver.
+        node: the receiver's container id: a message whose ``sig_node`` names
+            another node is refused before its signature is checked (the
+            canonical bytes the receiver makes name this node anyway). None:
+            not checked here (a caller that verifies for no one node).
         clock: the wall clock, seconds since the epoch.
         window: how far (s) a message's creation-time may be from the clock.
         replay: remembers accepted message ids; by default a fresh :class:`ReplayCache`.
@@ -294,12 +308,15 @@ class Verifier:
         keyring: Keyring,
         sessions: SessionTable,
         *,
+        node: str | None = None,
         clock: Callable[[], float] = time.time,
         window: float = DEFAULT_WINDOW,
         replay: ReplayCache | None = None,
         max_session_lifetime: float = MAX_SESSION_LIFETIME,
     ) -> None:
         self.sessions = sessions
+        self.node = node
+        self.members = keyring.members
         self.replay = ReplayCache() if replay is None else replay
         self.window = window
         self.max_session_lifetime = max_session_lifetime
@@ -326,7 +343,7 @@ class Verifier:
         message_id: str,
         creation_ms: int | None,
     ) -> Verified:
-        """Check a message's signature, time and novelty, in that order.
+        """Check a message's destination, signature, time and novelty, in that order.
 
         Args:
             headers: its application properties (``sig_alg``, ``sig_key``, ``sig``).
@@ -345,6 +362,9 @@ class Verifier:
             raise _malformed(message_id, alg, sig_key, sig)
         if self._generation != self._keyring.generation:
             self._refresh()  # keys were added or revoked while the node runs
+        node = self.node
+        if node is not None and headers.get(SIG_NODE) != node:
+            raise _wrong_node(message_id, headers.get(SIG_NODE), node)
         now = self._clock()
         if alg == HMAC_SHA256:
             entry = self.sessions._find(sig_key, now)
@@ -409,6 +429,19 @@ class Verifier:
                 REPLAY, f"message {message_id} from key {verified.key_id} was accepted already"
             )
 
+    def is_member(self, key_id: str) -> bool:
+        """Whether ``key_id`` is a cluster member's (it may assert an origin)."""
+        return key_id in self.members
+
+    def origin(self, verified: Verified, headers: Mapping[str, object]) -> str | None:
+        """The origin a verified message asserts (``origin-key``: the identity a
+        router forwards it for), if its signer is a cluster member and the value a
+        non-empty string; else None: the message counts as its signer's."""
+        origin = headers.get(ORIGIN_KEY)
+        if isinstance(origin, str) and origin and verified.key_id in self.members:
+            return origin
+        return None
+
     def forget(self, verified: Verified, message_id: str, creation_ms: int | None) -> None:
         """Let the same message in again: call it when the receiver did not execute
         it (settled ``released``/``modified``, or refused for a full mailbox), since
@@ -449,6 +482,22 @@ class Verifier:
             raise AuthError(BAD_SESSION, f"message {message_id}: {_session_error(body, node)}")
         self.sessions.add(session, now)
         return session
+
+
+def _wrong_node(message_id: str, signed_for: object, node: str) -> AuthError:
+    if signed_for is None:
+        return AuthError(
+            AUTH_VERSION,
+            f"message {message_id} has no {SIG_NODE}: it was signed in an older form "
+            f"(actorctl-auth-v1); this node verifies {VERSION} only, whose canonical bytes "
+            "begin with the destination node's container id (docs/protocol.md §11.2)",
+        )
+    return AuthError(
+        WRONG_NODE,
+        f"message {message_id} was signed for node {signed_for!r}, not this node ({node!r}): "
+        "a signed message is valid only at the node it was signed for; sign it for the "
+        "container id this node's AMQP open frame gives",
+    )
 
 
 def _malformed(message_id: str, alg: object, sig_key: object, sig: object) -> AuthError:
