@@ -355,6 +355,7 @@ def reply_signature_holds(reply: Message, reply_address: str, node_public_raw: b
         return False
     body = reply.body
     canonical = canonical_bytes(
+        node="",  # absent for a reply: its reply address names the caller's node
         to=reply_address,
         subject=reply.subject,
         message_id=str(reply.id),
@@ -566,9 +567,9 @@ async def test_a_foreign_client_signs_with_ed25519_over_mutual_tls(tmp_path: Pat
 async def test_a_foreign_client_can_check_the_nodes_signed_reply(tmp_path: Path) -> None:
     async with secured_node(tmp_path) as s:
 
-        def make_message(reply_to: str) -> Message:
-            command = dataclasses.replace(_add(s, 20, 22), reply_to=reply_to)
-            return command.message(s.identity.signature_properties(command.canonical()))
+        def make_message(reply_to: str, node: str) -> Message:
+            command = dataclasses.replace(_add(s, node, 20, 22), reply_to=reply_to)
+            return command.message(s.identity.signature_properties(command.canonical(), node))
 
         result = await _call(s, make_message)
         assert s.node.identity is not None

@@ -211,13 +211,23 @@ async def test_a_revoked_key_is_refused_and_its_open_session_is_closed(
         vault.opened.clear()
         # Then a message within the session mallory opened before is refused
         message = envelope(mallory, "mallory")
-        data = encode(message, signer=functools.partial(sign_hmac, session), actor="vault")
+        data = encode(
+            message,
+            signer=functools.partial(sign_hmac, session),
+            actor="vault",
+            node=server.node_id,
+        )
         outcome = await send_raw(mallory, server, data, message.message_id)
         assert (outcome.state, outcome.condition) == ("rejected", "actorctl:revoked-key")
         assert session.id in (outcome.description or "")
         # and so is a message that mallory signs with the key itself
         message = envelope(mallory, "mallory")
-        data = encode(message, signer=functools.partial(sign_ed25519, identity), actor="vault")
+        data = encode(
+            message,
+            signer=functools.partial(sign_ed25519, identity),
+            actor="vault",
+            node=server.node_id,
+        )
         outcome = await send_raw(mallory, server, data, message.message_id)
         assert (outcome.state, outcome.condition) == ("rejected", "actorctl:revoked-key")
         assert identity.key_id in (outcome.description or "")
