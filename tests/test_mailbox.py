@@ -15,6 +15,7 @@ class Link:
     def __init__(self) -> None:
         self.credit = 0
         self.reclaimed = 0
+        self.idle = False
 
     def flow(self, n: int) -> None:
         self.credit += n

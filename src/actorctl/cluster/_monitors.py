@@ -131,6 +131,10 @@ class NodeMonitors:
 
     # -- peers ----------------------------------------------------------------------
 
+    def watching(self, endpoint: str) -> bool:
+        """Whether an actor here watches an actor at ``endpoint`` ("host:port")."""
+        return any(self._there.get(endpoint, {}).values())
+
     def peer_state(self, endpoint: str, up: bool, node_id: str | None = None) -> None:
         """The connection to the peer at ``endpoint`` ("host:port") is up (to
         the node process ``node_id``), or went down: a peer that stays down
