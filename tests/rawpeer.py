@@ -58,7 +58,8 @@ class RawPeer(EngineHandler):
     # -- what the test does -------------------------------------------------------
 
     def sender(self, target: str, name: str | None = None) -> Link:
-        assert self.session is not None and self.engine is not None
+        assert self.session is not None
+        assert self.engine is not None
         self._count += 1
         link = self.session.sender(name or f"raw-sender-{self._count}")
         link.target.address = target
@@ -70,7 +71,8 @@ class RawPeer(EngineHandler):
 
     def receiver(self, *, credit: int = 0) -> Link:
         """A reply receiver with a dynamic source, granted ``credit``."""
-        assert self.session is not None and self.engine is not None
+        assert self.session is not None
+        assert self.engine is not None
         self._count += 1
         link = self.session.receiver(f"raw-receiver-{self._count}")
         link.source.dynamic = True

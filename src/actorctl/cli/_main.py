@@ -128,6 +128,7 @@ async def node_run(
             host=host,
             port=port,
             store=store,
+            **node_config.limits,
             **security.node_options(node_name),
         )
     except ConfigError as exc:

@@ -53,9 +53,16 @@ MESSAGE_SIZE_EXCEEDED: Final = "amqp:link:message-size-exceeded"
 _queued = lib.pn_link_queued
 
 
-def _positive(instance: object, attribute: attrs.Attribute[Any], value: float) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-        raise ConfigError(f"node limit {attribute.name}: expected a number above 0, got {value!r}")
+def _count(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(
+            f"node limit {attribute.name}: expected a whole number above 0, got {value!r}"
+        )
+
+
+def _seconds(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise ConfigError(f"node limit {attribute.name}: expected seconds above 0, got {value!r}")
 
 
 @final
@@ -76,14 +83,14 @@ class Limits:
         max_queued_replies: replies held for one reply link that has no credit (1,000).
     """
 
-    max_message_size: int = attrs.field(default=1 << 20, validator=_positive)
-    max_links_per_connection: int = attrs.field(default=1000, validator=_positive)
-    max_connections_per_address: int = attrs.field(default=100, validator=_positive)
-    max_handshakes: int = attrs.field(default=200, validator=_positive)
-    handshake_timeout: float = attrs.field(default=10.0, validator=_positive)
-    credit_deadline: float = attrs.field(default=1.0, validator=_positive)
-    peer_idle_timeout: float = attrs.field(default=120.0, validator=_positive)
-    max_queued_replies: int = attrs.field(default=1000, validator=_positive)
+    max_message_size: int = attrs.field(validator=_count, default=1 << 20)
+    max_links_per_connection: int = attrs.field(validator=_count, default=1000)
+    max_connections_per_address: int = attrs.field(validator=_count, default=100)
+    max_handshakes: int = attrs.field(validator=_count, default=200)
+    handshake_timeout: float = attrs.field(validator=_seconds, default=10.0)
+    credit_deadline: float = attrs.field(validator=_seconds, default=1.0)
+    peer_idle_timeout: float = attrs.field(validator=_seconds, default=120.0)
+    max_queued_replies: int = attrs.field(validator=_count, default=1000)
 
 
 #: The names of the bounds: ``Node`` arguments, and keys of ``[node.limits]``.
