@@ -18,9 +18,12 @@ per ``credit_deadline``:
 
 A link that gave credit back, or had it reclaimed, is *idle*: it is granted one
 credit at a time (so it can show that it has something to send) until it uses
-it; then it gets its share again. Idle links together hold at most half the
-capacity; one that answered its drain is served before links never served yet,
-one that had its credit taken after them (``mailbox._mailbox._order``). A
+it; then it gets its share again. Idle links get what the active ones leave
+(their share keeps one credit for each idle link, up to half the capacity); one
+that answered its drain is served before links never served yet, one that had
+its credit taken after them (``mailbox._mailbox._order``). An idle link that
+sits on its one credit while another link waits loses it too (at the next
+look), so that it goes round. A
 transfer that a sender sent beyond the credit it had left (it sent before the
 lowering flow reached it, or it ignores credit) is taken if the mailbox has a
 free slot, and otherwise settled ``rejected`` with
@@ -136,9 +139,10 @@ class InboxCredit:
         self.drained_at = None
         self.mailbox.credit_changed()
 
-    def revoke(self) -> int:
-        """Take back the credit a drain did not get back: lower the link's credit
-        to what has arrived. Returns how much was taken."""
+    def revoke(self, idle: int = 2) -> int:
+        """Take back the credit a drain did not get back (or an idle link's one
+        credit, ``idle`` = its idleness so far): lower the link's credit to what
+        has arrived. Returns how much was taken."""
         self.drained_at = None
         if self.engine.closed:
             return 0
@@ -146,7 +150,7 @@ class InboxCredit:
         lib.pn_link_set_drain(self.link, False)
         if taken:
             _link_flow(self.link, -taken)
-        self._set_idle(2)
+        self._set_idle(idle)
         self.engine.wake()
         return taken
 
@@ -244,8 +248,13 @@ class CreditKeeper:
                         credit=took,
                         reason=f"a drain was not answered within {patience:g} s",
                     )
-            elif wanting and mark[0] > 0 and mark == link.seen and not link.idle:
-                link.reclaim()  # it held this credit unused since the last look
+            elif wanting and mark[0] > 0 and mark == link.seen:
+                idle = link.idle
+                if not idle:
+                    link.reclaim()  # it held this credit unused since the last look
+                else:
+                    # An idle link's one credit goes round the idle links.
+                    taken += link.revoke(idle)
             link.seen = (link.credit, link.flows)
         if taken:
             mailbox.credit_changed()

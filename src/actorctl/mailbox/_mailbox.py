@@ -348,13 +348,18 @@ class Mailbox:
         # a link has no credit left (then its sender is waiting on us).
         if len(links) == 1:
             if force or free >= max(1, self.capacity // 2) or granted <= 0:
-                links[0].flow(free)
+                link = links[0]
+                link.flow(free)
+                if self._last_grant is not None:  # (one store per batch, not per message)
+                    self._grants += 1
+                    self._last_grant[link] = self._grants
             return
         # Several links: none is granted more than its share, and each is topped
         # up once it is down to half of it, whatever credit the others hold idle
         # (or a busy sender would starve beside idle ones). An idle link gets one
-        # credit at a time, from at most half the capacity, and the active ones
-        # share the rest. Who goes first: see _order.
+        # credit at a time, from what the active ones leave: their share keeps
+        # one credit for each idle link, up to half the capacity. Who goes
+        # first: see _order.
         capacity = self.capacity
         idle = 0
         for link in links:
