@@ -150,7 +150,7 @@ class NodeMonitors:
             if before is not None and node_id is not None and before != node_id:
                 self._lose(endpoint, f"node restarted: {endpoint} is a new process ({node_id})")
             return
-        if endpoint in self._down or not self._there.get(endpoint) or self._nursery is None:
+        if endpoint in self._down or not self.watching(endpoint) or self._nursery is None:
             return
         scope = self._down[endpoint] = trio.CancelScope()
         self._nursery.start_soon(self._lose_after, endpoint, scope)
