@@ -76,8 +76,9 @@ class Limits:
         max_connections_per_address: connections from one remote address (100).
         max_handshakes: connections in their TLS and AMQP handshake at once (200).
         handshake_timeout: seconds a connection gets to finish TLS and AMQP open (10).
-        credit_deadline: seconds a link may hold an actor's credit unused while
-            another link waits for it, and then to answer a drain (1).
+        credit_deadline: seconds within which credit a link holds unused, while
+            another link of the same actor waits, is drained and, if the drain is
+            ignored, taken back (1).
         peer_idle_timeout: seconds an outgoing connection may go unused before it
             is closed (120).
         max_queued_replies: replies held for one reply link that has no credit (1,000).
@@ -110,10 +111,10 @@ class Gate:
         self._handshaking = 0
 
     async def serve(
-        self, stream: trio.SocketStream, address: str, peer: str, run: Callable[[], Engine]
+        self, stream: trio.SocketStream, address: str, peer: str, make: Callable[[], Engine]
     ) -> None:
-        """Run the connection ``run`` makes, if the bounds allow one more from
-        ``address``; otherwise close ``stream`` at once."""
+        """Run the connection that ``make`` makes of ``stream``, if the bounds
+        allow one more from ``address``; otherwise close ``stream`` at once."""
         reason = self._refusal(address)
         if reason is not None:
             log("actorctl:connection:refused", node=self._node, peer=peer, reason=reason)
@@ -123,7 +124,7 @@ class Gate:
         self._handshaking += 1
         handshaking = True
         try:
-            engine = run()
+            engine = make()
             async with trio.open_nursery() as nursery:
 
                 async def opened() -> None:

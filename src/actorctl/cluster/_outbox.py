@@ -295,14 +295,23 @@ class NodeOutbox:
         if peer is None:
             if self._nursery is None:
                 raise ConfigError(f"node {self.name!r} is not running: use open_node()")
+            made: list[Peer] = []
+
+            def on_state(name: str, up: bool, node: str | None) -> None:
+                # A connection closed as idle (no longer in the table) is no news:
+                # nothing depended on it, and a new one there may be up already.
+                if self._on_peer_state is not None and self._peers.get(endpoint) is made[0]:
+                    self._on_peer_state(name, up, node)
+
             peer = Peer(
                 address.host,
                 address.port,
                 self.settings,
                 self._engines,
                 self._on_reply,
-                on_state=self._on_peer_state,
+                on_state=on_state,
             )
+            made.append(peer)
             self._peers[endpoint] = peer
             self._nursery.start_soon(self.idle_peers.run_peer, peer)
         return peer
