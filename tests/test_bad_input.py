@@ -197,8 +197,8 @@ async def test_an_event_is_handled_but_never_answered(logs: Logs) -> None:
 
 
 async def test_a_peer_that_never_opens_the_connection_is_dropped(logs: Logs) -> None:
-    # Given a node with a short idle timeout, and a client that connects and says nothing
-    async with open_node("server", [Calculator()], insecure=True, idle_timeout=0.5) as server:
+    # Given a node with a short handshake timeout, and a client that connects and says nothing
+    async with open_node("server", [Calculator()], insecure=True, handshake_timeout=0.5) as server:
         stream = await trio.open_tcp_stream("127.0.0.1", server.port)
         # Then the node hangs up on it
         with trio.fail_after(10):

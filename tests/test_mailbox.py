@@ -15,6 +15,7 @@ class Link:
     def __init__(self) -> None:
         self.credit = 0
         self.reclaimed = 0
+        self.idle = False
 
     def flow(self, n: int) -> None:
         self.credit += n
@@ -81,3 +82,41 @@ def test_links_that_wait_are_served_longest_waiting_first() -> None:
     held[0].settle(ACCEPTED)
     held[1].settle(ACCEPTED)
     assert (a.credit, b.credit) == (1, 1)
+
+
+def test_an_idle_link_gets_one_credit_and_the_active_ones_share_the_rest() -> None:
+    box = Mailbox(10)
+    a, b = Link(), Link()
+    box.attach(a)
+    box.attach(b)
+    # a gave back the whole window it held unused (it answered the drain)
+    a.credit = 0
+    a.idle = 1
+    box.credit_changed()
+    assert (a.credit, b.credit) == (1, 9)
+    # once a uses its one credit it is active again, and shares as b does
+    a.use()
+    a.idle = 0
+    taken = box.put_nowait(_envelope(1), None)
+    b.credit = 0  # b sent nine that were settled already
+    taken.settle(ACCEPTED)
+    assert (a.credit, b.credit) == (5, 5)
+
+
+def test_links_never_served_go_before_idle_ones_that_ignored_a_drain() -> None:
+    box = Mailbox(2)
+    served, ignored, answered, older, newer = Link(), Link(), Link(), Link(), Link()
+    for link in (served, ignored, answered, older, newer):
+        box.attach(link)
+    for link in (served, ignored, answered, older, newer):
+        link.credit = 0
+    ignored.idle = 2  # its credit was taken back
+    answered.idle = 1  # it gave its credit back
+    # the one served before goes first, then the idle one that answered
+    box.credit_changed()
+    assert (served.credit, answered.credit, newer.credit, older.credit) == (1, 1, 0, 0)
+    # then those never served, the newest first; the one that ignored its drain last
+    served.credit = answered.credit = 0
+    served.idle = answered.idle = 2
+    box.credit_changed()
+    assert (newer.credit, older.credit, ignored.credit) == (1, 1, 0)

@@ -128,6 +128,7 @@ async def node_run(
             host=host,
             port=port,
             store=store,
+            **node_config.limits,
             **security.node_options(node_name, config.member_names if config else ()),
         )
     except ConfigError as exc:

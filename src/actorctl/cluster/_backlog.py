@@ -157,13 +157,21 @@ class Backlog:
         lane.queue.append(entry)
         lane.lot.unpark()
 
+    def waiting_for(self, endpoint: tuple[str, int]) -> bool:
+        """Whether messages for the node at ``endpoint`` wait here to be sent."""
+        return any(
+            lane.queue for address, lane in self._lanes.items() if address.endpoint == endpoint
+        )
+
     async def _publish(self, address: Address, lane: _Lane) -> None:
-        peer = self._open_peer(address)
         queue = lane.queue
         while True:
             while not queue:
                 await lane.lot.park()
             entry = queue[0]
+            # Looked up for each message: an idle connection may have been
+            # closed and forgotten since the last one (``_idle.py``).
+            peer = self._open_peer(address)
             envelope = attrs.evolve(entry.envelope, creation_time=self._clock())
             pending = Pending(
                 address.name,

@@ -11,6 +11,8 @@
     listen = "127.0.0.1:5701"
     actors = "examples.workers:actors"
     durable = true          # its store in data/worker-1/store.sqlite; false: in memory
+      [node.limits]         # resource bounds (Node's arguments of the same names)
+      max_message_size = 4194304
 
     [[supervisor]]          # a supervision tree on a node (see docs/supervision.md)
     name = "pipeline"
@@ -45,6 +47,7 @@ import attrs
 from .._errors import ConfigError
 from ..mailbox import Keyring
 from ..supervision import SupervisorSpec
+from ._limits import LIMIT_NAMES, Limits
 from ._store import Store
 from ._tls import TlsFiles
 from ._tree_config import TARGET, check_supervisors, supervisor_specs
@@ -53,7 +56,7 @@ __all__ = ["NODE_KEYS", "ClusterConfig", "NodeConfig", "load_cluster", "unknown_
 
 _NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?")
 #: The keys of a [[node]] table this layer reads; an actors factory reads others.
-NODE_KEYS: Final = frozenset({"name", "listen", "actors", "instances", "durable"})
+NODE_KEYS: Final = frozenset({"name", "listen", "actors", "instances", "durable", "limits"})
 _TABLES: Final = frozenset({"cluster", "node", "router", "supervisor"})
 _CLUSTER_KEYS: Final = frozenset({"name", "dev", "certs", "keys", "insecure", "controller"})
 _ROUTER_KEYS: Final = frozenset({"name", "node", "instances"})
@@ -100,6 +103,8 @@ class NodeConfig:
     routes: tuple[tuple[str, tuple[str, ...]], ...] = ()
     supervisors: tuple[str, ...] = ()  # the [[supervisor]] trees it hosts, by name
     durable: bool = True  # its store on disk (False: in memory, for tests and benchmarks)
+    # resource bounds from [node.limits]: keyword arguments of Node
+    limits: Mapping[str, Any] = attrs.field(factory=dict, eq=False, hash=False)
     # the node table's other keys, for the actors factory its `actors` names
     settings: Mapping[str, Any] = attrs.field(factory=dict, eq=False, hash=False)
 
@@ -291,6 +296,7 @@ class _Where:
         if not isinstance(durable, bool):
             why = f"true or false (whether node {name!r} keeps its store on disk)"
             raise self.error(f"{prefix}.durable", why, durable)
+        limits = self.limits(f"{prefix}.limits", item.get("limits", {}))
         settings = {key: value for key, value in item.items() if key not in NODE_KEYS}
         if actors is None and settings:  # no actors factory here to read them
             key, value = next(iter(settings.items()))
@@ -303,7 +309,22 @@ class _Where:
                 'factory that actors = "MODULE:OBJECT" names, such as a task app, '
                 "reads a node's other keys)",
             )
-        return NodeConfig(name, host, port, actors, instances, durable=durable, settings=settings)
+        return NodeConfig(
+            name, host, port, actors, instances, durable=durable, limits=limits, settings=settings
+        )
+
+    def limits(self, key: str, table: object) -> dict[str, Any]:
+        """A node's [node.limits] table: the resource bounds it sets."""
+        if not isinstance(table, dict):
+            raise self.error(key, f"a table of resource bounds ({', '.join(LIMIT_NAMES)})", table)
+        for name, value in table.items():
+            if name not in LIMIT_NAMES:
+                raise unknown_key(self.path, f"{key}.{name}", value, LIMIT_NAMES)
+            try:
+                Limits(**{name: value})
+            except ConfigError as exc:
+                raise ConfigError(f"{self.path}: key '{key}.{name}': {exc}") from None
+        return dict(table)
 
     def routers(self, items: object, nodes: tuple[NodeConfig, ...]) -> tuple[NodeConfig, ...]:
         """Attach each [[router]] to the node that hosts it."""

@@ -74,6 +74,8 @@ class Engine:
         peer: a name for the other side, for logs.
         idle_timeout: seconds of silence after which the peer is taken for dead
             (AMQP heartbeats keep a live but idle peer from reaching it).
+        handshake_timeout: seconds the peer gets to finish the TLS handshake and
+            its AMQP open; then the connection is closed (default: idle_timeout).
         ssl_domain: TLS settings (see ``_tls``); None for plain TCP.
         peer_hostname: the name a client expects in the server's certificate.
     """
@@ -89,6 +91,7 @@ class Engine:
         idle_timeout: float = 30.0,
         ssl_domain: SSLDomain | None = None,
         peer_hostname: str | None = None,
+        handshake_timeout: float | None = None,
     ) -> None:
         self.stream = stream
         self.handler = handler
@@ -104,6 +107,7 @@ class Engine:
         #: TLS inside the transport (see _tls), or None for plain TCP: it names
         #: the certificate the other side presented, once the handshake is done.
         self.ssl: SSL | None = None
+        self._handshake_timeout = idle_timeout if handshake_timeout is None else handshake_timeout
         if ssl_domain is not None:
             # TLS inside the transport, before bind: still sans-IO (see _tls).
             self.ssl = ssl = transport.ssl(ssl_domain)
@@ -113,7 +117,10 @@ class Engine:
         transport.bind(connection)
         self._wake_event = trio.Event()
         self._send_lock = trio.Lock()
-        self._remote_opened = trio.Event()
+        #: Set once the peer's AMQP open arrived (after TLS and SASL).
+        self.remote_opened = trio.Event()
+        #: Set once the connection has ended (``run`` is returning).
+        self.finished = trio.Event()
         self._reader_done = trio.Event()
         self._writer_done = trio.Event()
         self._collector_impl = collector._impl
@@ -156,8 +163,11 @@ class Engine:
             if self.transport.pending() >= 0:
                 self.transport.close_head()
             self._process()
-            self.handler.on_closed(self)
-            await trio.aclose_forcefully(self.stream)
+            try:
+                self.handler.on_closed(self)
+            finally:
+                self.finished.set()
+                await trio.aclose_forcefully(self.stream)
 
     # -- I/O -------------------------------------------------------------------
 
@@ -255,13 +265,13 @@ class Engine:
             lock.release()
 
     async def _tick_loop(self, scope: trio.CancelScope) -> None:
-        # A peer that never opens the connection (a slow or silent client) gets
-        # the idle timeout to do so, then it is dropped.
-        with trio.move_on_after(self._idle_timeout):
-            await self._remote_opened.wait()
-        if not self._remote_opened.is_set():
-            log("actorctl:connection:no-open", peer=self.peer, waited=self._idle_timeout)
-            scope.cancel(reason="no AMQP open within the idle timeout")
+        # A peer that never finishes its handshake (a slow or silent client)
+        # gets the handshake timeout to do so, then it is dropped.
+        with trio.move_on_after(self._handshake_timeout):
+            await self.remote_opened.wait()
+        if not self.remote_opened.is_set():
+            log("actorctl:connection:no-open", peer=self.peer, waited=self._handshake_timeout)
+            scope.cancel(reason="no TLS handshake and AMQP open within the handshake timeout")
             return
         transport = self.transport
         while True:
@@ -301,7 +311,7 @@ class Engine:
         assert connection is not None
         if connection.state & _LOCAL_UNINIT:
             connection.open()
-        self._remote_opened.set()
+        self.remote_opened.set()
         self.handler.on_remote_open(self)
 
     def _on_connection_remote_close(self, event: Event) -> None:

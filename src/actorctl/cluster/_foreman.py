@@ -232,7 +232,13 @@ class LocalForeman(_Runner):
         security = config.security(node.name)
         store = config.store(node)
         async with open_node(
-            node.name, actors, host=node.host, port=node.port, store=store, **security
+            node.name,
+            actors,
+            host=node.host,
+            port=node.port,
+            store=store,
+            **node.limits,
+            **security,
         ) as n:
             self._set(state="running", pid=os.getpid(), address=n.url, actors=sorted(n.cells))
             task_status.started()

@@ -37,7 +37,9 @@ from ..mailbox import (
     read_message,
     to_ms,
 )
+from ._credit import CreditKeeper, InboxCredit
 from ._engine import Engine, EngineHandler
+from ._limits import ConnectionLimits, Limits
 from ._outbox import ReplyRoutes
 from ._raw import ACCEPTED, REJECTED, RELEASED, lib, recv, set_condition
 from ._reply_auth import UNAUTHORIZED, ReplySigning, reply_address_refusal
@@ -69,32 +71,6 @@ def actor_name(target: str | None) -> str:
 
 
 @final
-class _Credit:
-    """A receiver link seen as a mailbox's credit link: flowing wakes the writer."""
-
-    __slots__ = ("engine", "link", "receiver")
-
-    def __init__(self, engine: Engine, receiver: Link) -> None:
-        self.engine = engine
-        self.receiver = receiver  # the wrapper holds a reference: the pointer stays valid
-        self.link = receiver._impl
-
-    @property
-    def credit(self) -> int:
-        return 0 if self.engine.closed else int(_link_credit(self.link))
-
-    def flow(self, n: int) -> None:
-        if not self.engine.closed:
-            _link_flow(self.link, n)
-            self.engine.wake()
-
-    def reclaim(self) -> None:
-        if not self.engine.closed and not lib.pn_link_get_drain(self.link):
-            lib.pn_link_drain(self.link, 0)
-            self.engine.wake()
-
-
-@final
 class InboundHandler(EngineHandler):
     """Events of one connection that a peer opened to this node.
 
@@ -106,6 +82,8 @@ class InboundHandler(EngineHandler):
         routes: where the reply links that callers attach are recorded.
         signing: how the replies sent on this connection are signed (it learns
             of the sessions opened here); None: unsigned.
+        keeper: shares each actor's credit fairly among its links.
+        limits: the node's bounds on a connection's links and messages.
     """
 
     def __init__(
@@ -117,13 +95,18 @@ class InboundHandler(EngineHandler):
         routes: ReplyRoutes,
         *,
         signing: ReplySigning | None = None,
+        keeper: CreditKeeper | None = None,
+        limits: Limits | None = None,
     ) -> None:
         self._node_name = node_name
         self._node_id = node_id
         self._cells = cells
         self._routes = routes
+        self._keeper = keeper or CreditKeeper(node_name, Limits().credit_deadline)
+        self._limits = ConnectionLimits(node_name, limits or Limits())
+        self._max_size = self._limits.max_message_size
         # Inbox links by their raw pn_link_t pointer.
-        self._inboxes: dict[Any, tuple[ActorCell, _Credit]] = {}
+        self._inboxes: dict[Any, tuple[ActorCell, InboxCredit]] = {}
         self._verifier = verifier
         self._session_links: dict[Any, Link] = {}
         # Ids of unauthenticated messages accepted since the last warning.
@@ -133,6 +116,9 @@ class InboundHandler(EngineHandler):
 
     def on_link_remote_open(self, engine: Engine, link: Link) -> None:
         if not link.state & Endpoint.LOCAL_UNINIT:
+            return
+        if self._limits.refuse_link(engine, link):
+            engine.wake()
             return
         if link.is_receiver:
             self._attach_inbox(engine, link)
@@ -162,9 +148,9 @@ class InboundHandler(EngineHandler):
             )
             log("actorctl:link:refused", peer=engine.peer, target=target, reason="unknown actor")
             return
-        credit = _Credit(engine, link)
+        credit = InboxCredit(engine, link, cell.mailbox, self._keeper)
         self._inboxes[link._impl] = (cell, credit)
-        cell.mailbox.attach(credit)
+        credit.attach()
 
     def _attach_replies(self, engine: Engine, link: Link) -> None:
         source = link.remote_source
@@ -200,15 +186,14 @@ class InboundHandler(EngineHandler):
         # A sender's flow answers a drain: it gave back the credit it had no use for.
         inbox = self._inboxes.get(link)
         if inbox is not None and lib.pn_link_get_drain(link) and _link_credit(link) <= 0:
-            lib.pn_link_set_drain(link, False)
-            lib.pn_link_drained(link)
-            inbox[0].mailbox.credit_changed()
+            inbox[1].answered()
 
     def on_link_remote_close(self, engine: Engine, link: Link) -> None:
+        self._limits.link_closed()
         if link.is_receiver:
             inbox = self._inboxes.pop(link._impl, None)
             if inbox is not None:
-                inbox[0].mailbox.detach(inbox[1])
+                inbox[1].detach()
         else:
             address = link.source.address or ""
             self._routes.remove(address, link=link, release=bool(link.source.dynamic))
@@ -220,9 +205,15 @@ class InboundHandler(EngineHandler):
         if lib.pn_delivery_aborted(delivery):
             lib.pn_delivery_settle(delivery)  # the sender gave up on it mid-way
             return
-        if not _readable(delivery) or _partial(delivery):
+        if not _readable(delivery):
             return
-        data = recv(link, _pending(delivery))
+        size = _pending(delivery)
+        if size > self._max_size:  # refused as it arrives, not once it is whole
+            self._too_large(engine, link, delivery, size)
+            return
+        if _partial(delivery):
+            return
+        data = recv(link, size)
         presettled = bool(_settled(delivery))
         settle = None
         if presettled:
@@ -291,7 +282,20 @@ class InboundHandler(EngineHandler):
         if settle is not None:
             settle(outcome)
 
+    def _too_large(self, engine: Engine, link: Any, delivery: Any, size: int) -> None:
+        inbox = self._inboxes.get(link)
+        if inbox is not None:
+            target = inbox[0].name
+        else:
+            target = SESSION_ADDRESS if link in self._session_links else "(a refused link)"
+        self._limits.too_large(engine, delivery, size, target)
+        if inbox is not None:
+            inbox[0].mailbox.credit_changed()  # the slot it took credit for is free
+        elif link in self._session_links:
+            _link_flow(link, 1)
+
     def after_events(self, engine: Engine) -> None:
+        self._keeper.rebalance()  # grants for the links this batch attached
         # An insecure node warns about every unauthenticated message it accepts:
         # one line per batch of deliveries that arrived together, naming each.
         if self._unauthenticated:
@@ -348,9 +352,10 @@ class InboundHandler(EngineHandler):
             settle(Outcome("accepted"))
 
     def on_closed(self, engine: Engine) -> None:
-        for cell, credit in self._inboxes.values():
-            cell.mailbox.detach(credit)
+        for _cell, credit in self._inboxes.values():
+            credit.detach()
         self._inboxes.clear()
+        self._keeper.rebalance()
         for address, dynamic in self._reply_addresses:
             self._routes.remove(address, engine=engine, release=dynamic)
         self._reply_addresses.clear()

@@ -131,6 +131,10 @@ class NodeMonitors:
 
     # -- peers ----------------------------------------------------------------------
 
+    def watching(self, endpoint: str) -> bool:
+        """Whether an actor here watches an actor at ``endpoint`` ("host:port")."""
+        return any(self._there.get(endpoint, {}).values())
+
     def peer_state(self, endpoint: str, up: bool, node_id: str | None = None) -> None:
         """The connection to the peer at ``endpoint`` ("host:port") is up (to
         the node process ``node_id``), or went down: a peer that stays down
@@ -146,7 +150,7 @@ class NodeMonitors:
             if before is not None and node_id is not None and before != node_id:
                 self._lose(endpoint, f"node restarted: {endpoint} is a new process ({node_id})")
             return
-        if endpoint in self._down or not self._there.get(endpoint) or self._nursery is None:
+        if endpoint in self._down or not self.watching(endpoint) or self._nursery is None:
             return
         scope = self._down[endpoint] = trio.CancelScope()
         self._nursery.start_soon(self._lose_after, endpoint, scope)

@@ -35,9 +35,11 @@ from ..supervision import Restart
 from ..supervision._specs import ActorSpec, SupervisorSpec
 from ..supervision._tree import TreeLevel
 from ._agent import NodeAgent
+from ._credit import CreditKeeper
 from ._engine import Engine, EngineSet
 from ._inbound import InboundHandler
 from ._keywatch import KEY_POLL, KeyringWatch
+from ._limits import Gate, Limits
 from ._monitors import NodeMonitors
 from ._outbox import NodeOutbox
 from ._pending import PeerSettings
@@ -102,6 +104,29 @@ class Node:
         key_poll: seconds between two looks at the keyring's directory (a key
             added or revoked there applies within that time, no restart); None:
             the keys read at start stay as they are.
+
+        The resource bounds follow (``cluster/_limits.py``; docs/protocol.md §3.1
+        and §4.1); under each, the node goes on serving its other peers.
+
+        max_message_size: bytes one incoming message may have (1 MiB); a larger
+            one is refused with ``amqp:link:message-size-exceeded`` as soon as
+            that many bytes have arrived.
+        credit_deadline: seconds (1 s) within which credit that a link holds
+            unused, while another link of the same actor waits, is asked back
+            (AMQP drain) and, if the sender does not give it back, reclaimed and
+            given to the other links.
+        max_links_per_connection: links one connection may hold (1,000); more
+            are refused with ``amqp:resource-limit-exceeded``.
+        max_connections_per_address: connections from one remote address (100);
+            more are closed at once.
+        max_handshakes: connections in their TLS and AMQP handshake at once
+            (200); more are closed at once.
+        handshake_timeout: seconds a connection gets to finish TLS and its AMQP
+            open (10 s); then it is closed.
+        peer_idle_timeout: seconds an outgoing connection may go unused (nothing
+            sent, nothing waited for on it) before it is closed (120 s).
+        max_queued_replies: replies held for a caller whose reply link grants no
+            credit (1,000); more are dropped and logged.
     """
 
     def __init__(
@@ -124,8 +149,29 @@ class Node:
         connect_timeout: float = 5.0,
         store: Store | None = None,
         key_poll: float | None = KEY_POLL,
+        max_message_size: int = 1 << 20,
+        credit_deadline: float = 1.0,
+        max_links_per_connection: int = 1000,
+        max_connections_per_address: int = 100,
+        max_handshakes: int = 200,
+        handshake_timeout: float = 10.0,
+        peer_idle_timeout: float = 120.0,
+        max_queued_replies: int = 1000,
     ) -> None:
         self.name = name
+        #: The node's resource bounds.
+        self.limits = Limits(
+            max_message_size=max_message_size,
+            max_links_per_connection=max_links_per_connection,
+            max_connections_per_address=max_connections_per_address,
+            max_handshakes=max_handshakes,
+            handshake_timeout=handshake_timeout,
+            credit_deadline=credit_deadline,
+            peer_idle_timeout=peer_idle_timeout,
+            max_queued_replies=max_queued_replies,
+        )
+        self._gate = Gate(name, self.limits)
+        self._credit = CreditKeeper(name, credit_deadline)
         self.store = store if store is not None else Store.memory(name)
         self.node_id = f"{name}-{os.urandom(6).hex()}"
         self.host = host
@@ -194,6 +240,9 @@ class Node:
             clock,
             on_peer_state=lambda peer, up, node: self.monitors.peer_state(peer, up, node),
             store=self.store,
+            watched=lambda endpoint: self.monitors.watching(endpoint),
+            peer_idle_timeout=peer_idle_timeout,
+            max_queued_replies=max_queued_replies,
         )
         self.monitors = NodeMonitors(
             self.outbox,
@@ -235,6 +284,7 @@ class Node:
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             self.outbox.start(nursery)
+            nursery.start_soon(self._credit.run)
             listen_scope = trio.CancelScope()
             if self.host is not None:
                 self.port = await nursery.start(self._listen, listen_scope)
@@ -335,33 +385,44 @@ class Node:
 
     async def _on_incoming(self, stream: trio.SocketStream) -> None:
         try:
-            peer = "{}:{}".format(*stream.socket.getpeername()[:2])
+            address, port = stream.socket.getpeername()[:2]
         except OSError:
-            peer = "?"
-        handler = InboundHandler(
-            self.name,
-            self.node_id,
-            self.cells,
-            self.new_verifier(),
-            self.outbox.routes,
-            signing=ReplySigning(self.identity, self._clock),
-        )
-        engine = Engine(
-            stream,
-            handler,
-            server=True,
-            container_id=self.node_id,
-            peer=peer,
-            idle_timeout=self.idle_timeout,
-            ssl_domain=self._server_domain,
-        )
-        self._engines.add(engine)
+            address, port = "?", 0
+        peer = f"{address}:{port}"
+        made_engines: list[Engine] = []
+
+        def engine() -> Engine:
+            handler = InboundHandler(
+                self.name,
+                self.node_id,
+                self.cells,
+                self.new_verifier(),
+                self.outbox.routes,
+                signing=ReplySigning(self.identity, self._clock),
+                keeper=self._credit,
+                limits=self.limits,
+            )
+            made = Engine(
+                stream,
+                handler,
+                server=True,
+                container_id=self.node_id,
+                peer=peer,
+                idle_timeout=self.idle_timeout,
+                ssl_domain=self._server_domain,
+                handshake_timeout=self.limits.handshake_timeout,
+            )
+            self._engines.add(made)
+            made_engines.append(made)
+            return made
+
         try:
-            await engine.run()
+            await self._gate.serve(stream, str(address), peer, engine)
         except Exception as exc:  # one broken peer must not take the node down
             log("actorctl:connection:failed", node=self.name, peer=peer, error=repr(exc))
         finally:
-            self._engines.discard(engine)
+            for made in made_engines:
+                self._engines.discard(made)
 
     def new_verifier(self) -> Verifier | None:
         """What authenticates the messages of one incoming connection: sessions

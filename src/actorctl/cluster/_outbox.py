@@ -5,8 +5,8 @@ Every message a node sends goes through its :class:`NodeOutbox`: a ``tell``, an
 and forwarded messages. It owns
 
 - the peers: at most one outgoing connection per peer node, opened the first
-  time something is sent there (:meth:`NodeOutbox.open_peer`) and run in the
-  node's nursery;
+  time something is sent there (:meth:`NodeOutbox.open_peer`), run in the
+  node's nursery, and closed once unused for ``peer_idle_timeout`` (``_idle.py``);
 - the reply table: who takes the reply documents that carry a correlation id
   (an ``ask`` waiting for its reply, or an application that registered with
   :meth:`NodeOutbox.expect`): every reply reaches its taker this one way;
@@ -39,6 +39,8 @@ from ..actors import REPLIER, Address
 from ..mailbox import EXPIRED, Envelope, Outcome, encode
 from ._backlog import Backlog, Done, Reroute
 from ._engine import Engine, EngineSet
+from ._idle import IdlePeers
+from ._limits import reply_queue_full
 from ._peer import Peer
 from ._pending import PeerSettings, Pending
 from ._reply_auth import ReplySigning
@@ -58,16 +60,19 @@ class ReplyRoutes:
     """The reply links callers attached to this node, by reply address.
 
     Inbound connections add and remove them; the outbox sends replies on them.
+    A route whose caller grants no credit holds at most ``max_queued`` replies;
+    more are dropped and logged.
     """
 
-    __slots__ = ("_owners", "_routes")
+    __slots__ = ("_owners", "_routes", "max_queued")
 
-    def __init__(self) -> None:
+    def __init__(self, max_queued: int = 1000) -> None:
         self._routes: dict[str, tuple[Engine, Link, ReplySigning | None]] = {}
         # Who each reply address belongs to (the certificate subject of the
         # first connection that attached it), oldest first; kept after its route
         # goes, so that nobody else takes it while its caller reconnects.
         self._owners: dict[str, str] = {}
+        self.max_queued = max_queued
 
     def add(
         self, address: str, engine: Engine, link: Link, signing: ReplySigning | None = None
@@ -120,13 +125,18 @@ class ReplyRoutes:
         return len(self._routes)
 
     def send(self, envelope: Envelope) -> bool:
-        """Send a reply on the route to ``envelope.to``; False if there is none."""
+        """Send a reply on the route to ``envelope.to``; False if there is none.
+        (A caller that grants no credit gets at most ``max_queued``: the rest
+        are dropped and logged.)"""
         route = self._routes.get(envelope.to)
         if route is None:
             return False
         engine, link, signing = route
         if engine.closed:
             return False
+        if reply_queue_full(link._impl, self.max_queued):
+            _no_credit(envelope, engine, self.max_queued)
+            return True  # there is a route: the reply was dropped there, and logged
         # Signed for the reply address, as the caller reads it off its link.
         signer = None if signing is None else signing.signer()
         data = encode(envelope, signer=signer, actor=envelope.to)
@@ -161,6 +171,11 @@ class NodeOutbox:
             is ready and ``("host:port", False)`` when it closes (the node's
             monitors learn of a lost node this way).
         store: the node's durable store.
+        watched: whether actors at an endpoint (``host:port``) are watched from
+            here: the connection there is then never closed as idle.
+        peer_idle_timeout: seconds a connection to a peer may go unused before
+            it is closed (``_idle.py``).
+        max_queued_replies: replies held for a reply link without credit.
     """
 
     def __init__(
@@ -173,13 +188,16 @@ class NodeOutbox:
         *,
         on_peer_state: Callable[[str, bool, str | None], None] | None = None,
         store: Store,
+        watched: Callable[[str], bool] | None = None,
+        peer_idle_timeout: float = 120.0,
+        max_queued_replies: int = 1000,
     ) -> None:
         self.name = name
         self.store = store
         self._on_peer_state = on_peer_state
         self.node_id = node_id
         self.settings = settings
-        self.routes = ReplyRoutes()
+        self.routes = ReplyRoutes(max_queued_replies)
         self._engines = engines
         self._clock = clock
         self._ids = itertools.count()
@@ -188,11 +206,14 @@ class NodeOutbox:
         self._reply_address = f"$reply/{node_id}"
         self._nursery: trio.Nursery | None = None
         self.backlog = Backlog(name, self.store, self.open_peer, clock)
+        self._watched = watched
+        self.idle_peers = IdlePeers(name, self._peers, peer_idle_timeout, self._in_use)
 
     def start(self, nursery: trio.Nursery) -> None:
         """Run peers and the backlog in ``nursery`` from now on (the node's own)."""
         self._nursery = nursery
         self.backlog.start(nursery)
+        nursery.start_soon(self.idle_peers.run)
 
     # -- the Outbox protocol -------------------------------------------------------
 
@@ -308,21 +329,45 @@ class NodeOutbox:
     def open_peer(self, address: Address) -> Peer:
         """The connection to the node at ``address``: started (in the node's
         nursery) the first time, reused after."""
-        peer = self._peers.get(address.endpoint)
+        endpoint = address.endpoint
+        self.idle_peers.used.add(endpoint)
+        peer = self._peers.get(endpoint)
         if peer is None:
             if self._nursery is None:
                 raise ConfigError(f"node {self.name!r} is not running: use open_node()")
+            made: list[Peer] = []
+
+            def on_state(name: str, up: bool, node: str | None) -> None:
+                # A connection closed as idle (no longer in the table) is no news:
+                # nothing depended on it, and a new one there may be up already.
+                if self._on_peer_state is not None and self._peers.get(endpoint) is made[0]:
+                    self._on_peer_state(name, up, node)
+
             peer = Peer(
                 address.host,
                 address.port,
                 self.settings,
                 self._engines,
                 self._on_reply,
-                on_state=self._on_peer_state,
+                on_state=on_state,
             )
-            self._peers[address.endpoint] = peer
-            self._nursery.start_soon(peer.run)
+            made.append(peer)
+            self._peers[endpoint] = peer
+            self._nursery.start_soon(self.idle_peers.run_peer, peer)
         return peer
+
+    @property
+    def peers(self) -> int:
+        """How many outgoing connections (to distinct peers) the node keeps."""
+        return len(self._peers)
+
+    def _in_use(self, endpoint: tuple[str, int], peer: Peer) -> bool:
+        """Whether anything but the connection itself needs the one to ``endpoint``."""
+        if self.backlog.waiting_for(endpoint):
+            return True
+        if self._watched is not None and self._watched(peer.name):
+            return True
+        return any(w.peer is None or w.peer == peer.name for w in self._waiting.values())
 
     def _on_reply(self, envelope: Envelope, peer: str) -> None:
         """A reply document came back, authenticated (``_reply_auth``), on the reply
@@ -359,3 +404,15 @@ class NodeOutbox:
             )
             return
         waiter.take(envelope)
+
+
+def _no_credit(envelope: Envelope, engine: Engine, queued: int) -> None:
+    log(
+        "actorctl:reply:dropped",
+        reply_to=envelope.to,
+        correlation_id=envelope.correlation_id,
+        peer=engine.peer,
+        reason="no reply credit",
+        description=f"the caller's reply link holds {queued} replies that wait for "
+        "credit already: it must grant credit on its reply link",
+    )

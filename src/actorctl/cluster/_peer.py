@@ -197,6 +197,16 @@ class Peer(EngineHandler):
         while not self._ready.is_set():
             await self._ready.wait()
 
+    @property
+    def busy(self) -> bool:
+        """Whether a delivery waits on this peer: unsettled, to be sent again,
+        or a sender waiting for the connection or for credit (see ``_idle``)."""
+        return bool(
+            self._resend
+            or self._ready.statistics().tasks_waiting
+            or any(out.unsettled or len(out.lot) for out in self._outs.values())
+        )
+
     def _unavailable(self) -> str:
         return (
             f"no connection to node {self.name} within "

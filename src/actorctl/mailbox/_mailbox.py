@@ -70,6 +70,13 @@ class CreditLink(Protocol):
         """Ask the sender to give back the credit it is not using (AMQP drain)."""
         ...
 
+    @property
+    def idle(self) -> int:
+        """0: the link is active. 1: it held credit it did not use and gave it
+        back when asked (drain); 2: it did not, and had it taken. Beside other
+        links, an idle one is granted one credit at a time until it uses it."""
+        ...
+
 
 @final
 class Inbound:
@@ -163,30 +170,45 @@ class Mailbox:
         self._unsettled = 0
         self._max_unsettled = 0
         self._received = 0
+        # When each link was last granted credit (a grant number), or, for one
+        # never granted any, minus when it attached (an attach number).
         self._last_grant: dict[CreditLink, int] | None = None
-        self._grants = 0  # how many grants were made: orders _last_grant
+        self._grants = 0  # how many grants (and attaches) were made: orders _last_grant
         self._on_arrival: Callable[[], None] | None = None
 
     # -- the node's side -------------------------------------------------------
 
-    def attach(self, link: CreditLink) -> None:
-        """Feed this mailbox from a new link and grant it what credit is free."""
+    def attach(self, link: CreditLink, *, rebalance: bool = True) -> None:
+        """Feed this mailbox from a new link and grant it what credit is free
+        (with ``rebalance=False``, not yet: the caller calls :meth:`rebalance`
+        once for many links that attached at once)."""
         if not self._links:
             self._links = []
         assert isinstance(self._links, list)
         self._links.append(link)
-        self._replenish(force=True)
-        if len(self._links) > 1:
-            self._reclaim_over_share()
+        if self._last_grant is None:
+            self._last_grant = {}
+        self._grants += 1
+        self._last_grant[link] = -self._grants
+        if rebalance:
+            self.rebalance()
 
-    def detach(self, link: CreditLink) -> None:
+    def detach(self, link: CreditLink, *, rebalance: bool = True) -> None:
         """Stop granting credit to a link (it closed)."""
         if link in self._links:
             assert isinstance(self._links, list)
             self._links.remove(link)
             if self._last_grant is not None:
                 self._last_grant.pop(link, None)
-            self._replenish(force=True)
+            if rebalance:
+                self._replenish(force=True)
+
+    def rebalance(self) -> None:
+        """Grant what credit is free, and ask links holding more than their
+        share for the rest (after links attached or detached)."""
+        self._replenish(force=True)
+        if len(self._links) > 1:
+            self._reclaim_over_share()
 
     def put_nowait(
         self, envelope: Envelope, on_settle: Callable[[Outcome], None] | None
@@ -233,6 +255,11 @@ class Mailbox:
     @property
     def closed(self) -> bool:
         return self._closed
+
+    @property
+    def links(self) -> tuple[CreditLink, ...]:
+        """The links that feed this mailbox."""
+        return tuple(self._links)
 
     def on_arrival(self, call: Callable[[], None] | None) -> None:
         """Have ``call`` run (at once, in the sender's task: it must not block)
@@ -321,21 +348,34 @@ class Mailbox:
         # a link has no credit left (then its sender is waiting on us).
         if len(links) == 1:
             if force or free >= max(1, self.capacity // 2) or granted <= 0:
-                links[0].flow(free)
+                link = links[0]
+                link.flow(free)
+                if self._last_grant is not None:  # (one store per batch, not per message)
+                    self._grants += 1
+                    self._last_grant[link] = self._grants
             return
         # Several links: none is granted more than its share, and each is topped
         # up once it is down to half of it, whatever credit the others hold idle
-        # (or a busy sender would starve beside idle ones). Among links with as
-        # little credit, the one served longest ago goes first.
-        share = max(1, self.capacity // len(links))
+        # (or a busy sender would starve beside idle ones). An idle link gets one
+        # credit at a time, from what the active ones leave: their share keeps
+        # one credit for each idle link, up to half the capacity. Who goes
+        # first: see _order.
+        capacity = self.capacity
+        idle = 0
+        for link in links:
+            if link.idle:
+                idle += 1
+        active = len(links) - idle
+        share = max(1, (capacity - min(idle, capacity // 2)) // active) if active else 1
         low = max(1, share // 2)
         last = self._last_grant
         if last is None:
             last = self._last_grant = {}
-        for link in sorted(links, key=lambda item: (item.credit, last.get(item, -1))):
-            if not force and link.credit >= low:
+        for link in sorted(links, key=lambda item: _order(item, last)):
+            target = 1 if link.idle else share
+            if not force and link.credit >= min(low, target):
                 continue
-            give = min(free, share - max(0, link.credit))
+            give = min(free, target - max(0, link.credit))
             if give > 0:
                 link.flow(give)
                 self._grants += 1
@@ -352,3 +392,15 @@ class Mailbox:
         for link in self._links:
             if link.credit > share:
                 link.reclaim()
+
+
+def _order(link: CreditLink, last: dict[CreditLink, int]) -> tuple[int, int, int]:
+    """Which link is granted credit first: active links that were served before,
+    then idle ones that gave credit back when asked, then links never served
+    (the newest first: a caller attaches a link when it has something to send),
+    then idle ones that had to have their credit taken. Within each, the one with
+    the least credit, then the one served longest ago."""
+    served = last.get(link, 0)
+    idle = link.idle
+    tier = (1 if idle == 1 else 3) if idle else (2 if served < 0 else 0)
+    return (tier, link.credit, served)
