@@ -108,25 +108,12 @@ class Node:
         The resource bounds follow (``cluster/_limits.py``; docs/protocol.md §3.1
         and §4.1); under each, the node goes on serving its other peers.
 
-        max_message_size: bytes one incoming message may have (1 MiB); a larger
-            one is refused with ``amqp:link:message-size-exceeded`` as soon as
-            that many bytes have arrived.
-        credit_deadline: seconds (1 s) within which credit that a link holds
-            unused, while another link of the same actor waits, is asked back
-            (AMQP drain) and, if the sender does not give it back, reclaimed and
-            given to the other links.
-        max_links_per_connection: links one connection may hold (1,000); more
-            are refused with ``amqp:resource-limit-exceeded``.
-        max_connections_per_address: connections from one remote address (100);
-            more are closed at once.
-        max_handshakes: connections in their TLS and AMQP handshake at once
-            (200); more are closed at once.
-        handshake_timeout: seconds a connection gets to finish TLS and its AMQP
-            open (10 s); then it is closed.
-        peer_idle_timeout: seconds an outgoing connection may go unused (nothing
-            sent, nothing waited for on it) before it is closed (120 s).
-        max_queued_replies: replies held for a caller whose reply link grants no
-            credit (1,000); more are dropped and logged.
+        max_message_size, credit_deadline, max_links_per_connection,
+        max_connections_per_address, max_handshakes, handshake_timeout,
+        peer_idle_timeout, max_queued_replies: see :class:`Limits` (a larger
+            message is refused with ``amqp:link:message-size-exceeded``; a link
+            over the cap with ``amqp:resource-limit-exceeded``; a connection
+            over a cap, or past the handshake deadline, is closed).
     """
 
     def __init__(
