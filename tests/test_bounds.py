@@ -307,7 +307,9 @@ async def test_a_caller_that_grants_no_reply_credit_gets_a_bounded_queue(
                 reply_to=reply_to,
                 creation_time=time.time(),
             )
-            raw.send(inbox, b"%d" % i, encode(request, signer=sign, actor="echo"))
+            raw.send(
+                inbox, b"%d" % i, encode(request, signer=sign, actor="echo", node=server.node_id)
+            )
         await raw.wait(lambda: len(raw.outcomes) == 60)
         # Then every ask was handled, but no reply reached it (it would time out)
         assert {o.state for o in raw.outcomes.values()} == {"accepted"}
