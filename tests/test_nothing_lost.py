@@ -183,6 +183,50 @@ async def test_a_router_moves_what_waits_for_an_unreachable_instance_to_another(
     assert all(str(dead) in m["reason"] and "peer-unavailable" in m["reason"] for m in moved)
 
 
+async def test_a_restarted_router_takes_back_its_nodes_backlog_and_moves_it(
+    secrets: Secrets, tmp_path: Path, logs: Logs
+) -> None:
+    path = tmp_path / "router" / "store.sqlite"
+    dead = Address("127.0.0.1", free_port(), "work", "amqps")
+    port = free_port()
+    alive = Address("127.0.0.1", port, "work", "amqps")
+    sender_options = {"host": None, **secrets.options("sender")}
+    # Given a router (durable store) that took tasks while neither instance ran
+    async with (
+        open_node(
+            "router",
+            {"pool": HandingOver([dead, alive])},
+            store=Store(path, name="router"),
+            connect_timeout=60.0,
+            **secrets.options("router"),
+        ) as router,
+        open_node("sender", **sender_options) as sender,
+    ):
+        ref = sender.ref(router.address_of("pool"))
+        with trio.fail_after(WAIT):
+            for task in range(6):
+                await ref.deliver("work", task)  # settled once the router's node holds it
+        assert len(router.outbox.backlog) == 6
+    # When its node comes back with only the second instance running
+    worker = Worker(expected=6)
+    async with (
+        open_node("receiver", {"work": worker}, port=port, **secrets.options("receiver")),
+        open_node(
+            "router",
+            {"pool": HandingOver([dead, alive])},
+            store=Store(path, name="router"),
+            connect_timeout=0.5,
+            **secrets.options("router"),
+        ),
+    ):
+        # Then the tasks held for the dead instance move to the live one: all run
+        with trio.fail_after(WAIT):
+            await worker.arrived.wait()
+    assert sorted(worker.runs.values()) == [1] * 6
+    [adopted] = logs.of_type("actorctl:router:adopted")
+    assert adopted["messages"] == 6
+
+
 async def test_a_store_that_cannot_write_logs_it_and_the_backlog_goes_on_in_memory(
     secrets: Secrets, tmp_path: Path, logs: Logs
 ) -> None:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import collections
 import functools
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Final, final
 
 import attrs
@@ -108,6 +108,9 @@ class Backlog:
         self._keys = itertools.count()
         self._nursery: trio.Nursery | None = None
         self._emptied = trio.lowlevel.ParkingLot()
+        # Entries read back from the store, by message id, until they are done:
+        # their sender (a router) may claim them again (adopt).
+        self._resumed: dict[str, _Entry] = {}
 
     def __len__(self) -> int:
         return self._store.count(TABLE)
@@ -128,7 +131,8 @@ class Backlog:
                 log("actorctl:backlog:unreadable", node=self.name, key=key, error=str(exc))
                 self._store.delete(TABLE, key)
                 continue
-            self._queue(_Entry(address, envelope))
+            entry = self._resumed[envelope.message_id] = _Entry(address, envelope)
+            self._queue(entry)
         if kept:
             log("actorctl:backlog:resumed", node=self.name, messages=len(kept))
 
@@ -146,6 +150,20 @@ class Backlog:
         self._store.put(TABLE, envelope.message_id, _pack(address, envelope))
         await self._store.sync()
         self._queue(entry)
+
+    def adopt(
+        self, addresses: Collection[Address], claim: Callable[[Address, str], tuple[Done, Reroute]]
+    ) -> int:
+        """Give the entries read back from the store that go to one of
+        ``addresses`` the outcome handler and the reroute that ``claim`` makes for
+        each: a router that restarted takes back the tasks its node held for its
+        instances (so they move to another instance again). Returns how many."""
+        adopted = 0
+        for entry in self._resumed.values():
+            if entry.reroute is None and entry.on_done is None and entry.address in addresses:
+                entry.on_done, entry.reroute = claim(entry.address, entry.envelope.message_id)
+                adopted += 1
+        return adopted
 
     def _queue(self, entry: _Entry) -> None:
         lane = self._lanes.get(entry.address)
@@ -260,6 +278,7 @@ class Backlog:
 
     def _done(self, entry: _Entry, outcome: Outcome) -> None:
         self._store.delete(TABLE, entry.envelope.message_id)
+        self._resumed.pop(entry.envelope.message_id, None)
         if outcome.state != "accepted":
             log(
                 "actorctl:backlog:refused",

@@ -55,6 +55,7 @@ from ..mailbox import (
     Envelope,
     Outcome,
 )
+from ._backlog import Done, Reroute
 from ._outbox import NodeOutbox
 
 __all__ = ["Router"]
@@ -149,10 +150,27 @@ class Router(Actor):
             NO_INSTANCE, f"no instance took message {envelope.message_id}: {'; '.join(reasons)}"
         ), None
 
+    async def on_start(self) -> None:
+        """Take back what this router's node held for its instances when it
+        stopped (its backlog, read back from the store): those tasks count as in
+        flight again, and move to another instance as new ones do."""
+        outbox = self._require_cell().outbox
+        if self.hands_over and isinstance(outbox, NodeOutbox):
+            adopted = outbox.backlog.adopt(set(self.instances), self._track)
+            if adopted:
+                log("actorctl:router:adopted", router=self.address.name, messages=adopted)
+
     async def _hand_over(self, outbox: NodeOutbox, envelope: Envelope) -> None:
         """Give the message to the node's backlog for the least loaded instance;
         it counts as in flight there until the instance settles it."""
         target = min(self.instances, key=lambda a: self.load[a])
+        done, reroute = self._track(target, envelope.message_id)
+        copy = forwarded(envelope, to=str(target))
+        await outbox.hand_over(target, copy, on_done=done, reroute=reroute)
+
+    def _track(self, target: Address, message_id: str) -> tuple[Done, Reroute]:
+        """Count one message in flight at ``target``: how its final outcome and
+        its refusals (moving it to another instance) are told to this router."""
         self.load[target] += 1
         where = [target]
 
@@ -167,7 +185,7 @@ class Router(Actor):
             log(
                 "actorctl:router:rerouted",
                 router=self.address.name,
-                message_id=envelope.message_id,
+                message_id=message_id,
                 reason=f"{failed}: {outcome.condition or outcome.state}",
                 description=outcome.description,
                 to=str(elsewhere),
@@ -177,8 +195,7 @@ class Router(Actor):
         def done(outcome: Outcome) -> None:
             self.load[where[0]] -= 1
 
-        copy = forwarded(envelope, to=str(target))
-        await outbox.hand_over(target, copy, on_done=done, reroute=reroute)
+        return done, reroute
 
 
 def forwarded(envelope: Envelope, *, to: str, creation_time: float | None = None) -> Envelope:
