@@ -462,7 +462,11 @@ class Peer(EngineHandler):
 
     def on_closed(self, engine: Engine) -> None:
         if self.engine is engine:
-            self._ready = trio.Event()
+            # A fresh event only for one that was set: senders waiting on one
+            # that never was (a connection that closed before it was ready)
+            # must be woken by the next connection.
+            if self._ready.is_set():
+                self._ready = trio.Event()
             self._linked = trio.Event()
             if self._down_since is None:
                 self._down_since = trio.current_time()

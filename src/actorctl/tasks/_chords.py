@@ -140,8 +140,19 @@ class ChordBarrier(Actor):
         chord = self.chords.get(chord_id)
         state = envelope.headers.get(H_STATE)
         member = str(envelope.headers.get(H_TASK_ID))
-        if chord is None or state not in READY_STATES or member not in chord.tasks:
-            return ACCEPTED, None  # not (or no longer) one of a chord's results
+        if state not in READY_STATES:
+            return ACCEPTED, None  # STARTED, RETRY: the barrier waits for the final one
+        if chord is None or member not in chord.tasks:
+            # Not (or no longer) one of a chord's results: a copy that came again
+            # after the chord ended, or a result for a barrier never opened here.
+            log(
+                "actorctl:chord:unexpected-result",
+                chord_id=chord_id,
+                task_id=member,
+                message_id=envelope.message_id,
+                reason="no open barrier has this task" if chord else "no barrier open",
+            )
+            return ACCEPTED, None
         if state != SUCCESS:
             del self.chords[chord_id]
             error = envelope.body if isinstance(envelope.body, dict) else {}
