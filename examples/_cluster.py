@@ -69,24 +69,32 @@ def running_cluster(
             _until(lines, "ready", echo)
             yield path
         finally:
-            down = subprocess.run(
-                [*ACTORCTL, "cluster", "down", str(path)],
-                env=environment,
-                capture_output=True,
-                timeout=60,
-                check=False,
-            )
-            try:
-                process.wait(30 if down.returncode == 0 else 1)
-            except subprocess.TimeoutExpired:
-                process.terminate()
-                try:
-                    process.wait(10)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait()
+            stop_cluster(process, path, environment)
             if process.stdout is not None:
                 process.stdout.close()
+
+
+def stop_cluster(
+    process: subprocess.Popen[str], path: Path, environment: Mapping[str, str]
+) -> None:
+    """Stop the cluster that ``process`` (our ``cluster up`` child) runs from
+    ``path``: ``cluster down``, then SIGTERM and SIGKILL to that one process."""
+    down = subprocess.run(
+        [*ACTORCTL, "cluster", "down", str(path)],
+        env=dict(environment),
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    try:
+        process.wait(30 if down.returncode == 0 else 1)
+    except subprocess.TimeoutExpired:
+        process.terminate()
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
 
 
 def _until(lines: queue.Queue[str | None], word: str, echo: bool) -> None:

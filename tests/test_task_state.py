@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from examples._cluster import stop_cluster
 
 from actorctl import AskTimeout, TaskRevoked, chord
 from actorctl.tasks._protocol import new_task_id
@@ -99,22 +100,7 @@ class RunningCluster:
         process = self._process
         if process is None:
             return
-        down = subprocess.run(
-            [*ACTORCTL, "cluster", "down", str(self.path)],
-            env=self.env,
-            capture_output=True,
-            timeout=60,
-            check=False,
-        )
-        try:
-            process.wait(30 if down.returncode == 0 else 1)
-        except subprocess.TimeoutExpired:
-            process.terminate()
-            try:
-                process.wait(10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        stop_cluster(process, self.path, self.env)
         if self._pumping is not None:
             self._pumping.join(10)  # it read to the end of the output
         if process.stdout is not None:
