@@ -11,12 +11,10 @@ verification) and no allocation it can avoid.
 from __future__ import annotations
 
 import base64
-import binascii
 import hashlib
 import hmac
 import json
 import os
-import re
 import struct
 import time
 from collections.abc import Callable, Container, Mapping
@@ -50,7 +48,10 @@ from ._keys import IdentityKey as IdentityKey
 from ._keys import Keyring as Keyring
 from ._keys import PublicKey as PublicKey
 from ._keys import key_id as key_id
+from ._refusals import unsigned, wrong_node
 from ._replay import ReplayCache as ReplayCache
+from ._session import Session as Session
+from ._session import read_session, session_error
 
 __all__ = [
     "AUTH_VERSION",
@@ -132,24 +133,6 @@ def sign_hmac(session: Session, canonical: bytes) -> dict[str, object]:
 
 
 # --- Sessions ------------------------------------------------------------------------
-
-
-@final
-@dataclass(frozen=True, slots=True)
-class Session:
-    """A MAC key that a receiver holds for one sender (the issuer).
-
-    Attributes:
-        id: 32 hex digits; what ``sig_key`` carries.
-        mac_key: the 32-byte HMAC-SHA256 key (not shown by repr).
-        issuer_key_id: the key id of the Ed25519 key that signed the session message.
-        expires: seconds since the epoch; the session is unknown from then on.
-    """
-
-    id: str
-    mac_key: bytes = field(repr=False)
-    issuer_key_id: str
-    expires: float
 
 
 @final
@@ -359,12 +342,12 @@ class Verifier:
         """
         alg, sig_key, sig = headers.get(SIG_ALG), headers.get(SIG_KEY), headers.get(SIG)
         if not isinstance(sig_key, str) or not isinstance(sig, bytes):
-            raise _malformed(message_id, alg, sig_key, sig)
+            raise unsigned(message_id, alg, sig_key, sig)
         if self._generation != self._keyring.generation:
             self._refresh()  # keys were added or revoked while the node runs
         node = self.node
         if node is not None and headers.get(SIG_NODE) != node:
-            raise _wrong_node(message_id, headers.get(SIG_NODE), node)
+            raise wrong_node(message_id, headers.get(SIG_NODE), node)
         now = self._clock()
         if alg == HMAC_SHA256:
             entry = self.sessions._find(sig_key, now)
@@ -385,7 +368,7 @@ class Verifier:
                 raise AuthError(BAD_SIGNATURE, f"message {message_id}: {exc.description}") from None
             verified = found[1]
         else:
-            raise _malformed(message_id, alg, sig_key, sig)
+            raise unsigned(message_id, alg, sig_key, sig)
         self._check_fresh(message_id, creation_ms, verified, now * 1000.0)
         return verified
 
@@ -477,85 +460,8 @@ class Verifier:
                 BAD_SESSION, f"message {message_id}: a session message must be signed ed25519"
             )
         now = self._clock()
-        session = _read_session(body, verified.key_id, node, now, self.max_session_lifetime)
+        session = read_session(body, verified.key_id, node, now, self.max_session_lifetime)
         if session is None:
-            raise AuthError(BAD_SESSION, f"message {message_id}: {_session_error(body, node)}")
+            raise AuthError(BAD_SESSION, f"message {message_id}: {session_error(body, node)}")
         self.sessions.add(session, now)
         return session
-
-
-def _wrong_node(message_id: str, signed_for: object, node: str) -> AuthError:
-    if signed_for is None:
-        return AuthError(
-            AUTH_VERSION,
-            f"message {message_id} has no {SIG_NODE}: it was signed in an older form "
-            f"(actorctl-auth-v1); this node verifies {VERSION} only, whose canonical bytes "
-            "begin with the destination node's container id (docs/protocol.md §11.2)",
-        )
-    return AuthError(
-        WRONG_NODE,
-        f"message {message_id} was signed for node {signed_for!r}, not this node ({node!r}): "
-        "a signed message is valid only at the node it was signed for; sign it for the "
-        "container id this node's AMQP open frame gives",
-    )
-
-
-def _malformed(message_id: str, alg: object, sig_key: object, sig: object) -> AuthError:
-    if alg is None or sig_key is None or sig is None:
-        return AuthError(
-            UNAUTHENTICATED,
-            f"message {message_id} is not signed: it needs the application properties "
-            "sig_alg, sig_key and sig (docs/protocol.md §11)",
-        )
-    if alg not in (ED25519, HMAC_SHA256):
-        return AuthError(
-            UNAUTHENTICATED, f"message {message_id}: sig_alg {alg!r} is not ed25519 or hmac-sha256"
-        )
-    return AuthError(
-        BAD_SIGNATURE,
-        f"message {message_id}: sig_key must be a string and sig binary "
-        f"(got {type(sig_key).__name__} and {type(sig).__name__})",
-    )
-
-
-_SESSION_ID = re.compile(r"[0-9a-f]{32}")
-
-
-def _read_session(
-    body: bytes, issuer: str, node: str, now: float, max_lifetime: float
-) -> Session | None:
-    """The session a session message's body opens, or None if it is not valid."""
-    try:
-        doc = json.loads(body)
-        sid, expires_ms = doc["session"], doc["expires_ms"]
-        mac_key = base64.b64decode(doc["key"], validate=True)
-        for_node = doc["node"]
-    except (ValueError, TypeError, KeyError, RecursionError, binascii.Error):
-        return None
-    if (
-        not isinstance(sid, str)
-        or not _SESSION_ID.fullmatch(sid)
-        or len(mac_key) != 32
-        or for_node != node
-        or type(expires_ms) is not int
-        # in ms: an int of any size compares with a float exactly (no overflow)
-        or not now * 1000 < expires_ms <= (now + max_lifetime) * 1000
-    ):
-        return None
-    return Session(sid, mac_key, issuer, expires_ms / 1000)
-
-
-def _session_error(body: bytes, node: str) -> str:
-    """Says what is wrong with a session body that :func:`_read_session` refused."""
-    try:
-        doc = json.loads(body)
-    except (ValueError, RecursionError):
-        return "session body is not JSON"
-    if not isinstance(doc, dict):
-        return "session body is not a JSON object"
-    if doc.get("node") != node:
-        return f"session is for node {doc.get('node')!r}, not this node ({node!r})"
-    return (
-        "session body needs session (32 hex digits), key (32 bytes, base64), node and "
-        "expires_ms (an integer, in the future, within the longest session lifetime)"
-    )
