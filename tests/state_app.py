@@ -8,7 +8,10 @@ complete while a node is killed.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import trio
@@ -43,8 +46,17 @@ def runs(directory: Path) -> list[str]:
 
 
 def gate(directory: Path, name: str) -> Path:
-    """The file that opens the gate ``name`` once it exists."""
+    """The gate ``name``: a file that a test holds locked while it is shut."""
     return directory / f"gate-{name}"
+
+
+@contextlib.contextmanager
+def shut_gate(directory: Path, name: str) -> Iterator[None]:
+    """Hold the gate ``name`` shut (an exclusive lock on its file) for the block:
+    a ``gated`` task waits on the lock itself, and goes on once it is let go."""
+    with gate(directory, name).open("a") as file:
+        fcntl.flock(file, fcntl.LOCK_EX)
+        yield
 
 
 @app.task(bind=True)
@@ -67,11 +79,11 @@ def fails(ctx: TaskContext, message: str) -> None:
 
 @app.task(bind=True)
 async def gated(ctx: TaskContext, name: str, value: int) -> int:
-    """Returns ``value`` once the test opened the gate ``name`` (its own wait:
-    the test waits for results, never on the clock)."""
-    directory = Path(os.environ[RECORDS])
-    with trio.fail_after(GATE_TIMEOUT):
-        while not gate(directory, name).exists():  # noqa: ASYNC110 (another process opens it)
-            await trio.sleep(0.05)
+    """Returns ``value`` once the test let the gate ``name`` go (see shut_gate)."""
+    path = gate(Path(os.environ[RECORDS]), name)
+    with path.open("a") as file, trio.fail_after(GATE_TIMEOUT):
+        # Blocks in a thread until the test lets the lock go (abandoned, with
+        # its lock request, if the task is cancelled).
+        await trio.to_thread.run_sync(fcntl.flock, file, fcntl.LOCK_SH, abandon_on_cancel=True)
     _record(ctx.id)
     return value

@@ -33,7 +33,7 @@ from examples._cluster import stop_cluster
 from actorctl import AskTimeout, TaskRevoked, chord
 from actorctl.tasks._protocol import new_task_id
 from tests.harness import free_port
-from tests.state_app import RECORDS, app, fails, gate, gated, note, runs, total
+from tests.state_app import RECORDS, app, fails, gated, note, runs, shut_gate, total
 
 ROOT = Path(__file__).resolve().parent.parent
 ACTORCTL = [sys.executable, "-m", "actorctl"]
@@ -246,9 +246,10 @@ def test_a_half_complete_chord_outlives_a_sigkill_of_its_barrier_node(
     cluster: RunningCluster,
 ) -> None:
     name = new_task_id()
-    with app.connect(cluster.path):
+    with app.connect(cluster.path), contextlib.ExitStack() as gates:
         # Given a chord two of whose three header tasks are done, their results
         # committed in the barrier's store, the third waiting at a gate
+        gates.enter_context(shut_gate(cluster.records, name))
         result = chord([note.s(1), note.s(2), gated.s(name, 3)])(total.s())
 
         def two_in() -> bool:
@@ -259,7 +260,7 @@ def test_a_half_complete_chord_outlives_a_sigkill_of_its_barrier_node(
         # When the services node is killed and started again, then the third
         # task finishes
         cluster.kill("services")
-        gate(cluster.records, name).touch()
+        gates.close()  # the gate opens
         # Then the chord completes with every result, and its body ran once
         assert result.get(timeout=WAIT) == 6
     lost, _ = counted(cluster, [result.id])
