@@ -11,12 +11,14 @@ the parents that send them) cannot stall a pool.
 
 from __future__ import annotations
 
+import base64
 import json
 from typing import Any, final
 
+from .._errors import ConfigError
 from .._log import log
-from ..actors import to_wire
-from ..mailbox import Envelope
+from ..actors import Address, to_wire
+from ..mailbox import Envelope, encode
 from ._client import TaskClient, send_task
 from ._documents import send_document
 from ._protocol import (
@@ -25,18 +27,23 @@ from ._protocol import (
     H_CHAIN,
     H_CHORD,
     H_GROUP,
+    H_LAST_ERROR,
     H_LINK,
     H_LINK_ERROR,
     H_MAP,
     H_POOL,
     H_PRIORITY,
+    H_RETRIES,
+    H_RETRY_POLICY,
     H_SINKS,
     H_TASK_ID,
     H_TIMELIMIT,
+    H_TRACE,
     H_TRACK,
     READY_STATES,
     RETRY,
     SUCCESS,
+    compact,
     header_sinks,
     new_task_id,
     pack_chain,
@@ -49,7 +56,12 @@ from ._protocol import (
 __all__ = ["FollowUps"]
 
 # Headers a retry carries over as they are.
-_RETRY_PASSTHROUGH = (H_LINK, H_LINK_ERROR, H_SINKS, H_TIMELIMIT, H_CHORD, H_GROUP, H_PRIORITY)
+_RETRY_PASSTHROUGH = (
+    H_LINK, H_LINK_ERROR, H_SINKS, H_TIMELIMIT, H_CHORD, H_GROUP, H_PRIORITY, H_RETRY_POLICY,
+    H_TRACE,
+)  # fmt: skip
+# Headers a re-driven dead letter goes without: it starts a fresh retry budget.
+_REDRIVE_RESET = (H_RETRIES, H_LAST_ERROR)
 
 
 @final
@@ -59,11 +71,13 @@ class FollowUps:
     Args:
         client: the worker node's client (its outbox and the directory).
         pool: the worker's pool: the default of a message that names none.
+        dead_letters: the worker node's ``_deadletters`` actor.
     """
 
-    def __init__(self, client: TaskClient, pool: str) -> None:
+    def __init__(self, client: TaskClient, pool: str, dead_letters: Address) -> None:
         self.client = client
         self.pool = pool
+        self.dead_letters = dead_letters
 
     def pool_of(self, envelope: Envelope) -> str:
         return str(envelope.headers.get(H_POOL, self.pool))
@@ -135,6 +149,7 @@ class FollowUps:
             if header in envelope.headers:
                 options[key] = envelope.headers[header]
         passthrough = {k: v for k, v in envelope.headers.items() if k in _RETRY_PASSTHROUGH}
+        passthrough[H_LAST_ERROR] = compact(error)
         if envelope.expiry_time is not None:
             options["expires"] = max(0.0, envelope.expiry_time - self.client.outbox.now())
         await send_task(
@@ -150,6 +165,34 @@ class FollowUps:
             headers=passthrough,
             durable=True,
         )
+
+    async def dead_letter(
+        self, envelope: Envelope, reason: str, error: dict[str, Any], retries: int
+    ) -> None:
+        """Hand the task command to this node's dead letters (through the
+        backlog: stored before the worker settles it), to be re-driven to its
+        pool, with a fresh retry budget."""
+        try:
+            target = str(self.client.directory.resolve(self.pool_of(envelope)))
+        except ConfigError:  # a pool reached directly: its worker
+            target = envelope.to
+        letter = {
+            "reason": reason,
+            "target": target,
+            "message": base64.b64encode(bytes(encode(envelope))).decode(),
+            "error": error,
+            "retries": retries,
+            "reset": list(_REDRIVE_RESET),
+        }
+        outbox = self.client.outbox
+        command = Envelope(
+            message_id=outbox.new_message_id(),
+            to=str(self.dead_letters),
+            subject="add",
+            body=[[], letter],
+            creation_time=outbox.now(),
+        )
+        await outbox.send(self.dead_letters, command, presettled=False, confirm=False, durable=True)
 
     async def _send_signature(
         self, envelope: Envelope, sig: Any, pool: str, value: Any, *, reply: bool, chain: str = ""

@@ -1,0 +1,295 @@
+"""Dead letters: the messages a node gave up on, kept for a person to look at.
+
+A message goes here when it cannot be done: a task that ran out of retries, or
+failed with a poisonous error (the task layer sends those to the node's
+``_deadletters`` actor), or a message whose ``absolute-expiry-time`` passed
+while it waited in the node's backlog (every instance refused it, or its peer
+was down). Each dead letter keeps the reason, the last error, the retry count,
+the message id and trace id, where the message was going, and the message
+itself (its headers as they were, signature included), so that it can be sent
+again as it was.
+
+The letters are a table of the node's store (durable with a durable store),
+bounded by a count and a time to live: past the count the oldest goes; a
+letter older than the TTL is gone. When the table is 80 % full an error line is
+logged, once, until it drains below that again.
+
+``_deadletters`` on every node answers ``list``, ``show``, ``retry`` and
+``purge`` (what ``actorctl deadletters`` sends, through the Controller).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+from collections.abc import Callable, Mapping
+from typing import Any, Final, final
+
+import attrs
+
+from .._errors import ConfigError
+from .._log import log
+from ..actors import Actor, Address, BadArguments, handler
+from ..mailbox import Envelope, decode, encode
+from ._store import Store
+
+__all__ = [
+    "AGENT",
+    "DEAD_LETTERS",
+    "REASONS",
+    "REASON_EXPIRED",
+    "REASON_OUT_OF_RETRIES",
+    "REASON_POISON",
+    "DeadLetterAgent",
+    "DeadLetterBounds",
+    "DeadLetters",
+]
+
+AGENT: Final = "_deadletters"
+DEAD_LETTERS: Final = AGENT
+TABLE: Final = "deadletters"
+#: Why a message is a dead letter.
+REASON_OUT_OF_RETRIES: Final = "out-of-retries"
+REASON_POISON: Final = "poison"
+REASON_EXPIRED: Final = "expired"
+REASONS: Final = frozenset({REASON_OUT_OF_RETRIES, REASON_POISON, REASON_EXPIRED})
+#: How full (a fraction of ``max``) the table is when an error line is logged.
+ALARM_AT: Final = 0.8
+#: The header a task message carries its trace id in (docs/protocol.md §6.2).
+TRACE: Final = "trace"
+
+
+@attrs.frozen
+class DeadLetterBounds:
+    """How many dead letters a node keeps (``max``), and for how many seconds (``ttl``)."""
+
+    max: int = 10_000
+    ttl: float = 7 * 86_400.0
+
+    def __attrs_post_init__(self) -> None:
+        if not isinstance(self.max, int) or self.max < 1:
+            raise ConfigError(f"dead letters: max = {self.max!r} must be an integer >= 1")
+        if not isinstance(self.ttl, int | float) or self.ttl <= 0:
+            raise ConfigError(f"dead letters: ttl = {self.ttl!r} must be seconds > 0")
+
+
+@final
+class DeadLetters:
+    """A node's dead letters, in its store.
+
+    Args:
+        node: the node's name, for logs.
+        store: the node's store.
+        clock: wall-clock seconds (the store's clock).
+        bounds: how many, and for how long.
+    """
+
+    def __init__(
+        self, node: str, store: Store, clock: Callable[[], float], bounds: DeadLetterBounds
+    ) -> None:
+        self.node = node
+        self.bounds = bounds
+        self._store = store
+        self._clock = clock
+        self._alarmed = False
+
+    def __len__(self) -> int:
+        return self._store.count(TABLE)
+
+    def add(
+        self,
+        *,
+        reason: str,
+        target: str,
+        envelope: Envelope,
+        error: Mapping[str, Any] | None = None,
+        retries: int = 0,
+        reset: tuple[str, ...] = (),
+    ) -> str:
+        """Keep ``envelope`` (which was going to ``target``) as a dead letter;
+        returns its id. ``reset``: headers a re-drive leaves out (what made it
+        a dead letter: the task layer names its retry count)."""
+        now = self._clock()
+        letter_id = f"{int(now * 1000):013d}-{os.urandom(4).hex()}"
+        record = {
+            "id": letter_id,
+            "node": self.node,
+            "reason": reason,
+            "time": now,
+            "error": dict(error) if error else None,
+            "retries": retries,
+            "message_id": envelope.message_id,
+            "trace_id": str(envelope.headers.get(TRACE) or envelope.correlation_id or ""),
+            "subject": envelope.subject,
+            "target": target,
+            "reset": list(reset),
+            "message": base64.b64encode(bytes(encode(envelope))).decode(),
+        }
+        self._store.put(
+            TABLE, letter_id, json.dumps(record).encode(), expires=now + self.bounds.ttl
+        )
+        log(
+            "actorctl:deadletter:added",
+            node=self.node,
+            id=letter_id,
+            reason=reason,
+            message_id=envelope.message_id,
+            trace_id=record["trace_id"],
+            target=target,
+            retries=retries,
+            error=record["error"],
+        )
+        self._bound()
+        return letter_id
+
+    def _bound(self) -> None:
+        rows = self._store.items(TABLE)
+        over = len(rows) - self.bounds.max
+        for key, _ in rows[: max(over, 0)]:
+            self._store.delete(TABLE, key)
+            log("actorctl:deadletter:evicted", node=self.node, id=key, max=self.bounds.max)
+        held = min(len(rows), self.bounds.max)
+        if held >= ALARM_AT * self.bounds.max:
+            if not self._alarmed:
+                self._alarmed = True
+                log(
+                    "actorctl:deadletter:nearly-full",
+                    node=self.node,
+                    held=held,
+                    max=self.bounds.max,
+                    error="the dead letters are 80 % full: the oldest go when they are full "
+                    "(`actorctl deadletters list`, then retry or purge them)",
+                )
+        else:
+            self._alarmed = False
+
+    def records(self, reason: str | None = None) -> list[dict[str, Any]]:
+        """Every letter (oldest first), or those of one ``reason``."""
+        found = [json.loads(value) for _, value in self._store.items(TABLE)]
+        return [r for r in found if reason is None or r["reason"] == reason]
+
+    def get(self, letter_id: str) -> dict[str, Any] | None:
+        value = self._store.get(TABLE, letter_id)
+        return None if value is None else dict(json.loads(value))
+
+    def take(self, letter_id: str) -> dict[str, Any] | None:
+        """Remove a letter and return it (None if there is none by that id)."""
+        record = self.get(letter_id)
+        if record is not None:
+            self._store.delete(TABLE, letter_id)
+        self._bound()
+        return record
+
+    def purge(self, reason: str | None = None) -> int:
+        """Remove every letter (of ``reason``); how many."""
+        gone = self.records(reason)
+        for record in gone:
+            self._store.delete(TABLE, record["id"])
+        self._bound()
+        return len(gone)
+
+
+def summary(record: Mapping[str, Any]) -> dict[str, Any]:
+    """A letter without its message (what ``list`` shows)."""
+    return {k: v for k, v in record.items() if k not in ("message", "reset")}
+
+
+def redrive_envelope(record: Mapping[str, Any], clock: Callable[[], float]) -> Envelope:
+    """The message of a letter as it is sent again: the same but for its
+    ``message-id`` (``<id>/redrive``: receivers that saw the original would
+    answer it as a duplicate, docs/protocol.md §5.1), a fresh
+    ``creation-time`` and no ``absolute-expiry-time`` (it is being done now,
+    by hand), without the signature and the headers the letter resets."""
+    envelope = decode(base64.b64decode(record["message"]))
+    dropped = {*record.get("reset", ()), "sig", "sig_alg", "sig_key", "sig_node", "origin-key"}
+    headers = {k: v for k, v in envelope.headers.items() if k not in dropped}
+    return attrs.evolve(
+        envelope,
+        message_id=f"{envelope.message_id}/redrive",
+        creation_time=clock(),
+        expiry_time=None,
+        headers=headers,
+    )
+
+
+@final
+class DeadLetterAgent(Actor):
+    """Hosted on every node as ``_deadletters``: takes the node's dead letters
+    (``add``, from the task layer) and answers for them."""
+
+    name = AGENT
+
+    def __init__(self, letters: DeadLetters) -> None:
+        self._letters = letters
+
+    @handler
+    async def add(
+        self,
+        reason: str,
+        target: str,
+        message: str,
+        error: dict[str, Any] | None = None,
+        retries: int = 0,
+        reset: list[str] | None = None,
+    ) -> str:
+        """Keep ``message`` (the base64 of its encoded form) as a dead letter."""
+        if reason not in REASONS:
+            raise BadArguments(f"no dead-letter reason {reason!r} (known: {sorted(REASONS)})")
+        try:
+            envelope = decode(base64.b64decode(message))
+        except Exception as exc:
+            raise BadArguments(f"the message of a dead letter does not decode: {exc}") from None
+        return self._letters.add(
+            reason=reason,
+            target=target,
+            envelope=envelope,
+            error=error,
+            retries=retries,
+            reset=tuple(reset or ()),
+        )
+
+    @handler
+    async def list(self, reason: str | None = None) -> list[dict[str, Any]]:
+        """Every letter of this node (or of one reason), without its message."""
+        return [summary(r) for r in self._letters.records(reason)]
+
+    @handler
+    async def show(self, letter_id: str) -> dict[str, Any] | None:
+        """One letter, its message decoded (None if it has none by that id)."""
+        record = self._letters.get(letter_id)
+        if record is None:
+            return None
+        envelope = decode(base64.b64decode(record["message"]))
+        shown = summary(record)
+        shown["headers"] = dict(envelope.headers)
+        shown["body"] = envelope.body
+        shown["correlation_id"] = envelope.correlation_id
+        shown["reply_to"] = envelope.reply_to
+        return shown
+
+    @handler
+    async def retry(self, letter_id: str) -> dict[str, Any] | None:
+        """Send a letter again to its target, once: the letter leaves the table
+        (a second ``retry`` finds nothing: None)."""
+        record = self._letters.take(letter_id)
+        if record is None:
+            return None
+        cell = self._require_cell()
+        envelope = redrive_envelope(record, cell.outbox.now)
+        target = Address.parse(record["target"])
+        await cell.outbox.send(target, envelope, presettled=False, confirm=False, durable=True)
+        log(
+            "actorctl:deadletter:redriven",
+            node=self._letters.node,
+            id=letter_id,
+            message_id=envelope.message_id,
+            trace_id=record["trace_id"],
+            target=str(target),
+        )
+        return {"id": letter_id, "message_id": envelope.message_id, "target": str(target)}
+
+    @handler
+    async def purge(self, reason: str | None = None) -> int:
+        """Remove every letter (of one reason); how many."""
+        return self._letters.purge(reason)
