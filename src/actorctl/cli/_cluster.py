@@ -101,7 +101,7 @@ async def cluster_down(file: Path, timeout: float) -> None:
     click.echo(await _ask_controller(file, "down", timeout))
 
 
-async def _ask_controller(file: Path, handler: str, timeout: float) -> Any:
+async def _ask_controller(file: Path, handler: str, timeout: float, *args: Any) -> Any:
     try:
         config = load_cluster(file)
         options = config.security(CLI_NAME)
@@ -112,7 +112,7 @@ async def _ask_controller(file: Path, handler: str, timeout: float) -> Any:
     address = f"{config.scheme}://{host}:{port}/{CONTROLLER}"
     try:
         async with open_node(CLI_NAME, host=None, grace=0.5, **options) as client:
-            return await client.ref(address).with_options(timeout=timeout).ask(handler)
+            return await client.ref(address).with_options(timeout=timeout).ask(handler, *args)
     except* AskTimeout:
         click.echo(
             f"error: no answer from the controller at {address} within {timeout:g} s "
