@@ -375,3 +375,20 @@ async def test_the_bound_evicts_the_oldest_and_logs_once_when_80_percent_full(
         DeadLetterBounds(max=0)
     with pytest.raises(ConfigError, match="interval_start"):
         RetryPolicy(interval_start=-1)
+
+
+def test_a_node_sets_its_dead_letter_bounds_in_cluster_toml(tmp_path: Path) -> None:
+    path = tmp_path / "cluster.toml"
+    node = '[cluster]\ninsecure = true\n[[node]]\nname = "n"\nlisten = "127.0.0.1:5999"\n'
+    path.write_text(node + "[node.deadletters]\nmax = 50\nttl = 3600\n")
+    assert load_cluster(path).nodes[0].deadletters == DeadLetterBounds(max=50, ttl=3600)
+    path.write_text(node)
+    assert load_cluster(path).nodes[0].deadletters == DeadLetterBounds()
+    for table, message in {
+        "max = 0": r"key 'node\[0\]\.deadletters': dead letters: max = 0 must be",
+        "maximum = 5": r"key 'node\[0\]\.deadletters\.maximum'",
+        'ttl = "1d"': r"ttl = '1d' must be seconds",
+    }.items():
+        path.write_text(node + f"[node.deadletters]\n{table}\n")
+        with pytest.raises(ConfigError, match=message):
+            load_cluster(path)

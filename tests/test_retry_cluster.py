@@ -145,7 +145,7 @@ def actorctl(*args: str) -> subprocess.CompletedProcess[str]:
 
 def letters(cluster: Path) -> list[str]:
     """The rows of ``actorctl deadletters list``."""
-    listed = actorctl("deadletters", "list", str(cluster))
+    listed = actorctl("deadletters", "list", str(cluster), "--limit", str(TASKS))
     assert listed.returncode == 0, listed.stderr
     return [line for line in listed.stdout.splitlines()[1:] if line.strip()]
 

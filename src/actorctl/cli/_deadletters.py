@@ -30,13 +30,17 @@ def deadletters() -> None:
 @deadletters.command("list")
 @_FILE
 @click.option("--reason", type=_REASONS, default=None, help="Only the letters of this reason.")
+@click.option(
+    "--limit", default=100, show_default=True, type=click.IntRange(1), help="The newest N per node."
+)
 @_TIMEOUT
-async def list_letters(file: Path, reason: str | None, timeout: float) -> None:
+async def list_letters(file: Path, reason: str | None, limit: int, timeout: float) -> None:
     """List the dead letters of every running node of the cluster FILE names."""
-    by_node: dict[str, list[dict[str, Any]]] = await _ask_controller(
-        file, "deadletters", timeout, "list", None, reason
+    by_node: dict[str, dict[str, Any]] = await _ask_controller(
+        file, "deadletters", timeout, "list", None, reason, limit
     )
-    rows = [letter for letters in by_node.values() for letter in letters]
+    rows = [letter for node in by_node.values() for letter in node["letters"]]
+    total = sum(node["total"] for node in by_node.values())
     if not rows:
         click.echo("no dead letters")
         return
@@ -49,6 +53,8 @@ async def list_letters(file: Path, reason: str | None, timeout: float) -> None:
             f"{row['id']:<23} {row['node']:<12} {row['reason']:<15} {row['retries']:>7}  "
             f"{when:<19}  {what[:80]}"
         )
+    if total > len(rows):
+        click.echo(f"({len(rows)} of {total} shown: --limit N shows more)")
 
 
 @deadletters.command("show")

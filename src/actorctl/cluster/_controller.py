@@ -106,11 +106,12 @@ class Controller(Actor):
 
     @handler
     async def deadletters(
-        self, op: str, letter_id: str | None = None, reason: str | None = None
+        self, op: str, letter_id: str | None = None, reason: str | None = None, limit: int = 100
     ) -> Any:
-        """``actorctl deadletters``: ``list`` (every running node's letters, or
-        one ``reason``'s), ``show`` or ``retry`` one by id (None if no node
-        has it), ``purge`` (how many went, per node)."""
+        """``actorctl deadletters``: ``list`` (per running node, its newest
+        ``limit`` letters, or one ``reason``'s, and their total), ``show`` or
+        ``retry`` one by id (None if no node has it), ``purge`` (how many
+        went, per node)."""
         if op not in ("list", "show", "retry", "purge"):
             raise BadArguments(f"no dead-letter operation {op!r} (list, show, retry, purge)")
         if op in ("show", "retry") and not letter_id:
@@ -122,7 +123,8 @@ class Controller(Actor):
                 continue
             ref = self.ref(f"{state.address}/{DEAD_LETTERS}").with_options(timeout=5.0)
             if op in ("list", "purge"):
-                answers[node.name] = await ref.ask(op, reason)
+                more = (limit,) if op == "list" else ()
+                answers[node.name] = await ref.ask(op, reason, *more)
                 continue
             found = await ref.ask(op, letter_id)
             if found is not None:

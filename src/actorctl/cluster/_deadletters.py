@@ -250,9 +250,12 @@ class DeadLetterAgent(Actor):
         )
 
     @handler
-    async def list(self, reason: str | None = None) -> list[dict[str, Any]]:
-        """Every letter of this node (or of one reason), without its message."""
-        return [summary(r) for r in self._letters.records(reason)]
+    async def list(self, reason: str | None = None, limit: int = 100) -> dict[str, Any]:
+        """The newest ``limit`` letters of this node (or of one reason), oldest
+        first, without their messages, and how many there are in all."""
+        found = self._letters.records(reason)
+        shown = found[-limit:] if limit > 0 else []
+        return {"total": len(found), "letters": [summary(r) for r in shown]}
 
     @handler
     async def show(self, letter_id: str) -> dict[str, Any] | None:

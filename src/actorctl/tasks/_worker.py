@@ -203,27 +203,28 @@ class TaskWorker(Actor):
             return
         except Exception as exc:
             mark = failure_mark(exc)
-            policy = mark if isinstance(mark, RetryPolicy) else None
-            if mark != POISON and not isinstance(exc, BadArguments):
-                policy = policy or _policy_of(task, envelope)
-                if policy.retries(exc) and self._can_delay(policy, retries):
-                    await self._retry(envelope, task, task_id, retries, exc, None, policy)
-                    return
-            error = {"type": type(exc).__name__, "message": str(exc)}
             why = "poison" if mark == POISON else "never retried"
+            if mark != POISON and not isinstance(exc, BadArguments):
+                policy = mark if isinstance(mark, RetryPolicy) else _policy_of(task, envelope)
+                if policy.retries(exc):
+                    if self._can_delay(task, policy, retries):
+                        await self._retry(envelope, task, task_id, retries, exc, None, policy)
+                        return
+                    why = "not retried: no scheduler to delay it"
+            error = {"type": type(exc).__name__, "message": str(exc)}
             log("actorctl:task:failed", task=task.name, task_id=task_id, why=why, **error)
             if mark == POISON:
                 await followups.dead_letter(envelope, REASON_POISON, error, retries)
             await followups.fail(envelope, task_id, error)
             return
 
-    def _can_delay(self, policy: RetryPolicy, retries: int) -> bool:
+    def _can_delay(self, task: Task, policy: RetryPolicy, retries: int) -> bool:
         """Whether a retry the policy makes (not one the task asks for) can be
         made here: a delay needs a scheduler, unless the budget is spent
         already (then the task is dead-lettered: ``_retry``)."""
         if policy.exhausted(retries) or SCHEDULER in self.directory.addresses:
             return True
-        return policy.bound(retries) <= 0.001
+        return _delay_bound(task, policy, retries) <= 0.001
 
     async def _retry(
         self,
@@ -249,11 +250,11 @@ class TaskWorker(Actor):
             await self.followups.fail(envelope, task_id, error)
             return
         if countdown is None:
-            delay = task.default_retry_delay
-            if delay is None:
-                countdown = policy.delay(retries)
-            else:
-                countdown = delay * (2**retries if task.retry_backoff else 1)
+            countdown = (
+                policy.delay(retries)
+                if task.default_retry_delay is None
+                else _delay_bound(task, policy, retries)
+            )
         await self.followups.retry(envelope, task_id, retries, error, countdown)
         log(
             "actorctl:task:retry",
@@ -331,6 +332,15 @@ class TaskWorker(Actor):
 def _retries(envelope: Envelope) -> int:
     retries = envelope.headers.get(H_RETRIES, 0)
     return retries if isinstance(retries, int) else 0
+
+
+def _delay_bound(task: Task, policy: RetryPolicy, retries: int) -> float:
+    """The longest delay of retry ``retries``: Celery's ``default_retry_delay``
+    (doubled each retry with ``retry_backoff``), if the task has one, else the
+    policy's backoff bound."""
+    if task.default_retry_delay is None:
+        return policy.bound(retries)
+    return task.default_retry_delay * (2**retries if task.retry_backoff else 1)
 
 
 def _policy_of(task: Task, envelope: Envelope) -> RetryPolicy:
