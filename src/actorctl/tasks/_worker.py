@@ -212,7 +212,14 @@ class TaskWorker(Actor):
                         return
                     why = "not retried: no scheduler to delay it"
             error = {"type": type(exc).__name__, "message": str(exc)}
-            log("actorctl:task:failed", task=task.name, task_id=task_id, why=why, **error)
+            log(
+                "actorctl:task:failed",
+                task=task.name,
+                task_id=task_id,
+                why=why,
+                error_type=error["type"],
+                error=error["message"],
+            )
             if mark == POISON:
                 await followups.dead_letter(envelope, REASON_POISON, error, retries)
             await followups.fail(envelope, task_id, error)
@@ -244,17 +251,21 @@ class TaskWorker(Actor):
             "message": str(exc) if exc is not None else "retry requested",
         }
         if policy.exhausted(retries):
-            log("actorctl:task:gave-up", task=task.name, task_id=task_id, retries=retries, **error)
+            log(
+                "actorctl:task:gave-up",
+                task=task.name,
+                task_id=task_id,
+                retries=retries,
+                error_type=error["type"],
+                error=error["message"],
+            )
             await self.followups.dead_letter(envelope, REASON_OUT_OF_RETRIES, error, retries)
             error["message"] += f" (gave up after {retries} retries)"
             await self.followups.fail(envelope, task_id, error)
             return
+        bound = _delay_bound(task, policy, retries) if countdown is None else countdown
         if countdown is None:
-            countdown = (
-                policy.delay(retries)
-                if task.default_retry_delay is None
-                else _delay_bound(task, policy, retries)
-            )
+            countdown = policy.delay(retries) if task.default_retry_delay is None else bound
         await self.followups.retry(envelope, task_id, retries, error, countdown)
         log(
             "actorctl:task:retry",
@@ -262,7 +273,7 @@ class TaskWorker(Actor):
             task_id=task_id,
             attempt=retries + 1,
             delay=countdown,
-            bound=policy.bound(retries),
+            bound=bound,
             error=error,
         )
 
