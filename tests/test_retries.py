@@ -23,6 +23,7 @@ from actorctl import (
     ConfigError,
     Envelope,
     Outcome,
+    Rejected,
     RetryPolicy,
     TaskFailed,
     open_node,
@@ -37,8 +38,8 @@ from actorctl.cluster import (
     hosted_actors,
     load_cluster,
 )
-from actorctl.mailbox import decode
-from tests.harness import Logs, free_port
+from actorctl.mailbox import decode, encode
+from tests.harness import Logs, Secrets, free_port, node_pair
 from tests.retry_app import POLICY, add, app, enrich, fetch, fetch_scoped, parse, wrong_call
 
 WAIT = 20.0
@@ -392,3 +393,23 @@ def test_a_node_sets_its_dead_letter_bounds_in_cluster_toml(tmp_path: Path) -> N
         path.write_text(node + f"[node.deadletters]\n{table}\n")
         with pytest.raises(ConfigError, match=message):
             load_cluster(path)
+
+
+async def test_only_the_node_itself_adds_its_dead_letters(secrets: Secrets) -> None:
+    # Given two secured nodes: another identity must not plant a letter that the
+    # node would later send again under its own signature
+    async with node_pair(secrets=secrets) as pair:
+        letter = Envelope(message_id="m", to="amqps://127.0.0.1:1/x", subject="t", body=[[], {}])
+        fields = {
+            "reason": "poison",
+            "target": "amqps://127.0.0.1:1/x",
+            "message": base64.b64encode(bytes(encode(letter))).decode(),
+        }
+        agent = pair.client.ref(pair.server.address_of("_deadletters"))
+        with pytest.raises(Rejected, match="not-permitted"):
+            await agent.deliver("add", **fields)
+        assert len(pair.server.dead_letters) == 0
+        # While the node's own workers' letters are taken (it signs them itself)
+        own = pair.server.ref(pair.server.address_of("_deadletters"))
+        await own.deliver("add", **fields)
+        assert [r["message_id"] for r in pair.server.dead_letters.records()] == ["m"]

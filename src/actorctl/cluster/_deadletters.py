@@ -30,8 +30,8 @@ import attrs
 
 from .._errors import ConfigError
 from .._log import log
-from ..actors import Actor, Address, BadArguments, handler
-from ..mailbox import Envelope, decode, encode
+from ..actors import Actor, Address, handler
+from ..mailbox import ACCEPTED, BAD_ARGUMENTS, Envelope, IdentityKey, Outcome, decode, encode
 from ._store import Store
 
 __all__ = [
@@ -56,6 +56,8 @@ REASON_EXPIRED: Final = "expired"
 REASONS: Final = frozenset({REASON_OUT_OF_RETRIES, REASON_POISON, REASON_EXPIRED})
 #: How full (a fraction of ``max``) the table is when an error line is logged.
 ALARM_AT: Final = 0.8
+#: The condition an ``add`` from another identity than the node's is rejected with.
+NOT_PERMITTED: Final = "actorctl:not-permitted"
 #: The header a task message carries its trace id in (docs/protocol.md §6.2).
 TRACE: Final = "trace"
 
@@ -216,38 +218,51 @@ def redrive_envelope(record: Mapping[str, Any], clock: Callable[[], float]) -> E
 @final
 class DeadLetterAgent(Actor):
     """Hosted on every node as ``_deadletters``: takes the node's dead letters
-    (``add``, from the task layer) and answers for them."""
+    (``add``, from the node's own task workers) and answers for them.
+
+    Args:
+        letters: the node's dead letters.
+        identity: the node's key: only a message it signed may ``add`` (a
+            letter is sent again under the node's signature, so no other
+            identity may plant one). None (an insecure node): anyone may.
+    """
 
     name = AGENT
 
-    def __init__(self, letters: DeadLetters) -> None:
+    def __init__(self, letters: DeadLetters, identity: IdentityKey | None = None) -> None:
         self._letters = letters
+        self._own_key = identity.key_id if identity is not None else None
 
-    @handler
-    async def add(
-        self,
-        reason: str,
-        target: str,
-        message: str,
-        error: dict[str, Any] | None = None,
-        retries: int = 0,
-        reset: list[str] | None = None,
-    ) -> str:
-        """Keep ``message`` (the base64 of its encoded form) as a dead letter."""
-        if reason not in REASONS:
-            raise BadArguments(f"no dead-letter reason {reason!r} (known: {sorted(REASONS)})")
+    async def handle_unmatched(
+        self, envelope: Envelope
+    ) -> tuple[Outcome, tuple[str, Any] | None] | None:
+        """``add``: keep the message a letter carries (its fields as keyword
+        arguments: ``reason``, ``target``, ``message`` (base64 of its encoded
+        form), ``error``, ``retries``, ``reset``)."""
+        if envelope.subject != "add":
+            return None
+        if self._own_key is not None and envelope.sender != self._own_key:
+            why = f"only node {self._letters.node!r} itself adds its dead letters"
+            return Outcome.rejected(NOT_PERMITTED, why), None
         try:
-            envelope = decode(base64.b64decode(message))
+            _, fields = envelope.call()
+            reason, target = fields["reason"], fields["target"]
+            if reason not in REASONS:
+                raise ValueError(f"no dead-letter reason {reason!r} (known: {sorted(REASONS)})")
+            letter = decode(base64.b64decode(fields["message"]))
+            retries = int(fields.get("retries") or 0)
+            reset = tuple(str(key) for key in fields.get("reset") or ())
         except Exception as exc:
-            raise BadArguments(f"the message of a dead letter does not decode: {exc}") from None
-        return self._letters.add(
+            return Outcome.rejected(BAD_ARGUMENTS, f"not a dead letter: {exc}"), None
+        self._letters.add(
             reason=reason,
-            target=target,
-            envelope=envelope,
-            error=error,
+            target=str(target),
+            envelope=letter,
+            error=fields.get("error"),
             retries=retries,
-            reset=tuple(reset or ()),
+            reset=reset,
         )
+        return ACCEPTED, None
 
     @handler
     async def list(self, reason: str | None = None, limit: int = 100) -> dict[str, Any]:

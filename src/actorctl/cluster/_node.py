@@ -251,7 +251,7 @@ class Node:
             NodeAgent.name or "_node",
             NodeAgent(self.statistics, lambda: describe_root(self.name, self.tree), self.monitors),
         )
-        self._actors.setdefault(DEAD_LETTERS, DeadLetterAgent(self.dead_letters))
+        self._actors.setdefault(DEAD_LETTERS, DeadLetterAgent(self.dead_letters, self.identity))
         self.tree: TreeLevel | None = None
 
     # -- running -------------------------------------------------------------------
