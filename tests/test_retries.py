@@ -26,6 +26,7 @@ from actorctl import (
     Rejected,
     RetryPolicy,
     TaskFailed,
+    TaskRevoked,
     open_node,
 )
 from actorctl.actors import Actor
@@ -289,11 +290,19 @@ async def test_an_expired_task_is_dead_lettered_and_a_letter_is_re_driven_once(
         [letter] = running.letters()
         assert letter["reason"] == "expired"
         assert letter["trace_id"] == expired.id
+        assert letter["node"] == "worker"
+        # And one that expired while the scheduler held it
+        late = await add.aapply_async((1, 2), countdown=0.2, expires=0.05)
+        with pytest.raises(TaskRevoked, match="before it was due"):
+            await late.aget(timeout=WAIT)
+        await wake.until(lambda: len(running.letters()) == 2)
+        [letter] = [r for r in running.letters() if r["trace_id"] == late.id]
+        assert (letter["reason"], letter["node"]) == ("expired", "services")
         # And a task that ran out of its retries (3: four calls, four failures)
         failed = await fetch.adelay(service.port)
         with pytest.raises(TaskFailed, match="gave up after 3 retries"):
             await failed.aget(timeout=WAIT)
-        await wake.until(lambda: len(running.letters()) == 2)
+        await wake.until(lambda: len(running.letters()) == 3)
         [letter] = [r for r in running.letters() if r["reason"] == "out-of-retries"]
         assert service.calls == 4
         # When it is re-driven (the downstream now answers)
@@ -308,9 +317,9 @@ async def test_an_expired_task_is_dead_lettered_and_a_letter_is_re_driven_once(
         assert running.nodes["worker"].dead_letters.get(letter["id"]) is None
         # And a second re-drive of the same letter finds nothing
         assert await agent.ask("retry", letter["id"]) is None
-        assert [r["reason"] for r in running.letters()] == ["expired"]
+        assert [r["reason"] for r in running.letters()] == ["expired", "expired"]
         assert await agent.ask("purge", "expired") == 1
-        assert running.letters() == []
+        assert [r["node"] for r in running.letters()] == ["services"]
 
 
 # -- dead letters in the runtime ---------------------------------------------------------

@@ -11,16 +11,15 @@ the parents that send them) cannot stall a pool.
 
 from __future__ import annotations
 
-import base64
 import json
 from typing import Any, final
 
-from .._errors import ConfigError
 from .._log import log
 from ..actors import Address, to_wire
-from ..mailbox import Envelope, encode
+from ..mailbox import Envelope
 from ._client import TaskClient, send_task
 from ._documents import send_document
+from ._letters import dead_letter
 from ._protocol import (
     CHAIN_SEPARATOR,
     FAILURE,
@@ -33,7 +32,6 @@ from ._protocol import (
     H_MAP,
     H_POOL,
     H_PRIORITY,
-    H_RETRIES,
     H_RETRY_POLICY,
     H_SINKS,
     H_TASK_ID,
@@ -60,8 +58,6 @@ _RETRY_PASSTHROUGH = (
     H_LINK, H_LINK_ERROR, H_SINKS, H_TIMELIMIT, H_CHORD, H_GROUP, H_PRIORITY, H_RETRY_POLICY,
     H_TRACE,
 )  # fmt: skip
-# Headers a re-driven dead letter goes without: it starts a fresh retry budget.
-_REDRIVE_RESET = (H_RETRIES, H_LAST_ERROR)
 
 
 @final
@@ -169,30 +165,10 @@ class FollowUps:
     async def dead_letter(
         self, envelope: Envelope, reason: str, error: dict[str, Any], retries: int
     ) -> None:
-        """Hand the task command to this node's dead letters (through the
-        backlog: stored before the worker settles it), to be re-driven to its
-        pool, with a fresh retry budget."""
-        try:
-            target = str(self.client.directory.resolve(self.pool_of(envelope)))
-        except ConfigError:  # a pool reached directly: its worker
-            target = envelope.to
-        letter = {
-            "reason": reason,
-            "target": target,
-            "message": base64.b64encode(bytes(encode(envelope))).decode(),
-            "error": error,
-            "retries": retries,
-            "reset": list(_REDRIVE_RESET),
-        }
-        outbox = self.client.outbox
-        command = Envelope(
-            message_id=outbox.new_message_id(),
-            to=str(self.dead_letters),
-            subject="add",
-            body=[[], letter],
-            creation_time=outbox.now(),
+        """Hand the task command to this node's dead letters (``_letters.py``)."""
+        await dead_letter(
+            self.client, self.dead_letters, envelope, self.pool_of(envelope), reason, error, retries
         )
-        await outbox.send(self.dead_letters, command, presettled=False, confirm=False, durable=True)
 
     async def _send_signature(
         self, envelope: Envelope, sig: Any, pool: str, value: Any, *, reply: bool, chain: str = ""
