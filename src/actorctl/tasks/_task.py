@@ -248,12 +248,13 @@ class Task:
         ignore = options.pop("ignore_result", self.ignore_result)
         name = options.pop("_name", self.name)
         group_id = options.pop("_group", None)
-        headers: dict[str, Any] = {H_GROUP: group_id} if group_id else {}
-        policy = _call_policy(
-            self, options.pop("retry_policy", None), options.pop("max_retries", None)
-        )
-        if policy is not None:
-            headers[H_RETRY_POLICY] = policy
+        headers: dict[str, Any] | None = {H_GROUP: group_id} if group_id else None
+        if "retry_policy" in options or "max_retries" in options:
+            policy = _call_policy(
+                self, options.pop("retry_policy", None), options.pop("max_retries", None)
+            )
+            if policy is not None:
+                headers = {**(headers or {}), H_RETRY_POLICY: policy}
         options.setdefault("sinks", self.sinks)
         if self.track_started:
             options.setdefault("track_started", True)
@@ -272,7 +273,7 @@ class Task:
                     task_id=task_id,
                     reply_to=reply_to,
                     options=options,
-                    headers=headers or None,
+                    headers=headers,
                 )
             except Exception as exc:
                 if result.tracked and client.results is not None:
