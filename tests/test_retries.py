@@ -8,6 +8,7 @@ downstream service saw: the number of attempts is exact.
 from __future__ import annotations
 
 import base64
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -381,6 +382,7 @@ async def test_the_bound_evicts_the_oldest_and_logs_once_when_80_percent_full(
     # Past the TTL they are gone
     now[0] += 61.0
     assert letters.records() == []
+    assert len(letters) == 0
     with pytest.raises(ConfigError, match="max"):
         DeadLetterBounds(max=0)
     with pytest.raises(ConfigError, match="interval_start"):
@@ -422,3 +424,28 @@ async def test_only_the_node_itself_adds_its_dead_letters(secrets: Secrets) -> N
         own = pair.server.ref(pair.server.address_of("_deadletters"))
         await own.deliver("add", **fields)
         assert [r["message_id"] for r in pair.server.dead_letters.records()] == ["m"]
+
+
+async def test_dead_letters_outlive_their_node_in_its_store(tmp_path: Path) -> None:
+    path = tmp_path / "store.sqlite"
+    bounds = DeadLetterBounds(max=3, ttl=600.0)
+    envelope = Envelope(message_id="kept", to="amqp://h:1/a", subject="t", body=[[1], {}])
+    store = Store(path, name="n")
+    async with trio.open_nursery() as nursery:
+        await nursery.start(store.run)
+        letter_id = DeadLetters("n", store, time.time, bounds).add(
+            reason="poison", target="amqp://h:1/a", envelope=envelope, retries=2
+        )
+        await store.sync()
+        nursery.cancel_scope.cancel()
+    # The node starts again: its letter is there, with its message, and counts
+    store = Store(path, name="n")
+    async with trio.open_nursery() as nursery:
+        await nursery.start(store.run)
+        letters = DeadLetters("n", store, time.time, bounds)
+        assert len(letters) == 1
+        record = letters.get(letter_id)
+        assert record is not None
+        assert (record["reason"], record["retries"], record["message_id"]) == ("poison", 2, "kept")
+        assert decode(base64.b64decode(record["message"])).body == [[1], {}]
+        nursery.cancel_scope.cancel()

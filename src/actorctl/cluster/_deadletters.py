@@ -23,6 +23,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any, Final, final
 
@@ -95,9 +96,25 @@ class DeadLetters:
         self._store = store
         self._clock = clock
         self._alarmed = False
+        # Letter id to expiry time, oldest first (the count bound and the TTL
+        # evict from the front): read from the store at first use, after the
+        # node's store has loaded what it kept.
+        self._index: OrderedDict[str, float] | None = None
 
     def __len__(self) -> int:
-        return self._store.count(TABLE)
+        return len(self._held())
+
+    def _held(self) -> OrderedDict[str, float]:
+        """The index of the letters held, less those past their TTL."""
+        index = self._index
+        if index is None:
+            rows = [json.loads(value) for _, value in self._store.items(TABLE)]
+            rows.sort(key=lambda r: r["time"])
+            index = self._index = OrderedDict((r["id"], r["time"] + self.bounds.ttl) for r in rows)
+        now = self._clock()
+        while index and next(iter(index.values())) <= now:
+            index.popitem(last=False)  # the store has let its row expire
+        return index
 
     def add(
         self,
@@ -128,9 +145,9 @@ class DeadLetters:
             "reset": list(reset),
             "message": base64.b64encode(bytes(encode(envelope))).decode(),
         }
-        self._store.put(
-            TABLE, letter_id, json.dumps(record).encode(), expires=now + self.bounds.ttl
-        )
+        expires = now + self.bounds.ttl
+        self._held()[letter_id] = expires
+        self._store.put(TABLE, letter_id, json.dumps(record).encode(), expires=expires)
         log(
             "actorctl:deadletter:added",
             node=self.node,
@@ -146,12 +163,12 @@ class DeadLetters:
         return letter_id
 
     def _bound(self) -> None:
-        rows = self._store.items(TABLE)
-        over = len(rows) - self.bounds.max
-        for key, _ in rows[: max(over, 0)]:
+        index = self._held()
+        while len(index) > self.bounds.max:
+            key, _ = index.popitem(last=False)
             self._store.delete(TABLE, key)
             log("actorctl:deadletter:evicted", node=self.node, id=key, max=self.bounds.max)
-        held = min(len(rows), self.bounds.max)
+        held = len(index)
         if held >= ALARM_AT * self.bounds.max:
             if not self._alarmed:
                 self._alarmed = True
@@ -180,14 +197,17 @@ class DeadLetters:
         record = self.get(letter_id)
         if record is not None:
             self._store.delete(TABLE, letter_id)
+            self._held().pop(letter_id, None)
         self._bound()
         return record
 
     def purge(self, reason: str | None = None) -> int:
         """Remove every letter (of ``reason``); how many."""
         gone = self.records(reason)
+        index = self._held()
         for record in gone:
             self._store.delete(TABLE, record["id"])
+            index.pop(record["id"], None)
         self._bound()
         return len(gone)
 
