@@ -224,7 +224,6 @@ def test_deadletters_retry_re_drives_a_letter_once(
     twice = actorctl("deadletters", "retry", str(cluster), letter_id)
     assert twice.returncode == 1
     assert "re-driven already" in twice.stderr
-    assert [row for row in letters(cluster) if letter_id in row] == []
     # And an unknown operation or reason is a clear error, not a traceback
     bad = actorctl("deadletters", "list", str(cluster), "--reason", "lost")
     assert bad.returncode == 2

@@ -13,7 +13,7 @@ from typing import Any
 
 import asyncclick as click
 
-from ._cluster import _ask_controller
+from ._cluster import ask_controller
 
 __all__ = ["deadletters"]
 
@@ -36,7 +36,7 @@ def deadletters() -> None:
 @_TIMEOUT
 async def list_letters(file: Path, reason: str | None, limit: int, timeout: float) -> None:
     """List the dead letters of every running node of the cluster FILE names."""
-    by_node: dict[str, dict[str, Any]] = await _ask_controller(
+    by_node: dict[str, dict[str, Any]] = await ask_controller(
         file, "deadletters", timeout, "list", None, reason, limit
     )
     rows = [letter for node in by_node.values() for letter in node["letters"]]
@@ -63,7 +63,7 @@ async def list_letters(file: Path, reason: str | None, limit: int, timeout: floa
 @_TIMEOUT
 async def show_letter(file: Path, letter_id: str, timeout: float) -> None:
     """Show one dead letter (as JSON): its reason, error, ids and message."""
-    found = await _ask_controller(file, "deadletters", timeout, "show", letter_id)
+    found = await ask_controller(file, "deadletters", timeout, "show", letter_id)
     if found is None:
         click.echo(f"error: no dead letter {letter_id!r} on any running node", err=True)
         raise SystemExit(1)
@@ -77,7 +77,7 @@ async def show_letter(file: Path, letter_id: str, timeout: float) -> None:
 async def retry_letter(file: Path, letter_id: str, timeout: float) -> None:
     """Send a dead letter again to where it was going, once (with a fresh
     retry budget; its task id and trace id kept)."""
-    done = await _ask_controller(file, "deadletters", timeout, "retry", letter_id)
+    done = await ask_controller(file, "deadletters", timeout, "retry", letter_id)
     if done is None:
         click.echo(
             f"error: no dead letter {letter_id!r} on any running node: it was re-driven "
@@ -94,7 +94,7 @@ async def retry_letter(file: Path, letter_id: str, timeout: float) -> None:
 @_TIMEOUT
 async def purge_letters(file: Path, reason: str | None, timeout: float) -> None:
     """Remove the dead letters (of one reason) of every running node."""
-    by_node: dict[str, int] = await _ask_controller(
+    by_node: dict[str, int] = await ask_controller(
         file, "deadletters", timeout, "purge", None, reason
     )
     click.echo(f"purged {sum(by_node.values())} dead letter(s)")
