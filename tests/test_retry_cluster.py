@@ -214,6 +214,7 @@ def test_deadletters_retry_re_drives_a_letter_once(
         0,
     )
     assert letter["headers"]["task_id"] == result.id
+    assert letter["sender"]  # the key id that authenticated it (the client's, via the router)
     # When it is re-driven (the service is up now)
     again = actorctl("deadletters", "retry", str(cluster), letter_id)
     assert again.returncode == 0, again.stderr

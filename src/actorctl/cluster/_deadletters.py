@@ -125,10 +125,13 @@ class DeadLetters:
         error: Mapping[str, Any] | None = None,
         retries: int = 0,
         reset: tuple[str, ...] = (),
+        sender: str = "",
     ) -> str:
         """Keep ``envelope`` (which was going to ``target``) as a dead letter;
         returns its id. ``reset``: headers a re-drive leaves out (what made it
-        a dead letter: the task layer names its retry count)."""
+        a dead letter: the task layer names its retry count). ``sender``: the
+        key id that authenticated it where it was given up on ("" for this
+        node's own message, or on a node without keys)."""
         now = self._clock()
         letter_id = f"{int(now * 1000):013d}-{os.urandom(4).hex()}"
         record = {
@@ -139,6 +142,7 @@ class DeadLetters:
             "error": dict(error) if error else None,
             "retries": retries,
             "message_id": envelope.message_id,
+            "sender": sender,
             "trace_id": str(envelope.headers.get(TRACE) or envelope.correlation_id or ""),
             "subject": envelope.subject,
             "target": target,
@@ -272,6 +276,7 @@ class DeadLetterAgent(Actor):
             letter = decode(base64.b64decode(fields["message"]))
             retries = int(fields.get("retries") or 0)
             reset = tuple(str(key) for key in fields.get("reset") or ())
+            sender = str(fields.get("sender") or "")
         except Exception as exc:
             return Outcome.rejected(BAD_ARGUMENTS, f"not a dead letter: {exc}"), None
         self._letters.add(
@@ -281,6 +286,7 @@ class DeadLetterAgent(Actor):
             error=fields.get("error"),
             retries=retries,
             reset=reset,
+            sender=sender,
         )
         return ACCEPTED, None
 

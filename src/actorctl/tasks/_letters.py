@@ -48,6 +48,7 @@ async def dead_letter(
         "error": error,
         "retries": retries,
         "reset": list(_REDRIVE_RESET),
+        "sender": envelope.sender,
     }
     outbox = client.outbox
     command = Envelope(
