@@ -30,14 +30,19 @@ from .cluster import open_node as open_node
 from .mailbox import Envelope as Envelope
 from .mailbox import MailboxStatistics as MailboxStatistics
 from .mailbox import Outcome as Outcome
+from .supervision import DEFAULT_RETRY_POLICY as DEFAULT_RETRY_POLICY
 from .supervision import ActorSpec as ActorSpec
 from .supervision import ChildError as ChildError
 from .supervision import ProcessExited as ProcessExited
 from .supervision import ProcessSpec as ProcessSpec
 from .supervision import Restart as Restart
+from .supervision import RetryPolicy as RetryPolicy
 from .supervision import Strategy as Strategy
 from .supervision import SupervisorGaveUp as SupervisorGaveUp
 from .supervision import SupervisorSpec as SupervisorSpec
+from .supervision import optional as optional
+from .supervision import poisonous as poisonous
+from .supervision import retry as retry
 from .tasks import App as App
 from .tasks import AsyncResult as AsyncResult
 from .tasks import DataSink as DataSink
@@ -55,6 +60,7 @@ from .tasks import group as group
 from .tasks import soft_time_limit as soft_time_limit
 
 __all__ = [
+    "DEFAULT_RETRY_POLICY",
     "Actor",
     "ActorRef",
     "ActorSpec",
@@ -82,6 +88,7 @@ __all__ = [
     "RemoteError",
     "Restart",
     "Retry",
+    "RetryPolicy",
     "Signature",
     "SoftTimeLimitExceeded",
     "Strategy",
@@ -103,6 +110,9 @@ __all__ = [
     "group",
     "handler",
     "open_node",
+    "optional",
+    "poisonous",
+    "retry",
     "soft_time_limit",
 ]
 

@@ -90,7 +90,7 @@ async def cluster_status(file: Path, timeout: float) -> None:
     """Print the live cluster FILE names as its Controller sees it: one
     supervision tree, Controller -> nodes -> supervisors -> actors (and boxed
     processes), each with its state, restarts and (actors) mailbox depth."""
-    click.echo(render_tree(await _ask_controller(file, "tree", timeout)))
+    click.echo(render_tree(await ask_controller(file, "tree", timeout)))
 
 
 @cluster.command("down")
@@ -98,10 +98,10 @@ async def cluster_status(file: Path, timeout: float) -> None:
 @click.option("--timeout", default=10.0, show_default=True, help="Seconds to wait.")
 async def cluster_down(file: Path, timeout: float) -> None:
     """Stop the cluster FILE names (from another terminal than `cluster up`)."""
-    click.echo(await _ask_controller(file, "down", timeout))
+    click.echo(await ask_controller(file, "down", timeout))
 
 
-async def _ask_controller(file: Path, handler: str, timeout: float) -> Any:
+async def ask_controller(file: Path, handler: str, timeout: float, *args: Any) -> Any:
     try:
         config = load_cluster(file)
         options = config.security(CLI_NAME)
@@ -112,7 +112,7 @@ async def _ask_controller(file: Path, handler: str, timeout: float) -> Any:
     address = f"{config.scheme}://{host}:{port}/{CONTROLLER}"
     try:
         async with open_node(CLI_NAME, host=None, grace=0.5, **options) as client:
-            return await client.ref(address).with_options(timeout=timeout).ask(handler)
+            return await client.ref(address).with_options(timeout=timeout).ask(handler, *args)
     except* AskTimeout:
         click.echo(
             f"error: no answer from the controller at {address} within {timeout:g} s "

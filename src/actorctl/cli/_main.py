@@ -21,6 +21,7 @@ from ..actors import Actor, Address
 from ..cluster import Node, NodeConfig, Router, hosted_actors, load_cluster, open_node
 from ..supervision import SupervisorSpec
 from ._cluster import cluster
+from ._deadletters import deadletters
 from ._keys import certs, keys
 from ._options import Security, security_options
 
@@ -41,6 +42,7 @@ def cli() -> None:
 cli.add_command(keys)
 cli.add_command(certs)
 cli.add_command(cluster)
+cli.add_command(deadletters)
 
 
 @cli.group()

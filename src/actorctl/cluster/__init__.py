@@ -8,6 +8,12 @@ from ._config import load_cluster as load_cluster
 from ._controller import CONTROLLER as CONTROLLER
 from ._controller import Controller as Controller
 from ._controller import run_cluster as run_cluster
+from ._deadletters import DEAD_LETTERS as DEAD_LETTERS
+from ._deadletters import REASON_EXPIRED as REASON_EXPIRED
+from ._deadletters import REASON_OUT_OF_RETRIES as REASON_OUT_OF_RETRIES
+from ._deadletters import REASON_POISON as REASON_POISON
+from ._deadletters import DeadLetterBounds as DeadLetterBounds
+from ._deadletters import DeadLetters as DeadLetters
 from ._engine import Engine as Engine
 from ._engine import EngineHandler as EngineHandler
 from ._foreman import CLI_NAME as CLI_NAME

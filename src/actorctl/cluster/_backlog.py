@@ -14,7 +14,9 @@ for the connect timeout, as do those queued behind it later. One the receiver
 could not take (``modified``, released) is sent again later, with backoff.
 Either way for as long as the node lives, and from the store again after a
 restart. Order: oldest first, except that a message sent again goes behind
-those waiting.
+those waiting. A message refused past its ``absolute-expiry-time`` (every
+instance refused it until its deadline) is not sent again: it goes to the
+node's dead letters (``_deadletters.py``).
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ import trio
 from .._errors import ActorctlError, PeerUnavailable
 from .._log import log
 from ..actors import Address
-from ..mailbox import PEER_UNAVAILABLE, Envelope, Outcome, decode, encode
+from ..mailbox import EXPIRED, PEER_UNAVAILABLE, Envelope, Outcome, decode, encode
+from ._deadletters import REASON_EXPIRED, DeadLetters
 from ._peer import Peer
 from ._pending import Pending
 from ._store import Store
@@ -91,6 +94,8 @@ class Backlog:
         store: where entries are kept (durable, or in memory).
         open_peer: the connection to a node (the outbox's).
         clock: wall-clock seconds (a message is signed afresh when it goes out).
+        dead_letters: where a message refused past its expiry goes (None: it
+            is dropped, and logged).
     """
 
     def __init__(
@@ -99,8 +104,10 @@ class Backlog:
         store: Store,
         open_peer: Callable[[Address], Peer],
         clock: Callable[[], float],
+        dead_letters: DeadLetters | None = None,
     ) -> None:
         self.name = name
+        self._dead_letters = dead_letters
         self._store = store
         self._open_peer = open_peer
         self._clock = clock
@@ -242,6 +249,10 @@ class Backlog:
         if outcome.state == "accepted" or (outcome.state == "rejected" and entry.reroute is None):
             self._done(entry, outcome)
             return
+        expiry = entry.envelope.expiry_time
+        if expiry is not None and expiry <= self._clock():
+            self._expire(entry, outcome)
+            return
         if entry.reroute is not None:
             elsewhere = entry.reroute(entry.address, outcome)
             if elsewhere is None and outcome.state == "rejected":
@@ -275,6 +286,18 @@ class Backlog:
     async def _later(self, entry: _Entry, delay: float) -> None:
         await trio.sleep(delay)
         self._queue(entry)
+
+    def _expire(self, entry: _Entry, refused: Outcome) -> None:
+        """``entry`` was refused and its deadline has passed: a dead letter."""
+        why = f"refused ({refused.condition}: {refused.description}) until it expired"
+        if self._dead_letters is not None:
+            self._dead_letters.add(
+                reason=REASON_EXPIRED,
+                target=str(entry.address),
+                envelope=entry.envelope,
+                error={"type": "Expired", "message": why},
+            )
+        self._done(entry, Outcome.rejected(EXPIRED, why))
 
     def _done(self, entry: _Entry, outcome: Outcome) -> None:
         self._store.delete(TABLE, entry.envelope.message_id)

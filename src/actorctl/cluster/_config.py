@@ -13,6 +13,9 @@
     durable = true          # its store in data/worker-1/store.sqlite; false: in memory
       [node.limits]         # resource bounds (Node's arguments of the same names)
       max_message_size = 4194304
+      [node.deadletters]    # how many dead letters it keeps, and for how long
+      max = 10000
+      ttl = 604800          # seconds
 
     [[supervisor]]          # a supervision tree on a node (see docs/supervision.md)
     name = "pipeline"
@@ -47,6 +50,7 @@ import attrs
 from .._errors import ConfigError
 from ..mailbox import Keyring
 from ..supervision import SupervisorSpec
+from ._deadletters import DeadLetterBounds
 from ._limits import LIMIT_NAMES, Limits
 from ._store import Store
 from ._tls import TlsFiles
@@ -56,7 +60,9 @@ __all__ = ["NODE_KEYS", "ClusterConfig", "NodeConfig", "load_cluster", "unknown_
 
 _NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?")
 #: The keys of a [[node]] table this layer reads; an actors factory reads others.
-NODE_KEYS: Final = frozenset({"name", "listen", "actors", "instances", "durable", "limits"})
+NODE_KEYS: Final = frozenset(
+    {"name", "listen", "actors", "instances", "durable", "limits", "deadletters"}
+)
 _TABLES: Final = frozenset({"cluster", "node", "router", "supervisor"})
 _CLUSTER_KEYS: Final = frozenset({"name", "dev", "certs", "keys", "insecure", "controller"})
 _ROUTER_KEYS: Final = frozenset({"name", "node", "instances"})
@@ -107,6 +113,8 @@ class NodeConfig:
     limits: Mapping[str, Any] = attrs.field(factory=dict, eq=False, hash=False)
     # the node table's other keys, for the actors factory its `actors` names
     settings: Mapping[str, Any] = attrs.field(factory=dict, eq=False, hash=False)
+    # [node.deadletters]: how many it keeps, and for how long
+    deadletters: DeadLetterBounds = attrs.field(factory=DeadLetterBounds)
 
     @property
     def listen(self) -> str:
@@ -297,6 +305,7 @@ class _Where:
             why = f"true or false (whether node {name!r} keeps its store on disk)"
             raise self.error(f"{prefix}.durable", why, durable)
         limits = self.limits(f"{prefix}.limits", item.get("limits", {}))
+        deadletters = self.deadletters(f"{prefix}.deadletters", item.get("deadletters", {}))
         settings = {key: value for key, value in item.items() if key not in NODE_KEYS}
         if actors is None and settings:  # no actors factory here to read them
             key, value = next(iter(settings.items()))
@@ -310,8 +319,28 @@ class _Where:
                 "reads a node's other keys)",
             )
         return NodeConfig(
-            name, host, port, actors, instances, durable=durable, limits=limits, settings=settings
+            name,
+            host,
+            port,
+            actors,
+            instances,
+            durable=durable,
+            limits=limits,
+            settings=settings,
+            deadletters=deadletters,
         )
+
+    def deadletters(self, key: str, table: object) -> DeadLetterBounds:
+        """A node's [node.deadletters] table: ``max`` letters, ``ttl`` seconds."""
+        if not isinstance(table, dict):
+            raise self.error(key, "a table with max (a count) and ttl (seconds)", table)
+        for name, value in table.items():
+            if name not in ("max", "ttl"):
+                raise unknown_key(self.path, f"{key}.{name}", value, frozenset({"max", "ttl"}))
+        try:
+            return DeadLetterBounds(**table)
+        except ConfigError as exc:
+            raise ConfigError(f"{self.path}: key '{key}': {exc}") from None
 
     def limits(self, key: str, table: object) -> dict[str, Any]:
         """A node's [node.limits] table: the resource bounds it sets."""

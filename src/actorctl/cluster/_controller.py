@@ -2,7 +2,7 @@
 signed inbox.
 
 It supervises one Foreman per node of the cluster file and serves ``tree``,
-``status`` and ``down`` to ``actorctl cluster status`` / ``cluster down`` from
+``status``, ``deadletters`` and ``down`` to ``actorctl cluster status`` / ``cluster down`` from
 another terminal, over the same mutually authenticated, signed links as
 everything else. It is the root of the cluster's one supervision tree:
 Controller, then nodes, then each node's supervisors and actors (which each
@@ -19,9 +19,10 @@ from typing import Any, Final, final
 import trio
 
 from .._log import log
-from ..actors import Actor, handler
+from ..actors import Actor, BadArguments, handler
 from ..supervision import ChildSpec, Strategy, Supervisor
 from ._config import ClusterConfig
+from ._deadletters import DEAD_LETTERS
 from ._foreman import Foreman, LocalForeman, NodeState
 from ._node import open_node
 
@@ -102,6 +103,33 @@ class Controller(Actor):
             "restarts": 0,
             "children": nodes,
         }
+
+    @handler
+    async def deadletters(
+        self, op: str, letter_id: str | None = None, reason: str | None = None, limit: int = 100
+    ) -> Any:
+        """``actorctl deadletters``: ``list`` (per running node, its newest
+        ``limit`` letters, or one ``reason``'s, and their total), ``show`` or
+        ``retry`` one by id (None if no node has it), ``purge`` (how many
+        went, per node)."""
+        if op not in ("list", "show", "retry", "purge"):
+            raise BadArguments(f"no dead-letter operation {op!r} (list, show, retry, purge)")
+        if op in ("show", "retry") and not letter_id:
+            raise BadArguments(f"deadletters {op} needs the id of a letter")
+        answers: dict[str, Any] = {}
+        for node in self._config.nodes:
+            state = self._states[node.name]
+            if state.state != "running" or not state.address:
+                continue
+            ref = self.ref(f"{state.address}/{DEAD_LETTERS}").with_options(timeout=5.0)
+            if op in ("list", "purge"):
+                more = (limit,) if op == "list" else ()
+                answers[node.name] = await ref.ask(op, reason, *more)
+                continue
+            found = await ref.ask(op, letter_id)
+            if found is not None:
+                return {**found, "node": node.name}
+        return answers if op in ("list", "purge") else None
 
     @handler
     async def down(self) -> str:

@@ -237,6 +237,7 @@ class LocalForeman(_Runner):
             host=node.host,
             port=node.port,
             store=store,
+            dead_letters=node.deadletters,
             **node.limits,
             **security,
         ) as n:

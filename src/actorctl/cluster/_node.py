@@ -36,6 +36,8 @@ from ..supervision._specs import ActorSpec, SupervisorSpec
 from ..supervision._tree import TreeLevel
 from ._agent import NodeAgent
 from ._credit import CreditKeeper
+from ._deadletters import AGENT as DEAD_LETTERS
+from ._deadletters import DeadLetterAgent, DeadLetterBounds, DeadLetters
 from ._engine import Engine, EngineSet
 from ._inbound import InboundHandler
 from ._keywatch import KEY_POLL, KeyringWatch
@@ -54,6 +56,7 @@ __all__ = ["Node", "NodeAgent", "open_node"]
 #: What a node hosts: actors (instances or classes), ActorSpecs, SupervisorSpecs.
 Hostable = Actor | type[Actor] | ActorSpec | SupervisorSpec
 DEFAULT_GRACE: Final = 5.0
+DEFAULT_BOUNDS: Final = DeadLetterBounds()
 
 
 @final
@@ -101,6 +104,8 @@ class Node:
             revokes, chord barriers, results); the node runs it, first to start
             and last to stop. None: a memory store (``durable = false``: nothing
             survives the process, for tests and benchmarks).
+        dead_letters: how many dead letters it keeps, and for how long
+            (``_deadletters.py``; its ``_deadletters`` actor answers for them).
         key_poll: seconds between two looks at the keyring's directory (a key
             added or revoked there applies within that time, no restart); None:
             the keys read at start stay as they are.
@@ -144,6 +149,7 @@ class Node:
         handshake_timeout: float = 10.0,
         peer_idle_timeout: float = 120.0,
         max_queued_replies: int = 1000,
+        dead_letters: DeadLetterBounds = DEFAULT_BOUNDS,
     ) -> None:
         self.name = name
         #: The node's resource bounds.
@@ -160,6 +166,8 @@ class Node:
         self._gate = Gate(name, self.limits)
         self._credit = CreditKeeper(name, credit_deadline)
         self.store = store if store is not None else Store.memory(name)
+        #: What the node gave up on (``_deadletters.py``).
+        self.dead_letters = DeadLetters(name, self.store, clock, dead_letters)
         self.node_id = f"{name}-{os.urandom(6).hex()}"
         self.host = host
         self.port = port
@@ -230,6 +238,7 @@ class Node:
             watched=lambda endpoint: self.monitors.watching(endpoint),
             peer_idle_timeout=peer_idle_timeout,
             max_queued_replies=max_queued_replies,
+            dead_letters=self.dead_letters,
         )
         self.monitors = NodeMonitors(
             self.outbox,
@@ -242,6 +251,7 @@ class Node:
             NodeAgent.name or "_node",
             NodeAgent(self.statistics, lambda: describe_root(self.name, self.tree), self.monitors),
         )
+        self._actors.setdefault(DEAD_LETTERS, DeadLetterAgent(self.dead_letters, self.identity))
         self.tree: TreeLevel | None = None
 
     # -- running -------------------------------------------------------------------

@@ -38,6 +38,7 @@ from .._log import log
 from ..actors import REPLIER, Address
 from ..mailbox import EXPIRED, Envelope, Outcome, encode
 from ._backlog import Backlog, Done, Reroute
+from ._deadletters import DeadLetters
 from ._engine import Engine, EngineSet
 from ._idle import IdlePeers
 from ._limits import reply_queue_full
@@ -176,6 +177,7 @@ class NodeOutbox:
         peer_idle_timeout: seconds a connection to a peer may go unused before
             it is closed (``_idle.py``).
         max_queued_replies: replies held for a reply link without credit.
+        dead_letters: where the backlog puts what expired while refused.
     """
 
     def __init__(
@@ -191,6 +193,7 @@ class NodeOutbox:
         watched: Callable[[str], bool] | None = None,
         peer_idle_timeout: float = 120.0,
         max_queued_replies: int = 1000,
+        dead_letters: DeadLetters | None = None,
     ) -> None:
         self.name = name
         self.store = store
@@ -205,7 +208,7 @@ class NodeOutbox:
         self._waiting: dict[str, _Waiter] = {}
         self._reply_address = f"$reply/{node_id}"
         self._nursery: trio.Nursery | None = None
-        self.backlog = Backlog(name, self.store, self.open_peer, clock)
+        self.backlog = Backlog(name, self.store, self.open_peer, clock, dead_letters)
         self._watched = watched
         self.idle_peers = IdlePeers(name, self._peers, peer_idle_timeout, self._in_use)
 

@@ -14,6 +14,14 @@ from ._child import SupervisorGaveUp as SupervisorGaveUp
 from ._declare import child_from_table as child_from_table
 from ._declare import supervisor_from_table as supervisor_from_table
 from ._process import ProcessExited as ProcessExited
+from ._retry import DEFAULT_RETRY_POLICY as DEFAULT_RETRY_POLICY
+from ._retry import NEVER_RETRIED as NEVER_RETRIED
+from ._retry import POISON as POISON
+from ._retry import RetryPolicy as RetryPolicy
+from ._retry import failure_mark as failure_mark
+from ._retry import optional as optional
+from ._retry import poisonous as poisonous
+from ._retry import retry as retry
 from ._specs import ActorSpec as ActorSpec
 from ._specs import ProcessSpec as ProcessSpec
 from ._specs import SupervisorSpec as SupervisorSpec

@@ -15,28 +15,33 @@ import json
 from typing import Any, final
 
 from .._log import log
-from ..actors import to_wire
+from ..actors import Address, to_wire
 from ..mailbox import Envelope
 from ._client import TaskClient, send_task
 from ._documents import send_document
+from ._letters import dead_letter
 from ._protocol import (
     CHAIN_SEPARATOR,
     FAILURE,
     H_CHAIN,
     H_CHORD,
     H_GROUP,
+    H_LAST_ERROR,
     H_LINK,
     H_LINK_ERROR,
     H_MAP,
     H_POOL,
     H_PRIORITY,
+    H_RETRY_POLICY,
     H_SINKS,
     H_TASK_ID,
     H_TIMELIMIT,
+    H_TRACE,
     H_TRACK,
     READY_STATES,
     RETRY,
     SUCCESS,
+    compact,
     header_sinks,
     new_task_id,
     pack_chain,
@@ -49,7 +54,10 @@ from ._protocol import (
 __all__ = ["FollowUps"]
 
 # Headers a retry carries over as they are.
-_RETRY_PASSTHROUGH = (H_LINK, H_LINK_ERROR, H_SINKS, H_TIMELIMIT, H_CHORD, H_GROUP, H_PRIORITY)
+_RETRY_PASSTHROUGH = (
+    H_LINK, H_LINK_ERROR, H_SINKS, H_TIMELIMIT, H_CHORD, H_GROUP, H_PRIORITY, H_RETRY_POLICY,
+    H_TRACE,
+)  # fmt: skip
 
 
 @final
@@ -59,11 +67,13 @@ class FollowUps:
     Args:
         client: the worker node's client (its outbox and the directory).
         pool: the worker's pool: the default of a message that names none.
+        dead_letters: the worker node's ``_deadletters`` actor.
     """
 
-    def __init__(self, client: TaskClient, pool: str) -> None:
+    def __init__(self, client: TaskClient, pool: str, dead_letters: Address) -> None:
         self.client = client
         self.pool = pool
+        self.dead_letters = dead_letters
 
     def pool_of(self, envelope: Envelope) -> str:
         return str(envelope.headers.get(H_POOL, self.pool))
@@ -135,6 +145,7 @@ class FollowUps:
             if header in envelope.headers:
                 options[key] = envelope.headers[header]
         passthrough = {k: v for k, v in envelope.headers.items() if k in _RETRY_PASSTHROUGH}
+        passthrough[H_LAST_ERROR] = compact(error)
         if envelope.expiry_time is not None:
             options["expires"] = max(0.0, envelope.expiry_time - self.client.outbox.now())
         await send_task(
@@ -149,6 +160,14 @@ class FollowUps:
             options=options,
             headers=passthrough,
             durable=True,
+        )
+
+    async def dead_letter(
+        self, envelope: Envelope, reason: str, error: dict[str, Any], retries: int
+    ) -> None:
+        """Hand the task command to this node's dead letters (``_letters.py``)."""
+        await dead_letter(
+            self.client, self.dead_letters, envelope, self.pool_of(envelope), reason, error, retries
         )
 
     async def _send_signature(

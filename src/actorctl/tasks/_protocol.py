@@ -61,6 +61,9 @@ H_GROUP: Final = "group"
 H_CHORD: Final = "chord"
 H_EVENT: Final = "event"
 H_EVENT_ID: Final = "event_id"
+H_RETRY_POLICY: Final = "retry_policy"
+H_LAST_ERROR: Final = "last_error"
+H_TRACE: Final = "trace"
 
 CHAIN_SEPARATOR: Final = "\n"  # compact JSON never contains a raw newline
 CHAIN_PACKED: Final = "zlib:"
@@ -76,7 +79,7 @@ EVENT_HUB_NAME: Final = "events"
 SCHEDULER_NAME: Final = "scheduler"
 CHORD_BARRIER_NAME: Final = "chords"
 RESERVED_NAMES: Final = frozenset(
-    {EVENT_HUB_NAME, CHORD_BARRIER_NAME, SCHEDULER_NAME, CONTROL, "_node"}
+    {EVENT_HUB_NAME, CHORD_BARRIER_NAME, SCHEDULER_NAME, CONTROL, "_node", "_deadletters"}
 )
 
 # Task states (§14.4). PENDING is what a caller knows before any document came.

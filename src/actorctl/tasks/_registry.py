@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar, overload
 
 import attrs
@@ -17,6 +17,7 @@ import attrs
 from .._errors import ConfigError
 from ..actors import to_wire
 from ..mailbox import KIND_EVENT, Envelope
+from ..supervision import DEFAULT_RETRY_POLICY, RetryPolicy
 from ._client import current_client
 from ._control import Control
 from ._protocol import EVENTS, H_EVENT, H_SINKS
@@ -34,10 +35,22 @@ class TaskRegistry:
     Args:
         name: the app's name; a task's default name is ``NAME.FUNCTION``.
         default_pool: the pool tasks go to unless they name another.
+        retry_policy: how its tasks' failures are retried, unless a task or a
+            call says otherwise: a ``RetryPolicy``, or a dict of its fields
+            (default: ``DEFAULT_RETRY_POLICY``, docs/fault-tolerance.md).
     """
 
-    def __init__(self, name: str, *, default_pool: str = "celery") -> None:
+    def __init__(
+        self,
+        name: str,
+        *,
+        default_pool: str = "celery",
+        retry_policy: RetryPolicy | Mapping[str, Any] | None = None,
+    ) -> None:
         self.name = name
+        if isinstance(retry_policy, Mapping):
+            retry_policy = RetryPolicy.from_options(retry_policy, DEFAULT_RETRY_POLICY)
+        self.retry_policy = retry_policy or DEFAULT_RETRY_POLICY
         self.default_pool = default_pool
         self.tasks: dict[str, Task] = {}
         self.events: dict[str, type] = {}
@@ -60,8 +73,10 @@ class TaskRegistry:
     ) -> Any:
         """Register a function (``async def`` or plain ``def``) as a task.
 
-        Options: ``bind`` (first argument is a ``TaskContext``), ``max_retries``,
-        ``autoretry_for``, ``default_retry_delay``, ``retry_backoff``,
+        Options: ``bind`` (first argument is a ``TaskContext``), ``retry_policy``
+        (a ``RetryPolicy`` or a dict of its fields, over the app's),
+        ``max_retries`` and ``autoretry_for`` (its ``on``),
+        ``default_retry_delay``, ``retry_backoff``,
         ``time_limit``, ``soft_time_limit``, ``ignore_result``, ``track_started``,
         ``sinks`` (data-sink actors that also get its results), ``boxed`` (run it
         in a process of its own, which its hard time limit can kill).
@@ -71,6 +86,7 @@ class TaskRegistry:
             task_name = name or f"{self.name}.{fn.__name__}"
             if task_name in self.tasks:
                 raise ConfigError(f"two tasks are named {task_name!r}: give one name=...")
+            options.setdefault("base_policy", self.retry_policy)
             task = Task(fn, name=task_name, pool=pool or self.default_pool, **options)
             self.tasks[task_name] = task
             self.pools.setdefault(task.pool, {})

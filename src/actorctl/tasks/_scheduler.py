@@ -33,16 +33,18 @@ import trio
 
 from .._errors import ActorctlError, ConfigError, WireFormatError
 from .._log import log
-from ..actors import Actor, Outbox
-from ..cluster import Store
+from ..actors import Actor, Address, Outbox
+from ..cluster import DEAD_LETTERS, REASON_EXPIRED, Store
 from ..mailbox import ACCEPTED, STATUS_OK, Envelope, Outcome, decode, encode
 from ._client import Directory, TaskClient
 from ._documents import send_document
+from ._letters import dead_letter
 from ._protocol import (
     BAD_ARGUMENTS,
     FAILURE,
     H_ETA,
     H_POOL,
+    H_RETRIES,
     H_TASK_ID,
     NO_POOL,
     REVOKED,
@@ -65,6 +67,11 @@ class _Held:
     task_id: str
     due: float
     envelope: Envelope
+
+
+def _retries(envelope: Envelope) -> int:
+    retries = envelope.headers.get(H_RETRIES, 0)
+    return retries if isinstance(retries, int) else 0
 
 
 def _task_id(envelope: Envelope) -> str:
@@ -256,6 +263,16 @@ class Scheduler(Actor):
         if envelope.expiry_time is not None and envelope.expiry_time <= now:
             reason = f"expired {now - envelope.expiry_time:.3f} s before it was due"
             await self._finish(held, REVOKED, {"reason": reason})
+            here = self._require_cell().address
+            await dead_letter(
+                self.client,
+                Address(here.host, here.port, DEAD_LETTERS, here.scheme),
+                envelope,
+                str(envelope.headers.get(H_POOL)),
+                REASON_EXPIRED,
+                {"type": "Expired", "message": reason},
+                _retries(envelope),
+            )
             return
         try:
             target = self.directory.resolve(str(envelope.headers[H_POOL]))

@@ -12,16 +12,20 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from types import EllipsisType
 from typing import Any, Final
+
+import attrs
 
 from .._errors import ConfigError
 from .._log import log
 from ..actors import HandlerSpec, to_wire
 from ..mailbox import json_dumps
+from ..supervision import DEFAULT_RETRY_POLICY, RetryPolicy
 from ._canvas import group
 from ._client import TaskClient, current_client, send_task
 from ._control import new_result
-from ._protocol import FAILURE, H_GROUP, SCHEDULER, new_task_id
+from ._protocol import FAILURE, H_GROUP, H_RETRY_POLICY, SCHEDULER, new_task_id
 from ._results import AsyncResult
 from ._signature import Signature, wire_options
 
@@ -70,8 +74,9 @@ class TaskContext:
 
     def retry(self, *, exc: BaseException | None = None, countdown: float | None = None) -> Retry:
         """Raise ``Retry``: the worker sends the task again after ``countdown``
-        seconds (default: the task's ``default_retry_delay``), up to its
-        ``max_retries``; past that, the task fails with ``exc``."""
+        seconds (default: the task's ``default_retry_delay`` if it has one,
+        else its retry policy's backoff), up to its ``max_retries``; past that,
+        the task fails with ``exc`` and is dead-lettered."""
         raise Retry(exc, countdown)
 
 
@@ -89,10 +94,12 @@ class Task:
         name: str,
         pool: str,
         bind: bool = False,
-        max_retries: int | None = 3,
+        max_retries: int | EllipsisType | None = ...,
         autoretry_for: tuple[type[BaseException], ...] = (),
-        default_retry_delay: float = 1.0,
+        default_retry_delay: float | None = None,
         retry_backoff: bool = False,
+        retry_policy: RetryPolicy | Mapping[str, Any] | None = None,
+        base_policy: RetryPolicy = DEFAULT_RETRY_POLICY,
         time_limit: float | None = None,
         soft_time_limit: float | None = None,
         ignore_result: bool = False,
@@ -104,7 +111,10 @@ class Task:
         self.name = name
         self.pool = pool
         self.bind = bind
-        self.max_retries = max_retries
+        #: How a failure of this task is retried: the app's policy, with the
+        #: task's ``retry_policy``, ``max_retries`` and ``autoretry_for``.
+        self.retry_policy = _task_policy(base_policy, retry_policy, max_retries, autoretry_for)
+        self.max_retries = self.retry_policy.max_retries
         self.autoretry_for = autoretry_for
         self.default_retry_delay = default_retry_delay
         self.retry_backoff = retry_backoff
@@ -168,7 +178,9 @@ class Task:
     ) -> AsyncResult:
         """Send it with options: ``countdown``/``eta``, ``expires``, ``priority``,
         ``time_limit``, ``soft_time_limit``, ``link``, ``link_error``, ``sinks``,
-        ``ignore_result``, ``task_id``. Through a pool's router (a cluster with
+        ``ignore_result``, ``task_id``, ``retry_policy`` (a ``RetryPolicy``
+        or a dict of its numbers) and ``max_retries``: this call's retries,
+        carried in the message (docs/fault-tolerance.md). Through a pool's router (a cluster with
         a services node), it returns once the router's node holds the message:
         sent means it will run, whatever happens to this process after. A pool
         reached directly (one worker, no router) settles a task only after
@@ -236,6 +248,13 @@ class Task:
         ignore = options.pop("ignore_result", self.ignore_result)
         name = options.pop("_name", self.name)
         group_id = options.pop("_group", None)
+        headers: dict[str, Any] | None = {H_GROUP: group_id} if group_id else None
+        if "retry_policy" in options or "max_retries" in options:
+            policy = _call_policy(
+                self, options.pop("retry_policy", None), options.pop("max_retries", None)
+            )
+            if policy is not None:
+                headers = {**(headers or {}), H_RETRY_POLICY: policy}
         options.setdefault("sinks", self.sinks)
         if self.track_started:
             options.setdefault("track_started", True)
@@ -254,7 +273,7 @@ class Task:
                     task_id=task_id,
                     reply_to=reply_to,
                     options=options,
-                    headers={H_GROUP: group_id} if group_id else None,
+                    headers=headers,
                 )
             except Exception as exc:
                 if result.tracked and client.results is not None:
@@ -273,9 +292,47 @@ _SEND_OPTIONS: Final = frozenset(
     {
         "countdown", "eta", "expires", "priority", "time_limit", "soft_time_limit", "link",
         "link_error", "sinks", "ignore_result", "task_id", "chain", "retries", "map",
-        "track_started", "_name", "_group",
+        "track_started", "_name", "_group", "retry_policy", "max_retries",
     }
 )  # fmt: skip
+
+
+def _task_policy(
+    base: RetryPolicy,
+    given: RetryPolicy | Mapping[str, Any] | None,
+    max_retries: int | EllipsisType | None,
+    autoretry_for: tuple[type[BaseException], ...],
+) -> RetryPolicy:
+    """A task's retry policy: ``base`` (the app's), then the task's own."""
+    policy = base
+    if isinstance(given, RetryPolicy):
+        policy = given
+    elif given is not None:
+        policy = RetryPolicy.from_options(given, base)
+    if max_retries is not ...:
+        policy = attrs.evolve(policy, max_retries=max_retries)
+    if autoretry_for:
+        policy = attrs.evolve(policy, on=autoretry_for)
+    return policy
+
+
+def _call_policy(task: Task, given: Any, max_retries: Any) -> str | None:
+    """The ``retry_policy`` header of one call (its numbers), or None."""
+    if given is None and max_retries is None:
+        return None
+    policy = task.retry_policy
+    if isinstance(given, RetryPolicy):
+        policy = given
+    elif isinstance(given, Mapping):
+        policy = RetryPolicy.from_options(given, policy)
+    elif given is not None:
+        raise ConfigError(
+            f"task {task.name}: retry_policy={given!r} must be a RetryPolicy "
+            "or a dict of its fields"
+        )
+    if max_retries is not None:
+        policy = RetryPolicy.from_options({"max_retries": max_retries}, policy)
+    return policy.to_wire()
 
 
 def _as_method(fn: Callable[..., Any], bind: bool) -> Callable[..., Any]:

@@ -22,8 +22,10 @@ import trio
 
 from .._errors import ActorctlError, WireFormatError
 from .._log import log
-from ..actors import Actor, BadArguments
+from ..actors import Actor, Address, BadArguments
+from ..cluster import DEAD_LETTERS, REASON_EXPIRED, REASON_OUT_OF_RETRIES, REASON_POISON
 from ..mailbox import ACCEPTED, Envelope, Outcome
+from ..supervision import POISON, RetryPolicy, failure_mark
 from ._client import Directory, TaskClient, using_client
 from ._control import WorkerState
 from ._followups import FollowUps
@@ -34,10 +36,12 @@ from ._protocol import (
     FAILURE,
     H_MAP,
     H_RETRIES,
+    H_RETRY_POLICY,
     H_TASK_ID,
     H_TIMELIMIT,
     H_TRACK,
     REVOKED,
+    SCHEDULER,
     STARTED,
     UNKNOWN_TASK,
 )
@@ -84,8 +88,11 @@ class TaskWorker(Actor):
 
     async def on_start(self) -> None:
         """Runs in the actor's task: the client of the node it runs on."""
-        client = TaskClient(self._require_cell().outbox, self.directory)
-        self._followups = FollowUps(client, self.pool)
+        cell = self._require_cell()
+        client = TaskClient(cell.outbox, self.directory)
+        here = cell.address
+        dead_letters = Address(here.host, here.port, DEAD_LETTERS, here.scheme)
+        self._followups = FollowUps(client, self.pool, dead_letters)
 
     @property
     def followups(self) -> FollowUps:
@@ -142,6 +149,9 @@ class TaskWorker(Actor):
                 ran = await self._run_all(envelope, task, task_id, calls)
         if why_not is not None:
             await followups.report(envelope, REVOKED, {"reason": why_not})
+            if why_not.startswith("expired"):
+                error = {"type": "Expired", "message": why_not}
+                await followups.dead_letter(envelope, REASON_EXPIRED, error, _retries(envelope))
             return ACCEPTED, None
         await self._follow(envelope, task, task_id, ran)
         return ACCEPTED, None
@@ -192,19 +202,36 @@ class TaskWorker(Actor):
             await followups.fail(envelope, task_id, error)
             return
         except Exception as exc:
-            if task.autoretry_for and isinstance(exc, task.autoretry_for):
-                await self._retry(envelope, task, task_id, retries, exc, None)
-                return
+            mark = failure_mark(exc)
+            why = "poison" if mark == POISON else "never retried"
+            if mark != POISON and not isinstance(exc, BadArguments):
+                policy = mark if isinstance(mark, RetryPolicy) else _policy_of(task, envelope)
+                if policy.retries(exc):
+                    if self._can_delay(task, policy, retries):
+                        await self._retry(envelope, task, task_id, retries, exc, None, policy)
+                        return
+                    why = "not retried: no scheduler to delay it"
+            error = {"type": type(exc).__name__, "message": str(exc)}
             log(
                 "actorctl:task:failed",
                 task=task.name,
                 task_id=task_id,
-                error_type=type(exc).__name__,
-                error=str(exc),
+                why=why,
+                error_type=error["type"],
+                error=error["message"],
             )
-            error = {"type": type(exc).__name__, "message": str(exc)}
+            if mark == POISON:
+                await followups.dead_letter(envelope, REASON_POISON, error, retries)
             await followups.fail(envelope, task_id, error)
             return
+
+    def _can_delay(self, task: Task, policy: RetryPolicy, retries: int) -> bool:
+        """Whether a retry the policy makes (not one the task asks for) can be
+        made here: a delay needs a scheduler, unless the budget is spent
+        already (then the task is dead-lettered: ``_retry``)."""
+        if policy.exhausted(retries) or SCHEDULER in self.directory.addresses:
+            return True
+        return _delay_bound(task, policy, retries) <= 0.001
 
     async def _retry(
         self,
@@ -214,19 +241,41 @@ class TaskWorker(Actor):
         retries: int,
         exc: BaseException | None,
         countdown: float | None,
+        policy: RetryPolicy | None = None,
     ) -> None:
+        """Send the task again later (the scheduler holds it), or, its retries
+        spent, fail it and dead-letter it."""
+        policy = policy or _policy_of(task, envelope)
         error = {
             "type": type(exc).__name__ if exc is not None else "Retry",
             "message": str(exc) if exc is not None else "retry requested",
         }
-        if task.max_retries is not None and retries >= task.max_retries:
+        if policy.exhausted(retries):
+            log(
+                "actorctl:task:gave-up",
+                task=task.name,
+                task_id=task_id,
+                retries=retries,
+                error_type=error["type"],
+                error=error["message"],
+            )
+            await self.followups.dead_letter(envelope, REASON_OUT_OF_RETRIES, error, retries)
             error["message"] += f" (gave up after {retries} retries)"
             await self.followups.fail(envelope, task_id, error)
             return
+        bound = _delay_bound(task, policy, retries) if countdown is None else countdown
         if countdown is None:
-            countdown = task.default_retry_delay * (2**retries if task.retry_backoff else 1)
+            countdown = policy.delay(retries) if task.default_retry_delay is None else bound
         await self.followups.retry(envelope, task_id, retries, error, countdown)
-        log("actorctl:task:retry", task=task.name, task_id=task_id, retries=retries + 1)
+        log(
+            "actorctl:task:retry",
+            task=task.name,
+            task_id=task_id,
+            attempt=retries + 1,
+            delay=countdown,
+            bound=bound,
+            error=error,
+        )
 
     # -- running -------------------------------------------------------------------
 
@@ -294,6 +343,22 @@ class TaskWorker(Actor):
 def _retries(envelope: Envelope) -> int:
     retries = envelope.headers.get(H_RETRIES, 0)
     return retries if isinstance(retries, int) else 0
+
+
+def _delay_bound(task: Task, policy: RetryPolicy, retries: int) -> float:
+    """The longest delay of retry ``retries``: Celery's ``default_retry_delay``
+    (doubled each retry with ``retry_backoff``), if the task has one, else the
+    policy's backoff bound."""
+    if task.default_retry_delay is None:
+        return policy.bound(retries)
+    return task.default_retry_delay * (2**retries if task.retry_backoff else 1)
+
+
+def _policy_of(task: Task, envelope: Envelope) -> RetryPolicy:
+    """The task's retry policy, as its message's ``retry_policy`` header
+    overrides it (a call's own, docs/fault-tolerance.md)."""
+    given = envelope.headers.get(H_RETRY_POLICY)
+    return task.retry_policy if given is None else task.retry_policy.with_wire(given)
 
 
 def _limits_of(task: Task, headers: Mapping[str, Any]) -> TimeLimits:

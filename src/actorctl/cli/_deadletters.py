@@ -1,0 +1,100 @@
+"""``actorctl deadletters``: what the nodes of a running cluster gave up on.
+
+Each command is a signed control message to the cluster's Controller (as
+``cluster status`` is), which asks every running node's ``_deadletters`` actor.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import asyncclick as click
+
+from ._cluster import ask_controller
+
+__all__ = ["deadletters"]
+
+_FILE = click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+_TIMEOUT = click.option("--timeout", default=10.0, show_default=True, help="Seconds to wait.")
+_REASONS = click.Choice(["out-of-retries", "poison", "expired"])
+
+
+@click.group()
+def deadletters() -> None:
+    """Dead letters: messages that ran out of retries, were poison, or expired."""
+
+
+@deadletters.command("list")
+@_FILE
+@click.option("--reason", type=_REASONS, default=None, help="Only the letters of this reason.")
+@click.option(
+    "--limit", default=100, show_default=True, type=click.IntRange(1), help="The newest N per node."
+)
+@_TIMEOUT
+async def list_letters(file: Path, reason: str | None, limit: int, timeout: float) -> None:
+    """List the dead letters of every running node of the cluster FILE names."""
+    by_node: dict[str, dict[str, Any]] = await ask_controller(
+        file, "deadletters", timeout, "list", None, reason, limit
+    )
+    rows = [letter for node in by_node.values() for letter in node["letters"]]
+    total = sum(node["total"] for node in by_node.values())
+    if not rows:
+        click.echo("no dead letters")
+        return
+    click.echo(f"{'ID':<23} {'NODE':<12} {'REASON':<15} {'RETRIES':>7}  {'WHEN':<19}  TASK / ERROR")
+    for row in sorted(rows, key=lambda r: r["time"]):
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(row["time"]))
+        error = row.get("error") or {}
+        what = f"{row['subject']}: {error.get('type', '')} {error.get('message', '')}".strip()
+        click.echo(
+            f"{row['id']:<23} {row['node']:<12} {row['reason']:<15} {row['retries']:>7}  "
+            f"{when:<19}  {what[:80]}"
+        )
+    if total > len(rows):
+        click.echo(f"({len(rows)} of {total} shown: --limit N shows more)")
+
+
+@deadletters.command("show")
+@_FILE
+@click.argument("letter_id")
+@_TIMEOUT
+async def show_letter(file: Path, letter_id: str, timeout: float) -> None:
+    """Show one dead letter (as JSON): its reason, error, ids and message."""
+    found = await ask_controller(file, "deadletters", timeout, "show", letter_id)
+    if found is None:
+        click.echo(f"error: no dead letter {letter_id!r} on any running node", err=True)
+        raise SystemExit(1)
+    click.echo(json.dumps(found, indent=2, sort_keys=True))
+
+
+@deadletters.command("retry")
+@_FILE
+@click.argument("letter_id")
+@_TIMEOUT
+async def retry_letter(file: Path, letter_id: str, timeout: float) -> None:
+    """Send a dead letter again to where it was going, once (with a fresh
+    retry budget; its task id and trace id kept)."""
+    done = await ask_controller(file, "deadletters", timeout, "retry", letter_id)
+    if done is None:
+        click.echo(
+            f"error: no dead letter {letter_id!r} on any running node: it was re-driven "
+            "already, purged, or past its TTL (`actorctl deadletters list`)",
+            err=True,
+        )
+        raise SystemExit(1)
+    click.echo(f"re-driven {letter_id} to {done['target']} as message {done['message_id']}")
+
+
+@deadletters.command("purge")
+@_FILE
+@click.option("--reason", type=_REASONS, default=None, help="Only the letters of this reason.")
+@_TIMEOUT
+async def purge_letters(file: Path, reason: str | None, timeout: float) -> None:
+    """Remove the dead letters (of one reason) of every running node."""
+    by_node: dict[str, int] = await ask_controller(
+        file, "deadletters", timeout, "purge", None, reason
+    )
+    click.echo(f"purged {sum(by_node.values())} dead letter(s)")
