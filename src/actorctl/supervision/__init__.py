@@ -1,10 +1,15 @@
 """Supervisors and strategies, restart intensity, supervision trees that users
-declare, boxed (external) processes, and (later) circuit breakers, health
-checks and retry policies.
+declare, boxed (external) processes, circuit breakers and health checks (and,
+later, retry policies).
 
 It sits between ``cluster`` and ``actors`` in the import order.
 """
 
+from ._breaker import CIRCUIT_OPEN as CIRCUIT_OPEN
+from ._breaker import Breaker as Breaker
+from ._breaker import BreakerPolicy as BreakerPolicy
+from ._breaker import CircuitBreaker as CircuitBreaker
+from ._breaker import Health as Health
 from ._child import ChildError as ChildError
 from ._child import ChildFailedToStart as ChildFailedToStart
 from ._child import ChildSpec as ChildSpec

@@ -17,6 +17,8 @@ import attrs
 from .._errors import ConfigError
 from ..actors import to_wire
 from ..mailbox import KIND_EVENT, Envelope
+from ..supervision import BreakerPolicy
+from ._breakers import policy_of
 from ._client import current_client
 from ._control import Control
 from ._protocol import EVENTS, H_EVENT, H_SINKS
@@ -43,6 +45,7 @@ class TaskRegistry:
         self.events: dict[str, type] = {}
         self.subscriptions: dict[str, list[Task]] = {}
         self.pools: dict[str, dict[str, Any]] = {}
+        self.breakers: dict[str, BreakerPolicy] = {}
         self.control = Control(name)
 
     # -- definitions ---------------------------------------------------------------
@@ -64,7 +67,8 @@ class TaskRegistry:
         ``autoretry_for``, ``default_retry_delay``, ``retry_backoff``,
         ``time_limit``, ``soft_time_limit``, ``ignore_result``, ``track_started``,
         ``sinks`` (data-sink actors that also get its results), ``boxed`` (run it
-        in a process of its own, which its hard time limit can kill).
+        in a process of its own, which its hard time limit can kill), ``breaker``
+        (True, a ``BreakerPolicy``, or the name of one declared with :meth:`breaker`).
         """
 
         def register(fn: Callable[..., Any]) -> Task:
@@ -104,6 +108,16 @@ class TaskRegistry:
             "mailbox_capacity": mailbox_capacity,
             "threads": threads,
         }
+
+    def breaker(self, name: str, **policy: Any) -> None:
+        """Declare a circuit breaker shared by the tasks that name it
+        (``@app.task(breaker=name)``): one per downstream resource. ``policy``
+        takes the options of :class:`~actorctl.supervision.BreakerPolicy`.
+
+        Raises:
+            ConfigError: an unknown or wrong option, naming it.
+        """
+        self.breakers[name] = policy_of(name, policy)
 
     def event(self, cls: type[T] | None = None, /, *, name: str | None = None) -> Any:
         """Make an attrs class or dataclass a domain event: it gains

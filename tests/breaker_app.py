@@ -1,0 +1,29 @@
+"""The task app of tests/test_breakers.py: one task behind a named breaker,
+whose downstream is down on the nodes the test names, hosted in-process.
+
+Every run is recorded (task key → the nodes it ran on), so the test counts
+what was lost and what ran twice.
+"""
+
+from __future__ import annotations
+
+from actorctl import App
+from actorctl.tasks._client import current_client
+
+app = App("b")
+app.pool("celery", concurrency=2)
+app.breaker("downstream", failures=3, reset=3.0)
+
+#: Task key → the nodes it ran on, in order.
+RUNS: dict[str, list[str]] = {}
+#: Nodes whose downstream is down: a run there fails.
+DOWN: set[str] = set()
+
+
+@app.task(breaker="downstream")
+async def charge(key: str) -> str:
+    node = current_client("charge").outbox.name  # type: ignore[attr-defined]
+    RUNS.setdefault(key, []).append(node)
+    if node in DOWN:
+        raise ConnectionError(f"the downstream of {node} is down")
+    return node
