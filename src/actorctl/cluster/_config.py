@@ -47,6 +47,7 @@ import attrs
 from .._errors import ConfigError
 from ..mailbox import Keyring
 from ..supervision import SupervisorSpec
+from ._health_tables import HEALTH_KEYS, check_health_tables
 from ._limits import LIMIT_NAMES, Limits
 from ._store import Store
 from ._tls import TlsFiles
@@ -56,7 +57,9 @@ __all__ = ["NODE_KEYS", "ClusterConfig", "NodeConfig", "load_cluster", "unknown_
 
 _NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?")
 #: The keys of a [[node]] table this layer reads; an actors factory reads others.
-NODE_KEYS: Final = frozenset({"name", "listen", "actors", "instances", "durable", "limits"})
+NODE_KEYS: Final = frozenset(
+    {"name", "listen", "actors", "instances", "durable", "limits", "health"}
+)
 _TABLES: Final = frozenset({"cluster", "node", "router", "supervisor"})
 _CLUSTER_KEYS: Final = frozenset({"name", "dev", "certs", "keys", "insecure", "controller"})
 _ROUTER_KEYS: Final = frozenset({"name", "node", "instances"})
@@ -107,6 +110,8 @@ class NodeConfig:
     limits: Mapping[str, Any] = attrs.field(factory=dict, eq=False, hash=False)
     # the node table's other keys, for the actors factory its `actors` names
     settings: Mapping[str, Any] = attrs.field(factory=dict, eq=False, hash=False)
+    # its [[node.health]] tables (``_health_config.py``)
+    health: tuple[Mapping[str, Any], ...] = attrs.field(default=(), eq=False, hash=False)
 
     @property
     def listen(self) -> str:
@@ -297,6 +302,19 @@ class _Where:
             why = f"true or false (whether node {name!r} keeps its store on disk)"
             raise self.error(f"{prefix}.durable", why, durable)
         limits = self.limits(f"{prefix}.limits", item.get("limits", {}))
+        try:
+            health = check_health_tables(
+                f"{prefix}.health",
+                item.get("health", []),
+                lambda key, value: unknown_key(self.path, key, value, HEALTH_KEYS),
+            )
+        except ConfigError as exc:
+            message = str(exc)
+            raise (
+                exc
+                if message.startswith(str(self.path))
+                else ConfigError(f"{self.path}: {message}")
+            ) from None
         settings = {key: value for key, value in item.items() if key not in NODE_KEYS}
         if actors is None and settings:  # no actors factory here to read them
             key, value = next(iter(settings.items()))
@@ -310,7 +328,15 @@ class _Where:
                 "reads a node's other keys)",
             )
         return NodeConfig(
-            name, host, port, actors, instances, durable=durable, limits=limits, settings=settings
+            name,
+            host,
+            port,
+            actors,
+            instances,
+            durable=durable,
+            limits=limits,
+            settings=settings,
+            health=health,
         )
 
     def limits(self, key: str, table: object) -> dict[str, Any]:

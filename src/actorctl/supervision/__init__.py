@@ -18,6 +18,12 @@ from ._child import Strategy as Strategy
 from ._child import SupervisorGaveUp as SupervisorGaveUp
 from ._declare import child_from_table as child_from_table
 from ._declare import supervisor_from_table as supervisor_from_table
+from ._health import HEALTH_AGENT as HEALTH_AGENT
+from ._health import HealthCheck as HealthCheck
+from ._health import HealthMonitor as HealthMonitor
+from ._health import certificate_expiry as certificate_expiry
+from ._health import disk_writable as disk_writable
+from ._health import peer_reachable as peer_reachable
 from ._process import ProcessExited as ProcessExited
 from ._specs import ActorSpec as ActorSpec
 from ._specs import ProcessSpec as ProcessSpec

@@ -17,7 +17,7 @@ import attrs
 from .._errors import ConfigError
 from ..actors import to_wire
 from ..mailbox import KIND_EVENT, Envelope
-from ..supervision import BreakerPolicy
+from ..supervision import BreakerPolicy, HealthCheck
 from ._breakers import policy_of
 from ._client import current_client
 from ._control import Control
@@ -46,6 +46,7 @@ class TaskRegistry:
         self.subscriptions: dict[str, list[Task]] = {}
         self.pools: dict[str, dict[str, Any]] = {}
         self.breakers: dict[str, BreakerPolicy] = {}
+        self.health_checks: list[HealthCheck] = []
         self.control = Control(name)
 
     # -- definitions ---------------------------------------------------------------
@@ -118,6 +119,43 @@ class TaskRegistry:
             ConfigError: an unknown or wrong option, naming it.
         """
         self.breakers[name] = policy_of(name, policy)
+
+    def health_check(
+        self,
+        *,
+        name: str | None = None,
+        interval: float = 30.0,
+        timeout: float = 10.0,
+        breakers: Sequence[str] = (),
+    ) -> Callable[[F], F]:
+        """Declare a health check (a function or an async function returning a
+        ``Health``, or ``(Health, detail)``) that every node hosting this app's
+        pools runs every ``interval`` seconds (a timer in the node, not the
+        scheduler); its results feed the breakers it names (``app.breaker`` or
+        a task's own, by the task's name).
+
+        Raises:
+            ConfigError: a wrong interval or timeout, or a name used twice.
+        """
+
+        def register(fn: F) -> F:
+            check_name = name or fn.__name__
+            if any(c.name == check_name for c in self.health_checks):
+                raise ConfigError(f"two health checks are named {check_name!r}: give one name=...")
+            try:
+                check = HealthCheck(
+                    name=check_name,
+                    fn=fn,
+                    interval=interval,
+                    timeout=timeout,
+                    breakers=tuple(breakers),
+                )
+            except ValueError as exc:
+                raise ConfigError(f"health check {check_name!r}: {exc}") from None
+            self.health_checks.append(check)
+            return fn
+
+        return register
 
     def event(self, cls: type[T] | None = None, /, *, name: str | None = None) -> Any:
         """Make an attrs class or dataclass a domain event: it gains
