@@ -18,7 +18,7 @@ import pytest
 import trio
 import trio.lowlevel
 
-from actorctl import Actor, Modified, handler, open_node
+from actorctl import Actor, Address, Modified, PeerUnavailable, handler, open_node
 from actorctl.cluster import hosted_actors, load_cluster
 from actorctl.supervision import Breaker, BreakerPolicy, CircuitBreaker, Health
 from tests import breaker_app
@@ -303,3 +303,58 @@ async def test_a_pool_sends_work_past_an_open_breaker_and_keeps_it_while_all_are
 
 async def _collect(keys: list[str], outcome: dict[str, str]) -> None:
     outcome.update(await _run_all(keys))
+
+
+# -- a publisher's breaker per destination peer ----------------------------------------------
+
+
+class Tally(Actor):
+    def __init__(self) -> None:
+        self.values: list[int] = []
+        self.arrived = trio.Event()
+
+    @handler
+    async def note(self, value: int) -> None:
+        self.values.append(value)
+        self.arrived.set()
+
+
+async def test_a_senders_breaker_fails_fast_on_a_dead_peer_and_recovers_with_it(
+    tmp_path: Path, logs: Logs
+) -> None:
+    secrets = Secrets.make(tmp_path, "sender", "receiver")
+    port = free_port()
+    dead = Address("127.0.0.1", port, "tally", "amqps")
+    policy = BreakerPolicy(failures=3, reset=0.5, growth="exponential", reset_max=2.0)
+    async with open_node(
+        "sender", host=None, connect_timeout=0.3, peer_breaker=policy, **secrets.options("sender")
+    ) as sender:
+        ref = sender.ref(dead)
+        with trio.fail_after(WAIT):
+            # Given a peer that is not there: the first send waits the connect timeout
+            with pytest.raises(PeerUnavailable, match=r"within 0\.3 s"):
+                await ref.tell("note", 0)
+            breaker = sender.outbox.peer_breaker(dead)
+            assert breaker is not None
+            # When the node has failed to connect 3 times past that timeout
+            await _opened(breaker).wait()
+            # Then a send fails at once, naming the breaker and when it tries again
+            started = trio.current_time()
+            with pytest.raises(PeerUnavailable, match=rf"'peer 127\.0\.0\.1:{port}' is open.*"):
+                await ref.tell("note", 1)
+            assert trio.current_time() - started < 0.1
+            # And a durable send waits in the backlog
+            await ref.with_options(durable=True).tell("note", 2)
+            # When the peer comes back, then the half-open probe reconnects, the
+            # breaker closes, and what waited is delivered
+            tally = Tally()
+            async with open_node(
+                "receiver", {"tally": tally}, port=port, **secrets.options("receiver")
+            ):
+                await tally.arrived.wait()
+                assert breaker.closed
+                assert await ref.ask("note", 3) is None
+    assert tally.values == [2, 3]  # 0 and 1 failed to their sender; 2 waited; nothing lost
+    [tripped] = [m for m in logs.of_type("actorctl:breaker:tripped") if "peer" in m["breaker"]]
+    assert "cannot connect" in tripped["reason"]
+    assert logs.of_type("actorctl:breaker:closed")

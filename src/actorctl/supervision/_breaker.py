@@ -211,6 +211,11 @@ class Breaker:
                 now,
             )
 
+    def close(self, why: str) -> None:
+        """Close it now (what it guards is known to work again)."""
+        if not self.closed:
+            self._close(why)
+
     def released(self) -> None:
         """The probe let through did not run after all (revoked, expired): let
         the next message be the probe."""
