@@ -14,6 +14,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import eliot
 import pytest
 import trio
 import trio.lowlevel
@@ -203,7 +204,7 @@ async def pool_cluster(tmp_path: Path) -> AsyncIterator[dict[str, Any]]:
             port=ports[1],
             store=config.store(config.node("w1")),
             **config.security("w1"),
-        ),
+        ) as w1,
         open_node(
             "w2",
             hosted["w2"],
@@ -224,6 +225,7 @@ async def pool_cluster(tmp_path: Path) -> AsyncIterator[dict[str, Any]]:
             "w1": hosted["w1"]["celery"].breakers["downstream"],  # type: ignore[attr-defined]
             "w2": hosted["w2"]["celery"].breakers["downstream"],  # type: ignore[attr-defined]
             "services": services,
+            "w1-health": w1.address_of("_health"),
         }
 
 
@@ -283,12 +285,20 @@ async def test_a_pool_sends_work_past_an_open_breaker_and_keeps_it_while_all_are
             await w2_open.wait()
             assert not w1.closed
             assert not w2.closed
-            # And tasks sent now wait in the router's backlog, none run
+            # (which is the state of w1's `_health` actor, as cluster status shows it)
+            services = cluster["services"]
+            report = await services.ref(cluster["w1-health"]).ask("report")
+            assert report["breakers"]["downstream"][0]["state"] == "open"
+            # And tasks sent now are refused by both workers, and wait in the
+            # router's backlog (its node's store); none runs
             outcome: dict[str, str] = {}
             keys = [f"d{i}" for i in range(30)]
+            refused = _refused_by_both(len(keys))
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(functools.partial(_collect, keys, outcome))
-                await trio.lowlevel.checkpoint()
+                await refused.wait()
+                assert len(services.outbox.backlog) == len(keys)
+                assert not any(key in breaker_app.RUNS for key in keys)
                 # When both downstreams are back, then after the reset every task runs
                 breaker_app.DOWN.clear()
     assert outcome == dict.fromkeys(keys, "SUCCESS")
@@ -299,6 +309,26 @@ async def test_a_pool_sends_work_past_an_open_breaker_and_keeps_it_while_all_are
     assert w1.closed
     assert w2.closed
     assert logs.of_type("actorctl:backlog:retry") or logs.of_type("actorctl:router:rerouted")
+
+
+def _refused_by_both(count: int) -> trio.Event:
+    """Set once ``count`` messages were each refused by two instances (breaker open)."""
+    refusals: dict[str, int] = {}
+    done = trio.Event()
+
+    def watch(message: dict[str, Any]) -> None:
+        if message.get("message_type") != "actorctl:router:rerouted":
+            return
+        if "circuit-open" not in str(message.get("reason")):
+            return
+        message_id = str(message.get("message_id"))
+        refusals[message_id] = refusals.get(message_id, 0) + 1
+        if sum(1 for n in refusals.values() if n >= 2) >= count:
+            done.set()
+            eliot.remove_destination(watch)
+
+    eliot.add_destinations(watch)
+    return done
 
 
 async def _collect(keys: list[str], outcome: dict[str, str]) -> None:

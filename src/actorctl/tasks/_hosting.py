@@ -189,7 +189,8 @@ def task_actors(
         worker_class = _worker_class(app, pool)
         for copy in range(1, node.instances + 1):
             actors[_instance(pool, copy)] = worker_class(app, pool, directory, state)
-    if mine.pools and app.health_checks:  # the app's checks run on each worker node
+    # The app's checks run on each worker node; its breakers are shown there too.
+    if mine.pools and (app.health_checks or breakers_of(actors)):
         actors[HEALTH_AGENT] = HealthMonitor(
             node.name, list(app.health_checks), lambda: breakers_of(actors)
         )
