@@ -20,7 +20,7 @@ import trio
 import trio.lowlevel
 
 from actorctl import Actor, Address, Modified, PeerUnavailable, handler, open_node
-from actorctl.cluster import hosted_actors, load_cluster
+from actorctl.cluster import Router, hosted_actors, load_cluster
 from actorctl.supervision import Breaker, BreakerPolicy, CircuitBreaker, Health
 from tests import breaker_app
 from tests.harness import Logs, Secrets, free_port
@@ -130,8 +130,8 @@ async def test_health_reports_drive_a_breaker(autojump_clock: trio.abc.Clock) ->
 class Payments(Actor):
     """Charges through a downstream that the test turns off and on."""
 
-    def __init__(self) -> None:
-        self.breaker = Breaker("payments", BreakerPolicy(failures=3, reset=0.5))
+    def __init__(self, reset: float = 0.5) -> None:
+        self.breaker = Breaker("payments", BreakerPolicy(failures=3, reset=reset))
         self.down = True
         self.runs: list[int] = []
 
@@ -385,6 +385,43 @@ async def test_a_senders_breaker_fails_fast_on_a_dead_peer_and_recovers_with_it(
                 assert breaker.closed
                 assert await ref.ask("note", 3) is None
     assert tally.values == [2, 3]  # 0 and 1 failed to their sender; 2 waited; nothing lost
-    [tripped] = [m for m in logs.of_type("actorctl:breaker:tripped") if "peer" in m["breaker"]]
-    assert "cannot connect" in tripped["reason"]
+    # (a probe that found the peer still down opened it again, for longer)
+    tripped = [m for m in logs.of_type("actorctl:breaker:tripped") if "peer" in m["breaker"]]
+    assert "cannot connect" in tripped[0]["reason"]
+    assert all("the probe failed" in m["reason"] for m in tripped[1:])
+    assert [m["open_for"] for m in tripped] == [0.5, 1.0, 2.0, 2.0, 2.0][: len(tripped)]
     assert logs.of_type("actorctl:breaker:closed")
+
+
+async def test_a_router_skips_an_open_instance_and_answers_modified_when_all_are(
+    secrets: Secrets,
+) -> None:
+    # Given two instances of an actor behind a router, each with its own breaker
+    one, two = Payments(reset=60.0), Payments(reset=60.0)  # no probe during the test
+    async with (
+        open_node("server", {"one": one, "two": two}, **secrets.options("server")) as server,
+        open_node(
+            "client",
+            {"pool": Router([server.address_of("one"), server.address_of("two")])},
+            **secrets.options("client"),
+        ) as client,
+    ):
+        pool = client.ref(client.address_of("pool"))
+        with trio.fail_after(WAIT):
+            # When one's downstream fails three times, its breaker opens
+            for n in range(3):
+                with pytest.raises(Exception, match="refused the connection"):
+                    await client.ref(server.address_of("one")).ask("charge", n)
+            assert not one.breaker.closed
+            # Then everything asked of the pool runs on the other
+            two.down = False
+            assert [await pool.ask("charge", n) for n in range(10, 20)] == list(range(10, 20))
+            assert two.runs == list(range(10, 20))
+            # When the other's breaker opens too, then the pool answers modified
+            two.down = True
+            for n in range(3):
+                with pytest.raises(Exception, match="refused the connection"):
+                    await client.ref(server.address_of("two")).ask("charge", n)
+            with pytest.raises(Modified, match=r"no instance took.*circuit-open.*circuit-open"):
+                await pool.ask("charge", 99)
+    assert 99 not in one.runs + two.runs

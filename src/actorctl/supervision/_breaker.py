@@ -34,7 +34,15 @@ import trio
 from .._errors import WireFormatError
 from .._log import log
 from ..actors import Actor, BadArguments, Behaviour, to_wire
-from ..mailbox import ACCEPTED, BAD_ARGUMENTS, STATUS_ERROR, STATUS_OK, Envelope, Outcome
+from ..mailbox import (
+    ACCEPTED,
+    BAD_ARGUMENTS,
+    STATUS_ERROR,
+    STATUS_OK,
+    UNKNOWN_HANDLER,
+    Envelope,
+    Outcome,
+)
 
 __all__ = ["CIRCUIT_OPEN", "Breaker", "BreakerPolicy", "CircuitBreaker", "Health"]
 
@@ -391,7 +399,11 @@ class CircuitBreaker(Behaviour):
         spec = type(actor).__actorctl_handlers__.get(envelope.subject)
         if spec is None:
             answered = await actor.handle_unmatched(envelope)
-            if answered is None or answered[0].state != "accepted":
+            if answered is None:  # the actor has no such handler: say so, as it would
+                breaker.released()
+                why = f"actor {type(actor).__name__} has no handler {envelope.subject!r}"
+                return actor.unhandled(envelope) or Outcome.rejected(UNKNOWN_HANDLER, why), None
+            if answered[0].state != "accepted":
                 breaker.released()
             elif answered[1] is not None and answered[1][0] == STATUS_ERROR:
                 breaker.failed(str(answered[1][1]))
