@@ -7,7 +7,7 @@ what was lost and what ran twice.
 
 from __future__ import annotations
 
-from actorctl import App
+from actorctl import App, Health
 from actorctl.tasks._client import current_client
 
 app = App("b")
@@ -27,3 +27,12 @@ async def charge(key: str) -> str:
     if node in DOWN:
         raise ConnectionError(f"the downstream of {node} is down")
     return node
+
+
+#: What the app's health check of the downstream reports (on every worker node).
+HEALTH = [Health.HEALTHY]
+
+
+@app.health_check(interval=0.05, breakers=["downstream"])
+def downstream() -> Health:
+    return HEALTH[0]

@@ -331,6 +331,38 @@ def _refused_by_both(count: int) -> trio.Event:
     return done
 
 
+async def test_an_unhealthy_app_check_opens_every_workers_breaker_and_the_pool_waits(
+    tmp_path: Path,
+) -> None:
+    breaker_app.RUNS.clear()
+    breaker_app.DOWN.clear()
+    async with pool_cluster(tmp_path) as cluster:
+        w1, w2 = cluster["w1"], cluster["w2"]
+        with trio.fail_after(WAIT):
+            # Given the app's health check of the downstream reports Unhealthy
+            # (it runs on each worker node and feeds the "downstream" breakers)
+            opened = [_opened(w1), _opened(w2)]
+            breaker_app.HEALTH[0] = Health.UNHEALTHY
+            for event in opened:
+                await event.wait()
+            assert "health check 'downstream' reports unhealthy" in w1.reason
+            # When tasks are sent, then both workers refuse them and none runs
+            keys = [f"h{i}" for i in range(10)]
+            outcome: dict[str, str] = {}
+            refused = _refused_by_both(len(keys))
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(functools.partial(_collect, keys, outcome))
+                await refused.wait()
+                assert not any(key in breaker_app.RUNS for key in keys)
+                # When it reports Healthy again, then after the reset all of them run
+                breaker_app.HEALTH[0] = Health.HEALTHY
+    assert outcome == dict.fromkeys(keys, "SUCCESS")
+    lost = [k for k in keys if k not in breaker_app.RUNS]
+    ran_twice = [k for k in keys if len(breaker_app.RUNS[k]) > 1]
+    print(f"lost={len(lost)} ran_twice={len(ran_twice)}")
+    assert lost == []
+
+
 async def _collect(keys: list[str], outcome: dict[str, str]) -> None:
     outcome.update(await _run_all(keys))
 

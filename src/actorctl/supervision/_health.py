@@ -120,7 +120,10 @@ class HealthMonitor(Actor):
         """Run ``check`` once and report its result (None: it raised)."""
         try:
             with trio.fail_after(check.timeout):
-                result = check.fn()
+                if inspect.iscoroutinefunction(check.fn):
+                    result = await check.fn()
+                else:  # in a thread: a plain check may block (fsync, a socket)
+                    result = await trio.to_thread.run_sync(check.fn, abandon_on_cancel=True)
                 if inspect.isawaitable(result):
                     result = await result
         except trio.TooSlowError:
