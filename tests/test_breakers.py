@@ -9,8 +9,8 @@ what ran twice.
 from __future__ import annotations
 
 import functools
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -293,14 +293,14 @@ async def test_a_pool_sends_work_past_an_open_breaker_and_keeps_it_while_all_are
             # router's backlog (its node's store); none runs
             outcome: dict[str, str] = {}
             keys = [f"d{i}" for i in range(30)]
-            refused = _refused_by_both(len(keys))
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(functools.partial(_collect, keys, outcome))
-                await refused.wait()
-                assert len(services.outbox.backlog) == len(keys)
-                assert not any(key in breaker_app.RUNS for key in keys)
-                # When both downstreams are back, then after the reset every task runs
-                breaker_app.DOWN.clear()
+            with _refused_by_both(len(keys)) as refused:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(functools.partial(_collect, keys, outcome))
+                    await refused.wait()
+                    assert len(services.outbox.backlog) == len(keys)
+                    assert not any(key in breaker_app.RUNS for key in keys)
+                    # When both downstreams are back, then after the reset every task runs
+                    breaker_app.DOWN.clear()
     assert outcome == dict.fromkeys(keys, "SUCCESS")
     lost = [k for k in keys if k not in breaker_app.RUNS]
     ran_twice = [k for k in keys if len(breaker_app.RUNS[k]) > 1]
@@ -311,7 +311,8 @@ async def test_a_pool_sends_work_past_an_open_breaker_and_keeps_it_while_all_are
     assert logs.of_type("actorctl:backlog:retry") or logs.of_type("actorctl:router:rerouted")
 
 
-def _refused_by_both(count: int) -> trio.Event:
+@contextmanager
+def _refused_by_both(count: int) -> Iterator[trio.Event]:
     """Set once ``count`` messages were each refused by two instances (breaker open)."""
     refusals: dict[str, int] = {}
     done = trio.Event()
@@ -325,10 +326,12 @@ def _refused_by_both(count: int) -> trio.Event:
         refusals[message_id] = refusals.get(message_id, 0) + 1
         if sum(1 for n in refusals.values() if n >= 2) >= count:
             done.set()
-            eliot.remove_destination(watch)
 
     eliot.add_destinations(watch)
-    return done
+    try:
+        yield done
+    finally:
+        eliot.remove_destination(watch)
 
 
 async def test_an_unhealthy_app_check_opens_every_workers_breaker_and_the_pool_waits(
@@ -349,13 +352,13 @@ async def test_an_unhealthy_app_check_opens_every_workers_breaker_and_the_pool_w
             # When tasks are sent, then both workers refuse them and none runs
             keys = [f"h{i}" for i in range(10)]
             outcome: dict[str, str] = {}
-            refused = _refused_by_both(len(keys))
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(functools.partial(_collect, keys, outcome))
-                await refused.wait()
-                assert not any(key in breaker_app.RUNS for key in keys)
-                # When it reports Healthy again, then after the reset all of them run
-                breaker_app.HEALTH[0] = Health.HEALTHY
+            with _refused_by_both(len(keys)) as refused:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(functools.partial(_collect, keys, outcome))
+                    await refused.wait()
+                    assert not any(key in breaker_app.RUNS for key in keys)
+                    # When it reports Healthy again, then after the reset all of them run
+                    breaker_app.HEALTH[0] = Health.HEALTHY
     assert outcome == dict.fromkeys(keys, "SUCCESS")
     lost = [k for k in keys if k not in breaker_app.RUNS]
     ran_twice = [k for k in keys if len(breaker_app.RUNS[k]) > 1]

@@ -61,7 +61,7 @@ async def _until(monitor: HealthMonitor, done: object) -> None:
     """Wait for the monitor's rounds until ``done()`` holds."""
     with trio.fail_after(WAIT):
         while not done():  # type: ignore[operator]
-            await monitor.ran.wait()
+            await monitor.wait_result()
 
 
 async def test_health_check_states_drive_a_breaker_and_are_actor_state(

@@ -104,7 +104,7 @@ class HealthMonitor(Actor):
         self.checks = list(checks)
         self.breakers = breakers
         self.results: dict[str, dict[str, Any]] = {}
-        self.ran = trio.Event()  # set after each round of results (for tests)
+        self._recorded = trio.Event()  # set (and replaced) on each result
 
     async def on_start(self) -> None:
         """Runs in the actor's task: a timer per check."""
@@ -173,8 +173,12 @@ class HealthMonitor(Actor):
             for breaker in self.breakers():
                 if breaker.name in check.breakers:
                     breaker.report(check.name, health, detail)
-        self.ran.set()
-        self.ran = trio.Event()
+        self._recorded.set()
+        self._recorded = trio.Event()
+
+    async def wait_result(self) -> None:
+        """Wait until a check records its next result."""
+        await self._recorded.wait()
 
     @handler
     async def report(self) -> dict[str, Any]:
