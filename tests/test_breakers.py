@@ -91,6 +91,21 @@ async def test_trips_grow_the_open_period_and_repeated_trips_log_errors(
     assert BreakerPolicy().open_for(5) == 30.0  # the draft's default: no growth
 
 
+async def test_guard_records_from_a_worker_thread_too(autojump_clock: trio.abc.Clock) -> None:
+    # Given a breaker guarding code that runs in a worker thread (a plain handler)
+    breaker = Breaker("files", BreakerPolicy(failures=2))
+
+    def write() -> None:
+        with breaker.guard():
+            raise OSError("disk full")
+
+    # When it fails twice there, then the breaker (trio's) is open
+    for _ in range(2):
+        with pytest.raises(OSError, match="disk full"):
+            await trio.to_thread.run_sync(write)
+    assert breaker.state == "open"
+
+
 def test_a_wrong_policy_is_refused_with_what_to_do() -> None:
     with pytest.raises(ValueError, match=r"'failures': expected a whole number >= 1, got 0"):
         BreakerPolicy(failures=0)

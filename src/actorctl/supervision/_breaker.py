@@ -259,7 +259,8 @@ class Breaker:
     @contextlib.contextmanager
     def guard(self) -> Iterator[None]:
         """Record the outcome of the block: an exception is a failure (and goes
-        on up), the end of the block a success. For an actor's handlers::
+        on up), the end of the block a success. In an async handler, or a plain
+        one (which runs in a worker thread). For an actor's handlers::
 
             with self.breaker.guard():
                 await charge(card)
@@ -267,9 +268,9 @@ class Breaker:
         try:
             yield
         except Exception as exc:
-            self.failed(f"{type(exc).__name__}: {exc}")
+            _in_trio(self.failed, f"{type(exc).__name__}: {exc}")
             raise
-        self.succeeded()
+        _in_trio(self.succeeded)
 
     def statistics(self) -> dict[str, Any]:
         """Its state, as ``cluster status`` and ``_node`` show it."""
@@ -326,6 +327,16 @@ class Breaker:
             log("actorctl:breaker:half-open", breaker=self.name)
         if self.on_change is not None:
             self.on_change(state)
+
+
+def _in_trio(fn: Callable[..., None], *args: object) -> None:
+    """Call ``fn`` in the trio thread: here, or from a worker thread trio started."""
+    try:
+        trio.lowlevel.current_trio_token()
+    except RuntimeError:
+        trio.from_thread.run_sync(fn, *args)
+    else:
+        fn(*args)
 
 
 def _over(times: collections.deque[float], now: float, window: float, limit: int) -> bool:
