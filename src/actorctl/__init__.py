@@ -32,7 +32,12 @@ from .mailbox import MailboxStatistics as MailboxStatistics
 from .mailbox import Outcome as Outcome
 from .supervision import DEFAULT_RETRY_POLICY as DEFAULT_RETRY_POLICY
 from .supervision import ActorSpec as ActorSpec
+from .supervision import Breaker as Breaker
+from .supervision import BreakerPolicy as BreakerPolicy
 from .supervision import ChildError as ChildError
+from .supervision import CircuitBreaker as CircuitBreaker
+from .supervision import Health as Health
+from .supervision import HealthCheck as HealthCheck
 from .supervision import ProcessExited as ProcessExited
 from .supervision import ProcessSpec as ProcessSpec
 from .supervision import Restart as Restart
@@ -70,13 +75,18 @@ __all__ = [
     "AskTimeout",
     "AsyncResult",
     "Behaviour",
+    "Breaker",
+    "BreakerPolicy",
     "ChildError",
+    "CircuitBreaker",
     "ConfigError",
     "DataSink",
     "DeliveryError",
     "Directory",
     "Envelope",
     "GroupResult",
+    "Health",
+    "HealthCheck",
     "MailboxStatistics",
     "Modified",
     "Node",

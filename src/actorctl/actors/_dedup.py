@@ -79,7 +79,9 @@ class SeenWindow:
 
     def finish(self, key: Hashable, handled: Handled) -> None:
         done = self._running.pop(key, None)
-        if self.count:
+        # ``modified`` (an open circuit breaker) is not remembered: the message
+        # was not handled, and the same message sent again later must run.
+        if self.count and handled.outcome.state != "modified":
             entries = self._entries
             now = self._clock()
             entries[key] = (now, handled)

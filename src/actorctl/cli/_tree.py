@@ -27,6 +27,10 @@ def _line(item: dict[str, Any]) -> str:
     parts = [str(item.get("name")), str(item.get("kind")), str(item.get("state", "-"))]
     if item.get("cluster"):
         parts.insert(1, f"cluster {item['cluster']!r}")
+    if item.get("kind") in ("health-check", "breaker"):
+        if item.get("detail"):
+            parts.append(str(item["detail"]))
+        return "  ".join(parts)
     parts.append(f"restarts {item.get('restarts', 0)}")
     mailbox = item.get("mailbox")
     if isinstance(mailbox, dict):

@@ -21,6 +21,7 @@ from ._foreman import Foreman as Foreman
 from ._foreman import NodeDied as NodeDied
 from ._foreman import NodeState as NodeState
 from ._foreman import ensure_dev_secrets as ensure_dev_secrets
+from ._health_config import breakers_of as breakers_of
 from ._hosting import ActorsFactory as ActorsFactory
 from ._hosting import hosted_actors as hosted_actors
 from ._inbound import REPLY_PREFIX as REPLY_PREFIX

@@ -11,7 +11,9 @@ whose peer cannot be reached waits (with the rest of its lane) until the peer
 is back, unless it may go elsewhere (a router's, which moves it to another
 instance): such a message leaves the lane once the peer has been unreachable
 for the connect timeout, as do those queued behind it later. One the receiver
-could not take (``modified``, released) is sent again later, with backoff.
+could not take (``modified``, released) is sent again later, with backoff; one
+that a router moves on from instance to instance because each refuses it
+(``modified``: every circuit breaker open) moves with the same backoff.
 Either way for as long as the node lives, and from the store again after a
 restart. Order: oldest first, except that a message sent again goes behind
 those waiting. A message refused past its ``absolute-expiry-time`` (every
@@ -262,6 +264,15 @@ class Backlog:
                 entry.address = elsewhere
                 entry.envelope = attrs.evolve(entry.envelope, to=str(elsewhere))
                 self._store.put(TABLE, message_id, _pack(elsewhere, entry.envelope))
+                if outcome.state == "modified":
+                    # Refused again (every instance's breaker open, say): it
+                    # goes round them with backoff, not as fast as they answer.
+                    entry.attempts += 1
+                    if entry.attempts > 1:
+                        delay = min(_RETRY_FIRST * 2 ** (entry.attempts - 2), _RETRY_MAX)
+                        assert self._nursery is not None
+                        self._nursery.start_soon(self._later, entry, delay)
+                        return
                 self._queue(entry)
                 return
         if outcome.condition == PEER_UNAVAILABLE:

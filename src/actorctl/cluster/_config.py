@@ -51,6 +51,7 @@ from .._errors import ConfigError
 from ..mailbox import Keyring
 from ..supervision import SupervisorSpec
 from ._deadletters import DeadLetterBounds
+from ._health_tables import HEALTH_KEYS, check_health_tables
 from ._limits import LIMIT_NAMES, Limits
 from ._store import Store
 from ._tls import TlsFiles
@@ -61,7 +62,7 @@ __all__ = ["NODE_KEYS", "ClusterConfig", "NodeConfig", "load_cluster", "unknown_
 _NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?")
 #: The keys of a [[node]] table this layer reads; an actors factory reads others.
 NODE_KEYS: Final = frozenset(
-    {"name", "listen", "actors", "instances", "durable", "limits", "deadletters"}
+    {"name", "listen", "actors", "instances", "durable", "limits", "deadletters", "health"}
 )
 _TABLES: Final = frozenset({"cluster", "node", "router", "supervisor"})
 _CLUSTER_KEYS: Final = frozenset({"name", "dev", "certs", "keys", "insecure", "controller"})
@@ -115,6 +116,8 @@ class NodeConfig:
     settings: Mapping[str, Any] = attrs.field(factory=dict, eq=False, hash=False)
     # [node.deadletters]: how many it keeps, and for how long
     deadletters: DeadLetterBounds = attrs.field(factory=DeadLetterBounds)
+    # its [[node.health]] tables (``_health_config.py``)
+    health: tuple[Mapping[str, Any], ...] = attrs.field(default=(), eq=False, hash=False)
 
     @property
     def listen(self) -> str:
@@ -306,6 +309,19 @@ class _Where:
             raise self.error(f"{prefix}.durable", why, durable)
         limits = self.limits(f"{prefix}.limits", item.get("limits", {}))
         deadletters = self.deadletters(f"{prefix}.deadletters", item.get("deadletters", {}))
+        try:
+            health = check_health_tables(
+                f"{prefix}.health",
+                item.get("health", []),
+                lambda key, value: unknown_key(self.path, key, value, HEALTH_KEYS),
+            )
+        except ConfigError as exc:
+            message = str(exc)
+            raise (
+                exc
+                if message.startswith(str(self.path))
+                else ConfigError(f"{self.path}: {message}")
+            ) from None
         settings = {key: value for key, value in item.items() if key not in NODE_KEYS}
         if actors is None and settings:  # no actors factory here to read them
             key, value = next(iter(settings.items()))
@@ -328,6 +344,7 @@ class _Where:
             limits=limits,
             settings=settings,
             deadletters=deadletters,
+            health=health,
         )
 
     def deadletters(self, key: str, table: object) -> DeadLetterBounds:

@@ -20,7 +20,7 @@ import trio
 
 from .._log import log
 from ..actors import Actor, BadArguments, handler
-from ..supervision import ChildSpec, Strategy, Supervisor
+from ..supervision import HEALTH_AGENT, ChildSpec, Strategy, Supervisor
 from ._config import ClusterConfig
 from ._deadletters import DEAD_LETTERS
 from ._foreman import Foreman, LocalForeman, NodeState
@@ -92,6 +92,8 @@ class Controller(Actor):
                 try:
                     ref = self.ref(f"{state.address}/_node").with_options(timeout=2.0)
                     entry["children"] = [await ref.ask("tree")]
+                    if HEALTH_AGENT in state.actors:
+                        entry["children"] += await self._health(state.address)
                 except Exception as exc:  # a node that does not answer is reported as such
                     entry["error"] = str(exc)
             nodes.append(entry)
@@ -103,6 +105,21 @@ class Controller(Actor):
             "restarts": 0,
             "children": nodes,
         }
+
+    async def _health(self, address: str) -> list[dict[str, Any]]:
+        """A node's health checks and circuit breakers, as rows of its tree."""
+        ref = self.ref(f"{address}/{HEALTH_AGENT}").with_options(timeout=2.0)
+        report = await ref.ask("report")
+        rows = [
+            {"name": name, "kind": "health-check", "state": r["state"], "detail": r["detail"]}
+            for name, r in sorted(report["checks"].items())
+        ]
+        for name, states in sorted(report["breakers"].items()):
+            rows += [
+                {"name": name, "kind": "breaker", "state": b["state"], "detail": b["reason"]}
+                for b in states
+            ]
+        return rows
 
     @handler
     async def deadletters(

@@ -21,6 +21,7 @@ from .._errors import ConfigError
 from ..actors import Actor
 from ..supervision import import_target
 from ._config import NODE_KEYS, ClusterConfig, NodeConfig, unknown_key
+from ._health_config import with_health
 
 __all__ = ["ActorsFactory", "Hosted", "hosted_actors"]
 
@@ -64,6 +65,17 @@ def hosted_actors(
     Raises:
         ConfigError: naming the module or object that is wrong.
     """
+    actors = _hosted(target, instances, node=node, cluster=cluster)
+    return with_health(actors, node, cluster)
+
+
+def _hosted(
+    target: str | None,
+    instances: int = 1,
+    *,
+    node: NodeConfig | None = None,
+    cluster: ClusterConfig | None = None,
+) -> dict[str, Hosted]:
     actors: dict[str, Hosted] = {}
     if target is None:
         return actors

@@ -31,7 +31,7 @@ from ..mailbox import (
     Verifier,
 )
 from ..mailbox._signing import DEFAULT_SESSION_LIFETIME, DEFAULT_WINDOW
-from ..supervision import Restart
+from ..supervision import BreakerPolicy, Restart
 from ..supervision._specs import ActorSpec, SupervisorSpec
 from ..supervision._tree import TreeLevel
 from ._agent import NodeAgent
@@ -100,6 +100,7 @@ class Node:
         connect_timeout: seconds a peer node may stay unreachable before a send
             to it fails with ``PeerUnavailable`` (a durable send waits in the
             backlog instead).
+        peer_breaker: the policy of each peer's circuit breaker (docs/breakers.md).
         store: the node's durable store (the outgoing backlog, delayed tasks,
             revokes, chord barriers, results); the node runs it, first to start
             and last to stop. None: a memory store (``durable = false``: nothing
@@ -139,6 +140,7 @@ class Node:
         clock: Callable[[], float] = time.time,
         node_lost_after: float = 10.0,
         connect_timeout: float = 5.0,
+        peer_breaker: BreakerPolicy | None = None,
         store: Store | None = None,
         key_poll: float | None = KEY_POLL,
         max_message_size: int = 1 << 20,
@@ -225,6 +227,7 @@ class Node:
             stopping=self._stop.is_set,
             connect_timeout=connect_timeout,
             keyring=keyring,
+            peer_breaker=peer_breaker,
         )
         #: The one path out of this node.
         self.outbox = NodeOutbox(

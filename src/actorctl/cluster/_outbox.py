@@ -37,12 +37,14 @@ from .._errors import AskTimeout, ConfigError
 from .._log import log
 from ..actors import REPLIER, Address
 from ..mailbox import EXPIRED, Envelope, Outcome, encode
+from ..supervision import Breaker
 from ._backlog import Backlog, Done, Reroute
 from ._deadletters import DeadLetters
 from ._engine import Engine, EngineSet
 from ._idle import IdlePeers
 from ._limits import reply_queue_full
 from ._peer import Peer
+from ._peer_breaker import PeerBreaker
 from ._pending import PeerSettings, Pending
 from ._reply_auth import ReplySigning
 from ._store import Store
@@ -205,6 +207,9 @@ class NodeOutbox:
         self._clock = clock
         self._ids = itertools.count()
         self._peers: dict[tuple[str, int], Peer] = {}
+        # Each peer's breaker, kept when its idle connection is closed (made on
+        # a peer's first connection, never per message).
+        self._breakers: dict[tuple[str, int], PeerBreaker] = {}
         self._waiting: dict[str, _Waiter] = {}
         self._reply_address = f"$reply/{node_id}"
         self._nursery: trio.Nursery | None = None
@@ -353,11 +358,18 @@ class NodeOutbox:
                 self._engines,
                 self._on_reply,
                 on_state=on_state,
+                breaker=self._breakers.get(endpoint),
             )
+            self._breakers[endpoint] = peer.breaker
             made.append(peer)
             self._peers[endpoint] = peer
             self._nursery.start_soon(self.idle_peers.run_peer, peer)
         return peer
+
+    def peer_breaker(self, address: Address) -> Breaker | None:
+        """The circuit breaker of the peer node at ``address`` (None: never dialled)."""
+        guard = self._breakers.get(address.endpoint)
+        return None if guard is None else guard.breaker
 
     @property
     def peers(self) -> int:

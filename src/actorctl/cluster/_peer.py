@@ -12,7 +12,6 @@ from __future__ import annotations
 import functools
 import itertools
 import json
-import random
 from collections.abc import Callable
 from typing import Any, Final, final
 
@@ -39,6 +38,7 @@ from ..mailbox import (
 )
 from . import _raw as raw
 from ._engine import Engine, EngineHandler, EngineSet
+from ._peer_breaker import PeerBreaker
 from ._pending import OutLink, PeerSettings, Pending
 from ._reply_auth import REPLY_CREDIT, ReplyCheck, certificate_names
 
@@ -79,6 +79,7 @@ class Peer(EngineHandler):
         on_reply: Callable[[Envelope, str], None],
         *,
         on_state: Callable[[str, bool, str | None], None] | None = None,
+        breaker: PeerBreaker | None = None,
     ) -> None:
         self.settings = settings
         self.host = host
@@ -109,11 +110,11 @@ class Peer(EngineHandler):
             None if identity is None else functools.partial(sign_ed25519, identity)
         )
         self._node = ""  # the peer's container id on this connection: what we sign for
-        # Since when (trio time) there has been no ready connection (None: there
-        # is one), and why the last attempt failed: what waits for the peer
-        # longer than the connect timeout fails with PeerUnavailable.
+        # Since when (trio time) no connection is ready (None: one is), and why the last
+        # attempt failed: what waits longer than the connect timeout gets PeerUnavailable.
         self._down_since: float | None = trio.current_time()
         self._last_error = "no connection made yet"
+        self.breaker = breaker or PeerBreaker(f"{host}:{port}", settings.peer_breaker)
 
     async def run(self) -> None:
         """Keep a connection to the peer open, reconnecting with backoff."""
@@ -134,8 +135,7 @@ class Peer(EngineHandler):
                         error=str(exc),
                         attempts=failures,
                     )
-                await trio.sleep(backoff * (0.5 + random.random()))
-                backoff = min(backoff * 2, _BACKOFF_MAX)
+                backoff = await self.breaker.pause(backoff, _BACKOFF_MAX)
                 continue
             if failures:
                 log("actorctl:peer:reconnected", peer=self.name, attempts=failures)
@@ -168,8 +168,7 @@ class Peer(EngineHandler):
                 failures += 1
                 self._last_error = "the connection closed before its links opened"
                 self._give_up_resends()
-                await trio.sleep(backoff * (0.5 + random.random()))
-                backoff = min(backoff * 2, _BACKOFF_MAX)
+                backoff = await self.breaker.pause(backoff, _BACKOFF_MAX)
             self._linked_once = False
 
     async def wait_ready(self) -> Engine:
@@ -183,6 +182,7 @@ class Peer(EngineHandler):
             engine = self.engine
             if self._ready.is_set() and engine is not None and not engine.closed:
                 return engine
+            self.breaker.check(self._last_error)  # open: fail fast, not after the timeout
             since = self._down_since
             if since is None:
                 since = self._down_since = trio.current_time()
@@ -218,6 +218,7 @@ class Peer(EngineHandler):
         only until the peer has been down for the connect timeout: then they
         fail (a durable sender's backlog keeps its own, and tries again later)."""
         since = self._down_since
+        self.breaker.failed(since, self.settings.connect_timeout, self._last_error)
         if not self._resend or since is None:
             return
         if trio.current_time() - since < self.settings.connect_timeout:
@@ -312,6 +313,7 @@ class Peer(EngineHandler):
                 await self._open_session(engine, identity)
         self._ready.set()
         self._down_since = None
+        self.breaker.connected()
         if self._on_state is not None:
             self._on_state(self.name, True, engine.connection.remote_container)
         again, self._resend = self._resend, []

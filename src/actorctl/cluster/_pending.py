@@ -16,6 +16,7 @@ from proton import Link, SSLDomain
 from .._errors import ActorctlError, Modified, PeerUnavailable, Rejected, UnknownActor
 from .._log import log
 from ..mailbox import NOT_FOUND, PEER_UNAVAILABLE, Envelope, IdentityKey, Keyring, Outcome
+from ..supervision import BreakerPolicy
 from ._engine import Engine
 
 __all__ = ["OutLink", "PeerSettings", "Pending"]
@@ -40,6 +41,7 @@ class PeerSettings:
             for it fails with ``PeerUnavailable`` (the backlog keeps durable sends).
         keyring: the keys whose signatures on replies it trusts; None: it takes
             replies unchecked (a node without keys, for tests and development).
+        peer_breaker: the policy of each peer's circuit breaker (``_peer_breaker.py``).
     """
 
     node_id: str
@@ -53,6 +55,7 @@ class PeerSettings:
     stopping: Callable[[], bool]
     connect_timeout: float = 5.0
     keyring: Keyring | None = None
+    peer_breaker: BreakerPolicy | None = None  # None: ``_peer_breaker.PEER_BREAKER``
 
 
 @final

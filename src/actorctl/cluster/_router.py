@@ -114,8 +114,11 @@ class Router(Actor):
             await self._hand_over(outbox, envelope)
             return ACCEPTED, None
         tried: set[Address] = set()
+        refusing: set[Address] = set()  # answered modified (e.g. a circuit breaker open)
         reasons: list[str] = []
         for _ in range(3 * len(self.instances)):
+            if len(refusing) == len(self.instances):
+                break  # every instance refuses it: the sender's backlog tries again later
             fresh = [a for a in self.instances if a not in tried] or self.instances
             target = min(fresh, key=lambda a: self.load[a])
             tried.add(target)
@@ -136,6 +139,8 @@ class Router(Actor):
             except Rejected as exc:
                 return Outcome.rejected(exc.condition, exc.description), None
             except (Modified, UnknownActor, AskTimeout, PeerUnavailable, trio.TooSlowError) as exc:
+                if isinstance(exc, Modified):
+                    refusing.add(target)
                 reason = f"{target}: {type(exc).__name__} {exc}".strip()
                 reasons.append(reason)
                 log(

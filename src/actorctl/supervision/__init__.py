@@ -1,10 +1,15 @@
 """Supervisors and strategies, restart intensity, supervision trees that users
-declare, boxed (external) processes, and (later) circuit breakers, health
-checks and retry policies.
+declare, boxed (external) processes, circuit breakers and health checks (and,
+later, retry policies).
 
 It sits between ``cluster`` and ``actors`` in the import order.
 """
 
+from ._breaker import CIRCUIT_OPEN as CIRCUIT_OPEN
+from ._breaker import Breaker as Breaker
+from ._breaker import BreakerPolicy as BreakerPolicy
+from ._breaker import CircuitBreaker as CircuitBreaker
+from ._breaker import Health as Health
 from ._child import ChildError as ChildError
 from ._child import ChildFailedToStart as ChildFailedToStart
 from ._child import ChildSpec as ChildSpec
@@ -13,6 +18,12 @@ from ._child import Strategy as Strategy
 from ._child import SupervisorGaveUp as SupervisorGaveUp
 from ._declare import child_from_table as child_from_table
 from ._declare import supervisor_from_table as supervisor_from_table
+from ._health import HEALTH_AGENT as HEALTH_AGENT
+from ._health import HealthCheck as HealthCheck
+from ._health import HealthMonitor as HealthMonitor
+from ._health import certificate_expiry as certificate_expiry
+from ._health import disk_writable as disk_writable
+from ._health import peer_reachable as peer_reachable
 from ._process import ProcessExited as ProcessExited
 from ._retry import DEFAULT_RETRY_POLICY as DEFAULT_RETRY_POLICY
 from ._retry import NEVER_RETRIED as NEVER_RETRIED

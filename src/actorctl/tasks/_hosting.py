@@ -18,7 +18,8 @@ import attrs
 
 from .._errors import ConfigError
 from ..actors import Actor
-from ..cluster import ClusterConfig, NodeConfig, Router
+from ..cluster import ClusterConfig, NodeConfig, Router, breakers_of
+from ..supervision import HEALTH_AGENT, HealthMonitor
 from ._chords import ChordBarrier
 from ._client import Directory
 from ._control import TaskControl, WorkerState
@@ -188,6 +189,11 @@ def task_actors(
         worker_class = _worker_class(app, pool)
         for copy in range(1, node.instances + 1):
             actors[_instance(pool, copy)] = worker_class(app, pool, directory, state)
+    # The app's checks run on each worker node; its breakers are shown there too.
+    if mine.pools and (app.health_checks or breakers_of(actors)):
+        actors[HEALTH_AGENT] = HealthMonitor(
+            node.name, list(app.health_checks), lambda: breakers_of(actors)
+        )
     if mine.services:
         settings = {n.name: TaskNodeSettings.of(config, n) for n in config.nodes}
         for pool in sorted(directory.nodes):

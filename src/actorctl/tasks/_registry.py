@@ -17,7 +17,8 @@ import attrs
 from .._errors import ConfigError
 from ..actors import to_wire
 from ..mailbox import KIND_EVENT, Envelope
-from ..supervision import DEFAULT_RETRY_POLICY, RetryPolicy
+from ..supervision import DEFAULT_RETRY_POLICY, BreakerPolicy, HealthCheck, RetryPolicy
+from ._breakers import policy_of
 from ._client import current_client
 from ._control import Control
 from ._protocol import EVENTS, H_EVENT, H_SINKS
@@ -56,6 +57,8 @@ class TaskRegistry:
         self.events: dict[str, type] = {}
         self.subscriptions: dict[str, list[Task]] = {}
         self.pools: dict[str, dict[str, Any]] = {}
+        self.breakers: dict[str, BreakerPolicy] = {}
+        self.health_checks: list[HealthCheck] = []
         self.control = Control(name)
 
     # -- definitions ---------------------------------------------------------------
@@ -79,7 +82,8 @@ class TaskRegistry:
         ``default_retry_delay``, ``retry_backoff``,
         ``time_limit``, ``soft_time_limit``, ``ignore_result``, ``track_started``,
         ``sinks`` (data-sink actors that also get its results), ``boxed`` (run it
-        in a process of its own, which its hard time limit can kill).
+        in a process of its own, which its hard time limit can kill), ``breaker``
+        (True, a ``BreakerPolicy``, or the name of one declared with :meth:`breaker`).
         """
 
         def register(fn: Callable[..., Any]) -> Task:
@@ -120,6 +124,53 @@ class TaskRegistry:
             "mailbox_capacity": mailbox_capacity,
             "threads": threads,
         }
+
+    def breaker(self, name: str, **policy: Any) -> None:
+        """Declare a circuit breaker shared by the tasks that name it
+        (``@app.task(breaker=name)``): one per downstream resource. ``policy``
+        takes the options of :class:`~actorctl.supervision.BreakerPolicy`.
+
+        Raises:
+            ConfigError: an unknown or wrong option, naming it.
+        """
+        self.breakers[name] = policy_of(name, policy)
+
+    def health_check(
+        self,
+        *,
+        name: str | None = None,
+        interval: float = 30.0,
+        timeout: float = 10.0,
+        breakers: Sequence[str] = (),
+    ) -> Callable[[F], F]:
+        """Declare a health check (a function or an async function returning a
+        ``Health``, or ``(Health, detail)``) that every node hosting this app's
+        pools runs every ``interval`` seconds (a timer in the node, not the
+        scheduler); its results feed the breakers it names (``app.breaker`` or
+        a task's own, by the task's name).
+
+        Raises:
+            ConfigError: a wrong interval or timeout, or a name used twice.
+        """
+
+        def register(fn: F) -> F:
+            check_name = name or fn.__name__
+            if any(c.name == check_name for c in self.health_checks):
+                raise ConfigError(f"two health checks are named {check_name!r}: give one name=...")
+            try:
+                check = HealthCheck(
+                    name=check_name,
+                    fn=fn,
+                    interval=interval,
+                    timeout=timeout,
+                    breakers=tuple(breakers),
+                )
+            except ValueError as exc:
+                raise ConfigError(f"health check {check_name!r}: {exc}") from None
+            self.health_checks.append(check)
+            return fn
+
+        return register
 
     def event(self, cls: type[T] | None = None, /, *, name: str | None = None) -> Any:
         """Make an attrs class or dataclass a domain event: it gains

@@ -106,6 +106,7 @@ class Task:
         track_started: bool = False,
         sinks: Sequence[str] = (),
         boxed: bool = False,
+        breaker: object = None,
     ) -> None:
         self.fn = fn
         self.name = name
@@ -124,6 +125,7 @@ class Task:
         self.track_started = track_started
         self.sinks = tuple(sinks)
         self.boxed = boxed
+        self.breaker = breaker  # True, a BreakerPolicy or a declared name (``_breakers.py``)
         self.is_async = inspect.iscoroutinefunction(fn)
         if boxed and (self.is_async or bind):
             raise ConfigError(f"task {name}: a boxed task must be a plain `def` without bind=True")

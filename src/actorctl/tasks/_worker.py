@@ -25,7 +25,8 @@ from .._log import log
 from ..actors import Actor, Address, BadArguments
 from ..cluster import DEAD_LETTERS, REASON_EXPIRED, REASON_OUT_OF_RETRIES, REASON_POISON
 from ..mailbox import ACCEPTED, Envelope, Outcome
-from ..supervision import POISON, RetryPolicy, failure_mark
+from ..supervision import CIRCUIT_OPEN, POISON, RetryPolicy, failure_mark
+from ._breakers import record, task_breakers
 from ._client import Directory, TaskClient, using_client
 from ._control import WorkerState
 from ._followups import FollowUps
@@ -85,6 +86,8 @@ class TaskWorker(Actor):
         self._threads = trio.CapacityLimiter(type(self).runs)
         self._runs = trio.Semaphore(type(self).runs)
         self._followups: FollowUps | None = None
+        # Its circuit breakers, by task, and each once by name (its actor state).
+        self._breakers, self.breakers = task_breakers(app.tasks, app.breakers)
 
     async def on_start(self) -> None:
         """Runs in the actor's task: the client of the node it runs on."""
@@ -141,12 +144,17 @@ class TaskWorker(Actor):
         task_id = str(
             envelope.headers.get(H_TASK_ID) or envelope.correlation_id or envelope.message_id
         )
+        breaker = self._breakers.get(task.name)
+        if breaker is not None and not breaker.closed and (refused := breaker.admit()):
+            return Outcome.modified(CIRCUIT_OPEN, f"task {task.name}: {refused}"), None
         async with self._runs:
             why_not = self._why_not_run(envelope, task_id)
             if why_not is None:
                 if envelope.headers.get(H_TRACK):
                     await followups.report(envelope, STARTED, None)
                 ran = await self._run_all(envelope, task, task_id, calls)
+        if breaker is not None:
+            record(breaker, None if why_not is not None else ran)
         if why_not is not None:
             await followups.report(envelope, REVOKED, {"reason": why_not})
             if why_not.startswith("expired"):

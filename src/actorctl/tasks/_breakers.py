@@ -1,0 +1,93 @@
+"""Circuit breakers on tasks: one per task, or one per downstream resource
+that several tasks share.
+
+``@app.task(breaker=True)`` gives the task a breaker of its own (named after
+it, with the default policy); ``breaker=BreakerPolicy(...)`` one with that
+policy; ``breaker="payments-api"`` the breaker declared with
+``app.breaker("payments-api", failures=5, reset=60)``, shared by every task
+that names it (a resource is down for all of them at once).
+
+Each worker actor has its own breakers, so one node's open breaker leaves the
+pool's other workers running: while a task's breaker is open the worker
+answers ``modified`` before the task takes a run slot, the pool's router moves
+the task to another worker, and when every worker's breaker is open the
+router's backlog keeps it (durably) and sends it again until one closes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from .._errors import ConfigError
+from ..supervision import Breaker, BreakerPolicy
+from ._limits import TaskFailure
+from ._task import Retry, Task
+
+__all__ = ["policy_of", "record", "task_breakers"]
+
+
+def policy_of(name: str, options: Mapping[str, Any]) -> BreakerPolicy:
+    """A breaker policy from keyword options (``app.breaker``, cluster.toml).
+
+    Raises:
+        ConfigError: naming the breaker and the option that is wrong.
+    """
+    try:
+        return BreakerPolicy(**options)
+    except TypeError as exc:
+        known = ", ".join(a.name for a in BreakerPolicy.__attrs_attrs__)
+        raise ConfigError(f"breaker {name!r}: {exc} (its options are: {known})") from None
+    except ValueError as exc:
+        raise ConfigError(f"breaker {name!r}: {exc}") from None
+
+
+def task_breakers(
+    tasks: Mapping[str, Task], declared: Mapping[str, BreakerPolicy]
+) -> tuple[dict[str, Breaker], dict[str, Breaker]]:
+    """A worker's breakers: by task name (the tasks that have one), and by
+    breaker name (each once).
+
+    Raises:
+        ConfigError: a task names a breaker that ``app.breaker`` did not declare.
+    """
+    by_name: dict[str, Breaker] = {}
+    by_task: dict[str, Breaker] = {}
+    for task in tasks.values():
+        wanted: object = getattr(task, "breaker", None)
+        if wanted is None or wanted is False:
+            continue
+        if isinstance(wanted, str):
+            policy = declared.get(wanted)
+            if policy is None:
+                raise ConfigError(
+                    f"task {task.name!r} names breaker {wanted!r}, which the app does not "
+                    f"declare (declared: {sorted(declared) or 'none'}); add "
+                    f'app.breaker("{wanted}", ...) or use breaker=True for one of its own'
+                )
+            name = wanted
+        elif wanted is True or isinstance(wanted, BreakerPolicy):
+            policy = wanted if isinstance(wanted, BreakerPolicy) else BreakerPolicy()
+            name = task.name
+        else:
+            raise ConfigError(
+                f"task {task.name!r}: breaker= takes True, a BreakerPolicy or the name of "
+                f"a breaker declared with app.breaker(...), not {wanted!r}"
+            )
+        breaker = by_name.get(name)
+        if breaker is None:
+            breaker = by_name[name] = Breaker(name, policy)
+        by_task[task.name] = breaker
+    return by_task, by_name
+
+
+def record(breaker: Breaker, ran: list[Any] | BaseException | None) -> None:
+    """Tell ``breaker`` how a run went: values are a success, an exception (or
+    a retry of one) a failure, None (it did not run: revoked, expired) neither."""
+    if isinstance(ran, list):
+        breaker.succeeded()
+    elif ran is None or (isinstance(ran, TaskFailure) and ran.type_name == "TaskRevoked"):
+        breaker.released()
+    else:
+        cause = ran.exc if isinstance(ran, Retry) and ran.exc is not None else ran
+        breaker.failed(f"{type(cause).__name__}: {cause}")
