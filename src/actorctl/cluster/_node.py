@@ -100,7 +100,7 @@ class Node:
         connect_timeout: seconds a peer node may stay unreachable before a send
             to it fails with ``PeerUnavailable`` (a durable send waits in the
             backlog instead).
-        peer_breaker: the policy of each peer's circuit breaker (docs/breakers.md).
+        peer_breaker: the policy of each peer's circuit breaker (docs/fault-tolerance.md).
         store: the node's durable store (the outgoing backlog, delayed tasks,
             revokes, chord barriers, results); the node runs it, first to start
             and last to stop. None: a memory store (``durable = false``: nothing
