@@ -28,7 +28,7 @@ from ..actors import Actor
 from ..mailbox import ACCEPTED, KIND_DOCUMENT, Envelope, Outcome
 from ._client import TaskClient
 from ._protocol import H_RETRIES, H_STATE, H_TASK_ID, READY_STATES, SINK_FAILED, SUCCESS
-from ._state import keep_result, store_of
+from ._state import RESULT_EXPIRES, keep_result, store_of
 
 __all__ = ["DataSink", "TaskResult", "is_reply_address", "send_document"]
 
@@ -41,7 +41,13 @@ def is_reply_address(target: str) -> bool:
 
 
 async def send_document(
-    client: TaskClient, request: Envelope, state: str, body: Any, targets: list[str]
+    client: TaskClient,
+    request: Envelope,
+    state: str,
+    body: Any,
+    targets: list[str],
+    *,
+    expires: float = RESULT_EXPIRES,
 ) -> None:
     """Send a state document about the task ``request`` to each of ``targets``:
     on the reply link for a reply address (never waiting), else to the actor's
@@ -49,7 +55,7 @@ async def send_document(
     final state is kept in the node's store too (committed when this returns),
     even with no target."""
     outbox = client.outbox
-    kept = state in READY_STATES and keep_result(outbox, request, state, body)
+    kept = state in READY_STATES and keep_result(outbox, request, state, body, expires)
     headers: dict[str, Any] = {H_STATE: state}
     task_id = request.headers.get(H_TASK_ID)
     if task_id:

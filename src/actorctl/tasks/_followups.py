@@ -45,6 +45,7 @@ from ._protocol import (
     sink_list,
     unpack_chain,
 )
+from ._state import RESULT_EXPIRES
 
 __all__ = ["FollowUps"]
 
@@ -59,11 +60,15 @@ class FollowUps:
     Args:
         client: the worker node's client (its outbox and the directory).
         pool: the worker's pool: the default of a message that names none.
+        result_expires: seconds its node keeps a final result (``app.conf``).
     """
 
-    def __init__(self, client: TaskClient, pool: str) -> None:
+    def __init__(
+        self, client: TaskClient, pool: str, result_expires: float = RESULT_EXPIRES
+    ) -> None:
         self.client = client
         self.pool = pool
+        self.result_expires = result_expires
 
     def pool_of(self, envelope: Envelope) -> str:
         return str(envelope.headers.get(H_POOL, self.pool))
@@ -74,7 +79,9 @@ class FollowUps:
         if state in READY_STATES:
             targets += header_sinks(envelope.headers)
         if targets:
-            await send_document(self.client, envelope, state, body, targets)
+            await send_document(
+                self.client, envelope, state, body, targets, expires=self.result_expires
+            )
 
     async def succeed(self, envelope: Envelope, value: Any) -> None:
         """The task returned ``value``: run its callbacks, then send the next

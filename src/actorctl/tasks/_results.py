@@ -168,6 +168,15 @@ class AsyncResult:
 
     info = result
 
+    @property
+    def traceback(self) -> str | None:
+        """The traceback of a failed task, as its worker formatted it (the
+        worker's frames), or None (not failed, or no traceback was sent)."""
+        if self.state != FAILURE or self._error is None:
+            return None
+        text = self._error.get("traceback")
+        return text if isinstance(text, str) else None
+
     # -- waiting --------------------------------------------------------------------
 
     def get(self, timeout: float | None = None, *, propagate: bool = True) -> Any:

@@ -20,10 +20,12 @@ from typing import Any, ClassVar, Final
 
 import trio
 
+from .. import signals
 from .._errors import ActorctlError, WireFormatError
 from .._log import log
 from ..actors import Actor, BadArguments
 from ..mailbox import ACCEPTED, Envelope, Outcome
+from . import _hooks as hooks
 from ._client import Directory, TaskClient, using_client
 from ._control import WorkerState
 from ._followups import FollowUps
@@ -37,8 +39,10 @@ from ._protocol import (
     H_TASK_ID,
     H_TIMELIMIT,
     H_TRACK,
+    RETRY,
     REVOKED,
     STARTED,
+    SUCCESS,
     UNKNOWN_TASK,
 )
 from ._registry import TaskRegistry
@@ -84,8 +88,14 @@ class TaskWorker(Actor):
 
     async def on_start(self) -> None:
         """Runs in the actor's task: the client of the node it runs on."""
-        client = TaskClient(self._require_cell().outbox, self.directory)
-        self._followups = FollowUps(client, self.pool)
+        outbox = self._require_cell().outbox
+        client = TaskClient(outbox, self.directory)
+        self._followups = FollowUps(client, self.pool, self.app.conf.result_expires)
+        hooks.worker_up(self.state, str(getattr(outbox, "name", "")))
+
+    async def on_stop(self) -> None:
+        """Runs in the actor's last task: the node's last worker sends worker_shutdown."""
+        hooks.worker_down(self.state, str(getattr(self._require_cell().outbox, "name", "")))
 
     @property
     def followups(self) -> FollowUps:
@@ -139,11 +149,16 @@ class TaskWorker(Actor):
             if why_not is None:
                 if envelope.headers.get(H_TRACK):
                     await followups.report(envelope, STARTED, None)
+                if signals.task_prerun.receivers:
+                    hooks.prerun(task, task_id, args, kwargs)
                 ran = await self._run_all(envelope, task, task_id, calls)
         if why_not is not None:
+            hooks.revoked(task, task_id, args, kwargs, why_not)
             await followups.report(envelope, REVOKED, {"reason": why_not})
             return ACCEPTED, None
-        await self._follow(envelope, task, task_id, ran)
+        state = await self._follow(envelope, task, task_id, ran)
+        if signals.task_postrun.receivers:
+            hooks.postrun(task, task_id, args, kwargs, _retval(envelope, ran), state)
         return ACCEPTED, None
 
     def _why_not_run(self, envelope: Envelope, task_id: str) -> str | None:
@@ -171,30 +186,31 @@ class TaskWorker(Actor):
 
     async def _follow(
         self, envelope: Envelope, task: Task, task_id: str, ran: list[Any] | BaseException
-    ) -> None:
+    ) -> str:
         """Send what follows a run: its result, next step and callbacks, or its
-        failure and errbacks, or its retry."""
+        failure and errbacks, or its retry. Returns the run's state."""
         followups = self.followups
         retries = _retries(envelope)
         if isinstance(ran, list):
-            await followups.succeed(envelope, ran if envelope.headers.get(H_MAP) else ran[0])
-            return
+            value = _retval(envelope, ran)
+            await followups.succeed(envelope, value)
+            hooks.succeeded(task, value)
+            return SUCCESS
         try:
             raise ran
         except Retry as retry:
-            await self._retry(envelope, task, task_id, retries, retry.exc, retry.countdown)
-            return
+            return await self._retry(envelope, task, task_id, retries, retry.exc, retry.countdown)
         except TaskFailure as failure:
             if failure.type_name == "TaskRevoked":
                 await followups.report(envelope, REVOKED, {"reason": failure.message})
-                return
+                return REVOKED
             error = {"type": failure.type_name, "message": failure.message}
             await followups.fail(envelope, task_id, error)
-            return
+            hooks.failed(task, task_id, *envelope.call(), failure)
+            return FAILURE
         except Exception as exc:
             if task.autoretry_for and isinstance(exc, task.autoretry_for):
-                await self._retry(envelope, task, task_id, retries, exc, None)
-                return
+                return await self._retry(envelope, task, task_id, retries, exc, None)
             log(
                 "actorctl:task:failed",
                 task=task.name,
@@ -202,9 +218,14 @@ class TaskWorker(Actor):
                 error_type=type(exc).__name__,
                 error=str(exc),
             )
-            error = {"type": type(exc).__name__, "message": str(exc)}
+            error = {
+                "type": type(exc).__name__,
+                "message": str(exc),
+                "traceback": hooks.format_traceback(exc),
+            }
             await followups.fail(envelope, task_id, error)
-            return
+            hooks.failed(task, task_id, *envelope.call(), exc)
+            return FAILURE
 
     async def _retry(
         self,
@@ -214,7 +235,7 @@ class TaskWorker(Actor):
         retries: int,
         exc: BaseException | None,
         countdown: float | None,
-    ) -> None:
+    ) -> str:
         error = {
             "type": type(exc).__name__ if exc is not None else "Retry",
             "message": str(exc) if exc is not None else "retry requested",
@@ -222,11 +243,14 @@ class TaskWorker(Actor):
         if task.max_retries is not None and retries >= task.max_retries:
             error["message"] += f" (gave up after {retries} retries)"
             await self.followups.fail(envelope, task_id, error)
-            return
+            hooks.failed(task, task_id, *envelope.call(), exc or Retry())
+            return FAILURE
         if countdown is None:
             countdown = task.default_retry_delay * (2**retries if task.retry_backoff else 1)
         await self.followups.retry(envelope, task_id, retries, error, countdown)
         log("actorctl:task:retry", task=task.name, task_id=task_id, retries=retries + 1)
+        hooks.retried(task, task_id, retries, *envelope.call(), exc)
+        return RETRY
 
     # -- running -------------------------------------------------------------------
 
@@ -289,6 +313,13 @@ class TaskWorker(Actor):
             f"task {task.name} ran past its hard time limit ({limits.hard:g} s) and was stopped"
             + ("" if task.is_async or task.boxed else " (its thread runs on: use boxed=True)"),
         )
+
+
+def _retval(envelope: Envelope, ran: list[Any] | BaseException) -> Any:
+    """What the run returned (a map's list, or the one value), or what it raised."""
+    if isinstance(ran, list):
+        return ran if envelope.headers.get(H_MAP) else ran[0]
+    return ran
 
 
 def _retries(envelope: Envelope) -> int:
