@@ -4,6 +4,7 @@ This module pulls together the public API by re-exporting it; everything else is
 reachable but private.
 """
 
+from . import signals as signals
 from ._errors import ActorctlError as ActorctlError
 from ._errors import AskTimeout as AskTimeout
 from ._errors import ConfigError as ConfigError
@@ -21,6 +22,7 @@ from ._errors import WireFormatError as WireFormatError
 from .actors import Actor as Actor
 from .actors import ActorRef as ActorRef
 from .actors import Address as Address
+from .actors import BadArguments as BadArguments
 from .actors import Behaviour as Behaviour
 from .actors import Terminated as Terminated
 from .actors import handler as handler
@@ -63,6 +65,7 @@ __all__ = [
     "App",
     "AskTimeout",
     "AsyncResult",
+    "BadArguments",
     "Behaviour",
     "ChildError",
     "ConfigError",
@@ -103,6 +106,7 @@ __all__ = [
     "group",
     "handler",
     "open_node",
+    "signals",
     "soft_time_limit",
 ]
 

@@ -28,6 +28,7 @@ from ..actors import Actor
 from ..mailbox import ACCEPTED, KIND_DOCUMENT, Envelope, Outcome
 from ._client import TaskClient
 from ._protocol import H_RETRIES, H_STATE, H_TASK_ID, READY_STATES, SINK_FAILED, SUCCESS
+from ._relay import relay_document
 from ._state import RESULT_EXPIRES, keep_result, store_of
 
 __all__ = ["DataSink", "TaskResult", "is_reply_address", "send_document"]
@@ -65,7 +66,9 @@ async def send_document(
         headers[H_RETRIES] = retries
     for target in targets:
         if is_reply_address(target):
-            outbox.reply(_document(client, request, target, body, headers))
+            document = _document(client, request, target, body, headers)
+            if not outbox.reply(document, quiet=True):
+                await relay_document(client, document)  # the caller's link is elsewhere
             continue
         try:
             address = client.directory.resolve(target)

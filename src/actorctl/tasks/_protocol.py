@@ -25,6 +25,7 @@ __all__ = [
     "FAILURE",
     "PENDING",
     "READY_STATES",
+    "RELAY",
     "RESERVED_NAMES",
     "RETRY",
     "REVOKED",
@@ -72,11 +73,12 @@ EVENTS: Final = "$events"
 SCHEDULER: Final = "$scheduler"
 CHORDS: Final = "$chords"
 CONTROL: Final = "_tasks"  # the per-node task control actor (revokes)
+RELAY: Final = "_relay"  # on the services node: result documents for its callers
 EVENT_HUB_NAME: Final = "events"
 SCHEDULER_NAME: Final = "scheduler"
 CHORD_BARRIER_NAME: Final = "chords"
 RESERVED_NAMES: Final = frozenset(
-    {EVENT_HUB_NAME, CHORD_BARRIER_NAME, SCHEDULER_NAME, CONTROL, "_node"}
+    {EVENT_HUB_NAME, CHORD_BARRIER_NAME, SCHEDULER_NAME, CONTROL, RELAY, "_node"}
 )
 
 # Task states (§14.4). PENDING is what a caller knows before any document came.

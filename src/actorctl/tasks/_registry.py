@@ -15,7 +15,6 @@ from typing import Any, TypeVar, overload
 import attrs
 
 from .._errors import ConfigError
-from ..actors import to_wire
 from ..mailbox import KIND_EVENT, Envelope
 from ._client import current_client
 from ._conf import TASK_DEFAULTS, Settings
@@ -23,6 +22,7 @@ from ._control import Control
 from ._options import checked_task_options
 from ._protocol import EVENTS, H_EVENT, H_SINKS
 from ._task import Task
+from ._validate import check_event, check_references
 
 __all__ = ["TaskRegistry", "name_of_event"]
 
@@ -189,16 +189,23 @@ class TaskRegistry:
         client.wait_in_client_thread(functools.partial(self.apublish, event, sinks=sinks))
 
     async def apublish(self, event: Any, *, sinks: Sequence[str] = ()) -> None:
-        """:meth:`publish` for trio code."""
+        """:meth:`publish` for trio code.
+
+        Raises:
+            BadArguments: a field whose value is not of the event class's type.
+            ConfigError: no event hub, or a sink the directory does not know.
+        """
         event_name = name_of_event(type(event))
+        fields = check_event(event, event_name, self.events.get(event_name, type(event)))
         client = current_client(f"app {self.name!r}")
         hub = client.directory.resolve(EVENTS)
+        check_references(client.directory, f"event {event_name}", "", {"sinks": list(sinks)})
         outbox = client.outbox
         envelope = Envelope(
             message_id=outbox.new_message_id(),
             to=str(hub),
             subject=event_name,
-            body=[[], to_wire(event)],
+            body=[[], fields],
             kind=KIND_EVENT,
             creation_time=outbox.now(),
             headers={H_EVENT: event_name, **({H_SINKS: ",".join(sinks)} if sinks else {})},

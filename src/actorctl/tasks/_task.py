@@ -24,6 +24,7 @@ from ._control import new_result
 from ._protocol import FAILURE, H_GROUP, SCHEDULER, new_task_id
 from ._results import AsyncResult
 from ._signature import Signature, wire_options
+from ._validate import check_references
 
 __all__ = ["Retry", "Task", "TaskContext"]
 
@@ -176,7 +177,9 @@ class Task:
         client's thread, in order.
 
         Raises:
-            ConfigError: the app is not connected, or an unknown pool or option.
+            ConfigError: the app is not connected, or an unknown option, or a
+                pool or sink (of the task, its callbacks or its chain's steps)
+                that the cluster's directory does not know.
             WireFormatError: an argument that cannot be sent as JSON.
         """
         client = current_client(f"task {self.name}")
@@ -239,8 +242,9 @@ class Task:
         options.setdefault("sinks", self.sinks)
         if self.track_started:
             options.setdefault("track_started", True)
-        result = new_result(client, task_id, name, tracked=not ignore)
         options = wire_options(options, self.pool)
+        check_references(client.directory, f"task {self.name}", self.pool, options)
+        result = new_result(client, task_id, name, tracked=not ignore)
         reply_to = client.outbox.reply_address(target) if result.tracked else None
 
         async def send() -> None:
