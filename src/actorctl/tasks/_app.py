@@ -71,6 +71,16 @@ class App(TaskRegistry):
         (the arguments of :meth:`connect`)."""
         return open_client(cluster, name=name, **node_options)
 
+    def config_from_object(self, obj: object | str) -> None:
+        """Celery's ``app.config_from_object``: ``app.conf`` from the lowercase
+        settings of a module (or its import name) or object.
+
+        Raises:
+            ConfigError: a setting that is unknown or does not apply (naming
+                the supported ones, or why).
+        """
+        self.conf.from_object(obj)
+
     def AsyncResult(self, task_id: str) -> _results.AsyncResult:
         """Celery's ``app.AsyncResult``: the handle on the task ``task_id``, sent
         by this process or another; in a connected process, its result is

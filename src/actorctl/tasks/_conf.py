@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import datetime
 import difflib
+import importlib
+import inspect
 from collections.abc import Callable, Iterator, Mapping
 from types import MappingProxyType
 from typing import Any, Final, final
@@ -118,6 +120,21 @@ class Settings(Mapping[str, Any]):
         for key, value in checked.items():
             self._values[key] = value
             self._apply(key, value)
+
+    def from_object(self, obj: object | str) -> None:
+        """Celery's ``app.config_from_object``: the settings a module (or its
+        import name, or any object) defines as lowercase attributes."""
+        if isinstance(obj, str):
+            obj = importlib.import_module(obj)
+        given = {
+            key: value
+            for key, value in vars(obj).items()
+            if not key.startswith("_")
+            and key.lower() == key
+            and not inspect.ismodule(value)
+            and not callable(value)
+        }
+        self.update(given)
 
     def __repr__(self) -> str:
         return f"<Settings {dict(self._values)}>"

@@ -167,6 +167,7 @@ class AsyncResult:
         return None
 
     info = result
+    status = state  # Celery's other name for it
 
     @property
     def traceback(self) -> str | None:

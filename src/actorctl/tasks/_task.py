@@ -225,8 +225,13 @@ class Task:
         client.check_thread()
         unknown = set(options) - _SEND_OPTIONS
         if unknown:
+            routing = (
+                " (a task runs in its own pool: @app.task(pool=...))"
+                if unknown & {"queue", "routing_key", "exchange"}
+                else ""
+            )
             raise ConfigError(
-                f"task {self.name}: unknown option(s) {sorted(unknown)} "
+                f"task {self.name}: unknown option(s) {sorted(unknown)}{routing} "
                 f"(known: {sorted(o for o in _SEND_OPTIONS if not o.startswith('_'))})"
             )
         target = client.directory.resolve(self.pool)
