@@ -8,12 +8,18 @@ names and connects signal receivers that record each signal they get.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import datetime
 import json
 import os
+import re
 import socket
+import sqlite3
 import subprocess
 import sys
+import time
+import types
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -27,6 +33,7 @@ from proton import Message
 
 from actorctl import (
     Address,
+    App,
     AsyncResult,
     BadArguments,
     ConfigError,
@@ -363,3 +370,132 @@ async def test_a_task_whose_sink_or_callback_pool_does_not_resolve_is_refused_at
         # (a callback in wire form, docs/protocol.md §14.3, naming a pool nobody hosts)
         with pytest.raises(ConfigError, match=r"the pool of c\.add 'nope' does not resolve"):
             await add.aapply_async((1, 2), link={"t": "c.add", "p": "nope"})
+
+
+def test_the_worker_keeps_results_as_long_as_result_expires_says(cluster: Path) -> None:
+    # Given tasks that ran (tests/celery_app.py sets result_expires = 3600)
+    with app.connect(cluster):
+        assert add.delay(1, 1).get(timeout=WAIT) == 2
+    # Then the worker's node keeps its results for an hour, not the default day
+    store = cluster.parent / "data" / "worker" / "store.sqlite"
+    with contextlib.closing(sqlite3.connect(f"file:{store}?mode=ro", uri=True)) as db:
+        ends = [e for (e,) in db.execute("SELECT expires FROM entries WHERE tbl = 'results'")]
+    assert ends
+    assert all(0 < end - time.time() <= 3600 for end in ends)
+
+
+# -- Celery's names, checked where they are written -----------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("options", "says"),
+    [
+        ({"rate_limit": "10/s"}, "Celery's rate_limit= is not supported: a pool's `concurrency`"),
+        ({"acks_late": False}, "acks_late=False is not supported"),
+        ({"queue": "a", "pool": "b"}, "Celery's queue is actorctl's pool: give pool= only"),
+        ({"max_retry": 3}, "unknown option max_retry=3 (did you mean max_retries=?)"),
+        ({"serializer": "pickle"}, "messages are JSON"),
+    ],
+)
+def test_a_task_option_actorctl_does_not_take_is_answered_with_what_it_takes(
+    options: dict[str, Any], says: str
+) -> None:
+    mine = App("mine")
+    with pytest.raises(ConfigError) as refused:
+
+        @mine.task(**options)
+        def job() -> None: ...
+
+    assert says in str(refused.value)
+    assert "@app.task on job" in str(refused.value)
+    if "unknown" in says:
+        assert "pool (Celery: queue)" in str(refused.value)
+
+
+def test_queue_and_acks_late_are_celerys_names_for_what_actorctl_does() -> None:
+    mine = App("mine")
+
+    @mine.task(queue="emails", acks_late=True)
+    def send() -> None: ...
+
+    assert send.pool == "emails"
+    assert "emails" in mine.pools
+
+
+def test_app_conf_takes_celerys_settings_for_tasks_defined_before_and_after() -> None:
+    # Given a task defined before the settings, and one that sets its own limit
+    mine = App("mine")
+
+    @mine.task
+    def before() -> None: ...
+
+    @mine.task(time_limit=1)
+    def own() -> None: ...
+
+    # When the settings are given, as Celery's app.conf takes them
+    mine.conf.update(task_time_limit=30, task_track_started=True)
+    mine.conf.task_soft_time_limit = datetime.timedelta(seconds=20)
+    mine.conf["task_default_queue"] = "work"
+
+    @mine.task
+    def after() -> None: ...
+
+    # Then every task follows them, except where it set the option itself
+    assert (before.time_limit, own.time_limit, after.time_limit) == (30, 1, 30)
+    assert before.soft_time_limit == after.soft_time_limit == 20
+    assert before.track_started
+    assert after.track_started
+    assert before.pool == after.pool == "work"
+    assert set(mine.pools) == {"work"}
+    assert mine.conf.result_expires == 86400
+
+
+@pytest.mark.parametrize(
+    ("setting", "value", "says"),
+    [
+        ("broker_url", "amqp://", "Celery's broker_url does not apply: there is no broker"),
+        ("task_time_limt", 3, "unknown setting task_time_limt; did you mean task_time_limit?"),
+        ("CELERY_TASK_TIME_LIMIT", 3, "supported: task_default_queue, task_time_limit"),
+        ("TASK_TIME_LIMIT", 3, "write Celery's new lowercase name task_time_limit"),
+        ("task_acks_late", False, "task_acks_late=False is not supported"),
+        ("task_time_limit", "soon", "give seconds (a number) or None"),
+    ],
+)
+def test_a_setting_that_does_not_apply_is_refused_with_the_reason(
+    setting: str, value: object, says: str
+) -> None:
+    mine = App("mine")
+    with pytest.raises(ConfigError, match=re.escape(says)):
+        mine.conf.update({setting: value})
+    assert mine.conf.task_time_limit is None  # nothing of a refused update was set
+
+
+def test_config_from_object_reads_a_celeryconfig_module(tmp_path: Path) -> None:
+    mine = App("mine")
+    config = types.SimpleNamespace(task_ignore_result=True, result_expires=60, _private=1)
+    mine.config_from_object(config)
+    assert (mine.conf.task_ignore_result, mine.conf["result_expires"]) == (True, 60)
+    with pytest.raises(ConfigError, match="result_backend does not apply"):
+        mine.config_from_object(types.SimpleNamespace(result_backend="redis://"))
+
+
+def test_a_receiver_that_raises_is_logged_and_the_others_still_run() -> None:
+    from actorctl import signals
+
+    heard: list[object] = []
+    signal = signals.Signal("example", ["value"])
+
+    @signal.connect
+    def broken(**kw: Any) -> None:
+        raise RuntimeError("receiver bug")
+
+    @signal.connect(sender="only-this")
+    def picky(sender: object = None, value: object = None, **kw: Any) -> None:
+        heard.append(value)
+
+    answers = signal.send("only-this", value=1)
+    signal.send("another", value=2)
+    assert heard == [1]
+    assert isinstance(answers[0][1], RuntimeError)
+    assert signal.disconnect(broken)
+    assert not signal.disconnect(broken)
