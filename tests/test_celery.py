@@ -43,7 +43,7 @@ from actorctl import (
     open_node,
 )
 from actorctl.cluster import load_cluster
-from actorctl.mailbox import KIND_DOCUMENT
+from actorctl.mailbox import KIND_DOCUMENT, KIND_EVENT
 from tests.celery_app import SIGNALS, WAKE, SignedUp, add, app, fails, retries_once
 from tests.foreign import ClientTls, foreign_call
 from tests.test_foreign_signed import Identity, json_command, reply_signature_holds
@@ -359,6 +359,30 @@ async def test_an_event_with_a_wrongly_typed_field_is_refused_at_publish(cluster
             await app.apublish(SignedUp(user_id=7, email="a@example.com"), sinks=["nowhere"])
         # and a right one is published
         await app.apublish(SignedUp(user_id=7, email="a@example.com"))
+
+
+async def test_the_event_hub_refuses_a_wrongly_typed_event_to_its_publisher(
+    cluster: Path,
+) -> None:
+    # Given a publisher that does not check (a client in any language)
+    security = load_cluster(cluster).security("cli")
+    async with open_node("cli", host=None, **security) as client:
+        hub = Address("127.0.0.1", _port(cluster, "services"), "events", "amqps")
+        event = Envelope(
+            message_id=client.outbox.new_message_id(),
+            to=str(hub),
+            subject="SignedUp",
+            body=[[], {"user_id": "seven", "email": "a@example.com"}],
+            kind=KIND_EVENT,
+            creation_time=client.outbox.now(),
+            headers={"event": "SignedUp"},
+        )
+        # When it publishes an event whose field has the wrong type
+        with pytest.raises(Rejected) as refused:
+            await client.outbox.send(hub, event, presettled=False, confirm=True)
+    # Then the hub refuses it to the publisher, naming the field
+    assert refused.value.condition == "actorctl:bad-arguments"
+    assert "field 'user_id': expected int" in refused.value.description
 
 
 async def test_a_task_whose_sink_or_callback_pool_does_not_resolve_is_refused_at_send(

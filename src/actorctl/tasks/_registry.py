@@ -193,13 +193,18 @@ class TaskRegistry:
 
         Raises:
             BadArguments: a field whose value is not of the event class's type.
-            ConfigError: no event hub, or a sink the directory does not know.
+            ConfigError: no event hub, or a sink or a subscribing task's pool
+                that the directory does not know.
         """
         event_name = name_of_event(type(event))
         fields = check_event(event, event_name, self.events.get(event_name, type(event)))
         client = current_client(f"app {self.name!r}")
         hub = client.directory.resolve(EVENTS)
         check_references(client.directory, f"event {event_name}", "", {"sinks": list(sinks)})
+        for task in self.subscriptions.get(event_name, []):  # where the hub sends it
+            options = {"sinks": list(task.sinks)}
+            check_references(client.directory, f"task {task.name}", task.pool, options)
+            client.directory.resolve(task.pool)
         outbox = client.outbox
         envelope = Envelope(
             message_id=outbox.new_message_id(),

@@ -20,7 +20,7 @@ from ..actors import BadArguments, converter, to_wire
 from ._client import Directory
 from ._protocol import CHAIN_SEPARATOR, sink_list, unpack_chain
 
-__all__ = ["check_event", "check_references"]
+__all__ = ["check_event", "check_fields", "check_references"]
 
 #: The field types checked exactly (a JSON value of another type is refused,
 #: where a subscriber's conversion might have let it through as another value).
@@ -76,14 +76,28 @@ def check_references(
 
 def check_event(event: Any, name: str, cls: type) -> Any:
     """``event``'s fields in wire form, once they are checked against ``cls``
-    as every subscriber reads them: an instance of ``cls`` whose fields hold
-    values of their declared types.
+    (:func:`check_fields`); ``event`` must be an instance of it.
 
     Raises:
         BadArguments: naming the event, the field, and what it should be.
     """
     if not isinstance(event, cls):
         raise BadArguments(f"event {name}: expected a {cls.__name__}, got {event!r:.80}")
+    fields = to_wire(event)
+    check_fields(fields, name, cls)
+    return fields
+
+
+def check_fields(fields: Any, name: str, cls: type) -> None:
+    """Check an event's fields (wire form) as every subscriber reads them: each
+    of a plain type (int, float, str, bool) holds a value of that type, and
+    the whole converts to ``cls``.
+
+    Raises:
+        BadArguments: naming the event, the field, and what it should be.
+    """
+    if not isinstance(fields, dict):
+        raise BadArguments(f"event {name}: its fields must be an object, got {fields!r:.80}")
     try:
         hints = typing.get_type_hints(cls)
     except Exception:  # annotations that do not resolve: the conversion below checks
@@ -91,21 +105,19 @@ def check_event(event: Any, name: str, cls: type) -> Any:
     for field in _field_names(cls):
         hint = hints.get(field)
         accepted = _EXACT.get(hint) if isinstance(hint, type) else None
-        value = getattr(event, field, None)
-        if accepted is None:
+        if accepted is None or field not in fields:
             continue
+        value = fields[field]
         if not isinstance(value, accepted) or (isinstance(value, bool) and hint is not bool):
             raise BadArguments(
                 f"event {name}, field {field!r}: expected {hint.__name__}, got "  # type: ignore[union-attr]
                 f"{type(value).__name__} {value!r:.60}"
             )
-    fields = to_wire(event)
     try:
         converter.structure(fields, cls)  # what each subscriber does with it
     except Exception as exc:
         detail = "; ".join(cattrs.transform_error(exc, path=name))
         raise BadArguments(f"event {name}: {detail}") from None
-    return fields
 
 
 def _field_names(cls: type) -> list[str]:
