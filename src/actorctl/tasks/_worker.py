@@ -192,9 +192,10 @@ class TaskWorker(Actor):
         followups = self.followups
         retries = _retries(envelope)
         if isinstance(ran, list):
-            value = _retval(envelope, ran)
+            value = ran if envelope.headers.get(H_MAP) else ran[0]
             await followups.succeed(envelope, value)
-            hooks.succeeded(task, value)
+            if signals.task_success.receivers:
+                hooks.succeeded(task, value)
             return SUCCESS
         try:
             raise ran
