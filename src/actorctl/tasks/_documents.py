@@ -49,12 +49,14 @@ async def send_document(
     targets: list[str],
     *,
     expires: float = RESULT_EXPIRES,
+    relay: bool = False,
 ) -> None:
     """Send a state document about the task ``request`` to each of ``targets``:
     on the reply link for a reply address (never waiting), else to the actor's
     inbox through the node's backlog (returns once the backlog holds it). A
     final state is kept in the node's store too (committed when this returns),
-    even with no target."""
+    even with no target. ``relay`` (a worker's node): a document for a caller
+    with no reply link here goes through the services node's ``_relay``."""
     outbox = client.outbox
     kept = state in READY_STATES and keep_result(outbox, request, state, body, expires)
     headers: dict[str, Any] = {H_STATE: state}
@@ -67,8 +69,10 @@ async def send_document(
     for target in targets:
         if is_reply_address(target):
             document = _document(client, request, target, body, headers)
-            if not outbox.reply(document, quiet=True):
-                await relay_document(client, document)  # the caller's link is elsewhere
+            # On a worker's node (relay), a caller with no link here has one on
+            # the services node.
+            if not outbox.reply(document, quiet=relay) and relay:
+                await relay_document(client, document)
             continue
         try:
             address = client.directory.resolve(target)

@@ -80,7 +80,7 @@ class FollowUps:
             targets += header_sinks(envelope.headers)
         if targets:
             await send_document(
-                self.client, envelope, state, body, targets, expires=self.result_expires
+                self.client, envelope, state, body, targets, expires=self.result_expires, relay=True
             )
 
     async def succeed(self, envelope: Envelope, value: Any) -> None:

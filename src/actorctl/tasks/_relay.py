@@ -47,8 +47,8 @@ async def relay_document(client: TaskClient, document: Envelope) -> None:
     if relay is None:
         outbox.reply(document)  # nobody else to ask: logged as dropped
         return
-    # (On the services node itself this goes to its own _relay, which has no
-    # route either and logs it dropped: a relay never relays again.)
+    # (Only a worker's node relays, never the services node itself; and _relay
+    # never relays again: a document goes through it at most once.)
     copy = attrs.evolve(
         document,
         message_id=outbox.new_message_id(),
