@@ -204,6 +204,7 @@ class TaskWorker(Actor):
         except TaskFailure as failure:
             if failure.type_name == "TaskRevoked":
                 await followups.report(envelope, REVOKED, {"reason": failure.message})
+                hooks.revoked(task, task_id, *envelope.call(), failure.message)
                 return REVOKED
             error = {"type": failure.type_name, "message": failure.message}
             await followups.fail(envelope, task_id, error)
