@@ -523,3 +523,24 @@ def test_a_receiver_that_raises_is_logged_and_the_others_still_run() -> None:
     assert isinstance(answers[0][1], RuntimeError)
     assert signal.disconnect(broken)
     assert not signal.disconnect(broken)
+
+
+async def test_a_worker_refuses_a_task_whose_sink_does_not_resolve(cluster: Path) -> None:
+    # Given a sender that does not check (a client in any language)
+    security = load_cluster(cluster).security("cli")
+    async with open_node("cli", host=None, **security) as client:
+        worker = Address("127.0.0.1", _port(cluster, "worker"), "celery", "amqps")
+        task = Envelope(
+            message_id=client.outbox.new_message_id(),
+            to=str(worker),
+            subject="c.add",
+            body=[[1, 2], {}],
+            creation_time=client.outbox.now(),
+            headers={"task_id": "sunk", "sinks": "nowhere"},
+        )
+        # When it sends a task whose sink the cluster does not know
+        with pytest.raises(Rejected) as refused:
+            await client.outbox.send(worker, task, presettled=False, confirm=True)
+    # Then the worker refuses it, naming the sink, and never runs it
+    assert refused.value.condition == "actorctl:unknown-sink"
+    assert "sink 'nowhere' does not resolve" in refused.value.description

@@ -94,6 +94,7 @@ READY_STATES: Final = frozenset({SUCCESS, FAILURE, REVOKED})
 # Error conditions task actors settle with (§14.5, §14.7, §14.9); the generic
 # ones (BAD_ARGUMENTS, DECODE_ERROR, UNKNOWN_HANDLER) are mailbox/_conditions.py's.
 UNKNOWN_TASK: Final = "actorctl:unknown-task"
+UNKNOWN_SINK: Final = "actorctl:unknown-sink"
 UNKNOWN_EVENT: Final = "actorctl:unknown-event"
 SINK_FAILED: Final = "actorctl:sink-failed"
 NO_POOL: Final = "actorctl:no-pool"

@@ -36,6 +36,7 @@ from ._protocol import (
     FAILURE,
     H_MAP,
     H_RETRIES,
+    H_SINKS,
     H_TASK_ID,
     H_TIMELIMIT,
     H_TRACK,
@@ -43,7 +44,9 @@ from ._protocol import (
     REVOKED,
     STARTED,
     SUCCESS,
+    UNKNOWN_SINK,
     UNKNOWN_TASK,
+    header_sinks,
 )
 from ._registry import TaskRegistry
 from ._task import Retry, Task, TaskContext
@@ -141,6 +144,9 @@ class TaskWorker(Actor):
         except BadArguments as exc:
             await followups.report(envelope, FAILURE, {"type": "BadArguments", "message": str(exc)})
             return Outcome.rejected(BAD_ARGUMENTS, str(exc)), None
+        if H_SINKS in envelope.headers and (bad := self._unknown_sink(envelope)) is not None:
+            await followups.report(envelope, FAILURE, {"type": "ConfigError", "message": bad})
+            return Outcome.rejected(UNKNOWN_SINK, bad), None
         task_id = str(
             envelope.headers.get(H_TASK_ID) or envelope.correlation_id or envelope.message_id
         )
@@ -160,6 +166,16 @@ class TaskWorker(Actor):
         if signals.task_postrun.receivers:
             hooks.postrun(task, task_id, args, kwargs, _retval(envelope, ran), state)
         return ACCEPTED, None
+
+    def _unknown_sink(self, envelope: Envelope) -> str | None:
+        """Why a sink the task names cannot get its result, or None: a task
+        never reports SUCCESS while its sink gets nothing."""
+        for sink in header_sinks(envelope.headers):
+            try:
+                self.directory.resolve(sink)
+            except ActorctlError as exc:
+                return f"task {envelope.subject}: sink {sink!r} does not resolve: {exc}"
+        return None
 
     def _why_not_run(self, envelope: Envelope, task_id: str) -> str | None:
         """Why the task must not run (revoked, or expired), or None."""
