@@ -544,3 +544,11 @@ async def test_a_worker_refuses_a_task_whose_sink_does_not_resolve(cluster: Path
     # Then the worker refuses it, naming the sink, and never runs it
     assert refused.value.condition == "actorctl:unknown-sink"
     assert "sink 'nowhere' does not resolve" in refused.value.description
+
+
+def test_celerys_app_arguments_are_answered_with_what_takes_their_place() -> None:
+    with pytest.raises(ConfigError) as refused:
+        App("proj", broker="amqp://guest@localhost//", backend="redis://")
+    says = str(refused.value)
+    assert "broker= is not taken: there is no broker" in says
+    assert "backend= is not taken: each worker node keeps the results it sends" in says

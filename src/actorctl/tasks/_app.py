@@ -12,10 +12,12 @@ from collections.abc import Mapping
 from contextlib import AbstractAsyncContextManager
 from typing import Any, ClassVar
 
+from .._errors import ConfigError
 from ..actors import Actor
 from ..cluster import ClusterConfig, NodeConfig
 from . import _results
 from ._client import TaskClient
+from ._conf import CELERY_ONLY_SETTINGS
 from ._connect import CLIENT_NAME, ClusterSpec, Connection, open_client
 from ._hosting import TASK_SETTINGS, task_actors
 from ._registry import TaskRegistry
@@ -45,6 +47,13 @@ class App(TaskRegistry):
     #: The keys of a node's table the app reads, as an actors factory: any
     #: other key there is an error (``actorctl.cluster`` checks).
     settings_keys: ClassVar[frozenset[str]] = TASK_SETTINGS
+
+    def __init__(self, name: str, *, default_pool: str = "celery", **celery: Any) -> None:
+        """Raises ConfigError for Celery's constructor arguments (``broker=``,
+        ``backend=``, ``include=``, ...), saying what takes their place."""
+        if celery:
+            raise ConfigError(f"App({name!r}, ...): {_celery_arguments(celery)}")
+        super().__init__(name, default_pool=default_pool)
 
     def connect(
         self, cluster: ClusterSpec, *, name: str = CLIENT_NAME, **node_options: Any
@@ -92,3 +101,22 @@ class App(TaskRegistry):
         say (``pools = [...]`` or ``services = true``): the actors factory
         interface of ``actorctl.cluster``."""
         return task_actors(self, cluster, node)
+
+
+def _celery_arguments(given: Mapping[str, Any]) -> str:
+    """Why each of Celery's constructor arguments in ``given`` is not taken."""
+    instead = {
+        "broker": CELERY_ONLY_SETTINGS["broker_url"],
+        "backend": CELERY_ONLY_SETTINGS["result_backend"],
+        "include": 'a node imports the module its `actors = "MODULE:APP"` names: '
+        "import the task modules from there",
+        "config_source": "use app.config_from_object(...)",
+        "set_as_current": "there is no current app: tasks send through the connected client",
+    }
+    reasons = [
+        f"{key}= is not taken: {instead[key]}"
+        if key in instead
+        else f"unknown argument {key}= (App takes name and default_pool)"
+        for key in given
+    ]
+    return "; ".join(reasons)
