@@ -552,3 +552,14 @@ def test_celerys_app_arguments_are_answered_with_what_takes_their_place() -> Non
     says = str(refused.value)
     assert "broker= is not taken: there is no broker" in says
     assert "backend= is not taken: each worker node keeps the results it sends" in says
+
+
+async def test_a_chord_whose_body_pool_does_not_resolve_is_refused_before_anything_is_sent(
+    cluster: Path,
+) -> None:
+    from actorctl import Signature, chord
+
+    elsewhere = Signature(types.SimpleNamespace(name="c.add", pool="nowhere"), (1,))
+    async with app.aconnect(cluster):
+        with pytest.raises(ConfigError, match=r"chord: the pool of c\.add 'nowhere' does not"):
+            await chord([add.s(1, 1), add.s(2, 2)], elsewhere).aapply_async()
