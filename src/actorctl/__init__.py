@@ -4,6 +4,7 @@ This module pulls together the public API by re-exporting it; everything else is
 reachable but private.
 """
 
+from . import signals as signals
 from ._errors import ActorctlError as ActorctlError
 from ._errors import AskTimeout as AskTimeout
 from ._errors import ConfigError as ConfigError
@@ -21,6 +22,7 @@ from ._errors import WireFormatError as WireFormatError
 from .actors import Actor as Actor
 from .actors import ActorRef as ActorRef
 from .actors import Address as Address
+from .actors import BadArguments as BadArguments
 from .actors import Behaviour as Behaviour
 from .actors import Terminated as Terminated
 from .actors import handler as handler
@@ -74,6 +76,7 @@ __all__ = [
     "App",
     "AskTimeout",
     "AsyncResult",
+    "BadArguments",
     "Behaviour",
     "Breaker",
     "BreakerPolicy",
@@ -123,6 +126,7 @@ __all__ = [
     "optional",
     "poisonous",
     "retry",
+    "signals",
     "soft_time_limit",
 ]
 

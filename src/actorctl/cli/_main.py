@@ -20,6 +20,7 @@ from .._errors import ActorctlError, ConfigError, DeliveryError, RemoteError
 from ..actors import Actor, Address
 from ..cluster import Node, NodeConfig, Router, hosted_actors, load_cluster, open_node
 from ..supervision import SupervisorSpec
+from ..tasks import call as call_by_name
 from ._cluster import cluster
 from ._deadletters import deadletters
 from ._keys import certs, keys
@@ -204,15 +205,16 @@ async def call(
     timeout: float,
     security: Security,
 ) -> None:
-    """Call ADDRESS's HANDLER and print its result as JSON.
+    """Call ADDRESS's HANDLER (an actor's handler, or a task of a pool or a
+    worker) and print its result as JSON.
 
     Exits non-zero, printing the error, if the call fails or times out.
     """
     _log_to("-", sys.stderr)
 
     async def go(client: Node, target: Address) -> None:
-        ref = client.ref(target).with_options(timeout=timeout)
-        result = await ref.ask(handler, *_values(args), **_keywords(kwargs))
+        values, keywords = _values(args), _keywords(kwargs)
+        result = await call_by_name(client.outbox, target, handler, values, keywords, timeout)
         click.echo(json.dumps(result))
 
     await _one_shot(address, timeout, go, security)

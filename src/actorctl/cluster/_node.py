@@ -56,7 +56,7 @@ __all__ = ["Node", "NodeAgent", "open_node"]
 #: What a node hosts: actors (instances or classes), ActorSpecs, SupervisorSpecs.
 Hostable = Actor | type[Actor] | ActorSpec | SupervisorSpec
 DEFAULT_GRACE: Final = 5.0
-DEFAULT_BOUNDS: Final = DeadLetterBounds()
+_INSECURE: Final = "plain TCP, no TLS: for tests and development only"
 
 
 @final
@@ -151,7 +151,7 @@ class Node:
         handshake_timeout: float = 10.0,
         peer_idle_timeout: float = 120.0,
         max_queued_replies: int = 1000,
-        dead_letters: DeadLetterBounds = DEFAULT_BOUNDS,
+        dead_letters: DeadLetterBounds | None = None,
     ) -> None:
         self.name = name
         #: The node's resource bounds.
@@ -169,7 +169,7 @@ class Node:
         self._credit = CreditKeeper(name, credit_deadline)
         self.store = store if store is not None else Store.memory(name)
         #: What the node gave up on (``_deadletters.py``).
-        self.dead_letters = DeadLetters(name, self.store, clock, dead_letters)
+        self.dead_letters = DeadLetters(name, self.store, clock, dead_letters or DeadLetterBounds())
         self.node_id = f"{name}-{os.urandom(6).hex()}"
         self.host = host
         self.port = port
@@ -296,11 +296,7 @@ class Node:
             nursery.start_soon(self._run_actors, actors_scope, actors_done)
             await self._actors_started.wait()
             if self.insecure:
-                log(
-                    "actorctl:node:insecure",
-                    node=self.name,
-                    warning="plain TCP, no TLS: for tests and development only",
-                )
+                log("actorctl:node:insecure", node=self.name, warning=_INSECURE)
             log("actorctl:node:ready", node=self.name, address=self.url, actors=sorted(self.cells))
             task_status.started(self)
             await self._stop.wait()

@@ -7,6 +7,7 @@ nothing in the runtime imports it.
 """
 
 from ._app import App as App
+from ._calls import call as call
 from ._canvas import chord as chord
 from ._canvas import group as group
 from ._chords import ChordBarrier as ChordBarrier

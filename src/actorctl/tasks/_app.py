@@ -12,10 +12,13 @@ from collections.abc import Mapping
 from contextlib import AbstractAsyncContextManager
 from typing import Any, ClassVar
 
+from .._errors import ConfigError
 from ..actors import Actor
 from ..cluster import ClusterConfig, NodeConfig
+from ..supervision import RetryPolicy
 from . import _results
 from ._client import TaskClient
+from ._conf import CELERY_ONLY_SETTINGS
 from ._connect import CLIENT_NAME, ClusterSpec, Connection, open_client
 from ._hosting import TASK_SETTINGS, task_actors
 from ._registry import TaskRegistry
@@ -29,6 +32,8 @@ class App(TaskRegistry):
     Args:
         name: the app's name; a task's default name is ``NAME.FUNCTION``.
         default_pool: the pool tasks go to unless they name another.
+        retry_policy: every task's retry policy unless it sets its own (a
+            ``RetryPolicy`` or a dict of its fields; docs/fault-tolerance.md).
 
     Example::
 
@@ -45,6 +50,20 @@ class App(TaskRegistry):
     #: The keys of a node's table the app reads, as an actors factory: any
     #: other key there is an error (``actorctl.cluster`` checks).
     settings_keys: ClassVar[frozenset[str]] = TASK_SETTINGS
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        default_pool: str = "celery",
+        retry_policy: RetryPolicy | Mapping[str, Any] | None = None,
+        **celery: Any,
+    ) -> None:
+        """Raises ConfigError for Celery's constructor arguments (``broker=``,
+        ``backend=``, ``include=``, ...), saying what takes their place."""
+        if celery:
+            raise ConfigError(f"App({name!r}, ...): {_celery_arguments(celery)}")
+        super().__init__(name, default_pool=default_pool, retry_policy=retry_policy)
 
     def connect(
         self, cluster: ClusterSpec, *, name: str = CLIENT_NAME, **node_options: Any
@@ -71,6 +90,16 @@ class App(TaskRegistry):
         (the arguments of :meth:`connect`)."""
         return open_client(cluster, name=name, **node_options)
 
+    def config_from_object(self, obj: object | str) -> None:
+        """Celery's ``app.config_from_object``: ``app.conf`` from the lowercase
+        settings of a module (or its import name) or object.
+
+        Raises:
+            ConfigError: a setting that is unknown or does not apply (naming
+                the supported ones, or why).
+        """
+        self.conf.from_object(obj)
+
     def AsyncResult(self, task_id: str) -> _results.AsyncResult:
         """Celery's ``app.AsyncResult``: the handle on the task ``task_id``, sent
         by this process or another; in a connected process, its result is
@@ -82,3 +111,22 @@ class App(TaskRegistry):
         say (``pools = [...]`` or ``services = true``): the actors factory
         interface of ``actorctl.cluster``."""
         return task_actors(self, cluster, node)
+
+
+def _celery_arguments(given: Mapping[str, Any]) -> str:
+    """Why each of Celery's constructor arguments in ``given`` is not taken."""
+    instead = {
+        "broker": CELERY_ONLY_SETTINGS["broker_url"],
+        "backend": CELERY_ONLY_SETTINGS["result_backend"],
+        "include": 'a node imports the module its `actors = "MODULE:APP"` names: '
+        "import the task modules from there",
+        "config_source": "use app.config_from_object(...)",
+        "set_as_current": "there is no current app: tasks send through the connected client",
+    }
+    reasons = [
+        f"{key}= is not taken: {instead[key]}"
+        if key in instead
+        else f"unknown argument {key}= (App takes name, default_pool and retry_policy)"
+        for key in given
+    ]
+    return "; ".join(reasons)

@@ -18,6 +18,7 @@ from ._control import new_result
 from ._protocol import CHORDS, H_CHORD, new_task_id
 from ._results import AsyncResult, GroupResult
 from ._signature import Signature, wire_options
+from ._validate import check_references
 
 __all__ = ["chord", "group"]
 
@@ -102,6 +103,12 @@ class chord:
             if not body.immutable:
                 body = Signature(body.task, [[], *body.args], body.kwargs, options=body.options)
             return await body.aapply_async()
+        # Every pool and sink it names resolves, before anything is sent.
+        directory = client.directory
+        check_references(directory, "chord", body.task.pool, {"link": [body.to_wire()]})
+        for sig in self.header.tasks:
+            wired = {**wire_options(sig.options, sig.task.pool), "link": [sig.to_wire()]}
+            check_references(directory, f"task {sig.task.name}", sig.task.pool, wired)
         chord_id = new_task_id()
         result = new_result(client, chord_id, body.task.name, tracked=True)
         ids = [new_task_id() for _ in self.header.tasks]

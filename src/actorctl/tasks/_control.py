@@ -110,6 +110,7 @@ class WorkerState:
     def __init__(self) -> None:
         self.revoked: OrderedDict[str, bool] = OrderedDict()  # id -> terminate
         self.running: dict[str, trio.CancelScope] = {}
+        self.workers = 0  # task workers running (worker_ready, worker_shutdown)
 
     def revoke(self, task_id: str, terminate: bool) -> None:
         """Remember a revoke; a running task being terminated is cancelled."""

@@ -28,7 +28,8 @@ from ..actors import Actor
 from ..mailbox import ACCEPTED, KIND_DOCUMENT, Envelope, Outcome
 from ._client import TaskClient
 from ._protocol import H_RETRIES, H_STATE, H_TASK_ID, READY_STATES, SINK_FAILED, SUCCESS
-from ._state import keep_result, store_of
+from ._relay import relay_document
+from ._state import RESULT_EXPIRES, keep_result, store_of
 
 __all__ = ["DataSink", "TaskResult", "is_reply_address", "send_document"]
 
@@ -41,15 +42,23 @@ def is_reply_address(target: str) -> bool:
 
 
 async def send_document(
-    client: TaskClient, request: Envelope, state: str, body: Any, targets: list[str]
+    client: TaskClient,
+    request: Envelope,
+    state: str,
+    body: Any,
+    targets: list[str],
+    *,
+    expires: float = RESULT_EXPIRES,
+    relay: bool = False,
 ) -> None:
     """Send a state document about the task ``request`` to each of ``targets``:
     on the reply link for a reply address (never waiting), else to the actor's
     inbox through the node's backlog (returns once the backlog holds it). A
     final state is kept in the node's store too (committed when this returns),
-    even with no target."""
+    even with no target. ``relay`` (a worker's node): a document for a caller
+    with no reply link here goes through the services node's ``_relay``."""
     outbox = client.outbox
-    kept = state in READY_STATES and keep_result(outbox, request, state, body)
+    kept = state in READY_STATES and keep_result(outbox, request, state, body, expires)
     headers: dict[str, Any] = {H_STATE: state}
     task_id = request.headers.get(H_TASK_ID)
     if task_id:
@@ -59,7 +68,11 @@ async def send_document(
         headers[H_RETRIES] = retries
     for target in targets:
         if is_reply_address(target):
-            outbox.reply(_document(client, request, target, body, headers))
+            document = _document(client, request, target, body, headers)
+            # On a worker's node (relay), a caller with no link here has one on
+            # the services node.
+            if not outbox.reply(document, quiet=relay) and relay:
+                await relay_document(client, document)
             continue
         try:
             address = client.directory.resolve(target)

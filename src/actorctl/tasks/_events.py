@@ -12,10 +12,11 @@ from typing import Any, ClassVar
 
 from .._errors import ActorctlError, WireFormatError
 from .._log import log
-from ..actors import Actor
+from ..actors import Actor, BadArguments
 from ..mailbox import ACCEPTED, Envelope, Outcome
 from ._client import Directory, TaskClient, send_task
 from ._protocol import (
+    BAD_ARGUMENTS,
     DECODE_ERROR,
     EVENT_HUB_NAME,
     H_EVENT,
@@ -25,6 +26,7 @@ from ._protocol import (
     new_task_id,
 )
 from ._registry import TaskRegistry
+from ._validate import check_fields
 
 __all__ = ["EventHub"]
 
@@ -52,8 +54,13 @@ class EventHub(Actor):
             ), None
         try:
             _, fields = envelope.call()
+            for app in self.apps:
+                if event_name in app.events:
+                    check_fields(fields, event_name, app.events[event_name])
         except WireFormatError as exc:
             return Outcome.rejected(DECODE_ERROR, str(exc)), None
+        except BadArguments as exc:  # the publisher hears it, not each subscriber's log
+            return Outcome.rejected(BAD_ARGUMENTS, str(exc)), None
         client = TaskClient(self._require_cell().outbox, self.directory)
         sinks = header_sinks(envelope.headers)
         for task in subscribers:

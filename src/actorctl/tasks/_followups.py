@@ -50,6 +50,7 @@ from ._protocol import (
     sink_list,
     unpack_chain,
 )
+from ._state import RESULT_EXPIRES
 
 __all__ = ["FollowUps"]
 
@@ -68,12 +69,20 @@ class FollowUps:
         client: the worker node's client (its outbox and the directory).
         pool: the worker's pool: the default of a message that names none.
         dead_letters: the worker node's ``_deadletters`` actor.
+        result_expires: seconds its node keeps a final result (``app.conf``).
     """
 
-    def __init__(self, client: TaskClient, pool: str, dead_letters: Address) -> None:
+    def __init__(
+        self,
+        client: TaskClient,
+        pool: str,
+        dead_letters: Address,
+        result_expires: float = RESULT_EXPIRES,
+    ) -> None:
         self.client = client
         self.pool = pool
         self.dead_letters = dead_letters
+        self.result_expires = result_expires
 
     def pool_of(self, envelope: Envelope) -> str:
         return str(envelope.headers.get(H_POOL, self.pool))
@@ -84,7 +93,9 @@ class FollowUps:
         if state in READY_STATES:
             targets += header_sinks(envelope.headers)
         if targets:
-            await send_document(self.client, envelope, state, body, targets)
+            await send_document(
+                self.client, envelope, state, body, targets, expires=self.result_expires, relay=True
+            )
 
     async def succeed(self, envelope: Envelope, value: Any) -> None:
         """The task returned ``value``: run its callbacks, then send the next

@@ -30,11 +30,13 @@ from ._protocol import (
     CONTROL,
     EVENT_HUB_NAME,
     EVENTS,
+    RELAY,
     RESERVED_NAMES,
     SCHEDULER,
     SCHEDULER_NAME,
 )
 from ._registry import TaskRegistry
+from ._relay import ReplyRelay
 from ._scheduler import Scheduler
 from ._worker import SETTLING, TaskWorker
 
@@ -202,6 +204,7 @@ def task_actors(
         actors[SCHEDULER_NAME] = Scheduler(directory)
         actors[EVENT_HUB_NAME] = EventHub([app], directory)
         actors[CHORD_BARRIER_NAME] = ChordBarrier(directory)
+        actors[RELAY] = ReplyRelay()
     return actors
 
 

@@ -25,6 +25,7 @@ __all__ = [
     "FAILURE",
     "PENDING",
     "READY_STATES",
+    "RELAY",
     "RESERVED_NAMES",
     "RETRY",
     "REVOKED",
@@ -75,11 +76,12 @@ EVENTS: Final = "$events"
 SCHEDULER: Final = "$scheduler"
 CHORDS: Final = "$chords"
 CONTROL: Final = "_tasks"  # the per-node task control actor (revokes)
+RELAY: Final = "_relay"  # on the services node: result documents for its callers
 EVENT_HUB_NAME: Final = "events"
 SCHEDULER_NAME: Final = "scheduler"
 CHORD_BARRIER_NAME: Final = "chords"
 RESERVED_NAMES: Final = frozenset(
-    {EVENT_HUB_NAME, CHORD_BARRIER_NAME, SCHEDULER_NAME, CONTROL, "_node", "_deadletters"}
+    {EVENT_HUB_NAME, CHORD_BARRIER_NAME, SCHEDULER_NAME, CONTROL, RELAY, "_node", "_deadletters"}
 )
 
 # Task states (§14.4). PENDING is what a caller knows before any document came.
@@ -95,6 +97,7 @@ READY_STATES: Final = frozenset({SUCCESS, FAILURE, REVOKED})
 # Error conditions task actors settle with (§14.5, §14.7, §14.9); the generic
 # ones (BAD_ARGUMENTS, DECODE_ERROR, UNKNOWN_HANDLER) are mailbox/_conditions.py's.
 UNKNOWN_TASK: Final = "actorctl:unknown-task"
+UNKNOWN_SINK: Final = "actorctl:unknown-sink"
 UNKNOWN_EVENT: Final = "actorctl:unknown-event"
 SINK_FAILED: Final = "actorctl:sink-failed"
 NO_POOL: Final = "actorctl:no-pool"

@@ -15,14 +15,16 @@ from typing import Any, TypeVar, overload
 import attrs
 
 from .._errors import ConfigError
-from ..actors import to_wire
 from ..mailbox import KIND_EVENT, Envelope
 from ..supervision import DEFAULT_RETRY_POLICY, BreakerPolicy, HealthCheck, RetryPolicy
 from ._breakers import policy_of
 from ._client import current_client
+from ._conf import TASK_DEFAULTS, Settings
 from ._control import Control
+from ._options import checked_task_options
 from ._protocol import EVENTS, H_EVENT, H_SINKS
 from ._task import Task
+from ._validate import check_event, check_references
 
 __all__ = ["TaskRegistry", "name_of_event"]
 
@@ -60,6 +62,9 @@ class TaskRegistry:
         self.breakers: dict[str, BreakerPolicy] = {}
         self.health_checks: list[HealthCheck] = []
         self.control = Control(name)
+        #: Celery's ``app.conf`` (``_conf.py``): settings with Celery's names.
+        self.conf = Settings(self._apply_setting, {"task_default_queue": default_pool})
+        self._explicit: dict[str, frozenset[str]] = {}  # task -> options it set itself
 
     # -- definitions ---------------------------------------------------------------
 
@@ -76,27 +81,54 @@ class TaskRegistry:
     ) -> Any:
         """Register a function (``async def`` or plain ``def``) as a task.
 
-        Options: ``bind`` (first argument is a ``TaskContext``), ``retry_policy``
-        (a ``RetryPolicy`` or a dict of its fields, over the app's),
-        ``max_retries`` and ``autoretry_for`` (its ``on``),
-        ``default_retry_delay``, ``retry_backoff``,
-        ``time_limit``, ``soft_time_limit``, ``ignore_result``, ``track_started``,
-        ``sinks`` (data-sink actors that also get its results), ``boxed`` (run it
-        in a process of its own, which its hard time limit can kill), ``breaker``
-        (True, a ``BreakerPolicy``, or the name of one declared with :meth:`breaker`).
+        Options: ``_options.TASK_OPTIONS`` lists them with their Celery names;
+        Celery's ``queue=`` is ``pool=``; ``app.conf`` gives the defaults of
+        ``time_limit``, ``soft_time_limit``, ``ignore_result``, ``track_started``.
+
+        Raises:
+            ConfigError: an unknown option or one actorctl does not take (the
+                message names the supported ones), or a task name used twice.
         """
 
         def register(fn: Callable[..., Any]) -> Task:
-            task_name = name or f"{self.name}.{fn.__name__}"
+            fn_name = getattr(fn, "__name__", repr(fn))
+            task_pool, given = checked_task_options(fn_name, pool, options)
+            task_name = name or f"{self.name}.{fn_name}"
             if task_name in self.tasks:
                 raise ConfigError(f"two tasks are named {task_name!r}: give one name=...")
-            options.setdefault("base_policy", self.retry_policy)
-            task = Task(fn, name=task_name, pool=pool or self.default_pool, **options)
+            explicit = frozenset(given) | ({"pool"} if task_pool else frozenset())
+            defaults = {
+                option: self.conf[setting]
+                for setting, option in TASK_DEFAULTS.items()
+                if option not in given
+            }
+            task_pool = task_pool or self.default_pool
+            given.setdefault("base_policy", self.retry_policy)
+            task = Task(fn, name=task_name, pool=task_pool, **given, **defaults)
             self.tasks[task_name] = task
+            self._explicit[task_name] = explicit
             self.pools.setdefault(task.pool, {})
             return task
 
         return register(fn) if fn is not None else register
+
+    def _apply_setting(self, setting: str, value: Any) -> None:
+        """``app.conf`` changed ``setting``: the tasks that did not set it
+        themselves follow it (those defined already, and those to come)."""
+        option = "pool" if setting == "task_default_queue" else TASK_DEFAULTS.get(setting)
+        if option is None:
+            return  # read where it applies (result_expires: by the workers)
+        old = self.default_pool
+        if option == "pool":
+            self.default_pool = value
+        for task_name, task in self.tasks.items():
+            if option not in self._explicit.get(task_name, frozenset()):
+                setattr(task, option, value)
+                if option == "pool":
+                    self.pools.setdefault(value, {})
+        unused = not any(task.pool == old for task in self.tasks.values())
+        if option == "pool" and self.pools.get(old) == {} and unused:
+            del self.pools[old]
 
     def pool(
         self, name: str, *, concurrency: int = 4, mailbox_capacity: int = 100, threads: bool = True
@@ -221,16 +253,28 @@ class TaskRegistry:
         client.wait_in_client_thread(functools.partial(self.apublish, event, sinks=sinks))
 
     async def apublish(self, event: Any, *, sinks: Sequence[str] = ()) -> None:
-        """:meth:`publish` for trio code."""
+        """:meth:`publish` for trio code.
+
+        Raises:
+            BadArguments: a field whose value is not of the event class's type.
+            ConfigError: no event hub, or a sink or a subscribing task's pool
+                that the directory does not know.
+        """
         event_name = name_of_event(type(event))
+        fields = check_event(event, event_name, self.events.get(event_name, type(event)))
         client = current_client(f"app {self.name!r}")
         hub = client.directory.resolve(EVENTS)
+        check_references(client.directory, f"event {event_name}", "", {"sinks": list(sinks)})
+        for task in self.subscriptions.get(event_name, []):  # where the hub sends it
+            options = {"sinks": list(task.sinks)}
+            check_references(client.directory, f"task {task.name}", task.pool, options)
+            client.directory.resolve(task.pool)
         outbox = client.outbox
         envelope = Envelope(
             message_id=outbox.new_message_id(),
             to=str(hub),
             subject=event_name,
-            body=[[], to_wire(event)],
+            body=[[], fields],
             kind=KIND_EVENT,
             creation_time=outbox.now(),
             headers={H_EVENT: event_name, **({H_SINKS: ",".join(sinks)} if sinks else {})},

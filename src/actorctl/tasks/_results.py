@@ -167,6 +167,16 @@ class AsyncResult:
         return None
 
     info = result
+    status = state  # Celery's other name for it
+
+    @property
+    def traceback(self) -> str | None:
+        """The traceback of a failed task, as its worker formatted it (the
+        worker's frames), or None (not failed, or no traceback was sent)."""
+        if self.state != FAILURE or self._error is None:
+            return None
+        text = self._error.get("traceback")
+        return text if isinstance(text, str) else None
 
     # -- waiting --------------------------------------------------------------------
 

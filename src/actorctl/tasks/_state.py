@@ -80,10 +80,17 @@ def result_keys(request: Envelope) -> list[str]:
     return keys
 
 
-def keep_result(outbox: Outbox, request: Envelope, state: str, body: Any) -> bool:
+def keep_result(
+    outbox: Outbox,
+    request: Envelope,
+    state: str,
+    body: Any,
+    expires: float = RESULT_EXPIRES,
+) -> bool:
     """Put the final ``state`` of the task ``request`` in the node's store, for
-    RESULT_EXPIRES seconds; False if there was nothing to keep it under, or it
-    is not JSON (logged). The caller syncs the store."""
+    ``expires`` seconds (``app.conf.result_expires``); False if there was
+    nothing to keep it under, or it is not JSON (logged). The caller syncs the
+    store."""
     keys = result_keys(request)
     if not keys:
         return False
@@ -97,9 +104,9 @@ def keep_result(outbox: Outbox, request: Envelope, state: str, body: Any) -> boo
         log("actorctl:result:unstorable", message_id=request.message_id, error=str(exc))
         return False
     store = store_of(outbox)
-    expires = outbox.now() + RESULT_EXPIRES
+    until = outbox.now() + expires
     for key in keys:
-        store.put(RESULTS, key, value, expires=expires)
+        store.put(RESULTS, key, value, expires=until)
     return True
 
 

@@ -28,6 +28,7 @@ from ._control import new_result
 from ._protocol import FAILURE, H_GROUP, H_RETRY_POLICY, SCHEDULER, new_task_id
 from ._results import AsyncResult
 from ._signature import Signature, wire_options
+from ._validate import check_references
 
 __all__ = ["Retry", "Task", "TaskContext"]
 
@@ -190,7 +191,9 @@ class Task:
         client's thread, in order.
 
         Raises:
-            ConfigError: the app is not connected, or an unknown pool or option.
+            ConfigError: the app is not connected, or an unknown option, or a
+                pool or sink (of the task, its callbacks or its chain's steps)
+                that the cluster's directory does not know.
             WireFormatError: an argument that cannot be sent as JSON.
         """
         client = current_client(f"task {self.name}")
@@ -236,8 +239,13 @@ class Task:
         client.check_thread()
         unknown = set(options) - _SEND_OPTIONS
         if unknown:
+            routing = (
+                " (a task runs in its own pool: @app.task(pool=...))"
+                if unknown & {"queue", "routing_key", "exchange"}
+                else ""
+            )
             raise ConfigError(
-                f"task {self.name}: unknown option(s) {sorted(unknown)} "
+                f"task {self.name}: unknown option(s) {sorted(unknown)}{routing} "
                 f"(known: {sorted(o for o in _SEND_OPTIONS if not o.startswith('_'))})"
             )
         target = client.directory.resolve(self.pool)
@@ -260,8 +268,9 @@ class Task:
         options.setdefault("sinks", self.sinks)
         if self.track_started:
             options.setdefault("track_started", True)
-        result = new_result(client, task_id, name, tracked=not ignore)
         options = wire_options(options, self.pool)
+        check_references(client.directory, f"task {self.name}", self.pool, options)
+        result = new_result(client, task_id, name, tracked=not ignore)
         reply_to = client.outbox.reply_address(target) if result.tracked else None
 
         async def send() -> None:

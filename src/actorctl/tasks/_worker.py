@@ -20,12 +20,14 @@ from typing import Any, ClassVar, Final
 
 import trio
 
+from .. import signals
 from .._errors import ActorctlError, WireFormatError
 from .._log import log
 from ..actors import Actor, Address, BadArguments
 from ..cluster import DEAD_LETTERS, REASON_EXPIRED, REASON_OUT_OF_RETRIES, REASON_POISON
 from ..mailbox import ACCEPTED, Envelope, Outcome
 from ..supervision import CIRCUIT_OPEN, POISON, RetryPolicy, failure_mark
+from . import _hooks as hooks
 from ._breakers import record, task_breakers
 from ._client import Directory, TaskClient, using_client
 from ._control import WorkerState
@@ -38,13 +40,18 @@ from ._protocol import (
     H_MAP,
     H_RETRIES,
     H_RETRY_POLICY,
+    H_SINKS,
     H_TASK_ID,
     H_TIMELIMIT,
     H_TRACK,
+    RETRY,
     REVOKED,
     SCHEDULER,
     STARTED,
+    SUCCESS,
+    UNKNOWN_SINK,
     UNKNOWN_TASK,
+    header_sinks,
 )
 from ._registry import TaskRegistry
 from ._task import Retry, Task, TaskContext
@@ -92,10 +99,16 @@ class TaskWorker(Actor):
     async def on_start(self) -> None:
         """Runs in the actor's task: the client of the node it runs on."""
         cell = self._require_cell()
-        client = TaskClient(cell.outbox, self.directory)
+        outbox = cell.outbox
+        client = TaskClient(outbox, self.directory)
         here = cell.address
         dead_letters = Address(here.host, here.port, DEAD_LETTERS, here.scheme)
-        self._followups = FollowUps(client, self.pool, dead_letters)
+        self._followups = FollowUps(client, self.pool, dead_letters, self.app.conf.result_expires)
+        hooks.worker_up(self.state, str(getattr(outbox, "name", "")))
+
+    async def on_stop(self) -> None:
+        """Runs in the actor's last task: the node's last worker sends worker_shutdown."""
+        hooks.worker_down(self.state, str(getattr(self._require_cell().outbox, "name", "")))
 
     @property
     def followups(self) -> FollowUps:
@@ -141,6 +154,9 @@ class TaskWorker(Actor):
         except BadArguments as exc:
             await followups.report(envelope, FAILURE, {"type": "BadArguments", "message": str(exc)})
             return Outcome.rejected(BAD_ARGUMENTS, str(exc)), None
+        if H_SINKS in envelope.headers and (bad := self._unknown_sink(envelope)) is not None:
+            await followups.report(envelope, FAILURE, {"type": "ConfigError", "message": bad})
+            return Outcome.rejected(UNKNOWN_SINK, bad), None
         task_id = str(
             envelope.headers.get(H_TASK_ID) or envelope.correlation_id or envelope.message_id
         )
@@ -152,17 +168,32 @@ class TaskWorker(Actor):
             if why_not is None:
                 if envelope.headers.get(H_TRACK):
                     await followups.report(envelope, STARTED, None)
+                if signals.task_prerun.receivers:
+                    hooks.prerun(task, task_id, args, kwargs)
                 ran = await self._run_all(envelope, task, task_id, calls)
         if breaker is not None:
             record(breaker, None if why_not is not None else ran)
         if why_not is not None:
+            hooks.revoked(task, task_id, args, kwargs, why_not)
             await followups.report(envelope, REVOKED, {"reason": why_not})
             if why_not.startswith("expired"):
                 error = {"type": "Expired", "message": why_not}
                 await followups.dead_letter(envelope, REASON_EXPIRED, error, _retries(envelope))
             return ACCEPTED, None
-        await self._follow(envelope, task, task_id, ran)
+        state = await self._follow(envelope, task, task_id, ran)
+        if signals.task_postrun.receivers:
+            hooks.postrun(task, task_id, args, kwargs, _retval(envelope, ran), state)
         return ACCEPTED, None
+
+    def _unknown_sink(self, envelope: Envelope) -> str | None:
+        """Why a sink the task names cannot get its result, or None: a task
+        never reports SUCCESS while its sink gets nothing."""
+        for sink in header_sinks(envelope.headers):
+            try:
+                self.directory.resolve(sink)
+            except ActorctlError as exc:
+                return f"task {envelope.subject}: sink {sink!r} does not resolve: {exc}"
+        return None
 
     def _why_not_run(self, envelope: Envelope, task_id: str) -> str | None:
         """Why the task must not run (revoked, or expired), or None."""
@@ -189,26 +220,30 @@ class TaskWorker(Actor):
 
     async def _follow(
         self, envelope: Envelope, task: Task, task_id: str, ran: list[Any] | BaseException
-    ) -> None:
+    ) -> str:
         """Send what follows a run: its result, next step and callbacks, or its
-        failure and errbacks, or its retry."""
+        failure and errbacks, or its retry. Returns the run's state."""
         followups = self.followups
         retries = _retries(envelope)
         if isinstance(ran, list):
-            await followups.succeed(envelope, ran if envelope.headers.get(H_MAP) else ran[0])
-            return
+            value = ran if envelope.headers.get(H_MAP) else ran[0]
+            await followups.succeed(envelope, value)
+            if signals.task_success.receivers:
+                hooks.succeeded(task, value)
+            return SUCCESS
         try:
             raise ran
         except Retry as retry:
-            await self._retry(envelope, task, task_id, retries, retry.exc, retry.countdown)
-            return
+            return await self._retry(envelope, task, task_id, retries, retry.exc, retry.countdown)
         except TaskFailure as failure:
             if failure.type_name == "TaskRevoked":
                 await followups.report(envelope, REVOKED, {"reason": failure.message})
-                return
+                hooks.revoked(task, task_id, *envelope.call(), failure.message)
+                return REVOKED
             error = {"type": failure.type_name, "message": failure.message}
             await followups.fail(envelope, task_id, error)
-            return
+            hooks.failed(task, task_id, *envelope.call(), failure)
+            return FAILURE
         except Exception as exc:
             mark = failure_mark(exc)
             why = "poison" if mark == POISON else "never retried"
@@ -216,10 +251,15 @@ class TaskWorker(Actor):
                 policy = mark if isinstance(mark, RetryPolicy) else _policy_of(task, envelope)
                 if policy.retries(exc):
                     if self._can_delay(task, policy, retries):
-                        await self._retry(envelope, task, task_id, retries, exc, None, policy)
-                        return
+                        return await self._retry(
+                            envelope, task, task_id, retries, exc, None, policy
+                        )
                     why = "not retried: no scheduler to delay it"
-            error = {"type": type(exc).__name__, "message": str(exc)}
+            error = {
+                "type": type(exc).__name__,
+                "message": str(exc),
+                "traceback": hooks.format_traceback(exc),
+            }
             log(
                 "actorctl:task:failed",
                 task=task.name,
@@ -231,7 +271,8 @@ class TaskWorker(Actor):
             if mark == POISON:
                 await followups.dead_letter(envelope, REASON_POISON, error, retries)
             await followups.fail(envelope, task_id, error)
-            return
+            hooks.failed(task, task_id, *envelope.call(), exc)
+            return FAILURE
 
     def _can_delay(self, task: Task, policy: RetryPolicy, retries: int) -> bool:
         """Whether a retry the policy makes (not one the task asks for) can be
@@ -250,7 +291,7 @@ class TaskWorker(Actor):
         exc: BaseException | None,
         countdown: float | None,
         policy: RetryPolicy | None = None,
-    ) -> None:
+    ) -> str:
         """Send the task again later (the scheduler holds it), or, its retries
         spent, fail it and dead-letter it."""
         policy = policy or _policy_of(task, envelope)
@@ -269,8 +310,11 @@ class TaskWorker(Actor):
             )
             await self.followups.dead_letter(envelope, REASON_OUT_OF_RETRIES, error, retries)
             error["message"] += f" (gave up after {retries} retries)"
+            if exc is not None:
+                error["traceback"] = hooks.format_traceback(exc)
             await self.followups.fail(envelope, task_id, error)
-            return
+            hooks.failed(task, task_id, *envelope.call(), exc or Retry())
+            return FAILURE
         bound = _delay_bound(task, policy, retries) if countdown is None else countdown
         if countdown is None:
             countdown = policy.delay(retries) if task.default_retry_delay is None else bound
@@ -284,6 +328,8 @@ class TaskWorker(Actor):
             bound=bound,
             error=error,
         )
+        hooks.retried(task, task_id, retries, *envelope.call(), exc)
+        return RETRY
 
     # -- running -------------------------------------------------------------------
 
@@ -346,6 +392,13 @@ class TaskWorker(Actor):
             f"task {task.name} ran past its hard time limit ({limits.hard:g} s) and was stopped"
             + ("" if task.is_async or task.boxed else " (its thread runs on: use boxed=True)"),
         )
+
+
+def _retval(envelope: Envelope, ran: list[Any] | BaseException) -> Any:
+    """What the run returned (a map's list, or the one value), or what it raised."""
+    if isinstance(ran, list):
+        return ran if envelope.headers.get(H_MAP) else ran[0]
+    return ran
 
 
 def _retries(envelope: Envelope) -> int:
