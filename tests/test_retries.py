@@ -379,10 +379,13 @@ async def test_the_bound_evicts_the_oldest_and_logs_once_when_80_percent_full(
     assert [m["id"] for m in logs.of_type("actorctl:deadletter:evicted")] == ids[:2]
     [alarm] = logs.of_type("actorctl:deadletter:nearly-full")
     assert (alarm["held"], alarm["max"]) == (4, 5)
+    # And how full it is (what `cluster status` shows)
+    assert letters.fill() == {"held": 5, "max": 5, "nearly_full": True}
     # Past the TTL they are gone
     now[0] += 61.0
     assert letters.records() == []
     assert len(letters) == 0
+    assert letters.fill() == {"held": 0, "max": 5, "nearly_full": False}
     with pytest.raises(ConfigError, match="max"):
         DeadLetterBounds(max=0)
     with pytest.raises(ConfigError, match="interval_start"):
