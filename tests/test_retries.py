@@ -30,7 +30,7 @@ from actorctl import (
     TaskRevoked,
     open_node,
 )
-from actorctl.actors import Actor
+from actorctl.actors import Actor, Address
 from actorctl.cluster import (
     DeadLetterBounds,
     DeadLetters,
@@ -361,6 +361,44 @@ async def test_a_backlog_message_refused_until_it_expires_is_a_dead_letter(
         with trio.fail_after(WAIT):
             await here.outbox.backlog.wait_empty()
     assert logs.of_type("actorctl:backlog:retry")
+
+
+async def test_a_backlog_message_whose_peer_stays_down_is_dead_lettered_when_it_expires(
+    wake: LogWake,
+) -> None:
+    # Given a node whose peer never comes up (nothing listens on its port)
+    async with open_node("here", insecure=True, connect_timeout=0.2) as here:
+        address = Address("127.0.0.1", free_port(), "gone", "amqp")
+
+        def message(expiry: float | None) -> Envelope:
+            return Envelope(
+                message_id=here.new_message_id(),
+                to=str(address),
+                subject="work",
+                body=[[], {}],
+                creation_time=here.now(),
+                expiry_time=expiry,
+            )
+
+        # When it takes on a message without a deadline, then one with a short
+        # one, for that peer (both wait in its durable backlog)
+        kept, expiring = message(None), message(here.now() + 0.6)
+        for envelope in (kept, expiring):
+            await here.outbox.send(address, envelope, presettled=False, confirm=False, durable=True)
+        # Then, once its deadline passes while it waits, the second is a dead
+        # letter, reason expired, saying that it waited for its peer
+        await wake.until(lambda: len(here.dead_letters) == 1)
+        [letter] = here.dead_letters.records()
+        assert (letter["reason"], letter["message_id"], letter["target"]) == (
+            "expired",
+            expiring.message_id,
+            str(address),
+        )
+        assert "waited for its peer" in letter["error"]["message"]
+        assert letter["time"] >= expiring.expiry_time
+        # And nothing else is lost: the first still waits for the peer
+        assert len(here.outbox.backlog) == 1
+        assert here.outbox.backlog.waiting_for(address.endpoint)
 
 
 async def test_the_bound_evicts_the_oldest_and_logs_once_when_80_percent_full(
