@@ -28,6 +28,8 @@ from actorctl import (
     RetryPolicy,
     TaskFailed,
     TaskRevoked,
+    chain,
+    group,
     open_node,
 )
 from actorctl.actors import Actor, Address
@@ -232,6 +234,36 @@ async def test_a_call_overrides_the_policy_and_a_scope_overrides_the_task(
         # And a bad per-call policy is refused before anything is sent
         with pytest.raises(ConfigError, match="unknown field"):
             await fetch.aapply_async((1,), retry_policy={"retries": 2})
+
+
+async def test_a_canvas_step_is_retried_per_its_own_policy(tmp_path: Path) -> None:
+    async with cluster(tmp_path):
+        # Given a downstream that fails 4 times: more than the app's 3 retries
+        async with downstream(fails=4) as service:
+            # When the second step of a chain allows 5 retries (its own option)
+            step = fetch.si(service.port).set(retry_policy={"max_retries": 5})
+            result = await chain(add.si(1, 2), step).adelay()
+            # Then it is retried per that policy, and succeeds at its fifth run
+            assert await result.aget(timeout=WAIT) == "ok"
+            assert service.calls == 5
+        # And a step that allows one retry only gives up after it
+        async with downstream(fails=10**6) as service:
+            once = fetch.si(service.port).set(max_retries=1)
+            failed = await chain(add.si(1, 2), once).adelay()
+            with pytest.raises(TaskFailed, match="gave up after 1 retries"):
+                await failed.aget(timeout=WAIT)
+            assert service.calls == 2
+            # And so does a group's member, given a RetryPolicy
+            members = group(fetch.si(service.port).set(retry_policy=RetryPolicy(max_retries=0)))
+            [member] = (await members.adelay()).results
+            with pytest.raises(TaskFailed, match="gave up after 0 retries"):
+                await member.aget(timeout=WAIT)
+            assert service.calls == 3
+    # And a wrong policy is refused when the signature is made
+    with pytest.raises(ConfigError, match="unknown field"):
+        fetch.si(1).set(retry_policy={"retries": 2})
+    with pytest.raises(ConfigError, match="must be a RetryPolicy"):
+        fetch.signature((1,), retry_policy=3)
 
 
 async def test_optional_goes_on_and_programming_errors_are_never_retried(
