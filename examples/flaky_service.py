@@ -150,7 +150,7 @@ async def walk_through(cluster: Path, service: PriceService) -> str:
             return lambda calls: sum(1 for c in calls if c[0] == task_id) >= n
 
         await trio.to_thread.run_sync(service.wait_for, failures(3))
-        line = await until_line(("prices", "breaker", "open"), "cluster", "status", str(cluster))
+        line = await until_line(("prices  breaker  open  ",), "cluster", "status", str(cluster))
         print(f"3. 3 failures: the breaker opened; the pool's work waits. cluster status: {line}")
 
         await result.aget(timeout=WAIT, propagate=False)
