@@ -58,3 +58,21 @@ async def test_the_user_registered_event_reaches_each_service_once() -> None:
     for user in (1, 2, 3):
         assert f"crm: CRM contact for user {user}" in out
     assert "cluster stopped" in out
+
+
+async def test_the_flaky_service_example_goes_from_retry_to_dead_letter_to_re_drive() -> None:
+    out = await _run_example("examples.flaky_service", 120)
+    assert "the caller sees RETRY: attempt 0 failed: HTTPError: HTTP Error 503" in out
+    [status] = [line for line in out.splitlines() if line.startswith("3. ")]
+    assert "prices  breaker  open  3 failures within 60 s" in status
+    assert "out of retries: FAILURE: HTTPError" in out
+    assert "(gave up after 3 retries)" in out
+    [letter] = [line for line in out.splitlines() if line.startswith("5. ")]
+    assert "  worker  " in letter
+    assert " out-of-retries " in letter
+    assert "/redrive" in out
+    assert "the re-driven task ran and got its price" in out
+    assert "cluster stopped" in out
+    # Counted after the cluster stopped: 4 runs (the first and its 3 retries),
+    # then the re-driven one, once; nothing lost
+    assert "5 (4 answered 503, 1 answered 200 after the re-drive); lost 0" in out

@@ -238,3 +238,7 @@ def test_cluster_status_shows_each_nodes_checks(tmp_path: Path) -> None:
     assert "expires in" in tls
     assert any("store  health-check  healthy" in line for line in lines)
     assert any("to-n2  health-check  healthy" in line for line in lines)
+    # And each node's dead letters: how many it keeps, and whether 80 % full
+    rows = [line for line in lines if "_deadletters  dead-letters" in line]
+    assert len(rows) == 2
+    assert all("dead-letters  ok  0 kept (max 10000)" in row for row in rows)

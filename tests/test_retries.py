@@ -28,9 +28,11 @@ from actorctl import (
     RetryPolicy,
     TaskFailed,
     TaskRevoked,
+    chain,
+    group,
     open_node,
 )
-from actorctl.actors import Actor
+from actorctl.actors import Actor, Address
 from actorctl.cluster import (
     DeadLetterBounds,
     DeadLetters,
@@ -234,6 +236,36 @@ async def test_a_call_overrides_the_policy_and_a_scope_overrides_the_task(
             await fetch.aapply_async((1,), retry_policy={"retries": 2})
 
 
+async def test_a_canvas_step_is_retried_per_its_own_policy(tmp_path: Path) -> None:
+    async with cluster(tmp_path):
+        # Given a downstream that fails 4 times: more than the app's 3 retries
+        async with downstream(fails=4) as service:
+            # When the second step of a chain allows 5 retries (its own option)
+            step = fetch.si(service.port).set(retry_policy={"max_retries": 5})
+            result = await chain(add.si(1, 2), step).adelay()
+            # Then it is retried per that policy, and succeeds at its fifth run
+            assert await result.aget(timeout=WAIT) == "ok"
+            assert service.calls == 5
+        # And a step that allows one retry only gives up after it
+        async with downstream(fails=10**6) as service:
+            once = fetch.si(service.port).set(max_retries=1)
+            failed = await chain(add.si(1, 2), once).adelay()
+            with pytest.raises(TaskFailed, match="gave up after 1 retries"):
+                await failed.aget(timeout=WAIT)
+            assert service.calls == 2
+            # And so does a group's member, given a RetryPolicy
+            members = group(fetch.si(service.port).set(retry_policy=RetryPolicy(max_retries=0)))
+            [member] = (await members.adelay()).results
+            with pytest.raises(TaskFailed, match="gave up after 0 retries"):
+                await member.aget(timeout=WAIT)
+            assert service.calls == 3
+    # And a wrong policy is refused when the signature is made
+    with pytest.raises(ConfigError, match="unknown field"):
+        fetch.si(1).set(retry_policy={"retries": 2})
+    with pytest.raises(ConfigError, match="must be a RetryPolicy"):
+        fetch.signature((1,), retry_policy=3)
+
+
 async def test_optional_goes_on_and_programming_errors_are_never_retried(
     tmp_path: Path, logs: Logs
 ) -> None:
@@ -363,6 +395,44 @@ async def test_a_backlog_message_refused_until_it_expires_is_a_dead_letter(
     assert logs.of_type("actorctl:backlog:retry")
 
 
+async def test_a_backlog_message_whose_peer_stays_down_is_dead_lettered_when_it_expires(
+    wake: LogWake,
+) -> None:
+    # Given a node whose peer never comes up (nothing listens on its port)
+    async with open_node("here", insecure=True, connect_timeout=0.2) as here:
+        address = Address("127.0.0.1", free_port(), "gone", "amqp")
+
+        def message(expiry: float | None) -> Envelope:
+            return Envelope(
+                message_id=here.new_message_id(),
+                to=str(address),
+                subject="work",
+                body=[[], {}],
+                creation_time=here.now(),
+                expiry_time=expiry,
+            )
+
+        # When it takes on a message without a deadline, then one with a short
+        # one, for that peer (both wait in its durable backlog)
+        kept, expiring = message(None), message(here.now() + 0.6)
+        for envelope in (kept, expiring):
+            await here.outbox.send(address, envelope, presettled=False, confirm=False, durable=True)
+        # Then, once its deadline passes while it waits, the second is a dead
+        # letter, reason expired, saying that it waited for its peer
+        await wake.until(lambda: len(here.dead_letters) == 1)
+        [letter] = here.dead_letters.records()
+        assert (letter["reason"], letter["message_id"], letter["target"]) == (
+            "expired",
+            expiring.message_id,
+            str(address),
+        )
+        assert "waited for its peer" in letter["error"]["message"]
+        assert letter["time"] >= expiring.expiry_time
+        # And nothing else is lost: the first still waits for the peer
+        assert len(here.outbox.backlog) == 1
+        assert here.outbox.backlog.waiting_for(address.endpoint)
+
+
 async def test_the_bound_evicts_the_oldest_and_logs_once_when_80_percent_full(
     logs: Logs,
 ) -> None:
@@ -379,10 +449,13 @@ async def test_the_bound_evicts_the_oldest_and_logs_once_when_80_percent_full(
     assert [m["id"] for m in logs.of_type("actorctl:deadletter:evicted")] == ids[:2]
     [alarm] = logs.of_type("actorctl:deadletter:nearly-full")
     assert (alarm["held"], alarm["max"]) == (4, 5)
+    # And how full it is (what `cluster status` shows)
+    assert letters.fill() == {"held": 5, "max": 5, "nearly_full": True}
     # Past the TTL they are gone
     now[0] += 61.0
     assert letters.records() == []
     assert len(letters) == 0
+    assert letters.fill() == {"held": 0, "max": 5, "nearly_full": False}
     with pytest.raises(ConfigError, match="max"):
         DeadLetterBounds(max=0)
     with pytest.raises(ConfigError, match="interval_start"):

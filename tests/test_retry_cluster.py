@@ -205,6 +205,15 @@ def test_deadletters_retry_re_drives_a_letter_once(
             break
     [row] = rows
     letter_id = row.split()[0]
+    # And `cluster status` counts it under the worker node
+    status = actorctl("cluster", "status", str(cluster))
+    assert status.returncode == 0, status.stderr
+    [kept] = [
+        line
+        for line in status.stdout.splitlines()
+        if "dead-letters" in line and " 0 kept" not in line
+    ]
+    assert "_deadletters  dead-letters  ok  1 kept (max 10000)" in kept
     shown = actorctl("deadletters", "show", str(cluster), letter_id)
     assert shown.returncode == 0, shown.stderr
     letter = json.loads(shown.stdout)

@@ -27,7 +27,7 @@ def _line(item: dict[str, Any]) -> str:
     parts = [str(item.get("name")), str(item.get("kind")), str(item.get("state", "-"))]
     if item.get("cluster"):
         parts.insert(1, f"cluster {item['cluster']!r}")
-    if item.get("kind") in ("health-check", "breaker"):
+    if item.get("kind") in ("health-check", "breaker", "dead-letters"):
         if item.get("detail"):
             parts.append(str(item["detail"]))
         return "  ".join(parts)

@@ -17,8 +17,9 @@ that a router moves on from instance to instance because each refuses it
 Either way for as long as the node lives, and from the store again after a
 restart. Order: oldest first, except that a message sent again goes behind
 those waiting. A message refused past its ``absolute-expiry-time`` (every
-instance refused it until its deadline) is not sent again: it goes to the
-node's dead letters (``_deadletters.py``).
+instance refused it until its deadline), or whose deadline passes while it
+waits for its peer to come back, is not sent again: it goes to the node's dead
+letters (``_deadletters.py``), reason ``expired``.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from __future__ import annotations
 import collections
 import functools
 import itertools
+import math
 from collections.abc import Callable, Collection
 from typing import Final, final
 
@@ -232,19 +234,27 @@ class Backlog:
     async def _flee(self, lane: _Lane, reason: str) -> None:
         """Hand each entry of ``lane`` that has a reroute (and did not just come
         from another unreachable peer) to it, now and whenever more are queued;
-        the others keep their place."""
+        the others keep their place, until their ``absolute-expiry-time``
+        passes: then they are dead letters (the peer may never come back)."""
         outcome = Outcome("released", PEER_UNAVAILABLE, reason)
         while True:
             queue = lane.queue
-            leaving = [e for e in queue if e.reroute is not None and not e.fled]
-            if leaving:
-                staying = [e for e in queue if e.reroute is None or e.fled]
+            now = self._clock()
+            moving = [e for e in queue if _expired(e, now) or (e.reroute and not e.fled)]
+            if moving:
+                staying = [e for e in queue if not (_expired(e, now) or (e.reroute and not e.fled))]
                 queue.clear()
                 queue.extend(staying)
-                for entry in leaving:
-                    entry.fled = True
-                    self._settled(entry, outcome)  # elsewhere, or back here
-            await lane.lot.park()
+                for entry in moving:
+                    if _expired(entry, now):
+                        self._expire(entry, outcome, waited=True)
+                    else:
+                        entry.fled = True
+                        self._settled(entry, outcome)  # elsewhere, or back here
+            deadlines = [e.envelope.expiry_time for e in queue if e.envelope.expiry_time]
+            wait = min(deadlines) - self._clock() if deadlines else math.inf
+            with trio.move_on_after(max(wait, 0.0)):
+                await lane.lot.park()
 
     def _settled(self, entry: _Entry, outcome: Outcome) -> None:
         message_id = entry.envelope.message_id
@@ -298,9 +308,12 @@ class Backlog:
         await trio.sleep(delay)
         self._queue(entry)
 
-    def _expire(self, entry: _Entry, refused: Outcome) -> None:
-        """``entry`` was refused and its deadline has passed: a dead letter."""
+    def _expire(self, entry: _Entry, refused: Outcome, *, waited: bool = False) -> None:
+        """``entry`` was refused (or ``waited`` for its peer) and its deadline
+        has passed: a dead letter."""
         why = f"refused ({refused.condition}: {refused.description}) until it expired"
+        if waited:
+            why = f"waited for its peer ({refused.description}) until it expired"
         if self._dead_letters is not None:
             self._dead_letters.add(
                 reason=REASON_EXPIRED,
@@ -326,6 +339,11 @@ class Backlog:
             entry.on_done(outcome)
         if not len(self):
             self._emptied.unpark_all()
+
+
+def _expired(entry: _Entry, now: float) -> bool:
+    expiry = entry.envelope.expiry_time
+    return expiry is not None and expiry <= now
 
 
 def _pack(address: Address, envelope: Envelope) -> bytes:

@@ -94,6 +94,7 @@ class Controller(Actor):
                     entry["children"] = [await ref.ask("tree")]
                     if HEALTH_AGENT in state.actors:
                         entry["children"] += await self._health(state.address)
+                    entry["children"].append(await self._dead_letters(state.address))
                 except Exception as exc:  # a node that does not answer is reported as such
                     entry["error"] = str(exc)
             nodes.append(entry)
@@ -120,6 +121,17 @@ class Controller(Actor):
                 for b in states
             ]
         return rows
+
+    async def _dead_letters(self, address: str) -> dict[str, Any]:
+        """A node's dead letters (how many; 80 % full or not), as a row of its tree."""
+        ref = self.ref(f"{address}/{DEAD_LETTERS}").with_options(timeout=2.0)
+        fill = await ref.ask("fill")
+        held, most = fill["held"], fill["max"]
+        detail = f"{held} kept (max {most})"
+        if fill["nearly_full"]:
+            detail += ": 80 % full, the oldest go when full (actorctl deadletters list)"
+        state = "nearly-full" if fill["nearly_full"] else "ok"
+        return {"name": DEAD_LETTERS, "kind": "dead-letters", "state": state, "detail": detail}
 
     @handler
     async def deadletters(

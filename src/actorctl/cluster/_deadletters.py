@@ -15,7 +15,9 @@ letter older than the TTL is gone. When the table is 80 % full an error line is
 logged, once, until it drains below that again.
 
 ``_deadletters`` on every node answers ``list``, ``show``, ``retry`` and
-``purge`` (what ``actorctl deadletters`` sends, through the Controller).
+``purge`` (what ``actorctl deadletters`` sends, through the Controller), and
+``fill`` (how many it holds, and whether 80 % full: what ``cluster status``
+shows).
 """
 
 from __future__ import annotations
@@ -187,6 +189,16 @@ class DeadLetters:
         else:
             self._alarmed = False
 
+    def fill(self) -> dict[str, Any]:
+        """How full the table is: ``held``, ``max``, and ``nearly_full`` (80 %
+        of ``max`` or more: the state the error line reports)."""
+        held = len(self._held())
+        return {
+            "held": held,
+            "max": self.bounds.max,
+            "nearly_full": held >= ALARM_AT * self.bounds.max,
+        }
+
     def records(self, reason: str | None = None) -> list[dict[str, Any]]:
         """Every letter (oldest first), or those of one ``reason``."""
         found = [json.loads(value) for _, value in self._store.items(TABLE)]
@@ -297,6 +309,11 @@ class DeadLetterAgent(Actor):
         found = self._letters.records(reason)
         shown = found[-limit:] if limit > 0 else []
         return {"total": len(found), "letters": [summary(r) for r in shown]}
+
+    @handler
+    async def fill(self) -> dict[str, Any]:
+        """How full the table is (``DeadLetters.fill``): what ``cluster status`` shows."""
+        return self._letters.fill()
 
     @handler
     async def show(self, letter_id: str) -> dict[str, Any] | None:

@@ -36,6 +36,7 @@ from ._protocol import (
     H_POOL,
     H_PRIORITY,
     H_RETRIES,
+    H_RETRY_POLICY,
     H_SINKS,
     H_TASK_ID,
     H_TIMELIMIT,
@@ -301,7 +302,10 @@ def _task_headers(
     sinks = options.get("sinks")
     if sinks:
         meta[H_SINKS] = sinks if isinstance(sinks, str) else ",".join(sinks)
-    for key, header in (("priority", H_PRIORITY), ("retries", H_RETRIES), ("map", H_MAP)):
+    for key, header in (
+        ("priority", H_PRIORITY), ("retries", H_RETRIES), ("map", H_MAP),
+        ("retry_policy", H_RETRY_POLICY),  # a canvas step's (in wire form: wire_options)
+    ):  # fmt: skip
         if options.get(key) is not None:
             meta[header] = options[key]
     if options.get("track_started"):

@@ -8,21 +8,39 @@ docs/protocol.md §14.3 specifies the wire form.
 from __future__ import annotations
 
 import itertools
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final, Protocol
 
 from .._errors import ConfigError
 from ..actors import to_wire
+from ..supervision import DEFAULT_RETRY_POLICY, RetryPolicy
 from ._protocol import CHAIN_SEPARATOR, compact, pack_chain
 from ._results import AsyncResult
 
-__all__ = ["STEP_OPTIONS", "Signature", "TaskLike", "chain", "signature_to_wire", "wire_options"]
+__all__ = [
+    "STEP_OPTIONS",
+    "Signature",
+    "TaskLike",
+    "chain",
+    "policy_option",
+    "signature_to_wire",
+    "wire_options",
+]
 
 #: The options a signature carries on the wire (``o``, §14.3).
 STEP_OPTIONS: Final = frozenset(
     {"countdown", "expires", "time_limit", "soft_time_limit", "link", "link_error",
-     "priority", "sinks", "map"}
+     "priority", "sinks", "map", "retry_policy"}
 )  # fmt: skip
+#: The numbers of a retry policy that travel (``on`` and ``never`` stay with the code).
+_POLICY_NUMBERS: Final = (
+    "max_retries",
+    "interval_start",
+    "interval_step",
+    "interval_max",
+    "jitter",
+)
 
 
 class TaskLike(Protocol):
@@ -59,9 +77,38 @@ def signature_to_wire(sig: Any, pool: str | None = None) -> dict[str, Any]:
     return sig.to_wire(pool)
 
 
+def policy_option(given: Any, max_retries: Any = None) -> str:
+    """A signature's ``retry_policy`` option (a ``RetryPolicy``, or a dict of
+    its fields) and ``max_retries`` as the ``retry_policy`` header (§14.6): the
+    numbers given, which the worker lays over the task's policy.
+
+    Raises:
+        ConfigError: it is neither, or names an unknown field or a bad value.
+    """
+    if isinstance(given, str):
+        return given  # already in wire form (a step read back from a header)
+    if isinstance(given, RetryPolicy):
+        numbers = {k: getattr(given, k) for k in _POLICY_NUMBERS}
+    elif isinstance(given, Mapping):
+        RetryPolicy.from_options(given, DEFAULT_RETRY_POLICY)  # raises if it is wrong
+        numbers = {k: v for k, v in given.items() if k in _POLICY_NUMBERS}
+    elif given is None:
+        numbers = {}
+    else:
+        raise ConfigError(f"retry_policy={given!r} must be a RetryPolicy or a dict of its fields")
+    if max_retries is not None:
+        RetryPolicy.from_options({"max_retries": max_retries}, DEFAULT_RETRY_POLICY)
+        numbers["max_retries"] = max_retries
+    return json.dumps(numbers, separators=(",", ":"))
+
+
 def wire_options(options: Mapping[str, Any], pool: str) -> dict[str, Any]:
-    """``options`` with their ``link`` and ``link_error`` signatures in wire form."""
+    """``options`` with their ``link`` and ``link_error`` signatures, and their
+    ``retry_policy`` and ``max_retries`` (as one ``retry_policy``), in wire form."""
     wired = dict(options)
+    if "retry_policy" in wired or "max_retries" in wired:
+        policy = wired.pop("retry_policy", None)
+        wired["retry_policy"] = policy_option(policy, wired.pop("max_retries", None))
     for key in ("link", "link_error"):
         linked = wired.get(key)
         if linked:
@@ -89,6 +136,7 @@ class Signature:
         self.kwargs = dict(kwargs or {})
         self.options = dict(options or {})
         self.immutable = immutable
+        _check_policy(self.options)
 
     def clone(
         self, args: Sequence[Any] = (), kwargs: Mapping[str, Any] | None = None, **options: Any
@@ -103,6 +151,11 @@ class Signature:
         )
 
     def set(self, **options: Any) -> Signature:
+        """Set options: those of ``apply_async``, e.g. ``retry_policy`` (a
+        ``RetryPolicy`` or a dict of its fields) and ``max_retries`` for this
+        step's retries, wherever it runs (a chain's step, a group's or chord's
+        member, a callback)."""
+        _check_policy(options)
         self.options.update(options)
         return self
 
@@ -134,9 +187,8 @@ class Signature:
             wire["k"] = to_wire(self.kwargs)
         if self.immutable:
             wire["i"] = True
-        options = wire_options(
-            {k: v for k, v in self.options.items() if k in STEP_OPTIONS}, self.task.pool
-        )
+        wired = wire_options(self.options, self.task.pool)  # max_retries joins retry_policy
+        options = {k: v for k, v in wired.items() if k in STEP_OPTIONS}
         if options:
             wire["o"] = options
         return wire
@@ -168,6 +220,12 @@ class Signature:
     def __repr__(self) -> str:
         call = ", ".join([*map(repr, self.args), *(f"{k}={v!r}" for k, v in self.kwargs.items())])
         return f"{self.task.name}.{'si' if self.immutable else 's'}({call})"
+
+
+def _check_policy(options: Mapping[str, Any]) -> None:
+    """Refuse a wrong ``retry_policy`` or ``max_retries`` when the signature is made."""
+    if options.get("retry_policy") is not None or options.get("max_retries") is not None:
+        policy_option(options.get("retry_policy"), options.get("max_retries"))
 
 
 class chain:
