@@ -19,7 +19,7 @@ import trio
 from .._errors import ActorctlError, ConfigError, DeliveryError, RemoteError
 from ..actors import Actor, Address
 from ..cluster import Node, NodeConfig, Router, hosted_actors, load_cluster, open_node
-from ..supervision import SupervisorSpec
+from ..supervision import BoxedSpec, SupervisorSpec
 from ._cluster import cluster
 from ._keys import certs, keys
 from ._options import Security, security_options
@@ -107,7 +107,7 @@ async def node_run(
             config = load_cluster(cluster_path)
             node_config = config.node(node_name)
         actors = hosted_actors(target, instances, node=node_config, cluster=config)
-        hosted: dict[str, Actor | type[Actor] | SupervisorSpec] = dict(actors)
+        hosted: dict[str, Actor | type[Actor] | SupervisorSpec | BoxedSpec] = dict(actors)
         for route in routes:
             logical, sep, addresses = route.partition("=")
             if not sep or not logical or not addresses:
@@ -120,6 +120,12 @@ async def node_run(
                     f"supervisor {tree.name!r}: node {node_name!r} has an actor of that name"
                 )
             hosted[tree.name] = tree
+        for boxed in config.boxed_specs(node_config) if config is not None else []:
+            if boxed.name in hosted:
+                raise ConfigError(
+                    f"boxed worker {boxed.name!r}: node {node_name!r} has an actor of that name"
+                )
+            hosted[boxed.name] = boxed
         # Its durable store is under its cluster's data/; without one, in memory.
         store = config.store(node_config) if config is not None else None
         server = Node(

@@ -14,6 +14,11 @@
       [node.limits]         # resource bounds (Node's arguments of the same names)
       max_message_size = 4194304
 
+    [[boxed]]               # a boxed worker in any language (see docs/boxed.md)
+    name = "js"
+    node = "worker-1"
+    command = ["node", "worker.js"]
+
     [[supervisor]]          # a supervision tree on a node (see docs/supervision.md)
     name = "pipeline"
     node = "worker-1"
@@ -46,7 +51,8 @@ import attrs
 
 from .._errors import ConfigError
 from ..mailbox import Keyring
-from ..supervision import SupervisorSpec
+from ..supervision import BoxedSpec, SupervisorSpec
+from ._boxed_config import boxed_specs
 from ._limits import LIMIT_NAMES, Limits
 from ._store import Store
 from ._tls import TlsFiles
@@ -57,7 +63,7 @@ __all__ = ["NODE_KEYS", "ClusterConfig", "NodeConfig", "load_cluster", "unknown_
 _NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?")
 #: The keys of a [[node]] table this layer reads; an actors factory reads others.
 NODE_KEYS: Final = frozenset({"name", "listen", "actors", "instances", "durable", "limits"})
-_TABLES: Final = frozenset({"cluster", "node", "router", "supervisor"})
+_TABLES: Final = frozenset({"cluster", "node", "router", "supervisor", "boxed"})
 _CLUSTER_KEYS: Final = frozenset({"name", "dev", "certs", "keys", "insecure", "controller"})
 _ROUTER_KEYS: Final = frozenset({"name", "node", "instances"})
 #: Keys of older formats, and where what they said is said now.
@@ -125,6 +131,16 @@ class ClusterConfig:
     insecure: bool
     controller: tuple[str, int] = ("127.0.0.1", 5700)
     supervisor_tables: tuple[Any, ...] = attrs.field(default=(), eq=False)
+    # the [[boxed]] workers, each with its node (docs/boxed.md)
+    boxed: tuple[tuple[str, BoxedSpec], ...] = attrs.field(default=(), eq=False)
+
+    def boxed_specs(self, node: NodeConfig, *, pools: bool = False) -> list[BoxedSpec]:
+        """The boxed workers ``node`` runs: those that serve a task pool
+        (``pools=True``; the task app on the node hosts them), or the others
+        (the node hosts them as actors of their own)."""
+        return [
+            spec for on, spec in self.boxed if on == node.name and (spec.pool is not None) == pools
+        ]
 
     def supervisor_specs(self, node: NodeConfig) -> list[SupervisorSpec]:
         """The supervision trees ``node`` hosts, their actor modules imported.
@@ -229,6 +245,14 @@ def load_cluster(path: Path | str) -> ClusterConfig:
         raise ConfigError(
             f"{path}: port {duplicate_port} is used twice (by nodes or the controller)"
         )
+    boxed = boxed_specs(path, data.get("boxed", []), names)
+    for on, spec in boxed:
+        if spec.pool is not None and next(n for n in nodes if n.name == on).actors is None:
+            raise ConfigError(
+                f"{path}: boxed worker {spec.name!r} serves pool {spec.pool!r}, but node "
+                f'{on!r} hosts no task app: add actors = "MODULE:APP" and '
+                f'pools = ["{spec.pool}"] to it'
+            )
     return ClusterConfig(
         path=path.resolve(),
         name=name,
@@ -239,6 +263,7 @@ def load_cluster(path: Path | str) -> ClusterConfig:
         insecure=where.boolean(cluster, "cluster.insecure", default=False),
         controller=where.endpoint(cluster, "cluster.controller", default="127.0.0.1:5700"),
         supervisor_tables=tuple(supervisor_tables),
+        boxed=tuple(boxed),
     )
 
 

@@ -229,6 +229,7 @@ class LocalForeman(_Runner):
         for name, addresses in config.routes(node):
             actors[name] = Router(addresses)
         actors.update((spec.name, spec) for spec in config.supervisor_specs(node))
+        actors.update((spec.name, spec) for spec in config.boxed_specs(node))
         security = config.security(node.name)
         store = config.store(node)
         async with open_node(

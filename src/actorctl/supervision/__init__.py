@@ -5,6 +5,10 @@ checks and retry policies.
 It sits between ``cluster`` and ``actors`` in the import order.
 """
 
+from ._boxed import Boxed as Boxed
+from ._boxed import BoxedUnavailable as BoxedUnavailable
+from ._boxed_actor import BoxedActor as BoxedActor
+from ._boxed_spec import BoxedSpec as BoxedSpec
 from ._child import ChildError as ChildError
 from ._child import ChildFailedToStart as ChildFailedToStart
 from ._child import ChildSpec as ChildSpec
