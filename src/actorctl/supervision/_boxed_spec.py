@@ -8,7 +8,7 @@ handlers the process implements) and a supervisor of ``instances`` processes.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Final, final
 
 import attrs
@@ -24,6 +24,10 @@ __all__ = ["PROTOCOL_VERSION", "BoxedSpec"]
 
 #: The version of docs/boxed.md a runtime speaks (a worker's hello names its own).
 PROTOCOL_VERSION: Final = 1
+
+
+def _command(value: Iterable[str]) -> tuple[str, ...]:
+    return tuple(value)
 
 
 def _restart(value: Restart | str) -> Restart:
@@ -60,7 +64,7 @@ class BoxedSpec:
     """
 
     name: str
-    command: tuple[str, ...] = attrs.field(converter=tuple)
+    command: tuple[str, ...] = attrs.field(converter=_command)
     cwd: str | None = None
     env: Mapping[str, str] | None = attrs.field(default=None, hash=False)
     instances: int = 1

@@ -25,7 +25,10 @@ from ._protocol import FAILURE, H_GROUP, SCHEDULER, new_task_id
 from ._results import AsyncResult
 from ._signature import Signature, wire_options
 
-__all__ = ["Retry", "Task", "TaskContext"]
+__all__ = ["PER_CALL", "Retry", "Task", "TaskContext"]
+
+#: ``boxed=PER_CALL``: a process of its own for each call, as before workers lived long.
+PER_CALL: Final = "per-call"
 
 
 class Retry(Exception):
@@ -98,7 +101,7 @@ class Task:
         ignore_result: bool = False,
         track_started: bool = False,
         sinks: Sequence[str] = (),
-        boxed: bool = False,
+        boxed: bool | str = False,
     ) -> None:
         self.fn = fn
         self.name = name
@@ -115,6 +118,11 @@ class Task:
         self.sinks = tuple(sinks)
         self.boxed = boxed
         self.is_async = inspect.iscoroutinefunction(fn)
+        if boxed not in (True, False, PER_CALL):
+            raise ConfigError(
+                f"task {name}: boxed={boxed!r}: expected True (a long-lived boxed worker), "
+                f'"{PER_CALL}" (a process for each call) or False'
+            )
         if boxed and (self.is_async or bind):
             raise ConfigError(f"task {name}: a boxed task must be a plain `def` without bind=True")
         self.spec = HandlerSpec(name, _as_method(fn, bind))
