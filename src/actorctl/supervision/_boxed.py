@@ -16,72 +16,23 @@ import functools
 import itertools
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Any, final
+from typing import Any, final
 
 import trio
 
 from .._errors import ActorctlError, RemoteError
 from .._log import log
+from ._boxed_call import Call
+from ._boxed_process import BoxedRun
 from ._boxed_spec import BoxedSpec
 from ._child import ChildSpec, Restart
 from ._supervisor import Supervisor
-
-if TYPE_CHECKING:
-    from ._boxed_process import BoxedRun
 
 __all__ = ["Boxed", "BoxedUnavailable", "Call"]
 
 
 class BoxedUnavailable(ActorctlError):
     """A boxed worker stopped for good (its supervisor gave up, or it was stopped)."""
-
-
-@final
-class Call:
-    """One request: queued, then in flight on one process, then done."""
-
-    __slots__ = (
-        "args", "attempts", "deadline", "done", "error", "handler", "id", "kwargs",
-        "run", "trace", "value",
-    )  # fmt: skip
-
-    def __init__(
-        self,
-        call_id: str,
-        handler: str,
-        args: list[Any],
-        kwargs: dict[str, Any],
-        deadline: float | None,
-        trace: str | None,
-    ) -> None:
-        self.id = call_id
-        self.handler = handler
-        self.args = args
-        self.kwargs = kwargs
-        self.deadline = deadline  # seconds since the epoch, for the worker
-        self.trace = trace
-        self.done = trio.Event()
-        self.value: Any = None
-        self.error: tuple[str, str] | None = None
-        self.attempts = 0  # processes that died while it was in flight
-        self.run: BoxedRun | None = None  # the process it is in flight on
-
-    def record(self) -> dict[str, Any]:
-        return {
-            "type": "request",
-            "id": self.id,
-            "handler": self.handler,
-            "args": self.args,
-            "kwargs": self.kwargs,
-            "deadline": self.deadline,
-            "trace": self.trace,
-        }
-
-    def finish(self, value: Any = None, error: tuple[str, str] | None = None) -> None:
-        if not self.done.is_set():
-            self.value, self.error = value, error
-            self.run = None
-            self.done.set()
 
 
 @final
@@ -207,8 +158,6 @@ class Boxed:
         Raises:
             SupervisorGaveUp: the processes failed more often than allowed.
         """
-        from ._boxed_process import BoxedRun  # the process imports this module
-
         spec = self.spec
         children = [
             ChildSpec(

@@ -6,7 +6,7 @@ record a line), the feeder (requests from the shared queue, as many at once as
 its concurrency), the watchdog (heartbeats) and the stderr pump (each line a
 log line with the worker's name and pid). Whatever ends it, the process is
 gone when ``run`` returns or raises, and its requests in flight are back in the
-queue (or failed, per :meth:`Boxed.give_back`).
+queue (or failed, per ``Boxed.give_back``).
 """
 
 from __future__ import annotations
@@ -19,20 +19,33 @@ import resource
 import signal
 import subprocess
 from collections.abc import Callable
-from typing import Any, Final, final
+from typing import Any, Final, Protocol, final
 
 import trio
 
 from .._errors import ActorctlError
 from .._log import log
-from ._boxed import Boxed, Call
-from ._boxed_spec import PROTOCOL_VERSION
+from ._boxed_call import Call
+from ._boxed_spec import PROTOCOL_VERSION, BoxedSpec
 
 __all__ = ["BoxedFailed", "BoxedRun"]
 
 #: Exit code by which a worker says it ran out of memory (docs/boxed.md).
 OUT_OF_MEMORY: Final = 3
 _STDERR_LINE: Final = 4096
+
+
+class Requests(Protocol):
+    """What a process needs of its boxed worker (``Boxed``): the requests."""
+
+    @property
+    def spec(self) -> BoxedSpec: ...
+
+    async def next_call(self) -> Call: ...
+
+    def give_back(self, calls: list[Call], why: str, *, counts: bool) -> None: ...
+
+    def said_hello(self, handlers: frozenset[str]) -> None: ...
 
 
 class BoxedFailed(ActorctlError):
@@ -43,7 +56,7 @@ class BoxedFailed(ActorctlError):
 class BoxedRun:
     """One start of one process of ``boxed`` (its ``slot``: 1, 2, ...)."""
 
-    def __init__(self, boxed: Boxed, slot: int) -> None:
+    def __init__(self, boxed: Requests, slot: int) -> None:
         self.boxed = boxed
         self.spec = boxed.spec
         self.slot = slot

@@ -18,7 +18,6 @@ from ._child import Restart
 
 if TYPE_CHECKING:
     from ..actors import Actor
-    from ._boxed import Boxed
 
 __all__ = ["PROTOCOL_VERSION", "BoxedSpec"]
 
@@ -60,7 +59,8 @@ class BoxedSpec:
             intensity and backoff; past the intensity it fails to its parent.
         restart: its restart type under its parent.
         pool: the task pool it serves (read by a task app), or None.
-        front: makes the actor in front of it (None: a ``BoxedActor``).
+        front: makes the actor in front of it from its ``Boxed`` (None: a
+            ``BoxedActor``).
     """
 
     name: str
@@ -82,7 +82,7 @@ class BoxedSpec:
     backoff_max: float = 5.0
     restart: Restart = attrs.field(default=Restart.PERMANENT, converter=_restart)
     pool: str | None = None
-    front: Callable[[Boxed], Actor] | None = attrs.field(default=None, eq=False, hash=False)
+    front: Callable[[Any], Actor] | None = attrs.field(default=None, eq=False, hash=False)
 
     def __attrs_post_init__(self) -> None:
         where = f"boxed worker {self.name!r}"
