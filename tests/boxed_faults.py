@@ -4,8 +4,9 @@ RECORDS names (one line per run: its key and this process's pid).
 
 Handlers: ``note(key)`` records and returns key; ``crash(key)`` records, then
 exits 1 the first time a key is seen (it runs again on the restarted process
-and returns); ``block(key)`` records, then waits for a line on... nothing: it
-blocks until the process is killed; ``spin()`` loops forever; ``garbage()``
+and returns); ``hold(key)`` records, then the first time blocks until the
+process is killed (it returns when run again); ``block(key)`` records and
+blocks for good; ``big(n)`` returns a string of n bytes; ``spin()`` loops forever; ``garbage()``
 writes a line that is not JSON; ``hog()`` allocates until it cannot and exits 3
 (out of memory, as docs/boxed.md asks); ``mute()`` stops reading and writing
 (no heartbeat answers) without running any request.
@@ -51,6 +52,14 @@ def run(request: dict[str, object]) -> None:
             if seen(args[0]) == 1:
                 os._exit(1)
             value = args[0]
+        elif handler == "hold":
+            record(args[0])
+            if seen(args[0]) == 1:
+                print(f"holding {args[0]}", file=sys.stderr, flush=True)
+                threading.Event().wait()  # until the test kills this process
+            value = args[0]
+        elif handler == "big":
+            value = "x" * int(args[0])
         elif handler == "block":
             record(args[0])
             print(f"blocking {args[0]}", file=sys.stderr, flush=True)
@@ -83,7 +92,7 @@ def run(request: dict[str, object]) -> None:
 
 
 def main() -> None:
-    handlers = ["note", "crash", "block", "spin", "garbage", "hog", "mute"]
+    handlers = ["note", "crash", "hold", "big", "block", "spin", "garbage", "hog", "mute"]
     write({"type": "hello", "protocol": 1, "handlers": handlers, "concurrency": 4})
     for line in sys.stdin:
         request = json.loads(line)

@@ -4,8 +4,9 @@
 processes) and runs a supervisor of ``instances`` processes
 (:class:`~._boxed_process.BoxedRun`, one per start). :meth:`Boxed.call` queues a
 request and waits for its reply; a request whose process dies under it goes
-back to the front of the queue (at-least-once), up to the spec's
-``redeliveries``. A caller that stops waiting (its time limit) has the process
+back to the front of the queue (at-least-once); one that was alone in flight
+when its process died is to blame, and fails after the spec's ``redeliveries``
+such deaths (a request that kills every process it reaches). A caller that stops waiting (its time limit) has the process
 killed: a request cannot be taken back from a process that may be hung in it.
 docs/boxed.md is the protocol and what happens on each failure.
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import math
 import time
 from collections import deque
 from typing import Any, final
@@ -88,14 +90,16 @@ class Boxed:
         call = Call(f"{self.spec.name}-{next(self._ids)}", handler, args, kwargs, deadline, trace)
         self._queue.append(call)
         self._lot.unpark_all()
-        with trio.move_on_after(limit if limit is not None else float("inf")) as scope:
+        with trio.move_on_after(math.inf if limit is None else limit) as scope:
             try:
                 await call.done.wait()
             except trio.Cancelled:
-                self._abandon(call, "its caller stopped waiting")
+                why = "its caller stopped waiting"
+                if scope.cancel_called:
+                    why = f"it ran past its time limit ({limit:g} s)"
+                self._abandon(call, why)
                 raise
         if scope.cancelled_caught:
-            self._abandon(call, f"it ran past its time limit ({limit:g} s)")
             raise RemoteError(
                 "TimeLimitExceeded",
                 f"{handler} ran past its hard time limit ({limit:g} s): boxed worker "

@@ -298,7 +298,9 @@ class BoxedRun:
             why = self._exit_reason(code)
         calls = list(self.in_flight.values())
         self.in_flight.clear()
-        self.boxed.give_back(calls, why or "stopped", counts=not self._innocent)
+        # Only a request alone in flight is to blame for its process's death.
+        blame = not self._innocent and len(calls) == 1
+        self.boxed.give_back(calls, why or "stopped", counts=blame)
         log("actorctl:boxed:exited", boxed=self.name, pid=process.pid, code=code,
             reason=why or "stopped")  # fmt: skip
         return None if stopped else why

@@ -190,8 +190,8 @@ def task_actors(
     if mine.pools or mine.services:
         actors[CONTROL] = TaskControl(state)
     for pool in mine.pools:
-        worker_class = _worker_class(app, pool)
         boxed = _boxed_spec(app, config, node, pool)
+        worker_class = _worker_class(app, pool, declared=boxed is not None)
         if boxed is not None:
             front = functools.partial(worker_class, app, pool, directory, state)
             actors[pool] = attrs.evolve(boxed, name=pool, front=front)
@@ -251,13 +251,14 @@ def _boxed_spec(
     )
 
 
-def _worker_class(app: TaskRegistry, pool: str) -> type[TaskWorker]:
-    """A TaskWorker class with the pool's settings (concurrency, mailbox, threads).
+def _worker_class(app: TaskRegistry, pool: str, *, declared: bool = False) -> type[TaskWorker]:
+    """A TaskWorker class with the pool's settings (concurrency, mailbox, threads);
+    a pool only a boxed worker serves (``declared``) needs none of the app's.
 
     Raises:
         ConfigError: the app defines no such pool.
     """
-    settings: dict[str, Any] | None = app.pools.get(pool)
+    settings: dict[str, Any] | None = app.pools.get(pool, {} if declared else None)
     if settings is None:
         raise ConfigError(
             f"app {app.name!r} defines no pool named {pool!r} (pools: {sorted(app.pools)})"
