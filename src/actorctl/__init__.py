@@ -31,6 +31,7 @@ from .mailbox import Envelope as Envelope
 from .mailbox import MailboxStatistics as MailboxStatistics
 from .mailbox import Outcome as Outcome
 from .supervision import ActorSpec as ActorSpec
+from .supervision import BoxedSpec as BoxedSpec
 from .supervision import ChildError as ChildError
 from .supervision import ProcessExited as ProcessExited
 from .supervision import ProcessSpec as ProcessSpec
@@ -64,6 +65,7 @@ __all__ = [
     "AskTimeout",
     "AsyncResult",
     "Behaviour",
+    "BoxedSpec",
     "ChildError",
     "ConfigError",
     "DataSink",

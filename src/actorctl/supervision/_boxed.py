@@ -6,8 +6,9 @@ processes) and runs a supervisor of ``instances`` processes
 request and waits for its reply; a request whose process dies under it goes
 back to the front of the queue (at-least-once); one that was alone in flight
 when its process died is to blame, and fails after the spec's ``redeliveries``
-such deaths (a request that kills every process it reaches). A caller that stops waiting (its time limit) has the process
-killed: a request cannot be taken back from a process that may be hung in it.
+such deaths (a request that kills every process it reaches). A caller that
+stops waiting (its time limit) has the process killed: a request cannot be
+taken back from a process that may be hung in it.
 docs/boxed.md is the protocol and what happens on each failure.
 """
 
