@@ -31,7 +31,7 @@ from actorctl import RemoteError
 from actorctl.supervision import Boxed, BoxedSpec, ChildSpec, Supervisor, SupervisorGaveUp
 from actorctl.supervision._boxed_process import BoxedFailed
 
-from .harness import Logs
+from .harness import Logs, Secrets, node_pair
 
 FAULTS = str(Path(__file__).with_name("boxed_faults.py"))
 WAIT = 20.0  # seconds any one wait may take on a loaded 2-core machine
@@ -274,3 +274,44 @@ async def test_a_process_that_does_not_say_hello_fails_to_start_with_its_reason(
     failed = pytest.RaisesExc(BoxedFailed, match="first: expected a hello record")
     with trio.fail_after(WAIT), pytest.RaisesGroup(failed, flatten_subgroups=True):
         await boxed.supervise()
+
+
+async def test_a_boxed_worker_is_an_actor_answering_signed_asks(
+    tmp_path: Path, secrets: Secrets
+) -> None:
+    # Given a node (mutual TLS, signed messages) hosting a boxed worker
+    records = tmp_path / "records"
+    boxed_spec = attrs.evolve(spec(records), name="faults")
+    async with node_pair([boxed_spec], secrets=secrets) as pair:
+        ref = pair.client.ref(f"{pair.server.url}/faults")
+        # When a client asks its handlers, Then the process answers
+        assert await ref.ask("note", "signed") == "signed"
+        assert runs(records)[0][0] == "signed"
+        # And a handler's error reaches the client with its type and message
+        with pytest.raises(RemoteError) as raised:
+            await ref.ask("nothing")
+        assert raised.value.type_name == "UnknownHandler"
+        assert "serves no handler 'nothing'" in raised.value.message
+        # And the node's tree shows it: a boxed child with its process
+        tree = pair.server.tree.describe() if pair.server.tree is not None else []
+        [boxed] = [child for child in tree if child["name"] == "faults"]
+        assert boxed["kind"] == "boxed"
+        [process] = boxed["children"]
+        assert process["name"] == "faults/1"
+        assert process["pid"]
+        assert process["in_flight"] == 0
+
+
+async def test_a_per_call_boxed_task_runs_in_a_process_of_its_own_over_the_same_protocol() -> None:
+    # Given a Python task run with boxed="per-call" (a process for this call:
+    # the reference worker gets one request, then a shutdown)
+    from actorctl.tasks._limits import TaskFailure, run_boxed
+
+    from .task_app import boxed_square
+
+    # When it runs, Then its value comes back; And a bad argument's error too
+    with trio.fail_after(WAIT):
+        assert await run_boxed(boxed_square.name, boxed_square.fn, [7], {}) == 49
+        with pytest.raises(TaskFailure) as raised:
+            await run_boxed(boxed_square.name, boxed_square.fn, ["x"], {})
+    assert raised.value.type_name == "TypeError"

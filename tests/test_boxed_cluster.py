@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 from examples._cluster import running_cluster
-from examples.boxed.app import add, app, cluster_text, fail
+from examples.boxed.app import add, app, call_every_pool, cluster_text, fail
 
 from actorctl import TaskFailed
 
@@ -204,3 +204,15 @@ def test_cluster_status_shows_the_boxed_processes(cluster: Cluster) -> None:
     assert " pid " in line
     assert "in flight 0" in line
     assert any("sh  boxed  running" in line for line in shown.splitlines())
+
+
+def test_the_example_calls_every_pool(cluster: Cluster, capsys: pytest.CaptureFixture[str]) -> None:
+    for pool, missing in MISSING.items():
+        if missing is not None:
+            pytest.skip(f"examples/boxed/app.py calls {pool}: {missing}")
+    call_every_pool()
+    said = capsys.readouterr().out
+    assert "python: add.delay(1, 2).get() == 3" in said
+    for pool, error in (("js", "RangeError"), ("c", "CError"), ("sh", "ShellError")):
+        assert f"{pool}: add(1, 2) == 3; greet('world') == 'hello, world'" in said
+        assert f"{pool}: fail('on purpose') raised {error}: on purpose" in said
