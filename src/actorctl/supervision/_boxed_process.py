@@ -65,6 +65,7 @@ class BoxedRun:
         self._process: trio.Process | None = None
         self._why: str | None = None  # why it must die (None: not yet)
         self._innocent = False  # killed for one request: the others are not to blame
+        self._cancelled: list[str] = []  # requests given up on: told before the kill
         self._scope = trio.CancelScope()
         self._write_lock = trio.Lock()
         self._last_seen = 0.0
@@ -258,6 +259,7 @@ class BoxedRun:
         """Kill it (from another task): one request's limit, or a bad record."""
         if call is not None:
             self.in_flight.pop(call.id, None)
+            self._cancelled.append(call.id)
             self._innocent = True
         self._fail(why)
 
@@ -288,6 +290,10 @@ class BoxedRun:
         elif why is None:  # it ended by itself: collect its code
             with trio.move_on_after(self.spec.grace):
                 await process.wait()
+        if process.returncode is None and self._cancelled:
+            with trio.move_on_after(0.1):  # a hung worker may not read it: no matter
+                for call_id in self._cancelled:
+                    await self._send({"type": "cancel", "id": call_id})
         if process.returncode is None:
             level = "killed" if why is not None else "stopped"
             log(f"actorctl:boxed:{level}", boxed=self.name, pid=process.pid, reason=why or "stop")
