@@ -315,3 +315,63 @@ async def test_a_per_call_boxed_task_runs_in_a_process_of_its_own_over_the_same_
         with pytest.raises(TaskFailure) as raised:
             await run_boxed(boxed_square.name, boxed_square.fn, ["x"], {})
     assert raised.value.type_name == "TypeError"
+
+
+CLUSTER = """
+[cluster]
+name = "c"
+[[node]]
+name = "worker"
+listen = "127.0.0.1:5999"
+
+[[boxed]]
+name = "js"
+node = "worker"
+command = ["node", "worker.js"]
+{boxed}
+"""
+
+
+@pytest.mark.parametrize(
+    ("node", "boxed", "said"),
+    [
+        (
+            "",
+            "concurrenccy = 2",
+            "key 'boxed[0].concurrenccy': expected no such key: 'concurrency'",
+        ),
+        ("", 'node = "elsewhere"', "key 'boxed[0].node': expected one of the nodes ['worker']"),
+        ("", "memory_limit = -1", "key 'boxed[0].memory_limit': expected a number"),
+        ("", "instances = 1.5", "key 'boxed[0].instances': expected a whole number"),
+        ("", 'pool = "js"', "serves pool 'js', but node 'worker' hosts no task app"),
+    ],
+)
+def test_a_wrong_boxed_table_is_an_error_naming_the_key(
+    tmp_path: Path, node: str, boxed: str, said: str
+) -> None:
+    from actorctl import ConfigError
+    from actorctl.cluster import load_cluster
+
+    path = tmp_path / "cluster.toml"
+    table = CLUSTER.format(boxed=boxed)
+    if 'node = "elsewhere"' in boxed:
+        table = table.replace('node = "worker"\ncommand', "command")
+    path.write_text(table)
+    with pytest.raises(ConfigError) as raised:
+        load_cluster(path)
+    assert said in str(raised.value)
+    assert str(path) in str(raised.value)
+
+
+def test_a_boxed_table_declares_a_supervised_worker(tmp_path: Path) -> None:
+    from actorctl.cluster import load_cluster
+
+    path = tmp_path / "cluster.toml"
+    extra = 'args = ["--x"]\ncwd = "sub"\ninstances = 2\ntime_limit = 3\nmemory_limit = 64'
+    path.write_text(CLUSTER.format(boxed=extra))
+    config = load_cluster(path)
+    [boxed] = config.boxed_specs(config.node("worker"))
+    assert boxed.command == ("node", "worker.js", "--x")
+    assert boxed.cwd == str(tmp_path / "sub")
+    assert (boxed.instances, boxed.time_limit, boxed.memory_bytes) == (2, 3.0, 64 << 20)
+    assert config.boxed_specs(config.node("worker"), pools=True) == []

@@ -191,7 +191,7 @@ def task_actors(
         actors[CONTROL] = TaskControl(state)
     for pool in mine.pools:
         boxed = _boxed_spec(app, config, node, pool)
-        worker_class = _worker_class(app, pool, declared=boxed is not None)
+        worker_class = _worker_class(app, pool, boxed)
         if boxed is not None:
             front = functools.partial(worker_class, app, pool, directory, state)
             actors[pool] = attrs.evolve(boxed, name=pool, front=front)
@@ -251,14 +251,17 @@ def _boxed_spec(
     )
 
 
-def _worker_class(app: TaskRegistry, pool: str, *, declared: bool = False) -> type[TaskWorker]:
+def _worker_class(app: TaskRegistry, pool: str, boxed: BoxedSpec | None = None) -> type[TaskWorker]:
     """A TaskWorker class with the pool's settings (concurrency, mailbox, threads);
-    a pool only a boxed worker serves (``declared``) needs none of the app's.
+    a pool only a boxed worker serves needs none of the app's: it runs as many
+    tasks at once as the worker's processes take.
 
     Raises:
         ConfigError: the app defines no such pool.
     """
-    settings: dict[str, Any] | None = app.pools.get(pool, {} if declared else None)
+    settings: dict[str, Any] | None = app.pools.get(pool)
+    if settings is None and boxed is not None:
+        settings = {"concurrency": boxed.instances * (boxed.concurrency or 16)}
     if settings is None:
         raise ConfigError(
             f"app {app.name!r} defines no pool named {pool!r} (pools: {sorted(app.pools)})"
