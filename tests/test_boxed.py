@@ -277,7 +277,7 @@ async def test_a_process_that_does_not_say_hello_fails_to_start_with_its_reason(
 
 
 async def test_a_boxed_worker_is_an_actor_answering_signed_asks(
-    tmp_path: Path, secrets: Secrets
+    tmp_path: Path, secrets: Secrets, logs: Logs
 ) -> None:
     # Given a node (mutual TLS, signed messages) hosting a boxed worker
     records = tmp_path / "records"
@@ -300,6 +300,10 @@ async def test_a_boxed_worker_is_an_actor_answering_signed_asks(
         assert process["name"] == "faults/1"
         assert process["pid"]
         assert process["in_flight"] == 0
+    # And when its node stops, the process is asked to shut down, and does
+    [ended] = logs.of_type("actorctl:boxed:exited")
+    assert (ended["pid"], ended["code"], ended["reason"]) == (process["pid"], 0, "stopped")
+    assert logs.of_type("actorctl:boxed:killed") == []
 
 
 async def test_a_per_call_boxed_task_runs_in_a_process_of_its_own_over_the_same_protocol() -> None:

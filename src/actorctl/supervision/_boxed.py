@@ -44,10 +44,13 @@ class Boxed:
 
     Args:
         spec: what to run and its limits.
+        stopping: set when its node begins to stop: a process that ends then
+            is not started again.
     """
 
-    def __init__(self, spec: BoxedSpec) -> None:
+    def __init__(self, spec: BoxedSpec, stopping: trio.Event | None = None) -> None:
         self.spec = spec
+        self._stopping = stopping
         self.handlers: frozenset[str] | None = None  # from the first hello
         self._queue: deque[Call] = deque()
         self._lot = trio.lowlevel.ParkingLot()
@@ -180,6 +183,7 @@ class Boxed:
             within=spec.within,
             backoff=spec.backoff,
             backoff_max=spec.backoff_max,
+            stopping=self._stopping,
         )
         self._stopped = None
         try:

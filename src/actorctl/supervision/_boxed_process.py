@@ -108,8 +108,8 @@ class BoxedRun:
                             nursery.start_soon(self._watch)
                         await self._read(lines)
                     nursery.cancel_scope.cancel(reason=self._why or "its stdout ended")
-        except trio.Cancelled:
-            stopped = self._why is None  # its supervisor stops it
+        except BaseException:  # Cancelled (perhaps in a group): its supervisor stops it
+            stopped = self._why is None
             raise
         finally:
             with trio.CancelScope(shield=True):

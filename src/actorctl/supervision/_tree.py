@@ -112,7 +112,7 @@ class TreeLevel:
         """The child spec that starts ``child``, hosting what must be reachable."""
         host = self._host
         if isinstance(child, BoxedSpec):
-            boxed = Boxed(child)
+            boxed = Boxed(child, host.stopping)
             front = child.front(boxed) if child.front is not None else BoxedActor(boxed)
             cell = host.host(child.name, front, None)
             self._addressable.add(child.name)
