@@ -379,3 +379,12 @@ def test_a_boxed_table_declares_a_supervised_worker(tmp_path: Path) -> None:
     assert boxed.cwd == str(tmp_path / "sub")
     assert (boxed.instances, boxed.time_limit, boxed.memory_bytes) == (2, 3.0, 64 << 20)
     assert config.boxed_specs(config.node("worker"), pools=True) == []
+
+
+async def test_a_command_that_does_not_exist_fails_to_start_naming_it(tmp_path: Path) -> None:
+    boxed = Boxed(attrs.evolve(spec(tmp_path / "records"), command=("no-such-program-here",)))
+    failed = pytest.RaisesExc(
+        BoxedFailed, match=r"cannot run \['no-such-program-here'\]: No such file or directory"
+    )
+    with trio.fail_after(WAIT), pytest.RaisesGroup(failed, flatten_subgroups=True):
+        await boxed.supervise()

@@ -139,6 +139,13 @@ async def node_run(
         )
     except ConfigError as exc:
         _fail(str(exc))
+    try:
+        await _serve(server, listen, grace)
+    except* ActorctlError as group:  # a child that failed to start (a boxed worker's command)
+        _fail(f"node {node_name} failed to start: {_innermost(group)}", 1)
+
+
+async def _serve(server: Node, listen: str, grace: float) -> None:
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with trio.open_nursery() as nursery:
             try:
@@ -151,6 +158,12 @@ async def node_run(
                 )
                 server.stop(grace)
                 break
+
+
+def _innermost(error: BaseException) -> BaseException:
+    while isinstance(error, BaseExceptionGroup):
+        error = error.exceptions[0]
+    return error
 
 
 _ARGS = click.argument("args", nargs=-1, metavar="[ARGS]...")

@@ -138,6 +138,8 @@ class Foreman(_Runner):
             with trio.move_on_after(READY_TIMEOUT):
                 await ready.wait()
             if state.address is None:
+                with trio.move_on_after(1.0):  # its output ended: it is exiting
+                    await process.wait()
                 if process.returncode is None:
                     process.kill()
                     why = f"did not report ready within {READY_TIMEOUT:g} s"

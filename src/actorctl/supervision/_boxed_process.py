@@ -84,15 +84,22 @@ class BoxedRun:
         spec = self.spec
         env = None if spec.env is None else {**os.environ, **spec.env}
         limit = spec.memory_bytes
-        process = await trio.lowlevel.open_process(
-            list(spec.command),
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            cwd=spec.cwd,
-            env=env,
-            preexec_fn=None if limit is None else _address_space(limit),
-        )
+        try:
+            process = await trio.lowlevel.open_process(
+                list(spec.command),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                cwd=spec.cwd,
+                env=env,
+                preexec_fn=None if limit is None else _address_space(limit),
+            )
+        except OSError as exc:
+            where = f" in {spec.cwd}" if spec.cwd else ""
+            raise BoxedFailed(
+                f"boxed worker {self.name}: cannot run {list(spec.command)}{where}: "
+                f"{exc.strerror or exc}"
+            ) from None
         self._process, self.pid = process, process.pid
         log("actorctl:boxed:started", boxed=self.name, pid=process.pid, command=spec.command)
         stopped = False
