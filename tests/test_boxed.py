@@ -250,6 +250,8 @@ async def test_garbage_an_oversize_record_or_too_much_memory_kills_with_a_clear_
         # And the log says why it ended, with the worker's name and pid
         [ended] = [m for m in logs.of_type("actorctl:boxed:exited") if m["pid"] == pid]
         assert said in ended["reason"]
+        if handler == "hog":  # and what it said on stderr before it died
+            assert "its last stderr line: 'out of memory'" in ended["reason"]
         assert ended["boxed"] == "faults/1"
         # And it was restarted: the new process serves
         assert await boxed.call("note", ["after"], {}) == "after"

@@ -306,6 +306,8 @@ class BoxedRun:
             log(f"actorctl:boxed:{level}", boxed=self.name, pid=process.pid, reason=why or "stop")
             await _terminate(process, self.spec.grace)
         _close(process)
+        with trio.move_on_after(0.5):  # what it said last, for the log and the reason
+            await self._pump_stderr(process)
         code = process.returncode
         if why is None and not stopped:
             why = self._exit_reason(code)
