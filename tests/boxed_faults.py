@@ -6,8 +6,9 @@ Handlers: ``note(key)`` records and returns key; ``crash(key)`` records, then
 exits 1 the first time a key is seen (it runs again on the restarted process
 and returns); ``hold(key)`` records, then the first time blocks until the
 process is killed (it returns when run again); ``block(key)`` records and
-blocks for good; ``big(n)`` returns a string of n bytes; ``spin()`` loops forever; ``garbage()``
-writes a line that is not JSON; ``hog()`` allocates until it cannot and exits 3
+blocks for good; ``request()`` returns the request record it got; ``big(n)``
+returns a string of n bytes; ``spin()`` loops forever; ``garbage()`` writes a
+line that is not JSON; ``hog()`` allocates until it cannot and exits 3
 (out of memory, as docs/boxed.md asks); ``mute()`` stops reading and writing
 (no heartbeat answers) without running any request.
 """
@@ -58,6 +59,8 @@ def run(request: dict[str, object]) -> None:
                 print(f"holding {args[0]}", file=sys.stderr, flush=True)
                 threading.Event().wait()  # until the test kills this process
             value = args[0]
+        elif handler == "request":
+            value = request
         elif handler == "big":
             value = "x" * int(args[0])
         elif handler == "block":
@@ -92,7 +95,18 @@ def run(request: dict[str, object]) -> None:
 
 
 def main() -> None:
-    handlers = ["note", "crash", "hold", "big", "block", "spin", "garbage", "hog", "mute"]
+    handlers = [
+        "note",
+        "request",
+        "crash",
+        "hold",
+        "big",
+        "block",
+        "spin",
+        "garbage",
+        "hog",
+        "mute",
+    ]
     write({"type": "hello", "protocol": 1, "handlers": handlers, "concurrency": 4})
     for line in sys.stdin:
         request = json.loads(line)

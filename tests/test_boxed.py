@@ -263,7 +263,9 @@ async def test_a_handler_the_worker_does_not_serve_is_refused_at_once(tmp_path: 
         with pytest.raises(RemoteError) as raised:
             await boxed.call("nothing", [], {})
         assert raised.value.type_name == "UnknownHandler"
-        assert "it serves: big, block, crash" in raised.value.message
+        assert "it serves: big, block, crash, garbage, hog, hold, mute, note, request" in (
+            raised.value.message
+        )
 
 
 async def test_a_process_that_does_not_say_hello_fails_to_start_with_its_reason(
@@ -289,6 +291,14 @@ async def test_a_boxed_worker_is_an_actor_answering_signed_asks(
         # When a client asks its handlers, Then the process answers
         assert await ref.ask("note", "signed") == "signed"
         assert runs(records)[0][0] == "signed"
+        # And all it gets is the request: no message, signature or key
+        request = await ref.ask("request", 1, x=2)
+        assert list(request) == ["type", "id", "handler", "args", "kwargs", "deadline", "trace"]
+        assert (request["handler"], request["args"], request["kwargs"]) == (
+            "request",
+            [1],
+            {"x": 2},
+        )
         # And a handler's error reaches the client with its type and message
         with pytest.raises(RemoteError) as raised:
             await ref.ask("nothing")
