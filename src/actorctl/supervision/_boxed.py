@@ -131,6 +131,14 @@ class Boxed:
             await self._lot.park()
         return self._queue.popleft()
 
+    def queued(self) -> int:
+        """Requests waiting for a process."""
+        return len(self._queue)
+
+    def take(self) -> Call:
+        """The next request waiting (there is one: see :meth:`queued`)."""
+        return self._queue.popleft()
+
     def give_back(self, calls: list[Call], why: str, *, counts: bool) -> None:
         """Requests in flight on a process that ended: to the front of the queue
         (oldest first), or failed once they have been given back too often."""

@@ -43,6 +43,10 @@ class Requests(Protocol):
 
     async def next_call(self) -> Call: ...
 
+    def queued(self) -> int: ...
+
+    def take(self) -> Call: ...
+
     def give_back(self, calls: list[Call], why: str, *, counts: bool) -> None: ...
 
     def said_hello(self, handlers: frozenset[str]) -> None: ...
@@ -207,15 +211,24 @@ class BoxedRun:
             )  # fmt: skip
 
     async def _feed(self) -> None:
+        """Send requests as slots free up: all that wait and fit in one write."""
         while True:
             await self._slots.acquire()
-            call = await self.boxed.next_call()
-            if call.done.is_set():
-                self._slots.release()
-                continue
-            call.run = self
-            self.in_flight[call.id] = call
-            if not await self._send(call.record()):
+            batch = [await self.boxed.next_call()]
+            while self.boxed.queued():
+                try:
+                    self._slots.acquire_nowait()
+                except trio.WouldBlock:
+                    break
+                batch.append(self.boxed.take())
+            for call in batch:
+                if call.done.is_set():  # given up on while it waited
+                    self._slots.release()
+                    continue
+                call.run = self
+                self.in_flight[call.id] = call
+            records = [call.record() for call in batch if call.run is self]
+            if records and not await self._send(*records):
                 return
 
     async def _watch(self) -> None:
@@ -248,11 +261,12 @@ class BoxedRun:
                     self._last_stderr = line
                     log("actorctl:boxed:stderr", boxed=self.name, pid=self.pid, line=line)
 
-    async def _send(self, record: dict[str, Any]) -> bool:
+    async def _send(self, *records: dict[str, Any]) -> bool:
+        """Write ``records``, a line each, in one write: False if it is gone."""
         process = self._process
         assert process is not None
         assert process.stdin is not None
-        data = json.dumps(record, separators=(",", ":")).encode() + b"\n"
+        data = "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in records).encode()
         try:
             async with self._write_lock:
                 await process.stdin.send_all(data)
