@@ -34,6 +34,7 @@ from .mailbox import MailboxStatistics as MailboxStatistics
 from .mailbox import Outcome as Outcome
 from .supervision import DEFAULT_RETRY_POLICY as DEFAULT_RETRY_POLICY
 from .supervision import ActorSpec as ActorSpec
+from .supervision import BoxedSpec as BoxedSpec
 from .supervision import Breaker as Breaker
 from .supervision import BreakerPolicy as BreakerPolicy
 from .supervision import ChildError as ChildError
@@ -78,6 +79,7 @@ __all__ = [
     "AsyncResult",
     "BadArguments",
     "Behaviour",
+    "BoxedSpec",
     "Breaker",
     "BreakerPolicy",
     "ChildError",

@@ -19,7 +19,7 @@ import trio
 from .._errors import ActorctlError, ConfigError, DeliveryError, RemoteError
 from ..actors import Actor, Address
 from ..cluster import Node, NodeConfig, Router, hosted_actors, load_cluster, open_node
-from ..supervision import SupervisorSpec
+from ..supervision import BoxedSpec, SupervisorSpec
 from ..tasks import call as call_by_name
 from ._cluster import cluster
 from ._deadletters import deadletters
@@ -110,7 +110,7 @@ async def node_run(
             config = load_cluster(cluster_path)
             node_config = config.node(node_name)
         actors = hosted_actors(target, instances, node=node_config, cluster=config)
-        hosted: dict[str, Actor | type[Actor] | SupervisorSpec] = dict(actors)
+        hosted: dict[str, Actor | type[Actor] | SupervisorSpec | BoxedSpec] = dict(actors)
         for route in routes:
             logical, sep, addresses = route.partition("=")
             if not sep or not logical or not addresses:
@@ -123,6 +123,12 @@ async def node_run(
                     f"supervisor {tree.name!r}: node {node_name!r} has an actor of that name"
                 )
             hosted[tree.name] = tree
+        for boxed in config.boxed_specs(node_config) if config is not None else []:
+            if boxed.name in hosted:
+                raise ConfigError(
+                    f"boxed worker {boxed.name!r}: node {node_name!r} has an actor of that name"
+                )
+            hosted[boxed.name] = boxed
         # Its durable store is under its cluster's data/; without one, in memory.
         store = config.store(node_config) if config is not None else None
         server = Node(
@@ -136,6 +142,13 @@ async def node_run(
         )
     except ConfigError as exc:
         _fail(str(exc))
+    try:
+        await _serve(server, listen, grace)
+    except* ActorctlError as group:  # a child that failed to start (a boxed worker's command)
+        _fail(f"node {node_name} failed to start: {_innermost(group)}", 1)
+
+
+async def _serve(server: Node, listen: str, grace: float) -> None:
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with trio.open_nursery() as nursery:
             try:
@@ -148,6 +161,12 @@ async def node_run(
                 )
                 server.stop(grace)
                 break
+
+
+def _innermost(error: BaseException) -> BaseException:
+    while isinstance(error, BaseExceptionGroup):
+        error = error.exceptions[0]
+    return error
 
 
 _ARGS = click.argument("args", nargs=-1, metavar="[ARGS]...")

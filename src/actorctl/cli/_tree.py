@@ -37,6 +37,10 @@ def _line(item: dict[str, Any]) -> str:
         parts.append(f"mailbox {mailbox.get('depth')}/{mailbox.get('capacity')}")
     if item.get("pid"):
         parts.append(f"pid {item['pid']}")
+    if "in_flight" in item:  # a boxed worker, or one of its processes
+        parts.append(f"in flight {item['in_flight']}")
+    if item.get("queued"):
+        parts.append(f"queued {item['queued']}")
     if item.get("address"):
         parts.append(str(item["address"]))
     if item.get("error"):

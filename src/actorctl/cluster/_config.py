@@ -17,6 +17,11 @@
       max = 10000
       ttl = 604800          # seconds
 
+    [[boxed]]               # a boxed worker in any language (see docs/boxed.md)
+    name = "js"
+    node = "worker-1"
+    command = ["node", "worker.js"]
+
     [[supervisor]]          # a supervision tree on a node (see docs/supervision.md)
     name = "pipeline"
     node = "worker-1"
@@ -49,7 +54,8 @@ import attrs
 
 from .._errors import ConfigError
 from ..mailbox import Keyring
-from ..supervision import SupervisorSpec
+from ..supervision import BoxedSpec, SupervisorSpec
+from ._boxed_config import boxed_specs
 from ._deadletters import DeadLetterBounds
 from ._health_tables import HEALTH_KEYS, check_health_tables
 from ._limits import LIMIT_NAMES, Limits
@@ -64,7 +70,7 @@ _NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?")
 NODE_KEYS: Final = frozenset(
     {"name", "listen", "actors", "instances", "durable", "limits", "deadletters", "health"}
 )
-_TABLES: Final = frozenset({"cluster", "node", "router", "supervisor"})
+_TABLES: Final = frozenset({"cluster", "node", "router", "supervisor", "boxed"})
 _CLUSTER_KEYS: Final = frozenset({"name", "dev", "certs", "keys", "insecure", "controller"})
 _ROUTER_KEYS: Final = frozenset({"name", "node", "instances"})
 #: Keys of older formats, and where what they said is said now.
@@ -136,6 +142,16 @@ class ClusterConfig:
     insecure: bool
     controller: tuple[str, int] = ("127.0.0.1", 5700)
     supervisor_tables: tuple[Any, ...] = attrs.field(default=(), eq=False)
+    # the [[boxed]] workers, each with its node (docs/boxed.md)
+    boxed: tuple[tuple[str, BoxedSpec], ...] = attrs.field(default=(), eq=False)
+
+    def boxed_specs(self, node: NodeConfig, *, pools: bool = False) -> list[BoxedSpec]:
+        """The boxed workers ``node`` runs: those that serve a task pool
+        (``pools=True``; the task app on the node hosts them), or the others
+        (the node hosts them as actors of their own)."""
+        return [
+            spec for on, spec in self.boxed if on == node.name and (spec.pool is not None) == pools
+        ]
 
     def supervisor_specs(self, node: NodeConfig) -> list[SupervisorSpec]:
         """The supervision trees ``node`` hosts, their actor modules imported.
@@ -240,6 +256,14 @@ def load_cluster(path: Path | str) -> ClusterConfig:
         raise ConfigError(
             f"{path}: port {duplicate_port} is used twice (by nodes or the controller)"
         )
+    boxed = boxed_specs(path, data.get("boxed", []), names)
+    for on, spec in boxed:
+        if spec.pool is not None and next(n for n in nodes if n.name == on).actors is None:
+            raise ConfigError(
+                f"{path}: boxed worker {spec.name!r} serves pool {spec.pool!r}, but node "
+                f'{on!r} hosts no task app: add actors = "MODULE:APP" and '
+                f'pools = ["{spec.pool}"] to it'
+            )
     return ClusterConfig(
         path=path.resolve(),
         name=name,
@@ -250,6 +274,7 @@ def load_cluster(path: Path | str) -> ClusterConfig:
         insecure=where.boolean(cluster, "cluster.insecure", default=False),
         controller=where.endpoint(cluster, "cluster.controller", default="127.0.0.1:5700"),
         supervisor_tables=tuple(supervisor_tables),
+        boxed=tuple(boxed),
     )
 
 

@@ -138,6 +138,8 @@ class Foreman(_Runner):
             with trio.move_on_after(READY_TIMEOUT):
                 await ready.wait()
             if state.address is None:
+                with trio.move_on_after(1.0):  # its output ended: it is exiting
+                    await process.wait()
                 if process.returncode is None:
                     process.kill()
                     why = f"did not report ready within {READY_TIMEOUT:g} s"
@@ -229,6 +231,7 @@ class LocalForeman(_Runner):
         for name, addresses in config.routes(node):
             actors[name] = Router(addresses)
         actors.update((spec.name, spec) for spec in config.supervisor_specs(node))
+        actors.update((spec.name, spec) for spec in config.boxed_specs(node))
         security = config.security(node.name)
         store = config.store(node)
         async with open_node(

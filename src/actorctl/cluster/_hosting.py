@@ -19,7 +19,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from .._errors import ConfigError
 from ..actors import Actor
-from ..supervision import import_target
+from ..supervision import BoxedSpec, import_target
 from ._config import NODE_KEYS, ClusterConfig, NodeConfig, unknown_key
 from ._health_config import with_health
 
@@ -37,16 +37,19 @@ class ActorsFactory(Protocol):
         class attribute will do (``settings_keys = frozenset({"pools"})``)."""
         ...
 
-    def actors_for(self, cluster: ClusterConfig | None, node: NodeConfig) -> Mapping[str, Actor]:
+    def actors_for(
+        self, cluster: ClusterConfig | None, node: NodeConfig
+    ) -> Mapping[str, Actor | BoxedSpec]:
         """The actors ``node`` of ``cluster`` hosts, by name (``cluster`` is None
-        for a node run without its cluster file)."""
+        for a node run without its cluster file); a BoxedSpec is a boxed worker
+        with the actor it makes in front (a task app's pool served by one)."""
         ...
 
 
 #: What MODULE:OBJECT names for a node to host: a class (the node builds a fresh
 #: instance of it at each start and restart) or an instance (started again as
 #: it is).
-Hosted = Actor | type[Actor]
+Hosted = Actor | type[Actor] | BoxedSpec
 
 
 def hosted_actors(
@@ -145,9 +148,9 @@ def _as_collection(target: str, obj: Any) -> Any:
     )
 
 
-def _checked(target: str, actors: Mapping[str, Any]) -> dict[str, Actor]:
+def _checked(target: str, actors: Mapping[str, Any]) -> dict[str, Actor | BoxedSpec]:
     for name, actor in actors.items():
-        if not isinstance(actor, Actor):
+        if not isinstance(actor, Actor | BoxedSpec):
             raise ConfigError(f"{target}: the factory made {actor!r} as {name!r}, not an Actor")
     return dict(actors)
 

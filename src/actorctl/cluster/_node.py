@@ -31,7 +31,7 @@ from ..mailbox import (
     Verifier,
 )
 from ..mailbox._signing import DEFAULT_SESSION_LIFETIME, DEFAULT_WINDOW
-from ..supervision import BreakerPolicy, Restart
+from ..supervision import BoxedSpec, BreakerPolicy, Restart
 from ..supervision._specs import ActorSpec, SupervisorSpec
 from ..supervision._tree import TreeLevel
 from ._agent import NodeAgent
@@ -54,7 +54,7 @@ from ._tls import TlsFiles
 __all__ = ["Node", "NodeAgent", "open_node"]
 
 #: What a node hosts: actors (instances or classes), ActorSpecs, SupervisorSpecs.
-Hostable = Actor | type[Actor] | ActorSpec | SupervisorSpec
+Hostable = Actor | type[Actor] | ActorSpec | SupervisorSpec | BoxedSpec
 DEFAULT_GRACE: Final = 5.0
 _INSECURE: Final = "plain TCP, no TLS: for tests and development only"
 
@@ -455,15 +455,15 @@ def _named(actors: Mapping[str, Hostable] | Iterable[Hostable]) -> dict[str, Hos
         if isinstance(spec, type) and issubclass(spec, Actor):
             # A class: built afresh at each restart, a transient child as before.
             item = ActorSpec(spec, name=name or spec.default_name(), restart=Restart.TRANSIENT)
-        elif isinstance(spec, Actor | ActorSpec | SupervisorSpec):
+        elif isinstance(spec, Actor | ActorSpec | SupervisorSpec | BoxedSpec):
             item = spec
         else:
             raise ConfigError(
                 f"{spec!r} is not an actorctl.Actor (subclass Actor and mark handlers), "
-                "an ActorSpec or a SupervisorSpec"
+                "an ActorSpec, a SupervisorSpec or a BoxedSpec"
             )
         key = name or _default_name(item)
-        if isinstance(item, ActorSpec | SupervisorSpec) and item.name != key:
+        if isinstance(item, ActorSpec | SupervisorSpec | BoxedSpec) and item.name != key:
             item = attrs.evolve(item, name=key)
         if key in named:
             raise ConfigError(f"two actors are named {key!r} on one node: give one another name")

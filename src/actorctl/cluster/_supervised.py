@@ -9,14 +9,14 @@ from typing import Any, final
 import trio
 
 from ..actors import Actor, ActorCell, Address, Outbox
-from ..supervision import ChildError
+from ..supervision import BoxedSpec, ChildError
 from ..supervision._specs import ActorSpec, SupervisorSpec
 from ..supervision._tree import InstanceSpec, TreeLevel
 from ._monitors import NodeMonitors
 
 __all__ = ["Hosted", "NodeHost", "describe_root", "node_root"]
 
-Hosted = Actor | ActorSpec | SupervisorSpec
+Hosted = Actor | ActorSpec | SupervisorSpec | BoxedSpec
 
 
 @final
@@ -62,7 +62,7 @@ def node_root(
 ) -> TreeLevel:
     """The node's root supervisor: each actor a transient child (one whose
     mailbox was closed is done), each declared tree a permanent one."""
-    children: list[InstanceSpec | ActorSpec | SupervisorSpec] = []
+    children: list[InstanceSpec | ActorSpec | SupervisorSpec | BoxedSpec] = []
     for key, item in hosted.items():
         children.append(InstanceSpec(key, item) if isinstance(item, Actor) else item)
     return TreeLevel(

@@ -5,6 +5,10 @@ later, retry policies).
 It sits between ``cluster`` and ``actors`` in the import order.
 """
 
+from ._boxed import Boxed as Boxed
+from ._boxed import BoxedUnavailable as BoxedUnavailable
+from ._boxed_actor import BoxedActor as BoxedActor
+from ._boxed_spec import BoxedSpec as BoxedSpec
 from ._breaker import CIRCUIT_OPEN as CIRCUIT_OPEN
 from ._breaker import Breaker as Breaker
 from ._breaker import BreakerPolicy as BreakerPolicy

@@ -18,6 +18,7 @@ import attrs
 
 from .._errors import ConfigError
 from ..actors import Actor
+from ._boxed_spec import BoxedSpec
 from ._child import Restart, Strategy
 
 __all__ = ["ActorSpec", "Child", "ProcessSpec", "SupervisorSpec", "import_target"]
@@ -119,7 +120,7 @@ class SupervisorSpec:
 
     Attributes:
         name: unique on its node: the supervisor is an actor reachable under it.
-        children: ActorSpec, ProcessSpec or SupervisorSpec, in start order.
+        children: ActorSpec, ProcessSpec, BoxedSpec or SupervisorSpec, in start order.
         strategy: one_for_one, one_for_all or rest_for_one.
         max_restarts, within: its intensity: more than ``max_restarts``
             restarts within ``within`` seconds and it gives up, failing to its
@@ -159,7 +160,7 @@ class SupervisorSpec:
 
 
 #: A child of a supervisor, as declared.
-Child = ActorSpec | ProcessSpec | SupervisorSpec
+Child = ActorSpec | ProcessSpec | SupervisorSpec | BoxedSpec
 
 
 def child_name(child: Child) -> str:

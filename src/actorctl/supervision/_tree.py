@@ -21,6 +21,9 @@ import trio
 
 from .._errors import ConfigError
 from ..actors import Actor, ActorCell, handler
+from ._boxed import Boxed
+from ._boxed_actor import BoxedActor, run_boxed_child
+from ._boxed_spec import BoxedSpec
 from ._child import ChildError, ChildSpec, Restart, Strategy
 from ._declare import child_from_table, plain_fail
 from ._process import BoxedProcess
@@ -108,10 +111,18 @@ class TreeLevel:
     def _make(self, child: Child | InstanceSpec) -> ChildSpec:
         """The child spec that starts ``child``, hosting what must be reachable."""
         host = self._host
+        if isinstance(child, BoxedSpec):
+            boxed = Boxed(child, host.stopping)
+            front = child.front(boxed) if child.front is not None else BoxedActor(boxed)
+            cell = host.host(child.name, front, None)
+            self._addressable.add(child.name)
+            self._details[child.name] = functools.partial(_describe_boxed, boxed, cell)
+            start = functools.partial(run_boxed_child, boxed, cell)
+            return ChildSpec(child.name, start, child.restart, kind="boxed")
         if isinstance(child, ProcessSpec):
-            boxed = BoxedProcess(child, host.stopping)
-            self._details[child.name] = boxed.describe
-            return ChildSpec(child.name, boxed.run, child.restart, kind="process")
+            process = BoxedProcess(child, host.stopping)
+            self._details[child.name] = process.describe
+            return ChildSpec(child.name, process.run, child.restart, kind="process")
         if isinstance(child, SupervisorSpec):
             nested = SupervisorActor(child, host)
             cell = nested.home = host.host(child.name, nested, None)
@@ -259,6 +270,10 @@ def _describe_actor(cell: ActorCell) -> dict[str, Any]:
 
 def _describe_supervisor(nested: SupervisorActor, cell: ActorCell) -> dict[str, Any]:
     return {**_describe_actor(cell), "children": nested.level.describe()}
+
+
+def _describe_boxed(boxed: Boxed, cell: ActorCell) -> dict[str, Any]:
+    return {**_describe_actor(cell), **boxed.describe()}
 
 
 def _flat(child: dict[str, Any]) -> dict[str, Any]:

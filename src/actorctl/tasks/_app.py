@@ -8,20 +8,21 @@ actors factory a node of the cluster names to host the app's pools
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any, ClassVar
 
 from .._errors import ConfigError
 from ..actors import Actor
 from ..cluster import ClusterConfig, NodeConfig
-from ..supervision import RetryPolicy
+from ..supervision import BoxedSpec, RetryPolicy
 from . import _results
 from ._client import TaskClient
 from ._conf import CELERY_ONLY_SETTINGS
 from ._connect import CLIENT_NAME, ClusterSpec, Connection, open_client
 from ._hosting import TASK_SETTINGS, task_actors
 from ._registry import TaskRegistry
+from ._task import Task
 
 __all__ = ["App"]
 
@@ -106,7 +107,44 @@ class App(TaskRegistry):
         fetched by id from the cluster."""
         return _results.AsyncResult(task_id)
 
-    def actors_for(self, cluster: ClusterConfig | None, node: NodeConfig) -> Mapping[str, Actor]:
+    def send_task(
+        self,
+        name: str,
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        *,
+        pool: str | None = None,
+        **options: Any,
+    ) -> _results.AsyncResult:
+        """Celery's ``app.send_task``: send a task by name, such as one that only
+        a boxed worker in another language serves (docs/boxed.md), to ``pool``
+        (default: the task's own pool, or the app's default pool); the options
+        of ``Task.apply_async``."""
+        return self.by_name(name, pool).apply_async(args, kwargs, **options)
+
+    async def asend_task(
+        self,
+        name: str,
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        *,
+        pool: str | None = None,
+        **options: Any,
+    ) -> _results.AsyncResult:
+        """:meth:`send_task` for trio code."""
+        return await self.by_name(name, pool).aapply_async(args, kwargs, **options)
+
+    def by_name(self, name: str, pool: str | None = None) -> Task:
+        """The task ``name``: the app's own, or one it only knows by name (its
+        signatures, ``.s()``, ``.delay()``, work as for any task)."""
+        task = self.tasks.get(name)
+        if task is not None and pool in (None, task.pool):
+            return task
+        return Task(_elsewhere, name=name, pool=pool or self.default_pool)
+
+    def actors_for(
+        self, cluster: ClusterConfig | None, node: NodeConfig
+    ) -> Mapping[str, Actor | BoxedSpec]:
         """The actors a node of ``cluster`` hosts for this app, as its settings
         say (``pools = [...]`` or ``services = true``): the actors factory
         interface of ``actorctl.cluster``."""
@@ -130,3 +168,8 @@ def _celery_arguments(given: Mapping[str, Any]) -> str:
         for key in given
     ]
     return "; ".join(reasons)
+
+
+def _elsewhere(*args: Any, **kwargs: Any) -> Any:
+    """Stands for a task known by name only: it runs where its pool runs it."""
+    raise TypeError("a task known by name only runs in its pool: send it (.delay())")

@@ -12,6 +12,8 @@ chord barrier). docs/protocol.md §14.1 says where everything lives.
 
 from __future__ import annotations
 
+import functools
+import sys
 from typing import Any, ClassVar, Final, final
 
 import attrs
@@ -19,7 +21,7 @@ import attrs
 from .._errors import ConfigError
 from ..actors import Actor
 from ..cluster import ClusterConfig, NodeConfig, Router, breakers_of
-from ..supervision import HEALTH_AGENT, HealthMonitor
+from ..supervision import HEALTH_AGENT, BoxedSpec, HealthMonitor
 from ._chords import ChordBarrier
 from ._client import Directory
 from ._control import TaskControl, WorkerState
@@ -164,13 +166,15 @@ def _instance(name: str, copy: int) -> str:
 
 def task_actors(
     app: TaskRegistry, config: ClusterConfig | None, node: NodeConfig
-) -> dict[str, Actor]:
+) -> dict[str, Actor | BoxedSpec]:
     """The actors ``node`` hosts for ``app``: a ``TaskWorker`` per pool in its
     settings (``POOL``, ``POOL-2``, ... for more instances) and the ``_tasks``
     control actor; on the services node, ``_tasks`` (for the results its
     scheduler and chord barrier keep), a router per pool of the cluster, the
     scheduler, the event hub and the chord barrier. ``_tasks`` comes first: it
-    reloads the node's revokes before any worker takes a task.
+    reloads the node's revokes before any worker takes a task. A pool with a
+    boxed worker (its ``boxed=True`` tasks, or a ``[[boxed]]`` table that
+    serves it) is a BoxedSpec with its worker in front (docs/boxed.md).
 
     Raises:
         ConfigError: no cluster file, a pool the app does not define, or wrong
@@ -184,11 +188,16 @@ def task_actors(
     directory = cluster_directory(config)
     mine = TaskNodeSettings.of(config, node)
     state = WorkerState()
-    actors: dict[str, Actor] = {}
+    actors: dict[str, Actor | BoxedSpec] = {}
     if mine.pools or mine.services:
         actors[CONTROL] = TaskControl(state)
     for pool in mine.pools:
-        worker_class = _worker_class(app, pool)
+        boxed = _boxed_spec(app, config, node, pool)
+        worker_class = _worker_class(app, pool, boxed)
+        if boxed is not None:
+            front = functools.partial(worker_class, app, pool, directory, state)
+            actors[pool] = attrs.evolve(boxed, name=pool, front=front)
+            continue
         for copy in range(1, node.instances + 1):
             actors[_instance(pool, copy)] = worker_class(app, pool, directory, state)
     # The app's checks run on each worker node; its breakers are shown there too.
@@ -208,13 +217,59 @@ def task_actors(
     return actors
 
 
-def _worker_class(app: TaskRegistry, pool: str) -> type[TaskWorker]:
-    """A TaskWorker class with the pool's settings (concurrency, mailbox, threads).
+def _boxed_spec(
+    app: TaskRegistry, config: ClusterConfig, node: NodeConfig, pool: str
+) -> BoxedSpec | None:
+    """The boxed worker of ``pool`` on ``node``: the ``[[boxed]]`` table that
+    serves it, or the Python reference worker for its ``boxed=True`` tasks.
+
+    Raises:
+        ConfigError: both, or more instances of the node than one.
+    """
+    declared = [spec for spec in config.boxed_specs(node, pools=True) if spec.pool == pool]
+    modules = sorted(
+        {
+            task.fn.__module__
+            for task in app.tasks.values()
+            if task.pool == pool and task.boxed is True and task.fn.__module__ != "__main__"
+        }
+    )
+    if not declared and not modules:
+        return None
+    where = f"{config.path}: node {node.name!r}, pool {pool!r}"
+    if declared and modules:
+        raise ConfigError(
+            f"{where}: a [[boxed]] worker serves it and app {app.name!r} has boxed=True "
+            "tasks in it: put those in another pool"
+        )
+    if node.instances > 1:
+        raise ConfigError(
+            f"{where}: a pool served by a boxed worker has one worker actor per node: set "
+            "instances in its [[boxed]] table (processes), not the node's"
+        )
+    if declared:
+        return declared[0]
+    runs = app.pools.get(pool, {}).get("concurrency", 4)
+    return BoxedSpec(
+        pool,
+        (sys.executable, "-m", "actorctl.tasks._boxed", *modules),
+        env={"ACTORCTL_BOXED_CONCURRENCY": str(runs)},
+        concurrency=runs,
+        pool=pool,
+    )
+
+
+def _worker_class(app: TaskRegistry, pool: str, boxed: BoxedSpec | None = None) -> type[TaskWorker]:
+    """A TaskWorker class with the pool's settings (concurrency, mailbox, threads);
+    a pool only a boxed worker serves needs none of the app's: it runs as many
+    tasks at once as the worker's processes take.
 
     Raises:
         ConfigError: the app defines no such pool.
     """
     settings: dict[str, Any] | None = app.pools.get(pool)
+    if settings is None and boxed is not None:
+        settings = {"concurrency": boxed.instances * (boxed.concurrency or 16)}
     if settings is None:
         raise ConfigError(
             f"app {app.name!r} defines no pool named {pool!r} (pools: {sorted(app.pools)})"

@@ -22,7 +22,9 @@ interrupted by:
   interrupt them either, and they hold the node's event loop while they run.
   ``check_soft_time_limit()`` works as in a thread; a task that returns past
   its hard limit has the result ``TimeLimitExceeded`` (its value is dropped).
-- **boxed tasks** run in a process of their own, which the hard limit kills.
+- **boxed tasks** run in a long-lived supervised process of the pool's boxed
+  worker (docs/boxed.md), or in one of their own for each call
+  (``boxed="per-call"``): the hard limit kills the process.
 """
 
 from __future__ import annotations
@@ -38,12 +40,14 @@ from typing import Any, Final, final
 
 import trio
 
-from .._errors import SoftTimeLimitExceeded
+from .._errors import RemoteError, SoftTimeLimitExceeded
 from ..actors import to_wire
+from ..supervision import Boxed, BoxedUnavailable
 
 __all__ = [
     "TaskFailure",
     "TimeLimits",
+    "call_boxed",
     "check_soft_time_limit",
     "run_async",
     "run_boxed",
@@ -178,11 +182,37 @@ def run_inline(call: Callable[[], Any], limits: TimeLimits) -> Any:
     return value
 
 
+async def call_boxed(
+    boxed: Boxed,
+    name: str,
+    args: list[Any],
+    kwargs: dict[str, Any],
+    limits: TimeLimits,
+    trace: str | None,
+) -> Any:
+    """Run the task ``name`` in a long-lived boxed worker (docs/boxed.md): past
+    its hard limit (or cancelled) the process running it is killed.
+
+    Raises:
+        TaskFailure: the task raised (its type and message), or the worker
+            could not run it.
+    """
+    try:
+        return await boxed.call(
+            name, to_wire(args), to_wire(kwargs), time_limit=limits.hard, trace=trace
+        )
+    except RemoteError as exc:
+        raise TaskFailure(exc.type_name, exc.message) from None
+    except BoxedUnavailable as exc:
+        raise TaskFailure("BoxedUnavailable", str(exc)) from None
+
+
 async def run_boxed(
     name: str, fn: Callable[..., Any], args: list[Any], kwargs: dict[str, Any]
 ) -> Any:
-    """Run a plain ``def`` task in a process of its own (``python -m
-    actorctl.tasks._boxed``); cancelling this (the hard limit) kills it.
+    """Run a task in a process of its own, for this one call (``boxed="per-call"``):
+    the reference worker (``python -m actorctl.tasks._boxed``) gets one request
+    and a shutdown; cancelling this (the hard limit) kills it.
 
     Raises:
         TaskFailure: the task raised, or the process ended without an answer.
@@ -190,30 +220,29 @@ async def run_boxed(
     module = fn.__module__
     if module == "__main__":
         raise TaskFailure("ConfigError", f"boxed task {name} must live in an importable module")
-    payload = json.dumps(
-        {
-            "module": module,
-            "function": fn.__name__,
-            "args": to_wire(args),
-            "kwargs": to_wire(kwargs),
-        }
-    )
+    request = {"type": "request", "id": "1", "handler": name, "args": to_wire(args),
+               "kwargs": to_wire(kwargs), "deadline": None, "trace": None}  # fmt: skip
+    payload = json.dumps(request) + "\n" + json.dumps({"type": "shutdown"}) + "\n"
     done = await trio.run_process(
-        [sys.executable, "-m", BOXED_MODULE],
+        [sys.executable, "-m", BOXED_MODULE, module],
         stdin=payload.encode(),
         capture_stdout=True,
         capture_stderr=True,
         check=False,
     )
-    try:
-        answer = json.loads(done.stdout)
-    except ValueError:
-        stderr = done.stderr.decode(errors="replace").strip().splitlines()
-        raise TaskFailure(
-            "BoxedProcessError",
-            f"boxed task {name} exited with code {done.returncode}: "
-            + (stderr[-1] if stderr else "no output"),
-        ) from None
-    if "error" in answer:
-        raise TaskFailure(str(answer["error"]["type"]), str(answer["error"]["message"]))
-    return answer["value"]
+    for line in done.stdout.decode(errors="replace").splitlines():
+        try:
+            answer = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(answer, dict) and answer.get("type") == "reply":
+            if "error" in answer:
+                error = answer["error"]
+                raise TaskFailure(str(error["type"]), str(error["message"]))
+            return answer["value"]
+    stderr = done.stderr.decode(errors="replace").strip().splitlines()
+    raise TaskFailure(
+        "BoxedProcessError",
+        f"boxed task {name} exited with code {done.returncode}: "
+        + (stderr[-1] if stderr else "no output"),
+    )

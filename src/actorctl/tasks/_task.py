@@ -30,7 +30,10 @@ from ._results import AsyncResult
 from ._signature import Signature, wire_options
 from ._validate import check_references
 
-__all__ = ["Retry", "Task", "TaskContext"]
+__all__ = ["PER_CALL", "Retry", "Task", "TaskContext"]
+
+#: ``boxed=PER_CALL``: a process of its own for each call, as before workers lived long.
+PER_CALL: Final = "per-call"
 
 
 class Retry(Exception):
@@ -106,7 +109,7 @@ class Task:
         ignore_result: bool = False,
         track_started: bool = False,
         sinks: Sequence[str] = (),
-        boxed: bool = False,
+        boxed: bool | str = False,
         breaker: object = None,
     ) -> None:
         self.fn = fn
@@ -128,6 +131,11 @@ class Task:
         self.boxed = boxed
         self.breaker = breaker  # True, a BreakerPolicy or a declared name (``_breakers.py``)
         self.is_async = inspect.iscoroutinefunction(fn)
+        if boxed not in (True, False, PER_CALL):
+            raise ConfigError(
+                f"task {name}: boxed={boxed!r}: expected True (a long-lived boxed worker), "
+                f'"{PER_CALL}" (a process for each call) or False'
+            )
         if boxed and (self.is_async or bind):
             raise ConfigError(f"task {name}: a boxed task must be a plain `def` without bind=True")
         self.spec = HandlerSpec(name, _as_method(fn, bind))

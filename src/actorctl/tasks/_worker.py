@@ -26,13 +26,21 @@ from .._log import log
 from ..actors import Actor, Address, BadArguments
 from ..cluster import DEAD_LETTERS, REASON_EXPIRED, REASON_OUT_OF_RETRIES, REASON_POISON
 from ..mailbox import ACCEPTED, Envelope, Outcome
-from ..supervision import CIRCUIT_OPEN, POISON, RetryPolicy, failure_mark
+from ..supervision import CIRCUIT_OPEN, POISON, Boxed, RetryPolicy, failure_mark
 from . import _hooks as hooks
 from ._breakers import record, task_breakers
 from ._client import Directory, TaskClient, using_client
 from ._control import WorkerState
 from ._followups import FollowUps
-from ._limits import TaskFailure, TimeLimits, run_async, run_boxed, run_inline, run_thread
+from ._limits import (
+    TaskFailure,
+    TimeLimits,
+    call_boxed,
+    run_async,
+    run_boxed,
+    run_inline,
+    run_thread,
+)
 from ._protocol import (
     BAD_ARGUMENTS,
     DECODE_ERROR,
@@ -54,7 +62,7 @@ from ._protocol import (
     header_sinks,
 )
 from ._registry import TaskRegistry
-from ._task import Retry, Task, TaskContext
+from ._task import PER_CALL, Retry, Task, TaskContext
 
 __all__ = ["TaskWorker"]
 
@@ -74,6 +82,9 @@ class TaskWorker(Actor):
         directory: where the pools and services are (for chains, callbacks,
             retries and sinks, and for tasks that send tasks).
         state: shared with the node's ``TaskControl``.
+        boxed: the pool's boxed worker (docs/boxed.md), if it has one: it runs
+            the pool's ``boxed=True`` tasks, or the tasks a process in another
+            language serves (a ``[[boxed]]`` table with ``pool = ...``).
     """
 
     #: Plain ``def`` tasks run in worker threads (True), or inline on the
@@ -84,8 +95,15 @@ class TaskWorker(Actor):
     concurrency: ClassVar[int] = 4 + SETTLING
 
     def __init__(
-        self, app: TaskRegistry, pool: str, directory: Directory, state: WorkerState
+        self,
+        app: TaskRegistry,
+        pool: str,
+        directory: Directory,
+        state: WorkerState,
+        boxed: Boxed | None = None,
     ) -> None:
+        self.boxed = boxed
+        self._foreign: dict[str, Task] = {}
         self.app = app
         self.pool = pool
         self.directory = directory
@@ -136,7 +154,7 @@ class TaskWorker(Actor):
 
     async def _task(self, envelope: Envelope) -> Handled:
         followups = self.followups
-        task = self.app.tasks.get(envelope.subject)
+        task = self.app.tasks.get(envelope.subject) or self._foreign_task(envelope.subject)
         if task is None:
             why = (
                 f"pool {self.pool!r} has no task {envelope.subject!r} "
@@ -377,7 +395,7 @@ class TaskWorker(Actor):
             self.state.running[task_id] = scope
             try:
                 if task.boxed:
-                    return await run_boxed(task.name, task.fn, args, kwargs)
+                    return await self._run_boxed(task, args, kwargs, limits, task_id)
                 if task.is_async:
                     return await run_async(call, limits)
                 if not self.threads:
@@ -392,6 +410,29 @@ class TaskWorker(Actor):
             f"task {task.name} ran past its hard time limit ({limits.hard:g} s) and was stopped"
             + ("" if task.is_async or task.boxed else " (its thread runs on: use boxed=True)"),
         )
+
+    async def _run_boxed(
+        self, task: Task, args: list[Any], kwargs: dict[str, Any], limits: TimeLimits, trace: str
+    ) -> Any:
+        if self.boxed is None or task.boxed == PER_CALL:
+            return await run_boxed(task.name, task.fn, args, kwargs)
+        return await call_boxed(self.boxed, task.name, args, kwargs, limits, trace)
+
+    def _foreign_task(self, name: str) -> Task | None:
+        """A task this pool's boxed worker serves but the app does not define
+        (its handlers are in another language)."""
+        boxed = self.boxed
+        if boxed is None or (boxed.handlers is not None and name not in boxed.handlers):
+            return None
+        task = self._foreign.get(name)
+        if task is None:
+            task = self._foreign[name] = Task(_foreign, name=name, pool=self.pool, boxed=True)
+        return task
+
+
+def _foreign(*args: Any, **kwargs: Any) -> Any:
+    """Stands for a handler of a boxed worker: it never runs here."""
+    raise TaskFailure("ConfigError", "a boxed worker's handler runs only in its process")
 
 
 def _retval(envelope: Envelope, ran: list[Any] | BaseException) -> Any:
