@@ -6,11 +6,12 @@ lines on stdout by default for a node, stderr for one-shot commands).
 
 from __future__ import annotations
 
+import errno
 import json
 import signal
 import sys
 from collections.abc import Iterable
-from typing import IO, Any
+from typing import Any
 
 import asyncclick as click
 import eliot
@@ -21,20 +22,37 @@ from ..actors import Actor, Address
 from ..cluster import Node, NodeConfig, Router, hosted_actors, load_cluster, open_node
 from ..supervision import SupervisorSpec
 from ._cluster import cluster
+from ._errors import exit_code, leaf
 from ._keys import certs, keys
+from ._logging import log_options, log_to
 from ._options import Security, security_options
 
 __all__ = ["main"]
 
+CONNECT_TIMEOUT = 5.0  # seconds, at most: then a node that cannot be reached is an error
+
 
 def main() -> None:
-    """Entry point of the ``actorctl`` console script."""
-    cli(_anyio_backend="trio")
+    """Entry point of the ``actorctl`` console script.
+
+    An expected failure (an ``ActorctlError`` that no command turned into its
+    own message) is one ``error:`` line and exit code 1; Ctrl-C is
+    "interrupted" and 130. ``actorctl --debug ...`` shows the traceback too.
+    """
+    debug = "--debug" in sys.argv[1:]
+    try:
+        cli(_anyio_backend="trio")
+    except BaseException as exc:
+        code = exit_code(exc, debug=debug)
+        if code is None:
+            raise
+        raise SystemExit(code) from None
 
 
 @click.group()
 @click.version_option(package_name="actorctl")
-def cli() -> None:
+@click.option("--debug", is_flag=True, help="Show the traceback of a failure, too.")
+def cli(debug: bool) -> None:
     """actorctl: supervised actors reachable over AMQP 1.0 peer links."""
 
 
@@ -97,7 +115,7 @@ async def node_run(
     OBJECT may be an Actor subclass or instance, a list of them, or a mapping of
     name to actor. The node stops gracefully on SIGINT or SIGTERM.
     """
-    _log_to(log_path, sys.stdout)
+    log_to(log_path, sys.stdout)
     try:
         host, port = _parse_listen(listen)
         node_name = name or f"node-{port}"
@@ -137,8 +155,8 @@ async def node_run(
         async with trio.open_nursery() as nursery:
             try:
                 await nursery.start(server.serve)
-            except OSError as exc:
-                _fail(f"cannot listen on {listen}: {exc.strerror or exc}")
+            except* OSError as group:
+                _fail(_listen_error(listen, node_name, leaf(group)))
             async for signum in signals:
                 eliot.log_message(
                     message_type="actorctl:node:signal", signal=signal.Signals(signum).name
@@ -160,6 +178,7 @@ _TIMEOUT = click.option("--timeout", default=10.0, show_default=True, help="Seco
 @_TIMEOUT
 @click.option("--at-most-once", is_flag=True, help="Send pre-settled; do not wait for the outcome.")
 @security_options
+@log_options
 async def send(
     address: str,
     handler: str,
@@ -174,14 +193,14 @@ async def send(
     Each of ARGS is read as JSON if it parses (1, "a", [1,2], {"k": 1}), else as
     a string. Exits non-zero, printing the error, if the message is refused.
     """
-    _log_to("-", sys.stderr)
+    values, keywords = _values(args), _keywords(kwargs)
 
     async def go(client: Node, target: Address) -> None:
         ref = client.ref(target).with_options(at_most_once=at_most_once)
         if at_most_once:
-            await ref.tell(handler, *_values(args), **_keywords(kwargs))
+            await ref.tell(handler, *values, **keywords)
         else:
-            await ref.deliver(handler, *_values(args), **_keywords(kwargs))
+            await ref.deliver(handler, *values, **keywords)
         click.echo(f"{'sent' if at_most_once else 'accepted'}: {handler} on {target}")
 
     await _one_shot(address, timeout, go, security)
@@ -194,6 +213,7 @@ async def send(
 @_KW
 @_TIMEOUT
 @security_options
+@log_options
 async def call(
     address: str,
     handler: str,
@@ -206,41 +226,46 @@ async def call(
 
     Exits non-zero, printing the error, if the call fails or times out.
     """
-    _log_to("-", sys.stderr)
+    values, keywords = _values(args), _keywords(kwargs)
 
     async def go(client: Node, target: Address) -> None:
         ref = client.ref(target).with_options(timeout=timeout)
-        result = await ref.ask(handler, *_values(args), **_keywords(kwargs))
+        result = await ref.ask(handler, *values, **keywords)
         click.echo(json.dumps(result))
 
     await _one_shot(address, timeout, go, security)
 
 
 async def _one_shot(address: str, timeout: float, go: Any, security: Security) -> None:
+    if not timeout > 0:
+        _fail(f"--timeout {timeout:g}: expected a number of seconds above 0, e.g. --timeout 10")
     try:
         target = Address.parse(address)
         options = security.node_options("cli")
+        if target.scheme == "amqps" and options["tls"] is None:
+            raise ConfigError(
+                f"{address}: amqps:// is TLS, which needs --certs DIR and --keys DIR "
+                "(or use amqp:// with --insecure, for a node run with --insecure)"
+            )
     except ConfigError as exc:
         _fail(str(exc))
+    # What fails to connect says so (PeerUnavailable, naming why) before the
+    # reply timeout would call it "no reply".
+    connect = min(CONNECT_TIMEOUT, timeout * 0.6)
     try:
-        async with open_node("cli", host=None, grace=0.5, **options) as client:
+        async with open_node(
+            "cli", host=None, grace=0.5, connect_timeout=connect, **options
+        ) as client:
             with trio.fail_after(timeout + 1.0):
                 await go(client, target)
     except* RemoteError as group:
-        _fail(f"the handler raised {_first(group)}", code=1)
+        _fail(f"the handler raised {leaf(group)}", code=1)
     except* DeliveryError as group:
-        _fail(f"refused: {_first(group)}", code=1)
+        _fail(f"refused: {leaf(group)}", code=1)
     except* trio.TooSlowError:
         _fail(f"no answer from {address} within {timeout:g} s (is the node running?)", code=1)
     except* ActorctlError as group:
-        _fail(str(_first(group)), code=1)
-
-
-def _first(group: BaseExceptionGroup[Any]) -> BaseException:
-    exc: BaseException = group
-    while isinstance(exc, BaseExceptionGroup):
-        exc = exc.exceptions[0]
-    return exc
+        _fail(str(leaf(group)), code=1)
 
 
 def _values(args: Iterable[str]) -> list[Any]:
@@ -259,21 +284,30 @@ def _keywords(pairs: Iterable[str]) -> dict[str, Any]:
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key:
-            _fail(f"--kw {pair!r}: expected KEY=VALUE")
+            _fail(f"--kw {pair!r}: expected KEY=VALUE, e.g. --kw limit=3")
         result[key] = _value(value)
     return result
 
 
 def _parse_listen(listen: str) -> tuple[str, int]:
     host, sep, port = listen.rpartition(":")
-    if not sep or not host or not port.isdigit():
-        raise ConfigError(f"--listen {listen!r}: expected HOST:PORT, e.g. 127.0.0.1:5672")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
+        raise ConfigError(
+            f"--listen {listen!r}: expected HOST:PORT with a port from 0 to 65535, "
+            "e.g. 127.0.0.1:5672"
+        )
     return host.strip("[]"), int(port)
 
 
-def _log_to(path: str, default: IO[str]) -> None:
-    stream: IO[str] = default if path == "-" else open(path, "a", encoding="utf-8")  # noqa: SIM115
-    eliot.to_file(stream)
+def _listen_error(listen: str, node: str, exc: BaseException) -> str:
+    why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+    if isinstance(exc, OSError) and exc.errno == errno.EADDRINUSE:
+        return (
+            f"node {node}: cannot listen on {listen}: port {listen.rpartition(':')[2]} is "
+            "taken by another process (another node, or a cluster already running?): "
+            "stop it or choose another port"
+        )
+    return f"node {node}: cannot listen on {listen}: {why}"
 
 
 def _fail(message: str, code: int = 2) -> Any:

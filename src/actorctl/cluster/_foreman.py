@@ -29,6 +29,7 @@ from ._certs import init_certs
 from ._config import ClusterConfig, NodeConfig
 from ._hosting import hosted_actors
 from ._node import open_node
+from ._preflight import module_paths
 from ._router import Router
 
 __all__ = ["Foreman", "LocalForeman", "NodeDied", "NodeState", "ensure_dev_secrets"]
@@ -115,6 +116,7 @@ class Foreman(_Runner):
         """
         state = self.state
         self._begin()
+        self._error: str | None = None
         log_dir = self.config.root / "logs"
         log_dir.mkdir(exist_ok=True)
         log_path = log_dir / f"{self.node.name}.log"
@@ -143,8 +145,10 @@ class Foreman(_Runner):
                     why = f"did not report ready within {READY_TIMEOUT:g} s"
                 else:
                     why = f"exited with code {process.returncode} before it was ready"
+                if self._error is not None:  # the node's own words
+                    why = f"could not start: {self._error}"
                 self._set(state="dead", reason=why)
-                raise NodeDied(f"node {self.node.name} {why}; its log: {log_path}")
+                raise NodeDied(f"node {self.node.name} {why} (its log: {log_path})")
             self._set(state="running", pid=process.pid)
             task_status.started()
             code = await process.wait()
@@ -156,7 +160,7 @@ class Foreman(_Runner):
     def _environment(self) -> dict[str, str]:
         """Actor modules are found beside the cluster file first, then where
         ``cluster up`` runs."""
-        paths = [str(self.config.root), os.getcwd(), os.environ.get("PYTHONPATH", "")]
+        paths = [*module_paths(self.config), os.environ.get("PYTHONPATH", "")]
         return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
 
     async def _pump(self, process: trio.Process, ready: trio.Event, log_path: Path) -> None:
@@ -172,6 +176,8 @@ class Foreman(_Runner):
                 pending += chunk
                 *lines, pending = pending.split(b"\n")
                 for line in lines:
+                    if line.startswith(b"error: "):  # how `node run` says why it stops
+                        self._error = line[7:].decode("utf-8", "replace").strip()
                     if b'"actorctl:node:ready"' in line:
                         message = json.loads(line)
                         self.state.address = str(message["address"])

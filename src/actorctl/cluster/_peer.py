@@ -41,6 +41,7 @@ from . import _raw as raw
 from ._engine import Engine, EngineHandler, EngineSet
 from ._pending import OutLink, PeerSettings, Pending
 from ._reply_auth import REPLY_CREDIT, ReplyCheck, certificate_names
+from ._why import handshake_failed, unreachable
 
 __all__ = ["Peer"]
 
@@ -125,15 +126,7 @@ class Peer(EngineHandler):
                 stream = await trio.open_tcp_stream(self.host, self.port)
             except OSError as exc:
                 failures += 1
-                self._last_error = str(exc)
-                self._give_up_resends()
-                if failures == 1 or failures % 10 == 0:
-                    log(
-                        "actorctl:peer:unreachable",
-                        peer=self.name,
-                        error=str(exc),
-                        attempts=failures,
-                    )
+                self._failed(unreachable(self.name, exc), failures)
                 await trio.sleep(backoff * (0.5 + random.random()))
                 backoff = min(backoff * 2, _BACKOFF_MAX)
                 continue
@@ -166,8 +159,9 @@ class Peer(EngineHandler):
                 # It connected but never got as far as a link (a refused handshake,
                 # say): wait before dialling again, as for a refused connection.
                 failures += 1
-                self._last_error = "the connection closed before its links opened"
-                self._give_up_resends()
+                self._failed(
+                    handshake_failed(self.name, engine.error, tls=bool(engine.ssl)), failures
+                )
                 await trio.sleep(backoff * (0.5 + random.random()))
                 backoff = min(backoff * 2, _BACKOFF_MAX)
             self._linked_once = False
@@ -212,6 +206,14 @@ class Peer(EngineHandler):
             f"no connection to node {self.name} within "
             f"{self.settings.connect_timeout:g} s (last error: {self._last_error})"
         )
+
+    def _failed(self, why: str, failures: int) -> None:
+        """An attempt to connect failed: say why (now and then), and fail the
+        deliveries that have waited for the connect timeout."""
+        self._last_error = why
+        self._give_up_resends()
+        if failures == 1 or failures % 10 == 0:
+            log("actorctl:peer:unreachable", peer=self.name, error=why, attempts=failures)
 
     def _give_up_resends(self) -> None:
         """Deliveries a lost connection left unsettled wait for the next one, but
