@@ -28,6 +28,7 @@ from .cluster import Node as Node
 from .cluster import TlsFiles as TlsFiles
 from .cluster import open_node as open_node
 from .mailbox import Envelope as Envelope
+from .mailbox import Keyring as Keyring
 from .mailbox import MailboxStatistics as MailboxStatistics
 from .mailbox import Outcome as Outcome
 from .supervision import ActorSpec as ActorSpec
@@ -70,6 +71,7 @@ __all__ = [
     "DeliveryError",
     "Directory",
     "Envelope",
+    "Keyring",
     "GroupResult",
     "MailboxStatistics",
     "Modified",
