@@ -6,6 +6,7 @@ Every type its code uses is exported from ``actorctl``.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shlex
@@ -56,7 +57,7 @@ async def test_the_readme_commands_leave_a_fresh_clone_clean(tmp_path: Path) -> 
     if shutil.which("git") is None or not (ROOT / ".git").exists():
         pytest.skip("git (and a git checkout to clone) is needed to clone the project")
     clone = tmp_path / "clone"
-    subprocess.run(["git", "clone", "--quiet", str(ROOT), str(clone)], check=True)
+    await trio.run_process(["git", "clone", "--quiet", str(ROOT), str(clone)])
     env = {**os.environ, "PYTHONPATH": f"{clone / 'src'}{os.pathsep}{clone}"}
     port = free_port()
     commands = [c.replace("127.0.0.1:5680", f"127.0.0.1:{port}") for c in _commands()]
@@ -68,12 +69,10 @@ async def test_the_readme_commands_leave_a_fresh_clone_clean(tmp_path: Path) -> 
         for command in commands:
             args = [*actorctl_cmd, *shlex.split(command)[1:]]
             if args[3:5] == ["node", "run"]:
-                node = await nursery.start(
-                    lambda task_status, a=args: trio.run_process(
-                        a, cwd=clone, env=env, stdout=subprocess.PIPE, check=False,
-                        task_status=task_status,
-                    )
-                )  # fmt: skip
+                run = functools.partial(
+                    trio.run_process, args, cwd=clone, env=env, stdout=subprocess.PIPE, check=False
+                )
+                node = await nursery.start(run)
                 await _ready(node)
                 continue
             with trio.fail_after(30):
@@ -91,14 +90,10 @@ async def test_the_readme_commands_leave_a_fresh_clone_clean(tmp_path: Path) -> 
     # call printed the answer, and nothing else; send said it was accepted
     assert answers["call"] == "9592\n"
     assert answers["send"].startswith("accepted: totals_top")
-    status = subprocess.run(
-        ["git", "status", "--porcelain", "--untracked-files=all"],
-        cwd=clone,
-        capture_output=True,
-        text=True,
-        check=True,
+    status = await trio.run_process(
+        ["git", "status", "--porcelain", "--untracked-files=all"], cwd=clone, capture_stdout=True
     )
-    assert status.stdout == ""
+    assert status.stdout.decode() == ""
     # What `cluster up` and the examples write beside a cluster.toml is ignored
     # too (the demo itself runs in a temporary directory).
     made = [
@@ -109,10 +104,10 @@ async def test_the_readme_commands_leave_a_fresh_clone_clean(tmp_path: Path) -> 
         ".venv/bin/python",
         "src/actorctl.egg-info/PKG-INFO",
     ]
-    ignored = subprocess.run(
-        ["git", "check-ignore", "--no-index", *made], cwd=clone, capture_output=True, text=True
+    ignored = await trio.run_process(
+        ["git", "check-ignore", "--no-index", *made], cwd=clone, capture_stdout=True
     )
-    assert ignored.stdout.split() == made
+    assert ignored.stdout.decode().split() == made
 
 
 async def _ready(process: trio.Process) -> None:
