@@ -220,7 +220,8 @@ def _progress(state: NodeState) -> None:
     if state.state == "running":
         again = f" (restart {state.restarts})" if state.restarts else ""
         click.echo(f"node {state.name} ready at {state.address} (pid {state.pid}){again}")
-    elif state.state == "dead":
+    elif state.state == "dead" and state.pid is not None:  # it ran: a start
+        # that fails ends the cluster with its own error line instead
         click.echo(f"node {state.name} stopped: {state.reason}", err=True)
     elif state.state == "starting":
         again = f" again (restart {state.restarts})" if state.restarts else ""

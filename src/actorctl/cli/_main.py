@@ -10,6 +10,7 @@ import errno
 import json
 import signal
 import sys
+import traceback
 from collections.abc import Iterable
 from typing import Any
 
@@ -157,6 +158,16 @@ async def node_run(
                 await nursery.start(server.serve)
             except* OSError as group:
                 _fail(_listen_error(listen, node_name, leaf(group)))
+            except* Exception as group:  # an actor that cannot start, say
+                # the whole story in the node's log; the one line on stderr
+                first = leaf(group)
+                eliot.log_message(
+                    message_type="actorctl:node:start-failed",
+                    node=node_name,
+                    error=f"{type(first).__name__}: {first}",
+                    traceback="".join(traceback.format_exception(group)),
+                )
+                _fail(f"node {node_name} could not start: {type(first).__name__}: {first}")
             async for signum in signals:
                 eliot.log_message(
                     message_type="actorctl:node:signal", signal=signal.Signals(signum).name

@@ -140,13 +140,16 @@ class Foreman(_Runner):
             with trio.move_on_after(READY_TIMEOUT):
                 await ready.wait()
             if state.address is None:
+                with trio.move_on_after(5.0):  # its output ended: it is ending too
+                    await process.wait()
                 if process.returncode is None:
                     process.kill()
                     why = f"did not report ready within {READY_TIMEOUT:g} s"
                 else:
                     why = f"exited with code {process.returncode} before it was ready"
                 if self._error is not None:  # the node's own words
-                    why = f"could not start: {self._error}"
+                    own = self._error.removeprefix(f"node {self.node.name} could not start: ")
+                    why = f"could not start: {own.removeprefix(f'node {self.node.name}: ')}"
                 self._set(state="dead", reason=why)
                 raise NodeDied(f"node {self.node.name} {why} (its log: {log_path})")
             self._set(state="running", pid=process.pid)
