@@ -21,15 +21,20 @@
       [[supervisor.child]]
       actor = "examples.workers:WordCounter"
 
-A missing or wrong field is a ``ConfigError`` naming the file, the key and what
-was expected; so is a key that nothing reads (a misspelling, or a key of an older
+Which keys each table may have, and must have, is said in one place
+(``KNOWN_KEYS``, ``REQUIRED_KEYS``): a table or key added there is checked like
+the others. A missing or wrong field is a ``ConfigError`` naming the file, the
+key and what was expected (a missing key that is misspelt names the
+misspelling); so is a key that nothing reads (a misspelling, or a key of an older
 format: it says which key was meant, or where the key moved). The other keys of
 a ``[[node]]`` table are that node's ``settings``: this layer does not read them;
 an actors factory that the node's ``actors`` names does, and says which it reads
 (``_hosting.py``), as a task app reads ``pools`` there. They are checked when the
 node builds its actors (the factory is imported then, not when the file is read:
-the Controller and the CLI read it too); a node that names no actors may have no
-other keys.
+the Controller and the CLI read it too), and by ``cluster up`` before it starts
+anything (``_preflight``: modules are looked up beside this file first, then
+where ``cluster up`` runs, then ``PYTHONPATH``); a node that names no actors may
+have no other keys.
 """
 
 from __future__ import annotations
