@@ -287,3 +287,20 @@ def test_a_mistake_says_what_was_wrong_and_what_to_do(
     assert mistake.fix in ran.out, ran.out
     # the answer comes at once: nothing started, nothing waited for a timeout
     assert ran.seconds < 10, ran.seconds
+
+
+def test_debug_shows_the_traceback_of_an_expected_failure() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "actorctl", "--debug", *CALL, "--insecure", "--timeout", "1"],
+        cwd=ROOT,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 1
+    assert "Traceback" in done.stderr
+    assert "PeerUnavailable" in done.stderr
+    # and the one line the user needs still comes last
+    assert done.stderr.splitlines()[-1].startswith("error: no connection to node 127.0.0.1:")

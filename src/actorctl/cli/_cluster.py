@@ -27,7 +27,7 @@ from ..cluster import (
     taken_ports,
 )
 from ..supervision import ChildFailedToStart, SupervisorGaveUp
-from ._errors import INTERRUPTED
+from ._errors import INTERRUPTED, fail
 from ._logging import log_options, log_to
 from ._tree import render_tree
 
@@ -86,8 +86,7 @@ async def cluster_up(file: Path, in_process: bool) -> None:
                     # run_cluster sees `stop` too: it stops the nodes, then the
                     # Controller's node gracefully (so `cluster down` gets its answer)
     except* (SupervisorGaveUp, NodeDied, ChildFailedToStart) as group:
-        click.echo(f"error: {_first(group)}", err=True)
-        raise SystemExit(1) from None
+        fail(f"{_first(group)}", 1)
     if starting.cancelled_caught:
         click.echo(
             f"interrupted: cluster {config.name!r} was starting; what had started is stopped",
@@ -122,8 +121,7 @@ async def _ask_controller(file: Path, handler: str, timeout: float) -> Any:
         config = load_cluster(file)
         options = config.security(CLI_NAME)
     except ConfigError as exc:
-        click.echo(f"error: {exc}", err=True)
-        raise SystemExit(2) from None
+        fail(f"{exc}", 2)
     host, port = config.controller
     address = f"{config.scheme}://{host}:{port}/{CONTROLLER}"
     try:
@@ -134,22 +132,18 @@ async def _ask_controller(file: Path, handler: str, timeout: float) -> Any:
         ) as client:
             return await client.ref(address).with_options(timeout=timeout).ask(handler)
     except* AskTimeout:
-        click.echo(
-            f"error: no answer from the controller at {address} within {timeout:g} s "
-            "(is the cluster up?)",
-            err=True,
+        fail(
+            f"no answer from the controller at {address} within {timeout:g} s (is the cluster up?)",
+            1,
         )
-        raise SystemExit(1) from None
     except* PeerUnavailable as group:
-        click.echo(
-            f"error: cluster {config.name!r} is not running, or not at {address}: "
+        fail(
+            f"cluster {config.name!r} is not running, or not at {address}: "
             f"{_first(group)} (`actorctl cluster up {file}` starts it)",
-            err=True,
+            1,
         )
-        raise SystemExit(1) from None
     except* ActorctlError as group:
-        click.echo(f"error: {_first(group)}", err=True)
-        raise SystemExit(1) from None
+        fail(f"{_first(group)}", 1)
 
 
 def _rows(config: ClusterConfig, states: dict[str, NodeState]) -> list[dict[str, Any]]:
@@ -174,8 +168,7 @@ async def _prepare(file: Path) -> ClusterConfig:
         check_references(config)
         made = ensure_dev_secrets(config)
     except ConfigError as exc:
-        click.echo(f"error: {exc}", err=True)
-        raise SystemExit(2) from None
+        fail(f"{exc}", 2)
     for line in made:
         click.echo(f"made {line}")
     taken = taken_ports(config)
@@ -190,11 +183,7 @@ async def _prepare(file: Path) -> ClusterConfig:
             else "another process holds it: stop that process, or give "
             f"{'cluster.controller' if who == 'the controller' else who} another port"
         )
-        click.echo(
-            f"error: {config.path}: port {port} of {who} ({host}:{port}) is taken: {why}",
-            err=True,
-        )
-        raise SystemExit(1)
+        fail(f"{config.path}: port {port} of {who} ({host}:{port}) is taken: {why}", 1)
     (config.root / "logs").mkdir(exist_ok=True)
     log_to(str(config.root / "logs" / "cluster.log"), sys.stderr)
     return config

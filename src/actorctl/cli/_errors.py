@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import sys
 import traceback
+from typing import NoReturn
 
 import asyncclick as click
 
 from .._errors import ActorctlError
 
-__all__ = ["exit_code", "leaf"]
+__all__ = ["exit_code", "fail", "leaf"]
 
 INTERRUPTED = 130  # as a shell reports a command ended by SIGINT
 
@@ -38,3 +39,15 @@ def exit_code(error: BaseException, *, debug: bool) -> int | None:
         click.echo(f"error: {first}", err=True)
         return 1
     return None
+
+
+def fail(message: str, code: int = 2) -> NoReturn:
+    """End the command with ``error: message`` on stderr and exit ``code``
+    (2: the input was wrong; 1: what it asked for failed). With ``--debug``,
+    the exception being handled, if any, is shown first."""
+    context = click.get_current_context(silent=True)
+    debug = context is not None and bool(context.find_root().params.get("debug"))
+    if debug and sys.exc_info()[1] is not None:
+        traceback.print_exc(file=sys.stderr)
+    click.echo(f"error: {message}", err=True)
+    raise SystemExit(code)

@@ -23,7 +23,7 @@ from ..actors import Actor, Address
 from ..cluster import Node, NodeConfig, Router, hosted_actors, load_cluster, open_node
 from ..supervision import SupervisorSpec
 from ._cluster import cluster
-from ._errors import exit_code, leaf
+from ._errors import exit_code, fail, leaf
 from ._keys import certs, keys
 from ._logging import log_options, log_to
 from ._options import Security, security_options
@@ -151,13 +151,13 @@ async def node_run(
             **security.node_options(node_name, config.member_names if config else ()),
         )
     except ConfigError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with trio.open_nursery() as nursery:
             try:
                 await nursery.start(server.serve)
             except* OSError as group:
-                _fail(_listen_error(listen, node_name, leaf(group)))
+                fail(_listen_error(listen, node_name, leaf(group)))
             except* Exception as group:  # an actor that cannot start, say
                 # the whole story in the node's log; the one line on stderr
                 first = leaf(group)
@@ -167,7 +167,7 @@ async def node_run(
                     error=f"{type(first).__name__}: {first}",
                     traceback="".join(traceback.format_exception(group)),
                 )
-                _fail(f"node {node_name} could not start: {type(first).__name__}: {first}")
+                fail(f"node {node_name} could not start: {type(first).__name__}: {first}")
             async for signum in signals:
                 eliot.log_message(
                     message_type="actorctl:node:signal", signal=signal.Signals(signum).name
@@ -249,7 +249,7 @@ async def call(
 
 async def _one_shot(address: str, timeout: float, go: Any, security: Security) -> None:
     if not timeout > 0:
-        _fail(f"--timeout {timeout:g}: expected a number of seconds above 0, e.g. --timeout 10")
+        fail(f"--timeout {timeout:g}: expected a number of seconds above 0, e.g. --timeout 10")
     try:
         target = Address.parse(address)
         options = security.node_options("cli")
@@ -259,7 +259,7 @@ async def _one_shot(address: str, timeout: float, go: Any, security: Security) -
                 "(or use amqp:// with --insecure, for a node run with --insecure)"
             )
     except ConfigError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     # What fails to connect says so (PeerUnavailable, naming why) before the
     # reply timeout would call it "no reply".
     connect = min(CONNECT_TIMEOUT, timeout * 0.6)
@@ -270,13 +270,13 @@ async def _one_shot(address: str, timeout: float, go: Any, security: Security) -
             with trio.fail_after(timeout + 1.0):
                 await go(client, target)
     except* RemoteError as group:
-        _fail(f"the handler raised {leaf(group)}", code=1)
+        fail(f"the handler raised {leaf(group)}", code=1)
     except* DeliveryError as group:
-        _fail(f"refused: {leaf(group)}", code=1)
+        fail(f"refused: {leaf(group)}", code=1)
     except* trio.TooSlowError:
-        _fail(f"no answer from {address} within {timeout:g} s (is the node running?)", code=1)
+        fail(f"no answer from {address} within {timeout:g} s (is the node running?)", code=1)
     except* ActorctlError as group:
-        _fail(str(leaf(group)), code=1)
+        fail(str(leaf(group)), code=1)
 
 
 def _values(args: Iterable[str]) -> list[Any]:
@@ -295,7 +295,7 @@ def _keywords(pairs: Iterable[str]) -> dict[str, Any]:
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key:
-            _fail(f"--kw {pair!r}: expected KEY=VALUE, e.g. --kw limit=3")
+            fail(f"--kw {pair!r}: expected KEY=VALUE, e.g. --kw limit=3")
         result[key] = _value(value)
     return result
 
@@ -319,8 +319,3 @@ def _listen_error(listen: str, node: str, exc: BaseException) -> str:
             "stop it or choose another port"
         )
     return f"node {node}: cannot listen on {listen}: {why}"
-
-
-def _fail(message: str, code: int = 2) -> Any:
-    click.echo(f"error: {message}", err=True)
-    raise SystemExit(code)
