@@ -34,6 +34,7 @@ ROUTINE: Final = frozenset(
         "actorctl:peer:reconnected",
         "actorctl:peer:resending",
         "actorctl:peer:session",
+        "actorctl:peer:session-refused",  # what it sends is refused too, saying why
         "actorctl:peer:unreachable",  # a send that waits for it fails, saying why
         "actorctl:process:exited",
         "actorctl:process:started",

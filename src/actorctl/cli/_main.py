@@ -272,11 +272,24 @@ async def _one_shot(address: str, timeout: float, go: Any, security: Security) -
     except* RemoteError as group:
         fail(f"the handler raised {leaf(group)}", code=1)
     except* DeliveryError as group:
-        fail(f"refused: {leaf(group)}", code=1)
+        refused = leaf(group)
+        hint = _REFUSAL_FIXES.get(getattr(refused, "condition", ""), "")
+        fail(f"refused: {refused}{hint}", code=1)
     except* trio.TooSlowError:
         fail(f"no answer from {address} within {timeout:g} s (is the node running?)", code=1)
     except* ActorctlError as group:
         fail(str(leaf(group)), code=1)
+
+
+#: What to do about the refusals a first call meets most (docs/protocol.md §8).
+_REFUSAL_FIXES: dict[str, str] = {
+    "actorctl:unknown-key": (
+        ": the node does not trust our key: `actorctl keys add OUR.pub --dir ITS_KEYS` "
+        "(or pass --keys DIR of a key it trusts, and --key-name)"
+    ),
+    "actorctl:revoked-key": ": our key was revoked there: use another (`actorctl keys gen`)",
+    "actorctl:stale": ": our clock and the node's disagree: check both clocks",
+}
 
 
 def _values(args: Iterable[str]) -> list[Any]:
