@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import errno
 import json
+import re
 import signal
 import sys
 import traceback
@@ -120,6 +121,11 @@ async def node_run(
     try:
         host, port = _parse_listen(listen)
         node_name = name or f"node-{port}"
+        if not _NODE_NAME.fullmatch(node_name):
+            raise ConfigError(
+                f"--name {node_name!r}: expected letters, digits, '.' and '-' (as a "
+                "node's name in cluster.toml), e.g. --name worker-1"
+            )
         node_config = NodeConfig(node_name, host, port, target, instances)
         config = None
         if cluster_path is not None:
@@ -281,6 +287,7 @@ async def _one_shot(address: str, timeout: float, go: Any, security: Security) -
         fail(str(leaf(group)), code=1)
 
 
+_NODE_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?")
 #: What to do about the refusals a first call meets most (docs/protocol.md §8).
 _REFUSAL_FIXES: dict[str, str] = {
     "actorctl:unknown-key": (
