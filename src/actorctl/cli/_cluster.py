@@ -87,6 +87,14 @@ async def cluster_up(file: Path, in_process: bool) -> None:
                     # Controller's node gracefully (so `cluster down` gets its answer)
     except* (SupervisorGaveUp, NodeDied, ChildFailedToStart) as group:
         fail(f"{_first(group)}", 1)
+    except* OSError as group:  # the Controller's port, taken since it was checked
+        host, port = config.controller
+        fail(
+            f"{config.path}: the controller cannot listen on {host}:{port} "
+            f"(key cluster.controller): {_first(group)}: stop what holds it, or choose "
+            "another port",
+            1,
+        )
     if starting.cancelled_caught:
         click.echo(
             f"interrupted: cluster {config.name!r} was starting; what had started is stopped",
