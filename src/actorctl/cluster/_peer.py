@@ -154,6 +154,8 @@ class Peer(EngineHandler):
             finally:
                 self._engines.discard(engine)
             if self._linked_once:
+                if engine.error is not None and not settings.stopping():  # it broke
+                    log("actorctl:peer:connection-lost", peer=self.name, error=engine.error)
                 backoff, failures = _BACKOFF_FIRST, 0  # it worked: the next try is quick
             else:
                 # It connected but never got as far as a link (a refused handshake,
@@ -186,8 +188,7 @@ class Peer(EngineHandler):
             raise PeerUnavailable(self._unavailable())
 
     async def wait_connected(self) -> None:
-        """Wait, without bound, until a connection is ready (for the backlog,
-        whose messages wait for the peer as long as it takes)."""
+        """Wait, without bound, until a connection is ready (for the backlog)."""
         while not self._ready.is_set():
             await self._ready.wait()
 
@@ -208,8 +209,7 @@ class Peer(EngineHandler):
         )
 
     def _failed(self, why: str, failures: int) -> None:
-        """An attempt to connect failed: say why (now and then), and fail the
-        deliveries that have waited for the connect timeout."""
+        """A connection could not be made: say why (now and then); give up resends."""
         self._last_error = why
         self._give_up_resends()
         if failures == 1 or failures % 10 == 0:
