@@ -238,6 +238,9 @@ MISTAKES: Final = [
     Mistake("node run --cluster naming no such node", 2, "no node named 'nobody'",
             "'w1', 'w2', 'gateway'", args=("node", "run", "examples.workers:actors", "--cluster",
                                           "{file}", "--name", "nobody", "--insecure")),
+    Mistake("node run with a log file it cannot open", 2, "--log /nonexistent/n.log",
+            "a directory that exists", args=("node", "run", "examples.workers:actors", "--log",
+                                             "/nonexistent/n.log", "--insecure")),
     Mistake("cluster status with the cluster down", 1, "not running", "cluster up",
             args=("cluster", "status", "{file}"), edit=lambda text: GOOD, within=3.0),
 ]  # fmt: skip
@@ -315,3 +318,24 @@ def test_debug_shows_the_traceback_of_an_expected_failure() -> None:
     assert "PeerUnavailable" in done.stderr
     # and the one line the user needs still comes last
     assert done.stderr.splitlines()[-1].startswith("error: no connection to node 127.0.0.1:")
+
+
+def test_verbose_shows_every_event_and_log_json_as_json() -> None:
+    def run(*flags: str) -> list[str]:
+        done = subprocess.run(
+            [sys.executable, "-m", "actorctl", *CALL, "--insecure", "--timeout", "1", *flags],
+            cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert done.returncode == 1
+        assert done.stdout == ""  # the answer's place: nothing, as there is none
+        return done.stderr.splitlines()
+
+    quiet, verbose, as_json = run(), run("-v"), run("-v", "--log-json")
+    # the error, and of the log only its one warning (--insecure is plain TCP)
+    assert quiet[0].startswith("warning: node:insecure node=cli warning=plain TCP")
+    assert quiet[1].startswith("error: no connection to node")
+    assert len(quiet) == 2
+    assert any(line.startswith("info: node:ready node=cli") for line in verbose)
+    events = [json.loads(line) for line in as_json[:-1]]
+    assert "actorctl:node:ready" in {e["message_type"] for e in events}
+    assert as_json[-1] == quiet[1]

@@ -117,7 +117,13 @@ async def node_run(
     OBJECT may be an Actor subclass or instance, a list of them, or a mapping of
     name to actor. The node stops gracefully on SIGINT or SIGTERM.
     """
-    log_to(log_path, sys.stdout)
+    try:
+        log_to(log_path, sys.stdout)
+    except OSError as exc:
+        fail(
+            f"--log {log_path}: cannot open it: {exc.strerror or exc} (give a file in a "
+            "directory that exists, or - for stdout)"
+        )
     try:
         host, port = _parse_listen(listen)
         node_name = name or f"node-{port}"
