@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Final
 
+import pytest
 import trio
 
 from tests.harness import free_port
@@ -72,23 +73,28 @@ def _nodes_of(path: Path) -> list[str]:
     return found
 
 
-async def test_a_node_that_cannot_start_shows_its_own_error(tmp_path: Path) -> None:
+@pytest.mark.parametrize("in_process", [False, True], ids=["subprocess", "in-process"])
+async def test_a_node_that_cannot_start_shows_its_own_error(
+    tmp_path: Path, in_process: bool
+) -> None:
     path = _cluster(tmp_path, "tests.actors:BrokenStart")
+    flags = ["--in-process"] if in_process else []
     with trio.fail_after(30):
         done = await trio.run_process(
-            [sys.executable, "-m", "actorctl", "cluster", "up", str(path)],
+            [sys.executable, "-m", "actorctl", "cluster", "up", str(path), *flags],
             cwd=ROOT, env=ENV, capture_stdout=True, capture_stderr=True, check=False,
         )  # fmt: skip
     out = done.stdout.decode() + done.stderr.decode()
+    log = tmp_path / "logs" / ("cluster.log" if in_process else "n.log")
     assert done.returncode == 1, out
     assert (
         "error: node n could not start: RuntimeError: the ledger file is locked by another "
-        f"process (its log: {tmp_path / 'logs' / 'n.log'})"
+        f"process (its log: {log})"
     ) in out
     assert "restart" not in out
     assert "Traceback" not in out
     # the rest of the story is in its log
-    assert "actorctl:node:start-failed" in (tmp_path / "logs" / "n.log").read_text()
+    assert "actorctl:node:start-failed" in log.read_text()
 
 
 async def test_ctrl_c_while_starting_says_interrupted_and_exits_130(

@@ -16,6 +16,7 @@ import os
 import signal
 import subprocess
 import sys
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final, final
@@ -24,6 +25,7 @@ import attrs
 import trio
 
 from .._errors import ActorctlError, ConfigError
+from .._log import log
 from ..mailbox import IdentityKey
 from ._certs import init_certs
 from ._config import ClusterConfig, NodeConfig
@@ -240,18 +242,34 @@ class LocalForeman(_Runner):
         actors.update((spec.name, spec) for spec in config.supervisor_specs(node))
         security = config.security(node.name)
         store = config.store(node)
-        async with open_node(
-            node.name,
-            actors,
-            host=node.host,
-            port=node.port,
-            store=store,
-            **node.limits,
-            **security,
-        ) as n:
-            self._set(state="running", pid=os.getpid(), address=n.url, actors=sorted(n.cells))
-            task_status.started()
-            await trio.sleep_forever()
+        started = False
+        try:
+            async with open_node(
+                node.name,
+                actors,
+                host=node.host,
+                port=node.port,
+                store=store,
+                **node.limits,
+                **security,
+            ) as n:
+                self._set(state="running", pid=os.getpid(), address=n.url, actors=sorted(n.cells))
+                started = True
+                task_status.started()
+                await trio.sleep_forever()
+        except* Exception as group:
+            if started:
+                raise
+            # As a node process says it (node run): one line, the rest in the log.
+            first: BaseException = group
+            while isinstance(first, BaseExceptionGroup):
+                first = first.exceptions[0]
+            why = f"could not start: {type(first).__name__}: {first}"
+            trace = "".join(traceback.format_exception(group))
+            log("actorctl:node:start-failed", node=node.name, error=why, traceback=trace)
+            self._set(state="dead", reason=why)
+            where = config.root / "logs" / "cluster.log"
+            raise NodeDied(f"node {node.name} {why} (its log: {where})") from None
 
 
 def _end_group(pid: int) -> None:
