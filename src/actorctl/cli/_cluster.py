@@ -179,7 +179,10 @@ async def _prepare(file: Path) -> ClusterConfig:
         fail(f"{exc}", 2)
     for line in made:
         click.echo(f"made {line}")
-    taken = taken_ports(config)
+    try:
+        taken = taken_ports(config)
+    except ConfigError as exc:
+        fail(str(exc), 2)
     if taken:
         who, host, port = taken[0]
         running = who == "the controller" and await _answers(config)

@@ -83,22 +83,35 @@ def _importing_from(paths: list[str]) -> Iterator[None]:
 
 def taken_ports(config: ClusterConfig) -> list[tuple[str, str, int]]:
     """The (who, host, port) of every node and of the Controller whose port
-    another process holds: ``who`` is ``node NAME`` or ``the controller``."""
+    another process holds: ``who`` is ``node NAME`` or ``the controller``.
+
+    Raises:
+        ConfigError: a host that does not resolve, or is not this machine's.
+    """
     wanted = [(f"node {node.name}", node.host, node.port) for node in config.nodes]
     wanted.insert(0, ("the controller", *config.controller))
-    return [(who, host, port) for who, host, port in wanted if _taken(host, port)]
+    return [(who, host, port) for who, host, port in wanted if _taken(config, who, host, port)]
 
 
-def _taken(host: str, port: int) -> bool:
+def _taken(config: ClusterConfig, who: str, host: str, port: int) -> bool:
+    key = "cluster.controller" if who == "the controller" else f"the listen of {who}"
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except OSError:
-        return False  # a name that does not resolve: the node says so itself
+    except OSError as exc:
+        raise ConfigError(
+            f"{config.path}: {key}: host {host!r} does not resolve ({exc.strerror or exc}): "
+            "use an address of this machine, e.g. 127.0.0.1"
+        ) from None
     family, kind, proto, _, address = infos[0]
     with socket.socket(family, kind, proto) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind(address)
         except OSError as exc:
+            if exc.errno == errno.EADDRNOTAVAIL:
+                raise ConfigError(
+                    f"{config.path}: {key}: {host} is not an address of this machine: "
+                    "use one of its own, e.g. 127.0.0.1 or 0.0.0.0"
+                ) from None
             return exc.errno == errno.EADDRINUSE
     return False
