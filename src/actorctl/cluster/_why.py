@@ -1,6 +1,6 @@
 """Why an outgoing connection failed, in words a user can act on: nothing
 listening, a TLS certificate the other side would not take, or one side
-speaking TLS and the other plain TCP (docs/protocol.md §3)."""
+speaking TLS and the other plain TCP (docs/protocol.md §2)."""
 
 from __future__ import annotations
 
