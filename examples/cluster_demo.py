@@ -26,7 +26,7 @@ from pathlib import Path
 import trio
 
 import actorctl
-from actorctl.mailbox import Keyring
+from actorctl import Keyring
 from examples.workers import Document
 
 HERE = Path(__file__).resolve().parent

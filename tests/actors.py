@@ -134,3 +134,17 @@ class _FactoryOfAnOlderFormat:
 
 
 factory_without_settings_keys = _FactoryOfAnOlderFormat()
+
+
+class NeverReady(Actor):
+    """An actor whose start never ends (its node never reports ready)."""
+
+    async def on_start(self) -> None:
+        await trio.sleep_forever()
+
+
+class BrokenStart(Actor):
+    """An actor that cannot start: its node fails to start, saying why."""
+
+    async def on_start(self) -> None:
+        raise RuntimeError("the ledger file is locked by another process")

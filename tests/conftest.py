@@ -14,6 +14,15 @@ import pytest
 from .harness import Logs, Secrets
 
 
+def _nowhere(message: dict[str, object]) -> None:
+    """Until a destination is added, eliot keeps what is logged and hands it
+    to the first one: a test's ``logs`` would get what earlier tests logged.
+    This one is there from the start, so each ``logs`` sees its own test's."""
+
+
+eliot.add_destinations(_nowhere)
+
+
 @pytest.fixture
 def logs() -> Iterator[Logs]:
     captured = Logs()

@@ -30,6 +30,7 @@ from .cluster import Node as Node
 from .cluster import TlsFiles as TlsFiles
 from .cluster import open_node as open_node
 from .mailbox import Envelope as Envelope
+from .mailbox import Keyring as Keyring
 from .mailbox import MailboxStatistics as MailboxStatistics
 from .mailbox import Outcome as Outcome
 from .supervision import DEFAULT_RETRY_POLICY as DEFAULT_RETRY_POLICY
@@ -92,6 +93,7 @@ __all__ = [
     "GroupResult",
     "Health",
     "HealthCheck",
+    "Keyring",
     "MailboxStatistics",
     "Modified",
     "Node",

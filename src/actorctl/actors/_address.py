@@ -37,11 +37,14 @@ class Address:
                 f"address {text!r}: scheme must be amqp:// or amqps://, e.g. amqp://127.0.0.1:5672/echo"
             )
         if not parts.hostname:
-            raise ConfigError(f"address {text!r} has no host")
+            raise ConfigError(f"address {text!r} has no host, e.g. amqp://127.0.0.1:5672/echo")
         try:
             port = parts.port or _SCHEMES[parts.scheme]
         except ValueError:
-            raise ConfigError(f"address {text!r} has a port that is not a number") from None
+            raise ConfigError(
+                f"address {text!r}: its port must be a number from 1 to 65535, "
+                "e.g. amqp://127.0.0.1:5672/echo"
+            ) from None
         name = parts.path.lstrip("/")
         if not name or "/" in name:
             raise ConfigError(

@@ -10,22 +10,25 @@ from pathlib import Path
 from typing import Any
 
 import asyncclick as click
-import eliot
 import trio
 
-from .._errors import ActorctlError, AskTimeout, ConfigError
+from .._errors import ActorctlError, AskTimeout, ConfigError, PeerUnavailable
 from ..cluster import (
     CLI_NAME,
     CONTROLLER,
     ClusterConfig,
     NodeDied,
     NodeState,
+    check_references,
     ensure_dev_secrets,
     load_cluster,
     open_node,
     run_cluster,
+    taken_ports,
 )
 from ..supervision import ChildFailedToStart, SupervisorGaveUp
+from ._errors import INTERRUPTED, fail
+from ._logging import log_options, log_to
 from ._tree import render_tree
 
 __all__ = ["cluster"]
@@ -44,48 +47,67 @@ def cluster() -> None:
 async def cluster_up(file: Path, in_process: bool) -> None:
     """Start every node FILE describes, supervised: a node that dies is restarted.
 
+    Everything the file names is checked first (modules, objects, pools,
+    routers' instances, free ports): nothing starts if something is wrong.
     Shows progress, then a table of the live cluster. Ctrl-C (or SIGTERM, or
     `actorctl cluster down FILE`) stops the nodes in reverse order. Logs go to
     logs/ beside FILE.
     """
-    config = _prepare(file)
+    config = await _prepare(file)
     click.echo(f"starting cluster {config.name!r}: {len(config.nodes)} nodes")
     stop = trio.Event()
+    starting, watching = trio.CancelScope(), trio.CancelScope()
+
+    async def watch(signals: AsyncIterator[int]) -> None:
+        with watching:
+            async for _ in signals:
+                stop.set()
+                starting.cancel()  # Ctrl-C while it starts: stop what started
+                return
+
     try:
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             async with trio.open_nursery() as nursery:
-                states = await nursery.start(
-                    functools.partial(
-                        run_cluster, config, _progress, stop=stop, in_process=in_process
+                nursery.start_soon(watch, signals)
+                with starting:
+                    states = await nursery.start(
+                        functools.partial(
+                            run_cluster, config, _progress, stop=stop, in_process=in_process
+                        )
                     )
-                )
-                click.echo(_table(_rows(config, states)))
-                click.echo(f"cluster {config.name!r} ready")
-                listening = trio.CancelScope()
-                nursery.start_soon(_stop_on_signal, signals, stop, listening)
-                await stop.wait()
-                listening.cancel()
-                click.echo("stopping: nodes in reverse order")
-                # run_cluster sees `stop` too: it stops the nodes, then the
-                # Controller's node gracefully (so `cluster down` gets its answer)
+                if starting.cancelled_caught:
+                    watching.cancel()
+                else:
+                    click.echo(_table(_rows(config, states)))
+                    click.echo(f"cluster {config.name!r} ready")
+                    await stop.wait()
+                    watching.cancel()
+                    click.echo("stopping: nodes in reverse order")
+                    # run_cluster sees `stop` too: it stops the nodes, then the
+                    # Controller's node gracefully (so `cluster down` gets its answer)
     except* (SupervisorGaveUp, NodeDied, ChildFailedToStart) as group:
-        click.echo(f"error: {_first(group)}", err=True)
-        raise SystemExit(1) from None
+        fail(f"{_first(group)}", 1)
+    except* OSError as group:  # the Controller's port, taken since it was checked
+        host, port = config.controller
+        fail(
+            f"{config.path}: the controller cannot listen on {host}:{port} "
+            f"(key cluster.controller): {_first(group)}: stop what holds it, or choose "
+            "another port",
+            1,
+        )
+    if starting.cancelled_caught:
+        click.echo(
+            f"interrupted: cluster {config.name!r} was starting; what had started is stopped",
+            err=True,
+        )
+        raise SystemExit(INTERRUPTED)
     click.echo(f"cluster {config.name!r} stopped")
-
-
-async def _stop_on_signal(
-    signals: AsyncIterator[int], stop: trio.Event, scope: trio.CancelScope
-) -> None:
-    with scope:
-        async for _ in signals:
-            stop.set()
-            return
 
 
 @cluster.command("status")
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--timeout", default=10.0, show_default=True, help="Seconds to wait.")
+@log_options
 async def cluster_status(file: Path, timeout: float) -> None:
     """Print the live cluster FILE names as its Controller sees it: one
     supervision tree, Controller -> nodes -> supervisors -> actors (and boxed
@@ -96,6 +118,7 @@ async def cluster_status(file: Path, timeout: float) -> None:
 @cluster.command("down")
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--timeout", default=10.0, show_default=True, help="Seconds to wait.")
+@log_options
 async def cluster_down(file: Path, timeout: float) -> None:
     """Stop the cluster FILE names (from another terminal than `cluster up`)."""
     click.echo(await ask_controller(file, "down", timeout))
@@ -106,23 +129,29 @@ async def ask_controller(file: Path, handler: str, timeout: float, *args: Any) -
         config = load_cluster(file)
         options = config.security(CLI_NAME)
     except ConfigError as exc:
-        click.echo(f"error: {exc}", err=True)
-        raise SystemExit(2) from None
+        fail(f"{exc}", 2)
     host, port = config.controller
     address = f"{config.scheme}://{host}:{port}/{CONTROLLER}"
     try:
-        async with open_node(CLI_NAME, host=None, grace=0.5, **options) as client:
+        # The Controller is local and answers at once when it runs: a refused
+        # or failed connection is an error within a second, not at the timeout.
+        async with open_node(
+            CLI_NAME, host=None, grace=0.5, connect_timeout=min(1.0, timeout), **options
+        ) as client:
             return await client.ref(address).with_options(timeout=timeout).ask(handler, *args)
     except* AskTimeout:
-        click.echo(
-            f"error: no answer from the controller at {address} within {timeout:g} s "
-            "(is the cluster up?)",
-            err=True,
+        fail(
+            f"no answer from the controller at {address} within {timeout:g} s (is the cluster up?)",
+            1,
         )
-        raise SystemExit(1) from None
+    except* PeerUnavailable as group:
+        fail(
+            f"cluster {config.name!r} is not running, or not at {address}: "
+            f"{_first(group)} (`actorctl cluster up {file}` starts it)",
+            1,
+        )
     except* ActorctlError as group:
-        click.echo(f"error: {_first(group)}", err=True)
-        raise SystemExit(1) from None
+        fail(f"{_first(group)}", 1)
 
 
 def _rows(config: ClusterConfig, states: dict[str, NodeState]) -> list[dict[str, Any]]:
@@ -139,29 +168,64 @@ def _rows(config: ClusterConfig, states: dict[str, NodeState]) -> list[dict[str,
     ]
 
 
-def _prepare(file: Path) -> ClusterConfig:
-    """Read the file, make development secrets, send logs to logs/cluster.log."""
+async def _prepare(file: Path) -> ClusterConfig:
+    """Read and check the file and everything it names (nothing has started
+    yet), make development secrets, send logs to logs/cluster.log."""
     try:
         config = load_cluster(file)
+        check_references(config)
         made = ensure_dev_secrets(config)
     except ConfigError as exc:
-        click.echo(f"error: {exc}", err=True)
-        raise SystemExit(2) from None
+        fail(f"{exc}", 2)
     for line in made:
         click.echo(f"made {line}")
+    try:
+        taken = taken_ports(config)
+    except ConfigError as exc:
+        fail(str(exc), 2)
+    if taken:
+        who, host, port = taken[0]
+        running = who == "the controller" and await _answers(config)
+        why = (
+            f"cluster {config.name!r} is already running (its controller answers there): "
+            f"`actorctl cluster status {file}` shows it, `actorctl cluster down {file}` "
+            "stops it"
+            if running
+            else "another process holds it: stop that process, or give "
+            f"{'cluster.controller' if who == 'the controller' else who} another port"
+        )
+        fail(f"{config.path}: port {port} of {who} ({host}:{port}) is taken: {why}", 1)
     (config.root / "logs").mkdir(exist_ok=True)
-    eliot.to_file(open(config.root / "logs" / "cluster.log", "a", encoding="utf-8"))  # noqa: SIM115
+    log_to(str(config.root / "logs" / "cluster.log"), sys.stderr)
     return config
+
+
+async def _answers(config: ClusterConfig) -> bool:
+    """Whether a Controller of this cluster answers at its address."""
+    host, port = config.controller
+    try:
+        async with open_node(
+            CLI_NAME, host=None, grace=0.1, connect_timeout=1.0, **config.security(CLI_NAME)
+        ) as client:
+            address = f"{config.scheme}://{host}:{port}/{CONTROLLER}"
+            await client.ref(address).with_options(timeout=2.0).ask("status")
+    except* ActorctlError:
+        answered = False
+    else:
+        answered = True
+    return answered
 
 
 def _progress(state: NodeState) -> None:
     if state.state == "running":
         again = f" (restart {state.restarts})" if state.restarts else ""
         click.echo(f"node {state.name} ready at {state.address} (pid {state.pid}){again}")
-    elif state.state == "dead":
-        click.echo(f"node {state.name} died: {state.reason}; restarting", err=True)
-    elif state.state == "starting" and not state.restarts:
-        click.echo(f"node {state.name} starting")
+    elif state.state == "dead" and state.pid is not None:  # it ran: a start
+        # that fails ends the cluster with its own error line instead
+        click.echo(f"node {state.name} stopped: {state.reason}", err=True)
+    elif state.state == "starting":
+        again = f" again (restart {state.restarts})" if state.restarts else ""
+        click.echo(f"node {state.name} starting{again}")
     sys.stdout.flush()
 
 

@@ -61,7 +61,10 @@ def keys_gen(name: str, directory: Path, member: bool) -> None:
 def keys_list(directory: Path) -> None:
     """List the keys in a keyring directory: name, key id, and which are private."""
     if not directory.is_dir():
-        raise click.ClickException(f"keyring {directory} is not a directory")
+        raise click.ClickException(
+            f"keyring {directory} is not a directory "
+            f"(`actorctl keys gen NAME --dir {directory}` makes one)"
+        )
     private = {path.stem for path in directory.glob("*.key")}
     pubs = sorted(directory.glob("*.pub"))
     rows = []

@@ -6,11 +6,14 @@ lines on stdout by default for a node, stderr for one-shot commands).
 
 from __future__ import annotations
 
+import errno
 import json
+import re
 import signal
 import sys
+import traceback
 from collections.abc import Iterable
-from typing import IO, Any
+from typing import Any
 
 import asyncclick as click
 import eliot
@@ -23,20 +26,37 @@ from ..supervision import BoxedSpec, SupervisorSpec
 from ..tasks import call as call_by_name
 from ._cluster import cluster
 from ._deadletters import deadletters
+from ._errors import exit_code, fail, leaf
 from ._keys import certs, keys
+from ._logging import log_options, log_to
 from ._options import Security, security_options
 
 __all__ = ["main"]
 
+CONNECT_TIMEOUT = 5.0  # seconds, at most: then a node that cannot be reached is an error
+
 
 def main() -> None:
-    """Entry point of the ``actorctl`` console script."""
-    cli(_anyio_backend="trio")
+    """Entry point of the ``actorctl`` console script.
+
+    An expected failure (an ``ActorctlError`` that no command turned into its
+    own message) is one ``error:`` line and exit code 1; Ctrl-C is
+    "interrupted" and 130. ``actorctl --debug ...`` shows the traceback too.
+    """
+    debug = "--debug" in sys.argv[1:]
+    try:
+        cli(_anyio_backend="trio")
+    except BaseException as exc:
+        code = exit_code(exc, debug=debug)
+        if code is None:
+            raise
+        raise SystemExit(code) from None
 
 
 @click.group()
 @click.version_option(package_name="actorctl")
-def cli() -> None:
+@click.option("--debug", is_flag=True, help="Show the traceback of a failure, too.")
+def cli(debug: bool) -> None:
     """actorctl: supervised actors reachable over AMQP 1.0 peer links."""
 
 
@@ -100,10 +120,21 @@ async def node_run(
     OBJECT may be an Actor subclass or instance, a list of them, or a mapping of
     name to actor. The node stops gracefully on SIGINT or SIGTERM.
     """
-    _log_to(log_path, sys.stdout)
+    try:
+        log_to(log_path, sys.stdout)
+    except OSError as exc:
+        fail(
+            f"--log {log_path}: cannot open it: {exc.strerror or exc} (give a file in a "
+            "directory that exists, or - for stdout)"
+        )
     try:
         host, port = _parse_listen(listen)
         node_name = name or f"node-{port}"
+        if not _NODE_NAME.fullmatch(node_name):
+            raise ConfigError(
+                f"--name {node_name!r}: expected letters, digits, '.' and '-' (as a "
+                "node's name in cluster.toml), e.g. --name worker-1"
+            )
         node_config = NodeConfig(node_name, host, port, target, instances)
         config = None
         if cluster_path is not None:
@@ -137,36 +168,34 @@ async def node_run(
             host=host,
             port=port,
             store=store,
+            dead_letters=node_config.deadletters,
             **node_config.limits,
             **security.node_options(node_name, config.member_names if config else ()),
         )
     except ConfigError as exc:
-        _fail(str(exc))
-    try:
-        await _serve(server, listen, grace)
-    except* ActorctlError as group:  # a child that failed to start (a boxed worker's command)
-        _fail(f"node {node_name} failed to start: {_innermost(group)}", 1)
-
-
-async def _serve(server: Node, listen: str, grace: float) -> None:
+        fail(str(exc))
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with trio.open_nursery() as nursery:
             try:
                 await nursery.start(server.serve)
-            except OSError as exc:
-                _fail(f"cannot listen on {listen}: {exc.strerror or exc}")
+            except* OSError as group:
+                fail(_listen_error(listen, node_name, leaf(group)))
+            except* Exception as group:  # an actor that cannot start, say
+                # the whole story in the node's log; the one line on stderr
+                first = leaf(group)
+                eliot.log_message(
+                    message_type="actorctl:node:start-failed",
+                    node=node_name,
+                    error=f"{type(first).__name__}: {first}",
+                    traceback="".join(traceback.format_exception(group)),
+                )
+                fail(f"node {node_name} could not start: {type(first).__name__}: {first}")
             async for signum in signals:
                 eliot.log_message(
                     message_type="actorctl:node:signal", signal=signal.Signals(signum).name
                 )
                 server.stop(grace)
                 break
-
-
-def _innermost(error: BaseException) -> BaseException:
-    while isinstance(error, BaseExceptionGroup):
-        error = error.exceptions[0]
-    return error
 
 
 _ARGS = click.argument("args", nargs=-1, metavar="[ARGS]...")
@@ -182,6 +211,7 @@ _TIMEOUT = click.option("--timeout", default=10.0, show_default=True, help="Seco
 @_TIMEOUT
 @click.option("--at-most-once", is_flag=True, help="Send pre-settled; do not wait for the outcome.")
 @security_options
+@log_options
 async def send(
     address: str,
     handler: str,
@@ -196,14 +226,14 @@ async def send(
     Each of ARGS is read as JSON if it parses (1, "a", [1,2], {"k": 1}), else as
     a string. Exits non-zero, printing the error, if the message is refused.
     """
-    _log_to("-", sys.stderr)
+    values, keywords = _values(args), _keywords(kwargs)
 
     async def go(client: Node, target: Address) -> None:
         ref = client.ref(target).with_options(at_most_once=at_most_once)
         if at_most_once:
-            await ref.tell(handler, *_values(args), **_keywords(kwargs))
+            await ref.tell(handler, *values, **keywords)
         else:
-            await ref.deliver(handler, *_values(args), **_keywords(kwargs))
+            await ref.deliver(handler, *values, **keywords)
         click.echo(f"{'sent' if at_most_once else 'accepted'}: {handler} on {target}")
 
     await _one_shot(address, timeout, go, security)
@@ -216,6 +246,7 @@ async def send(
 @_KW
 @_TIMEOUT
 @security_options
+@log_options
 async def call(
     address: str,
     handler: str,
@@ -229,10 +260,9 @@ async def call(
 
     Exits non-zero, printing the error, if the call fails or times out.
     """
-    _log_to("-", sys.stderr)
+    values, keywords = _values(args), _keywords(kwargs)
 
     async def go(client: Node, target: Address) -> None:
-        values, keywords = _values(args), _keywords(kwargs)
         result = await call_by_name(client.outbox, target, handler, values, keywords, timeout)
         click.echo(json.dumps(result))
 
@@ -240,30 +270,49 @@ async def call(
 
 
 async def _one_shot(address: str, timeout: float, go: Any, security: Security) -> None:
+    if not timeout > 0:
+        fail(f"--timeout {timeout:g}: expected a number of seconds above 0, e.g. --timeout 10")
     try:
         target = Address.parse(address)
         options = security.node_options("cli")
+        if target.scheme == "amqps" and options["tls"] is None:
+            raise ConfigError(
+                f"{address}: amqps:// is TLS, which needs --certs DIR and --keys DIR "
+                "(or use amqp:// with --insecure, for a node run with --insecure)"
+            )
     except ConfigError as exc:
-        _fail(str(exc))
+        fail(str(exc))
+    # What fails to connect says so (PeerUnavailable, naming why) before the
+    # reply timeout would call it "no reply".
+    connect = min(CONNECT_TIMEOUT, timeout * 0.6)
     try:
-        async with open_node("cli", host=None, grace=0.5, **options) as client:
+        async with open_node(
+            "cli", host=None, grace=0.5, connect_timeout=connect, **options
+        ) as client:
             with trio.fail_after(timeout + 1.0):
                 await go(client, target)
     except* RemoteError as group:
-        _fail(f"the handler raised {_first(group)}", code=1)
+        fail(f"the handler raised {leaf(group)}", code=1)
     except* DeliveryError as group:
-        _fail(f"refused: {_first(group)}", code=1)
+        refused = leaf(group)
+        hint = _REFUSAL_FIXES.get(getattr(refused, "condition", ""), "")
+        fail(f"refused: {refused}{hint}", code=1)
     except* trio.TooSlowError:
-        _fail(f"no answer from {address} within {timeout:g} s (is the node running?)", code=1)
+        fail(f"no answer from {address} within {timeout:g} s (is the node running?)", code=1)
     except* ActorctlError as group:
-        _fail(str(_first(group)), code=1)
+        fail(str(leaf(group)), code=1)
 
 
-def _first(group: BaseExceptionGroup[Any]) -> BaseException:
-    exc: BaseException = group
-    while isinstance(exc, BaseExceptionGroup):
-        exc = exc.exceptions[0]
-    return exc
+_NODE_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?")
+#: What to do about the refusals a first call meets most (docs/protocol.md §8).
+_REFUSAL_FIXES: dict[str, str] = {
+    "actorctl:unknown-key": (
+        ": the node does not trust our key: `actorctl keys add OUR.pub --dir ITS_KEYS` "
+        "(or pass --keys DIR of a key it trusts, and --key-name)"
+    ),
+    "actorctl:revoked-key": ": our key was revoked there: use another (`actorctl keys gen`)",
+    "actorctl:stale": ": our clock and the node's disagree: check both clocks",
+}
 
 
 def _values(args: Iterable[str]) -> list[Any]:
@@ -282,23 +331,27 @@ def _keywords(pairs: Iterable[str]) -> dict[str, Any]:
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key:
-            _fail(f"--kw {pair!r}: expected KEY=VALUE")
+            fail(f"--kw {pair!r}: expected KEY=VALUE, e.g. --kw limit=3")
         result[key] = _value(value)
     return result
 
 
 def _parse_listen(listen: str) -> tuple[str, int]:
     host, sep, port = listen.rpartition(":")
-    if not sep or not host or not port.isdigit():
-        raise ConfigError(f"--listen {listen!r}: expected HOST:PORT, e.g. 127.0.0.1:5672")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
+        raise ConfigError(
+            f"--listen {listen!r}: expected HOST:PORT with a port from 0 to 65535, "
+            "e.g. 127.0.0.1:5672"
+        )
     return host.strip("[]"), int(port)
 
 
-def _log_to(path: str, default: IO[str]) -> None:
-    stream: IO[str] = default if path == "-" else open(path, "a", encoding="utf-8")  # noqa: SIM115
-    eliot.to_file(stream)
-
-
-def _fail(message: str, code: int = 2) -> Any:
-    click.echo(f"error: {message}", err=True)
-    raise SystemExit(code)
+def _listen_error(listen: str, node: str, exc: BaseException) -> str:
+    why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+    if isinstance(exc, OSError) and exc.errno == errno.EADDRINUSE:
+        return (
+            f"node {node}: cannot listen on {listen}: port {listen.rpartition(':')[2]} is "
+            "taken by another process (another node, or a cluster already running?): "
+            "stop it or choose another port"
+        )
+    return f"node {node}: cannot listen on {listen}: {why}"

@@ -29,15 +29,20 @@
       [[supervisor.child]]
       actor = "examples.workers:WordCounter"
 
-A missing or wrong field is a ``ConfigError`` naming the file, the key and what
-was expected; so is a key that nothing reads (a misspelling, or a key of an older
+Which keys each table may have, and must have, is said in one place
+(``KNOWN_KEYS``, ``REQUIRED_KEYS``): a table or key added there is checked like
+the others. A missing or wrong field is a ``ConfigError`` naming the file, the
+key and what was expected (a missing key that is misspelt names the
+misspelling); so is a key that nothing reads (a misspelling, or a key of an older
 format: it says which key was meant, or where the key moved). The other keys of
 a ``[[node]]`` table are that node's ``settings``: this layer does not read them;
 an actors factory that the node's ``actors`` names does, and says which it reads
 (``_hosting.py``), as a task app reads ``pools`` there. They are checked when the
 node builds its actors (the factory is imported then, not when the file is read:
-the Controller and the CLI read it too); a node that names no actors may have no
-other keys.
+the Controller and the CLI read it too), and by ``cluster up`` before it starts
+anything (``_preflight``: modules are looked up beside this file first, then
+where ``cluster up`` runs, then ``PYTHONPATH``); a node that names no actors may
+have no other keys.
 """
 
 from __future__ import annotations
@@ -63,16 +68,40 @@ from ._store import Store
 from ._tls import TlsFiles
 from ._tree_config import TARGET, check_supervisors, supervisor_specs
 
-__all__ = ["NODE_KEYS", "ClusterConfig", "NodeConfig", "load_cluster", "unknown_key"]
+__all__ = [
+    "KNOWN_KEYS",
+    "NODE_KEYS",
+    "REQUIRED_KEYS",
+    "ClusterConfig",
+    "NodeConfig",
+    "load_cluster",
+    "unknown_key",
+]
 
 _NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?")
 #: The keys of a [[node]] table this layer reads; an actors factory reads others.
 NODE_KEYS: Final = frozenset(
     {"name", "listen", "actors", "instances", "durable", "limits", "deadletters", "health"}
 )
-_TABLES: Final = frozenset({"cluster", "node", "router", "supervisor", "boxed"})
-_CLUSTER_KEYS: Final = frozenset({"name", "dev", "certs", "keys", "insecure", "controller"})
-_ROUTER_KEYS: Final = frozenset({"name", "node", "instances"})
+#: Every table of the file ("" is the top level) with the keys it may have: the
+#: one place to add a table or a key. A key that is not here is refused, with
+#: the nearest known key; a [[node]] table may also have the keys its actors
+#: factory reads (checked when the node's actors are built, see _hosting).
+KNOWN_KEYS: Final[dict[str, frozenset[str]]] = {
+    "": frozenset({"cluster", "node", "router", "supervisor", "boxed"}),
+    "cluster": frozenset({"name", "dev", "certs", "keys", "insecure", "controller"}),
+    "node": NODE_KEYS,
+    "node.limits": frozenset(LIMIT_NAMES),
+    "router": frozenset({"name", "node", "instances"}),
+}
+#: The keys a table must have: a missing one is reported as missing, naming a
+#: key of the table that looks like a misspelling of it.
+REQUIRED_KEYS: Final[dict[str, tuple[str, ...]]] = {
+    "node": ("name", "listen"),
+    "router": ("name", "node", "instances"),
+}
+#: Tables that may have keys besides the known ones (read by someone else).
+_OPEN: Final = frozenset({"node"})
 #: Keys of older formats, and where what they said is said now.
 _MOVED: Final = MappingProxyType(
     {
@@ -233,23 +262,23 @@ def load_cluster(path: Path | str) -> ClusterConfig:
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
     where = _Where(path)
-    where.known_keys(data, "", _TABLES)
+    where.keys(data, "", "")
     cluster = data.get("cluster", {})
     if not isinstance(cluster, dict):
         raise where.error("cluster", "a table [cluster]", cluster)
-    where.known_keys(cluster, "cluster.", _CLUSTER_KEYS)
+    where.keys(cluster, "cluster", "cluster")
     name = where.string(cluster, "cluster.name", default="cluster")
     nodes_data = data.get("node")
     if not isinstance(nodes_data, list) or not nodes_data:
         raise where.error("node", "at least one [[node]] table", nodes_data)
     nodes = tuple(where.node(i, item) for i, item in enumerate(nodes_data))
+    names = [node.name for node in nodes]
+    for duplicate in {n for n in names if names.count(n) > 1}:
+        raise ConfigError(f"{path}: node name {duplicate!r} is used twice: names must be unique")
     nodes = where.routers(data.get("router", []), nodes)
     supervisor_tables = data.get("supervisor", [])
     trees = check_supervisors(path, supervisor_tables, [node.name for node in nodes])
     nodes = tuple(attrs.evolve(n, supervisors=trees.get(n.name, ())) for n in nodes)
-    names = [node.name for node in nodes]
-    for duplicate in {n for n in names if names.count(n) > 1}:
-        raise ConfigError(f"{path}: node name {duplicate!r} is used twice: names must be unique")
     ports = [node.port for node in nodes]
     ports.append(where.endpoint(cluster, "cluster.controller", default="127.0.0.1:5700")[1])
     for duplicate_port in {p for p in ports if ports.count(p) > 1}:
@@ -283,11 +312,26 @@ class _Where:
     def __init__(self, path: Path) -> None:
         self.path = path
 
-    def known_keys(self, table: Mapping[str, Any], prefix: str, known: Collection[str]) -> None:
-        """Refuse a key of ``table`` that nothing reads."""
-        for key, value in table.items():
-            if key not in known:
-                raise unknown_key(self.path, f"{prefix}{key}", value, known)
+    def keys(self, table: Mapping[str, Any], prefix: str, kind: str) -> None:
+        """Check the keys of ``table`` (at ``prefix``, e.g. ``node[1]``), a table
+        of ``kind`` (a key of KNOWN_KEYS, e.g. ``node``): a missing required
+        key is reported as missing (naming the misspelling, if there is one),
+        and a key nothing reads is refused."""
+        known = KNOWN_KEYS[kind]
+        dot = f"{prefix}." if prefix else ""
+        strangers = [key for key in table if key not in known]
+        for key in REQUIRED_KEYS.get(kind, ()):
+            if key not in table:
+                close = difflib.get_close_matches(key, strangers, n=1)
+                hint = (
+                    f"{dot}{close[0]} is not a key: a misspelling of {key!r}?"
+                    if close
+                    else f"every [[{kind}]] table needs one ({key} = ...)"
+                )
+                raise ConfigError(f"{self.path}: key {dot + key!r} is missing: {hint}")
+        for key in strangers:
+            if kind not in _OPEN or difflib.get_close_matches(key, known, n=1, cutoff=0.8):
+                raise unknown_key(self.path, f"{dot}{key}", table[key], known)
 
     def error(self, key: str, expected: str, got: object) -> ConfigError:
         shown = "nothing" if got is None else f"{got!r}"
@@ -316,6 +360,7 @@ class _Where:
         prefix = f"node[{index}]"
         if not isinstance(item, dict):
             raise self.error(prefix, "a table", item)
+        self.keys(item, prefix, "node")
         name = self.string(item, f"{prefix}.name")
         if not _NAME.fullmatch(name):
             raise self.error(f"{prefix}.name", "letters, digits, '.' and '-'", name)
@@ -388,9 +433,8 @@ class _Where:
         """A node's [node.limits] table: the resource bounds it sets."""
         if not isinstance(table, dict):
             raise self.error(key, f"a table of resource bounds ({', '.join(LIMIT_NAMES)})", table)
+        self.keys(table, key, "node.limits")
         for name, value in table.items():
-            if name not in LIMIT_NAMES:
-                raise unknown_key(self.path, f"{key}.{name}", value, LIMIT_NAMES)
             try:
                 Limits(**{name: value})
             except ConfigError as exc:
@@ -407,7 +451,7 @@ class _Where:
             prefix = f"router[{index}]"
             if not isinstance(item, dict):
                 raise self.error(prefix, "a table", item)
-            self.known_keys(item, f"{prefix}.", _ROUTER_KEYS)
+            self.keys(item, prefix, "router")
             name = self.string(item, f"{prefix}.name")
             host = self.string(item, f"{prefix}.node")
             if host not in by_name:

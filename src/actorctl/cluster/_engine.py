@@ -96,7 +96,10 @@ class Engine:
         self.stream = stream
         self.handler = handler
         self.peer = peer
+        self.server = server
         self.closed = False
+        #: What the transport said went wrong (a TLS or framing failure), if anything.
+        self.error: str | None = None
         self.connection = connection = Connection()
         connection.container = container_id
         self._collector = collector = Collector()
@@ -354,6 +357,11 @@ class Engine:
 
     def _on_transport_error(self, event: Event) -> None:
         condition = self.transport.condition
+        self.error = condition.description if condition else "the transport failed"
+        if not self.server or self.connection.state & _LOCAL_CLOSED:
+            # A client's handler says why its connection failed (or it closed
+            # the connection itself: the peer's abrupt end is no news).
+            return
         log(
             "actorctl:connection:protocol-error",
             peer=self.peer,

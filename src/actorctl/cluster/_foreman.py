@@ -16,6 +16,7 @@ import os
 import signal
 import subprocess
 import sys
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final, final
@@ -24,11 +25,13 @@ import attrs
 import trio
 
 from .._errors import ActorctlError, ConfigError
+from .._log import log
 from ..mailbox import IdentityKey
 from ._certs import init_certs
 from ._config import ClusterConfig, NodeConfig
 from ._hosting import hosted_actors
 from ._node import open_node
+from ._preflight import module_paths
 from ._router import Router
 
 __all__ = ["Foreman", "LocalForeman", "NodeDied", "NodeState", "ensure_dev_secrets"]
@@ -115,6 +118,7 @@ class Foreman(_Runner):
         """
         state = self.state
         self._begin()
+        self._error: str | None = None
         log_dir = self.config.root / "logs"
         log_dir.mkdir(exist_ok=True)
         log_path = log_dir / f"{self.node.name}.log"
@@ -138,15 +142,18 @@ class Foreman(_Runner):
             with trio.move_on_after(READY_TIMEOUT):
                 await ready.wait()
             if state.address is None:
-                with trio.move_on_after(1.0):  # its output ended: it is exiting
+                with trio.move_on_after(5.0):  # its output ended: it is ending too
                     await process.wait()
                 if process.returncode is None:
                     process.kill()
                     why = f"did not report ready within {READY_TIMEOUT:g} s"
                 else:
                     why = f"exited with code {process.returncode} before it was ready"
+                if self._error is not None:  # the node's own words
+                    own = self._error.removeprefix(f"node {self.node.name} could not start: ")
+                    why = f"could not start: {own.removeprefix(f'node {self.node.name}: ')}"
                 self._set(state="dead", reason=why)
-                raise NodeDied(f"node {self.node.name} {why}; its log: {log_path}")
+                raise NodeDied(f"node {self.node.name} {why} (its log: {log_path})")
             self._set(state="running", pid=process.pid)
             task_status.started()
             code = await process.wait()
@@ -158,7 +165,7 @@ class Foreman(_Runner):
     def _environment(self) -> dict[str, str]:
         """Actor modules are found beside the cluster file first, then where
         ``cluster up`` runs."""
-        paths = [str(self.config.root), os.getcwd(), os.environ.get("PYTHONPATH", "")]
+        paths = [*module_paths(self.config), os.environ.get("PYTHONPATH", "")]
         return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
 
     async def _pump(self, process: trio.Process, ready: trio.Event, log_path: Path) -> None:
@@ -174,6 +181,8 @@ class Foreman(_Runner):
                 pending += chunk
                 *lines, pending = pending.split(b"\n")
                 for line in lines:
+                    if line.startswith(b"error: "):  # how `node run` says why it stops
+                        self._error = line[7:].decode("utf-8", "replace").strip()
                     if b'"actorctl:node:ready"' in line:
                         message = json.loads(line)
                         self.state.address = str(message["address"])
@@ -234,19 +243,35 @@ class LocalForeman(_Runner):
         actors.update((spec.name, spec) for spec in config.boxed_specs(node))
         security = config.security(node.name)
         store = config.store(node)
-        async with open_node(
-            node.name,
-            actors,
-            host=node.host,
-            port=node.port,
-            store=store,
-            dead_letters=node.deadletters,
-            **node.limits,
-            **security,
-        ) as n:
-            self._set(state="running", pid=os.getpid(), address=n.url, actors=sorted(n.cells))
-            task_status.started()
-            await trio.sleep_forever()
+        started = False
+        try:
+            async with open_node(
+                node.name,
+                actors,
+                host=node.host,
+                port=node.port,
+                store=store,
+                dead_letters=node.deadletters,
+                **node.limits,
+                **security,
+            ) as n:
+                self._set(state="running", pid=os.getpid(), address=n.url, actors=sorted(n.cells))
+                started = True
+                task_status.started()
+                await trio.sleep_forever()
+        except* Exception as group:
+            if started:
+                raise
+            # As a node process says it (node run): one line, the rest in the log.
+            first: BaseException = group
+            while isinstance(first, BaseExceptionGroup):
+                first = first.exceptions[0]
+            why = f"could not start: {type(first).__name__}: {first}"
+            trace = "".join(traceback.format_exception(group))
+            log("actorctl:node:start-failed", node=node.name, error=why, traceback=trace)
+            self._set(state="dead", reason=why)
+            where = config.root / "logs" / "cluster.log"
+            raise NodeDied(f"node {node.name} {why} (its log: {where})") from None
 
 
 def _end_group(pid: int) -> None:

@@ -2,9 +2,8 @@
 reopened with backoff when the peer comes back.
 
 Each target actor gets one sender link on that connection; a send waits for the
-link's credit (the receiving mailbox's free slots), which is the backpressure.
-Deliveries sent at-least-once are kept until the receiver settles them, and sent
-again on the next connection if the peer goes away first.
+link's credit (the receiving mailbox's free slots): the backpressure. Deliveries
+sent at-least-once are kept until settled, and sent again on the next connection.
 """
 
 from __future__ import annotations
@@ -41,6 +40,7 @@ from ._engine import Engine, EngineHandler, EngineSet
 from ._peer_breaker import PeerBreaker
 from ._pending import OutLink, PeerSettings, Pending
 from ._reply_auth import REPLY_CREDIT, ReplyCheck, certificate_names
+from ._why import handshake_failed, unreachable
 
 __all__ = ["Peer"]
 
@@ -110,8 +110,7 @@ class Peer(EngineHandler):
             None if identity is None else functools.partial(sign_ed25519, identity)
         )
         self._node = ""  # the peer's container id on this connection: what we sign for
-        # Since when (trio time) no connection is ready (None: one is), and why the last
-        # attempt failed: what waits longer than the connect timeout gets PeerUnavailable.
+        # Since when no connection is ready (None: one is), and why the last attempt failed.
         self._down_since: float | None = trio.current_time()
         self._last_error = "no connection made yet"
         self.breaker = breaker or PeerBreaker(f"{host}:{port}", settings.peer_breaker)
@@ -126,15 +125,7 @@ class Peer(EngineHandler):
                 stream = await trio.open_tcp_stream(self.host, self.port)
             except OSError as exc:
                 failures += 1
-                self._last_error = str(exc)
-                self._give_up_resends()
-                if failures == 1 or failures % 10 == 0:
-                    log(
-                        "actorctl:peer:unreachable",
-                        peer=self.name,
-                        error=str(exc),
-                        attempts=failures,
-                    )
+                self._failed(unreachable(self.name, exc), failures)
                 backoff = await self.breaker.pause(backoff, _BACKOFF_MAX)
                 continue
             if failures:
@@ -161,13 +152,16 @@ class Peer(EngineHandler):
             finally:
                 self._engines.discard(engine)
             if self._linked_once:
+                if engine.error is not None and not settings.stopping():  # it broke
+                    log("actorctl:peer:connection-lost", peer=self.name, error=engine.error)
                 backoff, failures = _BACKOFF_FIRST, 0  # it worked: the next try is quick
             else:
                 # It connected but never got as far as a link (a refused handshake,
                 # say): wait before dialling again, as for a refused connection.
                 failures += 1
-                self._last_error = "the connection closed before its links opened"
-                self._give_up_resends()
+                self._failed(
+                    handshake_failed(self.name, engine.error, tls=bool(engine.ssl)), failures
+                )
                 backoff = await self.breaker.pause(backoff, _BACKOFF_MAX)
             self._linked_once = False
 
@@ -192,8 +186,7 @@ class Peer(EngineHandler):
             raise PeerUnavailable(self._unavailable())
 
     async def wait_connected(self) -> None:
-        """Wait, without bound, until a connection is ready (for the backlog,
-        whose messages wait for the peer as long as it takes)."""
+        """Wait, without bound, until a connection is ready (for the backlog)."""
         while not self._ready.is_set():
             await self._ready.wait()
 
@@ -212,6 +205,13 @@ class Peer(EngineHandler):
             f"no connection to node {self.name} within "
             f"{self.settings.connect_timeout:g} s (last error: {self._last_error})"
         )
+
+    def _failed(self, why: str, failures: int) -> None:
+        """A connection could not be made: say why (now and then); give up resends."""
+        self._last_error = why
+        self._give_up_resends()
+        if failures == 1 or failures % 10 == 0:
+            log("actorctl:peer:unreachable", peer=self.name, error=why, attempts=failures)
 
     def _give_up_resends(self) -> None:
         """Deliveries a lost connection left unsettled wait for the next one, but

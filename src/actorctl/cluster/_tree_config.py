@@ -16,7 +16,13 @@ from typing import Any
 
 from .._errors import ConfigError
 from ..actors import Actor
-from ..supervision import SupervisorSpec, import_target, supervisor_from_table
+from ..supervision import (
+    SUPERVISOR_KEYS,
+    SupervisorSpec,
+    check_keys,
+    import_target,
+    supervisor_from_table,
+)
 
 __all__ = ["TARGET", "check_supervisors", "supervisor_specs"]
 
@@ -76,6 +82,8 @@ def _tables(path: Path, items: object) -> dict[str, Mapping[str, Any]]:
         if not isinstance(table, dict):
             raise fail(f"supervisor[{index}]", "a table", table)
         name = table.get("name")
+        if name is None:  # a misspelt name is reported as such
+            check_keys(table, SUPERVISOR_KEYS, f"supervisor[{index}]", fail)
         if not isinstance(name, str) or not _NAME.fullmatch(name):
             raise fail(f"supervisor[{index}].name", "letters, digits, '_', '.' and '-'", name)
         if name in tables:

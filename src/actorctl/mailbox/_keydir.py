@@ -91,7 +91,10 @@ def revoke_key(directory: Path, which: str) -> tuple[KeyFile, bool]:
             or id, naming the keys there.
     """
     if not directory.is_dir():
-        raise ConfigError(f"keyring {directory} is not a directory")
+        raise ConfigError(
+            f"keyring {directory} is not a directory "
+            f"(`actorctl keys gen NAME --dir {directory}` makes one)"
+        )
     revoked_dir = directory / REVOKED
     found = find_key(directory, which)
     if found is None:

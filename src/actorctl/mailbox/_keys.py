@@ -283,7 +283,10 @@ class Keyring:
         """
         directory = Path(path)
         if not directory.is_dir():
-            raise ConfigError(f"keyring {directory} is not a directory")
+            raise ConfigError(
+                f"keyring {directory} is not a directory "
+                f"(`actorctl keys gen NAME --dir {directory}` makes one)"
+            )
         identity = IdentityKey.load(_identity_file(directory, name))
         trusted = [PublicKey.load(p) for p in sorted(directory.glob("*.pub"))]
         revoked = [PublicKey.load(p) for p in sorted((directory / REVOKED).glob("*.pub"))]

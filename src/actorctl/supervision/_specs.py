@@ -9,6 +9,7 @@ same spec builds a fresh actor for every restart.
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import sys
 from collections.abc import Callable, Iterable, Mapping
@@ -185,4 +186,7 @@ def import_target(target: str) -> Any:
     try:
         return getattr(module, attr)
     except AttributeError:
-        raise ConfigError(f"module {module_name!r} has no object {attr!r}") from None
+        names = [n for n in vars(module) if not n.startswith("_")]
+        close = difflib.get_close_matches(attr, names, n=1)
+        hint = f"did you mean {close[0]!r}?" if close else f"it has {sorted(names)[:20]}"
+        raise ConfigError(f"module {module_name!r} has no object {attr!r}: {hint}") from None
