@@ -20,7 +20,6 @@ from typing import Any, ClassVar, Final
 
 import trio
 
-from .. import signals
 from .._errors import ActorctlError, WireFormatError
 from .._log import log
 from ..actors import Actor, Address, BadArguments
@@ -28,6 +27,7 @@ from ..cluster import DEAD_LETTERS, REASON_EXPIRED, REASON_OUT_OF_RETRIES, REASO
 from ..mailbox import ACCEPTED, Envelope, Outcome
 from ..supervision import CIRCUIT_OPEN, POISON, Boxed, RetryPolicy, failure_mark
 from . import _hooks as hooks
+from . import _signals as signals
 from ._breakers import record, task_breakers
 from ._client import Directory, TaskClient, using_client
 from ._control import WorkerState
