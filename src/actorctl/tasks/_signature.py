@@ -31,7 +31,7 @@ __all__ = [
 #: The options a signature carries on the wire (``o``, §14.3).
 STEP_OPTIONS: Final = frozenset(
     {"countdown", "expires", "time_limit", "soft_time_limit", "link", "link_error",
-     "priority", "sinks", "map", "retry_policy"}
+     "priority", "sinks", "map", "retry_policy", "acks_late"}
 )  # fmt: skip
 #: The numbers of a retry policy that travel (``on`` and ``never`` stay with the code).
 _POLICY_NUMBERS: Final = (
@@ -187,7 +187,10 @@ class Signature:
             wire["k"] = to_wire(self.kwargs)
         if self.immutable:
             wire["i"] = True
-        wired = wire_options(self.options, self.task.pool)  # max_retries joins retry_policy
+        given = self.options
+        if getattr(self.task, "acks_late", True) is False:
+            given = {"acks_late": False, **given}  # at-most-once, when a worker sends it
+        wired = wire_options(given, self.task.pool)  # max_retries joins retry_policy
         options = {k: v for k, v in wired.items() if k in STEP_OPTIONS}
         if options:
             wire["o"] = options
