@@ -469,8 +469,10 @@ def test_acks_late_false_makes_a_task_at_most_once_and_app_conf_sets_the_default
 
     # Then every task follows it, except one that set acks_late itself
     assert (before.acks_late, after.acks_late, late.acks_late) == (False, False, True)
-    # And an at-most-once task's signature carries it to the worker that sends
-    # it as a chain step or a callback; another task's does not
+    # And an at-most-once task's signature carries it wherever it is sent from
+    # (a chord's header, a worker sending a chain step or a callback); another
+    # task's does not
+    assert once.s().options == {"acks_late": False}
     assert once.s().to_wire()["o"] == {"acks_late": False}
     assert "o" not in late.s().to_wire()
 

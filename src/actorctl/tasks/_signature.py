@@ -135,6 +135,9 @@ class Signature:
         self.args = tuple(args)
         self.kwargs = dict(kwargs or {})
         self.options = dict(options or {})
+        if getattr(task, "acks_late", True) is False:
+            # at-most-once wherever it is sent from: a chord's header, a worker
+            self.options.setdefault("acks_late", False)
         self.immutable = immutable
         _check_policy(self.options)
 
@@ -187,10 +190,7 @@ class Signature:
             wire["k"] = to_wire(self.kwargs)
         if self.immutable:
             wire["i"] = True
-        given = self.options
-        if getattr(self.task, "acks_late", True) is False:
-            given = {"acks_late": False, **given}  # at-most-once, when a worker sends it
-        wired = wire_options(given, self.task.pool)  # max_retries joins retry_policy
+        wired = wire_options(self.options, self.task.pool)  # max_retries joins retry_policy
         options = {k: v for k, v in wired.items() if k in STEP_OPTIONS}
         if options:
             wire["o"] = options
