@@ -4,7 +4,9 @@ A ``TaskWorker`` checks that a task was not revoked and has not expired, binds
 its arguments, runs it under its time limits (``_limits.py``) with its node's
 client as the client of the running task (so that ``add.delay()`` inside a task
 sends through this node), and then sends what follows (``_followups.py``). It
-settles the message only after that (acks-late).
+settles the message only after that (acks-late); a task sent with
+``acks_late=False`` arrived pre-settled, so nothing sends it again if the worker
+dies while it runs (at-most-once).
 
 A worker holds more messages at once than it runs (``concurrency`` is its
 pool's ``runs`` plus SETTLING): a run slot is held only while the task runs,
