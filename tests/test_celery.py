@@ -415,7 +415,7 @@ def test_the_worker_keeps_results_as_long_as_result_expires_says(cluster: Path) 
     ("options", "says"),
     [
         ({"rate_limit": "10/s"}, "Celery's rate_limit= is not supported: a pool's `concurrency`"),
-        ({"acks_late": False}, "acks_late=False is not supported"),
+        ({"acks_late": "no"}, "acks_late='no': give True (the default: at-least-once)"),
         ({"queue": "a", "pool": "b"}, "Celery's queue is actorctl's pool: give pool= only"),
         ({"max_retry": 3}, "unknown option max_retry=3 (did you mean max_retries=?)"),
         ({"serializer": "pickle"}, "messages are JSON"),
@@ -444,6 +444,37 @@ def test_queue_and_acks_late_are_celerys_names_for_what_actorctl_does() -> None:
 
     assert send.pool == "emails"
     assert "emails" in mine.pools
+
+
+def test_acks_late_false_makes_a_task_at_most_once_and_app_conf_sets_the_default() -> None:
+    # Given tasks defined with and without acks_late, before and after the
+    # setting (docs/celery.md: acks_late=False is at-most-once)
+    mine = App("mine")
+
+    @mine.task(acks_late=False)
+    def once() -> None: ...
+
+    @mine.task
+    def before() -> None: ...
+
+    @mine.task(acks_late=True)
+    def late() -> None: ...
+
+    assert (once.acks_late, before.acks_late, late.acks_late) == (False, True, True)
+    # When app.conf says task_acks_late=False
+    mine.conf.task_acks_late = False
+
+    @mine.task
+    def after() -> None: ...
+
+    # Then every task follows it, except one that set acks_late itself
+    assert (before.acks_late, after.acks_late, late.acks_late) == (False, False, True)
+    # And an at-most-once task's signature carries it wherever it is sent from
+    # (a chord's header, a worker sending a chain step or a callback); another
+    # task's does not
+    assert once.s().options == {"acks_late": False}
+    assert once.s().to_wire()["o"] == {"acks_late": False}
+    assert "o" not in late.s().to_wire()
 
 
 def test_app_conf_takes_celerys_settings_for_tasks_defined_before_and_after() -> None:
@@ -481,7 +512,7 @@ def test_app_conf_takes_celerys_settings_for_tasks_defined_before_and_after() ->
         ("task_time_limt", 3, "unknown setting task_time_limt; did you mean task_time_limit?"),
         ("CELERY_TASK_TIME_LIMIT", 3, "supported: task_default_queue, task_time_limit"),
         ("TASK_TIME_LIMIT", 3, "write Celery's new lowercase name task_time_limit"),
-        ("task_acks_late", False, "task_acks_late=False is not supported"),
+        ("task_acks_late", "no", "task_acks_late='no': give True or False"),
         ("task_time_limit", "soon", "give seconds (a number) or None"),
     ],
 )

@@ -13,14 +13,24 @@ arguments listed, so take ``**kwargs`` for those you do not use::
 Task signals are sent on the worker's node, in its event-loop thread, around
 each run of a task (``sender`` is the ``Task``); ``worker_ready`` when a node's
 first task worker has started and ``worker_shutdown`` when its last one stops
-(``sender`` is the node's name). This module is the one registry actorctl
-keeps at module level, because Celery projects expect one (docs/celery.md).
+(``sender`` is the node's name). They are the one registry actorctl keeps
+at module level, because Celery projects expect one (docs/celery.md). They live
+in ``actorctl.tasks._signals``, which the worker sends them from; this module
+only re-exports them, and nothing in actorctl imports it.
 """
 
 from __future__ import annotations
 
 from .tasks._signals import ExceptionInfo as ExceptionInfo
 from .tasks._signals import Signal as Signal
+from .tasks._signals import task_failure as task_failure
+from .tasks._signals import task_postrun as task_postrun
+from .tasks._signals import task_prerun as task_prerun
+from .tasks._signals import task_retry as task_retry
+from .tasks._signals import task_revoked as task_revoked
+from .tasks._signals import task_success as task_success
+from .tasks._signals import worker_ready as worker_ready
+from .tasks._signals import worker_shutdown as worker_shutdown
 
 __all__ = [
     "ExceptionInfo",
@@ -34,22 +44,3 @@ __all__ = [
     "worker_ready",
     "worker_shutdown",
 ]
-
-#: Before a task runs.
-task_prerun = Signal("task_prerun", ["task_id", "task", "args", "kwargs"])
-#: After it ran, whatever the outcome; ``state`` is SUCCESS, FAILURE or RETRY.
-task_postrun = Signal("task_postrun", ["task_id", "task", "args", "kwargs", "retval", "state"])
-#: It returned ``result``.
-task_success = Signal("task_success", ["result"])
-#: It raised (or ran past its hard time limit, or gave up retrying).
-task_failure = Signal(
-    "task_failure", ["task_id", "exception", "args", "kwargs", "traceback", "einfo"]
-)
-#: It will run again: ``request`` is its TaskContext, ``reason`` the exception.
-task_retry = Signal("task_retry", ["request", "reason", "einfo"])
-#: It was revoked or expired before it ran, or terminated while it ran.
-task_revoked = Signal("task_revoked", ["request", "terminated", "signum", "expired"])
-#: The node's first task worker has started (``sender``: the node's name).
-worker_ready = Signal("worker_ready", [])
-#: The node's last task worker has stopped (``sender``: the node's name).
-worker_shutdown = Signal("worker_shutdown", [])

@@ -29,6 +29,7 @@ from ._node import Node as Node
 from ._node import open_node as open_node
 from ._preflight import check_references as check_references
 from ._preflight import taken_ports as taken_ports
+from ._router import AT_MOST_ONCE as AT_MOST_ONCE
 from ._router import Router as Router
 from ._store import Store as Store
 from ._tls import TlsFiles as TlsFiles

@@ -22,12 +22,16 @@ instances: the least loaded first (fewest of its messages in flight there).
   moves it to another instance when that one refuses it (``modified``, unknown
   actor) or its node cannot be reached: at-least-once, whatever happens to one
   node.
+- A message that carries the ``at_most_once`` header (a task sent with
+  ``acks_late=False``) is forwarded pre-settled and settled at once, whatever
+  the router's kind: no backlog holds it, nothing sends it again, so an
+  instance that dies while it runs it never gets it a second time.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Final
 
 import attrs
 import trio
@@ -58,7 +62,11 @@ from ..mailbox import (
 from ._backlog import Done, Reroute
 from ._outbox import NodeOutbox
 
-__all__ = ["Router"]
+__all__ = ["AT_MOST_ONCE", "Router"]
+
+#: The header that asks every hop to send a message pre-settled (at-most-once):
+#: a true value, on a task sent with ``acks_late=False`` (docs/protocol.md §14.2).
+AT_MOST_ONCE: Final = "at_most_once"
 
 
 class Router(Actor):
@@ -91,6 +99,7 @@ class Router(Actor):
         self.instances = [Address.parse(i) if isinstance(i, str) else i for i in instances]
         self.attempt_timeout = attempt_timeout
         self.load = {address: 0 for address in self.instances}
+        self._turn = 0  # where the next pre-settled message starts looking
 
     async def handle_unmatched(
         self, envelope: Envelope
@@ -99,6 +108,8 @@ class Router(Actor):
             args, kwargs = envelope.call()
         except WireFormatError as exc:
             return Outcome.rejected(DECODE_ERROR, str(exc)), None
+        if envelope.headers.get(AT_MOST_ONCE):
+            return await self._forward_settled(envelope), None
         # A reply-to that is an actor's address (a task's caller) gets the result
         # from the instance itself; one that is a reply link back to this node
         # (an ask) gets it through the router.
@@ -154,6 +165,27 @@ class Router(Actor):
         return Outcome.modified(
             NO_INSTANCE, f"no instance took message {envelope.message_id}: {'; '.join(reasons)}"
         ), None
+
+    async def _forward_settled(self, envelope: Envelope) -> Outcome:
+        """Send an at-most-once message on pre-settled, to the least loaded
+        instance (taking turns among equals): it is never sent again, so an
+        instance that dies while it handles it is not given it a second time.
+        Its sender sent it pre-settled too: the outcome is only logged."""
+        outbox = self._require_cell().outbox
+        turn = self._turn = (self._turn + 1) % len(self.instances)
+        order = self.instances[turn:] + self.instances[:turn]
+        reasons: list[str] = []
+        for target in sorted(order, key=lambda a: self.load[a]):
+            copy = forwarded(envelope, to=str(target), creation_time=outbox.now())
+            try:
+                await outbox.send(target, copy, presettled=True, confirm=False)
+            except (UnknownActor, PeerUnavailable) as exc:
+                reasons.append(f"{target}: {type(exc).__name__} {exc}".strip())
+                continue
+            return ACCEPTED
+        return Outcome.modified(
+            NO_INSTANCE, f"no instance took message {envelope.message_id}: {'; '.join(reasons)}"
+        )
 
     async def on_start(self) -> None:
         """Take back what this router's node held for its instances when it

@@ -25,6 +25,7 @@ import trio
 
 from .._errors import ActorctlError, ConfigError
 from ..actors import Address, Outbox, to_wire
+from ..cluster import AT_MOST_ONCE
 from ..mailbox import KIND_COMMAND, Envelope
 from ._protocol import (
     CONTROL,
@@ -312,6 +313,8 @@ def _task_headers(
         meta[H_TRACK] = True
     if options.get("chain"):
         meta[H_CHAIN] = options["chain"]
+    if options.get("acks_late") is False:
+        meta[AT_MOST_ONCE] = True
     return meta
 
 
@@ -338,7 +341,9 @@ async def send_task(
     datetime), ``priority``, ``time_limit``, ``soft_time_limit``, ``link``,
     ``link_error`` (signatures in their wire form), ``sinks`` (names or addresses
     of data sinks), ``chain`` (the rest of a chain, as its header text),
-    ``retries``, ``map``, ``track_started``.
+    ``retries``, ``map``, ``track_started``, ``acks_late`` (False: at-most-once,
+    sent pre-settled and never confirmed nor held by the backlog, whatever
+    ``confirm`` and ``durable`` say; every hop after this one sends it so too).
 
     ``confirm``: wait until the receiver settled it; by default, when the
     directory says the receiver takes it on at once (``Directory.accepting``).
@@ -382,6 +387,9 @@ async def send_task(
         expiry_time=expiry_time,
         headers=meta,
     )
+    if meta.get(AT_MOST_ONCE):
+        await outbox.send(target, envelope, presettled=True, confirm=False)
+        return
     if confirm is None:
         confirm = receiver in directory.accepting
     await outbox.send(target, envelope, presettled=False, confirm=confirm, durable=durable)

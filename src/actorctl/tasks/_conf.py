@@ -30,7 +30,7 @@ SETTINGS: Final = MappingProxyType(
         "task_soft_time_limit": (None, "soft time limit in seconds of tasks that set none"),
         "task_ignore_result": (False, "tasks' callers get no result unless a task says so"),
         "task_track_started": (False, "tasks report STARTED unless a task says otherwise"),
-        "task_acks_late": (True, "True only: tasks are acknowledged after they ran"),
+        "task_acks_late": (True, "False: tasks that set no acks_late are at-most-once"),
         "result_expires": (RESULT_EXPIRES, "seconds a worker's node keeps a final result"),
     }
 )
@@ -42,6 +42,7 @@ TASK_DEFAULTS: Final = MappingProxyType(
         "task_soft_time_limit": "soft_time_limit",
         "task_ignore_result": "ignore_result",
         "task_track_started": "track_started",
+        "task_acks_late": "acks_late",
     }
 )
 
@@ -145,11 +146,6 @@ def _checked(key: str, value: Any) -> Any:
         if key.upper() == key and key.lower() in SETTINGS:
             raise ConfigError(f"app.conf: {key}: write Celery's new lowercase name {key.lower()}")
         raise ConfigError(f"app.conf: {_unknown(key)}")
-    if key == "task_acks_late" and value is not True:
-        raise ConfigError(
-            f"app.conf: task_acks_late={value!r} is not supported: tasks are always "
-            "acknowledged after they ran (at-least-once): make them idempotent"
-        )
     if key in ("task_time_limit", "task_soft_time_limit", "result_expires"):
         if isinstance(value, datetime.timedelta):
             value = value.total_seconds()
@@ -159,7 +155,9 @@ def _checked(key: str, value: Any) -> Any:
             raise ConfigError(f"app.conf: {key}={value!r}: give a positive number of seconds")
         if key == "result_expires" and value is None:
             raise ConfigError("app.conf: result_expires=None: give seconds (results expire)")
-    if key in ("task_ignore_result", "task_track_started") and not isinstance(value, bool):
+    if key in ("task_ignore_result", "task_track_started", "task_acks_late") and not isinstance(
+        value, bool
+    ):
         raise ConfigError(f"app.conf: {key}={value!r}: give True or False")
     if key == "task_default_queue" and (not isinstance(value, str) or not value):
         raise ConfigError(f"app.conf: task_default_queue={value!r}: give a pool name")

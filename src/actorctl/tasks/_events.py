@@ -73,7 +73,10 @@ class EventHub(Actor):
                     kwargs={},
                     task_id=new_task_id(),
                     reply_to=None,
-                    options={"sinks": [*task.sinks, *sinks]},
+                    options={
+                        "sinks": [*task.sinks, *sinks],
+                        **({} if task.acks_late else {"acks_late": False}),
+                    },
                     headers={H_EVENT: event_name, H_EVENT_ID: envelope.message_id},
                     durable=True,
                 )

@@ -16,6 +16,7 @@ from typing import Any, final
 
 from .._log import log
 from ..actors import Address, to_wire
+from ..cluster import AT_MOST_ONCE
 from ..mailbox import Envelope
 from ._client import TaskClient, send_task
 from ._documents import send_document
@@ -57,7 +58,7 @@ __all__ = ["FollowUps"]
 # Headers a retry carries over as they are.
 _RETRY_PASSTHROUGH = (
     H_LINK, H_LINK_ERROR, H_SINKS, H_TIMELIMIT, H_CHORD, H_GROUP, H_PRIORITY, H_RETRY_POLICY,
-    H_TRACE,
+    H_TRACE, AT_MOST_ONCE,
 )  # fmt: skip
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .. import signals
+from . import _signals as signals
 from ._control import WorkerState
 from ._signals import ExceptionInfo, format_traceback
 from ._task import Task, TaskContext

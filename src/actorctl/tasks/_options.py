@@ -31,10 +31,18 @@ TASK_OPTIONS: Final = MappingProxyType(
         "ignore_result": ("ignore_result", "its caller gets no result documents"),
         "track_started": ("track_started", "its caller gets a STARTED document"),
         "sinks": ("", "data-sink actors that also get its final result"),
-        "boxed": ("", "run it in a process of its own, which its hard limit can kill"),
+        "boxed": (
+            "",
+            "True: run it in its pool's long-lived boxed worker process, which its hard "
+            'limit can kill (and the pool starts again); "per-call": a process per call',
+        ),
         "retry_policy": ("", "a RetryPolicy (or a dict of its fields) over the app's"),
         "breaker": ("", "a circuit breaker: True, a BreakerPolicy, or a name from app.breaker"),
-        "acks_late": ("acks_late", "True only: a task is acknowledged after it ran"),
+        "acks_late": (
+            "acks_late",
+            "True (the default): settled after it ran, run again if its worker dies; "
+            "False: at-most-once, sent pre-settled, never run twice, lost if its worker dies",
+        ),
     }
 )
 
@@ -47,7 +55,8 @@ CELERY_ONLY: Final = MappingProxyType(
         "compression": "messages are JSON; a long chain header is packed by actorctl itself",
         "backend": "each worker node keeps the results it sends (app.AsyncResult fetches "
         "them): there is no result backend to choose",
-        "reject_on_worker_lost": "a task whose worker dies runs again (acks-late, always)",
+        "reject_on_worker_lost": "a task whose worker dies runs again (acks_late=True, the "
+        "default), or never (acks_late=False)",
         "acks_on_failure_or_timeout": "a task is acknowledged once its failure is reported",
         "throws": "every failure is reported the same way",
         "typing": "arguments are always checked against the task's signature",
@@ -64,12 +73,12 @@ def checked_task_options(
     fn_name: str, pool: str | None, options: Mapping[str, Any]
 ) -> tuple[str | None, dict[str, Any]]:
     """The pool and the ``Task`` options that ``@app.task(pool=..., **options)``
-    means: Celery's ``queue`` is the pool, ``acks_late=True`` is the default.
+    means: Celery's ``queue`` is the pool; ``acks_late`` is True or False.
 
     Raises:
         ConfigError: an unknown option (naming the supported ones), a Celery
             option actorctl does not take (saying why), ``queue`` with another
-            ``pool``, or ``acks_late=False``.
+            ``pool``, or an ``acks_late`` that is not a bool.
     """
     where = f"@app.task on {fn_name}"
     given = dict(options)
@@ -83,13 +92,11 @@ def checked_task_options(
                 "actorctl's pool: give pool= only"
             )
         pool = queue
-    if given.get("acks_late", True) is not True:
+    if not isinstance(given.get("acks_late", True), bool):
         raise ConfigError(
-            f"{where}: acks_late={given['acks_late']!r} is not supported: a task is "
-            "always acknowledged after it ran (at-least-once; a worker that dies runs "
-            "it again), so make the task idempotent, or drop the option"
+            f"{where}: acks_late={given['acks_late']!r}: give True (the default: "
+            "at-least-once) or False (at-most-once)"
         )
-    given.pop("acks_late", None)
     for option in given:
         if option in TASK_OPTIONS:
             continue

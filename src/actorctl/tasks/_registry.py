@@ -83,7 +83,10 @@ class TaskRegistry:
 
         Options: ``_options.TASK_OPTIONS`` lists them with their Celery names;
         Celery's ``queue=`` is ``pool=``; ``app.conf`` gives the defaults of
-        ``time_limit``, ``soft_time_limit``, ``ignore_result``, ``track_started``.
+        ``time_limit``, ``soft_time_limit``, ``ignore_result``, ``track_started``
+        and ``acks_late`` (False: at-most-once, sent pre-settled). ``boxed=True``
+        runs the task in its pool's long-lived boxed worker process (which its
+        hard time limit can kill); ``boxed="per-call"`` in a process per call.
 
         Raises:
             ConfigError: an unknown option or one actorctl does not take (the

@@ -34,7 +34,7 @@ import trio
 from .._errors import ActorctlError, ConfigError, WireFormatError
 from .._log import log
 from ..actors import Actor, Address, Outbox
-from ..cluster import DEAD_LETTERS, REASON_EXPIRED, Store
+from ..cluster import AT_MOST_ONCE, DEAD_LETTERS, REASON_EXPIRED, Store
 from ..mailbox import ACCEPTED, STATUS_OK, Envelope, Outcome, decode, encode
 from ._client import Directory, TaskClient
 from ._documents import send_document
@@ -288,6 +288,9 @@ class Scheduler(Actor):
             creation_time=now,
             headers=headers,
         )
+        if headers.get(AT_MOST_ONCE):  # acks_late=False: pre-settled, as it came
+            await self.outbox.send(target, due, presettled=True, confirm=False)
+            return
         await self.outbox.send(target, due, presettled=False, confirm=False, durable=True)
 
     async def _finish(self, held: _Held, state: str, body: dict[str, Any]) -> None:

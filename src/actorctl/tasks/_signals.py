@@ -1,11 +1,12 @@
 """Signals as Celery has them: receivers connected to a named signal, called
 with Celery's argument names when it is sent.
 
-``actorctl.signals`` holds the signals themselves (a plain module-level
-registry of receivers, the one global that Celery projects expect); this module
-is what they are made of, and what the worker calls to send them. Each ``send``
-first checks that the signal has receivers, so a signal nobody connected to
-costs one attribute test per task.
+This module holds the signals themselves (a plain module-level registry of
+receivers, the one global that Celery projects expect) and what they are made
+of; the worker sends them from here. ``actorctl.signals`` only re-exports them
+for users, and nothing in actorctl imports it (so no import cycle). The worker
+first checks that a signal has receivers, so a signal nobody connected to costs
+one attribute test per task.
 """
 
 from __future__ import annotations
@@ -19,7 +20,19 @@ import attrs
 
 from .._log import log
 
-__all__ = ["ExceptionInfo", "Signal", "format_traceback"]
+__all__ = [
+    "ExceptionInfo",
+    "Signal",
+    "format_traceback",
+    "task_failure",
+    "task_postrun",
+    "task_prerun",
+    "task_retry",
+    "task_revoked",
+    "task_success",
+    "worker_ready",
+    "worker_shutdown",
+]
 
 Receiver = Callable[..., Any]
 
@@ -154,3 +167,23 @@ class Signal:
 def _matches(wanted: object, sender: object) -> bool:
     """A receiver for ``wanted`` (a task, or its name) takes ``sender``."""
     return wanted is sender or wanted == getattr(sender, "name", sender)
+
+
+#: Before a task runs.
+task_prerun = Signal("task_prerun", ["task_id", "task", "args", "kwargs"])
+#: After it ran, whatever the outcome; ``state`` is SUCCESS, FAILURE or RETRY.
+task_postrun = Signal("task_postrun", ["task_id", "task", "args", "kwargs", "retval", "state"])
+#: It returned ``result``.
+task_success = Signal("task_success", ["result"])
+#: It raised (or ran past its hard time limit, or gave up retrying).
+task_failure = Signal(
+    "task_failure", ["task_id", "exception", "args", "kwargs", "traceback", "einfo"]
+)
+#: It will run again: ``request`` is its TaskContext, ``reason`` the exception.
+task_retry = Signal("task_retry", ["request", "reason", "einfo"])
+#: It was revoked or expired before it ran, or terminated while it ran.
+task_revoked = Signal("task_revoked", ["request", "terminated", "signum", "expired"])
+#: The node's first task worker has started (``sender``: the node's name).
+worker_ready = Signal("worker_ready", [])
+#: The node's last task worker has stopped (``sender``: the node's name).
+worker_shutdown = Signal("worker_shutdown", [])

@@ -31,7 +31,7 @@ __all__ = [
 #: The options a signature carries on the wire (``o``, §14.3).
 STEP_OPTIONS: Final = frozenset(
     {"countdown", "expires", "time_limit", "soft_time_limit", "link", "link_error",
-     "priority", "sinks", "map", "retry_policy"}
+     "priority", "sinks", "map", "retry_policy", "acks_late"}
 )  # fmt: skip
 #: The numbers of a retry policy that travel (``on`` and ``never`` stay with the code).
 _POLICY_NUMBERS: Final = (
@@ -135,6 +135,9 @@ class Signature:
         self.args = tuple(args)
         self.kwargs = dict(kwargs or {})
         self.options = dict(options or {})
+        if getattr(task, "acks_late", True) is False:
+            # at-most-once wherever it is sent from: a chord's header, a worker
+            self.options.setdefault("acks_late", False)
         self.immutable = immutable
         _check_policy(self.options)
 

@@ -111,6 +111,7 @@ class Task:
         sinks: Sequence[str] = (),
         boxed: bool | str = False,
         breaker: object = None,
+        acks_late: bool = True,
     ) -> None:
         self.fn = fn
         self.name = name
@@ -130,6 +131,8 @@ class Task:
         self.sinks = tuple(sinks)
         self.boxed = boxed
         self.breaker = breaker  # True, a BreakerPolicy or a declared name (``_breakers.py``)
+        #: False: at-most-once, sent pre-settled at every hop (never run twice).
+        self.acks_late = acks_late
         self.is_async = inspect.iscoroutinefunction(fn)
         if boxed not in (True, False, PER_CALL):
             raise ConfigError(
@@ -276,6 +279,12 @@ class Task:
         options.setdefault("sinks", self.sinks)
         if self.track_started:
             options.setdefault("track_started", True)
+        if not self.acks_late:
+            options.setdefault("acks_late", False)
+        if not isinstance(options.get("acks_late", True), bool):
+            raise ConfigError(
+                f"task {self.name}: acks_late={options['acks_late']!r}: give True or False"
+            )
         options = wire_options(options, self.pool)
         check_references(client.directory, f"task {self.name}", self.pool, options)
         result = new_result(client, task_id, name, tracked=not ignore)
@@ -311,7 +320,7 @@ _SEND_OPTIONS: Final = frozenset(
     {
         "countdown", "eta", "expires", "priority", "time_limit", "soft_time_limit", "link",
         "link_error", "sinks", "ignore_result", "task_id", "chain", "retries", "map",
-        "track_started", "_name", "_group", "retry_policy", "max_retries",
+        "track_started", "_name", "_group", "retry_policy", "max_retries", "acks_late",
     }
 )  # fmt: skip
 

@@ -4,7 +4,9 @@ A ``TaskWorker`` checks that a task was not revoked and has not expired, binds
 its arguments, runs it under its time limits (``_limits.py``) with its node's
 client as the client of the running task (so that ``add.delay()`` inside a task
 sends through this node), and then sends what follows (``_followups.py``). It
-settles the message only after that (acks-late).
+settles the message only after that (acks-late); a task sent with
+``acks_late=False`` arrived pre-settled, so nothing sends it again if the worker
+dies while it runs (at-most-once).
 
 A worker holds more messages at once than it runs (``concurrency`` is its
 pool's ``runs`` plus SETTLING): a run slot is held only while the task runs,
@@ -20,7 +22,6 @@ from typing import Any, ClassVar, Final
 
 import trio
 
-from .. import signals
 from .._errors import ActorctlError, WireFormatError
 from .._log import log
 from ..actors import Actor, Address, BadArguments
@@ -28,6 +29,7 @@ from ..cluster import DEAD_LETTERS, REASON_EXPIRED, REASON_OUT_OF_RETRIES, REASO
 from ..mailbox import ACCEPTED, Envelope, Outcome
 from ..supervision import CIRCUIT_OPEN, POISON, Boxed, RetryPolicy, failure_mark
 from . import _hooks as hooks
+from . import _signals as signals
 from ._breakers import record, task_breakers
 from ._client import Directory, TaskClient, using_client
 from ._control import WorkerState
