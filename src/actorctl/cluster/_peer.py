@@ -197,6 +197,7 @@ class Peer(EngineHandler):
         return bool(
             self._resend
             or self.dialer.waiting
+            or self._ready.statistics().tasks_waiting
             or any(out.unsettled or len(out.lot) for out in self._outs.values())
         )
 
