@@ -18,7 +18,6 @@ import attrs
 import trio
 from proton import Condition, Delivery, Endpoint, Link, Session
 
-from .._errors import PeerUnavailable
 from .._log import log
 from ..mailbox import (
     ACCEPTED,
@@ -38,14 +37,13 @@ from ..mailbox import (
 from . import _raw as raw
 from ._engine import Engine, EngineHandler, EngineSet
 from ._peer_breaker import PeerBreaker
+from ._peer_dial import Dialer
 from ._pending import OutLink, PeerSettings, Pending
 from ._reply_auth import REPLY_CREDIT, ReplyCheck, certificate_names
 from ._why import handshake_failed, unreachable
 
 __all__ = ["Peer"]
 
-_BACKOFF_FIRST: Final = 0.05
-_BACKOFF_MAX: Final = 2.0
 _YIELD_EVERY: Final = 16
 ACCEPTED_STATE: Final = raw.ACCEPTED
 MODIFIED: Final = raw.MODIFIED
@@ -110,23 +108,30 @@ class Peer(EngineHandler):
             None if identity is None else functools.partial(sign_ed25519, identity)
         )
         self._node = ""  # the peer's container id on this connection: what we sign for
-        # Since when no connection is ready (None: one is), and why the last attempt failed.
-        self._down_since: float | None = trio.current_time()
-        self._last_error = "no connection made yet"
-        self.breaker = breaker or PeerBreaker(f"{host}:{port}", settings.peer_breaker)
+        self.breaker = breaker or PeerBreaker(self.name, settings.peer_breaker)
+        # Since when the peer is down, and the senders waiting for it (_peer_dial.py).
+        self.dialer = Dialer(
+            self.name,
+            settings.connect_timeout,
+            self.breaker,
+            self._ready_engine,
+            settings.reconnect_backoff,
+        )
 
     async def run(self) -> None:
         """Keep a connection to the peer open, reconnecting with backoff."""
-        backoff = _BACKOFF_FIRST
+        dialer = self.dialer
+        first = backoff = dialer.backoff[0]
         failures = 0
         settings = self.settings
         while not settings.stopping():
+            dialer.dialling()
             try:
                 stream = await trio.open_tcp_stream(self.host, self.port)
             except OSError as exc:
                 failures += 1
                 self._failed(unreachable(self.name, exc), failures)
-                backoff = await self.breaker.pause(backoff, _BACKOFF_MAX)
+                backoff = await dialer.pause(backoff)
                 continue
             if failures:
                 log("actorctl:peer:reconnected", peer=self.name, attempts=failures)
@@ -154,7 +159,7 @@ class Peer(EngineHandler):
             if self._linked_once:
                 if engine.error is not None and not settings.stopping():  # it broke
                     log("actorctl:peer:connection-lost", peer=self.name, error=engine.error)
-                backoff, failures = _BACKOFF_FIRST, 0  # it worked: the next try is quick
+                backoff, failures = first, 0  # it worked: the next try is quick
             else:
                 # It connected but never got as far as a link (a refused handshake,
                 # say): wait before dialling again, as for a refused connection.
@@ -162,28 +167,23 @@ class Peer(EngineHandler):
                 self._failed(
                     handshake_failed(self.name, engine.error, tls=bool(engine.ssl)), failures
                 )
-                backoff = await self.breaker.pause(backoff, _BACKOFF_MAX)
+                backoff = await dialer.pause(backoff)
             self._linked_once = False
 
     async def wait_ready(self) -> Engine:
-        """The ready connection, waiting for one at most until the peer has been
-        down for the connect timeout.
+        """The ready connection, waiting for one at most the connect timeout
+        (``Dialer.wait``).
 
         Raises:
             PeerUnavailable: naming the peer, how long, and the last error.
         """
-        while True:
-            engine = self.engine
-            if self._ready.is_set() and engine is not None and not engine.closed:
-                return engine
-            self.breaker.check(self._last_error)  # open: fail fast, not after the timeout
-            since = self._down_since
-            if since is None:
-                since = self._down_since = trio.current_time()
-            with trio.move_on_at(since + self.settings.connect_timeout):
-                await self._ready.wait()
-                continue
-            raise PeerUnavailable(self._unavailable())
+        return await self.dialer.wait()
+
+    def _ready_engine(self) -> Engine | None:
+        engine = self.engine
+        if self._ready.is_set() and engine is not None and not engine.closed:
+            return engine
+        return None
 
     async def wait_connected(self) -> None:
         """Wait, without bound, until a connection is ready (for the backlog)."""
@@ -196,35 +196,20 @@ class Peer(EngineHandler):
         or a sender waiting for the connection or for credit (see ``_idle``)."""
         return bool(
             self._resend
+            or self.dialer.waiting
             or self._ready.statistics().tasks_waiting
             or any(out.unsettled or len(out.lot) for out in self._outs.values())
         )
 
-    def _unavailable(self) -> str:
-        return (
-            f"no connection to node {self.name} within "
-            f"{self.settings.connect_timeout:g} s (last error: {self._last_error})"
-        )
-
     def _failed(self, why: str, failures: int) -> None:
-        """A connection could not be made: say why (now and then); give up resends."""
-        self._last_error = why
-        self._give_up_resends()
-        if failures == 1 or failures % 10 == 0:
-            log("actorctl:peer:unreachable", peer=self.name, error=why, attempts=failures)
-
-    def _give_up_resends(self) -> None:
-        """Deliveries a lost connection left unsettled wait for the next one, but
-        only until the peer has been down for the connect timeout: then they
-        fail (a durable sender's backlog keeps its own, and tries again later)."""
-        since = self._down_since
-        self.breaker.failed(since, self.settings.connect_timeout, self._last_error)
-        if not self._resend or since is None:
-            return
-        if trio.current_time() - since < self.settings.connect_timeout:
+        """A connection could not be made; deliveries a lost connection left
+        unsettled wait for the next one, but only until the peer has been down
+        for the connect timeout: then they fail (a durable sender's backlog
+        keeps its own, and tries again later)."""
+        if not self.dialer.failed(why, failures) or not self._resend:
             return
         failed, self._resend = self._resend, []
-        outcome = Outcome("released", PEER_UNAVAILABLE, self._unavailable())
+        outcome = Outcome("released", PEER_UNAVAILABLE, self.dialer.unavailable())
         for pending in failed:
             pending.resolve(outcome)
 
@@ -312,8 +297,7 @@ class Peer(EngineHandler):
             if sessions:
                 await self._open_session(engine, identity)
         self._ready.set()
-        self._down_since = None
-        self.breaker.connected()
+        self.dialer.connected()
         if self._on_state is not None:
             self._on_state(self.name, True, engine.connection.remote_container)
         again, self._resend = self._resend, []
@@ -470,9 +454,7 @@ class Peer(EngineHandler):
             if self._ready.is_set():
                 self._ready = trio.Event()
             self._linked = trio.Event()
-            if self._down_since is None:
-                self._down_since = trio.current_time()
-                self._last_error = "the connection closed"
+            self.dialer.closed()
             if self._on_state is not None:
                 self._on_state(self.name, False, None)
         for path, out in list(self._links.items()):

@@ -7,8 +7,9 @@ have failed, the peer's breaker opens: a send there fails at once with
 ``PeerUnavailable`` (naming the breaker and when it tries again) instead of
 each waiting for the connection, durable sends wait in the backlog, and the
 node stops dialling until the reset period has passed; then one connection
-attempt is the probe (half-open). A connection closes the breaker; a failed
-probe opens it again for longer (exponential growth, capped).
+attempt is the probe (half-open): a send made then waits for it (up to the
+connect timeout). A connection closes the breaker; a failed probe opens it
+again for longer (exponential growth, capped).
 
 A peer that comes back within the connect timeout (a restarting node) never
 trips it. The breaker is kept per endpoint by the outbox, so it outlives a
@@ -42,14 +43,16 @@ class PeerBreaker:
         self.breaker = Breaker(f"peer {name}", policy or PEER_BREAKER)
 
     def check(self, last_error: str) -> None:
-        """Fail a send at once while the breaker is not closed.
+        """Fail a send at once while the breaker is open; once its reset
+        period has passed (the probe is due or under way) the send waits for
+        the probe's connection like any other.
 
         Raises:
             PeerUnavailable: naming the breaker, when it tries again, and the
                 last connection error.
         """
         breaker = self.breaker
-        if not breaker.closed:
+        if not breaker.closed and trio.current_time() < breaker.reset_at:
             raise PeerUnavailable(f"{breaker.why()} (last error: {last_error})")
 
     def failed(self, down_since: float | None, connect_timeout: float, error: str) -> None:

@@ -18,6 +18,7 @@ from .._log import log
 from ..mailbox import NOT_FOUND, PEER_UNAVAILABLE, Envelope, IdentityKey, Keyring, Outcome
 from ..supervision import BreakerPolicy
 from ._engine import Engine
+from ._peer_dial import BACKOFF
 
 __all__ = ["OutLink", "PeerSettings", "Pending"]
 
@@ -42,6 +43,8 @@ class PeerSettings:
         keyring: the keys whose signatures on replies it trusts; None: it takes
             replies unchecked (a node without keys, for tests and development).
         peer_breaker: the policy of each peer's circuit breaker (``_peer_breaker.py``).
+        reconnect_backoff: the first and the longest pause (s) between two failed
+            connection attempts to a peer (``_peer_dial.py``).
     """
 
     node_id: str
@@ -56,6 +59,7 @@ class PeerSettings:
     connect_timeout: float = 5.0
     keyring: Keyring | None = None
     peer_breaker: BreakerPolicy | None = None  # None: ``_peer_breaker.PEER_BREAKER``
+    reconnect_backoff: tuple[float, float] = BACKOFF
 
 
 @final
