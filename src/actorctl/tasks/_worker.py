@@ -181,7 +181,18 @@ class TaskWorker(Actor):
         breaker = self._breakers.get(task.name)
         if breaker is not None and not breaker.closed and (refused := breaker.admit()):
             return Outcome.modified(CIRCUIT_OPEN, f"task {task.name}: {refused}"), None
+        # Admitted while closed: the breaker may trip while the task waits for
+        # a run slot (the worker holds runs + SETTLING messages), so it is
+        # asked again once the slot is taken. (A half-open probe is not.)
+        admitted_closed = breaker is not None and breaker.closed
         async with self._runs:
+            if (
+                admitted_closed
+                and breaker is not None
+                and not breaker.closed
+                and (refused := breaker.admit())
+            ):
+                return Outcome.modified(CIRCUIT_OPEN, f"task {task.name}: {refused}"), None
             why_not = self._why_not_run(envelope, task_id)
             if why_not is None:
                 if envelope.headers.get(H_TRACK):
