@@ -188,3 +188,34 @@ async def test_tasks_waiting_for_a_run_slot_do_not_reach_a_tripped_downstream(
     print(f"lost={len(lost)} ran_twice={len(ran_twice)}")
     assert lost == []
     assert ran_twice == []
+
+
+async def test_with_no_router_an_open_breaker_keeps_the_task_and_runs_it_after_the_reset(
+    tmp_path: Path,
+) -> None:
+    # Given a cluster with no services node (callers send to the worker
+    # itself), and the worker's breaker tripped by 3 failures
+    async with cluster(tmp_path, services=False) as breaker:
+        qapp.CALLS.clear()
+        qapp.DOWN[0] = True
+        opened, closed = _watch(breaker)
+        with trio.fail_after(WAIT):
+            assert await _states(await _send_all(["a0", "a1", "a2"])) == ["FAILURE"] * 3
+            await opened.wait()
+            # When tasks are sent while it is open (a plain delay(): not durable,
+            # not confirmed), then the worker keeps them instead of refusing them
+            keys = [f"k{i}" for i in range(5)]
+            with _logged("actorctl:task:kept", len(keys)) as all_kept:
+                results = await _send_all(keys)
+                await all_kept.wait()
+            assert not any(key in qapp.CALLS for key in keys)
+            # And when the downstream is back, they run after the reset
+            qapp.DOWN[0] = False
+            states = await _states(results)
+            await closed.wait()
+    assert states == ["SUCCESS"] * len(keys)
+    lost = [k for k in keys if k not in qapp.CALLS]
+    ran_twice = [k for k in keys if len(qapp.CALLS[k]) > 1]
+    print(f"lost={len(lost)} ran_twice={len(ran_twice)}")
+    assert lost == []
+    assert ran_twice == []

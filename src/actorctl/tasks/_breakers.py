@@ -17,14 +17,23 @@ router's backlog keeps it (durably) and sends it again until one closes.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
+
+import attrs
 
 from .._errors import ConfigError
-from ..supervision import Breaker, BreakerPolicy
+from .._log import log
+from ..actors import Address, Outbox
+from ..mailbox import ACCEPTED, Envelope, Outcome
+from ..supervision import CIRCUIT_OPEN, Breaker, BreakerPolicy
 from ._limits import TaskFailure
 from ._task import Retry, Task
 
-__all__ = ["policy_of", "record", "task_breakers"]
+__all__ = ["KEPT", "policy_of", "record", "refuse", "task_breakers"]
+
+#: The suffix of the message id of a task that a worker with no router in
+#: front keeps in its own node's backlog while its breaker is open.
+KEPT: Final = "/kept"
 
 
 def policy_of(name: str, options: Mapping[str, Any]) -> BreakerPolicy:
@@ -91,3 +100,26 @@ def record(breaker: Breaker, ran: list[Any] | BaseException | None) -> None:
     else:
         cause = ran.exc if isinstance(ran, Retry) and ran.exc is not None else ran
         breaker.failed(f"{type(cause).__name__}: {cause}")
+
+
+async def refuse(
+    envelope: Envelope, task: str, refused: str, *, routed: bool, here: Address, outbox: Outbox
+) -> tuple[Outcome, None]:
+    """The task's breaker is open: answer ``modified`` when the pool has a
+    router in front (``routed``: the router, or its backlog, offers it again
+    later), or when it came from this node's own backlog (below).
+
+    With no router in front (a cluster with no services node) a caller's send
+    is neither durable nor confirmed, and nobody would send it again: the
+    worker keeps the task in its own node's durable backlog instead, as
+    ``<message id>/kept`` sent to itself (a new id: the receiver remembers the
+    caller's as handled), and accepts it. The backlog offers it again with
+    backoff; it runs once the breaker lets it in (docs/fault-tolerance.md).
+    """
+    outcome = Outcome.modified(CIRCUIT_OPEN, f"task {task}: {refused}")
+    if routed or envelope.message_id.endswith(KEPT):
+        return outcome, None
+    kept = attrs.evolve(envelope, message_id=envelope.message_id + KEPT, to=str(here))
+    await outbox.send(here, kept, presettled=False, confirm=False, durable=True)
+    log("actorctl:task:kept", task=task, message_id=envelope.message_id, why=refused)
+    return ACCEPTED, None

@@ -26,9 +26,9 @@ from .._log import log
 from ..actors import Actor, Address, BadArguments
 from ..cluster import DEAD_LETTERS, REASON_EXPIRED, REASON_OUT_OF_RETRIES, REASON_POISON
 from ..mailbox import ACCEPTED, Envelope, Outcome
-from ..supervision import CIRCUIT_OPEN, POISON, Boxed, RetryPolicy, failure_mark
+from ..supervision import POISON, Boxed, RetryPolicy, failure_mark
 from . import _hooks as hooks
-from ._breakers import record, task_breakers
+from ._breakers import record, refuse, task_breakers
 from ._client import Directory, TaskClient, using_client
 from ._control import WorkerState
 from ._followups import FollowUps
@@ -180,7 +180,7 @@ class TaskWorker(Actor):
         )
         breaker = self._breakers.get(task.name)
         if breaker is not None and not breaker.closed and (refused := breaker.admit()):
-            return Outcome.modified(CIRCUIT_OPEN, f"task {task.name}: {refused}"), None
+            return await self._refuse(envelope, task, refused)
         # Admitted while closed: the breaker may trip while the task waits for
         # a run slot (the worker holds runs + SETTLING messages), so it is
         # asked again once the slot is taken. (A half-open probe is not.)
@@ -192,7 +192,7 @@ class TaskWorker(Actor):
                 and not breaker.closed
                 and (refused := breaker.admit())
             ):
-                return Outcome.modified(CIRCUIT_OPEN, f"task {task.name}: {refused}"), None
+                return await self._refuse(envelope, task, refused)
             why_not = self._why_not_run(envelope, task_id)
             if why_not is None:
                 if envelope.headers.get(H_TRACK):
@@ -213,6 +213,13 @@ class TaskWorker(Actor):
         if signals.task_postrun.receivers:
             hooks.postrun(task, task_id, args, kwargs, _retval(envelope, ran), state)
         return ACCEPTED, None
+
+    async def _refuse(self, envelope: Envelope, task: Task, refused: str) -> Handled:
+        routed = self.pool in self.directory.accepting
+        outbox = self.followups.client.outbox
+        return await refuse(
+            envelope, task.name, refused, routed=routed, here=self.address, outbox=outbox
+        )
 
     def _unknown_sink(self, envelope: Envelope) -> str | None:
         """Why a sink the task names cannot get its result, or None: a task
