@@ -44,7 +44,17 @@ from actorctl.cluster import (
 )
 from actorctl.mailbox import decode, encode
 from tests.harness import Logs, Secrets, free_port, node_pair
-from tests.retry_app import POLICY, add, app, enrich, fetch, fetch_scoped, parse, wrong_call
+from tests.retry_app import (
+    POLICY,
+    add,
+    app,
+    enrich,
+    fetch,
+    fetch_scoped,
+    parse,
+    retry_later,
+    wrong_call,
+)
 
 WAIT = 20.0
 
@@ -101,15 +111,21 @@ class Cluster:
 
 
 @asynccontextmanager
-async def cluster(tmp_path: Path, **node_options: Any) -> AsyncIterator[Cluster]:
-    """The two nodes, in this process, and a client connected to them."""
-    services, worker = free_port(), free_port()
+async def cluster(
+    tmp_path: Path, *, services: bool = True, **node_options: Any
+) -> AsyncIterator[Cluster]:
+    """The two nodes (or the worker alone: no scheduler), in this process, and
+    a client connected to them."""
     path = tmp_path / "cluster.toml"
     path.write_text(
         "[cluster]\ninsecure = true\n"
-        f'[[node]]\nname = "services"\nlisten = "127.0.0.1:{services}"\n'
-        'actors = "tests.retry_app:app"\nservices = true\n'
-        f'[[node]]\nname = "worker"\nlisten = "127.0.0.1:{worker}"\n'
+        + (
+            f'[[node]]\nname = "services"\nlisten = "127.0.0.1:{free_port()}"\n'
+            'actors = "tests.retry_app:app"\nservices = true\n'
+            if services
+            else ""
+        )
+        + f'[[node]]\nname = "worker"\nlisten = "127.0.0.1:{free_port()}"\n'
         'actors = "tests.retry_app:app"\npools = ["celery"]\n'
     )
     config = load_cluster(path)
@@ -289,6 +305,36 @@ async def test_optional_goes_on_and_programming_errors_are_never_retried(
             await (await add.adelay(1)).aget(timeout=WAIT)
         assert not logs.of_type("actorctl:task:retry")
         assert running.letters() == []
+
+
+async def test_with_no_scheduler_a_failure_is_a_dead_letter_and_a_delayed_retry_says_why(
+    tmp_path: Path, logs: Logs, wake: LogWake
+) -> None:
+    # Given a cluster with no services node: nothing can delay a retry
+    async with downstream(fails=10**6) as service, cluster(tmp_path, services=False) as running:
+        # Then the worker said so once, as it started, naming the tasks it affects
+        [warning] = logs.of_type("actorctl:worker:no-scheduler")
+        assert warning["level"] == "warning"
+        assert "fetch" in " ".join(warning["tasks"])
+        assert "services = true" in warning["why"]
+        # When a task fails with an error its policy would retry
+        failed = await fetch.adelay(service.port)
+        with pytest.raises(TaskFailed, match="DownstreamError"):
+            await failed.aget(timeout=WAIT)
+        assert service.calls == 1
+        # And a task asks for a retry in 5 s
+        later = await retry_later.adelay()
+        with pytest.raises(TaskFailed, match=r"no scheduler.*add a services node"):
+            await later.aget(timeout=WAIT)
+        # Then both are dead letters that can be re-driven, with their errors
+        await wake.until(lambda: len(running.letters()) == 2)
+        letters = {r["trace_id"]: r for r in running.letters()}
+        assert letters[failed.id]["reason"] == "not-retried"
+        assert letters[failed.id]["error"]["type"] == "DownstreamError"
+        assert letters[later.id]["reason"] == "not-retried"
+        assert "retry in 5 s" in letters[later.id]["error"]["message"]
+    assert len(logs.of_type("actorctl:worker:no-scheduler")) == 1  # once, not per message
+    assert not logs.of_type("actorctl:task:unsendable")
 
 
 async def test_a_poisonous_failure_is_dead_lettered_at_once(

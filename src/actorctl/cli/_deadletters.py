@@ -19,7 +19,7 @@ __all__ = ["deadletters"]
 
 _FILE = click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
 _TIMEOUT = click.option("--timeout", default=10.0, show_default=True, help="Seconds to wait.")
-_REASONS = click.Choice(["out-of-retries", "poison", "expired"])
+_REASONS = click.Choice(["out-of-retries", "poison", "expired", "not-retried"])
 
 
 @click.group()

@@ -42,6 +42,7 @@ __all__ = [
     "DEAD_LETTERS",
     "REASONS",
     "REASON_EXPIRED",
+    "REASON_NOT_RETRIED",
     "REASON_OUT_OF_RETRIES",
     "REASON_POISON",
     "DeadLetterAgent",
@@ -56,7 +57,11 @@ TABLE: Final = "deadletters"
 REASON_OUT_OF_RETRIES: Final = "out-of-retries"
 REASON_POISON: Final = "poison"
 REASON_EXPIRED: Final = "expired"
-REASONS: Final = frozenset({REASON_OUT_OF_RETRIES, REASON_POISON, REASON_EXPIRED})
+#: A retry the cluster could not make (no scheduler to delay it).
+REASON_NOT_RETRIED: Final = "not-retried"
+REASONS: Final = frozenset(
+    {REASON_OUT_OF_RETRIES, REASON_POISON, REASON_EXPIRED, REASON_NOT_RETRIED}
+)
 #: How full (a fraction of ``max``) the table is when an error line is logged.
 ALARM_AT: Final = 0.8
 #: The condition an ``add`` from another identity than the node's is rejected with.
