@@ -389,7 +389,8 @@ async def test_an_expired_task_is_dead_lettered_and_a_letter_is_re_driven_once(
             f"amqp://127.0.0.1:{running.nodes['worker'].port}/_deadletters"
         )
         done = await agent.ask("retry", letter["id"])
-        assert done["message_id"] == f"{letter['message_id']}/redrive"
+        # (the same message id: the worker, which handled it, runs it again)
+        assert (done["message_id"], done["redrive"]) == (letter["message_id"], 1)
         assert letter["trace_id"] == failed.id
         # Then it runs again, once, with a fresh budget, under the same task id
         await service.reached(5)
@@ -543,6 +544,25 @@ async def test_only_the_node_itself_adds_its_dead_letters(secrets: Secrets) -> N
         own = pair.server.ref(pair.server.address_of("_deadletters"))
         await own.deliver("add", **fields)
         assert [r["message_id"] for r in pair.server.dead_letters.records()] == ["m"]
+
+
+async def test_a_re_drive_that_cannot_be_sent_keeps_the_letter(secrets: Secrets) -> None:
+    # Given a letter whose target does not parse
+    async with node_pair(secrets=secrets) as pair:
+        letter = Envelope(message_id="m", to="x", subject="t", body=[[], {}])
+        own = pair.server.ref(pair.server.address_of("_deadletters"))
+        await own.deliver(
+            "add",
+            reason="poison",
+            target="nowhere/x",
+            message=base64.b64encode(bytes(encode(letter))).decode(),
+        )
+        [record] = pair.server.dead_letters.records()
+        # When it is re-driven, then the re-drive fails, saying why
+        with pytest.raises(Exception, match="scheme must be amqp"):
+            await own.ask("retry", record["id"])
+        # And the letter is still there (taken only once the backlog holds its message)
+        assert pair.server.dead_letters.get(record["id"]) is not None
 
 
 async def test_dead_letters_outlive_their_node_in_its_store(tmp_path: Path) -> None:

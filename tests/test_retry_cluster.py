@@ -227,7 +227,7 @@ def test_deadletters_retry_re_drives_a_letter_once(
     # When it is re-driven (the service is up now)
     again = actorctl("deadletters", "retry", str(cluster), letter_id)
     assert again.returncode == 0, again.stderr
-    assert f"{letter['message_id']}/redrive" in again.stdout
+    assert f"as message {letter['message_id']} (re-drive 1)" in again.stdout
     # Then it runs again, under its task id: the service gets its second call
     assert service.wait_calls(2)
     # And a second re-drive of the same letter is refused, saying why

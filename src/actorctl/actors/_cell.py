@@ -34,7 +34,7 @@ from ..mailbox import (
 from ._actor import Actor
 from ._address import Address
 from ._background import Background, TaskFn
-from ._dedup import Handled, SeenWindow, dedup_key
+from ._dedup import REDRIVE, Handled, SeenWindow, dedup_key
 from ._handlers import BadArguments, Behaviour, HandlerSpec, converter
 from ._monitor import TERMINATED, Monitors, Terminated
 from ._ref import Outbox, to_wire
@@ -387,7 +387,13 @@ class ActorCell:
     async def _handle_one(self, inbound: Inbound) -> None:
         envelope = inbound.envelope
         seen = self._seen
-        key = (envelope.sender, envelope.message_id)  # dedup_key, inline: per message
+        # dedup_key, inline (per message): one header lookup, a re-drive's count
+        redrive = envelope.headers.get(REDRIVE)
+        key = (
+            (envelope.sender, envelope.message_id)
+            if redrive is None
+            else (envelope.sender, envelope.message_id, redrive)
+        )
         running = seen.running(key)
         if running is not None:
             await running.wait()  # a duplicate of a message being handled now

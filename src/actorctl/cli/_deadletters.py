@@ -85,7 +85,10 @@ async def retry_letter(file: Path, letter_id: str, timeout: float) -> None:
             err=True,
         )
         raise SystemExit(1)
-    click.echo(f"re-driven {letter_id} to {done['target']} as message {done['message_id']}")
+    click.echo(
+        f"re-driven {letter_id} to {done['target']} as message {done['message_id']}"
+        f" (re-drive {done.get('redrive', 1)})"
+    )
 
 
 @deadletters.command("purge")
