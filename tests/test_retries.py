@@ -8,6 +8,7 @@ downstream service saw: the number of attempts is exact.
 from __future__ import annotations
 
 import base64
+import itertools
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -68,6 +69,7 @@ class Downstream:
         self.fails = fails
         self.hold = hold
         self.calls = 0
+        self.times: list[float] = []  # when each connection came (trio's clock)
         self.holding = trio.Event()
         self.release = trio.Event()
         self.port = 0
@@ -81,6 +83,7 @@ class Downstream:
 
     async def serve(self, stream: trio.SocketStream) -> None:
         self.calls += 1
+        self.times.append(trio.current_time())
         call = self.calls
         self._called.set()
         self._called = trio.Event()
@@ -158,10 +161,27 @@ class LogWake:
         self._changed.set()
         self._changed = trio.Event()
 
+    async def changed(self) -> None:
+        """Wait for the next log line."""
+        await self._changed.wait()
+
     async def until(self, check: Callable[[], bool], timeout: float = WAIT) -> None:
         with trio.fail_after(timeout):
             while not check():
                 await self._changed.wait()
+
+
+async def _succeeded(task_id: str, wake: LogWake) -> Any:
+    """The result the cluster keeps for ``task_id``, once it is SUCCESS (it is
+    fetched again each time a log line says something happened)."""
+    with trio.fail_after(WAIT):
+        while True:
+            result = app.AsyncResult(task_id)
+            await result.aget(timeout=WAIT, propagate=False)
+            if result.state == "SUCCESS":
+                return result
+            with trio.move_on_after(0.1):  # at least each 0.1 s, should nothing be logged
+                await wake.changed()
 
 
 @pytest.fixture
@@ -195,6 +215,11 @@ async def test_a_task_retries_with_its_backoff_until_the_downstream_recovers(
         assert message["bound"] == pytest.approx(bound)
         assert 0.0 <= message["delay"] <= bound
         assert message["error"]["type"] == "DownstreamError"
+    # And each retry came at least its logged delay after the attempt before it
+    # (the scheduler held it that long: a retry is not sent at once)
+    gaps = [later - earlier for earlier, later in itertools.pairwise(service.times)]
+    for gap, message in zip(gaps, retries, strict=True):
+        assert gap >= message["delay"] - 0.002, (gap, message["delay"])
     assert [b for b in (POLICY.bound(n) for n in range(5))] == pytest.approx(
         [0.01, 0.03, 0.07, 0.15, 0.2]
     )
@@ -392,8 +417,11 @@ async def test_an_expired_task_is_dead_lettered_and_a_letter_is_re_driven_once(
         # (the same message id: the worker, which handled it, runs it again)
         assert (done["message_id"], done["redrive"]) == (letter["message_id"], 1)
         assert letter["trace_id"] == failed.id
-        # Then it runs again, once, with a fresh budget, under the same task id
-        await service.reached(5)
+        # Then it runs again, with a fresh budget, under the same task id, and
+        # succeeds: once (the fifth call, exactly)
+        again = await _succeeded(failed.id, wake)
+        assert again.result == "ok"
+        assert service.calls == 5
         assert running.nodes["worker"].dead_letters.get(letter["id"]) is None
         # And a second re-drive of the same letter finds nothing
         assert await agent.ask("retry", letter["id"]) is None

@@ -33,14 +33,20 @@ def deadletters() -> None:
 @click.option(
     "--limit", default=100, show_default=True, type=click.IntRange(1), help="The newest N per node."
 )
+@click.option("--json", "as_json", is_flag=True, help="Print the letters as JSON, one list.")
 @_TIMEOUT
-async def list_letters(file: Path, reason: str | None, limit: int, timeout: float) -> None:
+async def list_letters(
+    file: Path, reason: str | None, limit: int, as_json: bool, timeout: float
+) -> None:
     """List the dead letters of every running node of the cluster FILE names."""
     by_node: dict[str, dict[str, Any]] = await ask_controller(
         file, "deadletters", timeout, "list", None, reason, limit
     )
     rows = [letter for node in by_node.values() for letter in node["letters"]]
     total = sum(node["total"] for node in by_node.values())
+    if as_json:
+        click.echo(json.dumps(sorted(rows, key=lambda r: r["time"]), sort_keys=True))
+        return
     if not rows:
         click.echo("no dead letters")
         return
