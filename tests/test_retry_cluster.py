@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socketserver
 import subprocess
 import sys
@@ -271,3 +272,31 @@ def test_deadletters_retry_re_drives_a_letter_once(
     bad = actorctl("deadletters", "list", str(cluster), "--reason", "lost")
     assert bad.returncode == 2
     assert "Traceback" not in bad.stderr
+
+
+def test_deadletters_list_reports_a_node_that_does_not_answer(cluster: Path) -> None:
+    # Given a running cluster whose worker node is stopped (SIGSTOP: its
+    # process is there, its connections open, but it answers nothing)
+    status = actorctl("cluster", "status", str(cluster))
+    assert status.returncode == 0, status.stderr
+    [line] = [x for x in status.stdout.splitlines() if " worker  node " in x]
+    pid = int(line.split(" pid ")[1].split()[0])
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        # When the dead letters are listed and purged, within 3 s
+        started = time.monotonic()
+        listed = actorctl("deadletters", "list", str(cluster), "--timeout", "3")
+        purged = actorctl("deadletters", "purge", str(cluster), "--timeout", "3")
+        took = time.monotonic() - started
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    # Then the nodes that answered are listed, and the one that did not is
+    # named, with why, within the caller's timeout (not one timeout per node)
+    assert listed.returncode == 1
+    assert "no dead letters" in listed.stdout  # the services node's (none)
+    assert "error: node 'worker' did not answer: AskTimeout" in listed.stderr
+    assert "Traceback" not in listed.stderr
+    assert purged.returncode == 1
+    assert "purged 0 dead letter(s)" in purged.stdout
+    assert "error: node 'worker' did not answer" in purged.stderr
+    assert took < 2 * 3 + 4  # two commands, each within its timeout (and a process start)

@@ -40,16 +40,21 @@ async def list_letters(
 ) -> None:
     """List the dead letters of every running node of the cluster FILE names."""
     by_node: dict[str, dict[str, Any]] = await ask_controller(
-        file, "deadletters", timeout, "list", None, reason, limit
+        file, "deadletters", timeout, "list", None, reason, limit, timeout
     )
-    rows = [letter for node in by_node.values() for letter in node["letters"]]
-    total = sum(node["total"] for node in by_node.values())
+    answered = _answered(by_node)
+    rows = [letter for node in answered.values() for letter in node["letters"]]
+    total = sum(node["total"] for node in answered.values())
     if as_json:
         click.echo(json.dumps(sorted(rows, key=lambda r: r["time"]), sort_keys=True))
-        return
-    if not rows:
+    elif not rows:
         click.echo("no dead letters")
-        return
+    else:
+        _table(rows, total)
+    _unanswered(by_node)
+
+
+def _table(rows: list[dict[str, Any]], total: int) -> None:
     click.echo(f"{'ID':<23} {'NODE':<12} {'REASON':<15} {'RETRIES':>7}  {'WHEN':<19}  TASK / ERROR")
     for row in sorted(rows, key=lambda r: r["time"]):
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(row["time"]))
@@ -63,13 +68,29 @@ async def list_letters(
         click.echo(f"({len(rows)} of {total} shown: --limit N shows more)")
 
 
+def _answered(by_node: dict[str, Any]) -> dict[str, Any]:
+    """The answers of the nodes that answered."""
+    return {n: a for n, a in by_node.items() if not (isinstance(a, dict) and "unanswered" in a)}
+
+
+def _unanswered(by_node: dict[str, Any]) -> None:
+    """Name each node that did not answer (on stderr), and exit 1 if any did not."""
+    failed = {n: a["unanswered"] for n, a in by_node.items() if n not in _answered(by_node)}
+    for node, error in sorted(failed.items()):
+        click.echo(f"error: node {node!r} did not answer: {error}", err=True)
+    if failed:
+        raise SystemExit(1)
+
+
 @deadletters.command("show")
 @_FILE
 @click.argument("letter_id")
 @_TIMEOUT
 async def show_letter(file: Path, letter_id: str, timeout: float) -> None:
     """Show one dead letter (as JSON): its reason, error, ids and message."""
-    found = await ask_controller(file, "deadletters", timeout, "show", letter_id)
+    found = await ask_controller(
+        file, "deadletters", timeout, "show", letter_id, None, 100, timeout
+    )
     if found is None:
         click.echo(f"error: no dead letter {letter_id!r} on any running node", err=True)
         raise SystemExit(1)
@@ -83,7 +104,9 @@ async def show_letter(file: Path, letter_id: str, timeout: float) -> None:
 async def retry_letter(file: Path, letter_id: str, timeout: float) -> None:
     """Send a dead letter again to where it was going, once (with a fresh
     retry budget; its task id and trace id kept)."""
-    done = await ask_controller(file, "deadletters", timeout, "retry", letter_id)
+    done = await ask_controller(
+        file, "deadletters", timeout, "retry", letter_id, None, 100, timeout
+    )
     if done is None:
         click.echo(
             f"error: no dead letter {letter_id!r} on any running node: it was re-driven "
@@ -103,7 +126,8 @@ async def retry_letter(file: Path, letter_id: str, timeout: float) -> None:
 @_TIMEOUT
 async def purge_letters(file: Path, reason: str | None, timeout: float) -> None:
     """Remove the dead letters (of one reason) of every running node."""
-    by_node: dict[str, int] = await ask_controller(
-        file, "deadletters", timeout, "purge", None, reason
+    by_node: dict[str, Any] = await ask_controller(
+        file, "deadletters", timeout, "purge", None, reason, 100, timeout
     )
-    click.echo(f"purged {sum(by_node.values())} dead letter(s)")
+    click.echo(f"purged {sum(_answered(by_node).values())} dead letter(s)")
+    _unanswered(by_node)
