@@ -225,6 +225,19 @@ async def test_a_task_retries_with_its_backoff_until_the_downstream_recovers(
     )
 
 
+def test_a_message_cannot_make_retries_unbounded(logs: Logs) -> None:
+    # Given a retry_policy header from a foreign client that asks for no bound
+    header = '{"max_retries": null, "interval_start": 0.5}'
+    # Then the bound stays the task's (its other numbers apply), and it is logged
+    policy = POLICY.with_wire(header)
+    assert policy.max_retries == POLICY.max_retries == 3
+    assert policy.interval_start == 0.5
+    [ignored] = logs.of_type("actorctl:retry:unbounded-ignored")
+    assert ignored["max_retries"] == 3
+    # While a bound given in the header applies
+    assert POLICY.with_wire('{"max_retries": 1}').max_retries == 1
+
+
 async def test_the_state_is_retry_between_attempts_with_the_last_error(tmp_path: Path) -> None:
     # Given a downstream that fails once, then holds the second call
     async with downstream(fails=1, hold=2) as service, cluster(tmp_path):
