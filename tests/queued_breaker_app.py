@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import trio
 
-from actorctl import App
+from actorctl import App, poisonous
 from actorctl.tasks._client import current_client
 
 app = App("q")
@@ -35,3 +35,14 @@ async def fetch(key: str) -> str:
     if DOWN[0]:
         raise ConnectionError(f"the downstream of {node} is down")
     return node
+
+
+@app.task(breaker="downstream")
+async def misuse(kind: str) -> str:
+    """Fails in ways that say nothing of the downstream: a programming error
+    (never retried), or poison."""
+    CALLS.setdefault(f"misuse-{kind}", []).append(kind)
+    if kind == "poison":
+        with poisonous():
+            raise ValueError("a record that does not parse")
+    return "x".join(1, 2)  # type: ignore[call-arg, arg-type]  # a TypeError

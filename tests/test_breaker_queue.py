@@ -219,3 +219,28 @@ async def test_with_no_router_an_open_breaker_keeps_the_task_and_runs_it_after_t
     print(f"lost={len(lost)} ran_twice={len(ran_twice)}")
     assert lost == []
     assert ran_twice == []
+
+
+async def test_programming_errors_poison_and_bad_arguments_do_not_trip_a_breaker(
+    tmp_path: Path,
+) -> None:
+    # Given a task behind a breaker that trips after 3 failures
+    async with cluster(tmp_path, services=False) as breaker:
+        qapp.CALLS.clear()
+        qapp.DOWN[0] = False
+        with trio.fail_after(WAIT):
+            # When its runs fail 4 times each with a programming error, with
+            # poison and with arguments that do not fit
+            sent = [await qapp.misuse.adelay(kind) for kind in ("typo", "poison") * 4]
+            sent += [await qapp.fetch.adelay() for _ in range(4)]  # a missing argument
+            states = await _states(sent)
+            # Then all of them failed, and the breaker is still closed
+            assert states == ["FAILURE"] * 12
+            assert breaker.closed
+            assert breaker.statistics()["trips"] == 0
+            # While 3 failures of the downstream (which a retry could cure) trip it
+            qapp.DOWN[0] = True
+            opened, _ = _watch(breaker)
+            assert await _states(await _send_all(["d0", "d1", "d2"])) == ["FAILURE"] * 3
+            await opened.wait()
+    assert len(qapp.CALLS["misuse-typo"]) == len(qapp.CALLS["misuse-poison"]) == 4

@@ -23,13 +23,21 @@ import attrs
 
 from .._errors import ConfigError
 from .._log import log
-from ..actors import Address, Outbox
+from ..actors import Address, BadArguments, Outbox
 from ..mailbox import ACCEPTED, Envelope, Outcome
-from ..supervision import CIRCUIT_OPEN, Breaker, BreakerPolicy
+from ..supervision import (
+    CIRCUIT_OPEN,
+    POISON,
+    Breaker,
+    BreakerPolicy,
+    RetryPolicy,
+    failure_mark,
+)
 from ._limits import TaskFailure
+from ._policies import retry_policy_of
 from ._task import Retry, Task
 
-__all__ = ["KEPT", "policy_of", "record", "refuse", "task_breakers"]
+__all__ = ["KEPT", "downstream_failure", "policy_of", "record", "refuse", "task_breakers"]
 
 #: The suffix of the message id of a task that a worker with no router in
 #: front keeps in its own node's backlog while its breaker is open.
@@ -90,16 +98,40 @@ def task_breakers(
     return by_task, by_name
 
 
-def record(breaker: Breaker, ran: list[Any] | BaseException | None) -> None:
-    """Tell ``breaker`` how a run went: values are a success, an exception (or
-    a retry of one) a failure, None (it did not run: revoked, expired) neither."""
+def record(
+    breaker: Breaker, ran: list[Any] | BaseException | None, task: Task, envelope: Envelope
+) -> None:
+    """Tell ``breaker`` how a run went: values are a success; a failure of
+    what it guards (:func:`downstream_failure`) a failure; anything else (it
+    did not run: revoked, expired; or it failed in a way that says nothing of
+    what the breaker guards) neither."""
     if isinstance(ran, list):
         breaker.succeeded()
-    elif ran is None or (isinstance(ran, TaskFailure) and ran.type_name == "TaskRevoked"):
+    elif ran is None or not downstream_failure(ran, task, envelope):
         breaker.released()
     else:
         cause = ran.exc if isinstance(ran, Retry) and ran.exc is not None else ran
         breaker.failed(f"{type(cause).__name__}: {cause}")
+
+
+def downstream_failure(ran: BaseException, task: Task, envelope: Envelope) -> bool:
+    """Whether a failed run counts against the task's breaker: a failure its
+    retry policy would retry (bad luck downstream), a retry the task asked
+    for, or a run stopped by its time limit (a downstream that hangs). Not a
+    programming error (the policy's ``never``), a failure inside
+    ``poisonous()``, arguments that do not fit, or a revoke: another attempt,
+    whatever the downstream does, fails the same way."""
+    if isinstance(ran, Retry):
+        ran = ran.exc if ran.exc is not None else ran
+        if isinstance(ran, Retry):
+            return True
+    if isinstance(ran, TaskFailure):
+        return ran.type_name != "TaskRevoked"
+    mark = failure_mark(ran)
+    if mark == POISON or isinstance(ran, BadArguments):
+        return False
+    policy = mark if isinstance(mark, RetryPolicy) else retry_policy_of(task, envelope)
+    return policy.retries(ran)
 
 
 async def refuse(

@@ -6,7 +6,7 @@ limits; and the warning a worker logs when nothing can delay its retries.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 from .._log import log
@@ -14,21 +14,20 @@ from ..mailbox import Envelope
 from ..supervision import RetryPolicy
 from ._limits import TimeLimits
 from ._protocol import H_RETRY_POLICY, H_TIMELIMIT
-from ._registry import TaskRegistry
 from ._task import Task
 
-__all__ = ["NO_SCHEDULER", "delay_bound", "limits_of", "policy_of", "warn_no_scheduler"]
+__all__ = ["NO_SCHEDULER", "delay_bound", "limits_of", "retry_policy_of", "warn_no_scheduler"]
 
 #: Why a retry was not made (logged, and the dead letter's reason not-retried).
 NO_SCHEDULER: Final = "not retried: no scheduler to delay it"
 
 
-def warn_no_scheduler(app: TaskRegistry, pool: str) -> None:
+def warn_no_scheduler(tasks: Iterable[Task], pool: str) -> None:
     """Once, as a worker starts in a cluster with no scheduler: the tasks of
     its pool whose retries need one (a delay over 1 ms) are not retried there."""
     needing = sorted(
         task.name
-        for task in app.tasks.values()
+        for task in tasks
         if task.pool == pool
         and not task.retry_policy.exhausted(0)
         and delay_bound(task, task.retry_policy, 0) > 0.001
@@ -54,7 +53,7 @@ def delay_bound(task: Task, policy: RetryPolicy, retries: int) -> float:
     return task.default_retry_delay * (2**retries if task.retry_backoff else 1)
 
 
-def policy_of(task: Task, envelope: Envelope) -> RetryPolicy:
+def retry_policy_of(task: Task, envelope: Envelope) -> RetryPolicy:
     """The task's retry policy, as its message's ``retry_policy`` header
     overrides it (a call's own, docs/fault-tolerance.md)."""
     given = envelope.headers.get(H_RETRY_POLICY)

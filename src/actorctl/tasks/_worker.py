@@ -46,7 +46,7 @@ from ._limits import (
     run_inline,
     run_thread,
 )
-from ._policies import NO_SCHEDULER, delay_bound, limits_of, policy_of, warn_no_scheduler
+from ._policies import NO_SCHEDULER, delay_bound, limits_of, retry_policy_of, warn_no_scheduler
 from ._protocol import (
     BAD_ARGUMENTS,
     DECODE_ERROR,
@@ -128,7 +128,7 @@ class TaskWorker(Actor):
         self._followups = FollowUps(client, self.pool, dead_letters, self.app.conf.result_expires)
         hooks.worker_up(self.state, str(getattr(outbox, "name", "")))
         if SCHEDULER not in self.directory.addresses:
-            warn_no_scheduler(self.app, self.pool)
+            warn_no_scheduler(self.app.tasks.values(), self.pool)
 
     async def on_stop(self) -> None:
         """Runs in the actor's last task: the node's last worker sends worker_shutdown."""
@@ -207,7 +207,7 @@ class TaskWorker(Actor):
                     hooks.prerun(task, task_id, args, kwargs)
                 ran = await self._run_all(envelope, task, task_id, calls)
         if breaker is not None:
-            record(breaker, None if why_not is not None else ran)
+            record(breaker, None if why_not is not None else ran, task, envelope)
         if why_not is not None:
             hooks.revoked(task, task_id, args, kwargs, why_not)
             await followups.report(envelope, REVOKED, {"reason": why_not})
@@ -290,7 +290,7 @@ class TaskWorker(Actor):
             mark = failure_mark(exc)
             why = "poison" if mark == POISON else "never retried"
             if mark != POISON and not isinstance(exc, BadArguments):
-                policy = mark if isinstance(mark, RetryPolicy) else policy_of(task, envelope)
+                policy = mark if isinstance(mark, RetryPolicy) else retry_policy_of(task, envelope)
                 if policy.retries(exc):
                     if self._can_delay(task, policy, retries):
                         return await self._retry(
@@ -338,7 +338,7 @@ class TaskWorker(Actor):
     ) -> str:
         """Send the task again later (the scheduler holds it), or, its retries
         spent, fail it and dead-letter it."""
-        policy = policy or policy_of(task, envelope)
+        policy = policy or retry_policy_of(task, envelope)
         error = {
             "type": type(exc).__name__ if exc is not None else "Retry",
             "message": str(exc) if exc is not None else "retry requested",
