@@ -52,9 +52,7 @@ from ._protocol import (
     DECODE_ERROR,
     FAILURE,
     H_MAP,
-    H_RETRIES,
     H_SINKS,
-    H_TASK_ID,
     H_TRACK,
     RETRY,
     REVOKED,
@@ -63,6 +61,8 @@ from ._protocol import (
     SUCCESS,
     UNKNOWN_SINK,
     UNKNOWN_TASK,
+    envelope_retries,
+    envelope_task_id,
     header_sinks,
 )
 from ._registry import TaskRegistry
@@ -181,9 +181,7 @@ class TaskWorker(Actor):
         if H_SINKS in envelope.headers and (bad := self._unknown_sink(envelope)) is not None:
             await followups.report(envelope, FAILURE, {"type": "ConfigError", "message": bad})
             return Outcome.rejected(UNKNOWN_SINK, bad), None
-        task_id = str(
-            envelope.headers.get(H_TASK_ID) or envelope.correlation_id or envelope.message_id
-        )
+        task_id = envelope_task_id(envelope)
         breaker = self._breakers.get(task.name)
         if breaker is not None and not breaker.closed and (refused := breaker.admit()):
             return await self._refuse(envelope, task, refused)
@@ -213,7 +211,9 @@ class TaskWorker(Actor):
             await followups.report(envelope, REVOKED, {"reason": why_not})
             if why_not.startswith("expired"):
                 error = {"type": "Expired", "message": why_not}
-                await followups.dead_letter(envelope, REASON_EXPIRED, error, _retries(envelope))
+                await followups.dead_letter(
+                    envelope, REASON_EXPIRED, error, envelope_retries(envelope)
+                )
             return ACCEPTED, None
         state = await self._follow(envelope, task, task_id, ran)
         if signals.task_postrun.receivers:
@@ -251,7 +251,7 @@ class TaskWorker(Actor):
         self, envelope: Envelope, task: Task, task_id: str, calls: list[_Call]
     ) -> list[Any] | BaseException:
         """Run the task (each call of a map): its values, or what it raised."""
-        retries = _retries(envelope)
+        retries = envelope_retries(envelope)
         try:
             return [
                 await self._run(task, task_id, retries, call_args, call_kwargs, envelope.headers)
@@ -266,7 +266,7 @@ class TaskWorker(Actor):
         """Send what follows a run: its result, next step and callbacks, or its
         failure and errbacks, or its retry. Returns the run's state."""
         followups = self.followups
-        retries = _retries(envelope)
+        retries = envelope_retries(envelope)
         if isinstance(ran, list):
             value = ran if envelope.headers.get(H_MAP) else ran[0]
             await followups.succeed(envelope, value)
@@ -484,8 +484,3 @@ def _retval(envelope: Envelope, ran: list[Any] | BaseException) -> Any:
     if isinstance(ran, list):
         return ran if envelope.headers.get(H_MAP) else ran[0]
     return ran
-
-
-def _retries(envelope: Envelope) -> int:
-    retries = envelope.headers.get(H_RETRIES, 0)
-    return retries if isinstance(retries, int) else 0
