@@ -24,7 +24,8 @@ _REASONS = click.Choice(["out-of-retries", "poison", "expired", "not-retried"])
 
 @click.group()
 def deadletters() -> None:
-    """Dead letters: messages that ran out of retries, were poison, or expired."""
+    """Dead letters: messages that ran out of retries, were poison, expired, or
+    could not be retried (no scheduler)."""
 
 
 @deadletters.command("list")
