@@ -126,12 +126,16 @@ async def actorctl(*args: str) -> str:
 
 
 async def until_line(words: tuple[str, ...], *args: str) -> str:
-    """Run ``actorctl ARGS`` until a line of its output holds every one of ``words``."""
+    """Run ``actorctl ARGS`` until a line of its output holds every one of
+    ``words`` (what it shows may lag what happened by a moment: a dead letter
+    goes through its node's backlog). Attempts are 0.2 s apart, not back to
+    back: each one starts a process and asks every node of the cluster."""
     with trio.fail_after(WAIT):
         while True:
             for line in (await actorctl(*args)).splitlines():
                 if all(word in line for word in words):
                     return line.strip(" │├└─")
+            await trio.sleep(0.2)
 
 
 async def walk_through(cluster: Path, service: PriceService) -> str:

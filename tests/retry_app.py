@@ -84,3 +84,11 @@ def wrong_call(ctx: object) -> str:
 @app.task
 def add(x: int, y: int) -> int:
     return x + y
+
+
+@app.task(bind=True)
+def retry_later(ctx: object) -> str:
+    """Asks for a retry in 5 s (which needs the scheduler to delay it)."""
+    _record(ctx.id, "retry_later", ctx.retries)  # type: ignore[attr-defined]
+    ctx.retry(countdown=5)  # type: ignore[attr-defined]
+    return "never"

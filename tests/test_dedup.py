@@ -63,3 +63,34 @@ def test_the_window_is_bounded_in_count_and_in_time() -> None:
     window.start("5")
     window.finish("5", Handled(ACCEPTED, None))
     assert len(window) == 1  # old entries went on insert
+
+
+async def test_a_redriven_copy_keeps_its_id_and_runs_once_per_redrive(logs: Logs) -> None:
+    counter = Counter()
+    async with node_pair([counter]) as (server, client):
+        address = server.address_of("counter")
+
+        def copy(redrive: int | None) -> Envelope:
+            return Envelope(
+                message_id="kept-1",
+                to=str(address),
+                subject="bump",
+                body=[[], {}],
+                creation_time=client.now(),
+                reply_to=client.outbox.reply_address(address),
+                correlation_id="kept-1",
+                headers={} if redrive is None else {"redrive": redrive},
+            )
+
+        with trio.fail_after(10):
+            # Given a message the receiver handled
+            first = await client.outbox.request(address, copy(None), 5.0)
+            # When it is re-driven (the same id, a redrive header), then it runs
+            again = await client.outbox.request(address, copy(1), 5.0)
+            # And the same re-drive sent twice is a duplicate; a second one runs
+            twice = await client.outbox.request(address, copy(1), 5.0)
+            second = await client.outbox.request(address, copy(2), 5.0)
+    assert [first.body, again.body, twice.body, second.body] == [1, 2, 2, 3]
+    assert counter.runs == 3
+    [warning] = logs.of_type("actorctl:delivery:duplicate")
+    assert warning["message_id"] == "kept-1"

@@ -70,7 +70,7 @@ async def test_the_flaky_service_example_goes_from_retry_to_dead_letter_to_re_dr
     [letter] = [line for line in out.splitlines() if line.startswith("5. ")]
     assert "  worker  " in letter
     assert " out-of-retries " in letter
-    assert "/redrive" in out
+    assert "(re-drive 1)" in out  # the same message id, with its redrive header
     assert "the re-driven task ran and got its price" in out
     assert "cluster stopped" in out
     # Counted after the cluster stopped: 4 runs (the first and its 3 retries),

@@ -8,6 +8,7 @@ downstream service saw: the number of attempts is exact.
 from __future__ import annotations
 
 import base64
+import itertools
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -44,7 +45,17 @@ from actorctl.cluster import (
 )
 from actorctl.mailbox import decode, encode
 from tests.harness import Logs, Secrets, free_port, node_pair
-from tests.retry_app import POLICY, add, app, enrich, fetch, fetch_scoped, parse, wrong_call
+from tests.retry_app import (
+    POLICY,
+    add,
+    app,
+    enrich,
+    fetch,
+    fetch_scoped,
+    parse,
+    retry_later,
+    wrong_call,
+)
 
 WAIT = 20.0
 
@@ -58,6 +69,7 @@ class Downstream:
         self.fails = fails
         self.hold = hold
         self.calls = 0
+        self.times: list[float] = []  # when each connection came (trio's clock)
         self.holding = trio.Event()
         self.release = trio.Event()
         self.port = 0
@@ -71,6 +83,7 @@ class Downstream:
 
     async def serve(self, stream: trio.SocketStream) -> None:
         self.calls += 1
+        self.times.append(trio.current_time())
         call = self.calls
         self._called.set()
         self._called = trio.Event()
@@ -101,15 +114,21 @@ class Cluster:
 
 
 @asynccontextmanager
-async def cluster(tmp_path: Path, **node_options: Any) -> AsyncIterator[Cluster]:
-    """The two nodes, in this process, and a client connected to them."""
-    services, worker = free_port(), free_port()
+async def cluster(
+    tmp_path: Path, *, services: bool = True, **node_options: Any
+) -> AsyncIterator[Cluster]:
+    """The two nodes (or the worker alone: no scheduler), in this process, and
+    a client connected to them."""
     path = tmp_path / "cluster.toml"
     path.write_text(
         "[cluster]\ninsecure = true\n"
-        f'[[node]]\nname = "services"\nlisten = "127.0.0.1:{services}"\n'
-        'actors = "tests.retry_app:app"\nservices = true\n'
-        f'[[node]]\nname = "worker"\nlisten = "127.0.0.1:{worker}"\n'
+        + (
+            f'[[node]]\nname = "services"\nlisten = "127.0.0.1:{free_port()}"\n'
+            'actors = "tests.retry_app:app"\nservices = true\n'
+            if services
+            else ""
+        )
+        + f'[[node]]\nname = "worker"\nlisten = "127.0.0.1:{free_port()}"\n'
         'actors = "tests.retry_app:app"\npools = ["celery"]\n'
     )
     config = load_cluster(path)
@@ -142,10 +161,27 @@ class LogWake:
         self._changed.set()
         self._changed = trio.Event()
 
+    async def changed(self) -> None:
+        """Wait for the next log line."""
+        await self._changed.wait()
+
     async def until(self, check: Callable[[], bool], timeout: float = WAIT) -> None:
         with trio.fail_after(timeout):
             while not check():
                 await self._changed.wait()
+
+
+async def _succeeded(task_id: str, wake: LogWake) -> Any:
+    """The result the cluster keeps for ``task_id``, once it is SUCCESS (it is
+    fetched again each time a log line says something happened)."""
+    with trio.fail_after(WAIT):
+        while True:
+            result = app.AsyncResult(task_id)
+            await result.aget(timeout=WAIT, propagate=False)
+            if result.state == "SUCCESS":
+                return result
+            with trio.move_on_after(0.1):  # at least each 0.1 s, should nothing be logged
+                await wake.changed()
 
 
 @pytest.fixture
@@ -179,9 +215,27 @@ async def test_a_task_retries_with_its_backoff_until_the_downstream_recovers(
         assert message["bound"] == pytest.approx(bound)
         assert 0.0 <= message["delay"] <= bound
         assert message["error"]["type"] == "DownstreamError"
+    # And each retry came at least its logged delay after the attempt before it
+    # (the scheduler held it that long: a retry is not sent at once)
+    gaps = [later - earlier for earlier, later in itertools.pairwise(service.times)]
+    for gap, message in zip(gaps, retries, strict=True):
+        assert gap >= message["delay"] - 0.002, (gap, message["delay"])
     assert [b for b in (POLICY.bound(n) for n in range(5))] == pytest.approx(
         [0.01, 0.03, 0.07, 0.15, 0.2]
     )
+
+
+def test_a_message_cannot_make_retries_unbounded(logs: Logs) -> None:
+    # Given a retry_policy header from a foreign client that asks for no bound
+    header = '{"max_retries": null, "interval_start": 0.5}'
+    # Then the bound stays the task's (its other numbers apply), and it is logged
+    policy = POLICY.with_wire(header)
+    assert policy.max_retries == POLICY.max_retries == 3
+    assert policy.interval_start == 0.5
+    [ignored] = logs.of_type("actorctl:retry:unbounded-ignored")
+    assert ignored["max_retries"] == 3
+    # While a bound given in the header applies
+    assert POLICY.with_wire('{"max_retries": 1}').max_retries == 1
 
 
 async def test_the_state_is_retry_between_attempts_with_the_last_error(tmp_path: Path) -> None:
@@ -291,6 +345,36 @@ async def test_optional_goes_on_and_programming_errors_are_never_retried(
         assert running.letters() == []
 
 
+async def test_with_no_scheduler_a_failure_is_a_dead_letter_and_a_delayed_retry_says_why(
+    tmp_path: Path, logs: Logs, wake: LogWake
+) -> None:
+    # Given a cluster with no services node: nothing can delay a retry
+    async with downstream(fails=10**6) as service, cluster(tmp_path, services=False) as running:
+        # Then the worker said so once, as it started, naming the tasks it affects
+        [warning] = logs.of_type("actorctl:worker:no-scheduler")
+        assert warning["level"] == "warning"
+        assert "fetch" in " ".join(warning["tasks"])
+        assert "services = true" in warning["why"]
+        # When a task fails with an error its policy would retry
+        failed = await fetch.adelay(service.port)
+        with pytest.raises(TaskFailed, match="DownstreamError"):
+            await failed.aget(timeout=WAIT)
+        assert service.calls == 1
+        # And a task asks for a retry in 5 s
+        later = await retry_later.adelay()
+        with pytest.raises(TaskFailed, match=r"no scheduler.*add a services node"):
+            await later.aget(timeout=WAIT)
+        # Then both are dead letters that can be re-driven, with their errors
+        await wake.until(lambda: len(running.letters()) == 2)
+        letters = {r["trace_id"]: r for r in running.letters()}
+        assert letters[failed.id]["reason"] == "not-retried"
+        assert letters[failed.id]["error"]["type"] == "DownstreamError"
+        assert letters[later.id]["reason"] == "not-retried"
+        assert "retry in 5 s" in letters[later.id]["error"]["message"]
+    assert len(logs.of_type("actorctl:worker:no-scheduler")) == 1  # once, not per message
+    assert not logs.of_type("actorctl:task:unsendable")
+
+
 async def test_a_poisonous_failure_is_dead_lettered_at_once(
     tmp_path: Path, logs: Logs, wake: LogWake
 ) -> None:
@@ -343,10 +427,14 @@ async def test_an_expired_task_is_dead_lettered_and_a_letter_is_re_driven_once(
             f"amqp://127.0.0.1:{running.nodes['worker'].port}/_deadletters"
         )
         done = await agent.ask("retry", letter["id"])
-        assert done["message_id"] == f"{letter['message_id']}/redrive"
+        # (the same message id: the worker, which handled it, runs it again)
+        assert (done["message_id"], done["redrive"]) == (letter["message_id"], 1)
         assert letter["trace_id"] == failed.id
-        # Then it runs again, once, with a fresh budget, under the same task id
-        await service.reached(5)
+        # Then it runs again, with a fresh budget, under the same task id, and
+        # succeeds: once (the fifth call, exactly)
+        again = await _succeeded(failed.id, wake)
+        assert again.result == "ok"
+        assert service.calls == 5
         assert running.nodes["worker"].dead_letters.get(letter["id"]) is None
         # And a second re-drive of the same letter finds nothing
         assert await agent.ask("retry", letter["id"]) is None
@@ -497,6 +585,25 @@ async def test_only_the_node_itself_adds_its_dead_letters(secrets: Secrets) -> N
         own = pair.server.ref(pair.server.address_of("_deadletters"))
         await own.deliver("add", **fields)
         assert [r["message_id"] for r in pair.server.dead_letters.records()] == ["m"]
+
+
+async def test_a_re_drive_that_cannot_be_sent_keeps_the_letter(secrets: Secrets) -> None:
+    # Given a letter whose target does not parse
+    async with node_pair(secrets=secrets) as pair:
+        letter = Envelope(message_id="m", to="x", subject="t", body=[[], {}])
+        own = pair.server.ref(pair.server.address_of("_deadletters"))
+        await own.deliver(
+            "add",
+            reason="poison",
+            target="nowhere/x",
+            message=base64.b64encode(bytes(encode(letter))).decode(),
+        )
+        [record] = pair.server.dead_letters.records()
+        # When it is re-driven, then the re-drive fails, saying why
+        with pytest.raises(Exception, match="scheme must be amqp"):
+            await own.ask("retry", record["id"])
+        # And the letter is still there (taken only once the backlog holds its message)
+        assert pair.server.dead_letters.get(record["id"]) is not None
 
 
 async def test_dead_letters_outlive_their_node_in_its_store(tmp_path: Path) -> None:

@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socketserver
 import subprocess
 import sys
 import threading
+import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any, TypeVar
 
 import pytest
 from examples._cluster import running_cluster
@@ -27,6 +30,7 @@ from actorctl import AsyncResult
 from tests.retry_app import POLICY, RECORDS, app, fetch
 
 ROOT = Path(__file__).resolve().parent.parent
+T = TypeVar("T")
 WAIT = 60.0
 TASKS = 1000
 
@@ -143,11 +147,39 @@ def actorctl(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def letters(cluster: Path) -> list[str]:
-    """The rows of ``actorctl deadletters list``."""
-    listed = actorctl("deadletters", "list", str(cluster), "--limit", str(TASKS))
+def letters(cluster: Path, reason: str = "out-of-retries") -> list[dict[str, Any]]:
+    """The letters of one reason, as ``actorctl deadletters list --json`` gives them."""
+    listed = actorctl(
+        "deadletters", "list", str(cluster), "--limit", str(TASKS), "--reason", reason, "--json"
+    )
     assert listed.returncode == 0, listed.stderr
-    return [line for line in listed.stdout.splitlines()[1:] if line.strip()]
+    return list(json.loads(listed.stdout))
+
+
+def wait_for(check: Callable[[], T | None], what: str, timeout: float = WAIT) -> T:
+    """``check()`` until it returns something (not None), by an absolute
+    deadline; fails saying what it waited for. (Each check asks the running
+    cluster, from this process or another; attempts are 50 ms apart at least.)"""
+    deadline = time.monotonic() + timeout
+    pause = threading.Event()
+    while True:
+        found = check()
+        if found is not None:
+            return found
+        if time.monotonic() >= deadline:
+            pytest.fail(f"waited {timeout:g} s for {what}")
+        pause.wait(0.05)
+
+
+def succeeded(task_id: str) -> Callable[[], AsyncResult | None]:
+    """A check: the result the cluster keeps for ``task_id``, once SUCCESS."""
+
+    def check() -> AsyncResult | None:
+        result = app.AsyncResult(task_id)
+        result.get(timeout=WAIT, propagate=False)
+        return result if result.state == "SUCCESS" else None
+
+    return check
 
 
 def test_a_thousand_tasks_against_a_downstream_that_is_down_for_a_while(
@@ -176,13 +208,13 @@ def test_a_thousand_tasks_against_a_downstream_that_is_down_for_a_while(
     attempts = Counter((t, a) for t, _, a in runs(records) if t in ours)
     twice = sum(1 for n in attempts.values() if n > 1)
     assert sum(counted.values()) == service.calls
-    # And every task that failed is a dead letter (the letters go there through
-    # the worker node's backlog: the list may lag the results a moment)
-    for _ in range(10):
-        rows = [row for row in letters(cluster) if " out-of-retries " in row]
-        if len(rows) >= len(failed):
-            break
-    assert len(rows) == len(failed)
+    # And every task that failed is a dead letter, and no other is (the letters
+    # go there through the worker node's backlog: the list may lag a moment)
+    rows = wait_for(
+        lambda: found if len(found := letters(cluster)) >= len(failed) else None,
+        f"{len(failed)} out-of-retries dead letters",
+    )
+    assert sorted(row["trace_id"] for row in rows) == sorted(r.id for r in failed)
     print(
         f"\n{TASKS} tasks: {states['SUCCESS']} succeeded, {len(failed)} dead-lettered, "
         f"0 lost; {sum(counted.values())} runs; {twice} attempts ran twice"
@@ -199,12 +231,10 @@ def test_deadletters_retry_re_drives_a_letter_once(
         result = fetch.apply_async((service.port,), max_retries=0)
         result.get(timeout=WAIT, propagate=False)
     assert result.state == "FAILURE"
-    for _ in range(10):
-        rows = [row for row in letters(cluster) if " out-of-retries " in row]
-        if rows:
-            break
+    rows = wait_for(lambda: letters(cluster) or None, "the task's dead letter")
     [row] = rows
-    letter_id = row.split()[0]
+    assert row["trace_id"] == result.id
+    letter_id = row["id"]
     # And `cluster status` counts it under the worker node
     status = actorctl("cluster", "status", str(cluster))
     assert status.returncode == 0, status.stderr
@@ -227,9 +257,13 @@ def test_deadletters_retry_re_drives_a_letter_once(
     # When it is re-driven (the service is up now)
     again = actorctl("deadletters", "retry", str(cluster), letter_id)
     assert again.returncode == 0, again.stderr
-    assert f"{letter['message_id']}/redrive" in again.stdout
-    # Then it runs again, under its task id: the service gets its second call
-    assert service.wait_calls(2)
+    assert f"as message {letter['message_id']} (re-drive 1)" in again.stdout
+    # Then it runs again, under its task id, and succeeds: exactly one more run
+    with app.connect(cluster):
+        done = wait_for(succeeded(result.id), f"task {result.id} to succeed after its re-drive")
+    assert done.result == "ok"
+    assert [attempt for task_id, _, attempt in runs(records) if task_id == result.id] == [0, 0]
+    assert service.calls == 2
     # And a second re-drive of the same letter is refused, saying why
     twice = actorctl("deadletters", "retry", str(cluster), letter_id)
     assert twice.returncode == 1
@@ -238,3 +272,31 @@ def test_deadletters_retry_re_drives_a_letter_once(
     bad = actorctl("deadletters", "list", str(cluster), "--reason", "lost")
     assert bad.returncode == 2
     assert "Traceback" not in bad.stderr
+
+
+def test_deadletters_list_reports_a_node_that_does_not_answer(cluster: Path) -> None:
+    # Given a running cluster whose worker node is stopped (SIGSTOP: its
+    # process is there, its connections open, but it answers nothing)
+    status = actorctl("cluster", "status", str(cluster))
+    assert status.returncode == 0, status.stderr
+    [line] = [x for x in status.stdout.splitlines() if " worker  node " in x]
+    pid = int(line.split(" pid ")[1].split()[0])
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        # When the dead letters are listed and purged, within 3 s
+        started = time.monotonic()
+        listed = actorctl("deadletters", "list", str(cluster), "--timeout", "3")
+        purged = actorctl("deadletters", "purge", str(cluster), "--timeout", "3")
+        took = time.monotonic() - started
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    # Then the nodes that answered are listed, and the one that did not is
+    # named, with why, within the caller's timeout (not one timeout per node)
+    assert listed.returncode == 1
+    assert "no dead letters" in listed.stdout  # the services node's (none)
+    assert "error: node 'worker' did not answer: AskTimeout" in listed.stderr
+    assert "Traceback" not in listed.stderr
+    assert purged.returncode == 1
+    assert "purged 0 dead letter(s)" in purged.stdout
+    assert "error: node 'worker' did not answer" in purged.stderr
+    assert took < 2 * 3 + 4  # two commands, each within its timeout (and a process start)

@@ -3,6 +3,7 @@
 from ._actor import Actor as Actor
 from ._address import Address as Address
 from ._cell import ActorCell as ActorCell
+from ._dedup import REDRIVE as REDRIVE
 from ._handlers import BadArguments as BadArguments
 from ._handlers import Behaviour as Behaviour
 from ._handlers import HandlerSpec as HandlerSpec

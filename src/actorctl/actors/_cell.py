@@ -1,9 +1,8 @@
 """ActorCell: the runtime around one actor: its mailbox, its task, its dispatch.
 
-The cell takes messages from the mailbox, looks the handler up in the current
-behaviour, binds the arguments, runs the handler (a trio task, or a worker thread
-for a plain ``def``), replies if the caller wants a reply, and settles the
-delivery only then (acks-late).
+It takes messages from the mailbox, looks the handler up in the current behaviour,
+binds the arguments, runs the handler (a trio task, or a worker thread for a plain
+``def``), replies if the caller wants one, and only then settles (acks-late).
 """
 
 from __future__ import annotations
@@ -34,7 +33,7 @@ from ..mailbox import (
 from ._actor import Actor
 from ._address import Address
 from ._background import Background, TaskFn
-from ._dedup import Handled, SeenWindow, dedup_key
+from ._dedup import REDRIVE, Handled, SeenWindow, dedup_key
 from ._handlers import BadArguments, Behaviour, HandlerSpec, converter
 from ._monitor import TERMINATED, Monitors, Terminated
 from ._ref import Outbox, to_wire
@@ -201,9 +200,8 @@ class ActorCell:
             await self._background.cancel(f"actor {self.name!r} {why}")
 
     def retire(self) -> None:
-        """Its supervisor will not start it again (it crashed, and is temporary,
-        or its supervisor gave up): close its mailbox, releasing what waits
-        there, so that senders send elsewhere instead of waiting for it."""
+        """Its supervisor will not start it again: close its mailbox, releasing
+        what waits there, so that senders send elsewhere instead of waiting."""
         self.mailbox.on_arrival(None)
         self.stop()
         self.state = "stopped"
@@ -387,7 +385,9 @@ class ActorCell:
     async def _handle_one(self, inbound: Inbound) -> None:
         envelope = inbound.envelope
         seen = self._seen
-        key = (envelope.sender, envelope.message_id)  # dedup_key, inline: per message
+        # dedup_key, inline (per message): a re-drive's count joins the key
+        plain = envelope.headers.get(REDRIVE) is None
+        key = (envelope.sender, envelope.message_id) if plain else dedup_key(envelope)
         running = seen.running(key)
         if running is not None:
             await running.wait()  # a duplicate of a message being handled now

@@ -9,25 +9,36 @@ A message is known by its sender and its message id (:func:`dedup_key`): the
 sender is the identity that authenticated it (or the origin a router asserted
 for it), so that one identity never receives another's cached answer, and an
 identity that guesses another's message ids only fills its own entries.
+
+A message that carries the ``redrive`` header (a dead letter sent again by
+hand, docs/protocol.md §5.1, §12.3) is known by its count too: the re-drive of
+a message keeps its id, and must run although the original was handled.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
-from typing import Any, final
+from typing import Any, Final, final
 
 import attrs
 import trio
 
 from ..mailbox import Envelope, Outcome
 
-__all__ = ["Handled", "SeenWindow", "dedup_key"]
+__all__ = ["REDRIVE", "Handled", "SeenWindow", "dedup_key"]
+
+#: The header of a re-driven dead letter: how many times it was re-driven.
+REDRIVE: Final = "redrive"
 
 
-def dedup_key(envelope: Envelope) -> tuple[str, str]:
-    """What a message is known by in the window: (sender, message id)."""
-    return (envelope.sender, envelope.message_id)
+def dedup_key(envelope: Envelope) -> tuple[Any, ...]:
+    """What a message is known by in the window: (sender, message id), and
+    its ``redrive`` count if it has one."""
+    redrive = envelope.headers.get(REDRIVE)
+    if redrive is None:
+        return (envelope.sender, envelope.message_id)
+    return (envelope.sender, envelope.message_id, redrive)
 
 
 @attrs.frozen(slots=True)

@@ -19,12 +19,13 @@ __all__ = ["deadletters"]
 
 _FILE = click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
 _TIMEOUT = click.option("--timeout", default=10.0, show_default=True, help="Seconds to wait.")
-_REASONS = click.Choice(["out-of-retries", "poison", "expired"])
+_REASONS = click.Choice(["out-of-retries", "poison", "expired", "not-retried"])
 
 
 @click.group()
 def deadletters() -> None:
-    """Dead letters: messages that ran out of retries, were poison, or expired."""
+    """Dead letters: messages that ran out of retries, were poison, expired, or
+    could not be retried (no scheduler)."""
 
 
 @deadletters.command("list")
@@ -33,17 +34,28 @@ def deadletters() -> None:
 @click.option(
     "--limit", default=100, show_default=True, type=click.IntRange(1), help="The newest N per node."
 )
+@click.option("--json", "as_json", is_flag=True, help="Print the letters as JSON, one list.")
 @_TIMEOUT
-async def list_letters(file: Path, reason: str | None, limit: int, timeout: float) -> None:
+async def list_letters(
+    file: Path, reason: str | None, limit: int, as_json: bool, timeout: float
+) -> None:
     """List the dead letters of every running node of the cluster FILE names."""
     by_node: dict[str, dict[str, Any]] = await ask_controller(
-        file, "deadletters", timeout, "list", None, reason, limit
+        file, "deadletters", timeout, "list", None, reason, limit, timeout
     )
-    rows = [letter for node in by_node.values() for letter in node["letters"]]
-    total = sum(node["total"] for node in by_node.values())
-    if not rows:
+    answered = _answered(by_node)
+    rows = [letter for node in answered.values() for letter in node["letters"]]
+    total = sum(node["total"] for node in answered.values())
+    if as_json:
+        click.echo(json.dumps(sorted(rows, key=lambda r: r["time"]), sort_keys=True))
+    elif not rows:
         click.echo("no dead letters")
-        return
+    else:
+        _table(rows, total)
+    _unanswered(by_node)
+
+
+def _table(rows: list[dict[str, Any]], total: int) -> None:
     click.echo(f"{'ID':<23} {'NODE':<12} {'REASON':<15} {'RETRIES':>7}  {'WHEN':<19}  TASK / ERROR")
     for row in sorted(rows, key=lambda r: r["time"]):
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(row["time"]))
@@ -57,13 +69,29 @@ async def list_letters(file: Path, reason: str | None, limit: int, timeout: floa
         click.echo(f"({len(rows)} of {total} shown: --limit N shows more)")
 
 
+def _answered(by_node: dict[str, Any]) -> dict[str, Any]:
+    """The answers of the nodes that answered."""
+    return {n: a for n, a in by_node.items() if not (isinstance(a, dict) and "unanswered" in a)}
+
+
+def _unanswered(by_node: dict[str, Any]) -> None:
+    """Name each node that did not answer (on stderr), and exit 1 if any did not."""
+    failed = {n: a["unanswered"] for n, a in by_node.items() if n not in _answered(by_node)}
+    for node, error in sorted(failed.items()):
+        click.echo(f"error: node {node!r} did not answer: {error}", err=True)
+    if failed:
+        raise SystemExit(1)
+
+
 @deadletters.command("show")
 @_FILE
 @click.argument("letter_id")
 @_TIMEOUT
 async def show_letter(file: Path, letter_id: str, timeout: float) -> None:
     """Show one dead letter (as JSON): its reason, error, ids and message."""
-    found = await ask_controller(file, "deadletters", timeout, "show", letter_id)
+    found = await ask_controller(
+        file, "deadletters", timeout, "show", letter_id, None, 100, timeout
+    )
     if found is None:
         click.echo(f"error: no dead letter {letter_id!r} on any running node", err=True)
         raise SystemExit(1)
@@ -77,7 +105,9 @@ async def show_letter(file: Path, letter_id: str, timeout: float) -> None:
 async def retry_letter(file: Path, letter_id: str, timeout: float) -> None:
     """Send a dead letter again to where it was going, once (with a fresh
     retry budget; its task id and trace id kept)."""
-    done = await ask_controller(file, "deadletters", timeout, "retry", letter_id)
+    done = await ask_controller(
+        file, "deadletters", timeout, "retry", letter_id, None, 100, timeout
+    )
     if done is None:
         click.echo(
             f"error: no dead letter {letter_id!r} on any running node: it was re-driven "
@@ -85,7 +115,10 @@ async def retry_letter(file: Path, letter_id: str, timeout: float) -> None:
             err=True,
         )
         raise SystemExit(1)
-    click.echo(f"re-driven {letter_id} to {done['target']} as message {done['message_id']}")
+    click.echo(
+        f"re-driven {letter_id} to {done['target']} as message {done['message_id']}"
+        f" (re-drive {done.get('redrive', 1)})"
+    )
 
 
 @deadletters.command("purge")
@@ -94,7 +127,8 @@ async def retry_letter(file: Path, letter_id: str, timeout: float) -> None:
 @_TIMEOUT
 async def purge_letters(file: Path, reason: str | None, timeout: float) -> None:
     """Remove the dead letters (of one reason) of every running node."""
-    by_node: dict[str, int] = await ask_controller(
-        file, "deadletters", timeout, "purge", None, reason
+    by_node: dict[str, Any] = await ask_controller(
+        file, "deadletters", timeout, "purge", None, reason, 100, timeout
     )
-    click.echo(f"purged {sum(by_node.values())} dead letter(s)")
+    click.echo(f"purged {sum(_answered(by_node).values())} dead letter(s)")
+    _unanswered(by_node)

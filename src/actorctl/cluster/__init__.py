@@ -10,6 +10,7 @@ from ._controller import Controller as Controller
 from ._controller import run_cluster as run_cluster
 from ._deadletters import DEAD_LETTERS as DEAD_LETTERS
 from ._deadletters import REASON_EXPIRED as REASON_EXPIRED
+from ._deadletters import REASON_NOT_RETRIED as REASON_NOT_RETRIED
 from ._deadletters import REASON_OUT_OF_RETRIES as REASON_OUT_OF_RETRIES
 from ._deadletters import REASON_POISON as REASON_POISON
 from ._deadletters import DeadLetterBounds as DeadLetterBounds

@@ -18,6 +18,7 @@ from typing import Any, Final, final
 
 import trio
 
+from .._errors import ActorctlError
 from .._log import log
 from ..actors import Actor, BadArguments, handler
 from ..supervision import HEALTH_AGENT, ChildSpec, Strategy, Supervisor
@@ -29,6 +30,8 @@ from ._node import open_node
 __all__ = ["CONTROLLER", "Controller", "run_cluster"]
 
 CONTROLLER: Final = "controller"
+#: The key of a node's entry in a ``deadletters`` answer when it did not answer.
+UNANSWERED: Final = "unanswered"
 
 
 @final
@@ -135,30 +138,57 @@ class Controller(Actor):
 
     @handler
     async def deadletters(
-        self, op: str, letter_id: str | None = None, reason: str | None = None, limit: int = 100
+        self,
+        op: str,
+        letter_id: str | None = None,
+        reason: str | None = None,
+        limit: int = 100,
+        timeout: float = 10.0,
     ) -> Any:
         """``actorctl deadletters``: ``list`` (per running node, its newest
         ``limit`` letters, or one ``reason``'s, and their total), ``show`` or
         ``retry`` one by id (None if no node has it), ``purge`` (how many
-        went, per node)."""
+        went, per node).
+
+        The running nodes are asked at once, within the caller's ``timeout``
+        (less a margin, so that the answer reaches the caller in time). For
+        ``list`` and ``purge`` a node that did not answer is in the answer as
+        ``{"unanswered": why}``; ``show`` and ``retry`` that find the letter nowhere
+        while a node did not answer raise, naming that node."""
         if op not in ("list", "show", "retry", "purge"):
             raise BadArguments(f"no dead-letter operation {op!r} (list, show, retry, purge)")
         if op in ("show", "retry") and not letter_id:
             raise BadArguments(f"deadletters {op} needs the id of a letter")
+        args = (reason, limit) if op == "list" else (reason,) if op == "purge" else (letter_id,)
+        within = max(0.5, timeout * 0.8)
         answers: dict[str, Any] = {}
-        for node in self._config.nodes:
-            state = self._states[node.name]
-            if state.state != "running" or not state.address:
-                continue
-            ref = self.ref(f"{state.address}/{DEAD_LETTERS}").with_options(timeout=5.0)
-            if op in ("list", "purge"):
-                more = (limit,) if op == "list" else ()
-                answers[node.name] = await ref.ask(op, reason, *more)
-                continue
-            found = await ref.ask(op, letter_id)
-            if found is not None:
-                return {**found, "node": node.name}
-        return answers if op in ("list", "purge") else None
+        errors: dict[str, str] = {}
+
+        async def ask(node: str, address: str) -> None:
+            ref = self.ref(f"{address}/{DEAD_LETTERS}").with_options(timeout=within)
+            try:
+                answers[node] = await ref.ask(op, *args)
+            except Exception as exc:  # one node that does not answer is reported as such
+                errors[node] = f"{type(exc).__name__}: {exc}"
+                answers[node] = {UNANSWERED: errors[node]}
+
+        async with trio.open_nursery() as nursery:
+            for node in self._config.nodes:
+                state = self._states[node.name]
+                if state.state == "running" and state.address:
+                    nursery.start_soon(ask, node.name, state.address)
+        if op in ("list", "purge"):
+            return answers
+        for name, found in answers.items():
+            if found is not None and name not in errors:
+                return {**found, "node": name}
+        if errors:
+            failed = "; ".join(f"node {n!r}: {e}" for n, e in sorted(errors.items()))
+            raise ActorctlError(
+                f"no answering node has dead letter {letter_id!r}, and these did not answer "
+                f"within {within:g} s: {failed}"
+            )
+        return None
 
     @handler
     async def down(self) -> str:

@@ -33,7 +33,7 @@ import attrs
 
 from .._errors import ConfigError
 from .._log import log
-from ..actors import Actor, Address, handler
+from ..actors import REDRIVE, Actor, Address, handler
 from ..mailbox import ACCEPTED, BAD_ARGUMENTS, Envelope, IdentityKey, Outcome, decode, encode
 from ._store import Store
 
@@ -42,6 +42,7 @@ __all__ = [
     "DEAD_LETTERS",
     "REASONS",
     "REASON_EXPIRED",
+    "REASON_NOT_RETRIED",
     "REASON_OUT_OF_RETRIES",
     "REASON_POISON",
     "DeadLetterAgent",
@@ -56,7 +57,11 @@ TABLE: Final = "deadletters"
 REASON_OUT_OF_RETRIES: Final = "out-of-retries"
 REASON_POISON: Final = "poison"
 REASON_EXPIRED: Final = "expired"
-REASONS: Final = frozenset({REASON_OUT_OF_RETRIES, REASON_POISON, REASON_EXPIRED})
+#: A retry the cluster could not make (no scheduler to delay it).
+REASON_NOT_RETRIED: Final = "not-retried"
+REASONS: Final = frozenset(
+    {REASON_OUT_OF_RETRIES, REASON_POISON, REASON_EXPIRED, REASON_NOT_RETRIED}
+)
 #: How full (a fraction of ``max``) the table is when an error line is logged.
 ALARM_AT: Final = 0.8
 #: The condition an ``add`` from another identity than the node's is rejected with.
@@ -234,17 +239,19 @@ def summary(record: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def redrive_envelope(record: Mapping[str, Any], clock: Callable[[], float]) -> Envelope:
-    """The message of a letter as it is sent again: the same but for its
-    ``message-id`` (``<id>/redrive``: receivers that saw the original would
-    answer it as a duplicate, docs/protocol.md §5.1), a fresh
-    ``creation-time`` and no ``absolute-expiry-time`` (it is being done now,
-    by hand), without the signature and the headers the letter resets."""
+    """The message of a letter as it is sent again: the same message id,
+    with a ``redrive`` header one more than it had (receivers that saw the
+    original know the copy by it: their duplicate detection folds it into its
+    key, docs/protocol.md §5.1), a fresh ``creation-time`` and no
+    ``absolute-expiry-time`` (it is being done now, by hand), without the
+    signature and the headers the letter resets."""
     envelope = decode(base64.b64decode(record["message"]))
     dropped = {*record.get("reset", ()), "sig", "sig_alg", "sig_key", "sig_node", "origin-key"}
     headers = {k: v for k, v in envelope.headers.items() if k not in dropped}
+    before = headers.get(REDRIVE)
+    headers[REDRIVE] = (before if isinstance(before, int) and before > 0 else 0) + 1
     return attrs.evolve(
         envelope,
-        message_id=f"{envelope.message_id}/redrive",
         creation_time=clock(),
         expiry_time=None,
         headers=headers,
@@ -332,14 +339,16 @@ class DeadLetterAgent(Actor):
     @handler
     async def retry(self, letter_id: str) -> dict[str, Any] | None:
         """Send a letter again to its target, once: the letter leaves the table
-        (a second ``retry`` finds nothing: None)."""
-        record = self._letters.take(letter_id)
+        once its node's backlog holds the message (a second ``retry`` finds
+        nothing: None). A letter that cannot be sent stays."""
+        record = self._letters.get(letter_id)
         if record is None:
             return None
         cell = self._require_cell()
         envelope = redrive_envelope(record, cell.outbox.now)
         target = Address.parse(record["target"])
         await cell.outbox.send(target, envelope, presettled=False, confirm=False, durable=True)
+        self._letters.take(letter_id)
         log(
             "actorctl:deadletter:redriven",
             node=self._letters.node,
@@ -348,7 +357,12 @@ class DeadLetterAgent(Actor):
             trace_id=record["trace_id"],
             target=str(target),
         )
-        return {"id": letter_id, "message_id": envelope.message_id, "target": str(target)}
+        return {
+            "id": letter_id,
+            "message_id": envelope.message_id,
+            "target": str(target),
+            "redrive": envelope.headers[REDRIVE],
+        }
 
     @handler
     async def purge(self, reason: str | None = None) -> int:

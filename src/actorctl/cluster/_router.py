@@ -125,10 +125,12 @@ class Router(Actor):
             await self._hand_over(outbox, envelope)
             return ACCEPTED, None
         tried: set[Address] = set()
-        refusing: set[Address] = set()  # answered modified (e.g. a circuit breaker open)
+        # The instances that answered modified (a circuit breaker open, say):
+        # made at the first such answer, not for every message.
+        refusing: set[Address] | None = None
         reasons: list[str] = []
         for _ in range(3 * len(self.instances)):
-            if len(refusing) == len(self.instances):
+            if refusing is not None and len(refusing) == len(self.instances):
                 break  # every instance refuses it: the sender's backlog tries again later
             fresh = [a for a in self.instances if a not in tried] or self.instances
             target = min(fresh, key=lambda a: self.load[a])
@@ -151,6 +153,8 @@ class Router(Actor):
                 return Outcome.rejected(exc.condition, exc.description), None
             except (Modified, UnknownActor, AskTimeout, PeerUnavailable, trio.TooSlowError) as exc:
                 if isinstance(exc, Modified):
+                    if refusing is None:
+                        refusing = set()
                     refusing.add(target)
                 reason = f"{target}: {type(exc).__name__} {exc}".strip()
                 reasons.append(reason)

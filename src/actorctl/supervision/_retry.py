@@ -158,13 +158,25 @@ class RetryPolicy:
 
     def with_wire(self, text: object) -> RetryPolicy:
         """This policy with the numbers of a header (:meth:`to_wire`); an
-        unreadable header leaves it as it is (and is logged)."""
+        unreadable header leaves it as it is (and is logged). A message cannot
+        make retries unbounded: ``"max_retries": null`` there is ignored (and
+        logged), and the bound stays this policy's."""
         try:
             given = json.loads(text) if isinstance(text, str) else None
             if not isinstance(given, Mapping):
                 raise ValueError("not a JSON object")
             known = {"max_retries", "interval_start", "interval_step", "interval_max", "jitter"}
-            return attrs.evolve(self, **{k: v for k, v in given.items() if k in known})
+            numbers = {k: v for k, v in given.items() if k in known}
+            if "max_retries" in numbers and numbers["max_retries"] is None:
+                del numbers["max_retries"]
+                log(
+                    "actorctl:retry:unbounded-ignored",
+                    header=str(text)[:200],
+                    max_retries=self.max_retries,
+                    why="a message cannot lift the bound of its task's retries "
+                    '("max_retries": null): the task\'s bound stays',
+                )
+            return attrs.evolve(self, **numbers)
         except (ValueError, TypeError, ConfigError) as exc:
             log("actorctl:retry:bad-policy", header=str(text)[:200], error=str(exc))
             return self

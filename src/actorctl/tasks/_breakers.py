@@ -17,14 +17,31 @@ router's backlog keeps it (durably) and sends it again until one closes.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
+
+import attrs
 
 from .._errors import ConfigError
-from ..supervision import Breaker, BreakerPolicy
+from .._log import log
+from ..actors import Address, BadArguments, Outbox
+from ..mailbox import ACCEPTED, Envelope, Outcome
+from ..supervision import (
+    CIRCUIT_OPEN,
+    POISON,
+    Breaker,
+    BreakerPolicy,
+    RetryPolicy,
+    failure_mark,
+)
 from ._limits import TaskFailure
+from ._policies import retry_policy_of
 from ._task import Retry, Task
 
-__all__ = ["policy_of", "record", "task_breakers"]
+__all__ = ["KEPT", "downstream_failure", "policy_of", "record", "refuse", "task_breakers"]
+
+#: The suffix of the message id of a task that a worker with no router in
+#: front keeps in its own node's backlog while its breaker is open.
+KEPT: Final = "/kept"
 
 
 def policy_of(name: str, options: Mapping[str, Any]) -> BreakerPolicy:
@@ -81,13 +98,60 @@ def task_breakers(
     return by_task, by_name
 
 
-def record(breaker: Breaker, ran: list[Any] | BaseException | None) -> None:
-    """Tell ``breaker`` how a run went: values are a success, an exception (or
-    a retry of one) a failure, None (it did not run: revoked, expired) neither."""
+def record(
+    breaker: Breaker, ran: list[Any] | BaseException | None, task: Task, envelope: Envelope
+) -> None:
+    """Tell ``breaker`` how a run went: values are a success; a failure of
+    what it guards (:func:`downstream_failure`) a failure; anything else (it
+    did not run: revoked, expired; or it failed in a way that says nothing of
+    what the breaker guards) neither."""
     if isinstance(ran, list):
         breaker.succeeded()
-    elif ran is None or (isinstance(ran, TaskFailure) and ran.type_name == "TaskRevoked"):
+    elif ran is None or not downstream_failure(ran, task, envelope):
         breaker.released()
     else:
         cause = ran.exc if isinstance(ran, Retry) and ran.exc is not None else ran
         breaker.failed(f"{type(cause).__name__}: {cause}")
+
+
+def downstream_failure(ran: BaseException, task: Task, envelope: Envelope) -> bool:
+    """Whether a failed run counts against the task's breaker: a failure its
+    retry policy would retry (bad luck downstream), a retry the task asked
+    for, or a run stopped by its time limit (a downstream that hangs). Not a
+    programming error (the policy's ``never``), a failure inside
+    ``poisonous()``, arguments that do not fit, or a revoke: another attempt,
+    whatever the downstream does, fails the same way."""
+    if isinstance(ran, Retry):
+        ran = ran.exc if ran.exc is not None else ran
+        if isinstance(ran, Retry):
+            return True
+    if isinstance(ran, TaskFailure):
+        return ran.type_name != "TaskRevoked"
+    mark = failure_mark(ran)
+    if mark == POISON or isinstance(ran, BadArguments):
+        return False
+    policy = mark if isinstance(mark, RetryPolicy) else retry_policy_of(task, envelope)
+    return policy.retries(ran)
+
+
+async def refuse(
+    envelope: Envelope, task: str, refused: str, *, routed: bool, here: Address, outbox: Outbox
+) -> tuple[Outcome, None]:
+    """The task's breaker is open: answer ``modified`` when the pool has a
+    router in front (``routed``: the router, or its backlog, offers it again
+    later), or when it came from this node's own backlog (below).
+
+    With no router in front (a cluster with no services node) a caller's send
+    is neither durable nor confirmed, and nobody would send it again: the
+    worker keeps the task in its own node's durable backlog instead, as
+    ``<message id>/kept`` sent to itself (a new id: the receiver remembers the
+    caller's as handled), and accepts it. The backlog offers it again with
+    backoff; it runs once the breaker lets it in (docs/fault-tolerance.md).
+    """
+    outcome = Outcome.modified(CIRCUIT_OPEN, f"task {task}: {refused}")
+    if routed or envelope.message_id.endswith(KEPT):
+        return outcome, None
+    kept = attrs.evolve(envelope, message_id=envelope.message_id + KEPT, to=str(here))
+    await outbox.send(here, kept, presettled=False, confirm=False, durable=True)
+    log("actorctl:task:kept", task=task, message_id=envelope.message_id, why=refused)
+    return ACCEPTED, None

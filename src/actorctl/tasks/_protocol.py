@@ -14,7 +14,7 @@ import os
 import zlib
 from typing import Any, Final
 
-from ..mailbox import BAD_ARGUMENTS, DECODE_ERROR, UNKNOWN_HANDLER
+from ..mailbox import BAD_ARGUMENTS, DECODE_ERROR, UNKNOWN_HANDLER, Envelope
 
 __all__ = [
     "BAD_ARGUMENTS",
@@ -35,6 +35,8 @@ __all__ = [
     "SUCCESS",
     "UNKNOWN_HANDLER",
     "compact",
+    "envelope_retries",
+    "envelope_task_id",
     "header_sinks",
     "new_task_id",
     "pack_chain",
@@ -184,3 +186,16 @@ def header_sinks(headers: Any) -> list[str]:
     """The data sinks a message's ``sinks`` header names."""
     sinks = headers.get(H_SINKS)
     return [s for s in sinks.split(",") if s] if isinstance(sinks, str) else []
+
+
+def envelope_retries(envelope: Envelope) -> int:
+    """The retry count a task command carries (its ``retries`` header; 0 if
+    none, or not an integer)."""
+    retries = envelope.headers.get(H_RETRIES, 0)
+    return retries if isinstance(retries, int) else 0
+
+
+def envelope_task_id(envelope: Envelope) -> str:
+    """A task command's task id: its ``task_id`` header, else its correlation
+    id, else its message id."""
+    return str(envelope.headers.get(H_TASK_ID) or envelope.correlation_id or envelope.message_id)

@@ -44,13 +44,13 @@ from ._protocol import (
     FAILURE,
     H_ETA,
     H_POOL,
-    H_RETRIES,
-    H_TASK_ID,
     NO_POOL,
     REVOKED,
     REVOKED_MEMORY,
     SCHEDULER_NAME,
     UNKNOWN_HANDLER,
+    envelope_retries,
+    envelope_task_id,
 )
 from ._state import DELAYED, record_revokes, store_of, stored_revokes
 
@@ -67,15 +67,6 @@ class _Held:
     task_id: str
     due: float
     envelope: Envelope
-
-
-def _retries(envelope: Envelope) -> int:
-    retries = envelope.headers.get(H_RETRIES, 0)
-    return retries if isinstance(retries, int) else 0
-
-
-def _task_id(envelope: Envelope) -> str:
-    return str(envelope.headers.get(H_TASK_ID) or envelope.correlation_id or envelope.message_id)
 
 
 class Scheduler(Actor):
@@ -190,9 +181,9 @@ class Scheduler(Actor):
             ), None
         if envelope.message_id in self.held:
             return ACCEPTED, None  # sent again: held once
-        if _task_id(envelope) in self.revoked:
+        if envelope_task_id(envelope) in self.revoked:
             await self._finish(
-                _Held(_task_id(envelope), 0.0, envelope),
+                _Held(envelope_task_id(envelope), 0.0, envelope),
                 REVOKED,
                 {"reason": "revoked before it reached the scheduler"},
             )
@@ -205,7 +196,7 @@ class Scheduler(Actor):
     def _arm(self, envelope: Envelope) -> None:
         eta = envelope.headers.get(H_ETA)
         due = float(eta) if isinstance(eta, int | float) else 0.0
-        held = _Held(_task_id(envelope), due, envelope)
+        held = _Held(envelope_task_id(envelope), due, envelope)
         self.held[envelope.message_id] = held
         self.waiting.setdefault(held.task_id, set()).add(envelope.message_id)
         heapq.heappush(self._heap, (due, envelope.message_id))
@@ -271,7 +262,7 @@ class Scheduler(Actor):
                 str(envelope.headers.get(H_POOL)),
                 REASON_EXPIRED,
                 {"type": "Expired", "message": reason},
-                _retries(envelope),
+                envelope_retries(envelope),
             )
             return
         try:

@@ -16,7 +16,6 @@ so the next task starts while the last one's follow-ups are being stored.
 from __future__ import annotations
 
 import functools
-import json
 from collections.abc import Mapping
 from typing import Any, ClassVar, Final
 
@@ -25,12 +24,18 @@ import trio
 from .._errors import ActorctlError, WireFormatError
 from .._log import log
 from ..actors import Actor, Address, BadArguments
-from ..cluster import DEAD_LETTERS, REASON_EXPIRED, REASON_OUT_OF_RETRIES, REASON_POISON
+from ..cluster import (
+    DEAD_LETTERS,
+    REASON_EXPIRED,
+    REASON_NOT_RETRIED,
+    REASON_OUT_OF_RETRIES,
+    REASON_POISON,
+)
 from ..mailbox import ACCEPTED, Envelope, Outcome
-from ..supervision import CIRCUIT_OPEN, POISON, Boxed, RetryPolicy, failure_mark
+from ..supervision import POISON, Boxed, RetryPolicy, failure_mark
 from . import _hooks as hooks
 from . import _signals as signals
-from ._breakers import record, task_breakers
+from ._breakers import record, refuse, task_breakers
 from ._client import Directory, TaskClient, using_client
 from ._control import WorkerState
 from ._followups import FollowUps
@@ -43,16 +48,13 @@ from ._limits import (
     run_inline,
     run_thread,
 )
+from ._policies import NO_SCHEDULER, delay_bound, limits_of, retry_policy_of, warn_no_scheduler
 from ._protocol import (
     BAD_ARGUMENTS,
     DECODE_ERROR,
     FAILURE,
     H_MAP,
-    H_RETRIES,
-    H_RETRY_POLICY,
     H_SINKS,
-    H_TASK_ID,
-    H_TIMELIMIT,
     H_TRACK,
     RETRY,
     REVOKED,
@@ -61,6 +63,8 @@ from ._protocol import (
     SUCCESS,
     UNKNOWN_SINK,
     UNKNOWN_TASK,
+    envelope_retries,
+    envelope_task_id,
     header_sinks,
 )
 from ._registry import TaskRegistry
@@ -125,6 +129,8 @@ class TaskWorker(Actor):
         dead_letters = Address(here.host, here.port, DEAD_LETTERS, here.scheme)
         self._followups = FollowUps(client, self.pool, dead_letters, self.app.conf.result_expires)
         hooks.worker_up(self.state, str(getattr(outbox, "name", "")))
+        if SCHEDULER not in self.directory.addresses:
+            warn_no_scheduler(self.app.tasks.values(), self.pool)
 
     async def on_stop(self) -> None:
         """Runs in the actor's last task: the node's last worker sends worker_shutdown."""
@@ -177,13 +183,22 @@ class TaskWorker(Actor):
         if H_SINKS in envelope.headers and (bad := self._unknown_sink(envelope)) is not None:
             await followups.report(envelope, FAILURE, {"type": "ConfigError", "message": bad})
             return Outcome.rejected(UNKNOWN_SINK, bad), None
-        task_id = str(
-            envelope.headers.get(H_TASK_ID) or envelope.correlation_id or envelope.message_id
-        )
+        task_id = envelope_task_id(envelope)
         breaker = self._breakers.get(task.name)
         if breaker is not None and not breaker.closed and (refused := breaker.admit()):
-            return Outcome.modified(CIRCUIT_OPEN, f"task {task.name}: {refused}"), None
+            return await self._refuse(envelope, task, refused)
+        # Admitted while closed: the breaker may trip while the task waits for
+        # a run slot (the worker holds runs + SETTLING messages), so it is
+        # asked again once the slot is taken. (A half-open probe is not.)
+        admitted_closed = breaker is not None and breaker.closed
         async with self._runs:
+            if (
+                admitted_closed
+                and breaker is not None
+                and not breaker.closed
+                and (refused := breaker.admit())
+            ):
+                return await self._refuse(envelope, task, refused)
             why_not = self._why_not_run(envelope, task_id)
             if why_not is None:
                 if envelope.headers.get(H_TRACK):
@@ -192,18 +207,27 @@ class TaskWorker(Actor):
                     hooks.prerun(task, task_id, args, kwargs)
                 ran = await self._run_all(envelope, task, task_id, calls)
         if breaker is not None:
-            record(breaker, None if why_not is not None else ran)
+            record(breaker, None if why_not is not None else ran, task, envelope)
         if why_not is not None:
             hooks.revoked(task, task_id, args, kwargs, why_not)
             await followups.report(envelope, REVOKED, {"reason": why_not})
             if why_not.startswith("expired"):
                 error = {"type": "Expired", "message": why_not}
-                await followups.dead_letter(envelope, REASON_EXPIRED, error, _retries(envelope))
+                await followups.dead_letter(
+                    envelope, REASON_EXPIRED, error, envelope_retries(envelope)
+                )
             return ACCEPTED, None
         state = await self._follow(envelope, task, task_id, ran)
         if signals.task_postrun.receivers:
             hooks.postrun(task, task_id, args, kwargs, _retval(envelope, ran), state)
         return ACCEPTED, None
+
+    async def _refuse(self, envelope: Envelope, task: Task, refused: str) -> Handled:
+        routed = self.pool in self.directory.accepting
+        outbox = self.followups.client.outbox
+        return await refuse(
+            envelope, task.name, refused, routed=routed, here=self.address, outbox=outbox
+        )
 
     def _unknown_sink(self, envelope: Envelope) -> str | None:
         """Why a sink the task names cannot get its result, or None: a task
@@ -229,7 +253,7 @@ class TaskWorker(Actor):
         self, envelope: Envelope, task: Task, task_id: str, calls: list[_Call]
     ) -> list[Any] | BaseException:
         """Run the task (each call of a map): its values, or what it raised."""
-        retries = _retries(envelope)
+        retries = envelope_retries(envelope)
         try:
             return [
                 await self._run(task, task_id, retries, call_args, call_kwargs, envelope.headers)
@@ -244,7 +268,7 @@ class TaskWorker(Actor):
         """Send what follows a run: its result, next step and callbacks, or its
         failure and errbacks, or its retry. Returns the run's state."""
         followups = self.followups
-        retries = _retries(envelope)
+        retries = envelope_retries(envelope)
         if isinstance(ran, list):
             value = ran if envelope.headers.get(H_MAP) else ran[0]
             await followups.succeed(envelope, value)
@@ -268,13 +292,13 @@ class TaskWorker(Actor):
             mark = failure_mark(exc)
             why = "poison" if mark == POISON else "never retried"
             if mark != POISON and not isinstance(exc, BadArguments):
-                policy = mark if isinstance(mark, RetryPolicy) else _policy_of(task, envelope)
+                policy = mark if isinstance(mark, RetryPolicy) else retry_policy_of(task, envelope)
                 if policy.retries(exc):
                     if self._can_delay(task, policy, retries):
                         return await self._retry(
                             envelope, task, task_id, retries, exc, None, policy
                         )
-                    why = "not retried: no scheduler to delay it"
+                    why = NO_SCHEDULER
             error = {
                 "type": type(exc).__name__,
                 "message": str(exc),
@@ -290,6 +314,8 @@ class TaskWorker(Actor):
             )
             if mark == POISON:
                 await followups.dead_letter(envelope, REASON_POISON, error, retries)
+            elif why == NO_SCHEDULER:
+                await followups.dead_letter(envelope, REASON_NOT_RETRIED, error, retries)
             await followups.fail(envelope, task_id, error)
             hooks.failed(task, task_id, *envelope.call(), exc)
             return FAILURE
@@ -300,7 +326,7 @@ class TaskWorker(Actor):
         already (then the task is dead-lettered: ``_retry``)."""
         if policy.exhausted(retries) or SCHEDULER in self.directory.addresses:
             return True
-        return _delay_bound(task, policy, retries) <= 0.001
+        return delay_bound(task, policy, retries) <= 0.001
 
     async def _retry(
         self,
@@ -314,7 +340,7 @@ class TaskWorker(Actor):
     ) -> str:
         """Send the task again later (the scheduler holds it), or, its retries
         spent, fail it and dead-letter it."""
-        policy = policy or _policy_of(task, envelope)
+        policy = policy or retry_policy_of(task, envelope)
         error = {
             "type": type(exc).__name__ if exc is not None else "Retry",
             "message": str(exc) if exc is not None else "retry requested",
@@ -335,9 +361,27 @@ class TaskWorker(Actor):
             await self.followups.fail(envelope, task_id, error)
             hooks.failed(task, task_id, *envelope.call(), exc or Retry())
             return FAILURE
-        bound = _delay_bound(task, policy, retries) if countdown is None else countdown
+        bound = delay_bound(task, policy, retries) if countdown is None else countdown
         if countdown is None:
             countdown = policy.delay(retries) if task.default_retry_delay is None else bound
+        if countdown > 0.001 and SCHEDULER not in self.directory.addresses:
+            error["message"] = (
+                f"task {task.name} asked for a retry in {countdown:g} s, but the cluster has "
+                "no scheduler to delay it: add a services node (services = true in "
+                "cluster.toml), or retry with countdown=0"
+            )
+            log(
+                "actorctl:task:failed",
+                task=task.name,
+                task_id=task_id,
+                why=NO_SCHEDULER,
+                error_type=error["type"],
+                error=error["message"],
+            )
+            await self.followups.dead_letter(envelope, REASON_NOT_RETRIED, error, retries)
+            await self.followups.fail(envelope, task_id, error)
+            hooks.failed(task, task_id, *envelope.call(), exc or Retry())
+            return FAILURE
         await self.followups.retry(envelope, task_id, retries, error, countdown)
         log(
             "actorctl:task:retry",
@@ -382,7 +426,7 @@ class TaskWorker(Actor):
         Raises:
             TaskFailure: it ran past its hard limit, or was terminated.
         """
-        limits = _limits_of(task, headers)
+        limits = limits_of(task, headers)
         if task.bind:
             aborted = functools.partial(self.state.revoked.__contains__, task_id)
             ctx = TaskContext(
@@ -442,39 +486,3 @@ def _retval(envelope: Envelope, ran: list[Any] | BaseException) -> Any:
     if isinstance(ran, list):
         return ran if envelope.headers.get(H_MAP) else ran[0]
     return ran
-
-
-def _retries(envelope: Envelope) -> int:
-    retries = envelope.headers.get(H_RETRIES, 0)
-    return retries if isinstance(retries, int) else 0
-
-
-def _delay_bound(task: Task, policy: RetryPolicy, retries: int) -> float:
-    """The longest delay of retry ``retries``: Celery's ``default_retry_delay``
-    (doubled each retry with ``retry_backoff``), if the task has one, else the
-    policy's backoff bound."""
-    if task.default_retry_delay is None:
-        return policy.bound(retries)
-    return task.default_retry_delay * (2**retries if task.retry_backoff else 1)
-
-
-def _policy_of(task: Task, envelope: Envelope) -> RetryPolicy:
-    """The task's retry policy, as its message's ``retry_policy`` header
-    overrides it (a call's own, docs/fault-tolerance.md)."""
-    given = envelope.headers.get(H_RETRY_POLICY)
-    return task.retry_policy if given is None else task.retry_policy.with_wire(given)
-
-
-def _limits_of(task: Task, headers: Mapping[str, Any]) -> TimeLimits:
-    """The task's limits, as its message's ``timelimit`` header overrides them
-    (an unreadable header is ignored, docs/protocol.md §14.2)."""
-    hard, soft = task.time_limit, task.soft_time_limit
-    given = headers.get(H_TIMELIMIT)
-    if isinstance(given, str):
-        try:
-            hard_given, soft_given = json.loads(given)
-            hard = hard if hard_given is None else float(hard_given)
-            soft = soft if soft_given is None else float(soft_given)
-        except (ValueError, TypeError):
-            pass
-    return TimeLimits(hard, soft)

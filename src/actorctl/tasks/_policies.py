@@ -1,0 +1,75 @@
+"""What a task worker reads off a task and its message: the retry policy that
+applies (the call's over the task's), the longest delay of a retry, the time
+limits; and the warning a worker logs when nothing can delay its retries.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any, Final
+
+from .._log import log
+from ..mailbox import Envelope
+from ..supervision import RetryPolicy
+from ._limits import TimeLimits
+from ._protocol import H_RETRY_POLICY, H_TIMELIMIT
+from ._task import Task
+
+__all__ = ["NO_SCHEDULER", "delay_bound", "limits_of", "retry_policy_of", "warn_no_scheduler"]
+
+#: Why a retry was not made (logged, and the dead letter's reason not-retried).
+NO_SCHEDULER: Final = "not retried: no scheduler to delay it"
+
+
+def warn_no_scheduler(tasks: Iterable[Task], pool: str) -> None:
+    """Once, as a worker starts in a cluster with no scheduler: the tasks of
+    its pool whose retries need one (a delay over 1 ms) are not retried there."""
+    needing = sorted(
+        task.name
+        for task in tasks
+        if task.pool == pool
+        and not task.retry_policy.exhausted(0)
+        and delay_bound(task, task.retry_policy, 0) > 0.001
+    )
+    if needing:
+        log(
+            "actorctl:worker:no-scheduler",
+            level="warning",
+            pool=pool,
+            tasks=needing,
+            why="the cluster has no services node, so no scheduler delays retries: a failure "
+            "these tasks' policies would retry fails at once and becomes a dead letter "
+            "(reason not-retried); add a node with services = true",
+        )
+
+
+def delay_bound(task: Task, policy: RetryPolicy, retries: int) -> float:
+    """The longest delay of retry ``retries``: Celery's ``default_retry_delay``
+    (doubled each retry with ``retry_backoff``), if the task has one, else the
+    policy's backoff bound."""
+    if task.default_retry_delay is None:
+        return policy.bound(retries)
+    return task.default_retry_delay * (2**retries if task.retry_backoff else 1)
+
+
+def retry_policy_of(task: Task, envelope: Envelope) -> RetryPolicy:
+    """The task's retry policy, as its message's ``retry_policy`` header
+    overrides it (a call's own, docs/fault-tolerance.md)."""
+    given = envelope.headers.get(H_RETRY_POLICY)
+    return task.retry_policy if given is None else task.retry_policy.with_wire(given)
+
+
+def limits_of(task: Task, headers: Mapping[str, Any]) -> TimeLimits:
+    """The task's limits, as its message's ``timelimit`` header overrides them
+    (an unreadable header is ignored, docs/protocol.md §14.2)."""
+    hard, soft = task.time_limit, task.soft_time_limit
+    given = headers.get(H_TIMELIMIT)
+    if isinstance(given, str):
+        try:
+            hard_given, soft_given = json.loads(given)
+            hard = hard if hard_given is None else float(hard_given)
+            soft = soft if soft_given is None else float(soft_given)
+        except (ValueError, TypeError):
+            pass
+    return TimeLimits(hard, soft)
