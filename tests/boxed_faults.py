@@ -4,10 +4,11 @@ RECORDS names (one line per run: its key and this process's pid).
 
 Handlers: ``note(key)`` records and returns key; ``crash(key)`` records, then
 exits 1 the first time a key is seen (it runs again on the restarted process
-and returns); ``hold(key)`` records, then the first time blocks until the
-process is killed (it returns when run again); ``block(key)`` records and
-blocks for good; ``request()`` returns the request record it got; ``big(n)``
-returns a string of n bytes; ``spin()`` loops forever; ``garbage()`` writes a
+and returns); ``hold(key)`` records, then the first time says so on the pipe
+BOXED_HOLDING names (if any) and blocks until the process is killed (it
+returns when run again); ``block(key)`` records and blocks for good;
+``request()`` returns the request record it got; ``big(n)`` returns a string
+of n bytes; ``spin()`` loops forever; ``garbage()`` writes a
 line that is not JSON; ``hog()`` allocates until it cannot and exits 3
 (out of memory, as docs/boxed.md asks); ``mute()`` stops reading and writing
 (no heartbeat answers) without running any request.
@@ -22,6 +23,8 @@ import threading
 import time
 
 RECORDS = os.environ.get("BOXED_RECORDS", os.devnull)
+#: A named pipe the test reads: ``hold`` says there that it holds (its key, pid).
+HOLDING = os.environ.get("BOXED_HOLDING")
 lock = threading.Lock()
 out = sys.stdout
 
@@ -57,6 +60,9 @@ def run(request: dict[str, object]) -> None:
             record(args[0])
             if seen(args[0]) == 1:
                 print(f"holding {args[0]}", file=sys.stderr, flush=True)
+                if HOLDING:
+                    with open(HOLDING, "w") as pipe:
+                        pipe.write(f"{args[0]} {os.getpid()}\n")
                 threading.Event().wait()  # until the test kills this process
             value = args[0]
         elif handler == "request":

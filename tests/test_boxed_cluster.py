@@ -14,13 +14,14 @@ A language whose program is not installed (node, cc) is skipped, naming it.
 from __future__ import annotations
 
 import os
+import select
 import shutil
 import signal
 import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -59,9 +60,10 @@ def without(text: str, pool: str) -> str:
 
 
 class Cluster:
-    def __init__(self, path: Path, records: Path) -> None:
+    def __init__(self, path: Path, records: Path, holding: Path) -> None:
         self.path = path
         self.records = records
+        self.holding = holding  # a named pipe: tests/boxed_faults.py `hold` writes there
 
     def runs(self) -> list[tuple[str, int]]:
         if not self.records.exists():
@@ -75,7 +77,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     directory = tmp_path_factory.mktemp("boxed")
     records = directory / "records"
     records.touch()
-    env = {"BOXED_RECORDS": str(records)}
+    holding = directory / "holding"
+    os.mkfifo(holding)
+    env = {"BOXED_RECORDS": str(records), "BOXED_HOLDING": str(holding)}
     text = cluster_text().replace('"python"]', '"python", "faults"]') + FAULT_POOL
     for pool, missing in MISSING.items():
         if missing is not None:
@@ -88,7 +92,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     toml = directory / "boxed.toml"
     toml.write_text(text)
     with running_cluster(toml, echo=False, env=env) as path, app.connect(path):
-        yield Cluster(path, records)
+        yield Cluster(path, records, holding)
 
 
 def needs(pool: str) -> None:
@@ -136,15 +140,6 @@ def test_an_error_raised_in_the_worker_reaches_the_caller_with_its_type_and_mess
         assert isinstance(raised.value, ValueError)
 
 
-def wait_until(what: str, check: Callable[[], bool]) -> None:
-    """Look at the records file until ``check`` holds (the processes write it)."""
-    deadline = time.monotonic() + WAIT
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {WAIT:g} s: {what}")
-        time.sleep(0.05)
-
-
 def test_tasks_whose_process_exits_run_again_on_the_restarted_process(cluster: Cluster) -> None:
     # Given tasks whose process exits 1 the first time each runs
     keys = [f"exit-{i}" for i in range(6)]
@@ -160,10 +155,20 @@ def test_tasks_whose_process_exits_run_again_on_the_restarted_process(cluster: C
 
 
 def test_a_task_whose_process_is_killed_with_sigkill_runs_again(cluster: Cluster) -> None:
-    # Given a task in flight on a process (it holds there the first time)
-    result = app.send_task("hold", ["killed"], pool="faults")
-    wait_until("the task ran", lambda: any(key == "killed" for key, _ in cluster.runs()))
-    [(_, pid)] = [run for run in cluster.runs() if run[0] == "killed"]
+    # Given a task in flight on a process (it holds there the first time, and
+    # says so on a named pipe: the test waits for that, not on the clock)
+    # (read and write ends both held here: no end-of-file before the worker writes)
+    pipe = os.open(cluster.holding, os.O_RDWR)
+    try:
+        result = app.send_task("hold", ["killed"], pool="faults")
+        readable, _, _ = select.select([pipe], [], [], WAIT)
+        assert readable, f"the task did not start holding within {WAIT:g} s"
+        key, pid_text = os.read(pipe, 256).decode().split()
+    finally:
+        os.close(pipe)
+    pid = int(pid_text)
+    assert key == "killed"
+    assert [run for run in cluster.runs() if run[0] == "killed"] == [("killed", pid)]
     # When the test kills that process with SIGKILL
     os.kill(pid, signal.SIGKILL)
     # Then the task runs again, on the restarted process, and is answered
