@@ -414,7 +414,7 @@ def test_the_worker_keeps_results_as_long_as_result_expires_says(cluster: Path) 
 @pytest.mark.parametrize(
     ("options", "says"),
     [
-        ({"rate_limit": "10/s"}, "Celery's rate_limit= is not supported: a pool's `concurrency`"),
+        ({"compression": "zlib"}, "Celery's compression= is not supported: messages are JSON"),
         ({"acks_late": "no"}, "acks_late='no': give True (the default: at-least-once)"),
         ({"queue": "a", "pool": "b"}, "Celery's queue is actorctl's pool: give pool= only"),
         ({"max_retry": 3}, "unknown option max_retry=3 (did you mean max_retries=?)"),

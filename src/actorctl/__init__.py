@@ -54,9 +54,11 @@ from .supervision import poisonous as poisonous
 from .supervision import retry as retry
 from .tasks import App as App
 from .tasks import AsyncResult as AsyncResult
+from .tasks import Concurrency as Concurrency
 from .tasks import DataSink as DataSink
 from .tasks import Directory as Directory
 from .tasks import GroupResult as GroupResult
+from .tasks import RateLimit as RateLimit
 from .tasks import Retry as Retry
 from .tasks import Signature as Signature
 from .tasks import Task as Task
@@ -85,6 +87,7 @@ __all__ = [
     "BreakerPolicy",
     "ChildError",
     "CircuitBreaker",
+    "Concurrency",
     "ConfigError",
     "DataSink",
     "DeliveryError",
@@ -101,6 +104,7 @@ __all__ = [
     "PeerUnavailable",
     "ProcessExited",
     "ProcessSpec",
+    "RateLimit",
     "Rejected",
     "RemoteError",
     "Restart",

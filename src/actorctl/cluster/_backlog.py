@@ -15,8 +15,9 @@ could not take (``modified``, released) is sent again later, with backoff; one
 that a router moves on from instance to instance because each refuses it
 (``modified``: every circuit breaker open) moves with the same backoff.
 Either way for as long as the node lives, and from the store again after a
-restart. Order: oldest first, except that a message sent again goes behind
-those waiting. A message refused past its ``absolute-expiry-time`` (every
+restart. Order: highest ``priority`` header first (0-9; 4 when it has none),
+then oldest first, except that a message sent again goes behind those of its
+priority that wait. A message refused past its ``absolute-expiry-time`` (every
 instance refused it until its deadline), or whose deadline passes while it
 waits for its peer to come back, is not sent again: it goes to the node's dead
 letters (``_deadletters.py``), reason ``expired``.
@@ -46,6 +47,9 @@ from ._store import Store
 __all__ = ["Backlog", "Reroute"]
 
 TABLE: Final = "backlog"
+#: The header that orders a lane (AMQP's priority: 0-9, 4 by default).
+PRIORITY: Final = "priority"
+PRIORITY_DEFAULT: Final = 4
 _RETRY_FIRST: Final = 0.1
 _RETRY_MAX: Final = 30.0
 
@@ -58,7 +62,7 @@ Done = Callable[[Outcome], None]
 
 @final
 class _Entry:
-    __slots__ = ("address", "attempts", "envelope", "fled", "on_done", "reroute")
+    __slots__ = ("address", "attempts", "envelope", "fled", "on_done", "priority", "reroute")
 
     def __init__(
         self,
@@ -72,6 +76,7 @@ class _Entry:
         self.on_done = on_done
         self.reroute = reroute
         self.attempts = 0
+        self.priority = _priority(envelope)
         # It left a lane whose peer was unreachable, and has not been sent
         # since: it waits where it went rather than move again (were every
         # instance down, it would go round them without end).
@@ -183,7 +188,16 @@ class Backlog:
                 raise ActorctlError(f"node {self.name!r} is not running: its backlog cannot send")
             lane = self._lanes[entry.address] = _Lane()
             self._nursery.start_soon(self._publish, entry.address, lane)
-        lane.queue.append(entry)
+        queue = lane.queue
+        if not queue or queue[-1].priority >= entry.priority:
+            queue.append(entry)
+        else:
+            # Ahead of the lower priorities that wait, behind its equals; never
+            # ahead of the first, which may be on its way out.
+            at = len(queue)
+            while at > 1 and queue[at - 1].priority < entry.priority:
+                at -= 1
+            queue.insert(at, entry)
         lane.lot.unpark()
 
     def waiting_for(self, endpoint: tuple[str, int]) -> bool:
@@ -339,6 +353,15 @@ class Backlog:
             entry.on_done(outcome)
         if not len(self):
             self._emptied.unpark_all()
+
+
+def _priority(envelope: Envelope) -> int:
+    """A message's ``priority`` header (0-9, higher first; 4 when absent),
+    which orders what waits in a lane."""
+    given = envelope.headers.get(PRIORITY)
+    if isinstance(given, int) and not isinstance(given, bool):
+        return max(0, min(9, given))
+    return PRIORITY_DEFAULT
 
 
 def _expired(entry: _Entry, now: float) -> bool:

@@ -161,22 +161,7 @@ class Controller(Actor):
             raise BadArguments(f"deadletters {op} needs the id of a letter")
         args = (reason, limit) if op == "list" else (reason,) if op == "purge" else (letter_id,)
         within = max(0.5, timeout * 0.8)
-        answers: dict[str, Any] = {}
-        errors: dict[str, str] = {}
-
-        async def ask(node: str, address: str) -> None:
-            ref = self.ref(f"{address}/{DEAD_LETTERS}").with_options(timeout=within)
-            try:
-                answers[node] = await ref.ask(op, *args)
-            except Exception as exc:  # one node that does not answer is reported as such
-                errors[node] = f"{type(exc).__name__}: {exc}"
-                answers[node] = {UNANSWERED: errors[node]}
-
-        async with trio.open_nursery() as nursery:
-            for node in self._config.nodes:
-                state = self._states[node.name]
-                if state.state == "running" and state.address:
-                    nursery.start_soon(ask, node.name, state.address)
+        answers, errors = await self._ask_nodes(DEAD_LETTERS, op, args, within)
         if op in ("list", "purge"):
             return answers
         for name, found in answers.items():
@@ -189,6 +174,54 @@ class Controller(Actor):
                 f"within {within:g} s: {failed}"
             )
         return None
+
+    @handler
+    async def broadcast(
+        self, actor: str, op: str, args: list[Any] | None = None, timeout: float = 10.0
+    ) -> dict[str, Any]:
+        """Ask ``op`` (with ``args``) of the actor named ``actor`` on every running
+        node that hosts one, at once (``actorctl control``): each node's answer,
+        or ``{"unanswered": why}`` for one that did not answer within the
+        caller's ``timeout`` (less a margin)."""
+        if not isinstance(args, list | None):
+            raise BadArguments(f"broadcast: args={args!r}: give a list")
+        answers, _ = await self._ask_nodes(
+            str(actor), str(op), tuple(args or ()), max(0.5, timeout * 0.8), hosting=True
+        )
+        return answers
+
+    async def _ask_nodes(
+        self,
+        actor: str,
+        op: str,
+        args: tuple[Any, ...],
+        within: float,
+        *,
+        hosting: bool = False,
+    ) -> tuple[dict[str, Any], dict[str, str]]:
+        """Ask ``actor`` on each running node (with ``hosting``, only those whose
+        actors include it) at once: the answers by node, and the errors of those
+        that did not answer (their answer is then ``{"unanswered": why}``)."""
+        answers: dict[str, Any] = {}
+        errors: dict[str, str] = {}
+
+        async def ask(node: str, address: str) -> None:
+            ref = self.ref(f"{address}/{actor}").with_options(timeout=within)
+            try:
+                answers[node] = await ref.ask(op, *args)
+            except Exception as exc:  # one node that does not answer is reported as such
+                errors[node] = f"{type(exc).__name__}: {exc}"
+                answers[node] = {UNANSWERED: errors[node]}
+
+        async with trio.open_nursery() as nursery:
+            for node in self._config.nodes:
+                state = self._states[node.name]
+                if state.state != "running" or not state.address:
+                    continue
+                if hosting and actor not in state.actors:
+                    continue
+                nursery.start_soon(ask, node.name, state.address)
+        return answers, errors
 
     @handler
     async def down(self) -> str:

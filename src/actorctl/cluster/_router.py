@@ -37,6 +37,7 @@ import attrs
 import trio
 
 from .._errors import (
+    ActorctlError,
     AskTimeout,
     Modified,
     PeerUnavailable,
@@ -200,6 +201,15 @@ class Router(Actor):
             adopted = outbox.backlog.adopt(set(self.instances), self._track)
             if adopted:
                 log("actorctl:router:adopted", router=self.address.name, messages=adopted)
+
+    async def pass_on(self, envelope: Envelope) -> None:
+        """Hand ``envelope`` to the node's backlog for the least loaded instance,
+        as a router that ``hands_over`` does with what it takes: for a subclass
+        that held it back first. Returns once the backlog holds it."""
+        outbox = self._require_cell().outbox
+        if not isinstance(outbox, NodeOutbox):
+            raise ActorctlError(f"router {self.address.name!r} hands over only on a node")
+        await self._hand_over(outbox, envelope)
 
     async def _hand_over(self, outbox: NodeOutbox, envelope: Envelope) -> None:
         """Give the message to the node's backlog for the least loaded instance;

@@ -7,6 +7,7 @@ nothing in the runtime imports it.
 """
 
 from ._app import App as App
+from ._budget import Concurrency as Concurrency
 from ._calls import call as call
 from ._canvas import chord as chord
 from ._canvas import group as group
@@ -20,11 +21,13 @@ from ._control import WorkerState as WorkerState
 from ._documents import DataSink as DataSink
 from ._documents import TaskResult as TaskResult
 from ._events import EventHub as EventHub
-from ._hosting import PoolRouter as PoolRouter
 from ._hosting import cluster_directory as cluster_directory
 from ._hosting import task_actors as task_actors
 from ._limits import check_soft_time_limit as check_soft_time_limit
 from ._limits import soft_time_limit as soft_time_limit
+from ._pacing import PoolRouter as PoolRouter
+from ._rates import RateLimit as RateLimit
+from ._rates import rate_limit_of as rate_limit_of
 from ._registry import TaskRegistry as TaskRegistry
 from ._results import AsyncResult as AsyncResult
 from ._results import GroupResult as GroupResult

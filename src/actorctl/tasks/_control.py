@@ -13,21 +13,23 @@ state of a task whose document that node sent (``_documents.py``).
 
 from __future__ import annotations
 
+import difflib
 import functools
 from collections import OrderedDict
-from collections.abc import Sequence
-from typing import ClassVar, final
+from collections.abc import Collection, Sequence
+from typing import Any, ClassVar, final
 
 import trio
 
 from .._errors import ConfigError
 from .._log import log
-from ..actors import Actor, handler
+from ..actors import Actor, BadArguments, handler
 from ..mailbox import Envelope
 from ._client import TaskClient, current_client
 from ._protocol import CONTROL, REVOKED_MEMORY, SCHEDULER
 from ._results import AsyncResult
 from ._state import StoredResult, record_revokes, store_of, stored_result, stored_revokes
+from ._tuning import Tuning
 
 __all__ = ["Control", "TaskControl", "WorkerState", "arevoke", "new_result"]
 
@@ -111,6 +113,8 @@ class WorkerState:
         self.revoked: OrderedDict[str, bool] = OrderedDict()  # id -> terminate
         self.running: dict[str, trio.CancelScope] = {}
         self.workers = 0  # task workers running (worker_ready, worker_shutdown)
+        #: The gates of the node's workers and routers, and the limits set at run time.
+        self.tuning = Tuning()
 
     def revoke(self, task_id: str, terminate: bool) -> None:
         """Remember a revoke; a running task being terminated is cancelled."""
@@ -137,13 +141,16 @@ class TaskControl(Actor):
     dedup_count: ClassVar[int] = 0
     concurrency: ClassVar[int] = 16  # a revoke waits for a commit; lookups need not
 
-    def __init__(self, state: WorkerState) -> None:
+    def __init__(self, state: WorkerState, tasks: Collection[str] = ()) -> None:
         self.state = state
+        self.tasks = frozenset(tasks)
 
     async def on_start(self) -> None:
         """Runs in the task that starts it: reload the revokes its node keeps."""
-        for task_id, terminate in stored_revokes(store_of(self._require_cell().outbox)):
+        store = store_of(self._require_cell().outbox)
+        for task_id, terminate in stored_revokes(store):
             self.state.revoke(task_id, terminate)
+        self.state.tuning.load(store)
 
     @handler
     async def revoke(self, ids: list[str], terminate: bool = False) -> int:
@@ -157,6 +164,42 @@ class TaskControl(Actor):
         await store.sync()
         log("actorctl:task:revoked", ids=names, terminate=terminate)
         return len(names)
+
+    @handler
+    async def limit(self, task: str, key: str, value: Any = None) -> dict[str, Any]:
+        """Set a limit of ``task`` on this node's workers and routers: its
+        ``rate_limit``, ``global_rate_limit`` (``"10/s"``; None lifts it) or
+        ``suspended`` (True holds back every start). Answered once kept."""
+        task = str(task)
+        if self.tasks and task not in self.tasks:
+            near = difflib.get_close_matches(task, sorted(self.tasks), n=1)
+            hint = f" (did you mean {near[0]!r}?)" if near else ""
+            raise BadArguments(
+                f"no task {task!r} here{hint}; the app's tasks: {', '.join(sorted(self.tasks))}"
+            )
+        try:
+            report = self.state.tuning.set_limit(task, str(key), value)
+        except ConfigError as exc:
+            raise BadArguments(str(exc)) from None
+        await self.state.tuning.sync()
+        return report
+
+    @handler
+    async def budget(self, pool: str, by: int) -> dict[str, int]:
+        """Grow (``by`` > 0) or shrink the budget of this node's workers of
+        ``pool``, within the pool's bounds: each worker's budget now."""
+        if not isinstance(by, int) or isinstance(by, bool) or by == 0:
+            raise BadArguments(f"budget: by={by!r}: give a whole number other than 0")
+        try:
+            return self.state.tuning.move_budget(str(pool), by)
+        except ConfigError as exc:
+            raise BadArguments(str(exc)) from None
+
+    @handler
+    async def limits(self) -> dict[str, Any]:
+        """This node's workers (budget, running, waiting, each task's limits),
+        its routers' held tasks, and the limits set at run time."""
+        return self.state.tuning.report()
 
     @handler
     async def result(self, task_id: str) -> StoredResult | None:

@@ -14,18 +14,19 @@ from __future__ import annotations
 
 import functools
 import sys
-from typing import Any, ClassVar, Final, final
+from typing import Any, Final, final
 
 import attrs
 
 from .._errors import ConfigError
 from ..actors import Actor
-from ..cluster import ClusterConfig, NodeConfig, Router, breakers_of
+from ..cluster import ClusterConfig, NodeConfig, breakers_of
 from ..supervision import HEALTH_AGENT, BoxedSpec, HealthMonitor
 from ._chords import ChordBarrier
 from ._client import Directory
 from ._control import TaskControl, WorkerState
 from ._events import EventHub
+from ._pacing import PoolRouter
 from ._protocol import (
     CHORD_BARRIER_NAME,
     CHORDS,
@@ -47,21 +48,6 @@ __all__ = ["TASK_SETTINGS", "PoolRouter", "TaskNodeSettings", "cluster_directory
 TASK_ATTEMPT_TIMEOUT: Final = 24 * 3600.0
 #: The keys of a node's table a task app reads (its ``settings_keys``).
 TASK_SETTINGS: Final = frozenset({"pools", "services"})
-
-
-@final
-class PoolRouter(Router):
-    """A task pool's router: tasks run as long as they run (a worker settles a
-    task once it has run it), so it holds many at once and re-routes one only
-    when its worker refuses it or its node is gone, not after a few seconds.
-    It forwards every task as it is: the worker answers the caller itself. It
-    hands each task to its node's backlog and settles it once held there, so a
-    caller's send is confirmed as soon as the pool has the task."""
-
-    mailbox_capacity: ClassVar[int] = 1000
-    concurrency: ClassVar[int] = 1000
-    relays_replies: ClassVar[bool] = False
-    hands_over: ClassVar[bool] = True
 
 
 @final
@@ -190,7 +176,7 @@ def task_actors(
     state = WorkerState()
     actors: dict[str, Actor | BoxedSpec] = {}
     if mine.pools or mine.services:
-        actors[CONTROL] = TaskControl(state)
+        actors[CONTROL] = TaskControl(state, app.tasks)
     for pool in mine.pools:
         boxed = _boxed_spec(app, config, node, pool)
         worker_class = _worker_class(app, pool, boxed)
@@ -209,7 +195,9 @@ def task_actors(
         settings = {n.name: TaskNodeSettings.of(config, n) for n in config.nodes}
         for pool in sorted(directory.nodes):
             workers = _workers(config, settings, pool)
-            actors[pool] = PoolRouter(workers, attempt_timeout=TASK_ATTEMPT_TIMEOUT)
+            actors[pool] = PoolRouter(
+                workers, attempt_timeout=TASK_ATTEMPT_TIMEOUT, app=app, state=state
+            )
         actors[SCHEDULER_NAME] = Scheduler(directory)
         actors[EVENT_HUB_NAME] = EventHub([app], directory)
         actors[CHORD_BARRIER_NAME] = ChordBarrier(directory)
@@ -274,12 +262,15 @@ def _worker_class(app: TaskRegistry, pool: str, boxed: BoxedSpec | None = None) 
         raise ConfigError(
             f"app {app.name!r} defines no pool named {pool!r} (pools: {sorted(app.pools)})"
         )
+    budget = settings.get("budget")
+    most = settings.get("concurrency", 4)
     return type(
         "TaskWorker",
         (TaskWorker,),
         {
-            "runs": settings.get("concurrency", 4),
-            "concurrency": settings.get("concurrency", 4) + SETTLING,
+            "runs": budget.min if budget is not None else most,
+            "concurrency": most + SETTLING,
+            "budget_spec": budget,
             "mailbox_capacity": settings.get("mailbox_capacity", 100),
             "threads": bool(settings.get("threads", True)),
             "__module__": TaskWorker.__module__,

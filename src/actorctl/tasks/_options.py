@@ -38,6 +38,20 @@ TASK_OPTIONS: Final = MappingProxyType(
         ),
         "retry_policy": ("", "a RetryPolicy (or a dict of its fields) over the app's"),
         "breaker": ("", "a circuit breaker: True, a BreakerPolicy, or a name from app.breaker"),
+        "rate_limit": (
+            "rate_limit",
+            'at most this many starts per period on each worker: "10/s", "100/m", "5/h"',
+        ),
+        "global_rate_limit": (
+            "",
+            "at most this many starts per period across its pool (its router paces them)",
+        ),
+        "concurrency": ("", "at most this many of it running at once on each worker (0: none)"),
+        "concurrency_key": (
+            "",
+            "a function of its arguments giving a key: concurrency_per_key run at once per key",
+        ),
+        "concurrency_per_key": ("", "how many run at once per concurrency_key, on each worker"),
         "acks_late": (
             "acks_late",
             "True (the default): settled after it ran, run again if its worker dies; "
@@ -49,7 +63,6 @@ TASK_OPTIONS: Final = MappingProxyType(
 #: Celery task options actorctl does not take, with the reason.
 CELERY_ONLY: Final = MappingProxyType(
     {
-        "rate_limit": "a pool's `concurrency` (app.pool) bounds how many of its tasks run at once",
         "serializer": "messages are JSON (docs/protocol.md §6.3): a client in any language "
         "can read them",
         "compression": "messages are JSON; a long chain header is packed by actorctl itself",
@@ -61,7 +74,7 @@ CELERY_ONLY: Final = MappingProxyType(
         "throws": "every failure is reported the same way",
         "typing": "arguments are always checked against the task's signature",
         "store_errors_even_if_ignored": "final states are always kept by the worker's node",
-        "priority": "send it per call: apply_async(priority=...) (carried, not acted on)",
+        "priority": "send it per call: apply_async(priority=0..9), highest first",
         "expires": "send it per call: apply_async(expires=...)",
         "base": "a task is a function: use bind=True for the context, signals for hooks",
         "shared": "a task belongs to the app that defines it",

@@ -18,6 +18,7 @@ from .._errors import ConfigError
 from ..mailbox import KIND_EVENT, Envelope
 from ..supervision import DEFAULT_RETRY_POLICY, BreakerPolicy, HealthCheck, RetryPolicy
 from ._breakers import policy_of
+from ._budget import Concurrency, concurrency_of
 from ._client import current_client
 from ._conf import TASK_DEFAULTS, Settings
 from ._control import Control
@@ -134,28 +135,40 @@ class TaskRegistry:
             del self.pools[old]
 
     def pool(
-        self, name: str, *, concurrency: int = 4, mailbox_capacity: int = 100, threads: bool = True
+        self,
+        name: str,
+        *,
+        concurrency: int | tuple[int, int] | Concurrency = 4,
+        mailbox_capacity: int = 100,
+        threads: bool = True,
     ) -> None:
         """Set how a pool's worker actors run.
 
         Args:
             concurrency: tasks each worker runs at once (async tasks as trio
-                tasks, plain ``def`` ones in that many threads).
+                tasks, plain ``def`` ones in that many threads): a number, a
+                range ``(min, max)`` the budget moves in with demand, or a
+                :class:`Concurrency` (its ``current`` function says the budget).
             mailbox_capacity: messages each worker holds (its link credit).
             threads: False runs plain ``def`` tasks inline on the node's event
                 loop, one at a time, as Celery's solo pool does: several times
                 faster for short tasks (no thread hand-off, no GIL contention),
                 but a long one holds up the node, and its time limits are raised
                 in it rather than enforced from outside.
+
+        Raises:
+            ConfigError: a budget or capacity out of range, naming it.
         """
-        if concurrency < 1 or mailbox_capacity < 1:
-            raise ConfigError(f"pool {name!r}: concurrency and mailbox_capacity must be >= 1")
-        if not threads and concurrency != 1:
+        budget = concurrency_of(concurrency, what=f"pool {name!r}")
+        if mailbox_capacity < 1:
+            raise ConfigError(f"pool {name!r}: mailbox_capacity must be >= 1")
+        if not threads and budget.max != 1:
             raise ConfigError(
                 f"pool {name!r}: threads=False runs one task at a time: concurrency=1"
             )
         self.pools[name] = {
-            "concurrency": concurrency,
+            "concurrency": budget.max,
+            "budget": budget,
             "mailbox_capacity": mailbox_capacity,
             "threads": threads,
         }

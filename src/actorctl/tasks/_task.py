@@ -26,6 +26,7 @@ from ._canvas import group
 from ._client import TaskClient, current_client, send_task
 from ._control import new_result
 from ._protocol import FAILURE, H_GROUP, H_RETRY_POLICY, SCHEDULER, new_task_id
+from ._rates import rate_limit_of
 from ._results import AsyncResult
 from ._signature import Signature, wire_options
 from ._validate import check_references
@@ -112,6 +113,11 @@ class Task:
         boxed: bool | str = False,
         breaker: object = None,
         acks_late: bool = True,
+        rate_limit: str | float | None = None,
+        global_rate_limit: str | float | None = None,
+        concurrency: int | None = None,
+        concurrency_key: Callable[..., Any] | None = None,
+        concurrency_per_key: int | None = None,
     ) -> None:
         self.fn = fn
         self.name = name
@@ -134,6 +140,29 @@ class Task:
         #: False: at-most-once, sent pre-settled at every hop (never run twice).
         self.acks_late = acks_late
         self.is_async = inspect.iscoroutinefunction(fn)
+        #: At most this many starts per period on each worker (Celery's rate_limit).
+        self.rate_limit = rate_limit_of(rate_limit, what=f"task {name}: rate_limit")
+        #: At most this many starts per period across the pool (its router paces them).
+        self.global_rate_limit = rate_limit_of(
+            global_rate_limit, what=f"task {name}: global_rate_limit"
+        )
+        #: At most this many running at once on each worker (0: suspended).
+        self.concurrency = _count(name, "concurrency", concurrency, least=0)
+        #: At most ``concurrency_per_key`` running at once per key on each
+        #: worker, the key computed from the task's arguments.
+        self.concurrency_key = concurrency_key
+        self.concurrency_per_key = _count(name, "concurrency_per_key", concurrency_per_key, least=1)
+        if (concurrency_key is None) != (concurrency_per_key is None):
+            raise ConfigError(
+                f"task {name}: concurrency tokens need both concurrency_key= (a function of "
+                "the task's arguments that returns the key) and concurrency_per_key= (how "
+                "many may run at once per key)"
+            )
+        if concurrency_key is not None and not callable(concurrency_key):
+            raise ConfigError(
+                f"task {name}: concurrency_key={concurrency_key!r}: give a function of the "
+                "task's arguments that returns the key (e.g. lambda customer, **_: customer)"
+            )
         if boxed not in (True, False, PER_CALL):
             raise ConfigError(
                 f"task {name}: boxed={boxed!r}: expected True (a long-lived boxed worker), "
@@ -361,6 +390,19 @@ def _call_policy(task: Task, given: Any, max_retries: Any) -> str | None:
     if max_retries is not None:
         policy = RetryPolicy.from_options({"max_retries": max_retries}, policy)
     return policy.to_wire()
+
+
+def _count(task: str, option: str, value: object, *, least: int) -> int | None:
+    """A whole-number option that may be None.
+
+    Raises:
+        ConfigError: naming the task, the option and the value.
+    """
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value < least:
+        raise ConfigError(f"task {task}: {option}={value!r}: give a whole number, {least} or more")
+    return value
 
 
 def _as_method(fn: Callable[..., Any], bind: bool) -> Callable[..., Any]:

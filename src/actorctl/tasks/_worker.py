@@ -36,9 +36,11 @@ from ..supervision import POISON, Boxed, RetryPolicy, failure_mark
 from . import _hooks as hooks
 from . import _signals as signals
 from ._breakers import record, refuse, task_breakers
+from ._budget import Budget, Concurrency
 from ._client import Directory, TaskClient, using_client
 from ._control import WorkerState
 from ._followups import FollowUps
+from ._gate import Gate, priority_of, task_limits
 from ._limits import (
     TaskFailure,
     TimeLimits,
@@ -99,6 +101,8 @@ class TaskWorker(Actor):
     #: Tasks it runs at once (the pool's concurrency).
     runs: ClassVar[int] = 4
     concurrency: ClassVar[int] = 4 + SETTLING
+    #: The pool's budget when it is a range (``_budget.py``); None: ``runs``, fixed.
+    budget_spec: ClassVar[Concurrency | None] = None
 
     def __init__(
         self,
@@ -114,8 +118,19 @@ class TaskWorker(Actor):
         self.pool = pool
         self.directory = directory
         self.state = state
-        self._threads = trio.CapacityLimiter(type(self).runs)
-        self._runs = trio.Semaphore(type(self).runs)
+        runs = type(self).runs
+        self._threads = trio.CapacityLimiter(runs)
+        spec = type(self).budget_spec
+        self.budget: Budget | None = None
+        self.gate = Gate(runs)
+        if spec is not None and not spec.fixed:
+            self.budget = Budget(spec, self.gate, self._threads, pool)
+            self.gate.on_blocked = self.budget.blocked
+        # A task's global rate limit is its pool's router's to keep; a pool
+        # reached directly has no router, and its one worker keeps it.
+        routed = pool in directory.accepting
+        for task in app.tasks.values():
+            task_limits(self.gate, task, routed=routed)
         self._followups: FollowUps | None = None
         # Its circuit breakers, by task, and each once by name (its actor state).
         self._breakers, self.breakers = task_breakers(app.tasks, app.breakers)
@@ -129,6 +144,9 @@ class TaskWorker(Actor):
         dead_letters = Address(here.host, here.port, DEAD_LETTERS, here.scheme)
         self._followups = FollowUps(client, self.pool, dead_letters, self.app.conf.result_expires)
         hooks.worker_up(self.state, str(getattr(outbox, "name", "")))
+        self.state.tuning.add_worker(cell.address.name, self.pool, self.gate, self.budget)
+        if self.budget is not None and self.budget.spec.current is not None:
+            self.start_soon(self.budget.follow)
         if SCHEDULER not in self.directory.addresses:
             warn_no_scheduler(self.app.tasks.values(), self.pool)
 
@@ -173,6 +191,7 @@ class TaskWorker(Actor):
         try:
             args, kwargs = envelope.call()
             calls = self._calls(task, args, kwargs, envelope.headers.get(H_MAP))
+            key = self._key(task, calls)
         except WireFormatError as exc:
             error = {"type": "WireFormatError", "message": str(exc)}
             await followups.report(envelope, FAILURE, error)
@@ -191,7 +210,8 @@ class TaskWorker(Actor):
         # a run slot (the worker holds runs + SETTLING messages), so it is
         # asked again once the slot is taken. (A half-open probe is not.)
         admitted_closed = breaker is not None and breaker.closed
-        async with self._runs:
+        ticket = await self.gate.enter(task.name, priority_of(envelope.headers), key)
+        try:
             if (
                 admitted_closed
                 and breaker is not None
@@ -206,6 +226,10 @@ class TaskWorker(Actor):
                 if signals.task_prerun.receivers:
                     hooks.prerun(task, task_id, args, kwargs)
                 ran = await self._run_all(envelope, task, task_id, calls)
+        finally:
+            self.gate.leave(ticket)
+            if self.budget is not None:
+                self.budget.ran()
         if breaker is not None:
             record(breaker, None if why_not is not None else ran, task, envelope)
         if why_not is not None:
@@ -228,6 +252,21 @@ class TaskWorker(Actor):
         return await refuse(
             envelope, task.name, refused, routed=routed, here=self.address, outbox=outbox
         )
+
+    @staticmethod
+    def _key(task: Task, calls: list[_Call]) -> str | None:
+        """The concurrency-token key of this run (from its first call's
+        arguments), or None. A key function that raises is the task's failure."""
+        key_of = task.concurrency_key
+        if key_of is None or not calls:
+            return None
+        args, kwargs = calls[0]
+        try:
+            return str(key_of(*args, **kwargs))
+        except Exception as exc:
+            raise BadArguments(
+                f"task {task.name!r}: its concurrency_key raised {type(exc).__name__}: {exc}"
+            ) from None
 
     def _unknown_sink(self, envelope: Envelope) -> str | None:
         """Why a sink the task names cannot get its result, or None: a task

@@ -1,0 +1,201 @@
+"""``actorctl control``: change a running cluster's task limits.
+
+Each command is a signed control message to the cluster's Controller, which
+asks the ``_tasks`` actor of every running node that hosts one (workers and
+the services node's routers) and answers with each node's reply. A change to
+a task's limits is kept in each node's store and outlives a restart.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import asyncclick as click
+
+from .._errors import ConfigError
+from ..tasks import rate_limit_of
+from ._cluster import ask_controller
+
+__all__ = ["control"]
+
+CONTROL_ACTOR = "_tasks"
+_FILE = click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+_TIMEOUT = click.option("--timeout", default=10.0, show_default=True, help="Seconds to wait.")
+_JSON = click.option("--json", "as_json", is_flag=True, help="Print each node's answer as JSON.")
+
+
+@click.group()
+def control() -> None:
+    """Change task limits on a running cluster: rate limits, suspend and
+    resume, pool budgets (the `limits` command shows them)."""
+
+
+@control.command("rate-limit")
+@_FILE
+@click.argument("task")
+@click.argument("rate")
+@click.option(
+    "--global",
+    "pool_wide",
+    is_flag=True,
+    help="The pool-wide limit its router keeps, not each worker's.",
+)
+@_JSON
+@_TIMEOUT
+async def rate_limit(
+    file: Path, task: str, rate: str, pool_wide: bool, as_json: bool, timeout: float
+) -> None:
+    """Set TASK's rate limit: RATE as in Celery ("10/s", "100/m", "5/h"; 0 lifts
+    it), on each worker (Celery's rate_limit), or with --global across its pool."""
+    try:
+        limit = rate_limit_of(rate, what="rate-limit")
+    except ConfigError as exc:
+        raise click.UsageError(str(exc)) from None
+    key = "global_rate_limit" if pool_wide else "rate_limit"
+    value = None if limit is None else str(limit)
+    answers = await _broadcast(file, "limit", [task, key, value], timeout)
+    _report(answers, as_json, f"{task}: {key.replace('_', ' ')} {value or 'lifted'}")
+
+
+@control.command("suspend")
+@_FILE
+@click.argument("task")
+@_JSON
+@_TIMEOUT
+async def suspend(file: Path, task: str, as_json: bool, timeout: float) -> None:
+    """Hold back every new start of TASK: waiting ones stay where they are
+    (kept by its router, or waiting at a worker) until `resume`."""
+    answers = await _broadcast(file, "limit", [task, "suspended", True], timeout)
+    _report(answers, as_json, f"{task}: suspended")
+
+
+@control.command("resume")
+@_FILE
+@click.argument("task")
+@_JSON
+@_TIMEOUT
+async def resume(file: Path, task: str, as_json: bool, timeout: float) -> None:
+    """Let TASK start again: what waited runs, highest priority first."""
+    answers = await _broadcast(file, "limit", [task, "suspended", False], timeout)
+    _report(answers, as_json, f"{task}: resumed")
+
+
+@control.command("pool-grow")
+@_FILE
+@click.argument("pool")
+@click.argument("n", type=click.IntRange(1), default=1)
+@_JSON
+@_TIMEOUT
+async def pool_grow(file: Path, pool: str, n: int, as_json: bool, timeout: float) -> None:
+    """Raise each worker's concurrency budget of POOL by N, within its bounds."""
+    answers = await _broadcast(file, "budget", [pool, n], timeout, workers_of=pool)
+    _report(answers, as_json, None)
+
+
+@control.command("pool-shrink")
+@_FILE
+@click.argument("pool")
+@click.argument("n", type=click.IntRange(1), default=1)
+@_JSON
+@_TIMEOUT
+async def pool_shrink(file: Path, pool: str, n: int, as_json: bool, timeout: float) -> None:
+    """Lower each worker's concurrency budget of POOL by N, within its bounds."""
+    answers = await _broadcast(file, "budget", [pool, -n], timeout, workers_of=pool)
+    _report(answers, as_json, None)
+
+
+@control.command("limits")
+@_FILE
+@_JSON
+@_TIMEOUT
+async def limits(file: Path, as_json: bool, timeout: float) -> None:
+    """Show each worker's budget, running and waiting tasks, each task's
+    limits, and the tasks its routers hold back."""
+    answers = await _broadcast(file, "limits", [], timeout)
+    if as_json:
+        click.echo(json.dumps(answers, sort_keys=True))
+        _fail_unanswered(answers)
+        return
+    click.echo(f"{'NODE':<12} {'ACTOR':<16} {'BUDGET':>8} {'RUNNING':>8} {'WAITING':>8}  LIMITS")
+    for node, answer in sorted(_answered(answers).items()):
+        for name, worker in answer["workers"].items():
+            bounds = worker["bounds"]
+            budget = f"{worker['budget']}" + (f" {bounds[0]}-{bounds[1]}" if bounds else "")
+            click.echo(
+                f"{node:<12} {name:<16} {budget:>8} {worker['running']:>8} "
+                f"{worker['waiting']:>8}  {_limits_text(worker['tasks'])}"
+            )
+        for pool, router in answer["routers"].items():
+            click.echo(
+                f"{node:<12} {pool + ' (router)':<16} {'':>8} {'':>8} "
+                f"{router['waiting']:>8}  {_limits_text(router['tasks'])}"
+            )
+    _fail_unanswered(answers)
+
+
+def _limits_text(tasks: dict[str, Any]) -> str:
+    parts = []
+    for name, limits in tasks.items():
+        said = [
+            f"rate {limits['rate_limit']}" if limits["rate_limit"] else "",
+            f"concurrency {limits['concurrency']}" if limits["concurrency"] is not None else "",
+            f"{limits['per_key']} per key" if limits["per_key"] else "",
+            "SUSPENDED" if limits["suspended"] else "",
+        ]
+        text = ", ".join(s for s in said if s)
+        if text:
+            parts.append(f"{name}: {text}")
+    return "; ".join(parts) or "-"
+
+
+async def _broadcast(
+    file: Path, op: str, args: list[Any], timeout: float, *, workers_of: str | None = None
+) -> dict[str, Any]:
+    answers: dict[str, Any] = await ask_controller(
+        file, "broadcast", timeout, CONTROL_ACTOR, op, args, timeout
+    )
+    if not answers:
+        raise click.ClickException(
+            f"no running node of {file} hosts task actors: is the cluster up "
+            f"(`actorctl cluster status {file}`), and does a node name a task app?"
+        )
+    if workers_of is not None:
+        # A node without a worker of the pool says so; that is not a failure
+        # unless no node has one.
+        missing = {n for n, a in answers.items() if _says_no_worker(a)}
+        if missing == set(answers):
+            raise click.ClickException(f"no running node runs a worker of pool {workers_of!r}")
+        answers = {n: a for n, a in answers.items() if n not in missing}
+    return answers
+
+
+def _says_no_worker(answer: Any) -> bool:
+    return isinstance(answer, dict) and "runs no worker of pool" in str(answer.get("unanswered"))
+
+
+def _answered(answers: dict[str, Any]) -> dict[str, Any]:
+    return {n: a for n, a in answers.items() if not (isinstance(a, dict) and "unanswered" in a)}
+
+
+def _report(answers: dict[str, Any], as_json: bool, done: str | None) -> None:
+    """Print what each node answered, and name those that did not (exit 1)."""
+    answered = _answered(answers)
+    if as_json:
+        click.echo(json.dumps(answers, sort_keys=True))
+    elif done is not None and answered:
+        click.echo(f"{done} on {len(answered)} node(s): {', '.join(sorted(answered))}")
+    else:
+        for node, budgets in sorted(answered.items()):
+            for worker, budget in sorted(budgets.items()):
+                click.echo(f"{node} {worker}: budget {budget}")
+    _fail_unanswered(answers)
+
+
+def _fail_unanswered(answers: dict[str, Any]) -> None:
+    failed = {n: a["unanswered"] for n, a in answers.items() if n not in _answered(answers)}
+    for node, error in sorted(failed.items()):
+        click.echo(f"error: node {node!r}: {error}", err=True)
+    if failed:
+        raise SystemExit(1)

@@ -1,0 +1,157 @@
+"""A task pool's router, and the tasks it holds back.
+
+Every task of a pool passes its router on the services node (``_hosting.py``).
+The router hands each one to its node's backlog for the least loaded worker
+and settles it once the backlog holds it (``cluster/_router.py``); the backlog
+sends each worker its tasks highest ``priority`` first, as that worker grants
+credit.
+
+Two things make the router hold a task back first, rather than pass it on:
+
+- its **global rate limit** (``@app.task(global_rate_limit="100/m")``, or
+  ``actorctl control rate-limit --global``): the router lets one through each
+  ``period / N`` seconds (5 % wider: the hop to the worker adds jitter, and a
+  limit is a ceiling), whichever worker runs it;
+- a **suspend** (``actorctl control suspend TASK``): none goes through until
+  ``resume``.
+
+A task held back is kept in the node's store (table ``held``) before the router
+accepts it, so its sender is free at once, no worker holds it (it takes none
+of a worker's credit or run slots), and it outlives a restart of the router's
+node. When its turn comes, its row is deleted in the same commit that puts it
+in the backlog. Tasks that nothing holds back go straight through, at the
+cost of one dict lookup.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Sequence
+from typing import Any, ClassVar, Final, final
+
+from .._errors import WireFormatError
+from .._log import log
+from ..actors import Address
+from ..cluster import AT_MOST_ONCE, Router
+from ..mailbox import ACCEPTED, Envelope, Outcome, decode, encode
+from ._control import WorkerState
+from ._gate import Gate, priority_of
+from ._registry import TaskRegistry
+from ._state import store_of
+from ._tuning import ROUTER_WIDEN
+
+__all__ = ["HELD", "PoolRouter"]
+
+HELD: Final = "held"
+_Held = tuple[tuple[int, int], str, Envelope]  # ((-priority, arrival), row key, message)
+
+
+@final
+class PoolRouter(Router):
+    """A task pool's router: tasks run as long as they run (a worker settles a
+    task once it has run it), so it holds many at once and re-routes one only
+    when its worker refuses it or its node is gone, not after a few seconds.
+    It forwards every task as it is: the worker answers the caller itself. It
+    hands each task to its node's backlog and settles it once held there, so a
+    caller's send is confirmed as soon as the pool has the task.
+
+    Args:
+        instances: the pool's workers.
+        attempt_timeout: as for any router.
+        app: the tasks (their global rate limits).
+        state: the node's task state (limits changed at run time).
+    """
+
+    mailbox_capacity: ClassVar[int] = 1000
+    concurrency: ClassVar[int] = 1000
+    relays_replies: ClassVar[bool] = False
+    hands_over: ClassVar[bool] = True
+
+    def __init__(
+        self,
+        instances: Sequence[Address | str],
+        *,
+        attempt_timeout: float,
+        app: TaskRegistry | None = None,
+        state: WorkerState | None = None,
+    ) -> None:
+        super().__init__(instances, attempt_timeout=attempt_timeout)
+        self.gate = Gate(None, widen=ROUTER_WIDEN)
+        for task in app.tasks.values() if app is not None else ():
+            if task.global_rate_limit is not None:
+                self.gate.limits(task.name).pacer.set(task.global_rate_limit)
+        self._state = state
+        self._held: dict[str, list[_Held]] = {}  # task -> a heap, best first
+        self._releasing: set[str] = set()
+        self._arrivals = itertools.count()
+
+    @property
+    def held(self) -> int:
+        """Tasks it holds back now."""
+        return sum(len(heap) for heap in self._held.values())
+
+    async def on_start(self) -> None:
+        """Take back the tasks its node held for its instances, and those it
+        held back itself when its node stopped."""
+        await super().on_start()
+        name = self.address.name
+        if self._state is not None:
+            self._state.tuning.add_router(name, self.gate)
+        store = store_of(self._require_cell().outbox)
+        prefix = f"{name}/"
+        for key, value in store.items(HELD):
+            if not key.startswith(prefix):
+                continue
+            try:
+                self._hold(decode(value), key)
+            except (WireFormatError, ValueError) as exc:
+                log("actorctl:router:unreadable", router=name, key=key, error=str(exc))
+                store.delete(HELD, key)
+        if self._held:
+            log("actorctl:router:holding", router=name, tasks=self.held)
+
+    async def handle_unmatched(
+        self, envelope: Envelope
+    ) -> tuple[Outcome, tuple[str, Any] | None] | None:
+        limits = self.gate.tasks.get(envelope.subject)
+        if limits is None or envelope.headers.get(AT_MOST_ONCE):
+            return await super().handle_unmatched(envelope)
+        if not self._held.get(envelope.subject) and not limits.held(None) and limits.pacer.take():
+            return await super().handle_unmatched(envelope)  # its turn is now
+        store = store_of(self._require_cell().outbox)
+        key = f"{self.address.name}/{envelope.message_id}"
+        if store.get(HELD, key) is None:
+            store.put(HELD, key, encode(envelope))
+            await store.sync()
+            self._hold(envelope, key)
+        return ACCEPTED, None
+
+    def _hold(self, envelope: Envelope, key: str) -> None:
+        task = envelope.subject
+        order = (-priority_of(envelope.headers), next(self._arrivals))
+        heapq.heappush(self._held.setdefault(task, []), (order, key, envelope))
+        if task not in self._releasing:
+            self._releasing.add(task)
+            self.start_soon(self._release, task)
+
+    async def _release(self, task: str) -> None:
+        """Pass ``task``'s held messages on, best first, as its limits allow:
+        one releaser per task that has some held (the router's own task)."""
+        heap = self._held[task]
+        store = store_of(self._require_cell().outbox)
+        try:
+            while heap:
+                ticket = await self.gate.enter(task, -heap[0][0][0])
+                try:
+                    _, key, envelope = heapq.heappop(heap)
+                    # No await between the delete and the backlog's put: one
+                    # commit holds both, so a crash keeps it in one or the other.
+                    store.delete(HELD, key)
+                    await self.pass_on(envelope)
+                finally:
+                    self.gate.leave(ticket)
+        finally:
+            self._releasing.discard(task)
+            if not heap:
+                self._held.pop(task, None)

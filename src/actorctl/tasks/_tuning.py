@@ -1,0 +1,160 @@
+"""Limits changed at run time: what ``actorctl control`` sets on a node.
+
+Each node's task actors share one :class:`Tuning` (through ``WorkerState``):
+every worker's gate and budget, and its pool routers' gates, register with it
+when they start. ``actorctl control rate-limit|suspend|resume|pool-grow|pool-shrink``
+reaches the ``_tasks`` actor of every node (through the Controller), which
+changes them here. A change to a task's limits is kept in the node's store
+(table ``task-limits``) and applied again when the node starts, so it outlives
+a restart, as a revoke does; a budget moved by hand is not kept (the pool's
+bounds and its demand decide it again).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Final, final
+
+from .._errors import ConfigError
+from .._log import log
+from ..cluster import Store
+from ._budget import Budget
+from ._gate import Gate
+from ._rates import rate_limit_of
+
+__all__ = ["ROUTER_WIDEN", "Tuning"]
+
+TABLE: Final = "task-limits"
+#: A pool router's pacing is this much wider than the global limit: the hop
+#: from the router to the worker adds jitter, and a limit is a ceiling.
+ROUTER_WIDEN: Final = 1.05
+_KEYS: Final = ("rate_limit", "global_rate_limit", "suspended")
+
+
+@final
+class Tuning:
+    """The gates of one node's task actors, and the limits set on them at run time."""
+
+    def __init__(self) -> None:
+        self.workers: dict[str, tuple[str, Gate, Budget | None]] = {}  # actor -> (pool, ...)
+        self.routers: dict[str, Gate] = {}  # pool -> its router's gate
+        self.overrides: dict[str, dict[str, Any]] = {}  # task -> {key: value}
+        self._store: Store | None = None
+
+    # -- registering ------------------------------------------------------------------
+
+    def load(self, store: Store) -> None:
+        """Read the limits this node kept (``_tasks`` does it before the workers start)."""
+        self._store = store
+        for task, value in store.items(TABLE):
+            try:
+                kept = json.loads(value)
+            except ValueError as exc:
+                log("actorctl:limits:unreadable", task=task, error=str(exc))
+                continue
+            if isinstance(kept, dict):
+                self.overrides[task] = {k: v for k, v in kept.items() if k in _KEYS}
+
+    def add_worker(self, name: str, pool: str, gate: Gate, budget: Budget | None) -> None:
+        self.workers[name] = (pool, gate, budget)
+        for task, kept in self.overrides.items():
+            _apply(gate, task, kept, router=False)
+
+    def add_router(self, pool: str, gate: Gate) -> None:
+        self.routers[pool] = gate
+        for task, kept in self.overrides.items():
+            _apply(gate, task, kept, router=True)
+
+    # -- changing ---------------------------------------------------------------------
+
+    def set_limit(self, task: str, key: str, value: Any) -> dict[str, Any]:
+        """Set ``key`` (rate_limit, global_rate_limit or suspended) of ``task``
+        on every gate of this node, and keep it. Returns what the node has now.
+
+        Raises:
+            ConfigError: a bad rate, naming it.
+        """
+        if key not in _KEYS:
+            raise ConfigError(f"no task limit {key!r} ({', '.join(_KEYS)})")
+        if key != "suspended":
+            rate = rate_limit_of(value, what=f"{key} of {task}")
+            value = None if rate is None else str(rate)
+        kept = self.overrides.setdefault(task, {})
+        kept[key] = value
+        for _, gate, _ in self.workers.values():
+            _apply(gate, task, {key: value}, router=False)
+        for gate in self.routers.values():
+            _apply(gate, task, {key: value}, router=True)
+        if self._store is not None:
+            self._store.put(TABLE, task, json.dumps(kept).encode())
+        log("actorctl:limits:changed", task=task, limit=key, value=value)
+        return self.report()
+
+    def move_budget(self, pool: str, by: int) -> dict[str, int]:
+        """Grow (``by`` > 0) or shrink every worker budget of ``pool`` here,
+        within the pool's bounds. Returns each worker's budget now.
+
+        Raises:
+            ConfigError: this node runs no worker of ``pool``.
+        """
+        moved: dict[str, int] = {}
+        for name, (worker_pool, gate, budget) in self.workers.items():
+            if worker_pool != pool:
+                continue
+            if budget is None:
+                gate.resize(max(1, int(gate.capacity) + by))
+                moved[name] = int(gate.capacity)
+            else:
+                why = "pool-grow" if by > 0 else "pool-shrink"
+                moved[name] = budget.set(budget.capacity + by, why)
+        if not moved:
+            raise ConfigError(f"this node runs no worker of pool {pool!r}")
+        return moved
+
+    async def sync(self) -> None:
+        if self._store is not None:
+            await self._store.sync()
+
+    # -- reporting --------------------------------------------------------------------
+
+    def report(self) -> dict[str, Any]:
+        """Each worker's budget, running and waiting tasks, and the limits set here."""
+        workers = {
+            name: {
+                "pool": pool,
+                "budget": int(gate.capacity),
+                "bounds": [budget.spec.min, budget.spec.max] if budget else None,
+                "running": gate.running,
+                "waiting": gate.waiting,
+                "tasks": _task_limits(gate),
+            }
+            for name, (pool, gate, budget) in sorted(self.workers.items())
+        }
+        routers = {
+            pool: {"waiting": gate.waiting, "tasks": _task_limits(gate)}
+            for pool, gate in sorted(self.routers.items())
+        }
+        return {"workers": workers, "routers": routers, "overrides": self.overrides}
+
+
+def _apply(gate: Gate, task: str, kept: dict[str, Any], *, router: bool) -> None:
+    """Apply what was set of ``task`` to ``gate``: a worker's takes its rate
+    limit, a router's its global one; both take a suspend."""
+    rate_key = "global_rate_limit" if router else "rate_limit"
+    if rate_key in kept:
+        gate.set_rate(task, rate_limit_of(kept[rate_key], what=f"{rate_key} of {task}"))
+    if "suspended" in kept:
+        gate.suspend(task, bool(kept["suspended"]))
+
+
+def _task_limits(gate: Gate) -> dict[str, Any]:
+    return {
+        name: {
+            "rate_limit": str(limits.pacer.limit) if limits.pacer.limit else None,
+            "concurrency": limits.cap,
+            "per_key": limits.per_key,
+            "suspended": limits.suspended,
+            "running": limits.running,
+        }
+        for name, limits in sorted(gate.tasks.items())
+    }
