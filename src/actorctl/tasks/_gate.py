@@ -29,17 +29,14 @@ import bisect
 import itertools
 import math
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, Final, final
+from typing import Any, Final, final
 
 import trio
 
 from ._protocol import H_PRIORITY
 from ._rates import Pacer, RateLimit
 
-if TYPE_CHECKING:
-    from ._task import Task
-
-__all__ = ["PRIORITY_DEFAULT", "Gate", "TaskLimits", "Ticket", "priority_of", "task_limits"]
+__all__ = ["PRIORITY_DEFAULT", "Gate", "TaskLimits", "Ticket", "priority_of"]
 
 #: The priorities AMQP 1.0 defines (0 lowest, 9 highest; 4 is the default).
 PRIORITY_DEFAULT: Final = 4
@@ -52,21 +49,6 @@ def priority_of(headers: Mapping[str, Any]) -> int:
     if given is None or isinstance(given, bool) or not isinstance(given, int | float):
         return PRIORITY_DEFAULT
     return max(0, min(9, int(given)))
-
-
-def task_limits(gate: Gate, task: Task, *, routed: bool) -> None:
-    """Set ``task``'s own limits on a worker's ``gate``: its rate limit, its
-    concurrency and its tokens. With no router in front (``routed`` False),
-    the one worker of the pool keeps its global rate limit too."""
-    rate, pool_rate = task.rate_limit, task.global_rate_limit
-    if not routed and pool_rate and (rate is None or pool_rate.interval > rate.interval):
-        rate = pool_rate
-    if rate is None and task.concurrency is None and task.concurrency_per_key is None:
-        return
-    limits = gate.limits(task.name)
-    limits.pacer.set(rate)
-    limits.cap = task.concurrency
-    limits.per_key = task.concurrency_per_key
 
 
 @final

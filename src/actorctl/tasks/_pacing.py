@@ -1,4 +1,7 @@
-"""A task pool's router, and the tasks it holds back.
+"""What holds a task back: its own limits on a worker, and its pool's router.
+
+A worker's gate (``_gate.py``) keeps each task's per-worker limits, which
+:func:`task_limits` sets from the task's options.
 
 Every task of a pool passes its router on the services node (``_hosting.py``).
 The router hands each one to its node's backlog for the least loaded worker
@@ -39,12 +42,28 @@ from ._control import WorkerState
 from ._gate import Gate, priority_of
 from ._registry import TaskRegistry
 from ._state import store_of
+from ._task import Task
 from ._tuning import ROUTER_WIDEN
 
-__all__ = ["HELD", "PoolRouter"]
+__all__ = ["HELD", "PoolRouter", "task_limits"]
 
 HELD: Final = "held"
 _Held = tuple[tuple[int, int], str, Envelope]  # ((-priority, arrival), row key, message)
+
+
+def task_limits(gate: Gate, task: Task, *, routed: bool) -> None:
+    """Set ``task``'s own limits on a worker's ``gate``: its rate limit, its
+    concurrency and its tokens. With no router in front (``routed`` False),
+    the one worker of the pool keeps its global rate limit too."""
+    rate, pool_rate = task.rate_limit, task.global_rate_limit
+    if not routed and pool_rate and (rate is None or pool_rate.interval > rate.interval):
+        rate = pool_rate
+    if rate is None and task.concurrency is None and task.concurrency_per_key is None:
+        return
+    limits = gate.limits(task.name)
+    limits.pacer.set(rate)
+    limits.cap = task.concurrency
+    limits.per_key = task.concurrency_per_key
 
 
 @final

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable
+from types import MappingProxyType
 from typing import Final, final
 
 import attrs
@@ -21,7 +22,7 @@ from .._errors import ConfigError
 
 __all__ = ["Pacer", "RateLimit", "rate_limit_of"]
 
-_PERIODS: Final = {"s": 1.0, "m": 60.0, "h": 3600.0}
+_PERIODS: Final = MappingProxyType({"s": 1.0, "m": 60.0, "h": 3600.0})
 _SYNTAX: Final = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(?:/\s*([smh]))?\s*$")
 
 

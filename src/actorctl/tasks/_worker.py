@@ -35,12 +35,13 @@ from ..mailbox import ACCEPTED, Envelope, Outcome
 from ..supervision import POISON, Boxed, RetryPolicy, failure_mark
 from . import _hooks as hooks
 from . import _signals as signals
+from ._arguments import Call, calls_of, token_key
 from ._breakers import record, refuse, task_breakers
 from ._budget import Budget, Concurrency
 from ._client import Directory, TaskClient, using_client
 from ._control import WorkerState
 from ._followups import FollowUps
-from ._gate import Gate, priority_of, task_limits
+from ._gate import Gate, priority_of
 from ._limits import (
     TaskFailure,
     TimeLimits,
@@ -50,6 +51,7 @@ from ._limits import (
     run_inline,
     run_thread,
 )
+from ._pacing import task_limits
 from ._policies import NO_SCHEDULER, delay_bound, limits_of, retry_policy_of, warn_no_scheduler
 from ._protocol import (
     BAD_ARGUMENTS,
@@ -78,7 +80,6 @@ Handled = tuple[Outcome, None]
 #: Messages a worker holds beyond those it runs: tasks whose follow-ups are
 #: being stored (and waiting for a run slot, in the order they came).
 SETTLING: Final = 64
-_Call = tuple[list[Any], dict[str, Any]]
 
 
 class TaskWorker(Actor):
@@ -190,8 +191,8 @@ class TaskWorker(Actor):
             return Outcome.rejected(UNKNOWN_TASK, why), None
         try:
             args, kwargs = envelope.call()
-            calls = self._calls(task, args, kwargs, envelope.headers.get(H_MAP))
-            key = self._key(task, calls)
+            calls = calls_of(task, args, kwargs, envelope.headers.get(H_MAP))
+            key = token_key(task, calls)
         except WireFormatError as exc:
             error = {"type": "WireFormatError", "message": str(exc)}
             await followups.report(envelope, FAILURE, error)
@@ -253,21 +254,6 @@ class TaskWorker(Actor):
             envelope, task.name, refused, routed=routed, here=self.address, outbox=outbox
         )
 
-    @staticmethod
-    def _key(task: Task, calls: list[_Call]) -> str | None:
-        """The concurrency-token key of this run (from its first call's
-        arguments), or None. A key function that raises is the task's failure."""
-        key_of = task.concurrency_key
-        if key_of is None or not calls:
-            return None
-        args, kwargs = calls[0]
-        try:
-            return str(key_of(*args, **kwargs))
-        except Exception as exc:
-            raise BadArguments(
-                f"task {task.name!r}: its concurrency_key raised {type(exc).__name__}: {exc}"
-            ) from None
-
     def _unknown_sink(self, envelope: Envelope) -> str | None:
         """Why a sink the task names cannot get its result, or None: a task
         never reports SUCCESS while its sink gets nothing."""
@@ -289,7 +275,7 @@ class TaskWorker(Actor):
         return None
 
     async def _run_all(
-        self, envelope: Envelope, task: Task, task_id: str, calls: list[_Call]
+        self, envelope: Envelope, task: Task, task_id: str, calls: list[Call]
     ) -> list[Any] | BaseException:
         """Run the task (each call of a map): its values, or what it raised."""
         retries = envelope_retries(envelope)
@@ -435,20 +421,6 @@ class TaskWorker(Actor):
         return RETRY
 
     # -- running -------------------------------------------------------------------
-
-    def _calls(
-        self, task: Task, args: list[Any], kwargs: dict[str, Any], mode: object
-    ) -> list[_Call]:
-        if not mode:
-            return [task.spec.bind(args, kwargs)]
-        if len(args) != 1 or not isinstance(args[0], list):
-            raise BadArguments(f"task {task.name!r}: a {mode} takes one list of items")
-        items = args[0]
-        if mode == "starmap":
-            if not all(isinstance(item, list) for item in items):
-                raise BadArguments(f"task {task.name!r}: each starmap item must be a list")
-            return [task.spec.bind(item, {}) for item in items]
-        return [task.spec.bind([item], {}) for item in items]
 
     async def _run(
         self,
