@@ -214,7 +214,9 @@ class Router(Actor):
     async def _hand_over(self, outbox: NodeOutbox, envelope: Envelope) -> None:
         """Give the message to the node's backlog for the least loaded instance;
         it counts as in flight there until the instance settles it."""
-        target = min(self.instances, key=lambda a: self.load[a])
+        turn = self._turn = (self._turn + 1) % len(self.instances)
+        order = self.instances[turn:] + self.instances[:turn]
+        target = min(order, key=lambda a: self.load[a])  # taking turns among equals
         done, reroute = self._track(target, envelope.message_id)
         copy = forwarded(envelope, to=str(target))
         await outbox.hand_over(target, copy, on_done=done, reroute=reroute)

@@ -107,6 +107,7 @@ class Budget:
         self.pool = pool
         self._changed = -spec.cooldown  # trio time of the last change
         self._busy = 0.0  # trio time when at least half the slots were last in use
+        self._pressed = trio.Event()  # tasks wait, and the cooldown holds growth back
         self.set(spec.min, "start")
 
     @property
@@ -129,8 +130,12 @@ class Budget:
         """The gate's hook: a task waits for a slot. Double, past the cooldown."""
         now = trio.current_time()
         self._busy = now
-        if self.spec.current is None and now - self._changed >= self.spec.cooldown:
+        if self.spec.current is not None or self.capacity >= self.spec.max:
+            return
+        if now - self._changed >= self.spec.cooldown:
             self.set(self.capacity * 2, "tasks wait for a run slot")
+        else:
+            self._pressed.set()  # grow once the cooldown is over, if they still wait
 
     def ran(self) -> None:
         """A run ended: halve if fewer than half the slots were used for a cooldown."""
@@ -143,13 +148,22 @@ class Budget:
         if self.spec.current is None and quiet >= self.spec.cooldown:
             self.set(self.capacity // 2, "fewer than half its run slots used")
 
-    async def follow(self) -> None:
-        """With a ``current`` function: ask it every cooldown, for as long as
-        the worker runs. A function that raises (or returns no whole number)
-        is logged, and the budget stays."""
-        current = self.spec.current
-        if current is None:
+    async def run(self) -> None:
+        """The budget's own task, for as long as its worker runs: with a
+        ``current`` function, ask it every cooldown; otherwise, when tasks
+        waited while a cooldown held growth back, look again once it is over."""
+        if self.spec.current is not None:
+            await self._follow(self.spec.current)
             return
+        while True:
+            await self._pressed.wait()
+            self._pressed = trio.Event()
+            await trio.sleep_until(self._changed + self.spec.cooldown)
+            self.gate.poke()  # still waiting: blocked() grows it now
+
+    async def _follow(self, current: Callable[[], int | Awaitable[int]]) -> None:
+        """Ask ``current`` every cooldown. A function that raises (or returns
+        no whole number) is logged, and the budget stays."""
         while True:
             try:
                 value: Any = current()

@@ -14,8 +14,8 @@ whose own limits let it start now:
   from its arguments (``concurrency_key=``, ``concurrency_per_key=``).
 
 A task that its own limits hold back never holds up another task: the gate
-passes over it to the next one. A task waiting for its rate limit is woken at
-the moment its limit lets it start; one held by a cap or a suspend, when a run
+passes over it to the next one. A task waiting for its rate limit wakes at the
+moment its limit lets it start; one held by a cap or a suspend, when a run
 ends or the limit changes. Nothing here polls, and the gate costs nothing
 beyond a counter for a task that has no limits while nobody waits.
 
@@ -84,7 +84,7 @@ class TaskLimits:
 class Ticket:
     """One task at the gate: waiting, then running until it leaves."""
 
-    __slots__ = ("admitted", "event", "key", "limits", "order", "wake_at")
+    __slots__ = ("admitted", "event", "key", "limits", "order")
 
     def __init__(self, limits: TaskLimits | None, key: str | None, order: tuple[int, int]) -> None:
         self.limits = limits
@@ -92,7 +92,6 @@ class Ticket:
         self.order = order  # (-priority, arrival): the smallest runs first
         self.admitted = False
         self.event: trio.Event | None = None  # made only if it has to wait
-        self.wake_at = math.inf  # when its rate limit lets it start, if that holds it
 
     def __lt__(self, other: Ticket) -> bool:
         return self.order < other.order
@@ -120,6 +119,7 @@ class Gate:
         self.capacity = math.inf if capacity is None else capacity
         self.widen = widen
         self.running = 0
+        self.started = 0  # runs it let start, ever
         self.tasks: dict[str, TaskLimits] = {}
         self._waiting: list[Ticket] = []
         self._arrivals = itertools.count()
@@ -152,14 +152,15 @@ class Gate:
         ticket.event = trio.Event()
         bisect.insort(self._waiting, ticket)
         try:
-            while not ticket.admitted:
+            while True:
                 self._dispatch()
                 if ticket.admitted:
                     break
-                with trio.move_on_at(ticket.wake_at):
+                with trio.move_on_at(self._wake_at(ticket)):
                     await _event(ticket).wait()
-                if not ticket.admitted:
-                    ticket.event = trio.Event()  # to be woken again
+                if ticket.admitted:
+                    break
+                ticket.event = trio.Event()  # to be woken again
         except BaseException:
             if ticket.admitted:
                 self.leave(ticket)
@@ -192,6 +193,10 @@ class Gate:
         self.capacity = capacity
         self._dispatch()
 
+    def poke(self) -> None:
+        """Look again at who may start (the budget's cooldown is over)."""
+        self._dispatch()
+
     def set_rate(self, task: str, limit: RateLimit | None) -> None:
         """Change ``task``'s rate limit here."""
         self.limits(task).pacer.set(limit)
@@ -218,6 +223,7 @@ class Gate:
     def _start(self, ticket: Ticket) -> None:
         ticket.admitted = True
         self.running += 1
+        self.started += 1
         limits = ticket.limits
         if limits is not None:
             limits.running += 1
@@ -227,8 +233,7 @@ class Gate:
 
     def _dispatch(self) -> None:
         """Start each waiting task, best first, that may start now, while slots
-        are free; a task its rate limit holds back is woken when it may go."""
-        timed: set[int] = set()
+        are free, and wake it."""
         started: list[Ticket] = []
         blocked_by_budget = False
         for ticket in self._waiting:
@@ -236,17 +241,8 @@ class Gate:
                 blocked_by_budget = True
                 break
             limits = ticket.limits
-            if limits is not None:
-                if limits.held(ticket.key):
-                    continue
-                if not limits.pacer.take():
-                    if id(limits) not in timed:  # one waker per task is enough
-                        timed.add(id(limits))
-                        ready = limits.pacer.ready_at()
-                        if ticket.wake_at != ready:
-                            ticket.wake_at = ready
-                            _wake(ticket)  # it waits again, until then
-                    continue
+            if limits is not None and (limits.held(ticket.key) or not limits.pacer.take()):
+                continue
             self._start(ticket)
             started.append(ticket)
         if started:
@@ -256,9 +252,18 @@ class Gate:
         if blocked_by_budget and self.on_blocked is not None:
             self.on_blocked()
 
+    def _wake_at(self, ticket: Ticket) -> float:
+        """When a task that could not start may: at the moment its rate limit
+        lets it, if that is what holds it back; otherwise when it is woken (a
+        run ends, a limit changes). Every waiting task of a paced type wakes at
+        that moment and one starts: a worker holds few of them at once."""
+        limits = ticket.limits
+        if self.running >= self.capacity or limits is None or limits.held(ticket.key):
+            return math.inf
+        return limits.pacer.ready_at()
+
     def _wake_all(self) -> None:
         for ticket in self._waiting:
-            ticket.wake_at = -math.inf
             _wake(ticket)
 
 

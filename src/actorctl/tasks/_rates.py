@@ -47,7 +47,7 @@ class RateLimit:
 
 def rate_limit_of(value: object, *, what: str) -> RateLimit | None:
     """Read a rate limit in Celery's syntax: ``"10/s"``, ``"100/m"``, ``"5/h"``,
-    or a bare number (per second); None, ``""`` or ``0`` mean no limit.
+    or a bare number (per second); None, ``""``, ``0`` or ``"0/s"`` mean no limit.
 
     Raises:
         ConfigError: naming ``what`` and the value, with the syntax it takes.
@@ -60,7 +60,9 @@ def rate_limit_of(value: object, *, what: str) -> RateLimit | None:
         raise ConfigError(f'{what}: {value!r} is not a rate limit: give one like "10/s"')
     match = _SYNTAX.match(str(value))
     count = float(match.group(1)) if match else math.nan
-    if match is None or not math.isfinite(count) or count <= 0:
+    if count == 0:
+        return None
+    if match is None or not math.isfinite(count) or count < 0:
         raise ConfigError(
             f"{what}: {value!r} is not a rate limit: give tasks per second, minute or hour, "
             'as in Celery: "10/s", "100/m", "5/h" (a bare number is per second)'

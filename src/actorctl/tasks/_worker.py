@@ -146,8 +146,8 @@ class TaskWorker(Actor):
         self._followups = FollowUps(client, self.pool, dead_letters, self.app.conf.result_expires)
         hooks.worker_up(self.state, str(getattr(outbox, "name", "")))
         self.state.tuning.add_worker(cell.address.name, self.pool, self.gate, self.budget)
-        if self.budget is not None and self.budget.spec.current is not None:
-            self.start_soon(self.budget.follow)
+        if self.budget is not None:
+            self.start_soon(self.budget.run)
         if SCHEDULER not in self.directory.addresses:
             warn_no_scheduler(self.app.tasks.values(), self.pool)
 
