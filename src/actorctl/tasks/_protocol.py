@@ -18,6 +18,7 @@ from ..mailbox import BAD_ARGUMENTS, DECODE_ERROR, UNKNOWN_HANDLER, Envelope
 
 __all__ = [
     "BAD_ARGUMENTS",
+    "BEAT_NAME",
     "CHORDS",
     "CONTROL",
     "DECODE_ERROR",
@@ -81,9 +82,19 @@ CONTROL: Final = "_tasks"  # the per-node task control actor (revokes)
 RELAY: Final = "_relay"  # on the services node: result documents for its callers
 EVENT_HUB_NAME: Final = "events"
 SCHEDULER_NAME: Final = "scheduler"
+BEAT_NAME: Final = "beat"  # on the services node: fires the periodic tasks
 CHORD_BARRIER_NAME: Final = "chords"
 RESERVED_NAMES: Final = frozenset(
-    {EVENT_HUB_NAME, CHORD_BARRIER_NAME, SCHEDULER_NAME, CONTROL, RELAY, "_node", "_deadletters"}
+    {
+        EVENT_HUB_NAME,
+        CHORD_BARRIER_NAME,
+        SCHEDULER_NAME,
+        BEAT_NAME,
+        CONTROL,
+        RELAY,
+        "_node",
+        "_deadletters",
+    }
 )
 
 # Task states (§14.4). PENDING is what a caller knows before any document came.
