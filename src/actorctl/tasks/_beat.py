@@ -105,6 +105,7 @@ class Beat(Actor):
         self._wake = trio.Event()
         self._report = trio.Event()
         self._standby = False
+        self._held = trio.Event()  # set while it holds a lease (or has no grantor)
         self._client: TaskClient | None = None
         self._store: Store | None = None
 
@@ -129,7 +130,9 @@ class Beat(Actor):
             row = json.loads(value)
             self.last[name] = row.get("last")
             self.armed[name] = float(row["armed"])
+        self._held = trio.Event()
         if self.lease_address is None:
+            self._held.set()
             self._resume({})
         else:
             self.start_soon(self._keep_lease)
@@ -153,6 +156,10 @@ class Beat(Actor):
         if self.lease_address is None:
             return True
         return trio.current_time() < self._valid_until - self.margin
+
+    async def wait_holding(self) -> None:
+        """Wait until it holds the scheduler lease (at once without a grantor)."""
+        await self._held.wait()
 
     # -- commands -----------------------------------------------------------------------
 
@@ -313,9 +320,12 @@ class Beat(Actor):
         except ActorctlError as exc:
             if held:
                 log("actorctl:beat:lease-unrenewed", grantor=self.lease_address, error=str(exc))
+            if not self.holding():
+                self._let_go()
             return  # it stops firing once the lease it has runs out
         if not answer.get("granted"):
             self._valid_until = -math.inf
+            self._let_go()
             if held or not self._standby:  # said once per change
                 log("actorctl:beat:standby", holder=answer.get("holder"), fence=answer.get("fence"))
                 self._standby = True
@@ -326,4 +336,10 @@ class Beat(Actor):
             self.fence = int(answer["fence"])
             log("actorctl:beat:leader", fence=self.fence, holder=holder)
             self._resume(dict(answer.get("state") or {}))
+        self._held.set()
         self._wake.set()
+
+    def _let_go(self) -> None:
+        """It no longer holds the lease: :meth:`wait_holding` waits again."""
+        if self._held.is_set():
+            self._held = trio.Event()
