@@ -30,10 +30,14 @@ import attrs
 
 from .._errors import ActorctlError
 
-__all__ = ["MAX_LEASE_TTL", "SCHEDULER_ROLE", "LeaseTable"]
+__all__ = ["BEAT_ACTOR", "MAX_LEASE_TTL", "SCHEDULER_ROLE", "LeaseTable"]
 
 #: The role of the one beat that fires a cluster's periodic tasks.
 SCHEDULER_ROLE: Final = "scheduler"
+#: The name of the actor that fires periodic tasks (the task app's beat):
+#: ``cluster up`` checks that some node hosts one when cluster.toml has
+#: ``[[periodic]]`` tables.
+BEAT_ACTOR: Final = "beat"
 #: The longest lease granted, seconds.
 MAX_LEASE_TTL: Final = 3600.0
 

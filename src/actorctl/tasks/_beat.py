@@ -44,7 +44,7 @@ import trio
 from .._errors import ActorctlError, ConfigError
 from .._log import log
 from ..actors import Actor, handler
-from ..cluster import Store
+from ..cluster import SCHEDULER_ROLE, Store
 from ._client import Directory, TaskClient, send_task
 from ._periodic import PeriodicTask, firing_id
 from ._protocol import BEAT_NAME
@@ -58,8 +58,6 @@ BEAT_TABLE: Final = "beat"
 LEASE_TTL: Final = 30.0
 #: The header that names the periodic task a message is a firing of.
 H_PERIODIC: Final = "periodic"
-#: The role the Controller grants (cluster/_leases.SCHEDULER_ROLE).
-_ROLE: Final = "scheduler"
 #: Seconds it waits at most before it reads the wall clock again (it may jump).
 _MAX_WAIT: Final = 60.0
 #: Due times counted at most when a long outage is caught up or skipped.
@@ -316,7 +314,7 @@ class Beat(Actor):
         ref = self.ref(self.lease_address).with_options(timeout=min(5.0, self.lease_ttl / 3))
         sent = trio.current_time()  # the lease counts from here, on its own clock
         try:
-            answer = await ref.ask("lease", _ROLE, holder, self.lease_ttl, state)
+            answer = await ref.ask("lease", SCHEDULER_ROLE, holder, self.lease_ttl, state)
         except ActorctlError as exc:
             if held:
                 log("actorctl:beat:lease-unrenewed", grantor=self.lease_address, error=str(exc))

@@ -14,6 +14,7 @@ import os
 import zlib
 from typing import Any, Final
 
+from ..cluster import BEAT_ACTOR
 from ..mailbox import BAD_ARGUMENTS, DECODE_ERROR, UNKNOWN_HANDLER, Envelope
 
 __all__ = [
@@ -82,7 +83,7 @@ CONTROL: Final = "_tasks"  # the per-node task control actor (revokes)
 RELAY: Final = "_relay"  # on the services node: result documents for its callers
 EVENT_HUB_NAME: Final = "events"
 SCHEDULER_NAME: Final = "scheduler"
-BEAT_NAME: Final = "beat"  # on the services node: fires the periodic tasks
+BEAT_NAME: Final = BEAT_ACTOR  # on the services node: fires the periodic tasks
 CHORD_BARRIER_NAME: Final = "chords"
 RESERVED_NAMES: Final = frozenset(
     {
