@@ -57,7 +57,9 @@ from .tasks import AsyncResult as AsyncResult
 from .tasks import DataSink as DataSink
 from .tasks import Directory as Directory
 from .tasks import GroupResult as GroupResult
+from .tasks import PeriodicTask as PeriodicTask
 from .tasks import Retry as Retry
+from .tasks import Schedule as Schedule
 from .tasks import Signature as Signature
 from .tasks import Task as Task
 from .tasks import TaskContext as TaskContext
@@ -99,6 +101,7 @@ __all__ = [
     "Node",
     "Outcome",
     "PeerUnavailable",
+    "PeriodicTask",
     "ProcessExited",
     "ProcessSpec",
     "Rejected",
@@ -106,6 +109,7 @@ __all__ = [
     "Restart",
     "Retry",
     "RetryPolicy",
+    "Schedule",
     "Signature",
     "SoftTimeLimitExceeded",
     "Strategy",

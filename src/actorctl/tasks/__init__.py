@@ -1,12 +1,13 @@
 """The task layer: the Celery-like application of the runtime.
 
 Tasks, events, results and the canvas, the worker actor and what follows a
-task's run, the scheduler, the event hub and the chord barrier. It uses the
-runtime's layers (``cluster``, ``supervision``, ``actors``, ``mailbox``);
+task's run, the scheduler, the beat (periodic tasks), the event hub and the
+chord barrier. It uses the runtime's layers (``cluster``, ``supervision``, ``actors``, ``mailbox``);
 nothing in the runtime imports it.
 """
 
 from ._app import App as App
+from ._beat import Beat as Beat
 from ._calls import call as call
 from ._canvas import chord as chord
 from ._canvas import group as group
@@ -25,6 +26,8 @@ from ._hosting import cluster_directory as cluster_directory
 from ._hosting import task_actors as task_actors
 from ._limits import check_soft_time_limit as check_soft_time_limit
 from ._limits import soft_time_limit as soft_time_limit
+from ._periodic import PeriodicTask as PeriodicTask
+from ._periodic import Schedule as Schedule
 from ._registry import TaskRegistry as TaskRegistry
 from ._results import AsyncResult as AsyncResult
 from ._results import GroupResult as GroupResult
