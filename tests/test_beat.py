@@ -176,3 +176,40 @@ async def test_schedule_list_with_no_beat_says_so(
     ):
         with pytest.raises((RemoteError, ActorctlError), match="no beat holds the scheduler lease"):
             await cli.ref(grantor).with_options(timeout=5).ask("schedules")
+
+
+async def test_a_beat_that_cannot_renew_its_lease_stops_firing_when_it_runs_out(
+    autojump_clock: trio.abc.Clock, tmp_path: Path, logs: Logs
+) -> None:
+    every, ttl = 60.0, 30.0
+    minute = Schedule.of(every=every)
+    async with worker_node(free_port()) as directory:
+        beat = Beat(schedules(("minute", minute)), directory, lease_ttl=ttl)
+        async with trio.open_nursery() as nursery:
+            grantor_scope = trio.CancelScope()
+            port = free_port()
+            beat.lease_address = f"amqp://127.0.0.1:{port}/controller"
+
+            async def run_grantor(task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+                with grantor_scope:
+                    async with controller_node(tmp_path, port):
+                        task_status.started()
+                        await trio.sleep_forever()
+
+            await nursery.start(run_grantor)
+            await nursery.start(run_beat, beat, "services")
+            with trio.fail_after(ttl):
+                await beat.wait_holding()
+            # Given a beat firing under its lease
+            await trio.sleep(300)
+            assert beat.fired >= 4
+            # When its grantor goes away
+            grantor_scope.cancel(reason="the controller stops")
+            stopped, before = clock(), beat.fired
+            # Then it fires at most until its lease (less the margin) runs out, then no more
+            await trio.sleep(3600)
+            assert beat.fired - before <= ttl / every + 1
+            assert not beat.holding()
+            assert logs.of_type("actorctl:beat:lease-unrenewed")
+            assert clock() - stopped >= 3600
+            nursery.cancel_scope.cancel(reason="test over")
