@@ -29,6 +29,12 @@
       [[supervisor.child]]
       actor = "examples.workers:WordCounter"
 
+    [[periodic]]            # a periodic task, read by the services node's app
+    name = "nightly"        # (see docs/scheduling.md)
+    task = "reports.cleanup"
+    cron = "30 2 * * *"     # or every = SECONDS
+    tz = "Europe/Paris"
+
 Which keys each table may have, and must have, is said in one place
 (``KNOWN_KEYS``, ``REQUIRED_KEYS``): a table or key added there is checked like
 the others. A missing or wrong field is a ``ConfigError`` naming the file, the
