@@ -111,6 +111,7 @@ def _add(extra: str, base: str = GOOD) -> Callable[[str], str]:
     return lambda text: base + extra
 
 
+PERIODIC = '\n[[periodic]]\nname = "tick"\ntask = "t.add"\nargs = [1, 2]\n{}\n'
 ACTORS_LINE = '"examples.workers:actors"\ninstances'
 NOWHERE = f"amqp://127.0.0.1:{free_port()}/x"
 CALL = ("call", NOWHERE, "add", "1", "2")
@@ -200,6 +201,24 @@ MISTAKES: Final = [
             edit=_swap('pools = ["celery"]', 'pools = ["celeri"]', TASKS)),
     Mistake("task app key misspelled", 2, "'node[1].pool'", "'pools'",
             edit=_swap('pools = ["celery"]', 'pool = ["celery"]', TASKS)),
+    # cluster.toml: [[periodic]] tables (docs/scheduling.md)
+    Mistake("periodic task name typo", 2, "no task named 't.ad'", "did you mean 't.add'?",
+            edit=_add(PERIODIC.replace('"t.add"', '"t.ad"').format("every = 60"), TASKS)),
+    Mistake("periodic cron with a bad field", 2, "'61 * * * *': Bad minute",
+            "field 1, minute: '61'", edit=_add(PERIODIC.format('cron = "61 * * * *"'), TASKS)),
+    Mistake("periodic with cron and every", 2, "got both", "exactly one of cron=... and every=",
+            edit=_add(PERIODIC.format('cron = "* * * * *"\nevery = 60'), TASKS)),
+    Mistake("periodic with neither cron nor every", 2, "got neither", "exactly one of cron",
+            edit=_add(PERIODIC.format(""), TASKS)),
+    Mistake("periodic timezone typo", 2, "unknown timezone 'Europe/Pari'",
+            "did you mean 'Europe/Paris'?",
+            edit=_add(PERIODIC.format('every = 60\ntz = "Europe/Pari"'), TASKS)),
+    Mistake("periodic key misspelled", 2, "'periodic[0].catchup'", "'catch_up'",
+            edit=_add(PERIODIC.format("every = 60\ncatchup = false"), TASKS)),
+    Mistake("periodic name used twice", 2, "'tick' is used twice", "must be unique",
+            edit=_add(PERIODIC.format("every = 60") + PERIODIC.format("every = 5"), TASKS)),
+    Mistake("periodic with no beat to fire it", 2, "[[periodic]] tables need a node",
+            "services = true", edit=_add(PERIODIC.format("every = 60"))),
     Mistake("taken port", 1, f"port {W1} of node w1", "another port", edit=lambda text: GOOD),
     # the command line
     Mistake("unknown command", 2, "No such command 'cal'", "call", args=("cal",)),

@@ -58,8 +58,10 @@ from .tasks import Concurrency as Concurrency
 from .tasks import DataSink as DataSink
 from .tasks import Directory as Directory
 from .tasks import GroupResult as GroupResult
+from .tasks import PeriodicTask as PeriodicTask
 from .tasks import RateLimit as RateLimit
 from .tasks import Retry as Retry
+from .tasks import Schedule as Schedule
 from .tasks import Signature as Signature
 from .tasks import Task as Task
 from .tasks import TaskContext as TaskContext
@@ -102,6 +104,7 @@ __all__ = [
     "Node",
     "Outcome",
     "PeerUnavailable",
+    "PeriodicTask",
     "ProcessExited",
     "ProcessSpec",
     "RateLimit",
@@ -110,6 +113,7 @@ __all__ = [
     "Restart",
     "Retry",
     "RetryPolicy",
+    "Schedule",
     "Signature",
     "SoftTimeLimitExceeded",
     "Strategy",

@@ -31,6 +31,7 @@ from ._errors import exit_code, fail, leaf
 from ._keys import certs, keys
 from ._logging import log_options, log_to
 from ._options import Security, security_options
+from ._schedule import schedule
 
 __all__ = ["main"]
 
@@ -66,6 +67,7 @@ cli.add_command(certs)
 cli.add_command(cluster)
 cli.add_command(deadletters)
 cli.add_command(control)
+cli.add_command(schedule)
 
 
 @cli.group()

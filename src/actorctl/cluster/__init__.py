@@ -26,6 +26,9 @@ from ._health_config import breakers_of as breakers_of
 from ._hosting import ActorsFactory as ActorsFactory
 from ._hosting import hosted_actors as hosted_actors
 from ._inbound import REPLY_PREFIX as REPLY_PREFIX
+from ._leases import BEAT_ACTOR as BEAT_ACTOR
+from ._leases import SCHEDULER_ROLE as SCHEDULER_ROLE
+from ._leases import LeaseTable as LeaseTable
 from ._node import Node as Node
 from ._node import open_node as open_node
 from ._preflight import check_references as check_references

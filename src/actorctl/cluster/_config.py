@@ -29,6 +29,12 @@
       [[supervisor.child]]
       actor = "examples.workers:WordCounter"
 
+    [[periodic]]            # a periodic task, read by the services node's app
+    name = "nightly"        # (see docs/scheduling.md)
+    task = "reports.cleanup"
+    cron = "30 2 * * *"     # or every = SECONDS
+    tz = "Europe/Paris"
+
 Which keys each table may have, and must have, is said in one place
 (``KNOWN_KEYS``, ``REQUIRED_KEYS``): a table or key added there is checked like
 the others. A missing or wrong field is a ``ConfigError`` naming the file, the
@@ -88,17 +94,23 @@ NODE_KEYS: Final = frozenset(
 #: the nearest known key; a [[node]] table may also have the keys its actors
 #: factory reads (checked when the node's actors are built, see _hosting).
 KNOWN_KEYS: Final[dict[str, frozenset[str]]] = {
-    "": frozenset({"cluster", "node", "router", "supervisor", "boxed"}),
+    "": frozenset({"cluster", "node", "router", "supervisor", "boxed", "periodic"}),
     "cluster": frozenset({"name", "dev", "certs", "keys", "insecure", "controller"}),
     "node": NODE_KEYS,
     "node.limits": frozenset(LIMIT_NAMES),
     "router": frozenset({"name", "node", "instances"}),
+    # read by the task app of the services node (tasks/_periodic.py, docs/scheduling.md)
+    "periodic": frozenset(
+        {"name", "task", "cron", "every", "tz", "args", "kwargs", "catch_up"}
+        | {"queue", "expires", "priority"}
+    ),
 }
 #: The keys a table must have: a missing one is reported as missing, naming a
 #: key of the table that looks like a misspelling of it.
 REQUIRED_KEYS: Final[dict[str, tuple[str, ...]]] = {
     "node": ("name", "listen"),
     "router": ("name", "node", "instances"),
+    "periodic": ("name", "task"),
 }
 #: Tables that may have keys besides the known ones (read by someone else).
 _OPEN: Final = frozenset({"node"})
@@ -173,6 +185,8 @@ class ClusterConfig:
     supervisor_tables: tuple[Any, ...] = attrs.field(default=(), eq=False)
     # the [[boxed]] workers, each with its node (docs/boxed.md)
     boxed: tuple[tuple[str, BoxedSpec], ...] = attrs.field(default=(), eq=False)
+    # the [[periodic]] tables, their keys checked (the services node's app reads them)
+    periodic_tables: tuple[Mapping[str, Any], ...] = attrs.field(default=(), eq=False)
 
     def boxed_specs(self, node: NodeConfig, *, pools: bool = False) -> list[BoxedSpec]:
         """The boxed workers ``node`` runs: those that serve a task pool
@@ -304,6 +318,7 @@ def load_cluster(path: Path | str) -> ClusterConfig:
         controller=where.endpoint(cluster, "cluster.controller", default="127.0.0.1:5700"),
         supervisor_tables=tuple(supervisor_tables),
         boxed=tuple(boxed),
+        periodic_tables=where.tables(data.get("periodic", []), "periodic"),
     )
 
 
@@ -440,6 +455,16 @@ class _Where:
             except ConfigError as exc:
                 raise ConfigError(f"{self.path}: key '{key}.{name}': {exc}") from None
         return dict(table)
+
+    def tables(self, items: object, kind: str) -> tuple[Mapping[str, Any], ...]:
+        """The ``[[kind]]`` tables, their keys checked."""
+        if not isinstance(items, list):
+            raise self.error(kind, f"[[{kind}]] tables", items)
+        for index, item in enumerate(items):
+            if not isinstance(item, dict):
+                raise self.error(f"{kind}[{index}]", "a table", item)
+            self.keys(item, f"{kind}[{index}]", kind)
+        return tuple(items)
 
     def routers(self, items: object, nodes: tuple[NodeConfig, ...]) -> tuple[NodeConfig, ...]:
         """Attach each [[router]] to the node that hosts it."""

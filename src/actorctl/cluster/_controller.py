@@ -2,11 +2,13 @@
 signed inbox.
 
 It supervises one Foreman per node of the cluster file and serves ``tree``,
-``status``, ``deadletters`` and ``down`` to ``actorctl cluster status`` / ``cluster down`` from
-another terminal, over the same mutually authenticated, signed links as
-everything else. It is the root of the cluster's one supervision tree:
-Controller, then nodes, then each node's supervisors and actors (which each
-node's ``_node`` agent describes).
+``status``, ``deadletters``, ``schedules`` and ``down`` to ``actorctl cluster
+status`` / ``cluster down`` (and the other commands) from another terminal,
+over the same mutually authenticated, signed links as everything else. It is
+the root of the cluster's one supervision tree: Controller, then nodes, then
+each node's supervisors and actors (which each node's ``_node`` agent
+describes). It also grants role leases (``lease``, ``_leases.py``): the one
+beat that fires periodic tasks holds the ``scheduler`` role.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from ..supervision import HEALTH_AGENT, ChildSpec, Strategy, Supervisor
 from ._config import ClusterConfig
 from ._deadletters import DEAD_LETTERS
 from ._foreman import Foreman, LocalForeman, NodeState
+from ._leases import SCHEDULER_ROLE, LeaseTable
 from ._node import open_node
 
 __all__ = ["CONTROLLER", "Controller", "run_cluster"]
@@ -46,6 +49,7 @@ class Controller(Actor):
         self._config = config
         self._states = states
         self._stop = stop
+        self._leases = LeaseTable(trio.current_time)
 
     @handler
     async def status(self) -> list[dict[str, Any]]:
@@ -222,6 +226,36 @@ class Controller(Actor):
                     continue
                 nursery.start_soon(ask, node.name, state.address)
         return answers, errors
+
+    @handler
+    async def lease(
+        self, role: str, holder: str, ttl: float, state: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """Acquire or renew the lease of ``role`` for ``holder`` (its address)
+        for ``ttl`` seconds (``LeaseTable.request``): one holder at a time, a
+        fencing number that grows with every new holder."""
+        try:
+            return self._leases.request(role, holder, ttl, state)
+        except ActorctlError as exc:
+            raise BadArguments(str(exc)) from None
+
+    @handler
+    async def schedules(self, timeout: float = 10.0) -> list[dict[str, Any]]:
+        """``actorctl schedule list``: the periodic tasks of the beat that holds
+        the ``scheduler`` lease (each with its last and next firing), asked of it."""
+        holder = self._leases.holder(SCHEDULER_ROLE)
+        if holder is None:
+            last = self._leases.last_holder(SCHEDULER_ROLE)
+            why = (
+                f"its last holder, {last}, has not renewed it (its node is down or restarting)"
+                if last is not None
+                else "no node of this cluster runs a beat: periodic tasks need a task app "
+                "node with services = true"
+            )
+            raise ActorctlError(f"no beat holds the scheduler lease: {why}")
+        ref = self.ref(holder).with_options(timeout=max(0.5, timeout * 0.8))
+        rows: list[dict[str, Any]] = await ref.ask("schedules")
+        return rows
 
     @handler
     async def down(self) -> str:

@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from .._errors import ConfigError
 from ._config import ClusterConfig, NodeConfig
 from ._hosting import hosted_actors
+from ._leases import BEAT_ACTOR
 
 __all__ = ["check_references", "module_paths", "taken_ports"]
 
@@ -45,6 +46,11 @@ def check_references(config: ClusterConfig) -> None:
     with _importing_from(module_paths(config)):
         for index, node in enumerate(config.nodes):
             hosted[node.name] = _node_names(config, index, node)
+    if config.periodic_tables and not any(BEAT_ACTOR in names for names in hosted.values()):
+        raise ConfigError(
+            f"{config.path}: [[periodic]] tables need a node with services = true (a task "
+            "app's services node), whose beat fires them: no node hosts a beat"
+        )
     for node in config.nodes:
         for name, instances in node.routes:
             for instance in instances:

@@ -1,12 +1,13 @@
 """The task layer: the Celery-like application of the runtime.
 
 Tasks, events, results and the canvas, the worker actor and what follows a
-task's run, the scheduler, the event hub and the chord barrier. It uses the
-runtime's layers (``cluster``, ``supervision``, ``actors``, ``mailbox``);
+task's run, the scheduler, the beat (periodic tasks), the event hub and the
+chord barrier. It uses the runtime's layers (``cluster``, ``supervision``, ``actors``, ``mailbox``);
 nothing in the runtime imports it.
 """
 
 from ._app import App as App
+from ._beat import Beat as Beat
 from ._budget import Concurrency as Concurrency
 from ._calls import call as call
 from ._canvas import chord as chord
@@ -26,6 +27,8 @@ from ._hosting import task_actors as task_actors
 from ._limits import check_soft_time_limit as check_soft_time_limit
 from ._limits import soft_time_limit as soft_time_limit
 from ._pacing import PoolRouter as PoolRouter
+from ._periodic import PeriodicTask as PeriodicTask
+from ._periodic import Schedule as Schedule
 from ._rates import RateLimit as RateLimit
 from ._rates import rate_limit_of as rate_limit_of
 from ._registry import TaskRegistry as TaskRegistry

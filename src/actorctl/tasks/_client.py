@@ -333,6 +333,7 @@ async def send_task(
     kind: str = KIND_COMMAND,
     confirm: bool | None = None,
     durable: bool = False,
+    message_id: str | None = None,
 ) -> None:
     """Send one task message to its pool (or to the scheduler, when it is due
     later). Used by callers, and by workers for chain steps, callbacks and retries.
@@ -348,7 +349,10 @@ async def send_task(
     ``confirm``: wait until the receiver settled it; by default, when the
     directory says the receiver takes it on at once (``Directory.accepting``).
     ``durable``: hand it to the node's backlog and return (what a worker sends
-    on behalf of a task it runs: the worker slot is free at once).
+    on behalf of a task it runs: the worker slot is free at once). It awaits
+    nothing before the backlog's put: a put the caller made just before lands
+    in the same store commit. ``message_id``: a deterministic one (a periodic
+    task's firing), so that a copy sent again is taken once; default: a new one.
 
     Raises:
         ConfigError: an unknown pool, or a delay with no scheduler.
@@ -376,7 +380,7 @@ async def send_task(
         receiver = SCHEDULER
     target = directory.resolve(receiver)
     envelope = Envelope(
-        message_id=outbox.new_message_id(),
+        message_id=message_id or outbox.new_message_id(),
         to=str(target),
         subject=task,
         body=[to_wire(list(args)), to_wire(dict(kwargs))],

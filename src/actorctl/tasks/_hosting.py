@@ -6,8 +6,8 @@ A node hosts an app's actors by naming the app as its actors
 factory, and the cluster layer hosts what it makes as any other actors. The
 node's own settings say what: ``pools = [...]`` (the workers of those pools,
 ``instances`` of each, and the node's ``_tasks`` control actor) or
-``services = true`` (a router per pool, the scheduler, the event hub and the
-chord barrier). docs/protocol.md §14.1 says where everything lives.
+``services = true`` (a router per pool, the scheduler, the beat, the event hub
+and the chord barrier). docs/protocol.md §14.1 says where everything lives.
 """
 
 from __future__ import annotations
@@ -20,14 +20,17 @@ import attrs
 
 from .._errors import ConfigError
 from ..actors import Actor
-from ..cluster import ClusterConfig, NodeConfig, breakers_of
+from ..cluster import CONTROLLER, ClusterConfig, NodeConfig, breakers_of
 from ..supervision import HEALTH_AGENT, BoxedSpec, HealthMonitor
+from ._beat import Beat
 from ._chords import ChordBarrier
 from ._client import Directory
 from ._control import TaskControl, WorkerState
 from ._events import EventHub
 from ._pacing import PoolRouter
+from ._periodic import cluster_periodics
 from ._protocol import (
+    BEAT_NAME,
     CHORD_BARRIER_NAME,
     CHORDS,
     CONTROL,
@@ -172,6 +175,11 @@ def task_actors(
             "(`actorctl node run ... --cluster FILE`, or `actorctl cluster up FILE`)"
         )
     directory = cluster_directory(config)
+    if config.periodic_tables and SCHEDULER not in directory.addresses:
+        raise ConfigError(
+            f"{config.path}: [[periodic]] tables need a node with services = true, whose "
+            "beat fires them"
+        )
     mine = TaskNodeSettings.of(config, node)
     state = WorkerState()
     actors: dict[str, Actor | BoxedSpec] = {}
@@ -199,10 +207,24 @@ def task_actors(
                 workers, attempt_timeout=TASK_ATTEMPT_TIMEOUT, app=app, state=state
             )
         actors[SCHEDULER_NAME] = Scheduler(directory)
+        actors[BEAT_NAME] = _beat(app, config, directory)
         actors[EVENT_HUB_NAME] = EventHub([app], directory)
         actors[CHORD_BARRIER_NAME] = ChordBarrier(directory)
         actors[RELAY] = ReplyRelay()
     return actors
+
+
+def _beat(app: TaskRegistry, config: ClusterConfig, directory: Directory) -> Beat:
+    """The beat of the services node: the app's periodic tasks and the file's
+    ``[[periodic]]`` tables, fired under the Controller's scheduler lease.
+
+    Raises:
+        ConfigError: a wrong ``[[periodic]]`` table, or a name used twice.
+    """
+    tasks = {task.name: task.pool for task in app.tasks.values()}
+    periodics = cluster_periodics(app.periodics, tasks, config.periodic_tables, config.path)
+    host, port = config.controller
+    return Beat(periodics, directory, lease=f"{config.scheme}://{host}:{port}/{CONTROLLER}")
 
 
 def _boxed_spec(

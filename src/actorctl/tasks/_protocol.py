@@ -14,10 +14,12 @@ import os
 import zlib
 from typing import Any, Final
 
+from ..cluster import BEAT_ACTOR
 from ..mailbox import BAD_ARGUMENTS, DECODE_ERROR, UNKNOWN_HANDLER, Envelope
 
 __all__ = [
     "BAD_ARGUMENTS",
+    "BEAT_NAME",
     "CHORDS",
     "CONTROL",
     "DECODE_ERROR",
@@ -81,9 +83,19 @@ CONTROL: Final = "_tasks"  # the per-node task control actor (revokes)
 RELAY: Final = "_relay"  # on the services node: result documents for its callers
 EVENT_HUB_NAME: Final = "events"
 SCHEDULER_NAME: Final = "scheduler"
+BEAT_NAME: Final = BEAT_ACTOR  # on the services node: fires the periodic tasks
 CHORD_BARRIER_NAME: Final = "chords"
 RESERVED_NAMES: Final = frozenset(
-    {EVENT_HUB_NAME, CHORD_BARRIER_NAME, SCHEDULER_NAME, CONTROL, RELAY, "_node", "_deadletters"}
+    {
+        EVENT_HUB_NAME,
+        CHORD_BARRIER_NAME,
+        SCHEDULER_NAME,
+        BEAT_NAME,
+        CONTROL,
+        RELAY,
+        "_node",
+        "_deadletters",
+    }
 )
 
 # Task states (§14.4). PENDING is what a caller knows before any document came.

@@ -8,6 +8,7 @@ it. It holds definitions only: which client sends is never stored here.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar, overload
@@ -23,6 +24,7 @@ from ._client import current_client
 from ._conf import TASK_DEFAULTS, Settings
 from ._control import Control
 from ._options import checked_task_options
+from ._periodic import PeriodicTask, periodic_task
 from ._protocol import EVENTS, H_EVENT, H_SINKS
 from ._task import Task
 from ._validate import check_event, check_references
@@ -66,6 +68,8 @@ class TaskRegistry:
         #: Celery's ``app.conf`` (``_conf.py``): settings with Celery's names.
         self.conf = Settings(self._apply_setting, {"task_default_queue": default_pool})
         self._explicit: dict[str, frozenset[str]] = {}  # task -> options it set itself
+        #: Its periodic tasks by name (``@app.periodic``, ``app.add_periodic``).
+        self.periodics: dict[str, PeriodicTask] = {}
 
     # -- definitions ---------------------------------------------------------------
 
@@ -115,6 +119,72 @@ class TaskRegistry:
             return task
 
         return register(fn) if fn is not None else register
+
+    def periodic(
+        self,
+        *,
+        cron: str | None = None,
+        every: float | datetime.timedelta | None = None,
+        tz: str | None = None,
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        name: str | None = None,
+        catch_up: bool = True,
+        **options: Any,
+    ) -> Callable[[Any], Task]:
+        """Fire a task on a schedule (the beat on the services node sends it):
+        decorates a task, or a plain function (making it a task with the
+        default options). Exactly one of ``cron`` (five fields, in timezone
+        ``tz``, default UTC) and ``every`` (seconds or a timedelta); ``name``
+        defaults to the task's name; ``options``: ``queue``, ``expires``,
+        ``priority`` of each firing (docs/scheduling.md).
+
+        Raises:
+            ConfigError: a bad schedule, timezone or option, or a name used twice.
+        """
+
+        def register(fn: Any) -> Task:
+            task = fn if isinstance(fn, Task) else self.task(fn)
+            self.add_periodic(
+                task, cron=cron, every=every, tz=tz, args=args, kwargs=kwargs, name=name,
+                catch_up=catch_up, **options,
+            )  # fmt: skip
+            return task
+
+        return register
+
+    def add_periodic(
+        self,
+        task: Task | str,
+        *,
+        cron: str | None = None,
+        every: float | datetime.timedelta | None = None,
+        tz: str | None = None,
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        name: str | None = None,
+        catch_up: bool = True,
+        **options: Any,
+    ) -> PeriodicTask:
+        """Fire ``task`` (a task, or the name of one of this app's) on a
+        schedule: the arguments of :meth:`periodic`.
+
+        Raises:
+            ConfigError: an unknown task ("did you mean"), a bad schedule,
+                timezone or option, or a name used twice.
+        """
+        known = {t.name: t.pool for t in self.tasks.values()}
+        if isinstance(task, Task):
+            known[task.name] = task.pool
+        task_name = task.name if isinstance(task, Task) else task
+        periodic = periodic_task(
+            known, name=name or task_name, task=task_name, cron=cron, every=every, tz=tz,
+            args=args, kwargs=kwargs, catch_up=catch_up, options=options,
+        )  # fmt: skip
+        if periodic.name in self.periodics:
+            raise ConfigError(f"two periodic tasks are named {periodic.name!r}: give one name=...")
+        self.periodics[periodic.name] = periodic
+        return periodic
 
     def _apply_setting(self, setting: str, value: Any) -> None:
         """``app.conf`` changed ``setting``: the tasks that did not set it

@@ -1,0 +1,53 @@
+"""``actorctl schedule``: the periodic tasks of a running cluster.
+
+A signed control message to the cluster's Controller (as ``deadletters list``
+is), which asks the beat that holds the scheduler lease (docs/scheduling.md).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import asyncclick as click
+
+from ._cluster import ask_controller
+
+__all__ = ["schedule"]
+
+
+@click.group()
+def schedule() -> None:
+    """Periodic tasks: what the beat fires, when it last did and when it will next."""
+
+
+@schedule.command("list")
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print the schedules as JSON, one list.")
+@click.option("--timeout", default=10.0, show_default=True, help="Seconds to wait.")
+async def list_schedules(file: Path, as_json: bool, timeout: float) -> None:
+    """List the periodic tasks of the cluster FILE names: each with its
+    schedule, timezone, last firing and next firing (in its timezone)."""
+    rows: list[dict[str, Any]] = await ask_controller(file, "schedules", timeout, timeout)
+    if as_json:
+        click.echo(json.dumps(rows, sort_keys=True))
+    elif not rows:
+        click.echo("no periodic tasks (declare them with @app.periodic or [[periodic]] tables)")
+    else:
+        _table(rows)
+
+
+def _table(rows: list[dict[str, Any]]) -> None:
+    width = max(len("NAME"), *(len(row["name"]) for row in rows))
+    shape = max(len("SCHEDULE"), *(len(row["schedule"]) for row in rows))
+    zone = max(len("TZ"), *(len(row["tz"]) for row in rows))
+    head = f"{'NAME':<{width}}  {'SCHEDULE':<{shape}}  {'TZ':<{zone}}"
+    click.echo(f"{head}  {'LAST':<25}  {'NEXT':<25}  TASK")
+    for row in rows:
+        last = row["last_text"] or "never"
+        following = row["next_text"] or "-"
+        click.echo(
+            f"{row['name']:<{width}}  {row['schedule']:<{shape}}  {row['tz']:<{zone}}  "
+            f"{last:<25}  {following:<25}  {row['task']}"
+        )
