@@ -112,7 +112,7 @@ async def pool_shrink(file: Path, pool: str, n: int, as_json: bool, timeout: flo
 @_TIMEOUT
 async def limits(file: Path, as_json: bool, timeout: float) -> None:
     """Show each worker's budget, running and waiting tasks, each task's
-    limits, and the tasks its routers hold back."""
+    limits, and the tasks each pool's router holds back (WAITING)."""
     answers = await _broadcast(file, "limits", [], timeout)
     if as_json:
         click.echo(json.dumps(answers, sort_keys=True))
@@ -130,7 +130,7 @@ async def limits(file: Path, as_json: bool, timeout: float) -> None:
         for pool, router in answer["routers"].items():
             click.echo(
                 f"{node:<12} {pool + ' (router)':<16} {'':>8} {'':>8} "
-                f"{router['waiting']:>8}  {_limits_text(router['tasks'])}"
+                f"{router['held']:>8}  {_limits_text(router['tasks'])}"
             )
     _fail_unanswered(answers)
 

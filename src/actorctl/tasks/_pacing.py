@@ -116,7 +116,7 @@ class PoolRouter(Router):
         await super().on_start()
         name = self.address.name
         if self._state is not None:
-            self._state.tuning.add_router(name, self.gate)
+            self._state.tuning.add_router(name, self.gate, lambda: self.held)
         store = store_of(self._require_cell().outbox)
         prefix = f"{name}/"
         for key, value in store.items(HELD):

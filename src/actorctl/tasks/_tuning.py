@@ -13,6 +13,7 @@ bounds and its demand decide it again).
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any, Final, final
 
 from .._errors import ConfigError
@@ -36,8 +37,9 @@ class Tuning:
     """The gates of one node's task actors, and the limits set on them at run time."""
 
     def __init__(self) -> None:
-        self.workers: dict[str, tuple[str, Gate, Budget | None]] = {}  # actor -> (pool, ...)
-        self.routers: dict[str, Gate] = {}  # pool -> its router's gate
+        # actor -> (pool, gate, budget (None: fixed), most run slots)
+        self.workers: dict[str, tuple[str, Gate, Budget | None, int]] = {}
+        self.routers: dict[str, tuple[Gate, Callable[[], int]]] = {}  # pool -> gate, held
         self.overrides: dict[str, dict[str, Any]] = {}  # task -> {key: value}
         self._store: Store | None = None
 
@@ -55,13 +57,15 @@ class Tuning:
             if isinstance(kept, dict):
                 self.overrides[task] = {k: v for k, v in kept.items() if k in _KEYS}
 
-    def add_worker(self, name: str, pool: str, gate: Gate, budget: Budget | None) -> None:
-        self.workers[name] = (pool, gate, budget)
+    def add_worker(
+        self, name: str, pool: str, gate: Gate, budget: Budget | None, most: int
+    ) -> None:
+        self.workers[name] = (pool, gate, budget, most)
         for task, kept in self.overrides.items():
             _apply(gate, task, kept, router=False)
 
-    def add_router(self, pool: str, gate: Gate) -> None:
-        self.routers[pool] = gate
+    def add_router(self, pool: str, gate: Gate, held: Callable[[], int]) -> None:
+        self.routers[pool] = (gate, held)
         for task, kept in self.overrides.items():
             _apply(gate, task, kept, router=True)
 
@@ -81,9 +85,9 @@ class Tuning:
             value = None if rate is None else str(rate)
         kept = self.overrides.setdefault(task, {})
         kept[key] = value
-        for _, gate, _ in self.workers.values():
+        for _, gate, _, _ in self.workers.values():
             _apply(gate, task, {key: value}, router=False)
-        for gate in self.routers.values():
+        for gate, _ in self.routers.values():
             _apply(gate, task, {key: value}, router=True)
         if self._store is not None:
             self._store.put(TABLE, task, json.dumps(kept).encode())
@@ -92,17 +96,18 @@ class Tuning:
 
     def move_budget(self, pool: str, by: int) -> dict[str, int]:
         """Grow (``by`` > 0) or shrink every worker budget of ``pool`` here,
-        within the pool's bounds. Returns each worker's budget now.
+        within the pool's bounds (1 to its concurrency, for a fixed pool).
+        Returns each worker's budget now.
 
         Raises:
             ConfigError: this node runs no worker of ``pool``.
         """
         moved: dict[str, int] = {}
-        for name, (worker_pool, gate, budget) in self.workers.items():
+        for name, (worker_pool, gate, budget, most) in self.workers.items():
             if worker_pool != pool:
                 continue
             if budget is None:
-                gate.resize(max(1, int(gate.capacity) + by))
+                gate.resize(max(1, min(most, int(gate.capacity) + by)))
                 moved[name] = int(gate.capacity)
             else:
                 why = "pool-grow" if by > 0 else "pool-shrink"
@@ -123,16 +128,16 @@ class Tuning:
             name: {
                 "pool": pool,
                 "budget": int(gate.capacity),
-                "bounds": [budget.spec.min, budget.spec.max] if budget else None,
+                "bounds": [budget.spec.min, budget.spec.max] if budget else [1, most],
                 "running": gate.running,
                 "waiting": gate.waiting,
                 "tasks": _task_limits(gate),
             }
-            for name, (pool, gate, budget) in sorted(self.workers.items())
+            for name, (pool, gate, budget, most) in sorted(self.workers.items())
         }
         routers = {
-            pool: {"waiting": gate.waiting, "tasks": _task_limits(gate)}
-            for pool, gate in sorted(self.routers.items())
+            pool: {"held": held(), "tasks": _task_limits(gate)}
+            for pool, (gate, held) in sorted(self.routers.items())
         }
         return {"workers": workers, "routers": routers, "overrides": self.overrides}
 

@@ -145,7 +145,8 @@ class TaskWorker(Actor):
         dead_letters = Address(here.host, here.port, DEAD_LETTERS, here.scheme)
         self._followups = FollowUps(client, self.pool, dead_letters, self.app.conf.result_expires)
         hooks.worker_up(self.state, str(getattr(outbox, "name", "")))
-        self.state.tuning.add_worker(cell.address.name, self.pool, self.gate, self.budget)
+        most = type(self).concurrency - SETTLING
+        self.state.tuning.add_worker(cell.address.name, self.pool, self.gate, self.budget, most)
         if self.budget is not None:
             self.start_soon(self.budget.run)
         if SCHEDULER not in self.directory.addresses:
