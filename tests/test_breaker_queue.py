@@ -123,30 +123,6 @@ async def _states(results: list[object]) -> list[str]:
     return states
 
 
-class _Slots:
-    """Stands in front of a worker's run slots (its ``_runs`` semaphore) and
-    tells when ``waiting`` tasks wait for one: the test knows they are queued
-    on the worker, not still on their way."""
-
-    def __init__(self, slots: trio.Semaphore, waiting: int) -> None:
-        self.slots = slots
-        self.want = waiting
-        self.waiting = 0
-        self.queued = trio.Event()
-
-    async def __aenter__(self) -> None:
-        self.waiting += 1
-        if self.waiting >= self.want:
-            self.queued.set()
-        try:
-            await self.slots.acquire()
-        finally:
-            self.waiting -= 1
-
-    async def __aexit__(self, *exc: object) -> None:
-        self.slots.release()
-
-
 async def test_tasks_waiting_for_a_run_slot_do_not_reach_a_tripped_downstream(
     tmp_path: Path,
 ) -> None:
@@ -159,11 +135,10 @@ async def test_tasks_waiting_for_a_run_slot_do_not_reach_a_tripped_downstream(
         qapp.GATE[:] = [trio.Event()]
         opened, closed = _watch(breaker)
         keys = ["first", *(f"k{i}" for i in range(9))]
-        slots = worker._runs = _Slots(worker._runs, 9)
         with trio.fail_after(WAIT):
             # When nine tasks queue on the worker behind a first one that runs
             results = await _send_all(keys)
-            await slots.queued.wait()
+            await worker.gate.wait_waiting(9)
             # and the downstream goes down as they wait
             qapp.DOWN[0] = True
             with _logged("actorctl:router:rerouted", len(keys) - 3) as refused:

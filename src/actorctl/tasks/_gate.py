@@ -122,6 +122,7 @@ class Gate:
         self.started = 0  # runs it let start, ever
         self.tasks: dict[str, TaskLimits] = {}
         self._waiting: list[Ticket] = []
+        self._watchers: list[tuple[int, trio.Event]] = []  # wait_waiting's
         self._arrivals = itertools.count()
         self.on_blocked = on_blocked
 
@@ -151,6 +152,8 @@ class Gate:
             return ticket
         ticket.event = trio.Event()
         bisect.insort(self._waiting, ticket)
+        if self._watchers:
+            self._tell_watchers()
         try:
             while True:
                 self._dispatch()
@@ -168,6 +171,23 @@ class Gate:
                 self._waiting.remove(ticket)
             raise
         return ticket
+
+    async def wait_waiting(self, count: int) -> None:
+        """Wait until at least ``count`` tasks wait at the gate at once."""
+        if len(self._waiting) >= count:
+            return
+        event = trio.Event()
+        self._watchers.append((count, event))
+        try:
+            await event.wait()
+        finally:
+            self._watchers = [w for w in self._watchers if w[1] is not event]
+
+    def _tell_watchers(self) -> None:
+        waiting = len(self._waiting)
+        for count, event in self._watchers:
+            if waiting >= count:
+                event.set()
 
     def leave(self, ticket: Ticket) -> None:
         """``ticket``'s run is over: its slot goes to the next that may start."""
