@@ -119,8 +119,11 @@ def test_rate_limits_and_budgets_change_at_run_time_and_bad_input_is_named(
     path = str(cluster.path)
     changed = actorctl("control", "rate-limit", path, "limits.per_worker", "5/s")
     assert changed.returncode == 0, changed.stderr
-    worker = limits(cluster)["worker"]["workers"]["limited"]
+    shown = limits(cluster)
+    worker = shown["worker"]["workers"]["limited"]
     assert worker["tasks"]["limits.per_worker"]["rate_limit"] == "5/s"
+    # (the pool's router paces it for each worker, so that it waits there)
+    assert shown["services"]["routers"]["limited"]["per_worker"] == {"limits.per_worker": "5/s"}
     pooled = actorctl("control", "rate-limit", path, "limits.pool_wide", "30/m", "--global")
     assert pooled.returncode == 0, pooled.stderr
     router = limits(cluster)["services"]["routers"]["limited"]

@@ -312,6 +312,8 @@ async def test_a_per_worker_rate_limit_is_never_exceeded_and_is_reached(tmp_path
         # When 50 are sent at once
         for label in sent:
             await limits_app.per_worker.adelay(label)
+        # Then they wait in the pool's router (kept in its store), not at the worker
+        assert c.router("limited").held > 0
         ran = await runs_of("per_worker", len(sent))
     starts = [r["start"] for r in ran]
     # Then no second holds more than 20 starts, and the run goes at >= 90 % of 20/s
@@ -319,7 +321,7 @@ async def test_a_per_worker_rate_limit_is_never_exceeded_and_is_reached(tmp_path
     rate = (len(starts) - 1) / (starts[-1] - starts[0])
     assert rate >= 18.0, rate
     assert lost_and_doubled(ran, sent) == (0, 0)
-    assert c.router("limited").held == 0  # a worker's own limit: the router holds none
+    assert c.router("limited").held == 0
 
 
 async def test_a_global_rate_limit_holds_across_the_workers_of_a_pool(tmp_path: Path) -> None:

@@ -202,21 +202,26 @@ class Router(Actor):
             if adopted:
                 log("actorctl:router:adopted", router=self.address.name, messages=adopted)
 
-    async def pass_on(self, envelope: Envelope) -> None:
-        """Hand ``envelope`` to the node's backlog for the least loaded instance,
-        as a router that ``hands_over`` does with what it takes: for a subclass
-        that held it back first. Returns once the backlog holds it."""
+    async def pass_on(self, envelope: Envelope, target: Address | None = None) -> None:
+        """Hand ``envelope`` to the node's backlog for ``target`` (by default the
+        least loaded instance), as a router that ``hands_over`` does with what
+        it takes: for a subclass that held it back first. Returns once the
+        backlog holds it."""
         outbox = self._require_cell().outbox
         if not isinstance(outbox, NodeOutbox):
             raise ActorctlError(f"router {self.address.name!r} hands over only on a node")
-        await self._hand_over(outbox, envelope)
+        await self._hand_over(outbox, envelope, target)
 
-    async def _hand_over(self, outbox: NodeOutbox, envelope: Envelope) -> None:
-        """Give the message to the node's backlog for the least loaded instance;
-        it counts as in flight there until the instance settles it."""
-        turn = self._turn = (self._turn + 1) % len(self.instances)
-        order = self.instances[turn:] + self.instances[:turn]
-        target = min(order, key=lambda a: self.load[a])  # taking turns among equals
+    async def _hand_over(
+        self, outbox: NodeOutbox, envelope: Envelope, target: Address | None = None
+    ) -> None:
+        """Give the message to the node's backlog for ``target`` or the least
+        loaded instance; it counts as in flight there until the instance
+        settles it."""
+        if target is None:
+            turn = self._turn = (self._turn + 1) % len(self.instances)
+            order = self.instances[turn:] + self.instances[:turn]
+            target = min(order, key=lambda a: self.load[a])  # taking turns among equals
         done, reroute = self._track(target, envelope.message_id)
         copy = forwarded(envelope, to=str(target))
         await outbox.hand_over(target, copy, on_done=done, reroute=reroute)

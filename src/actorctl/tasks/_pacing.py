@@ -33,13 +33,16 @@ import itertools
 from collections.abc import Sequence
 from typing import Any, ClassVar, Final, final
 
+import trio
+
 from .._errors import WireFormatError
 from .._log import log
 from ..actors import Address
 from ..cluster import AT_MOST_ONCE, Router
 from ..mailbox import ACCEPTED, Envelope, Outcome, decode, encode
 from ._control import WorkerState
-from ._gate import Gate, priority_of
+from ._gate import Gate, TaskLimits, priority_of
+from ._rates import Pacer, RateLimit
 from ._registry import TaskRegistry
 from ._state import store_of
 from ._task import Task
@@ -78,7 +81,7 @@ class PoolRouter(Router):
     Args:
         instances: the pool's workers.
         attempt_timeout: as for any router.
-        app: the tasks (their global rate limits).
+        app: the tasks (their rate limits).
         state: the node's task state (limits changed at run time).
     """
 
@@ -96,10 +99,17 @@ class PoolRouter(Router):
         state: WorkerState | None = None,
     ) -> None:
         super().__init__(instances, attempt_timeout=attempt_timeout)
+        #: Global rate limits and suspends: for the pool as a whole.
         self.gate = Gate(None, widen=ROUTER_WIDEN)
+        #: Per-worker rate limits, paced here for each instance, so that a
+        #: task waits here rather than at a worker that holds it for nothing.
+        self.per_worker: dict[str, dict[Address, Pacer]] = {}
+        self._rates_changed = trio.Event()
         for task in app.tasks.values() if app is not None else ():
             if task.global_rate_limit is not None:
                 self.gate.limits(task.name).pacer.set(task.global_rate_limit)
+            if task.rate_limit is not None:
+                self.set_worker_rate(task.name, task.rate_limit)
         self._state = state
         self._held: dict[str, list[_Held]] = {}  # task -> a heap, best first
         self._releasing: set[str] = set()
@@ -110,13 +120,25 @@ class PoolRouter(Router):
         """Tasks it holds back now."""
         return sum(len(heap) for heap in self._held.values())
 
+    def set_worker_rate(self, task: str, limit: RateLimit | None) -> None:
+        """Pace ``task`` for each instance at ``limit`` (None: not at all)."""
+        if limit is None:
+            self.per_worker.pop(task, None)
+        else:
+            pacers = self.per_worker.setdefault(task, {})
+            for address in self.instances:
+                pacer = pacers.setdefault(address, Pacer(None, widen=ROUTER_WIDEN))
+                pacer.set(limit)
+        self._rates_changed.set()
+        self._rates_changed = trio.Event()
+
     async def on_start(self) -> None:
         """Take back the tasks its node held for its instances, and those it
         held back itself when its node stopped."""
         await super().on_start()
         name = self.address.name
         if self._state is not None:
-            self._state.tuning.add_router(name, self.gate, lambda: self.held)
+            self._state.tuning.add_router(name, self)
         store = store_of(self._require_cell().outbox)
         prefix = f"{name}/"
         for key, value in store.items(HELD):
@@ -133,11 +155,16 @@ class PoolRouter(Router):
     async def handle_unmatched(
         self, envelope: Envelope
     ) -> tuple[Outcome, tuple[str, Any] | None] | None:
-        limits = self.gate.tasks.get(envelope.subject)
-        if limits is None or envelope.headers.get(AT_MOST_ONCE):
+        task = envelope.subject
+        limits = self.gate.tasks.get(task)
+        if (limits is None and task not in self.per_worker) or envelope.headers.get(AT_MOST_ONCE):
             return await super().handle_unmatched(envelope)
-        if not self._held.get(envelope.subject) and not limits.held(None) and limits.pacer.take():
-            return await super().handle_unmatched(envelope)  # its turn is now
+        go, target = self._turn_now(task, limits)
+        if go:  # its turn is now
+            if target is None:
+                return await super().handle_unmatched(envelope)
+            await self.pass_on(envelope, target)
+            return ACCEPTED, None
         store = store_of(self._require_cell().outbox)
         key = f"{self.address.name}/{envelope.message_id}"
         if store.get(HELD, key) is None:
@@ -145,6 +172,45 @@ class PoolRouter(Router):
             await store.sync()
             self._hold(envelope, key)
         return ACCEPTED, None
+
+    def _turn_now(self, task: str, limits: TaskLimits | None) -> tuple[bool, Address | None]:
+        """Whether ``task`` may go now (nothing of it held, nothing holding it
+        back), and to which instance, if a per-worker limit chooses one. Takes
+        the turns only when it may go."""
+        if self._held.get(task) or (limits is not None and limits.held(None)):
+            return False, None
+        pacers = self.per_worker.get(task)
+        target = None
+        if pacers is not None:
+            target = self._ready_instance(pacers)
+            if target is None:
+                return False, None
+        if limits is not None and not limits.pacer.take():
+            return False, None
+        if pacers is not None and target is not None:
+            pacers[target].take()
+        return True, target
+
+    def _ready_instance(self, pacers: dict[Address, Pacer]) -> Address | None:
+        """The least loaded instance whose pacer lets a start through now."""
+        now = trio.current_time()
+        ready = [a for a in self.instances if pacers[a].ready_at() <= now]
+        return min(ready, key=lambda a: self.load[a]) if ready else None
+
+    async def _instance_turn(self, task: str) -> Address | None:
+        """Wait until an instance may take ``task`` under its per-worker limit,
+        and take that turn (None: it has no such limit, any instance may)."""
+        while True:
+            pacers = self.per_worker.get(task)
+            if pacers is None:
+                return None
+            target = self._ready_instance(pacers)
+            if target is not None:
+                pacers[target].take()
+                return target
+            changed = self._rates_changed
+            with trio.move_on_at(min(p.ready_at() for p in pacers.values())):
+                await changed.wait()
 
     def _hold(self, envelope: Envelope, key: str) -> None:
         task = envelope.subject
@@ -163,11 +229,12 @@ class PoolRouter(Router):
             while heap:
                 ticket = await self.gate.enter(task, -heap[0][0][0])
                 try:
+                    target = await self._instance_turn(task)
                     _, key, envelope = heapq.heappop(heap)
                     # No await between the delete and the backlog's put: one
                     # commit holds both, so a crash keeps it in one or the other.
                     store.delete(HELD, key)
-                    await self.pass_on(envelope)
+                    await self.pass_on(envelope, target)
                 finally:
                     self.gate.leave(ticket)
         finally:

@@ -13,15 +13,14 @@ bounds and its demand decide it again).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
-from typing import Any, Final, final
+from typing import Any, Final, Protocol, final
 
 from .._errors import ConfigError
 from .._log import log
 from ..cluster import Store
 from ._budget import Budget
 from ._gate import Gate
-from ._rates import rate_limit_of
+from ._rates import Pacer, RateLimit, rate_limit_of
 
 __all__ = ["ROUTER_WIDEN", "Tuning"]
 
@@ -32,6 +31,18 @@ ROUTER_WIDEN: Final = 1.05
 _KEYS: Final = ("rate_limit", "global_rate_limit", "suspended")
 
 
+class RouterLimits(Protocol):
+    """What a pool's router shows of its limits (``_pacing.PoolRouter``)."""
+
+    gate: Gate
+    per_worker: dict[str, dict[Any, Pacer]]
+
+    @property
+    def held(self) -> int: ...
+
+    def set_worker_rate(self, task: str, limit: RateLimit | None) -> None: ...
+
+
 @final
 class Tuning:
     """The gates of one node's task actors, and the limits set on them at run time."""
@@ -39,7 +50,7 @@ class Tuning:
     def __init__(self) -> None:
         # actor -> (pool, gate, budget (None: fixed), most run slots)
         self.workers: dict[str, tuple[str, Gate, Budget | None, int]] = {}
-        self.routers: dict[str, tuple[Gate, Callable[[], int]]] = {}  # pool -> gate, held
+        self.routers: dict[str, RouterLimits] = {}  # pool -> its router
         self.overrides: dict[str, dict[str, Any]] = {}  # task -> {key: value}
         self._store: Store | None = None
 
@@ -64,10 +75,10 @@ class Tuning:
         for task, kept in self.overrides.items():
             _apply(gate, task, kept, router=False)
 
-    def add_router(self, pool: str, gate: Gate, held: Callable[[], int]) -> None:
-        self.routers[pool] = (gate, held)
+    def add_router(self, pool: str, router: RouterLimits) -> None:
+        self.routers[pool] = router
         for task, kept in self.overrides.items():
-            _apply(gate, task, kept, router=True)
+            _apply_router(router, task, kept)
 
     # -- changing ---------------------------------------------------------------------
 
@@ -87,8 +98,8 @@ class Tuning:
         kept[key] = value
         for _, gate, _, _ in self.workers.values():
             _apply(gate, task, {key: value}, router=False)
-        for gate, _ in self.routers.values():
-            _apply(gate, task, {key: value}, router=True)
+        for router in self.routers.values():
+            _apply_router(router, task, {key: value})
         if self._store is not None:
             self._store.put(TABLE, task, json.dumps(kept).encode())
         log("actorctl:limits:changed", task=task, limit=key, value=value)
@@ -136,8 +147,16 @@ class Tuning:
             for name, (pool, gate, budget, most) in sorted(self.workers.items())
         }
         routers = {
-            pool: {"held": held(), "tasks": _task_limits(gate)}
-            for pool, (gate, held) in sorted(self.routers.items())
+            pool: {
+                "held": router.held,
+                "tasks": _task_limits(router.gate),
+                "per_worker": {
+                    task: str(next(iter(pacers.values())).limit)
+                    for task, pacers in sorted(router.per_worker.items())
+                    if pacers
+                },
+            }
+            for pool, router in sorted(self.routers.items())
         }
         return {"workers": workers, "routers": routers, "overrides": self.overrides}
 
@@ -150,6 +169,16 @@ def _apply(gate: Gate, task: str, kept: dict[str, Any], *, router: bool) -> None
         gate.set_rate(task, rate_limit_of(kept[rate_key], what=f"{rate_key} of {task}"))
     if "suspended" in kept:
         gate.suspend(task, bool(kept["suspended"]))
+
+
+def _apply_router(router: RouterLimits, task: str, kept: dict[str, Any]) -> None:
+    """A router keeps a task's global limit and suspend in its gate, and
+    paces its per-worker limit for each instance."""
+    _apply(router.gate, task, kept, router=True)
+    if "rate_limit" in kept:
+        router.set_worker_rate(
+            task, rate_limit_of(kept["rate_limit"], what=f"rate_limit of {task}")
+        )
 
 
 def _task_limits(gate: Gate) -> dict[str, Any]:
