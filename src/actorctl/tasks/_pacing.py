@@ -9,8 +9,11 @@ and settles it once the backlog holds it (``cluster/_router.py``); the backlog
 sends each worker its tasks highest ``priority`` first, as that worker grants
 credit.
 
-Two things make the router hold a task back first, rather than pass it on:
+Three things make the router hold a task back first, rather than pass it on:
 
+- its **per-worker rate limit** (``rate_limit="10/s"``): the router paces it
+  for each worker, and sends a worker the next one only when that worker's
+  turn has come (each worker's gate keeps the limit too);
 - its **global rate limit** (``@app.task(global_rate_limit="100/m")``, or
   ``actorctl control rate-limit --global``): the router lets one through each
   ``period / N`` seconds (5 % wider: the hop to the worker adds jitter, and a
