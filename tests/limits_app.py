@@ -85,3 +85,9 @@ async def pausable(label: str) -> str:
 async def ordered(label: str) -> str:
     _record("ordered", label)
     return label
+
+
+@app.task(pool="limited", concurrency=0)
+async def dormant(label: str) -> str:
+    _record("dormant", label)
+    return label

@@ -390,6 +390,22 @@ async def test_suspend_holds_a_task_in_its_router_and_resume_drains_it(tmp_path:
             await tasks.ask("limit", "limits.pausable", "rate_limit", "10/x")
 
 
+async def test_a_task_declared_with_concurrency_zero_waits_until_resumed(tmp_path: Path) -> None:
+    async with (
+        cluster(tmp_path) as c,
+        open_node("operator", host=None, insecure=True) as operator,
+    ):
+        sent = [f"d{i}" for i in range(5)]
+        for label in sent:
+            await limits_app.dormant.adelay(label)
+        assert c.router("limited").held == 5
+        assert runs("dormant") == []
+        for node in ("services", "w1"):
+            tasks = operator.ref(str(c.nodes[node].address_of("_tasks")))
+            await tasks.ask("limit", "limits.dormant", "suspended", False)
+        assert lost_and_doubled(await runs_of("dormant", 5), sent) == (0, 0)
+
+
 async def test_priority_nine_tasks_finish_before_priority_zero_tasks_sent_earlier(
     tmp_path: Path,
 ) -> None:

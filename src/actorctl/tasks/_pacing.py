@@ -68,7 +68,9 @@ def task_limits(gate: Gate, task: Task, *, routed: bool) -> None:
         return
     limits = gate.limits(task.name)
     limits.pacer.set(rate)
-    limits.cap = task.concurrency
+    # concurrency=0 is a task declared suspended: `actorctl control resume` lets it go.
+    limits.suspended = task.concurrency == 0
+    limits.cap = task.concurrency or None
     limits.per_key = task.concurrency_per_key
 
 
@@ -113,6 +115,8 @@ class PoolRouter(Router):
                 self.gate.limits(task.name).pacer.set(task.global_rate_limit)
             if task.rate_limit is not None:
                 self.set_worker_rate(task.name, task.rate_limit)
+            if task.concurrency == 0:  # declared suspended: held here until resumed
+                self.gate.suspend(task.name, True)
         self._state = state
         self._held: dict[str, list[_Held]] = {}  # task -> a heap, best first
         self._releasing: set[str] = set()

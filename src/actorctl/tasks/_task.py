@@ -146,7 +146,8 @@ class Task:
         self.global_rate_limit = rate_limit_of(
             global_rate_limit, what=f"task {name}: global_rate_limit"
         )
-        #: At most this many running at once on each worker (0: suspended).
+        #: At most this many running at once on each worker (0: suspended until
+        #: ``actorctl control resume``).
         self.concurrency = _count(name, "concurrency", concurrency, least=0)
         #: At most ``concurrency_per_key`` running at once per key on each
         #: worker, the key computed from the task's arguments.
