@@ -23,6 +23,7 @@ ROUTINE: Final = frozenset(
         "actorctl:chord:resumed",
         "actorctl:connection:closed",
         "actorctl:controller:down",
+        "actorctl:controller:stop-node",
         "actorctl:credit:reclaimed",
         "actorctl:delivery:duplicate",
         "actorctl:event:delivered",
