@@ -23,9 +23,9 @@ import pytest
 import trio
 from examples._cluster import running_cluster
 
-from actorctl import TaskRevoked, open_node
+from actorctl import TaskRevoked, chain, open_node
 from actorctl.cluster import load_cluster
-from tests.inspect_app import app, hold, step_a
+from tests.inspect_app import app, hold, step_a, step_b, step_c
 
 HERE = Path(__file__).resolve().parent
 WAIT = 20.0  # seconds any one answer may take on a loaded 2-core machine
@@ -261,6 +261,81 @@ async def test_bad_input_gets_a_clear_error_and_no_traceback(cluster: Path) -> N
     code, _, err = await actorctl("inspect", "active", cluster.parent / "nowhere.toml")
     assert code == 2
     assert "nowhere.toml" in err
+
+
+# -- one trace across nodes ---------------------------------------------------------------
+
+
+def trace_lines(cluster: Path) -> list[dict[str, Any]]:
+    """The eliot lines of every node's log that are part of a task's run."""
+    found = []
+    for path in sorted((cluster.parent / "logs").glob("*.log")):
+        for raw in path.read_text().splitlines():
+            if raw.startswith("{") and '"actorctl:task"' in raw:
+                found.append({**json.loads(raw), "node": path.stem})
+    return found
+
+
+async def test_logs_task_shows_a_chain_that_crossed_three_nodes_as_one_tree(
+    cluster: Path,
+) -> None:
+    # Given a chain of three steps, one per pool: node-a, then node-b, then node-c
+    async with app.aconnect(cluster):
+        result = await chain(step_a.s(1), step_b.s(), step_c.s()).aapply_async()
+        assert await result.aget(timeout=WAIT) == 1  # ((1 + 1) * 2) - 3
+    first = result.id  # the chain's handle: its first step
+
+    # (the last step's end is logged as its result leaves: its node's log has
+    # it a moment after the result came; no event crosses the processes)
+    def ended() -> int:
+        lines = trace_lines(cluster)
+        trace = {line["task_uuid"] for line in lines if line.get("task_id") == first}
+        return sum(
+            line["task_uuid"] in trace and line.get("action_status") == "succeeded"
+            for line in lines
+        )
+
+    with trio.fail_after(WAIT):
+        while ended() < 3:  # noqa: ASYNC110
+            await trio.sleep(0.05)
+
+    # When the trace of the chain is asked for (by its first step's task id)
+    code, out, _ = await actorctl("logs", cluster, "--task", first)
+    assert code == 0, out
+
+    # Then it is one tree: each step nested under the step that sent it, each
+    # on its own node, each ended
+    uuid, *rows = out.splitlines()
+    steps = [row for row in rows if "actorctl:task [" in row]
+    assert [row.split("actorctl:task [")[1].split("]")[0] for row in steps] == [
+        "node-a",
+        "node-b",
+        "node-c",
+    ]
+    names = [row.split("task=")[1].split()[0] for row in steps]
+    assert names == ["inspect.step_a", "inspect.step_b", "inspect.step_c"]
+    depths = [row.index("actorctl:task") for row in steps]
+    assert depths[0] < depths[1] < depths[2]
+    assert all(" succeeded in " in row for row in steps)
+    assert f"task_id={first}" in steps[0]
+
+    # And the same tree comes for its last step's task id, for the trace's
+    # eliot uuid, and as JSON lines
+    last = steps[2].split("task_id=")[1].split()[0]
+    for other in (last, uuid):
+        code, again, _ = await actorctl("logs", cluster, "--task", other)
+        assert again == out
+    code, lines, _ = await actorctl("logs", cluster, "--task", first, "--json")
+    nodes = {json.loads(line)["_node"] for line in lines.splitlines()}
+    assert {"node-a", "node-b", "node-c"} <= nodes
+    assert {json.loads(line)["task_uuid"] for line in lines.splitlines()} == {uuid}
+
+
+async def test_logs_task_names_what_it_looked_for_when_nothing_matches(cluster: Path) -> None:
+    code, out, err = await actorctl("logs", cluster, "--task", "no-such-task")
+    assert code == 1
+    assert out == ""
+    assert "names task 'no-such-task'" in err
 
 
 # -- shutdown: last, it ends the module's cluster ------------------------------------------

@@ -31,6 +31,7 @@ from ._errors import exit_code, fail, leaf
 from ._inspect import inspect
 from ._keys import certs, keys
 from ._logging import log_options, log_to
+from ._logs import logs
 from ._options import Security, security_options
 from ._schedule import schedule
 
@@ -69,6 +70,7 @@ cli.add_command(cluster)
 cli.add_command(deadletters)
 cli.add_command(control)
 cli.add_command(inspect)
+cli.add_command(logs)
 cli.add_command(schedule)
 
 

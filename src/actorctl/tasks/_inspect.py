@@ -15,10 +15,14 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final, final
 
 import attrs
+import eliot
 
 from ._gate import priority_of
+from ._protocol import envelope_retries, envelope_task_id
 
 if TYPE_CHECKING:
+    from ..actors import Outbox
+    from ..mailbox import Envelope
     from ._gate import Gate, Ticket
 
 __all__ = ["TEXT_LIMIT", "HeldTask", "Holdings"]
@@ -69,13 +73,30 @@ class Holdings:
         self.registered: dict[str, str] = {}  # task name -> pool, of the pools run here
         self.pools: dict[str, str] = {}  # worker name -> pool
         self.since = clock_start
+        self.node = ""  # the node's name, once a worker started
 
-    def add_worker(self, worker: str, pool: str, tasks: dict[str, str], now: float) -> None:
-        """A worker of ``pool`` started here, running ``tasks`` (name -> pool)."""
+    def add_worker(self, worker: str, pool: str, tasks: dict[str, str], outbox: Outbox) -> None:
+        """A worker of ``pool`` started here (on ``outbox``'s node), running
+        ``tasks`` (name -> pool)."""
         self.pools[worker] = pool
         self.registered.update(tasks)
+        self.node = str(getattr(outbox, "name", ""))
         if self.since is None:
-            self.since = now
+            self.since = outbox.now()
+
+    def action(self, envelope: Envelope, worker: str) -> eliot.Action:
+        """The eliot action of one task message at ``worker``: what the run logs
+        and sends (its result, the next step of its chain) is part of it, and a
+        message that continues a trace (its ``trace`` header) nests it there:
+        ``actorctl logs --task`` shows every node a task touched as one tree."""
+        return eliot.start_action(
+            action_type="actorctl:task",
+            task=envelope.subject,
+            task_id=envelope_task_id(envelope),
+            node=self.node,
+            worker=worker,
+            retries=envelope_retries(envelope),
+        )
 
     async def enter(
         self,

@@ -158,7 +158,7 @@ class TaskWorker(Actor):
         hooks.worker_up(self.state, str(getattr(outbox, "name", "")))
         self.state.tuning.add_worker(cell.address.name, self.pool, self.gate, self.budget)
         mine = {t.name: t.pool for t in self.app.tasks.values() if t.pool == self.pool}
-        self.state.holdings.add_worker(cell.address.name, self.pool, mine, outbox.now())
+        self.state.holdings.add_worker(cell.address.name, self.pool, mine, outbox)
         if self.budget is not None:
             self.start_soon(self.budget.run)
         if SCHEDULER not in self.directory.addresses:
@@ -178,7 +178,8 @@ class TaskWorker(Actor):
         self, envelope: Envelope
     ) -> tuple[Outcome, tuple[str, Any] | None] | None:
         try:
-            return await self._task(envelope)
+            with self.state.holdings.action(envelope, self.address.name):  # its trace
+                return await self._task(envelope)
         except Exception as exc:
             # What follows the run could not be sent (an unknown pool, a result
             # that is not JSON, no scheduler for a delayed retry, a malformed
