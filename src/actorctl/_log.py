@@ -8,11 +8,19 @@ out unless it is asked for everything (``-v``).
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any, Final
 
-from eliot import log_message
+from eliot import Action, current_action, log_message
 
-__all__ = ["ROUTINE", "is_routine", "log"]
+# eliot's own (stable since 0.x) level type; ``Action.continue_task`` would
+# log a start and an end message per message handled (docs/protocol.md §6.2).
+from eliot._action import TaskLevel
+
+__all__ = ["ROUTINE", "TRACE", "continue_trace", "is_routine", "log", "trace_here"]
+
+#: The application property that carries the eliot trace id (``UUID@/LEVEL``).
+TRACE: Final = "trace"
 
 #: Events that say things went as they should (or that a caller is told about
 #: anyway, as an error of its own): information, not warnings. Every other event
@@ -20,9 +28,11 @@ __all__ = ["ROUTINE", "is_routine", "log"]
 ROUTINE: Final = frozenset(
     {
         "actorctl:backlog:resumed",
+        "actorctl:task",  # a task's run, as an eliot action (its start and end)
         "actorctl:chord:resumed",
         "actorctl:connection:closed",
         "actorctl:controller:down",
+        "actorctl:controller:stop-node",
         "actorctl:credit:reclaimed",
         "actorctl:delivery:duplicate",
         "actorctl:event:delivered",
@@ -57,3 +67,32 @@ def is_routine(message_type: object) -> bool:
 def log(message_type: str, **fields: Any) -> None:
     """Write one structured log line of type ``message_type``."""
     log_message(message_type=message_type, **fields)
+
+
+def trace_here() -> str | None:
+    """The trace id a message sent now carries (``UUID@/LEVEL``: a new child
+    level of the current eliot action, so that what its receiver logs nests
+    under it), or None outside any action."""
+    action = current_action()
+    if action is None:
+        return None
+    return str(action.serialize_task_id().decode("ascii"))
+
+
+def continue_trace(trace: object) -> contextlib.AbstractContextManager[Any]:
+    """Run within the trace a message's ``trace`` header names, logging nothing
+    of its own: what is logged or sent inside joins that trace's tree. A
+    missing or malformed header (it is informative only) changes nothing."""
+    if not isinstance(trace, str) or trace.count("@") != 1:
+        return contextlib.nullcontext()
+    uuid, _, level = trace.partition("@")
+    try:
+        task_level = TaskLevel.fromString(level)
+    except ValueError:
+        return contextlib.nullcontext()
+    if not uuid or not level.startswith("/"):
+        return contextlib.nullcontext()
+    context: contextlib.AbstractContextManager[Any] = Action(
+        None, uuid, task_level, "actorctl:message"
+    ).context()
+    return context

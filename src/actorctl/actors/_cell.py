@@ -2,8 +2,7 @@
 
 It takes messages from the mailbox, looks the handler up in the current behaviour,
 binds the arguments, runs the handler (a trio task, or a worker thread for a plain
-``def``), replies if the caller wants one, and only then settles (acks-late).
-"""
+``def``) in its message's eliot trace, replies, and only then settles (acks-late)."""
 
 from __future__ import annotations
 
@@ -15,7 +14,7 @@ from typing import Any, final
 import trio
 
 from .._errors import ActorctlError, WireFormatError
-from .._log import log
+from .._log import TRACE, continue_trace, log
 from ..mailbox import (
     ACCEPTED,
     BAD_ARGUMENTS,
@@ -406,7 +405,8 @@ class ActorCell:
             return
         seen.start(key)
         try:
-            handled = await self._dispatch(envelope)
+            with continue_trace(envelope.headers.get(TRACE)):
+                handled = await self._dispatch(envelope)
         except BaseException:
             seen.abandon(key)  # never answered: a resend must run it
             raise

@@ -196,7 +196,9 @@ async def _prepare(file: Path) -> ClusterConfig:
         )
         fail(f"{config.path}: port {port} of {who} ({host}:{port}) is taken: {why}", 1)
     (config.root / "logs").mkdir(exist_ok=True)
-    log_to(str(config.root / "logs" / "cluster.log"), sys.stderr)
+    # Under systemd (Type=notify) its own log goes to the journal; the nodes'
+    # to their files (`actorctl logs --task` reads them).
+    log_to(str(config.root / "logs" / "cluster.log"), sys.stderr, journal=True)
     return config
 
 

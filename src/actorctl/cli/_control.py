@@ -1,14 +1,19 @@
-"""``actorctl control``: change a running cluster's task limits.
+"""``actorctl control``: change a running cluster's task limits, revoke
+tasks, stop nodes.
 
 Each command is a signed control message to the cluster's Controller, which
 asks the ``_tasks`` actor of every running node that hosts one (workers and
 the services node's routers) and answers with each node's reply. A change to
-a task's limits is kept in each node's store and outlives a restart.
+a task's limits is kept in each node's store and outlives a restart; so is a
+revoke (``revoke`` also reaches the scheduler, for delayed tasks).
+``shutdown`` stops one node (the Controller's ``stop_node``) or the whole
+cluster (its ``down``).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -17,10 +22,15 @@ import asyncclick as click
 from .._errors import ConfigError
 from ..tasks import rate_limit_of
 from ._cluster import ask_controller
+from ._table import answered, fail_unanswered
 
 __all__ = ["control"]
 
 CONTROL_ACTOR = "_tasks"
+SCHEDULER_ACTOR = "scheduler"
+#: What a task id may look like: 32 hex digits (``new_task_id``), a periodic
+#: firing's ``periodic:NAME@TIME``, or an id a caller chose (``task_id=``).
+_TASK_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:@/+-]{0,199}")
 _FILE = click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
 _TIMEOUT = click.option("--timeout", default=10.0, show_default=True, help="Seconds to wait.")
 _JSON = click.option("--json", "as_json", is_flag=True, help="Print each node's answer as JSON.")
@@ -28,8 +38,8 @@ _JSON = click.option("--json", "as_json", is_flag=True, help="Print each node's 
 
 @click.group()
 def control() -> None:
-    """Change task limits on a running cluster: rate limits, suspend and
-    resume, pool budgets (the `limits` command shows them)."""
+    """Change a running cluster: task limits (rate limits, suspend and resume,
+    pool budgets; `limits` shows them), revoke tasks, shut nodes down."""
 
 
 @control.command("rate-limit")
@@ -106,6 +116,51 @@ async def pool_shrink(file: Path, pool: str, n: int, as_json: bool, timeout: flo
     _report(answers, as_json, None)
 
 
+@control.command("revoke")
+@_FILE
+@click.argument("task_ids", nargs=-1, required=True, metavar="TASK_ID...")
+@click.option(
+    "--terminate", is_flag=True, help="Cancel it if it runs now (an async task; a thread runs on)."
+)
+@_JSON
+@_TIMEOUT
+async def revoke(
+    file: Path, task_ids: tuple[str, ...], terminate: bool, as_json: bool, timeout: float
+) -> None:
+    """Revoke tasks: one that waits (at a worker, or delayed in the scheduler)
+    never runs and reports REVOKED; one that runs sees ctx.is_aborted(), and
+    with --terminate an async one is cancelled. Every node keeps the revoke."""
+    for task_id in task_ids:
+        if not _TASK_ID.fullmatch(task_id):
+            raise click.BadParameter(
+                f"{task_id!r} is not a task id: expected letters, digits and _ . : @ / + - "
+                "(e.g. 3f2a9c0e5b7d4e1fa6b8c9d0e1f2a3b4, as `inspect active` shows them)",
+                param_hint="TASK_ID",
+            )
+    args = [list(task_ids), terminate]
+    answers = await _broadcast(file, "revoke", args, timeout)
+    delayed: dict[str, Any] = await ask_controller(
+        file, "broadcast", timeout, SCHEDULER_ACTOR, "revoke", args, timeout
+    )
+    answers.update({f"{node} (scheduler)": a for node, a in delayed.items()})
+    how = "revoked and terminated" if terminate else "revoked"
+    _report(answers, as_json, f"{', '.join(task_ids)}: {how}")
+
+
+@control.command("shutdown")
+@_FILE
+@click.argument("node", required=False)
+@_JSON
+@_TIMEOUT
+async def shutdown(file: Path, node: str | None, as_json: bool, timeout: float) -> None:
+    """Stop NODE for good (it is not restarted until the cluster is), or, with
+    no NODE, the whole cluster (as `cluster down`): nodes in reverse order."""
+    said: str = await ask_controller(
+        file, *(("stop_node", timeout, node) if node else ("down", timeout))
+    )
+    click.echo(json.dumps({"node": node, "answer": said}) if as_json else said)
+
+
 @control.command("limits")
 @_FILE
 @_JSON
@@ -116,10 +171,10 @@ async def limits(file: Path, as_json: bool, timeout: float) -> None:
     answers = await _broadcast(file, "limits", [], timeout)
     if as_json:
         click.echo(json.dumps(answers, sort_keys=True))
-        _fail_unanswered(answers)
+        fail_unanswered(answers)
         return
     click.echo(f"{'NODE':<12} {'ACTOR':<16} {'BUDGET':>8} {'RUNNING':>8} {'WAITING':>8}  LIMITS")
-    for node, answer in sorted(_answered(answers).items()):
+    for node, answer in sorted(answered(answers).items()):
         for name, worker in answer["workers"].items():
             bounds = worker["bounds"]
             budget = f"{worker['budget']}" + (f" {bounds[0]}-{bounds[1]}" if bounds else "")
@@ -132,7 +187,7 @@ async def limits(file: Path, as_json: bool, timeout: float) -> None:
                 f"{node:<12} {pool + ' (router)':<16} {'':>8} {'':>8} "
                 f"{router['held']:>8}  {_limits_text(router['tasks'])}"
             )
-    _fail_unanswered(answers)
+    fail_unanswered(answers)
 
 
 def _limits_text(tasks: dict[str, Any]) -> str:
@@ -175,27 +230,15 @@ def _says_no_worker(answer: Any) -> bool:
     return isinstance(answer, dict) and "runs no worker of pool" in str(answer.get("unanswered"))
 
 
-def _answered(answers: dict[str, Any]) -> dict[str, Any]:
-    return {n: a for n, a in answers.items() if not (isinstance(a, dict) and "unanswered" in a)}
-
-
 def _report(answers: dict[str, Any], as_json: bool, done: str | None) -> None:
     """Print what each node answered, and name those that did not (exit 1)."""
-    answered = _answered(answers)
+    done_by = answered(answers)
     if as_json:
         click.echo(json.dumps(answers, sort_keys=True))
-    elif done is not None and answered:
-        click.echo(f"{done} on {len(answered)} node(s): {', '.join(sorted(answered))}")
+    elif done is not None and done_by:
+        click.echo(f"{done} on {len(done_by)} node(s): {', '.join(sorted(done_by))}")
     else:
-        for node, budgets in sorted(answered.items()):
+        for node, budgets in sorted(done_by.items()):
             for worker, budget in sorted(budgets.items()):
                 click.echo(f"{node} {worker}: budget {budget}")
-    _fail_unanswered(answers)
-
-
-def _fail_unanswered(answers: dict[str, Any]) -> None:
-    failed = {n: a["unanswered"] for n, a in answers.items() if n not in _answered(answers)}
-    for node, error in sorted(failed.items()):
-        click.echo(f"error: node {node!r}: {error}", err=True)
-    if failed:
-        raise SystemExit(1)
+    fail_unanswered(answers)

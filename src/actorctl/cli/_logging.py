@@ -19,14 +19,21 @@ import asyncclick as click
 import eliot
 
 from .._log import is_routine
+from ._journal import journal_for
 
 __all__ = ["log_options", "log_to", "show_log"]
 
 _BOOKKEEPING = frozenset({"timestamp", "task_uuid", "task_level", "message_type"})
 
 
-def log_to(path: str, default: IO[str]) -> None:
-    """Every event, as JSON lines, to ``path`` ('-': ``default``)."""
+def log_to(path: str, default: IO[str], *, journal: bool = False) -> None:
+    """Every event, as JSON lines, to ``path`` ('-': ``default``). When systemd
+    connected ``default`` to the journal (``_journal.py``), to the journal
+    instead, if ``path`` is '-' or ``journal`` prefers it to ``path``."""
+    to_journal = journal_for(default) if path == "-" or journal else None
+    if to_journal is not None:
+        eliot.add_destinations(to_journal)
+        return
     stream: IO[str] = default if path == "-" else open(path, "a", encoding="utf-8")  # noqa: SIM115
     eliot.to_file(stream)
 

@@ -28,8 +28,10 @@ from ._cluster import cluster
 from ._control import control
 from ._deadletters import deadletters
 from ._errors import exit_code, fail, leaf
+from ._inspect import inspect
 from ._keys import certs, keys
 from ._logging import log_options, log_to
+from ._logs import logs
 from ._options import Security, security_options
 from ._schedule import schedule
 
@@ -67,6 +69,8 @@ cli.add_command(certs)
 cli.add_command(cluster)
 cli.add_command(deadletters)
 cli.add_command(control)
+cli.add_command(inspect)
+cli.add_command(logs)
 cli.add_command(schedule)
 
 

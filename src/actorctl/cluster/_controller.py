@@ -44,11 +44,16 @@ class Controller(Actor):
     name = CONTROLLER
 
     def __init__(
-        self, config: ClusterConfig, states: dict[str, NodeState], stop: trio.Event
+        self,
+        config: ClusterConfig,
+        states: dict[str, NodeState],
+        stop: trio.Event,
+        nodes: Supervisor | None = None,
     ) -> None:
         self._config = config
         self._states = states
         self._stop = stop
+        self._nodes = nodes  # the supervisor of the nodes (``stop_node``)
         self._leases = LeaseTable(trio.current_time)
 
     @handler
@@ -258,6 +263,25 @@ class Controller(Actor):
         return rows
 
     @handler
+    async def stop_node(self, node: str) -> str:
+        """Stop one node for good (``actorctl control shutdown FILE NODE``): it
+        gets SIGTERM (its handlers their grace) and is not restarted until the
+        cluster is."""
+        names = [n.name for n in self._config.nodes]
+        if node not in names:
+            raise BadArguments(
+                f"no node {node!r} in cluster {self._config.name!r}: its nodes are "
+                f"{', '.join(names)}"
+            )
+        if self._nodes is None:
+            raise ActorctlError(f"the controller of {self._config.name!r} supervises no nodes")
+        log("actorctl:controller:stop-node", cluster=self._config.name, node=node)
+        await self._nodes.terminate_child(node)
+        state = self._states[node]
+        state.state, state.address, state.reason = "stopped", None, "stopped by control shutdown"
+        return f"node {node!r} stopped"
+
+    @handler
     async def down(self) -> str:
         """Stop the cluster: every node, in reverse order, then the Controller."""
         log("actorctl:controller:down", cluster=self._config.name)
@@ -293,7 +317,7 @@ async def run_cluster(
         within=60.0,
     )
     security = config.security(CONTROLLER)
-    controller = Controller(config, states, stop)
+    controller = Controller(config, states, stop, supervisor)
     host, port = config.controller
     async with (
         open_node(CONTROLLER, [controller], host=host, port=port, **security),

@@ -150,7 +150,8 @@ class DeadLetters:
             "retries": retries,
             "message_id": envelope.message_id,
             "sender": sender,
-            "trace_id": str(envelope.headers.get(TRACE) or envelope.correlation_id or ""),
+            # The task id first: `actorctl logs --task` finds the eliot trace from it.
+            "trace_id": str(envelope.correlation_id or envelope.headers.get(TRACE) or ""),
             "subject": envelope.subject,
             "target": target,
             "reset": list(reset),

@@ -30,11 +30,12 @@ import itertools
 from collections.abc import Callable
 from typing import final
 
+import attrs
 import trio
 from proton import Link
 
 from .._errors import AskTimeout, ConfigError
-from .._log import log
+from .._log import TRACE, log, trace_here
 from ..actors import REPLIER, Address
 from ..mailbox import EXPIRED, Envelope, Outcome, encode
 from ..supervision import Breaker
@@ -245,6 +246,7 @@ class NodeOutbox:
         confirm: bool,
         durable: bool = False,
     ) -> None:
+        envelope = _traced(envelope)
         if durable:
             await self.backlog.add(address, envelope)
             return
@@ -257,6 +259,7 @@ class NodeOutbox:
                 raise error
 
     async def request(self, address: Address, envelope: Envelope, timeout: float) -> Envelope:
+        envelope = _traced(envelope)
         peer = self.open_peer(address)
         done = trio.Event()
         replies: list[Envelope] = []
@@ -431,3 +434,14 @@ def _no_credit(envelope: Envelope, engine: Engine, queued: int) -> None:
         description=f"the caller's reply link holds {queued} replies that wait for "
         "credit already: it must grant credit on its reply link",
     )
+
+
+def _traced(envelope: Envelope) -> Envelope:
+    """``envelope`` with the trace of the eliot action it is sent in (a header
+    it has already, from the message it continues, is kept)."""
+    if TRACE in envelope.headers:
+        return envelope
+    trace = trace_here()
+    if trace is None:
+        return envelope
+    return attrs.evolve(envelope, headers={**envelope.headers, TRACE: trace})

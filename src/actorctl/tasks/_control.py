@@ -26,6 +26,7 @@ from .._log import log
 from ..actors import Actor, BadArguments, handler
 from ..mailbox import Envelope
 from ._client import TaskClient, current_client
+from ._inspect import Holdings
 from ._protocol import CONTROL, REVOKED_MEMORY, SCHEDULER
 from ._results import AsyncResult
 from ._state import StoredResult, record_revokes, store_of, stored_result, stored_revokes
@@ -107,7 +108,8 @@ class Control:
 
 @final
 class WorkerState:
-    """What the task actors of one node share: revoked ids and running tasks."""
+    """What the task actors of one node share: revoked ids, running tasks,
+    and the tasks its workers hold (``inspect``)."""
 
     def __init__(self) -> None:
         self.revoked: OrderedDict[str, bool] = OrderedDict()  # id -> terminate
@@ -115,6 +117,8 @@ class WorkerState:
         self.workers = 0  # task workers running (worker_ready, worker_shutdown)
         #: The gates of the node's workers and routers, and the limits set at run time.
         self.tuning = Tuning()
+        #: The tasks its workers hold, reserved or active, and what ran (``_inspect.py``).
+        self.holdings = Holdings()
 
     def revoke(self, task_id: str, terminate: bool) -> None:
         """Remember a revoke; a running task being terminated is cancelled."""
@@ -200,6 +204,33 @@ class TaskControl(Actor):
         """This node's workers (budget, running, waiting, each task's limits),
         its routers' held tasks, and the limits set at run time."""
         return self.state.tuning.report()
+
+    @handler
+    async def active(self) -> list[dict[str, Any]]:
+        """``inspect active``: the tasks this node's workers run now (id, name,
+        args, kwargs, worker, pool, received and started times)."""
+        return self.state.holdings.active()
+
+    @handler
+    async def reserved(self) -> list[dict[str, Any]]:
+        """``inspect reserved``: the tasks this node's workers took and have not
+        started (waiting for a run slot or for a limit)."""
+        return self.state.holdings.reserved()
+
+    @handler
+    async def stats(self) -> dict[str, Any]:
+        """``inspect stats``: per worker its pool, budget, active and reserved
+        tasks; per task how many runs ended here; the node's pid and uptime."""
+        cell = self._require_cell()
+        budgets = self.state.tuning.report()["workers"]
+        node = str(getattr(cell.outbox, "name", ""))
+        return self.state.holdings.stats(node, cell.outbox.now(), budgets)
+
+    @handler
+    async def registered(self) -> dict[str, str]:
+        """``inspect registered``: the tasks this node's workers run, by name,
+        each with its pool."""
+        return dict(sorted(self.state.holdings.registered.items()))
 
     @handler
     async def result(self, task_id: str) -> StoredResult | None:

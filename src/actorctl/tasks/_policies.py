@@ -16,10 +16,27 @@ from ._limits import TimeLimits
 from ._protocol import H_RETRY_POLICY, H_TIMELIMIT
 from ._task import Task
 
-__all__ = ["NO_SCHEDULER", "delay_bound", "limits_of", "retry_policy_of", "warn_no_scheduler"]
+__all__ = [
+    "NO_SCHEDULER",
+    "can_delay",
+    "delay_bound",
+    "limits_of",
+    "retry_policy_of",
+    "warn_no_scheduler",
+]
 
 #: Why a retry was not made (logged, and the dead letter's reason not-retried).
 NO_SCHEDULER: Final = "not retried: no scheduler to delay it"
+
+
+def can_delay(task: Task, policy: RetryPolicy, retries: int, scheduler: bool) -> bool:
+    """Whether a retry the policy makes (not one the task asks for) can be
+    made where a worker runs (with a ``scheduler`` in its cluster or not): a
+    delay needs a scheduler, unless the budget is spent already (then the task
+    is dead-lettered)."""
+    if policy.exhausted(retries) or scheduler:
+        return True
+    return delay_bound(task, policy, retries) <= 0.001
 
 
 def warn_no_scheduler(tasks: Iterable[Task], pool: str) -> None:

@@ -38,6 +38,7 @@ from ..cluster import AT_MOST_ONCE, DEAD_LETTERS, REASON_EXPIRED, Store
 from ..mailbox import ACCEPTED, STATUS_OK, Envelope, Outcome, decode, encode
 from ._client import Directory, TaskClient
 from ._documents import send_document
+from ._inspect import HeldTask
 from ._letters import dead_letter
 from ._protocol import (
     BAD_ARGUMENTS,
@@ -159,6 +160,25 @@ class Scheduler(Actor):
     def pending(self) -> int:
         """How many delayed tasks it holds now."""
         return len(self.held)
+
+    def scheduled(self) -> list[dict[str, Any]]:
+        """``inspect scheduled``: the delayed tasks it holds, soonest first: each
+        one's task id, name, pool, eta (seconds since the epoch) and arguments."""
+        rows = []
+        for held in sorted(self.held.values(), key=lambda h: (h.due, h.task_id)):
+            envelope = held.envelope
+            try:
+                args, kwargs = envelope.call()
+            except WireFormatError:
+                args, kwargs = ["(unreadable)"], {}
+            rows.append(
+                HeldTask(
+                    held.task_id, envelope.subject, args, kwargs, self.name,
+                    str(envelope.headers.get(H_POOL)), envelope.creation_time or 0.0, None,
+                ).answer()
+                | {"eta": held.due}
+            )  # fmt: skip
+        return rows
 
     def _remember_revoke(self, task_id: str) -> None:
         self.revoked[task_id] = None
@@ -300,13 +320,13 @@ class Scheduler(Actor):
             args, kwargs = envelope.call()
             if envelope.subject == "revoke":
                 value: Any = await self.revoke(*args, **kwargs)
-            elif envelope.subject == "pending":
-                value = self.pending(*args, **kwargs)
+            elif envelope.subject in ("pending", "scheduled"):
+                value = getattr(self, envelope.subject)(*args, **kwargs)
             else:
                 return Outcome.rejected(
                     UNKNOWN_HANDLER,
-                    f"the scheduler takes delayed tasks (with a pool header), 'revoke' "
-                    f"and 'pending'; not {envelope.subject!r}",
+                    f"the scheduler takes delayed tasks (with a pool header), 'revoke', "
+                    f"'pending' and 'scheduled'; not {envelope.subject!r}",
                 ), None
         except (WireFormatError, TypeError) as exc:
             return Outcome.rejected(BAD_ARGUMENTS, f"{envelope.subject}: {exc}"), None

@@ -41,7 +41,8 @@ from ._budget import Budget, Concurrency
 from ._client import Directory, TaskClient, using_client
 from ._control import WorkerState
 from ._followups import FollowUps
-from ._gate import Gate, priority_of
+from ._gate import Gate
+from ._inspect import HeldTask
 from ._limits import (
     TaskFailure,
     TimeLimits,
@@ -51,8 +52,18 @@ from ._limits import (
     run_inline,
     run_thread,
 )
+from ._limits import (
+    foreign_handler as foreign,
+)
 from ._pacing import task_limits
-from ._policies import NO_SCHEDULER, delay_bound, limits_of, retry_policy_of, warn_no_scheduler
+from ._policies import (
+    NO_SCHEDULER,
+    can_delay,
+    delay_bound,
+    limits_of,
+    retry_policy_of,
+    warn_no_scheduler,
+)
 from ._protocol import (
     BAD_ARGUMENTS,
     DECODE_ERROR,
@@ -147,6 +158,8 @@ class TaskWorker(Actor):
         hooks.worker_up(self.state, str(getattr(outbox, "name", "")))
         most = type(self).concurrency - SETTLING
         self.state.tuning.add_worker(cell.address.name, self.pool, self.gate, self.budget, most)
+        mine = {t.name: t.pool for t in self.app.tasks.values() if t.pool == self.pool}
+        self.state.holdings.add_worker(cell.address.name, self.pool, mine, outbox)
         if self.budget is not None:
             self.start_soon(self.budget.run)
         if SCHEDULER not in self.directory.addresses:
@@ -166,7 +179,8 @@ class TaskWorker(Actor):
         self, envelope: Envelope
     ) -> tuple[Outcome, tuple[str, Any] | None] | None:
         try:
-            return await self._task(envelope)
+            with self.state.holdings.action(envelope, self.address.name):  # its trace
+                return await self._task(envelope)
         except Exception as exc:
             # What follows the run could not be sent (an unknown pool, a result
             # that is not JSON, no scheduler for a delayed retry, a malformed
@@ -204,7 +218,7 @@ class TaskWorker(Actor):
         if H_SINKS in envelope.headers and (bad := self._unknown_sink(envelope)) is not None:
             await followups.report(envelope, FAILURE, {"type": "ConfigError", "message": bad})
             return Outcome.rejected(UNKNOWN_SINK, bad), None
-        task_id = envelope_task_id(envelope)
+        task_id, now = envelope_task_id(envelope), followups.client.outbox.now
         breaker = self._breakers.get(task.name)
         if breaker is not None and not breaker.closed and (refused := breaker.admit()):
             return await self._refuse(envelope, task, refused)
@@ -212,7 +226,10 @@ class TaskWorker(Actor):
         # a run slot (the worker holds runs + SETTLING messages), so it is
         # asked again once the slot is taken. (A half-open probe is not.)
         admitted_closed = breaker is not None and breaker.closed
-        ticket = await self.gate.enter(task.name, priority_of(envelope.headers), key)
+        # Reserved until a run slot is free, then active until the run ends (inspect).
+        held = HeldTask(task_id, task.name, args, kwargs, self.address.name, self.pool, now())
+        holdings = self.state.holdings
+        ticket = await holdings.enter(self.gate, envelope.message_id, held, envelope.headers, key)
         try:
             if (
                 admitted_closed
@@ -223,12 +240,14 @@ class TaskWorker(Actor):
                 return await self._refuse(envelope, task, refused)
             why_not = self._why_not_run(envelope, task_id)
             if why_not is None:
+                holdings.start(envelope.message_id, now())
                 if envelope.headers.get(H_TRACK):
                     await followups.report(envelope, STARTED, None)
                 if signals.task_prerun.receivers:
                     hooks.prerun(task, task_id, args, kwargs)
                 ran = await self._run_all(envelope, task, task_id, calls)
         finally:
+            holdings.leave(envelope.message_id)
             self.gate.leave(ticket)
             if self.budget is not None:
                 self.budget.ran()
@@ -245,7 +264,7 @@ class TaskWorker(Actor):
             return ACCEPTED, None
         state = await self._follow(envelope, task, task_id, ran)
         if signals.task_postrun.receivers:
-            hooks.postrun(task, task_id, args, kwargs, _retval(envelope, ran), state)
+            hooks.postrun(task, task_id, args, kwargs, hooks.retval_of(envelope, ran), state)
         return ACCEPTED, None
 
     async def _refuse(self, envelope: Envelope, task: Task, refused: str) -> Handled:
@@ -320,7 +339,7 @@ class TaskWorker(Actor):
             if mark != POISON and not isinstance(exc, BadArguments):
                 policy = mark if isinstance(mark, RetryPolicy) else retry_policy_of(task, envelope)
                 if policy.retries(exc):
-                    if self._can_delay(task, policy, retries):
+                    if can_delay(task, policy, retries, SCHEDULER in self.directory.addresses):
                         return await self._retry(
                             envelope, task, task_id, retries, exc, None, policy
                         )
@@ -345,14 +364,6 @@ class TaskWorker(Actor):
             await followups.fail(envelope, task_id, error)
             hooks.failed(task, task_id, *envelope.call(), exc)
             return FAILURE
-
-    def _can_delay(self, task: Task, policy: RetryPolicy, retries: int) -> bool:
-        """Whether a retry the policy makes (not one the task asks for) can be
-        made here: a delay needs a scheduler, unless the budget is spent
-        already (then the task is dead-lettered: ``_retry``)."""
-        if policy.exhausted(retries) or SCHEDULER in self.directory.addresses:
-            return True
-        return delay_bound(task, policy, retries) <= 0.001
 
     async def _retry(
         self,
@@ -484,17 +495,5 @@ class TaskWorker(Actor):
             return None
         task = self._foreign.get(name)
         if task is None:
-            task = self._foreign[name] = Task(_foreign, name=name, pool=self.pool, boxed=True)
+            task = self._foreign[name] = Task(foreign, name=name, pool=self.pool, boxed=True)
         return task
-
-
-def _foreign(*args: Any, **kwargs: Any) -> Any:
-    """Stands for a handler of a boxed worker: it never runs here."""
-    raise TaskFailure("ConfigError", "a boxed worker's handler runs only in its process")
-
-
-def _retval(envelope: Envelope, ran: list[Any] | BaseException) -> Any:
-    """What the run returned (a map's list, or the one value), or what it raised."""
-    if isinstance(ran, list):
-        return ran if envelope.headers.get(H_MAP) else ran[0]
-    return ran
