@@ -10,6 +10,7 @@ metric and what it means.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
+from types import MappingProxyType
 from typing import Final, final
 
 from prometheus_client.core import (
@@ -32,16 +33,18 @@ __all__ = ["CONTENT_TYPE", "TASK_EVENTS", "NodeCollector", "metrics_handler", "r
 CONTENT_TYPE: Final = CONTENT_TYPE_LATEST
 #: A task worker's named counters: event -> (metric suffix, help). An event
 #: ``rejected:COND`` or ``dead_lettered:REASON`` carries its label after the colon.
-TASK_EVENTS: Final = {
-    "received": ("received", "Task messages a worker took"),
-    "succeeded": ("succeeded", "Task runs that succeeded"),
-    "failed": ("failed", "Task runs that failed for good (no retry left, or none allowed)"),
-    "retried": ("retried", "Task runs that failed and were sent again (a retry)"),
-    "revoked": ("revoked", "Task messages not run: revoked or expired"),
-    "rejected": ("rejected", "Task messages refused (unknown task, bad arguments, ...)"),
-    "dead_lettered": ("dead_lettered", "Task messages given up on and kept as dead letters"),
-}
-_EXTRA_LABEL: Final = {"rejected": "condition", "dead_lettered": "reason"}
+TASK_EVENTS: Final = MappingProxyType(
+    {
+        "received": ("received", "Task messages a worker took"),
+        "success": ("succeeded", "Task runs that succeeded"),
+        "failure": ("failed", "Task runs that failed for good (no retry left, or none allowed)"),
+        "retry": ("retried", "Task runs that failed and were sent again (a retry)"),
+        "revoked": ("revoked", "Task messages not run: revoked or expired"),
+        "rejected": ("rejected", "Task messages refused (unknown task, bad arguments, ...)"),
+        "dead_lettered": ("dead_lettered", "Task messages given up on and kept as dead letters"),
+    }
+)
+_EXTRA_LABEL: Final = MappingProxyType({"rejected": "condition", "dead_lettered": "reason"})
 
 
 def _buckets(latency: Latency) -> list[tuple[str, float]]:

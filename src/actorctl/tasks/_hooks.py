@@ -9,8 +9,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from ..mailbox import Envelope
 from . import _signals as signals
 from ._control import WorkerState
+from ._protocol import H_MAP
 from ._signals import ExceptionInfo, format_traceback
 from ._task import Task, TaskContext
 
@@ -20,6 +22,7 @@ __all__ = [
     "postrun",
     "prerun",
     "retried",
+    "retval",
     "revoked",
     "succeeded",
     "worker_down",
@@ -104,3 +107,10 @@ def revoked(
             signum=None,
             expired=reason.startswith("expired"),
         )
+
+
+def retval(envelope: Envelope, ran: list[Any] | BaseException) -> Any:
+    """What the run returned (a map's list, or the one value), or what it raised."""
+    if isinstance(ran, list):
+        return ran if envelope.headers.get(H_MAP) else ran[0]
+    return ran

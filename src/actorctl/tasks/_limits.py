@@ -49,6 +49,7 @@ __all__ = [
     "TimeLimits",
     "call_boxed",
     "check_soft_time_limit",
+    "foreign_handler",
     "run_async",
     "run_boxed",
     "run_inline",
@@ -246,3 +247,8 @@ async def run_boxed(
         f"boxed task {name} exited with code {done.returncode}: "
         + (stderr[-1] if stderr else "no output"),
     )
+
+
+def foreign_handler(*args: Any, **kwargs: Any) -> Any:
+    """Stands for a handler of a boxed worker: it never runs here."""
+    raise TaskFailure("ConfigError", "a boxed worker's handler runs only in its process")

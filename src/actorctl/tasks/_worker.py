@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping
+from time import perf_counter
 from typing import Any, ClassVar, Final
 
 import trio
 
 from .._errors import ActorctlError, WireFormatError
 from .._log import log
-from ..actors import Actor, Address, BadArguments
+from ..actors import Actor, Address, BadArguments, NamedCounters
 from ..cluster import (
     DEAD_LETTERS,
     REASON_EXPIRED,
@@ -52,7 +53,14 @@ from ._limits import (
     run_thread,
 )
 from ._pacing import task_limits
-from ._policies import NO_SCHEDULER, delay_bound, limits_of, retry_policy_of, warn_no_scheduler
+from ._policies import (
+    NO_SCHEDULER,
+    delay_bound,
+    foreign_task,
+    limits_of,
+    retry_policy_of,
+    warn_no_scheduler,
+)
 from ._protocol import (
     BAD_ARGUMENTS,
     DECODE_ERROR,
@@ -133,6 +141,8 @@ class TaskWorker(Actor):
         for task in app.tasks.values():
             task_limits(self.gate, task, routed=routed)
         self._followups: FollowUps | None = None
+        #: Per task: messages, outcomes, run times (read when /metrics is scraped).
+        self.named_counters = NamedCounters()
         # Its circuit breakers, by task, and each once by name (its actor state).
         self._breakers, self.breakers = task_breakers(app.tasks, app.breakers)
 
@@ -144,6 +154,7 @@ class TaskWorker(Actor):
         here = cell.address
         dead_letters = Address(here.host, here.port, DEAD_LETTERS, here.scheme)
         self._followups = FollowUps(client, self.pool, dead_letters, self.app.conf.result_expires)
+        self._followups.counters = self.named_counters
         hooks.worker_up(self.state, str(getattr(outbox, "name", "")))
         self.state.tuning.add_worker(cell.address.name, self.pool, self.gate, self.budget)
         if self.budget is not None:
@@ -164,8 +175,13 @@ class TaskWorker(Actor):
     async def handle_unmatched(
         self, envelope: Envelope
     ) -> tuple[Outcome, tuple[str, Any] | None] | None:
+        counters = self.named_counters
+        counters.add(envelope.subject, "received")
         try:
-            return await self._task(envelope)
+            handled = await self._task(envelope)
+            if handled[0].state != "accepted":
+                counters.add(envelope.subject, f"rejected:{handled[0].condition}")
+            return handled
         except Exception as exc:
             # What follows the run could not be sent (an unknown pool, a result
             # that is not JSON, no scheduler for a delayed retry, a malformed
@@ -181,7 +197,9 @@ class TaskWorker(Actor):
 
     async def _task(self, envelope: Envelope) -> Handled:
         followups = self.followups
-        task = self.app.tasks.get(envelope.subject) or self._foreign_task(envelope.subject)
+        task = self.app.tasks.get(envelope.subject) or foreign_task(
+            self.boxed, self._foreign, envelope.subject, self.pool
+        )
         if task is None:
             why = (
                 f"pool {self.pool!r} has no task {envelope.subject!r} "
@@ -226,7 +244,9 @@ class TaskWorker(Actor):
                     await followups.report(envelope, STARTED, None)
                 if signals.task_prerun.receivers:
                     hooks.prerun(task, task_id, args, kwargs)
+                started = perf_counter()
                 ran = await self._run_all(envelope, task, task_id, calls)
+                self.named_counters.observe(task.name, perf_counter() - started)
         finally:
             self.gate.leave(ticket)
             if self.budget is not None:
@@ -234,6 +254,7 @@ class TaskWorker(Actor):
         if breaker is not None:
             record(breaker, None if why_not is not None else ran, task, envelope)
         if why_not is not None:
+            self.named_counters.add(task.name, REVOKED.lower())
             hooks.revoked(task, task_id, args, kwargs, why_not)
             await followups.report(envelope, REVOKED, {"reason": why_not})
             if why_not.startswith("expired"):
@@ -242,9 +263,13 @@ class TaskWorker(Actor):
                     envelope, REASON_EXPIRED, error, envelope_retries(envelope)
                 )
             return ACCEPTED, None
+        if isinstance(ran, list):  # counted before its result goes: a scrape after it sees it
+            self.named_counters.add(task.name, SUCCESS.lower())
         state = await self._follow(envelope, task, task_id, ran)
+        if state != SUCCESS:
+            self.named_counters.add(task.name, state.lower())  # failure, retry, revoked
         if signals.task_postrun.receivers:
-            hooks.postrun(task, task_id, args, kwargs, _retval(envelope, ran), state)
+            hooks.postrun(task, task_id, args, kwargs, hooks.retval(envelope, ran), state)
         return ACCEPTED, None
 
     async def _refuse(self, envelope: Envelope, task: Task, refused: str) -> Handled:
@@ -474,26 +499,3 @@ class TaskWorker(Actor):
         if self.boxed is None or task.boxed == PER_CALL:
             return await run_boxed(task.name, task.fn, args, kwargs)
         return await call_boxed(self.boxed, task.name, args, kwargs, limits, trace)
-
-    def _foreign_task(self, name: str) -> Task | None:
-        """A task this pool's boxed worker serves but the app does not define
-        (its handlers are in another language)."""
-        boxed = self.boxed
-        if boxed is None or (boxed.handlers is not None and name not in boxed.handlers):
-            return None
-        task = self._foreign.get(name)
-        if task is None:
-            task = self._foreign[name] = Task(_foreign, name=name, pool=self.pool, boxed=True)
-        return task
-
-
-def _foreign(*args: Any, **kwargs: Any) -> Any:
-    """Stands for a handler of a boxed worker: it never runs here."""
-    raise TaskFailure("ConfigError", "a boxed worker's handler runs only in its process")
-
-
-def _retval(envelope: Envelope, ran: list[Any] | BaseException) -> Any:
-    """What the run returned (a map's list, or the one value), or what it raised."""
-    if isinstance(ran, list):
-        return ran if envelope.headers.get(H_MAP) else ran[0]
-    return ran
