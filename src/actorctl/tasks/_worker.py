@@ -445,8 +445,6 @@ class TaskWorker(Actor):
         hooks.retried(task, task_id, retries, *envelope.call(), exc)
         return RETRY
 
-    # -- running -------------------------------------------------------------------
-
     async def _run(
         self,
         task: Task,
