@@ -123,7 +123,7 @@ class _Connection:
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError, ssl.SSLError):
             pass  # the client went
         finally:
-            await trio.aclose_forcefully(self._stream)
+            await _close(self._stream)
 
     async def _read_request(self) -> Request | None:
         peer_cert = None
@@ -198,8 +198,12 @@ async def http_get(
             request = f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\nConnection: close\r\n\r\n"
             await stream.send_all(request.encode())
             data = b""
-            while chunk := await stream.receive_some(65536):
-                data += chunk
+            try:
+                while chunk := await stream.receive_some(65536):
+                    data += chunk
+            except trio.BrokenResourceError:
+                if not data:  # a TLS peer that closed without close_notify, after its answer
+                    raise
         finally:
             await trio.aclose_forcefully(stream)
     head, _, body = data.partition(b"\r\n\r\n")
@@ -208,3 +212,15 @@ async def http_get(
     except (IndexError, ValueError):
         raise OSError(f"{host}:{port}{path}: not an HTTP answer") from None
     return status, body
+
+
+async def _close(stream: trio.abc.Stream) -> None:
+    """Close gracefully (TLS: with close_notify, so the client sees a clean end)
+    within a second, else forcefully."""
+    with trio.move_on_after(1.0) as scope:
+        try:
+            await stream.aclose()
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError, ssl.SSLError):
+            scope.cancel()
+    if scope.cancelled_caught:
+        await trio.aclose_forcefully(stream)
