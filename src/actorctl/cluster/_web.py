@@ -102,7 +102,7 @@ class WebApp:
             self._scraper.sample(scraped)
             if tick % 2 == 0:
                 tree = await self._try("tree")
-                letters = await self._try("deadletters", "list", None, 50, 2.0)
+                letters = await self._try("deadletters", "list", None, None, 50, 2.0)
             tick += 1
             up = {n: (why if isinstance(why, str) else "") for n, why in scraped.items()}
             self._snapshot = {
