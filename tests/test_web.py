@@ -16,12 +16,12 @@ from typing import Any
 
 import pytest
 import trio
+from examples._cluster import running_cluster
 from prometheus_client.parser import text_string_to_metric_families
 
 from actorctl import open_node
 from actorctl.cluster import load_cluster
 from actorctl.cluster._http import http_get
-from examples._cluster import running_cluster
 from tests.task_app import add, always_down, app
 
 from .test_metrics import lint
@@ -103,7 +103,7 @@ async def test_a_task_trace_is_read_from_the_nodes_logs(task_cluster: Path) -> N
         # Given a task that fails, is retried, and is given up on
         async with app.aconnect(task_cluster):
             result = await always_down.adelay()
-            with pytest.raises(Exception, match="ConnectionError|gave up"):
+            with pytest.raises(Exception, match=r"ConnectionError|gave up"):
                 await result.aget(timeout=WAIT)
         status, body = await http_get(
             *config.web, f"/api/task/{result.id}", timeout=10.0, ssl_context=context
@@ -124,7 +124,8 @@ async def test_a_control_action_needs_the_operators_certificate(task_cluster: Pa
     with trio.fail_after(WAIT):
         refused = await _post(host, port, client_context(task_cluster, operator=False))
         allowed = await _post(host, port, client_context(task_cluster, operator=True))
-    assert refused[0] == 403 and "operator" in refused[1]["error"]
+    assert refused[0] == 403
+    assert "operator" in refused[1]["error"]
     assert allowed[0] == 200, allowed
 
 
@@ -150,8 +151,6 @@ async def _post(host: str, port: int, context: ssl.SSLContext) -> tuple[int, Any
     "as .ci/run does); playwright's own browser downloads are not used",
 )
 async def test_the_web_page_shows_the_cluster_live(tmp_path: Path) -> None:
-    from playwright.async_api import async_playwright  # noqa: PLC0415 (only where chromium is)
-
     source = with_web(HERE.parent / "examples" / "cluster.toml", tmp_path)
     with running_cluster(source, echo=False) as path:
         config = load_cluster(path)
