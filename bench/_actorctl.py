@@ -80,7 +80,9 @@ async def _pipelined(ref: ActorRef, count: int) -> float:
 
 
 @asynccontextmanager
-async def _bench_node(security: str, directory: Path) -> AsyncIterator[ActorRef]:
+async def _bench_node(
+    security: str, directory: Path, metrics: int | None = None
+) -> AsyncIterator[ActorRef]:
     """A node hosting the bench actor in a subprocess, and a ref to it from a
     client node in this process, with the given security: ``plain`` (TCP,
     unsigned), ``tls`` (mutual TLS, unsigned), ``ed25519`` (TLS, each message
@@ -88,6 +90,8 @@ async def _bench_node(security: str, directory: Path) -> AsyncIterator[ActorRef]
     port = _free_port()
     command = [sys.executable, "-m", "actorctl", "node", "run", "bench._actors:actors",
                "--listen", f"127.0.0.1:{port}", "--name", "bench"]  # fmt: skip
+    if metrics is not None:  # serve /metrics on this port (bench/metrics.py)
+        command += ["--metrics", f"127.0.0.1:{metrics}"]
     options: dict[str, Any] = {"insecure": True}
     if security == "plain":
         command.append("--insecure")

@@ -358,8 +358,8 @@ def test_a_node_key_that_its_actors_do_not_read_is_an_error(tmp_path: Path) -> N
         r"key: 'pools' \(a misspelling\?\)",
         ("tests.task_app:app", "workers = 3"): r"key 'node\[0\]\.workers': expected no such key: "
         r"the actors factory tests\.task_app:app reads no such key; the keys it may have: "
-        r"\['actors', 'deadletters', 'durable', 'health', 'instances', 'limits', 'listen', 'name', "
-        r"'pools', "
+        r"\['actors', 'deadletters', 'durable', 'health', 'instances', 'limits', 'listen', "
+        r"'metrics', 'name', 'pools', "
         r"'services'\]",
     }
     for (actors, extra), message in cases.items():

@@ -3,6 +3,10 @@
 from ._actor import Actor as Actor
 from ._address import Address as Address
 from ._cell import ActorCell as ActorCell
+from ._counters import LATENCY_BUCKETS as LATENCY_BUCKETS
+from ._counters import ActorCounters as ActorCounters
+from ._counters import Latency as Latency
+from ._counters import NamedCounters as NamedCounters
 from ._dedup import REDRIVE as REDRIVE
 from ._handlers import BadArguments as BadArguments
 from ._handlers import Behaviour as Behaviour

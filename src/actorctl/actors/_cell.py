@@ -6,9 +6,9 @@ binds the arguments, runs the handler (a trio task, or a worker thread for a pla
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Callable
+from time import perf_counter
 from typing import Any, final
 
 import trio
@@ -32,8 +32,9 @@ from ..mailbox import (
 from ._actor import Actor
 from ._address import Address
 from ._background import Background, TaskFn
+from ._counters import ActorCounters
 from ._dedup import REDRIVE, Handled, SeenWindow, dedup_key
-from ._handlers import BadArguments, Behaviour, HandlerSpec, converter
+from ._handlers import BadArguments, Behaviour, HandlerSpec, converter, run_in_thread
 from ._monitor import TERMINATED, Monitors, Terminated
 from ._ref import Outbox, to_wire
 from ._replies import handler_failed, refuse, send_reply, settle_refused
@@ -96,6 +97,8 @@ class ActorCell:
         self._inflight: set[Inbound] = set()
         self._seen = SeenWindow(type(actor).dedup_count, type(actor).dedup_seconds)
         self._background = Background()
+        #: What it did with its messages (``_counters.py``), read when scraped.
+        self.counters = ActorCounters()
         actor._cell = self
 
     @property
@@ -401,15 +404,18 @@ class ActorCell:
                 outcome=handled.outcome.state,
                 warning="already handled: answered as the first time, not run again",
             )
+            self.counters.duplicates += 1
             self._finish(inbound, handled)
             return
         seen.start(key)
+        started = perf_counter()  # one pair per message: the latency histogram
         try:
             with continue_trace(envelope.headers.get(TRACE)):
                 handled = await self._dispatch(envelope)
         except BaseException:
             seen.abandon(key)  # never answered: a resend must run it
             raise
+        self.counters.record(handled, perf_counter() - started)
         seen.finish(key, handled)
         self._finish(inbound, handled)
 
@@ -472,8 +478,7 @@ class ActorCell:
         return Handled(ACCEPTED, (STATUS_OK, to_wire(result)))
 
     async def _terminated(self, envelope: Envelope) -> Handled:
-        """A watched actor is gone: tell the actor once (a crash in its hook is a
-        crash of the actor, as in Akka)."""
+        """A watched actor is gone: tell the actor once (its hook's crash is the actor's)."""
         try:
             args, _ = envelope.call()
             terminated = converter.structure(args[0], Terminated)
@@ -490,11 +495,6 @@ class ActorCell:
     ) -> Any:
         if spec.is_async:
             return await spec.fn(behaviour, *args, **kwargs)
-        call = functools.partial(spec.fn, behaviour, *args, **kwargs)
-        # abandon_on_cancel: a thread cannot be interrupted; at the stop deadline
-        # the node stops waiting for it and never settles the message, so its
-        # sender sends it again (at-least-once).
-        threads = self._threads
-        if threads is None:
-            threads = self._threads = trio.CapacityLimiter(self._concurrency)
-        return await trio.to_thread.run_sync(call, limiter=threads, abandon_on_cancel=True)
+        if self._threads is None:
+            self._threads = trio.CapacityLimiter(self._concurrency)
+        return await run_in_thread(spec, behaviour, args, kwargs, self._threads)

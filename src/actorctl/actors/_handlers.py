@@ -8,6 +8,7 @@ table, as Akka's ``become`` does, and a circuit breaker is such a behaviour.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 import sys
 import typing
@@ -16,11 +17,12 @@ from typing import Any, ClassVar, TypeVar, final
 
 import attrs
 import cattrs
+import trio
 
 from .._errors import ActorctlError
 from ..mailbox import Envelope, Outcome
 
-__all__ = ["BadArguments", "Behaviour", "HandlerSpec", "converter", "handler"]
+__all__ = ["BadArguments", "Behaviour", "HandlerSpec", "converter", "handler", "run_in_thread"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -190,3 +192,19 @@ class Behaviour:
         synchronous :meth:`unhandled`. Runs in the actor's own task.
         """
         return None
+
+
+async def run_in_thread(
+    spec: HandlerSpec,
+    behaviour: Behaviour,
+    args: list[Any],
+    kwargs: dict[str, Any],
+    threads: trio.CapacityLimiter,
+) -> Any:
+    """Run a plain ``def`` handler in a worker thread under ``threads``.
+
+    abandon_on_cancel: a thread cannot be interrupted; at the stop deadline the
+    node stops waiting for it and never settles the message, so its sender
+    sends it again (at-least-once)."""
+    call = functools.partial(spec.fn, behaviour, *args, **kwargs)
+    return await trio.to_thread.run_sync(call, limiter=threads, abandon_on_cancel=True)

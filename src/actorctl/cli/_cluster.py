@@ -55,6 +55,7 @@ async def cluster_up(file: Path, in_process: bool) -> None:
     """
     config = await _prepare(file)
     click.echo(f"starting cluster {config.name!r}: {len(config.nodes)} nodes")
+    pages: list[str] = []
     stop = trio.Event()
     starting, watching = trio.CancelScope(), trio.CancelScope()
 
@@ -72,13 +73,23 @@ async def cluster_up(file: Path, in_process: bool) -> None:
                 with starting:
                     states = await nursery.start(
                         functools.partial(
-                            run_cluster, config, _progress, stop=stop, in_process=in_process
+                            run_cluster,
+                            config,
+                            _progress,
+                            stop=stop,
+                            in_process=in_process,
+                            # on by default here: loopback, free ports (docs/operations.md)
+                            metrics="127.0.0.1:0",
+                            web=("127.0.0.1", 0),
+                            on_web=pages.append,
                         )
                     )
                 if starting.cancelled_caught:
                     watching.cancel()
                 else:
                     click.echo(_table(_rows(config, states)))
+                    for page in pages:
+                        click.echo(f"web page: {page} (metrics of every node: {page}metrics)")
                     click.echo(f"cluster {config.name!r} ready")
                     await stop.wait()
                     watching.cancel()
@@ -163,6 +174,7 @@ def _rows(config: ClusterConfig, states: dict[str, NodeState]) -> list[dict[str,
             "actors": states[node.name].actors,
             "state": states[node.name].state,
             "restarts": states[node.name].restarts,
+            "metrics": states[node.name].metrics,
         }
         for node in config.nodes
     ]
@@ -232,7 +244,7 @@ def _progress(state: NodeState) -> None:
 
 
 def _table(rows: list[dict[str, Any]]) -> str:
-    header = ("NODE", "PID", "ADDRESS", "ACTORS", "STATE", "RESTARTS", "MAILBOXES")
+    header = ("NODE", "PID", "ADDRESS", "ACTORS", "STATE", "RESTARTS", "MAILBOXES", "METRICS")
     lines = [header]
     for row in rows:
         mailboxes = row.get("mailboxes") or {}
@@ -250,6 +262,7 @@ def _table(rows: list[dict[str, Any]]) -> str:
                 str(row["state"]),
                 str(row["restarts"]),
                 depth or ("-" if "error" not in mailboxes else "no answer"),
+                str(row.get("metrics") or "-"),
             )
         )
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]

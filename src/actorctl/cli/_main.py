@@ -111,10 +111,18 @@ def node() -> None:
     help="The cluster this node (--name) is part of: an actors factory that "
     "MODULE:OBJECT names (a task app) makes the node's actors from it.",
 )
+@click.option(
+    "--metrics",
+    default=None,
+    metavar="HOST:PORT",
+    help="Serve Prometheus metrics on http://HOST:PORT/metrics (port 0: any free port; "
+    "default: the node's [node.metrics] listen in --cluster, else nowhere).",
+)
 @security_options
 async def node_run(
     target: str | None,
     cluster_path: str | None,
+    metrics: str | None,
     routes: tuple[str, ...],
     instances: int,
     listen: str,
@@ -177,6 +185,7 @@ async def node_run(
             port=port,
             store=store,
             dead_letters=node_config.deadletters,
+            metrics=metrics or node_config.metrics,
             **node_config.limits,
             **security.node_options(node_name, config.member_names if config else ()),
         )

@@ -127,6 +127,9 @@ class Backlog:
         # Entries read back from the store, by message id, until they are done:
         # their sender (a router) may claim them again (adopt).
         self._resumed: dict[str, _Entry] = {}
+        #: Messages it sent again after a refusal (``modified``, released, an
+        #: unreachable peer) since the node started.
+        self.resent = 0
 
     def __len__(self) -> int:
         return self._store.count(TABLE)
@@ -279,6 +282,7 @@ class Backlog:
         if expiry is not None and expiry <= self._clock():
             self._expire(entry, outcome)
             return
+        self.resent += 1  # it goes again (elsewhere, or later): read by the metrics
         if entry.reroute is not None:
             elsewhere = entry.reroute(entry.address, outcome)
             if elsewhere is None and outcome.state == "rejected":

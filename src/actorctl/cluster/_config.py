@@ -16,6 +16,8 @@
       [node.deadletters]    # how many dead letters it keeps, and for how long
       max = 10000
       ttl = 604800          # seconds
+      [node.metrics]        # Prometheus /metrics (docs/operations.md)
+      listen = "127.0.0.1:9464"
 
     [[boxed]]               # a boxed worker in any language (see docs/boxed.md)
     name = "js"
@@ -73,6 +75,7 @@ from ._limits import LIMIT_NAMES, Limits
 from ._store import Store
 from ._tls import TlsFiles
 from ._tree_config import TARGET, check_supervisors, supervisor_specs
+from ._web_config import METRICS_KEYS, metrics_table, web_address
 
 __all__ = [
     "KNOWN_KEYS",
@@ -88,16 +91,16 @@ _NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?")
 #: The keys of a [[node]] table this layer reads; an actors factory reads others.
 NODE_KEYS: Final = frozenset(
     {"name", "listen", "actors", "instances", "durable", "limits", "deadletters", "health"}
-)
-#: Every table of the file ("" is the top level) with the keys it may have: the
-#: one place to add a table or a key. A key that is not here is refused, with
-#: the nearest known key; a [[node]] table may also have the keys its actors
-#: factory reads (checked when the node's actors are built, see _hosting).
+) | {"metrics"}
+#: Every table of the file ("" is the top level) with the keys it may have: the one
+#: place to add a table or a key. A key that is not here is refused, with the nearest
+#: known key; a [[node]] table may also have those its actors factory reads (_hosting).
 KNOWN_KEYS: Final[dict[str, frozenset[str]]] = {
     "": frozenset({"cluster", "node", "router", "supervisor", "boxed", "periodic"}),
-    "cluster": frozenset({"name", "dev", "certs", "keys", "insecure", "controller"}),
+    "cluster": frozenset({"name", "dev", "certs", "keys", "insecure", "controller", "web"}),
     "node": NODE_KEYS,
     "node.limits": frozenset(LIMIT_NAMES),
+    "node.metrics": METRICS_KEYS,
     "router": frozenset({"name", "node", "instances"}),
     # read by the task app of the services node (tasks/_periodic.py, docs/scheduling.md)
     "periodic": frozenset(
@@ -129,10 +132,9 @@ _MOVED: Final = MappingProxyType(
 def unknown_key(
     path: Path | None, key: str, value: object, known: Collection[str], why: str = ""
 ) -> ConfigError:
-    """The error for a key that nothing reads (``key`` with its table, e.g.
-    ``node[1].pool``): it says where the key moved (a key of an older format),
-    else which key was meant if one of ``known`` is close, else ``why`` and the
-    keys the table may have."""
+    """The error for a key that nothing reads (``key`` with its table, e.g. ``node[1].pool``):
+    where the key moved (a key of an older format), else which key was meant if one
+    of ``known`` is close, else ``why`` and the keys the table may have."""
     name = key.rpartition(".")[2]
     close = difflib.get_close_matches(name, sorted(known), n=1)
     if key in _MOVED:
@@ -165,6 +167,7 @@ class NodeConfig:
     deadletters: DeadLetterBounds = attrs.field(factory=DeadLetterBounds)
     # its [[node.health]] tables (``_health_config.py``)
     health: tuple[Mapping[str, Any], ...] = attrs.field(default=(), eq=False, hash=False)
+    metrics: str | None = None  # [node.metrics] listen: where it serves /metrics
 
     @property
     def listen(self) -> str:
@@ -182,6 +185,7 @@ class ClusterConfig:
     dev: bool
     insecure: bool
     controller: tuple[str, int] = ("127.0.0.1", 5700)
+    web: tuple[str, int] | None = None  # where the Controller serves its web page
     supervisor_tables: tuple[Any, ...] = attrs.field(default=(), eq=False)
     # the [[boxed]] workers, each with its node (docs/boxed.md)
     boxed: tuple[tuple[str, BoxedSpec], ...] = attrs.field(default=(), eq=False)
@@ -316,6 +320,7 @@ def load_cluster(path: Path | str) -> ClusterConfig:
         dev=where.boolean(cluster, "cluster.dev", default=False),
         insecure=where.boolean(cluster, "cluster.insecure", default=False),
         controller=where.endpoint(cluster, "cluster.controller", default="127.0.0.1:5700"),
+        web=web_address(path, cluster.get("web")),
         supervisor_tables=tuple(supervisor_tables),
         boxed=tuple(boxed),
         periodic_tables=where.tables(data.get("periodic", []), "periodic"),
@@ -430,6 +435,7 @@ class _Where:
             settings=settings,
             deadletters=deadletters,
             health=health,
+            metrics=metrics_table(self.path, f"{prefix}.metrics", item.get("metrics")),
         )
 
     def deadletters(self, key: str, table: object) -> DeadLetterBounds:

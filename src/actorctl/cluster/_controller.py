@@ -29,6 +29,7 @@ from ._deadletters import DEAD_LETTERS
 from ._foreman import Foreman, LocalForeman, NodeState
 from ._leases import SCHEDULER_ROLE, LeaseTable
 from ._node import open_node
+from ._webserve import serve_web
 
 __all__ = ["CONTROLLER", "Controller", "run_cluster"]
 
@@ -295,6 +296,9 @@ async def run_cluster(
     *,
     stop: trio.Event,
     in_process: bool = False,
+    metrics: str | None = None,
+    web: tuple[str, int] | None = None,
+    on_web: Callable[[str], None] | None = None,
     task_status: trio.TaskStatus[dict[str, NodeState]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run the cluster until ``stop`` is set (or cancelled): the Controller's own
@@ -302,14 +306,18 @@ async def run_cluster(
 
     Reports the node states once every node is ready (and, under systemd, says
     READY=1 on NOTIFY_SOCKET). With ``in_process`` every node runs in this
-    process instead of a subprocess of its own (for development).
+    process instead of a subprocess of its own (for development). ``metrics``:
+    where a node whose [node.metrics] says nothing serves /metrics (port 0: a
+    free one each). The web page (``_web.py``) is served at ``[cluster] web``,
+    else at ``web`` (None: nowhere); ``on_web`` is told its URL before the
+    nodes start.
     """
     states = {node.name: NodeState(node.name) for node in config.nodes}
     foreman = LocalForeman if in_process else Foreman
     supervisor = Supervisor(
         config.name,
         [
-            ChildSpec(node.name, foreman(config, node, states[node.name], on_change).run)
+            ChildSpec(node.name, foreman(config, node, states[node.name], on_change, metrics).run)
             for node in config.nodes
         ],
         strategy=Strategy.ONE_FOR_ONE,
@@ -320,9 +328,14 @@ async def run_cluster(
     controller = Controller(config, states, stop, supervisor)
     host, port = config.controller
     async with (
-        open_node(CONTROLLER, [controller], host=host, port=port, **security),
+        open_node(CONTROLLER, [controller], host=host, port=port, **security) as node,
         trio.open_nursery() as nursery,
     ):
+        web = config.web or web
+        if web is not None:
+            url = await nursery.start(serve_web, config, states, node, web)
+            if on_web is not None:
+                on_web(url)
         await nursery.start(supervisor.run)
         task_status.started(states)
         _notify_systemd("READY=1")

@@ -107,6 +107,8 @@ class DeadLetters:
         # evict from the front): read from the store at first use, after the
         # node's store has loaded what it kept.
         self._index: OrderedDict[str, float] | None = None
+        #: Letters added since the node started, by (reason, target actor).
+        self.added: dict[tuple[str, str], int] = {}
 
     def __len__(self) -> int:
         return len(self._held())
@@ -158,6 +160,8 @@ class DeadLetters:
             "message": base64.b64encode(bytes(encode(envelope))).decode(),
         }
         expires = now + self.bounds.ttl
+        key = (reason, target.rpartition("/")[2])  # by reason and actor, for the metrics
+        self.added[key] = self.added.get(key, 0) + 1
         self._held()[letter_id] = expires
         self._store.put(TABLE, letter_id, json.dumps(record).encode(), expires=expires)
         log(

@@ -29,6 +29,7 @@ _READ_SIZE: Final = 65536
 _CLOSE_GRACE: Final = 2.0  # seconds the other direction may linger once one is done
 _LOCAL_UNINIT: Final = Endpoint.LOCAL_UNINIT
 _LOCAL_CLOSED: Final = Endpoint.LOCAL_CLOSED
+_LOCAL_ACTIVE: Final = Endpoint.LOCAL_ACTIVE
 _IO_ERRORS: Final = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
 
 
@@ -98,6 +99,10 @@ class Engine:
         self.peer = peer
         self.server = server
         self.closed = False
+        #: Bytes read from and written to the stream (counted per read and
+        #: write, not per message: the node's metrics read them when scraped).
+        self.received_bytes = 0
+        self.sent_bytes = 0
         #: What the transport said went wrong (a TLS or framing failure), if anything.
         self.error: str | None = None
         self.connection = connection = Connection()
@@ -185,6 +190,7 @@ class Engine:
                     data = b""
                 if not data:
                     return
+                self.received_bytes += len(data)
                 if not self._push(data):
                     return
                 self._process()
@@ -258,6 +264,7 @@ class Engine:
                 data = transport.peek(size)
                 transport.pop(size)
                 if data:
+                    self.sent_bytes += len(data)
                     await self.stream.send_all(data)
         except _IO_ERRORS:
             if transport.pending() >= 0:
@@ -386,22 +393,43 @@ async def _first(*waits: object) -> None:
 class EngineSet:
     """A node's live connections, incoming and outgoing: what its stop closes."""
 
-    __slots__ = ("_changed", "_engines")
+    __slots__ = ("_changed", "_engines", "_gone_received", "_gone_sent", "opened")
 
     def __init__(self) -> None:
         self._engines: set[Engine] = set()
         self._changed = trio.Event()
+        #: Connections added since the node started.
+        self.opened = 0
+        self._gone_received = 0  # the bytes of connections that have ended
+        self._gone_sent = 0
 
     def add(self, engine: Engine) -> None:
         self._engines.add(engine)
+        self.opened += 1
 
     def discard(self, engine: Engine) -> None:
+        if engine in self._engines:
+            self._gone_received += engine.received_bytes
+            self._gone_sent += engine.sent_bytes
         self._engines.discard(engine)
         self._changed.set()
         self._changed = trio.Event()
 
     def __len__(self) -> int:
         return len(self._engines)
+
+    def traffic(self) -> tuple[int, int, int]:
+        """Bytes received and sent by every connection since the node started,
+        and the links open now (read when the node's metrics are scraped)."""
+        received, sent, links = self._gone_received, self._gone_sent, 0
+        for engine in self._engines:
+            received += engine.received_bytes
+            sent += engine.sent_bytes
+            link = engine.connection.link_head(_LOCAL_ACTIVE)
+            while link is not None:
+                links += 1
+                link = link.next(_LOCAL_ACTIVE)
+        return received, sent, links
 
     async def close_all(self, timeout: float) -> None:
         """Close every connection, and wait up to ``timeout`` s for them to end."""

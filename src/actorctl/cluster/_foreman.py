@@ -55,6 +55,8 @@ class NodeState:
     actors: list[str] = attrs.field(factory=list)
     restarts: int = 0
     reason: str | None = None
+    #: Where the node serves /metrics (a URL), once it runs; None: it does not.
+    metrics: str | None = None
 
 
 class _Runner:
@@ -66,10 +68,13 @@ class _Runner:
         node: NodeConfig,
         state: NodeState,
         on_change: Callable[[NodeState], None] = lambda state: None,
+        metrics: str | None = None,
     ) -> None:
         self.config = config
         self.node = node
         self.state = state
+        #: Where the node serves /metrics: its [node.metrics], else ``metrics``.
+        self.metrics = node.metrics or metrics
         self._on_change = on_change
         self._starts = 0
 
@@ -94,6 +99,8 @@ class Foreman(_Runner):
         node: which node.
         state: updated as the node starts, runs and dies.
         on_change: called (in this task) whenever ``state`` changes.
+        metrics: where the node serves /metrics when its table does not say
+            (``cluster up``: 127.0.0.1:0); None: nowhere.
     """
 
     def command(self) -> list[str]:
@@ -106,6 +113,8 @@ class Foreman(_Runner):
             command += ["--route", f"{name}={','.join(addresses)}"]
         # The node's actors factory (if its actors name one) reads its cluster.
         command += ["--cluster", str(config.path)]
+        if self.metrics is not None:
+            command += ["--metrics", self.metrics]
         if config.insecure:
             return [*command, "--insecure"]
         return [*command, "--certs", str(config.certs), "--keys", str(config.keys)]
@@ -187,6 +196,7 @@ class Foreman(_Runner):
                         message = json.loads(line)
                         self.state.address = str(message["address"])
                         self.state.actors = list(message.get("actors", []))
+                        self.state.metrics = message.get("metrics")
                         ready.set()
         ready.set()  # it ended: whoever waits for it must look at the state
 
@@ -252,10 +262,17 @@ class LocalForeman(_Runner):
                 port=node.port,
                 store=store,
                 dead_letters=node.deadletters,
+                metrics=self.metrics,
                 **node.limits,
                 **security,
             ) as n:
-                self._set(state="running", pid=os.getpid(), address=n.url, actors=sorted(n.cells))
+                self._set(
+                    state="running",
+                    pid=os.getpid(),
+                    address=n.url,
+                    actors=sorted(n.cells),
+                    metrics=n.metrics_url,
+                )
                 started = True
                 task_status.started()
                 await trio.sleep_forever()

@@ -77,8 +77,7 @@ class InboundHandler(EngineHandler):
     Args:
         node_name, node_id: the node's name (for errors) and container id.
         cells: the node's actors, by name.
-        verifier: authenticates this connection's messages; its sessions live
-            and die with the connection. None: the node is insecure, has no keys.
+        verifier: authenticates its messages (its sessions die with it); None: no keys.
         routes: where the reply links that callers attach are recorded.
         signing: how the replies sent on this connection are signed (it learns
             of the sessions opened here); None: unsigned.
@@ -105,12 +104,10 @@ class InboundHandler(EngineHandler):
         self._keeper = keeper or CreditKeeper(node_name, Limits().credit_deadline)
         self._limits = ConnectionLimits(node_name, limits or Limits())
         self._max_size = self._limits.max_message_size
-        # Inbox links by their raw pn_link_t pointer.
-        self._inboxes: dict[Any, tuple[ActorCell, InboxCredit]] = {}
+        self._inboxes: dict[Any, tuple[ActorCell, InboxCredit]] = {}  # by raw pn_link_t
         self._verifier = verifier
         self._session_links: dict[Any, Link] = {}
-        # Ids of unauthenticated messages accepted since the last warning.
-        self._unauthenticated: list[str] = []
+        self._unauthenticated: list[str] = []  # ids accepted unsigned since the last warning
         self._reply_addresses: list[tuple[str, bool]] = []  # (address, dynamic)
         self._signing = signing
 
@@ -252,10 +249,10 @@ class InboundHandler(EngineHandler):
                     sender = verifier.origin(verified, sections[1]) or _no_origin(engine, verified)
                 envelope = from_sections(sections, sender)
         except AuthError as exc:
-            _refuse_delivery(engine, cell.name, settle, exc.condition, exc.description, exc)
+            _refuse_delivery(engine, cell, settle, exc.condition, exc.description, exc)
             return
         except WireFormatError as exc:
-            _refuse_delivery(engine, cell.name, settle, DECODE_ERROR, str(exc), exc)
+            _refuse_delivery(engine, cell, settle, DECODE_ERROR, str(exc), exc)
             return
         try:
             cell.mailbox.put_nowait(envelope, settle)
@@ -269,9 +266,9 @@ class InboundHandler(EngineHandler):
             outcome = Outcome.modified(STOPPING, f"actor {cell.name!r} is stopping")
         else:
             return
-        if verified is not None and verifier is not None:
-            # not run: the same bytes may come again
+        if verified is not None and verifier is not None:  # not run: the same bytes may come again
             verifier.forget(verified, envelope.message_id, to_ms(envelope.creation_time))
+        cell.counters.refuse(outcome.state, outcome.condition)
         log(
             f"actorctl:delivery:{outcome.state}",
             actor=cell.name,
@@ -481,12 +478,15 @@ def _canonical(
 
 def _refuse_delivery(
     engine: Engine,
-    actor: str,
+    actor: ActorCell | str,
     settle: Callable[[Outcome], None] | None,
     condition: str,
     description: str,
     error: Exception,
 ) -> None:
+    if not isinstance(actor, str):  # an actor's inbox, not the session address
+        actor.counters.refuse("rejected", condition)
+        actor = actor.name
     log(
         "actorctl:delivery:rejected",
         peer=engine.peer,

@@ -15,13 +15,12 @@ from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, Final, final
 
-import attrs
 import trio
 from proton import SSLDomain
 
 from .._errors import ConfigError
 from .._log import log
-from ..actors import Actor, ActorCell, ActorRef, Address
+from ..actors import ActorCell, ActorRef, Address
 from ..mailbox import (
     Keyring,
     MailboxStatistics,
@@ -31,30 +30,29 @@ from ..mailbox import (
     Verifier,
 )
 from ..mailbox._signing import DEFAULT_SESSION_LIFETIME, DEFAULT_WINDOW
-from ..supervision import BoxedSpec, BreakerPolicy, Restart
-from ..supervision._specs import ActorSpec, SupervisorSpec
+from ..supervision import BreakerPolicy
 from ..supervision._tree import TreeLevel
 from ._agent import NodeAgent
 from ._credit import CreditKeeper
 from ._deadletters import AGENT as DEAD_LETTERS
 from ._deadletters import DeadLetterAgent, DeadLetterBounds, DeadLetters
 from ._engine import Engine, EngineSet
+from ._http import parse_listen, serve_http
 from ._inbound import InboundHandler
 from ._keywatch import KEY_POLL, KeyringWatch
 from ._limits import Gate, Limits
+from ._metrics import NodeCollector, metrics_handler
 from ._monitors import NodeMonitors
 from ._outbox import NodeOutbox
 from ._pending import PeerSettings
 from ._replays import ReplayJournal
 from ._reply_auth import ReplySigning
 from ._store import Store
-from ._supervised import Hosted, NodeHost, describe_root, node_root
+from ._supervised import Hostable, NodeHost, describe_root, named, node_root
 from ._tls import TlsFiles
 
 __all__ = ["Node", "NodeAgent", "open_node"]
 
-#: What a node hosts: actors (instances or classes), ActorSpecs, SupervisorSpecs.
-Hostable = Actor | type[Actor] | ActorSpec | SupervisorSpec | BoxedSpec
 DEFAULT_GRACE: Final = 5.0
 _INSECURE: Final = "plain TCP, no TLS: for tests and development only"
 
@@ -110,6 +108,9 @@ class Node:
         key_poll: seconds between two looks at the keyring's directory (a key
             added or revoked there applies within that time, no restart); None:
             the keys read at start stay as they are.
+        metrics: ``HOST:PORT`` (port 0: a free one) where the node serves its
+            Prometheus metrics on ``/metrics`` (``_metrics.py``,
+            docs/operations.md); None: nowhere. :attr:`metrics_url` says where.
 
         The resource bounds follow (``cluster/_limits.py``; docs/protocol.md §3.1
         and §4.1); under each, the node goes on serving its other peers.
@@ -152,8 +153,11 @@ class Node:
         peer_idle_timeout: float = 120.0,
         max_queued_replies: int = 1000,
         dead_letters: DeadLetterBounds | None = None,
+        metrics: str | None = None,
     ) -> None:
         self.name = name
+        #: Where it serves /metrics (host, port), once it runs; None: it does not.
+        self.metrics = parse_listen(metrics, "metrics") if metrics is not None else None
         #: The node's resource bounds.
         self.limits = Limits(
             max_message_size=max_message_size,
@@ -249,7 +253,7 @@ class Node:
             alive=lambda name: name in self.cells and self.cells[name].state != "stopped",
             lost_after=node_lost_after,
         )
-        self._actors = _named(actors)
+        self._actors = named(actors)
         self._actors.setdefault(
             NodeAgent.name or "_node",
             NodeAgent(self.statistics, lambda: describe_root(self.name, self.tree), self.monitors),
@@ -289,6 +293,10 @@ class Node:
             if self.host is not None:
                 self.port = await nursery.start(self._listen, listen_scope)
             await nursery.start(self.monitors.run)
+            if self.metrics is not None:
+                handle = metrics_handler(self.collector())
+                port = await nursery.start(serve_http, handle, *self.metrics)
+                self.metrics = (self.metrics[0], port)
             if self.key_watch is not None:
                 await nursery.start(self.key_watch.run)
             actors_scope = trio.CancelScope()
@@ -297,7 +305,13 @@ class Node:
             await self._actors_started.wait()
             if self.insecure:
                 log("actorctl:node:insecure", node=self.name, warning=_INSECURE)
-            log("actorctl:node:ready", node=self.name, address=self.url, actors=sorted(self.cells))
+            log(
+                "actorctl:node:ready",
+                node=self.name,
+                address=self.url,
+                actors=sorted(self.cells),
+                metrics=self.metrics_url,
+            )
             task_status.started(self)
             await self._stop.wait()
             # Graceful stop: no new connections, no new messages; in-flight
@@ -347,6 +361,23 @@ class Node:
 
     def now(self) -> float:
         return self._clock()
+
+    @property
+    def metrics_url(self) -> str | None:
+        """Where its Prometheus metrics are served, or None."""
+        if self.metrics is None:
+            return None
+        return f"http://{self.metrics[0]}:{self.metrics[1]}/metrics"
+
+    def collector(self) -> NodeCollector:
+        """A prometheus-client collector that reads this node's counters."""
+        return NodeCollector(
+            self.cells,
+            self._engines,
+            lambda: self.outbox.backlog,
+            self.dead_letters,
+            lambda: self.outbox.peers,
+        )
 
     def statistics(self) -> dict[str, MailboxStatistics]:
         """Mailbox statistics of every actor on this node, by name."""
@@ -443,38 +474,6 @@ class Node:
         except ValueError:
             return self._client_domains[1]  # a DNS name: check it
         return self._client_domains[0]
-
-
-def _named(actors: Mapping[str, Hostable] | Iterable[Hostable]) -> dict[str, Hosted]:
-    items: Iterable[tuple[str | None, Hostable]] = (
-        actors.items() if isinstance(actors, Mapping) else ((None, actor) for actor in actors)
-    )
-    named: dict[str, Hosted] = {}
-    for name, spec in items:
-        item: Hosted
-        if isinstance(spec, type) and issubclass(spec, Actor):
-            # A class: built afresh at each restart, a transient child as before.
-            item = ActorSpec(spec, name=name or spec.default_name(), restart=Restart.TRANSIENT)
-        elif isinstance(spec, Actor | ActorSpec | SupervisorSpec | BoxedSpec):
-            item = spec
-        else:
-            raise ConfigError(
-                f"{spec!r} is not an actorctl.Actor (subclass Actor and mark handlers), "
-                "an ActorSpec, a SupervisorSpec or a BoxedSpec"
-            )
-        key = name or _default_name(item)
-        if isinstance(item, ActorSpec | SupervisorSpec | BoxedSpec) and item.name != key:
-            item = attrs.evolve(item, name=key)
-        if key in named:
-            raise ConfigError(f"two actors are named {key!r} on one node: give one another name")
-        named[key] = item
-    return named
-
-
-def _default_name(item: Hosted) -> str:
-    if isinstance(item, Actor):
-        return type(item).default_name()
-    return item.child_name if isinstance(item, ActorSpec) else item.name
 
 
 @asynccontextmanager

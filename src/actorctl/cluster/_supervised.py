@@ -3,20 +3,24 @@ root, the node's own actors followed by the trees declared for it."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, final
 
+import attrs
 import trio
 
+from .._errors import ConfigError
 from ..actors import Actor, ActorCell, Address, Outbox
-from ..supervision import BoxedSpec, ChildError
+from ..supervision import BoxedSpec, ChildError, Restart
 from ..supervision._specs import ActorSpec, SupervisorSpec
 from ..supervision._tree import InstanceSpec, TreeLevel
 from ._monitors import NodeMonitors
 
-__all__ = ["Hosted", "NodeHost", "describe_root", "node_root"]
+__all__ = ["Hostable", "Hosted", "NodeHost", "describe_root", "named", "node_root"]
 
 Hosted = Actor | ActorSpec | SupervisorSpec | BoxedSpec
+#: What a node hosts: actors (instances or classes), ActorSpecs, SupervisorSpecs.
+Hostable = Actor | type[Actor] | ActorSpec | SupervisorSpec | BoxedSpec
 
 
 @final
@@ -86,3 +90,36 @@ def describe_root(node: str, root: TreeLevel | None) -> dict[str, Any]:
         "restarts": 0,
         "children": children,
     }
+
+
+def named(actors: Mapping[str, Hostable] | Iterable[Hostable]) -> dict[str, Hosted]:
+    """What a node is given to host, by name (an unnamed one under its default name)."""
+    items: Iterable[tuple[str | None, Hostable]] = (
+        actors.items() if isinstance(actors, Mapping) else ((None, actor) for actor in actors)
+    )
+    named: dict[str, Hosted] = {}
+    for name, spec in items:
+        item: Hosted
+        if isinstance(spec, type) and issubclass(spec, Actor):
+            # A class: built afresh at each restart, a transient child as before.
+            item = ActorSpec(spec, name=name or spec.default_name(), restart=Restart.TRANSIENT)
+        elif isinstance(spec, Actor | ActorSpec | SupervisorSpec | BoxedSpec):
+            item = spec
+        else:
+            raise ConfigError(
+                f"{spec!r} is not an actorctl.Actor (subclass Actor and mark handlers), "
+                "an ActorSpec, a SupervisorSpec or a BoxedSpec"
+            )
+        key = name or default_name(item)
+        if isinstance(item, ActorSpec | SupervisorSpec | BoxedSpec) and item.name != key:
+            item = attrs.evolve(item, name=key)
+        if key in named:
+            raise ConfigError(f"two actors are named {key!r} on one node: give one another name")
+        named[key] = item
+    return named
+
+
+def default_name(item: Hosted) -> str:
+    if isinstance(item, Actor):
+        return type(item).default_name()
+    return item.child_name if isinstance(item, ActorSpec) else item.name

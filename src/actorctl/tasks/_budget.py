@@ -28,7 +28,7 @@ from .._errors import ConfigError
 from .._log import log
 from ._gate import Gate
 
-__all__ = ["Budget", "Concurrency", "concurrency_of"]
+__all__ = ["Budget", "Concurrency", "concurrency_of", "worker_gate"]
 
 DEFAULT_COOLDOWN: Final = 10.0
 
@@ -180,3 +180,16 @@ class Budget:
             else:
                 self.set(value, "its current() said so")
             await trio.sleep(max(self.spec.cooldown, 0.1))
+
+
+def worker_gate(
+    spec: Concurrency | None, threads: trio.CapacityLimiter, pool: str
+) -> tuple[Gate, Budget | None]:
+    """A worker's gate with as many run slots as ``threads`` has, and its
+    budget when the pool's concurrency is a range (None when it is fixed)."""
+    gate = Gate(int(threads.total_tokens))
+    if spec is None or spec.fixed:
+        return gate, None
+    budget = Budget(spec, gate, threads, pool)
+    gate.on_blocked = budget.blocked
+    return gate, budget

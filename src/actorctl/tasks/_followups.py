@@ -15,7 +15,7 @@ import json
 from typing import Any, final
 
 from .._log import log
-from ..actors import Address, to_wire
+from ..actors import Address, NamedCounters, to_wire
 from ..cluster import AT_MOST_ONCE
 from ..mailbox import Envelope
 from ._client import TaskClient, send_task
@@ -84,6 +84,8 @@ class FollowUps:
         self.pool = pool
         self.dead_letters = dead_letters
         self.result_expires = result_expires
+        #: Its worker's named counters: a dead letter is counted per task there.
+        self.counters: NamedCounters | None = None
 
     def pool_of(self, envelope: Envelope) -> str:
         return str(envelope.headers.get(H_POOL, self.pool))
@@ -178,6 +180,8 @@ class FollowUps:
         self, envelope: Envelope, reason: str, error: dict[str, Any], retries: int
     ) -> None:
         """Hand the task command to this node's dead letters (``_letters.py``)."""
+        if self.counters is not None:
+            self.counters.add(envelope.subject, f"dead_lettered:{reason}")
         await dead_letter(
             self.client, self.dead_letters, envelope, self.pool_of(envelope), reason, error, retries
         )

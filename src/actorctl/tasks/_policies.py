@@ -11,8 +11,8 @@ from typing import Any, Final
 
 from .._log import log
 from ..mailbox import Envelope
-from ..supervision import RetryPolicy
-from ._limits import TimeLimits
+from ..supervision import Boxed, RetryPolicy
+from ._limits import TimeLimits, foreign_handler
 from ._protocol import H_RETRY_POLICY, H_TIMELIMIT
 from ._task import Task
 
@@ -20,6 +20,7 @@ __all__ = [
     "NO_SCHEDULER",
     "can_delay",
     "delay_bound",
+    "foreign_task",
     "limits_of",
     "retry_policy_of",
     "warn_no_scheduler",
@@ -90,3 +91,14 @@ def limits_of(task: Task, headers: Mapping[str, Any]) -> TimeLimits:
         except (ValueError, TypeError):
             pass
     return TimeLimits(hard, soft)
+
+
+def foreign_task(boxed: Boxed | None, known: dict[str, Task], name: str, pool: str) -> Task | None:
+    """A task the pool's boxed worker serves but the app does not define (its
+    handlers are in another language), made once and kept in ``known``."""
+    if boxed is None or (boxed.handlers is not None and name not in boxed.handlers):
+        return None
+    task = known.get(name)
+    if task is None:
+        task = known[name] = Task(foreign_handler, name=name, pool=pool, boxed=True)
+    return task

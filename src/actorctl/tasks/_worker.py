@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping
+from time import perf_counter
 from typing import Any, ClassVar, Final
 
 import trio
 
 from .._errors import ActorctlError, WireFormatError
 from .._log import log
-from ..actors import Actor, Address, BadArguments
+from ..actors import Actor, Address, BadArguments, NamedCounters
 from ..cluster import (
     DEAD_LETTERS,
     REASON_EXPIRED,
@@ -37,11 +38,10 @@ from . import _hooks as hooks
 from . import _signals as signals
 from ._arguments import Call, calls_of, token_key
 from ._breakers import record, refuse, task_breakers
-from ._budget import Budget, Concurrency
+from ._budget import Concurrency, worker_gate
 from ._client import Directory, TaskClient, using_client
 from ._control import WorkerState
 from ._followups import FollowUps
-from ._gate import Gate
 from ._inspect import HeldTask
 from ._limits import (
     TaskFailure,
@@ -52,14 +52,12 @@ from ._limits import (
     run_inline,
     run_thread,
 )
-from ._limits import (
-    foreign_handler as foreign,
-)
 from ._pacing import task_limits
 from ._policies import (
     NO_SCHEDULER,
     can_delay,
     delay_bound,
+    foreign_task,
     limits_of,
     retry_policy_of,
     warn_no_scheduler,
@@ -130,20 +128,16 @@ class TaskWorker(Actor):
         self.pool = pool
         self.directory = directory
         self.state = state
-        runs = type(self).runs
-        self._threads = trio.CapacityLimiter(runs)
-        spec = type(self).budget_spec
-        self.budget: Budget | None = None
-        self.gate = Gate(runs)
-        if spec is not None and not spec.fixed:
-            self.budget = Budget(spec, self.gate, self._threads, pool)
-            self.gate.on_blocked = self.budget.blocked
+        self._threads = trio.CapacityLimiter(type(self).runs)
+        self.gate, self.budget = worker_gate(type(self).budget_spec, self._threads, pool)
         # A task's global rate limit is its pool's router's to keep; a pool
         # reached directly has no router, and its one worker keeps it.
         routed = pool in directory.accepting
         for task in app.tasks.values():
             task_limits(self.gate, task, routed=routed)
         self._followups: FollowUps | None = None
+        #: Per task: messages, outcomes, run times (read when /metrics is scraped).
+        self.named_counters = NamedCounters()
         # Its circuit breakers, by task, and each once by name (its actor state).
         self._breakers, self.breakers = task_breakers(app.tasks, app.breakers)
 
@@ -155,6 +149,7 @@ class TaskWorker(Actor):
         here = cell.address
         dead_letters = Address(here.host, here.port, DEAD_LETTERS, here.scheme)
         self._followups = FollowUps(client, self.pool, dead_letters, self.app.conf.result_expires)
+        self._followups.counters = self.named_counters
         hooks.worker_up(self.state, str(getattr(outbox, "name", "")))
         most = type(self).concurrency - SETTLING
         self.state.tuning.add_worker(cell.address.name, self.pool, self.gate, self.budget, most)
@@ -178,9 +173,14 @@ class TaskWorker(Actor):
     async def handle_unmatched(
         self, envelope: Envelope
     ) -> tuple[Outcome, tuple[str, Any] | None] | None:
+        counters = self.named_counters
+        counters.add(envelope.subject, "received")
         try:
             with self.state.holdings.action(envelope, self.address.name):  # its trace
-                return await self._task(envelope)
+                handled = await self._task(envelope)
+            if handled[0].state != "accepted":
+                counters.add(envelope.subject, f"rejected:{handled[0].condition}")
+            return handled
         except Exception as exc:
             # What follows the run could not be sent (an unknown pool, a result
             # that is not JSON, no scheduler for a delayed retry, a malformed
@@ -196,7 +196,9 @@ class TaskWorker(Actor):
 
     async def _task(self, envelope: Envelope) -> Handled:
         followups = self.followups
-        task = self.app.tasks.get(envelope.subject) or self._foreign_task(envelope.subject)
+        task = self.app.tasks.get(envelope.subject) or foreign_task(
+            self.boxed, self._foreign, envelope.subject, self.pool
+        )
         if task is None:
             why = (
                 f"pool {self.pool!r} has no task {envelope.subject!r} "
@@ -245,7 +247,9 @@ class TaskWorker(Actor):
                     await followups.report(envelope, STARTED, None)
                 if signals.task_prerun.receivers:
                     hooks.prerun(task, task_id, args, kwargs)
+                started = perf_counter()
                 ran = await self._run_all(envelope, task, task_id, calls)
+                self.named_counters.observe(task.name, perf_counter() - started)
         finally:
             holdings.leave(envelope.message_id)
             self.gate.leave(ticket)
@@ -254,6 +258,7 @@ class TaskWorker(Actor):
         if breaker is not None:
             record(breaker, None if why_not is not None else ran, task, envelope)
         if why_not is not None:
+            self.named_counters.add(task.name, REVOKED.lower())
             hooks.revoked(task, task_id, args, kwargs, why_not)
             await followups.report(envelope, REVOKED, {"reason": why_not})
             if why_not.startswith("expired"):
@@ -262,7 +267,11 @@ class TaskWorker(Actor):
                     envelope, REASON_EXPIRED, error, envelope_retries(envelope)
                 )
             return ACCEPTED, None
+        if isinstance(ran, list):  # counted before its result goes: a scrape after it sees it
+            self.named_counters.add(task.name, SUCCESS.lower())
         state = await self._follow(envelope, task, task_id, ran)
+        if state != SUCCESS:
+            self.named_counters.add(task.name, state.lower())  # failure, retry, revoked
         if signals.task_postrun.receivers:
             hooks.postrun(task, task_id, args, kwargs, hooks.retval_of(envelope, ran), state)
         return ACCEPTED, None
@@ -432,8 +441,6 @@ class TaskWorker(Actor):
         hooks.retried(task, task_id, retries, *envelope.call(), exc)
         return RETRY
 
-    # -- running -------------------------------------------------------------------
-
     async def _run(
         self,
         task: Task,
@@ -486,14 +493,3 @@ class TaskWorker(Actor):
         if self.boxed is None or task.boxed == PER_CALL:
             return await run_boxed(task.name, task.fn, args, kwargs)
         return await call_boxed(self.boxed, task.name, args, kwargs, limits, trace)
-
-    def _foreign_task(self, name: str) -> Task | None:
-        """A task this pool's boxed worker serves but the app does not define
-        (its handlers are in another language)."""
-        boxed = self.boxed
-        if boxed is None or (boxed.handlers is not None and name not in boxed.handlers):
-            return None
-        task = self._foreign.get(name)
-        if task is None:
-            task = self._foreign[name] = Task(foreign, name=name, pool=self.pool, boxed=True)
-        return task

@@ -1,0 +1,252 @@
+"""A node's Prometheus metrics, read from the plain counters its parts keep.
+
+Nothing on the message path calls prometheus-client: the mailbox, the cell
+(``actors/_counters.py``), the connections (``_engine.py``), the backlog and
+the dead letters keep integers, and :class:`NodeCollector` turns them into
+metric families when ``/metrics`` is scraped. docs/operations.md lists each
+metric and what it means.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from types import MappingProxyType
+from typing import Final, final
+
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from ..actors import LATENCY_BUCKETS, ActorCell, Latency, NamedCounters
+from ._backlog import Backlog
+from ._deadletters import DeadLetters
+from ._engine import EngineSet
+from ._http import Request, Response
+
+__all__ = ["CONTENT_TYPE", "TASK_EVENTS", "NodeCollector", "metrics_handler", "render"]
+
+CONTENT_TYPE: Final = CONTENT_TYPE_LATEST
+#: A task worker's named counters: event -> (metric suffix, help). An event
+#: ``rejected:COND`` or ``dead_lettered:REASON`` carries its label after the colon.
+TASK_EVENTS: Final = MappingProxyType(
+    {
+        "received": ("received", "Task messages a worker took"),
+        "success": ("succeeded", "Task runs that succeeded"),
+        "failure": ("failed", "Task runs that failed for good (no retry left, or none allowed)"),
+        "retry": ("retried", "Task runs that failed and were sent again (a retry)"),
+        "revoked": ("revoked", "Task messages not run: revoked or expired"),
+        "rejected": ("rejected", "Task messages refused (unknown task, bad arguments, ...)"),
+        "dead_lettered": ("dead_lettered", "Task messages given up on and kept as dead letters"),
+    }
+)
+_EXTRA_LABEL: Final = MappingProxyType({"rejected": "condition", "dead_lettered": "reason"})
+
+
+def _buckets(latency: Latency) -> list[tuple[str, float]]:
+    """Cumulative buckets of a fixed-bucket histogram, as prometheus-client wants."""
+    out = []
+    running = 0
+    for bound, count in zip((*LATENCY_BUCKETS, float("inf")), latency.counts, strict=True):
+        running += count
+        out.append(("+Inf" if bound == float("inf") else repr(bound), float(running)))
+    return out
+
+
+@final
+class NodeCollector(Collector):
+    """The metrics of one node, read at scrape time.
+
+    Args:
+        cells: the node's actors, by name.
+        engines: its live connections.
+        backlog: its outgoing backlog.
+        dead_letters: its dead letters.
+        peers: how many peer nodes it keeps a connection to.
+    """
+
+    def __init__(
+        self,
+        cells: Mapping[str, ActorCell],
+        engines: EngineSet,
+        backlog: Callable[[], Backlog],
+        dead_letters: DeadLetters,
+        peers: Callable[[], int],
+    ) -> None:
+        self._cells = cells
+        self._engines = engines
+        self._backlog = backlog
+        self._dead_letters = dead_letters
+        self._peers = peers
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self._actors()
+        yield from self._tasks()
+        yield from self._node()
+
+    def _actors(self) -> Iterator[Metric]:
+        label = ["actor"]
+        received = CounterMetricFamily(
+            "actorctl_actor_messages_received", "Messages an actor's mailbox took in", labels=label
+        )
+        handled = CounterMetricFamily(
+            "actorctl_actor_messages_handled",
+            "Messages whose handler ran and returned (accepted)",
+            labels=label,
+        )
+        failed = CounterMetricFamily(
+            "actorctl_actor_messages_failed",
+            "Messages whose handler raised (accepted; the caller got the error)",
+            labels=label,
+        )
+        redelivered = CounterMetricFamily(
+            "actorctl_actor_messages_redelivered",
+            "Messages received again and answered from the dedup window, not run again",
+            labels=label,
+        )
+        refused = CounterMetricFamily(
+            "actorctl_actor_messages_refused",
+            "Messages settled other than accepted, by outcome and condition",
+            labels=["actor", "outcome", "condition"],
+        )
+        restarts = CounterMetricFamily(
+            "actorctl_actor_restarts", "Times an actor was started again", labels=label
+        )
+        depth = GaugeMetricFamily(
+            "actorctl_actor_mailbox_messages",
+            "Messages in a mailbox now (queued or being handled)",
+            labels=label,
+        )
+        capacity = GaugeMetricFamily(
+            "actorctl_actor_mailbox_capacity_messages",
+            "The most messages a mailbox holds at once",
+            labels=label,
+        )
+        credit = GaugeMetricFamily(
+            "actorctl_actor_link_credit",
+            "Link credit granted to senders and not yet used",
+            labels=label,
+        )
+        latency = HistogramMetricFamily(
+            "actorctl_actor_handler_duration_seconds",
+            "How long handlers ran (accepted messages)",
+            labels=label,
+        )
+        for name, cell in sorted(self._cells.items()):
+            stats = cell.mailbox.statistics()
+            counters = cell.counters
+            received.add_metric([name], stats.received)
+            handled.add_metric([name], counters.handled)
+            failed.add_metric([name], counters.failed)
+            redelivered.add_metric([name], counters.duplicates)
+            for (state, condition), count in sorted(counters.refused.items()):
+                refused.add_metric([name, state, condition], count)
+            restarts.add_metric([name], max(0, cell.starts - 1))
+            depth.add_metric([name], stats.depth)
+            capacity.add_metric([name], stats.capacity)
+            credit.add_metric([name], stats.credit)
+            latency.add_metric([name], _buckets(counters.latency), counters.latency.total)
+        dead = CounterMetricFamily(
+            "actorctl_actor_messages_dead_lettered",
+            "Messages this node gave up on and kept as dead letters, by target actor and reason",
+            labels=["actor", "reason"],
+        )
+        for (reason, target), count in sorted(self._dead_letters.added.items()):
+            dead.add_metric([target, reason], count)
+        yield from (received, handled, failed, redelivered, refused, dead, restarts)
+        yield from (depth, capacity, credit, latency)
+
+    def _tasks(self) -> Iterator[Metric]:
+        totals: dict[tuple[str, str, str], int] = {}
+        latencies: dict[str, list[Latency]] = {}
+        for cell in self._cells.values():
+            named = getattr(cell.actor, "named_counters", None)
+            if not isinstance(named, NamedCounters):
+                continue
+            for (task, event), count in list(named.counts.items()):
+                kind, _, extra = event.partition(":")
+                key = (kind, task, extra)
+                totals[key] = totals.get(key, 0) + count
+            for task, latency in list(named.latency.items()):
+                latencies.setdefault(task, []).append(latency)
+        for kind, (suffix, doc) in TASK_EVENTS.items():
+            labels = ["task", _EXTRA_LABEL[kind]] if kind in _EXTRA_LABEL else ["task"]
+            family = CounterMetricFamily(f"actorctl_task_messages_{suffix}", doc, labels=labels)
+            for (event, task, extra), count in sorted(totals.items()):
+                if event == kind:
+                    family.add_metric([task, extra] if kind in _EXTRA_LABEL else [task], count)
+            yield family
+        runs = HistogramMetricFamily(
+            "actorctl_task_run_duration_seconds", "How long task runs took", labels=["task"]
+        )
+        for task, parts in sorted(latencies.items()):
+            merged = Latency()
+            for part in parts:
+                merged.counts = [a + b for a, b in zip(merged.counts, part.counts, strict=True)]
+                merged.total += part.total
+            runs.add_metric([task], _buckets(merged), merged.total)
+        yield runs
+
+    def _node(self) -> Iterator[Metric]:
+        received, sent, links = self._engines.traffic()
+        backlog = self._backlog()
+        yield GaugeMetricFamily(
+            "actorctl_node_connections", "AMQP connections open now", value=len(self._engines)
+        )
+        yield CounterMetricFamily(
+            "actorctl_node_connections_opened",
+            "AMQP connections opened (either way) since the node started",
+            value=self._engines.opened,
+        )
+        yield GaugeMetricFamily("actorctl_node_links", "AMQP links open now", value=links)
+        yield GaugeMetricFamily(
+            "actorctl_node_peers", "Peer nodes this node keeps a connection to", value=self._peers()
+        )
+        yield CounterMetricFamily(
+            "actorctl_node_received_bytes", "Bytes read from connections", value=received
+        )
+        yield CounterMetricFamily(
+            "actorctl_node_sent_bytes", "Bytes written to connections", value=sent
+        )
+        yield GaugeMetricFamily(
+            "actorctl_node_backlog_messages",
+            "Messages in the outgoing backlog, waiting for their receiver",
+            value=len(backlog),
+        )
+        yield CounterMetricFamily(
+            "actorctl_node_backlog_resent_messages",
+            "Backlog messages sent again after a refusal or an unreachable peer",
+            value=backlog.resent,
+        )
+        yield GaugeMetricFamily(
+            "actorctl_node_dead_letters", "Dead letters kept now", value=len(self._dead_letters)
+        )
+        yield CounterMetricFamily(
+            "actorctl_node_actor_restarts",
+            "Restarts of this node's actors, all together",
+            value=sum(max(0, cell.starts - 1) for cell in self._cells.values()),
+        )
+
+
+def render(collector: Collector) -> bytes:
+    """The Prometheus text exposition of what ``collector`` reads now."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    return generate_latest(registry)
+
+
+def metrics_handler(collector: Collector) -> Callable[[Request], object]:
+    """An HTTP handler (``_http.py``) that serves ``collector`` on ``/metrics``."""
+
+    async def handle(request: Request) -> Response:
+        if request.path not in ("/metrics", "/metrics/"):
+            return Response(404, body=b"not found: the metrics are at /metrics\n")
+        if request.method != "GET":
+            return Response(405, body=b"GET /metrics\n")
+        return Response(200, CONTENT_TYPE, render(collector))
+
+    return handle
