@@ -28,6 +28,17 @@ from .test_metrics import lint
 
 HERE = Path(__file__).resolve().parent
 CHROMIUM = Path("/usr/bin/chromium")
+#: Headless, and nothing that reaches out of this machine.
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 WAIT = 30.0
 
 
@@ -114,7 +125,38 @@ async def test_a_task_trace_is_read_from_the_nodes_logs(task_cluster: Path) -> N
     events = [line.get("message_type") for line in lines]
     assert "actorctl:task:gave-up" in events, events
     assert events.count("actorctl:task:retry") == 2, events
-    assert {line["node"] for line in lines} <= {n.name for n in config.nodes}
+    assert {line["_node"] for line in lines} <= {n.name for n in config.nodes}
+
+
+async def chain_across_workers(cluster: Path) -> str:
+    """Run a chain of four steps (the pool's router sends them to its two
+    workers in turn); the last step's task id (any step names the trace)."""
+    async with app.aconnect(cluster):
+        steps = add.s(1, 1) | add.s(1) | add.s(1) | add.s(1)
+        result = await steps.adelay()
+        assert await result.aget(timeout=WAIT) == 5
+    return str(result.id)
+
+
+async def test_a_chains_trace_joins_the_logs_of_every_worker_it_crossed(
+    task_cluster: Path,
+) -> None:
+    config = load_cluster(task_cluster)
+    assert config.web is not None
+    context = client_context(task_cluster, operator=False)
+    with trio.fail_after(WAIT):
+        last = await chain_across_workers(task_cluster)
+        status, body = await http_get(
+            *config.web, f"/api/task/{last}", timeout=10.0, ssl_context=context
+        )
+    assert status == 200
+    lines = json.loads(body)["lines"]
+    # One trace: every line shares the chain's eliot task, and it holds
+    # the four runs, on both workers
+    assert len({line["task_uuid"] for line in lines}) == 1
+    runs = [line for line in lines if line.get("action_type") == "actorctl:task"]
+    assert len({line.get("task_id") for line in runs if line.get("task_id")}) == 4
+    assert {line["_node"] for line in runs} == {"worker-1", "worker-2"}
 
 
 async def test_a_control_action_needs_the_operators_certificate(task_cluster: Path) -> None:
@@ -171,19 +213,7 @@ async def _drive(url: str, cluster: Path, tmp_path: Path) -> None:
     config = load_cluster(cluster)
     errors: list[str] = []
     async with async_playwright() as p:
-        browser = await p.chromium.launch(
-            executable_path=str(CHROMIUM),
-            args=[
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-quic",
-                "--no-first-run",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-            ],
-        )
+        browser = await p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         try:
             page = await browser.new_page(ignore_https_errors=True)
             page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
@@ -218,6 +248,54 @@ async def _drive(url: str, cluster: Path, tmp_path: Path) -> None:
     # the refused action logs a 403 as a console error in chromium: that one is expected
     unexpected = [e for e in errors if not re.search(r"\b403\b", e)]
     assert not unexpected, unexpected
+
+
+@pytest.mark.skipif(
+    not CHROMIUM.exists(),
+    reason="no /usr/bin/chromium: Debian's chromium is needed (apt-get install -y chromium, "
+    "as .ci/run does); playwright's own browser downloads are not used",
+)
+async def test_the_web_page_shows_a_tasks_trace_across_nodes(
+    task_cluster: Path, tmp_path: Path
+) -> None:
+    config = load_cluster(task_cluster)
+    assert config.web is not None
+    last = await chain_across_workers(task_cluster)
+    url = f"https://{config.web[0]}:{config.web[1]}/#task={last}"
+    await trio.to_thread.run_sync(_browse_trace, url, tmp_path)
+
+
+def _browse_trace(url: str, tmp_path: Path) -> None:
+    import asyncio
+
+    asyncio.run(_drive_trace(url, tmp_path))
+
+
+async def _drive_trace(url: str, tmp_path: Path) -> None:
+    from playwright.async_api import async_playwright
+
+    async with async_playwright() as p:
+        browser = await p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            page = await browser.new_page(ignore_https_errors=True)
+            errors: list[str] = []
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            await page.goto(url)
+            # The task's trace shows, with lines logged by both workers
+            await page.wait_for_function(
+                "new Set([...document.querySelectorAll('#trace tr td:nth-child(2)')]"
+                ".map(td => td.textContent)).size >= 2",
+                timeout=15000,
+            )
+            nodes = await page.evaluate(
+                "[...new Set([...document.querySelectorAll('#trace tr td:nth-child(2)')]"
+                ".map(td => td.textContent))].sort()"
+            )
+            await page.screenshot(path=str(tmp_path / "task-trace.png"), full_page=True)
+        finally:
+            await browser.close()
+    assert nodes == ["worker-1", "worker-2"]
+    assert not errors, errors
 
 
 async def _done(page: Any) -> float:

@@ -17,21 +17,20 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 import asyncclick as click
 
 from .._errors import ConfigError
-from ..cluster import load_cluster
+from ..cluster import Line, load_cluster, read_logs, trace_ids
 from ._errors import fail
 from ._table import clock
 
-__all__ = ["logs", "read_logs", "render_trace", "trace_ids"]
+__all__ = ["logs", "render_trace"]
 
 _BOOKKEEPING: Final = frozenset(
     {"timestamp", "task_uuid", "task_level", "message_type", "action_type", "action_status"}
 )
-Line = dict[str, Any]
 
 
 @click.command()
@@ -70,37 +69,6 @@ async def logs(file: Path, task: str, as_json: bool) -> None:
                 click.echo(json.dumps(line, sort_keys=True))
         else:
             click.echo(render_trace(uuid, mine))
-
-
-def read_logs(files: Iterable[Path]) -> list[Line]:
-    """Every eliot JSON line of ``files``, each with the node it came from
-    (``_node``: the file's name without ``.log``); other lines are skipped."""
-    lines: list[Line] = []
-    for path in files:
-        with path.open(encoding="utf-8", errors="replace") as text:
-            for raw in text:
-                if not raw.startswith("{"):
-                    continue
-                try:
-                    line = json.loads(raw)
-                except ValueError:
-                    continue  # a line cut short (the node was writing it)
-                if isinstance(line, dict) and "task_uuid" in line and "task_level" in line:
-                    line["_node"] = path.stem
-                    lines.append(line)
-    return lines
-
-
-def trace_ids(lines: list[Line], wanted: str) -> list[str]:
-    """The task uuids of the traces ``wanted`` names: itself if it is one, else
-    those of the lines whose ``task_id`` is ``wanted``, in the order they came."""
-    if any(line["task_uuid"] == wanted for line in lines):
-        return [wanted]
-    found: dict[str, None] = {}
-    for line in sorted(lines, key=lambda line: line.get("timestamp", 0.0)):
-        if line.get("task_id") == wanted:
-            found[line["task_uuid"]] = None
-    return list(found)
 
 
 def _level(line: Line) -> tuple[int, ...]:

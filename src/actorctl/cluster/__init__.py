@@ -37,3 +37,6 @@ from ._router import AT_MOST_ONCE as AT_MOST_ONCE
 from ._router import Router as Router
 from ._store import Store as Store
 from ._tls import TlsFiles as TlsFiles
+from ._tracelog import Line as Line
+from ._tracelog import read_logs as read_logs
+from ._tracelog import trace_ids as trace_ids
