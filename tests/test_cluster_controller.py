@@ -177,6 +177,7 @@ async def cluster(tmp_path: Path, nursery: trio.Nursery) -> AsyncIterator[Cluste
 async def test_status_shows_the_nodes_it_did_not_start_and_control_goes_through_it(
     cluster: Cluster,
 ) -> None:
+    assert cluster.controller is not None
     # When the operator asks for the cluster's status
     status = await cluster.status()
     # Then both nodes are running at their addresses, with their pids
@@ -185,6 +186,8 @@ async def test_status_shows_the_nodes_it_did_not_start_and_control_goes_through_
         assert "running" in line, status
         assert f"127.0.0.1:{cluster.ports[name]}" in line, status
         assert str(node.process.pid) in line, status
+    # And it serves its web page
+    assert "web page: https://127.0.0.1:" in cluster.controller.text()  # TLS, as the inbox
     # And `control limits` reaches both through this Controller's broadcast
     shown = await actorctl("control", "limits", str(cluster.path), "--json")
     assert shown.returncode == 0, shown.stderr
@@ -192,7 +195,6 @@ async def test_status_shows_the_nodes_it_did_not_start_and_control_goes_through_
     assert set(answers) == {"n1", "n2"}, answers
     assert all("unanswered" not in answer for answer in answers.values()), answers
     # And SIGTERM stops the controller cleanly, and only it
-    assert cluster.controller is not None
     cluster.controller.process.send_signal(signal.SIGTERM)
     with trio.fail_after(WAIT):
         code = await cluster.controller.process.wait()

@@ -126,7 +126,8 @@ class NodeAttendant(Actor):
 
     def _down(self, why: str) -> None:
         state = self._state
-        if state.state == "down" and state.reason == why:
+        if state.state == "down":  # still: no news, only the latest reason
+            state.reason = why
             return
         was = state.state
         state.state, state.reason, state.metrics = "down", why, None

@@ -1,7 +1,9 @@
 """The Controller: the root supervisor of a cluster, and an actor with its own
 signed inbox.
 
-It supervises one Foreman per node of the cluster file and serves ``tree``,
+It supervises one Foreman per node of the cluster file (``cluster up``), or
+attends nodes that something else runs (``cluster controller``, ``_attend.py``),
+and serves ``tree``,
 ``status``, ``deadletters``, ``schedules`` and ``down`` to ``actorctl cluster
 status`` / ``cluster down`` (and the other commands) from another terminal,
 over the same mutually authenticated, signed links as everything else. It is
