@@ -26,6 +26,9 @@ from .harness import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 ACTORCTL = [sys.executable, "-m", "actorctl"]
+#: Where each node listens: n2 under a DNS name (as a StatefulSet's pod is
+#: reached), which the controller's TLS checks against the node's certificate.
+HOSTS = {"n1": "127.0.0.1", "n2": "localhost"}
 #: The bound on any one wait here (s): a step that takes longer has failed.
 WAIT = 30.0
 
@@ -45,7 +48,7 @@ services = true
 
 [[node]]
 name = "n2"
-listen = "127.0.0.1:{n2}"
+listen = "localhost:{n2}"
 actors = "tests.limits_app:app"
 pools = ["limited", "ordered"]
 """
@@ -121,7 +124,7 @@ class Cluster:
         listen = self.ports[name]
         node = await start(
             self.nursery, "node", "run", "tests.limits_app:app", "--cluster", str(self.path),
-            "--name", name, "--listen", f"127.0.0.1:{listen}", "--grace", "1",
+            "--name", name, "--listen", f"{HOSTS[name]}:{listen}", "--grace", "1",
             "--certs", str(self.path.parent / "certs"), "--keys", str(self.path.parent / "keys"),
         )  # fmt: skip
         await node.wait_for('"actorctl:node:ready"')
@@ -184,7 +187,7 @@ async def test_status_shows_the_nodes_it_did_not_start_and_control_goes_through_
     for name, node in cluster.nodes.items():
         line = node_line(status, name)
         assert "running" in line, status
-        assert f"127.0.0.1:{cluster.ports[name]}" in line, status
+        assert f"amqps://{HOSTS[name]}:{cluster.ports[name]}" in line, status
         assert str(node.process.pid) in line, status
     # And it serves its web page
     assert "web page: https://127.0.0.1:" in cluster.controller.text()  # TLS, as the inbox
@@ -221,7 +224,7 @@ async def test_a_killed_node_is_down_then_running_again_with_one_restart(
     # When it is started again
     again = await cluster.start_node("n2")
     # Then the controller has reached the new process: running, one restart
-    await cluster.controller.wait_for(f"node n2 running at amqps://127.0.0.1:{cluster.ports['n2']} "
+    await cluster.controller.wait_for(f"node n2 running at amqps://localhost:{cluster.ports['n2']} "
                                       f"(pid {again.process.pid}) (restart 1)", seen)  # fmt: skip
     status = await cluster.status()
     line = node_line(status, "n2")
