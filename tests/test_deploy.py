@@ -69,14 +69,15 @@ def test_the_units_pass_systemd_analyze_verify(tmp_path: Path) -> None:
     if analyze is None:
         pytest.skip("systemd-analyze is not installed (Debian's systemd package has it)")
     actorctl = shutil.which("actorctl") or str(Path(sys.executable).parent / "actorctl")
-    for name in ("actorctl-controller.service", "actorctl-node@.service"):
+    units = ("actorctl-controller.service", "actorctl-node-controller.service")
+    for name in (*units, "actorctl-node@.service"):
         text = (SYSTEMD / name).read_text().replace(ACTORCTL, actorctl)
         text = text.replace("/etc/actorctl/node-%i.env", str(SYSTEMD / "node-%i.env"))
         (tmp_path / name).write_text(text)
     (tmp_path / "actorctl-node@worker-1.service").write_text(
         (tmp_path / "actorctl-node@.service").read_text()
     )
-    for name in ("actorctl-controller.service", "actorctl-node@worker-1.service"):
+    for name in (*units, "actorctl-node@worker-1.service"):
         done = subprocess.run(
             [analyze, "verify", "--man=no", str(tmp_path / name)],
             capture_output=True,
@@ -100,6 +101,22 @@ def test_the_controller_unit_is_type_notify_and_runs_cluster_up_on_the_shipped_f
     assert config.certs == Path("/etc/actorctl/certs")
     assert config.keys == Path("/etc/actorctl/keys")
     check_command(argv)
+
+
+def test_the_node_controller_unit_runs_cluster_controller_beside_independent_node_units() -> None:
+    service = unit(SYSTEMD / "actorctl-node-controller.service")
+    assert service["Type"] == "notify"  # run_controller says READY=1 on NOTIFY_SOCKET
+    assert service["NotifyAccess"] == "main"
+    # Never with the unit of `cluster up`: both are the Controller, on one port
+    assert service["Conflicts"] == "actorctl-controller.service"
+    argv = shlex.split(service["ExecStart"])
+    assert argv[:3] == [ACTORCTL, "cluster", "controller"]
+    assert Path(argv[3]) == Path(service["WorkingDirectory"]) / "cluster.toml"
+    check_command(argv)
+    # The node units it watches read the same file, and need nothing of it
+    node = unit(SYSTEMD / "actorctl-node@.service")
+    assert f"--cluster {argv[3]} " in node["ExecStart"]
+    assert "actorctl-node-controller" not in (SYSTEMD / "actorctl-node@.service").read_text()
 
 
 def test_the_node_unit_runs_each_node_where_the_cluster_file_says() -> None:
@@ -182,3 +199,47 @@ def test_the_statefulset_runs_each_node_of_its_cluster_file_at_its_stable_name()
     assert Path(mounts["data"]) == Path(given["--cluster"]).parent / "data"  # its store
     grace = spec["template"]["spec"]["terminationGracePeriodSeconds"]
     assert float(given["--grace"]) < grace
+
+
+def test_the_controller_deployment_runs_cluster_controller_where_the_file_says() -> None:
+    found = manifests()
+    deployment = found["Deployment/actorctl-controller"]
+    service = found["Service/actorctl-controller"]
+    nodes = found["StatefulSet/actorctl-node"]
+    config = load_cluster(KUBERNETES / "cluster.toml")
+    spec = deployment["spec"]
+    assert spec["replicas"] == 1  # one Controller: it grants the scheduler lease
+    assert spec["strategy"]["type"] == "Recreate"  # not two during a rollout
+    labels = spec["template"]["metadata"]["labels"]
+    assert service["spec"]["selector"] == spec["selector"]["matchLabels"] == labels
+    [container] = spec["template"]["spec"]["containers"]
+    argv = container["command"]
+    assert argv[:3] == ["actorctl", "cluster", "controller"]
+    check_command(argv)
+    given = dict(itertools.pairwise(argv))
+    # The nodes and the CLI reach it where the file says: its Service, its port
+    host, port = config.controller
+    assert host == service["metadata"]["name"]
+    listen_host, _, listen_port = given["--listen"].rpartition(":")
+    assert (listen_host, int(listen_port)) == ("0.0.0.0", port)  # every address of the pod
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    served = {p["name"]: p for p in service["spec"]["ports"]}
+    assert ports["amqps"] == served["amqps"]["port"] == port
+    assert served["amqps"]["targetPort"] == "amqps"
+    assert ports["web"] == int(given["--web"].rpartition(":")[2])
+    assert served["web"]["targetPort"] == "web"
+    # It dials the nodes at the StatefulSet's stable names, on their ports
+    node_ports = [p["port"] for p in found["Service/actorctl-nodes"]["spec"]["ports"]]
+    for node in config.nodes:
+        assert node.host.startswith(f"{node.name}.{nodes['spec']['serviceName']}")
+        assert node.port in node_ports
+    # Its files are mounted where the command and the file say, from the
+    # nodes' ConfigMap and Secrets
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in spec["template"]["spec"]["volumes"]}
+    assert mounts["cluster"] == argv[3]
+    assert Path(mounts["certs"]) == config.certs
+    assert Path(mounts["keys"]) == config.keys
+    node_volumes = {v["name"]: v for v in nodes["spec"]["template"]["spec"]["volumes"]}
+    for name in ("cluster", "certs", "keys"):
+        assert volumes[name] == node_volumes[name]

@@ -25,6 +25,7 @@ from ..cluster import Node, NodeConfig, Router, hosted_actors, load_cluster, ope
 from ..supervision import BoxedSpec, SupervisorSpec
 from ..tasks import call as call_by_name
 from ._cluster import cluster
+from ._cluster_controller import cluster_controller
 from ._control import control
 from ._deadletters import deadletters
 from ._errors import exit_code, fail, leaf
@@ -67,6 +68,7 @@ def cli(debug: bool) -> None:
 cli.add_command(keys)
 cli.add_command(certs)
 cli.add_command(cluster)
+cluster.add_command(cluster_controller)
 cli.add_command(deadletters)
 cli.add_command(control)
 cli.add_command(inspect)

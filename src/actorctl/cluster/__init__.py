@@ -1,5 +1,6 @@
 """Nodes (AMQP 1.0 containers on trio), peer links, addresses."""
 
+from ._attend import run_controller as run_controller
 from ._certs import init_certs as init_certs
 from ._certs import issue_cert as issue_cert
 from ._config import ClusterConfig as ClusterConfig

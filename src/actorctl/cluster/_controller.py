@@ -1,7 +1,9 @@
 """The Controller: the root supervisor of a cluster, and an actor with its own
 signed inbox.
 
-It supervises one Foreman per node of the cluster file and serves ``tree``,
+It supervises one Foreman per node of the cluster file (``cluster up``), or
+attends nodes that something else runs (``cluster controller``, ``_attend.py``),
+and serves ``tree``,
 ``status``, ``deadletters``, ``schedules`` and ``down`` to ``actorctl cluster
 status`` / ``cluster down`` (and the other commands) from another terminal,
 over the same mutually authenticated, signed links as everything else. It is
@@ -275,7 +277,11 @@ class Controller(Actor):
                 f"{', '.join(names)}"
             )
         if self._nodes is None:
-            raise ActorctlError(f"the controller of {self._config.name!r} supervises no nodes")
+            raise ActorctlError(
+                f"the controller of {self._config.name!r} does not run its nodes (`actorctl "
+                f"cluster controller`): stop node {node!r} where it runs (systemctl stop, "
+                "kubectl scale or delete)"
+            )
         log("actorctl:controller:stop-node", cluster=self._config.name, node=node)
         await self._nodes.terminate_child(node)
         state = self._states[node]
@@ -287,6 +293,8 @@ class Controller(Actor):
         """Stop the cluster: every node, in reverse order, then the Controller."""
         log("actorctl:controller:down", cluster=self._config.name)
         self._stop.set()
+        if self._nodes is None:  # `cluster controller`: something else runs them
+            return f"the controller of cluster {self._config.name!r} stopping (its nodes go on)"
         return f"cluster {self._config.name!r} stopping"
 
 

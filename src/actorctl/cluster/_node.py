@@ -48,7 +48,7 @@ from ._pending import PeerSettings
 from ._replays import ReplayJournal
 from ._reply_auth import ReplySigning
 from ._store import Store
-from ._supervised import Hostable, NodeHost, describe_root, named, node_root
+from ._supervised import Hostable, NodeHost, named, node_root
 from ._tls import TlsFiles
 
 __all__ = ["Node", "NodeAgent", "open_node"]
@@ -216,7 +216,8 @@ class Node:
         self._nursery: trio.Nursery | None = None
         self._engines = EngineSet()
         self._stop = trio.Event()
-        self._actors_started = trio.Event()
+        #: Set once its actors have started (then it says it is ready).
+        self.actors_started = trio.Event()
         self._grace = DEFAULT_GRACE
         settings = PeerSettings(
             node_id=self.node_id,
@@ -254,10 +255,7 @@ class Node:
             lost_after=node_lost_after,
         )
         self._actors = named(actors)
-        self._actors.setdefault(
-            NodeAgent.name or "_node",
-            NodeAgent(self.statistics, lambda: describe_root(self.name, self.tree), self.monitors),
-        )
+        self._actors.setdefault(NodeAgent.name or "_node", NodeAgent(self))
         self._actors.setdefault(DEAD_LETTERS, DeadLetterAgent(self.dead_letters, self.identity))
         self.tree: TreeLevel | None = None
 
@@ -302,7 +300,7 @@ class Node:
             actors_scope = trio.CancelScope()
             actors_done = trio.Event()
             nursery.start_soon(self._run_actors, actors_scope, actors_done)
-            await self._actors_started.wait()
+            await self.actors_started.wait()
             if self.insecure:
                 log("actorctl:node:insecure", node=self.name, warning=_INSECURE)
             log(
@@ -406,7 +404,7 @@ class Node:
                 self.tree = node_root(self.name, self._actors, host, self.actor_restarts)
                 async with trio.open_nursery() as nursery:
                     await nursery.start(self.tree.supervisor.run)
-                    self._actors_started.set()
+                    self.actors_started.set()
         finally:
             done.set()
 
