@@ -10,7 +10,7 @@ pytest fixture.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -143,7 +143,7 @@ async def test_arguments_that_do_not_fit_fail_with_bad_arguments(shop: TestClust
 
 
 @pytest.fixture
-def eager() -> AsyncIterator[None]:
+def eager() -> Iterator[None]:
     app.conf.task_always_eager = True
     try:
         yield None
