@@ -16,17 +16,15 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-import attrs
 import pytest
 import trio
 
 from actorctl import ConfigError, RemoteError, open_node
-from actorctl.cluster import Node, Router, hosted_actors, load_cluster
-from actorctl.tasks import PoolRouter, RateLimit, TaskWorker, rate_limit_of
+from actorctl.tasks import RateLimit, rate_limit_of
 from actorctl.tasks._budget import Budget, Concurrency, concurrency_of
 from actorctl.tasks._gate import Gate
+from actorctl.testing import TestCluster, open_cluster
 from tests import limits_app
-from tests.harness import free_port
 from tests.limits_app import app
 
 WAIT = 20.0
@@ -213,56 +211,16 @@ async def test_a_budget_follows_its_current_function_within_its_bounds(
 # -- on a cluster in this process --------------------------------------------------------
 
 
-@attrs.frozen
-class Cluster:
-    path: Path
-    nodes: dict[str, Node]
-    actors: dict[str, dict[str, Any]]
-
-    def router(self, pool: str) -> PoolRouter:
-        router = self.actors["services"][pool]
-        assert isinstance(router, PoolRouter)
-        return router
-
-    def worker(self, node: str, pool: str) -> TaskWorker:
-        worker = self.actors[node][pool]
-        assert isinstance(worker, TaskWorker)
-        return worker
-
-
 @asynccontextmanager
-async def cluster(tmp_path: Path, workers: int = 1) -> AsyncIterator[Cluster]:
-    """A services node and ``workers`` worker nodes in this process, and the
-    app connected to them."""
-    text = "[cluster]\ninsecure = true\n"
-    text += (
-        f'[[node]]\nname = "services"\nlisten = "127.0.0.1:{free_port()}"\n'
-        'actors = "tests.limits_app:app"\nservices = true\n'
-    )
-    for n in range(1, workers + 1):
-        pools = '["limited", "ordered"]' if n == 1 else '["limited"]'
-        text += (
-            f'[[node]]\nname = "w{n}"\nlisten = "127.0.0.1:{free_port()}"\n'
-            f'actors = "tests.limits_app:app"\npools = {pools}\n'
-        )
-    path = tmp_path / "cluster.toml"
-    path.write_text(text)
-    config = load_cluster(path)
-    nodes: dict[str, Node] = {}
-    hosted: dict[str, dict[str, Any]] = {}
+async def cluster(tmp_path: Path, workers: int = 1) -> AsyncIterator[TestCluster]:
+    """A services node and ``workers`` worker nodes in this process (the
+    testing kit's), and the app connected to them."""
+    layout = {
+        f"w{n}": ["limited", "ordered"] if n == 1 else ["limited"] for n in range(1, workers + 1)
+    }
     limits_app.RUNS.clear()
-    async with trio.open_nursery() as nursery:
-        for spec in config.nodes:
-            actors: dict[str, Any] = dict(hosted_actors(spec.actors, node=spec, cluster=config))
-            for name, addresses in config.routes(spec):
-                actors[name] = Router(addresses)
-            hosted[spec.name] = actors
-            node = Node(spec.name, actors, port=spec.port, insecure=True)
-            nodes[spec.name] = await nursery.start(node.serve)
-        async with app.aconnect(path):
-            yield Cluster(path, nodes, hosted)
-        for node in nodes.values():
-            node.stop(0.5)
+    async with open_cluster(app, workers=layout, directory=tmp_path) as running:
+        yield running
 
 
 async def until(check: Callable[[], bool]) -> None:

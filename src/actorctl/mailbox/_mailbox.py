@@ -155,6 +155,7 @@ class Mailbox:
         "_on_arrival",
         "_queue",
         "_received",
+        "_settled",
         "_unsettled",
         "capacity",
     )
@@ -170,6 +171,7 @@ class Mailbox:
         self._unsettled = 0
         self._max_unsettled = 0
         self._received = 0
+        self._settled: trio.Event | None = None  # wait_settled's, set when none is unsettled
         # When each link was last granted credit (a grant number), or, for one
         # never granted any, minus when it attached (an attach number).
         self._last_grant: dict[CreditLink, int] | None = None
@@ -313,6 +315,14 @@ class Mailbox:
                     self._arrived = None
                 raise
 
+    async def wait_settled(self) -> None:
+        """Wait until every message it took has been settled (none queued,
+        none being handled): an actor with nothing to do (a test's ``wait_idle``)."""
+        while self._unsettled:
+            if self._settled is None:
+                self._settled = trio.Event()
+            await self._settled.wait()
+
     def statistics(self) -> MailboxStatistics:
         return MailboxStatistics(
             capacity=self.capacity,
@@ -332,6 +342,9 @@ class Mailbox:
 
     def _release(self) -> None:
         self._unsettled -= 1
+        if not self._unsettled and self._settled is not None:
+            self._settled.set()
+            self._settled = None
         self._replenish(force=False)
 
     def _replenish(self, *, force: bool) -> None:

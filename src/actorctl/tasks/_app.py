@@ -35,6 +35,8 @@ class App(TaskRegistry):
         default_pool: the pool tasks go to unless they name another.
         retry_policy: every task's retry policy unless it sets its own (a
             ``RetryPolicy`` or a dict of its fields; docs/fault-tolerance.md).
+        eager: run tasks inline at ``delay()``, in the caller, for unit tests
+            (``app.conf.task_always_eager``; docs/testing.md).
 
     Example::
 
@@ -58,6 +60,7 @@ class App(TaskRegistry):
         *,
         default_pool: str = "celery",
         retry_policy: RetryPolicy | Mapping[str, Any] | None = None,
+        eager: bool = False,
         **celery: Any,
     ) -> None:
         """Raises ConfigError for Celery's constructor arguments (``broker=``,
@@ -65,6 +68,8 @@ class App(TaskRegistry):
         if celery:
             raise ConfigError(f"App({name!r}, ...): {_celery_arguments(celery)}")
         super().__init__(name, default_pool=default_pool, retry_policy=retry_policy)
+        if eager:
+            self.conf.task_always_eager = True
 
     def connect(
         self, cluster: ClusterSpec, *, name: str = CLIENT_NAME, **node_options: Any
@@ -104,7 +109,10 @@ class App(TaskRegistry):
     def AsyncResult(self, task_id: str) -> _results.AsyncResult:
         """Celery's ``app.AsyncResult``: the handle on the task ``task_id``, sent
         by this process or another; in a connected process, its result is
-        fetched by id from the cluster."""
+        fetched by id from the cluster (in eager mode, the result of a task
+        run here)."""
+        if self.eager.active:
+            return self.eager.result(task_id)
         return _results.AsyncResult(task_id)
 
     def send_task(
@@ -140,7 +148,9 @@ class App(TaskRegistry):
         task = self.tasks.get(name)
         if task is not None and pool in (None, task.pool):
             return task
-        return Task(_elsewhere, name=name, pool=pool or self.default_pool)
+        elsewhere = Task(_elsewhere, name=name, pool=pool or self.default_pool)
+        elsewhere.eager = self.eager  # eager mode runs the app's task of that name
+        return elsewhere
 
     def actors_for(
         self, cluster: ClusterConfig | None, node: NodeConfig
@@ -164,7 +174,7 @@ def _celery_arguments(given: Mapping[str, Any]) -> str:
     reasons = [
         f"{key}= is not taken: {instead[key]}"
         if key in instead
-        else f"unknown argument {key}= (App takes name, default_pool and retry_policy)"
+        else f"unknown argument {key}= (App takes name, default_pool, retry_policy and eager)"
         for key in given
     ]
     return "; ".join(reasons)

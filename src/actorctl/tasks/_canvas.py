@@ -15,6 +15,7 @@ from .._errors import ConfigError
 from ..mailbox import Envelope
 from ._client import TaskClient, current_client, send_task
 from ._control import new_result
+from ._eager_api import eager_of
 from ._protocol import CHORDS, H_CHORD, new_task_id
 from ._results import AsyncResult, GroupResult
 from ._signature import Signature, wire_options
@@ -37,6 +38,15 @@ class group:
     ) -> GroupResult:
         if not self.tasks:
             return GroupResult(new_task_id(), [])
+        if eager_of(self.tasks[0].task) is not None:  # each member runs here, in turn
+            group_id = new_task_id()
+            results = []
+            for sig in self.tasks:
+                sig = sig.clone(args, kwargs, **options)
+                results.append(
+                    sig.task.apply_async(sig.args, sig.kwargs, _group=group_id, **sig.options)
+                )
+            return GroupResult(group_id, results)
         client = current_client(f"task {self.tasks[0].task.name}")
         return client.wait_in_client_thread(
             functools.partial(self.aapply_async, args, kwargs, **options)
@@ -93,11 +103,26 @@ class chord:
         return self.body
 
     def apply_async(self, **options: Any) -> AsyncResult:
-        client = current_client(f"task {self._body().task.name}")
+        body = self._body().clone(**options)
+        runner = eager_of(body.task)
+        if runner is not None:  # the header runs here, then the body
+            header = [sig.apply_async() for sig in self.header.tasks]
+            chord_id, values = runner.chord_values(header, body.task.name)
+            if isinstance(values, AsyncResult):
+                return values
+            return _body_of(body, values).apply_async(task_id=chord_id)
+        client = current_client(f"task {body.task.name}")
         return client.wait_in_client_thread(functools.partial(self.aapply_async, **options))
 
     async def aapply_async(self, **options: Any) -> AsyncResult:
         body = self._body().clone(**options)
+        runner = eager_of(body.task)
+        if runner is not None:
+            header = [await sig.aapply_async() for sig in self.header.tasks]
+            chord_id, values = runner.chord_values(header, body.task.name)
+            if isinstance(values, AsyncResult):
+                return values
+            return await _body_of(body, values).aapply_async(task_id=chord_id)
         client = current_client(f"task {body.task.name}")
         if not self.header.tasks:  # nothing to wait for: the body runs on []
             if not body.immutable:
@@ -128,6 +153,13 @@ class chord:
                 headers={H_CHORD: chord_id},
             )
         return result
+
+
+def _body_of(body: Signature, values: list[Any]) -> Signature:
+    """A chord's body with its header's values as its first argument (unless immutable)."""
+    if body.immutable:
+        return body
+    return Signature(body.task, [values, *body.args], body.kwargs, options=body.options)
 
 
 async def _open_barrier(

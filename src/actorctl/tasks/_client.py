@@ -199,6 +199,12 @@ class TaskClient:
         finally:
             self._pumping = False
 
+    @property
+    def drained(self) -> bool:
+        """Whether everything submitted has been sent."""
+        with self._lock:
+            return not self._queue and (self._idle or not self._pumping)
+
     async def wait_drained(self) -> None:
         """Wait until everything submitted has been sent."""
         while True:

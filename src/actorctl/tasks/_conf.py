@@ -32,6 +32,8 @@ SETTINGS: Final = MappingProxyType(
         "task_track_started": (False, "tasks report STARTED unless a task says otherwise"),
         "task_acks_late": (True, "False: tasks that set no acks_late are at-most-once"),
         "result_expires": (RESULT_EXPIRES, "seconds a worker's node keeps a final result"),
+        "task_always_eager": (False, "delay() runs tasks inline, for unit tests (eager mode)"),
+        "task_eager_propagates": (False, "in eager mode, delay() raises a failed task's error"),
     }
 )
 
@@ -46,6 +48,7 @@ TASK_DEFAULTS: Final = MappingProxyType(
     }
 )
 
+_EAGER_FLAGS: Final = ("task_always_eager", "task_eager_propagates")
 _NO_BROKER = "there is no broker: nodes talk AMQP 1.0 to each other; cluster.toml names them"
 #: Celery settings that do not apply, with the reason.
 CELERY_ONLY_SETTINGS: Final = MappingProxyType(
@@ -64,7 +67,6 @@ CELERY_ONLY_SETTINGS: Final = MappingProxyType(
         "task_queues": "pools are named by tasks (pool=) and hosted as cluster.toml says",
         "worker_concurrency": "app.pool(NAME, concurrency=...) per pool",
         "worker_prefetch_multiplier": "app.pool(NAME, mailbox_capacity=...) is a worker's credit",
-        "task_always_eager": "call the task directly (add(1, 2)) to run it here",
         "beat_schedule": "there is no beat: send delayed tasks with countdown= or eta=",
     }
 )
@@ -155,9 +157,8 @@ def _checked(key: str, value: Any) -> Any:
             raise ConfigError(f"app.conf: {key}={value!r}: give a positive number of seconds")
         if key == "result_expires" and value is None:
             raise ConfigError("app.conf: result_expires=None: give seconds (results expire)")
-    if key in ("task_ignore_result", "task_track_started", "task_acks_late") and not isinstance(
-        value, bool
-    ):
+    flags = ("task_ignore_result", "task_track_started", "task_acks_late", *_EAGER_FLAGS)
+    if key in flags and not isinstance(value, bool):
         raise ConfigError(f"app.conf: {key}={value!r}: give True or False")
     if key == "task_default_queue" and (not isinstance(value, str) or not value):
         raise ConfigError(f"app.conf: task_default_queue={value!r}: give a pool name")

@@ -121,11 +121,17 @@ class PoolRouter(Router):
         self._held: dict[str, list[_Held]] = {}  # task -> a heap, best first
         self._releasing: set[str] = set()
         self._arrivals = itertools.count()
+        self._emptied = trio.lowlevel.ParkingLot()  # wait_released's
 
     @property
     def held(self) -> int:
         """Tasks it holds back now."""
         return sum(len(heap) for heap in self._held.values())
+
+    async def wait_released(self) -> None:
+        """Wait until it holds no task back (``held`` is 0): a test's ``wait_idle``."""
+        while self.held:
+            await self._emptied.park()
 
     def set_worker_rate(self, task: str, limit: RateLimit | None) -> None:
         """Pace ``task`` for each instance at ``limit`` (None: not at all)."""
@@ -248,3 +254,4 @@ class PoolRouter(Router):
             self._releasing.discard(task)
             if not heap:
                 self._held.pop(task, None)
+                self._emptied.unpark_all()

@@ -23,6 +23,7 @@ from ._budget import Concurrency, concurrency_of
 from ._client import current_client
 from ._conf import TASK_DEFAULTS, Settings
 from ._control import Control
+from ._eager import EagerRuns
 from ._options import checked_task_options
 from ._periodic import PeriodicTask, periodic_task
 from ._protocol import EVENTS, H_EVENT, H_SINKS
@@ -70,6 +71,8 @@ class TaskRegistry:
         self._explicit: dict[str, frozenset[str]] = {}  # task -> options it set itself
         #: Its periodic tasks by name (``@app.periodic``, ``app.add_periodic``).
         self.periodics: dict[str, PeriodicTask] = {}
+        #: Runs its tasks inline while ``conf.task_always_eager`` is on (``_eager.py``).
+        self.eager = EagerRuns(self.tasks, self.conf)
 
     # -- definitions ---------------------------------------------------------------
 
@@ -113,6 +116,7 @@ class TaskRegistry:
             task_pool = task_pool or self.default_pool
             given.setdefault("base_policy", self.retry_policy)
             task = Task(fn, name=task_name, pool=task_pool, **given, **defaults)
+            task.eager = self.eager
             self.tasks[task_name] = task
             self._explicit[task_name] = explicit
             self.pools.setdefault(task.pool, {})

@@ -422,6 +422,7 @@ class ResultRegistry:
     def __init__(self, outbox: Outbox) -> None:
         self._outbox = outbox
         self._waiting: dict[str, AsyncResult] = {}
+        self._emptied = trio.lowlevel.ParkingLot()  # wait_empty's
 
     def expect(self, result: AsyncResult) -> None:
         """Wait for ``result``'s documents from now on."""
@@ -433,6 +434,14 @@ class ResultRegistry:
         """Stop waiting for ``task_id`` (its later documents are logged as late)."""
         if self._waiting.pop(task_id, None) is not None:
             self._outbox.unexpect(task_id)
+            if not self._waiting:
+                self._emptied.unpark_all()
+
+    async def wait_empty(self) -> None:
+        """Wait until every result it waits for is final (or forgotten): no
+        task its caller sent is in flight (a test's ``wait_idle``)."""
+        while self._waiting:
+            await self._emptied.park()
 
     def __len__(self) -> int:
         return len(self._waiting)
@@ -440,6 +449,7 @@ class ResultRegistry:
     def fail_all(self, reason: str) -> None:
         """Fail every result still waited for (the caller is going away)."""
         waiting, self._waiting = self._waiting, {}
+        self._emptied.unpark_all()
         for result in waiting.values():
             self._outbox.unexpect(result.id)
             result.update(FAILURE, {"type": "Disconnected", "message": reason})

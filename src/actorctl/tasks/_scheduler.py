@@ -93,6 +93,7 @@ class Scheduler(Actor):
         self._wake = trio.Event()
         self._client: TaskClient | None = None
         self._store: Store | None = None
+        self._emptied = trio.lowlevel.ParkingLot()  # wait_empty's
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -154,6 +155,7 @@ class Scheduler(Actor):
             )
             self.store.delete(DELAYED, held.envelope.message_id)
         if dropped:
+            self._emptied.unpark_all()
             await self.store.sync()
         return len(names)
 
@@ -263,6 +265,18 @@ class Scheduler(Actor):
         expired), then delete its row (the timer syncs)."""
         await self._send_due(held)
         self.store.delete(DELAYED, held.envelope.message_id)
+        self._emptied.unpark_all()
+
+    @property
+    def holding(self) -> int:
+        """Delayed tasks it holds or is sending now (its rows in the store are
+        its tasks until their pool has them)."""
+        return self.store.count(DELAYED) if self._store is not None else 0
+
+    async def wait_empty(self) -> None:
+        """Wait until :attr:`holding` is 0: a test's ``wait_idle``."""
+        while self.holding:
+            await self._emptied.park()
 
     async def _send_due(self, held: _Held) -> None:
         envelope = held.envelope

@@ -25,13 +25,14 @@ from ..supervision import DEFAULT_RETRY_POLICY, RetryPolicy
 from ._canvas import group
 from ._client import TaskClient, current_client, send_task
 from ._control import new_result
+from ._eager_api import EagerRunner
 from ._protocol import FAILURE, H_GROUP, H_RETRY_POLICY, SCHEDULER, new_task_id
 from ._rates import rate_limit_of
 from ._results import AsyncResult
 from ._signature import Signature, wire_options
 from ._validate import check_references
 
-__all__ = ["PER_CALL", "Retry", "Task", "TaskContext"]
+__all__ = ["PER_CALL", "Retry", "Task", "TaskContext", "check_send_options"]
 
 #: ``boxed=PER_CALL``: a process of its own for each call, as before workers lived long.
 PER_CALL: Final = "per-call"
@@ -172,6 +173,9 @@ class Task:
         if boxed and (self.is_async or bind):
             raise ConfigError(f"task {name}: a boxed task must be a plain `def` without bind=True")
         self.spec = HandlerSpec(name, _as_method(fn, bind))
+        #: Its app's eager runner (set when the app registers it): while that
+        #: is on, ``delay()`` runs the task here instead of sending it.
+        self.eager: EagerRunner | None = None
         functools.update_wrapper(self, fn)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -229,7 +233,9 @@ class Task:
         sent means it will run, whatever happens to this process after. A pool
         reached directly (one worker, no router) settles a task only after
         running it: then it returns at once, and the message goes out from the
-        client's thread, in order.
+        client's thread, in order. In eager mode (``App(..., eager=True)``) it
+        runs the task here instead, and returns its final result
+        (``_eager.py``, docs/testing.md).
 
         Raises:
             ConfigError: the app is not connected, or an unknown option, or a
@@ -237,6 +243,8 @@ class Task:
                 that the cluster's directory does not know.
             WireFormatError: an argument that cannot be sent as JSON.
         """
+        if self.eager is not None and self.eager.active:
+            return self.eager.apply(self, args, kwargs, options)
         client = current_client(f"task {self.name}")
         result, send = self._prepare(client, args, kwargs, options, check_json=True)
 
@@ -257,6 +265,8 @@ class Task:
         self, args: Sequence[Any] = (), kwargs: Mapping[str, Any] | None = None, **options: Any
     ) -> AsyncResult:
         """:meth:`apply_async` for trio code; returns once the message is sent."""
+        if self.eager is not None and self.eager.active:
+            return await self.eager.aapply(self, args, kwargs, options)
         client = current_client(f"task {self.name}")
         result, send = self._prepare(client, args, kwargs, options)
         await send()
@@ -278,17 +288,7 @@ class Task:
         happens in another thread (where a WireFormatError could not reach it);
         a trio caller gets it from the send itself."""
         client.check_thread()
-        unknown = set(options) - _SEND_OPTIONS
-        if unknown:
-            routing = (
-                " (a task runs in its own pool: @app.task(pool=...))"
-                if unknown & {"queue", "routing_key", "exchange"}
-                else ""
-            )
-            raise ConfigError(
-                f"task {self.name}: unknown option(s) {sorted(unknown)}{routing} "
-                f"(known: {sorted(o for o in _SEND_OPTIONS if not o.startswith('_'))})"
-            )
+        check_send_options(self.name, options)
         target = client.directory.resolve(self.pool)
         if options.get("countdown") is not None or options.get("eta") is not None:
             client.directory.resolve(SCHEDULER)
@@ -353,6 +353,25 @@ _SEND_OPTIONS: Final = frozenset(
         "track_started", "_name", "_group", "retry_policy", "max_retries", "acks_late",
     }
 )  # fmt: skip
+
+
+def check_send_options(task: str, options: Mapping[str, Any]) -> None:
+    """Refuse an option ``apply_async`` does not take.
+
+    Raises:
+        ConfigError: naming the unknown options and the known ones.
+    """
+    unknown = set(options) - _SEND_OPTIONS
+    if unknown:
+        routing = (
+            " (a task runs in its own pool: @app.task(pool=...))"
+            if unknown & {"queue", "routing_key", "exchange"}
+            else ""
+        )
+        raise ConfigError(
+            f"task {task}: unknown option(s) {sorted(unknown)}{routing} "
+            f"(known: {sorted(o for o in _SEND_OPTIONS if not o.startswith('_'))})"
+        )
 
 
 def _task_policy(
