@@ -9,6 +9,7 @@ out unless it is asked for everything (``-v``).
 from __future__ import annotations
 
 import contextlib
+import time
 from typing import Any, Final
 
 from eliot import Action, current_action, log_message
@@ -21,6 +22,8 @@ __all__ = ["ROUTINE", "TRACE", "continue_trace", "is_routine", "log", "trace_her
 
 #: The application property that carries the eliot trace id (``UUID@/LEVEL``).
 TRACE: Final = "trace"
+#: The deepest a trace nests before a hop joins it at its root (``trace_here``).
+MAX_TRACE_DEPTH: Final = 32
 
 #: Events that say things went as they should (or that a caller is told about
 #: anyway, as an error of its own): information, not warnings. Every other event
@@ -72,11 +75,19 @@ def log(message_type: str, **fields: Any) -> None:
 def trace_here() -> str | None:
     """The trace id a message sent now carries (``UUID@/LEVEL``: a new child
     level of the current eliot action, so that what its receiver logs nests
-    under it), or None outside any action."""
+    under it), or None outside any action.
+
+    A trace nests one level deeper at each hop, so a chain of thousands of
+    steps would carry (and log) thousands of levels: past ``MAX_TRACE_DEPTH``
+    the next hop joins the trace at its root instead, at a level made of the
+    time in microseconds (siblings in the order they came)."""
     action = current_action()
     if action is None:
         return None
-    return str(action.serialize_task_id().decode("ascii"))
+    trace = str(action.serialize_task_id().decode("ascii"))
+    if trace.count("/") > MAX_TRACE_DEPTH:
+        return f"{trace.partition('@')[0]}@/{time.time_ns() // 1000}"
+    return trace
 
 
 def continue_trace(trace: object) -> contextlib.AbstractContextManager[Any]:
