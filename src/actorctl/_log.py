@@ -22,6 +22,8 @@ __all__ = ["ROUTINE", "TRACE", "continue_trace", "is_routine", "log", "trace_her
 
 #: The application property that carries the eliot trace id (``UUID@/LEVEL``).
 TRACE: Final = "trace"
+#: What a message with no trace runs in (a nullcontext can be entered again and again).
+_UNTRACED: Final = contextlib.nullcontext()
 #: The deepest a trace nests before a hop joins it at its root (``trace_here``).
 MAX_TRACE_DEPTH: Final = 32
 
@@ -94,6 +96,8 @@ def continue_trace(trace: object) -> contextlib.AbstractContextManager[Any]:
     """Run within the trace a message's ``trace`` header names, logging nothing
     of its own: what is logged or sent inside joins that trace's tree. A
     missing or malformed header (it is informative only) changes nothing."""
+    if trace is None:
+        return _UNTRACED  # most messages: nothing made, nothing to enter
     if not isinstance(trace, str) or trace.count("@") != 1:
         return contextlib.nullcontext()
     uuid, _, level = trace.partition("@")

@@ -12,7 +12,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from typing import Final, final
 
-from ..mailbox import STATUS_ERROR
+from ..mailbox import ACCEPTED, STATUS_ERROR
 from ._dedup import Handled
 
 __all__ = ["LATENCY_BUCKETS", "ActorCounters", "Latency", "NamedCounters"]
@@ -84,7 +84,7 @@ class ActorCounters:
     def record(self, handled: Handled, seconds: float) -> None:
         """One message's handling ended with ``handled`` after ``seconds``."""
         outcome = handled.outcome
-        if outcome.state != "accepted":
+        if outcome is not ACCEPTED and outcome.state != "accepted":
             self.refuse(outcome.state, outcome.condition)
             return
         reply = handled.reply
@@ -92,7 +92,9 @@ class ActorCounters:
             self.failed += 1
         else:
             self.handled += 1
-        self.latency.observe(seconds)
+        latency = self.latency
+        latency.counts[bisect_left(LATENCY_BUCKETS, seconds)] += 1
+        latency.total += seconds
 
     def refuse(self, state: str, condition: str | None) -> None:
         """A message was settled ``state`` (not accepted) with ``condition``."""
