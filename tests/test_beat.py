@@ -213,3 +213,29 @@ async def test_a_beat_that_cannot_renew_its_lease_stops_firing_when_it_runs_out(
             assert logs.of_type("actorctl:beat:lease-unrenewed")
             assert clock() - stopped >= 3600
             nursery.cancel_scope.cancel(reason="test over")
+
+
+async def test_a_beat_with_no_controller_to_ask_fires_nothing_and_says_why_once(
+    autojump_clock: trio.abc.Clock, logs: Logs
+) -> None:
+    # Given a beat whose grantor address has nothing listening (a services node
+    # run alone with `node run --cluster`, no Controller)
+    minute = Schedule.of(every=60.0)
+    async with worker_node(free_port()) as directory:
+        beat = Beat(
+            schedules(("minute", minute)),
+            directory,
+            lease=f"amqp://127.0.0.1:{free_port()}/controller",
+            lease_ttl=30.0,
+        )
+        async with trio.open_nursery() as nursery:
+            await nursery.start(run_beat, beat, "services")
+            # When an hour of due times passes
+            await trio.sleep(3600)
+            nursery.cancel_scope.cancel(reason="test over")
+    # Then nothing fired, and one log line said why (not one per renewal)
+    assert beat.fired == 0
+    assert RUNS == []
+    said = logs.of_type("actorctl:beat:no-lease")
+    assert len(said) == 1
+    assert "no Controller answers" in said[0]["why"]

@@ -103,6 +103,7 @@ class Beat(Actor):
         self._wake = trio.Event()
         self._report = trio.Event()
         self._standby = False
+        self._unreached = False  # the grantor did not answer, and that was said
         self._held = trio.Event()  # set while it holds a lease (or has no grantor)
         self._client: TaskClient | None = None
         self._store: Store | None = None
@@ -318,6 +319,14 @@ class Beat(Actor):
         except ActorctlError as exc:
             if held:
                 log("actorctl:beat:lease-unrenewed", grantor=self.lease_address, error=str(exc))
+            elif not self._unreached:  # said once, until a grant
+                self._unreached = True
+                log(
+                    "actorctl:beat:no-lease",
+                    grantor=self.lease_address,
+                    error=str(exc),
+                    why="no Controller answers: nothing fires until one grants the lease",
+                )
             if not self.holding():
                 self._let_go()
             return  # it stops firing once the lease it has runs out
@@ -328,7 +337,7 @@ class Beat(Actor):
                 log("actorctl:beat:standby", holder=answer.get("holder"), fence=answer.get("fence"))
                 self._standby = True
             return
-        self._standby = False
+        self._standby = self._unreached = False
         self._valid_until = sent + self.lease_ttl
         if not held:
             self.fence = int(answer["fence"])
