@@ -126,3 +126,30 @@ async def test_sends_to_a_peer_that_stays_down_fail_in_time_without_a_connect_st
         assert max(failed) <= TIMEOUT + SLACK
         # And each round woke at most one connection attempt, not one per send
         assert 1 <= dialer._dials - before <= rounds
+
+
+async def test_a_host_that_never_answers_a_connect_holds_the_reconnect_loop_only_so_long(
+    logs: Logs,
+) -> None:
+    # Given a listener whose accept queue is full: the kernel drops each further
+    # SYN, so a connect to it is never answered (as a host that is gone)
+    import socket
+
+    with socket.socket() as hole:
+        hole.bind(("127.0.0.1", 0))
+        hole.listen(0)
+        port = hole.getsockname()[1]
+        with socket.create_connection(("127.0.0.1", port)):
+            async with open_node(
+                "sender", host=None, insecure=True, connect_timeout=1.0, peer_breaker=CLOSED
+            ) as sender:
+                ref = sender.ref(f"amqp://127.0.0.1:{port}/tally")
+                with trio.fail_after(WAIT):
+                    # When two sends wait for it, one after the other
+                    for _ in range(2):
+                        with pytest.raises(PeerUnavailable):
+                            await ref.tell("note", 1)
+    # Then the reconnect loop gave the dial up after the connect timeout and said
+    # why (without that bound it would wait minutes, for the OS's connect timeout)
+    said = [m["error"] for m in logs.of_type("actorctl:peer:unreachable")]
+    assert any("no answer within 1 s" in error for error in said), said

@@ -127,8 +127,13 @@ class Peer(EngineHandler):
         while not settings.stopping():
             dialer.dialling()
             try:
-                stream = await trio.open_tcp_stream(self.host, self.port)
-            except OSError as exc:
+                # Bounded: a host that never answers a SYN would hold this loop
+                # for the OS's connect timeout (minutes), not the node's.
+                with trio.fail_after(settings.connect_timeout):
+                    stream = await trio.open_tcp_stream(self.host, self.port)
+            except (OSError, trio.TooSlowError) as exc:
+                if isinstance(exc, trio.TooSlowError):
+                    exc = TimeoutError(f"no answer within {settings.connect_timeout:g} s")
                 failures += 1
                 self._failed(unreachable(self.name, exc), failures)
                 backoff = await dialer.pause(backoff)
