@@ -138,19 +138,33 @@ async def chain_across_workers(cluster: Path) -> str:
     return str(result.id)
 
 
+async def trace_of(cluster: Path, task_id: str, runs: int) -> list[dict[str, Any]]:
+    """The trace the web page serves for ``task_id``, once it shows ``runs``
+    task runs. A node's lines reach its log file through ``cluster up``'s copy
+    of its output, a moment after they are written: nothing crosses the
+    processes to say so, so the page is asked again (briefly) until then."""
+    config = load_cluster(cluster)
+    assert config.web is not None
+    context = client_context(cluster, operator=False)
+    with trio.fail_after(WAIT):
+        while True:
+            status, body = await http_get(
+                *config.web, f"/api/task/{task_id}", timeout=10.0, ssl_context=context
+            )
+            assert status == 200
+            lines: list[dict[str, Any]] = json.loads(body)["lines"]
+            started = {line.get("task_id") for line in lines if line.get("task_id")}
+            if len(started) >= runs:
+                return lines
+            await trio.sleep(0.05)  # (no event crosses the processes: see above)
+
+
 async def test_a_chains_trace_joins_the_logs_of_every_worker_it_crossed(
     task_cluster: Path,
 ) -> None:
-    config = load_cluster(task_cluster)
-    assert config.web is not None
-    context = client_context(task_cluster, operator=False)
     with trio.fail_after(WAIT):
         last = await chain_across_workers(task_cluster)
-        status, body = await http_get(
-            *config.web, f"/api/task/{last}", timeout=10.0, ssl_context=context
-        )
-    assert status == 200
-    lines = json.loads(body)["lines"]
+    lines = await trace_of(task_cluster, last, 4)
     # One trace: every line shares the chain's eliot task, and it holds
     # the four runs, on both workers
     assert len({line["task_uuid"] for line in lines}) == 1
@@ -261,6 +275,7 @@ async def test_the_web_page_shows_a_tasks_trace_across_nodes(
     config = load_cluster(task_cluster)
     assert config.web is not None
     last = await chain_across_workers(task_cluster)
+    await trace_of(task_cluster, last, 4)  # in the logs: the page shows it on load
     url = f"https://{config.web[0]}:{config.web[1]}/#task={last}"
     await trio.to_thread.run_sync(_browse_trace, url, tmp_path)
 
