@@ -28,6 +28,7 @@ import re
 import sqlite3
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from types import FunctionType
 from typing import Any, Final, final
 from urllib.parse import urlsplit
 
@@ -212,6 +213,14 @@ def checked_factory(
     Raises:
         ConfigError: the settings do not fit, or what it makes is no Source.
     """
+    if isinstance(make, type) and not callable(getattr(make, "read", None)):
+        raise ConfigError(f"{label!r}: class {make.__qualname__} has no read(after, limit) method")
+    if not isinstance(make, type) and callable(getattr(make, "read", None)):
+        raise ConfigError(f"{label!r}: give its class (or a factory), not a Source made already")
+    if not isinstance(make, type) and not isinstance(make, functools.partial | FunctionType):
+        raise ConfigError(
+            f"{label!r}: expected a Source class (with read(after, limit)), got {make!r}"
+        )
     made = functools.partial(make, **settings)
     try:
         reader = made()
