@@ -28,7 +28,7 @@ import re
 import sqlite3
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from types import FunctionType
+from types import FunctionType, MappingProxyType
 from typing import Any, Final, final
 from urllib.parse import urlsplit
 
@@ -154,13 +154,15 @@ class SqliteSource:
 
 
 #: Each built-in kind: its class, its required keys, its optional keys.
-BUILT_IN: Final[Mapping[str, tuple[type[Any], frozenset[str], frozenset[str]]]] = {
-    "directory": (DirectorySource, frozenset({"path"}), frozenset({"pattern"})),
-    "http": (HttpSource, frozenset({"url", "key"}), frozenset({"timeout"})),
-    "sqlite": (SqliteSource, frozenset({"database", "table", "key"}), frozenset({"columns"})),
-}
+BUILT_IN: Final[Mapping[str, tuple[type[Any], frozenset[str], frozenset[str]]]] = MappingProxyType(
+    {
+        "directory": (DirectorySource, frozenset({"path"}), frozenset({"pattern"})),
+        "http": (HttpSource, frozenset({"url", "key"}), frozenset({"timeout"})),
+        "sqlite": (SqliteSource, frozenset({"database", "table", "key"}), frozenset({"columns"})),
+    }
+)
 #: Every key a built-in kind reads (any other key of a [[source]] table is generic).
-KIND_KEYS: Final = frozenset().union(*(req | opt for _, req, opt in BUILT_IN.values()))
+KIND_KEYS: Final = frozenset(k for _, req, opt in BUILT_IN.values() for k in req | opt)
 
 
 def reader_factory(
