@@ -87,3 +87,10 @@ async def gated(ctx: TaskContext, name: str, value: int) -> int:
         await trio.to_thread.run_sync(fcntl.flock, file, fcntl.LOCK_SH, abandon_on_cancel=True)
     _record(ctx.id)
     return value
+
+
+@app.task(bind=True)
+async def paced(ctx: TaskContext, item: object) -> None:
+    """Takes a little time per item (a data source's task: tests/test_sources_cluster.py)."""
+    await trio.sleep(0.02)
+    _record(ctx.id)

@@ -63,6 +63,8 @@ from .tasks import RateLimit as RateLimit
 from .tasks import Retry as Retry
 from .tasks import Schedule as Schedule
 from .tasks import Signature as Signature
+from .tasks import Source as Source
+from .tasks import SourceError as SourceError
 from .tasks import Task as Task
 from .tasks import TaskContext as TaskContext
 from .tasks import TaskResult as TaskResult
@@ -116,6 +118,8 @@ __all__ = [
     "Schedule",
     "Signature",
     "SoftTimeLimitExceeded",
+    "Source",
+    "SourceError",
     "Strategy",
     "SupervisorGaveUp",
     "SupervisorSpec",

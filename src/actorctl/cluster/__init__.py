@@ -26,6 +26,7 @@ from ._foreman import ensure_dev_secrets as ensure_dev_secrets
 from ._health_config import breakers_of as breakers_of
 from ._hosting import ActorsFactory as ActorsFactory
 from ._hosting import hosted_actors as hosted_actors
+from ._http import http_get as http_get
 from ._inbound import REPLY_PREFIX as REPLY_PREFIX
 from ._leases import BEAT_ACTOR as BEAT_ACTOR
 from ._leases import SCHEDULER_ROLE as SCHEDULER_ROLE
@@ -36,6 +37,8 @@ from ._preflight import check_references as check_references
 from ._preflight import taken_ports as taken_ports
 from ._router import AT_MOST_ONCE as AT_MOST_ONCE
 from ._router import Router as Router
+from ._source_tables import SOURCE_PREFIX as SOURCE_PREFIX
+from ._source_tables import source_actor as source_actor
 from ._store import Store as Store
 from ._tls import TlsFiles as TlsFiles
 from ._tracelog import Line as Line

@@ -27,15 +27,12 @@
     [[supervisor]]          # a supervision tree on a node (see docs/supervision.md)
     name = "pipeline"
     node = "worker-1"
-    strategy = "rest_for_one"
       [[supervisor.child]]
       actor = "examples.workers:WordCounter"
 
-    [[periodic]]            # a periodic task, read by the services node's app
-    name = "nightly"        # (see docs/scheduling.md)
-    task = "reports.cleanup"
-    cron = "30 2 * * *"     # or every = SECONDS
-    tz = "Europe/Paris"
+    [[periodic]]            # read by the task app (docs/scheduling.md), as
+    name = "nightly"        # [[source]] tables are (docs/sources.md)
+    task = "reports.cleanup"  # cron = "30 2 * * *", or every = SECONDS
 
 Which keys each table may have, and must have, is said in one place
 (``KNOWN_KEYS``, ``REQUIRED_KEYS``): a table or key added there is checked like
@@ -46,11 +43,9 @@ format: it says which key was meant, or where the key moved). The other keys of
 a ``[[node]]`` table are that node's ``settings``: this layer does not read them;
 an actors factory that the node's ``actors`` names does, and says which it reads
 (``_hosting.py``), as a task app reads ``pools`` there. They are checked when the
-node builds its actors (the factory is imported then, not when the file is read:
-the Controller and the CLI read it too), and by ``cluster up`` before it starts
-anything (``_preflight``: modules are looked up beside this file first, then
-where ``cluster up`` runs, then ``PYTHONPATH``); a node that names no actors may
-have no other keys.
+node builds its actors (not when the file is read: the Controller and the CLI
+read it too), and by ``cluster up`` before it starts anything (``_preflight``);
+a node that names no actors may have no other keys.
 """
 
 from __future__ import annotations
@@ -72,6 +67,7 @@ from ._boxed_config import boxed_specs
 from ._deadletters import DeadLetterBounds
 from ._health_tables import HEALTH_KEYS, check_health_tables
 from ._limits import LIMIT_NAMES, Limits
+from ._source_tables import SOURCE_KEYS, SOURCE_REQUIRED
 from ._store import Store
 from ._tls import TlsFiles
 from ._tree_config import TARGET, check_supervisors, supervisor_specs
@@ -96,7 +92,7 @@ NODE_KEYS: Final = frozenset(
 #: place to add a table or a key. A key that is not here is refused, with the nearest
 #: known key; a [[node]] table may also have those its actors factory reads (_hosting).
 KNOWN_KEYS: Final[dict[str, frozenset[str]]] = {
-    "": frozenset({"cluster", "node", "router", "supervisor", "boxed", "periodic"}),
+    "": frozenset({"cluster", "node", "router", "supervisor", "boxed", "periodic", "source"}),
     "cluster": frozenset({"name", "dev", "certs", "keys", "insecure", "controller", "web"}),
     "node": NODE_KEYS,
     "node.limits": frozenset(LIMIT_NAMES),
@@ -107,6 +103,7 @@ KNOWN_KEYS: Final[dict[str, frozenset[str]]] = {
         {"name", "task", "cron", "every", "tz", "args", "kwargs", "catch_up"}
         | {"queue", "expires", "priority"}
     ),
+    "source": SOURCE_KEYS,  # read by the task app too (tasks/_source_config.py)
 }
 #: The keys a table must have: a missing one is reported as missing, naming a
 #: key of the table that looks like a misspelling of it.
@@ -114,6 +111,7 @@ REQUIRED_KEYS: Final[dict[str, tuple[str, ...]]] = {
     "node": ("name", "listen"),
     "router": ("name", "node", "instances"),
     "periodic": ("name", "task"),
+    "source": SOURCE_REQUIRED,
 }
 #: Tables that may have keys besides the known ones (read by someone else).
 _OPEN: Final = frozenset({"node"})
@@ -191,6 +189,7 @@ class ClusterConfig:
     boxed: tuple[tuple[str, BoxedSpec], ...] = attrs.field(default=(), eq=False)
     # the [[periodic]] tables, their keys checked (the services node's app reads them)
     periodic_tables: tuple[Mapping[str, Any], ...] = attrs.field(default=(), eq=False)
+    source_tables: tuple[Mapping[str, Any], ...] = attrs.field(default=(), eq=False)
 
     def boxed_specs(self, node: NodeConfig, *, pools: bool = False) -> list[BoxedSpec]:
         """The boxed workers ``node`` runs: those that serve a task pool
@@ -324,6 +323,7 @@ def load_cluster(path: Path | str) -> ClusterConfig:
         supervisor_tables=tuple(supervisor_tables),
         boxed=tuple(boxed),
         periodic_tables=where.tables(data.get("periodic", []), "periodic"),
+        source_tables=where.tables(data.get("source", []), "source"),
     )
 
 

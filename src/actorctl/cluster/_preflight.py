@@ -25,6 +25,7 @@ from .._errors import ConfigError
 from ._config import ClusterConfig, NodeConfig
 from ._hosting import hosted_actors
 from ._leases import BEAT_ACTOR
+from ._source_tables import source_actor
 
 __all__ = ["check_references", "module_paths", "taken_ports"]
 
@@ -51,6 +52,13 @@ def check_references(config: ClusterConfig) -> None:
             f"{config.path}: [[periodic]] tables need a node with services = true (a task "
             "app's services node), whose beat fires them: no node hosts a beat"
         )
+    for index, table in enumerate(config.source_tables):
+        if not any(source_actor(str(table.get("name"))) in names for names in hosted.values()):
+            raise ConfigError(
+                f"{config.path}: source[{index}] ({table.get('name')!r}): no node reads it: "
+                "a source is read by the task app of the services node, or of the node "
+                "its table names (node = ...), which must host that app"
+            )
     for node in config.nodes:
         for name, instances in node.routes:
             for instance in instances:

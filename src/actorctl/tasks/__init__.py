@@ -38,6 +38,13 @@ from ._results import ResultRegistry as ResultRegistry
 from ._scheduler import Scheduler as Scheduler
 from ._signature import Signature as Signature
 from ._signature import chain as chain
+from ._source import Source as Source
+from ._source import SourceActor as SourceActor
+from ._source import SourceError as SourceError
+from ._source import SourceSpec as SourceSpec
+from ._source_kinds import DirectorySource as DirectorySource
+from ._source_kinds import HttpSource as HttpSource
+from ._source_kinds import SqliteSource as SqliteSource
 from ._task import Retry as Retry
 from ._task import Task as Task
 from ._task import TaskContext as TaskContext

@@ -20,7 +20,7 @@ import attrs
 
 from .._errors import ConfigError
 from ..actors import Actor
-from ..cluster import CONTROLLER, ClusterConfig, NodeConfig, breakers_of
+from ..cluster import CONTROLLER, ClusterConfig, NodeConfig, breakers_of, source_actor
 from ..supervision import HEALTH_AGENT, BoxedSpec, HealthMonitor
 from ._beat import Beat
 from ._chords import ChordBarrier
@@ -44,6 +44,8 @@ from ._protocol import (
 from ._registry import TaskRegistry
 from ._relay import ReplyRelay
 from ._scheduler import Scheduler
+from ._source import SourceActor, SourceSpec
+from ._source_config import cluster_sources
 from ._worker import SETTLING, TaskWorker
 
 __all__ = ["TASK_SETTINGS", "PoolRouter", "TaskNodeSettings", "cluster_directory", "task_actors"]
@@ -211,7 +213,29 @@ def task_actors(
         actors[EVENT_HUB_NAME] = EventHub([app], directory)
         actors[CHORD_BARRIER_NAME] = ChordBarrier(directory)
         actors[RELAY] = ReplyRelay()
+    for spec in _sources(app, config, directory):
+        if spec.node == node.name or (spec.node is None and mine.services):
+            actors[source_actor(spec.name)] = SourceActor(spec, directory)
     return actors
+
+
+def _sources(app: TaskRegistry, config: ClusterConfig, directory: Directory) -> list[SourceSpec]:
+    """The app's sources and the file's ``[[source]]`` tables, checked (on every
+    node, so that ``cluster up``'s preflight refuses a wrong one by name).
+
+    Raises:
+        ConfigError: a wrong source, or one with no node to read it.
+    """
+    tasks = {task.name: task.pool for task in app.tasks.values()}
+    nodes = [n.name for n in config.nodes]
+    found = cluster_sources(app.sources, tasks, config.source_tables, config.path, directory, nodes)
+    for spec in found:
+        if spec.node is None and SCHEDULER not in directory.addresses:
+            raise ConfigError(
+                f"{config.path}: source {spec.name!r} is read on the services node, and no "
+                "node has services = true: add one, or name its node (node = ...)"
+            )
+    return found
 
 
 def _beat(app: TaskRegistry, config: ClusterConfig, directory: Directory) -> Beat:

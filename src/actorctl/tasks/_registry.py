@@ -27,6 +27,8 @@ from ._eager import EagerRuns
 from ._options import checked_task_options
 from ._periodic import PeriodicTask, periodic_task
 from ._protocol import EVENTS, H_EVENT, H_SINKS
+from ._source import SourceSpec
+from ._source_config import source_spec
 from ._task import Task
 from ._validate import check_event, check_references
 
@@ -71,6 +73,8 @@ class TaskRegistry:
         self._explicit: dict[str, frozenset[str]] = {}  # task -> options it set itself
         #: Its periodic tasks by name (``@app.periodic``, ``app.add_periodic``).
         self.periodics: dict[str, PeriodicTask] = {}
+        #: Its data sources by name (``app.add_source``, ``@app.source``).
+        self.sources: dict[str, SourceSpec] = {}
         #: Runs its tasks inline while ``conf.task_always_eager`` is on (``_eager.py``).
         self.eager = EagerRuns(self.tasks, self.conf)
 
@@ -189,6 +193,58 @@ class TaskRegistry:
             raise ConfigError(f"two periodic tasks are named {periodic.name!r}: give one name=...")
         self.periodics[periodic.name] = periodic
         return periodic
+
+    def add_source(
+        self,
+        name: str,
+        source: Any,
+        *,
+        task: Task | str | None = None,
+        actor: str | None = None,
+        handler: str = "take",
+        node: str | None = None,
+        poll: float = 1.0,
+        batch: int = 100,
+        window: int = 100,
+        **settings: Any,
+    ) -> SourceSpec:
+        """Feed ``task`` (each item is its one argument) or ``actor``'s
+        ``handler`` from a data source (docs/sources.md), read on the services
+        node (or ``node``), at least once, from a checkpoint.
+
+        Args:
+            source: a kind (``"directory"``, ``"http"``, ``"sqlite"``,
+                ``"module:Class"``) with its ``settings``, or a Source class
+                (made with ``settings`` at each start of the source).
+            poll: seconds between reads that found nothing new.
+            batch: items read at most at once; window: items in flight at most.
+
+        Raises:
+            ConfigError: an unknown kind or task ("did you mean"), settings
+                that do not fit, a name used twice.
+        """
+        known = {t.name: t.pool for t in self.tasks.values()}
+        if isinstance(task, Task):
+            known[task.name] = task.pool
+        spec = source_spec(
+            known, name=name, source=source, settings=settings,
+            task=task.name if isinstance(task, Task) else task, actor=actor, handler=handler,
+            node=node, poll=poll, batch=batch, window=window,
+        )  # fmt: skip
+        if spec.name in self.sources:
+            raise ConfigError(f"two sources are named {spec.name!r}: give one another name")
+        self.sources[spec.name] = spec
+        return spec
+
+    def source(self, name: str, **options: Any) -> Callable[[type[Any]], type[Any]]:
+        """Declare a Source class as a data source: ``@app.source("orders",
+        task=handle_order)``; ``options`` are :meth:`add_source`'s."""
+
+        def register(cls: type[Any]) -> type[Any]:
+            self.add_source(name, cls, **options)
+            return cls
+
+        return register
 
     def _apply_setting(self, setting: str, value: Any) -> None:
         """``app.conf`` changed ``setting``: the tasks that did not set it
