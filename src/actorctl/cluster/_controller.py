@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Callable
-from typing import Any, Final, final
+from typing import Any, ClassVar, Final, final
 
 import trio
 
@@ -45,6 +45,9 @@ class Controller(Actor):
     """The cluster's own inbox: ``tree``, ``status`` and ``down``."""
 
     name = CONTROLLER
+    # Handlers wait on nodes (a frozen one for its whole timeout): an
+    # operator's command must not queue behind the web page's ``tree``.
+    concurrency: ClassVar[int] = 16
 
     def __init__(
         self,

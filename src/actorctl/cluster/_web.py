@@ -90,17 +90,23 @@ class WebApp:
         self._cluster = cluster
         self._snapshot: dict[str, Any] = {"cluster": cluster, "version": 0}
         self._changed = trio.Event()
+        self._viewers = 0  # pages following /events now
+        self._viewer_came = trio.Event()
         self._page = resources.files(__package__).joinpath("_page.html").read_bytes()
 
-    async def run(self, interval: float = 1.0) -> None:
-        """Scrape the nodes and ask the Controller each ``interval`` s, until cancelled."""
+    async def run(self, interval: float = 1.0, idle: float = 5.0) -> None:
+        """Scrape the nodes and ask the Controller each ``interval`` s while a
+        page follows ``/events``, and each ``idle`` s (the plots' history, and
+        the tree every other time) while none does, until cancelled: a
+        cluster nobody watches pays little for its page."""
         tick = 0
         tree: Any = None
         letters: Any = None
         while True:
+            watched = self._viewers > 0
             scraped = await self._scraper.scrape()
             self._scraper.sample(scraped)
-            if tick % 2 == 0:
+            if tick % 2 == 0 or tree is None:
                 tree = await self._try("tree")
                 letters = await self._try("deadletters", "list", None, None, 50, 2.0)
             tick += 1
@@ -116,7 +122,10 @@ class WebApp:
             }
             self._changed.set()
             self._changed = trio.Event()
-            await trio.sleep(interval)
+            with trio.move_on_after(interval if watched else idle):
+                await self._viewer_came.wait()  # a page opened: fresh figures at once
+            if self._viewer_came.is_set():
+                self._viewer_came = trio.Event()
 
     async def _try(self, handler: str, *args: Any) -> Any:
         try:
@@ -147,6 +156,15 @@ class WebApp:
         return Response(404, body=b"not found\n")
 
     async def _events(self) -> AsyncIterator[bytes]:
+        self._viewers += 1
+        self._viewer_came.set()
+        try:
+            async for chunk in self._follow():
+                yield chunk
+        finally:
+            self._viewers -= 1
+
+    async def _follow(self) -> AsyncIterator[bytes]:
         yield b"retry: 1000\n\n"
         while True:
             data = json.dumps(self._snapshot, default=str)
