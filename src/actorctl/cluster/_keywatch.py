@@ -95,15 +95,40 @@ class KeyringWatch:
                 continue
             failing = False
             last = now
-            try:
-                members: list[str] | None = self.keyring.member_ids(trusted)
-            except ConfigError as exc:
-                problems.append(str(exc))
-                members = None  # an unreadable members file: the members stay as they are
-            change = self.keyring.replace(trusted, revoked, members)
-            _report(self.node, self.keyring, change, problems)
-            self._changed.set()
-            self._changed = trio.Event()
+            self._swap(trusted, revoked, problems)
+
+    async def refresh(self) -> None:
+        """Read the directory now and swap in what changed (``cluster reload``
+        asks it, so that a node added to the cluster is trusted at once).
+
+        Raises:
+            ConfigError: the directory cannot be read (the keys stay as they are).
+        """
+        try:
+            trusted, revoked, problems = await trio.to_thread.run_sync(
+                read_public_keys, self.directory
+            )
+        except OSError as exc:
+            raise ConfigError(
+                f"keyring directory {self.directory} cannot be read: {exc.strerror or exc}"
+            ) from None
+        self._swap(trusted, revoked, problems)
+
+    def _swap(
+        self,
+        trusted: list[PublicKey],
+        revoked: list[PublicKey],
+        problems: list[str],
+    ) -> None:
+        try:
+            members: list[str] | None = self.keyring.member_ids(trusted)
+        except ConfigError as exc:
+            problems.append(str(exc))
+            members = None  # an unreadable members file: the members stay as they are
+        change = self.keyring.replace(trusted, revoked, members)
+        _report(self.node, self.keyring, change, problems)
+        self._changed.set()
+        self._changed = trio.Event()
 
 
 def _report(node: str, keyring: Keyring, change: KeyringChange, problems: list[str]) -> None:

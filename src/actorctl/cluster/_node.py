@@ -8,7 +8,6 @@ every collaborator passed in; nothing here is global.
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
@@ -49,7 +48,7 @@ from ._replays import ReplayJournal
 from ._reply_auth import ReplySigning
 from ._store import Store
 from ._supervised import Hostable, NodeHost, named, node_root
-from ._tls import TlsFiles
+from ._tls import TlsDomains, TlsFiles
 
 __all__ = ["Node", "NodeAgent", "open_node"]
 
@@ -205,12 +204,8 @@ class Node:
             else None
         )
         self._replays = ReplayCache()
-        self._server_domain = tls.server_domain() if tls is not None else None
-        self._client_domains = (
-            (tls.client_domain(check_name=False), tls.client_domain(check_name=True))
-            if tls is not None
-            else None
-        )
+        #: Its TLS domains, read again by ``cluster reload`` (None: plain TCP).
+        self.tls_domains = TlsDomains(tls) if tls is not None else None
         self._clock = clock
         self.cells: dict[str, ActorCell] = {}
         self._nursery: trio.Nursery | None = None
@@ -434,7 +429,7 @@ class Node:
                 container_id=self.node_id,
                 peer=peer,
                 idle_timeout=self.idle_timeout,
-                ssl_domain=self._server_domain,
+                ssl_domain=self.tls_domains.server if self.tls_domains else None,
                 handshake_timeout=self.limits.handshake_timeout,
             )
             self._engines.add(made)
@@ -465,13 +460,7 @@ class Node:
 
     def client_domain(self, host: str) -> SSLDomain | None:
         """TLS settings for a connection this node opens to ``host``."""
-        if self._client_domains is None:
-            return None
-        try:
-            ipaddress.ip_address(host)
-        except ValueError:
-            return self._client_domains[1]  # a DNS name: check it
-        return self._client_domains[0]
+        return self.tls_domains.client(host) if self.tls_domains is not None else None
 
 
 @asynccontextmanager

@@ -10,10 +10,15 @@ error on that one connection.
 Both sides present a certificate and both check the other's against the cluster
 CA; a client that dials a DNS name also checks that the server's certificate
 carries that name.
+
+A node's certificate and CA can be rotated while it runs (``TlsDomains.reload``,
+on ``actorctl cluster reload``): the files are read again, and every connection
+opened or accepted from then on uses them; those already open keep theirs.
 """
 
 from __future__ import annotations
 
+import ipaddress
 from pathlib import Path
 from typing import final
 
@@ -22,7 +27,7 @@ from proton import SSLDomain, SSLException
 
 from .._errors import ConfigError
 
-__all__ = ["TlsFiles"]
+__all__ = ["TlsDomains", "TlsFiles"]
 
 
 @final
@@ -79,3 +84,42 @@ class TlsFiles:
             raise ConfigError(
                 f"TLS files {self.cert} / {self.key} / {self.ca} could not be loaded: {exc}"
             ) from None
+
+
+@final
+class TlsDomains:
+    """What a node's connections use of its TLS files: one domain for those it
+    accepts, two for those it opens (to an IP address, to a DNS name)."""
+
+    def __init__(self, files: TlsFiles) -> None:
+        self.files = files
+        self.server, self._by_address, self._by_name = self._read()
+
+    def _read(self) -> tuple[SSLDomain, SSLDomain, SSLDomain]:
+        files = self.files
+        return (
+            files.server_domain(),
+            files.client_domain(check_name=False),
+            files.client_domain(check_name=True),
+        )
+
+    def client(self, host: str) -> SSLDomain:
+        """For a connection to ``host``: a DNS name is checked against the
+        server's certificate, an IP address is not (proton matches names only)."""
+        try:
+            ipaddress.ip_address(host)
+        except ValueError:
+            return self._by_name
+        return self._by_address
+
+    def reload(self) -> None:
+        """Read the files again: new connections use them from now on.
+
+        Raises:
+            ConfigError: a file is missing or unreadable (the domains in use
+                stay as they were).
+        """
+        for path in (self.files.ca, self.files.cert, self.files.key):
+            if not path.is_file():
+                raise ConfigError(f"TLS file {path} is missing: the node keeps the files it had")
+        self.server, self._by_address, self._by_name = self._read()

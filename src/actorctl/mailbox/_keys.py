@@ -324,7 +324,7 @@ class Keyring:
         Returns:
             what changed; :attr:`generation` goes up if anything did.
         """
-        before, before_revoked = self._trusted, self._revoked
+        before, before_revoked, before_members = self._trusted, self._revoked, self.members
         self._revoked = now_revoked = {key.key_id: key for key in revoked}
         self._trusted = now = self._without_revoked((self.identity.public, *trusted))
         if members is not None:
@@ -335,9 +335,18 @@ class Keyring:
             removed=[k for kid, k in before.items() if kid not in now and kid not in now_revoked],
             revoked=[k for kid, k in now_revoked.items() if kid not in before_revoked],
         )
-        if change or self._revoked.keys() != before_revoked.keys():
+        if (
+            change
+            or self._revoked.keys() != before_revoked.keys()
+            or self.members != before_members
+        ):
             self.generation += 1
         return change
+
+    def name_members(self, names: Iterable[str]) -> None:
+        """The cluster's node names from now on (its file was reloaded): their
+        keys are members once the directory is read again (:meth:`reload`)."""
+        self._member_names = tuple(names)
 
     def reload(self) -> tuple[KeyringChange, list[str]]:
         """Read the directory again (see :meth:`load`) and trust what it holds now.

@@ -315,6 +315,7 @@ class Verifier:
         longer trusted."""
         keyring = self._keyring
         self._generation = keyring.generation
+        self.members = keyring.members
         self._keys = {k.key_id: (k, Verified(k.key_id, ED25519)) for k in keyring.public_keys()}
         self.sessions.drop_untrusted(self._keys)
 
