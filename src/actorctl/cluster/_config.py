@@ -13,39 +13,32 @@
     durable = true          # its store in data/worker-1/store.sqlite; false: in memory
       [node.limits]         # resource bounds (Node's arguments of the same names)
       max_message_size = 4194304
-      [node.deadletters]    # how many dead letters it keeps, and for how long
-      max = 10000
-      ttl = 604800          # seconds
       [node.metrics]        # Prometheus /metrics (docs/operations.md)
       listen = "127.0.0.1:9464"
 
-    [[boxed]]               # a boxed worker in any language (see docs/boxed.md)
-    name = "js"
-    node = "worker-1"
-    command = ["node", "worker.js"]
-
-    [[supervisor]]          # a supervision tree on a node (see docs/supervision.md)
+    [[supervisor]]          # a supervision tree on a node (docs/supervision.md; and
+                            # [[boxed]] workers in any language, docs/boxed.md)
     name = "pipeline"
     node = "worker-1"
       [[supervisor.child]]
       actor = "examples.workers:WordCounter"
 
     [[periodic]]            # read by the task app (docs/scheduling.md), as
-    name = "nightly"        # [[source]] tables are (docs/sources.md)
+    name = "nightly"        # [[source]] (docs/sources.md) and [[task]] tables are
     task = "reports.cleanup"  # cron = "30 2 * * *", or every = SECONDS
 
+    [[task]]                # a task's limits, over its decorator's
+    name = "reports.cleanup"
+    rate_limit = "10/m"
+
 Which keys each table may have, and must have, is said in one place
-(``KNOWN_KEYS``, ``REQUIRED_KEYS``): a table or key added there is checked like
-the others. A missing or wrong field is a ``ConfigError`` naming the file, the
-key and what was expected (a missing key that is misspelt names the
-misspelling); so is a key that nothing reads (a misspelling, or a key of an older
-format: it says which key was meant, or where the key moved). The other keys of
-a ``[[node]]`` table are that node's ``settings``: this layer does not read them;
-an actors factory that the node's ``actors`` names does, and says which it reads
-(``_hosting.py``), as a task app reads ``pools`` there. They are checked when the
-node builds its actors (not when the file is read: the Controller and the CLI
-read it too), and by ``cluster up`` before it starts anything (``_preflight``);
-a node that names no actors may have no other keys.
+(``KNOWN_KEYS``, ``REQUIRED_KEYS``). A missing, wrong or unread key (a
+misspelling, or one of an older format) is a ``ConfigError`` naming the file,
+the key, what was expected and the key meant. A ``[[node]]`` table's other
+keys are its ``settings``, read by the actors factory its ``actors`` names
+(``_hosting.py``; a task app reads ``pools`` there): checked when the node
+builds its actors and by ``cluster up`` before it starts anything
+(``_preflight``), not here, where the Controller and the CLI read the file too.
 """
 
 from __future__ import annotations
@@ -92,7 +85,9 @@ NODE_KEYS: Final = frozenset(
 #: place to add a table or a key. A key that is not here is refused, with the nearest
 #: known key; a [[node]] table may also have those its actors factory reads (_hosting).
 KNOWN_KEYS: Final[dict[str, frozenset[str]]] = {
-    "": frozenset({"cluster", "node", "router", "supervisor", "boxed", "periodic", "source"}),
+    "": frozenset(
+        {"cluster", "node", "router", "supervisor", "boxed", "periodic", "source", "task"}
+    ),
     "cluster": frozenset({"name", "dev", "certs", "keys", "insecure", "controller", "web"}),
     "node": NODE_KEYS,
     "node.limits": frozenset(LIMIT_NAMES),
@@ -104,6 +99,7 @@ KNOWN_KEYS: Final[dict[str, frozenset[str]]] = {
         | {"queue", "expires", "priority"}
     ),
     "source": SOURCE_KEYS,  # read by the task app too (tasks/_source_config.py)
+    "task": frozenset({"name", "rate_limit", "global_rate_limit"}),  # and these (_tuning.py)
 }
 #: The keys a table must have: a missing one is reported as missing, naming a
 #: key of the table that looks like a misspelling of it.
@@ -112,6 +108,7 @@ REQUIRED_KEYS: Final[dict[str, tuple[str, ...]]] = {
     "router": ("name", "node", "instances"),
     "periodic": ("name", "task"),
     "source": SOURCE_REQUIRED,
+    "task": ("name",),
 }
 #: Tables that may have keys besides the known ones (read by someone else).
 _OPEN: Final = frozenset({"node"})
@@ -190,6 +187,7 @@ class ClusterConfig:
     # the [[periodic]] tables, their keys checked (the services node's app reads them)
     periodic_tables: tuple[Mapping[str, Any], ...] = attrs.field(default=(), eq=False)
     source_tables: tuple[Mapping[str, Any], ...] = attrs.field(default=(), eq=False)
+    task_tables: tuple[Mapping[str, Any], ...] = attrs.field(default=(), eq=False)
 
     def boxed_specs(self, node: NodeConfig, *, pools: bool = False) -> list[BoxedSpec]:
         """The boxed workers ``node`` runs: those that serve a task pool
@@ -324,6 +322,7 @@ def load_cluster(path: Path | str) -> ClusterConfig:
         boxed=tuple(boxed),
         periodic_tables=where.tables(data.get("periodic", []), "periodic"),
         source_tables=where.tables(data.get("source", []), "source"),
+        task_tables=where.tables(data.get("task", []), "task"),
     )
 
 

@@ -8,11 +8,20 @@ changes them here. A change to a task's limits is kept in the node's store
 (table ``task-limits``) and applied again when the node starts, so it outlives
 a restart, as a revoke does; a budget moved by hand is not kept (the pool's
 bounds and its demand decide it again).
+
+cluster.toml's ``[[task]]`` tables set a task's ``rate_limit`` and
+``global_rate_limit`` over its decorator's (as Celery's ``task_annotations``
+do): they are the node's ``defaults``, under what was set at run time. When a
+reload changes one, each node sets it as ``control`` would, so the file's new
+value is the latest word.
 """
 
 from __future__ import annotations
 
+import difflib
 import json
+from collections.abc import Collection, Mapping, Sequence
+from pathlib import Path
 from typing import Any, Final, Protocol, final
 
 from .._errors import ConfigError
@@ -22,7 +31,7 @@ from ._budget import Budget
 from ._gate import Gate
 from ._rates import Pacer, RateLimit, rate_limit_of
 
-__all__ = ["ROUTER_WIDEN", "Tuning"]
+__all__ = ["ROUTER_WIDEN", "Tuning", "file_limits"]
 
 TABLE: Final = "task-limits"
 #: A pool router's pacing is this much wider than the global limit: the hop
@@ -52,6 +61,8 @@ class Tuning:
         self.workers: dict[str, tuple[str, Gate, Budget | None, int]] = {}
         self.routers: dict[str, RouterLimits] = {}  # pool -> its router
         self.overrides: dict[str, dict[str, Any]] = {}  # task -> {key: value}
+        #: What the cluster file's [[task]] tables say: under the overrides.
+        self.defaults: dict[str, dict[str, Any]] = {}
         self._store: Store | None = None
 
     # -- registering ------------------------------------------------------------------
@@ -72,13 +83,33 @@ class Tuning:
         self, name: str, pool: str, gate: Gate, budget: Budget | None, most: int
     ) -> None:
         self.workers[name] = (pool, gate, budget, most)
-        for task, kept in self.overrides.items():
+        for task, kept in self._in_force().items():
             _apply(gate, task, kept, router=False)
 
     def add_router(self, pool: str, router: RouterLimits) -> None:
         self.routers[pool] = router
-        for task, kept in self.overrides.items():
+        for task, kept in self._in_force().items():
             _apply_router(router, task, kept)
+
+    def _in_force(self) -> dict[str, dict[str, Any]]:
+        """The file's limits, and over them what was set at run time."""
+        merged = {task: dict(kept) for task, kept in self.defaults.items()}
+        for task, kept in self.overrides.items():
+            merged.setdefault(task, {}).update(kept)
+        return merged
+
+    def follow(self, limits: Mapping[str, Mapping[str, Any]]) -> list[str]:
+        """The file's [[task]] limits are ``limits`` now (a reload): each value
+        that changed is set as ``control`` sets it. What changed, in lines."""
+        lines = []
+        for task in sorted(self.defaults.keys() | limits.keys()):
+            was, now = self.defaults.get(task, {}), limits.get(task, {})
+            for key in sorted(was.keys() | now.keys()):
+                if was.get(key) != now.get(key):
+                    self.set_limit(task, key, now.get(key))
+                    lines.append(f"task {task}: {key} {was.get(key)} -> {now.get(key)}")
+        self.defaults = {task: dict(kept) for task, kept in limits.items()}
+        return lines
 
     # -- changing ---------------------------------------------------------------------
 
@@ -192,3 +223,33 @@ def _task_limits(gate: Gate) -> dict[str, Any]:
         }
         for name, limits in sorted(gate.tasks.items())
     }
+
+
+def file_limits(
+    tables: Sequence[Mapping[str, Any]], tasks: Collection[str], path: Path | None
+) -> dict[str, dict[str, Any]]:
+    """The limits cluster.toml's ``[[task]]`` tables set, by task, checked.
+
+    Raises:
+        ConfigError: an unknown task (with the nearest name), a task named
+            twice, or a rate that does not parse.
+    """
+    where = f"{path}: " if path is not None else ""
+    limits: dict[str, dict[str, Any]] = {}
+    for index, table in enumerate(tables):
+        name = table.get("name")
+        if not isinstance(name, str) or name not in tasks:
+            near = difflib.get_close_matches(str(name), sorted(tasks), n=1)
+            hint = f" (did you mean {near[0]!r}?)" if near else ""
+            raise ConfigError(
+                f"{where}task[{index}]: no task named {name!r}{hint}; the app's tasks: "
+                f"{', '.join(sorted(tasks))}"
+            )
+        if name in limits:
+            raise ConfigError(f"{where}task[{index}]: task {name!r} has two [[task]] tables")
+        kept = limits[name] = {}
+        for key in ("rate_limit", "global_rate_limit"):
+            if key in table:
+                rate = rate_limit_of(table[key], what=f"{where}task[{index}].{key} ({name})")
+                kept[key] = None if rate is None else str(rate)
+    return limits
