@@ -94,3 +94,11 @@ async def paced(ctx: TaskContext, item: object) -> None:
     """Takes a little time per item (a data source's task: tests/test_sources_cluster.py)."""
     await trio.sleep(0.02)
     _record(ctx.id)
+
+
+@app.task(bind=True)
+async def steady(ctx: TaskContext, item: object) -> None:
+    """Takes 50 ms: 2,000 of them keep a worker busy through a reload
+    (tests/test_reload.py)."""
+    await trio.sleep(0.05)
+    _record(ctx.id)

@@ -16,6 +16,7 @@ from .._errors import ActorctlError, AskTimeout, ConfigError, PeerUnavailable
 from ..cluster import (
     CLI_NAME,
     CONTROLLER,
+    DRAIN_TIMEOUT,
     ClusterConfig,
     NodeDied,
     NodeState,
@@ -50,8 +51,9 @@ async def cluster_up(file: Path, in_process: bool) -> None:
     Everything the file names is checked first (modules, objects, pools,
     routers' instances, free ports): nothing starts if something is wrong.
     Shows progress, then a table of the live cluster. Ctrl-C (or SIGTERM, or
-    `actorctl cluster down FILE`) stops the nodes in reverse order. Logs go to
-    logs/ beside FILE.
+    `actorctl cluster down FILE`) stops the nodes in reverse order; SIGHUP
+    applies FILE again, changed (as `actorctl cluster reload FILE` does). Logs
+    go to logs/ beside FILE.
     """
     config = await _prepare(file)
     click.echo(f"starting cluster {config.name!r}: {len(config.nodes)} nodes")
@@ -59,17 +61,20 @@ async def cluster_up(file: Path, in_process: bool) -> None:
     stop = trio.Event()
     starting, watching = trio.CancelScope(), trio.CancelScope()
 
-    async def watch(signals: AsyncIterator[int]) -> None:
+    async def watch(signals: AsyncIterator[int], nursery: trio.Nursery) -> None:
         with watching:
-            async for _ in signals:
+            async for signum in signals:
+                if signum == signal.SIGHUP:  # reload the file, as `cluster reload` does
+                    nursery.start_soon(_hangup, config)
+                    continue
                 stop.set()
                 starting.cancel()  # Ctrl-C while it starts: stop what started
                 return
 
     try:
-        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(watch, signals)
+                nursery.start_soon(watch, signals, nursery)
                 with starting:
                     states = await nursery.start(
                         functools.partial(
@@ -135,21 +140,109 @@ async def cluster_down(file: Path, timeout: float) -> None:
     click.echo(await ask_controller(file, "down", timeout))
 
 
+@cluster.command("reload")
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--dry-run", is_flag=True, help="Print what would change; change nothing.")
+@click.option(
+    "--drain-timeout",
+    default=DRAIN_TIMEOUT,
+    show_default=True,
+    help="Seconds a node removed or restarted gets to finish what it holds.",
+)
+@click.option("--timeout", default=600.0, show_default=True, help="Seconds to wait for it all.")
+@log_options
+async def cluster_reload(file: Path, dry_run: bool, drain_timeout: float, timeout: float) -> None:
+    """Apply FILE, changed, to its running cluster without losing work.
+
+    FILE is checked first as `cluster up` checks it (a wrong file is refused,
+    and the cluster runs on unchanged), then the changes are printed and
+    applied: nodes added are started; nodes removed, and nodes whose table
+    changed, are drained (they finish what they hold, while routers send
+    their work elsewhere) and then stopped or restarted; routers, pools,
+    periodic schedules and [[task]] limits follow in place. Keys and
+    certificates rotated on disk are read again. SIGHUP to `cluster up` does
+    the same.
+    """
+    try:
+        # Checked here, in a fresh process, as `cluster up` checks it: the
+        # controller need not start one to check it again.
+        config = load_cluster(file)
+        check_references(config)
+    except ConfigError as exc:
+        fail(f"reload refused, the cluster runs on unchanged: {exc}", 2)
+    path = str(config.path)
+    report = await ask_controller(file, "reload", timeout, path, dry_run, drain_timeout, True)
+    click.echo("\n".join(_report(report, dry_run)))
+    if report.get("warnings"):
+        raise SystemExit(1)
+
+
+@cluster.command("check")
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+async def cluster_check(file: Path) -> None:
+    """Check FILE and everything it names (modules, apps, pools, routers'
+    instances, schedules, sources) as `cluster up` would, starting nothing."""
+    try:
+        config = load_cluster(file)
+        check_references(config)
+    except ConfigError as exc:
+        fail(f"{exc}", 2)
+    click.echo(f"{config.path}: cluster {config.name!r} is well formed ({len(config.nodes)} nodes)")
+
+
+def _report(report: dict[str, Any], dry_run: bool) -> list[str]:
+    lines = [f"{'would change' if dry_run else 'changes'} ({report['file']}):"]
+    lines += [f"  {line}" for line in report["plan"]]
+    if not dry_run:
+        lines += ["applied:", *(f"  {line}" for line in report["applied"] or ["nothing"])]
+        lines += [f"warning: {line}" for line in report["warnings"]]
+    return lines
+
+
+async def _hangup(config: ClusterConfig) -> None:
+    """SIGHUP to `cluster up`: reload its file, and say what changed (or why not)."""
+    click.echo(f"SIGHUP: reloading {config.path}")
+    try:
+        report = await request_controller(config, "reload", 600.0, str(config.path))
+    except Exception as exc:  # refused or failed: said, and the cluster runs on
+        click.echo(f"reload: {_first(exc) if isinstance(exc, BaseExceptionGroup) else exc}")
+        return
+    click.echo("\n".join(_report(report, dry_run=False)))
+    sys.stdout.flush()
+
+
+async def request_controller(
+    config: ClusterConfig, handler: str, timeout: float, *args: Any
+) -> Any:
+    """Ask the Controller of ``config`` ``handler``, as the ``cli`` member.
+
+    Raises:
+        ActorctlError: no answer, or its error.
+    """
+    host, port = config.controller
+    address = f"{config.scheme}://{host}:{port}/{CONTROLLER}"
+    # The Controller is local and answers at once when it runs: a refused
+    # or failed connection is an error within a second, not at the timeout.
+    async with open_node(
+        CLI_NAME,
+        host=None,
+        grace=0.5,
+        connect_timeout=min(1.0, timeout),
+        **config.security(CLI_NAME),
+    ) as client:
+        return await client.ref(address).with_options(timeout=timeout).ask(handler, *args)
+
+
 async def ask_controller(file: Path, handler: str, timeout: float, *args: Any) -> Any:
     try:
         config = load_cluster(file)
-        options = config.security(CLI_NAME)
+        config.security(CLI_NAME)
     except ConfigError as exc:
         fail(f"{exc}", 2)
     host, port = config.controller
     address = f"{config.scheme}://{host}:{port}/{CONTROLLER}"
     try:
-        # The Controller is local and answers at once when it runs: a refused
-        # or failed connection is an error within a second, not at the timeout.
-        async with open_node(
-            CLI_NAME, host=None, grace=0.5, connect_timeout=min(1.0, timeout), **options
-        ) as client:
-            return await client.ref(address).with_options(timeout=timeout).ask(handler, *args)
+        return await request_controller(config, handler, timeout, *args)
     except* AskTimeout:
         fail(
             f"no answer from the controller at {address} within {timeout:g} s (is the cluster up?)",

@@ -1,5 +1,6 @@
 """Nodes (AMQP 1.0 containers on trio), peer links, addresses."""
 
+from ._agent import RestartNeeded as RestartNeeded
 from ._attend import run_controller as run_controller
 from ._certs import init_certs as init_certs
 from ._certs import issue_cert as issue_cert
@@ -35,6 +36,10 @@ from ._node import Node as Node
 from ._node import open_node as open_node
 from ._preflight import check_references as check_references
 from ._preflight import taken_ports as taken_ports
+from ._reload import ReloadPlan as ReloadPlan
+from ._reload import Shift as Shift
+from ._reload import plan_reload as plan_reload
+from ._reloader import DRAIN_TIMEOUT as DRAIN_TIMEOUT
 from ._router import AT_MOST_ONCE as AT_MOST_ONCE
 from ._router import Router as Router
 from ._source_tables import SOURCE_PREFIX as SOURCE_PREFIX

@@ -184,6 +184,34 @@ class Backlog:
                 adopted += 1
         return adopted
 
+    def evacuate(self, addresses: Collection[Address], why: str) -> int:
+        """Move what waits here for ``addresses`` (actors a router no longer
+        routes to: ``cluster reload`` drains their node) to where each entry's
+        router sends it now. The first of each lane stays: it may be on its way
+        out, and the node it goes to finishes what it has before it stops.
+        Returns how many moved."""
+        released = Outcome("released", None, why)
+        moved: list[_Entry] = []
+        for address in addresses:
+            lane = self._lanes.get(address)
+            if lane is None or len(lane.queue) < 2:
+                continue
+            staying = [lane.queue[0]]
+            for entry in list(lane.queue)[1:]:
+                elsewhere = entry.reroute(address, released) if entry.reroute else None
+                if elsewhere is None or elsewhere == address:
+                    staying.append(entry)
+                    continue
+                entry.address = elsewhere
+                entry.envelope = attrs.evolve(entry.envelope, to=str(elsewhere))
+                self._store.put(TABLE, entry.envelope.message_id, _pack(elsewhere, entry.envelope))
+                moved.append(entry)
+            lane.queue.clear()
+            lane.queue.extend(staying)
+        for entry in moved:
+            self._queue(entry)
+        return len(moved)
+
     def _queue(self, entry: _Entry) -> None:
         lane = self._lanes.get(entry.address)
         if lane is None:

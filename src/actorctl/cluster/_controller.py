@@ -10,7 +10,8 @@ over the same mutually authenticated, signed links as everything else. It is
 the root of the cluster's one supervision tree: Controller, then nodes, then
 each node's supervisors and actors (which each node's ``_node`` agent
 describes). It also grants role leases (``lease``, ``_leases.py``): the one
-beat that fires periodic tasks holds the ``scheduler`` role.
+beat that fires periodic tasks holds the ``scheduler`` role; and applies a
+changed cluster file to the running cluster (``reload``, ``_reloader.py``).
 """
 
 from __future__ import annotations
@@ -18,19 +19,21 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, ClassVar, Final, final
 
 import trio
 
-from .._errors import ActorctlError
+from .._errors import ActorctlError, ConfigError
 from .._log import log
 from ..actors import Actor, BadArguments, handler
 from ..supervision import HEALTH_AGENT, ChildSpec, Strategy, Supervisor
-from ._config import ClusterConfig
+from ._config import ClusterConfig, NodeConfig
 from ._deadletters import DEAD_LETTERS
 from ._foreman import Foreman, LocalForeman, NodeState
 from ._leases import SCHEDULER_ROLE, LeaseTable
 from ._node import open_node
+from ._reloader import DRAIN_TIMEOUT, NodeRunner, Reloader
 from ._webserve import serve_web
 
 __all__ = ["CONTROLLER", "Controller", "run_cluster"]
@@ -55,11 +58,13 @@ class Controller(Actor):
         states: dict[str, NodeState],
         stop: trio.Event,
         nodes: Supervisor | None = None,
+        reloader: Reloader | None = None,
     ) -> None:
         self._config = config
         self._states = states
         self._stop = stop
         self._nodes = nodes  # the supervisor of the nodes (``stop_node``)
+        self._reloader = reloader  # None: it does not run its nodes
         self._leases = LeaseTable(trio.current_time)
 
     @handler
@@ -292,6 +297,45 @@ class Controller(Actor):
         return f"node {node!r} stopped"
 
     @handler
+    async def reload(
+        self,
+        path: str | None = None,
+        dry_run: bool = False,
+        drain_timeout: float = DRAIN_TIMEOUT,
+        checked: bool = False,
+    ) -> dict[str, Any]:
+        """Apply the cluster file at ``path`` (by default the one it runs) to
+        the running cluster (``_reloader.py``): the plan, and unless
+        ``dry_run``, what was applied and any warnings. A wrong file is
+        refused, naming what is wrong, and nothing changes. ``checked``: the
+        caller (``actorctl cluster reload``) has just checked the file as
+        ``cluster up`` does, in a fresh process: it is not checked again."""
+        if self._reloader is None:
+            raise ActorctlError(
+                f"the controller of {self._config.name!r} does not run its nodes (`actorctl "
+                "cluster controller`): restart each node with the new file where it runs"
+            )
+        if not isinstance(drain_timeout, int | float) or not drain_timeout >= 0:
+            raise BadArguments(f"reload: drain_timeout={drain_timeout!r}: give seconds >= 0")
+        target = Path(path) if path else self._config.path
+        try:
+            self._config, report = await self._reloader.reload(
+                self._config,
+                target,
+                self._ask,
+                dry_run=bool(dry_run),
+                drain_timeout=drain_timeout,
+                checked=bool(checked),
+            )
+        except ConfigError as exc:
+            log("actorctl:reload:refused", cluster=self._config.name, error=str(exc))
+            raise BadArguments(f"reload refused, the cluster runs on unchanged: {exc}") from None
+        return report
+
+    async def _ask(self, address: str, op: str, args: tuple[Any, ...], timeout: float) -> Any:
+        return await self.ref(address).with_options(timeout=timeout).ask(op, *args)
+
+    @handler
     async def down(self) -> str:
         """Stop the cluster: every node, in reverse order, then the Controller."""
         log("actorctl:controller:down", cluster=self._config.name)
@@ -323,28 +367,34 @@ async def run_cluster(
     else at ``web`` (None: nowhere); ``on_web`` is told its URL before the
     nodes start.
     """
-    states = {node.name: NodeState(node.name) for node in config.nodes}
     foreman = LocalForeman if in_process else Foreman
+
+    def make(config: ClusterConfig, node: NodeConfig) -> tuple[NodeRunner, NodeState]:
+        state = NodeState(node.name)
+        return foreman(config, node, state, on_change, metrics), state
+
+    runners: dict[str, NodeRunner] = {}
+    states: dict[str, NodeState] = {}
+    for node in config.nodes:
+        runners[node.name], states[node.name] = make(config, node)
     supervisor = Supervisor(
         config.name,
-        [
-            ChildSpec(node.name, foreman(config, node, states[node.name], on_change, metrics).run)
-            for node in config.nodes
-        ],
+        [ChildSpec(name, runner.run) for name, runner in runners.items()],
         strategy=Strategy.ONE_FOR_ONE,
         max_restarts=10,
         within=60.0,
     )
     security = config.security(CONTROLLER)
-    controller = Controller(config, states, stop, supervisor)
+    reloader = Reloader(states, supervisor, runners, make)
+    controller = Controller(config, states, stop, supervisor, reloader)
     host, port = config.controller
     async with (
-        open_node(CONTROLLER, [controller], host=host, port=port, **security) as node,
+        open_node(CONTROLLER, [controller], host=host, port=port, **security) as running,
         trio.open_nursery() as nursery,
     ):
         web = config.web or web
         if web is not None:
-            url = await nursery.start(serve_web, config, states, node, web)
+            url = await nursery.start(serve_web, config, states, running, web)
             if on_web is not None:
                 on_web(url)
         await nursery.start(supervisor.run)

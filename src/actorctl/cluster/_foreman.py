@@ -73,10 +73,15 @@ class _Runner:
         self.config = config
         self.node = node
         self.state = state
-        #: Where the node serves /metrics: its [node.metrics], else ``metrics``.
-        self.metrics = node.metrics or metrics
+        self._metrics = metrics
         self._on_change = on_change
         self._starts = 0
+
+    @property
+    def metrics(self) -> str | None:
+        """Where the node serves /metrics: its [node.metrics], else the default
+        (read at each start: a reload may change the node)."""
+        return self.node.metrics or self._metrics
 
     def _begin(self) -> None:
         if self._starts:

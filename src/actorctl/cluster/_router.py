@@ -61,7 +61,9 @@ from ..mailbox import (
     Outcome,
 )
 from ._backlog import Done, Reroute
+from ._config import ClusterConfig, NodeConfig
 from ._outbox import NodeOutbox
+from ._reload import Shift
 
 __all__ = ["AT_MOST_ONCE", "Router"]
 
@@ -101,6 +103,65 @@ class Router(Actor):
         self.attempt_timeout = attempt_timeout
         self.load = {address: 0 for address in self.instances}
         self._turn = 0  # where the next pre-settled message starts looking
+
+    def retarget(self, instances: Sequence[Address | str]) -> tuple[list[str], list[str], int]:
+        """Route to ``instances`` from now on (``cluster reload``): what waits
+        in the node's backlog for an instance no longer among them moves to
+        the others; what is already on its way there stays. Returns the
+        instances added, those removed, and how many messages moved.
+
+        Raises:
+            ValueError: no instances.
+        """
+        if not instances:
+            raise ValueError(f"router {self.address.name!r} needs at least one instance")
+        new = [Address.parse(i) if isinstance(i, str) else i for i in instances]
+        added = [a for a in new if a not in self.instances]
+        removed = [a for a in self.instances if a not in new]
+        self.instances = new
+        for address in new:
+            self.load.setdefault(address, 0)  # a removed one's count stays until settled
+        moved = 0
+        outbox = self._require_cell().outbox
+        if removed and isinstance(outbox, NodeOutbox):
+            why = f"router {self.address.name!r} no longer routes to it (cluster reload)"
+            moved = outbox.backlog.evacuate(removed, why)
+        if added or removed:
+            log(
+                "actorctl:router:retargeted",
+                router=self.address.name,
+                added=[str(a) for a in added],
+                removed=[str(a) for a in removed],
+                moved=moved,
+            )
+        return [str(a) for a in added], [str(a) for a in removed], moved
+
+    def follow_cluster(self, config: ClusterConfig, node: NodeConfig, shift: Shift) -> list[str]:
+        """Follow a reloaded cluster file: its ``[[router]]`` table's instances,
+        as ``shift`` says for the nodes a reload changes. What changed, in lines."""
+        wanted = dict(config.routes(node)).get(self.address.name)
+        if wanted is None:  # gone from the file: its node restarts without it
+            return []
+        return self.route_to(config, wanted, shift)
+
+    def route_to(self, config: ClusterConfig, wanted: Sequence[str], shift: Shift) -> list[str]:
+        """Retarget to ``wanted``, less what runs on a node ``shift`` keeps away,
+        with what runs on a node it keeps pending as it is now; unchanged if
+        that leaves none. What changed, in lines."""
+        away = {(n.host, n.port) for n in config.nodes if n.name in shift.away}
+        pending = {(n.host, n.port) for n in config.nodes if n.name in shift.pending}
+        present = [a for a in wanted if Address.parse(a).endpoint not in away | pending]
+        present += [str(a) for a in self.instances if a.endpoint in pending - away]
+        if not present:
+            return []
+        added, removed, moved = self.retarget(present)
+        if not (added or removed):
+            return []
+        line = f"router {self.address.name}: instances {len(present)}"
+        for what, which in (("added", added), ("removed", removed)):
+            if which:
+                line += f"; {what} {', '.join(which)}"
+        return [line + (f"; {moved} waiting messages moved" if moved else "")]
 
     async def handle_unmatched(
         self, envelope: Envelope

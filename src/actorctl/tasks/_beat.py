@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, Final
 
 import trio
@@ -44,7 +44,7 @@ import trio
 from .._errors import ActorctlError, ConfigError
 from .._log import log
 from ..actors import Actor, handler
-from ..cluster import SCHEDULER_ROLE, Store
+from ..cluster import SCHEDULER_ROLE, ClusterConfig, NodeConfig, Shift, Store
 from ._client import Directory, TaskClient, send_task
 from ._periodic import PeriodicTask, firing_id
 from ._protocol import BEAT_NAME
@@ -86,10 +86,13 @@ class Beat(Actor):
         *,
         lease: str | None = None,
         lease_ttl: float = LEASE_TTL,
+        periodics_of: Callable[[ClusterConfig], list[PeriodicTask]] | None = None,
     ) -> None:
         if not lease_ttl > 0:
             raise ConfigError(f"beat lease_ttl: expected seconds > 0, got {lease_ttl!r}")
         self.periodics = {periodic.name: periodic for periodic in periodics}
+        #: The periodic tasks of a cluster file (None: outside a cluster).
+        self.periodics_of = periodics_of
         self.directory = directory
         self.lease_address = lease
         self.lease_ttl = float(lease_ttl)
@@ -171,6 +174,40 @@ class Beat(Actor):
             row["holding"] = self.holding()
             rows.append(row)
         return rows
+
+    def follow_cluster(self, config: ClusterConfig, node: NodeConfig, shift: Shift) -> list[str]:
+        """Follow a reloaded cluster file's [[periodic]] tables."""
+        if self.periodics_of is None:
+            return []
+        return self.replace(self.periodics_of(config))
+
+    def replace(self, periodics: Sequence[PeriodicTask]) -> list[str]:
+        """Fire ``periodics`` from now on: one removed is forgotten (its row
+        too); one added fires nothing for the past, as a schedule seen for the
+        first time; one changed is next due by its new schedule, from now.
+        What changed, in lines."""
+        new = {periodic.name: periodic for periodic in periodics}
+        lines = []
+        for name in [n for n in self.periodics if n not in new]:
+            del self.periodics[name]
+            for table in (self.last, self.armed, self.next):
+                table.pop(name, None)
+            self.store.delete(BEAT_TABLE, name)
+            lines.append(f"beat: periodic {name} removed")
+        now = self.outbox_now()
+        for name, periodic in new.items():
+            before = self.periodics.get(name)
+            if before == periodic:
+                continue
+            self.periodics[name] = periodic
+            if before is None:
+                self.armed[name] = now
+                self._put(name)
+            if self._held.is_set():  # it fires: its next due time, from now
+                self.next[name] = periodic.schedule.next_after(now)
+            lines.append(f"beat: periodic {name} {'added' if before is None else 'changed'}")
+        self._wake.set()
+        return lines
 
     # -- due times ----------------------------------------------------------------------
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import difflib
 import functools
 from collections import OrderedDict
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any, ClassVar, final
 
 import trio
@@ -24,6 +24,7 @@ import trio
 from .._errors import ConfigError
 from .._log import log
 from ..actors import Actor, BadArguments, handler
+from ..cluster import ClusterConfig, NodeConfig, RestartNeeded, Shift
 from ..mailbox import Envelope
 from ._client import TaskClient, current_client
 from ._inspect import Holdings
@@ -145,9 +146,36 @@ class TaskControl(Actor):
     dedup_count: ClassVar[int] = 0
     concurrency: ClassVar[int] = 16  # a revoke waits for a commit; lookups need not
 
-    def __init__(self, state: WorkerState, tasks: Collection[str] = ()) -> None:
+    def __init__(
+        self,
+        state: WorkerState,
+        tasks: Collection[str] = (),
+        *,
+        limits: Callable[[ClusterConfig], dict[str, dict[str, Any]]] | None = None,
+        pools: Callable[[ClusterConfig], Collection[str]] | None = None,
+    ) -> None:
         self.state = state
         self.tasks = frozenset(tasks)
+        #: The [[task]] limits of a cluster file (None: outside a cluster).
+        self.limits_of = limits
+        #: The pools a cluster file routes on this node (the services node's).
+        self.pools_of = pools
+
+    def follow_cluster(self, config: ClusterConfig, node: NodeConfig, shift: Shift) -> list[str]:
+        """Follow a reloaded cluster file: its [[task]] limits, set as
+        ``control`` sets them.
+
+        Raises:
+            RestartNeeded: the file routes a pool this (services) node has no
+                router for.
+        """
+        if self.pools_of is not None:
+            missing = sorted(set(self.pools_of(config)) - self.state.tuning.routers.keys())
+            if missing:
+                raise RestartNeeded(f"pools {', '.join(missing)} have no router here yet")
+        if self.limits_of is None:
+            return []
+        return self.state.tuning.follow(self.limits_of(config))
 
     async def on_start(self) -> None:
         """Runs in the task that starts it: reload the revokes its node keeps."""

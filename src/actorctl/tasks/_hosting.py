@@ -28,7 +28,7 @@ from ._client import Directory
 from ._control import TaskControl, WorkerState
 from ._events import EventHub
 from ._pacing import PoolRouter
-from ._periodic import cluster_periodics
+from ._periodic import PeriodicTask, cluster_periodics
 from ._protocol import (
     BEAT_NAME,
     CHORD_BARRIER_NAME,
@@ -46,6 +46,7 @@ from ._relay import ReplyRelay
 from ._scheduler import Scheduler
 from ._source import SourceActor, SourceSpec
 from ._source_config import cluster_sources
+from ._tuning import file_limits
 from ._worker import SETTLING, TaskWorker
 
 __all__ = ["TASK_SETTINGS", "PoolRouter", "TaskNodeSettings", "cluster_directory", "task_actors"]
@@ -184,9 +185,16 @@ def task_actors(
         )
     mine = TaskNodeSettings.of(config, node)
     state = WorkerState()
+    limits_of = functools.partial(_file_limits, app)
+    state.tuning.defaults = limits_of(config)  # checks the [[task]] tables
     actors: dict[str, Actor | BoxedSpec] = {}
     if mine.pools or mine.services:
-        actors[CONTROL] = TaskControl(state, app.tasks)
+        actors[CONTROL] = TaskControl(
+            state,
+            app.tasks,
+            limits=limits_of,
+            pools=(lambda c: cluster_directory(c).nodes.keys()) if mine.services else None,
+        )
     for pool in mine.pools:
         boxed = _boxed_spec(app, config, node, pool)
         worker_class = _worker_class(app, pool, boxed)
@@ -206,7 +214,11 @@ def task_actors(
         for pool in sorted(directory.nodes):
             workers = _workers(config, settings, pool)
             actors[pool] = PoolRouter(
-                workers, attempt_timeout=TASK_ATTEMPT_TIMEOUT, app=app, state=state
+                workers,
+                attempt_timeout=TASK_ATTEMPT_TIMEOUT,
+                app=app,
+                state=state,
+                workers=functools.partial(_pool_workers, pool),
             )
         actors[SCHEDULER_NAME] = Scheduler(directory)
         actors[BEAT_NAME] = _beat(app, config, directory)
@@ -217,6 +229,16 @@ def task_actors(
         if spec.node == node.name or (spec.node is None and mine.services):
             actors[source_actor(spec.name)] = SourceActor(spec, directory)
     return actors
+
+
+def _pool_workers(pool: str, config: ClusterConfig) -> list[str]:
+    """The workers of ``pool`` that ``config`` names (a reloaded file)."""
+    settings = {n.name: TaskNodeSettings.of(config, n) for n in config.nodes}
+    return _workers(config, settings, pool)
+
+
+def _file_limits(app: TaskRegistry, config: ClusterConfig) -> dict[str, dict[str, Any]]:
+    return file_limits(config.task_tables, app.tasks.keys(), config.path)
 
 
 def _sources(app: TaskRegistry, config: ClusterConfig, directory: Directory) -> list[SourceSpec]:
@@ -245,10 +267,18 @@ def _beat(app: TaskRegistry, config: ClusterConfig, directory: Directory) -> Bea
     Raises:
         ConfigError: a wrong ``[[periodic]]`` table, or a name used twice.
     """
-    tasks = {task.name: task.pool for task in app.tasks.values()}
-    periodics = cluster_periodics(app.periodics, tasks, config.periodic_tables, config.path)
+
+    def periodics_of(config: ClusterConfig) -> list[PeriodicTask]:
+        tasks = {task.name: task.pool for task in app.tasks.values()}
+        return cluster_periodics(app.periodics, tasks, config.periodic_tables, config.path)
+
     host, port = config.controller
-    return Beat(periodics, directory, lease=f"{config.scheme}://{host}:{port}/{CONTROLLER}")
+    return Beat(
+        periodics_of(config),
+        directory,
+        lease=f"{config.scheme}://{host}:{port}/{CONTROLLER}",
+        periodics_of=periodics_of,
+    )
 
 
 def _boxed_spec(

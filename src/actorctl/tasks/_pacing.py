@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, Final, final
 
 import trio
@@ -41,7 +41,7 @@ import trio
 from .._errors import WireFormatError
 from .._log import log
 from ..actors import Address
-from ..cluster import AT_MOST_ONCE, Router
+from ..cluster import AT_MOST_ONCE, ClusterConfig, NodeConfig, Router, Shift
 from ..mailbox import ACCEPTED, Envelope, Outcome, decode, encode
 from ._control import WorkerState
 from ._gate import Gate, TaskLimits, priority_of
@@ -102,8 +102,11 @@ class PoolRouter(Router):
         attempt_timeout: float,
         app: TaskRegistry | None = None,
         state: WorkerState | None = None,
+        workers: Callable[[ClusterConfig], list[str]] | None = None,
     ) -> None:
         super().__init__(instances, attempt_timeout=attempt_timeout)
+        #: The pool's workers in a cluster file (None: outside a cluster).
+        self.workers_of = workers
         #: Global rate limits and suspends: for the pool as a whole.
         self.gate = Gate(None, widen=ROUTER_WIDEN)
         #: Per-worker rate limits, paced here for each instance, so that a
@@ -144,6 +147,26 @@ class PoolRouter(Router):
                 pacer.set(limit)
         self._rates_changed.set()
         self._rates_changed = trio.Event()
+
+    def follow_cluster(self, config: ClusterConfig, node: NodeConfig, shift: Shift) -> list[str]:
+        """Follow a reloaded cluster file: route to the pool's workers it
+        names (as ``shift`` says for the nodes a reload changes), each paced
+        for the per-worker limits."""
+        wanted = self.workers_of(config) if self.workers_of is not None else []
+        if not wanted:
+            return []  # a pool with no workers left: what it holds waits for them
+        lines = self.route_to(config, wanted, shift)
+        for pacers in self.per_worker.values():
+            limit = next(iter(pacers.values())).limit if pacers else None
+            for address in [a for a in pacers if a not in self.instances]:
+                del pacers[address]
+            for address in self.instances:
+                if address not in pacers:
+                    pacers[address] = Pacer(None, widen=ROUTER_WIDEN)
+                    pacers[address].set(limit)
+        self._rates_changed.set()
+        self._rates_changed = trio.Event()
+        return lines
 
     async def on_start(self) -> None:
         """Take back the tasks its node held for its instances, and those it

@@ -1,0 +1,213 @@
+"""What ``actorctl cluster reload`` changes: the difference between the file a
+cluster runs and the file it is given, as a plan the Controller applies
+(``_reloader.py``).
+
+Each change is applied in the least disruptive way that is still exact:
+
+- A node in the new file only is **added** (started); one in the old file only
+  is **removed**: routers stop sending to it, it finishes what it holds
+  (drained), then it stops.
+- A node whose own table changed (listen address, actors, instances, limits,
+  dead letters, metrics, its settings such as a task app's ``pools``, its
+  routers, supervision trees, boxed workers or data sources) is
+  **restarted**: drained as a removed one is, then started with the new file.
+- What a running node can follow in place is **live**: a router's instances,
+  a pool router's workers, periodic schedules, the ``[[task]]`` limits, and
+  certificates and keys on disk. Each node is told to follow the new file;
+  what its actors changed comes back in its answer.
+
+The ``[cluster]`` table names the cluster, its controller and its secrets: a
+reload that changes it is refused, naming the key (it needs ``cluster down``
+and ``cluster up``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping
+from typing import Any, Final, final
+
+import attrs
+
+from .._errors import ConfigError
+from ._config import ClusterConfig, NodeConfig
+from ._leases import BEAT_ACTOR
+from ._source_tables import source_actor
+
+__all__ = ["ReloadPlan", "Shift", "plan_reload"]
+
+#: The [cluster] keys a reload cannot change.
+_FIXED: Final = ("name", "certs", "keys", "insecure", "controller", "web")
+#: A node's own keys, compared as they are.
+_OWN: Final = ("actors", "instances", "durable", "deadletters", "metrics", "limits", "health")
+
+
+@final
+@attrs.frozen
+class Shift:
+    """How routers treat the nodes a reload changes, while it is applied:
+    nothing new goes to a node ``away`` (removed, being drained, not started
+    yet); one ``pending`` (to restart later) keeps the instances it has now,
+    not those the new file gives it."""
+
+    away: frozenset[str] = frozenset()
+    pending: frozenset[str] = frozenset()
+
+
+@final
+@attrs.frozen
+class ReloadPlan:
+    """The nodes added, removed and restarted (each with what changed on it),
+    and the changes running nodes follow in place."""
+
+    added: tuple[str, ...] = ()
+    removed: tuple[str, ...] = ()
+    restarted: Mapping[str, tuple[str, ...]] = attrs.field(factory=dict)
+    live: tuple[str, ...] = ()
+
+    @property
+    def empty(self) -> bool:
+        return not (self.added or self.removed or self.restarted or self.live)
+
+    def lines(self) -> list[str]:
+        """The plan as ``cluster reload`` prints it, a change a line."""
+        lines = [f"+ node {name}: start it" for name in self.added]
+        lines += [f"- node {name}: drain it, then stop it" for name in self.removed]
+        for name, why in self.restarted.items():
+            lines.append(f"~ node {name}: drain it, restart it ({'; '.join(why)})")
+        lines += [f"~ {line}" for line in self.live]
+        return lines or ["no change"]
+
+
+def plan_reload(
+    old: ClusterConfig, new: ClusterConfig, hosted: Mapping[str, Collection[str]]
+) -> ReloadPlan:
+    """What it takes to go from ``old`` to ``new``; ``hosted``: the actors each
+    running node hosts (to find who reads a data source).
+
+    Raises:
+        ConfigError: ``new`` changes what a reload cannot (the [cluster] table).
+    """
+    for key in _FIXED:
+        before, after = getattr(old, key), getattr(new, key)
+        if before != after:
+            raise ConfigError(
+                f"{new.path}: key 'cluster.{key}' changed ({_show(before)} -> {_show(after)}): "
+                f"a reload cannot change it: `actorctl cluster down {new.path}` then "
+                "`actorctl cluster up` applies it"
+            )
+    before = {node.name: node for node in old.nodes}
+    after = {node.name: node for node in new.nodes}
+    restarted: dict[str, list[str]] = {}
+    for name in before.keys() & after.keys():
+        why = _node_changes(old, new, before[name], after[name])
+        if why:
+            restarted[name] = why
+    for name, what in _changed_tables(old.source_tables, new.source_tables):
+        reader = _source_reader(name, old, new, hosted)
+        if reader is not None and reader in before and reader in after:
+            restarted.setdefault(reader, []).append(f"source {name} {what}")
+    return ReloadPlan(
+        added=tuple(n for n in after if n not in before),
+        removed=tuple(n for n in before if n not in after),
+        restarted={name: tuple(why) for name, why in sorted(restarted.items(), key=_in(new.nodes))},
+        live=tuple(_live(old, new, before.keys() & after.keys())),
+    )
+
+
+def _node_changes(
+    old: ClusterConfig, new: ClusterConfig, a: NodeConfig, b: NodeConfig
+) -> list[str]:
+    """What changed in one node's own table, or in what it alone hosts."""
+    why = []
+    if a.listen != b.listen:
+        why.append(f"listen {a.listen} -> {b.listen}")
+    for key in _OWN:
+        if getattr(a, key) != getattr(b, key):
+            why.append(f"{key} {_show(getattr(a, key))} -> {_show(getattr(b, key))}")
+    for key in sorted(a.settings.keys() | b.settings.keys()):
+        if a.settings.get(key) != b.settings.get(key):
+            why.append(f"{key} {_show(a.settings.get(key))} -> {_show(b.settings.get(key))}")
+    gone = [name for name, _ in a.routes if name not in dict(b.routes)]
+    came = [name for name, _ in b.routes if name not in dict(a.routes)]
+    why += [f"router {name} added" for name in came] + [f"router {name} gone" for name in gone]
+    if (a.supervisors or b.supervisors) and (
+        a.supervisors != b.supervisors or old.supervisor_tables != new.supervisor_tables
+    ):
+        why.append("its [[supervisor]] trees changed")
+    if _boxed(old, a) != _boxed(new, b):
+        why.append("its [[boxed]] workers changed")
+    return why
+
+
+def _boxed(config: ClusterConfig, node: NodeConfig) -> list[str]:
+    return [repr(spec) for on, spec in config.boxed if on == node.name]
+
+
+def _live(old: ClusterConfig, new: ClusterConfig, kept: Collection[str]) -> Iterable[str]:
+    """The changes running nodes follow in place, a line each."""
+    for node in new.nodes:
+        if node.name not in kept:
+            continue
+        was = dict(old.routes(old.node(node.name)))
+        for name, instances in new.routes(node):
+            if name in was and sorted(was[name]) != sorted(instances):
+                count = f"{len(was[name])} -> {len(instances)}"
+                yield f"router {name} on {node.name}: {count} instances"
+    for name, what in _changed_tables(old.periodic_tables, new.periodic_tables):
+        yield f"periodic {name} {what}"
+    for name, what in _changed_tables(old.task_tables, new.task_tables):
+        yield f"task {name}: limits {what}"
+
+
+def _changed_tables(
+    old: Iterable[Mapping[str, Any]], new: Iterable[Mapping[str, Any]]
+) -> Iterable[tuple[str, str]]:
+    """The ``[[...]]`` tables added, removed or changed, by name."""
+    before = {str(table.get("name")): dict(table) for table in old}
+    after = {str(table.get("name")): dict(table) for table in new}
+    for name in sorted(before.keys() | after.keys()):
+        if name not in before:
+            yield name, "added"
+        elif name not in after:
+            yield name, "removed"
+        elif before[name] != after[name]:
+            keys = sorted(
+                k for k in before[name].keys() | after[name].keys()
+                if before[name].get(k) != after[name].get(k)
+            )  # fmt: skip
+            yield (
+                name,
+                "changed ("
+                + ", ".join(
+                    f"{k} {_show(before[name].get(k))} -> {_show(after[name].get(k))}" for k in keys
+                )
+                + ")",
+            )
+
+
+def _source_reader(
+    name: str, old: ClusterConfig, new: ClusterConfig, hosted: Mapping[str, Collection[str]]
+) -> str | None:
+    """The node that reads source ``name``: its table's node, or the one that
+    hosts it now, or the one that hosts the beat (the services node)."""
+    for config in (new, old):
+        for table in config.source_tables:
+            if table.get("name") == name and table.get("node"):
+                return str(table["node"])
+    for node, actors in hosted.items():
+        if source_actor(name) in actors:
+            return node
+    return next((node for node, actors in hosted.items() if BEAT_ACTOR in actors), None)
+
+
+def _in(nodes: tuple[NodeConfig, ...]) -> Any:
+    order = {node.name: index for index, node in enumerate(nodes)}
+    return lambda item: order.get(item[0], len(order))
+
+
+def _show(value: object) -> str:
+    if isinstance(value, Mapping):
+        return "{" + ", ".join(f"{k} = {_show(v)}" for k, v in sorted(value.items())) + "}"
+    if value is None:
+        return "(none)"
+    return repr(value) if isinstance(value, str) else str(value)
