@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 import trio
+import trustme
 
-from actorctl import ActorRef, AskTimeout, ConfigError, TlsFiles, open_node
+from actorctl import ActorRef, AskTimeout, ConfigError, RemoteError, TlsFiles, open_node
 
 from .actors import Calculator
 from .harness import Logs, Secrets, node_pair
@@ -119,3 +120,51 @@ async def test_a_peer_dialled_by_name_must_carry_that_name(tmp_path: Path, logs:
         "TLS" in m["error"] and "another name" in m["error"] and "verify" in m["error"]
         for m in logs.of_type("actorctl:peer:unreachable")
     )
+
+
+async def test_rotated_certificates_are_read_again_for_new_connections(
+    tmp_path: Path, logs: Logs
+) -> None:
+    # Given a node whose certificates come from one CA, a client of that CA
+    # connected to it, and clients of a new CA that it does not trust yet
+    old = make_tls(tmp_path / "certs", "server", "client")
+    new_ca = trustme.CA()
+    new = make_tls(tmp_path / "new", "early", "late", ca=new_ca)
+    keys = make_keys(tmp_path / "keys", "server", "client", "early", "late")
+    async with (
+        open_node(
+            "server", [Calculator()], host="127.0.0.1", port=0,
+            tls=old["server"], keyring=keys["server"],
+        ) as server,
+        open_node("client", host=None, tls=old["client"], keyring=keys["client"]) as client,
+        open_node("early", host=None, tls=new["early"], keyring=keys["early"]) as early,
+        open_node("late", host=None, tls=new["late"], keyring=keys["late"]) as late,
+    ):  # fmt: skip
+        address = server.address_of("calculator")
+        with trio.fail_after(10):
+            assert await client.ref(address).ask("add", 1, 1) == 2
+        await _refused(early.ref(address), logs, server.port)
+        # When its files are replaced by the new CA's and it reads them again
+        make_tls(tmp_path / "certs", "server", ca=new_ca)
+        agent = client.ref(f"{server.url}/_node").with_options(timeout=10)
+        with trio.fail_after(10):
+            assert await agent.ask("refresh_security") == [
+                "keys read again",
+                "certificates read again",
+            ]
+            # Then a new connection from the new CA's client gets in, and the
+            # connection that was open keeps working
+            assert await late.ref(address).ask("add", 2, 3) == 5
+            assert await client.ref(address).ask("add", 3, 3) == 6
+
+
+async def test_a_missing_rotated_file_keeps_the_certificates_in_use(tmp_path: Path) -> None:
+    files = make_tls(tmp_path / "certs", "server", "client")
+    keys = make_keys(tmp_path / "keys", "server", "client")
+    async with node_pair([Calculator()], secrets=Secrets(files, keys)) as (server, client):
+        (tmp_path / "certs" / "server.pem").unlink()
+        agent = client.ref(f"{server.url}/_node").with_options(timeout=10)
+        with trio.fail_after(10), pytest.raises(RemoteError, match=r"server\.pem is missing"):
+            await agent.ask("refresh_security")
+        with trio.fail_after(10):
+            assert await client.ref(server.address_of("calculator")).ask("add", 1, 2) == 3
