@@ -17,7 +17,7 @@ import trio
 from actorctl.cluster._election import Deposed, Leadership, open_leadership
 from actorctl.cluster._etcd import EtcdClient
 from actorctl.cluster._etcd_data import Compare, Get, Put
-from actorctl.cluster._etcd_wire import EtcdCompacted, EtcdUnavailable
+from actorctl.cluster._etcd_wire import EtcdCompacted, EtcdError, EtcdUnavailable
 
 from .etcd_server import EtcdServer
 from .harness import free_port
@@ -38,6 +38,17 @@ def etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdServer]:
 def own_etcd(tmp_path: Path) -> Iterator[EtcdServer]:
     """An etcd of this test's own, to kill and restart."""
     server = EtcdServer(tmp_path)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.kill()
+
+
+@pytest.fixture
+def tls_etcd(tmp_path: Path) -> Iterator[EtcdServer]:
+    """An etcd that serves its clients over TLS only (a trustme CA's certificate)."""
+    server = EtcdServer(tmp_path, tls=True)
     server.start()
     try:
         yield server
@@ -155,6 +166,9 @@ async def test_a_key_under_a_lease_is_deleted_when_the_lease_is_revoked(
         assert await client.keepalive(lease) == 0
         assert await client.time_to_live(lease) == 0
         await client.revoke(lease)
+        # And a key cannot be put under it any more, etcd says why
+        with pytest.raises(EtcdError, match="lease not found"):
+            await client.put(key, b"addr", lease=lease)
 
 
 async def test_a_key_under_a_lease_is_deleted_when_the_lease_expires(
@@ -497,18 +511,15 @@ class _Proxy:
                 nursery.start_soon(pump, server, client)
 
 
-async def test_a_client_reaches_etcd_over_tls_with_its_ca(tmp_path: Path, prefix: str) -> None:
-    server = EtcdServer(tmp_path, tls=True)
-    await trio.to_thread.run_sync(server.start)
-    try:
-        assert server.tls is not None
-        with trio.fail_after(10):
-            # Given the CA that signed etcd's certificate, a client works
-            client = EtcdClient([server.url], timeout=2, ca_file=server.tls.ca)
-            await client.put(prefix + "k", b"v")
-            assert await client.get(prefix + "k") is not None
-            # Without it (the system's CAs), it refuses etcd, saying why
-            with pytest.raises(EtcdUnavailable, match="TLS failed"):
-                await EtcdClient([server.url], timeout=2).get(prefix + "k")
-    finally:
-        server.kill()
+async def test_a_client_reaches_etcd_over_tls_with_its_ca(
+    tls_etcd: EtcdServer, prefix: str
+) -> None:
+    assert tls_etcd.tls is not None
+    with trio.fail_after(10):
+        # Given the CA that signed etcd's certificate, a client works
+        client = EtcdClient([tls_etcd.url], timeout=2, ca_file=tls_etcd.tls.ca)
+        await client.put(prefix + "k", b"v")
+        assert await client.get(prefix + "k") is not None
+        # Without it (the system's CAs), it refuses etcd, saying why
+        with pytest.raises(EtcdUnavailable, match="TLS failed"):
+            await EtcdClient([tls_etcd.url], timeout=2).get(prefix + "k")
