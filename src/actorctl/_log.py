@@ -42,6 +42,7 @@ ROUTINE: Final = frozenset(
         "actorctl:delivery:duplicate",
         "actorctl:event:delivered",
         "actorctl:keyring:changed",
+        "actorctl:leader:elected",
         "actorctl:node:ready",
         "actorctl:node:signal",
         "actorctl:node:stopped",

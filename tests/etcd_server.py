@@ -1,0 +1,118 @@
+"""A real etcd for tests: Debian's etcd-server, one member on 127.0.0.1, a
+data directory of its own, started and killed by its PID.
+
+Tests that need it skip, naming the package, only when the ``etcd`` binary is
+missing (``.ci/run`` installs it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import ssl
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .harness import free_port
+from .tls import make_tls
+
+#: Seconds etcd may take to start answering (it elects itself first).
+START_TIMEOUT = 20.0
+#: Fast raft timings: a member elects itself in a fraction of a second, and
+#: etcd's shortest lease (1.5 election timeouts) is 1 s instead of 2.
+RAFT = ["--heartbeat-interval=50", "--election-timeout=250"]
+
+
+def etcd_binary() -> str:
+    path = shutil.which("etcd")
+    if path is None:
+        pytest.skip("etcd-server (Debian's etcd) is not installed: apt-get install etcd-server")
+    return path
+
+
+class EtcdServer:
+    """One etcd member; :meth:`kill` (SIGKILL) and :meth:`start` again on the same data."""
+
+    def __init__(self, directory: Path, *, tls: bool = False) -> None:
+        self.binary = etcd_binary()
+        self.directory = directory
+        self.client_port = free_port()
+        self.peer_port = free_port()
+        scheme = "https" if tls else "http"
+        self.url = f"{scheme}://127.0.0.1:{self.client_port}"
+        self.tls = make_tls(directory / "tls", "etcd")["etcd"] if tls else None
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def command(self) -> list[str]:
+        peer = f"http://127.0.0.1:{self.peer_port}"
+        command = [
+            self.binary,
+            "--name=test",
+            f"--data-dir={self.directory / 'data'}",
+            f"--listen-client-urls={self.url}",
+            f"--advertise-client-urls={self.url}",
+            f"--listen-peer-urls={peer}",
+            f"--initial-advertise-peer-urls={peer}",
+            f"--initial-cluster=test={peer}",
+            *RAFT,
+        ]
+        if self.tls is not None:
+            command += [f"--cert-file={self.tls.cert}", f"--key-file={self.tls.key}"]
+        return command
+
+    def start(self) -> None:
+        """Start etcd and wait (bounded) until it answers a read."""
+        assert self.process is None, "etcd is running already"
+        log = (self.directory / "etcd.log").open("ab")
+        self.process = subprocess.Popen(
+            self.command(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+        )
+        log.close()
+        deadline = time.monotonic() + START_TIMEOUT
+        while not self._answers():
+            if self.process.poll() is not None:
+                raise RuntimeError(f"etcd exited: {self.log_tail()}")
+            if time.monotonic() > deadline:
+                self.kill()
+                raise RuntimeError(f"etcd did not answer in {START_TIMEOUT} s: {self.log_tail()}")
+            time.sleep(0.05)
+
+    def kill(self) -> None:
+        """SIGKILL the etcd this object started, by its PID, and reap it."""
+        if self.process is None:
+            return
+        os.kill(self.process.pid, signal.SIGKILL)
+        self.process.wait(timeout=10)
+        self.process = None
+
+    def post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        """A request made without the client under test (e.g. a compaction)."""
+        request = urllib.request.Request(
+            self.url + path, data=json.dumps(body).encode(), method="POST"
+        )
+        with urllib.request.urlopen(request, timeout=5, context=self._context()) as answer:
+            result: dict[str, Any] = json.load(answer)
+            return result
+
+    def log_tail(self) -> str:
+        return (self.directory / "etcd.log").read_text(errors="replace")[-2000:]
+
+    def _answers(self) -> bool:
+        try:
+            self.post("/v3/kv/range", {"key": "AA=="})
+        except (OSError, urllib.error.URLError, ValueError):
+            return False
+        return True
+
+    def _context(self) -> ssl.SSLContext | None:
+        if self.tls is None:
+            return None
+        return ssl.create_default_context(cafile=str(self.tls.ca))
