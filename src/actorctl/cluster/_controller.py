@@ -73,7 +73,9 @@ class Controller(Actor):
         mailbox depth of each actor (asked of the node itself)."""
         rows = []
         for node in self._config.nodes:
-            state = self._states[node.name]
+            state = self._states.get(node.name)
+            if state is None:  # removed by a reload under way
+                continue
             depths: dict[str, Any] = {}
             if state.state == "running" and state.address:
                 try:
@@ -101,7 +103,9 @@ class Controller(Actor):
         ``_node`` agent (each actor with state, restarts and mailbox depth)."""
         nodes = []
         for node in self._config.nodes:
-            state = self._states[node.name]
+            state = self._states.get(node.name)
+            if state is None:  # removed by a reload under way
+                continue
             entry: dict[str, Any] = {
                 "name": node.name,
                 "kind": "node",
@@ -235,8 +239,8 @@ class Controller(Actor):
 
         async with trio.open_nursery() as nursery:
             for node in self._config.nodes:
-                state = self._states[node.name]
-                if state.state != "running" or not state.address:
+                state = self._states.get(node.name)
+                if state is None or state.state != "running" or not state.address:
                     continue
                 if hosting and actor not in state.actors:
                     continue

@@ -42,16 +42,17 @@ async def serve_web(
         return {n: s.metrics if s.state == "running" else None for n, s in states.items()}
 
     def nodes() -> list[dict[str, Any]]:
+        # The states, not the file it started with: a reload adds and removes nodes.
         return [
             {
-                "node": n.name,
-                "state": states[n.name].state,
-                "restarts": states[n.name].restarts,
-                "pid": states[n.name].pid,
-                "address": states[n.name].address,
-                "metrics": states[n.name].metrics,
+                "node": name,
+                "state": s.state,
+                "restarts": s.restarts,
+                "pid": s.pid,
+                "address": s.address,
+                "metrics": s.metrics,
             }
-            for n in config.nodes
+            for name, s in states.items()
         ]
 
     app = WebApp(ask, Scraper(targets), nodes, config.root / "logs", config.name)
