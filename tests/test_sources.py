@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import trio
 
-from actorctl import App, ConfigError, TaskContext
+from actorctl import Actor, App, ConfigError, TaskContext, handler, open_node
 from actorctl.cluster._http import Request, Response, serve_http
 from actorctl.tasks import SourceActor
 from actorctl.tasks._source import item_id
@@ -209,6 +209,44 @@ async def test_failing_reads_are_retried_and_a_source_that_keeps_failing_restart
     lost, twice = RUNS.counted([item_id("flaky", n) for n in range(1, 11)])
     assert (lost, twice) == ([], [])
     assert Flaky.made - made_by_check >= 2
+
+
+class Sink(Actor):
+    """An actor a source feeds: counts each item by the message that carried it."""
+
+    name = "sink"
+
+    def __init__(self) -> None:
+        self.items: Counter[str] = Counter()
+        self.changed = trio.Event()
+
+    @handler
+    async def take(self, item: Any) -> None:
+        self.items[json.dumps(item)] += 1
+        self.changed.set()
+        self.changed = trio.Event()
+
+
+async def test_a_source_feeds_an_actor_each_item_once(tmp_path: Path) -> None:
+    # Given an actor on a node of its own, and a directory source that feeds it
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    written = lines("x", 40)
+    (inbox / "a.log").write_bytes(b"".join(written))
+    sink = Sink()
+    async with open_node("sinks", [sink], host="127.0.0.1", port=0, insecure=True) as node:
+        address = str(node.address_of("sink"))
+        app.add_source("feed", "directory", actor=address, path=str(inbox), poll=0.05, batch=8)
+        async with open_cluster(app, directory=tmp_path / "cluster") as cluster:
+            # When it reads them, Then the actor took every line once
+            with trio.fail_after(WAIT):
+                while len(sink.items) < len(written):
+                    await sink.changed.wait()
+            await cluster.wait_idle(timeout=WAIT)
+    assert sorted(sink.items.values()) == [1] * len(written)
+    assert len(sink.items) == len(written)
+    # (nothing went to the pool: the actor was the target)
+    assert not RUNS.seen
 
 
 def test_wrong_declarations_are_refused_by_name(tmp_path: Path) -> None:
