@@ -239,3 +239,33 @@ async def test_a_beat_with_no_controller_to_ask_fires_nothing_and_says_why_once(
     said = logs.of_type("actorctl:beat:no-lease")
     assert len(said) == 1
     assert "no Controller answers" in said[0]["why"]
+
+
+async def test_a_reloaded_schedule_is_followed_in_place(
+    autojump_clock: trio.abc.Clock, logs: Logs
+) -> None:
+    # Given a beat firing "kept" every hour and "dropped" every 10 minutes
+    hourly, ten = Schedule.of(every=3600), Schedule.of(every=600)
+    beat = Beat(schedules(("kept", hourly), ("dropped", ten)), Directory())
+    async with worker_node(free_port()) as directory:
+        beat.directory = directory
+        async with open_node("services", {"beat": beat}, **QUIET):
+            await trio.sleep(3600 - trio.current_time() % 3600 + 1)  # past one hourly firing
+            changed_at = clock()
+            # When a reload makes "kept" every 15 minutes, drops "dropped" and adds "added"
+            lines = beat.replace(
+                schedules(("kept", Schedule.of(every=900)), ("added", Schedule.of(every=1200)))
+            )
+            await trio.sleep(3600)
+            end = clock()
+    # Then it said so, and from then on fired the new schedules only, none for the past
+    assert lines == [
+        "beat: periodic dropped removed",
+        "beat: periodic kept changed",
+        "beat: periodic added added",
+    ]
+    after = sorted(i.partition("@")[0] for i, at in RUNS if at > changed_at)
+    assert after.count("periodic:kept") == len(Schedule.of(every=900).due_between(changed_at, end))
+    assert after.count("periodic:added") == 3  # every 20 minutes, for an hour
+    assert "periodic:dropped" not in after
+    assert not logs.of_type("actorctl:beat:catching-up")
