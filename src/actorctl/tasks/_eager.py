@@ -51,16 +51,14 @@ from . import _hooks as hooks
 from ._arguments import calls_of
 from ._policies import delay_bound
 from ._protocol import (
-    CHAIN_SEPARATOR,
     FAILURE,
     RETRY,
     REVOKED,
     STARTED,
     SUCCESS,
     new_task_id,
-    pack_chain,
+    next_step,
     signature_from_wire,
-    unpack_chain,
 )
 from ._results import AsyncResult, in_trio
 from ._signature import wire_options
@@ -294,12 +292,12 @@ class EagerRuns:
             _report(message, SUCCESS, value)
             return None
         try:
-            rest, _, step = unpack_chain(chain).rpartition(CHAIN_SEPARATOR)
+            step, rest = next_step(chain)
             sig = json.loads(step)
         except ValueError as exc:
             _report(message, FAILURE, {"type": "WireFormatError", "message": f"bad chain: {exc}"})
             return None
-        more = {"chain": pack_chain(rest)} if rest else {}
+        more = {"chain": rest} if rest else {}
         return self._from_signature(sig, message, [value], result=message.result, more=more)
 
     def _from_signature(

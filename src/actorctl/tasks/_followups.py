@@ -22,7 +22,6 @@ from ._client import TaskClient, send_task
 from ._documents import send_document
 from ._letters import dead_letter
 from ._protocol import (
-    CHAIN_SEPARATOR,
     FAILURE,
     H_CHAIN,
     H_CHORD,
@@ -45,11 +44,10 @@ from ._protocol import (
     compact,
     header_sinks,
     new_task_id,
-    pack_chain,
+    next_step,
     signature_from_wire,
     signatures_in,
     sink_list,
-    unpack_chain,
 )
 from ._state import RESULT_EXPIRES
 
@@ -112,13 +110,12 @@ class FollowUps:
             await self.report(envelope, SUCCESS, to_wire(value))
             return
         try:
-            rest, _, step = unpack_chain(chain_header).rpartition(CHAIN_SEPARATOR)
+            step, chain = next_step(chain_header)
             sig = json.loads(step)
         except ValueError as exc:
             error = {"type": "WireFormatError", "message": f"bad chain header: {exc}"}
             await self.fail(envelope, str(headers.get(H_TASK_ID)), error)
             return
-        chain = pack_chain(rest) if rest else ""
         await self._send_signature(envelope, sig, pool, value, reply=True, chain=chain)
 
     async def fail(self, envelope: Envelope, task_id: str, error: dict[str, Any]) -> None:

@@ -41,6 +41,7 @@ __all__ = [
     "envelope_task_id",
     "header_sinks",
     "new_task_id",
+    "next_step",
     "pack_chain",
     "signature_from_wire",
     "signatures_in",
@@ -73,6 +74,10 @@ H_TRACE: Final = "trace"
 CHAIN_SEPARATOR: Final = "\n"  # compact JSON never contains a raw newline
 CHAIN_PACKED: Final = "zlib:"
 CHAIN_PACK_OVER: Final = 4096
+#: A packed chain is packed in parts of this many steps, joined by ``.`` (not a
+#: base64 character): a step unpacks and packs only the last part again.
+CHAIN_PART_STEPS: Final = 64
+CHAIN_PART_SEPARATOR: Final = "."
 
 # Where the cluster's task services are, by name in a directory, and the
 # actor names they take on their nodes (no pool may take one of these).
@@ -133,12 +138,19 @@ def compact(value: Any) -> str:
 
 def pack_chain(text: str) -> str:
     """A chain header as sent: the text itself, or, past CHAIN_PACK_OVER
-    characters, ``zlib:`` and the base64 of its zlib compression (a long chain
-    would otherwise cost each step time in proportion to its length, several
-    times over: signing, checking, routing)."""
+    characters, ``zlib:`` and its steps in parts of CHAIN_PART_STEPS, each the
+    base64 of its zlib compression, joined by ``.``. A long chain would
+    otherwise cost each step time in proportion to its length (signing,
+    checking, routing); parts let a step unpack and pack only the last one
+    (:func:`next_step`)."""
     if len(text) <= CHAIN_PACK_OVER:
         return text
-    return CHAIN_PACKED + base64.b64encode(zlib.compress(text.encode(), 1)).decode()
+    steps = text.split(CHAIN_SEPARATOR)
+    parts = [
+        _deflate(CHAIN_SEPARATOR.join(steps[at : at + CHAIN_PART_STEPS]))
+        for at in range(0, len(steps), CHAIN_PART_STEPS)
+    ]
+    return CHAIN_PACKED + CHAIN_PART_SEPARATOR.join(parts)
 
 
 def unpack_chain(header: str) -> str:
@@ -149,8 +161,34 @@ def unpack_chain(header: str) -> str:
     """
     if not header.startswith(CHAIN_PACKED):
         return header
+    parts = header[len(CHAIN_PACKED) :].split(CHAIN_PART_SEPARATOR)
+    return CHAIN_SEPARATOR.join(_inflate(part) for part in parts)
+
+
+def next_step(header: str) -> tuple[str, str]:
+    """A chain header's next step (its last line), and the header of the rest
+    ("" if none), in the same form: of a packed one only the last part is
+    unpacked and packed again.
+
+    Raises:
+        ValueError: a packed header that does not unpack.
+    """
+    if not header.startswith(CHAIN_PACKED):
+        rest, _, step = header.rpartition(CHAIN_SEPARATOR)
+        return step, rest
+    before, dot, last = header[len(CHAIN_PACKED) :].rpartition(CHAIN_PART_SEPARATOR)
+    rest, _, step = _inflate(last).rpartition(CHAIN_SEPARATOR)
+    parts = before + dot + _deflate(rest) if rest else before
+    return step, CHAIN_PACKED + parts if parts else ""
+
+
+def _deflate(text: str) -> str:
+    return base64.b64encode(zlib.compress(text.encode(), 1)).decode()
+
+
+def _inflate(part: str) -> str:
     try:
-        return zlib.decompress(base64.b64decode(header[len(CHAIN_PACKED) :])).decode()
+        return zlib.decompress(base64.b64decode(part, validate=True)).decode()
     except (zlib.error, binascii.Error, UnicodeDecodeError) as exc:
         raise ValueError(f"packed chain header does not unpack: {exc}") from None
 
