@@ -1,6 +1,6 @@
-"""A real etcd for tests: Debian's etcd-server, one member on 127.0.0.1, a
-data directory of its own, started and killed by its PID; and a relay to it
-that a test can cut and heal.
+"""A real etcd for tests: Debian's etcd-server, one member on 127.0.0.1 (or an
+address of a test's network namespace), a data directory of its own, started
+and killed by its PID; and a relay to it that a test can cut and heal.
 
 Tests that need it skip, naming the package, only when the ``etcd`` binary is
 missing (``.ci/run`` installs it).
@@ -43,20 +43,29 @@ def etcd_binary() -> str:
 
 
 class EtcdServer:
-    """One etcd member; :meth:`kill` (SIGKILL) and :meth:`start` again on the same data."""
+    """One etcd member; :meth:`kill` (SIGKILL) and :meth:`start` again on the same data.
 
-    def __init__(self, directory: Path, *, tls: bool = False) -> None:
+    With ``host``, an address of a test's network namespace (tests/netns.py),
+    it listens there on etcd's usual ports (a namespace's ports are all free):
+    run :meth:`command` on that host; :meth:`start` is for 127.0.0.1 (it waits
+    for etcd's answer from the namespace the tests run in).
+    """
+
+    def __init__(self, directory: Path, *, tls: bool = False, host: str = "127.0.0.1") -> None:
         self.binary = etcd_binary()
         self.directory = directory
-        self.client_port = free_port()
-        self.peer_port = free_port()
+        self.host = host
+        # Another host's ports (a network namespace's) are all free: etcd's own.
+        local = host == "127.0.0.1"
+        self.client_port = free_port() if local else 2379
+        self.peer_port = free_port() if local else 2380
         scheme = "https" if tls else "http"
-        self.url = f"{scheme}://127.0.0.1:{self.client_port}"
+        self.url = f"{scheme}://{host}:{self.client_port}"
         self.tls = make_tls(directory / "tls", "etcd")["etcd"] if tls else None
         self.process: subprocess.Popen[bytes] | None = None
 
     def command(self) -> list[str]:
-        peer = f"http://127.0.0.1:{self.peer_port}"
+        peer = f"http://{self.host}:{self.peer_port}"
         command = [
             self.binary,
             "--name=test",
