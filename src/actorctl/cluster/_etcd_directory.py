@@ -103,7 +103,10 @@ class EtcdDirectory:
         client: the etcd client.
         cluster: the cluster's name.
         on_change: called with each change, in order, in the task that runs
-            :meth:`follow` (and :meth:`start`); it must not block.
+            :meth:`follow` (and :meth:`start`); it must not block, and an
+            exception it raises ends :meth:`follow` (and
+            :func:`open_directory`'s block): a router that cannot take a
+            change in fails where its supervisor sees it.
         idle: seconds the watch may hear nothing before it checks its connection.
         max_retry: the longest wait, seconds, between two tries to reach etcd again.
     """
