@@ -1,5 +1,6 @@
-"""A real etcd for tests: Debian's etcd-server, one member on 127.0.0.1, a
-data directory of its own, started and killed by its PID.
+"""A real etcd for tests: Debian's etcd-server, one member on 127.0.0.1 (or an
+address of a test's network namespace), a data directory of its own, started
+and killed by its PID; and a relay to it that a test can cut and heal.
 
 Tests that need it skip, naming the package, only when the ``etcd`` binary is
 missing (``.ci/run`` installs it).
@@ -7,6 +8,7 @@ missing (``.ci/run`` installs it).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -16,10 +18,12 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
 
 from .harness import free_port
 from .tls import make_tls
@@ -39,20 +43,29 @@ def etcd_binary() -> str:
 
 
 class EtcdServer:
-    """One etcd member; :meth:`kill` (SIGKILL) and :meth:`start` again on the same data."""
+    """One etcd member; :meth:`kill` (SIGKILL) and :meth:`start` again on the same data.
 
-    def __init__(self, directory: Path, *, tls: bool = False) -> None:
+    With ``host``, an address of a test's network namespace (tests/netns.py),
+    it listens there on etcd's usual ports (a namespace's ports are all free):
+    run :meth:`command` on that host; :meth:`start` is for 127.0.0.1 (it waits
+    for etcd's answer from the namespace the tests run in).
+    """
+
+    def __init__(self, directory: Path, *, tls: bool = False, host: str = "127.0.0.1") -> None:
         self.binary = etcd_binary()
         self.directory = directory
-        self.client_port = free_port()
-        self.peer_port = free_port()
+        self.host = host
+        # Another host's ports (a network namespace's) are all free: etcd's own.
+        local = host == "127.0.0.1"
+        self.client_port = free_port() if local else 2379
+        self.peer_port = free_port() if local else 2380
         scheme = "https" if tls else "http"
-        self.url = f"{scheme}://127.0.0.1:{self.client_port}"
+        self.url = f"{scheme}://{host}:{self.client_port}"
         self.tls = make_tls(directory / "tls", "etcd")["etcd"] if tls else None
         self.process: subprocess.Popen[bytes] | None = None
 
     def command(self) -> list[str]:
-        peer = f"http://127.0.0.1:{self.peer_port}"
+        peer = f"http://{self.host}:{self.peer_port}"
         command = [
             self.binary,
             "--name=test",
@@ -116,3 +129,64 @@ class EtcdServer:
         if self.tls is None:
             return None
         return ssl.create_default_context(cafile=str(self.tls.ca))
+
+
+@contextlib.asynccontextmanager
+async def open_proxy(target_port: int) -> AsyncIterator[Proxy]:
+    """A relay to etcd's port on 127.0.0.1 for the duration of the block."""
+    listener = (await trio.open_tcp_listeners(0, host="127.0.0.1"))[0]
+    proxy = Proxy(listener, target_port)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(proxy.serve)
+        yield proxy
+        proxy.cut()
+        nursery.cancel_scope.cancel(reason="the proxy's block ended")
+
+
+class Proxy:
+    """A TCP relay to etcd on 127.0.0.1: a client behind it is cut off from
+    etcd by :meth:`cut` (every connection ends, and new ones are closed at
+    once) until :meth:`heal`, while etcd itself stays up for everyone else."""
+
+    def __init__(self, listener: trio.SocketListener, target_port: int) -> None:
+        self._listener = listener
+        self._target = target_port
+        self._relays: set[trio.CancelScope] = set()
+        self._cut = False
+        self.url = f"http://127.0.0.1:{listener.socket.getsockname()[1]}"
+
+    def cut(self) -> None:
+        self._cut = True
+        for scope in self._relays:
+            scope.cancel(reason="the link is cut")
+
+    def heal(self) -> None:
+        self._cut = False
+
+    async def serve(self) -> None:
+        async with self._listener:
+            await trio.serve_listeners(self._relay, [self._listener])
+
+    async def _relay(self, client: trio.SocketStream) -> None:
+        async with client:
+            if self._cut:
+                return
+            with trio.CancelScope() as scope:
+                self._relays.add(scope)
+                try:
+                    await self._pump_both(client)
+                finally:
+                    self._relays.discard(scope)
+
+    async def _pump_both(self, client: trio.SocketStream) -> None:
+        async with await trio.open_tcp_stream("127.0.0.1", self._target) as server:
+
+            async def pump(source: trio.SocketStream, sink: trio.SocketStream) -> None:
+                with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                    while data := await source.receive_some(65536):
+                        await sink.send_all(data)
+                    await sink.send_eof()
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(pump, client, server)
+                nursery.start_soon(pump, server, client)

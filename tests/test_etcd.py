@@ -7,8 +7,7 @@ entered), each bounded by ``trio.fail_after``; no test sleeps to synchronise.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,7 +18,7 @@ from actorctl.cluster._etcd import EtcdClient
 from actorctl.cluster._etcd_data import Compare, Get, Put
 from actorctl.cluster._etcd_wire import EtcdCompacted, EtcdError, EtcdUnavailable
 
-from .etcd_server import EtcdServer
+from .etcd_server import EtcdServer, open_proxy
 from .harness import free_port
 
 
@@ -454,7 +453,7 @@ async def test_a_leader_cut_off_from_etcd_stops_before_another_can_lead(
             times["n2 leads"] = trio.current_time()
 
     with trio.fail_after(10):
-        async with _open_proxy(etcd.client_port) as proxy, trio.open_nursery() as nursery:
+        async with open_proxy(etcd.client_port) as proxy, trio.open_nursery() as nursery:
             # Given a leader that reaches etcd through a link the test can cut,
             # and a candidate that reaches it directly
             nursery.start_soon(first, EtcdClient([proxy.url], timeout=1))
@@ -466,49 +465,6 @@ async def test_a_leader_cut_off_from_etcd_stops_before_another_can_lead(
     # Then the leader stops within ttl - margin, before etcd lets the other lead
     assert times["n1 stopped"] - cut < 2 - 0.5 + 0.3
     assert times["n1 stopped"] < times["n2 leads"]
-
-
-@contextlib.asynccontextmanager
-async def _open_proxy(target_port: int) -> AsyncIterator[_Proxy]:
-    """A relay to etcd's port for the duration of the block."""
-    listener = (await trio.open_tcp_listeners(0, host="127.0.0.1"))[0]
-    proxy = _Proxy(listener, target_port)
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(proxy.serve)
-        yield proxy
-        proxy.cut()
-
-
-class _Proxy:
-    """A TCP relay to etcd on 127.0.0.1 whose every connection :meth:`cut` ends
-    (and which refuses new ones from then on)."""
-
-    def __init__(self, listener: trio.SocketListener, target_port: int) -> None:
-        self._listener = listener
-        self._target = target_port
-        self._scope = trio.CancelScope()
-        self.url = f"http://127.0.0.1:{listener.socket.getsockname()[1]}"
-
-    def cut(self) -> None:
-        self._scope.cancel(reason="the link is cut")
-
-    async def serve(self) -> None:
-        async with self._listener:
-            with self._scope:
-                await trio.serve_listeners(self._relay, [self._listener])
-
-    async def _relay(self, client: trio.SocketStream) -> None:
-        async with client, await trio.open_tcp_stream("127.0.0.1", self._target) as server:
-
-            async def pump(source: trio.SocketStream, sink: trio.SocketStream) -> None:
-                with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-                    while data := await source.receive_some(65536):
-                        await sink.send_all(data)
-                    await sink.send_eof()
-
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(pump, client, server)
-                nursery.start_soon(pump, server, client)
 
 
 async def test_a_client_reaches_etcd_over_tls_with_its_ca(

@@ -1,0 +1,218 @@
+"""What a node says about itself in etcd: its record, and where the record lives.
+
+A cluster that spans hosts learns who is in it from etcd (docs/design, "Beyond
+one machine"): each node keeps ``/actorctl/<cluster>/nodes/<name>`` under a
+lease of its own (:mod:`._membership`), and every node reads and watches the
+prefix (:mod:`._etcd_directory`). The value is a JSON object, so that a tool
+in any language (or ``etcdctl get --prefix``) can read it::
+
+    {"name": "worker-1", "address": "amqps://10.0.0.2:5701",
+     "key_id": "ed25519:...", "fingerprint": "sha256:...",
+     "actors": ["_node", "_tasks", "celery", "celery-2"],
+     "pools": {"celery": ["celery", "celery-2"]}, "started": 1795000000.5}
+
+``pools`` names, for each pool the node serves, which of its ``actors`` are
+that pool's workers: a router takes the workers from there as they are, with
+no naming convention to guess from (the task layer names them ``POOL``,
+``POOL-2``, ..., docs/protocol.md §14.1, but the runtime does not import it).
+``fingerprint`` is the SHA-256 of the node's TLS certificate (empty for a node
+without TLS): a peer can check that the certificate it is shown is the one the
+node registered.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import ssl
+from collections.abc import Mapping
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Final
+from urllib.parse import urlsplit
+
+import attrs
+
+from .._errors import ConfigError
+from ..actors import Address
+
+__all__ = [
+    "NodeRecord",
+    "certificate_fingerprint",
+    "node_key",
+    "nodes_prefix",
+]
+
+#: A cluster's or a node's name as it appears in a key: no "/" (it would
+#: nest), nothing that needs quoting.
+_NAME: Final = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?")
+#: The longest record read from etcd (a node hosting thousands of actors fits).
+MAX_RECORD: Final = 1 << 20
+
+
+def _check_name(what: str, name: object) -> str:
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise ConfigError(
+            f"{what} {name!r}: expected letters, digits, '.', '_' or '-' "
+            "(starting and ending with a letter or digit), e.g. worker-1"
+        )
+    return name
+
+
+def nodes_prefix(cluster: str) -> str:
+    """The etcd prefix under which ``cluster``'s nodes register (ends with "/").
+
+    Raises:
+        ConfigError: a cluster name that cannot be part of a key.
+    """
+    return f"/actorctl/{_check_name('cluster name', cluster)}/nodes/"
+
+
+def node_key(cluster: str, name: str) -> str:
+    """The key of node ``name``'s record in ``cluster``."""
+    return nodes_prefix(cluster) + _check_name("node name", name)
+
+
+def certificate_fingerprint(pem: Path) -> str:
+    """``sha256:<hex>`` of the first certificate in the PEM file ``pem``.
+
+    Raises:
+        ConfigError: a file that cannot be read or holds no certificate.
+    """
+    try:
+        text = pem.read_text()
+        der = ssl.PEM_cert_to_DER_cert(text)
+    except (OSError, ValueError) as exc:
+        raise ConfigError(
+            f"certificate {pem}: cannot read a PEM certificate from it ({exc})"
+        ) from None
+    return "sha256:" + hashlib.sha256(der).hexdigest()
+
+
+def _valid_name(_record: NodeRecord, _attribute: attrs.Attribute[str], value: str) -> None:
+    _check_name("node name", value)
+
+
+def _names(value: object) -> tuple[str, ...]:
+    if isinstance(value, str) or not isinstance(value, list | tuple | frozenset | set):
+        raise ConfigError(f"expected a list of names, got {value!r}")
+    if not all(isinstance(v, str) and v for v in value):
+        raise ConfigError(f"expected non-empty strings, got {value!r}")
+    return tuple(value)
+
+
+def _pools(value: object) -> Mapping[str, tuple[str, ...]]:
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"expected pool names to their workers' names, got {value!r}")
+    return MappingProxyType({str(pool): _names(workers) for pool, workers in value.items()})
+
+
+@attrs.frozen
+class NodeRecord:
+    """One node of a cluster, as it registers itself.
+
+    Attributes:
+        name: the node's name (its AMQP container id), unique in the cluster.
+        address: its endpoint, ``amqps://host:port`` (``amqp://`` without TLS).
+        key_id: the id of the key it signs with.
+        fingerprint: ``sha256:<hex>`` of its TLS certificate ("" without TLS).
+        actors: the names of the actors it hosts.
+        pools: pool name to the names of that pool's workers among ``actors``.
+        started: when the node started (Unix time, seconds).
+
+    Raises:
+        ConfigError: (when made) a bad name or address, or a pool worker that
+            is not one of ``actors``.
+    """
+
+    name: str = attrs.field(validator=_valid_name)
+    address: str
+    key_id: str
+    fingerprint: str = ""
+    actors: tuple[str, ...] = attrs.field(default=(), converter=_names)
+    pools: Mapping[str, tuple[str, ...]] = attrs.field(
+        factory=lambda: MappingProxyType({}), converter=_pools
+    )
+    started: float = 0.0
+
+    def __attrs_post_init__(self) -> None:
+        parts = urlsplit(self.address)
+        if (
+            parts.scheme not in ("amqp", "amqps")
+            or parts.path not in ("", "/")
+            or parts.query
+            or parts.fragment
+        ):
+            raise ConfigError(
+                f"node {self.name!r}: address {self.address!r} must be the node's endpoint "
+                "alone, amqps://HOST:PORT (no actor name)"
+            )
+        try:
+            Address.parse(f"{self._endpoint_text()}/_node")
+        except ConfigError as exc:
+            raise ConfigError(f"node {self.name!r}: {exc}") from None
+        hosted = set(self.actors)
+        for pool, workers in self.pools.items():
+            missing = [w for w in workers if w not in hosted]
+            if missing:
+                raise ConfigError(
+                    f"node {self.name!r}: pool {pool!r} names workers {missing} that are not "
+                    f"among its actors {sorted(hosted)}: list them in actors too"
+                )
+
+    def _endpoint_text(self) -> str:
+        return self.address.rstrip("/")
+
+    def worker_addresses(self, pool: str) -> tuple[Address, ...]:
+        """The addresses of ``pool``'s workers on this node (none: it does not serve it)."""
+        base = self._endpoint_text()
+        return tuple(Address.parse(f"{base}/{worker}") for worker in self.pools.get(pool, ()))
+
+    def to_json(self) -> bytes:
+        """The value stored in etcd (compact JSON, keys sorted: the same record
+        is always the same bytes, so that writing it again changes nothing)."""
+        body: dict[str, Any] = {
+            "name": self.name,
+            "address": self.address,
+            "key_id": self.key_id,
+            "fingerprint": self.fingerprint,
+            "actors": list(self.actors),
+            "pools": {pool: list(workers) for pool, workers in sorted(self.pools.items())},
+            "started": self.started,
+        }
+        return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes) -> NodeRecord:
+        """The record stored as ``data``.
+
+        Raises:
+            ConfigError: not a record: what is wrong with it.
+        """
+        if len(data) > MAX_RECORD:
+            raise ConfigError(f"a node record of {len(data)} bytes (at most {MAX_RECORD})")
+        try:
+            body = json.loads(data)
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ConfigError(f"a node record that is not JSON ({exc})") from None
+        if not isinstance(body, dict):
+            raise ConfigError(f"a node record that is not a JSON object: {body!r:.80}")
+        missing = sorted({"name", "address", "key_id"} - body.keys())
+        if missing:
+            raise ConfigError(f"a node record without {', '.join(missing)}")
+        started = body.get("started", 0.0)
+        if isinstance(started, bool) or not isinstance(started, int | float):
+            raise ConfigError(f"a node record whose started is not a number: {started!r}")
+        for field in ("address", "key_id", "fingerprint"):
+            if not isinstance(body.get(field, ""), str):
+                raise ConfigError(f"a node record whose {field} is not a string")
+        return cls(
+            name=body["name"],
+            address=body["address"],
+            key_id=body["key_id"],
+            fingerprint=body.get("fingerprint", ""),
+            actors=body.get("actors", []),
+            pools=body.get("pools", {}),
+            started=float(started),
+        )
