@@ -53,6 +53,8 @@ from ._tls import TlsDomains, TlsFiles
 __all__ = ["Node", "NodeAgent", "open_node"]
 
 DEFAULT_GRACE: Final = 5.0
+#: Seconds actors get to end by themselves once every mailbox has settled.
+_SETTLED_GRACE: Final = 0.5
 _INSECURE: Final = "plain TCP, no TLS: for tests and development only"
 
 
@@ -314,8 +316,15 @@ class Node:
                 for left in cell.mailbox.close():
                     left.settle(Outcome("released"))
             with trio.move_on_after(self._grace):
-                await actors_done.wait()
-            actors_scope.cancel(reason="node stop deadline")
+                # In-flight handlers finish (each mailbox settles what it
+                # took); what never ends by itself (a boxed worker's process)
+                # is then stopped at once, gracefully, by its supervisor,
+                # rather than at the end of the grace period.
+                for cell in list(self.cells.values()):
+                    await cell.mailbox.wait_settled()
+                with trio.move_on_after(_SETTLED_GRACE):
+                    await actors_done.wait()
+            actors_scope.cancel(reason="node stopping")
             await self._engines.close_all(timeout=1.0)
             nursery.cancel_scope.cancel(reason="node stopped")
 
