@@ -64,7 +64,7 @@ def test_a_line_after_the_delay_has_passed_goes_at_once() -> None:
     batched = BatchedFile(out, delay=0.1, clock=clock)
     batched.write("first\n")
     # When a line comes once the delay has passed
-    clock.now += 0.1
+    clock.now += 0.2
     batched.write("second\n")
     # Then it is written at once too
     assert out.writes == ["first\n", "second\n"]
@@ -88,18 +88,20 @@ def test_the_line_that_fills_a_batch_writes_it() -> None:
 
 def test_waiting_lines_are_written_by_the_writer_thread_once_the_delay_passes() -> None:
     # Given a batched file with a short delay, and a line just written
-    out = Writes()
-    batched = BatchedFile(out, delay=0.01)
+    clock, out = Clock(), Writes()
+    batched = BatchedFile(out, delay=0.01, clock=clock)
     batched.write("first\n")
     out.came.clear()
-    # When more lines come at once, and no one writes or closes it
+    # When more lines come at the same moment, and no one writes or closes it
     batched.write("second\n")
     batched.write("third\n")
-    # Then its writer thread writes them, in one batch (a process killed
-    # outright loses at most the last delay's lines)
+    assert out.writes == ["first\n"]
+    # Then once the delay has passed, its writer thread writes them in one
+    # batch (a process killed outright loses at most the last delay's lines)
+    clock.now += 1.0
     assert out.came.wait(timeout=10)
     assert out.writes == ["first\n", "second\nthird\n"]
-    assert out.threads[1] == "actorctl-log"
+    assert out.threads == [threading.current_thread().name, "actorctl-log"]
     batched.close()
 
 
@@ -142,3 +144,36 @@ def test_eliot_writes_the_same_json_lines_through_it() -> None:
     ]
     assert lines[0]["task_id"] == "t1"
     assert len({m["task_uuid"] for m in lines}) == 1
+
+
+class Failing(Writes):
+    """A file whose second write fails, as a pipe whose reader went away does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failed = threading.Event()
+
+    def write(self, text: str) -> int:
+        if len(self.writes) == 1 and not self.failed.is_set():
+            self.failed.set()
+            raise BrokenPipeError("no reader")
+        return super().write(text)
+
+
+def test_a_batch_the_file_refuses_is_lost_and_the_writer_thread_goes_on() -> None:
+    # Given a batched file that wrote a line, and a line waiting behind it
+    clock, out = Clock(), Failing()
+    batched = BatchedFile(out, delay=0.01, clock=clock)
+    batched.write("first\n")
+    batched.write("lost\n")
+    # When the writer thread's write of it fails
+    clock.now += 1.0
+    assert out.failed.wait(timeout=10)
+    # Then the next line that waits is written by the writer thread still
+    out.came.clear()
+    batched.write("kept\n")
+    clock.now += 1.0
+    assert out.came.wait(timeout=10)
+    assert out.writes == ["first\n", "kept\n"]
+    assert out.threads[-1] == "actorctl-log"
+    batched.close()

@@ -14,6 +14,7 @@ held back).
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable
@@ -110,14 +111,17 @@ class BatchedFile:
 
     def close(self) -> None:
         """Write what waits and stop the writer thread; later lines are
-        written as they come. ``file`` stays open (it may be stdout)."""
+        written as they come. ``file`` stays open (it may be stdout); if it
+        cannot be written any more (a closed pipe), what waits is dropped, as
+        eliot drops a line it cannot write."""
         with self._lock:
             self._closed = True
             self._ready.notify()
             thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join()
-        self.write_waiting()
+        with contextlib.suppress(OSError, ValueError):
+            self.write_waiting()
 
     def _wake_writer(self) -> None:
         """(with ``_lock`` held) A line waits: have the writer thread write it
@@ -142,4 +146,7 @@ class BatchedFile:
                 if due > 0:
                     self._ready.wait(due)
                     continue
-            self.write_waiting()
+            # A file that cannot be written (a closed pipe, a full disk) loses
+            # this batch, as eliot loses a line it cannot write; the next may go.
+            with contextlib.suppress(OSError, ValueError):
+                self.write_waiting()
