@@ -4,11 +4,13 @@ A one-shot command (``call``, ``send``, ``cluster status``, ...) prints its
 answer on stdout and nothing else there; its log goes to stderr, warnings only,
 one short line each, unless ``-v`` asks for every event or ``--log-json`` for
 eliot's JSON lines. A node (``node run``) writes every event as JSON on stdout
-(or to ``--log``): the cluster reads it.
+(or to ``--log``): the cluster reads it. Those lines are written in batches
+(``_logfile.py``): each within a tenth of a second, and what waits at exit.
 """
 
 from __future__ import annotations
 
+import atexit
 import functools
 import json
 import sys
@@ -20,6 +22,7 @@ import eliot
 
 from .._log import is_routine
 from ._journal import journal_for
+from ._logfile import BatchedFile
 
 __all__ = ["log_options", "log_to", "show_log"]
 
@@ -27,15 +30,18 @@ _BOOKKEEPING = frozenset({"timestamp", "task_uuid", "task_level", "message_type"
 
 
 def log_to(path: str, default: IO[str], *, journal: bool = False) -> None:
-    """Every event, as JSON lines, to ``path`` ('-': ``default``). When systemd
-    connected ``default`` to the journal (``_journal.py``), to the journal
-    instead, if ``path`` is '-' or ``journal`` prefers it to ``path``."""
+    """Every event, as JSON lines, to ``path`` ('-': ``default``), in batches
+    (what waits is written at exit). When systemd connected ``default`` to
+    the journal (``_journal.py``), to the journal instead, if ``path`` is '-'
+    or ``journal`` prefers it to ``path``."""
     to_journal = journal_for(default) if path == "-" or journal else None
     if to_journal is not None:
         eliot.add_destinations(to_journal)
         return
     stream: IO[str] = default if path == "-" else open(path, "a", encoding="utf-8")  # noqa: SIM115
-    eliot.to_file(stream)
+    batched = BatchedFile(stream)
+    atexit.register(batched.close)
+    eliot.to_file(batched)
 
 
 def show_log(*, verbose: bool, as_json: bool, stream: IO[str] | None = None) -> None:

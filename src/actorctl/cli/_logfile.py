@@ -1,0 +1,152 @@
+"""A long-running process's log file, written in batches rather than line by line.
+
+A node logs two eliot lines per task it runs (its ``actorctl:task`` action's
+start and end: the trace ``actorctl logs --task`` and the web page read).
+eliot's ``to_file`` writes and flushes each line as it comes: a write system
+call per line in the node, and under ``cluster up`` a wake-up per line in the
+process that copies the node's output to its file. On bench/_tasks.py that was
+a third of a worker's throughput. :class:`BatchedFile` is the file eliot
+writes to instead: the same lines, in the same order, written a batch at a
+time while lines come faster than the delay, and at once when they come
+slower (a quiet process's lines, such as a node saying it is ready, are not
+held back).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable
+from typing import IO, Final, final
+
+__all__ = ["DELAY", "MOST", "BatchedFile"]
+
+#: The longest a line waits to be written, in seconds: the most a process
+#: killed outright (SIGKILL) loses of its log.
+DELAY: Final = 0.1
+#: The most characters that wait: past it, the line that adds to them
+#: writes them all (a process that logs faster than its output is read waits,
+#: as it did when every line was written at once).
+MOST: Final = 1 << 16
+
+
+@final
+class BatchedFile:
+    """Text written to ``file`` in batches: eliot's ``to_file`` writes here.
+
+    A line written while nothing was written for ``delay`` seconds goes to
+    ``file`` at once. A line that follows sooner waits, with the lines after
+    it, until ``delay`` seconds have passed since the last write (a thread of
+    this object writes them then), or until ``most`` characters wait (the
+    writer's own call writes them). :meth:`close` writes what waits and
+    stops the thread: ``log_to`` calls it at exit.
+
+    Every method may be called from any thread (eliot logs from the event
+    loop's thread and from worker threads alike); the text reaches ``file``
+    in the order it was written.
+    """
+
+    def __init__(
+        self,
+        file: IO[str],
+        *,
+        delay: float = DELAY,
+        most: int = MOST,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._file = file
+        self._delay = delay
+        self._most = most
+        self._clock = clock
+        self._waiting: list[str] = []
+        self._size = 0
+        self._written_at = float("-inf")  # by self._clock
+        self._closed = False
+        # _lock guards the fields above; _writing keeps writes in order (it
+        # is taken first, so a line being logged never waits for a write
+        # that someone else makes).
+        self._lock = threading.Lock()
+        self._ready = threading.Condition(self._lock)
+        self._writing = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def write(self, text: str) -> int:
+        """Keep ``text`` (one line, as eliot writes it) to be written: at
+        once, in a batch later, or with the batch it fills."""
+        if not isinstance(text, str):
+            # eliot's FileDestination asks with b"" whether a file takes bytes.
+            raise TypeError(f"a BatchedFile takes text, not {type(text).__name__}")
+        if not text:
+            return 0
+        with self._lock:
+            self._waiting.append(text)
+            self._size += len(text)
+            if self._closed or self._size >= self._most:
+                now = True
+            elif len(self._waiting) > 1:
+                return len(text)  # the writer is already due to write it
+            else:
+                now = self._clock() - self._written_at >= self._delay
+                if not now:
+                    self._wake_writer()
+        if now:
+            self.write_waiting()
+        return len(text)
+
+    def flush(self) -> None:
+        """Nothing: eliot calls it after each line, and each line waits for
+        its batch (:meth:`write_waiting` writes it now)."""
+
+    def write_waiting(self) -> None:
+        """Write every line that waits, now, and flush ``file``."""
+        with self._writing:
+            with self._lock:
+                batch, self._waiting, self._size = self._waiting, [], 0
+                if batch:
+                    self._written_at = self._clock()
+            if batch:
+                self._file.write("".join(batch))
+                self._file.flush()
+
+    def close(self) -> None:
+        """Write what waits and stop the writer thread; later lines are
+        written as they come. ``file`` stays open (it may be stdout); if it
+        cannot be written any more (a closed pipe), what waits is dropped, as
+        eliot drops a line it cannot write."""
+        with self._lock:
+            self._closed = True
+            self._ready.notify()
+            thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
+        with contextlib.suppress(OSError, ValueError):
+            self.write_waiting()
+
+    def _wake_writer(self) -> None:
+        """(with ``_lock`` held) A line waits: have the writer thread write it
+        in time, starting that thread with the first."""
+        if self._thread is None:
+            self._thread = threading.Thread(
+                target=self._write_when_due, name="actorctl-log", daemon=True
+            )
+            self._thread.start()
+        self._ready.notify()
+
+    def _write_when_due(self) -> None:
+        """The writer thread: write what waits once ``delay`` seconds have
+        passed since the last write, until :meth:`close`."""
+        while True:
+            with self._lock:
+                while not self._waiting and not self._closed:
+                    self._ready.wait()
+                if self._closed:
+                    return  # close() writes what waits
+                due = self._written_at + self._delay - self._clock()
+                if due > 0:
+                    self._ready.wait(due)
+                    continue
+            # A file that cannot be written (a closed pipe, a full disk) loses
+            # this batch, as eliot loses a line it cannot write; the next may go.
+            with contextlib.suppress(OSError, ValueError):
+                self.write_waiting()

@@ -1,0 +1,179 @@
+"""A long-running process's log written in batches (``cli/_logfile.py``): the
+same eliot lines in the same order, a quiet process's lines at once, a busy
+one's within the delay, and nothing left behind at exit."""
+
+from __future__ import annotations
+
+import io
+import json
+import threading
+
+import eliot
+import pytest
+from eliot import FileDestination, start_action
+
+from actorctl.cli._logfile import BatchedFile
+
+LONG = 3600.0  # a delay no test waits for: a line held for it is only written by the test
+
+
+class Clock:
+    """A clock the test moves by hand."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Writes(io.StringIO):
+    """A text file that keeps each write apart, and says when one came and
+    from which thread."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes: list[str] = []
+        self.threads: list[str] = []
+        self.came = threading.Event()
+
+    def write(self, text: str) -> int:
+        self.writes.append(text)
+        self.threads.append(threading.current_thread().name)
+        self.came.set()
+        return len(text)
+
+
+def test_a_line_after_a_quiet_spell_goes_at_once_and_those_right_after_it_wait() -> None:
+    # Given a batched file that has written nothing yet
+    clock, out = Clock(), Writes()
+    batched = BatchedFile(out, delay=LONG, clock=clock)
+    # When three lines are written at the same moment
+    for n in range(3):
+        batched.write(f"line {n}\n")
+    # Then the first is written at once, the others wait for their batch
+    assert out.writes == ["line 0\n"]
+    # And close writes them, as one batch, in order
+    batched.close()
+    assert out.writes == ["line 0\n", "line 1\nline 2\n"]
+
+
+def test_a_line_after_the_delay_has_passed_goes_at_once() -> None:
+    # Given a batched file that wrote a line a while ago
+    clock, out = Clock(), Writes()
+    batched = BatchedFile(out, delay=0.1, clock=clock)
+    batched.write("first\n")
+    # When a line comes once the delay has passed
+    clock.now += 0.2
+    batched.write("second\n")
+    # Then it is written at once too
+    assert out.writes == ["first\n", "second\n"]
+    batched.close()
+
+
+def test_the_line_that_fills_a_batch_writes_it() -> None:
+    # Given a batched file holding at most 20 characters
+    clock, out = Clock(), Writes()
+    batched = BatchedFile(out, delay=LONG, most=20, clock=clock)
+    batched.write("quiet\n")
+    # When lines come faster than the delay
+    for n in range(5):
+        batched.write(f"busy {n}\n")  # 7 characters each
+    # Then each third line writes what waits, by the writer's own call
+    assert out.writes == ["quiet\n", "busy 0\nbusy 1\nbusy 2\n"]
+    assert out.threads == [threading.current_thread().name] * 2
+    batched.close()
+    assert out.writes[2:] == ["busy 3\nbusy 4\n"]
+
+
+def test_waiting_lines_are_written_by_the_writer_thread_once_the_delay_passes() -> None:
+    # Given a batched file with a short delay, and a line just written
+    clock, out = Clock(), Writes()
+    batched = BatchedFile(out, delay=0.01, clock=clock)
+    batched.write("first\n")
+    out.came.clear()
+    # When more lines come at the same moment, and no one writes or closes it
+    batched.write("second\n")
+    batched.write("third\n")
+    assert out.writes == ["first\n"]
+    # Then once the delay has passed, its writer thread writes them in one
+    # batch (a process killed outright loses at most the last delay's lines)
+    clock.now += 1.0
+    assert out.came.wait(timeout=10)
+    assert out.writes == ["first\n", "second\nthird\n"]
+    assert out.threads == [threading.current_thread().name, "actorctl-log"]
+    batched.close()
+
+
+def test_after_close_lines_are_written_as_they_come() -> None:
+    clock, out = Clock(), Writes()
+    batched = BatchedFile(out, delay=LONG, clock=clock)
+    batched.write("before\n")
+    batched.close()
+    # (a line logged at exit, after the close atexit made)
+    batched.write("late 1\n")
+    batched.write("late 2\n")
+    assert out.writes == ["before\n", "late 1\n", "late 2\n"]
+
+
+def test_it_takes_text_only() -> None:
+    batched = BatchedFile(Writes())
+    with pytest.raises(TypeError, match="takes text, not bytes"):
+        batched.write(b"")  # type: ignore[arg-type]
+
+
+def test_eliot_writes_the_same_json_lines_through_it() -> None:
+    # Given eliot writing to a batched file, as a node's log does
+    out = io.StringIO()
+    batched = BatchedFile(out, delay=LONG)
+    destination = FileDestination(file=batched)
+    eliot.add_destinations(destination)
+    try:
+        # When an action runs, with a message inside
+        with start_action(action_type="test:batched", task_id="t1"):
+            eliot.log_message(message_type="test:inside", n=1)
+    finally:
+        eliot.remove_destination(destination)
+    batched.close()
+    # Then the log is eliot's JSON lines: its start, the message, its end
+    lines = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert [(m.get("action_status"), m["task_level"]) for m in lines] == [
+        ("started", [1]),
+        (None, [2]),
+        ("succeeded", [3]),
+    ]
+    assert lines[0]["task_id"] == "t1"
+    assert len({m["task_uuid"] for m in lines}) == 1
+
+
+class Failing(Writes):
+    """A file whose second write fails, as a pipe whose reader went away does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failed = threading.Event()
+
+    def write(self, text: str) -> int:
+        if len(self.writes) == 1 and not self.failed.is_set():
+            self.failed.set()
+            raise BrokenPipeError("no reader")
+        return super().write(text)
+
+
+def test_a_batch_the_file_refuses_is_lost_and_the_writer_thread_goes_on() -> None:
+    # Given a batched file that wrote a line, and a line waiting behind it
+    clock, out = Clock(), Failing()
+    batched = BatchedFile(out, delay=0.01, clock=clock)
+    batched.write("first\n")
+    batched.write("lost\n")
+    # When the writer thread's write of it fails
+    clock.now += 1.0
+    assert out.failed.wait(timeout=10)
+    # Then the next line that waits is written by the writer thread still
+    out.came.clear()
+    batched.write("kept\n")
+    clock.now += 1.0
+    assert out.came.wait(timeout=10)
+    assert out.writes == ["first\n", "kept\n"]
+    assert out.threads[-1] == "actorctl-log"
+    batched.close()
