@@ -7,12 +7,13 @@ lines on stdout by default for a node, stderr for one-shot commands).
 from __future__ import annotations
 
 import errno
+import functools
 import json
 import re
 import signal
 import sys
 import traceback
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 import asyncclick as click
@@ -21,7 +22,7 @@ import trio
 
 from .._errors import ActorctlError, ConfigError, DeliveryError, RemoteError
 from ..actors import Actor, Address
-from ..cluster import Node, NodeConfig, Router, hosted_actors, load_cluster, open_node
+from ..cluster import Node, NodeConfig, Router, hosted_actors, hosted_pools, load_cluster, open_node
 from ..supervision import BoxedSpec, SupervisorSpec
 from ..tasks import call as call_by_name
 from ._cluster import cluster
@@ -29,6 +30,7 @@ from ._cluster_controller import cluster_controller
 from ._control import control
 from ._deadletters import deadletters
 from ._errors import exit_code, fail, leaf
+from ._host import LEAVE_TIMEOUT, etcd_option, etcd_settings, host, membership
 from ._inspect import inspect
 from ._keys import certs, keys
 from ._logging import log_options, log_to
@@ -68,6 +70,7 @@ def cli(debug: bool) -> None:
 cli.add_command(keys)
 cli.add_command(certs)
 cli.add_command(cluster)
+cli.add_command(host)
 cluster.add_command(cluster_controller)
 cli.add_command(deadletters)
 cli.add_command(control)
@@ -120,10 +123,12 @@ def node() -> None:
     help="Serve Prometheus metrics on http://HOST:PORT/metrics (port 0: any free port; "
     "default: the node's [node.metrics] listen in --cluster, else nowhere).",
 )
+@etcd_option
 @security_options
 async def node_run(
     target: str | None,
     cluster_path: str | None,
+    etcd: tuple[str, ...],
     metrics: str | None,
     routes: tuple[str, ...],
     instances: int,
@@ -136,7 +141,9 @@ async def node_run(
     """Run a node hosting the actors that MODULE:OBJECT names.
 
     OBJECT may be an Actor subclass or instance, a list of them, or a mapping of
-    name to actor. The node stops gracefully on SIGINT or SIGTERM.
+    name to actor. The node stops gracefully on SIGINT or SIGTERM. With --etcd
+    (and --cluster), it registers in etcd once it listens, its pools' routers
+    follow who else is registered, and it leaves etcd when it stops.
     """
     try:
         log_to(log_path, sys.stdout)
@@ -180,6 +187,12 @@ async def node_run(
             hosted[boxed.name] = boxed
         # Its durable store is under its cluster's data/; without one, in memory.
         store = config.store(node_config) if config is not None else None
+        settings = None
+        if etcd:
+            if config is None:
+                raise ConfigError("--etcd needs --cluster FILE: the cluster it registers in")
+            settings = etcd_settings(config, etcd)
+            pools = hosted_pools(target, node=node_config, cluster=config)
         server = Node(
             node_name,
             hosted,
@@ -209,12 +222,34 @@ async def node_run(
                     traceback="".join(traceback.format_exception(group)),
                 )
                 fail(f"node {node_name} could not start: {type(first).__name__}: {first}")
+            left = trio.Event()
+            member = trio.CancelScope()
+            if settings is not None and config is not None:
+                run = functools.partial(
+                    membership, server, config, node_config, settings, pools, left
+                )
+                await nursery.start(_scoped, member, run)
             async for signum in signals:
                 eliot.log_message(
                     message_type="actorctl:node:signal", signal=signal.Signals(signum).name
                 )
+                if settings is not None:  # it leaves etcd first: routers stop sending
+                    member.cancel(reason="the node stops")
+                    with trio.move_on_after(LEAVE_TIMEOUT):
+                        await left.wait()
                 server.stop(grace)
                 break
+
+
+async def _scoped(
+    scope: trio.CancelScope,
+    run: Callable[..., Awaitable[None]],
+    *,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """``run(task_status=...)`` inside ``scope``: cancelled alone, when its owner says."""
+    with scope:
+        await run(task_status=task_status)
 
 
 _ARGS = click.argument("args", nargs=-1, metavar="[ARGS]...")

@@ -9,6 +9,7 @@
     [[node]]
     name = "worker-1"
     listen = "127.0.0.1:5701"
+    host = "b"              # which host runs it, with [etcd] (_etcd_config.py, docs/deploy.md)
     actors = "examples.workers:actors"
     durable = true          # its store in data/worker-1/store.sqlite; false: in memory
       [node.limits]         # resource bounds (Node's arguments of the same names)
@@ -46,9 +47,8 @@ from __future__ import annotations
 import difflib
 import re
 import tomllib
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
 from pathlib import Path
-from types import MappingProxyType
 from typing import Any, Final, final
 
 import attrs
@@ -57,7 +57,9 @@ from .._errors import ConfigError
 from ..mailbox import Keyring
 from ..supervision import BoxedSpec, SupervisorSpec
 from ._boxed_config import boxed_specs
+from ._config_keys import unknown_key
 from ._deadletters import DeadLetterBounds
+from ._etcd_config import ETCD_KEYS, EtcdSettings, check_hosts, etcd_settings
 from ._health_tables import HEALTH_KEYS, check_health_tables
 from ._limits import LIMIT_NAMES, Limits
 from ._source_tables import SOURCE_KEYS, SOURCE_REQUIRED
@@ -81,15 +83,18 @@ _NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?")
 NODE_KEYS: Final = frozenset(
     {"name", "listen", "actors", "instances", "durable", "limits", "deadletters", "health"}
 ) | {"metrics"}
+#: The key of a [[node]] table that says where it runs (read by `host up`, not the node).
+HOST_KEY: Final = "host"
 #: Every table of the file ("" is the top level) with the keys it may have: the one
 #: place to add a table or a key. A key that is not here is refused, with the nearest
 #: known key; a [[node]] table may also have those its actors factory reads (_hosting).
 KNOWN_KEYS: Final[dict[str, frozenset[str]]] = {
     "": frozenset(
         {"cluster", "node", "router", "supervisor", "boxed", "periodic", "source", "task"}
+        | {"etcd"}  # read by _etcd_config.py
     ),
     "cluster": frozenset({"name", "dev", "certs", "keys", "insecure", "controller", "web"}),
-    "node": NODE_KEYS,
+    "node": NODE_KEYS | {HOST_KEY},
     "node.limits": frozenset(LIMIT_NAMES),
     "node.metrics": METRICS_KEYS,
     "router": frozenset({"name", "node", "instances"}),
@@ -100,6 +105,7 @@ KNOWN_KEYS: Final[dict[str, frozenset[str]]] = {
     ),
     "source": SOURCE_KEYS,  # read by the task app too (tasks/_source_config.py)
     "task": frozenset({"name", "rate_limit", "global_rate_limit"}),  # and these (_tuning.py)
+    "etcd": ETCD_KEYS,  # a cluster on several hosts (_etcd_config.py)
 }
 #: The keys a table must have: a missing one is reported as missing, naming a
 #: key of the table that looks like a misspelling of it.
@@ -109,37 +115,10 @@ REQUIRED_KEYS: Final[dict[str, tuple[str, ...]]] = {
     "periodic": ("name", "task"),
     "source": SOURCE_REQUIRED,
     "task": ("name",),
+    "etcd": ("endpoints",),
 }
 #: Tables that may have keys besides the known ones (read by someone else).
 _OPEN: Final = frozenset({"node"})
-#: Keys of older formats, and where what they said is said now.
-_MOVED: Final = MappingProxyType(
-    {
-        "cluster.app": (
-            "it moved to the nodes that host the app: name the app as such a node's "
-            'actors (actors = "MODULE:APP") and say what the node hosts there '
-            '(pools = ["POOL", ...], or services = true on one node)'
-        ),
-    }
-)
-
-
-def unknown_key(
-    path: Path | None, key: str, value: object, known: Collection[str], why: str = ""
-) -> ConfigError:
-    """The error for a key that nothing reads (``key`` with its table, e.g. ``node[1].pool``):
-    where the key moved (a key of an older format), else which key was meant if one
-    of ``known`` is close, else ``why`` and the keys the table may have."""
-    name = key.rpartition(".")[2]
-    close = difflib.get_close_matches(name, sorted(known), n=1)
-    if key in _MOVED:
-        fix = _MOVED[key]
-    elif close:
-        fix = f"{close[0]!r} (a misspelling?)"
-    else:
-        fix = f"{why}; the keys it may have: {sorted(known)}" if why else f"one of {sorted(known)}"
-    where = f"{path}: " if path is not None else ""
-    return ConfigError(f"{where}key {key!r}: expected no such key: {fix}, got {value!r}")
 
 
 @final
@@ -163,6 +142,7 @@ class NodeConfig:
     # its [[node.health]] tables (``_health_config.py``)
     health: tuple[Mapping[str, Any], ...] = attrs.field(default=(), eq=False, hash=False)
     metrics: str | None = None  # [node.metrics] listen: where it serves /metrics
+    runs_on: str = ""  # its key host: the host that runs it ("": the one host)
 
     @property
     def listen(self) -> str:
@@ -188,6 +168,12 @@ class ClusterConfig:
     periodic_tables: tuple[Mapping[str, Any], ...] = attrs.field(default=(), eq=False)
     source_tables: tuple[Mapping[str, Any], ...] = attrs.field(default=(), eq=False)
     task_tables: tuple[Mapping[str, Any], ...] = attrs.field(default=(), eq=False)
+    etcd: EtcdSettings | None = None  # [etcd]: a cluster on several hosts; None: one host
+
+    @property
+    def hosts(self) -> list[str]:
+        """The hosts its nodes' ``host`` keys name (none: the cluster is one host)."""
+        return sorted({node.runs_on for node in self.nodes if node.runs_on})
 
     def boxed_specs(self, node: NodeConfig, *, pools: bool = False) -> list[BoxedSpec]:
         """The boxed workers ``node`` runs: those that serve a task pool
@@ -287,6 +273,9 @@ def load_cluster(path: Path | str) -> ClusterConfig:
     if not isinstance(nodes_data, list) or not nodes_data:
         raise where.error("node", "at least one [[node]] table", nodes_data)
     nodes = tuple(where.node(i, item) for i, item in enumerate(nodes_data))
+    check_hosts(path, [(node.name, node.runs_on) for node in nodes])
+    if isinstance(data.get("etcd"), dict):
+        where.keys(data["etcd"], "etcd", "etcd")
     names = [node.name for node in nodes]
     for duplicate in {n for n in names if names.count(n) > 1}:
         raise ConfigError(f"{path}: node name {duplicate!r} is used twice: names must be unique")
@@ -323,6 +312,7 @@ def load_cluster(path: Path | str) -> ClusterConfig:
         periodic_tables=where.tables(data.get("periodic", []), "periodic"),
         source_tables=where.tables(data.get("source", []), "source"),
         task_tables=where.tables(data.get("task", []), "task"),
+        etcd=etcd_settings(path, data.get("etcd")),
     )
 
 
@@ -384,6 +374,11 @@ class _Where:
         if not _NAME.fullmatch(name):
             raise self.error(f"{prefix}.name", "letters, digits, '.' and '-'", name)
         host, port = self.endpoint(item, f"{prefix}.listen", default="")
+        runs_on = self.string(item, f"{prefix}.host", default=None) if "host" in item else ""
+        if runs_on and not _NAME.fullmatch(runs_on):
+            raise self.error(
+                f"{prefix}.host", "a host's name: letters, digits, '.' and '-'", runs_on
+            )
         actors = item.get("actors")
         if actors is not None and (not isinstance(actors, str) or not TARGET.fullmatch(actors)):
             raise self.error(
@@ -411,7 +406,10 @@ class _Where:
                 if message.startswith(str(self.path))
                 else ConfigError(f"{self.path}: {message}")
             ) from None
-        settings = {key: value for key, value in item.items() if key not in NODE_KEYS}
+        settings = {key: value for key, value in item.items() if key not in KNOWN_KEYS["node"]}
+        for key in settings:  # a misspelt host would be taken for its actors factory's key
+            if difflib.get_close_matches(key, [HOST_KEY], cutoff=0.7):
+                raise unknown_key(self.path, f"{prefix}.{key}", item[key], KNOWN_KEYS["node"])
         if actors is None and settings:  # no actors factory here to read them
             key, value = next(iter(settings.items()))
             raise unknown_key(
@@ -435,6 +433,7 @@ class _Where:
             deadletters=deadletters,
             health=health,
             metrics=metrics_table(self.path, f"{prefix}.metrics", item.get("metrics")),
+            runs_on=runs_on,
         )
 
     def deadletters(self, key: str, table: object) -> DeadLetterBounds:

@@ -1,14 +1,15 @@
 """A trio client of etcd v3: keys, leases, transactions and watches.
 
-This is what a cluster that spans hosts will agree through (docs/design,
+This is what a cluster that spans hosts agrees through (docs/design,
 "Beyond one machine": membership, leases and the single active scheduler come
-from etcd, no home-made consensus). It is the groundwork only: nothing in the
-runtime uses it yet. Built on it so far: a node's registration under a lease
-(:mod:`actorctl.cluster._membership`), the directory of the registered nodes,
-cached and watched (:mod:`actorctl.cluster._etcd_directory`), and the election
-of the singletons (:mod:`actorctl.cluster._election`); until the nodes use
-them, the Controller's :class:`~actorctl.cluster._leases.LeaseTable` and
-cluster.toml's addresses serve one host, and need no etcd.
+from etcd, no home-made consensus). Built on it: a node's registration under
+a lease (:mod:`actorctl.cluster._membership`) and the directory of the
+registered nodes, cached and watched (:mod:`actorctl.cluster._etcd_directory`),
+which a node started by ``actorctl host up`` uses (:mod:`._member`: pools'
+routers follow it); and the election of the singletons
+(:mod:`actorctl.cluster._election`), not used yet. On one host (``cluster
+up``) the Controller's :class:`~actorctl.cluster._leases.LeaseTable` and
+cluster.toml's addresses serve, and need no etcd.
 
 It talks to etcd's JSON gateway over HTTP (:mod:`._etcd_wire` says why and
 how), which every etcd since 3.4 serves on its client port: Debian's

@@ -25,7 +25,7 @@ Each change bumps :attr:`~EtcdDirectory.generation`: :meth:`~EtcdDirectory.wait_
 waits for the next one, and ``on_change`` (given to the constructor) is told
 of each, in the directory's own task, in order.
 
-Not yet used by the runtime: see :mod:`actorctl.cluster._etcd`.
+Used by a node started with etcd (``actorctl host up``): :mod:`._member`.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ import signal
 import subprocess
 import sys
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Final, final
 
@@ -69,10 +69,13 @@ class _Runner:
         state: NodeState,
         on_change: Callable[[NodeState], None] = lambda state: None,
         metrics: str | None = None,
+        *,
+        etcd: Sequence[str] = (),
     ) -> None:
         self.config = config
         self.node = node
         self.state = state
+        self.etcd = tuple(etcd)
         self._metrics = metrics
         self._on_change = on_change
         self._starts = 0
@@ -106,6 +109,8 @@ class Foreman(_Runner):
         on_change: called (in this task) whenever ``state`` changes.
         metrics: where the node serves /metrics when its table does not say
             (``cluster up``: 127.0.0.1:0); None: nowhere.
+        etcd: etcd's endpoints (``host up``): the node registers there, and is
+            ready once it has (none: a cluster on one host).
     """
 
     def command(self) -> list[str]:
@@ -120,6 +125,8 @@ class Foreman(_Runner):
         command += ["--cluster", str(config.path)]
         if self.metrics is not None:
             command += ["--metrics", self.metrics]
+        for endpoint in self.etcd:
+            command += ["--etcd", endpoint]
         if config.insecure:
             return [*command, "--insecure"]
         return [*command, "--certs", str(config.certs), "--keys", str(config.keys)]
@@ -199,9 +206,15 @@ class Foreman(_Runner):
                         self._error = line[7:].decode("utf-8", "replace").strip()
                     if b'"actorctl:node:ready"' in line:
                         message = json.loads(line)
-                        self.state.address = str(message["address"])
+                        address = str(message["address"])
                         self.state.actors = list(message.get("actors", []))
                         self.state.metrics = message.get("metrics")
+                        if not self.etcd:
+                            self.state.address = address
+                            ready.set()
+                    elif self.etcd and b'"actorctl:membership:member"' in line:
+                        # With etcd, ready once registered: in every directory.
+                        self.state.address = str(json.loads(line)["address"])
                         ready.set()
         ready.set()  # it ended: whoever waits for it must look at the state
 

@@ -14,7 +14,7 @@ are not a factory: nothing would read it.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from .._errors import ConfigError
@@ -23,7 +23,7 @@ from ..supervision import BoxedSpec, import_target
 from ._config import NODE_KEYS, ClusterConfig, NodeConfig, unknown_key
 from ._health_config import with_health
 
-__all__ = ["ActorsFactory", "Hosted", "hosted_actors"]
+__all__ = ["ActorsFactory", "Hosted", "PoolsFactory", "hosted_actors", "hosted_pools"]
 
 
 @runtime_checkable
@@ -44,6 +44,38 @@ class ActorsFactory(Protocol):
         for a node run without its cluster file); a BoxedSpec is a boxed worker
         with the actor it makes in front (a task app's pool served by one)."""
         ...
+
+
+@runtime_checkable
+class PoolsFactory(Protocol):
+    """An actors factory that also says which of its actors serve a pool (a task
+    app): what a node's record in etcd lists as its pools (``NodeRecord.pools``)."""
+
+    def pools_for(
+        self, cluster: ClusterConfig | None, node: NodeConfig
+    ) -> Mapping[str, Sequence[str]]:
+        """Each pool ``node`` serves, with the names of its workers there."""
+        ...
+
+
+def hosted_pools(
+    target: str | None, *, node: NodeConfig, cluster: ClusterConfig | None
+) -> dict[str, list[str]]:
+    """The pools ``node`` serves, as the actors factory ``target`` names says
+    (none for actors that are no :class:`PoolsFactory`).
+
+    Raises:
+        ConfigError: naming the module or object that is wrong.
+    """
+    if target is None:
+        return {}
+    obj = import_target(target)
+    if isinstance(obj, type) or not isinstance(obj, PoolsFactory):
+        return {}
+    return {
+        str(pool): [str(w) for w in workers]
+        for pool, workers in obj.pools_for(cluster, node).items()
+    }
 
 
 #: What MODULE:OBJECT names for a node to host: a class (the node builds a fresh

@@ -23,7 +23,7 @@ registration lasts, and once etcd answers:
 Every call to etcd is bounded by the client's timeout; nothing here waits on
 etcd for longer, and nothing the node does waits on its registration.
 
-Not yet used by the runtime: see :mod:`actorctl.cluster._etcd`.
+Used by a node started with etcd (``actorctl host up``): :mod:`._member`.
 """
 
 from __future__ import annotations

@@ -95,6 +95,9 @@ class Router(Actor):
     #: settled once it is held there (the backlog moves it to another instance
     #: when one refuses it). False: it is settled once an instance handled it.
     hands_over: ClassVar[bool] = False
+    #: The pool whose workers it routes to, as a cluster that spans hosts lists
+    #: them in etcd (``_member_routing.py``); None: it routes to its instances only.
+    follows_pool: str | None = None
 
     def __init__(self, instances: Sequence[Address | str], *, attempt_timeout: float = 5.0) -> None:
         if not instances:
@@ -104,11 +107,15 @@ class Router(Actor):
         self.load = {address: 0 for address in self.instances}
         self._turn = 0  # where the next pre-settled message starts looking
 
-    def retarget(self, instances: Sequence[Address | str]) -> tuple[list[str], list[str], int]:
-        """Route to ``instances`` from now on (``cluster reload``): what waits
-        in the node's backlog for an instance no longer among them moves to
-        the others; what is already on its way there stays. Returns the
-        instances added, those removed, and how many messages moved.
+    def retarget(
+        self, instances: Sequence[Address | str], why: str = "cluster reload"
+    ) -> tuple[list[str], list[str], int]:
+        """Route to ``instances`` from now on (``cluster reload``, or ``why``
+        else: a node left the cluster's membership): what waits in the node's
+        backlog for an instance no longer among them moves to the others; what
+        is already on its way there stays (the backlog sends it elsewhere if
+        that instance's node cannot be reached). Returns the instances added,
+        those removed, and how many messages moved.
 
         Raises:
             ValueError: no instances.
@@ -124,8 +131,9 @@ class Router(Actor):
         moved = 0
         outbox = self._require_cell().outbox
         if removed and isinstance(outbox, NodeOutbox):
-            why = f"router {self.address.name!r} no longer routes to it (cluster reload)"
-            moved = outbox.backlog.evacuate(removed, why)
+            moved = outbox.backlog.evacuate(
+                removed, f"router {self.address.name!r} no longer routes to it ({why})"
+            )
         if added or removed:
             log(
                 "actorctl:router:retargeted",
@@ -133,6 +141,7 @@ class Router(Actor):
                 added=[str(a) for a in added],
                 removed=[str(a) for a in removed],
                 moved=moved,
+                why=why,
             )
         return [str(a) for a in added], [str(a) for a in removed], moved
 

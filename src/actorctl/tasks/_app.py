@@ -20,7 +20,7 @@ from . import _results
 from ._client import TaskClient
 from ._conf import CELERY_ONLY_SETTINGS
 from ._connect import CLIENT_NAME, ClusterSpec, Connection, open_client
-from ._hosting import TASK_SETTINGS, task_actors
+from ._hosting import TASK_SETTINGS, node_pools, task_actors
 from ._registry import TaskRegistry
 from ._task import Task
 
@@ -159,6 +159,12 @@ class App(TaskRegistry):
         say (``pools = [...]`` or ``services = true``): the actors factory
         interface of ``actorctl.cluster``."""
         return task_actors(self, cluster, node)
+
+    def pools_for(self, cluster: ClusterConfig | None, node: NodeConfig) -> dict[str, list[str]]:
+        """The pools a node of ``cluster`` serves, each with its workers' names
+        there: what the node's record in etcd says (``actorctl.cluster``'s
+        ``PoolsFactory``)."""
+        return node_pools(cluster, node)
 
 
 def _celery_arguments(given: Mapping[str, Any]) -> str:

@@ -49,7 +49,14 @@ from ._source_config import cluster_sources
 from ._tuning import file_limits
 from ._worker import SETTLING, TaskWorker
 
-__all__ = ["TASK_SETTINGS", "PoolRouter", "TaskNodeSettings", "cluster_directory", "task_actors"]
+__all__ = [
+    "TASK_SETTINGS",
+    "PoolRouter",
+    "TaskNodeSettings",
+    "cluster_directory",
+    "node_pools",
+    "task_actors",
+]
 
 TASK_ATTEMPT_TIMEOUT: Final = 24 * 3600.0
 #: The keys of a node's table a task app reads (its ``settings_keys``).
@@ -219,6 +226,7 @@ def task_actors(
                 app=app,
                 state=state,
                 workers=functools.partial(_pool_workers, pool),
+                pool=pool,
             )
         actors[SCHEDULER_NAME] = Scheduler(directory)
         actors[BEAT_NAME] = _beat(app, config, directory)
@@ -229,6 +237,24 @@ def task_actors(
         if spec.node == node.name or (spec.node is None and mine.services):
             actors[source_actor(spec.name)] = SourceActor(spec, directory)
     return actors
+
+
+def node_pools(config: ClusterConfig | None, node: NodeConfig) -> dict[str, list[str]]:
+    """The pools ``node`` serves, each with its workers' names there (what its
+    record in etcd says: ``NodeRecord.pools``): ``POOL``, ``POOL-2``, ... for
+    more instances; one, ``POOL``, for a pool a boxed worker serves.
+
+    Raises:
+        ConfigError: wrong task settings.
+    """
+    pools = TaskNodeSettings.of(config, node).pools
+    boxed = {spec.pool for spec in config.boxed_specs(node, pools=True)} if config else set()
+    return {
+        pool: [pool]
+        if pool in boxed
+        else [_instance(pool, copy) for copy in range(1, node.instances + 1)]
+        for pool in pools
+    }
 
 
 def _pool_workers(pool: str, config: ClusterConfig) -> list[str]:

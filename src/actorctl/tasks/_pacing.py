@@ -103,8 +103,12 @@ class PoolRouter(Router):
         app: TaskRegistry | None = None,
         state: WorkerState | None = None,
         workers: Callable[[ClusterConfig], list[str]] | None = None,
+        pool: str | None = None,
     ) -> None:
         super().__init__(instances, attempt_timeout=attempt_timeout)
+        #: Its pool: on a cluster that spans hosts, it routes to the pool's
+        #: workers that etcd lists (``cluster/_member_routing.py``).
+        self.follows_pool = pool
         #: The pool's workers in a cluster file (None: outside a cluster).
         self.workers_of = workers
         #: Global rate limits and suspends: for the pool as a whole.
@@ -155,7 +159,14 @@ class PoolRouter(Router):
         wanted = self.workers_of(config) if self.workers_of is not None else []
         if not wanted:
             return []  # a pool with no workers left: what it holds waits for them
-        lines = self.route_to(config, wanted, shift)
+        return self.route_to(config, wanted, shift)
+
+    def retarget(
+        self, instances: Sequence[Address | str], why: str = "cluster reload"
+    ) -> tuple[list[str], list[str], int]:
+        """Route to ``instances`` (``Router.retarget``), each paced for the
+        per-worker limits."""
+        changed = super().retarget(instances, why)
         for pacers in self.per_worker.values():
             limit = next(iter(pacers.values())).limit if pacers else None
             for address in [a for a in pacers if a not in self.instances]:
@@ -166,7 +177,7 @@ class PoolRouter(Router):
                     pacers[address].set(limit)
         self._rates_changed.set()
         self._rates_changed = trio.Event()
-        return lines
+        return changed
 
     async def on_start(self) -> None:
         """Take back the tasks its node held for its instances, and those it

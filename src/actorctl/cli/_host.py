@@ -1,0 +1,166 @@
+"""``actorctl host up FILE --host NAME``: one host's nodes of a cluster that spans hosts.
+
+Each host of such a cluster runs this (in a terminal, or under systemd with
+``Type=notify``): it supervises the nodes whose ``host`` key names it, each
+registered in etcd (the ``[etcd]`` table, or ``--etcd URL``), and stops them
+on Ctrl-C or SIGTERM. A node run with ``--etcd`` registers itself once it
+listens and follows the cluster's membership (:func:`membership`).
+"""
+
+from __future__ import annotations
+
+import functools
+import signal
+import sys
+from collections.abc import AsyncIterator, Mapping, Sequence
+from pathlib import Path
+
+import asyncclick as click
+import attrs
+import trio
+
+from .._errors import ConfigError
+from ..cluster import (
+    ClusterConfig,
+    EtcdError,
+    EtcdSettings,
+    Node,
+    NodeConfig,
+    NodeDied,
+    check_etcd,
+    check_references,
+    host_nodes,
+    load_cluster,
+    node_record,
+    run_host,
+    serve_membership,
+)
+from ..supervision import ChildFailedToStart, SupervisorGaveUp
+from ._cluster import _progress, _rows, _table
+from ._errors import fail, leaf
+from ._logging import log_to
+
+__all__ = ["etcd_option", "etcd_settings", "host", "membership"]
+
+#: Seconds a node gives its deregistration at a stop before it stops anyway.
+LEAVE_TIMEOUT = 5.0
+
+etcd_option = click.option(
+    "--etcd",
+    "etcd",
+    multiple=True,
+    metavar="URL",
+    help="An etcd endpoint (repeat for each member), e.g. http://10.0.0.1:2379; "
+    "default: the file's [etcd] endpoints.",
+)
+
+
+def etcd_settings(config: ClusterConfig, endpoints: Sequence[str]) -> EtcdSettings:
+    """Where etcd is for ``config``: ``endpoints`` (``--etcd``) over its [etcd] table.
+
+    Raises:
+        ConfigError: neither says, or an endpoint is not a URL.
+    """
+    if config.etcd is None and not endpoints:
+        raise ConfigError(
+            f"{config.path}: no etcd to register in: add an [etcd] table "
+            '(endpoints = ["http://HOST:2379"]) or pass --etcd URL'
+        )
+    settings = config.etcd or EtcdSettings(tuple(endpoints))
+    return settings.with_endpoints(endpoints)
+
+
+@click.group()
+def host() -> None:
+    """Run one host's nodes of a cluster that spans hosts (etcd)."""
+
+
+@host.command("up")
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--host", "name", required=True, help="Which host this is (key host of [[node]]).")
+@etcd_option
+async def host_up(file: Path, name: str, etcd: tuple[str, ...]) -> None:
+    """Start the nodes of FILE whose host is NAME, supervised, each registered
+    in etcd: a node that dies is restarted, and leaves etcd's directory when its
+    lease runs out; Ctrl-C (or SIGTERM) stops them, and they leave at once.
+
+    Logs go to logs/ beside FILE (this process's own to logs/host-NAME.log).
+    """
+    try:
+        config = load_cluster(file)
+        nodes = host_nodes(config, name)
+        settings = etcd_settings(config, etcd)
+        check_references(config)
+        for node in nodes:  # secrets are made once and copied to each host
+            config.security(node.name)
+    except ConfigError as exc:
+        fail(f"{exc}", 2)
+    (config.root / "logs").mkdir(exist_ok=True)
+    log_to(str(config.root / "logs" / f"host-{name}.log"), sys.stderr, journal=True)
+    try:
+        await check_etcd(config, settings)
+    except ConfigError as exc:
+        fail(f"{exc}", 1)
+    click.echo(
+        f"starting host {name!r} of cluster {config.name!r}: {len(nodes)} nodes, "
+        f"etcd at {', '.join(settings.endpoints)}"
+    )
+    sys.stdout.flush()
+    stop = trio.Event()
+    try:
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_watch, signals, stop)
+                states = await nursery.start(
+                    functools.partial(run_host, config, name, settings, _progress, stop=stop)
+                )
+                mine = attrs.evolve(
+                    config, nodes=tuple(n for n in config.nodes if n.name in states)
+                )
+                click.echo(_table(_rows(mine, states)))
+                click.echo(f"host {name!r} ready")
+                sys.stdout.flush()
+                await stop.wait()
+                click.echo("stopping: nodes in reverse order")
+                nursery.cancel_scope.cancel(reason="host down")
+    except* (SupervisorGaveUp, NodeDied, ChildFailedToStart) as group:
+        fail(f"{leaf(group)}", 1)
+    click.echo(f"host {name!r} stopped")
+
+
+async def _watch(signals: AsyncIterator[int], stop: trio.Event) -> None:
+    async for _ in signals:
+        stop.set()
+        return
+
+
+async def membership(
+    server: Node,
+    config: ClusterConfig,
+    node_config: NodeConfig,
+    settings: EtcdSettings,
+    pools: Mapping[str, Sequence[str]],
+    left: trio.Event,
+    *,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """``node run --etcd``: register ``server`` and follow the membership until
+    cancelled (then deregister, and set ``left``); fails the command if etcd
+    does not answer at the start."""
+    record = node_record(server, config, node_config, pools)
+    try:
+        await serve_membership(
+            server,
+            record,
+            config.name,
+            settings,
+            task_status=task_status,
+        )
+    except* EtcdError as group:
+        fail(
+            f"node {server.name}: cannot register in etcd at "
+            f"{', '.join(settings.endpoints)}: {leaf(group)}",
+            1,
+        )
+    finally:
+        left.set()

@@ -1,0 +1,122 @@
+"""cluster.toml's ``[etcd]`` table: where a cluster that spans hosts keeps its membership.
+
+    [etcd]
+    endpoints = ["http://10.0.0.1:2379", "http://10.0.0.2:2379"]
+    ttl = 10        # seconds a node that died stays registered (its lease's ttl)
+
+Without the table a cluster is one host and needs no etcd (``cluster up``, the
+embedded default); with it, ``actorctl host up FILE --host NAME`` on each host
+runs that host's nodes (``[[node]] host = "NAME"``), and each registers in
+etcd under a lease (``_membership.py``, docs/deploy.md). ``--etcd URL`` on the
+command line gives the endpoints instead of the table (or over it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Final, final
+
+import attrs
+
+from .._errors import ConfigError
+from ._config_keys import unknown_key
+from ._etcd import MAX_LEASE_TTL, EtcdClient
+from ._membership import DEFAULT_NODE_TTL
+
+__all__ = ["ETCD_KEYS", "EtcdSettings", "check_hosts", "etcd_settings"]
+
+#: The keys of the [etcd] table.
+ETCD_KEYS: Final = frozenset({"endpoints", "ttl"})
+
+
+@final
+@attrs.frozen
+class EtcdSettings:
+    """Where etcd is, and how long a node's registration outlives the node.
+
+    Attributes:
+        endpoints: client URLs of etcd's members.
+        ttl: the lease's ttl of a node's registration, whole seconds.
+    """
+
+    endpoints: tuple[str, ...]
+    ttl: int = DEFAULT_NODE_TTL
+
+    def with_endpoints(self, endpoints: Sequence[str]) -> EtcdSettings:
+        """These settings with ``endpoints`` instead (``--etcd``), when any are given.
+
+        Raises:
+            ConfigError: an endpoint that is not an http(s) URL, naming it.
+        """
+        if not endpoints:
+            return self
+        check_endpoints(list(endpoints), "--etcd")
+        return attrs.evolve(self, endpoints=tuple(endpoints))
+
+
+def check_endpoints(endpoints: object, where: str) -> tuple[str, ...]:
+    """``endpoints`` as etcd client URLs.
+
+    Raises:
+        ConfigError: naming ``where`` and what is wrong.
+    """
+    if (
+        not isinstance(endpoints, list)
+        or not endpoints
+        or not all(isinstance(url, str) for url in endpoints)
+    ):
+        raise ConfigError(
+            f"{where}: expected a list of etcd client URLs like "
+            f'["http://10.0.0.1:2379"], got {endpoints!r}'
+        )
+    try:
+        EtcdClient(endpoints)  # checks each URL; it opens nothing
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+    return tuple(endpoints)
+
+
+def etcd_settings(path: Path, table: object) -> EtcdSettings | None:
+    """The ``[etcd]`` table of the file at ``path`` (None: there is none).
+
+    Raises:
+        ConfigError: naming the file, the key and what was expected.
+    """
+    if table is None:
+        return None
+    if not isinstance(table, dict):
+        raise ConfigError(f"{path}: key 'etcd': expected a table [etcd], got {table!r}")
+    for key, value in table.items():
+        if key not in ETCD_KEYS:
+            raise unknown_key(path, f"etcd.{key}", value, ETCD_KEYS)
+    if "endpoints" not in table:
+        raise ConfigError(
+            f"{path}: key 'etcd.endpoints' is missing: the [etcd] table says where etcd "
+            'is (endpoints = ["http://HOST:2379", ...])'
+        )
+    endpoints = check_endpoints(table["endpoints"], f"{path}: key 'etcd.endpoints'")
+    ttl = table.get("ttl", DEFAULT_NODE_TTL)
+    if isinstance(ttl, bool) or not isinstance(ttl, int) or not 1 <= ttl <= MAX_LEASE_TTL:
+        raise ConfigError(
+            f"{path}: key 'etcd.ttl': expected whole seconds in 1..{MAX_LEASE_TTL} (how "
+            f"long a node that died stays registered), got {ttl!r}"
+        )
+    return EtcdSettings(endpoints, ttl)
+
+
+def check_hosts(path: Path, nodes: Sequence[tuple[str, str]]) -> None:
+    """Every node (name, host) says which host runs it, or none does (the one host).
+
+    Raises:
+        ConfigError: naming the first node without a host, and one with.
+    """
+    named = [(name, host) for name, host in nodes if host]
+    if named and len(named) < len(nodes):
+        index = next(i for i, (_, host) in enumerate(nodes) if not host)
+        name, host = named[0]
+        raise ConfigError(
+            f"{path}: key 'node[{index}].host' is missing: node {name!r} says host = "
+            f"{host!r}, and every node must say which host runs it (or none, for a "
+            f'cluster on one host): add host = "NAME" to node {nodes[index][0]!r}'
+        )

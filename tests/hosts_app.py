@@ -1,0 +1,49 @@
+"""The task app of tests/test_hosts.py (imported by nodes on three hosts, and the caller).
+
+Every run of ``work`` appends ``TASK_ID PID`` to ``runs.txt`` in
+$ACTORCTL_STATE_RECORDS (a directory every host sees: network namespaces
+share the filesystem), so that the test counts runs (none lost, how many ran
+twice) and tells the hosts apart by the pid of the node that ran each.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import trio
+
+from actorctl import App, TaskContext
+
+#: The directory where each run is recorded (set by the test).
+RECORDS = "ACTORCTL_STATE_RECORDS"
+RUNS = "runs.txt"
+
+app = App("hosts")
+app.pool("celery", concurrency=8)
+
+
+@app.task(bind=True)
+async def work(ctx: TaskContext, value: int) -> int:
+    """Takes 100 ms (so that a host's worker holds some when the host is
+    lost), then records its run."""
+    await trio.sleep(0.1)
+    directory = os.environ.get(RECORDS)
+    if directory:
+        fd = os.open(Path(directory) / RUNS, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, f"{ctx.id} {os.getpid()}\n".encode())  # one write: a whole line
+        finally:
+            os.close(fd)
+    return value
+
+
+def runs(directory: Path) -> list[tuple[str, int]]:
+    """(task id, pid) of each run recorded in ``directory``."""
+    path = directory / RUNS
+    if not path.exists():
+        return []
+    return [
+        (task, int(pid))
+        for task, pid in (line.split() for line in path.read_text().split("\n") if line)
+    ]

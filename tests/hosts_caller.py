@@ -1,0 +1,37 @@
+"""A caller on one host of tests/test_hosts.py: ``python -m tests.hosts_caller FILE N TIMEOUT``.
+
+Connects to the cluster of FILE (``app.connect``), sends N ``work`` tasks,
+prints ``sent IDS_FILE`` once the pool accepted them all (their ids written to
+IDS_FILE beside FILE), then waits for every result (each within TIMEOUT
+seconds) and prints ``results OK FAILED`` and, for each failure, ``failed ID
+ERROR``.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from tests.hosts_app import app, work
+
+
+def main(path: str, count: int, timeout: float) -> None:
+    with app.connect(path):
+        results = [work.delay(i) for i in range(count)]
+        ids = Path(path).parent / "sent.txt"
+        ids.write_text("".join(f"{r.id}\n" for r in results))
+        print("sent", ids, flush=True)
+        failed = []
+        for i, result in enumerate(results):
+            try:
+                if result.get(timeout=timeout) != i:
+                    failed.append((result.id, "a wrong result"))
+            except Exception as exc:  # every failure is counted and named, none raised
+                failed.append((result.id, f"{type(exc).__name__}: {exc}"))
+    print("results", count - len(failed), len(failed), flush=True)
+    for task_id, error in failed:
+        print("failed", task_id, error, flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], int(sys.argv[2]), float(sys.argv[3]))
