@@ -43,6 +43,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Final, Protocol, final
 
+import attrs
 import trio
 
 from .._errors import ActorctlError, ConfigError
@@ -121,7 +122,10 @@ class Reloader:
                 await check_file(path)
             new = load_cluster(path)
             hosted = {name: list(state.actors) for name, state in self._states.items()}
-            plan = plan_reload(old, new, hosted)
+            # A node that a reload added but that did not start is not running:
+            # the next reload starts it again (as added).
+            running = attrs.evolve(old, nodes=tuple(n for n in old.nodes if n.name in hosted))
+            plan = plan_reload(running, new, hosted)
             _free_ports(new, plan)
             report: dict[str, Any] = {"file": str(new.path), "plan": plan.lines()}
             log("actorctl:reload:plan", cluster=new.name, plan=report["plan"], dry_run=dry_run)
@@ -162,7 +166,11 @@ class _Applying:
             try:
                 await owner._nodes.start_child(ChildSpec(name, runner.run))
             except Exception as exc:  # reported: the rest of the reload goes on
-                self.warnings.append(f"node {name} did not start: {_why(exc)}")
+                self.warnings.append(
+                    f"node {name} did not start: {_why(exc)} (the next reload tries again)"
+                )
+                owner._runners.pop(name, None)
+                owner._states.pop(name, None)
                 continue
             self.applied.append(f"node {name} started")
         if plan.added:
