@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Protocol, final
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, final
 
 import trio
 
@@ -75,6 +75,9 @@ class NodeAgent(Actor):
     """
 
     name = AGENT
+    # A drain waits up to its timeout: the Controller's status and other
+    # nodes' monitors must not queue behind it.
+    concurrency: ClassVar[int] = 8
 
     def __init__(self, node: AgentHost) -> None:
         self._node = node
