@@ -1,19 +1,26 @@
-"""A data source on a real cluster (``actorctl cluster up``, real processes):
-the services node, which reads the source, is SIGKILLed after some of its
-items ran, and resumes from its checkpoint: nothing skipped, nothing run
+"""Data sources on a real cluster (``actorctl cluster up``, real processes):
+the services node, which reads a source of each built-in kind (a directory,
+an HTTP endpoint, a SQLite table), is SIGKILLed after some of each source's
+items ran, and each resumes from its checkpoint: nothing skipped, nothing run
 twice (counted from the runs the task records). And ``cluster up`` refuses
 a wrong ``[[source]]`` table by name before it starts anything.
 
 The cluster is tests/test_task_state.py's (a services node, one worker node,
-the task app tests/state_app.py), with a ``[[source]]`` table: the lines of
-the files in ``inbox/`` beside cluster.toml, each sent as the task
-``s.paced``, at most 4 in flight.
+the task app tests/state_app.py), with three ``[[source]]`` tables, each
+sending its items as the task ``s.paced``, at most 4 in flight: the lines of
+the files in ``inbox/`` beside cluster.toml, the items an HTTP server of the
+test's lists (keyed by ``id``), and the rows of a SQLite table (keyed by
+``id``).
 """
 
 from __future__ import annotations
 
+import contextlib
+import http.server
 import json
+import sqlite3
 import subprocess
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,6 +33,7 @@ from tests.state_app import runs
 from tests.test_task_state import ACTORCTL, ROOT, RunningCluster, counted, wait_until
 
 LINES = 300
+ROWS = 200
 SOURCE = """
 [[source]]
 name = "inbox"
@@ -35,47 +43,100 @@ pattern = "*.log"
 task = "s.paced"
 poll = 0.1
 window = 4
+
+[[source]]
+name = "feed"
+kind = "http"
+url = "http://127.0.0.1:{port}/items"
+key = "id"
+task = "s.paced"
+poll = 0.1
+window = 4
+
+[[source]]
+name = "orders"
+kind = "sqlite"
+database = "orders.sqlite"
+table = "orders"
+key = "id"
+task = "s.paced"
+poll = 0.1
+window = 4
 """
+
+
+class Endpoint(http.server.BaseHTTPRequestHandler):
+    """The HTTP source's endpoint: every item, each time (the source keeps only new keys)."""
+
+    body = json.dumps([{"id": n, "v": n * n} for n in range(1, ROWS + 1)]).encode()
+
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(self.body)))
+        self.end_headers()
+        self.wfile.write(self.body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass  # quiet: a poll every 0.1 s
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningCluster]:
     running = RunningCluster(tmp_path_factory.mktemp("sources"))
     (running.directory / "inbox").mkdir()
+    with contextlib.closing(sqlite3.connect(running.directory / "orders.sqlite")) as db, db:
+        db.execute("CREATE TABLE orders (id INTEGER PRIMARY KEY, total REAL)")
+        db.executemany("INSERT INTO orders VALUES (?, ?)", [(n, n / 2) for n in range(1, ROWS + 1)])
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Endpoint)
+    serving = threading.Thread(target=server.serve_forever, daemon=True)
+    serving.start()
     with running.path.open("a") as file:
-        file.write(SOURCE)
+        file.write(SOURCE.format(port=server.server_address[1]))
     try:
         running.start()
         yield running
     finally:
         running.stop()
+        server.shutdown()
+        server.server_close()
 
 
-def test_a_source_whose_node_is_killed_resumes_from_its_checkpoint(
+def test_sources_whose_node_is_killed_resume_from_their_checkpoints(
     cluster: RunningCluster,
 ) -> None:
-    # Given a file of lines that the source sends, a few at a time
+    # Given a file of lines, an endpoint's items and a table's rows, which the
+    # sources send a few at a time
     written = [f"line {n}\n".encode() for n in range(LINES)]
     (cluster.directory / "inbox" / "a.log").write_bytes(b"".join(written))
     ids, at = [], 0
     for line in written:
         at += len(line)
         ids.append(item_id("inbox", ["a.log", at]))
-    wait_until("40 items ran", lambda: len(set(runs(cluster.records))) >= 40)
-    # When the node that reads it is killed mid-way, and started again
+    ids += [item_id("feed", n) for n in range(1, ROWS + 1)]
+    ids += [item_id("orders", n) for n in range(1, ROWS + 1)]
+
+    def ran(source: str) -> int:
+        return sum(1 for i in set(runs(cluster.records)) if i.startswith(f"source:{source}@"))
+
+    wait_until(
+        "20 items of each source ran", lambda: min(map(ran, ("inbox", "feed", "orders"))) >= 20
+    )
+    # When the node that reads them is killed mid-way, and started again
     cluster.kill("services")
-    ran_before = len(set(runs(cluster.records)))
-    # (what it resumes from: a committed checkpoint past every item that ran)
+    ran_before = {source: ran(source) for source in ("inbox", "feed", "orders")}
+    # (what each resumes from: a committed checkpoint past every item that ran)
     checkpoint = json.loads(json.loads(cluster.rows("services", "sources")["inbox"])["position"])
-    assert checkpoint[1] >= sum(map(len, written[:40]))
-    assert ran_before < LINES, "the source had finished before the kill: nothing was tested"
-    # Then it resumes from its checkpoint: every line ran, none twice
-    wait_until(f"all {LINES} items ran", lambda: set(ids) <= set(runs(cluster.records)))
+    assert checkpoint[1] >= sum(map(len, written[:20]))
+    assert ran_before["inbox"] < LINES, "the source had finished before the kill: not tested"
+    assert max(ran_before["feed"], ran_before["orders"]) < ROWS, "all sent before the kill"
+    # Then each resumes from its checkpoint: every item ran, none twice
+    wait_until(f"all {len(ids)} items ran", lambda: set(ids) <= set(runs(cluster.records)))
     lost, twice = counted(cluster, ids)
     print(f"ran before the kill: {ran_before}; lost: {len(lost)}; ran twice: {len(twice)}")
     assert lost == []
     assert twice == {}
-    # and its checkpoint is the end of the file
+    # and the directory source's checkpoint is the end of the file
     wait_until(
         "the checkpoint reached the end",
         lambda: (
