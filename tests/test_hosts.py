@@ -10,7 +10,8 @@ lease of TTL seconds, and the router follows etcd's directory.
 A caller on host a (tests/hosts_caller.py, run in a's namespace) sends tasks
 and waits for their results; each run is recorded with the pid of the node
 that ran it (tests/hosts_app.py), so that the test counts: none lost, how many
-ran twice, and on which hosts. Skipped, naming the reason, where network
+ran twice, and on which hosts. etcd itself is started by its PID, so that a
+test kills it (SIGKILL) and starts it again on its data. Skipped, naming the reason, where network
 namespaces cannot be made (or etcd is not installed).
 """
 
@@ -96,6 +97,21 @@ async def main(url):
 trio.run(main, sys.argv[1])
 """
 
+#: Prints, as one JSON object, the node records of the cluster named ARGV[2]
+#: in the etcd at ARGV[1]: node name to the lease each lives under.
+LIST_NODES = """
+import json, sys, trio
+from actorctl.cluster._etcd import EtcdClient
+from actorctl.cluster._node_record import nodes_prefix
+
+async def main(url, cluster):
+    prefix = nodes_prefix(cluster)
+    snapshot = await EtcdClient([url], timeout=5).get_prefix(prefix)
+    print(json.dumps({kv.key[len(prefix):]: kv.lease for kv in snapshot.kvs}), flush=True)
+
+trio.run(main, sys.argv[1], sys.argv[2])
+"""
+
 _READY_LINE = re.compile(r"^node (\S+) ready at \S+ \(pid (\d+)\)", re.MULTILINE)
 
 
@@ -120,14 +136,10 @@ class Hosts:
         )
         self.ups: dict[str, subprocess.Popen[bytes]] = {}
         self.pids: dict[str, int] = {}  # node name to the pid of its process
+        self.etcd_process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
-        with (self.directory / "etcd.log").open("wb") as log:
-            self.network.run("a", self.etcd.command(), stdout=log, stderr=subprocess.STDOUT)
-        waiter = self.network.run(
-            "a", [sys.executable, "-c", WAIT_ETCD, self.etcd.url], stdout=subprocess.PIPE
-        )
-        wait_for_output(waiter, "etcd up", timeout=READY)
+        self.start_etcd()
         for host in PORTS:
             self.ups[host] = self.network.run(
                 host,
@@ -140,6 +152,34 @@ class Hosts:
         for host, process in self.ups.items():
             said = wait_for_output(process, f"host {host!r} ready", timeout=READY)
             self.pids.update((node, int(pid)) for node, pid in _READY_LINE.findall(said))
+
+    def start_etcd(self) -> None:
+        """Start etcd on host a (on its data directory: again after :meth:`kill_etcd`,
+        with what it held), and wait (bounded) until it answers."""
+        assert self.etcd_process is None or self.etcd_process.poll() is not None
+        with (self.directory / "etcd.log").open("ab") as log:
+            self.etcd_process = self.network.run(
+                "a", self.etcd.command(), stdout=log, stderr=subprocess.STDOUT
+            )
+        waiter = self.network.run(
+            "a", [sys.executable, "-c", WAIT_ETCD, self.etcd.url], stdout=subprocess.PIPE
+        )
+        wait_for_output(waiter, "etcd up", timeout=READY)
+
+    def kill_etcd(self) -> None:
+        """SIGKILL the etcd :meth:`start_etcd` started, by its PID, and reap it."""
+        assert self.etcd_process is not None
+        os.kill(self.etcd_process.pid, signal.SIGKILL)
+        self.etcd_process.wait(timeout=10)
+
+    def registered(self) -> dict[str, int]:
+        """Node name to the lease its record in etcd lives under, read from host a."""
+        lister = self.network.run(
+            "a", [sys.executable, "-c", LIST_NODES, self.etcd.url, "hosts"], stdout=subprocess.PIPE
+        )
+        out, _ = lister.communicate(timeout=30)
+        found: dict[str, int] = json.loads(out.decode().strip().splitlines()[-1])
+        return found
 
     def caller(self, count: int, timeout: float) -> subprocess.Popen[bytes]:
         """tests/hosts_caller.py on host a, sending ``count`` tasks."""
@@ -317,3 +357,73 @@ def test_a_host_lost_has_its_tasks_run_on_the_other_within_the_ttl_and_resend_ti
     ]
     assert moved, "nothing b held was moved"
     print(f"{len(moved)} tasks b held were sent to c")
+
+
+def wait_logged(hosts: Hosts, node: str, event: str, timeout: float = READY) -> None:
+    """Wait (at most ``timeout`` seconds) until ``node``'s log has an ``event`` line."""
+    path = hosts.directory / "logs" / f"{node}.log"
+    deadline = time.monotonic() + timeout
+    while f'"{event}"' not in path.read_text():
+        assert time.monotonic() < deadline, f"{node} logged no {event} in {timeout} s"
+        time.sleep(0.05)  # another process writes the log: polled
+
+
+def wait_runs(hosts: Hosts, pids: dict[int, int], timeout: float = READY) -> None:
+    """Wait (at most ``timeout`` seconds) until each pid of ``pids`` made that
+    many runs at least."""
+    deadline = time.monotonic() + timeout
+    while True:
+        made = Counter(pid for _, pid in runs(hosts.records))
+        if all(made[pid] >= n for pid, n in pids.items()):
+            return
+        assert time.monotonic() < deadline, f"runs by pid: {made}, wanted {pids}"
+        time.sleep(0.05)  # another process writes the records: polled
+
+
+def test_etcd_restarted_during_the_run_nodes_keep_serving_and_register_again(
+    hosts: Hosts,
+) -> None:
+    # Given every node registered in etcd, and a caller on host a with 1600
+    # tasks on their way to b and c (10 s of work: 8 at a time on each, 100 ms
+    # each), some of them run
+    nodes = {"services", "worker-b", "worker-c"}
+    assert set(hosts.registered()) == nodes
+    b, c = hosts.pids["worker-b"], hosts.pids["worker-c"]
+    caller = hosts.caller(1600, timeout=60)
+    wait_for_output(caller, "sent", timeout=READY)
+    wait_runs(hosts, {b: 20, c: 20})
+
+    # When etcd is killed with SIGKILL
+    hosts.kill_etcd()
+    killed = time.monotonic()
+    made = Counter(pid for _, pid in runs(hosts.records))
+
+    # Then every node notices (its lease's renewal fails), and tasks keep
+    # running on both b and c meanwhile, for longer than a lease's ttl (80 a
+    # second on each): the directory each node has is kept, none is dropped
+    for node in nodes:
+        wait_logged(hosts, node, "actorctl:membership:renewal-failed", timeout=TTL + SLACK)
+    more = 80 * TTL
+    wait_runs(hosts, {b: made[b] + more, c: made[c] + more}, timeout=TTL + SLACK)
+    down = time.monotonic() - killed
+    assert caller.poll() is None, "the caller finished before etcd was back"
+
+    # When etcd starts again on the same data directory
+    hosts.start_etcd()
+    restarted = time.monotonic()
+
+    # Then every node registers again (its key is back in etcd) ...
+    for node in nodes:
+        wait_logged(hosts, node, "actorctl:membership:back", timeout=TTL + SLACK)
+    assert set(hosts.registered()) == nodes
+    print(f"etcd down {down:.1f} s; every node back {time.monotonic() - restarted:.1f} s after")
+
+    # ... every task ran, and no node was dropped from routing meanwhile
+    said = finish(caller, timeout=60)
+    assert "results 1600 0" in said, said[-3000:]
+    sent = (hosts.directory / "sent.txt").read_text().split()
+    lost, twice, by_pid = counted(hosts, sent)
+    print(f"lost: {len(lost)}, ran twice: {len(twice)}, runs by pid: {dict(by_pid)}")
+    assert lost == []
+    log = (hosts.directory / "logs" / "services.log").read_text()
+    assert '"actorctl:membership:leave"' not in log
