@@ -10,19 +10,16 @@ lease of TTL seconds, and the router follows etcd's directory.
 A caller on host a (tests/hosts_caller.py, run in a's namespace) sends tasks
 and waits for their results; each run is recorded with the pid of the node
 that ran it (tests/hosts_app.py), so that the test counts: none lost, how many
-ran twice, and on which hosts. Skipped, naming the reason, where network
+ran twice, and on which hosts. etcd itself is started by its PID, so that a
+test kills it (SIGKILL) and starts it again on its data. Skipped, naming the reason, where network
 namespaces cannot be made (or etcd is not installed).
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import re
 import signal
 import subprocess
-import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -30,148 +27,12 @@ from pathlib import Path
 
 import pytest
 
-from actorctl.cluster import ensure_dev_secrets, load_cluster
-from tests.etcd_server import EtcdServer
-from tests.hosts_app import RECORDS, runs
-from tests.netns import Network, open_network, wait_for_output
+from tests.hosts_app import runs
+from tests.hosts_cluster import ACTORCTL, PORTS, READY, TTL, Hosts
+from tests.netns import open_network, wait_for_output
 
-ROOT = Path(__file__).resolve().parent.parent
-ACTORCTL = [sys.executable, "-m", "actorctl"]
-TTL = 3  # seconds a node that died stays registered
 CONNECT_TIMEOUT = 5.0  # the services node's: how long a peer is down before what it held moves
-READY = 60.0  # seconds etcd, or a host's nodes, may take to start on a loaded 2-core machine
 SLACK = 15.0  # seconds the machine's load may add to a bound
-PORTS = {"a": 5701, "b": 5702, "c": 5703}
-
-CLUSTER = """\
-[cluster]
-name = "hosts"
-dev = true
-
-[etcd]
-endpoints = ["{etcd}"]
-ttl = {ttl}
-
-[[node]]
-name = "services"
-listen = "{a}:{pa}"
-host = "a"
-actors = "tests.hosts_app:app"
-services = true
-
-[[node]]
-name = "worker-b"
-listen = "{b}:{pb}"
-host = "b"
-actors = "tests.hosts_app:app"
-pools = ["celery"]
-
-[[node]]
-name = "worker-c"
-listen = "{c}:{pc}"
-host = "c"
-actors = "tests.hosts_app:app"
-pools = ["celery"]
-"""
-
-#: Waits (at most 30 s) until the etcd at ARGV[1] answers, then says "etcd up".
-WAIT_ETCD = """
-import sys, trio
-from actorctl.cluster._etcd import EtcdClient
-from actorctl.cluster._etcd_wire import EtcdUnavailable
-
-async def main(url):
-    client = EtcdClient([url], timeout=1)
-    with trio.fail_after(30):
-        while True:
-            try:
-                await client.get("/ready")
-                break
-            except EtcdUnavailable:
-                # etcd on this host is still starting, and nothing tells this
-                # process when it is ready: try again shortly.
-                await trio.sleep(0.1)
-    print("etcd up", flush=True)
-
-trio.run(main, sys.argv[1])
-"""
-
-_READY_LINE = re.compile(r"^node (\S+) ready at \S+ \(pid (\d+)\)", re.MULTILINE)
-
-
-class Hosts:
-    """etcd on host a and ``host up`` on each host, with what they said."""
-
-    def __init__(self, network: Network, directory: Path) -> None:
-        self.network = network
-        self.directory = directory
-        self.records = directory / "records"
-        self.records.mkdir()
-        self.etcd = EtcdServer(directory, host=network["a"].address)
-        addresses = {name: network[name].address for name in PORTS}
-        ports = {f"p{name}": port for name, port in PORTS.items()}
-        self.path = directory / "cluster.toml"
-        self.path.write_text(CLUSTER.format(etcd=self.etcd.url, ttl=TTL, **addresses, **ports))
-        # Made once, before any host starts (as on real hosts: made on one, copied).
-        ensure_dev_secrets(load_cluster(self.path))
-        self.env = {**os.environ, RECORDS: str(self.records)}
-        self.env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (str(ROOT), self.env.get("PYTHONPATH", "")) if p
-        )
-        self.ups: dict[str, subprocess.Popen[bytes]] = {}
-        self.pids: dict[str, int] = {}  # node name to the pid of its process
-
-    def start(self) -> None:
-        with (self.directory / "etcd.log").open("wb") as log:
-            self.network.run("a", self.etcd.command(), stdout=log, stderr=subprocess.STDOUT)
-        waiter = self.network.run(
-            "a", [sys.executable, "-c", WAIT_ETCD, self.etcd.url], stdout=subprocess.PIPE
-        )
-        wait_for_output(waiter, "etcd up", timeout=READY)
-        for host in PORTS:
-            self.ups[host] = self.network.run(
-                host,
-                [*ACTORCTL, "host", "up", str(self.path), "--host", host],
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                env=self.env,
-                cwd=ROOT,
-            )
-        for host, process in self.ups.items():
-            said = wait_for_output(process, f"host {host!r} ready", timeout=READY)
-            self.pids.update((node, int(pid)) for node, pid in _READY_LINE.findall(said))
-
-    def caller(self, count: int, timeout: float) -> subprocess.Popen[bytes]:
-        """tests/hosts_caller.py on host a, sending ``count`` tasks."""
-        return self.network.run(
-            "a",
-            [sys.executable, "-m", "tests.hosts_caller", str(self.path), str(count), str(timeout)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            env=self.env,
-            cwd=ROOT,
-        )
-
-    def kill_host(self, host: str) -> None:
-        """SIGKILL every process of ``host``: its ``host up``, then its nodes (by pid)."""
-        os.kill(self.ups[host].pid, signal.SIGKILL)
-        for node, pid in self.pids.items():
-            if node.endswith(f"-{host}") or (host == "a" and node == "services"):
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-
-    def stop(self) -> None:
-        """SIGTERM each ``host up`` still running, and wait (bounded) until it
-        stopped its nodes; SIGKILL any node left over, by pid."""
-        for process in self.ups.values():
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-        for process in self.ups.values():
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                process.wait(timeout=20)
-        for pid in self.pids.values():
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
 
 
 @pytest.fixture
@@ -317,3 +178,73 @@ def test_a_host_lost_has_its_tasks_run_on_the_other_within_the_ttl_and_resend_ti
     ]
     assert moved, "nothing b held was moved"
     print(f"{len(moved)} tasks b held were sent to c")
+
+
+def wait_logged(hosts: Hosts, node: str, event: str, timeout: float = READY) -> None:
+    """Wait (at most ``timeout`` seconds) until ``node``'s log has an ``event`` line."""
+    path = hosts.directory / "logs" / f"{node}.log"
+    deadline = time.monotonic() + timeout
+    while f'"{event}"' not in path.read_text():
+        assert time.monotonic() < deadline, f"{node} logged no {event} in {timeout} s"
+        time.sleep(0.05)  # another process writes the log: polled
+
+
+def wait_runs(hosts: Hosts, pids: dict[int, int], timeout: float = READY) -> None:
+    """Wait (at most ``timeout`` seconds) until each pid of ``pids`` made that
+    many runs at least."""
+    deadline = time.monotonic() + timeout
+    while True:
+        made = Counter(pid for _, pid in runs(hosts.records))
+        if all(made[pid] >= n for pid, n in pids.items()):
+            return
+        assert time.monotonic() < deadline, f"runs by pid: {made}, wanted {pids}"
+        time.sleep(0.05)  # another process writes the records: polled
+
+
+def test_etcd_restarted_during_the_run_nodes_keep_serving_and_register_again(
+    hosts: Hosts,
+) -> None:
+    # Given every node registered in etcd, and a caller on host a with 1600
+    # tasks on their way to b and c (10 s of work: 8 at a time on each, 100 ms
+    # each), some of them run
+    nodes = {"services", "worker-b", "worker-c"}
+    assert set(hosts.registered()) == nodes
+    b, c = hosts.pids["worker-b"], hosts.pids["worker-c"]
+    caller = hosts.caller(1600, timeout=60)
+    wait_for_output(caller, "sent", timeout=READY)
+    wait_runs(hosts, {b: 20, c: 20})
+
+    # When etcd is killed with SIGKILL
+    hosts.kill_etcd()
+    killed = time.monotonic()
+    made = Counter(pid for _, pid in runs(hosts.records))
+
+    # Then every node notices (its lease's renewal fails), and tasks keep
+    # running on both b and c meanwhile, for longer than a lease's ttl (80 a
+    # second on each): the directory each node has is kept, none is dropped
+    for node in nodes:
+        wait_logged(hosts, node, "actorctl:membership:renewal-failed", timeout=TTL + SLACK)
+    more = 80 * TTL
+    wait_runs(hosts, {b: made[b] + more, c: made[c] + more}, timeout=TTL + SLACK)
+    down = time.monotonic() - killed
+    assert caller.poll() is None, "the caller finished before etcd was back"
+
+    # When etcd starts again on the same data directory
+    hosts.start_etcd()
+    restarted = time.monotonic()
+
+    # Then every node registers again (its key is back in etcd) ...
+    for node in nodes:
+        wait_logged(hosts, node, "actorctl:membership:back", timeout=TTL + SLACK)
+    assert set(hosts.registered()) == nodes
+    print(f"etcd down {down:.1f} s; every node back {time.monotonic() - restarted:.1f} s after")
+
+    # ... every task ran, and no node was dropped from routing meanwhile
+    said = finish(caller, timeout=60)
+    assert "results 1600 0" in said, said[-3000:]
+    sent = (hosts.directory / "sent.txt").read_text().split()
+    lost, twice, by_pid = counted(hosts, sent)
+    print(f"lost: {len(lost)}, ran twice: {len(twice)}, runs by pid: {dict(by_pid)}")
+    assert lost == []
+    log = (hosts.directory / "logs" / "services.log").read_text()
+    assert '"actorctl:membership:leave"' not in log

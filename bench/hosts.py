@@ -1,0 +1,121 @@
+"""Benchmark: tasks across hosts (network namespaces joined by veth) against the
+same cluster on loopback, measured in the same run (issue 18).
+
+    sudo python bench/hosts.py            # a table, then one JSON object
+    sudo python bench/hosts.py --json     # one JSON object
+
+The cluster is tests/hosts_cluster.py's: etcd and the services node (the pool's
+router) on host a, a worker node of the ``celery`` pool on each of b and c,
+mutual TLS and signed messages, each host under ``actorctl host up``. A caller
+on host a (bench/_hosts_caller.py) times ``--tasks`` ``add`` tasks with
+``--window`` in flight, every result checked. ``veth``: hosts a, b and c are
+three namespaces; ``loopback``: the same three nodes all in namespace a, on
+127.0.0.1. Each figure is the median of ``--rounds`` interleaved rounds (a new
+cluster each); the ratio is veth / loopback.
+
+Routing a task to a logical name (the pool) costs no etcd round trip per
+message: each node keeps the directory in memory, read once and then watched
+(``cluster/_etcd_directory.py``: ``EtcdDirectory.pool_workers`` answers from
+the cached view; ``cluster/_member.py``'s ``PoolRouting`` retargets the pool's
+router only when the directory changes). The caller shows it: it reads etcd's
+request counters before and after the timed phase, and what etcd served meanwhile
+(``etcd_requests``) is the nodes' lease renewals, a few per second whatever the
+number of tasks, and no reads.
+
+Needs root (CAP_SYS_ADMIN) and iproute2 to make namespaces, and etcd: exits
+with a message saying which is missing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tests.hosts_cluster import READY, ROOT, Hosts
+from tests.netns import NetnsUnavailable, Network
+
+MODES = ("veth", "loopback")
+
+
+def measure(network: Network, mode: str, tasks: int, window: int) -> dict[str, Any]:
+    """One round: a new cluster in ``mode``, the caller's JSON object."""
+    with tempfile.TemporaryDirectory(prefix=f"bench-hosts-{mode}-") as directory:
+        hosts = Hosts(network, Path(directory), loopback=mode == "loopback")
+        try:
+            hosts.start()
+            argv = [sys.executable, "bench/_hosts_caller.py", str(hosts.path), hosts.etcd.url]
+            caller = network.run(
+                "a",
+                [*argv, str(tasks), str(window)],
+                stdout=subprocess.PIPE,
+                env=hosts.env,
+                cwd=ROOT,
+            )
+            out, _ = caller.communicate(timeout=READY + tasks / 10)
+            if caller.returncode != 0:
+                raise SystemExit(
+                    f"bench/_hosts_caller.py failed ({mode}): exit {caller.returncode}"
+                )
+            result: dict[str, Any] = json.loads(out.decode().strip().splitlines()[-1])
+            return result
+        finally:
+            hosts.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true", help="print only one JSON object")
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--tasks", type=int, default=5000)
+    parser.add_argument("--window", type=int, default=100)
+    args = parser.parse_args()
+    network = Network(("a", "b", "c"))
+    try:
+        try:
+            network.make()
+        except NetnsUnavailable as exc:
+            raise SystemExit(
+                f"network namespaces cannot be made here (run as root?): {exc}"
+            ) from None
+        rounds: dict[str, list[dict[str, Any]]] = {mode: [] for mode in MODES}
+        for i in range(args.rounds):
+            for mode in MODES:
+                rounds[mode].append(measure(network, mode, args.tasks, args.window))
+            print(f"round {i + 1}/{args.rounds} done", file=sys.stderr)
+    except pytest.skip.Exception as exc:  # tests/etcd_server.py: etcd is not installed
+        raise SystemExit(str(exc)) from None
+    finally:
+        network.close()
+    result: dict[str, Any] = {"tasks": args.tasks, "window": args.window}
+    for mode in MODES:
+        result[f"{mode}_tasks_per_s"] = round(
+            statistics.median(r["tasks_per_s"] for r in rounds[mode]), 1
+        )
+        result[f"{mode}_etcd_requests"] = rounds[mode][-1]["etcd_requests"]
+    result["cross_host_ratio"] = round(
+        result["veth_tasks_per_s"] / result["loopback_tasks_per_s"], 3
+    )
+    if not args.json:
+        label = f"add tasks, {args.window} in flight"
+        print(f"{label:34} {'tasks/s':>12} {'etcd requests, timed phase':>28}")
+        for mode in MODES:
+            requests = ", ".join(
+                f"{m} {n}" for m, n in sorted(result[f"{mode}_etcd_requests"].items())
+            )
+            print(f"{mode:34} {result[f'{mode}_tasks_per_s']:>12,.1f} {requests or 'none':>28}")
+        print(f"{'cross-host ratio (veth/loopback)':34} {result['cross_host_ratio']:>11.2f}x")
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,207 @@
+"""Three hosts of one cluster, each running ``actorctl host up``, and etcd on
+host a (issue 18): for tests/test_hosts.py and bench/hosts.py.
+
+Hosts are network namespaces (tests/netns.py): etcd runs on host a, and each
+host runs ``actorctl host up cluster.toml --host NAME``: a the services node
+(the pool's router), b and c a worker node of the pool each; mutual TLS and
+signed messages throughout (development certificates, dialled by IP address:
+checked against the cluster CA). With ``loopback=True`` the same three nodes
+all run on host a at 127.0.0.1 (the same cluster, no veth in between: the
+benchmark's reference). etcd is started by its PID, so that it can be killed
+(SIGKILL) and started again on its data.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from actorctl.cluster import ensure_dev_secrets, load_cluster
+from tests.etcd_server import EtcdServer
+from tests.hosts_app import RECORDS
+from tests.netns import Network, wait_for_output
+
+ROOT = Path(__file__).resolve().parent.parent
+ACTORCTL = [sys.executable, "-m", "actorctl"]
+TTL = 3  # seconds a node that died stays registered
+READY = 60.0  # seconds etcd, or a host's nodes, may take to start on a loaded 2-core machine
+PORTS = {"a": 5701, "b": 5702, "c": 5703}
+
+CLUSTER = """\
+[cluster]
+name = "hosts"
+dev = true
+
+[etcd]
+endpoints = ["{etcd}"]
+ttl = {ttl}
+
+[[node]]
+name = "services"
+listen = "{a}:{pa}"
+host = "a"
+actors = "tests.hosts_app:app"
+services = true
+
+[[node]]
+name = "worker-b"
+listen = "{b}:{pb}"
+host = "b"
+actors = "tests.hosts_app:app"
+pools = ["celery"]
+
+[[node]]
+name = "worker-c"
+listen = "{c}:{pc}"
+host = "c"
+actors = "tests.hosts_app:app"
+pools = ["celery"]
+"""
+
+#: Waits (at most 30 s) until the etcd at ARGV[1] answers, then says "etcd up".
+WAIT_ETCD = """
+import sys, trio
+from actorctl.cluster._etcd import EtcdClient
+from actorctl.cluster._etcd_wire import EtcdUnavailable
+
+async def main(url):
+    client = EtcdClient([url], timeout=1)
+    with trio.fail_after(30):
+        while True:
+            try:
+                await client.get("/ready")
+                break
+            except EtcdUnavailable:
+                # etcd on this host is still starting, and nothing tells this
+                # process when it is ready: try again shortly.
+                await trio.sleep(0.1)
+    print("etcd up", flush=True)
+
+trio.run(main, sys.argv[1])
+"""
+
+#: Prints, as one JSON object, the node records of the cluster named ARGV[2]
+#: in the etcd at ARGV[1]: node name to the lease each lives under.
+LIST_NODES = """
+import json, sys, trio
+from actorctl.cluster._etcd import EtcdClient
+from actorctl.cluster._node_record import nodes_prefix
+
+async def main(url, cluster):
+    prefix = nodes_prefix(cluster)
+    snapshot = await EtcdClient([url], timeout=5).get_prefix(prefix)
+    print(json.dumps({kv.key[len(prefix):]: kv.lease for kv in snapshot.kvs}), flush=True)
+
+trio.run(main, sys.argv[1], sys.argv[2])
+"""
+
+_READY_LINE = re.compile(r"^node (\S+) ready at \S+ \(pid (\d+)\)", re.MULTILINE)
+
+
+class Hosts:
+    """etcd on host a and ``host up`` on each host, with what they said."""
+
+    def __init__(self, network: Network, directory: Path, *, loopback: bool = False) -> None:
+        self.network = network
+        self.directory = directory
+        self.records = directory / "records"
+        self.records.mkdir()
+        self.etcd = EtcdServer(directory, host=network["a"].address)
+        #: Host name to the namespace its nodes run in, and their address.
+        self.where = {name: "a" if loopback else name for name in PORTS}
+        addresses = {name: "127.0.0.1" if loopback else network[name].address for name in PORTS}
+        ports = {f"p{name}": port for name, port in PORTS.items()}
+        self.path = directory / "cluster.toml"
+        self.path.write_text(CLUSTER.format(etcd=self.etcd.url, ttl=TTL, **addresses, **ports))
+        # Made once, before any host starts (as on real hosts: made on one, copied).
+        ensure_dev_secrets(load_cluster(self.path))
+        self.env = {**os.environ, RECORDS: str(self.records)}
+        self.env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (str(ROOT), self.env.get("PYTHONPATH", "")) if p
+        )
+        self.ups: dict[str, subprocess.Popen[bytes]] = {}
+        self.pids: dict[str, int] = {}  # node name to the pid of its process
+        self.etcd_process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.start_etcd()
+        for host in PORTS:
+            self.ups[host] = self.network.run(
+                self.where[host],
+                [*ACTORCTL, "host", "up", str(self.path), "--host", host],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                env=self.env,
+                cwd=ROOT,
+            )
+        for host, process in self.ups.items():
+            said = wait_for_output(process, f"host {host!r} ready", timeout=READY)
+            self.pids.update((node, int(pid)) for node, pid in _READY_LINE.findall(said))
+
+    def start_etcd(self) -> None:
+        """Start etcd on host a (on its data directory: again after :meth:`kill_etcd`,
+        with what it held), and wait (bounded) until it answers."""
+        assert self.etcd_process is None or self.etcd_process.poll() is not None
+        with (self.directory / "etcd.log").open("ab") as log:
+            self.etcd_process = self.network.run(
+                "a", self.etcd.command(), stdout=log, stderr=subprocess.STDOUT
+            )
+        waiter = self.network.run(
+            "a", [sys.executable, "-c", WAIT_ETCD, self.etcd.url], stdout=subprocess.PIPE
+        )
+        wait_for_output(waiter, "etcd up", timeout=READY)
+
+    def kill_etcd(self) -> None:
+        """SIGKILL the etcd :meth:`start_etcd` started, by its PID, and reap it."""
+        assert self.etcd_process is not None
+        os.kill(self.etcd_process.pid, signal.SIGKILL)
+        self.etcd_process.wait(timeout=10)
+
+    def registered(self) -> dict[str, int]:
+        """Node name to the lease its record in etcd lives under, read from host a."""
+        lister = self.network.run(
+            "a", [sys.executable, "-c", LIST_NODES, self.etcd.url, "hosts"], stdout=subprocess.PIPE
+        )
+        out, _ = lister.communicate(timeout=30)
+        found: dict[str, int] = json.loads(out.decode().strip().splitlines()[-1])
+        return found
+
+    def caller(self, count: int, timeout: float) -> subprocess.Popen[bytes]:
+        """tests/hosts_caller.py on host a, sending ``count`` tasks."""
+        return self.network.run(
+            "a",
+            [sys.executable, "-m", "tests.hosts_caller", str(self.path), str(count), str(timeout)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env=self.env,
+            cwd=ROOT,
+        )
+
+    def kill_host(self, host: str) -> None:
+        """SIGKILL every process of ``host``: its ``host up``, then its nodes (by pid)."""
+        os.kill(self.ups[host].pid, signal.SIGKILL)
+        for node, pid in self.pids.items():
+            if node.endswith(f"-{host}") or (host == "a" and node == "services"):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+
+    def stop(self) -> None:
+        """SIGTERM each ``host up`` still running, and wait (bounded) until it
+        stopped its nodes; SIGKILL any node left over, by pid, then etcd."""
+        for process in self.ups.values():
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        for process in self.ups.values():
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(timeout=20)
+        for pid in self.pids.values():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        if self.etcd_process is not None and self.etcd_process.poll() is None:
+            self.kill_etcd()
