@@ -1,4 +1,5 @@
-"""Shared fixtures: captured eliot logs, and secrets for a server and a client node.
+"""Shared fixtures: captured eliot logs, secrets for a server and a client node,
+and a real etcd (tests/etcd_server.py; skipped, naming the package, without it).
 
 The helpers they are built on (and that fixtures fit less well) are in tests/harness.py.
 """
@@ -11,6 +12,7 @@ from pathlib import Path
 import eliot
 import pytest
 
+from .etcd_server import EtcdServer, running_etcd
 from .harness import Logs, Secrets
 
 
@@ -37,3 +39,17 @@ def logs() -> Iterator[Logs]:
 def secrets(tmp_path: Path) -> Secrets:
     """TLS files from one CA, and keyrings that trust each other, for "server" and "client"."""
     return Secrets.make(tmp_path, "server", "client")
+
+
+@pytest.fixture(scope="module")
+def etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdServer]:
+    """One etcd for a module's tests that leave it running."""
+    with running_etcd(tmp_path_factory.mktemp("etcd")) as server:
+        yield server
+
+
+@pytest.fixture
+def own_etcd(tmp_path: Path) -> Iterator[EtcdServer]:
+    """An etcd of the test's own, to kill and restart."""
+    with running_etcd(tmp_path) as server:
+        yield server

@@ -18,7 +18,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -96,7 +96,7 @@ class EtcdServer:
             if time.monotonic() > deadline:
                 self.kill()
                 raise RuntimeError(f"etcd did not answer in {START_TIMEOUT} s: {self.log_tail()}")
-            time.sleep(0.05)
+            time.sleep(0.05)  # another process, that says nothing when it is ready: polled
 
     def kill(self) -> None:
         """SIGKILL the etcd this object started, by its PID, and reap it."""
@@ -129,6 +129,17 @@ class EtcdServer:
         if self.tls is None:
             return None
         return ssl.create_default_context(cafile=str(self.tls.ca))
+
+
+@contextlib.contextmanager
+def running_etcd(directory: Path, **options: Any) -> Iterator[EtcdServer]:
+    """An etcd started in ``directory`` for the block, killed (by its PID) after."""
+    server = EtcdServer(directory, **options)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.kill()
 
 
 @contextlib.asynccontextmanager

@@ -18,41 +18,15 @@ from actorctl.cluster._etcd import EtcdClient
 from actorctl.cluster._etcd_data import Compare, Get, Put
 from actorctl.cluster._etcd_wire import EtcdCompacted, EtcdError, EtcdUnavailable
 
-from .etcd_server import EtcdServer, open_proxy
+from .etcd_server import EtcdServer, open_proxy, running_etcd
 from .harness import free_port
-
-
-@pytest.fixture(scope="module")
-def etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdServer]:
-    """One etcd for the module's tests that leave it running."""
-    server = EtcdServer(tmp_path_factory.mktemp("etcd"))
-    server.start()
-    try:
-        yield server
-    finally:
-        server.kill()
-
-
-@pytest.fixture
-def own_etcd(tmp_path: Path) -> Iterator[EtcdServer]:
-    """An etcd of this test's own, to kill and restart."""
-    server = EtcdServer(tmp_path)
-    server.start()
-    try:
-        yield server
-    finally:
-        server.kill()
 
 
 @pytest.fixture
 def tls_etcd(tmp_path: Path) -> Iterator[EtcdServer]:
     """An etcd that serves its clients over TLS only (a trustme CA's certificate)."""
-    server = EtcdServer(tmp_path, tls=True)
-    server.start()
-    try:
+    with running_etcd(tmp_path, tls=True) as server:
         yield server
-    finally:
-        server.kill()
 
 
 @pytest.fixture

@@ -10,8 +10,7 @@ down for longer than a lease's ttl), not a synchronisation.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
 import trio
@@ -30,28 +29,6 @@ from .harness import Logs
 #: The lease's ttl of the registrations that die in these tests, seconds
 #: (etcd's shortest, with the fixture's fast raft timings, is 1 s).
 TTL = 2
-
-
-@pytest.fixture(scope="module")
-def etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdServer]:
-    """One etcd for the module's tests that leave it running."""
-    server = EtcdServer(tmp_path_factory.mktemp("etcd"))
-    server.start()
-    try:
-        yield server
-    finally:
-        server.kill()
-
-
-@pytest.fixture
-def own_etcd(tmp_path: Path) -> Iterator[EtcdServer]:
-    """An etcd of this test's own, to kill and restart."""
-    server = EtcdServer(tmp_path)
-    server.start()
-    try:
-        yield server
-    finally:
-        server.kill()
 
 
 @pytest.fixture

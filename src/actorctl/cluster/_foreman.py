@@ -31,7 +31,7 @@ from ._certs import init_certs
 from ._config import ClusterConfig, NodeConfig
 from ._hosting import hosted_actors
 from ._node import open_node
-from ._preflight import module_paths
+from ._preflight import module_environment, module_paths
 from ._router import Router
 
 __all__ = ["Foreman", "LocalForeman", "NodeDied", "NodeState", "ensure_dev_secrets"]
@@ -186,8 +186,7 @@ class Foreman(_Runner):
     def _environment(self) -> dict[str, str]:
         """Actor modules are found beside the cluster file first, then where
         ``cluster up`` runs."""
-        paths = [*module_paths(self.config), os.environ.get("PYTHONPATH", "")]
-        return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
+        return module_environment(module_paths(self.config))
 
     async def _pump(self, process: trio.Process, ready: trio.Event, log_path: Path) -> None:
         """Copy the node's log to its file; notice the line that says it is ready."""

@@ -27,13 +27,20 @@ from ._hosting import hosted_actors
 from ._leases import BEAT_ACTOR
 from ._source_tables import source_actor
 
-__all__ = ["check_references", "module_paths", "taken_ports"]
+__all__ = ["check_references", "module_environment", "module_paths", "taken_ports"]
 
 
 def module_paths(config: ClusterConfig) -> list[str]:
     """Where a node of ``config`` looks for the modules its file names, first
     to last (before ``PYTHONPATH``)."""
     return list(dict.fromkeys([str(config.root), os.getcwd()]))
+
+
+def module_environment(paths: list[str]) -> dict[str, str]:
+    """This process's environment, with ``paths`` (:func:`module_paths`) before
+    its ``PYTHONPATH``: what a node, or ``cluster check``, is started with."""
+    found = [*paths, os.environ.get("PYTHONPATH", "")]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in found if p)}
 
 
 def check_references(config: ClusterConfig) -> None:

@@ -109,7 +109,7 @@ def plan_reload(
     return ReloadPlan(
         added=tuple(n for n in after if n not in before),
         removed=tuple(n for n in before if n not in after),
-        restarted={name: tuple(why) for name, why in sorted(restarted.items(), key=_in(new.nodes))},
+        restarted={n.name: tuple(restarted[n.name]) for n in new.nodes if n.name in restarted},
         live=tuple(_live(old, new, before.keys() & after.keys())),
     )
 
@@ -198,11 +198,6 @@ def _source_reader(
         if source_actor(name) in actors:
             return node
     return next((node for node, actors in hosted.items() if BEAT_ACTOR in actors), None)
-
-
-def _in(nodes: tuple[NodeConfig, ...]) -> Any:
-    order = {node.name: index for index, node in enumerate(nodes)}
-    return lambda item: order.get(item[0], len(order))
 
 
 def _show(value: object) -> str:

@@ -51,7 +51,7 @@ from .._log import log
 from ..supervision import ChildSpec, Supervisor
 from ._config import ClusterConfig, NodeConfig, load_cluster
 from ._foreman import ensure_dev_secrets
-from ._preflight import taken_ports
+from ._preflight import module_environment, taken_ports
 from ._reload import ReloadPlan, Shift, plan_reload
 
 __all__ = ["DRAIN_TIMEOUT", "NodeRunner", "Reloader"]
@@ -267,8 +267,8 @@ async def check_file(path: Path) -> None:
     Raises:
         ConfigError: what it said was wrong.
     """
-    paths = [str(path.parent), os.getcwd(), os.environ.get("PYTHONPATH", "")]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
+    # Where its nodes look for modules (its file is not read yet: it may be wrong).
+    env = module_environment(list(dict.fromkeys([str(path.parent), os.getcwd()])))
     with trio.move_on_after(CHECK_TIMEOUT) as scope:
         done = await trio.run_process(
             [sys.executable, "-m", "actorctl", "cluster", "check", str(path)],
