@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 import asyncclick as click
+import attrs
 import eliot
 import trio
 
@@ -162,8 +163,14 @@ async def node_run(
             )
         node_config = NodeConfig(node_name, host, port, target, instances)
         config = None
+        settings = None
         if cluster_path is not None:
             config = load_cluster(cluster_path)
+            # What this node runs with: etcd with --etcd (`host up`) only; under
+            # `cluster up` the file's [etcd] is not this node's (one host, and
+            # the Controller grants the scheduler lease).
+            settings = etcd_settings(config, etcd) if etcd else None
+            config = attrs.evolve(config, etcd=settings)
             node_config = config.node(node_name)
         actors = hosted_actors(target, instances, node=node_config, cluster=config)
         hosted: dict[str, Actor | type[Actor] | SupervisorSpec | BoxedSpec] = dict(actors)
@@ -187,11 +194,9 @@ async def node_run(
             hosted[boxed.name] = boxed
         # Its durable store is under its cluster's data/; without one, in memory.
         store = config.store(node_config) if config is not None else None
-        settings = None
         if etcd:
             if config is None:
                 raise ConfigError("--etcd needs --cluster FILE: the cluster it registers in")
-            settings = etcd_settings(config, etcd)
             pools = hosted_pools(target, node=node_config, cluster=config)
         server = Node(
             node_name,

@@ -19,6 +19,7 @@ from ._deadletters import DeadLetterBounds as DeadLetterBounds
 from ._deadletters import DeadLetters as DeadLetters
 from ._engine import Engine as Engine
 from ._engine import EngineHandler as EngineHandler
+from ._etcd import EtcdClient as EtcdClient
 from ._etcd_config import EtcdSettings as EtcdSettings
 from ._etcd_wire import EtcdError as EtcdError
 from ._foreman import CLI_NAME as CLI_NAME
@@ -48,6 +49,7 @@ from ._reload import ReloadPlan as ReloadPlan
 from ._reload import Shift as Shift
 from ._reload import plan_reload as plan_reload
 from ._reloader import DRAIN_TIMEOUT as DRAIN_TIMEOUT
+from ._role_lease import EtcdRoleLease as EtcdRoleLease
 from ._router import AT_MOST_ONCE as AT_MOST_ONCE
 from ._router import Router as Router
 from ._source_tables import SOURCE_PREFIX as SOURCE_PREFIX

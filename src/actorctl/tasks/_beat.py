@@ -44,7 +44,7 @@ import trio
 from .._errors import ActorctlError, ConfigError
 from .._log import log
 from ..actors import Actor, handler
-from ..cluster import SCHEDULER_ROLE, ClusterConfig, NodeConfig, Shift, Store
+from ..cluster import SCHEDULER_ROLE, ClusterConfig, EtcdRoleLease, NodeConfig, Shift, Store
 from ._client import Directory, TaskClient, send_task
 from ._periodic import PeriodicTask, firing_id
 from ._protocol import BEAT_NAME
@@ -70,7 +70,9 @@ class Beat(Actor):
     Args:
         periodics: what it fires.
         directory: where the pools are.
-        lease: the address of the lease grantor (the Controller); None fires
+        lease: the address of the lease grantor (the Controller), or the
+            scheduler role's lease in etcd (a cluster that spans hosts: each
+            firing is recorded there, fenced, before it is sent); None fires
             without a lease.
         lease_ttl: seconds a lease lasts unless renewed.
     """
@@ -84,7 +86,7 @@ class Beat(Actor):
         periodics: Sequence[PeriodicTask],
         directory: Directory,
         *,
-        lease: str | None = None,
+        lease: str | EtcdRoleLease | None = None,
         lease_ttl: float = LEASE_TTL,
         periodics_of: Callable[[ClusterConfig], list[PeriodicTask]] | None = None,
     ) -> None:
@@ -94,7 +96,8 @@ class Beat(Actor):
         #: The periodic tasks of a cluster file (None: outside a cluster).
         self.periodics_of = periodics_of
         self.directory = directory
-        self.lease_address = lease
+        self.lease_address = lease if isinstance(lease, str) else None
+        self.role_lease = lease if isinstance(lease, EtcdRoleLease) else None
         self.lease_ttl = float(lease_ttl)
         self.margin = self.lease_ttl / 10
         self.last: dict[str, float | None] = {}
@@ -133,12 +136,23 @@ class Beat(Actor):
             self.last[name] = row.get("last")
             self.armed[name] = float(row["armed"])
         self._held = trio.Event()
-        if self.lease_address is None:
+        if not self._leased:
             self._held.set()
             self._resume({})
         else:
             self.start_soon(self._keep_lease)
         self.start_soon(self._timer)
+
+    @property
+    def _leased(self) -> bool:
+        """Whether it fires only under a lease (a grantor is set)."""
+        return self.lease_address is not None or self.role_lease is not None
+
+    async def on_stop(self) -> None:
+        """Across hosts, give the scheduler role up: another node's beat takes
+        it at once instead of after the lease's ttl."""
+        if self.role_lease is not None:
+            await self.role_lease.resign()
 
     @property
     def client(self) -> TaskClient:
@@ -155,7 +169,7 @@ class Beat(Actor):
     def holding(self) -> bool:
         """Whether it may fire now: no grantor, or a lease that holds for more
         than the margin yet, on its own clock."""
-        if self.lease_address is None:
+        if not self._leased:
             return True
         return trio.current_time() < self._valid_until - self.margin
 
@@ -285,9 +299,9 @@ class Beat(Actor):
                     await self._fire(self.periodics[name], now)
                     now = self.outbox_now()
                 waits.append(min(self.next.values()) - now)
-                if self.lease_address is not None:  # the lease's margin may pass first
+                if self._leased:  # the lease's margin may pass first
                     waits.append(self._valid_until - self.margin - trio.current_time())
-            elif self.lease_address is not None and not self.holding():
+            elif self._leased and not self.holding():
                 waits = [math.inf]  # the keeper wakes it once it holds the lease
             with trio.move_on_after(max(0.0, min(waits))):
                 await self._wake.wait()
@@ -306,6 +320,9 @@ class Beat(Actor):
             self.directory.resolve(periodic.pool)  # before the row: a firing that cannot go
         except ConfigError as exc:
             log("actorctl:beat:no-pool", schedule=name, due=due, error=str(exc))
+            return
+        if self.role_lease is not None and not await self._record(name, due):
+            self.next[name] = due  # still due: fired by whoever holds the role
             return
         task_id = firing_id(name, due)
         self.last[name] = due
@@ -333,6 +350,28 @@ class Beat(Actor):
         log("actorctl:beat:fired", schedule=name, task=periodic.task, task_id=task_id, due=due)
         self._report.set()  # tell the grantor at once
 
+    async def _record(self, name: str, due: float) -> bool:
+        """Across hosts: record the firing of ``name`` due at ``due`` in etcd,
+        fenced, before it is sent. A beat whose role another has taken (it was
+        cut off from etcd, or stalled) is refused here and fires nothing; so is
+        one that cannot reach etcd now (it tries again once renewed)."""
+        assert self.role_lease is not None
+        state = {n: last for n, last in self.last.items() if last is not None}
+        state[name] = due
+        if await self.role_lease.record(state):
+            return True
+        log(
+            "actorctl:beat:not-fired",
+            schedule=name,
+            due=due,
+            fence=self.fence,
+            why="its firing could not be recorded in etcd as the scheduler's",
+        )
+        self._valid_until = -math.inf
+        self._let_go()
+        self._report.set()  # ask for the role again at once
+        return False
+
     # -- the lease ----------------------------------------------------------------------
 
     async def _keep_lease(self) -> None:
@@ -345,24 +384,23 @@ class Beat(Actor):
                 await self._report.wait()
 
     async def _renew(self) -> None:
-        assert self.lease_address is not None
         holder = str(self._require_cell().address)
         held = self.holding()
-        state = {n: due for n, due in self.last.items() if due is not None} if held else None
-        ref = self.ref(self.lease_address).with_options(timeout=min(5.0, self.lease_ttl / 3))
         sent = trio.current_time()  # the lease counts from here, on its own clock
         try:
-            answer = await ref.ask("lease", SCHEDULER_ROLE, holder, self.lease_ttl, state)
+            answer = await self._ask_lease(holder, held)
         except ActorctlError as exc:
+            grantor = self.role_lease.where if self.role_lease else self.lease_address
             if held:
-                log("actorctl:beat:lease-unrenewed", grantor=self.lease_address, error=str(exc))
+                log("actorctl:beat:lease-unrenewed", grantor=grantor, error=str(exc))
             elif not self._unreached:  # said once, until a grant
                 self._unreached = True
                 log(
                     "actorctl:beat:no-lease",
-                    grantor=self.lease_address,
+                    grantor=grantor,
                     error=str(exc),
-                    why="no Controller answers: nothing fires until one grants the lease",
+                    why=f"no {'etcd' if self.role_lease else 'Controller'} answers: "
+                    "nothing fires until one grants the lease",
                 )
             if not self.holding():
                 self._let_go()
@@ -382,6 +420,19 @@ class Beat(Actor):
             self._resume(dict(answer.get("state") or {}))
         self._held.set()
         self._wake.set()
+
+    async def _ask_lease(self, holder: str, held: bool) -> dict[str, Any]:
+        """Ask the grantor for the scheduler lease: etcd across hosts, else the
+        Controller (told the last firings, while it holds the lease)."""
+        if self.role_lease is not None:
+            return await self.role_lease.request(holder, self.lease_ttl)
+        assert self.lease_address is not None
+        state = {n: due for n, due in self.last.items() if due is not None} if held else None
+        ref = self.ref(self.lease_address).with_options(timeout=min(5.0, self.lease_ttl / 3))
+        answer: dict[str, Any] = await ref.ask(
+            "lease", SCHEDULER_ROLE, holder, self.lease_ttl, state
+        )
+        return answer
 
     def _let_go(self) -> None:
         """It no longer holds the lease: :meth:`wait_holding` waits again."""

@@ -20,7 +20,16 @@ import attrs
 
 from .._errors import ConfigError
 from ..actors import Actor
-from ..cluster import CONTROLLER, ClusterConfig, NodeConfig, breakers_of, source_actor
+from ..cluster import (
+    CONTROLLER,
+    SCHEDULER_ROLE,
+    ClusterConfig,
+    EtcdClient,
+    EtcdRoleLease,
+    NodeConfig,
+    breakers_of,
+    source_actor,
+)
 from ..supervision import HEALTH_AGENT, BoxedSpec, HealthMonitor
 from ._beat import Beat
 from ._chords import ChordBarrier
@@ -230,6 +239,14 @@ def task_actors(
             )
         actors[SCHEDULER_NAME] = Scheduler(directory)
         actors[BEAT_NAME] = _beat(app, config, directory)
+    elif mine.pools and config.etcd is not None:
+        # Across hosts, every node of the app's pools is a candidate for the
+        # scheduler role too: the periodic tasks go on firing when the
+        # services node's host is lost (its firings wait in the backlog of the
+        # node that fired them until a pool's router takes them).
+        beat = _beat(app, config, directory)
+        if beat.periodics:
+            actors[BEAT_NAME] = beat
         actors[EVENT_HUB_NAME] = EventHub([app], directory)
         actors[CHORD_BARRIER_NAME] = ChordBarrier(directory)
         actors[RELAY] = ReplyRelay()
@@ -287,8 +304,10 @@ def _sources(app: TaskRegistry, config: ClusterConfig, directory: Directory) -> 
 
 
 def _beat(app: TaskRegistry, config: ClusterConfig, directory: Directory) -> Beat:
-    """The beat of the services node: the app's periodic tasks and the file's
-    ``[[periodic]]`` tables, fired under the Controller's scheduler lease.
+    """A beat: the app's periodic tasks and the file's ``[[periodic]]`` tables,
+    fired under the Controller's scheduler lease; or, when the node runs with
+    etcd (``config.etcd``: a cluster that spans hosts), under the scheduler
+    role's lease in etcd, with the etcd ttl.
 
     Raises:
         ConfigError: a wrong ``[[periodic]]`` table, or a name used twice.
@@ -298,6 +317,15 @@ def _beat(app: TaskRegistry, config: ClusterConfig, directory: Directory) -> Bea
         tasks = {task.name: task.pool for task in app.tasks.values()}
         return cluster_periodics(app.periodics, tasks, config.periodic_tables, config.path)
 
+    if config.etcd is not None:
+        client = EtcdClient(config.etcd.endpoints)
+        return Beat(
+            periodics_of(config),
+            directory,
+            lease=EtcdRoleLease(client, config.name, SCHEDULER_ROLE),
+            lease_ttl=config.etcd.ttl,
+            periodics_of=periodics_of,
+        )
     host, port = config.controller
     return Beat(
         periodics_of(config),
