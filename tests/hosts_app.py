@@ -18,6 +18,8 @@ from actorctl import App, TaskContext
 #: The directory where each run is recorded (set by the test).
 RECORDS = "ACTORCTL_STATE_RECORDS"
 RUNS = "runs.txt"
+#: Where the periodic task's runs are recorded (beside RUNS).
+PERIODIC_RUNS = "periodic.txt"
 
 app = App("hosts")
 app.pool("celery", concurrency=8)
@@ -28,19 +30,30 @@ async def work(ctx: TaskContext, value: int) -> int:
     """Takes 100 ms (so that a host's worker holds some when the host is
     lost), then records its run."""
     await trio.sleep(0.1)
-    directory = os.environ.get(RECORDS)
-    if directory:
-        fd = os.open(Path(directory) / RUNS, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            os.write(fd, f"{ctx.id} {os.getpid()}\n".encode())  # one write: a whole line
-        finally:
-            os.close(fd)
+    _record(RUNS, ctx.id)
     return value
 
 
-def runs(directory: Path) -> list[tuple[str, int]]:
-    """(task id, pid) of each run recorded in ``directory``."""
-    path = directory / RUNS
+@app.task(bind=True)
+async def beat_tick(ctx: TaskContext) -> None:
+    """The periodic task of tests/test_hosts.py's scheduler tests: records its run."""
+    _record(PERIODIC_RUNS, ctx.id)
+
+
+def _record(name: str, task_id: str) -> None:
+    directory = os.environ.get(RECORDS)
+    if directory:
+        fd = os.open(Path(directory) / name, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, f"{task_id} {os.getpid()}\n".encode())  # one write: a whole line
+        finally:
+            os.close(fd)
+
+
+def runs(directory: Path, name: str = RUNS) -> list[tuple[str, int]]:
+    """(task id, pid) of each run recorded in ``directory`` (of ``work``; of
+    ``beat_tick`` with ``name=PERIODIC_RUNS``)."""
+    path = directory / name
     if not path.exists():
         return []
     return [

@@ -20,6 +20,7 @@ import re
 import signal
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from actorctl.cluster import ensure_dev_secrets, load_cluster
@@ -64,6 +65,15 @@ actors = "tests.hosts_app:app"
 pools = ["celery"]
 """
 
+#: A periodic task fired every EVERY seconds by whichever node's beat holds
+#: the scheduler role in etcd.
+PERIODIC = """
+[[periodic]]
+name = "tick"
+task = "hosts.beat_tick"
+every = {every}
+"""
+
 #: Waits (at most 30 s) until the etcd at ARGV[1] answers, then says "etcd up".
 WAIT_ETCD = """
 import sys, trio
@@ -101,13 +111,34 @@ async def main(url, cluster):
 trio.run(main, sys.argv[1], sys.argv[2])
 """
 
+#: Prints the holder of the scheduler role of the cluster named ARGV[2] in the
+#: etcd at ARGV[1] (an empty line when none holds it).
+READ_HOLDER = """
+import sys, trio
+from actorctl.cluster._etcd import EtcdClient
+from actorctl.cluster._role_lease import role_key
+
+async def main(url, cluster):
+    held = await EtcdClient([url], timeout=5).get(role_key(cluster, "scheduler"))
+    print("" if held is None else held.value.decode(), flush=True)
+
+trio.run(main, sys.argv[1], sys.argv[2])
+"""
+
 _READY_LINE = re.compile(r"^node (\S+) ready at \S+ \(pid (\d+)\)", re.MULTILINE)
 
 
 class Hosts:
     """etcd on host a and ``host up`` on each host, with what they said."""
 
-    def __init__(self, network: Network, directory: Path, *, loopback: bool = False) -> None:
+    def __init__(
+        self,
+        network: Network,
+        directory: Path,
+        *,
+        loopback: bool = False,
+        periodic_every: float | None = None,
+    ) -> None:
         self.network = network
         self.directory = directory
         self.records = directory / "records"
@@ -118,7 +149,10 @@ class Hosts:
         addresses = {name: "127.0.0.1" if loopback else network[name].address for name in PORTS}
         ports = {f"p{name}": port for name, port in PORTS.items()}
         self.path = directory / "cluster.toml"
-        self.path.write_text(CLUSTER.format(etcd=self.etcd.url, ttl=TTL, **addresses, **ports))
+        text = CLUSTER.format(etcd=self.etcd.url, ttl=TTL, **addresses, **ports)
+        if periodic_every is not None:
+            text += PERIODIC.format(every=periodic_every)
+        self.path.write_text(text)
         # Made once, before any host starts (as on real hosts: made on one, copied).
         ensure_dev_secrets(load_cluster(self.path))
         self.env = {**os.environ, RECORDS: str(self.records)}
@@ -129,20 +163,34 @@ class Hosts:
         self.pids: dict[str, int] = {}  # node name to the pid of its process
         self.etcd_process: subprocess.Popen[bytes] | None = None
 
-    def start(self) -> None:
+    def start(self, order: Sequence[str] | None = None) -> None:
+        """Start etcd, then every host's ``host up``: at once, or one after
+        another in ``order``, each once the one before it is ready (so that
+        the first one's beat takes the scheduler role)."""
         self.start_etcd()
+        for host in order or ():
+            self._host_up(host)
+            self._wait_ready(host)
         for host in PORTS:
-            self.ups[host] = self.network.run(
-                self.where[host],
-                [*ACTORCTL, "host", "up", str(self.path), "--host", host],
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                env=self.env,
-                cwd=ROOT,
-            )
-        for host, process in self.ups.items():
-            said = wait_for_output(process, f"host {host!r} ready", timeout=READY)
-            self.pids.update((node, int(pid)) for node, pid in _READY_LINE.findall(said))
+            if host not in self.ups:
+                self._host_up(host)
+        for host in PORTS:
+            if host not in (order or ()):
+                self._wait_ready(host)
+
+    def _host_up(self, host: str) -> None:
+        self.ups[host] = self.network.run(
+            self.where[host],
+            [*ACTORCTL, "host", "up", str(self.path), "--host", host],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env=self.env,
+            cwd=ROOT,
+        )
+
+    def _wait_ready(self, host: str) -> None:
+        said = wait_for_output(self.ups[host], f"host {host!r} ready", timeout=READY)
+        self.pids.update((node, int(pid)) for node, pid in _READY_LINE.findall(said))
 
     def start_etcd(self) -> None:
         """Start etcd on host a (on its data directory: again after :meth:`kill_etcd`,
@@ -162,6 +210,22 @@ class Hosts:
         assert self.etcd_process is not None
         os.kill(self.etcd_process.pid, signal.SIGKILL)
         self.etcd_process.wait(timeout=10)
+
+    def scheduler(self) -> str:
+        """The address of the beat that holds the scheduler role now, read
+        from etcd on host a ("" when none holds it)."""
+        reader = self.network.run(
+            "a", [sys.executable, "-c", READ_HOLDER, self.etcd.url, "hosts"], stdout=subprocess.PIPE
+        )
+        out, _ = reader.communicate(timeout=30)
+        return out.decode().strip().splitlines()[-1].strip()
+
+    def host_of(self, address: str) -> str:
+        """The host whose nodes listen at ``address`` (an actor's URL)."""
+        for host, port in PORTS.items():
+            if f":{port}/" in address:
+                return host
+        raise AssertionError(f"no host listens at {address!r}")
 
     def registered(self) -> dict[str, int]:
         """Node name to the lease its record in etcd lives under, read from host a."""
