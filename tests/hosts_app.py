@@ -26,10 +26,10 @@ app.pool("celery", concurrency=8)
 
 
 @app.task(bind=True)
-async def work(ctx: TaskContext, value: int) -> int:
-    """Takes 100 ms (so that a host's worker holds some when the host is
+async def work(ctx: TaskContext, value: int, seconds: float = 0.1) -> int:
+    """Takes ``seconds`` (so that a host's worker holds some when the host is
     lost), then records its run."""
-    await trio.sleep(0.1)
+    await trio.sleep(seconds)
     _record(RUNS, ctx.id)
     return value
 

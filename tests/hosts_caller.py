@@ -1,6 +1,9 @@
-"""A caller on one host of tests/test_hosts.py: ``python -m tests.hosts_caller FILE N TIMEOUT``.
+"""A caller on one host of tests/test_hosts.py.
 
-Connects to the cluster of FILE (``app.connect``), sends N ``work`` tasks,
+``python -m tests.hosts_caller FILE N TIMEOUT [SECONDS]``:
+
+Connects to the cluster of FILE (``app.connect``), sends N ``work`` tasks
+(each taking SECONDS, 0.1 by default),
 prints ``sent IDS_FILE`` once the pool accepted them all (their ids written to
 IDS_FILE beside FILE), then waits for every result (each within TIMEOUT
 seconds) and prints ``results OK FAILED`` and, for each failure, ``failed ID
@@ -15,9 +18,9 @@ from pathlib import Path
 from tests.hosts_app import app, work
 
 
-def main(path: str, count: int, timeout: float) -> None:
+def main(path: str, count: int, timeout: float, seconds: float = 0.1) -> None:
     with app.connect(path):
-        results = [work.delay(i) for i in range(count)]
+        results = [work.delay(i, seconds) for i in range(count)]
         ids = Path(path).parent / "sent.txt"
         ids.write_text("".join(f"{r.id}\n" for r in results))
         print("sent", ids, flush=True)
@@ -34,4 +37,4 @@ def main(path: str, count: int, timeout: float) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], int(sys.argv[2]), float(sys.argv[3]))
+    main(sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), *map(float, sys.argv[4:5]))

@@ -220,6 +220,20 @@ class Hosts:
         out, _ = reader.communicate(timeout=30)
         return out.decode().strip().splitlines()[-1].strip()
 
+    def status(self) -> str:
+        """What ``actorctl cluster status FILE`` prints, run on host a."""
+        run = self.network.run(
+            "a",
+            [*ACTORCTL, "cluster", "status", str(self.path)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env=self.env,
+            cwd=ROOT,
+        )
+        out, _ = run.communicate(timeout=60)
+        assert run.returncode == 0, out.decode(errors="replace")
+        return out.decode(errors="replace")
+
     def host_of(self, address: str) -> str:
         """The host whose nodes listen at ``address`` (an actor's URL)."""
         for host, port in PORTS.items():
@@ -236,11 +250,12 @@ class Hosts:
         found: dict[str, int] = json.loads(out.decode().strip().splitlines()[-1])
         return found
 
-    def caller(self, count: int, timeout: float) -> subprocess.Popen[bytes]:
-        """tests/hosts_caller.py on host a, sending ``count`` tasks."""
+    def caller(self, count: int, timeout: float, seconds: float = 0.1) -> subprocess.Popen[bytes]:
+        """tests/hosts_caller.py on host a, sending ``count`` tasks of ``seconds`` each."""
+        argv = [str(self.path), str(count), str(timeout), str(seconds)]
         return self.network.run(
             "a",
-            [sys.executable, "-m", "tests.hosts_caller", str(self.path), str(count), str(timeout)],
+            [sys.executable, "-m", "tests.hosts_caller", *argv],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             env=self.env,

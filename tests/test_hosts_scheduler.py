@@ -120,6 +120,15 @@ def test_a_host_lost_with_the_scheduler_has_the_role_move_and_no_due_time_twice_
         # And no due time ran twice, or was skipped
         assert twice == []
         assert skipped == []
+        # And cluster status, asked on host a, shows each host's nodes as etcd
+        # and the nodes say they are: b's gone, and who holds the scheduler role
+        status = hosts.status()
+        print(status)
+        assert f"scheduler {now}" in status
+        assert "worker-b  node  not-registered" in status
+        for node in ("services", "worker-c"):
+            assert f"{node}  node  registered" in status
+        assert status.count("/actors  supervisor  running") == 2, status  # each running node's tree
         fences = [int(str(m["fence"])) for m in logged(hosts, "actorctl:beat:leader")]
         assert len(fences) >= 2
         assert fences[-1] > fences[0]

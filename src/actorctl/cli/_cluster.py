@@ -18,6 +18,7 @@ from ..cluster import (
     CONTROLLER,
     DRAIN_TIMEOUT,
     ClusterConfig,
+    EtcdError,
     NodeDied,
     NodeState,
     check_references,
@@ -29,6 +30,7 @@ from ..cluster import (
 )
 from ..supervision import ChildFailedToStart, SupervisorGaveUp
 from ._errors import INTERRUPTED, fail
+from ._etcd_status import etcd_option, hosts_status
 from ._logging import log_options, log_to
 from ._tree import render_tree
 
@@ -123,11 +125,30 @@ async def cluster_up(file: Path, in_process: bool) -> None:
 @cluster.command("status")
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--timeout", default=10.0, show_default=True, help="Seconds to wait.")
+@etcd_option
 @log_options
-async def cluster_status(file: Path, timeout: float) -> None:
+async def cluster_status(file: Path, timeout: float, etcd: tuple[str, ...]) -> None:
     """Print the live cluster FILE names as its Controller sees it: one
     supervision tree, Controller -> nodes -> supervisors -> actors (and boxed
-    processes), each with its state, restarts and (actors) mailbox depth."""
+    processes), each with its state, restarts and (actors) mailbox depth.
+
+    A cluster that spans hosts (its nodes say host = ..., and [etcd] or --etcd
+    says where etcd is) and that no Controller runs (`host up` on each host)
+    is shown as etcd and its nodes say it is: each host, its nodes (registered
+    or not, each asked for its own tree), and who holds the scheduler role."""
+    try:
+        config = load_cluster(file)
+    except ConfigError as exc:
+        fail(f"{exc}", 2)
+    endpoints = etcd or (config.etcd.endpoints if config.etcd is not None else ())
+    if config.hosts and endpoints and not await _answers(config):
+        try:
+            click.echo(render_tree(await hosts_status(config, endpoints, timeout)))
+        except* EtcdError as group:
+            fail(f"cluster {config.name!r}: etcd does not answer: {_first(group)}", 1)
+        except* ConfigError as group:
+            fail(f"{_first(group)}", 2)
+        return
     click.echo(render_tree(await ask_controller(file, "tree", timeout)))
 
 

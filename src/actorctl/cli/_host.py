@@ -38,21 +38,13 @@ from ..cluster import (
 from ..supervision import ChildFailedToStart, SupervisorGaveUp
 from ._cluster import _progress, _rows, _table
 from ._errors import fail, leaf
+from ._etcd_status import etcd_option
 from ._logging import log_to
 
 __all__ = ["etcd_option", "etcd_settings", "host", "membership"]
 
 #: Seconds a node gives its deregistration at a stop before it stops anyway.
 LEAVE_TIMEOUT = 5.0
-
-etcd_option = click.option(
-    "--etcd",
-    "etcd",
-    multiple=True,
-    metavar="URL",
-    help="An etcd endpoint (repeat for each member), e.g. http://10.0.0.1:2379; "
-    "default: the file's [etcd] endpoints.",
-)
 
 
 def etcd_settings(config: ClusterConfig, endpoints: Sequence[str]) -> EtcdSettings:

@@ -27,6 +27,10 @@ def _line(item: dict[str, Any]) -> str:
     parts = [str(item.get("name")), str(item.get("kind")), str(item.get("state", "-"))]
     if item.get("cluster"):
         parts.insert(1, f"cluster {item['cluster']!r}")
+    if item.get("kind") == "host":  # a cluster across hosts: its nodes are under it
+        return "  ".join(parts[:2])
+    if item.get("kind") == "membership":
+        return "  ".join(parts)
     if item.get("kind") in ("health-check", "breaker", "dead-letters"):
         if item.get("detail"):
             parts.append(str(item["detail"]))

@@ -27,12 +27,13 @@ import trio
 from .._errors import ActorctlError, ConfigError
 from .._log import log
 from ..actors import Actor, BadArguments, handler
-from ..supervision import HEALTH_AGENT, ChildSpec, Strategy, Supervisor
+from ..supervision import ChildSpec, Strategy, Supervisor
 from ._config import ClusterConfig, NodeConfig
 from ._deadletters import DEAD_LETTERS
 from ._foreman import Foreman, LocalForeman, NodeState
 from ._leases import SCHEDULER_ROLE, LeaseTable
 from ._node import open_node
+from ._node_view import node_children
 from ._reloader import DRAIN_TIMEOUT, NodeRunner, Reloader
 from ._webserve import serve_web
 
@@ -117,11 +118,7 @@ class Controller(Actor):
             }
             if state.state == "running" and state.address:
                 try:
-                    ref = self.ref(f"{state.address}/_node").with_options(timeout=2.0)
-                    entry["children"] = [await ref.ask("tree")]
-                    if HEALTH_AGENT in state.actors:
-                        entry["children"] += await self._health(state.address)
-                    entry["children"].append(await self._dead_letters(state.address))
+                    entry["children"] = await node_children(self.ref, state.address, state.actors)
                 except Exception as exc:  # a node that does not answer is reported as such
                     entry["error"] = str(exc)
             nodes.append(entry)
@@ -133,32 +130,6 @@ class Controller(Actor):
             "restarts": 0,
             "children": nodes,
         }
-
-    async def _health(self, address: str) -> list[dict[str, Any]]:
-        """A node's health checks and circuit breakers, as rows of its tree."""
-        ref = self.ref(f"{address}/{HEALTH_AGENT}").with_options(timeout=2.0)
-        report = await ref.ask("report")
-        rows = [
-            {"name": name, "kind": "health-check", "state": r["state"], "detail": r["detail"]}
-            for name, r in sorted(report["checks"].items())
-        ]
-        for name, states in sorted(report["breakers"].items()):
-            rows += [
-                {"name": name, "kind": "breaker", "state": b["state"], "detail": b["reason"]}
-                for b in states
-            ]
-        return rows
-
-    async def _dead_letters(self, address: str) -> dict[str, Any]:
-        """A node's dead letters (how many; 80 % full or not), as a row of its tree."""
-        ref = self.ref(f"{address}/{DEAD_LETTERS}").with_options(timeout=2.0)
-        fill = await ref.ask("fill")
-        held, most = fill["held"], fill["max"]
-        detail = f"{held} kept (max {most})"
-        if fill["nearly_full"]:
-            detail += ": 80 % full, the oldest go when full (actorctl deadletters list)"
-        state = "nearly-full" if fill["nearly_full"] else "ok"
-        return {"name": DEAD_LETTERS, "kind": "dead-letters", "state": state, "detail": detail}
 
     @handler
     async def deadletters(

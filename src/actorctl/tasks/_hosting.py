@@ -239,6 +239,9 @@ def task_actors(
             )
         actors[SCHEDULER_NAME] = Scheduler(directory)
         actors[BEAT_NAME] = _beat(app, config, directory)
+        actors[EVENT_HUB_NAME] = EventHub([app], directory)
+        actors[CHORD_BARRIER_NAME] = ChordBarrier(directory)
+        actors[RELAY] = ReplyRelay()
     elif mine.pools and config.etcd is not None:
         # Across hosts, every node of the app's pools is a candidate for the
         # scheduler role too: the periodic tasks go on firing when the
@@ -247,9 +250,6 @@ def task_actors(
         beat = _beat(app, config, directory)
         if beat.periodics:
             actors[BEAT_NAME] = beat
-        actors[EVENT_HUB_NAME] = EventHub([app], directory)
-        actors[CHORD_BARRIER_NAME] = ChordBarrier(directory)
-        actors[RELAY] = ReplyRelay()
     for spec in _sources(app, config, directory):
         if spec.node == node.name or (spec.node is None and mine.services):
             actors[source_actor(spec.name)] = SourceActor(spec, directory)

@@ -1,0 +1,130 @@
+"""What ``cluster status`` shows of one running node, and of a cluster that
+spans hosts.
+
+On one host the Controller asks each node it runs (:meth:`Controller.tree`).
+Across hosts there is no one Controller: ``cluster status`` reads who is
+registered in etcd and asks each registered node itself
+(:func:`hosts_tree`). Both build a node's rows with :func:`node_children`:
+the node's own supervision tree (its ``_node`` agent), its health checks and
+breakers, and its dead letters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from .._errors import ConfigError
+from ..actors import ActorRef
+from ..supervision import HEALTH_AGENT
+from ._config import ClusterConfig
+from ._deadletters import DEAD_LETTERS
+from ._etcd import EtcdClient
+from ._leases import SCHEDULER_ROLE
+from ._node_record import NodeRecord, nodes_prefix
+from ._role_lease import role_key
+
+__all__ = ["hosts_tree", "node_children"]
+
+#: Seconds each node may take to answer one question.
+ASK_TIMEOUT = 2.0
+
+Refs = Callable[[str], ActorRef]
+
+
+async def node_children(ref: Refs, address: str, actors: Sequence[str]) -> list[dict[str, Any]]:
+    """A running node's rows: its tree, its health checks and breakers (when
+    it hosts the health agent), and its dead letters.
+
+    Raises:
+        ActorctlError: the node did not answer (in time).
+    """
+    rows: list[dict[str, Any]] = [await _ask(ref, f"{address}/_node", "tree")]
+    if HEALTH_AGENT in actors:
+        report = await _ask(ref, f"{address}/{HEALTH_AGENT}", "report")
+        rows += [
+            {"name": name, "kind": "health-check", "state": r["state"], "detail": r["detail"]}
+            for name, r in sorted(report["checks"].items())
+        ]
+        for name, states in sorted(report["breakers"].items()):
+            rows += [
+                {"name": name, "kind": "breaker", "state": b["state"], "detail": b["reason"]}
+                for b in states
+            ]
+    rows.append(await _dead_letters(ref, address))
+    return rows
+
+
+async def _dead_letters(ref: Refs, address: str) -> dict[str, Any]:
+    """A node's dead letters (how many; 80 % full or not), as a row of its tree."""
+    fill = await _ask(ref, f"{address}/{DEAD_LETTERS}", "fill")
+    held, most = fill["held"], fill["max"]
+    detail = f"{held} kept (max {most})"
+    if fill["nearly_full"]:
+        detail += ": 80 % full, the oldest go when full (actorctl deadletters list)"
+    state = "nearly-full" if fill["nearly_full"] else "ok"
+    return {"name": DEAD_LETTERS, "kind": "dead-letters", "state": state, "detail": detail}
+
+
+async def _ask(ref: Refs, address: str, handler: str) -> Any:
+    return await ref(address).with_options(timeout=ASK_TIMEOUT).ask(handler)
+
+
+async def hosts_tree(config: ClusterConfig, client: EtcdClient, ref: Refs) -> dict[str, Any]:
+    """The tree of a cluster that spans hosts, as etcd and its nodes say it is
+    now: a row per host the file names, under it each of its nodes, running
+    (registered, with its own rows) or not registered; and who holds the
+    scheduler role.
+
+    Raises:
+        EtcdError: etcd could not be reached (naming each endpoint).
+    """
+    snapshot = await client.get_prefix(nodes_prefix(config.name))
+    records: dict[str, NodeRecord | str] = {}
+    for kv in snapshot.kvs:
+        name = kv.key.rpartition("/")[2]
+        try:
+            records[name] = NodeRecord.from_json(kv.value)
+        except ConfigError as exc:  # a record this version cannot read is shown as such
+            records[name] = f"unreadable record: {exc}"
+    scheduler = await client.get(role_key(config.name, SCHEDULER_ROLE))
+    hosts = []
+    for host in config.hosts or [""]:
+        nodes = [
+            await _node_row(ref, node.name, records.pop(node.name, None))
+            for node in config.nodes
+            if node.runs_on == host
+        ]
+        hosts.append({"name": host or "-", "kind": "host", "state": "-", "children": nodes})
+    for name, record in sorted(records.items()):  # registered, but not in this file
+        hosts.append(await _node_row(ref, name, record, note="not in the file"))
+    holder = scheduler.value.decode(errors="replace") if scheduler is not None else "none"
+    return {
+        "name": "etcd",
+        "kind": "membership",
+        "cluster": config.name,
+        "state": f"scheduler {holder}",
+        "children": hosts,
+    }
+
+
+async def _node_row(
+    ref: Refs, name: str, record: NodeRecord | str | None, *, note: str = ""
+) -> dict[str, Any]:
+    if record is None:
+        return {"name": name, "kind": "node", "state": "not-registered", "restarts": 0}
+    if isinstance(record, str):
+        return {"name": name, "kind": "node", "state": "unknown", "error": record}
+    row: dict[str, Any] = {
+        "name": name,
+        "kind": "node",
+        "state": "registered" if not note else f"registered ({note})",
+        "restarts": 0,
+        "address": record.address,
+        "children": [],
+    }
+    try:
+        row["children"] = await node_children(ref, record.address.rstrip("/"), record.actors)
+    except Exception as exc:  # a node that does not answer is reported as such
+        row["error"] = str(exc)
+    return row
