@@ -51,7 +51,14 @@ class EtcdServer:
     for etcd's answer from the namespace the tests run in).
     """
 
-    def __init__(self, directory: Path, *, tls: bool = False, host: str = "127.0.0.1") -> None:
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        tls: bool = False,
+        client_auth: bool = False,
+        host: str = "127.0.0.1",
+    ) -> None:
         self.binary = etcd_binary()
         self.directory = directory
         self.host = host
@@ -59,9 +66,13 @@ class EtcdServer:
         local = host == "127.0.0.1"
         self.client_port = free_port() if local else 2379
         self.peer_port = free_port() if local else 2380
-        scheme = "https" if tls else "http"
+        scheme = "https" if tls or client_auth else "http"
         self.url = f"{scheme}://{host}:{self.client_port}"
-        self.tls = make_tls(directory / "tls", "etcd")["etcd"] if tls else None
+        made = make_tls(directory / "tls", "etcd", "client") if tls or client_auth else {}
+        self.tls = made.get("etcd")
+        #: With ``client_auth``, etcd asks every client for a certificate of its
+        #: CA (``--client-cert-auth``): this is one.
+        self.client_tls = made["client"] if client_auth else None
         self.process: subprocess.Popen[bytes] | None = None
 
     def command(self) -> list[str]:
@@ -79,6 +90,8 @@ class EtcdServer:
         ]
         if self.tls is not None:
             command += [f"--cert-file={self.tls.cert}", f"--key-file={self.tls.key}"]
+        if self.client_tls is not None:
+            command += ["--client-cert-auth", f"--trusted-ca-file={self.client_tls.ca}"]
         return command
 
     def start(self) -> None:
@@ -128,7 +141,10 @@ class EtcdServer:
     def _context(self) -> ssl.SSLContext | None:
         if self.tls is None:
             return None
-        return ssl.create_default_context(cafile=str(self.tls.ca))
+        context = ssl.create_default_context(cafile=str(self.tls.ca))
+        if self.client_tls is not None:
+            context.load_cert_chain(self.client_tls.cert, self.client_tls.key)
+        return context
 
 
 @contextlib.contextmanager

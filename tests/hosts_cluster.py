@@ -163,20 +163,24 @@ class Hosts:
         self.pids: dict[str, int] = {}  # node name to the pid of its process
         self.etcd_process: subprocess.Popen[bytes] | None = None
 
-    def start(self, order: Sequence[str] | None = None) -> None:
-        """Start etcd, then every host's ``host up``: at once, or one after
-        another in ``order``, each once the one before it is ready (so that
-        the first one's beat takes the scheduler role)."""
+    def start(self, order: Sequence[str] = (), only: Sequence[str] = tuple(PORTS)) -> None:
+        """Start etcd, then the ``host up`` of each host of ``only``: at once, or
+        one after another in ``order``, each once the one before it is ready
+        (so that the first one's beat takes the scheduler role)."""
         self.start_etcd()
-        for host in order or ():
-            self._host_up(host)
-            self._wait_ready(host)
-        for host in PORTS:
+        for host in order:
+            self.start_host(host)
+        for host in only:
             if host not in self.ups:
                 self._host_up(host)
-        for host in PORTS:
-            if host not in (order or ()):
+        for host in only:
+            if host not in order:
                 self._wait_ready(host)
+
+    def start_host(self, host: str) -> None:
+        """Start ``host``'s ``host up`` and wait (bounded) until it is ready."""
+        self._host_up(host)
+        self._wait_ready(host)
 
     def _host_up(self, host: str) -> None:
         self.ups[host] = self.network.run(

@@ -441,6 +441,24 @@ async def test_a_leader_cut_off_from_etcd_stops_before_another_can_lead(
     assert times["n1 stopped"] < times["n2 leads"]
 
 
+async def test_an_etcd_that_asks_for_client_certificates_takes_a_client_with_one_only(
+    tmp_path: Path, prefix: str
+) -> None:
+    with running_etcd(tmp_path, client_auth=True) as etcd:
+        files = etcd.client_tls
+        assert files is not None
+        with trio.fail_after(10):
+            # Given etcd run with --client-cert-auth, a client with a certificate of its CA works
+            client = EtcdClient(
+                [etcd.url], timeout=2, ca_file=files.ca, cert_file=files.cert, key_file=files.key
+            )
+            await client.put(prefix + "k", b"v")
+            assert await client.get(prefix + "k") is not None
+            # And one without a certificate is refused
+            with pytest.raises(EtcdUnavailable):
+                await EtcdClient([etcd.url], timeout=2, ca_file=files.ca).get(prefix + "k")
+
+
 async def test_a_client_reaches_etcd_over_tls_with_its_ca(
     tls_etcd: EtcdServer, prefix: str
 ) -> None:

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.etcd_server import running_etcd
 from tests.harness import free_port
 from tests.hosts_app import runs
 from tests.hosts_cluster import ACTORCTL, PORTS, READY, TTL, Hosts
@@ -114,6 +115,21 @@ def test_tasks_from_a_caller_on_one_host_run_on_the_workers_of_two_others(hosts:
             '[etcd]\nendpoints = ["http://127.0.0.1:9", "http://127.0.0.1:10"]\n',
             ["--host", "a"],
             "etcd does not answer at http://127.0.0.1:9, http://127.0.0.1:10",
+        ),
+        (
+            '[etcd]\nendpoints = ["https://127.0.0.1:9"]\ncert = "client.pem"\n',
+            ["--host", "a"],
+            "key 'etcd.key' is missing: etcd.cert is given",
+        ),
+        (
+            '[etcd]\nendpoints = ["https://127.0.0.1:9"]\ncertfile = "client.pem"\n',
+            ["--host", "a"],
+            "etcd.certfile",
+        ),
+        (
+            '[etcd]\nendpoints = ["https://127.0.0.1:9"]\nca = "etcd/ca.pem"\n',
+            ["--host", "a"],
+            "etcd/ca.pem does not exist",
         ),
     ],
 )
@@ -254,6 +270,52 @@ def test_etcd_restarted_during_the_run_nodes_keep_serving_and_register_again(
     assert '"actorctl:membership:leave"' not in log
 
 
+def test_cluster_status_reads_an_etcd_that_asks_for_client_certificates_with_the_files_certs(
+    tmp_path: Path,
+) -> None:
+    with running_etcd(tmp_path / "etcd", client_auth=True) as etcd:
+        assert etcd.client_tls is not None
+        # Given a cluster file across hosts whose [etcd] names etcd's CA and a
+        # client certificate (etcd runs with --client-cert-auth), and no Controller
+        files = etcd.client_tls
+        path = tmp_path / "cluster.toml"
+        path.write_text(
+            f'[cluster]\nname = "x"\ninsecure = true\ncontroller = "127.0.0.1:{free_port()}"\n'
+            f'[etcd]\nendpoints = ["{etcd.url}"]\n'
+            f'ca = "{files.ca}"\ncert = "{files.cert}"\nkey = "{files.key}"\n'
+            '[[node]]\nname = "n"\nlisten = "127.0.0.1:9"\nhost = "a"\n'
+        )
+        # When cluster status is asked
+        done = subprocess.run(
+            [*ACTORCTL, "cluster", "status", str(path), "--timeout", "5"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+        # Then it read etcd over mutual TLS: no node is registered, nobody holds the role
+        assert done.returncode == 0, done.stderr
+        assert "etcd  cluster 'x'  membership  scheduler none" in done.stdout, done.stdout
+        assert "n  node  not-registered" in done.stdout
+
+        # When the file names no client certificate, etcd refuses it, and status says so
+        path.write_text(
+            path.read_text()
+            .replace(f'cert = "{files.cert}"\n', "")
+            .replace(f'key = "{files.key}"\n', "")
+        )
+        refused = subprocess.run(
+            [*ACTORCTL, "cluster", "status", str(path), "--timeout", "5"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+    assert refused.returncode == 1, refused
+    assert "etcd does not answer" in refused.stderr, refused.stderr
+    assert "Traceback" not in refused.stderr
+
+
 def test_cluster_status_of_hosts_whose_etcd_does_not_answer_says_so(tmp_path: Path) -> None:
     # Given a cluster file across hosts whose etcd does not answer, and no Controller
     path = tmp_path / "cluster.toml"
@@ -275,3 +337,41 @@ def test_cluster_status_of_hosts_whose_etcd_does_not_answer_says_so(tmp_path: Pa
     assert "cluster 'x': etcd does not answer" in done.stderr, done.stderr
     assert "http://127.0.0.1:9" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_a_node_that_joins_after_the_others_is_routed_to_within_seconds(tmp_path: Path) -> None:
+    with open_network(("a", "b", "c")) as network:
+        hosts = Hosts(network, tmp_path)
+        try:
+            # Given hosts a and b running, and host c not yet started
+            hosts.start(only=("a", "b"))
+            assert set(hosts.registered()) == {"services", "worker-b"}
+            # And a caller on host a with 600 tasks of 300 ms on their way (b
+            # alone runs them: those sent to c, not up, come back to b)
+            caller = hosts.caller(600, timeout=60, seconds=0.3)
+            wait_for_output(caller, "sent", timeout=READY)
+            b = hosts.pids["worker-b"]
+            wait_runs(hosts, {b: 20})
+
+            # When host c starts, late
+            hosts.start_host("c")
+            joined = time.monotonic()
+
+            # Then c's node is routed to: it runs tasks within seconds of its start
+            c = hosts.pids["worker-c"]
+            wait_runs(hosts, {c: 20}, timeout=TTL + SLACK)
+            print(f"c ran 20 tasks {time.monotonic() - joined:.1f} s after it was ready")
+            # And every task ran and its result came back
+            said = finish(caller, timeout=60 + READY)
+            assert "results 600 0" in said, said[-3000:]
+            sent = (hosts.directory / "sent.txt").read_text().split()
+            lost, twice, by_pid = counted(hosts, sent)
+            print(f"lost: {len(lost)}, ran twice: {len(twice)}, runs by pid: {dict(by_pid)}")
+            assert lost == []
+            # ... and the services node saw c join etcd's directory
+            log = (hosts.directory / "logs" / "services.log").read_text().splitlines()
+            assert any(
+                '"actorctl:membership:join"' in line and '"node":"worker-c"' in line for line in log
+            )
+        finally:
+            hosts.stop()

@@ -30,7 +30,7 @@ from ..cluster import (
 )
 from ..supervision import ChildFailedToStart, SupervisorGaveUp
 from ._errors import INTERRUPTED, fail
-from ._etcd_status import etcd_option, hosts_status
+from ._etcd_status import etcd_option, etcd_settings, hosts_status
 from ._logging import log_options, log_to
 from ._tree import render_tree
 
@@ -140,10 +140,11 @@ async def cluster_status(file: Path, timeout: float, etcd: tuple[str, ...]) -> N
         config = load_cluster(file)
     except ConfigError as exc:
         fail(f"{exc}", 2)
-    endpoints = etcd or (config.etcd.endpoints if config.etcd is not None else ())
-    if config.hosts and endpoints and not await _answers(config):
+    across = config.hosts and (etcd or config.etcd is not None)
+    if across and not await _answers(config):
         try:
-            click.echo(render_tree(await hosts_status(config, endpoints, timeout)))
+            settings = etcd_settings(config, etcd)
+            click.echo(render_tree(await hosts_status(config, settings, timeout)))
         except* EtcdError as group:
             fail(f"cluster {config.name!r}: etcd does not answer: {_first(group)}", 1)
         except* ConfigError as group:

@@ -8,9 +8,10 @@ from typing import Any
 
 import asyncclick as click
 
-from ..cluster import CLI_NAME, ClusterConfig, EtcdClient, hosts_tree, open_node
+from .._errors import ConfigError
+from ..cluster import CLI_NAME, ClusterConfig, EtcdSettings, hosts_tree, open_node
 
-__all__ = ["etcd_option", "hosts_status"]
+__all__ = ["etcd_option", "etcd_settings", "hosts_status"]
 
 etcd_option = click.option(
     "--etcd",
@@ -22,17 +23,32 @@ etcd_option = click.option(
 )
 
 
+def etcd_settings(config: ClusterConfig, endpoints: Sequence[str]) -> EtcdSettings:
+    """Where etcd is for ``config``: ``endpoints`` (``--etcd``) over its [etcd] table.
+
+    Raises:
+        ConfigError: neither says, or an endpoint is not a URL.
+    """
+    if config.etcd is None and not endpoints:
+        raise ConfigError(
+            f"{config.path}: no etcd to register in: add an [etcd] table "
+            '(endpoints = ["http://HOST:2379"]) or pass --etcd URL'
+        )
+    settings = config.etcd or EtcdSettings(tuple(endpoints))
+    return settings.with_endpoints(endpoints)
+
+
 async def hosts_status(
-    config: ClusterConfig, endpoints: Sequence[str], timeout: float
+    config: ClusterConfig, settings: EtcdSettings, timeout: float
 ) -> dict[str, Any]:
     """The tree of ``config``'s cluster across its hosts: who is registered in
-    etcd at ``endpoints``, each asked for its own tree as the ``cli`` member.
+    the etcd of ``settings``, each asked for its own tree as the ``cli`` member.
 
     Raises:
         EtcdError: etcd did not answer at any endpoint (each named).
         ConfigError: a wrong endpoint, or the ``cli`` member's files missing.
     """
-    client = EtcdClient(endpoints, timeout=timeout)
+    client = settings.client(timeout)
     async with open_node(
         CLI_NAME,
         host=None,

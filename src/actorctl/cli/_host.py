@@ -38,28 +38,13 @@ from ..cluster import (
 from ..supervision import ChildFailedToStart, SupervisorGaveUp
 from ._cluster import _progress, _rows, _table
 from ._errors import fail, leaf
-from ._etcd_status import etcd_option
+from ._etcd_status import etcd_option, etcd_settings
 from ._logging import log_to
 
 __all__ = ["etcd_option", "etcd_settings", "host", "membership"]
 
 #: Seconds a node gives its deregistration at a stop before it stops anyway.
 LEAVE_TIMEOUT = 5.0
-
-
-def etcd_settings(config: ClusterConfig, endpoints: Sequence[str]) -> EtcdSettings:
-    """Where etcd is for ``config``: ``endpoints`` (``--etcd``) over its [etcd] table.
-
-    Raises:
-        ConfigError: neither says, or an endpoint is not a URL.
-    """
-    if config.etcd is None and not endpoints:
-        raise ConfigError(
-            f"{config.path}: no etcd to register in: add an [etcd] table "
-            '(endpoints = ["http://HOST:2379"]) or pass --etcd URL'
-        )
-    settings = config.etcd or EtcdSettings(tuple(endpoints))
-    return settings.with_endpoints(endpoints)
 
 
 @click.group()

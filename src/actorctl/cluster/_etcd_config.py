@@ -1,8 +1,11 @@
 """cluster.toml's ``[etcd]`` table: where a cluster that spans hosts keeps its membership.
 
     [etcd]
-    endpoints = ["http://10.0.0.1:2379", "http://10.0.0.2:2379"]
+    endpoints = ["https://10.0.0.1:2379", "https://10.0.0.2:2379"]
     ttl = 10        # seconds a node that died stays registered (its lease's ttl)
+    ca = "etcd/ca.pem"          # etcd's CA, for https endpoints (default: the system's)
+    cert = "etcd/client.pem"    # a client certificate and its key, when etcd
+    key = "etcd/client.key"     # runs with --client-cert-auth
 
 Without the table a cluster is one host and needs no etcd (``cluster up``, the
 embedded default); with it, ``actorctl host up FILE --host NAME`` on each host
@@ -21,13 +24,13 @@ import attrs
 
 from .._errors import ConfigError
 from ._config_keys import unknown_key
-from ._etcd import MAX_LEASE_TTL, EtcdClient
+from ._etcd import DEFAULT_TIMEOUT, MAX_LEASE_TTL, EtcdClient
 from ._membership import DEFAULT_NODE_TTL
 
 __all__ = ["ETCD_KEYS", "EtcdSettings", "check_hosts", "etcd_settings"]
 
 #: The keys of the [etcd] table.
-ETCD_KEYS: Final = frozenset({"endpoints", "ttl"})
+ETCD_KEYS: Final = frozenset({"endpoints", "ttl", "ca", "cert", "key"})
 
 
 @final
@@ -38,10 +41,29 @@ class EtcdSettings:
     Attributes:
         endpoints: client URLs of etcd's members.
         ttl: the lease's ttl of a node's registration, whole seconds.
+        ca: etcd's CA certificate, for ``https`` endpoints (None: the system's CAs).
+        cert, key: a client certificate and its key (etcd's ``--client-cert-auth``).
     """
 
     endpoints: tuple[str, ...]
     ttl: int = DEFAULT_NODE_TTL
+    ca: Path | None = None
+    cert: Path | None = None
+    key: Path | None = None
+
+    def client(self, timeout: float | None = None) -> EtcdClient:
+        """A client of this etcd, with its TLS files.
+
+        Raises:
+            ConfigError: a TLS file that cannot be read, naming it.
+        """
+        return EtcdClient(
+            self.endpoints,
+            timeout=DEFAULT_TIMEOUT if timeout is None else timeout,
+            ca_file=self.ca,
+            cert_file=self.cert,
+            key_file=self.key,
+        )
 
     def with_endpoints(self, endpoints: Sequence[str]) -> EtcdSettings:
         """These settings with ``endpoints`` instead (``--etcd``), when any are given.
@@ -102,7 +124,26 @@ def etcd_settings(path: Path, table: object) -> EtcdSettings | None:
             f"{path}: key 'etcd.ttl': expected whole seconds in 1..{MAX_LEASE_TTL} (how "
             f"long a node that died stays registered), got {ttl!r}"
         )
-    return EtcdSettings(endpoints, ttl)
+    files = {name: _tls_file(path, name, table.get(name)) for name in ("ca", "cert", "key")}
+    if (files["cert"] is None) != (files["key"] is None):
+        given, missing = ("cert", "key") if files["cert"] is not None else ("key", "cert")
+        raise ConfigError(
+            f"{path}: key 'etcd.{missing}' is missing: etcd.{given} is given, and a client "
+            "certificate needs both cert and key (or neither)"
+        )
+    return EtcdSettings(endpoints, ttl, **files)
+
+
+def _tls_file(path: Path, name: str, value: object) -> Path | None:
+    """The file ``value`` names, relative to the cluster file's directory."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise ConfigError(
+            f"{path}: key 'etcd.{name}': expected a file's path (relative to the "
+            f'cluster file), like "etcd/{name}.pem", got {value!r}'
+        )
+    return (path.parent / value).resolve()
 
 
 def check_hosts(path: Path, nodes: Sequence[tuple[str, str]]) -> None:

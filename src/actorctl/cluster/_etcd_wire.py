@@ -121,6 +121,9 @@ def tls_context(
     """
     if (cert_file is None) != (key_file is None):
         raise ConfigError("etcd TLS: give both cert_file and key_file, or neither")
+    for what, file in (("CA", ca_file), ("client certificate", cert_file), ("key", key_file)):
+        if file is not None and not Path(file).is_file():
+            raise ConfigError(f"etcd TLS: the {what} file {file} does not exist")
     try:
         context = ssl.create_default_context(cafile=str(ca_file) if ca_file else None)
         if cert_file is not None and key_file is not None:

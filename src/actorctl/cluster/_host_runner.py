@@ -24,7 +24,6 @@ from .._errors import ConfigError
 from ..supervision import ChildSpec, Strategy, Supervisor
 from ._config import ClusterConfig, NodeConfig
 from ._controller import _notify_systemd
-from ._etcd import EtcdClient
 from ._etcd_config import EtcdSettings
 from ._etcd_wire import EtcdError
 from ._foreman import Foreman, NodeState
@@ -61,7 +60,7 @@ async def check_etcd(config: ClusterConfig, settings: EtcdSettings) -> None:
         ConfigError: etcd could not be reached, naming each endpoint and why.
     """
     try:
-        await EtcdClient(settings.endpoints).get_prefix(nodes_prefix(config.name))
+        await settings.client().get_prefix(nodes_prefix(config.name))
     except EtcdError as exc:
         raise ConfigError(
             f"etcd does not answer at {', '.join(settings.endpoints)}: {exc}: start it, or "

@@ -34,7 +34,6 @@ import trio
 from .._log import log
 from ..actors import Address
 from ._config import ClusterConfig, NodeConfig
-from ._etcd import EtcdClient
 from ._etcd_config import EtcdSettings
 from ._etcd_directory import EtcdDirectory, NodeChange, open_directory
 from ._membership import open_registration
@@ -121,7 +120,7 @@ async def serve_membership(
         EtcdError: etcd could not be reached at the start (naming each endpoint).
         ConfigError: a record or ttl that etcd cannot take.
     """
-    client = EtcdClient(settings.endpoints)
+    client = settings.client()
     routers = [cell.actor for cell in node.cells.values() if isinstance(cell.actor, Router)]
     routing = PoolRouting(routers)
     directory: EtcdDirectory | None = None

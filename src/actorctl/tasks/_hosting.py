@@ -24,7 +24,6 @@ from ..cluster import (
     CONTROLLER,
     SCHEDULER_ROLE,
     ClusterConfig,
-    EtcdClient,
     EtcdRoleLease,
     NodeConfig,
     breakers_of,
@@ -318,7 +317,7 @@ def _beat(app: TaskRegistry, config: ClusterConfig, directory: Directory) -> Bea
         return cluster_periodics(app.periodics, tasks, config.periodic_tables, config.path)
 
     if config.etcd is not None:
-        client = EtcdClient(config.etcd.endpoints)
+        client = config.etcd.client()
         return Beat(
             periodics_of(config),
             directory,
