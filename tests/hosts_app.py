@@ -23,6 +23,7 @@ PERIODIC_RUNS = "periodic.txt"
 
 app = App("hosts")
 app.pool("celery", concurrency=8)
+app.pool("ticks", concurrency=4)  # beat_tick's, on the hosts a test says
 
 
 @app.task(bind=True)

@@ -14,18 +14,22 @@ benchmark's reference). etcd is started by its PID, so that it can be killed
 from __future__ import annotations
 
 import contextlib
+import datetime
 import json
 import os
 import re
 import signal
 import subprocess
 import sys
+import time
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from actorctl.cluster import ensure_dev_secrets, load_cluster
 from tests.etcd_server import EtcdServer
-from tests.hosts_app import RECORDS
+from tests.hosts_app import PERIODIC_RUNS, RECORDS, runs
 from tests.netns import Network, wait_for_output
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -55,23 +59,24 @@ name = "worker-b"
 listen = "{b}:{pb}"
 host = "b"
 actors = "tests.hosts_app:app"
-pools = ["celery"]
+pools = {pools_b}
 
 [[node]]
 name = "worker-c"
 listen = "{c}:{pc}"
 host = "c"
 actors = "tests.hosts_app:app"
-pools = ["celery"]
+pools = {pools_c}
 """
 
 #: A periodic task fired every EVERY seconds by whichever node's beat holds
-#: the scheduler role in etcd.
+#: the scheduler role in etcd, run by the pool ``ticks``.
 PERIODIC = """
 [[periodic]]
 name = "tick"
 task = "hosts.beat_tick"
 every = {every}
+queue = "ticks"
 """
 
 #: Waits (at most 30 s) until the etcd at ARGV[1] answers, then says "etcd up".
@@ -129,7 +134,13 @@ _READY_LINE = re.compile(r"^node (\S+) ready at \S+ \(pid (\d+)\)", re.MULTILINE
 
 
 class Hosts:
-    """etcd on host a and ``host up`` on each host, with what they said."""
+    """etcd on host a and ``host up`` on each host, with what they said.
+
+    With ``periodic_every``, the file has the periodic task ``tick`` (every
+    that many seconds), run by the pool ``ticks``, which the worker nodes of
+    the hosts ``ticks_on`` serve besides ``celery``. A context manager: it
+    stops everything on the way out.
+    """
 
     def __init__(
         self,
@@ -138,6 +149,7 @@ class Hosts:
         *,
         loopback: bool = False,
         periodic_every: float | None = None,
+        ticks_on: Sequence[str] = (),
     ) -> None:
         self.network = network
         self.directory = directory
@@ -149,7 +161,11 @@ class Hosts:
         addresses = {name: "127.0.0.1" if loopback else network[name].address for name in PORTS}
         ports = {f"p{name}": port for name, port in PORTS.items()}
         self.path = directory / "cluster.toml"
-        text = CLUSTER.format(etcd=self.etcd.url, ttl=TTL, **addresses, **ports)
+        pools = {
+            f"pools_{host}": json.dumps(["celery", *(["ticks"] if host in ticks_on else [])])
+            for host in ("b", "c")
+        }
+        text = CLUSTER.format(etcd=self.etcd.url, ttl=TTL, **addresses, **ports, **pools)
         if periodic_every is not None:
             text += PERIODIC.format(every=periodic_every)
         self.path.write_text(text)
@@ -162,6 +178,12 @@ class Hosts:
         self.ups: dict[str, subprocess.Popen[bytes]] = {}
         self.pids: dict[str, int] = {}  # node name to the pid of its process
         self.etcd_process: subprocess.Popen[bytes] | None = None
+
+    def __enter__(self) -> Hosts:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
 
     def start(self, order: Sequence[str] = (), only: Sequence[str] = tuple(PORTS)) -> None:
         """Start etcd, then the ``host up`` of each host of ``only``: at once, or
@@ -244,6 +266,53 @@ class Hosts:
             if f":{port}/" in address:
                 return host
         raise AssertionError(f"no host listens at {address!r}")
+
+    # -- the periodic task ``tick`` (with ``periodic_every``) --------------------------
+
+    def due_times(self) -> Counter[float]:
+        """How many times each due time of ``tick`` ran (its task id names it)."""
+        found: Counter[float] = Counter()
+        for task_id, _ in runs(self.records, PERIODIC_RUNS):
+            when = task_id.rpartition("@")[2]
+            due = datetime.datetime.strptime(when, "%Y-%m-%dT%H:%M:%S.%fZ")
+            found[due.replace(tzinfo=datetime.UTC).timestamp()] += 1
+        return found
+
+    def ticks(self) -> int:
+        """How many times ``tick`` has run in all."""
+        return sum(self.due_times().values())
+
+    def wait_ticks(self, count: int, timeout: float = READY) -> None:
+        """Wait (bounded) until ``tick`` has run ``count`` times in all: this
+        returns just after a run was recorded, a due time away from the next."""
+        deadline = time.monotonic() + timeout
+        while self.ticks() < count:
+            assert time.monotonic() < deadline, f"tick ran {self.ticks()} times, not {count}"
+            time.sleep(0.02)  # another process writes the records: polled
+
+    def logged(self, event: str) -> list[dict[str, Any]]:
+        """Every ``event`` line of every node's log, in the order they were written."""
+        found = []
+        for path in sorted((self.directory / "logs").glob("*.log")):
+            for line in path.read_text().splitlines():
+                if f'"{event}"' in line:
+                    found.append(json.loads(line))
+        return sorted(found, key=lambda line: float(line["timestamp"]))
+
+    def ticks_skipped_and_twice(self, every: float) -> tuple[list[float], list[float]]:
+        """The due times of ``tick``, every ``every`` seconds from the first
+        that ran to the last, that neither ran nor were stood for by a catch-up
+        firing (its log line says how many it stands for); and those that ran
+        more than once."""
+        ran = self.due_times()
+        stood_for: set[float] = set()
+        for line in self.logged("actorctl:beat:catching-up"):
+            latest, missed = float(line["fires_once"]), int(line["missed"])
+            stood_for.update(latest - every * i for i in range(1, missed))
+        first, last = min(ran), max(ran)
+        every_due = [first + every * i for i in range(round((last - first) / every) + 1)]
+        skipped = [due for due in every_due if due not in ran and due not in stood_for]
+        return skipped, [due for due, n in ran.items() if n > 1]
 
     def registered(self) -> dict[str, int]:
         """Node name to the lease its record in etcd lives under, read from host a."""

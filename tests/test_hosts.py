@@ -31,21 +31,26 @@ from tests.etcd_server import running_etcd
 from tests.harness import free_port
 from tests.hosts_app import runs
 from tests.hosts_cluster import ACTORCTL, PORTS, READY, TTL, Hosts
-from tests.netns import open_network, wait_for_output
+from tests.netns import Network, open_network, wait_for_output
 
 CONNECT_TIMEOUT = 5.0  # the services node's: how long a peer is down before what it held moves
 SLACK = 15.0  # seconds the machine's load may add to a bound
+EVERY = 1  # seconds between the periodic task's due times
 
 
 @pytest.fixture
-def hosts(tmp_path: Path) -> Iterator[Hosts]:
-    with open_network(("a", "b", "c")) as network:
-        running = Hosts(network, tmp_path)
-        try:
-            running.start()
-            yield running
-        finally:
-            running.stop()
+def network() -> Iterator[Network]:
+    """Hosts a, b and c (network namespaces) for the test."""
+    with open_network(("a", "b", "c")) as made:
+        yield made
+
+
+@pytest.fixture
+def hosts(network: Network, tmp_path: Path) -> Iterator[Hosts]:
+    """The three hosts' cluster, started."""
+    with Hosts(network, tmp_path) as running:
+        running.start()
+        yield running
 
 
 def counted(hosts: Hosts, sent: list[str]) -> tuple[list[str], list[str], Counter[int]]:
@@ -76,34 +81,55 @@ def finish(caller: subprocess.Popen[bytes], timeout: float) -> str:
     return out.decode(errors="replace")
 
 
-def test_tasks_from_a_caller_on_one_host_run_on_the_workers_of_two_others(hosts: Hosts) -> None:
-    # Given the services node on host a and a worker node on each of b and c,
-    # registered in etcd
-    # When a caller on host a sends 300 tasks and waits for their results
-    caller = hosts.caller(300, timeout=30)
-    said = finish(caller, timeout=READY + 30)
+def test_tasks_from_a_caller_on_one_host_run_on_two_others_one_of_which_joins_late(
+    network: Network, tmp_path: Path
+) -> None:
+    with Hosts(network, tmp_path) as hosts:
+        # Given the services node on host a and a worker node on b, registered in
+        # etcd, and host c not yet started
+        hosts.start(only=("a", "b"))
+        assert set(hosts.registered()) == {"services", "worker-b"}
+        # When a caller on host a sends 200 tasks, they all run on b (those first
+        # sent to c's address, from the file, come back to b once it cannot be reached)
+        said = finish(hosts.caller(200, timeout=60), timeout=60 + READY)
+        assert "results 200 0" in said, said[-3000:]
+        first = (hosts.directory / "sent.txt").read_text().split()
 
-    # Then every result came back, every task ran, and both b and c ran some
-    assert "results 300 0" in said, said[-3000:]
-    sent = (hosts.directory / "sent.txt").read_text().split()
-    lost, twice, by_pid = counted(hosts, sent)
-    assert lost == []
-    print(f"ran twice: {len(twice)}")  # reported: at least once, not exactly once
-    assert by_pid[hosts.pids["worker-b"]] > 0, by_pid
-    assert by_pid[hosts.pids["worker-c"]] > 0, by_pid
+        # When host c starts, late, and a caller on host a sends 300 more
+        hosts.start_host("c")
+        joined = time.monotonic()
+        b, c = hosts.pids["worker-b"], hosts.pids["worker-c"]
+        caller = hosts.caller(300, timeout=30)
 
-    # When host c is stopped gracefully (SIGTERM)
-    up = hosts.ups["c"]
-    stopped = time.time()
-    up.send_signal(signal.SIGTERM)
-    said = finish(up, timeout=30)
+        # Then c's node is routed to within seconds of its start
+        wait_runs(hosts, {c: 20}, timeout=TTL + SLACK)
+        print(f"c ran 20 tasks {time.monotonic() - joined:.1f} s after it was ready")
+        # And every result came back, every task ran, and both b and c ran later ones
+        said = finish(caller, timeout=READY + 30)
+        assert "results 300 0" in said, said[-3000:]
+        later = (hosts.directory / "sent.txt").read_text().split()
+        lost, twice, _ = counted(hosts, first + later)
+        done = dict(runs(hosts.records))
+        by_pid = Counter(done[task] for task in later)
+        print(f"lost {len(lost)}, ran twice {len(twice)}, later runs by pid {dict(by_pid)}")
+        assert lost == []
+        assert by_pid[b] > 0, by_pid
+        assert by_pid[c] > 0, by_pid
+        # ... and the nodes saw c join etcd's directory
+        assert "worker-c" in [m["node"] for m in hosts.logged("actorctl:membership:join")]
 
-    # Then it stopped, and its node left etcd on its way out (its lease revoked):
-    # the services node saw it leave sooner than its lease could have run out
-    # (renewed every third of the TTL, it had two thirds of it left at least)
-    assert "host 'c' stopped" in said, said[-2000:]
-    left = leave_time(hosts, "worker-c")
-    assert left - stopped < TTL * 2 / 3, f"left {left - stopped:.2f} s after SIGTERM"
+        # When host c is stopped gracefully (SIGTERM)
+        up = hosts.ups["c"]
+        stopped = time.time()
+        up.send_signal(signal.SIGTERM)
+        said = finish(up, timeout=30)
+
+        # Then it stopped, and its node left etcd on its way out (its lease revoked):
+        # the services node saw it leave sooner than its lease could have run out
+        # (renewed every third of the TTL, it had two thirds of it left at least)
+        assert "host 'c' stopped" in said, said[-2000:]
+        left = leave_time(hosts, "worker-c")
+        assert left - stopped < TTL * 2 / 3, f"left {left - stopped:.2f} s after SIGTERM"
 
 
 @pytest.mark.parametrize(
@@ -156,45 +182,80 @@ def test_host_up_refuses_a_host_without_nodes_no_etcd_or_an_etcd_that_does_not_a
     assert "starting host" not in done.stdout
 
 
-def test_a_host_lost_has_its_tasks_run_on_the_other_within_the_ttl_and_resend_time(
-    hosts: Hosts,
+def test_a_host_lost_has_its_tasks_run_elsewhere_and_the_scheduler_role_it_held_move(
+    network: Network, tmp_path: Path
 ) -> None:
-    # Given a caller on host a with 400 tasks on their way to b and c
-    caller = hosts.caller(400, timeout=60)
-    wait_for_output(caller, "sent", timeout=READY)
-    deadline = time.monotonic() + READY
-    while len(runs(hosts.records)) < 40:  # some have run: the others run or wait
-        assert time.monotonic() < deadline, "no task ran"
-        time.sleep(0.05)  # another process writes the records: polled
+    with Hosts(network, tmp_path, periodic_every=EVERY, ticks_on=("c",)) as hosts:
+        # Given host b started first, so that its beat holds the scheduler
+        # role (tick runs every second, on c)
+        hosts.start(order=("b",))
+        hosts.wait_ticks(3)
+        holder = hosts.scheduler()
+        assert hosts.host_of(holder) == "b", holder
+        # And a caller on host a with 400 tasks of 300 ms on their way to b and c
+        caller = hosts.caller(400, timeout=60, seconds=0.3)
+        wait_for_output(caller, "sent", timeout=READY)
+        deadline = time.monotonic() + READY
+        while len(runs(hosts.records)) < 40:  # some have run: the others run or wait
+            assert time.monotonic() < deadline, "no task ran"
+            time.sleep(0.05)  # another process writes the records: polled
 
-    # When every process of host b is killed with SIGKILL
-    hosts.kill_host("b")
-    killed = time.monotonic()
-    sent = (hosts.directory / "sent.txt").read_text().split()
+        # When every process of host b is killed with SIGKILL (just after a
+        # run of tick: a due time away from the next firing)
+        hosts.wait_ticks(hosts.ticks() + 1)
+        hosts.kill_host("b")
+        killed = time.monotonic()
+        ticks = hosts.ticks()
+        sent = (hosts.directory / "sent.txt").read_text().split()
 
-    # Then every task still runs, on c, within the lease's TTL plus the resend time
-    bound = TTL + CONNECT_TIMEOUT + SLACK
-    while counted(hosts, sent)[0]:
-        assert time.monotonic() - killed < bound, f"{len(counted(hosts, sent)[0])} never ran"
-        time.sleep(0.1)  # another process writes the records: polled
-    print(f"every task ran {time.monotonic() - killed:.1f} s after host b was lost")
-    said = finish(caller, timeout=60)
-    assert "results 400 0" in said, said[-3000:]
-    lost, twice, by_pid = counted(hosts, sent)
-    assert lost == []
-    print(f"ran twice: {len(twice)}")  # those b ran but could not settle
-    assert by_pid[hosts.pids["worker-c"]] > 0, by_pid
-    # ... and what b held unsettled when it died was moved by the services
-    # node's backlog once b's node could not be reached (its log says so)
-    b = f"{hosts.network['b'].address}:{PORTS['b']}"
-    log = (hosts.directory / "logs" / "services.log").read_text()
-    moved = [
-        line
-        for line in log.splitlines()
-        if '"actorctl:router:rerouted"' in line and b in line and "peer-unavailable" in line
-    ]
-    assert moved, "nothing b held was moved"
-    print(f"{len(moved)} tasks b held were sent to c")
+        # Then every task still runs, on c, within the lease's TTL plus the resend time
+        bound = TTL + CONNECT_TIMEOUT + SLACK
+        while counted(hosts, sent)[0]:
+            assert time.monotonic() - killed < bound, f"{len(counted(hosts, sent)[0])} never ran"
+            time.sleep(0.1)  # another process writes the records: polled
+        print(f"every task ran {time.monotonic() - killed:.1f} s after host b was lost")
+        said = finish(caller, timeout=60)
+        assert "results 400 0" in said, said[-3000:]
+        lost, twice, by_pid = counted(hosts, sent)
+        assert lost == []
+        print(f"ran twice: {len(twice)}")  # those b ran but could not settle
+        assert by_pid[hosts.pids["worker-c"]] > 0, by_pid
+        # ... and what b held unsettled when it died was moved by the services
+        # node's backlog once b's node could not be reached (its log says so)
+        b = f"{hosts.network['b'].address}:{PORTS['b']}"
+        log = (hosts.directory / "logs" / "services.log").read_text()
+        moved = [
+            line
+            for line in log.splitlines()
+            if '"actorctl:router:rerouted"' in line and b in line and "peer-unavailable" in line
+        ]
+        assert moved, "nothing b held was moved"
+        print(f"{len(moved)} tasks b held were sent to c")
+
+        # And the scheduler role moved to another host's beat once b's lease
+        # ran out in etcd: tick ran on, no due time twice or skipped
+        hosts.wait_ticks(ticks + 3, timeout=TTL + 3 * EVERY + SLACK)
+        now = hosts.scheduler()
+        assert now, "no beat holds the scheduler role"
+        assert hosts.host_of(now) in ("a", "c"), now
+        skipped, ticks_twice = hosts.ticks_skipped_and_twice(EVERY)
+        print(f"scheduler {holder} -> {now}: ticks skipped {skipped}, twice {ticks_twice}")
+        assert ticks_twice == []
+        assert skipped == []
+        # ... each new holder with a greater fence than the last
+        fences = [int(m["fence"]) for m in hosts.logged("actorctl:beat:leader")]
+        assert fences == sorted(fences), fences
+        assert fences[-1] > fences[0], fences
+
+        # And cluster status, asked on host a, shows each host's nodes as etcd
+        # and the nodes say they are: b's gone, and who holds the scheduler role
+        status = hosts.status()
+        print(status)
+        assert f"scheduler {now}" in status
+        assert "worker-b  node  not-registered" in status
+        for node in ("services", "worker-c"):
+            assert f"{node}  node  registered" in status
+        assert status.count("/actors  supervisor  running") == 2, status  # each running node's
 
 
 def wait_logged(hosts: Hosts, node: str, event: str, timeout: float = READY) -> None:
@@ -270,6 +331,17 @@ def test_etcd_restarted_during_the_run_nodes_keep_serving_and_register_again(
     assert '"actorctl:membership:leave"' not in log
 
 
+def cluster_status(path: Path, timeout: float) -> subprocess.CompletedProcess[str]:
+    """``actorctl cluster status FILE``, run here (in the test's namespace)."""
+    return subprocess.run(
+        [*ACTORCTL, "cluster", "status", str(path), "--timeout", str(timeout)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+
+
 def test_cluster_status_reads_an_etcd_that_asks_for_client_certificates_with_the_files_certs(
     tmp_path: Path,
 ) -> None:
@@ -286,13 +358,7 @@ def test_cluster_status_reads_an_etcd_that_asks_for_client_certificates_with_the
             '[[node]]\nname = "n"\nlisten = "127.0.0.1:9"\nhost = "a"\n'
         )
         # When cluster status is asked
-        done = subprocess.run(
-            [*ACTORCTL, "cluster", "status", str(path), "--timeout", "5"],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=False,
-        )
+        done = cluster_status(path, timeout=5)
         # Then it read etcd over mutual TLS: no node is registered, nobody holds the role
         assert done.returncode == 0, done.stderr
         assert "etcd  cluster 'x'  membership  scheduler none" in done.stdout, done.stdout
@@ -304,13 +370,7 @@ def test_cluster_status_reads_an_etcd_that_asks_for_client_certificates_with_the
             .replace(f'cert = "{files.cert}"\n', "")
             .replace(f'key = "{files.key}"\n', "")
         )
-        refused = subprocess.run(
-            [*ACTORCTL, "cluster", "status", str(path), "--timeout", "5"],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=False,
-        )
+        refused = cluster_status(path, timeout=5)
     assert refused.returncode == 1, refused
     assert "etcd does not answer" in refused.stderr, refused.stderr
     assert "Traceback" not in refused.stderr
@@ -325,59 +385,9 @@ def test_cluster_status_of_hosts_whose_etcd_does_not_answer_says_so(tmp_path: Pa
         '[[node]]\nname = "n"\nlisten = "127.0.0.1:9"\nhost = "a"\n'
     )
     # When cluster status is asked
-    done = subprocess.run(
-        [*ACTORCTL, "cluster", "status", str(path), "--timeout", "2"],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
+    done = cluster_status(path, timeout=2)
     # Then it says etcd does not answer, naming the endpoint, with no traceback
     assert done.returncode == 1, done
     assert "cluster 'x': etcd does not answer" in done.stderr, done.stderr
     assert "http://127.0.0.1:9" in done.stderr
     assert "Traceback" not in done.stderr
-
-
-def test_a_node_that_joins_after_the_others_is_routed_to_within_seconds(tmp_path: Path) -> None:
-    with open_network(("a", "b", "c")) as network:
-        hosts = Hosts(network, tmp_path)
-        try:
-            # Given hosts a and b running, and host c not yet started: 200
-            # tasks from a caller on host a all run on b (those first sent to
-            # c's address, from the file, come back to b once it cannot be reached)
-            hosts.start(only=("a", "b"))
-            assert set(hosts.registered()) == {"services", "worker-b"}
-            said = finish(hosts.caller(200, timeout=60), timeout=60 + READY)
-            assert "results 200 0" in said, said[-3000:]
-            first = (hosts.directory / "sent.txt").read_text().split()
-            b = hosts.pids["worker-b"]
-
-            # When host c starts, late, and a caller sends 400 more
-            hosts.start_host("c")
-            joined = time.monotonic()
-            c = hosts.pids["worker-c"]
-            caller = hosts.caller(400, timeout=60)
-
-            # Then c's node is routed to: it runs tasks within seconds of its start
-            wait_runs(hosts, {c: 20}, timeout=TTL + SLACK)
-            print(f"c ran 20 tasks {time.monotonic() - joined:.1f} s after it was ready")
-            # And every task ran and its result came back; both b and c ran the later ones
-            said = finish(caller, timeout=60 + READY)
-            assert "results 400 0" in said, said[-3000:]
-            later = (hosts.directory / "sent.txt").read_text().split()
-            lost, twice, _ = counted(hosts, first + later)
-            done = dict(runs(hosts.records))
-            by_pid = Counter(done[task] for task in later)
-            print(f"lost: {len(lost)}, ran twice: {len(twice)}, later runs by pid: {dict(by_pid)}")
-            assert lost == []
-            assert by_pid[b] > 0
-            assert by_pid[c] > 0
-            # ... and the services node saw c join etcd's directory
-            log = (hosts.directory / "logs" / "services.log").read_text().splitlines()
-            assert any(
-                '"actorctl:membership:join"' in line and '"node":"worker-c"' in line
-                for line in log
-            )
-        finally:
-            hosts.stop()

@@ -147,6 +147,28 @@ async def test_a_holder_cut_off_from_etcd_acts_no_more_and_says_so(
 # -- beats under the role's lease ---------------------------------------------------------
 
 
+#: Every second: the schedule of the beats' tests.
+SECOND = Schedule.of(every=1.0)
+PERIODICS = [PeriodicTask("second", "roles.tick", "celery", SECOND)]
+
+
+def assert_each_due_time_ran_once(logs: Logs) -> None:
+    """No due time ran twice, and none was skipped: from the first firing to
+    the last, each ran once, or a catch-up firing says it stood for it."""
+    assert [task for task, n in Counter(RUNS).items() if n > 1] == []
+    fired = sorted(m["due"] for m in logs.of_type("actorctl:beat:fired"))
+    assert sorted(RUNS) == sorted(firing_id("second", due) for due in fired)
+    expected = [fired[0], *SECOND.due_between(fired[0], fired[-1])]
+    stood_for = sum(m["missed"] - 1 for m in logs.of_type("actorctl:beat:catching-up"))
+    assert len(fired) + stood_for == len(expected)
+
+
+def etcd_beat(directory: Directory, client: EtcdClient, cluster: str, ttl: int) -> Beat:
+    """A beat of ``PERIODICS`` under ``cluster``'s scheduler role in etcd."""
+    lease = EtcdRoleLease(client, cluster, "scheduler")
+    return Beat(PERIODICS, directory, lease=lease, lease_ttl=ttl)
+
+
 @asynccontextmanager
 async def worker_node() -> AsyncIterator[Directory]:
     """A node running pool ``celery``'s worker; yields the directory naming it."""
@@ -166,19 +188,13 @@ async def run_beat(beat: Beat, name: str, *, task_status: Any = trio.TASK_STATUS
 async def test_two_beats_on_etcd_fire_each_due_time_once_and_one_takes_over_when_the_other_stops(
     etcd: EtcdServer, cluster: str, logs: Logs
 ) -> None:
-    every, ttl = 1.0, 2
-    second = Schedule.of(every=every)
-    periodics = [PeriodicTask("second", "roles.tick", "celery", second)]
+    ttl = 2
     client = EtcdClient([etcd.url], timeout=2)
     async with worker_node() as directory, trio.open_nursery() as nursery:
         # Given two beats with one schedule, each on a node of its own, under
         # the scheduler role's lease in etcd; A first
-        a = Beat(
-            periodics, directory, lease=EtcdRoleLease(client, cluster, "scheduler"), lease_ttl=ttl
-        )
-        b = Beat(
-            periodics, directory, lease=EtcdRoleLease(client, cluster, "scheduler"), lease_ttl=ttl
-        )
+        a = etcd_beat(directory, client, cluster, ttl)
+        b = etcd_beat(directory, client, cluster, ttl)
         a_scope = trio.CancelScope()
 
         async def run_a(task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
@@ -201,16 +217,9 @@ async def test_two_beats_on_etcd_fire_each_due_time_once_and_one_takes_over_when
             assert trio.current_time() - stopped < ttl
             await runs_reach(len(RUNS) + 3)
             nursery.cancel_scope.cancel(reason="test over")
-    # And no due time ran twice, and none was skipped: from the first firing to
-    # the last, each ran once, or a catch-up firing says it stood for it
-    times = Counter(RUNS)
-    assert [task for task, n in times.items() if n > 1] == []
-    fired = sorted(m["due"] for m in logs.of_type("actorctl:beat:fired"))
-    expected = [fired[0], *second.due_between(fired[0], fired[-1])]
-    assert sorted(times) == sorted(firing_id("second", due) for due in fired)
-    stood_for = sum(m["missed"] - 1 for m in logs.of_type("actorctl:beat:catching-up"))
-    assert len(fired) + stood_for == len(expected)
-    assert a.fired + b.fired == len(fired)
+    # And no due time ran twice, and none was skipped
+    assert_each_due_time_ran_once(logs)
+    assert a.fired + b.fired == len(logs.of_type("actorctl:beat:fired"))
     leaders = [m["fence"] for m in logs.of_type("actorctl:beat:leader")]
     assert len(leaders) == 2
     assert leaders[1] > leaders[0]
@@ -219,9 +228,7 @@ async def test_two_beats_on_etcd_fire_each_due_time_once_and_one_takes_over_when
 async def test_a_beat_whose_role_was_taken_while_it_was_cut_off_fires_nothing_more(
     etcd: EtcdServer, cluster: str, logs: Logs
 ) -> None:
-    every, ttl = 1.0, 3
-    second = Schedule.of(every=every)
-    periodics = [PeriodicTask("second", "roles.tick", "celery", second)]
+    ttl = 3
     client = EtcdClient([etcd.url], timeout=1)
     async with (
         worker_node() as directory,
@@ -231,12 +238,8 @@ async def test_a_beat_whose_role_was_taken_while_it_was_cut_off_fires_nothing_mo
         # Given a beat A holding the role, which reaches etcd through a link the
         # test can cut, and a beat B that reaches it directly
         cut_off = EtcdClient([proxy.url], timeout=1)
-        a = Beat(
-            periodics, directory, lease=EtcdRoleLease(cut_off, cluster, "scheduler"), lease_ttl=ttl
-        )
-        b = Beat(
-            periodics, directory, lease=EtcdRoleLease(client, cluster, "scheduler"), lease_ttl=ttl
-        )
+        a = etcd_beat(directory, cut_off, cluster, ttl)
+        b = etcd_beat(directory, client, cluster, ttl)
         with trio.fail_after(30):
             await nursery.start(run_beat, a, "a")
             await a.wait_holding()
@@ -252,9 +255,5 @@ async def test_a_beat_whose_role_was_taken_while_it_was_cut_off_fires_nothing_mo
             assert a.fired == fired_by_a
             assert not a.holding()
             nursery.cancel_scope.cancel(reason="test over")
-    times = Counter(RUNS)
-    assert [task for task, n in times.items() if n > 1] == []
-    fired = sorted(m["due"] for m in logs.of_type("actorctl:beat:fired"))
-    expected = [fired[0], *second.due_between(fired[0], fired[-1])]
-    stood_for = sum(m["missed"] - 1 for m in logs.of_type("actorctl:beat:catching-up"))
-    assert len(fired) + stood_for == len(expected)
+    # And no due time ran twice, and none was skipped
+    assert_each_due_time_ran_once(logs)

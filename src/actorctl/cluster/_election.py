@@ -23,7 +23,10 @@ lease has ended, the block it leads in is cancelled and
 could grant its role to another; :meth:`Leadership.still_leader` asks etcd
 itself, for the act that must never be done twice.
 
-Not yet used by the runtime: see :mod:`actorctl.cluster._etcd`.
+Not yet used by the runtime, which elects the scheduler with
+:mod:`._role_lease` (the same key-under-a-lease recipe, asked again on each of
+the beat's renewals instead of a block that waits): this block form suits a
+singleton that runs only while it leads.
 """
 
 from __future__ import annotations

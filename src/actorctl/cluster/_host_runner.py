@@ -8,10 +8,11 @@ it dies, as under ``cluster up``) started with etcd's endpoints, so that it
 registers in etcd once it listens and follows the cluster's membership
 (``_member.py``). Which nodes run where is the file's; who is up now is etcd's.
 
-What it does not do yet (issue 18): run the Controller (``cluster status``
-and ``cluster down`` do not reach a cluster started this way, and the beat's
-scheduler lease has no one to grant it: periodic tasks do not fire), or
-elect the singletons of the services node.
+No Controller runs across hosts: the scheduler role is granted by etcd
+(``_role_lease.py``), ``cluster status`` reads etcd and asks each node
+(``_node_view.py``). What it does not do yet (issue 18): ``cluster down`` and
+``reload`` do not reach a cluster started this way, and the services node's
+other singletons (routers, event hub, chord barrier) are not elected.
 """
 
 from __future__ import annotations

@@ -17,8 +17,8 @@ A lease carries a small ``state`` (JSON values), handed to the next holder:
 the beat reports its last firing of each schedule with every renewal, and a
 beat that takes over starts from there (docs/scheduling.md). Leases live in the
 Controller's memory: a Controller that restarts grants anew, after the TTL.
-The later multi-host work moves them to etcd (docs/design: no home-made
-consensus).
+Across hosts there is no Controller: etcd grants the role instead
+(:mod:`._role_lease`; docs/design: no home-made consensus).
 """
 
 from __future__ import annotations

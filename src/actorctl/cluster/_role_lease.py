@@ -33,7 +33,7 @@ import trio
 from .._errors import ActorctlError, ConfigError
 from .._log import log
 from ._etcd import EtcdClient
-from ._etcd_data import Compare, Put
+from ._etcd_data import Compare, KeyValue, Put
 from ._etcd_wire import EtcdError
 from ._node_record import nodes_prefix
 
@@ -102,6 +102,9 @@ class EtcdRoleLease:
             raise ActorctlError(f"role {self.role!r}: {exc}") from None
 
     async def _campaign(self, holder: str, ttl: float) -> dict[str, Any]:
+        held = await self._client.get(self.key)
+        if held is not None:  # a read, not a lease granted and revoked: no raft write
+            return self._refused(held)
         lease = await self._client.grant(check_role_ttl(ttl))
         try:
             won, held = await self._client.put_if_absent(self.key, holder, lease=lease)
@@ -110,13 +113,13 @@ class EtcdRoleLease:
             raise
         if not won:
             await self._revoke(lease)
-            return {
-                "granted": False,
-                "fence": held.create_revision,
-                "holder": held.value.decode(errors="replace"),
-            }
+            return self._refused(held)
+        try:  # what the last holder recorded: a holder that cannot read it resigns
+            stored = await self._client.get(self.state_key)
+        except BaseException:
+            await self._revoke(lease)
+            raise
         self._lease, self.fence = lease, held.create_revision
-        stored = await self._client.get(self.state_key)
         state: dict[str, Any] = {}
         if stored is not None:
             try:
@@ -128,6 +131,14 @@ class EtcdRoleLease:
             else:
                 log("actorctl:role:state-unreadable", role=self.role, key=self.state_key)
         return {"granted": True, "fence": self.fence, "holder": holder, "state": state}
+
+    @staticmethod
+    def _refused(held: KeyValue) -> dict[str, Any]:
+        return {
+            "granted": False,
+            "fence": held.create_revision,
+            "holder": held.value.decode(errors="replace"),
+        }
 
     async def record(self, state: Mapping[str, Any]) -> bool:
         """Write ``state`` as the role's, only while this candidate still holds
