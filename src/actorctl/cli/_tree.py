@@ -35,7 +35,8 @@ def _line(item: dict[str, Any]) -> str:
         if item.get("detail"):
             parts.append(str(item["detail"]))
         return "  ".join(parts)
-    parts.append(f"restarts {item.get('restarts', 0)}")
+    if item.get("restarts", 0) is not None:  # None: not known here (a node of another host)
+        parts.append(f"restarts {item.get('restarts', 0)}")
     mailbox = item.get("mailbox")
     if isinstance(mailbox, dict):
         parts.append(f"mailbox {mailbox.get('depth')}/{mailbox.get('capacity')}")

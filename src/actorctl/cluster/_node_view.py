@@ -112,14 +112,14 @@ async def _node_row(
     ref: Refs, name: str, record: NodeRecord | str | None, *, note: str = ""
 ) -> dict[str, Any]:
     if record is None:
-        return {"name": name, "kind": "node", "state": "not-registered", "restarts": 0}
+        return {"name": name, "kind": "node", "state": "not-registered", "restarts": None}
     if isinstance(record, str):
-        return {"name": name, "kind": "node", "state": "unknown", "error": record}
+        return {"name": name, "kind": "node", "state": "unknown", "restarts": None, "error": record}
     row: dict[str, Any] = {
         "name": name,
         "kind": "node",
         "state": "registered" if not note else f"registered ({note})",
-        "restarts": 0,
+        "restarts": None,  # its host's `host up` counts them, not etcd
         "address": record.address,
         "children": [],
     }
