@@ -17,6 +17,8 @@ import trio
 
 from actorctl import Actor, Address, ConfigError, Envelope, Node, handler, open_node
 from actorctl.cluster import load_cluster
+from actorctl.cluster._credit import InboxCredit
+from actorctl.cluster._raw import lib
 from actorctl.mailbox import decode, encode, sign_ed25519
 
 from .harness import Logs, Secrets, node_pair
@@ -72,6 +74,39 @@ async def test_an_idle_client_ignoring_drain_does_not_starve_a_second_caller(
             stats = server.statistics()["small"]
             assert stats.links == 2
             assert stats.max_depth <= CAPACITY
+
+
+async def test_a_drain_answer_that_crosses_the_revoke_of_its_credit_does_not_starve_the_link(
+    secrets: Secrets, logs: Logs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    deadline = 1.0
+    async with node_pair([Small()], secrets=secrets, credit_deadline=deadline) as (server, client):
+        address = server.address_of("small")
+        async with raw_peer(server.port, secrets.tls["raw"]) as slow:
+            # Given a sender that holds all of the actor's credit without using it
+            held = slow.sender("small")
+            await slow.wait(lambda: held.credit == CAPACITY)
+            # ... which answers the node's drain just as the node gives up waiting
+            # and revokes the credit: the two flows cross on the wire (a loaded
+            # machine makes this timing; here the node's revoke triggers it)
+            revoke = InboxCredit.revoke
+
+            def crossing(credit: InboxCredit, idle: int = 2) -> int:
+                if lib.pn_link_get_drain(credit.link) and held.credit > 0:
+                    lib.pn_link_drained(held._impl)  # the sender gives its credit back
+                    assert slow.engine is not None
+                    slow.engine.wake()
+                return revoke(credit, idle)
+
+            monkeypatch.setattr(InboxCredit, "revoke", crossing)
+            # When a second caller asks (its link needs credit: the first is drained)
+            assert await client.ref(address).with_options(timeout=5).ask("ping", "b") == "pong b"
+            assert logs.of_type("actorctl:credit:reclaimed")
+            # Then, the actor idle and its slots free, the first sender is granted
+            # credit again (before the fix it was left below zero for good: -7)
+            await slow.wait(lambda: held.credit > 0, timeout=4 * deadline)
+            stats = server.statistics()["small"]
+            assert stats.depth == 0
 
 
 # -- message size -----------------------------------------------------------------------

@@ -97,7 +97,13 @@ class InboxCredit:
             self.flows += 1
             if self._idle:
                 self._probed = True
-            _link_flow(self.link, n)
+            # A credit below zero (a sender's drain answer that crossed the flow
+            # revoking its credit, or transfers beyond it, already counted in
+            # the mailbox) is counted from zero: granted from there, the sender
+            # would get less than the mailbox counts it has, none at all for
+            # good once it is quiet and nothing settles.
+            deficit = -int(_link_credit(self.link))
+            _link_flow(self.link, n + deficit if deficit > 0 else n)
             self.engine.wake()
 
     def reclaim(self) -> None:
@@ -131,10 +137,11 @@ class InboxCredit:
         self.mailbox.detach(self, rebalance=False)
         self._keeper.remove(self)
 
-    def answered(self) -> None:
-        """The sender answered a drain: share what it gave back."""
+    def answered(self, drained: int) -> None:
+        """The sender answered a drain (``drained``: the credit it gave back,
+        perhaps after the node revoked it): share what it gave back."""
         lib.pn_link_set_drain(self.link, False)
-        if lib.pn_link_drained(self.link) > 0:
+        if drained > 0:
             self._set_idle(1)  # it had less to send than it held
         self.drained_at = None
         self.mailbox.credit_changed()
