@@ -443,6 +443,40 @@ async def test_a_senders_breaker_fails_fast_on_a_dead_peer_and_recovers_with_it(
     assert logs.of_type("actorctl:breaker:closed")
 
 
+async def test_a_peer_known_to_be_back_is_dialled_at_once_not_at_its_breakers_next_probe(
+    tmp_path: Path,
+) -> None:
+    secrets = Secrets.make(tmp_path, "sender", "receiver")
+    port = free_port()
+    dead = Address("127.0.0.1", port, "tally", "amqps")
+    policy = BreakerPolicy(failures=1, reset=60.0)  # no probe during the test
+    async with open_node(
+        "sender", host=None, connect_timeout=0.3, peer_breaker=policy, **secrets.options("sender")
+    ) as sender:
+        ref = sender.ref(dead)
+        with trio.fail_after(WAIT):
+            # Given a peer that was not there long enough for its breaker to open,
+            # and a durable send waiting for it in the backlog
+            with pytest.raises(PeerUnavailable):
+                await ref.tell("note", 0)
+            breaker = sender.outbox.peer_breaker(dead)
+            assert breaker is not None
+            await _opened(breaker).wait()
+            await ref.with_options(durable=True).tell("note", 1)
+            tally = Tally()
+            async with open_node(
+                "receiver", {"tally": tally}, port=port, **secrets.options("receiver")
+            ):
+                # When the peer starts and the sender is told it is back (as a
+                # node that registers in etcd is announced to every other)
+                sender.outbox.peer_back(dead)
+                # Then it is dialled at once: what waited arrives long before
+                # the breaker's minute is up
+                await tally.arrived.wait()
+                assert breaker.closed
+    assert tally.values == [1]
+
+
 async def test_a_router_skips_an_open_instance_and_answers_modified_when_all_are(
     secrets: Secrets,
 ) -> None:

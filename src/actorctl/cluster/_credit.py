@@ -137,6 +137,16 @@ class InboxCredit:
         self.mailbox.detach(self, rebalance=False)
         self._keeper.remove(self)
 
+    def sender_flowed(self) -> None:
+        """The sender sent a flow: an answer to a drain gives back the credit it
+        had no use for. The answer may come after the node revoked that credit
+        (the drain flag cleared, the flows crossed): what it gives back is shared
+        whenever it comes, or the mailbox would not grant again until something
+        settles."""
+        drained = lib.pn_link_drained(self.link)
+        if drained > 0 or (_get_drain(self.link) and _link_credit(self.link) <= 0):
+            self.answered(drained)
+
     def answered(self, drained: int) -> None:
         """The sender answered a drain (``drained``: the credit it gave back,
         perhaps after the node revoked it): share what it gave back."""

@@ -180,16 +180,9 @@ class InboundHandler(EngineHandler):
         self._reply_addresses.append((address, source.dynamic))
 
     def on_link_flow(self, engine: Engine, link: Any) -> None:
-        # A sender's flow answers a drain: it gave back the credit it had no use
-        # for. Its answer may come after the node revoked that credit (the drain
-        # flag cleared, the flows crossed): credit given back is shared whenever
-        # it comes, or the mailbox would not grant again until something settles.
         inbox = self._inboxes.get(link)
-        if inbox is None:
-            return
-        drained = lib.pn_link_drained(link)
-        if drained > 0 or (lib.pn_link_get_drain(link) and _link_credit(link) <= 0):
-            inbox[1].answered(drained)
+        if inbox is not None:
+            inbox[1].sender_flowed()
 
     def on_link_remote_close(self, engine: Engine, link: Link) -> None:
         self._limits.link_closed()

@@ -126,6 +126,8 @@ async def serve_membership(
     directory: EtcdDirectory | None = None
 
     def changed(change: NodeChange) -> None:
+        if change.kind == "join":  # (back) up: dial it now, whatever its breaker says
+            node.outbox.peer_back(Address.parse(f"{change.record.address.rstrip('/')}/_node"))
         if directory is not None:  # the first view is applied below, at once
             routing.follow(directory, change)
 

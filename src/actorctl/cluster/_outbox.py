@@ -369,6 +369,13 @@ class NodeOutbox:
             self._nursery.start_soon(self.idle_peers.run_peer, peer)
         return peer
 
+    def peer_back(self, address: Address) -> None:
+        """The node at ``address`` is known to be up again (it registered): if
+        its breaker is open, dial it now rather than at the breaker's next probe."""
+        guard = self._breakers.get(address.endpoint)
+        if guard is not None:
+            guard.peer_is_back()
+
     def peer_breaker(self, address: Address) -> Breaker | None:
         """The circuit breaker of the peer node at ``address`` (None: never dialled)."""
         guard = self._breakers.get(address.endpoint)

@@ -41,6 +41,7 @@ class PeerBreaker:
 
     def __init__(self, name: str, policy: BreakerPolicy | None = None) -> None:
         self.breaker = Breaker(f"peer {name}", policy or PEER_BREAKER)
+        self._back = trio.Event()  # set by peer_is_back: probe now
 
     def check(self, last_error: str) -> None:
         """Fail a send at once while the breaker is open; once its reset
@@ -72,9 +73,20 @@ class PeerBreaker:
         if breaker.closed:
             await trio.sleep(backoff * (0.5 + random.random()))
         else:
-            await trio.sleep_until(breaker.reset_at)
+            with trio.move_on_at(breaker.reset_at):
+                await self._back.wait()
+            self._back = trio.Event()
             breaker.admit()
         return min(backoff * 2, longest)
+
+    def peer_is_back(self) -> None:
+        """Its node is known to be up again (it registered in the cluster's
+        membership): the probe is now, not at the end of a reset period that
+        failed attempts before it started may have grown to half a minute."""
+        breaker = self.breaker
+        if not breaker.closed:
+            breaker.reset_at = min(breaker.reset_at, trio.current_time())
+            self._back.set()
 
     def connected(self) -> None:
         """A connection is ready: the breaker closes."""
