@@ -267,6 +267,17 @@ class Hosts:
                 return host
         raise AssertionError(f"no host listens at {address!r}")
 
+    def wait_runs(self, pids: dict[int, int], timeout: float = READY) -> None:
+        """Wait (at most ``timeout`` seconds) until each pid of ``pids`` (a
+        node's process) made that many runs of ``work`` at least."""
+        deadline = time.monotonic() + timeout
+        while True:
+            made = Counter(pid for _, pid in runs(self.records))
+            if all(made[pid] >= n for pid, n in pids.items()):
+                return
+            assert time.monotonic() < deadline, f"runs by pid: {made}, wanted {pids}"
+            time.sleep(0.05)  # another process writes the records: polled
+
     # -- the periodic task ``tick`` (with ``periodic_every``) --------------------------
 
     def due_times(self) -> Counter[float]:

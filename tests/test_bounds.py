@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import functools
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
 import trio
+from proton import Link
 
 from actorctl import Actor, Address, ConfigError, Envelope, Node, handler, open_node
 from actorctl.cluster import load_cluster
@@ -22,7 +25,7 @@ from actorctl.cluster._raw import lib
 from actorctl.mailbox import decode, encode, sign_ed25519
 
 from .harness import Logs, Secrets, node_pair
-from .rawpeer import raw_peer
+from .rawpeer import RawPeer, raw_peer
 
 CAPACITY = 10
 
@@ -43,70 +46,80 @@ def secrets(tmp_path: Path) -> Secrets:
 # -- fair credit ----------------------------------------------------------------------
 
 
+@asynccontextmanager
+async def credit_held(
+    secrets: Secrets, deadline: float
+) -> AsyncIterator[tuple[Node, Node, RawPeer, Link]]:
+    """A server hosting ``small`` (drains answered within ``deadline`` s), a
+    client node, and a raw AMQP peer whose sender link holds all of
+    ``small``'s credit: (server, client, peer, its link)."""
+    async with (
+        node_pair([Small()], secrets=secrets, credit_deadline=deadline) as (server, client),
+        raw_peer(server.port, secrets.tls["raw"]) as peer,
+    ):
+        link = peer.sender("small")
+        await peer.wait(lambda: link.credit == CAPACITY)
+        yield server, client, peer, link
+
+
 async def test_an_idle_client_ignoring_drain_does_not_starve_a_second_caller(
     secrets: Secrets, logs: Logs
 ) -> None:
     deadline = 1.0
-    async with node_pair([Small()], secrets=secrets, credit_deadline=deadline) as (server, client):
+    # Given a client that holds all of the actor's credit and never uses it
+    async with credit_held(secrets, deadline) as (server, client, idle, hog):
         address = server.address_of("small")
-        async with raw_peer(server.port, secrets.tls["raw"]) as idle:
-            # Given a client that holds all of the actor's credit and never uses it
-            hog = idle.sender("small")
-            await idle.wait(lambda: hog.credit == CAPACITY)
-            # When a second caller asks
-            started = trio.current_time()
-            with trio.fail_after(5):
-                answer = await client.ref(address).with_options(timeout=5).ask("ping", "b")
-            elapsed = trio.current_time() - started
-            # Then it is answered within the drain deadline (and its connection set-up)
-            assert answer == "pong b"
-            assert elapsed < deadline + 0.5, elapsed
-            # because the idle link was drained, ignored it, and lost its credit
-            assert idle.links[hog.name].drain_seen
-            reclaimed = logs.of_type("actorctl:credit:reclaimed")
-            assert reclaimed
-            assert reclaimed[0]["actor"] == "small"
-            assert reclaimed[0]["credit"] == CAPACITY
-            await idle.wait(lambda: hog.credit <= 1)
-            # and the second caller goes on being served while the idle one stays
-            for i in range(3 * CAPACITY):
-                assert await client.ref(address).ask("ping", f"b{i}") == f"pong b{i}"
-            stats = server.statistics()["small"]
-            assert stats.links == 2
-            assert stats.max_depth <= CAPACITY
+        # When a second caller asks
+        started = trio.current_time()
+        with trio.fail_after(5):
+            answer = await client.ref(address).with_options(timeout=5).ask("ping", "b")
+        elapsed = trio.current_time() - started
+        # Then it is answered within the drain deadline (and its connection set-up)
+        assert answer == "pong b"
+        assert elapsed < deadline + 0.5, elapsed
+        # because the idle link was drained, ignored it, and lost its credit
+        assert idle.links[hog.name].drain_seen
+        reclaimed = logs.of_type("actorctl:credit:reclaimed")
+        assert reclaimed
+        assert reclaimed[0]["actor"] == "small"
+        assert reclaimed[0]["credit"] == CAPACITY
+        await idle.wait(lambda: hog.credit <= 1)
+        # and the second caller goes on being served while the idle one stays
+        for i in range(3 * CAPACITY):
+            assert await client.ref(address).ask("ping", f"b{i}") == f"pong b{i}"
+        stats = server.statistics()["small"]
+        assert stats.links == 2
+        assert stats.max_depth <= CAPACITY
 
 
 async def test_a_drain_answer_that_crosses_the_revoke_of_its_credit_does_not_starve_the_link(
     secrets: Secrets, logs: Logs, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     deadline = 1.0
-    async with node_pair([Small()], secrets=secrets, credit_deadline=deadline) as (server, client):
+    # Given a sender that holds all of the actor's credit without using it
+    async with credit_held(secrets, deadline) as (server, client, slow, held):
         address = server.address_of("small")
-        async with raw_peer(server.port, secrets.tls["raw"]) as slow:
-            # Given a sender that holds all of the actor's credit without using it
-            held = slow.sender("small")
-            await slow.wait(lambda: held.credit == CAPACITY)
-            # ... which answers the node's drain just as the node gives up waiting
-            # and revokes the credit: the two flows cross on the wire (a loaded
-            # machine makes this timing; here the node's revoke triggers it)
-            revoke = InboxCredit.revoke
+        # ... which answers the node's drain just as the node gives up waiting
+        # and revokes the credit: the two flows cross on the wire (a loaded
+        # machine makes this timing; here the node's revoke triggers it)
+        revoke = InboxCredit.revoke
 
-            def crossing(credit: InboxCredit, idle: int = 2) -> int:
-                if lib.pn_link_get_drain(credit.link) and held.credit > 0:
-                    lib.pn_link_drained(held._impl)  # the sender gives its credit back
-                    assert slow.engine is not None
-                    slow.engine.wake()
-                return revoke(credit, idle)
+        def crossing(credit: InboxCredit, idle: int = 2) -> int:
+            if lib.pn_link_get_drain(credit.link) and held.credit > 0:
+                lib.pn_link_drained(held._impl)  # the sender gives its credit back
+                assert slow.engine is not None
+                slow.engine.wake()
+            return revoke(credit, idle)
 
-            monkeypatch.setattr(InboxCredit, "revoke", crossing)
-            # When a second caller asks (its link needs credit: the first is drained)
-            assert await client.ref(address).with_options(timeout=5).ask("ping", "b") == "pong b"
-            assert logs.of_type("actorctl:credit:reclaimed")
-            # Then, the actor idle and its slots free, the first sender is granted
-            # credit again (before the fix it was left below zero for good: -7)
-            await slow.wait(lambda: held.credit > 0, timeout=4 * deadline)
-            stats = server.statistics()["small"]
-            assert stats.depth == 0
+        monkeypatch.setattr(InboxCredit, "revoke", crossing)
+        # When a second caller asks (its link needs credit: the first is drained)
+        assert await client.ref(address).with_options(timeout=5).ask("ping", "b") == "pong b"
+        assert logs.of_type("actorctl:credit:reclaimed")
+        # Then, the actor idle and its slots free, the first sender is granted
+        # credit again (before the fix it was left below zero for good: -7)
+        await slow.wait(lambda: held.credit > 0, timeout=4 * deadline)
+        stats = server.statistics()["small"]
+        assert stats.depth == 0
 
 
 # -- message size -----------------------------------------------------------------------

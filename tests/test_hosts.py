@@ -111,7 +111,7 @@ def test_tasks_from_a_caller_on_one_host_run_on_two_others_one_of_which_joins_la
         print(f"the services node reached c {time.monotonic() - joined:.1f} s after it was ready")
         # And when a caller on host a sends 160 more tasks, of 300 ms, c runs its share
         caller = hosts.caller(160, timeout=30, seconds=0.3)
-        wait_runs(hosts, {c: 20}, timeout=SLACK)
+        hosts.wait_runs({c: 20}, timeout=SLACK)
         # And every result came back, every task ran, and both b and c ran later ones
         said = finish(caller, timeout=READY + 30)
         assert "results 160 0" in said, said[-3000:]
@@ -275,18 +275,6 @@ def wait_logged(hosts: Hosts, node: str, event: str, timeout: float = READY) -> 
         time.sleep(0.05)  # another process writes the log: polled
 
 
-def wait_runs(hosts: Hosts, pids: dict[int, int], timeout: float = READY) -> None:
-    """Wait (at most ``timeout`` seconds) until each pid of ``pids`` made that
-    many runs at least."""
-    deadline = time.monotonic() + timeout
-    while True:
-        made = Counter(pid for _, pid in runs(hosts.records))
-        if all(made[pid] >= n for pid, n in pids.items()):
-            return
-        assert time.monotonic() < deadline, f"runs by pid: {made}, wanted {pids}"
-        time.sleep(0.05)  # another process writes the records: polled
-
-
 def test_etcd_restarted_during_the_run_nodes_keep_serving_and_register_again(
     hosts: Hosts,
 ) -> None:
@@ -301,7 +289,7 @@ def test_etcd_restarted_during_the_run_nodes_keep_serving_and_register_again(
     # it has sent them all)
     caller = hosts.caller(800, timeout=60, seconds=0.3)
     wait_for_output(caller, "sent", timeout=READY)
-    wait_runs(hosts, {b: 20, c: 20})
+    hosts.wait_runs({b: 20, c: 20})
 
     # When etcd is killed with SIGKILL
     hosts.kill_etcd()
@@ -314,7 +302,7 @@ def test_etcd_restarted_during_the_run_nodes_keep_serving_and_register_again(
     for node in nodes:
         wait_logged(hosts, node, "actorctl:membership:renewal-failed", timeout=TTL + SLACK)
     more = 25 * TTL
-    wait_runs(hosts, {b: made[b] + more, c: made[c] + more}, timeout=TTL + SLACK)
+    hosts.wait_runs({b: made[b] + more, c: made[c] + more}, timeout=TTL + SLACK)
     down = time.monotonic() - killed
     assert caller.poll() is None, "the caller finished before etcd was back"
 

@@ -6,6 +6,7 @@ import functools
 import signal
 import sys
 from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from ..cluster import (
     DRAIN_TIMEOUT,
     ClusterConfig,
     EtcdError,
+    Node,
     NodeDied,
     NodeState,
     check_references,
@@ -144,7 +146,9 @@ async def cluster_status(file: Path, timeout: float, etcd: tuple[str, ...]) -> N
     if across and not await _answers(config):
         try:
             settings = etcd_settings(config, etcd)
-            click.echo(render_tree(await hosts_status(config, settings, timeout)))
+            async with _cli_node(config, connect_timeout=min(2.0, timeout)) as node:
+                tree = await hosts_status(config, settings, node, timeout)
+            click.echo(render_tree(tree))
         except* EtcdError as group:
             fail(f"cluster {config.name!r}: etcd does not answer: {_first(group)}", 1)
         except* ConfigError as group:
@@ -245,14 +249,21 @@ async def request_controller(
     address = f"{config.scheme}://{host}:{port}/{CONTROLLER}"
     # The Controller is local and answers at once when it runs: a refused
     # or failed connection is an error within a second, not at the timeout.
-    async with open_node(
+    async with _cli_node(config, connect_timeout=min(1.0, timeout)) as client:
+        return await client.ref(address).with_options(timeout=timeout).ask(handler, *args)
+
+
+def _cli_node(
+    config: ClusterConfig, *, connect_timeout: float, grace: float = 0.5
+) -> AbstractAsyncContextManager[Node]:
+    """A node of the ``cli`` member that listens nowhere, to ask the cluster."""
+    return open_node(
         CLI_NAME,
         host=None,
-        grace=0.5,
-        connect_timeout=min(1.0, timeout),
+        grace=grace,
+        connect_timeout=connect_timeout,
         **config.security(CLI_NAME),
-    ) as client:
-        return await client.ref(address).with_options(timeout=timeout).ask(handler, *args)
+    )
 
 
 async def ask_controller(file: Path, handler: str, timeout: float, *args: Any) -> Any:
@@ -333,9 +344,7 @@ async def _answers(config: ClusterConfig) -> bool:
     """Whether a Controller of this cluster answers at its address."""
     host, port = config.controller
     try:
-        async with open_node(
-            CLI_NAME, host=None, grace=0.1, connect_timeout=1.0, **config.security(CLI_NAME)
-        ) as client:
+        async with _cli_node(config, connect_timeout=1.0, grace=0.1) as client:
             address = f"{config.scheme}://{host}:{port}/{CONTROLLER}"
             await client.ref(address).with_options(timeout=2.0).ask("status")
     except* ActorctlError:

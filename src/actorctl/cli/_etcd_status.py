@@ -9,7 +9,7 @@ from typing import Any
 import asyncclick as click
 
 from .._errors import ConfigError
-from ..cluster import CLI_NAME, ClusterConfig, EtcdSettings, hosts_tree, open_node
+from ..cluster import ClusterConfig, EtcdSettings, Node, hosts_tree
 
 __all__ = ["etcd_option", "etcd_settings", "hosts_status"]
 
@@ -39,21 +39,14 @@ def etcd_settings(config: ClusterConfig, endpoints: Sequence[str]) -> EtcdSettin
 
 
 async def hosts_status(
-    config: ClusterConfig, settings: EtcdSettings, timeout: float
+    config: ClusterConfig, settings: EtcdSettings, node: Node, timeout: float
 ) -> dict[str, Any]:
     """The tree of ``config``'s cluster across its hosts: who is registered in
-    the etcd of ``settings``, each asked for its own tree as the ``cli`` member.
+    the etcd of ``settings``, each asked for its own tree from ``node`` (the
+    ``cli`` member's).
 
     Raises:
         EtcdError: etcd did not answer at any endpoint (each named).
-        ConfigError: a wrong endpoint, or the ``cli`` member's files missing.
+        ConfigError: a wrong endpoint, or a TLS file that cannot be read.
     """
-    client = settings.client(timeout)
-    async with open_node(
-        CLI_NAME,
-        host=None,
-        grace=0.5,
-        connect_timeout=min(2.0, timeout),
-        **config.security(CLI_NAME),
-    ) as node:
-        return await hosts_tree(config, client, node.ref)
+    return await hosts_tree(config, settings.client(timeout), node.ref)
