@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
+import trio
+
 from actorctl import Actor, Node, TlsFiles, open_node
 from actorctl.mailbox import Keyring
 
@@ -34,12 +36,27 @@ class Logs:
 
     def __init__(self) -> None:
         self.messages: list[dict[str, Any]] = []
+        self._waiting: list[tuple[str, int, trio.Event]] = []
 
     def __call__(self, message: dict[str, Any]) -> None:
         self.messages.append(message)
+        for message_type, count, event in self._waiting:
+            if (
+                message.get("message_type") == message_type
+                and len(self.of_type(message_type)) >= count
+            ):
+                event.set()
 
     def of_type(self, message_type: str) -> list[dict[str, Any]]:
         return [m for m in self.messages if m.get("message_type") == message_type]
+
+    async def wait_for(self, message_type: str, count: int = 1) -> None:
+        """Wait until ``count`` messages of ``message_type`` were written (by
+        code in this trio run: an event set from another thread is not safe)."""
+        if len(self.of_type(message_type)) < count:
+            event = trio.Event()
+            self._waiting.append((message_type, count, event))
+            await event.wait()
 
 
 @dataclass(frozen=True)

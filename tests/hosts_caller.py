@@ -1,13 +1,12 @@
 """A caller on one host of tests/test_hosts.py.
 
-``python -m tests.hosts_caller FILE N TIMEOUT [SECONDS]``:
+``python -m tests.hosts_caller FILE N TIMEOUT [SECONDS [IDS]]``:
 
 Connects to the cluster of FILE (``app.connect``), sends N ``work`` tasks
-(each taking SECONDS, 0.1 by default),
-prints ``sent IDS_FILE`` once the pool accepted them all (their ids written to
-IDS_FILE beside FILE), then waits for every result (each within TIMEOUT
-seconds) and prints ``results OK FAILED`` and, for each failure, ``failed ID
-ERROR``.
+(each taking SECONDS, 0.1 by default), prints ``sent IDS_FILE`` once the pool
+accepted them all (their ids written to IDS_FILE beside FILE: IDS, ``sent.txt``
+by default), then waits for every result (each within TIMEOUT seconds) and
+prints ``results OK FAILED`` and, for each failure, ``failed ID ERROR``.
 """
 
 from __future__ import annotations
@@ -18,12 +17,12 @@ from pathlib import Path
 from tests.hosts_app import app, work
 
 
-def main(path: str, count: int, timeout: float, seconds: float = 0.1) -> None:
+def main(path: str, count: int, timeout: float, seconds: float = 0.1, ids: str = "") -> None:
     with app.connect(path):
         results = [work.delay(i, seconds) for i in range(count)]
-        ids = Path(path).parent / "sent.txt"
-        ids.write_text("".join(f"{r.id}\n" for r in results))
-        print("sent", ids, flush=True)
+        written = Path(path).parent / (ids or "sent.txt")
+        written.write_text("".join(f"{r.id}\n" for r in results))
+        print("sent", written, flush=True)
         failed = []
         for i, result in enumerate(results):
             try:
@@ -37,4 +36,5 @@ def main(path: str, count: int, timeout: float, seconds: float = 0.1) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), *map(float, sys.argv[4:5]))
+    seconds = float(sys.argv[4]) if len(sys.argv) > 4 else 0.1
+    main(sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), seconds, *sys.argv[5:6])

@@ -54,7 +54,7 @@ host = "a"
 actors = "tests.hosts_app:app"
 services = true
 
-[[node]]
+{services_b}[[node]]
 name = "worker-b"
 listen = "{b}:{pb}"
 host = "b"
@@ -68,6 +68,18 @@ host = "c"
 actors = "tests.hosts_app:app"
 pools = {pools_c}
 """
+
+#: A second services node, on host b (``Hosts(..., services_b=True)``): the
+#: two take turns holding the services role in etcd.
+SERVICES_B = """[[node]]
+name = "services-b"
+listen = "{b}:{ps}"
+host = "b"
+actors = "tests.hosts_app:app"
+services = true
+
+"""
+SERVICES_B_PORT = 5704
 
 #: A periodic task fired every EVERY seconds by whichever node's beat holds
 #: the scheduler role in etcd, run by the pool ``ticks``.
@@ -116,18 +128,18 @@ async def main(url, cluster):
 trio.run(main, sys.argv[1], sys.argv[2])
 """
 
-#: Prints the holder of the scheduler role of the cluster named ARGV[2] in the
+#: Prints the holder of the role ARGV[3] of the cluster named ARGV[2] in the
 #: etcd at ARGV[1] (an empty line when none holds it).
 READ_HOLDER = """
 import sys, trio
 from actorctl.cluster._etcd import EtcdClient
 from actorctl.cluster._role_lease import role_key
 
-async def main(url, cluster):
-    held = await EtcdClient([url], timeout=5).get(role_key(cluster, "scheduler"))
+async def main(url, cluster, role):
+    held = await EtcdClient([url], timeout=5).get(role_key(cluster, role))
     print("" if held is None else held.value.decode(), flush=True)
 
-trio.run(main, sys.argv[1], sys.argv[2])
+trio.run(main, *sys.argv[1:4])
 """
 
 _READY_LINE = re.compile(r"^node (\S+) ready at \S+ \(pid (\d+)\)", re.MULTILINE)
@@ -150,6 +162,7 @@ class Hosts:
         loopback: bool = False,
         periodic_every: float | None = None,
         ticks_on: Sequence[str] = (),
+        services_b: bool = False,
     ) -> None:
         self.network = network
         self.directory = directory
@@ -165,7 +178,10 @@ class Hosts:
             f"pools_{host}": json.dumps(["celery", *(["ticks"] if host in ticks_on else [])])
             for host in ("b", "c")
         }
-        text = CLUSTER.format(etcd=self.etcd.url, ttl=TTL, **addresses, **ports, **pools)
+        second = SERVICES_B.format(ps=SERVICES_B_PORT, **addresses) if services_b else ""
+        text = CLUSTER.format(
+            etcd=self.etcd.url, ttl=TTL, services_b=second, **addresses, **ports, **pools
+        )
         if periodic_every is not None:
             text += PERIODIC.format(every=periodic_every)
         self.path.write_text(text)
@@ -237,14 +253,18 @@ class Hosts:
         os.kill(self.etcd_process.pid, signal.SIGKILL)
         self.etcd_process.wait(timeout=10)
 
-    def scheduler(self) -> str:
-        """The address of the beat that holds the scheduler role now, read
-        from etcd on host a ("" when none holds it)."""
+    def scheduler(self, role: str = "scheduler") -> str:
+        """The address of the beat that holds the scheduler role now (the name
+        of the node that holds ``role``, for ``services``), read from etcd on
+        host a ("" when none holds it)."""
         reader = self.network.run(
-            "a", [sys.executable, "-c", READ_HOLDER, self.etcd.url, "hosts"], stdout=subprocess.PIPE
+            "a",
+            [sys.executable, "-c", READ_HOLDER, self.etcd.url, "hosts", role],
+            stdout=subprocess.PIPE,
         )
         out, _ = reader.communicate(timeout=30)
-        return out.decode().strip().splitlines()[-1].strip()
+        lines = out.decode().strip().splitlines()
+        return lines[-1].strip() if lines else ""
 
     def status(self) -> str:
         """What ``actorctl cluster status FILE`` prints, run on host a."""
@@ -262,7 +282,7 @@ class Hosts:
 
     def host_of(self, address: str) -> str:
         """The host whose nodes listen at ``address`` (an actor's URL)."""
-        for host, port in PORTS.items():
+        for host, port in [*PORTS.items(), ("b", SERVICES_B_PORT)]:
             if f":{port}/" in address:
                 return host
         raise AssertionError(f"no host listens at {address!r}")
@@ -334,9 +354,12 @@ class Hosts:
         found: dict[str, int] = json.loads(out.decode().strip().splitlines()[-1])
         return found
 
-    def caller(self, count: int, timeout: float, seconds: float = 0.1) -> subprocess.Popen[bytes]:
-        """tests/hosts_caller.py on host a, sending ``count`` tasks of ``seconds`` each."""
-        argv = [str(self.path), str(count), str(timeout), str(seconds)]
+    def caller(
+        self, count: int, timeout: float, seconds: float = 0.1, ids: str = "sent.txt"
+    ) -> subprocess.Popen[bytes]:
+        """tests/hosts_caller.py on host a, sending ``count`` tasks of ``seconds``
+        each (their ids written to ``ids`` beside the cluster file)."""
+        argv = [str(self.path), str(count), str(timeout), str(seconds), ids]
         return self.network.run(
             "a",
             [sys.executable, "-m", "tests.hosts_caller", *argv],

@@ -266,6 +266,61 @@ def test_a_host_lost_has_its_tasks_run_elsewhere_and_the_scheduler_role_it_held_
         assert status.count("/actors  supervisor  running") == 2, status  # each running node's
 
 
+def test_the_services_nodes_host_lost_the_services_role_moves_and_what_it_held_runs_once_back(
+    network: Network, tmp_path: Path
+) -> None:
+    with Hosts(network, tmp_path, services_b=True) as hosts:
+        # Given two services nodes, services on a and services-b on b, and b
+        # started first, so that services-b holds the services role
+        hosts.start(order=("b",))
+        assert hosts.scheduler("services") == "services-b"
+        # And a caller on host a with 300 tasks of 300 ms, sent through services-b's router
+        first = hosts.caller(300, timeout=180, seconds=0.3)
+        wait_for_output(first, "sent", timeout=READY)
+        sent = (hosts.directory / "sent.txt").read_text().split()
+        deadline = time.monotonic() + READY
+        while len(runs(hosts.records)) < 30:  # some have run: the others run or wait
+            assert time.monotonic() < deadline, "no task ran"
+            time.sleep(0.05)  # another process writes the records: polled
+
+        # When every process of host b is killed with SIGKILL
+        hosts.kill_host("b")
+        killed = time.monotonic()
+
+        # Then the services role moves to the services node on a once
+        # services-b's lease ran out in etcd
+        while (holder := hosts.scheduler("services")) != "services":
+            assert time.monotonic() - killed < TTL + SLACK, f"services role: {holder!r}"
+            time.sleep(0.1)  # etcd's lease runs out in etcd's own process: polled
+        print(f"services role moved {time.monotonic() - killed:.1f} s after host b was lost")
+        # ... and a caller that sends now has its tasks taken by a's router
+        # and run on c, while b is gone
+        second = hosts.caller(100, timeout=60, ids="sent-after.txt")
+        said = finish(second, timeout=60 + READY)
+        assert "results 100 0" in said, said[-3000:]
+        after = (hosts.directory / "sent-after.txt").read_text().split()
+        lost, twice, _ = counted(hosts, after)
+        assert lost == []
+        assert twice == []
+        made = {pid for task, pid in runs(hosts.records) if task in set(after)}
+        assert made == {hosts.pids["worker-c"]}, made
+
+        # When host b comes back (its nodes on their stores)
+        hosts.start_host("b")
+
+        # Then what services-b had taken on and not handed over runs: every
+        # task of the first caller ran and its result came back
+        said = finish(first, timeout=180)
+        assert "results 300 0" in said, said[-3000:]
+        lost, twice, _ = counted(hosts, sent)
+        assert lost == []
+        print(f"ran twice: {len(twice)}")  # those b ran but could not settle
+        # ... and the services role stays where it is
+        assert hosts.scheduler("services") == "services"
+        status = hosts.status()
+        assert "services services" in status, status
+
+
 def wait_logged(hosts: Hosts, node: str, event: str, timeout: float = READY) -> None:
     """Wait (at most ``timeout`` seconds) until ``node``'s log has an ``event`` line."""
     path = hosts.directory / "logs" / f"{node}.log"

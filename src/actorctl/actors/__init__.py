@@ -18,5 +18,6 @@ from ._monitor import Monitors as Monitors
 from ._monitor import Terminated as Terminated
 from ._ref import ActorRef as ActorRef
 from ._ref import Outbox as Outbox
+from ._ref import Reroute as Reroute
 from ._ref import to_wire as to_wire
 from ._replies import REPLIER as REPLIER

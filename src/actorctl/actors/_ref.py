@@ -17,13 +17,18 @@ from ..mailbox import (
     KIND_COMMAND,
     STATUS_ERROR,
     Envelope,
+    Outcome,
 )
 from ._address import Address
 from ._handlers import converter
 
-__all__ = ["ActorRef", "Outbox", "to_wire"]
+__all__ = ["ActorRef", "Outbox", "Reroute", "to_wire"]
 
 DEFAULT_ASK_TIMEOUT = 30.0
+
+#: Told each refusal of a durable send (or that its receiver cannot be
+#: reached); returns where to send it instead, or None to keep its receiver.
+Reroute = Callable[[Address, Outcome], Address | None]
 
 
 class Outbox(Protocol):
@@ -43,11 +48,13 @@ class Outbox(Protocol):
         presettled: bool,
         confirm: bool,
         durable: bool = False,
+        reroute: Reroute | None = None,
     ) -> None:
         """Send one message; with ``confirm``, wait until it is settled and raise
         a ``DeliveryError`` unless it was accepted. With ``durable``, return once
         the node's backlog holds it (its store, when durable): it is sent from
-        there, as often as it takes, until its receiver settles it.
+        there, as often as it takes, until its receiver settles it, or to where
+        ``reroute`` says when the receiver refuses it or cannot be reached.
 
         Raises:
             PeerUnavailable: (not durable) no connection to the peer within the

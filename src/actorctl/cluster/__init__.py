@@ -38,6 +38,7 @@ from ._http import http_get as http_get
 from ._inbound import REPLY_PREFIX as REPLY_PREFIX
 from ._leases import BEAT_ACTOR as BEAT_ACTOR
 from ._leases import SCHEDULER_ROLE as SCHEDULER_ROLE
+from ._leases import SERVICES_ROLE as SERVICES_ROLE
 from ._leases import LeaseTable as LeaseTable
 from ._member import node_record as node_record
 from ._member import serve_membership as serve_membership
@@ -51,6 +52,7 @@ from ._reload import Shift as Shift
 from ._reload import plan_reload as plan_reload
 from ._reloader import DRAIN_TIMEOUT as DRAIN_TIMEOUT
 from ._role_lease import EtcdRoleLease as EtcdRoleLease
+from ._role_lease import follow_holder as follow_holder
 from ._router import AT_MOST_ONCE as AT_MOST_ONCE
 from ._router import Router as Router
 from ._source_tables import SOURCE_PREFIX as SOURCE_PREFIX

@@ -212,6 +212,17 @@ class Backlog:
             self._queue(entry)
         return len(moved)
 
+    def reconsider(self, endpoint: tuple[str, int]) -> None:
+        """Let what waits here for the node at ``endpoint`` ask its reroute again,
+        however often it asked before: where it may go has changed (the role
+        of that node moved to another). What goes to a node that answers stays
+        on its way there."""
+        for address, lane in self._lanes.items():
+            if address.endpoint == endpoint and lane.queue:
+                for entry in lane.queue:
+                    entry.fled = False
+                lane.lot.unpark()
+
     def _queue(self, entry: _Entry) -> None:
         lane = self._lanes.get(entry.address)
         if lane is None:

@@ -20,7 +20,7 @@ from ..supervision import HEALTH_AGENT
 from ._config import ClusterConfig
 from ._deadletters import DEAD_LETTERS
 from ._etcd import EtcdClient
-from ._leases import SCHEDULER_ROLE
+from ._leases import SCHEDULER_ROLE, SERVICES_ROLE
 from ._node_record import NodeRecord, nodes_prefix
 from ._role_lease import role_key
 
@@ -74,7 +74,8 @@ async def hosts_tree(config: ClusterConfig, client: EtcdClient, ref: Refs) -> di
     """The tree of a cluster that spans hosts, as etcd and its nodes say it is
     now: a row per host the file names, under it each of its nodes, running
     (registered, with its own rows) or not registered; and who holds the
-    scheduler role.
+    scheduler role (and the services role, when several services nodes take
+    turns).
 
     Raises:
         EtcdError: etcd could not be reached (naming each endpoint).
@@ -87,7 +88,10 @@ async def hosts_tree(config: ClusterConfig, client: EtcdClient, ref: Refs) -> di
             records[name] = NodeRecord.from_json(kv.value)
         except ConfigError as exc:  # a record this version cannot read is shown as such
             records[name] = f"unreadable record: {exc}"
-    scheduler = await client.get(role_key(config.name, SCHEDULER_ROLE))
+    roles = {
+        role: await client.get(role_key(config.name, role))
+        for role in (SCHEDULER_ROLE, SERVICES_ROLE)
+    }
     hosts = []
     for host in config.hosts or [""]:
         nodes = [
@@ -98,12 +102,18 @@ async def hosts_tree(config: ClusterConfig, client: EtcdClient, ref: Refs) -> di
         hosts.append({"name": host or "-", "kind": "host", "state": "-", "children": nodes})
     for name, record in sorted(records.items()):  # registered, but not in this file
         hosts.append(await _node_row(ref, name, record, note="not in the file"))
-    holder = scheduler.value.decode(errors="replace") if scheduler is not None else "none"
+    held = {
+        role: "none" if kv is None else kv.value.decode(errors="replace")
+        for role, kv in roles.items()
+    }
+    state = f"scheduler {held[SCHEDULER_ROLE]}"
+    if roles[SERVICES_ROLE] is not None:  # several services nodes take turns
+        state += f", services {held[SERVICES_ROLE]}"
     return {
         "name": "etcd",
         "kind": "membership",
         "cluster": config.name,
-        "state": f"scheduler {holder}",
+        "state": state,
         "children": hosts,
     }
 

@@ -245,10 +245,11 @@ class NodeOutbox:
         presettled: bool,
         confirm: bool,
         durable: bool = False,
+        reroute: Reroute | None = None,
     ) -> None:
         envelope = _traced(envelope)
         if durable:
-            await self.backlog.add(address, envelope)
+            await self.backlog.add(address, envelope, reroute=reroute)
             return
         pending = Pending(address.name, envelope, envelope.message_id, presettled=presettled)
         await self.open_peer(address).transmit(pending)

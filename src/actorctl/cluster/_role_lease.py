@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
-from typing import Any, Final, final
+from collections.abc import Callable, Mapping
+from typing import Any, Final, NoReturn, final
 
 import trio
 
@@ -37,10 +37,12 @@ from ._etcd_data import Compare, KeyValue, Put
 from ._etcd_wire import EtcdError
 from ._node_record import nodes_prefix
 
-__all__ = ["EtcdRoleLease", "role_key", "role_state_key"]
+__all__ = ["EtcdRoleLease", "follow_holder", "role_key", "role_state_key"]
 
 #: Seconds a resignation may take (etcd lets an unrevoked lease end by itself).
 _RESIGN_TIMEOUT: Final = 2.0
+#: Seconds before a broken watch of a role's holder is set up again (doubling).
+_WATCH_RETRY: Final = (0.1, 5.0)
 
 
 def role_key(cluster: str, role: str) -> str:
@@ -184,3 +186,29 @@ def check_role_ttl(ttl: float) -> int:
     if isinstance(ttl, bool) or not isinstance(ttl, int | float) or not ttl > 0:
         raise ConfigError(f"role lease ttl: expected positive seconds, got {ttl!r}")
     return max(1, math.ceil(ttl))
+
+
+async def follow_holder(
+    client: EtcdClient, cluster: str, role: str, tell: Callable[[str | None], None]
+) -> NoReturn:
+    """Tell ``tell`` who holds ``role`` now (None: nobody), and again at every
+    change, until cancelled. etcd not answering: the watch is set up again,
+    waiting longer each time (up to 5 s), and ``tell`` is not called meanwhile
+    (whoever follows keeps the holder it was last told)."""
+    key = role_key(cluster, role)
+    delay, longest = _WATCH_RETRY
+    while True:
+        try:
+            async with client.watch(key) as watch:
+                # Read once the watch is set up: a change in between is seen twice, never missed.
+                held = await client.get(key)
+                tell(None if held is None else held.value.decode(errors="replace"))
+                delay = _WATCH_RETRY[0]
+                async for event in watch:
+                    put = event.kind == "put"
+                    tell(event.value.decode(errors="replace") if put else None)
+        except EtcdError as exc:
+            if delay == _WATCH_RETRY[0]:  # said once a break, not at every retry
+                log("actorctl:role:watch-broken", role=role, error=str(exc))
+            await trio.sleep(delay)
+            delay = min(delay * 2, longest)

@@ -17,18 +17,18 @@ import contextvars
 import datetime
 import threading
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
-from types import MappingProxyType
 from typing import Any, Final, TypeVar, final
 
 import attrs
 import trio
 
-from .._errors import ActorctlError, ConfigError
-from ..actors import Address, Outbox, to_wire
+from .._errors import ActorctlError, ConfigError, PeerUnavailable
+from .._log import log
+from ..actors import Outbox, to_wire
 from ..cluster import AT_MOST_ONCE
 from ..mailbox import KIND_COMMAND, Envelope
+from ._directory import Directory
 from ._protocol import (
-    CONTROL,
     H_CHAIN,
     H_ETA,
     H_LINK,
@@ -51,73 +51,6 @@ __all__ = ["Directory", "TaskClient", "current_client", "send_task", "using_clie
 
 T = TypeVar("T")
 SUBMIT_WINDOW: Final = 1000  # sends plain code may hand over before it waits
-
-
-@final
-@attrs.frozen
-class Directory:
-    """Where a cluster's pools and task services are.
-
-    Attributes:
-        addresses: pool or service name (``celery``, ``$events``,
-            ``$scheduler``, ``$chords``) to the address that takes its messages
-            (a router, or one worker).
-        nodes: pool name to the endpoints (``amqps://host:port``) of the nodes
-            that host its workers: revokes go to each.
-        accepting: the names whose address takes a message on at once (a
-            pool's router, the scheduler, the event hub: they settle it once
-            their node's backlog or store holds it), so that a caller's send to
-            one of them is confirmed ("sent" means "will run"). A worker reached
-            directly settles a task only after running it: a send to it is not.
-    """
-
-    addresses: Mapping[str, str] = attrs.field(factory=dict)
-    nodes: Mapping[str, tuple[str, ...]] = attrs.field(factory=dict)
-    accepting: frozenset[str] = frozenset()
-    # ``addresses`` parsed once, when the directory is made (it never changes):
-    # resolving a pool's name is on the path of every task sent.
-    _parsed: Mapping[str, Address] = attrs.field(
-        init=False,
-        repr=False,
-        eq=False,
-        default=attrs.Factory(
-            lambda self: MappingProxyType({k: Address.parse(v) for k, v in self.addresses.items()}),
-            takes_self=True,
-        ),
-    )
-
-    def resolve(self, name: str) -> Address:
-        """The address of a pool, a service, or an address given as such.
-
-        Raises:
-            ConfigError: naming the unknown name and the known ones.
-        """
-        if "://" in name:
-            return Address.parse(name)
-        address = self._parsed.get(name)
-        if address is None:
-            known = ", ".join(sorted(self.addresses)) or "none"
-            raise ConfigError(
-                f"no pool or service named {name!r} in the directory (known: {known})"
-            )
-        return address
-
-    def control_addresses(self) -> list[Address]:
-        """The task control actor of every node that hosts workers."""
-        endpoints = sorted({e for pool in self.nodes.values() for e in pool})
-        return [Address.parse(f"{endpoint}/{CONTROL}") for endpoint in endpoints]
-
-    def endpoints(self) -> list[Address]:
-        """Every node that may send a caller a result: the nodes of the pools'
-        workers and of every address the directory holds (``_node`` on each)."""
-        found = {a.endpoint: a.scheme for a in self._parsed.values()}
-        for where in self.nodes.values():
-            for endpoint in where:
-                address = Address.parse(f"{endpoint}/_node")
-                found[address.endpoint] = address.scheme
-        return [
-            Address(host, port, "_node", scheme) for (host, port), scheme in sorted(found.items())
-        ]
 
 
 _Submitted = tuple[Callable[[], Awaitable[Any]], Callable[[Exception], None]]
@@ -363,7 +296,9 @@ async def send_task(
     Raises:
         ConfigError: an unknown pool, or a delay with no scheduler.
         DeliveryError: (confirmed) the receiver refused it.
-        PeerUnavailable: (not durable) its node could not be reached.
+        PeerUnavailable: (not durable) its node could not be reached (across
+            hosts, neither it nor, within the directory's ``failover``, the
+            services node that took the services role over).
     """
     options = options or {}
     outbox = client.outbox
@@ -402,4 +337,20 @@ async def send_task(
         return
     if confirm is None:
         confirm = receiver in directory.accepting
-    await outbox.send(target, envelope, presettled=False, confirm=confirm, durable=durable)
+    if not directory.elected:
+        await outbox.send(target, envelope, presettled=False, confirm=confirm, durable=durable)
+        return
+    # Across hosts, what a services node that lost its role (or its host) had
+    # not taken goes to the node that holds the role now.
+    reroute = directory.elsewhere if durable else None
+    try:
+        await outbox.send(
+            target, envelope, presettled=False, confirm=confirm, durable=durable, reroute=reroute
+        )
+    except PeerUnavailable as exc:
+        elsewhere = await directory.moved_from(target)
+        if elsewhere is None:
+            raise
+        log("actorctl:client:resent", task_id=task_id, to=str(elsewhere), was=str(exc))
+        envelope = attrs.evolve(envelope, to=str(elsewhere))
+        await outbox.send(elsewhere, envelope, presettled=False, confirm=confirm)

@@ -26,11 +26,12 @@ import trio
 from .._errors import ActorctlError
 from .._log import log
 from ..actors import ActorRef, Address, Outbox
-from ..cluster import ClusterConfig, load_cluster, open_node
+from ..cluster import SERVICES_ROLE, ClusterConfig, follow_holder, load_cluster, open_node
 from ._client import Directory, TaskClient, using_client
 from ._hosting import cluster_directory
 from ._lookup import ResultLookup
 from ._results import ResultRegistry, using_lookup
+from ._services_role import follow_services
 
 __all__ = ["CLIENT_NAME", "Connection", "open_client"]
 
@@ -43,11 +44,38 @@ ClusterSpec = str | Path | ClusterConfig | Directory
 
 def _where(
     cluster: ClusterSpec, name: str, node_options: dict[str, Any]
-) -> tuple[Directory, dict[str, Any]]:
+) -> tuple[Directory, dict[str, Any], ClusterConfig | None]:
     if isinstance(cluster, Directory):
-        return cluster, dict(node_options)
+        return cluster, dict(node_options), None
     config = cluster if isinstance(cluster, ClusterConfig) else load_cluster(cluster)
-    return cluster_directory(config), {**config.security(name), **node_options}
+    return cluster_directory(config), {**config.security(name), **node_options}, config
+
+
+async def _follow_services(
+    nursery: trio.Nursery, directory: Directory, config: ClusterConfig, timeout: float
+) -> None:
+    """Across hosts, with several services nodes: follow the services role's
+    holder from now on, and wait (at most ``timeout`` seconds) until etcd
+    said who it is, so that the first task goes there."""
+    if config.etcd is None or not directory.elected:
+        return
+    told = trio.Event()
+
+    def tell(holder: str | None) -> None:
+        follow_services(directory, holder)
+        told.set()
+
+    nursery.start_soon(follow_holder, config.etcd.client(), config.name, SERVICES_ROLE, tell)
+    with trio.move_on_after(timeout):
+        await told.wait()
+    if not told.is_set():
+        log(
+            "actorctl:client:services-unknown",
+            timeout=timeout,
+            following=directory.holder,
+            why="etcd did not say who holds the services role: tasks go to the file's "
+            "first services node until it does",
+        )
 
 
 async def reach_nodes(outbox: Outbox, directory: Directory, timeout: float) -> list[Address]:
@@ -100,9 +128,11 @@ async def open_client(
     It waits ``reach_timeout`` seconds at most for the cluster's nodes to
     answer (all together); one that does not is logged, and the block runs.
     """
-    directory, options = _where(cluster, name, node_options)
+    directory, options, config = _where(cluster, name, node_options)
     options.setdefault("host", None)  # results come back on reply links
-    async with open_node(name, **options) as node:
+    async with open_node(name, **options) as node, trio.open_nursery() as following:
+        if config is not None:
+            await _follow_services(following, directory, config, reach_timeout)
         await reach_nodes(node.outbox, directory, reach_timeout)
         registry = ResultRegistry(node.outbox)
         client = TaskClient(node.outbox, directory, results=registry)
@@ -115,6 +145,7 @@ async def open_client(
                         await client.wait_drained()  # what plain code handed over goes out
                 finally:
                     nursery.cancel_scope.cancel()
+                    following.cancel_scope.cancel()
                     registry.fail_all(f"the client node {name!r} disconnected first")
 
 

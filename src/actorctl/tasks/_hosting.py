@@ -52,6 +52,7 @@ from ._protocol import (
 from ._registry import TaskRegistry
 from ._relay import ReplyRelay
 from ._scheduler import Scheduler
+from ._services_role import SERVICES_ROLE_NAME, ServicesRole
 from ._source import SourceActor, SourceSpec
 from ._source_config import cluster_sources
 from ._tuning import file_limits
@@ -69,6 +70,10 @@ __all__ = [
 TASK_ATTEMPT_TIMEOUT: Final = 24 * 3600.0
 #: The keys of a node's table a task app reads (its ``settings_keys``).
 TASK_SETTINGS: Final = frozenset({"pools", "services"})
+#: Seconds past one and a half etcd ttl that a send to a services node that
+#: cannot be reached waits for another to take the services role over (the
+#: role moves within the ttl and a third, then its watchers are told).
+FAILOVER_SLACK: Final = 5.0
 
 
 @final
@@ -125,8 +130,12 @@ def cluster_directory(config: ClusterConfig) -> Directory:
     """
     settings = {node.name: TaskNodeSettings.of(config, node) for node in config.nodes}
     services_nodes = [n for n in config.nodes if settings[n.name].services]
-    if len(services_nodes) > 1:
-        raise ConfigError(f"{config.path}: only one node may have services = true")
+    if len(services_nodes) > 1 and config.etcd is None:
+        raise ConfigError(
+            f"{config.path}: only one node may have services = true on one host "
+            f"({', '.join(n.name for n in services_nodes)} have): several, on several "
+            "hosts, take turns holding the services role in etcd ([etcd] endpoints)"
+        )
     services = services_nodes[0] if services_nodes else None
     nodes: dict[str, list[str]] = {}
     for node in config.nodes:
@@ -154,7 +163,13 @@ def cluster_directory(config: ClusterConfig) -> Directory:
     # A pool's router, the event hub and the scheduler settle what they are
     # sent once their node holds it: a caller's sends to them are confirmed.
     accepting = frozenset([*nodes, EVENTS, SCHEDULER]) if services is not None else frozenset()
-    return Directory(addresses, {pool: tuple(where) for pool, where in nodes.items()}, accepting)
+    return Directory(
+        addresses,
+        {pool: tuple(where) for pool, where in nodes.items()},
+        accepting,
+        services={node.name: config.url(node) for node in services_nodes},
+        failover=1.5 * config.etcd.ttl + FAILOVER_SLACK if config.etcd is not None else 0.0,
+    )
 
 
 def _workers(config: ClusterConfig, settings: dict[str, TaskNodeSettings], pool: str) -> list[str]:
@@ -249,8 +264,19 @@ def task_actors(
         beat = _beat(app, config, directory)
         if beat.periodics:
             actors[BEAT_NAME] = beat
+    if directory.elected and config.etcd is not None and (mine.pools or mine.services):
+        actors[SERVICES_ROLE_NAME] = ServicesRole(
+            directory,
+            config.etcd.client(),
+            config.name,
+            config.etcd.ttl,
+            candidate=node.name if mine.services else None,
+        )
+    # A source no table gives a node is read on the file's first services node
+    # (across hosts too: it does not move with the services role).
+    first = next(iter(directory.services), None)
     for spec in _sources(app, config, directory):
-        if spec.node == node.name or (spec.node is None and mine.services):
+        if spec.node == node.name or (spec.node is None and node.name == first):
             actors[source_actor(spec.name)] = SourceActor(spec, directory)
     return actors
 

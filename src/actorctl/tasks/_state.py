@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final, final
 
 from .._log import log
-from ..actors import Address, Outbox
+from ..actors import Address, Outbox, Reroute
 from ..cluster import Store
 from ..mailbox import Envelope
 from ._protocol import H_CHORD, H_RETRIES, H_STATE, H_TASK_ID, compact
@@ -170,8 +170,11 @@ class DurableOutbox:
         presettled: bool,
         confirm: bool,
         durable: bool = False,
+        reroute: Reroute | None = None,
     ) -> None:
-        await self._outbox.send(address, envelope, presettled=False, confirm=False, durable=True)
+        await self._outbox.send(
+            address, envelope, presettled=False, confirm=False, durable=True, reroute=reroute
+        )
 
     def reply_address(self, address: Address) -> str:
         return self._outbox.reply_address(address)
