@@ -10,6 +10,8 @@ is tests/test_hosts.py's.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -32,6 +34,7 @@ app.pool("celery", concurrency=8)
 RAN: list[str] = []
 _WAITING: list[tuple[int, trio.Event]] = []
 TTL = 2
+ROOT = Path(__file__).resolve().parent.parent
 
 
 @app.task(bind=True)
@@ -195,3 +198,16 @@ def test_several_services_nodes_without_etcd_are_refused_by_name(tmp_path: Path)
     assert directory.elected
     assert directory.holder == "s1"
     assert list(directory.services) == ["s1", "s2"]
+    # ... but not under `cluster up`, which runs them on one host, without etcd:
+    # refused before anything starts, saying what to run instead
+    up = subprocess.run(
+        [sys.executable, "-m", "actorctl", "cluster", "up", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
+    assert up.returncode == 2, up.stderr
+    assert "only one node may have services = true on one host" in up.stderr
+    assert "`actorctl host up FILE --host NAME` on each" in up.stderr
+    assert "Traceback" not in up.stderr

@@ -133,8 +133,8 @@ def cluster_directory(config: ClusterConfig) -> Directory:
     if len(services_nodes) > 1 and config.etcd is None:
         raise ConfigError(
             f"{config.path}: only one node may have services = true on one host "
-            f"({', '.join(n.name for n in services_nodes)} have): several, on several "
-            "hosts, take turns holding the services role in etcd ([etcd] endpoints)"
+            f"({', '.join(n.name for n in services_nodes)} have): several take turns across "
+            "hosts, with [etcd] in the file and `actorctl host up FILE --host NAME` on each"
         )
     services = services_nodes[0] if services_nodes else None
     nodes: dict[str, list[str]] = {}
