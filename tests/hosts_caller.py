@@ -7,17 +7,31 @@ Connects to the cluster of FILE (``app.connect``), sends N ``work`` tasks
 accepted them all (their ids written to IDS_FILE beside FILE: IDS, ``sent.txt``
 by default), then waits for every result (each within TIMEOUT seconds) and
 prints ``results OK FAILED`` and, for each failure, ``failed ID ERROR``.
+It prints ``logged JSON`` for each log message of SHOWN it writes.
 """
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
+from typing import Any
+
+import eliot
 
 from tests.hosts_app import app, work
 
+#: What the caller logs that the tests read (printed as ``logged JSON``).
+SHOWN = frozenset({"actorctl:client:not-registered", "actorctl:client:resent"})
+
+
+def show(message: dict[str, Any]) -> None:
+    if message.get("message_type") in SHOWN:
+        print("logged", json.dumps(message), flush=True)
+
 
 def main(path: str, count: int, timeout: float, seconds: float = 0.1, ids: str = "") -> None:
+    eliot.add_destinations(show)
     with app.connect(path):
         results = [work.delay(i, seconds) for i in range(count)]
         written = Path(path).parent / (ids or "sent.txt")

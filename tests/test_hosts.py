@@ -298,6 +298,11 @@ def test_the_services_nodes_host_lost_the_services_role_moves_and_what_it_held_r
         second = hosts.caller(100, timeout=60, ids="sent-after.txt")
         said = finish(second, timeout=60 + READY)
         assert "results 100 0" in said, said[-3000:]
+        # ... which did not wait for b's nodes to answer: etcd said they are gone
+        [line] = [json.loads(x[7:]) for x in said.splitlines() if x.startswith("logged ")]
+        assert line["message_type"] == "actorctl:client:not-registered"
+        assert {hosts.host_of(node) for node in line["nodes"]} == {"b"}, line
+        assert len(line["nodes"]) == 2, line  # services-b and worker-b
         after = (hosts.directory / "sent-after.txt").read_text().split()
         lost, twice, _ = counted(hosts, after)
         assert lost == []

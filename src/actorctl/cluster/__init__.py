@@ -44,6 +44,7 @@ from ._member import node_record as node_record
 from ._member import serve_membership as serve_membership
 from ._node import Node as Node
 from ._node import open_node as open_node
+from ._node_record import nodes_prefix as nodes_prefix
 from ._node_view import hosts_tree as hosts_tree
 from ._preflight import check_references as check_references
 from ._preflight import taken_ports as taken_ports

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Collection
 from contextlib import asynccontextmanager
 from pathlib import Path
 from types import TracebackType
@@ -26,7 +26,15 @@ import trio
 from .._errors import ActorctlError
 from .._log import log
 from ..actors import ActorRef, Address, Outbox
-from ..cluster import SERVICES_ROLE, ClusterConfig, follow_holder, load_cluster, open_node
+from ..cluster import (
+    SERVICES_ROLE,
+    ClusterConfig,
+    EtcdError,
+    follow_holder,
+    load_cluster,
+    nodes_prefix,
+    open_node,
+)
 from ._client import Directory, TaskClient, using_client
 from ._hosting import cluster_directory
 from ._lookup import ResultLookup
@@ -49,6 +57,27 @@ def _where(
         return cluster, dict(node_options), None
     config = cluster if isinstance(cluster, ClusterConfig) else load_cluster(cluster)
     return cluster_directory(config), {**config.security(name), **node_options}, config
+
+
+async def _unregistered(config: ClusterConfig, timeout: float) -> list[str]:
+    """Across hosts: the file's nodes that are not registered in etcd now
+    (down, or their host lost or cut off), that a caller need not wait for
+    (what they send it later comes through the services node's relay); none
+    when etcd does not answer within ``timeout`` seconds (logged), or when no
+    node is registered."""
+    if config.etcd is None:
+        return []
+    prefix = nodes_prefix(config.name)
+    try:
+        with trio.fail_after(timeout):
+            snapshot = await config.etcd.client().get_prefix(prefix)
+    except (EtcdError, trio.TooSlowError) as exc:
+        log("actorctl:client:membership-unknown", error=str(exc) or "no answer", timeout=timeout)
+        return []
+    registered = {kv.key[len(prefix) :] for kv in snapshot.kvs}
+    if not registered:  # not `host up`'s cluster (`cluster up` ignores [etcd]), or none is up
+        return []
+    return [node.name for node in config.nodes if node.name not in registered]
 
 
 async def _follow_services(
@@ -78,16 +107,22 @@ async def _follow_services(
         )
 
 
-async def reach_nodes(outbox: Outbox, directory: Directory, timeout: float) -> list[Address]:
-    """Open this node's connection to every node of ``directory`` and wait until
-    each answers (so that its reply link is up there): all at once, within
-    ``timeout`` seconds for all of them together, however many are down.
+async def reach_nodes(
+    outbox: Outbox, directory: Directory, timeout: float, skip: Collection[Address] = ()
+) -> list[Address]:
+    """Open this node's connection to every node of ``directory`` (but those of
+    ``skip``: etcd says they are not registered) and wait until each answers
+    (so that its reply link is up there): all at once, within ``timeout``
+    seconds for all of them together, however many are down.
 
     Returns the nodes that did not answer in time (their connections keep
     trying), and logs them: a node that is down must not keep the caller out,
     but the caller's log must say which one it was.
     """
-    nodes = directory.endpoints()
+    away = {address.endpoint for address in skip}
+    nodes = [address for address in directory.endpoints() if address.endpoint not in away]
+    if skip:
+        log("actorctl:client:not-registered", nodes=[str(address) for address in skip])
     reached: set[Address] = set()
     errors: dict[str, str] = {}
 
@@ -131,9 +166,12 @@ async def open_client(
     directory, options, config = _where(cluster, name, node_options)
     options.setdefault("host", None)  # results come back on reply links
     async with open_node(name, **options) as node, trio.open_nursery() as following:
+        skip: list[Address] = []
         if config is not None:
             await _follow_services(following, directory, config, reach_timeout)
-        await reach_nodes(node.outbox, directory, reach_timeout)
+            for away in await _unregistered(config, reach_timeout):
+                skip.append(Address.parse(f"{config.url(config.node(away))}/_node"))
+        await reach_nodes(node.outbox, directory, reach_timeout, skip)
         registry = ResultRegistry(node.outbox)
         client = TaskClient(node.outbox, directory, results=registry)
         with using_client(client), using_lookup(ResultLookup(client)):
