@@ -33,7 +33,6 @@ from actorctl import (
     TaskResult,
     TaskRevoked,
     WireFormatError,
-    chain,
     chord,
     group,
     open_node,
@@ -193,15 +192,6 @@ async def test_a_chain_passes_each_result_on(cluster: Path) -> None:
     async with app.aconnect(cluster):
         steps = add.s(1, 1) | add.s(2) | mul.s(10) | sleepy.si(0) | echo.s("x")
         assert await (await steps.adelay()).aget(timeout=WAIT) == [["slept", "x"], {}]
-
-
-async def test_a_chain_of_ten_thousand_steps_works(cluster: Path) -> None:
-    async with app.aconnect(cluster):
-        steps = chain(add.s(0, 1), *(add.s(1) for _ in range(9_999)))
-        assert len(steps.tasks) == 10_000
-        # A bound, not a timing: about 5 ms of hops per step, 50-60 s alone,
-        # and up to 120 s while the other pytest worker runs a three-host test
-        assert await (await steps.adelay()).aget(timeout=240) == 10_000
 
 
 async def test_an_error_stops_a_chain_reaches_the_caller_and_runs_link_error(

@@ -1,0 +1,34 @@
+"""A chain of ten thousand steps, against a real multi-process cluster
+(``tests/tasks.toml``, as tests/test_tasks.py runs it).
+
+A module of its own: the longest test of the suite runs beside the others
+(pytest-xdist gives each worker whole modules), not after tests/test_tasks.py's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from examples._cluster import running_cluster
+
+from actorctl import chain
+from tests.task_app import add, app
+
+HERE = Path(__file__).resolve().parent
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Path]:
+    with running_cluster(HERE / "tasks.toml", echo=False) as path:
+        yield path
+
+
+async def test_a_chain_of_ten_thousand_steps_works(cluster: Path) -> None:
+    async with app.aconnect(cluster):
+        steps = chain(add.s(0, 1), *(add.s(1) for _ in range(9_999)))
+        assert len(steps.tasks) == 10_000
+        # A bound, not a timing: about 5-7 ms of hops per step, 50-75 s alone,
+        # and up to 120 s while the other pytest worker runs a three-host test
+        assert await (await steps.adelay()).aget(timeout=240) == 10_000
