@@ -253,7 +253,7 @@ class Hosts:
         os.kill(self.etcd_process.pid, signal.SIGKILL)
         self.etcd_process.wait(timeout=10)
 
-    def scheduler(self, role: str = "scheduler") -> str:
+    def holder(self, role: str = "scheduler") -> str:
         """The address of the beat that holds the scheduler role now (the name
         of the node that holds ``role``, for ``services``), read from etcd on
         host a ("" when none holds it)."""

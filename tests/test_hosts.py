@@ -198,7 +198,7 @@ def test_a_host_lost_has_its_tasks_run_elsewhere_and_the_scheduler_role_it_held_
         # role (tick runs every second, on c)
         hosts.start(order=("b",))
         hosts.wait_ticks(3)
-        holder = hosts.scheduler()
+        holder = hosts.holder()
         assert hosts.host_of(holder) == "b", holder
         # And a caller on host a with 400 tasks of 300 ms on their way to b and c
         caller = hosts.caller(400, timeout=60, seconds=0.3)
@@ -243,7 +243,7 @@ def test_a_host_lost_has_its_tasks_run_elsewhere_and_the_scheduler_role_it_held_
         # And the scheduler role moved to another host's beat once b's lease
         # ran out in etcd: tick ran on, no due time twice or skipped
         hosts.wait_ticks(ticks + 3, timeout=TTL + 3 * EVERY + SLACK)
-        now = hosts.scheduler()
+        now = hosts.holder()
         assert now, "no beat holds the scheduler role"
         assert hosts.host_of(now) in ("a", "c"), now
         skipped, ticks_twice = hosts.ticks_skipped_and_twice(EVERY)
@@ -273,7 +273,7 @@ def test_the_services_nodes_host_lost_the_services_role_moves_and_what_it_held_r
         # Given two services nodes, services on a and services-b on b, and b
         # started first, so that services-b holds the services role
         hosts.start(order=("b",))
-        assert hosts.scheduler("services") == "services-b"
+        assert hosts.holder("services") == "services-b"
         # And a caller on host a with 300 tasks of 300 ms, sent through services-b's router
         first = hosts.caller(300, timeout=180, seconds=0.3)
         wait_for_output(first, "sent", timeout=READY)
@@ -289,7 +289,7 @@ def test_the_services_nodes_host_lost_the_services_role_moves_and_what_it_held_r
 
         # Then the services role moves to the services node on a once
         # services-b's lease ran out in etcd
-        while (holder := hosts.scheduler("services")) != "services":
+        while (holder := hosts.holder("services")) != "services":
             assert time.monotonic() - killed < TTL + SLACK, f"services role: {holder!r}"
             time.sleep(0.1)  # etcd's lease runs out in etcd's own process: polled
         print(f"services role moved {time.monotonic() - killed:.1f} s after host b was lost")
@@ -321,7 +321,7 @@ def test_the_services_nodes_host_lost_the_services_role_moves_and_what_it_held_r
         assert lost == []
         print(f"ran twice: {len(twice)}")  # those b ran but could not settle
         # ... and the services role stays where it is
-        assert hosts.scheduler("services") == "services"
+        assert hosts.holder("services") == "services"
         status = hosts.status()
         assert "services services" in status, status
 

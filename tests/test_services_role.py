@@ -17,15 +17,16 @@ from pathlib import Path
 import pytest
 import trio
 
-from actorctl import App, ConfigError, TaskContext, open_node
-from actorctl.cluster import EtcdClient, EtcdRoleLease, load_cluster
+from actorctl import Address, App, ConfigError, TaskContext, open_node
+from actorctl.cluster import EtcdClient, EtcdRoleLease, follow_holder, load_cluster
+from actorctl.mailbox import Outcome
 from actorctl.tasks._client import Directory, TaskClient, send_task
 from actorctl.tasks._control import WorkerState
 from actorctl.tasks._hosting import _worker_class, cluster_directory
 from actorctl.tasks._protocol import CHORDS, EVENTS, SCHEDULER
 from actorctl.tasks._services_role import SERVICES_ROLE_NAME, ServicesRole, follow_services
 
-from .etcd_server import EtcdServer
+from .etcd_server import EtcdServer, open_proxy
 from .harness import Logs, free_port
 
 app = App("services-role")
@@ -142,7 +143,7 @@ async def test_what_waits_for_a_lost_services_node_goes_to_the_one_that_takes_th
                     # And etcd says s2 holds the role
                     refused = await EtcdRoleLease(client, cluster, "services").request("s1", TTL)
                     assert (refused["granted"], refused["holder"]) == (False, "s2")
-                    nursery.cancel_scope.cancel(reason="test over")  # the confirmed send returned
+                    # (the nursery ends once the caller's send returns: s2 confirmed it)
     assert sorted(RAN) == sorted(["confirmed", *(f"durable-{i}" for i in range(10))])
     assert directory.holder == "s2"
     assert candidate.held
@@ -157,7 +158,7 @@ async def test_what_waits_for_a_lost_services_node_goes_to_the_one_that_takes_th
     assert after["granted"]
 
 
-def test_the_directory_moves_a_pool_the_scheduler_and_the_event_hub_not_the_chord_barrier() -> None:
+def test_the_directory_moves_pools_scheduler_event_hub_and_new_chords_not_open_ones() -> None:
     s1, s2 = "amqp://127.0.0.1:5801", "amqp://127.0.0.1:5802"
     directory = directory_of(s1, s2)
     old = directory.resolve("celery")
@@ -171,8 +172,11 @@ def test_the_directory_moves_a_pool_the_scheduler_and_the_event_hub_not_the_chor
     for name, actor in (("celery", "celery"), (SCHEDULER, "scheduler"), (EVENTS, "events")):
         assert str(directory.resolve(name)) == f"{s2}/{actor}"
     assert directory.elsewhere(old) == directory.resolve("celery")
-    # ... and a chord is finished where it was opened
-    assert str(directory.resolve(CHORDS)) == f"{s1}/chords"
+    # ... but not what was refused for good (bad input): that is not sent again
+    assert directory.elsewhere(old, Outcome("rejected", "amqp:decode-error", "bad")) is None
+    # And a new chord opens on s2's barrier, but one opened on s1's finishes there
+    assert str(directory.resolve(CHORDS)) == f"{s2}/chords"
+    assert directory.elsewhere(Address.parse(f"{s1}/chords")) is None
     # And a holder no file names changes nothing, and says so
     follow_services(directory, "s9")
     assert directory.holder == "s2"
@@ -204,10 +208,53 @@ def test_several_services_nodes_without_etcd_are_refused_by_name(tmp_path: Path)
         [sys.executable, "-m", "actorctl", "cluster", "up", str(path)],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=30,
         cwd=ROOT,
     )
     assert up.returncode == 2, up.stderr
     assert "only one node may have services = true on one host" in up.stderr
     assert "`actorctl host up FILE --host NAME` on each" in up.stderr
     assert "Traceback" not in up.stderr
+
+
+async def test_a_follower_cut_off_from_etcd_keeps_its_holder_and_catches_up_once_back(
+    etcd: EtcdServer, cluster: str, logs: Logs
+) -> None:
+    told: list[str | None] = []
+    changed = trio.Event()
+
+    def tell(holder: str | None) -> None:
+        nonlocal changed
+        told.append(holder)
+        changed.set()
+        changed = trio.Event()
+
+    async def told_that(holder: str | None) -> None:
+        while not told or told[-1] != holder:
+            await changed.wait()
+
+    direct = EtcdClient([etcd.url], timeout=2)
+    s1 = EtcdRoleLease(direct, cluster, "services")
+    with trio.fail_after(20):
+        async with open_proxy(etcd.client_port) as proxy, trio.open_nursery() as nursery:
+            # Given a follower that reaches etcd through a link the test can cut
+            behind = EtcdClient([proxy.url], timeout=1)
+            nursery.start_soon(follow_holder, behind, cluster, "services", tell)
+            await told_that(None)  # nobody holds it yet
+            # And s1 takes the role: the follower is told
+            assert (await s1.request("s1", 10))["granted"]  # a ttl that outlasts the test
+            await told_that("s1")
+            # When the link is cut, and meanwhile s1 resigns and s2 takes the role
+            proxy.cut()
+            await logs.wait_for("actorctl:role:watch-broken")
+            await s1.resign()
+            s2 = EtcdRoleLease(direct, cluster, "services")
+            assert (await s2.request("s2", 10))["granted"]
+            # Then the follower is told nothing while cut off (it keeps s1) ...
+            assert told[-1] == "s1", told
+            # ... and s2, once the link is back
+            proxy.heal()
+            await told_that("s2")
+            nursery.cancel_scope.cancel(reason="test over")
+    broken = logs.of_type("actorctl:role:watch-broken")
+    assert len(broken) == 1, broken  # said once for the break, not at every retry

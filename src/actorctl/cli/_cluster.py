@@ -194,7 +194,7 @@ async def cluster_reload(file: Path, dry_run: bool, drain_timeout: float, timeou
         # Checked here, in a fresh process, as `cluster up` checks it: the
         # controller need not start one to check it again.
         config = load_cluster(file)
-        check_references(config)
+        preflight(config, one_host=True)
     except ConfigError as exc:
         fail(f"reload refused, the cluster runs on unchanged: {exc}", 2)
     path = str(config.path)
@@ -208,10 +208,11 @@ async def cluster_reload(file: Path, dry_run: bool, drain_timeout: float, timeou
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
 async def cluster_check(file: Path) -> None:
     """Check FILE and everything it names (modules, apps, pools, routers'
-    instances, schedules, sources) as `cluster up` would, starting nothing."""
+    instances, schedules, sources) as `cluster up` would (or `host up`, for a
+    file whose nodes name their hosts, with [etcd]), starting nothing."""
     try:
         config = load_cluster(file)
-        check_references(config)
+        preflight(config)
     except ConfigError as exc:
         fail(f"{exc}", 2)
     click.echo(f"{config.path}: cluster {config.name!r} is well formed ({len(config.nodes)} nodes)")
@@ -307,13 +308,25 @@ def _rows(config: ClusterConfig, states: dict[str, NodeState]) -> list[dict[str,
     ]
 
 
+def preflight(config: ClusterConfig, *, one_host: bool = False) -> None:
+    """Check the file and what it names as its nodes will run it: under
+    `cluster up` (``one_host``, or a file whose nodes name no host or that
+    has no [etcd]) on this one host without etcd, whose [etcd] is `host up`'s;
+    else across hosts, with etcd (several services nodes take turns there).
+
+    Raises:
+        ConfigError: naming the file, the key, and what exists.
+    """
+    across = not one_host and bool(config.hosts) and config.etcd is not None
+    check_references(config if across else attrs.evolve(config, etcd=None))
+
+
 async def _prepare(file: Path) -> ClusterConfig:
     """Read and check the file and everything it names (nothing has started
     yet), make development secrets, send logs to logs/cluster.log."""
     try:
         config = load_cluster(file)
-        # As its nodes will run: on this one host, with no etcd (its [etcd] is `host up`'s).
-        check_references(attrs.evolve(config, etcd=None))
+        preflight(config, one_host=True)
         made = ensure_dev_secrets(config)
     except ConfigError as exc:
         fail(f"{exc}", 2)

@@ -182,6 +182,9 @@ class Backlog:
             if entry.reroute is None and entry.on_done is None and entry.address in addresses:
                 entry.on_done, entry.reroute = claim(entry.address, entry.envelope.message_id)
                 adopted += 1
+                lane = self._lanes.get(entry.address)
+                if lane is not None:  # one that waits for its peer may go elsewhere now
+                    lane.lot.unpark()
         return adopted
 
     def evacuate(self, addresses: Collection[Address], why: str) -> int:

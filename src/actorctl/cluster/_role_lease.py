@@ -192,23 +192,27 @@ async def follow_holder(
     client: EtcdClient, cluster: str, role: str, tell: Callable[[str | None], None]
 ) -> NoReturn:
     """Tell ``tell`` who holds ``role`` now (None: nobody), and again at every
-    change, until cancelled. etcd not answering: the watch is set up again,
-    waiting longer each time (up to 5 s), and ``tell`` is not called meanwhile
-    (whoever follows keeps the holder it was last told)."""
+    change, until cancelled. etcd not answering, or answering what cannot be
+    read: the watch is set up again, waiting longer each time (up to 5 s),
+    and ``tell`` is not called meanwhile (whoever follows keeps the holder it
+    was last told). Raises nothing but cancellation."""
     key = role_key(cluster, role)
-    delay, longest = _WATCH_RETRY
+    first, longest = _WATCH_RETRY
+    delay = first
     while True:
+        since = trio.current_time()
         try:
             async with client.watch(key) as watch:
                 # Read once the watch is set up: a change in between is seen twice, never missed.
                 held = await client.get(key)
                 tell(None if held is None else held.value.decode(errors="replace"))
-                delay = _WATCH_RETRY[0]
                 async for event in watch:
                     put = event.kind == "put"
                     tell(event.value.decode(errors="replace") if put else None)
-        except EtcdError as exc:
-            if delay == _WATCH_RETRY[0]:  # said once a break, not at every retry
-                log("actorctl:role:watch-broken", role=role, error=str(exc))
+        except Exception as exc:  # any failure: logged, and the watch set up again
+            if trio.current_time() - since > longest:
+                delay = first  # it had been following for a while: a new break
+            if delay == first:  # said once a break, not at every retry
+                log("actorctl:role:watch-broken", role=role, error=f"{type(exc).__name__}: {exc}")
             await trio.sleep(delay)
             delay = min(delay * 2, longest)

@@ -337,18 +337,16 @@ async def send_task(
         return
     if confirm is None:
         confirm = receiver in directory.accepting
-    if not directory.elected:
-        await outbox.send(target, envelope, presettled=False, confirm=confirm, durable=durable)
-        return
     # Across hosts, what a services node that lost its role (or its host) had
-    # not taken goes to the node that holds the role now.
-    reroute = directory.elsewhere if durable else None
+    # not taken goes to the node that holds the role now: from the backlog
+    # (durable), or sent again here (not confirmed: it did not take it).
+    reroute = directory.elsewhere if directory.elected else None
     try:
         await outbox.send(
             target, envelope, presettled=False, confirm=confirm, durable=durable, reroute=reroute
         )
     except PeerUnavailable as exc:
-        elsewhere = await directory.moved_from(target)
+        elsewhere = await directory.moved_from(target)  # None at once on one host
         if elsewhere is None:
             raise
         log("actorctl:client:resent", task_id=task_id, to=str(elsewhere), was=str(exc))

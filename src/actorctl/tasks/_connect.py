@@ -80,6 +80,24 @@ async def _unregistered(config: ClusterConfig, timeout: float) -> list[str]:
     return [node.name for node in config.nodes if node.name not in registered]
 
 
+async def _from_etcd(
+    following: trio.Nursery, directory: Directory, config: ClusterConfig, timeout: float
+) -> list[Address]:
+    """Across hosts, at once and within ``timeout`` seconds: follow the
+    services role from now on (in ``following``), and read which of the
+    file's nodes are not registered (returned, as their ``_node``)."""
+    skip: list[Address] = []
+
+    async def unregistered() -> None:
+        for away in await _unregistered(config, timeout):
+            skip.append(Address.parse(f"{config.url(config.node(away))}/_node"))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_follow_services, following, directory, config, timeout)
+        nursery.start_soon(unregistered)
+    return skip
+
+
 async def _follow_services(
     nursery: trio.Nursery, directory: Directory, config: ClusterConfig, timeout: float
 ) -> None:
@@ -162,16 +180,18 @@ async def open_client(
 
     It waits ``reach_timeout`` seconds at most for the cluster's nodes to
     answer (all together); one that does not is logged, and the block runs.
+    Across hosts, that includes asking etcd (at most half of it) which nodes
+    are registered and who holds the services role.
     """
     directory, options, config = _where(cluster, name, node_options)
     options.setdefault("host", None)  # results come back on reply links
     async with open_node(name, **options) as node, trio.open_nursery() as following:
+        started = trio.current_time()
         skip: list[Address] = []
-        if config is not None:
-            await _follow_services(following, directory, config, reach_timeout)
-            for away in await _unregistered(config, reach_timeout):
-                skip.append(Address.parse(f"{config.url(config.node(away))}/_node"))
-        await reach_nodes(node.outbox, directory, reach_timeout, skip)
+        if config is not None and config.etcd is not None:
+            skip = await _from_etcd(following, directory, config, reach_timeout / 2)
+        left = max(reach_timeout - (trio.current_time() - started), 0.1)
+        await reach_nodes(node.outbox, directory, left, skip)
         registry = ResultRegistry(node.outbox)
         client = TaskClient(node.outbox, directory, results=registry)
         with using_client(client), using_lookup(ResultLookup(client)):

@@ -15,9 +15,14 @@ import trio
 from .._errors import ConfigError
 from ..actors import Address
 from ..mailbox import Outcome
-from ._protocol import CONTROL, EVENTS, SCHEDULER
+from ._protocol import CHORDS, CONTROL, EVENTS, SCHEDULER
 
-__all__ = ["Directory"]
+__all__ = ["Directory", "endpoint_of"]
+
+
+def endpoint_of(url: str) -> tuple[str, int]:
+    """The (host, port) of a node's URL (``amqps://host:port``)."""
+    return Address.parse(f"{url}/_node").endpoint
 
 
 @final
@@ -63,9 +68,10 @@ class Directory:
         ),
     )
     # What :meth:`follow` moves: each services node's address of a name that
-    # moves with the role (a pool's router, the scheduler, the event hub) to
-    # that name. The chord barrier's does not: a chord is finished where it
-    # was opened.
+    # moves with the role (a pool's router, the scheduler, the event hub, the
+    # chord barrier) to that name. New chords open on the holder's barrier,
+    # but a chord is finished where it was opened: :meth:`elsewhere` never
+    # moves what goes to a barrier.
     _movable: dict[Address, str] = attrs.field(
         init=False,
         repr=False,
@@ -87,7 +93,7 @@ class Directory:
             return {}
         first = next(iter(self.services.values()))
         moves: dict[Address, str] = {}
-        for name in (*self.nodes, EVENTS, SCHEDULER):
+        for name in (*self.nodes, EVENTS, SCHEDULER, CHORDS):
             address = self.addresses.get(name, "")
             if not address.startswith(f"{first}/"):
                 continue
@@ -113,7 +119,7 @@ class Directory:
         that is not one of its services nodes (logged by the caller)."""
         if holder not in self.services or holder == self._holder[0] or not self._movable:
             return False
-        endpoint = Address.parse(f"{self.services[holder]}/_node").endpoint
+        endpoint = endpoint_of(self.services[holder])
         for address, name in self._movable.items():
             if address.endpoint == endpoint:
                 self._parsed[name] = address
@@ -132,8 +138,10 @@ class Directory:
         no longer holds the services role and whose name moves with it; else
         None (it stays with its receiver)."""
         name = self._movable.get(address)
-        if name is None:
+        if name is None or name == CHORDS:  # a chord is finished where it was opened
             return None
+        if outcome is not None and outcome.state == "rejected":
+            return None  # refused for good (bad input, a bad signature): not sent again
         now = self._parsed[name]
         return None if now == address else now
 

@@ -264,7 +264,7 @@ def task_actors(
         beat = _beat(app, config, directory)
         if beat.periodics:
             actors[BEAT_NAME] = beat
-    if directory.elected and config.etcd is not None and (mine.pools or mine.services):
+    if directory.elected and config.etcd is not None:
         actors[SERVICES_ROLE_NAME] = ServicesRole(
             directory,
             config.etcd.client(),

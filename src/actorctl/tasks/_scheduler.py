@@ -316,7 +316,12 @@ class Scheduler(Actor):
         if headers.get(AT_MOST_ONCE):  # acks_late=False: pre-settled, as it came
             await self.outbox.send(target, due, presettled=True, confirm=False)
             return
-        await self.outbox.send(target, due, presettled=False, confirm=False, durable=True)
+        # Across hosts, a pool's router on a services node that lost its role
+        # (or its host) is not waited for: the backlog sends it to the holder's.
+        reroute = self.directory.elsewhere if self.directory.elected else None
+        await self.outbox.send(
+            target, due, presettled=False, confirm=False, durable=True, reroute=reroute
+        )
 
     async def _finish(self, held: _Held, state: str, body: dict[str, Any]) -> None:
         """End a held task without sending it: its final document to its

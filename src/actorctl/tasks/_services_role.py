@@ -35,7 +35,7 @@ from .._log import log
 from ..actors import Actor, Address, handler
 from ..cluster import SERVICES_ROLE, EtcdClient, EtcdRoleLease, follow_holder
 from ..mailbox import Outcome
-from ._directory import Directory
+from ._directory import Directory, endpoint_of
 
 __all__ = ["SERVICES_ROLE", "SERVICES_ROLE_NAME", "ServicesRole", "follow_services"]
 
@@ -63,16 +63,17 @@ def follow_services(directory: Directory, holder: str | None, backlog: Any = Non
     if not directory.follow(holder):
         return
     log("actorctl:services:following", holder=holder, was=was)
-    if backlog is not None and was is not None:
-        old = Address.parse(f"{directory.services[was]}/_node")
-        backlog.reconsider(old.endpoint)
+    if backlog is not None:  # what waits for any other services node may go now
+        for name, url in directory.services.items():
+            if name != holder:
+                backlog.reconsider(endpoint_of(url))
 
 
 @final
 class ServicesRole(Actor):
-    """On every node of the task app across hosts, when the file names several
-    services nodes: follows the services role's holder; on a services node,
-    also a candidate for it.
+    """On every node that hosts the task app across hosts, when the file names
+    several services nodes: follows the services role's holder; on a services
+    node, also a candidate for it.
 
     Args:
         directory: the node's directory (shared with its workers and services).
