@@ -268,9 +268,13 @@ class Hosts:
 
     def status(self) -> str:
         """What ``actorctl cluster status FILE`` prints, run on host a."""
+        return self.cli("cluster", "status", str(self.path))
+
+    def cli(self, *args: str) -> str:
+        """What ``actorctl ARGS...`` prints, run on host a; it must succeed."""
         run = self.network.run(
             "a",
-            [*ACTORCTL, "cluster", "status", str(self.path)],
+            [*ACTORCTL, *args],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             env=self.env,

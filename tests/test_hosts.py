@@ -139,6 +139,22 @@ def test_tasks_from_a_caller_on_one_host_run_on_two_others_one_of_which_joins_la
         left = leave_time(hosts, "worker-c")
         assert left - stopped < TTL * 2 / 3, f"left {left - stopped:.2f} s after SIGTERM"
 
+        # When an operator on host a sets a rate limit, with no Controller
+        path = str(hosts.path)
+        said = hosts.cli("control", "rate-limit", path, "hosts.work", "50/s")
+        # Then every node registered in etcd that runs the task app took it
+        assert "hosts.work: rate limit 50/s on 2 node(s): services, worker-b" in said, said
+        # When the operator asks the cluster down
+        said = hosts.cli("cluster", "down", path)
+        # Then every host up still running stops its nodes and exits, and none
+        # is registered any more
+        assert "cluster 'hosts' down: every host stopped its nodes" in said, said
+        for host in ("a", "b"):
+            said = finish(hosts.ups[host], timeout=30)
+            assert f"host {host!r} stopped" in said, said[-2000:]
+            assert hosts.ups[host].returncode == 0
+        assert hosts.registered() == {}
+
 
 @pytest.mark.parametrize(
     ("table", "args", "error"),
@@ -387,10 +403,13 @@ def test_etcd_restarted_during_the_run_nodes_keep_serving_and_register_again(
     assert '"actorctl:membership:leave"' not in log
 
 
-def cluster_status(path: Path, timeout: float) -> subprocess.CompletedProcess[str]:
-    """``actorctl cluster status FILE``, run here (in the test's namespace)."""
+def cluster_status(
+    path: Path, timeout: float, command: tuple[str, ...] = ("cluster", "status")
+) -> subprocess.CompletedProcess[str]:
+    """``actorctl cluster status FILE`` (or another ``command`` that takes the
+    file and ``--timeout``), run here (in the test's namespace)."""
     return subprocess.run(
-        [*ACTORCTL, "cluster", "status", str(path), "--timeout", str(timeout)],
+        [*ACTORCTL, *command, str(path), "--timeout", str(timeout)],
         capture_output=True,
         text=True,
         timeout=30,
@@ -432,7 +451,12 @@ def test_cluster_status_reads_an_etcd_that_asks_for_client_certificates_with_the
     assert "Traceback" not in refused.stderr
 
 
-def test_cluster_status_of_hosts_whose_etcd_does_not_answer_says_so(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "command", [("cluster", "status"), ("cluster", "down"), ("inspect", "stats")]
+)
+def test_a_cluster_of_hosts_whose_etcd_does_not_answer_is_named_by_status_down_and_inspect(
+    tmp_path: Path, command: tuple[str, ...]
+) -> None:
     # Given a cluster file across hosts whose etcd does not answer, and no Controller
     path = tmp_path / "cluster.toml"
     path.write_text(
@@ -440,9 +464,9 @@ def test_cluster_status_of_hosts_whose_etcd_does_not_answer_says_so(tmp_path: Pa
         '[etcd]\nendpoints = ["http://127.0.0.1:9"]\n'
         '[[node]]\nname = "n"\nlisten = "127.0.0.1:9"\nhost = "a"\n'
     )
-    # When cluster status is asked
-    done = cluster_status(path, timeout=2)
-    # Then it says etcd does not answer, naming the endpoint, with no traceback
+    # When it is asked for its status, to go down, or for its workers' stats
+    done = cluster_status(path, timeout=2, command=command)
+    # Then each says etcd does not answer, naming the endpoint, with no traceback
     assert done.returncode == 1, done
     assert "cluster 'x': etcd does not answer" in done.stderr, done.stderr
     assert "http://127.0.0.1:9" in done.stderr

@@ -24,8 +24,10 @@ from ..cluster import (
     Node,
     NodeDied,
     NodeState,
+    ask_down,
     check_references,
     ensure_dev_secrets,
+    hosts_broadcast,
     load_cluster,
     open_node,
     run_cluster,
@@ -163,8 +165,31 @@ async def cluster_status(file: Path, timeout: float, etcd: tuple[str, ...]) -> N
 @click.option("--timeout", default=10.0, show_default=True, help="Seconds to wait.")
 @log_options
 async def cluster_down(file: Path, timeout: float) -> None:
-    """Stop the cluster FILE names (from another terminal than `cluster up`)."""
-    click.echo(await ask_controller(file, "down", timeout))
+    """Stop the cluster FILE names (from another terminal than `cluster up`).
+
+    A cluster that spans hosts that no Controller runs (`host up` on each
+    host) is asked through etcd: every `host up` stops its nodes, and this
+    waits until none is registered."""
+    try:
+        config = load_cluster(file)
+    except ConfigError as exc:
+        fail(f"{exc}", 2)
+    if not (config.hosts and config.etcd is not None) or await _answers(config):
+        click.echo(await ask_controller(file, "down", timeout))
+        return
+    left: list[str] = []
+    try:
+        left = await ask_down(config, config.etcd.client(min(5.0, timeout)), timeout)
+    except* EtcdError as group:
+        fail(f"cluster {config.name!r}: etcd does not answer: {_first(group)}", 1)
+    if left:
+        fail(
+            f"cluster {config.name!r}: down asked through etcd, and after {timeout:g} s "
+            f"{', '.join(sorted(left))} still registered (their host up is not running, or "
+            "cannot reach etcd: they leave when their lease ends; stop them on their host)",
+            1,
+        )
+    click.echo(f"cluster {config.name!r} down: every host stopped its nodes")
 
 
 @cluster.command("reload")
@@ -293,6 +318,36 @@ async def ask_controller(file: Path, handler: str, timeout: float, *args: Any) -
         fail(f"{_first(group)}", 1)
 
 
+async def broadcast(
+    file: Path, timeout: float, actor: str, op: str, args: list[Any]
+) -> dict[str, Any]:
+    """``op`` (with ``args``) asked of ``actor`` on every running node that hosts
+    one, through the Controller (``Controller.broadcast``); for a cluster that
+    spans hosts that no Controller runs (`host up`), of every node registered
+    in etcd, directly. Each node's answer, ``{"unanswered": why}`` for one that
+    did not answer."""
+    try:
+        config = load_cluster(file)
+    except ConfigError as exc:
+        fail(f"{exc}", 2)
+    if config.hosts and config.etcd is not None and not await _answers(config):
+        found: dict[str, Any] = {}
+        try:
+            client = config.etcd.client(timeout)
+            async with _cli_node(config, connect_timeout=min(2.0, timeout)) as node:
+                within = max(0.5, timeout * 0.8)
+                found = await hosts_broadcast(config, client, node.ref, actor, op, args, within)
+        except* EtcdError as group:
+            fail(f"cluster {config.name!r}: etcd does not answer: {_first(group)}", 1)
+        except* ConfigError as group:
+            fail(f"{_first(group)}", 2)
+        return found
+    answers: dict[str, Any] = await ask_controller(
+        file, "broadcast", timeout, actor, op, args, timeout
+    )
+    return answers
+
+
 def _rows(config: ClusterConfig, states: dict[str, NodeState]) -> list[dict[str, Any]]:
     return [
         {
@@ -355,8 +410,14 @@ async def _prepare(file: Path) -> ClusterConfig:
     return config
 
 
+#: What _answers found, by cluster file: a command that asks twice asks once.
+_ANSWERED: dict[Path, bool] = {}
+
+
 async def _answers(config: ClusterConfig) -> bool:
     """Whether a Controller of this cluster answers at its address."""
+    if config.path in _ANSWERED:
+        return _ANSWERED[config.path]
     host, port = config.controller
     try:
         async with _cli_node(config, connect_timeout=1.0, grace=0.1) as client:
@@ -366,6 +427,7 @@ async def _answers(config: ClusterConfig) -> bool:
         answered = False
     else:
         answered = True
+    _ANSWERED[config.path] = answered
     return answered
 
 

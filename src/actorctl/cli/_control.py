@@ -21,7 +21,7 @@ import asyncclick as click
 
 from .._errors import ConfigError
 from ..tasks import rate_limit_of
-from ._cluster import ask_controller
+from ._cluster import ask_controller, broadcast
 from ._table import answered, fail_unanswered
 
 __all__ = ["control"]
@@ -139,9 +139,7 @@ async def revoke(
             )
     args = [list(task_ids), terminate]
     answers = await _broadcast(file, "revoke", args, timeout)
-    delayed: dict[str, Any] = await ask_controller(
-        file, "broadcast", timeout, SCHEDULER_ACTOR, "revoke", args, timeout
-    )
+    delayed = await broadcast(file, timeout, SCHEDULER_ACTOR, "revoke", args)
     answers.update({f"{node} (scheduler)": a for node, a in delayed.items()})
     how = "revoked and terminated" if terminate else "revoked"
     _report(answers, as_json, f"{', '.join(task_ids)}: {how}")
@@ -208,9 +206,7 @@ def _limits_text(tasks: dict[str, Any]) -> str:
 async def _broadcast(
     file: Path, op: str, args: list[Any], timeout: float, *, workers_of: str | None = None
 ) -> dict[str, Any]:
-    answers: dict[str, Any] = await ask_controller(
-        file, "broadcast", timeout, CONTROL_ACTOR, op, args, timeout
-    )
+    answers = await broadcast(file, timeout, CONTROL_ACTOR, op, args)
     if not answers:
         raise click.ClickException(
             f"no running node of {file} hosts task actors: is the cluster up "

@@ -17,7 +17,7 @@ from typing import Any, Final
 
 import asyncclick as click
 
-from ._cluster import ask_controller
+from ._cluster import broadcast
 from ._table import answered, clock, fail_unanswered, table
 
 __all__ = ["inspect"]
@@ -37,12 +37,11 @@ def inspect() -> None:
 
 async def ask_nodes(file: Path, actor: str, op: str, timeout: float) -> dict[str, Any]:
     """``op`` of ``actor`` on every running node that hosts one, through the
-    Controller: each node's answer (``{"unanswered": why}`` for one that did not)."""
+    Controller (or etcd, across hosts): each node's answer (``{"unanswered":
+    why}`` for one that did not)."""
     if not timeout > 0:
         raise click.UsageError(f"--timeout {timeout:g}: expected seconds above 0, e.g. 10")
-    answers: dict[str, Any] = await ask_controller(
-        file, "broadcast", timeout, actor, op, [], timeout
-    )
+    answers = await broadcast(file, timeout, actor, op, [])
     if not answers:
         what = "a scheduler (a node with services = true)" if actor == SCHEDULER_ACTOR else (
             "task workers (a node that names a task app and pools)"

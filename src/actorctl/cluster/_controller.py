@@ -33,7 +33,7 @@ from ._deadletters import DEAD_LETTERS
 from ._foreman import Foreman, LocalForeman, NodeState
 from ._leases import SCHEDULER_ROLE, LeaseTable
 from ._node import open_node
-from ._node_view import node_children
+from ._node_view import ask_each, node_children
 from ._reloader import DRAIN_TIMEOUT, NodeRunner, Reloader
 from ._webserve import serve_web
 
@@ -41,7 +41,6 @@ __all__ = ["CONTROLLER", "Controller", "run_cluster"]
 
 CONTROLLER: Final = "controller"
 #: The key of a node's entry in a ``deadletters`` answer when it did not answer.
-UNANSWERED: Final = "unanswered"
 
 
 @final
@@ -197,26 +196,15 @@ class Controller(Actor):
         """Ask ``actor`` on each running node (with ``hosting``, only those whose
         actors include it) at once: the answers by node, and the errors of those
         that did not answer (their answer is then ``{"unanswered": why}``)."""
-        answers: dict[str, Any] = {}
-        errors: dict[str, str] = {}
-
-        async def ask(node: str, address: str) -> None:
-            ref = self.ref(f"{address}/{actor}").with_options(timeout=within)
-            try:
-                answers[node] = await ref.ask(op, *args)
-            except Exception as exc:  # one node that does not answer is reported as such
-                errors[node] = f"{type(exc).__name__}: {exc}"
-                answers[node] = {UNANSWERED: errors[node]}
-
-        async with trio.open_nursery() as nursery:
-            for node in self._config.nodes:
-                state = self._states.get(node.name)
-                if state is None or state.state != "running" or not state.address:
-                    continue
-                if hosting and actor not in state.actors:
-                    continue
-                nursery.start_soon(ask, node.name, state.address)
-        return answers, errors
+        targets = {}
+        for node in self._config.nodes:
+            state = self._states.get(node.name)
+            if state is None or state.state != "running" or not state.address:
+                continue
+            if hosting and actor not in state.actors:
+                continue
+            targets[node.name] = state.address
+        return await ask_each(self.ref, targets, actor, op, args, within)
 
     @handler
     async def lease(

@@ -8,29 +8,44 @@ it dies, as under ``cluster up``) started with etcd's endpoints, so that it
 registers in etcd once it listens and follows the cluster's membership
 (``_member.py``). Which nodes run where is the file's; who is up now is etcd's.
 
-No Controller runs across hosts: the scheduler role is granted by etcd
-(``_role_lease.py``), ``cluster status`` reads etcd and asks each node
-(``_node_view.py``). What it does not do yet (issue 18): ``cluster down`` and
-``reload`` do not reach a cluster started this way, and the services node's
-other singletons (routers, event hub, chord barrier) are not elected.
+No Controller runs across hosts: the scheduler and services roles are
+granted by etcd (``_role_lease.py``), ``cluster status`` and ``control``
+read etcd and ask each node (``_node_view.py``), and ``cluster down`` writes
+the cluster's down key in etcd, which every ``host up`` watches
+(:func:`watch_down`, :func:`ask_down`): each stops its nodes, which leave
+etcd as they go. ``cluster reload`` does not reach a cluster started this way.
 """
 
 from __future__ import annotations
 
+import json
+import time
 from collections.abc import Callable
+from typing import Final
 
 import trio
 
 from .._errors import ConfigError
+from .._log import log
 from ..supervision import ChildSpec, Strategy, Supervisor
 from ._config import ClusterConfig, NodeConfig
 from ._controller import _notify_systemd
+from ._etcd import EtcdClient
 from ._etcd_config import EtcdSettings
-from ._etcd_wire import EtcdError
+from ._etcd_data import KeyValue
+from ._etcd_wire import EtcdCompacted, EtcdError
 from ._foreman import Foreman, NodeState
 from ._node_record import nodes_prefix
 
-__all__ = ["check_etcd", "host_nodes", "run_host"]
+__all__ = ["ask_down", "check_etcd", "down_key", "host_nodes", "run_host", "watch_down"]
+
+#: Seconds before a broken watch of the down key is set up again (doubling).
+_WATCH_RETRY: Final = (0.1, 5.0)
+
+
+def down_key(cluster: str) -> str:
+    """The key ``cluster down`` writes to stop every host of ``cluster``."""
+    return nodes_prefix(cluster).removesuffix("nodes/") + "down"
 
 
 def host_nodes(config: ClusterConfig, host: str) -> list[NodeConfig]:
@@ -102,8 +117,94 @@ async def run_host(
         within=60.0,
     )
     async with trio.open_nursery() as nursery:
+        # Watching before any node starts: a `cluster down` from then on stops them.
+        await nursery.start(watch_down, settings.client(), config.name, host, stop)
         await nursery.start(supervisor.run)
         task_status.started(states)
         _notify_systemd("READY=1")
         await stop.wait()
         nursery.cancel_scope.cancel(reason="host down")
+
+
+async def watch_down(
+    client: EtcdClient,
+    cluster: str,
+    host: str,
+    stop: trio.Event,
+    *,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Set ``stop`` once ``cluster down`` asks, through etcd, after this
+    started (a down asked before does not count: the host was started again
+    since). Reports started once it knows where to watch from (or etcd did
+    not answer: it keeps trying). Raises nothing but cancellation."""
+    key = down_key(cluster)
+    since: int | None = None
+    first, longest = _WATCH_RETRY
+    delay = first
+    try:
+        since = (await client.get_prefix(key)).revision
+    except EtcdError as exc:
+        log("actorctl:host:down-unwatched", host=host, error=str(exc))
+    task_status.started()
+    while True:
+        try:
+            if since is None:
+                since = (await client.get_prefix(key)).revision
+            async with client.watch(key, start_revision=since + 1) as watch:
+                try:
+                    async for event in watch:
+                        if event.kind == "put":
+                            asked = event.value.decode(errors="replace")
+                            log("actorctl:host:down", host=host, asked=asked)
+                            stop.set()
+                            return
+                finally:
+                    since = max(since, watch.next_revision - 1)
+        except EtcdCompacted:
+            held = await _read(client, key)
+            if held is not None and since is not None and held.mod_revision > since:
+                log("actorctl:host:down", host=host, asked=held.value.decode(errors="replace"))
+                stop.set()
+                return
+            since = None
+        except Exception as exc:  # any failure: said once a break, and watched again
+            if delay == first:
+                log("actorctl:host:down-unwatched", host=host, error=f"{type(exc).__name__}: {exc}")
+            await trio.sleep(delay)
+            delay = min(delay * 2, longest)
+        else:
+            delay = first
+
+
+async def _read(client: EtcdClient, key: str) -> KeyValue | None:
+    try:
+        return await client.get(key)
+    except EtcdError:
+        return None
+
+
+async def ask_down(config: ClusterConfig, client: EtcdClient, timeout: float) -> list[str]:
+    """``cluster down`` across hosts: write the down key every ``host up``
+    watches, then wait (at most ``timeout`` seconds) until no node of the
+    cluster is registered in etcd. Returns the nodes still registered then
+    (a host whose ``host up`` is not running, or is cut off from etcd, keeps
+    its nodes' records until their leases end).
+
+    Raises:
+        EtcdError: etcd could not be reached (naming each endpoint).
+    """
+    prefix = nodes_prefix(config.name)
+    await client.put(down_key(config.name), json.dumps({"asked": time.time()}))
+    left: list[str] = []
+    with trio.move_on_after(timeout):
+        while True:
+            snapshot = await client.get_prefix(prefix)
+            left = [kv.key[len(prefix) :] for kv in snapshot.kvs]
+            if not left:
+                return []
+            async with client.watch_prefix(prefix, snapshot.revision + 1) as watch:
+                async for event in watch:
+                    if event.kind == "delete":
+                        break
+    return left

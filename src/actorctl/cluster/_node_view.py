@@ -11,8 +11,10 @@ breakers, and its dead letters.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Final
+
+import trio
 
 from .._errors import ConfigError
 from ..actors import ActorRef
@@ -24,10 +26,12 @@ from ._leases import SCHEDULER_ROLE, SERVICES_ROLE
 from ._node_record import NodeRecord, nodes_prefix
 from ._role_lease import role_key
 
-__all__ = ["hosts_tree", "node_children"]
+__all__ = ["UNANSWERED", "ask_each", "hosts_broadcast", "hosts_tree", "node_children"]
 
 #: Seconds each node may take to answer one question.
 ASK_TIMEOUT = 2.0
+#: The key of a node's answer that says why it did not answer.
+UNANSWERED: Final = "unanswered"
 
 Refs = Callable[[str], ActorRef]
 
@@ -138,3 +142,65 @@ async def _node_row(
     except Exception as exc:  # a node that does not answer is reported as such
         row["error"] = str(exc)
     return row
+
+
+async def ask_each(
+    ref: Refs,
+    targets: Mapping[str, str],
+    actor: str,
+    op: str,
+    args: Sequence[Any],
+    within: float,
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """Ask ``op`` (with ``args``) of ``actor`` on each node of ``targets``
+    (node name to address) at once, each within ``within`` seconds: the answers
+    by node, and the errors of those that did not answer (their answer is then
+    ``{"unanswered": why}``)."""
+    answers: dict[str, Any] = {}
+    errors: dict[str, str] = {}
+
+    async def ask(node: str, address: str) -> None:
+        try:
+            answers[node] = (
+                await ref(f"{address}/{actor}").with_options(timeout=within).ask(op, *args)
+            )
+        except Exception as exc:  # one node that does not answer is reported as such
+            errors[node] = f"{type(exc).__name__}: {exc}"
+            answers[node] = {UNANSWERED: errors[node]}
+
+    async with trio.open_nursery() as nursery:
+        for node, address in targets.items():
+            nursery.start_soon(ask, node, address.rstrip("/"))
+    return answers, errors
+
+
+async def hosts_broadcast(
+    config: ClusterConfig,
+    client: EtcdClient,
+    ref: Refs,
+    actor: str,
+    op: str,
+    args: Sequence[Any],
+    within: float,
+) -> dict[str, Any]:
+    """What the Controller's ``broadcast`` answers, for a cluster that spans
+    hosts: ``op`` asked of ``actor`` on every node registered in etcd whose
+    record lists it, at once.
+
+    Raises:
+        EtcdError: etcd could not be reached (naming each endpoint).
+    """
+    snapshot = await client.get_prefix(nodes_prefix(config.name))
+    targets: dict[str, str] = {}
+    unread: dict[str, Any] = {}
+    for kv in snapshot.kvs:
+        name = kv.key.rpartition("/")[2]
+        try:
+            record = NodeRecord.from_json(kv.value)
+        except ConfigError as exc:  # a record this version cannot read is named
+            unread[name] = {UNANSWERED: f"unreadable record in etcd: {exc}"}
+            continue
+        if actor in record.actors:
+            targets[name] = record.address
+    answers, _ = await ask_each(ref, targets, actor, op, args, within)
+    return {**unread, **answers}
