@@ -93,8 +93,9 @@ async def run_host(
     stop: trio.Event,
     task_status: trio.TaskStatus[dict[str, NodeState]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Run ``host``'s nodes, each registered in etcd, until ``stop`` is set (or
-    cancelled); stop them in reverse order.
+    """Run ``host``'s nodes, each registered in etcd, until ``stop`` is set
+    (by the caller, or here when ``cluster down`` asks through etcd) or this
+    is cancelled; stop them in reverse order.
 
     Reports the node states once every node is ready (registered), and under
     systemd says READY=1 on NOTIFY_SOCKET (``Type=notify``).

@@ -149,7 +149,7 @@ class Directory:
         """Wait (at most ``failover`` seconds) until a message for ``address``
         goes elsewhere (the services role moved), and return where; None when
         it did not move in that time, or never can."""
-        if address not in self._movable:
+        if self._movable.get(address, CHORDS) == CHORDS:
             return None
         with trio.move_on_after(self.failover):
             while (elsewhere := self.elsewhere(address)) is None:
