@@ -66,6 +66,20 @@ def cluster(request: pytest.FixtureRequest) -> str:
     return f"svc-{request.node.name.removeprefix('test_')[:40].replace('_', '-').strip('-')}"
 
 
+async def send_job(sender: TaskClient, task_id: str, *, durable: bool = False) -> None:
+    """``job`` sent to pool celery as a worker (``durable``) or a caller sends it."""
+    await send_task(
+        sender,
+        task=job.name,
+        pool="celery",
+        args=[],
+        kwargs={},
+        task_id=task_id,
+        reply_to=None,
+        durable=durable,
+    )
+
+
 def directory_of(s1: str, s2: str) -> Directory:
     """What cluster_directory makes of a file with services nodes s1 and s2
     (in that order) and a pool ``celery``: a directory that follows the role."""
@@ -100,29 +114,12 @@ async def test_what_waits_for_a_lost_services_node_goes_to_the_one_that_takes_th
         with trio.fail_after(30):
             # And 10 tasks its workers handed to its backlog (durable), for s1's router
             for i in range(10):
-                await send_task(
-                    sender,
-                    task=job.name,
-                    pool="celery",
-                    args=[],
-                    kwargs={},
-                    task_id=f"durable-{i}",
-                    reply_to=None,
-                    durable=True,
-                )
+                await send_job(sender, f"durable-{i}", durable=True)
             async with trio.open_nursery() as nursery:
                 # And a caller's task on its way to s1, to be confirmed
                 async def confirmed(task_status: trio.TaskStatus[None]) -> None:
                     task_status.started()  # send_task resolves the pool before it awaits
-                    await send_task(
-                        sender,
-                        task=job.name,
-                        pool="celery",
-                        args=[],
-                        kwargs={},
-                        task_id="confirmed",
-                        reply_to=None,
-                    )
+                    await send_job(sender, "confirmed")
 
                 await nursery.start(confirmed)
                 # ... and the backlog found s1 cannot be reached (the tasks
