@@ -234,6 +234,11 @@ class Peer(EngineHandler):
                 # the writer puts several messages in one write; it yields often
                 # enough that others get their turn.
                 await trio.lowlevel.checkpoint()
+                # Then it looks again: while it yielded, a drain may have taken
+                # the credit back (it was not parked, so its credit looked
+                # unused). A transfer sent without credit leaves the link one
+                # below what the receiver counts, for as long as it lives.
+                continue
             if out.failure is not None:
                 pending.resolve(out.failure)
                 return

@@ -79,7 +79,8 @@ class Scraper:
                 if status != 200:
                     raise OSError(f"HTTP {status}")
                 found[node] = list(text_string_to_metric_families(body.decode()))
-            except (OSError, trio.TooSlowError, ValueError) as exc:
+            except (OSError, trio.BrokenResourceError, trio.TooSlowError, ValueError) as exc:
+                # (a connection reset by a node that was just killed is not an OSError in trio)
                 found[node] = f"{url}: {type(exc).__name__}: {exc}"
 
         async with trio.open_nursery() as nursery:
