@@ -19,7 +19,7 @@ import trio
 from proton import Link
 
 from actorctl import Actor, Address, ConfigError, Envelope, Node, handler, open_node
-from actorctl.cluster import load_cluster
+from actorctl.cluster import _peer, load_cluster
 from actorctl.cluster._credit import InboxCredit
 from actorctl.cluster._raw import lib
 from actorctl.mailbox import decode, encode, sign_ed25519
@@ -120,6 +120,53 @@ async def test_a_drain_answer_that_crosses_the_revoke_of_its_credit_does_not_sta
         await slow.wait(lambda: held.credit > 0, timeout=4 * deadline)
         stats = server.statistics()["small"]
         assert stats.depth == 0
+
+
+async def test_a_drain_while_a_sender_yields_does_not_leave_its_link_short_of_credit(
+    secrets: Secrets, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    deadline = 1.0
+    async with (
+        node_pair([Small()], secrets=secrets, credit_deadline=deadline) as (server, client),
+        raw_peer(server.port, secrets.tls["raw"]) as raw,
+    ):
+        address = server.address_of("small")
+        ref = client.ref(address).with_options(timeout=5)
+        # Given a client whose link to the actor holds all of its credit
+        assert await ref.ask("ping", "a") == "pong a"
+        # ... and whose sender yields before each send it has credit for
+        monkeypatch.setattr(_peer, "_YIELD_EVERY", 1)
+        second: list[Link] = []
+        take_turn = _peer._take_turn
+
+        async def drained_meanwhile() -> None:
+            if not second:
+                # While it yields, a second sender attaches: the node drains the
+                # client's unused credit, and the client gives it all back (its
+                # sender is not parked: the credit looks unused)
+                second.append(raw.sender("small"))
+                await raw.wait(lambda: second[0].credit > 0)
+            await take_turn()
+
+        monkeypatch.setattr(_peer, "_take_turn", drained_meanwhile)
+        credit_after: list[int] = []
+        send = _peer.send
+
+        def counted(link: object, tag: bytes, message: bytes) -> object:
+            delivery = send(link, tag, message)
+            credit_after.append(lib.pn_link_credit(link))
+            return delivery
+
+        monkeypatch.setattr(_peer, "send", counted)
+        # When the client asks again (and it yields just before it sends)
+        assert await ref.ask("ping", "b") == "pong b"
+        # Then it did not send without credit (before the fix it did: its link
+        # ran one credit below what the node counted, and stalled once idle)
+        assert second, "the drain was not made"
+        assert min(credit_after) >= 0, credit_after
+        # ... and it goes on being answered, the second sender idle beside it
+        for i in range(3 * CAPACITY):
+            assert await ref.ask("ping", f"c{i}") == f"pong c{i}"
 
 
 # -- message size -----------------------------------------------------------------------

@@ -61,6 +61,8 @@ _remote_state = lib.pn_delivery_remote_state
 _settle_delivery = lib.pn_delivery_settle
 _link_credit = lib.pn_link_credit
 send = raw.send
+#: How a sender with credit lets others have their turn (a test hooks it).
+_take_turn = trio.lowlevel.checkpoint
 remote_condition = raw.remote_condition
 
 
@@ -233,12 +235,13 @@ class Peer(EngineHandler):
                 # A sender with credit does not yield on every message, so that
                 # the writer puts several messages in one write; it yields often
                 # enough that others get their turn.
-                await trio.lowlevel.checkpoint()
-                # Then it looks again: while it yielded, a drain may have taken
-                # the credit back (it was not parked, so its credit looked
-                # unused). A transfer sent without credit leaves the link one
-                # below what the receiver counts, for as long as it lives.
-                continue
+                await _take_turn()
+                if _link_credit(link) <= 0:
+                    # While it yielded, a drain took the credit back (it was
+                    # not parked, so its credit looked unused): it waits for
+                    # credit again. A transfer sent without credit would leave
+                    # the link one below what the receiver counts, for good.
+                    continue
             if out.failure is not None:
                 pending.resolve(out.failure)
                 return
