@@ -142,6 +142,27 @@ async def main(url, cluster, role):
 trio.run(main, *sys.argv[1:4])
 """
 
+#: Prints ``holder NAME`` once etcd at ARGV[1] says ARGV[5] holds the role ARGV[3]
+#: of the cluster named ARGV[2] (told by a watch of the role's key, not read
+#: over and over), within ARGV[4] seconds.
+WAIT_HOLDER = """
+import sys, trio
+from actorctl.cluster._etcd import EtcdClient
+from actorctl.cluster._role_lease import follow_holder
+
+async def main(url, cluster, role, timeout, want):
+    there = trio.Event()
+    with trio.fail_after(float(timeout)):
+        async with trio.open_nursery() as nursery:
+            tell = lambda holder: holder == want and there.set()
+            nursery.start_soon(follow_holder, EtcdClient([url], timeout=5), cluster, role, tell)
+            await there.wait()
+            nursery.cancel_scope.cancel()
+    print("holder", want, flush=True)
+
+trio.run(main, *sys.argv[1:6])
+"""
+
 _READY_LINE = re.compile(r"^node (\S+) ready at \S+ \(pid (\d+)\)", re.MULTILINE)
 
 
@@ -266,6 +287,16 @@ class Hosts:
         lines = out.decode().strip().splitlines()
         return lines[-1].strip() if lines else ""
 
+    def wait_holder(self, role: str, want: str, timeout: float) -> None:
+        """Wait (at most ``timeout`` seconds, and a process start) until etcd
+        says ``want`` holds ``role``: told by a watch of its key, on host a."""
+        argv = [self.etcd.url, "hosts", role, str(timeout), want]
+        waiter = self.network.run(
+            "a", [sys.executable, "-c", WAIT_HOLDER, *argv], stdout=subprocess.PIPE
+        )
+        wait_for_output(waiter, f"holder {want}", timeout=timeout + READY)
+        waiter.wait(timeout=READY)
+
     def status(self) -> str:
         """What ``actorctl cluster status FILE`` prints, run on host a."""
         return self.cli("cluster", "status", str(self.path))
@@ -290,6 +321,13 @@ class Hosts:
             if f":{port}/" in address:
                 return host
         raise AssertionError(f"no host listens at {address!r}")
+
+    def wait_ran(self, count: int, timeout: float = READY) -> None:
+        """Wait (at most ``timeout`` seconds) until ``work`` has run ``count`` times in all."""
+        deadline = time.monotonic() + timeout
+        while (made := len(runs(self.records))) < count:
+            assert time.monotonic() < deadline, f"{made} runs of work, not {count}"
+            time.sleep(0.05)  # another process writes the records: polled
 
     def wait_runs(self, pids: dict[int, int], timeout: float = READY) -> None:
         """Wait (at most ``timeout`` seconds) until each pid of ``pids`` (a
