@@ -19,7 +19,7 @@ import trio.testing
 from actorctl import ConfigError, Node, open_node
 from actorctl.cluster import Store, load_cluster
 from actorctl.cluster._foreman import LocalForeman, NodeState
-from actorctl.cluster._store import PURGE_EVERY
+from actorctl.cluster._store import PURGE_EVERY, UNSYNCED_WAIT
 
 from .harness import Logs, free_port
 
@@ -47,6 +47,26 @@ async def running(store: Store) -> AsyncIterator[Store]:
 
 def _stores(tmp_path: Path, clock: Callable[[], float]) -> list[Store]:
     return [Store(None, name="m", clock=clock), Store(tmp_path / "s.db", name="s", clock=clock)]
+
+
+async def test_a_write_nobody_syncs_shares_the_commit_of_the_next_one_synced(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    path = tmp_path / "s.sqlite"
+    async with running(Store(path, name="s")) as store:
+        # Given a write nobody syncs (a replay row, as a node takes a message)
+        store.put("replays", "m1", b"seen")
+        await trio.sleep(UNSYNCED_WAIT / 2)
+        # Then it waits, uncommitted, for one that somebody syncs
+        assert store.commits == 0
+        # When one is synced (the message's follow-up, stored before it is settled)
+        store.put("backlog", "m2", b"step")
+        await store.sync()
+        # Then both went to disk in one commit
+        assert store.commits == 1
+        with sqlite3.connect(path) as db:
+            rows = db.execute("SELECT tbl, key FROM entries ORDER BY rowid").fetchall()
+        assert rows == [("replays", "m1"), ("backlog", "m2")]
 
 
 @pytest.mark.parametrize("durable", [False, True], ids=["memory", "disk"])

@@ -6,7 +6,10 @@ time to live. Every table is mirrored in memory, so reads are dict lookups that
 never touch the disk. Writes change memory at once and are queued; the store's
 :meth:`Store.run` task commits the queue to SQLite from a worker thread, one
 transaction per batch (a group commit: whoever awaits :meth:`Store.sync` while
-a commit is under way shares the next one).
+a commit is under way shares the next one). A write nobody syncs (a replay
+row, the delete of a settled entry) waits up to ``UNSYNCED_WAIT`` for one that
+somebody does, to share its commit: a message a node takes and hands on then
+costs it one commit, not two, and one hand-off to the commit thread.
 
 What survives what: the database is in WAL mode with ``synchronous=NORMAL``, so
 a committed write survives the process being killed (SIGKILL included); a power
@@ -37,6 +40,9 @@ __all__ = ["Store"]
 
 #: Seconds between two purges of expired rows.
 PURGE_EVERY: Final = 60.0
+#: Seconds a write nobody syncs waits for one that somebody does (to share a
+#: commit) before it is committed on its own.
+UNSYNCED_WAIT: Final = 0.005
 #: Seconds the last commit may take when the store stops.
 CLOSE_TIMEOUT: Final = 2.0
 _SCHEMA: Final = """CREATE TABLE IF NOT EXISTS entries (
@@ -81,6 +87,7 @@ class Store:
         self._queued = 0  # writes ever queued
         self._committed = 0  # of those, how many are on disk
         self._wake = trio.Event()  # something was queued
+        self._hurry = trio.Event()  # someone syncs: commit now
         self._flushed = trio.Event()  # set (and replaced) after each commit
         self._disk_only: set[str] = set()  # tables whose owner keeps them in memory
 
@@ -137,6 +144,8 @@ class Store:
         once for a memory store, or once the store fell back to memory). Awaiting
         it makes sense only while :meth:`run` runs: that is what commits."""
         target = self._queued
+        if self._durable and self._committed < target:
+            self._hurry.set()
         while self._durable and self._committed < target:
             await self._flushed.wait()
         await trio.lowlevel.checkpoint()
@@ -196,11 +205,15 @@ class Store:
         while True:
             with trio.move_on_at(next_purge):
                 await self._wake.wait()
+            if self._queue:
+                with trio.move_on_after(UNSYNCED_WAIT):
+                    await self._hurry.wait()
             purge: float | None = None
             if trio.current_time() >= next_purge:
                 next_purge = trio.current_time() + PURGE_EVERY
                 purge = self._purge_memory()
             self._wake = trio.Event()
+            self._hurry = trio.Event()
             await self._flush(purge)
 
     def _purge_memory(self) -> float:
