@@ -164,11 +164,14 @@ class Backlog:
         reroute: Reroute | None = None,
     ) -> None:
         """Take ``envelope`` on: returns once it is stored (committed, with a
-        durable store); it is sent from then on until its receiver settles it."""
+        durable store); it is sent until its receiver settles it, from the
+        start: on its way while the commit is (a sender that dies before the
+        commit has not settled what made it send, which is then sent again:
+        at least once, as ever)."""
         entry = _Entry(address, envelope, on_done, reroute)
         self._store.put(TABLE, envelope.message_id, _pack(address, envelope))
-        await self._store.sync()
         self._queue(entry)
+        await self._store.sync()
 
     def adopt(
         self, addresses: Collection[Address], claim: Callable[[Address, str], tuple[Done, Reroute]]
