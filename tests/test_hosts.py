@@ -22,7 +22,7 @@ import signal
 import subprocess
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -278,6 +278,25 @@ def test_a_host_lost_has_its_tasks_run_elsewhere_and_the_scheduler_role_it_held_
             assert f"{node}  node  registered" in status
         assert status.count("/actors  supervisor  running") == 2, status  # each running node's
 
+        # And with no Controller, an operator on host a lists the periodic tasks
+        # (asked of the beat that holds the role now), and the dead letters of
+        # each registered node (none: a node that did not answer would fail it)
+        path = str(hosts.path)
+        said = hosts.cli("schedule", "list", path, "--json")
+        (row,) = json.loads(said.splitlines()[-1])
+        assert (row["name"], row["schedule"]) == ("tick", "every 1s"), row
+        assert row["task"] == "hosts.beat_tick", row
+        assert row["last"] is not None, row
+        said = hosts.cli("deadletters", "list", path)
+        assert said.splitlines()[-1] == "no dead letters", said
+        # When the operator stops worker-c for good
+        said = hosts.cli("control", "shutdown", path, "worker-c")
+        # Then its host up stopped it and runs on, and it left etcd
+        assert "node 'worker-c' stopped" in said, said
+        assert "worker-c" not in hosts.registered()
+        assert hosts.ups["c"].poll() is None
+        assert any(m["node"] == "worker-c" for m in hosts.logged("actorctl:host:stop-node"))
+
 
 def test_the_services_nodes_host_lost_the_services_role_moves_and_what_it_held_runs_once_back(
     network: Network, tmp_path: Path
@@ -396,12 +415,15 @@ def test_etcd_restarted_during_the_run_nodes_keep_serving_and_register_again(
 
 
 def cluster_status(
-    path: Path, timeout: float, command: tuple[str, ...] = ("cluster", "status")
+    path: Path,
+    timeout: float,
+    command: tuple[str, ...] = ("cluster", "status"),
+    extra: Sequence[str] = (),
 ) -> subprocess.CompletedProcess[str]:
     """``actorctl cluster status FILE`` (or another ``command`` that takes the
-    file and ``--timeout``), run here (in the test's namespace)."""
+    file, ``extra`` and ``--timeout``), run here (in the test's namespace)."""
     return subprocess.run(
-        [*ACTORCTL, *command, str(path), "--timeout", str(timeout)],
+        [*ACTORCTL, *command, str(path), *extra, "--timeout", str(timeout)],
         capture_output=True,
         text=True,
         timeout=30,
@@ -443,11 +465,29 @@ def test_cluster_status_reads_an_etcd_that_asks_for_client_certificates_with_the
     assert "Traceback" not in refused.stderr
 
 
+NO_ETCD = ("cluster 'x': etcd does not answer", "tried http://127.0.0.1:9 (Connection refused)")
+
+
 @pytest.mark.parametrize(
-    "command", [("cluster", "status"), ("cluster", "down"), ("inspect", "stats")]
+    ("command", "extra", "error"),
+    [
+        (("cluster", "status"), [], NO_ETCD),
+        (("cluster", "down"), [], NO_ETCD),
+        (("inspect", "stats"), [], NO_ETCD),
+        (("deadletters", "list"), [], NO_ETCD),
+        (("control", "shutdown"), ["n"], NO_ETCD),
+        # --etcd wins over the file's [etcd]
+        (
+            ("schedule", "list"),
+            ["--etcd", "http://127.0.0.1:8"],
+            ("cluster 'x': etcd does not answer", "tried http://127.0.0.1:8 (Connection refused)"),
+        ),
+        # a misspelt node is named before etcd is asked anything
+        (("control", "shutdown"), ["m"], ("no node 'm' in cluster 'x': its nodes are n",)),
+    ],
 )
-def test_a_cluster_of_hosts_whose_etcd_does_not_answer_is_named_by_status_down_and_inspect(
-    tmp_path: Path, command: tuple[str, ...]
+def test_a_cluster_of_hosts_whose_etcd_does_not_answer_is_named_by_each_command_that_asks_it(
+    tmp_path: Path, command: tuple[str, ...], extra: list[str], error: tuple[str, ...]
 ) -> None:
     # Given a cluster file across hosts whose etcd does not answer, and no Controller
     path = tmp_path / "cluster.toml"
@@ -456,10 +496,12 @@ def test_a_cluster_of_hosts_whose_etcd_does_not_answer_is_named_by_status_down_a
         '[etcd]\nendpoints = ["http://127.0.0.1:9"]\n'
         '[[node]]\nname = "n"\nlisten = "127.0.0.1:9"\nhost = "a"\n'
     )
-    # When it is asked for its status, to go down, or for its workers' stats
-    done = cluster_status(path, timeout=2, command=command)
-    # Then each says etcd does not answer, naming the endpoint, with no traceback
+    # When it is asked for its status, to go down, for its workers' stats, its
+    # dead letters or its schedules, or to stop one node
+    done = cluster_status(path, timeout=2, command=command, extra=extra)
+    # Then each says what is wrong (etcd does not answer, naming the endpoint
+    # it asked), with no traceback
     assert done.returncode == 1, done
-    assert "cluster 'x': etcd does not answer" in done.stderr, done.stderr
-    assert "http://127.0.0.1:9" in done.stderr
+    for said in error:
+        assert said in done.stderr, done.stderr
     assert "Traceback" not in done.stderr

@@ -6,7 +6,6 @@ import functools
 import signal
 import sys
 from collections.abc import AsyncIterator
-from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
 
@@ -14,29 +13,33 @@ import asyncclick as click
 import attrs
 import trio
 
-from .._errors import ActorctlError, AskTimeout, ConfigError, PeerUnavailable
+from .._errors import ConfigError
 from ..cluster import (
-    CLI_NAME,
-    CONTROLLER,
     DRAIN_TIMEOUT,
     ClusterConfig,
-    EtcdError,
-    Node,
     NodeDied,
     NodeState,
-    ask_down,
     check_references,
     ensure_dev_secrets,
-    hosts_broadcast,
+    hosts_tree,
     load_cluster,
-    open_node,
     run_cluster,
     taken_ports,
 )
 from ..supervision import ChildFailedToStart, SupervisorGaveUp
 from ._errors import INTERRUPTED, fail
-from ._etcd_status import etcd_option, etcd_settings, hosts_status
 from ._logging import log_options, log_to
+from ._reach import (
+    across_hosts,
+    ask_cluster,
+    ask_controller,
+    controller_answers,
+    down_across,
+    first_error,
+    load,
+    reach_options,
+    request_controller,
+)
 from ._tree import render_tree
 
 __all__ = ["cluster"]
@@ -109,12 +112,12 @@ async def cluster_up(file: Path, in_process: bool) -> None:
                     # run_cluster sees `stop` too: it stops the nodes, then the
                     # Controller's node gracefully (so `cluster down` gets its answer)
     except* (SupervisorGaveUp, NodeDied, ChildFailedToStart) as group:
-        fail(f"{_first(group)}", 1)
+        fail(f"{first_error(group)}", 1)
     except* OSError as group:  # the Controller's port, taken since it was checked
         host, port = config.controller
         fail(
             f"{config.path}: the controller cannot listen on {host}:{port} "
-            f"(key cluster.controller): {_first(group)}: stop what holds it, or choose "
+            f"(key cluster.controller): {first_error(group)}: stop what holds it, or choose "
             "another port",
             1,
         )
@@ -129,10 +132,9 @@ async def cluster_up(file: Path, in_process: bool) -> None:
 
 @cluster.command("status")
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--timeout", default=10.0, show_default=True, help="Seconds to wait.")
-@etcd_option
+@reach_options
 @log_options
-async def cluster_status(file: Path, timeout: float, etcd: tuple[str, ...]) -> None:
+async def cluster_status(file: Path, timeout: float) -> None:
     """Print the live cluster FILE names as its Controller sees it: one
     supervision tree, Controller -> nodes -> supervisors -> actors (and boxed
     processes), each with its state, restarts and (actors) mailbox depth.
@@ -141,28 +143,13 @@ async def cluster_status(file: Path, timeout: float, etcd: tuple[str, ...]) -> N
     says where etcd is) and that no Controller runs (`host up` on each host)
     is shown as etcd and its nodes say it is: each host, its nodes (registered
     or not, each asked for its own tree), and who holds the scheduler role."""
-    try:
-        config = load_cluster(file)
-    except ConfigError as exc:
-        fail(f"{exc}", 2)
-    across = config.hosts and (etcd or config.etcd is not None)
-    if across and not await _answers(config):
-        try:
-            settings = etcd_settings(config, etcd)
-            async with _cli_node(config, connect_timeout=min(2.0, timeout)) as node:
-                tree = await hosts_status(config, settings, node, timeout)
-            click.echo(render_tree(tree))
-        except* EtcdError as group:
-            fail(f"cluster {config.name!r}: etcd does not answer: {_first(group)}", 1)
-        except* ConfigError as group:
-            fail(f"{_first(group)}", 2)
-        return
-    click.echo(render_tree(await ask_controller(file, "tree", timeout)))
+    tree = await ask_cluster(file, timeout, ("tree",), hosts_tree)
+    click.echo(render_tree(tree))
 
 
 @cluster.command("down")
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--timeout", default=10.0, show_default=True, help="Seconds to wait.")
+@reach_options
 @log_options
 async def cluster_down(file: Path, timeout: float) -> None:
     """Stop the cluster FILE names (from another terminal than `cluster up`).
@@ -170,26 +157,11 @@ async def cluster_down(file: Path, timeout: float) -> None:
     A cluster that spans hosts that no Controller runs (`host up` on each
     host) is asked through etcd: every `host up` stops its nodes, and this
     waits until none is registered."""
-    try:
-        config = load_cluster(file)
-    except ConfigError as exc:
-        fail(f"{exc}", 2)
-    if not (config.hosts and config.etcd is not None) or await _answers(config):
+    config = load(file)
+    if await across_hosts(config):
+        click.echo(await down_across(config, timeout))
+    else:
         click.echo(await ask_controller(file, "down", timeout))
-        return
-    left: list[str] = []
-    try:
-        left = await ask_down(config, config.etcd.client(min(5.0, timeout)), timeout)
-    except* EtcdError as group:
-        fail(f"cluster {config.name!r}: etcd does not answer: {_first(group)}", 1)
-    if left:
-        fail(
-            f"cluster {config.name!r}: down asked through etcd, and after {timeout:g} s "
-            f"{', '.join(sorted(left))} still registered (their host up is not running, or "
-            "cannot reach etcd: they leave when their lease ends; stop them on their host)",
-            1,
-        )
-    click.echo(f"cluster {config.name!r} down: every host stopped its nodes")
 
 
 @cluster.command("reload")
@@ -258,94 +230,10 @@ async def _hangup(config: ClusterConfig) -> None:
     try:
         report = await request_controller(config, "reload", 600.0, str(config.path))
     except Exception as exc:  # refused or failed: said, and the cluster runs on
-        click.echo(f"reload: {_first(exc) if isinstance(exc, BaseExceptionGroup) else exc}")
+        click.echo(f"reload: {first_error(exc) if isinstance(exc, BaseExceptionGroup) else exc}")
         return
     click.echo("\n".join(_report(report, dry_run=False)))
     sys.stdout.flush()
-
-
-async def request_controller(
-    config: ClusterConfig, handler: str, timeout: float, *args: Any
-) -> Any:
-    """Ask the Controller of ``config`` ``handler``, as the ``cli`` member.
-
-    Raises:
-        ActorctlError: no answer, or its error.
-    """
-    host, port = config.controller
-    address = f"{config.scheme}://{host}:{port}/{CONTROLLER}"
-    # The Controller is local and answers at once when it runs: a refused
-    # or failed connection is an error within a second, not at the timeout.
-    async with _cli_node(config, connect_timeout=min(1.0, timeout)) as client:
-        return await client.ref(address).with_options(timeout=timeout).ask(handler, *args)
-
-
-def _cli_node(
-    config: ClusterConfig, *, connect_timeout: float, grace: float = 0.5
-) -> AbstractAsyncContextManager[Node]:
-    """A node of the ``cli`` member that listens nowhere, to ask the cluster."""
-    return open_node(
-        CLI_NAME,
-        host=None,
-        grace=grace,
-        connect_timeout=connect_timeout,
-        **config.security(CLI_NAME),
-    )
-
-
-async def ask_controller(file: Path, handler: str, timeout: float, *args: Any) -> Any:
-    try:
-        config = load_cluster(file)
-        config.security(CLI_NAME)
-    except ConfigError as exc:
-        fail(f"{exc}", 2)
-    host, port = config.controller
-    address = f"{config.scheme}://{host}:{port}/{CONTROLLER}"
-    try:
-        return await request_controller(config, handler, timeout, *args)
-    except* AskTimeout:
-        fail(
-            f"no answer from the controller at {address} within {timeout:g} s (is the cluster up?)",
-            1,
-        )
-    except* PeerUnavailable as group:
-        fail(
-            f"cluster {config.name!r} is not running, or not at {address}: "
-            f"{_first(group)} (`actorctl cluster up {file}` starts it)",
-            1,
-        )
-    except* ActorctlError as group:
-        fail(f"{_first(group)}", 1)
-
-
-async def broadcast(
-    file: Path, timeout: float, actor: str, op: str, args: list[Any]
-) -> dict[str, Any]:
-    """``op`` (with ``args``) asked of ``actor`` on every running node that hosts
-    one, through the Controller (``Controller.broadcast``); for a cluster that
-    spans hosts that no Controller runs (`host up`), of every node registered
-    in etcd, directly. Each node's answer, ``{"unanswered": why}`` for one that
-    did not answer."""
-    try:
-        config = load_cluster(file)
-    except ConfigError as exc:
-        fail(f"{exc}", 2)
-    if config.hosts and config.etcd is not None and not await _answers(config):
-        found: dict[str, Any] = {}
-        try:
-            client = config.etcd.client(timeout)
-            async with _cli_node(config, connect_timeout=min(2.0, timeout)) as node:
-                within = max(0.5, timeout * 0.8)
-                found = await hosts_broadcast(config, client, node.ref, actor, op, args, within)
-        except* EtcdError as group:
-            fail(f"cluster {config.name!r}: etcd does not answer: {_first(group)}", 1)
-        except* ConfigError as group:
-            fail(f"{_first(group)}", 2)
-        return found
-    answers: dict[str, Any] = await ask_controller(
-        file, "broadcast", timeout, actor, op, args, timeout
-    )
-    return answers
 
 
 def _rows(config: ClusterConfig, states: dict[str, NodeState]) -> list[dict[str, Any]]:
@@ -393,7 +281,7 @@ async def _prepare(file: Path) -> ClusterConfig:
         fail(str(exc), 2)
     if taken:
         who, host, port = taken[0]
-        running = who == "the controller" and await _answers(config)
+        running = who == "the controller" and await controller_answers(config)
         why = (
             f"cluster {config.name!r} is already running (its controller answers there): "
             f"`actorctl cluster status {file}` shows it, `actorctl cluster down {file}` "
@@ -408,27 +296,6 @@ async def _prepare(file: Path) -> ClusterConfig:
     # to their files (`actorctl logs --task` reads them).
     log_to(str(config.root / "logs" / "cluster.log"), sys.stderr, journal=True)
     return config
-
-
-#: What _answers found, by cluster file: a command that asks twice asks once.
-_ANSWERED: dict[Path, bool] = {}
-
-
-async def _answers(config: ClusterConfig) -> bool:
-    """Whether a Controller of this cluster answers at its address."""
-    if config.path in _ANSWERED:
-        return _ANSWERED[config.path]
-    host, port = config.controller
-    try:
-        async with _cli_node(config, connect_timeout=1.0, grace=0.1) as client:
-            address = f"{config.scheme}://{host}:{port}/{CONTROLLER}"
-            await client.ref(address).with_options(timeout=2.0).ask("status")
-    except* ActorctlError:
-        answered = False
-    else:
-        answered = True
-    _ANSWERED[config.path] = answered
-    return answered
 
 
 def _progress(state: NodeState) -> None:
@@ -471,10 +338,3 @@ def _table(rows: list[dict[str, Any]]) -> str:
         "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
         for line in lines
     )
-
-
-def _first(group: BaseExceptionGroup[BaseException]) -> BaseException:
-    error: BaseException = group
-    while isinstance(error, BaseExceptionGroup):
-        error = error.exceptions[0]
-    return error

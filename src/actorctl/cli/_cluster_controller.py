@@ -23,9 +23,10 @@ from ..cluster import (
     run_controller,
 )
 from ..cluster._http import parse_listen
-from ._cluster import _first, _rows, _table
+from ._cluster import _rows, _table
 from ._errors import INTERRUPTED, fail
 from ._logging import log_to
+from ._reach import first_error
 
 __all__ = ["cluster_controller"]
 
@@ -119,7 +120,7 @@ async def cluster_controller(
     except* OSError as group:  # its port, taken
         fail(
             f"{config.path}: the controller cannot listen on {inbox[0]}:{inbox[1]} "
-            f"(--listen, else key cluster.controller): {_first(group)}: stop what holds "
+            f"(--listen, else key cluster.controller): {first_error(group)}: stop what holds "
             "it, or choose another port",
             1,
         )

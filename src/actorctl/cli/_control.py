@@ -7,7 +7,7 @@ the services node's routers) and answers with each node's reply. A change to
 a task's limits is kept in each node's store and outlives a restart; so is a
 revoke (``revoke`` also reaches the scheduler, for delayed tasks).
 ``shutdown`` stops one node (the Controller's ``stop_node``) or the whole
-cluster (its ``down``).
+cluster (its ``down``); across hosts, through etcd, as ``cluster down`` does.
 """
 
 from __future__ import annotations
@@ -21,7 +21,15 @@ import asyncclick as click
 
 from .._errors import ConfigError
 from ..tasks import rate_limit_of
-from ._cluster import ask_controller, broadcast
+from ._reach import (
+    across_hosts,
+    ask_controller,
+    broadcast,
+    down_across,
+    load,
+    reach_options,
+    stop_across,
+)
 from ._table import answered, fail_unanswered
 
 __all__ = ["control"]
@@ -32,7 +40,7 @@ SCHEDULER_ACTOR = "scheduler"
 #: firing's ``periodic:NAME@TIME``, or an id a caller chose (``task_id=``).
 _TASK_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:@/+-]{0,199}")
 _FILE = click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
-_TIMEOUT = click.option("--timeout", default=10.0, show_default=True, help="Seconds to wait.")
+_TIMEOUT = reach_options
 _JSON = click.option("--json", "as_json", is_flag=True, help="Print each node's answer as JSON.")
 
 
@@ -153,9 +161,13 @@ async def revoke(
 async def shutdown(file: Path, node: str | None, as_json: bool, timeout: float) -> None:
     """Stop NODE for good (it is not restarted until the cluster is), or, with
     no NODE, the whole cluster (as `cluster down`): nodes in reverse order."""
-    said: str = await ask_controller(
-        file, *(("stop_node", timeout, node) if node else ("down", timeout))
-    )
+    config = load(file)
+    if await across_hosts(config):
+        said = await (stop_across(config, node, timeout) if node else down_across(config, timeout))
+    else:
+        said = await ask_controller(
+            file, *(("stop_node", timeout, node) if node else ("down", timeout))
+        )
     click.echo(json.dumps({"node": node, "answer": said}) if as_json else said)
 
 

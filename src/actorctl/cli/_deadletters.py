@@ -1,7 +1,9 @@
 """``actorctl deadletters``: what the nodes of a running cluster gave up on.
 
 Each command is a signed control message to the cluster's Controller (as
-``cluster status`` is), which asks every running node's ``_deadletters`` actor.
+``cluster status`` is), which asks every running node's ``_deadletters`` actor;
+for a cluster that spans hosts that no Controller runs (``host up``), every
+node registered in etcd is asked directly.
 """
 
 from __future__ import annotations
@@ -13,12 +15,13 @@ from typing import Any
 
 import asyncclick as click
 
-from ._cluster import ask_controller
+from ..cluster import ClusterConfig, EtcdClient, hosts_letters
+from ._reach import Refs, ask_cluster, reach_options
 
 __all__ = ["deadletters"]
 
 _FILE = click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
-_TIMEOUT = click.option("--timeout", default=10.0, show_default=True, help="Seconds to wait.")
+_TIMEOUT = reach_options
 _REASONS = click.Choice(["out-of-retries", "poison", "expired", "not-retried"])
 
 
@@ -26,6 +29,18 @@ _REASONS = click.Choice(["out-of-retries", "poison", "expired", "not-retried"])
 def deadletters() -> None:
     """Dead letters: messages that ran out of retries, were poison, expired, or
     could not be retried (no scheduler)."""
+
+
+async def _letters(
+    file: Path, timeout: float, op: str, letter_id: str | None, reason: str | None, limit: int
+) -> Any:
+    """``op`` asked of the dead-letter keepers of the cluster ``file`` names."""
+
+    async def across(config: ClusterConfig, client: EtcdClient, ref: Refs) -> Any:
+        return await hosts_letters(config, client, ref, op, letter_id, reason, limit, timeout)
+
+    asked = ("deadletters", op, letter_id, reason, limit, timeout)
+    return await ask_cluster(file, timeout, asked, across)
 
 
 @deadletters.command("list")
@@ -40,9 +55,7 @@ async def list_letters(
     file: Path, reason: str | None, limit: int, as_json: bool, timeout: float
 ) -> None:
     """List the dead letters of every running node of the cluster FILE names."""
-    by_node: dict[str, dict[str, Any]] = await ask_controller(
-        file, "deadletters", timeout, "list", None, reason, limit, timeout
-    )
+    by_node: dict[str, dict[str, Any]] = await _letters(file, timeout, "list", None, reason, limit)
     answered = _answered(by_node)
     rows = [letter for node in answered.values() for letter in node["letters"]]
     total = sum(node["total"] for node in answered.values())
@@ -89,9 +102,7 @@ def _unanswered(by_node: dict[str, Any]) -> None:
 @_TIMEOUT
 async def show_letter(file: Path, letter_id: str, timeout: float) -> None:
     """Show one dead letter (as JSON): its reason, error, ids and message."""
-    found = await ask_controller(
-        file, "deadletters", timeout, "show", letter_id, None, 100, timeout
-    )
+    found = await _letters(file, timeout, "show", letter_id, None, 100)
     if found is None:
         click.echo(f"error: no dead letter {letter_id!r} on any running node", err=True)
         raise SystemExit(1)
@@ -105,9 +116,7 @@ async def show_letter(file: Path, letter_id: str, timeout: float) -> None:
 async def retry_letter(file: Path, letter_id: str, timeout: float) -> None:
     """Send a dead letter again to where it was going, once (with a fresh
     retry budget; its task id and trace id kept)."""
-    done = await ask_controller(
-        file, "deadletters", timeout, "retry", letter_id, None, 100, timeout
-    )
+    done = await _letters(file, timeout, "retry", letter_id, None, 100)
     if done is None:
         click.echo(
             f"error: no dead letter {letter_id!r} on any running node: it was re-driven "
@@ -127,8 +136,6 @@ async def retry_letter(file: Path, letter_id: str, timeout: float) -> None:
 @_TIMEOUT
 async def purge_letters(file: Path, reason: str | None, timeout: float) -> None:
     """Remove the dead letters (of one reason) of every running node."""
-    by_node: dict[str, Any] = await ask_controller(
-        file, "deadletters", timeout, "purge", None, reason, 100, timeout
-    )
+    by_node: dict[str, Any] = await _letters(file, timeout, "purge", None, reason, 100)
     click.echo(f"purged {sum(_answered(by_node).values())} dead letter(s)")
     _unanswered(by_node)

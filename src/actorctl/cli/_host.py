@@ -38,7 +38,7 @@ from ..cluster import (
 from ..supervision import ChildFailedToStart, SupervisorGaveUp
 from ._cluster import _progress, _rows, _table
 from ._errors import fail, leaf
-from ._etcd_status import etcd_option, etcd_settings
+from ._etcd_options import etcd_option, etcd_settings
 from ._logging import log_to
 
 __all__ = ["etcd_option", "etcd_settings", "host", "membership"]

@@ -17,7 +17,7 @@ from typing import Any, Final
 
 import asyncclick as click
 
-from ._cluster import broadcast
+from ._reach import broadcast, reach_options
 from ._table import answered, clock, fail_unanswered, table
 
 __all__ = ["inspect"]
@@ -25,7 +25,7 @@ __all__ = ["inspect"]
 CONTROL_ACTOR: Final = "_tasks"
 SCHEDULER_ACTOR: Final = "scheduler"
 _FILE = click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
-_TIMEOUT = click.option("--timeout", default=10.0, show_default=True, help="Seconds to wait.")
+_TIMEOUT = reach_options
 _JSON = click.option("--json", "as_json", is_flag=True, help="Print each node's answer as JSON.")
 
 

@@ -1,7 +1,9 @@
 """``actorctl schedule``: the periodic tasks of a running cluster.
 
 A signed control message to the cluster's Controller (as ``deadletters list``
-is), which asks the beat that holds the scheduler lease (docs/scheduling.md).
+is), which asks the beat that holds the scheduler lease (docs/scheduling.md);
+for a cluster that spans hosts that no Controller runs (``host up``), the beat
+that holds the scheduler role in etcd is asked directly.
 """
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ from typing import Any
 
 import asyncclick as click
 
-from ._cluster import ask_controller
+from ..cluster import hosts_schedules
+from ._reach import ask_cluster, reach_options
 
 __all__ = ["schedule"]
 
@@ -25,11 +28,16 @@ def schedule() -> None:
 @schedule.command("list")
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print the schedules as JSON, one list.")
-@click.option("--timeout", default=10.0, show_default=True, help="Seconds to wait.")
+@reach_options
 async def list_schedules(file: Path, as_json: bool, timeout: float) -> None:
     """List the periodic tasks of the cluster FILE names: each with its
     schedule, timezone, last firing and next firing (in its timezone)."""
-    rows: list[dict[str, Any]] = await ask_controller(file, "schedules", timeout, timeout)
+    rows: list[dict[str, Any]] = await ask_cluster(
+        file,
+        timeout,
+        ("schedules", timeout),
+        lambda config, client, ref: hosts_schedules(config, client, ref, timeout),
+    )
     if as_json:
         click.echo(json.dumps(rows, sort_keys=True))
     elif not rows:

@@ -29,6 +29,7 @@ from ._foreman import NodeState as NodeState
 from ._foreman import ensure_dev_secrets as ensure_dev_secrets
 from ._health_config import breakers_of as breakers_of
 from ._host_runner import ask_down as ask_down
+from ._host_runner import ask_stop_node as ask_stop_node
 from ._host_runner import check_etcd as check_etcd
 from ._host_runner import host_nodes as host_nodes
 from ._host_runner import run_host as run_host
@@ -47,6 +48,8 @@ from ._node import Node as Node
 from ._node import open_node as open_node
 from ._node_record import nodes_prefix as nodes_prefix
 from ._node_view import hosts_broadcast as hosts_broadcast
+from ._node_view import hosts_letters as hosts_letters
+from ._node_view import hosts_schedules as hosts_schedules
 from ._node_view import hosts_tree as hosts_tree
 from ._preflight import check_references as check_references
 from ._preflight import taken_ports as taken_ports

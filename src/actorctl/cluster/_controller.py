@@ -33,7 +33,13 @@ from ._deadletters import DEAD_LETTERS
 from ._foreman import Foreman, LocalForeman, NodeState
 from ._leases import SCHEDULER_ROLE, LeaseTable
 from ._node import open_node
-from ._node_view import ask_each, node_children
+from ._node_view import (
+    answer_within,
+    ask_each,
+    letters_answer,
+    letters_request,
+    node_children,
+)
 from ._reloader import DRAIN_TIMEOUT, NodeRunner, Reloader
 from ._webserve import serve_web
 
@@ -149,25 +155,10 @@ class Controller(Actor):
         ``list`` and ``purge`` a node that did not answer is in the answer as
         ``{"unanswered": why}``; ``show`` and ``retry`` that find the letter nowhere
         while a node did not answer raise, naming that node."""
-        if op not in ("list", "show", "retry", "purge"):
-            raise BadArguments(f"no dead-letter operation {op!r} (list, show, retry, purge)")
-        if op in ("show", "retry") and not letter_id:
-            raise BadArguments(f"deadletters {op} needs the id of a letter")
-        args = (reason, limit) if op == "list" else (reason,) if op == "purge" else (letter_id,)
-        within = max(0.5, timeout * 0.8)
-        answers, errors = await self._ask_nodes(DEAD_LETTERS, op, args, within)
-        if op in ("list", "purge"):
-            return answers
-        for name, found in answers.items():
-            if found is not None and name not in errors:
-                return {**found, "node": name}
-        if errors:
-            failed = "; ".join(f"node {n!r}: {e}" for n, e in sorted(errors.items()))
-            raise ActorctlError(
-                f"no answering node has dead letter {letter_id!r}, and these did not answer "
-                f"within {within:g} s: {failed}"
-            )
-        return None
+        args = letters_request(op, letter_id, reason, limit)
+        within = answer_within(timeout)
+        answers, _ = await self._ask_nodes(DEAD_LETTERS, op, args, within)
+        return letters_answer(op, answers, letter_id, within)
 
     @handler
     async def broadcast(
@@ -180,7 +171,7 @@ class Controller(Actor):
         if not isinstance(args, list | None):
             raise BadArguments(f"broadcast: args={args!r}: give a list")
         answers, _ = await self._ask_nodes(
-            str(actor), str(op), tuple(args or ()), max(0.5, timeout * 0.8), hosting=True
+            str(actor), str(op), tuple(args or ()), answer_within(timeout), hosting=True
         )
         return answers
 
@@ -232,7 +223,7 @@ class Controller(Actor):
                 "node with services = true"
             )
             raise ActorctlError(f"no beat holds the scheduler lease: {why}")
-        ref = self.ref(holder).with_options(timeout=max(0.5, timeout * 0.8))
+        ref = self.ref(holder).with_options(timeout=answer_within(timeout))
         rows: list[dict[str, Any]] = await ref.ask("schedules")
         return rows
 

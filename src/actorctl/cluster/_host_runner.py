@@ -13,15 +13,18 @@ granted by etcd (``_role_lease.py``), ``cluster status`` and ``control``
 read etcd and ask each node (``_node_view.py``), and ``cluster down`` writes
 the cluster's down key in etcd, which every ``host up`` watches
 (:func:`watch_down`, :func:`ask_down`): each stops its nodes, which leave
-etcd as they go. ``cluster reload`` does not reach a cluster started this way.
+etcd as they go. ``control shutdown FILE NODE`` writes the same key naming one
+node (:func:`ask_stop_node`): the host that runs it stops it for good (until
+its ``host up`` starts again), the others go on. ``cluster reload`` does not
+reach a cluster started this way.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
-from typing import Final
+from collections.abc import Awaitable, Callable
+from typing import Any, Final
 
 import trio
 
@@ -37,7 +40,15 @@ from ._etcd_wire import EtcdCompacted, EtcdError
 from ._foreman import Foreman, NodeState
 from ._node_record import nodes_prefix
 
-__all__ = ["ask_down", "check_etcd", "down_key", "host_nodes", "run_host", "watch_down"]
+__all__ = [
+    "ask_down",
+    "ask_stop_node",
+    "check_etcd",
+    "down_key",
+    "host_nodes",
+    "run_host",
+    "watch_down",
+]
 
 #: Seconds before a broken watch of the down key is set up again (doubling).
 _WATCH_RETRY: Final = (0.1, 5.0)
@@ -117,9 +128,20 @@ async def run_host(
         max_restarts=10,
         within=60.0,
     )
+
+    async def stop_node(name: str) -> None:
+        if name in states:  # one of this host's: the others' hosts stop theirs
+            log("actorctl:host:stop-node", host=host, node=name)
+            await supervisor.terminate_child(name)
+            state = states[name]
+            state.state, state.address = "stopped", None
+            state.reason = "stopped by control shutdown"
+            on_change(state)
+
     async with trio.open_nursery() as nursery:
         # Watching before any node starts: a `cluster down` from then on stops them.
-        await nursery.start(watch_down, settings.client(), config.name, host, stop)
+        client = settings.client()
+        await nursery.start(watch_down, client, config.name, host, stop, stop_node)
         await nursery.start(supervisor.run)
         task_status.started(states)
         _notify_systemd("READY=1")
@@ -132,13 +154,15 @@ async def watch_down(
     cluster: str,
     host: str,
     stop: trio.Event,
+    stop_node: Callable[[str], Awaitable[None]] | None = None,
     *,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Set ``stop`` once ``cluster down`` asks, through etcd, after this
     started (a down asked before does not count: the host was started again
-    since). Reports started once it knows where to watch from (or etcd did
-    not answer: it keeps trying). Raises nothing but cancellation."""
+    since); call ``stop_node`` with the node each ``control shutdown FILE
+    NODE`` names meanwhile. Reports started once it knows where to watch from
+    (or etcd did not answer: it keeps trying). Raises nothing but cancellation."""
     key = down_key(cluster)
     since: int | None = None
     first, longest = _WATCH_RETRY
@@ -155,17 +179,15 @@ async def watch_down(
             async with client.watch(key, start_revision=since + 1) as watch:
                 try:
                     async for event in watch:
-                        if event.kind == "put":
-                            asked = event.value.decode(errors="replace")
-                            log("actorctl:host:down", host=host, asked=asked)
+                        if event.kind == "put" and await _asked(event.value, host, stop_node):
                             stop.set()
                             return
                 finally:
                     since = max(since, watch.next_revision - 1)
         except EtcdCompacted:
             held = await _read(client, key)
-            if held is not None and since is not None and held.mod_revision > since:
-                log("actorctl:host:down", host=host, asked=held.value.decode(errors="replace"))
+            missed = held is not None and since is not None and held.mod_revision > since
+            if missed and held is not None and await _asked(held.value, host, stop_node):
                 stop.set()
                 return
             since = None
@@ -176,6 +198,25 @@ async def watch_down(
             delay = min(delay * 2, longest)
         else:
             delay = first
+
+
+async def _asked(
+    value: bytes, host: str, stop_node: Callable[[str], Awaitable[None]] | None
+) -> bool:
+    """What a write of the down key asks: True for the whole cluster down; for
+    one node (``control shutdown FILE NODE``), it is stopped here if this host
+    runs it, and False."""
+    try:
+        asked: Any = json.loads(value)
+    except ValueError:
+        asked = None
+    node = asked.get("node") if isinstance(asked, dict) else None
+    if not isinstance(node, str):
+        log("actorctl:host:down", host=host, asked=value.decode(errors="replace"))
+        return True
+    if stop_node is not None:
+        await stop_node(node)
+    return False
 
 
 async def _read(client: EtcdClient, key: str) -> KeyValue | None:
@@ -209,3 +250,28 @@ async def ask_down(config: ClusterConfig, client: EtcdClient, timeout: float) ->
                     if event.kind == "delete":
                         break
     return left
+
+
+async def ask_stop_node(
+    config: ClusterConfig, client: EtcdClient, node: str, timeout: float
+) -> bool:
+    """``control shutdown FILE NODE`` across hosts: write the down key naming
+    ``node`` (the ``host up`` that runs it stops it for good), then wait (at
+    most ``timeout`` seconds) until it is not registered in etcd. Returns
+    whether it left.
+
+    Raises:
+        EtcdError: etcd could not be reached (naming each endpoint).
+    """
+    key = nodes_prefix(config.name) + node
+    await client.put(down_key(config.name), json.dumps({"asked": time.time(), "node": node}))
+    with trio.move_on_after(timeout):
+        while True:
+            snapshot = await client.get_prefix(key)
+            if not any(kv.key == key for kv in snapshot.kvs):
+                return True
+            async with client.watch_prefix(key, snapshot.revision + 1) as watch:
+                async for event in watch:
+                    if event.kind == "delete" and event.key == key:
+                        break
+    return False

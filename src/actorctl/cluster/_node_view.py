@@ -6,7 +6,9 @@ Across hosts there is no one Controller: ``cluster status`` reads who is
 registered in etcd and asks each registered node itself
 (:func:`hosts_tree`). Both build a node's rows with :func:`node_children`:
 the node's own supervision tree (its ``_node`` agent), its health checks and
-breakers, and its dead letters.
+breakers, and its dead letters. ``actorctl deadletters`` and ``schedule list``
+ask the same way (:func:`hosts_letters`, :func:`hosts_schedules`), and
+answer as the Controller does (:func:`letters_request`, :func:`letters_answer`).
 """
 
 from __future__ import annotations
@@ -16,8 +18,8 @@ from typing import Any, Final
 
 import trio
 
-from .._errors import ConfigError
-from ..actors import ActorRef
+from .._errors import ActorctlError, ConfigError
+from ..actors import ActorRef, BadArguments
 from ..supervision import HEALTH_AGENT
 from ._config import ClusterConfig
 from ._deadletters import DEAD_LETTERS
@@ -26,7 +28,18 @@ from ._leases import SCHEDULER_ROLE, SERVICES_ROLE
 from ._node_record import NodeRecord, nodes_prefix
 from ._role_lease import role_key
 
-__all__ = ["UNANSWERED", "ask_each", "hosts_broadcast", "hosts_tree", "node_children"]
+__all__ = [
+    "UNANSWERED",
+    "answer_within",
+    "ask_each",
+    "hosts_broadcast",
+    "hosts_letters",
+    "hosts_schedules",
+    "hosts_tree",
+    "letters_answer",
+    "letters_request",
+    "node_children",
+]
 
 #: Seconds each node may take to answer one question.
 ASK_TIMEOUT = 2.0
@@ -34,6 +47,14 @@ ASK_TIMEOUT = 2.0
 UNANSWERED: Final = "unanswered"
 
 Refs = Callable[[str], ActorRef]
+#: What ``actorctl deadletters`` asks of each node's dead-letter keeper.
+LETTER_OPS: Final = ("list", "show", "retry", "purge")
+
+
+def answer_within(timeout: float) -> float:
+    """Seconds the nodes get to answer a command that waits ``timeout`` seconds:
+    less a margin, so that what they said reaches the command in time."""
+    return max(0.5, timeout * 0.8)
 
 
 async def node_children(ref: Refs, address: str, actors: Sequence[str]) -> list[dict[str, Any]]:
@@ -182,10 +203,13 @@ async def hosts_broadcast(
     op: str,
     args: Sequence[Any],
     within: float,
+    *,
+    hosting: bool = True,
 ) -> dict[str, Any]:
     """What the Controller's ``broadcast`` answers, for a cluster that spans
     hosts: ``op`` asked of ``actor`` on every node registered in etcd whose
-    record lists it, at once.
+    record lists it (every registered node, without ``hosting``: an actor
+    every node runs, as its dead-letter keeper), at once.
 
     Raises:
         EtcdError: etcd could not be reached (naming each endpoint).
@@ -200,7 +224,100 @@ async def hosts_broadcast(
         except ConfigError as exc:  # a record this version cannot read is named
             unread[name] = {UNANSWERED: f"unreadable record in etcd: {exc}"}
             continue
-        if actor in record.actors:
+        if not hosting or actor in record.actors:
             targets[name] = record.address
     answers, _ = await ask_each(ref, targets, actor, op, args, within)
     return {**unread, **answers}
+
+
+def letters_request(
+    op: str, letter_id: str | None, reason: str | None, limit: int
+) -> tuple[Any, ...]:
+    """What ``actorctl deadletters OP`` asks of each node's ``_deadletters``.
+
+    Raises:
+        BadArguments: an operation that does not exist, or one that needs the
+            id of a letter without it.
+    """
+    if op not in LETTER_OPS:
+        raise BadArguments(f"no dead-letter operation {op!r} ({', '.join(LETTER_OPS)})")
+    if op in ("show", "retry") and not letter_id:
+        raise BadArguments(f"deadletters {op} needs the id of a letter")
+    return (reason, limit) if op == "list" else (reason,) if op == "purge" else (letter_id,)
+
+
+def letters_answer(op: str, answers: dict[str, Any], letter_id: str | None, within: float) -> Any:
+    """What ``deadletters OP`` answers, from each node's answer: for ``list`` and
+    ``purge`` the answers by node (``{"unanswered": why}`` for one that did not
+    answer); for ``show`` and ``retry`` the letter the node that has it found,
+    with that node's name, or None if none has it.
+
+    Raises:
+        ActorctlError: no node that answered has the letter, and some did not answer.
+    """
+    if op in ("list", "purge"):
+        return answers
+    failed: dict[str, str] = {}
+    for name, found in answers.items():
+        if isinstance(found, dict) and UNANSWERED in found:
+            failed[name] = found[UNANSWERED]
+        elif found is not None:
+            return {**found, "node": name}
+    if failed:
+        said = "; ".join(f"node {n!r}: {e}" for n, e in sorted(failed.items()))
+        raise ActorctlError(
+            f"no answering node has dead letter {letter_id!r}, and these did not answer "
+            f"within {within:g} s: {said}"
+        )
+    return None
+
+
+async def hosts_letters(
+    config: ClusterConfig,
+    client: EtcdClient,
+    ref: Refs,
+    op: str,
+    letter_id: str | None,
+    reason: str | None,
+    limit: int,
+    timeout: float,
+) -> Any:
+    """What the Controller's ``deadletters`` answers, for a cluster that spans
+    hosts: asked of every node registered in etcd.
+
+    Raises:
+        BadArguments: as :func:`letters_request`.
+        ActorctlError: as :func:`letters_answer`.
+        EtcdError: etcd could not be reached (naming each endpoint).
+    """
+    args = letters_request(op, letter_id, reason, limit)
+    within = answer_within(timeout)
+    answers = await hosts_broadcast(
+        config, client, ref, DEAD_LETTERS, op, args, within, hosting=False
+    )
+    return letters_answer(op, answers, letter_id, within)
+
+
+async def hosts_schedules(
+    config: ClusterConfig, client: EtcdClient, ref: Refs, timeout: float
+) -> list[dict[str, Any]]:
+    """What the Controller's ``schedules`` answers, for a cluster that spans
+    hosts: the periodic tasks of the beat that holds the scheduler role in etcd,
+    asked of it.
+
+    Raises:
+        ActorctlError: no beat holds the role, or the one that does did not answer.
+        EtcdError: etcd could not be reached (naming each endpoint).
+    """
+    held = await client.get(role_key(config.name, SCHEDULER_ROLE))
+    if held is None:
+        raise ActorctlError(
+            f"cluster {config.name!r}: no beat holds the scheduler role in etcd: no node "
+            "that runs one is registered (periodic tasks need a task app node with "
+            "services = true, or one that serves a pool of the app)"
+        )
+    holder = held.value.decode(errors="replace")
+    rows: list[dict[str, Any]] = (
+        await ref(holder).with_options(timeout=answer_within(timeout)).ask("schedules")
+    )
+    return rows

@@ -1,0 +1,258 @@
+"""How a command reaches a running cluster: through its Controller, or, for a
+cluster that spans hosts and that no Controller runs (``host up`` on each
+host), through etcd and each registered node directly.
+
+Every command that asks a running cluster something goes through here, so
+that each says the same thing when the cluster is not there: no Controller
+answering, etcd not answering (naming its endpoints), a wrong file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
+from pathlib import Path
+from typing import Any, TypeVar
+
+import asyncclick as click
+import attrs
+
+from .._errors import ActorctlError, AskTimeout, ConfigError, PeerUnavailable
+from ..actors import ActorRef
+from ..cluster import (
+    CLI_NAME,
+    CONTROLLER,
+    ClusterConfig,
+    EtcdClient,
+    EtcdError,
+    Node,
+    ask_down,
+    ask_stop_node,
+    hosts_broadcast,
+    load_cluster,
+    open_node,
+)
+from ._errors import fail
+from ._etcd_options import etcd_given, etcd_settings, etcd_to_reach
+
+__all__ = [
+    "Refs",
+    "across_hosts",
+    "ask_cluster",
+    "ask_controller",
+    "ask_hosts",
+    "broadcast",
+    "cli_node",
+    "controller_answers",
+    "first_error",
+    "load",
+    "reach_options",
+    "request_controller",
+    "stop_across",
+]
+
+T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
+#: How a command addresses the nodes (as the ``cli`` member).
+Refs = Callable[[str], ActorRef]
+#: What a command asks across hosts: given the file, an etcd client and Refs.
+AcrossHosts = Callable[[ClusterConfig, EtcdClient, Refs], Awaitable[T]]
+
+#: What controller_answers found, by cluster file: a command that asks twice asks once.
+_ANSWERED: dict[Path, bool] = {}
+
+
+def reach_options(command: F) -> F:
+    """``--timeout`` and ``--etcd``: the options of a command that asks a
+    running cluster (its ``timeout`` argument; ``load`` reads ``--etcd``)."""
+    timeout = click.option("--timeout", default=10.0, show_default=True, help="Seconds to wait.")
+    return timeout(etcd_to_reach(command))
+
+
+def load(file: Path) -> ClusterConfig:
+    """The cluster file a command asks about, with the etcd ``--etcd`` gives
+    (over its [etcd] table); a wrong file, or a wrong endpoint, ends the
+    command (exit 2), named."""
+    try:
+        config = load_cluster(file)
+        config.security(CLI_NAME)
+        endpoints = etcd_given()
+        if endpoints:
+            config = attrs.evolve(config, etcd=etcd_settings(config, endpoints))
+    except ConfigError as exc:
+        fail(f"{exc}", 2)
+    return config
+
+
+def cli_node(
+    config: ClusterConfig, *, connect_timeout: float, grace: float = 0.5
+) -> AbstractAsyncContextManager[Node]:
+    """A node of the ``cli`` member that listens nowhere, to ask the cluster."""
+    return open_node(
+        CLI_NAME,
+        host=None,
+        grace=grace,
+        connect_timeout=connect_timeout,
+        **config.security(CLI_NAME),
+    )
+
+
+async def request_controller(
+    config: ClusterConfig, handler: str, timeout: float, *args: Any
+) -> Any:
+    """Ask the Controller of ``config`` ``handler``, as the ``cli`` member.
+
+    Raises:
+        ActorctlError: no answer, or its error.
+    """
+    host, port = config.controller
+    address = f"{config.scheme}://{host}:{port}/{CONTROLLER}"
+    # The Controller is local and answers at once when it runs: a refused
+    # or failed connection is an error within a second, not at the timeout.
+    async with cli_node(config, connect_timeout=min(1.0, timeout)) as client:
+        return await client.ref(address).with_options(timeout=timeout).ask(handler, *args)
+
+
+async def ask_controller(file: Path, handler: str, timeout: float, *args: Any) -> Any:
+    """``handler`` (with ``args``) asked of the Controller of the cluster ``file``
+    names; a wrong file, no answer, or its error end the command, named."""
+    config = load(file)
+    return await _from_controller(config, handler, timeout, *args)
+
+
+async def _from_controller(config: ClusterConfig, handler: str, timeout: float, *args: Any) -> Any:
+    host, port = config.controller
+    address = f"{config.scheme}://{host}:{port}/{CONTROLLER}"
+    try:
+        return await request_controller(config, handler, timeout, *args)
+    except* AskTimeout:
+        fail(
+            f"no answer from the controller at {address} within {timeout:g} s (is the cluster up?)",
+            1,
+        )
+    except* PeerUnavailable as group:
+        fail(
+            f"cluster {config.name!r} is not running, or not at {address}: "
+            f"{first_error(group)} (`actorctl cluster up {config.path}` starts it)",
+            1,
+        )
+    except* ActorctlError as group:
+        fail(f"{first_error(group)}", 1)
+
+
+async def controller_answers(config: ClusterConfig) -> bool:
+    """Whether a Controller of this cluster answers at its address."""
+    if config.path in _ANSWERED:
+        return _ANSWERED[config.path]
+    host, port = config.controller
+    try:
+        async with cli_node(config, connect_timeout=1.0, grace=0.1) as client:
+            address = f"{config.scheme}://{host}:{port}/{CONTROLLER}"
+            await client.ref(address).with_options(timeout=2.0).ask("status")
+    except* ActorctlError:
+        answered = False
+    else:
+        answered = True
+    _ANSWERED[config.path] = answered
+    return answered
+
+
+async def across_hosts(config: ClusterConfig) -> bool:
+    """Whether ``config``'s cluster is one that spans hosts (its nodes name
+    their hosts, and it has an [etcd] table) that no Controller runs."""
+    return bool(config.hosts) and config.etcd is not None and not await controller_answers(config)
+
+
+async def ask_hosts(config: ClusterConfig, timeout: float, ask: AcrossHosts[T]) -> T:
+    """What ``ask`` finds across the hosts of ``config``'s cluster, asking as
+    the ``cli`` member; etcd not answering, a wrong etcd table, or an error of
+    the cluster's end the command, named."""
+    assert config.etcd is not None  # across_hosts said so
+    try:
+        client = config.etcd.client(timeout)
+        async with cli_node(config, connect_timeout=min(2.0, timeout)) as node:
+            return await ask(config, client, node.ref)
+    except* EtcdError as group:
+        fail(f"cluster {config.name!r}: etcd does not answer: {first_error(group)}", 1)
+    except* ConfigError as group:
+        fail(f"{first_error(group)}", 2)
+    except* ActorctlError as group:
+        fail(f"{first_error(group)}", 1)
+
+
+async def ask_cluster(
+    file: Path, timeout: float, controller: tuple[Any, ...], across: AcrossHosts[T]
+) -> T:
+    """Ask the cluster ``file`` names: its Controller the handler and arguments
+    of ``controller``, or, for a cluster across hosts that no Controller runs,
+    what ``across`` asks of etcd and the nodes."""
+    config = load(file)
+    if await across_hosts(config):
+        return await ask_hosts(config, timeout, across)
+    handler, *args = controller
+    answer: T = await _from_controller(config, handler, timeout, *args)
+    return answer
+
+
+async def broadcast(
+    file: Path, timeout: float, actor: str, op: str, args: list[Any]
+) -> dict[str, Any]:
+    """``op`` (with ``args``) asked of ``actor`` on every running node that hosts
+    one, through the Controller (``Controller.broadcast``); for a cluster that
+    spans hosts that no Controller runs (`host up`), of every node registered
+    in etcd, directly. Each node's answer, ``{"unanswered": why}`` for one that
+    did not answer."""
+
+    async def across(config: ClusterConfig, client: EtcdClient, ref: Refs) -> dict[str, Any]:
+        return await hosts_broadcast(config, client, ref, actor, op, args, max(0.5, timeout * 0.8))
+
+    return await ask_cluster(file, timeout, ("broadcast", actor, op, args, timeout), across)
+
+
+async def down_across(config: ClusterConfig, timeout: float) -> str:
+    """``cluster down`` of a cluster across hosts: asked through etcd (every
+    ``host up`` stops its nodes); what to say once none is registered. Nodes
+    still registered after ``timeout`` seconds end the command, named."""
+
+    async def down(config: ClusterConfig, client: EtcdClient, _: Refs) -> list[str]:
+        return await ask_down(config, client, timeout)
+
+    left = await ask_hosts(config, min(5.0, timeout), down)
+    if left:
+        fail(
+            f"cluster {config.name!r}: down asked through etcd, and after {timeout:g} s "
+            f"{', '.join(sorted(left))} still registered (their host up is not running, or "
+            "cannot reach etcd: they leave when their lease ends; stop them on their host)",
+            1,
+        )
+    return f"cluster {config.name!r} down: every host stopped its nodes"
+
+
+async def stop_across(config: ClusterConfig, node: str, timeout: float) -> str:
+    """``control shutdown FILE NODE`` of a cluster across hosts: asked through
+    etcd (the ``host up`` that runs it stops it for good); what to say once it
+    is not registered. A node the file does not name, or one still registered
+    after ``timeout`` seconds, ends the command, named."""
+    names = [n.name for n in config.nodes]
+    if node not in names:
+        fail(f"no node {node!r} in cluster {config.name!r}: its nodes are {', '.join(names)}", 1)
+
+    async def stop(config: ClusterConfig, client: EtcdClient, _: Refs) -> bool:
+        return await ask_stop_node(config, client, node, timeout)
+
+    if not await ask_hosts(config, min(5.0, timeout), stop):
+        fail(
+            f"cluster {config.name!r}: shutdown of node {node!r} asked through etcd, and "
+            f"after {timeout:g} s it is still registered (its host up is not running, or "
+            "cannot reach etcd: stop it on its host)",
+            1,
+        )
+    return f"node {node!r} stopped"
+
+
+def first_error(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """The first error of ``group``, however deeply nested: the one to name."""
+    error: BaseException = group
+    while isinstance(error, BaseExceptionGroup):
+        error = error.exceptions[0]
+    return error
