@@ -29,6 +29,7 @@ async def test_a_chain_of_ten_thousand_steps_works(cluster: Path) -> None:
     async with app.aconnect(cluster):
         steps = chain(add.s(0, 1), *(add.s(1) for _ in range(9_999)))
         assert len(steps.tasks) == 10_000
-        # A bound, not a timing: about 5-7 ms of hops per step, 50-75 s alone,
-        # and up to 120 s while the other pytest worker runs a three-host test
+        # A bound, not a timing: about 4-5 ms of hops per step (two hops, each
+        # stored before it is settled), 40-50 s alone, and up to twice that
+        # while the other pytest worker runs a three-host test
         assert await (await steps.adelay()).aget(timeout=240) == 10_000
