@@ -6,6 +6,7 @@ The helpers they are built on (and that fixtures fit less well) are in tests/har
 
 from __future__ import annotations
 
+import compileall
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -44,6 +45,26 @@ SLOW_FIRST = (
     "test_inspect.py",
     "test_cluster.py",
 )
+
+
+#: What the processes the suite starts import: compiled once (pytest_configure).
+COMPILED = ("src", "tests", "examples", "bench")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Compile the project's modules once, before any test starts a process.
+
+    The suite starts several hundred ``actorctl`` processes (nodes, clusters,
+    commands). With PYTHONDONTWRITEBYTECODE set, as on CI, nothing writes
+    their bytecode, and each process compiled every module of the project
+    again: 0.45 s of CPU of the 1.2 s it took to start, on a suite that is
+    CPU-bound on 2 cores. ``compileall`` writes it whatever that says.
+    """
+    if hasattr(config, "workerinput"):  # a pytest-xdist worker: its controller did it
+        return
+    root = Path(__file__).resolve().parent.parent
+    for directory in COMPILED:
+        compileall.compile_dir(root / directory, quiet=1)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
