@@ -23,6 +23,7 @@ from actorctl.mailbox import Outcome
 from actorctl.tasks._client import Directory, TaskClient, send_task
 from actorctl.tasks._control import WorkerState
 from actorctl.tasks._hosting import _worker_class, cluster_directory
+from actorctl.tasks._lookup import result_addresses
 from actorctl.tasks._protocol import CHORDS, EVENTS, SCHEDULER
 from actorctl.tasks._services_role import SERVICES_ROLE_NAME, ServicesRole, follow_services
 
@@ -180,6 +181,18 @@ def test_the_directory_moves_pools_scheduler_event_hub_and_new_chords_not_open_o
     # ... nor does nobody (the role is between holders)
     follow_services(directory, None)
     assert directory.holder == "s2"
+
+
+def test_a_result_kept_by_any_services_node_is_asked_for_not_only_by_the_holder() -> None:
+    # Given two services nodes taking turns, s2 holding the role now
+    s1, s2 = "amqp://127.0.0.1:5801", "amqp://127.0.0.1:5802"
+    directory = directory_of(s1, s2)
+    assert directory.follow("s2")
+    # Then a result fetched by id is asked of both services nodes' _tasks (s1
+    # kept what it sent while it held the role), and of each worker node's
+    asked = {str(address) for address in result_addresses(directory)}
+    assert {f"{s1}/_tasks", f"{s2}/_tasks"} <= asked, asked
+    assert {str(a) for a in directory.control_addresses()} <= asked, asked
 
 
 def test_several_services_nodes_without_etcd_are_refused_by_name(tmp_path: Path) -> None:

@@ -2,8 +2,9 @@
 
 The node that sends a task's final document keeps it in its store for
 RESULT_EXPIRES seconds (``_documents.py``): a worker node, or the services node
-(the scheduler's REVOKED documents, a chord's failure). Each of these hosts
-``_tasks``, which answers ``result(task_id)``. A :class:`ResultLookup` asks all
+(the scheduler's REVOKED documents, a chord's failure): across hosts, with
+several services nodes, any of them (each held the services role a while).
+Each of these hosts ``_tasks``, which answers ``result(task_id)``. A :class:`ResultLookup` asks all
 of them at once and takes the first final answer; ``AsyncResult`` uses it for a
 result its own process is not sent (``AsyncResult(task_id)``), asking again with
 a bounded backoff until its timeout.
@@ -19,6 +20,7 @@ import trio
 
 from ..actors import ActorRef, Address
 from ._client import TaskClient
+from ._directory import Directory
 from ._protocol import CONTROL, READY_STATES, SCHEDULER
 from ._state import StoredResult
 
@@ -32,16 +34,20 @@ BACKOFF_MAX: Final = 1.0
 ASK_TIMEOUT: Final = 5.0
 
 
-def result_addresses(client: TaskClient) -> list[Address]:
+def result_addresses(directory: Directory) -> list[Address]:
     """The ``_tasks`` actor of every node that may keep a result: the nodes that
-    host workers, and the services node (where the scheduler is)."""
-    directory = client.directory
+    host workers, and the services node (where the scheduler is); across hosts,
+    every services node, not only the one that holds the services role now."""
     found = {address.endpoint: address for address in directory.control_addresses()}
     if SCHEDULER in directory.addresses:
         scheduler = directory.resolve(SCHEDULER)
         found.setdefault(
             scheduler.endpoint, Address(scheduler.host, scheduler.port, CONTROL, scheduler.scheme)
         )
+    if directory.elected:
+        for url in directory.services.values():
+            address = Address.parse(f"{url}/{CONTROL}")
+            found.setdefault(address.endpoint, address)
     return [found[endpoint] for endpoint in sorted(found)]
 
 
@@ -84,7 +90,7 @@ class ResultLookup:
 
         with trio.move_on_after(timeout):
             async with trio.open_nursery() as nursery:
-                for address in result_addresses(self.client):
+                for address in result_addresses(self.client.directory):
                     nursery.start_soon(ask, address, nursery.cancel_scope)
         return found[0] if found else None
 
