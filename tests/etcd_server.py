@@ -134,6 +134,10 @@ class EtcdServer:
     def _answers(self) -> bool:
         try:
             self.post("/v3/kv/range", {"key": "AA=="})
+        except urllib.error.HTTPError as exc:
+            # a read refused as bad (400): it answers, its auth on ("user name
+            # is empty"); not yet ready, it says unavailable (503)
+            return exc.code == 400
         except (OSError, urllib.error.URLError, ValueError):
             return False
         return True

@@ -15,7 +15,7 @@ import trio
 
 from actorctl.cluster._election import Deposed, Leadership, open_leadership
 from actorctl.cluster._etcd import EtcdClient
-from actorctl.cluster._etcd_data import Compare, Get, Put
+from actorctl.cluster._etcd_data import Compare, Get, Put, b64
 from actorctl.cluster._etcd_wire import EtcdCompacted, EtcdError, EtcdUnavailable
 
 from .etcd_server import EtcdServer, open_proxy, running_etcd
@@ -471,3 +471,74 @@ async def test_a_client_reaches_etcd_over_tls_with_its_ca(
         # Without it (the system's CAs), it refuses etcd, saying why
         with pytest.raises(EtcdUnavailable, match="TLS failed"):
             await EtcdClient([tls_etcd.url], timeout=2).get(prefix + "k")
+
+
+# -- a user, when etcd's auth is enabled ---------------------------------------------------
+
+
+def _enable_auth(etcd: EtcdServer, password: str) -> None:
+    """Turn etcd's auth on, with the user ``root`` (``password``), and the
+    user ``actorctl`` (``password`` too) that may read and write /actorctl/ only,
+    as docs/deploy.md says to make it."""
+    etcd.post("/v3/auth/user/add", {"name": "root", "password": password})
+    etcd.post("/v3/auth/user/grant", {"user": "root", "role": "root"})
+    etcd.post("/v3/auth/role/add", {"name": "actorctl"})
+    span = {"key": b64("/actorctl/"), "range_end": b64("/actorctl0")}
+    etcd.post("/v3/auth/role/grant", {"name": "actorctl", "perm": {"permType": 2, **span}})
+    etcd.post("/v3/auth/user/add", {"name": "actorctl", "password": password})
+    etcd.post("/v3/auth/user/grant", {"user": "actorctl", "role": "actorctl"})
+    etcd.post("/v3/auth/enable", {})
+
+
+async def test_a_user_that_may_use_only_actorctls_keys_registers_and_leads(
+    own_etcd: EtcdServer,
+) -> None:
+    # Given an etcd whose auth is enabled, and a user that may read and write
+    # /actorctl/ only (as docs/deploy.md makes it)
+    _enable_auth(own_etcd, "s3cret")
+    client = EtcdClient([own_etcd.url], timeout=2, user="actorctl", password="s3cret")
+    prefix = "/actorctl/auth-test/"
+    with trio.fail_after(20):
+        # Then it does all a node does there: a key under a lease, a transaction,
+        # a watch, the lease revoked
+        lease = await client.grant(5)
+        won, _ = await client.put_if_absent(prefix + "holder", "me", lease=lease)
+        assert won
+        async with client.watch_prefix(prefix) as watch:
+            await client.revoke(lease)
+            event = await anext(watch)
+        assert (event.kind, event.key) == ("delete", prefix + "holder")
+        # ... and nothing outside its prefix
+        with pytest.raises(EtcdError, match="permission denied"):
+            await client.put("/elsewhere", b"x")
+
+
+async def test_with_auth_enabled_a_user_gets_a_token_and_a_new_one_after_etcd_restarts(
+    own_etcd: EtcdServer, prefix: str
+) -> None:
+    # Given an etcd whose auth is enabled
+    _enable_auth(own_etcd, "s3cret")
+    user = EtcdClient([own_etcd.url], timeout=2, user="root", password="s3cret")
+    with trio.fail_after(20):
+        # Then the configured user reads, writes and watches
+        await user.put(prefix + "a", b"1")
+        async with user.watch_prefix(prefix) as watch:
+            await user.put(prefix + "b", b"2")
+            event = await anext(watch)
+        assert (event.kind, event.key) == ("put", prefix + "b")
+        # ... but a client without a user is refused, told what to give
+        anonymous = EtcdClient([own_etcd.url], timeout=2)
+        with pytest.raises(EtcdError, match=r"auth is enabled: give a user.*\[etcd\] user"):
+            await anonymous.get(prefix + "a")
+        # ... and one with a wrong password is refused, naming its user
+        wrong = EtcdClient([own_etcd.url], timeout=2, user="root", password="guess")
+        with pytest.raises(EtcdError, match=r"etcd refused user 'root'.*password_file"):
+            await wrong.get(prefix + "a")
+
+        # When etcd restarts (the tokens it gave are gone with it)
+        own_etcd.kill()
+        await trio.to_thread.run_sync(own_etcd.start)
+        # Then the user gets a new token and goes on, as if nothing happened
+        a = await user.get(prefix + "a")
+        assert a is not None
+        assert a.value == b"1"

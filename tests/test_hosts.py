@@ -181,6 +181,17 @@ def test_tasks_from_a_caller_on_one_host_run_on_two_others_one_of_which_joins_la
             ["--host", "a"],
             "etcd/ca.pem does not exist",
         ),
+        (
+            '[etcd]\nendpoints = ["http://127.0.0.1:9"]\nuser = "actorctl"\n',
+            ["--host", "a"],
+            "key 'etcd.password_file' is missing: etcd.user is given",
+        ),
+        (
+            '[etcd]\nendpoints = ["http://127.0.0.1:9"]\nuser = "actorctl"\n'
+            'password_file = "etcd/password"\n',
+            ["--host", "a"],
+            "etcd/password: cannot be read",
+        ),
     ],
 )
 def test_host_up_refuses_a_host_without_nodes_no_etcd_or_an_etcd_that_does_not_answer(
@@ -462,6 +473,34 @@ def test_cluster_status_reads_an_etcd_that_asks_for_client_certificates_with_the
         refused = cluster_status(path, timeout=5)
     assert refused.returncode == 1, refused
     assert "etcd does not answer" in refused.stderr, refused.stderr
+    assert "Traceback" not in refused.stderr
+
+
+def test_cluster_status_reads_an_etcd_whose_auth_is_on_as_the_files_user(tmp_path: Path) -> None:
+    (tmp_path / "etcd").mkdir()
+    with running_etcd(tmp_path / "etcd") as etcd:
+        # Given an etcd whose auth is enabled (user root), and a cluster file
+        # across hosts whose [etcd] names that user and the file of its password
+        etcd.post("/v3/auth/user/add", {"name": "root", "password": "s3cret"})
+        etcd.post("/v3/auth/user/grant", {"user": "root", "role": "root"})
+        etcd.post("/v3/auth/enable", {})
+        (tmp_path / "password").write_text("s3cret\n")
+        path = tmp_path / "cluster.toml"
+        path.write_text(
+            f'[cluster]\nname = "x"\ninsecure = true\ncontroller = "127.0.0.1:{free_port()}"\n'
+            f'[etcd]\nendpoints = ["{etcd.url}"]\nuser = "root"\npassword_file = "password"\n'
+            '[[node]]\nname = "n"\nlisten = "127.0.0.1:9"\nhost = "a"\n'
+        )
+        # When cluster status is asked
+        done = cluster_status(path, timeout=5)
+        # Then it read etcd as that user: no node is registered, nobody holds the role
+        assert done.returncode == 0, done.stderr
+        assert "etcd  cluster 'x'  membership  scheduler none" in done.stdout, done.stdout
+        # When the password is wrong, etcd refuses the user, and status says so
+        (tmp_path / "password").write_text("guess\n")
+        refused = cluster_status(path, timeout=5)
+    assert refused.returncode == 1, refused
+    assert "etcd refused user 'root'" in refused.stderr, refused.stderr
     assert "Traceback" not in refused.stderr
 
 

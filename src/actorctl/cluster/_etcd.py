@@ -73,6 +73,8 @@ class EtcdClient:
             (default: a third of ``timeout``, so that three members get their turn).
         ca_file, cert_file, key_file: TLS files (a client certificate when etcd
             runs with ``--client-cert-auth``).
+        user, password: an etcd user, when etcd's auth is enabled: the client
+            gets a token for it, and a new one when etcd no longer takes it.
 
     Raises:
         ConfigError: an endpoint that is not an http(s) URL, a timeout that is
@@ -88,6 +90,8 @@ class EtcdClient:
         ca_file: Path | None = None,
         cert_file: Path | None = None,
         key_file: Path | None = None,
+        user: str | None = None,
+        password: str | None = None,
     ) -> None:
         for name, value in (("timeout", timeout), ("connect_timeout", connect_timeout)):
             if value is not None and not (isinstance(value, int | float) and value > 0):
@@ -99,6 +103,7 @@ class EtcdClient:
             endpoints,
             connect_timeout=connect_timeout or self.timeout / 3,
             ssl_context=context,
+            credentials=None if user is None or password is None else (user, password),
         )
 
     @property

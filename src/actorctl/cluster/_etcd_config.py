@@ -6,6 +6,8 @@
     ca = "etcd/ca.pem"          # etcd's CA, for https endpoints (default: the system's)
     cert = "etcd/client.pem"    # a client certificate and its key, when etcd
     key = "etcd/client.key"     # runs with --client-cert-auth
+    user = "actorctl"           # a user and the file that holds its password,
+    password_file = "etcd/password"   # when etcd's auth is enabled
 
 Without the table a cluster is one host and needs no etcd (``cluster up``, the
 embedded default); with it, ``actorctl host up FILE --host NAME`` on each host
@@ -30,7 +32,7 @@ from ._membership import DEFAULT_NODE_TTL
 __all__ = ["ETCD_KEYS", "EtcdSettings", "check_hosts", "etcd_settings"]
 
 #: The keys of the [etcd] table.
-ETCD_KEYS: Final = frozenset({"endpoints", "ttl", "ca", "cert", "key"})
+ETCD_KEYS: Final = frozenset({"endpoints", "ttl", "ca", "cert", "key", "user", "password_file"})
 
 
 @final
@@ -43,6 +45,8 @@ class EtcdSettings:
         ttl: the lease's ttl of a node's registration, whole seconds.
         ca: etcd's CA certificate, for ``https`` endpoints (None: the system's CAs).
         cert, key: a client certificate and its key (etcd's ``--client-cert-auth``).
+        user, password_file: an etcd user, and the file that holds its password
+            (its first line), when etcd's auth is enabled.
     """
 
     endpoints: tuple[str, ...]
@@ -50,12 +54,14 @@ class EtcdSettings:
     ca: Path | None = None
     cert: Path | None = None
     key: Path | None = None
+    user: str | None = None
+    password_file: Path | None = None
 
     def client(self, timeout: float | None = None) -> EtcdClient:
-        """A client of this etcd, with its TLS files.
+        """A client of this etcd, with its TLS files and its user.
 
         Raises:
-            ConfigError: a TLS file that cannot be read, naming it.
+            ConfigError: a TLS file or the password file that cannot be read, naming it.
         """
         return EtcdClient(
             self.endpoints,
@@ -63,6 +69,8 @@ class EtcdSettings:
             ca_file=self.ca,
             cert_file=self.cert,
             key_file=self.key,
+            user=self.user,
+            password=None if self.password_file is None else _password(self.password_file),
         )
 
     def with_endpoints(self, endpoints: Sequence[str]) -> EtcdSettings:
@@ -131,17 +139,49 @@ def etcd_settings(path: Path, table: object) -> EtcdSettings | None:
             f"{path}: key 'etcd.{missing}' is missing: etcd.{given} is given, and a client "
             "certificate needs both cert and key (or neither)"
         )
-    return EtcdSettings(endpoints, ttl, **files)
+    user = table.get("user")
+    if user is not None and (not isinstance(user, str) or not user):
+        raise ConfigError(f"{path}: key 'etcd.user': expected an etcd user's name, got {user!r}")
+    password_file = _tls_file(path, "password_file", table.get("password_file"))
+    if (user is None) != (password_file is None):
+        given, missing = (
+            ("user", "password_file") if user is not None else ("password_file", "user")
+        )
+        raise ConfigError(
+            f"{path}: key 'etcd.{missing}' is missing: etcd.{given} is given, and etcd's "
+            "auth needs both a user and the file that holds its password (or neither)"
+        )
+    return EtcdSettings(endpoints, ttl, **files, user=user, password_file=password_file)
+
+
+def _password(path: Path) -> str:
+    """The password in the first line of ``path``.
+
+    Raises:
+        ConfigError: the file cannot be read, or its first line is empty.
+    """
+    try:
+        lines = path.read_text().splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(
+            f"etcd password_file {path}: cannot be read ({exc}): it holds the password of "
+            "[etcd] user in its first line"
+        ) from None
+    if not lines or not lines[0]:
+        raise ConfigError(f"etcd password_file {path}: its first line (the password) is empty")
+    return lines[0]
 
 
 def _tls_file(path: Path, name: str, value: object) -> Path | None:
-    """The file ``value`` names, relative to the cluster file's directory."""
+    """The file ``value`` names, relative to the cluster file's directory (a
+    TLS file, or the password file)."""
     if value is None:
         return None
     if not isinstance(value, str) or not value:
+        example = "etcd/password" if name == "password_file" else f"etcd/{name}.pem"
         raise ConfigError(
             f"{path}: key 'etcd.{name}': expected a file's path (relative to the "
-            f'cluster file), like "etcd/{name}.pem", got {value!r}'
+            f"cluster file), like {example!r}, got {value!r}"
         )
     return (path.parent / value).resolve()
 

@@ -46,6 +46,10 @@ MAX_ANSWER: Final = 32 << 20
 MAX_LINE: Final = 1 << 20
 #: gRPC's status code for "unavailable" (e.g. "etcdserver: no leader"): try another member.
 _UNAVAILABLE: Final = 14
+#: Where a user gets its token (etcd's auth), and what etcd says when a request
+#: has no token, or one it no longer takes.
+_AUTHENTICATE: Final = "/v3/auth/authenticate"
+_NO_TOKEN: Final = ("user name is empty", "invalid auth token")
 
 
 class EtcdError(ActorctlError):
@@ -234,6 +238,7 @@ class Wire:
         *,
         connect_timeout: float,
         ssl_context: ssl.SSLContext | None,
+        credentials: tuple[str, str] | None = None,
     ) -> None:
         if isinstance(endpoints, str) or not endpoints:
             raise ConfigError("etcd endpoints: give a list of URLs, e.g. ['http://127.0.0.1:2379']")
@@ -243,6 +248,8 @@ class Wire:
         self._connect_timeout = connect_timeout
         self._ssl_context = ssl_context
         self._first = 0  # the endpoint that answered last
+        self._credentials = credentials  # (user, password), when etcd's auth is on
+        self._token: str | None = None  # what etcd gave for them, sent with each request
 
     async def call(self, path: str, body: dict[str, Any], timeout: float) -> dict[str, Any]:
         """POST ``body`` to ``path`` and return etcd's JSON answer (a stream's first message).
@@ -281,7 +288,7 @@ class Wire:
             share = max(deadline - trio.current_time(), 0) / (len(self.endpoints) - turn)
             with trio.move_on_after(share):
                 try:
-                    opened = await self._open(endpoint, path, payload)
+                    opened = await self._open_as_user(endpoint, path, payload)
                 except _Unreachable as exc:
                     tried.append(f"{endpoint.url} ({exc})")
                     continue
@@ -300,15 +307,58 @@ class Wire:
         finally:
             await trio.aclose_forcefully(stream)
 
+    async def _open_as_user(
+        self, endpoint: _Endpoint, path: str, payload: bytes
+    ) -> tuple[trio.abc.Stream, _Messages, dict[str, Any]]:
+        """``_open``, with the token of the configured user: got first, and got
+        again when etcd no longer takes it (tokens end: at etcd's restart, or
+        after ``--auth-token-ttl`` unused)."""
+        if self._credentials is not None and self._token is None:
+            await self._authenticate(endpoint)
+        try:
+            return await self._open(endpoint, path, payload)
+        except EtcdError as exc:
+            if not any(why in str(exc) for why in _NO_TOKEN):
+                raise
+            if self._credentials is None:
+                raise EtcdError(
+                    f"{exc}: etcd's auth is enabled: give a user and the file of its "
+                    "password ([etcd] user and password_file)",
+                    exc.code,
+                ) from None
+            self._token = None
+            await self._authenticate(endpoint)
+            return await self._open(endpoint, path, payload)
+
+    async def _authenticate(self, endpoint: _Endpoint) -> None:
+        assert self._credentials is not None
+        user, password = self._credentials
+        body = json.dumps({"name": user, "password": password}).encode()
+        try:
+            stream, _, answer = await self._open(endpoint, _AUTHENTICATE, body)
+        except EtcdError as exc:
+            raise EtcdError(
+                f"etcd refused user {user!r}: {exc}: check [etcd] user and the password "
+                "in its password_file",
+                exc.code,
+            ) from None
+        await trio.aclose_forcefully(stream)
+        token = answer.get("token")
+        if not isinstance(token, str) or not token:
+            raise EtcdError(f"etcd gave user {user!r} no token: {answer!r}")
+        self._token = token
+
     async def _open(
         self, endpoint: _Endpoint, path: str, payload: bytes
     ) -> tuple[trio.abc.Stream, _Messages, dict[str, Any]]:
         stream = await self._connect(endpoint)
         try:
+            token = self._token if path != _AUTHENTICATE else None
             request = (
                 f"POST {path} HTTP/1.1\r\nHost: {endpoint.authority}\r\n"
                 f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\n"
-                "Connection: close\r\n\r\n"
+                + (f"Authorization: {token}\r\n" if token else "")
+                + "Connection: close\r\n\r\n"
             ).encode()
             await stream.send_all(request + payload)
             reader = _Reader(stream)
