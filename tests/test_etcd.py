@@ -476,6 +476,19 @@ async def test_a_client_reaches_etcd_over_tls_with_its_ca(
 # -- a user, when etcd's auth is enabled ---------------------------------------------------
 
 
+async def test_a_user_given_before_etcds_auth_is_enabled_is_not_in_the_way(
+    etcd: EtcdServer, prefix: str
+) -> None:
+    # Given an etcd whose auth is not enabled (yet), and a client given a user
+    client = EtcdClient([etcd.url], timeout=2, user="actorctl", password="s3cret")
+    with trio.fail_after(10):
+        # Then it reads and writes as any client (etcd has no token to give)
+        await client.put(prefix + "a", b"1")
+        a = await client.get(prefix + "a")
+    assert a is not None
+    assert a.value == b"1"
+
+
 def _enable_auth(etcd: EtcdServer, password: str) -> None:
     """Turn etcd's auth on, with the user ``root`` (``password``), and the
     user ``actorctl`` (``password`` too) that may read and write /actorctl/ only,
@@ -490,7 +503,7 @@ def _enable_auth(etcd: EtcdServer, password: str) -> None:
     etcd.post("/v3/auth/enable", {})
 
 
-async def test_a_user_that_may_use_only_actorctls_keys_registers_and_leads(
+async def test_a_user_that_may_use_only_actorctls_keys_holds_a_key_under_a_lease_and_watches(
     own_etcd: EtcdServer,
 ) -> None:
     # Given an etcd whose auth is enabled, and a user that may read and write

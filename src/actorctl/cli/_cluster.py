@@ -157,7 +157,7 @@ async def cluster_down(file: Path, timeout: float) -> None:
     A cluster that spans hosts that no Controller runs (`host up` on each
     host) is asked through etcd: every `host up` stops its nodes, and this
     waits until none is registered."""
-    config = load(file)
+    config = load(file, member=False)  # across hosts, down asks etcd only
     if await across_hosts(config):
         click.echo(await down_across(config, timeout))
     else:

@@ -25,6 +25,7 @@ from ..cluster import (
     ClusterConfig,
     EtcdClient,
     EtcdError,
+    EtcdUnavailable,
     Node,
     ask_down,
     ask_stop_node,
@@ -69,13 +70,15 @@ def reach_options(command: F) -> F:
     return timeout(etcd_to_reach(command))
 
 
-def load(file: Path) -> ClusterConfig:
+def load(file: Path, *, member: bool = True) -> ClusterConfig:
     """The cluster file a command asks about, with the etcd ``--etcd`` gives
-    (over its [etcd] table); a wrong file, or a wrong endpoint, ends the
-    command (exit 2), named."""
+    (over its [etcd] table); a wrong file, a wrong endpoint, or (``member``:
+    it asks as the ``cli`` member) the ``cli`` member's certificate or key
+    missing, end the command (exit 2), named."""
     try:
         config = load_cluster(file)
-        config.security(CLI_NAME)
+        if member:
+            config.security(CLI_NAME)
         endpoints = etcd_given()
         if endpoints:
             config = attrs.evolve(config, etcd=etcd_settings(config, endpoints))
@@ -163,17 +166,24 @@ async def across_hosts(config: ClusterConfig) -> bool:
     return bool(config.hosts) and config.etcd is not None and not await controller_answers(config)
 
 
-async def ask_hosts(config: ClusterConfig, timeout: float, ask: AcrossHosts[T]) -> T:
-    """What ``ask`` finds across the hosts of ``config``'s cluster, asking as
-    the ``cli`` member; etcd not answering, a wrong etcd table, or an error of
-    the cluster's end the command, named."""
+async def ask_hosts(
+    config: ClusterConfig, timeout: float, ask: AcrossHosts[T], *, nodes: bool = True
+) -> T:
+    """What ``ask`` finds across the hosts of ``config``'s cluster, asking the
+    nodes as the ``cli`` member (``nodes``; else etcd only, and its ``Refs``
+    must not be used); etcd not answering or refusing, a wrong etcd table, or
+    an error of the cluster's end the command, named."""
     assert config.etcd is not None  # across_hosts said so
     try:
         client = config.etcd.client(timeout)
+        if not nodes:
+            return await ask(config, client, _no_refs)
         async with cli_node(config, connect_timeout=min(2.0, timeout)) as node:
             return await ask(config, client, node.ref)
-    except* EtcdError as group:
+    except* EtcdUnavailable as group:
         fail(f"cluster {config.name!r}: etcd does not answer: {first_error(group)}", 1)
+    except* EtcdError as group:
+        fail(f"cluster {config.name!r}: {first_error(group)}", 1)
     except* ConfigError as group:
         fail(f"{first_error(group)}", 2)
     except* ActorctlError as group:
@@ -217,7 +227,7 @@ async def down_across(config: ClusterConfig, timeout: float) -> str:
     async def down(config: ClusterConfig, client: EtcdClient, _: Refs) -> list[str]:
         return await ask_down(config, client, timeout)
 
-    left = await ask_hosts(config, min(5.0, timeout), down)
+    left = await ask_hosts(config, min(5.0, timeout), down, nodes=False)
     if left:
         fail(
             f"cluster {config.name!r}: down asked through etcd, and after {timeout:g} s "
@@ -240,7 +250,7 @@ async def stop_across(config: ClusterConfig, node: str, timeout: float) -> str:
     async def stop(config: ClusterConfig, client: EtcdClient, _: Refs) -> bool:
         return await ask_stop_node(config, client, node, timeout)
 
-    if not await ask_hosts(config, min(5.0, timeout), stop):
+    if not await ask_hosts(config, min(5.0, timeout), stop, nodes=False):
         fail(
             f"cluster {config.name!r}: shutdown of node {node!r} asked through etcd, and "
             f"after {timeout:g} s it is still registered (its host up is not running, or "
@@ -248,6 +258,10 @@ async def stop_across(config: ClusterConfig, node: str, timeout: float) -> str:
             1,
         )
     return f"node {node!r} stopped"
+
+
+def _no_refs(address: str) -> ActorRef:
+    raise AssertionError(f"asked {address} with etcd only")  # ask_hosts(nodes=False)
 
 
 def first_error(group: BaseExceptionGroup[BaseException]) -> BaseException:

@@ -22,6 +22,7 @@ from ._engine import EngineHandler as EngineHandler
 from ._etcd import EtcdClient as EtcdClient
 from ._etcd_config import EtcdSettings as EtcdSettings
 from ._etcd_wire import EtcdError as EtcdError
+from ._etcd_wire import EtcdUnavailable as EtcdUnavailable
 from ._foreman import CLI_NAME as CLI_NAME
 from ._foreman import Foreman as Foreman
 from ._foreman import NodeDied as NodeDied

@@ -15,7 +15,8 @@ letter older than the TTL is gone. When the table is 80 % full an error line is
 logged, once, until it drains below that again.
 
 ``_deadletters`` on every node answers ``list``, ``show``, ``retry`` and
-``purge`` (what ``actorctl deadletters`` sends, through the Controller), and
+``purge`` (what ``actorctl deadletters`` sends, through the Controller, or
+directly across hosts), and
 ``fill`` (how many it holds, and whether 80 % full: what ``cluster status``
 shows).
 """

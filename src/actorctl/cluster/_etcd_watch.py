@@ -26,7 +26,7 @@ from typing import Any, final
 import trio
 
 from ._etcd_data import WatchEvent, key_range, number, revision_of, watch_event
-from ._etcd_wire import EtcdCompacted, EtcdError, EtcdUnavailable, Wire
+from ._etcd_wire import NO_TOKEN, EtcdCompacted, EtcdError, EtcdUnavailable, Wire
 
 __all__ = ["Watch"]
 
@@ -74,6 +74,7 @@ class Watch:
         self._stack: AsyncExitStack | None = None
         self._messages: AsyncIterator[dict[str, Any]] | None = None
         self._events: deque[WatchEvent] = deque()
+        self._token: str | None = None
 
     async def __aenter__(self) -> Watch:
         await self._open()
@@ -116,6 +117,7 @@ class Watch:
         first, self._messages = await stack.enter_async_context(
             self._wire.stream("/v3/watch", {"create_request": body}, self._timeout)
         )
+        self._token = self._wire.token  # what it was opened with (etcd's auth)
         self._stack = stack
         await self._take(first)
 
@@ -143,6 +145,11 @@ class Watch:
                     compacted,
                 )
             reason = result.get("cancel_reason") or "no reason given"
+            if any(why in reason for why in NO_TOKEN):
+                # etcd (3.5) cancels a watch whose token it no longer takes: a
+                # new token, and the watch set up again, as after a break
+                self._wire.forget_token(self._token)
+                raise self._broken(f"etcd cancelled it: {reason}")
             raise EtcdError(f"etcd cancelled the watch of {self._key!r}: {reason}")
         events = [watch_event(e) for e in result.get("events", ())]
         if events:

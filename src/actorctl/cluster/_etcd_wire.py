@@ -49,7 +49,8 @@ _UNAVAILABLE: Final = 14
 #: Where a user gets its token (etcd's auth), and what etcd says when a request
 #: has no token, or one it no longer takes.
 _AUTHENTICATE: Final = "/v3/auth/authenticate"
-_NO_TOKEN: Final = ("user name is empty", "invalid auth token")
+NO_TOKEN: Final = ("user name is empty", "invalid auth token")
+_AUTH_OFF: Final = "authentication is not enabled"
 
 
 class EtcdError(ActorctlError):
@@ -250,6 +251,7 @@ class Wire:
         self._first = 0  # the endpoint that answered last
         self._credentials = credentials  # (user, password), when etcd's auth is on
         self._token: str | None = None  # what etcd gave for them, sent with each request
+        self._authenticating = trio.Lock()
 
     async def call(self, path: str, body: dict[str, Any], timeout: float) -> dict[str, Any]:
         """POST ``body`` to ``path`` and return etcd's JSON answer (a stream's first message).
@@ -314,11 +316,12 @@ class Wire:
         again when etcd no longer takes it (tokens end: at etcd's restart, or
         after ``--auth-token-ttl`` unused)."""
         if self._credentials is not None and self._token is None:
-            await self._authenticate(endpoint)
+            await self._authenticate(endpoint, None)
+        used = self._token
         try:
             return await self._open(endpoint, path, payload)
         except EtcdError as exc:
-            if not any(why in str(exc) for why in _NO_TOKEN):
+            if not any(why in str(exc) for why in NO_TOKEN):
                 raise
             if self._credentials is None:
                 raise EtcdError(
@@ -326,27 +329,46 @@ class Wire:
                     "password ([etcd] user and password_file)",
                     exc.code,
                 ) from None
-            self._token = None
-            await self._authenticate(endpoint)
+            await self._authenticate(endpoint, used)
             return await self._open(endpoint, path, payload)
 
-    async def _authenticate(self, endpoint: _Endpoint) -> None:
+    def forget_token(self, used: str | None) -> None:
+        """etcd no longer takes the token ``used`` (a watch it cancelled for it
+        says so): the next request gets a new one, unless one was got since."""
+        if used is not None and self._token == used:
+            self._token = None
+
+    @property
+    def token(self) -> str | None:
+        """The token requests are sent with now (None: none yet, or no user)."""
+        return self._token
+
+    async def _authenticate(self, endpoint: _Endpoint, stale: str | None) -> None:
+        """Get a token for the configured user, unless another task got a new
+        one since ``stale`` (the token the caller found wanting) was: one
+        password check at etcd for all the requests that found it wanting."""
         assert self._credentials is not None
-        user, password = self._credentials
-        body = json.dumps({"name": user, "password": password}).encode()
-        try:
-            stream, _, answer = await self._open(endpoint, _AUTHENTICATE, body)
-        except EtcdError as exc:
-            raise EtcdError(
-                f"etcd refused user {user!r}: {exc}: check [etcd] user and the password "
-                "in its password_file",
-                exc.code,
-            ) from None
-        await trio.aclose_forcefully(stream)
-        token = answer.get("token")
-        if not isinstance(token, str) or not token:
-            raise EtcdError(f"etcd gave user {user!r} no token: {answer!r}")
-        self._token = token
+        async with self._authenticating:
+            if self._token is not None and self._token != stale:
+                return  # another task got a new one meanwhile
+            user, password = self._credentials
+            body = json.dumps({"name": user, "password": password}).encode()
+            try:
+                stream, _, answer = await self._open(endpoint, _AUTHENTICATE, body)
+            except EtcdError as exc:
+                if _AUTH_OFF in str(exc):  # a user given before etcd's auth is on
+                    self._token = ""  # none needed: got when etcd asks for one
+                    return
+                raise EtcdError(
+                    f"etcd refused user {user!r}: {exc}: check [etcd] user and the "
+                    "password in its password_file",
+                    exc.code,
+                ) from None
+            await trio.aclose_forcefully(stream)
+            token = answer.get("token")
+            if not isinstance(token, str) or not token:
+                raise EtcdError(f"etcd gave user {user!r} no token: {answer!r}")
+            self._token = token
 
     async def _open(
         self, endpoint: _Endpoint, path: str, payload: bytes

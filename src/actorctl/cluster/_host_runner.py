@@ -13,9 +13,9 @@ granted by etcd (``_role_lease.py``), ``cluster status`` and ``control``
 read etcd and ask each node (``_node_view.py``), and ``cluster down`` writes
 the cluster's down key in etcd, which every ``host up`` watches
 (:func:`watch_down`, :func:`ask_down`): each stops its nodes, which leave
-etcd as they go. ``control shutdown FILE NODE`` writes the same key naming one
-node (:func:`ask_stop_node`): the host that runs it stops it for good (until
-its ``host up`` starts again), the others go on. ``cluster reload`` does not
+etcd as they go. ``control shutdown FILE NODE`` writes a key under it for one
+node (``down/NODE``, :func:`ask_stop_node`): the host that runs it stops it
+for good (until its ``host up`` starts again), the others go on. ``cluster reload`` does not
 reach a cluster started this way.
 """
 
@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Awaitable, Callable
-from typing import Any, Final
+from collections.abc import Callable
+from typing import Final
 
 import trio
 
@@ -35,7 +35,7 @@ from ._config import ClusterConfig, NodeConfig
 from ._controller import _notify_systemd
 from ._etcd import EtcdClient
 from ._etcd_config import EtcdSettings
-from ._etcd_data import KeyValue
+from ._etcd_data import KeyValue, WatchEvent
 from ._etcd_wire import EtcdCompacted, EtcdError
 from ._foreman import Foreman, NodeState
 from ._node_record import nodes_prefix
@@ -47,6 +47,7 @@ __all__ = [
     "down_key",
     "host_nodes",
     "run_host",
+    "stop_key",
     "watch_down",
 ]
 
@@ -57,6 +58,11 @@ _WATCH_RETRY: Final = (0.1, 5.0)
 def down_key(cluster: str) -> str:
     """The key ``cluster down`` writes to stop every host of ``cluster``."""
     return nodes_prefix(cluster).removesuffix("nodes/") + "down"
+
+
+def stop_key(cluster: str, node: str) -> str:
+    """The key ``control shutdown FILE NODE`` writes to stop ``node`` for good."""
+    return f"{down_key(cluster)}/{node}"
 
 
 def host_nodes(config: ClusterConfig, host: str) -> list[NodeConfig]:
@@ -130,18 +136,26 @@ async def run_host(
     )
 
     async def stop_node(name: str) -> None:
-        if name in states:  # one of this host's: the others' hosts stop theirs
-            log("actorctl:host:stop-node", host=host, node=name)
+        log("actorctl:host:stop-node", host=host, node=name)
+        try:
             await supervisor.terminate_child(name)
-            state = states[name]
-            state.state, state.address = "stopped", None
-            state.reason = "stopped by control shutdown"
-            on_change(state)
+        except Exception as exc:  # said; the host runs on (`control shutdown` waits, then says so)
+            log("actorctl:host:stop-node-failed", host=host, node=name, error=str(exc))
+            return
+        state = states[name]
+        state.state, state.address = "stopped", None
+        state.reason = "stopped by control shutdown"
+        on_change(state)
 
     async with trio.open_nursery() as nursery:
+
+        def asked_to_stop(name: str) -> None:
+            if name in states:  # one of this host's: the others' hosts stop theirs
+                nursery.start_soon(stop_node, name)  # a down meanwhile is not held up
+
         # Watching before any node starts: a `cluster down` from then on stops them.
         client = settings.client()
-        await nursery.start(watch_down, client, config.name, host, stop, stop_node)
+        await nursery.start(watch_down, client, config.name, host, stop, asked_to_stop)
         await nursery.start(supervisor.run)
         task_status.started(states)
         _notify_systemd("READY=1")
@@ -154,7 +168,7 @@ async def watch_down(
     cluster: str,
     host: str,
     stop: trio.Event,
-    stop_node: Callable[[str], Awaitable[None]] | None = None,
+    stop_node: Callable[[str], None] | None = None,
     *,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
@@ -176,20 +190,21 @@ async def watch_down(
         try:
             if since is None:
                 since = (await client.get_prefix(key)).revision
-            async with client.watch(key, start_revision=since + 1) as watch:
+            async with client.watch_prefix(key, since + 1) as watch:
                 try:
                     async for event in watch:
-                        if event.kind == "put" and await _asked(event.value, host, stop_node):
+                        if event.kind == "put" and _asked(key, event, host, stop_node):
                             stop.set()
                             return
                 finally:
                     since = max(since, watch.next_revision - 1)
         except EtcdCompacted:
             held = await _read(client, key)
-            missed = held is not None and since is not None and held.mod_revision > since
-            if missed and held is not None and await _asked(held.value, host, stop_node):
-                stop.set()
-                return
+            missed = [kv for kv in held if since is not None and kv.mod_revision > since]
+            for kv in sorted(missed, key=lambda kv: kv.mod_revision):
+                if _asked(key, kv, host, stop_node):
+                    stop.set()
+                    return
             since = None
         except Exception as exc:  # any failure: said once a break, and watched again
             if delay == first:
@@ -200,30 +215,25 @@ async def watch_down(
             delay = first
 
 
-async def _asked(
-    value: bytes, host: str, stop_node: Callable[[str], Awaitable[None]] | None
+def _asked(
+    down: str, written: KeyValue | WatchEvent, host: str, stop_node: Callable[[str], None] | None
 ) -> bool:
-    """What a write of the down key asks: True for the whole cluster down; for
-    one node (``control shutdown FILE NODE``), it is stopped here if this host
-    runs it, and False."""
-    try:
-        asked: Any = json.loads(value)
-    except ValueError:
-        asked = None
-    node = asked.get("node") if isinstance(asked, dict) else None
-    if not isinstance(node, str):
-        log("actorctl:host:down", host=host, asked=value.decode(errors="replace"))
+    """What a write under the down key asks: True for the whole cluster down
+    (the key itself); for one node (``down/NODE``), ``stop_node`` is told, and False."""
+    key = written.key
+    if key == down:
+        log("actorctl:host:down", host=host, asked=written.value.decode(errors="replace"))
         return True
-    if stop_node is not None:
-        await stop_node(node)
+    if key.startswith(f"{down}/") and stop_node is not None:
+        stop_node(key[len(down) + 1 :])
     return False
 
 
-async def _read(client: EtcdClient, key: str) -> KeyValue | None:
+async def _read(client: EtcdClient, prefix: str) -> list[KeyValue]:
     try:
-        return await client.get(key)
+        return list((await client.get_prefix(prefix)).kvs)
     except EtcdError:
-        return None
+        return []
 
 
 async def ask_down(config: ClusterConfig, client: EtcdClient, timeout: float) -> list[str]:
@@ -264,7 +274,7 @@ async def ask_stop_node(
         EtcdError: etcd could not be reached (naming each endpoint).
     """
     key = nodes_prefix(config.name) + node
-    await client.put(down_key(config.name), json.dumps({"asked": time.time(), "node": node}))
+    await client.put(stop_key(config.name, node), json.dumps({"asked": time.time()}))
     with trio.move_on_after(timeout):
         while True:
             snapshot = await client.get_prefix(key)

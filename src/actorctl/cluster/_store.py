@@ -86,6 +86,7 @@ class Store:
         self._queue: list[_Write] = []  # written in memory, not yet committed
         self._queued = 0  # writes ever queued
         self._committed = 0  # of those, how many are on disk
+        self._committing = 0  # of those, how many the commit under way takes
         self._wake = trio.Event()  # something was queued
         self._hurry = trio.Event()  # someone syncs: commit now
         self._flushed = trio.Event()  # set (and replaced) after each commit
@@ -144,7 +145,7 @@ class Store:
         once for a memory store, or once the store fell back to memory). Awaiting
         it makes sense only while :meth:`run` runs: that is what commits."""
         target = self._queued
-        if self._durable and self._committed < target:
+        if self._durable and self._committing < target:  # not in the commit under way
             self._hurry.set()
         while self._durable and self._committed < target:
             await self._flushed.wait()
@@ -231,6 +232,7 @@ class Store:
         if db is None or not self._durable or (not count and purge is None):
             return
         batch = self._queue[:count]
+        self._committing = upto
         try:
             await trio.to_thread.run_sync(_commit, db, batch, purge, abandon_on_cancel=abandon)
         except (OSError, sqlite3.Error) as exc:
