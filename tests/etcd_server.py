@@ -8,6 +8,7 @@ missing (``.ci/run`` installs it).
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import os
@@ -128,6 +129,19 @@ class EtcdServer:
             result: dict[str, Any] = json.load(answer)
             return result
 
+    def enable_auth(self, password: str) -> None:
+        """Turn etcd's auth on, with the user ``root`` (``password``), and the
+        user ``actorctl`` (``password`` too) that may read and write /actorctl/
+        only, as docs/deploy.md says to make it."""
+        self.post("/v3/auth/user/add", {"name": "root", "password": password})
+        self.post("/v3/auth/user/grant", {"user": "root", "role": "root"})
+        self.post("/v3/auth/role/add", {"name": "actorctl"})
+        span = {"key": _b64("/actorctl/"), "range_end": _b64("/actorctl0")}
+        self.post("/v3/auth/role/grant", {"name": "actorctl", "perm": {"permType": 2, **span}})
+        self.post("/v3/auth/user/add", {"name": "actorctl", "password": password})
+        self.post("/v3/auth/user/grant", {"user": "actorctl", "role": "actorctl"})
+        self.post("/v3/auth/enable", {})
+
     def log_tail(self) -> str:
         return (self.directory / "etcd.log").read_text(errors="replace")[-2000:]
 
@@ -221,3 +235,7 @@ class Proxy:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(pump, client, server)
                 nursery.start_soon(pump, server, client)
+
+
+def _b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()

@@ -15,7 +15,7 @@ import trio
 
 from actorctl.cluster._election import Deposed, Leadership, open_leadership
 from actorctl.cluster._etcd import EtcdClient
-from actorctl.cluster._etcd_data import Compare, Get, Put, b64
+from actorctl.cluster._etcd_data import Compare, Get, Put
 from actorctl.cluster._etcd_wire import EtcdCompacted, EtcdError, EtcdUnavailable
 
 from .etcd_server import EtcdServer, open_proxy, running_etcd
@@ -489,26 +489,12 @@ async def test_a_user_given_before_etcds_auth_is_enabled_is_not_in_the_way(
     assert a.value == b"1"
 
 
-def _enable_auth(etcd: EtcdServer, password: str) -> None:
-    """Turn etcd's auth on, with the user ``root`` (``password``), and the
-    user ``actorctl`` (``password`` too) that may read and write /actorctl/ only,
-    as docs/deploy.md says to make it."""
-    etcd.post("/v3/auth/user/add", {"name": "root", "password": password})
-    etcd.post("/v3/auth/user/grant", {"user": "root", "role": "root"})
-    etcd.post("/v3/auth/role/add", {"name": "actorctl"})
-    span = {"key": b64("/actorctl/"), "range_end": b64("/actorctl0")}
-    etcd.post("/v3/auth/role/grant", {"name": "actorctl", "perm": {"permType": 2, **span}})
-    etcd.post("/v3/auth/user/add", {"name": "actorctl", "password": password})
-    etcd.post("/v3/auth/user/grant", {"user": "actorctl", "role": "actorctl"})
-    etcd.post("/v3/auth/enable", {})
-
-
 async def test_a_user_that_may_use_only_actorctls_keys_holds_a_key_under_a_lease_and_watches(
     own_etcd: EtcdServer,
 ) -> None:
     # Given an etcd whose auth is enabled, and a user that may read and write
     # /actorctl/ only (as docs/deploy.md makes it)
-    _enable_auth(own_etcd, "s3cret")
+    own_etcd.enable_auth("s3cret")
     client = EtcdClient([own_etcd.url], timeout=2, user="actorctl", password="s3cret")
     prefix = "/actorctl/auth-test/"
     with trio.fail_after(20):
@@ -530,7 +516,7 @@ async def test_with_auth_enabled_a_user_gets_a_token_and_a_new_one_after_etcd_re
     own_etcd: EtcdServer, prefix: str
 ) -> None:
     # Given an etcd whose auth is enabled
-    _enable_auth(own_etcd, "s3cret")
+    own_etcd.enable_auth("s3cret")
     user = EtcdClient([own_etcd.url], timeout=2, user="root", password="s3cret")
     with trio.fail_after(20):
         # Then the configured user reads, writes and watches

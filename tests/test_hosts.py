@@ -442,6 +442,17 @@ def cluster_status(
     )
 
 
+def cluster_across(path: Path, etcd_table: str) -> Path:
+    """Write a cluster file across hosts at ``path``: its one node ``n`` on host
+    a, ``etcd_table`` the keys of its [etcd] table, and a Controller nobody runs."""
+    path.write_text(
+        f'[cluster]\nname = "x"\ninsecure = true\ncontroller = "127.0.0.1:{free_port()}"\n'
+        f"[etcd]\n{etcd_table}"
+        '[[node]]\nname = "n"\nlisten = "127.0.0.1:9"\nhost = "a"\n'
+    )
+    return path
+
+
 def test_cluster_status_reads_an_etcd_that_asks_for_client_certificates_with_the_files_certs(
     tmp_path: Path,
 ) -> None:
@@ -450,12 +461,10 @@ def test_cluster_status_reads_an_etcd_that_asks_for_client_certificates_with_the
         # Given a cluster file across hosts whose [etcd] names etcd's CA and a
         # client certificate (etcd runs with --client-cert-auth), and no Controller
         files = etcd.client_tls
-        path = tmp_path / "cluster.toml"
-        path.write_text(
-            f'[cluster]\nname = "x"\ninsecure = true\ncontroller = "127.0.0.1:{free_port()}"\n'
-            f'[etcd]\nendpoints = ["{etcd.url}"]\n'
-            f'ca = "{files.ca}"\ncert = "{files.cert}"\nkey = "{files.key}"\n'
-            '[[node]]\nname = "n"\nlisten = "127.0.0.1:9"\nhost = "a"\n'
+        path = cluster_across(
+            tmp_path / "cluster.toml",
+            f'endpoints = ["{etcd.url}"]\n'
+            f'ca = "{files.ca}"\ncert = "{files.cert}"\nkey = "{files.key}"\n',
         )
         # When cluster status is asked
         done = cluster_status(path, timeout=5)
@@ -481,15 +490,11 @@ def test_cluster_status_reads_an_etcd_whose_auth_is_on_as_the_files_user(tmp_pat
     with running_etcd(tmp_path / "etcd") as etcd:
         # Given an etcd whose auth is enabled (user root), and a cluster file
         # across hosts whose [etcd] names that user and the file of its password
-        etcd.post("/v3/auth/user/add", {"name": "root", "password": "s3cret"})
-        etcd.post("/v3/auth/user/grant", {"user": "root", "role": "root"})
-        etcd.post("/v3/auth/enable", {})
+        etcd.enable_auth("s3cret")
         (tmp_path / "password").write_text("s3cret\n")
-        path = tmp_path / "cluster.toml"
-        path.write_text(
-            f'[cluster]\nname = "x"\ninsecure = true\ncontroller = "127.0.0.1:{free_port()}"\n'
-            f'[etcd]\nendpoints = ["{etcd.url}"]\nuser = "root"\npassword_file = "password"\n'
-            '[[node]]\nname = "n"\nlisten = "127.0.0.1:9"\nhost = "a"\n'
+        path = cluster_across(
+            tmp_path / "cluster.toml",
+            f'endpoints = ["{etcd.url}"]\nuser = "root"\npassword_file = "password"\n',
         )
         # When cluster status is asked
         done = cluster_status(path, timeout=5)
@@ -529,12 +534,7 @@ def test_a_cluster_of_hosts_whose_etcd_does_not_answer_is_named_by_each_command_
     tmp_path: Path, command: tuple[str, ...], extra: list[str], error: tuple[str, ...]
 ) -> None:
     # Given a cluster file across hosts whose etcd does not answer, and no Controller
-    path = tmp_path / "cluster.toml"
-    path.write_text(
-        f'[cluster]\nname = "x"\ninsecure = true\ncontroller = "127.0.0.1:{free_port()}"\n'
-        '[etcd]\nendpoints = ["http://127.0.0.1:9"]\n'
-        '[[node]]\nname = "n"\nlisten = "127.0.0.1:9"\nhost = "a"\n'
-    )
+    path = cluster_across(tmp_path / "cluster.toml", 'endpoints = ["http://127.0.0.1:9"]\n')
     # When it is asked for its status, to go down, for its workers' stats, its
     # dead letters or its schedules, or to stop one node
     done = cluster_status(path, timeout=2, command=command, extra=extra)
