@@ -27,6 +27,7 @@ from ..cluster import (
     EtcdError,
     EtcdUnavailable,
     Node,
+    answer_within,
     ask_down,
     ask_stop_node,
     hosts_broadcast,
@@ -214,7 +215,7 @@ async def broadcast(
     did not answer."""
 
     async def across(config: ClusterConfig, client: EtcdClient, ref: Refs) -> dict[str, Any]:
-        return await hosts_broadcast(config, client, ref, actor, op, args, max(0.5, timeout * 0.8))
+        return await hosts_broadcast(config, client, ref, actor, op, args, answer_within(timeout))
 
     return await ask_cluster(file, timeout, ("broadcast", actor, op, args, timeout), across)
 

@@ -48,6 +48,7 @@ from ._member import serve_membership as serve_membership
 from ._node import Node as Node
 from ._node import open_node as open_node
 from ._node_record import nodes_prefix as nodes_prefix
+from ._node_view import answer_within as answer_within
 from ._node_view import hosts_broadcast as hosts_broadcast
 from ._node_view import hosts_letters as hosts_letters
 from ._node_view import hosts_schedules as hosts_schedules

@@ -15,8 +15,8 @@ the cluster's down key in etcd, which every ``host up`` watches
 (:func:`watch_down`, :func:`ask_down`): each stops its nodes, which leave
 etcd as they go. ``control shutdown FILE NODE`` writes a key under it for one
 node (``down/NODE``, :func:`ask_stop_node`): the host that runs it stops it
-for good (until its ``host up`` starts again), the others go on. ``cluster reload`` does not
-reach a cluster started this way.
+for good (until its ``host up`` starts again), the others go on. ``cluster
+reload`` does not reach a cluster started this way.
 """
 
 from __future__ import annotations
