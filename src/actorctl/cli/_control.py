@@ -160,8 +160,8 @@ async def revoke(
 @_TIMEOUT
 async def shutdown(file: Path, node: str | None, as_json: bool, timeout: float) -> None:
     """Stop NODE for good (it is not restarted until the cluster is: across
-    hosts, until its host's `host up` is), or, with
-    no NODE, the whole cluster (as `cluster down`): nodes in reverse order."""
+    hosts, until its host's `host up` is), or, with no NODE, the whole
+    cluster (as `cluster down`): nodes in reverse order."""
     config = load(file, member=False)  # across hosts, down asks etcd only
     if await across_hosts(config):
         said = await (stop_across(config, node, timeout) if node else down_across(config, timeout))
