@@ -22,8 +22,8 @@ from typing import Any
 import trio
 
 from actorctl import ActorRef, TlsFiles, open_node
-from actorctl.cluster import init_certs
 from actorctl.mailbox import IdentityKey, Keyring
+from actorctl.ops import init_certs
 
 ROOT = Path(__file__).resolve().parent.parent
 PAD = "x" * 79

@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT / "src"))
 from actorctl.supervision import Boxed, BoxedSpec  # noqa: E402
 
 PYTHON_WORKER = """
-from actorctl.tasks._boxed import serve
+from actorctl.tasks.worker._boxed import serve
 serve({"add": lambda a, b: a + b}, concurrency=1)
 """
 

@@ -15,7 +15,7 @@ cluster each); the ratio is veth / loopback.
 
 Routing a task to a logical name (the pool) costs no etcd round trip per
 message: each node keeps the directory in memory, read once and then watched
-(``cluster/_etcd_directory.py``: ``EtcdDirectory.pool_workers`` answers from
+(``etcd/_etcd_directory.py``: ``EtcdDirectory.pool_workers`` answers from
 the cached view; ``cluster/_member.py``'s ``PoolRouting`` retargets the pool's
 router only when the directory changes). The caller shows it: it reads etcd's
 request counters before and after the timed phase, and what etcd served meanwhile

@@ -25,8 +25,8 @@ from pathlib import Path
 import trio
 
 import actorctl
-from actorctl.cluster import init_certs
 from actorctl.mailbox import IdentityKey, Keyring
+from actorctl.ops import init_certs
 from examples.workers import Document
 
 TEXTS = {

@@ -8,7 +8,7 @@ what was lost and what ran twice.
 from __future__ import annotations
 
 from actorctl import App, Health
-from actorctl.tasks._client import current_client
+from actorctl.tasks.client._client import current_client
 
 app = App("b")
 app.pool("celery", concurrency=2)

@@ -27,7 +27,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from actorctl.cluster import ensure_dev_secrets, load_cluster
+from actorctl.cluster import load_cluster
+from actorctl.ops import ensure_dev_secrets
 from tests.etcd_server import EtcdServer
 from tests.hosts_app import PERIODIC_RUNS, RECORDS, runs
 from tests.netns import Network, wait_for_output
@@ -94,8 +95,8 @@ queue = "ticks"
 #: Waits (at most 30 s) until the etcd at ARGV[1] answers, then says "etcd up".
 WAIT_ETCD = """
 import sys, trio
-from actorctl.cluster._etcd import EtcdClient
-from actorctl.cluster._etcd_wire import EtcdUnavailable
+from actorctl.etcd._etcd import EtcdClient
+from actorctl.etcd._etcd_wire import EtcdUnavailable
 
 async def main(url):
     client = EtcdClient([url], timeout=1)
@@ -117,8 +118,8 @@ trio.run(main, sys.argv[1])
 #: in the etcd at ARGV[1]: node name to the lease each lives under.
 LIST_NODES = """
 import json, sys, trio
-from actorctl.cluster._etcd import EtcdClient
-from actorctl.cluster._node_record import nodes_prefix
+from actorctl.etcd._etcd import EtcdClient
+from actorctl.etcd._node_record import nodes_prefix
 
 async def main(url, cluster):
     prefix = nodes_prefix(cluster)
@@ -132,8 +133,8 @@ trio.run(main, sys.argv[1], sys.argv[2])
 #: etcd at ARGV[1] (an empty line when none holds it).
 READ_HOLDER = """
 import sys, trio
-from actorctl.cluster._etcd import EtcdClient
-from actorctl.cluster._role_lease import role_key
+from actorctl.etcd._etcd import EtcdClient
+from actorctl.etcd._role_lease import role_key
 
 async def main(url, cluster, role):
     held = await EtcdClient([url], timeout=5).get(role_key(cluster, role))
@@ -147,8 +148,8 @@ trio.run(main, *sys.argv[1:4])
 #: over and over), within ARGV[4] seconds.
 WAIT_HOLDER = """
 import sys, trio
-from actorctl.cluster._etcd import EtcdClient
-from actorctl.cluster._role_lease import follow_holder
+from actorctl.etcd._etcd import EtcdClient
+from actorctl.etcd._role_lease import follow_holder
 
 async def main(url, cluster, role, timeout, want):
     there = trio.Event()

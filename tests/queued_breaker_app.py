@@ -10,7 +10,7 @@ from __future__ import annotations
 import trio
 
 from actorctl import App, poisonous
-from actorctl.tasks._client import current_client
+from actorctl.tasks.client._client import current_client
 
 app = App("q")
 app.pool("celery", concurrency=1)

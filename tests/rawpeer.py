@@ -19,8 +19,8 @@ import trio
 from proton import Delivery, Link, Session
 
 from actorctl import TlsFiles
-from actorctl.cluster._engine import Engine, EngineHandler
-from actorctl.cluster._raw import lib, recv, remote_condition, send
+from actorctl.cluster.link._engine import Engine, EngineHandler
+from actorctl.cluster.link._raw import lib, recv, remote_condition, send
 
 
 @dataclass

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from actorctl.tasks._protocol import new_task_id
+from actorctl.tasks.protocol._protocol import new_task_id
 from tests.acks_app import app, at_most_once, begin
 from tests.state_app import runs, shut_gate
 from tests.test_task_state import WAIT, RunningCluster, wait_until

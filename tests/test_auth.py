@@ -17,7 +17,7 @@ import pytest
 import trio
 
 from actorctl import Actor, Envelope, Node, handler
-from actorctl.cluster._pending import Pending
+from actorctl.cluster.link._pending import Pending
 from actorctl.mailbox import IdentityKey, Outcome, canonical, encode, json_dumps, sign_ed25519
 from actorctl.mailbox._signing import Session, SessionSigner, sign_hmac
 

@@ -9,7 +9,7 @@ import trio
 from proton import Message
 
 from actorctl import Actor, Rejected, RemoteError, handler, open_node
-from actorctl.cluster._pending import Pending
+from actorctl.cluster.link._pending import Pending
 
 from .actors import Calculator
 from .harness import Logs, free_port, node_pair

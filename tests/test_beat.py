@@ -1,6 +1,6 @@
 """The beat on real in-process nodes (real sockets, a real worker running the
 task), under trio's autojump clock: days of periodic firings in milliseconds,
-and the scheduler lease that lets one beat of two fire (tasks/_beat.py).
+and the scheduler lease that lets one beat of two fire (tasks/services/_beat.py).
 
 Every node's wall clock is ``BASE + trio.current_time()``, so due times and the
 times the task records are exact.
@@ -18,12 +18,13 @@ import pytest
 import trio
 
 from actorctl import ActorctlError, App, RemoteError, TaskContext, open_node
-from actorctl.cluster import Controller, load_cluster
-from actorctl.tasks._beat import Beat
-from actorctl.tasks._client import Directory
-from actorctl.tasks._control import WorkerState
+from actorctl.cluster import load_cluster
+from actorctl.ops import Controller
 from actorctl.tasks._hosting import _worker_class
-from actorctl.tasks._periodic import PeriodicTask, Schedule, firing_id
+from actorctl.tasks.client._client import Directory
+from actorctl.tasks.services._beat import Beat
+from actorctl.tasks.services._periodic import PeriodicTask, Schedule, firing_id
+from actorctl.tasks.worker._control import WorkerState
 from tests.harness import Logs, free_port
 
 BASE = datetime.datetime(2026, 3, 28, 12, 0, tzinfo=datetime.UTC).timestamp()

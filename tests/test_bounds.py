@@ -19,9 +19,10 @@ import trio
 from proton import Link
 
 from actorctl import Actor, Address, ConfigError, Envelope, Node, handler, open_node
-from actorctl.cluster import _peer, load_cluster
-from actorctl.cluster._credit import InboxCredit
-from actorctl.cluster._raw import lib
+from actorctl.cluster import load_cluster
+from actorctl.cluster.link import _peer
+from actorctl.cluster.link._credit import InboxCredit
+from actorctl.cluster.link._raw import lib
 from actorctl.mailbox import decode, encode, sign_ed25519
 
 from .harness import Logs, Secrets, node_pair

@@ -321,7 +321,7 @@ async def test_a_boxed_worker_is_an_actor_answering_signed_asks(
 async def test_a_per_call_boxed_task_runs_in_a_process_of_its_own_over_the_same_protocol() -> None:
     # Given a Python task run with boxed="per-call" (a process for this call:
     # the reference worker gets one request, then a shutdown)
-    from actorctl.tasks._limits import TaskFailure, run_boxed
+    from actorctl.tasks.limits._limits import TaskFailure, run_boxed
 
     from .task_app import boxed_square
 

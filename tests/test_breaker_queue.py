@@ -44,7 +44,7 @@ async def cluster(tmp_path: Path, *, services: bool) -> AsyncIterator[Breaker]:
         )
     path.write_text(text)
     config = load_cluster(path)
-    from actorctl.cluster._foreman import ensure_dev_secrets
+    from actorctl.ops._foreman import ensure_dev_secrets
 
     ensure_dev_secrets(config)
     hosted = {n.name: hosted_actors(n.actors, node=n, cluster=config) for n in config.nodes}

@@ -206,7 +206,7 @@ async def pool_cluster(tmp_path: Path) -> AsyncIterator[dict[str, Any]]:
         'actors = "tests.breaker_app:app"\npools = ["celery"]\n'
     )
     config = load_cluster(path)
-    from actorctl.cluster._foreman import ensure_dev_secrets
+    from actorctl.ops._foreman import ensure_dev_secrets
 
     ensure_dev_secrets(config)
     hosted = {

@@ -10,7 +10,7 @@ import trio
 import trio.testing
 
 from actorctl import ConfigError
-from actorctl.cluster._certs import init_certs
+from actorctl.ops._certs import init_certs
 
 
 def _context(directory: Path, name: str, *, server: bool) -> ssl.SSLContext:

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from actorctl.tasks._protocol import (
+from actorctl.tasks.protocol._protocol import (
     CHAIN_PACK_OVER,
     CHAIN_PACKED,
     CHAIN_SEPARATOR,

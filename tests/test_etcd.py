@@ -13,12 +13,11 @@ from pathlib import Path
 import pytest
 import trio
 
-from actorctl.cluster._election import Deposed, Leadership, open_leadership
-from actorctl.cluster._etcd import EtcdClient
-from actorctl.cluster._etcd_data import Compare, Get, Put
-from actorctl.cluster._etcd_wire import EtcdCompacted, EtcdError, EtcdUnavailable
+from actorctl.etcd._etcd import EtcdClient
+from actorctl.etcd._etcd_data import Compare, Get, Put
+from actorctl.etcd._etcd_wire import EtcdCompacted, EtcdError, EtcdUnavailable
 
-from .etcd_server import EtcdServer, open_proxy, running_etcd
+from .etcd_server import EtcdServer, running_etcd
 from .harness import free_port
 
 
@@ -242,93 +241,6 @@ async def test_a_watch_from_a_compacted_revision_says_to_read_again(
         assert caught.value.compact_revision == now
 
 
-# -- elections ---------------------------------------------------------------------------
-
-
-async def test_one_candidate_leads_at_a_time_and_the_next_takes_over_when_it_resigns(
-    etcd: EtcdServer, prefix: str
-) -> None:
-    client = EtcdClient([etcd.url], timeout=2)
-    role = prefix + "scheduler"
-    leading: list[str] = []
-    fences: list[int] = []
-    done: list[str] = []
-    first_leads = trio.Event()
-    release = trio.Event()
-
-    async def candidate(name: str) -> None:
-        async with open_leadership(client, role, name, ttl=5) as lead:
-            leading.append(name)
-            fences.append(lead.fence)
-            assert len(leading) - len(done) == 1, "two leaders at once"
-            assert await lead.still_leader()
-            first_leads.set()
-            if len(leading) == 1:
-                await release.wait()
-            done.append(name)
-
-    with trio.fail_after(10):
-        async with trio.open_nursery() as nursery:
-            # Given three candidates for one role
-            for name in ("n1", "n2", "n3"):
-                nursery.start_soon(candidate, name)
-            # When one leads, the others wait: the role's key names it
-            await first_leads.wait()
-            holder = await client.get(role)
-            assert holder is not None
-            assert holder.value.decode() == leading[0]
-            assert holder.create_revision == fences[0]
-            # Then once it leaves its block (and resigns), the others lead in turn
-            release.set()
-    assert sorted(leading) == ["n1", "n2", "n3"]
-    assert fences == sorted(set(fences)), "each new leader has a greater fence"
-    assert await client.get(role) is None  # the last one resigned too
-
-
-async def test_a_leader_whose_lease_is_revoked_is_deposed_and_another_takes_over(
-    etcd: EtcdServer, prefix: str
-) -> None:
-    client = EtcdClient([etcd.url], timeout=2)
-    role = prefix + "hub"
-    led: list[Leadership] = []
-    with trio.fail_after(10):
-        # Given a leader
-        with pytest.RaisesGroup(pytest.RaisesExc(Deposed, match="has ended")):
-            async with open_leadership(client, role, "n1", ttl=3) as first:
-                led.append(first)
-                # When its lease is revoked behind its back
-                await client.revoke(first.lease)
-                # Then etcd no longer counts it the leader at once
-                assert not await first.still_leader()
-                # A second candidate takes over without waiting for a ttl
-                async with open_leadership(client, role, "n2", ttl=3) as second:
-                    assert second.fence > first.fence
-                    assert await second.still_leader()
-                    # And the first is deposed at its next renewal: its block is cancelled
-                    await trio.sleep_forever()
-    assert led[0].deposed
-
-
-async def test_a_leader_that_stops_renewing_loses_the_role_after_its_ttl(
-    etcd: EtcdServer, prefix: str
-) -> None:
-    client = EtcdClient([etcd.url], timeout=2)
-    role = prefix + "beat"
-    # Given a leader that took the role and died (its lease is never renewed)
-    lease = await client.grant(1)
-    won, dead = await client.put_if_absent(role, b"dead", lease=lease)
-    assert won
-    start = trio.current_time()
-    with trio.fail_after(6):
-        # Then a candidate waits, and leads once etcd expires that lease
-        async with open_leadership(client, role, "n2", ttl=2) as lead:
-            assert trio.current_time() - start > 0.5
-            assert lead.fence > dead.create_revision
-            holder = await client.get(role)
-            assert holder is not None
-            assert holder.value == b"n2"
-
-
 # -- failures ----------------------------------------------------------------------------
 
 
@@ -401,44 +313,6 @@ async def test_etcd_killed_and_restarted_fails_calls_and_breaks_watches_then_wor
             await client.put(prefix + "b", b"2")
             event = await anext(watch)
         assert (event.kind, event.key) == ("put", prefix + "b")
-
-
-async def test_a_leader_cut_off_from_etcd_stops_before_another_can_lead(
-    etcd: EtcdServer, prefix: str
-) -> None:
-    role = prefix + "scheduler"
-    times: dict[str, float] = {}
-    first_leads = trio.Event()
-
-    async def first(client: EtcdClient) -> None:
-        with pytest.RaisesGroup(pytest.RaisesExc(Deposed, match="no renewal")):
-            async with open_leadership(client, role, "n1", ttl=2, margin=0.5) as lead:
-                first_leads.set()
-                try:
-                    await trio.sleep_forever()
-                finally:
-                    times["n1 stopped"] = trio.current_time()
-                    assert lead.deposed
-                    assert not await lead.still_leader()
-
-    async def second(client: EtcdClient) -> None:
-        await first_leads.wait()
-        async with open_leadership(client, role, "n2", ttl=2):
-            times["n2 leads"] = trio.current_time()
-
-    with trio.fail_after(10):
-        async with open_proxy(etcd.client_port) as proxy, trio.open_nursery() as nursery:
-            # Given a leader that reaches etcd through a link the test can cut,
-            # and a candidate that reaches it directly
-            nursery.start_soon(first, EtcdClient([proxy.url], timeout=1))
-            nursery.start_soon(second, EtcdClient([etcd.url], timeout=1))
-            await first_leads.wait()
-            # When the leader's link is cut (etcd itself stays up)
-            proxy.cut()
-            cut = trio.current_time()
-    # Then the leader stops within ttl - margin, before etcd lets the other lead
-    assert times["n1 stopped"] - cut < 2 - 0.5 + 0.3
-    assert times["n1 stopped"] < times["n2 leads"]
 
 
 async def test_an_etcd_that_asks_for_client_certificates_takes_a_client_with_one_only(

@@ -24,8 +24,7 @@ import pytest
 import trio
 
 from actorctl import Actor, ConfigError, Envelope, Node, Rejected, TlsFiles, handler, open_node
-from actorctl.cluster import init_certs, issue_cert
-from actorctl.cluster._pending import Pending
+from actorctl.cluster.link._pending import Pending
 from actorctl.mailbox import (
     AuthError,
     IdentityKey,
@@ -40,6 +39,7 @@ from actorctl.mailbox import (
 )
 from actorctl.mailbox._keydir import add_public_key, revoke_key
 from actorctl.mailbox._signing import Session, SessionSigner, sign_hmac
+from actorctl.ops import init_certs, issue_cert
 
 from .harness import Logs, free_port
 from .tls import make_tls

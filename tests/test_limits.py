@@ -21,8 +21,8 @@ import trio
 
 from actorctl import ConfigError, RemoteError, open_node
 from actorctl.tasks import RateLimit, rate_limit_of
-from actorctl.tasks._budget import Budget, Concurrency, concurrency_of
-from actorctl.tasks._gate import Gate
+from actorctl.tasks.limits._budget import Budget, Concurrency, concurrency_of
+from actorctl.tasks.limits._gate import Gate
 from actorctl.testing import TestCluster, open_cluster
 from tests import limits_app
 from tests.limits_app import app

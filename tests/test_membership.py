@@ -17,11 +17,11 @@ import trio
 
 from actorctl._errors import ConfigError
 from actorctl.actors import Address
-from actorctl.cluster._etcd import EtcdClient
-from actorctl.cluster._etcd_directory import EtcdDirectory, NodeChange, open_directory
-from actorctl.cluster._etcd_wire import EtcdUnavailable
-from actorctl.cluster._membership import open_registration, register_node
-from actorctl.cluster._node_record import NodeRecord, node_key
+from actorctl.etcd._etcd import EtcdClient
+from actorctl.etcd._etcd_directory import EtcdDirectory, NodeChange, open_directory
+from actorctl.etcd._etcd_wire import EtcdUnavailable
+from actorctl.etcd._membership import open_registration, register_node
+from actorctl.etcd._node_record import NodeRecord, node_key
 
 from .etcd_server import EtcdServer, open_proxy
 from .harness import Logs

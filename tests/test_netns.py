@@ -55,8 +55,8 @@ for target in sys.argv[2:]:
 #: at ARGV[1], then print the key's value.
 ETCD_CLIENT = """
 import sys, trio
-from actorctl.cluster._etcd import EtcdClient
-from actorctl.cluster._etcd_wire import EtcdUnavailable
+from actorctl.etcd._etcd import EtcdClient
+from actorctl.etcd._etcd_wire import EtcdUnavailable
 
 async def main(url, key, value):
     client = EtcdClient([url], timeout=2)

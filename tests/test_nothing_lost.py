@@ -15,8 +15,9 @@ import pytest
 import trio
 
 from actorctl import Actor, Address, PeerUnavailable, handler, open_node
-from actorctl.cluster import Router, Store
+from actorctl.cluster import Router
 from actorctl.mailbox import ACCEPTED, Envelope, Outcome
+from actorctl.store import Store
 from tests.harness import Logs, Secrets, free_port
 
 WAIT = 20.0

@@ -1,5 +1,5 @@
 """Periodic schedules, pure: exact due times over days, across DST changes,
-and the errors that declaring one with bad input gets (tasks/_periodic.py)."""
+and the errors that declaring one with bad input gets (tasks/services/_periodic.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from actorctl import App, ConfigError
-from actorctl.tasks._periodic import Schedule, firing_id
+from actorctl.tasks.services._periodic import Schedule, firing_id
 
 UTC = datetime.UTC
 PARIS = ZoneInfo("Europe/Paris")

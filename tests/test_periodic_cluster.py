@@ -21,7 +21,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from actorctl.tasks._periodic import firing_id
+from actorctl.tasks.services._periodic import firing_id
 from tests.state_app import runs
 from tests.test_task_state import ACTORCTL, ROOT, WAIT, RunningCluster, wait_until
 

@@ -26,7 +26,8 @@ import pytest
 import trio
 
 from actorctl import ConfigError
-from actorctl.cluster import CLI_NAME, load_cluster, open_node, plan_reload
+from actorctl.cluster import load_cluster, open_node, plan_reload
+from actorctl.ops import CLI_NAME
 from tests.harness import free_port
 from tests.state_app import app, runs, steady
 from tests.test_task_state import ACTORCTL, ROOT, WAIT, RunningCluster, counted, wait_until

@@ -22,9 +22,9 @@ import pytest
 import trio
 
 from actorctl import Actor, ConfigError, Envelope, Node, TlsFiles, handler, open_node
-from actorctl.cluster import Router, Store
-from actorctl.cluster._pending import Pending
+from actorctl.cluster import Router
 from actorctl.cluster._replays import TABLE, ReplayJournal
+from actorctl.cluster.link._pending import Pending
 from actorctl.mailbox import (
     ORIGIN_KEY,
     IdentityKey,
@@ -38,6 +38,7 @@ from actorctl.mailbox import (
     sign_ed25519,
 )
 from actorctl.mailbox._keys import MEMBERS_FILE
+from actorctl.store import Store
 
 from .harness import Logs, free_port
 from .tls import make_tls
@@ -282,7 +283,7 @@ from pathlib import Path
 import trio
 
 from actorctl import Actor, Node, TlsFiles, handler
-from actorctl.cluster import Store
+from actorctl.store import Store
 from actorctl.mailbox import Keyring
 
 store = Store(Path(sys.argv[1]), name="vault")

@@ -31,7 +31,7 @@ from proton.handlers import MessagingHandler
 from proton.reactor import Container
 
 from actorctl import Actor, Envelope, Node, PeerUnavailable, handler, open_node
-from actorctl.cluster._reply_auth import ReplySigning
+from actorctl.cluster.link._reply_auth import ReplySigning
 from actorctl.mailbox import (
     KIND_DOCUMENT,
     IdentityKey,

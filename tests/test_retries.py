@@ -39,11 +39,11 @@ from actorctl.cluster import (
     DeadLetters,
     Node,
     Router,
-    Store,
     hosted_actors,
     load_cluster,
 )
 from actorctl.mailbox import decode, encode
+from actorctl.store import Store
 from tests.harness import Logs, Secrets, free_port, node_pair
 from tests.retry_app import (
     POLICY,

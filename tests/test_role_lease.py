@@ -1,4 +1,4 @@
-"""The scheduler role's lease in etcd (cluster/_role_lease.py) and beats that
+"""The scheduler role's lease in etcd (etcd/_role_lease.py) and beats that
 fire under it (a cluster that spans hosts), against a real etcd.
 
 Each test's role lives under a cluster name of its own. The beats run on real
@@ -18,13 +18,13 @@ import pytest
 import trio
 
 from actorctl import ActorctlError, App, TaskContext, open_node
-from actorctl.cluster import EtcdClient, EtcdRoleLease
-from actorctl.cluster._role_lease import role_key, role_state_key
-from actorctl.tasks._beat import Beat
-from actorctl.tasks._client import Directory
-from actorctl.tasks._control import WorkerState
+from actorctl.etcd import EtcdClient, EtcdRoleLease
+from actorctl.etcd._role_lease import role_key, role_state_key
 from actorctl.tasks._hosting import _worker_class
-from actorctl.tasks._periodic import PeriodicTask, Schedule, firing_id
+from actorctl.tasks.client._client import Directory
+from actorctl.tasks.services._beat import Beat
+from actorctl.tasks.services._periodic import PeriodicTask, Schedule, firing_id
+from actorctl.tasks.worker._control import WorkerState
 
 from .etcd_server import EtcdServer, open_proxy
 from .harness import Logs, free_port

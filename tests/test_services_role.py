@@ -1,4 +1,4 @@
-"""The services role across hosts (tasks/_services_role.py): several services
+"""The services role across hosts (tasks/client/_services_role.py): several services
 nodes take turns holding it in etcd, and what goes to a pool's router, the
 scheduler or the event hub follows whichever holds it.
 
@@ -18,14 +18,15 @@ import pytest
 import trio
 
 from actorctl import Address, App, ConfigError, TaskContext, open_node
-from actorctl.cluster import EtcdClient, EtcdRoleLease, follow_holder, load_cluster
+from actorctl.cluster import load_cluster
+from actorctl.etcd import EtcdClient, EtcdRoleLease, follow_holder
 from actorctl.mailbox import Outcome
-from actorctl.tasks._client import Directory, TaskClient, send_task
-from actorctl.tasks._control import WorkerState
 from actorctl.tasks._hosting import _worker_class, cluster_directory
-from actorctl.tasks._lookup import result_addresses
-from actorctl.tasks._protocol import CHORDS, EVENTS, SCHEDULER
-from actorctl.tasks._services_role import SERVICES_ROLE_NAME, ServicesRole, follow_services
+from actorctl.tasks.client._client import Directory, TaskClient, send_task
+from actorctl.tasks.client._lookup import result_addresses
+from actorctl.tasks.client._services_role import SERVICES_ROLE_NAME, ServicesRole, follow_services
+from actorctl.tasks.protocol._protocol import CHORDS, EVENTS, SCHEDULER
+from actorctl.tasks.worker._control import WorkerState
 
 from .etcd_server import EtcdServer, open_proxy
 from .harness import Logs, free_port

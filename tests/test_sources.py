@@ -20,7 +20,7 @@ import trio
 from actorctl import Actor, App, ConfigError, TaskContext, handler, open_node
 from actorctl.cluster._http import Request, Response, serve_http
 from actorctl.tasks import SourceActor
-from actorctl.tasks._source import item_id
+from actorctl.tasks.sources._source import item_id
 from actorctl.testing import TestCluster, open_cluster
 
 WAIT = 20.0

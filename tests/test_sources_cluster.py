@@ -27,8 +27,9 @@ from pathlib import Path
 import pytest
 
 from actorctl import ConfigError
-from actorctl.cluster import check_references, load_cluster
-from actorctl.tasks._source import item_id
+from actorctl.cluster import load_cluster
+from actorctl.ops import check_references
+from actorctl.tasks.sources._source import item_id
 from tests.state_app import runs
 from tests.test_task_state import ACTORCTL, ROOT, RunningCluster, counted, wait_until
 

@@ -17,9 +17,10 @@ import trio
 import trio.testing
 
 from actorctl import ConfigError, Node, open_node
-from actorctl.cluster import Store, load_cluster
-from actorctl.cluster._foreman import LocalForeman, NodeState
-from actorctl.cluster._store import PURGE_EVERY, UNSYNCED_WAIT
+from actorctl.cluster import load_cluster
+from actorctl.ops._foreman import LocalForeman, NodeState
+from actorctl.store import Store
+from actorctl.store._store import PURGE_EVERY, UNSYNCED_WAIT
 
 from .harness import Logs, free_port
 
@@ -178,7 +179,8 @@ from pathlib import Path
 import trio
 
 from actorctl import ConfigError, Node, open_node
-from actorctl.cluster import Store, load_cluster
+from actorctl.cluster import load_cluster
+from actorctl.store import Store
 
 
 async def main() -> None:

@@ -31,7 +31,7 @@ import pytest
 from examples._cluster import stop_cluster
 
 from actorctl import AskTimeout, TaskRevoked, chord
-from actorctl.tasks._protocol import new_task_id
+from actorctl.tasks.protocol._protocol import new_task_id
 from tests.harness import free_port
 from tests.state_app import RECORDS, app, fails, gated, note, runs, shut_gate, total
 

@@ -5,7 +5,7 @@ long-lived supervised processes speaking the boxed protocol: ``js`` (plain
 Node.js, worker.js), ``c`` (worker.c, built with the system compiler by
 run_c.sh), ``sh`` (POSIX shell, worker.sh) and ``python``, whose tasks are the
 ``boxed=True`` tasks below, run by the Python reference worker
-(``python -m actorctl.tasks._boxed``). The foreign handlers exist only in their
+(``python -m actorctl.tasks.worker._boxed``). The foreign handlers exist only in their
 processes: a caller reaches them by name, ``app.send_task("add", [1, 2],
 pool="js")``. Run it from the repository's root with ``python -m
 examples.boxed.app``: it starts the cluster, calls every pool, and stops it.

@@ -15,22 +15,22 @@ each run of a task (``sender`` is the ``Task``); ``worker_ready`` when a node's
 first task worker has started and ``worker_shutdown`` when its last one stops
 (``sender`` is the node's name). They are the one registry actorctl keeps
 at module level, because Celery projects expect one (docs/celery.md). They live
-in ``actorctl.tasks._signals``, which the worker sends them from; this module
+in ``actorctl.tasks.app._signals``, which the worker sends them from; this module
 only re-exports them, and nothing in actorctl imports it.
 """
 
 from __future__ import annotations
 
-from .tasks._signals import ExceptionInfo as ExceptionInfo
-from .tasks._signals import Signal as Signal
-from .tasks._signals import task_failure as task_failure
-from .tasks._signals import task_postrun as task_postrun
-from .tasks._signals import task_prerun as task_prerun
-from .tasks._signals import task_retry as task_retry
-from .tasks._signals import task_revoked as task_revoked
-from .tasks._signals import task_success as task_success
-from .tasks._signals import worker_ready as worker_ready
-from .tasks._signals import worker_shutdown as worker_shutdown
+from .tasks.app._signals import ExceptionInfo as ExceptionInfo
+from .tasks.app._signals import Signal as Signal
+from .tasks.app._signals import task_failure as task_failure
+from .tasks.app._signals import task_postrun as task_postrun
+from .tasks.app._signals import task_prerun as task_prerun
+from .tasks.app._signals import task_retry as task_retry
+from .tasks.app._signals import task_revoked as task_revoked
+from .tasks.app._signals import task_success as task_success
+from .tasks.app._signals import worker_ready as worker_ready
+from .tasks.app._signals import worker_shutdown as worker_shutdown
 
 __all__ = [
     "ExceptionInfo",

@@ -13,12 +13,7 @@ from typing import Any, Protocol, final
 import attrs
 
 from .._errors import RemoteError
-from ..mailbox import (
-    KIND_COMMAND,
-    STATUS_ERROR,
-    Envelope,
-    Outcome,
-)
+from ..mailbox import KIND_COMMAND, STATUS_ERROR, Envelope, Outcome
 from ._address import Address
 from ._handlers import converter
 

@@ -14,15 +14,14 @@ import attrs
 import trio
 
 from .._errors import ConfigError
-from ..cluster import (
+from ..cluster import ClusterConfig, load_cluster
+from ..ops import (
     DRAIN_TIMEOUT,
-    ClusterConfig,
     NodeDied,
     NodeState,
     check_references,
     ensure_dev_secrets,
     hosts_tree,
-    load_cluster,
     run_cluster,
     taken_ports,
 )

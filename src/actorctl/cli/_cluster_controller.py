@@ -14,15 +14,9 @@ import attrs
 import trio
 
 from .._errors import ConfigError
-from ..cluster import (
-    CONTROLLER,
-    ClusterConfig,
-    NodeState,
-    ensure_dev_secrets,
-    load_cluster,
-    run_controller,
-)
+from ..cluster import ClusterConfig, load_cluster
 from ..cluster._http import parse_listen
+from ..ops import CONTROLLER, NodeState, ensure_dev_secrets, run_controller
 from ._cluster import _rows, _table
 from ._errors import INTERRUPTED, fail
 from ._logging import log_to

@@ -22,19 +22,15 @@ import trio
 from .._errors import ConfigError
 from ..cluster import (
     ClusterConfig,
-    EtcdError,
     EtcdSettings,
     Node,
     NodeConfig,
-    NodeDied,
-    check_etcd,
-    check_references,
-    host_nodes,
     load_cluster,
     node_record,
-    run_host,
     serve_membership,
 )
+from ..etcd import EtcdError
+from ..ops import NodeDied, check_etcd, check_references, host_nodes, run_host
 from ..supervision import ChildFailedToStart, SupervisorGaveUp
 from ._cluster import _progress, _rows, _table
 from ._errors import fail, leaf

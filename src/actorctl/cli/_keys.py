@@ -7,10 +7,10 @@ from pathlib import Path
 import asyncclick as click
 
 from .._errors import ConfigError
-from ..cluster import init_certs, issue_cert
 from ..mailbox import IdentityKey, PublicKey
 from ..mailbox._keydir import add_public_key, revoke_key
 from ..mailbox._keys import MEMBERS_FILE, REVOKED, add_member, members_file
+from ..ops import init_certs, issue_cert
 
 __all__ = ["certs", "keys"]
 

@@ -22,7 +22,8 @@ from typing import Final
 import asyncclick as click
 
 from .._errors import ConfigError
-from ..cluster import Line, load_cluster, read_logs, trace_ids
+from ..cluster import load_cluster
+from ..ops import Line, read_logs, trace_ids
 from ._errors import fail
 from ._table import clock
 

@@ -19,21 +19,9 @@ import attrs
 
 from .._errors import ActorctlError, AskTimeout, ConfigError, PeerUnavailable
 from ..actors import ActorRef
-from ..cluster import (
-    CLI_NAME,
-    CONTROLLER,
-    ClusterConfig,
-    EtcdClient,
-    EtcdError,
-    EtcdUnavailable,
-    Node,
-    answer_within,
-    ask_down,
-    ask_stop_node,
-    hosts_broadcast,
-    load_cluster,
-    open_node,
-)
+from ..cluster import ClusterConfig, Node, load_cluster, open_node
+from ..etcd import EtcdClient, EtcdError, EtcdUnavailable
+from ..ops import CLI_NAME, CONTROLLER, answer_within, ask_down, ask_stop_node, hosts_broadcast
 from ._errors import fail
 from ._etcd_options import etcd_given, etcd_settings, etcd_to_reach
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import asyncclick as click
 
-from ..cluster import hosts_schedules
+from ..ops import hosts_schedules
 from ._reach import ask_cluster, reach_options
 
 __all__ = ["schedule"]

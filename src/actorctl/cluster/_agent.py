@@ -23,10 +23,10 @@ import trio
 from .._errors import ActorctlError, ConfigError
 from .._log import log
 from ..actors import Actor, BadArguments, handler
-from ._config import load_cluster
 from ._monitors import AGENT, NodeMonitors
 from ._reload import Shift
 from ._supervised import describe_root
+from .config._config import load_cluster
 
 if TYPE_CHECKING:
     from ..actors._cell import ActorCell
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from ..supervision._tree import TreeLevel
     from ._keywatch import KeyringWatch
     from ._outbox import NodeOutbox
-    from ._tls import TlsDomains
+    from .link._tls import TlsDomains
 
 __all__ = ["AgentHost", "NodeAgent", "RestartNeeded"]
 

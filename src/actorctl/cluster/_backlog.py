@@ -39,10 +39,10 @@ from .._errors import ActorctlError, PeerUnavailable
 from .._log import log
 from ..actors import Address
 from ..mailbox import EXPIRED, PEER_UNAVAILABLE, Envelope, Outcome, decode, encode
+from ..store._store import Store
 from ._deadletters import REASON_EXPIRED, DeadLetters
-from ._peer import Peer
-from ._pending import Pending
-from ._store import Store
+from .link._peer import Peer
+from .link._pending import Pending
 
 __all__ = ["Backlog", "Reroute"]
 

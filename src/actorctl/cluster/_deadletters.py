@@ -36,7 +36,7 @@ from .._errors import ConfigError
 from .._log import log
 from ..actors import REDRIVE, Actor, Address, handler
 from ..mailbox import ACCEPTED, BAD_ARGUMENTS, Envelope, IdentityKey, Outcome, decode, encode
-from ._store import Store
+from ..store._store import Store
 
 __all__ = [
     "AGENT",

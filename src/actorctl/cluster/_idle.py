@@ -25,8 +25,8 @@ from typing import Final, final
 import trio
 
 from .._log import log
-from ._engine import Engine
-from ._peer import Peer
+from .link._engine import Engine
+from .link._peer import Peer
 
 __all__ = ["IdlePeers"]
 

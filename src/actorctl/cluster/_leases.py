@@ -35,7 +35,7 @@ __all__ = ["BEAT_ACTOR", "MAX_LEASE_TTL", "SCHEDULER_ROLE", "SERVICES_ROLE", "Le
 #: The role of the one beat that fires a cluster's periodic tasks.
 SCHEDULER_ROLE: Final = "scheduler"
 #: Across hosts, the services node that the pools' routers, the scheduler of
-#: delayed tasks and the event hub are reached at (tasks/_services_role.py).
+#: delayed tasks and the event hub are reached at (tasks/client/_services_role.py).
 SERVICES_ROLE: Final = "services"
 #: The name of the actor that fires periodic tasks (the task app's beat):
 #: ``cluster up`` checks that some node hosts one when cluster.toml has

@@ -33,13 +33,13 @@ import trio
 
 from .._log import log
 from ..actors import Address
-from ._config import ClusterConfig, NodeConfig
-from ._etcd_config import EtcdSettings
-from ._etcd_directory import EtcdDirectory, NodeChange, open_directory
-from ._membership import open_registration
+from ..etcd._etcd_directory import EtcdDirectory, NodeChange, open_directory
+from ..etcd._membership import open_registration
+from ..etcd._node_record import NodeRecord, certificate_fingerprint
 from ._node import Node
-from ._node_record import NodeRecord, certificate_fingerprint
 from ._router import Router
+from .config._config import ClusterConfig, NodeConfig
+from .config._etcd_config import EtcdSettings
 
 __all__ = ["PoolRouting", "node_record", "serve_membership"]
 

@@ -25,8 +25,8 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from ..actors import LATENCY_BUCKETS, ActorCell, Latency, NamedCounters
 from ._backlog import Backlog
 from ._deadletters import DeadLetters
-from ._engine import EngineSet
 from ._http import Request, Response
+from .link._engine import EngineSet
 
 __all__ = ["CONTENT_TYPE", "TASK_EVENTS", "NodeCollector", "metrics_handler", "render"]
 

@@ -20,35 +20,28 @@ from proton import SSLDomain
 from .._errors import ConfigError
 from .._log import log
 from ..actors import ActorCell, ActorRef, Address
-from ..mailbox import (
-    Keyring,
-    MailboxStatistics,
-    Outcome,
-    ReplayCache,
-    SessionTable,
-    Verifier,
-)
+from ..mailbox import Keyring, MailboxStatistics, Outcome, ReplayCache, SessionTable, Verifier
 from ..mailbox._signing import DEFAULT_SESSION_LIFETIME, DEFAULT_WINDOW
+from ..store._store import Store
 from ..supervision import BreakerPolicy
 from ..supervision._tree import TreeLevel
 from ._agent import NodeAgent
-from ._credit import CreditKeeper
 from ._deadletters import AGENT as DEAD_LETTERS
 from ._deadletters import DeadLetterAgent, DeadLetterBounds, DeadLetters
-from ._engine import Engine, EngineSet
 from ._http import parse_listen, serve_http
-from ._inbound import InboundHandler
 from ._keywatch import KEY_POLL, KeyringWatch
-from ._limits import Gate, Limits
 from ._metrics import NodeCollector, metrics_handler
 from ._monitors import NodeMonitors
 from ._outbox import NodeOutbox
-from ._pending import PeerSettings
 from ._replays import ReplayJournal
-from ._reply_auth import ReplySigning
-from ._store import Store
 from ._supervised import Hostable, NodeHost, named, node_root
-from ._tls import TlsDomains, TlsFiles
+from .link._credit import CreditKeeper
+from .link._engine import Engine, EngineSet
+from .link._inbound import InboundHandler
+from .link._limits import Gate, Limits
+from .link._pending import PeerSettings
+from .link._reply_auth import ReplySigning
+from .link._tls import TlsDomains, TlsFiles
 
 __all__ = ["Node", "NodeAgent", "open_node"]
 
@@ -113,7 +106,7 @@ class Node:
             Prometheus metrics on ``/metrics`` (``_metrics.py``,
             docs/operations.md); None: nowhere. :attr:`metrics_url` says where.
 
-        The resource bounds follow (``cluster/_limits.py``; docs/protocol.md §3.1
+        The resource bounds follow (``cluster/link/_limits.py``; docs/protocol.md §3.1
         and §4.1); under each, the node goes on serving its other peers.
 
         max_message_size, credit_deadline, max_links_per_connection,

@@ -38,17 +38,17 @@ from .._errors import AskTimeout, ConfigError
 from .._log import TRACE, log, trace_here
 from ..actors import REPLIER, Address
 from ..mailbox import EXPIRED, Envelope, Outcome, encode
+from ..store._store import Store
 from ..supervision import Breaker
 from ._backlog import Backlog, Done, Reroute
 from ._deadletters import DeadLetters
-from ._engine import Engine, EngineSet
 from ._idle import IdlePeers
-from ._limits import reply_queue_full
-from ._peer import Peer
-from ._peer_breaker import PeerBreaker
-from ._pending import PeerSettings, Pending
-from ._reply_auth import ReplySigning
-from ._store import Store
+from .link._engine import Engine, EngineSet
+from .link._limits import reply_queue_full
+from .link._peer import Peer
+from .link._peer_breaker import PeerBreaker
+from .link._pending import PeerSettings, Pending
+from .link._reply_auth import ReplySigning
 
 __all__ = ["NodeOutbox", "ReplyRoutes"]
 

@@ -29,9 +29,9 @@ from typing import Any, Final, final
 import attrs
 
 from .._errors import ConfigError
-from ._config import ClusterConfig, NodeConfig
 from ._leases import BEAT_ACTOR
-from ._source_tables import source_actor
+from .config._config import ClusterConfig, NodeConfig
+from .config._source_tables import source_actor
 
 __all__ = ["ReloadPlan", "Shift", "plan_reload"]
 

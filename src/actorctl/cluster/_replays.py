@@ -23,7 +23,7 @@ from typing import Final, final
 
 from .._log import log
 from ..mailbox import ReplayCache
-from ._store import Store
+from ..store._store import Store
 
 __all__ = ["ReplayJournal"]
 

@@ -61,9 +61,9 @@ from ..mailbox import (
     Outcome,
 )
 from ._backlog import Done, Reroute
-from ._config import ClusterConfig, NodeConfig
 from ._outbox import NodeOutbox
 from ._reload import Shift
+from .config._config import ClusterConfig, NodeConfig
 
 __all__ = ["AT_MOST_ONCE", "Router"]
 

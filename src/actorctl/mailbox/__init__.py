@@ -27,24 +27,12 @@ from ._conditions import UNKNOWN_HANDLER as UNKNOWN_HANDLER
 from ._conditions import UNKNOWN_KEY as UNKNOWN_KEY
 from ._conditions import UNKNOWN_SESSION as UNKNOWN_SESSION
 from ._conditions import WRONG_NODE as WRONG_NODE
-from ._envelope import (
-    CONTENT_TYPE_JSON as CONTENT_TYPE_JSON,
-)
-from ._envelope import (
-    KIND_COMMAND as KIND_COMMAND,
-)
-from ._envelope import (
-    KIND_DOCUMENT as KIND_DOCUMENT,
-)
-from ._envelope import (
-    KIND_EVENT as KIND_EVENT,
-)
-from ._envelope import (
-    STATUS_ERROR as STATUS_ERROR,
-)
-from ._envelope import (
-    STATUS_OK as STATUS_OK,
-)
+from ._envelope import CONTENT_TYPE_JSON as CONTENT_TYPE_JSON
+from ._envelope import KIND_COMMAND as KIND_COMMAND
+from ._envelope import KIND_DOCUMENT as KIND_DOCUMENT
+from ._envelope import KIND_EVENT as KIND_EVENT
+from ._envelope import STATUS_ERROR as STATUS_ERROR
+from ._envelope import STATUS_OK as STATUS_OK
 from ._envelope import Envelope as Envelope
 from ._envelope import Signer as Signer
 from ._envelope import canonical as canonical

@@ -20,24 +20,16 @@ import attrs
 
 from .._errors import ConfigError
 from ..actors import Actor
-from ..cluster import (
-    CONTROLLER,
-    SCHEDULER_ROLE,
-    ClusterConfig,
-    EtcdRoleLease,
-    NodeConfig,
-    breakers_of,
-    source_actor,
-)
+from ..cluster import SCHEDULER_ROLE, ClusterConfig, NodeConfig, breakers_of, source_actor
+from ..etcd import EtcdRoleLease
+from ..ops import CONTROLLER
 from ..supervision import HEALTH_AGENT, BoxedSpec, HealthMonitor
-from ._beat import Beat
-from ._chords import ChordBarrier
-from ._client import Directory
-from ._control import TaskControl, WorkerState
-from ._events import EventHub
-from ._pacing import PoolRouter
-from ._periodic import PeriodicTask, cluster_periodics
-from ._protocol import (
+from .app._registry import TaskRegistry
+from .client._client import Directory
+from .client._services_role import SERVICES_ROLE_NAME, ServicesRole
+from .limits._pacing import PoolRouter
+from .limits._tuning import file_limits
+from .protocol._protocol import (
     BEAT_NAME,
     CHORD_BARRIER_NAME,
     CHORDS,
@@ -49,14 +41,16 @@ from ._protocol import (
     SCHEDULER,
     SCHEDULER_NAME,
 )
-from ._registry import TaskRegistry
-from ._relay import ReplyRelay
-from ._scheduler import Scheduler
-from ._services_role import SERVICES_ROLE_NAME, ServicesRole
-from ._source import SourceActor, SourceSpec
-from ._source_config import cluster_sources
-from ._tuning import file_limits
-from ._worker import SETTLING, TaskWorker
+from .services._beat import Beat
+from .services._chords import ChordBarrier
+from .services._events import EventHub
+from .services._periodic import PeriodicTask, cluster_periodics
+from .services._scheduler import Scheduler
+from .sources._source import SourceActor, SourceSpec
+from .sources._source_config import cluster_sources
+from .worker._control import TaskControl, WorkerState
+from .worker._relay import ReplyRelay
+from .worker._worker import SETTLING, TaskWorker
 
 __all__ = [
     "TASK_SETTINGS",
@@ -395,7 +389,7 @@ def _boxed_spec(
     runs = app.pools.get(pool, {}).get("concurrency", 4)
     return BoxedSpec(
         pool,
-        (sys.executable, "-m", "actorctl.tasks._boxed", *modules),
+        (sys.executable, "-m", "actorctl.tasks.worker._boxed", *modules),
         env={"ACTORCTL_BOXED_CONCURRENCY": str(runs)},
         concurrency=runs,
         pool=pool,

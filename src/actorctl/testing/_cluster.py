@@ -24,7 +24,8 @@ import trio
 import trio.testing
 
 from .._errors import ConfigError
-from ..cluster import ClusterConfig, Node, ensure_dev_secrets, load_cluster
+from ..cluster import ClusterConfig, Node, load_cluster
+from ..ops import ensure_dev_secrets
 from ..tasks import App, PoolRouter, Scheduler, TaskClient, TaskWorker
 from ._idle import busy_parts, wait_idle
 

@@ -21,13 +21,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any
 
 import trio
 import trio.testing
 
 from .._errors import ActorctlError
-from ..cluster import Node
+from ..cluster import Node, NodeOutbox
 from ..tasks import PoolRouter, ResultRegistry, Scheduler, TaskClient
 
 __all__ = ["busy_parts", "wait_idle"]
@@ -59,7 +58,7 @@ def busy_parts(nodes: Iterable[Node], client: TaskClient | None) -> list[Busy]:
 
 def _client_parts(client: TaskClient) -> list[Busy]:
     found: list[Busy] = []
-    backlog: Any = getattr(client.outbox, "backlog", None)
+    backlog = client.outbox.backlog if isinstance(client.outbox, NodeOutbox) else None
     if backlog is not None and len(backlog):
         found.append((f"client: backlog of {len(backlog)}", backlog.wait_empty))
     if not client.drained:

@@ -1,0 +1,1 @@
+"""cluster.toml: read, checked, and turned into typed records."""

@@ -1,0 +1,498 @@
+"""cluster.toml: what a cluster is made of, read with clear errors.
+
+    [cluster]
+    name = "demo"
+    dev = true              # make certificates and keys if there are none
+    certs = "certs"         # paths are relative to this file
+    keys = "keys"
+
+    [[node]]
+    name = "worker-1"
+    listen = "127.0.0.1:5701"
+    host = "b"              # which host runs it, with [etcd] (_etcd_config.py, docs/deploy.md)
+    actors = "examples.workers:actors"
+    durable = true          # its store in data/worker-1/store.sqlite; false: in memory
+      [node.limits]         # resource bounds (Node's arguments of the same names)
+      max_message_size = 4194304
+      [node.metrics]        # Prometheus /metrics (docs/operations.md)
+      listen = "127.0.0.1:9464"
+
+    [[supervisor]]          # a supervision tree on a node (docs/supervision.md; and
+                            # [[boxed]] workers in any language, docs/boxed.md)
+    name = "pipeline"
+    node = "worker-1"
+      [[supervisor.child]]
+      actor = "examples.workers:WordCounter"
+
+    [[periodic]]            # read by the task app (docs/scheduling.md), as
+    name = "nightly"        # [[source]] (docs/sources.md) and [[task]] tables are
+    task = "reports.cleanup"  # cron = "30 2 * * *", or every = SECONDS
+
+    [[task]]                # a task's limits, over its decorator's
+    name = "reports.cleanup"
+    rate_limit = "10/m"
+
+Which keys each table may have, and must have, is said in one place
+(``KNOWN_KEYS``, ``REQUIRED_KEYS``). A missing, wrong or unread key (a
+misspelling, or one of an older format) is a ``ConfigError`` naming the file,
+the key, what was expected and the key meant. A ``[[node]]`` table's other
+keys are its ``settings``, read by the actors factory its ``actors`` names
+(``_hosting.py``; a task app reads ``pools`` there): checked when the node
+builds its actors and by ``cluster up`` before it starts anything
+(``_preflight``), not here, where the Controller and the CLI read the file too.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Final, final
+
+import attrs
+
+from ..._errors import ConfigError
+from ...mailbox import Keyring
+from ...store._store import Store
+from ...supervision import BoxedSpec, SupervisorSpec
+from .._deadletters import DeadLetterBounds
+from ..link._limits import LIMIT_NAMES, Limits
+from ..link._tls import TlsFiles
+from ._boxed_config import boxed_specs
+from ._config_keys import unknown_key
+from ._etcd_config import ETCD_KEYS, EtcdSettings, check_hosts, etcd_settings
+from ._health_tables import HEALTH_KEYS, check_health_tables
+from ._source_tables import SOURCE_KEYS, SOURCE_REQUIRED
+from ._tree_config import TARGET, check_supervisors, supervisor_specs
+from ._web_config import METRICS_KEYS, metrics_table, web_address
+
+__all__ = [
+    "KNOWN_KEYS",
+    "NODE_KEYS",
+    "REQUIRED_KEYS",
+    "ClusterConfig",
+    "NodeConfig",
+    "load_cluster",
+    "unknown_key",
+]
+
+_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?")
+#: The keys of a [[node]] table this layer reads; an actors factory reads others.
+NODE_KEYS: Final = frozenset(
+    {"name", "listen", "actors", "instances", "durable", "limits", "deadletters", "health"}
+) | {"metrics"}
+#: The key of a [[node]] table that says where it runs (read by `host up`, not the node).
+HOST_KEY: Final = "host"
+#: Every table of the file ("" is the top level) with the keys it may have: the one
+#: place to add a table or a key. A key that is not here is refused, with the nearest
+#: known key; a [[node]] table may also have those its actors factory reads (_hosting).
+KNOWN_KEYS: Final[dict[str, frozenset[str]]] = {
+    "": frozenset(
+        {"cluster", "node", "router", "supervisor", "boxed", "periodic", "source", "task"}
+        | {"etcd"}  # read by _etcd_config.py
+    ),
+    "cluster": frozenset({"name", "dev", "certs", "keys", "insecure", "controller", "web"}),
+    "node": NODE_KEYS | {HOST_KEY},
+    "node.limits": frozenset(LIMIT_NAMES),
+    "node.metrics": METRICS_KEYS,
+    "router": frozenset({"name", "node", "instances"}),
+    # read by the task app of the services node (tasks/services/_periodic.py, docs/scheduling.md)
+    "periodic": frozenset(
+        {"name", "task", "cron", "every", "tz", "args", "kwargs", "catch_up"}
+        | {"queue", "expires", "priority"}
+    ),
+    "source": SOURCE_KEYS,  # read by the task app too (tasks/sources/_source_config.py)
+    "task": frozenset({"name", "rate_limit", "global_rate_limit"}),  # and these (_tuning.py)
+    "etcd": ETCD_KEYS,  # a cluster on several hosts (_etcd_config.py)
+}
+#: The keys a table must have: a missing one is reported as missing, naming a
+#: key of the table that looks like a misspelling of it.
+REQUIRED_KEYS: Final[dict[str, tuple[str, ...]]] = {
+    "node": ("name", "listen"),
+    "router": ("name", "node", "instances"),
+    "periodic": ("name", "task"),
+    "source": SOURCE_REQUIRED,
+    "task": ("name",),
+    "etcd": ("endpoints",),
+}
+#: Tables that may have keys besides the known ones (read by someone else).
+_OPEN: Final = frozenset({"node"})
+
+
+@final
+@attrs.frozen
+class NodeConfig:
+    name: str
+    host: str
+    port: int
+    actors: str | None  # MODULE:OBJECT
+    instances: int = 1  # how many of each actor: NAME, NAME-2, ...
+    # routers this node hosts: (logical name, ("node/actor", ...))
+    routes: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    supervisors: tuple[str, ...] = ()  # the [[supervisor]] trees it hosts, by name
+    durable: bool = True  # its store on disk (False: in memory, for tests and benchmarks)
+    # resource bounds from [node.limits]: keyword arguments of Node
+    limits: Mapping[str, Any] = attrs.field(factory=dict, eq=False, hash=False)
+    # the node table's other keys, for the actors factory its `actors` names
+    settings: Mapping[str, Any] = attrs.field(factory=dict, eq=False, hash=False)
+    # [node.deadletters]: how many it keeps, and for how long
+    deadletters: DeadLetterBounds = attrs.field(factory=DeadLetterBounds)
+    # its [[node.health]] tables (``_health_config.py``)
+    health: tuple[Mapping[str, Any], ...] = attrs.field(default=(), eq=False, hash=False)
+    metrics: str | None = None  # [node.metrics] listen: where it serves /metrics
+    runs_on: str = ""  # its key host: the host that runs it ("": the one host)
+
+    @property
+    def listen(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+@final
+@attrs.frozen
+class ClusterConfig:
+    path: Path
+    name: str
+    nodes: tuple[NodeConfig, ...]
+    certs: Path
+    keys: Path
+    dev: bool
+    insecure: bool
+    controller: tuple[str, int] = ("127.0.0.1", 5700)
+    web: tuple[str, int] | None = None  # where the Controller serves its web page
+    supervisor_tables: tuple[Any, ...] = attrs.field(default=(), eq=False)
+    # the [[boxed]] workers, each with its node (docs/boxed.md)
+    boxed: tuple[tuple[str, BoxedSpec], ...] = attrs.field(default=(), eq=False)
+    # the [[periodic]] tables, their keys checked (the services node's app reads them)
+    periodic_tables: tuple[Mapping[str, Any], ...] = attrs.field(default=(), eq=False)
+    source_tables: tuple[Mapping[str, Any], ...] = attrs.field(default=(), eq=False)
+    task_tables: tuple[Mapping[str, Any], ...] = attrs.field(default=(), eq=False)
+    etcd: EtcdSettings | None = None  # [etcd]: a cluster on several hosts; None: one host
+
+    @property
+    def hosts(self) -> list[str]:
+        """The hosts its nodes' ``host`` keys name (none: the cluster is one host)."""
+        return sorted({node.runs_on for node in self.nodes if node.runs_on})
+
+    def boxed_specs(self, node: NodeConfig, *, pools: bool = False) -> list[BoxedSpec]:
+        """The boxed workers ``node`` runs: those that serve a task pool
+        (``pools=True``; the task app on the node hosts them), or the others
+        (the node hosts them as actors of their own)."""
+        return [
+            spec for on, spec in self.boxed if on == node.name and (spec.pool is not None) == pools
+        ]
+
+    def supervisor_specs(self, node: NodeConfig) -> list[SupervisorSpec]:
+        """The supervision trees ``node`` hosts, their actor modules imported.
+
+        Raises:
+            ConfigError: naming the key that is wrong.
+        """
+        return supervisor_specs(self.path, list(self.supervisor_tables), node.name)
+
+    def node(self, name: str) -> NodeConfig:
+        """The node called ``name``.
+
+        Raises:
+            ConfigError: no such node.
+        """
+        for node in self.nodes:
+            if node.name == name:
+                return node
+        raise ConfigError(
+            f"{self.path}: no node named {name!r} (nodes: {[n.name for n in self.nodes]})"
+        )
+
+    def url(self, node: NodeConfig) -> str:
+        return f"{self.scheme}://{node.listen}"
+
+    @property
+    def root(self) -> Path:
+        """The directory the file is in: relative paths start here."""
+        return self.path.parent
+
+    @property
+    def scheme(self) -> str:
+        return "amqp" if self.insecure else "amqps"
+
+    def store(self, node: NodeConfig) -> Store:
+        """The durable store of ``node``: ``data/NODE/store.sqlite`` beside the
+        file, or a memory store for a node with ``durable = false``."""
+        if not node.durable:
+            return Store.memory(node.name)
+        return Store(self.root / "data" / node.name / "store.sqlite", name=node.name)
+
+    def routes(self, node: NodeConfig) -> list[tuple[str, list[str]]]:
+        """The routers ``node`` hosts: each logical name with its instances'
+        addresses (``NODE/ACTOR`` resolved to ``amqps://host:port/ACTOR``)."""
+        where = {n.name: f"{self.scheme}://{n.listen}" for n in self.nodes}
+        return [
+            (name, [f"{where[i.partition('/')[0]]}/{i.partition('/')[2]}" for i in instances])
+            for name, instances in node.routes
+        ]
+
+    def security(self, name: str) -> dict[str, Any]:
+        """``Node`` keyword arguments for a member called ``name``: its TLS files
+        and keyring (whose members are the cluster's nodes), or
+        ``insecure=True`` for an insecure cluster."""
+        if self.insecure:
+            return {"insecure": True}
+        return {
+            "tls": TlsFiles.from_dir(self.certs, name),
+            "keyring": Keyring.load(self.keys, name, members=self.member_names),
+        }
+
+    @property
+    def member_names(self) -> list[str]:
+        """The keys of the cluster's members: its nodes' (docs/protocol.md §11.4)."""
+        return [node.name for node in self.nodes]
+
+
+def load_cluster(path: Path | str) -> ClusterConfig:
+    """Read and check a cluster.toml.
+
+    Raises:
+        ConfigError: naming the file, the key and what was expected.
+    """
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read it: {exc.strerror or exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    where = _Where(path)
+    where.keys(data, "", "")
+    cluster = data.get("cluster", {})
+    if not isinstance(cluster, dict):
+        raise where.error("cluster", "a table [cluster]", cluster)
+    where.keys(cluster, "cluster", "cluster")
+    name = where.string(cluster, "cluster.name", default="cluster")
+    nodes_data = data.get("node")
+    if not isinstance(nodes_data, list) or not nodes_data:
+        raise where.error("node", "at least one [[node]] table", nodes_data)
+    nodes = tuple(where.node(i, item) for i, item in enumerate(nodes_data))
+    check_hosts(path, [(node.name, node.runs_on) for node in nodes])
+    if isinstance(data.get("etcd"), dict):
+        where.keys(data["etcd"], "etcd", "etcd")
+    names = [node.name for node in nodes]
+    for duplicate in {n for n in names if names.count(n) > 1}:
+        raise ConfigError(f"{path}: node name {duplicate!r} is used twice: names must be unique")
+    nodes = where.routers(data.get("router", []), nodes)
+    supervisor_tables = data.get("supervisor", [])
+    trees = check_supervisors(path, supervisor_tables, [node.name for node in nodes])
+    nodes = tuple(attrs.evolve(n, supervisors=trees.get(n.name, ())) for n in nodes)
+    ports = [node.port for node in nodes]
+    ports.append(where.endpoint(cluster, "cluster.controller", default="127.0.0.1:5700")[1])
+    for duplicate_port in {p for p in ports if ports.count(p) > 1}:
+        raise ConfigError(
+            f"{path}: port {duplicate_port} is used twice (by nodes or the controller)"
+        )
+    boxed = boxed_specs(path, data.get("boxed", []), names)
+    for on, spec in boxed:
+        if spec.pool is not None and next(n for n in nodes if n.name == on).actors is None:
+            raise ConfigError(
+                f"{path}: boxed worker {spec.name!r} serves pool {spec.pool!r}, but node "
+                f'{on!r} hosts no task app: add actors = "MODULE:APP" and '
+                f'pools = ["{spec.pool}"] to it'
+            )
+    return ClusterConfig(
+        path=path.resolve(),
+        name=name,
+        nodes=nodes,
+        certs=path.parent.resolve() / where.string(cluster, "cluster.certs", default="certs"),
+        keys=path.parent.resolve() / where.string(cluster, "cluster.keys", default="keys"),
+        dev=where.boolean(cluster, "cluster.dev", default=False),
+        insecure=where.boolean(cluster, "cluster.insecure", default=False),
+        controller=where.endpoint(cluster, "cluster.controller", default="127.0.0.1:5700"),
+        web=web_address(path, cluster.get("web")),
+        supervisor_tables=tuple(supervisor_tables),
+        boxed=tuple(boxed),
+        periodic_tables=where.tables(data.get("periodic", []), "periodic"),
+        source_tables=where.tables(data.get("source", []), "source"),
+        task_tables=where.tables(data.get("task", []), "task"),
+        etcd=etcd_settings(path, data.get("etcd")),
+    )
+
+
+@final
+class _Where:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def keys(self, table: Mapping[str, Any], prefix: str, kind: str) -> None:
+        """Check the keys of ``table`` (at ``prefix``, e.g. ``node[1]``), a table
+        of ``kind`` (a key of KNOWN_KEYS, e.g. ``node``): a missing required
+        key is reported as missing (naming the misspelling, if there is one),
+        and a key nothing reads is refused."""
+        known = KNOWN_KEYS[kind]
+        dot = f"{prefix}." if prefix else ""
+        strangers = [key for key in table if key not in known]
+        for key in REQUIRED_KEYS.get(kind, ()):
+            if key not in table:
+                close = difflib.get_close_matches(key, strangers, n=1)
+                hint = (
+                    f"{dot}{close[0]} is not a key: a misspelling of {key!r}?"
+                    if close
+                    else f"every [[{kind}]] table needs one ({key} = ...)"
+                )
+                raise ConfigError(f"{self.path}: key {dot + key!r} is missing: {hint}")
+        for key in strangers:
+            if kind not in _OPEN or difflib.get_close_matches(key, known, n=1, cutoff=0.8):
+                raise unknown_key(self.path, f"{dot}{key}", table[key], known)
+
+    def error(self, key: str, expected: str, got: object) -> ConfigError:
+        shown = "nothing" if got is None else f"{got!r}"
+        return ConfigError(f"{self.path}: key {key!r}: expected {expected}, got {shown}")
+
+    def string(self, table: dict[str, Any], key: str, *, default: str | None = None) -> str:
+        value = table.get(key.rpartition(".")[2], default)
+        if not isinstance(value, str) or not value:
+            raise self.error(key, "a non-empty string", value)
+        return value
+
+    def boolean(self, table: dict[str, Any], key: str, *, default: bool) -> bool:
+        value = table.get(key.rpartition(".")[2], default)
+        if not isinstance(value, bool):
+            raise self.error(key, "true or false", value)
+        return value
+
+    def endpoint(self, table: dict[str, Any], key: str, *, default: str) -> tuple[str, int]:
+        listen = self.string(table, key, default=default)
+        host, _, port = listen.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise self.error(key, "HOST:PORT, e.g. 127.0.0.1:5701", listen)
+        return host, int(port)
+
+    def node(self, index: int, item: object) -> NodeConfig:
+        prefix = f"node[{index}]"
+        if not isinstance(item, dict):
+            raise self.error(prefix, "a table", item)
+        self.keys(item, prefix, "node")
+        name = self.string(item, f"{prefix}.name")
+        if not _NAME.fullmatch(name):
+            raise self.error(f"{prefix}.name", "letters, digits, '.' and '-'", name)
+        host, port = self.endpoint(item, f"{prefix}.listen", default="")
+        runs_on = self.string(item, f"{prefix}.host", default=None) if "host" in item else ""
+        if runs_on and not _NAME.fullmatch(runs_on):
+            raise self.error(
+                f"{prefix}.host", "a host's name: letters, digits, '.' and '-'", runs_on
+            )
+        actors = item.get("actors")
+        if actors is not None and (not isinstance(actors, str) or not TARGET.fullmatch(actors)):
+            raise self.error(
+                f"{prefix}.actors", "MODULE:OBJECT, e.g. examples.workers:actors", actors
+            )
+        instances = item.get("instances", 1)
+        if type(instances) is not int or not 1 <= instances <= 1000:
+            raise self.error(f"{prefix}.instances", "a whole number from 1 to 1000", instances)
+        durable = item.get("durable", True)
+        if not isinstance(durable, bool):
+            why = f"true or false (whether node {name!r} keeps its store on disk)"
+            raise self.error(f"{prefix}.durable", why, durable)
+        limits = self.limits(f"{prefix}.limits", item.get("limits", {}))
+        deadletters = self.deadletters(f"{prefix}.deadletters", item.get("deadletters", {}))
+        try:
+            health = check_health_tables(
+                f"{prefix}.health",
+                item.get("health", []),
+                lambda key, value: unknown_key(self.path, key, value, HEALTH_KEYS),
+            )
+        except ConfigError as exc:
+            message = str(exc)
+            raise (
+                exc
+                if message.startswith(str(self.path))
+                else ConfigError(f"{self.path}: {message}")
+            ) from None
+        settings = {key: value for key, value in item.items() if key not in KNOWN_KEYS["node"]}
+        for key in settings:  # a misspelt host would be taken for its actors factory's key
+            if difflib.get_close_matches(key, [HOST_KEY], cutoff=0.7):
+                raise unknown_key(self.path, f"{prefix}.{key}", item[key], KNOWN_KEYS["node"])
+        if actors is None and settings:  # no actors factory here to read them
+            key, value = next(iter(settings.items()))
+            raise unknown_key(
+                self.path,
+                f"{prefix}.{key}",
+                value,
+                NODE_KEYS,
+                "nothing reads it on a node that names no actors (only an actors "
+                'factory that actors = "MODULE:OBJECT" names, such as a task app, '
+                "reads a node's other keys)",
+            )
+        return NodeConfig(
+            name,
+            host,
+            port,
+            actors,
+            instances,
+            durable=durable,
+            limits=limits,
+            settings=settings,
+            deadletters=deadletters,
+            health=health,
+            metrics=metrics_table(self.path, f"{prefix}.metrics", item.get("metrics")),
+            runs_on=runs_on,
+        )
+
+    def deadletters(self, key: str, table: object) -> DeadLetterBounds:
+        """A node's [node.deadletters] table: ``max`` letters, ``ttl`` seconds."""
+        if not isinstance(table, dict):
+            raise self.error(key, "a table with max (a count) and ttl (seconds)", table)
+        for name, value in table.items():
+            if name not in ("max", "ttl"):
+                raise unknown_key(self.path, f"{key}.{name}", value, frozenset({"max", "ttl"}))
+        try:
+            return DeadLetterBounds(**table)
+        except ConfigError as exc:
+            raise ConfigError(f"{self.path}: key '{key}': {exc}") from None
+
+    def limits(self, key: str, table: object) -> dict[str, Any]:
+        """A node's [node.limits] table: the resource bounds it sets."""
+        if not isinstance(table, dict):
+            raise self.error(key, f"a table of resource bounds ({', '.join(LIMIT_NAMES)})", table)
+        self.keys(table, key, "node.limits")
+        for name, value in table.items():
+            try:
+                Limits(**{name: value})
+            except ConfigError as exc:
+                raise ConfigError(f"{self.path}: key '{key}.{name}': {exc}") from None
+        return dict(table)
+
+    def tables(self, items: object, kind: str) -> tuple[Mapping[str, Any], ...]:
+        """The ``[[kind]]`` tables, their keys checked."""
+        if not isinstance(items, list):
+            raise self.error(kind, f"[[{kind}]] tables", items)
+        for index, item in enumerate(items):
+            if not isinstance(item, dict):
+                raise self.error(f"{kind}[{index}]", "a table", item)
+            self.keys(item, f"{kind}[{index}]", kind)
+        return tuple(items)
+
+    def routers(self, items: object, nodes: tuple[NodeConfig, ...]) -> tuple[NodeConfig, ...]:
+        """Attach each [[router]] to the node that hosts it."""
+        if not isinstance(items, list):
+            raise self.error("router", "[[router]] tables", items)
+        by_name = {node.name: node for node in nodes}
+        routes: dict[str, list[tuple[str, tuple[str, ...]]]] = {}
+        for index, item in enumerate(items):
+            prefix = f"router[{index}]"
+            if not isinstance(item, dict):
+                raise self.error(prefix, "a table", item)
+            self.keys(item, prefix, "router")
+            name = self.string(item, f"{prefix}.name")
+            host = self.string(item, f"{prefix}.node")
+            if host not in by_name:
+                raise self.error(f"{prefix}.node", f"one of the nodes {sorted(by_name)}", host)
+            instances = item.get("instances")
+            if not isinstance(instances, list) or not instances:
+                raise self.error(f"{prefix}.instances", 'a list like ["n1/emails"]', instances)
+            for instance in instances:
+                node, _, actor = str(instance).partition("/")
+                if node not in by_name or not actor:
+                    raise self.error(
+                        f"{prefix}.instances", "NODE/ACTOR with a known NODE", instance
+                    )
+            routes.setdefault(host, []).append((name, tuple(str(i) for i in instances)))
+        return tuple(attrs.evolve(n, routes=tuple(routes.get(n.name, ()))) for n in nodes)

@@ -1,0 +1,48 @@
+"""The error for a key of cluster.toml that nothing reads.
+
+Kept apart from ``_config.py`` so that every reader of a table (the file's own
+tables there, an actors factory's node settings in ``_hosting.py``, the
+``[etcd]`` table in ``_etcd_config.py``) refuses an unknown key the same way:
+naming the key, the nearest known one or where an older format's key moved.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Collection
+from pathlib import Path
+from types import MappingProxyType
+from typing import Final
+
+from ..._errors import ConfigError
+
+__all__ = ["unknown_key"]
+
+#: Keys of older formats, and where what they said is said now.
+_MOVED: Final = MappingProxyType(
+    {
+        "cluster.app": (
+            "it moved to the nodes that host the app: name the app as such a node's "
+            'actors (actors = "MODULE:APP") and say what the node hosts there '
+            '(pools = ["POOL", ...], or services = true on one node)'
+        ),
+    }
+)
+
+
+def unknown_key(
+    path: Path | None, key: str, value: object, known: Collection[str], why: str = ""
+) -> ConfigError:
+    """The error for a key that nothing reads (``key`` with its table, e.g. ``node[1].pool``):
+    where the key moved (a key of an older format), else which key was meant if one
+    of ``known`` is close, else ``why`` and the keys the table may have."""
+    name = key.rpartition(".")[2]
+    close = difflib.get_close_matches(name, sorted(known), n=1)
+    if key in _MOVED:
+        fix = _MOVED[key]
+    elif close:
+        fix = f"{close[0]!r} (a misspelling?)"
+    else:
+        fix = f"{why}; the keys it may have: {sorted(known)}" if why else f"one of {sorted(known)}"
+    where = f"{path}: " if path is not None else ""
+    return ConfigError(f"{where}key {key!r}: expected no such key: {fix}, got {value!r}")

@@ -1,0 +1,3 @@
+"""The AMQP 1.0 link: proton's engine driven by trio, outgoing peers, inbound connections, credit,
+TLS and bounds.
+"""

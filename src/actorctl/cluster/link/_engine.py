@@ -1,0 +1,441 @@
+"""One AMQP 1.0 connection: proton's sans-IO engine driven by a trio stream.
+
+trio owns the socket. Bytes read from the stream are pushed into the proton
+``Transport``; collector events are handled in this connection's own tasks;
+output is popped from the transport and written by one writer task, which
+anything that changes the engine outside an event callback wakes with
+:meth:`Engine.wake`. No proton reactor, no threads, no polling loop.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final, final
+
+import trio
+from proton import SSL, Collector, Connection, Endpoint, Event, Link, SSLDomain, Transport
+
+from ..._log import log
+from ._raw import DELIVERY, LINK_FLOW, NULL, lib, send
+
+__all__ = ["Engine", "EngineHandler", "EngineSet"]
+
+_peek = lib.pn_collector_peek
+_pop = lib.pn_collector_pop
+_event_type = lib.pn_event_type
+_event_delivery = lib.pn_event_delivery
+_event_link = lib.pn_event_link
+
+_READ_SIZE: Final = 65536
+_CLOSE_GRACE: Final = 2.0  # seconds the other direction may linger once one is done
+_LOCAL_UNINIT: Final = Endpoint.LOCAL_UNINIT
+_LOCAL_CLOSED: Final = Endpoint.LOCAL_CLOSED
+_LOCAL_ACTIVE: Final = Endpoint.LOCAL_ACTIVE
+_IO_ERRORS: Final = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
+
+
+class EngineHandler:
+    """What the node does with one connection's events. Every method runs in the
+    connection's own task, inside event processing: it must not block."""
+
+    def on_remote_open(self, engine: Engine) -> None:
+        """The peer opened the connection."""
+
+    def on_link_remote_open(self, engine: Engine, link: Link) -> None:
+        """The peer attached a link, or answered our attach. For a link the peer
+        began, open it (or open then close it with a condition, to refuse it)."""
+        if link.state & _LOCAL_UNINIT:
+            link.open()
+
+    def on_link_remote_close(self, engine: Engine, link: Link) -> None:
+        """The peer detached a link (it is closed locally right after)."""
+
+    def on_link_flow(self, engine: Engine, link: Any) -> None:
+        """Credit changed on a link (``link`` is a raw ``pn_link_t`` pointer)."""
+
+    def on_delivery(self, engine: Engine, delivery: Any) -> None:
+        """A delivery arrived (receiver) or its remote state changed (sender).
+        ``delivery`` is a raw ``pn_delivery_t`` pointer: see ``_raw``."""
+
+    def after_events(self, engine: Engine) -> None:
+        """The events that arrived together have all been handled."""
+
+    def on_closed(self, engine: Engine) -> None:
+        """The connection is gone; nothing more will happen on it."""
+
+
+@final
+class Engine:
+    """Drives one proton connection over one trio stream.
+
+    Args:
+        stream: the connected byte stream; the engine closes it at the end.
+        handler: receives the connection's events.
+        server: whether this side accepted the connection.
+        container_id: this node's AMQP container id.
+        peer: a name for the other side, for logs.
+        idle_timeout: seconds of silence after which the peer is taken for dead
+            (AMQP heartbeats keep a live but idle peer from reaching it).
+        handshake_timeout: seconds the peer gets to finish the TLS handshake and
+            its AMQP open; then the connection is closed (default: idle_timeout).
+        ssl_domain: TLS settings (see ``_tls``); None for plain TCP.
+        peer_hostname: the name a client expects in the server's certificate.
+    """
+
+    def __init__(
+        self,
+        stream: trio.abc.Stream,
+        handler: EngineHandler,
+        *,
+        server: bool,
+        container_id: str,
+        peer: str,
+        idle_timeout: float = 30.0,
+        ssl_domain: SSLDomain | None = None,
+        peer_hostname: str | None = None,
+        handshake_timeout: float | None = None,
+    ) -> None:
+        self.stream = stream
+        self.handler = handler
+        self.peer = peer
+        self.server = server
+        self.closed = False
+        #: Bytes read from and written to the stream (counted per read and
+        #: write, not per message: the node's metrics read them when scraped).
+        self.received_bytes = 0
+        self.sent_bytes = 0
+        #: What the transport said went wrong (a TLS or framing failure), if anything.
+        self.error: str | None = None
+        self.connection = connection = Connection()
+        connection.container = container_id
+        self._collector = collector = Collector()
+        connection.collect(collector)  # before bind, or the first events are missed
+        self.transport = transport = Transport(Transport.SERVER if server else Transport.CLIENT)
+        transport.idle_timeout = idle_timeout
+        self._idle_timeout = idle_timeout
+        #: TLS inside the transport (see _tls), or None for plain TCP: it names
+        #: the certificate the other side presented, once the handshake is done.
+        self.ssl: SSL | None = None
+        self._handshake_timeout = idle_timeout if handshake_timeout is None else handshake_timeout
+        if ssl_domain is not None:
+            # TLS inside the transport, before bind: still sans-IO (see _tls).
+            self.ssl = ssl = transport.ssl(ssl_domain)
+            if peer_hostname is not None:
+                ssl.peer_hostname = peer_hostname
+        transport.sasl().allowed_mechs("ANONYMOUS")
+        transport.bind(connection)
+        self._wake_event = trio.Event()
+        self._send_lock = trio.Lock()
+        #: Set once the peer's AMQP open arrived (after TLS and SASL).
+        self.remote_opened = trio.Event()
+        #: Set once the connection has ended (``run`` is returning).
+        self.finished = trio.Event()
+        self._reader_done = trio.Event()
+        self._writer_done = trio.Event()
+        self._collector_impl = collector._impl
+        self._dispatch = {
+            lib.PN_CONNECTION_REMOTE_OPEN: self._on_connection_remote_open,
+            lib.PN_CONNECTION_REMOTE_CLOSE: self._on_connection_remote_close,
+            lib.PN_SESSION_REMOTE_OPEN: self._on_session_remote_open,
+            lib.PN_SESSION_REMOTE_CLOSE: self._on_session_remote_close,
+            lib.PN_LINK_REMOTE_OPEN: self._on_link_remote_open,
+            lib.PN_LINK_REMOTE_CLOSE: self._on_link_remote_close,
+            lib.PN_TRANSPORT_ERROR: self._on_transport_error,
+        }
+
+    def wake(self) -> None:
+        """Have the writer emit whatever the engine has to send now."""
+        self._wake_event.set()
+
+    def send_settled(self, link: Any, tag: bytes, data: bytes | bytearray) -> None:
+        """Send one pre-settled delivery on a sender (``link``: its raw
+        ``pn_link_t``), such as a reply, and have the writer emit it."""
+        lib.pn_delivery_settle(send(link, tag, data))
+        self._wake_event.set()
+
+    async def run(self) -> None:
+        """Run the connection until both directions are closed, then close the stream."""
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._read_loop)
+                nursery.start_soon(self._write_loop)
+                nursery.start_soon(self._tick_loop, nursery.cancel_scope)
+                await _first(self._reader_done.wait, self._writer_done.wait)
+                with trio.move_on_after(_CLOSE_GRACE):
+                    await self._reader_done.wait()
+                    await self._writer_done.wait()
+                nursery.cancel_scope.cancel(reason="connection closed")
+        finally:
+            self.closed = True
+            if self.transport.capacity() >= 0:
+                self.transport.close_tail()
+            if self.transport.pending() >= 0:
+                self.transport.close_head()
+            self._process()
+            try:
+                self.handler.on_closed(self)
+            finally:
+                self.finished.set()
+                await trio.aclose_forcefully(self.stream)
+
+    # -- I/O -------------------------------------------------------------------
+
+    async def _read_loop(self) -> None:
+        transport = self.transport
+        stream = self.stream
+        try:
+            while True:
+                try:
+                    data = await stream.receive_some(_READ_SIZE)
+                except _IO_ERRORS:
+                    data = b""
+                if not data:
+                    return
+                self.received_bytes += len(data)
+                if not self._push(data):
+                    return
+                self._process()
+                # Answer from this task when nobody else is writing: one task
+                # switch fewer per message than waking the writer.
+                if self._send_lock.locked():
+                    self._wake_event.set()
+                elif not await self._send_pending():
+                    self._wake_event.set()  # output closed: the writer ends it
+        finally:
+            if transport.capacity() >= 0:
+                transport.close_tail()
+            self._process()
+            self._wake_event.set()
+            self._reader_done.set()
+
+    def _push(self, data: bytes | bytearray) -> bool:
+        transport = self.transport
+        view = memoryview(data)
+        stalls = 0
+        while view:
+            room = transport.capacity()
+            if room < 0:
+                return False  # the engine closed its input (a protocol error, or closed)
+            if room == 0:
+                stalls += 1
+                if stalls > 100:
+                    log("actorctl:connection:stalled", peer=self.peer)
+                    return False
+                self._process()
+                continue
+            transport.push(bytes(view[:room]))
+            view = view[room:]
+        return True
+
+    async def _write_loop(self) -> None:
+        transport = self.transport
+        stream = self.stream
+        try:
+            while True:
+                # Re-arm before draining, so a wake-up during send_all is not lost.
+                self._wake_event = trio.Event()
+                if not await self._send_pending():
+                    # Nothing more to say: half-close, so the peer's reader sees
+                    # the end instead of waiting for our socket to close.
+                    if isinstance(stream, trio.SocketStream):
+                        await stream.send_eof()
+                    return
+                self._process()
+                await self._wake_event.wait()
+        except _IO_ERRORS:
+            if transport.pending() >= 0:
+                transport.close_head()
+        finally:
+            self._process()
+            self._writer_done.set()
+
+    async def _send_pending(self) -> bool:
+        """Write what the engine has to send. False once its output is closed."""
+        transport = self.transport
+        lock = self._send_lock
+        if lock.locked():
+            await lock.acquire()
+        else:
+            lock.acquire_nowait()  # no checkpoint: the send below has one
+        try:
+            while True:
+                size = transport.pending()
+                if size <= 0:
+                    return size == 0
+                data = transport.peek(size)
+                transport.pop(size)
+                if data:
+                    self.sent_bytes += len(data)
+                    await self.stream.send_all(data)
+        except _IO_ERRORS:
+            if transport.pending() >= 0:
+                transport.close_head()
+            self._wake_event.set()
+            return True  # the writer task sees the closed head next
+        finally:
+            lock.release()
+
+    async def _tick_loop(self, scope: trio.CancelScope) -> None:
+        # A peer that never finishes its handshake (a slow or silent client)
+        # gets the handshake timeout to do so, then it is dropped.
+        with trio.move_on_after(self._handshake_timeout):
+            await self.remote_opened.wait()
+        if not self.remote_opened.is_set():
+            log("actorctl:connection:no-open", peer=self.peer, waited=self._handshake_timeout)
+            scope.cancel(reason="no TLS handshake and AMQP open within the handshake timeout")
+            return
+        transport = self.transport
+        while True:
+            deadline = transport.tick(trio.current_time())
+            self._wake_event.set()
+            if not deadline:
+                return  # neither side asked for heartbeats
+            await trio.sleep_until(deadline)
+
+    # -- events ------------------------------------------------------------------
+
+    def _process(self) -> None:
+        # Deliveries and flow, the events of every message, go to the handler as
+        # raw pointers; the rare ones are wrapped in proton's classes.
+        collector = self._collector_impl
+        dispatch = self._dispatch
+        handler = self.handler
+        event = _peek(collector)
+        if event == NULL:
+            return
+        while event != NULL:
+            kind = _event_type(event)
+            if kind == DELIVERY:
+                handler.on_delivery(self, _event_delivery(event))
+            elif kind == LINK_FLOW:
+                handler.on_link_flow(self, _event_link(event))
+            else:
+                method = dispatch.get(kind)
+                if method is not None:
+                    method(Event.wrap(event))  # type: ignore[no-untyped-call]
+            _pop(collector)
+            event = _peek(collector)
+        handler.after_events(self)
+
+    def _on_connection_remote_open(self, event: Event) -> None:
+        connection = event.connection
+        assert connection is not None
+        if connection.state & _LOCAL_UNINIT:
+            connection.open()
+        self.remote_opened.set()
+        self.handler.on_remote_open(self)
+
+    def _on_connection_remote_close(self, event: Event) -> None:
+        connection = event.connection
+        assert connection is not None
+        condition = connection.remote_condition
+        if condition is not None:
+            log(
+                "actorctl:connection:remote-error",
+                peer=self.peer,
+                condition=condition.name,
+                description=condition.description,
+            )
+        if not connection.state & _LOCAL_CLOSED:
+            connection.close()
+
+    def _on_session_remote_open(self, event: Event) -> None:
+        session = event.session
+        assert session is not None
+        if session.state & _LOCAL_UNINIT:
+            session.open()
+
+    def _on_session_remote_close(self, event: Event) -> None:
+        session = event.session
+        assert session is not None
+        if not session.state & _LOCAL_CLOSED:
+            session.close()
+
+    def _on_link_remote_open(self, event: Event) -> None:
+        link = event.link
+        assert link is not None
+        self.handler.on_link_remote_open(self, link)
+
+    def _on_link_remote_close(self, event: Event) -> None:
+        link = event.link
+        assert link is not None
+        self.handler.on_link_remote_close(self, link)
+        if not link.state & _LOCAL_CLOSED:
+            link.close()
+
+    def _on_transport_error(self, event: Event) -> None:
+        condition = self.transport.condition
+        self.error = condition.description if condition else "the transport failed"
+        if not self.server or self.connection.state & _LOCAL_CLOSED:
+            # A client's handler says why its connection failed (or it closed
+            # the connection itself: the peer's abrupt end is no news).
+            return
+        log(
+            "actorctl:connection:protocol-error",
+            peer=self.peer,
+            condition=condition.name if condition else None,
+            description=condition.description if condition else None,
+        )
+
+
+async def _first(*waits: object) -> None:
+    """Return as soon as the first of several waits returns."""
+    async with trio.open_nursery() as nursery:
+        for wait in waits:
+
+            async def one(wait: object = wait) -> None:
+                await wait()  # type: ignore[operator]
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(one)
+
+
+@final
+class EngineSet:
+    """A node's live connections, incoming and outgoing: what its stop closes."""
+
+    __slots__ = ("_changed", "_engines", "_gone_received", "_gone_sent", "opened")
+
+    def __init__(self) -> None:
+        self._engines: set[Engine] = set()
+        self._changed = trio.Event()
+        #: Connections added since the node started.
+        self.opened = 0
+        self._gone_received = 0  # the bytes of connections that have ended
+        self._gone_sent = 0
+
+    def add(self, engine: Engine) -> None:
+        self._engines.add(engine)
+        self.opened += 1
+
+    def discard(self, engine: Engine) -> None:
+        if engine in self._engines:
+            self._gone_received += engine.received_bytes
+            self._gone_sent += engine.sent_bytes
+        self._engines.discard(engine)
+        self._changed.set()
+        self._changed = trio.Event()
+
+    def __len__(self) -> int:
+        return len(self._engines)
+
+    def traffic(self) -> tuple[int, int, int]:
+        """Bytes received and sent by every connection since the node started,
+        and the links open now (read when the node's metrics are scraped)."""
+        received, sent, links = self._gone_received, self._gone_sent, 0
+        for engine in self._engines:
+            received += engine.received_bytes
+            sent += engine.sent_bytes
+            link = engine.connection.link_head(_LOCAL_ACTIVE)
+            while link is not None:
+                links += 1
+                link = link.next(_LOCAL_ACTIVE)
+        return received, sent, links
+
+    async def close_all(self, timeout: float) -> None:
+        """Close every connection, and wait up to ``timeout`` s for them to end."""
+        for engine in list(self._engines):
+            engine.connection.close()
+            engine.wake()
+        with trio.move_on_after(timeout):
+            while self._engines:
+                await self._changed.wait()

@@ -1,0 +1,499 @@
+"""The incoming side: what a node does with a connection a peer opened.
+
+A peer attaches a sender link whose target is an actor's name; the node answers
+with credit from that actor's mailbox. A peer attaches a receiver link (dynamic,
+or with a ``$reply/...`` source) to get replies. Every delivery is decoded,
+queued in the actor's mailbox, and settled when the actor has finished with it.
+"""
+
+from __future__ import annotations
+
+import functools
+import uuid
+from collections.abc import Callable, Mapping
+from typing import Any, Final, final
+
+import trio
+from proton import Condition, Delivery, Endpoint, Link, symbol
+
+from ..._errors import WireFormatError
+from ..._log import log
+from ...actors import ActorCell
+from ...mailbox import (
+    DECODE_ERROR,
+    NOT_FOUND,
+    ORIGIN_KEY,
+    OVER_CREDIT,
+    SESSION_ADDRESS,
+    STOPPING,
+    AuthError,
+    Outcome,
+    Sections,
+    Verified,
+    Verifier,
+    canonical_bytes,
+    decode,
+    from_sections,
+    read_message,
+    to_ms,
+)
+from .._outbox import ReplyRoutes
+from ._credit import CreditKeeper, InboxCredit
+from ._engine import Engine, EngineHandler
+from ._limits import ConnectionLimits, Limits
+from ._raw import ACCEPTED, REJECTED, RELEASED, lib, recv, set_condition
+from ._reply_auth import UNAUTHORIZED, ReplySigning, reply_address_refusal
+
+__all__ = ["InboundHandler", "actor_name"]
+
+_delivery_link = lib.pn_delivery_link
+_is_receiver = lib.pn_link_is_receiver
+_readable = lib.pn_delivery_readable
+_partial = lib.pn_delivery_partial
+_pending = lib.pn_delivery_pending
+_settled = lib.pn_delivery_settled
+_update = lib.pn_delivery_update
+_settle_delivery = lib.pn_delivery_settle
+_link_credit = lib.pn_link_credit
+_link_flow = lib.pn_link_flow
+
+REPLY_PREFIX: Final = "$reply/"
+_SESSION_CREDIT: Final = 4
+
+
+def actor_name(target: str | None) -> str:
+    """The actor name in a link target: ``name``, ``/name`` or ``amqp://h:p/name``."""
+    if not target:
+        return ""
+    if "://" in target:
+        target = target.split("://", 1)[1].partition("/")[2]
+    return target.lstrip("/")
+
+
+@final
+class InboundHandler(EngineHandler):
+    """Events of one connection that a peer opened to this node.
+
+    Args:
+        node_name, node_id: the node's name (for errors) and container id.
+        cells: the node's actors, by name.
+        verifier: authenticates its messages (its sessions die with it); None: no keys.
+        routes: where the reply links that callers attach are recorded.
+        signing: how the replies sent on this connection are signed (it learns
+            of the sessions opened here); None: unsigned.
+        keeper: shares each actor's credit fairly among its links.
+        limits: the node's bounds on a connection's links and messages.
+    """
+
+    def __init__(
+        self,
+        node_name: str,
+        node_id: str,
+        cells: Mapping[str, ActorCell],
+        verifier: Verifier | None,
+        routes: ReplyRoutes,
+        *,
+        signing: ReplySigning | None = None,
+        keeper: CreditKeeper | None = None,
+        limits: Limits | None = None,
+    ) -> None:
+        self._node_name = node_name
+        self._node_id = node_id
+        self._cells = cells
+        self._routes = routes
+        self._keeper = keeper or CreditKeeper(node_name, Limits().credit_deadline)
+        self._limits = ConnectionLimits(node_name, limits or Limits())
+        self._max_size = self._limits.max_message_size
+        self._inboxes: dict[Any, tuple[ActorCell, InboxCredit]] = {}  # by raw pn_link_t
+        self._verifier = verifier
+        self._session_links: dict[Any, Link] = {}
+        self._unauthenticated: list[str] = []  # ids accepted unsigned since the last warning
+        self._reply_addresses: list[tuple[str, bool]] = []  # (address, dynamic)
+        self._signing = signing
+
+    def on_link_remote_open(self, engine: Engine, link: Link) -> None:
+        if not link.state & Endpoint.LOCAL_UNINIT:
+            return
+        if self._limits.refuse_link(engine, link):
+            engine.wake()
+            return
+        if link.is_receiver:
+            self._attach_inbox(engine, link)
+        else:
+            self._attach_replies(engine, link)
+        engine.wake()
+
+    def _attach_inbox(self, engine: Engine, link: Link) -> None:
+        target = link.remote_target.address or ""
+        name = actor_name(target)
+        if name == SESSION_ADDRESS and self._verifier is not None:
+            link.target.address = target
+            link.open()
+            link.flow(_SESSION_CREDIT)
+            self._session_links[link._impl] = link
+            return
+        cell = self._cells.get(name)
+        if cell is not None:
+            link.target.address = target
+        link.open()
+        if cell is None:
+            hosted = ", ".join(sorted(self._cells)) or "none"
+            _refuse(
+                link,
+                NOT_FOUND,
+                f"no actor named {name!r} on node {self._node_name!r} (it hosts: {hosted})",
+            )
+            log("actorctl:link:refused", peer=engine.peer, target=target, reason="unknown actor")
+            return
+        credit = InboxCredit(engine, link, cell.mailbox, self._keeper)
+        self._inboxes[link._impl] = (cell, credit)
+        credit.attach()
+
+    def _attach_replies(self, engine: Engine, link: Link) -> None:
+        source = link.remote_source
+        asked = source.address or ""
+        if source.dynamic:
+            address = f"{REPLY_PREFIX}{uuid.uuid4().hex}"
+        elif asked.startswith(REPLY_PREFIX):
+            address = asked
+        else:
+            link.open()
+            _refuse(
+                link,
+                NOT_FOUND,
+                f"node {self._node_name!r} offers no source {asked!r}: attach a "
+                "dynamic receiver (or one whose source starts with $reply/) to get replies",
+            )
+            return
+        # Only its own address, and one no other identity holds (§8).
+        refusal = reply_address_refusal(engine, address, self._routes.claim, dynamic=source.dynamic)
+        if refusal is not None:
+            link.open()
+            _refuse(link, UNAUTHORIZED, refusal)
+            log("actorctl:link:refused", peer=engine.peer, source=address, reason=refusal)
+            return
+        link.source.address = address
+        link.source.dynamic = source.dynamic
+        link.snd_settle_mode = Link.SND_SETTLED  # the reply is the acknowledgement
+        link.open()
+        self._routes.add(address, engine, link, self._signing)
+        self._reply_addresses.append((address, source.dynamic))
+
+    def on_link_flow(self, engine: Engine, link: Any) -> None:
+        inbox = self._inboxes.get(link)
+        if inbox is not None:
+            inbox[1].sender_flowed()
+
+    def on_link_remote_close(self, engine: Engine, link: Link) -> None:
+        self._limits.link_closed()
+        if link.is_receiver:
+            inbox = self._inboxes.pop(link._impl, None)
+            if inbox is not None:
+                inbox[1].detach()
+        else:
+            address = link.source.address or ""
+            self._routes.remove(address, link=link, release=bool(link.source.dynamic))
+
+    def on_delivery(self, engine: Engine, delivery: Any) -> None:
+        link = _delivery_link(delivery)
+        if not _is_receiver(link):
+            return  # a reply we sent pre-settled: nothing to do
+        if lib.pn_delivery_aborted(delivery):
+            lib.pn_delivery_settle(delivery)  # the sender gave up on it mid-way
+            return
+        if not _readable(delivery):
+            return
+        size = _pending(delivery)
+        if size > self._max_size:  # refused as it arrives, not once it is whole
+            self._too_large(engine, link, delivery, size)
+            return
+        if _partial(delivery):
+            return
+        data = recv(link, size)
+        presettled = bool(_settled(delivery))
+        settle = None
+        if presettled:
+            _settle_delivery(delivery)  # nothing to answer: free it now
+        else:
+            lib.pn_incref(delivery)  # held until the actor settles it
+            settle = functools.partial(_settle, engine, delivery)
+        if link in self._session_links:
+            self._open_session(engine, link, data, settle)
+            return
+        inbox = self._inboxes.get(link)
+        if inbox is None:  # a link we refused: nothing should arrive on it
+            if settle is not None:
+                settle(Outcome.rejected(NOT_FOUND, "the link to this address was refused"))
+            return
+        self._take(engine, inbox[0], data, settle)
+
+    def _take(
+        self,
+        engine: Engine,
+        cell: ActorCell,
+        data: bytes,
+        settle: Callable[[Outcome], None] | None,
+    ) -> None:
+        verifier = self._verifier
+        verified = None
+        try:
+            if verifier is None:
+                envelope = decode(data)
+                self._unauthenticated.append(envelope.message_id)
+            else:
+                # Authenticate before anything looks at the body or the handler.
+                sections, verified = _authenticate(verifier, cell.name, data, self._node_id)
+                sender = verified.key_id
+                if ORIGIN_KEY in sections[1]:  # a router asserts whom it forwards for
+                    sender = verifier.origin(verified, sections[1]) or _no_origin(engine, verified)
+                envelope = from_sections(sections, sender)
+        except AuthError as exc:
+            _refuse_delivery(engine, cell, settle, exc.condition, exc.description, exc)
+            return
+        except WireFormatError as exc:
+            _refuse_delivery(engine, cell, settle, DECODE_ERROR, str(exc), exc)
+            return
+        try:
+            cell.mailbox.put_nowait(envelope, settle)
+        except trio.WouldBlock:
+            outcome = Outcome.rejected(
+                OVER_CREDIT,
+                f"actor {cell.name!r} granted no credit for message {envelope.message_id}: "
+                "the sender must wait for link credit",
+            )
+        except trio.ClosedResourceError:
+            outcome = Outcome.modified(STOPPING, f"actor {cell.name!r} is stopping")
+        else:
+            return
+        if verified is not None and verifier is not None:  # not run: the same bytes may come again
+            verifier.forget(verified, envelope.message_id, to_ms(envelope.creation_time))
+        cell.counters.refuse(outcome.state, outcome.condition)
+        log(
+            f"actorctl:delivery:{outcome.state}",
+            actor=cell.name,
+            message_id=envelope.message_id,
+            condition=outcome.condition,
+            description=outcome.description,
+        )
+        if settle is not None:
+            settle(outcome)
+
+    def _too_large(self, engine: Engine, link: Any, delivery: Any, size: int) -> None:
+        inbox = self._inboxes.get(link)
+        if inbox is not None:
+            target = inbox[0].name
+        else:
+            target = SESSION_ADDRESS if link in self._session_links else "(a refused link)"
+        self._limits.too_large(engine, delivery, size, target)
+        if inbox is not None:
+            inbox[0].mailbox.credit_changed()  # the slot it took credit for is free
+        elif link in self._session_links:
+            _link_flow(link, 1)
+
+    def after_events(self, engine: Engine) -> None:
+        self._keeper.rebalance()  # grants for the links this batch attached
+        # An insecure node warns about every unauthenticated message it accepts:
+        # one line per batch of deliveries that arrived together, naming each.
+        if self._unauthenticated:
+            log(
+                "actorctl:delivery:unauthenticated",
+                peer=engine.peer,
+                message_ids=self._unauthenticated,
+                warning="accepted without authentication: this node is insecure",
+            )
+            self._unauthenticated = []
+
+    def _open_session(
+        self,
+        engine: Engine,
+        link: Any,
+        data: bytes,
+        settle: Callable[[Outcome], None] | None,
+    ) -> None:
+        """A peer hands this connection a session key (docs/protocol.md §11)."""
+        verifier = self._verifier
+        assert verifier is not None
+        _link_flow(link, 1)
+        try:
+            sections = read_message(data)
+            if sections is None:
+                raise WireFormatError("a session message must be a data-section message")
+            properties, app, body = sections
+            properties = properties + [None] * (10 - len(properties))
+            message_id = str(properties[0])
+            session = verifier.accept_session(
+                app,
+                _canonical(SESSION_ADDRESS, properties, app, body, self._node_id),
+                message_id=message_id,
+                creation_ms=properties[9],
+                body=body,
+                node=self._node_id,
+            )
+        except AuthError as exc:
+            _refuse_delivery(engine, SESSION_ADDRESS, settle, exc.condition, exc.description, exc)
+            return
+        except (WireFormatError, ValueError) as exc:
+            _refuse_delivery(engine, SESSION_ADDRESS, settle, DECODE_ERROR, str(exc), exc)
+            return
+        if self._signing is not None:
+            self._signing.session_opened(session)  # replies here are signed with it
+        log(
+            "actorctl:session:opened",
+            peer=engine.peer,
+            session=session.id,
+            key=session.issuer_key_id,
+            expires=session.expires,
+        )
+        if settle is not None:
+            settle(Outcome("accepted"))
+
+    def on_closed(self, engine: Engine) -> None:
+        for _cell, credit in self._inboxes.values():
+            credit.detach()
+        self._inboxes.clear()
+        self._keeper.rebalance()
+        for address, dynamic in self._reply_addresses:
+            self._routes.remove(address, engine=engine, release=dynamic)
+        self._reply_addresses.clear()
+
+
+def _no_origin(engine: Engine, verified: Verified) -> str:
+    log(
+        "actorctl:delivery:origin-ignored",
+        peer=engine.peer,
+        key=verified.key_id,
+        reason="only a cluster member (a key the keyring's members file names) may "
+        "assert an origin: the message counts as its signer's",
+    )
+    return verified.key_id
+
+
+def _refuse(link: Link, condition: str, description: str) -> None:
+    link.condition = Condition(condition, description)
+    link.close()
+
+
+def _settle(engine: Engine, delivery: Any, outcome: Outcome) -> None:
+    """Answer the sender: runs when the actor is done with the message."""
+    try:
+        if engine.closed:
+            return  # the sender is gone; it will send the message again
+        state = outcome.state
+        if state == "accepted":
+            _update(delivery, ACCEPTED)
+        elif state == "rejected":
+            set_condition(delivery, outcome.condition or "amqp:internal-error", outcome.description)
+            _update(delivery, REJECTED)
+        elif state == "modified":
+            wrapped = Delivery.wrap(delivery)  # type: ignore[no-untyped-call]
+            local = wrapped.local
+            local.failed = True
+            local.undeliverable = True
+            local.annotations = {
+                symbol("actorctl-condition"): outcome.condition or "",
+                symbol("actorctl-description"): outcome.description or "",
+            }
+            wrapped.update(Delivery.MODIFIED)
+        else:
+            _update(delivery, RELEASED)
+        _settle_delivery(delivery)
+        engine.wake()
+    finally:
+        lib.pn_decref(delivery)
+
+
+def _authenticate(
+    verifier: Verifier, actor: str, data: bytes, node: str
+) -> tuple[Sections, Verified]:
+    """Check a message's signature over its canonical bytes, for ``actor`` on ``node``.
+
+    Raises:
+        AuthError: why it is refused (docs/protocol.md §11).
+        WireFormatError: it is not in the layout that can be signed.
+    """
+    sections = read_message(data)
+    if sections is None:
+        raise WireFormatError(
+            "a signed message must be one properties, one application-properties and "
+            "one data section of the types docs/protocol.md lists"
+        )
+    properties, app, body = sections
+    if len(properties) < 10:
+        properties = properties + [None] * (10 - len(properties))
+    if properties[0] is None:
+        raise WireFormatError("message has no message-id property")
+    message_id = str(properties[0])
+    problem = _malformed(properties, message_id)
+    if problem is not None:
+        error = WireFormatError(problem)
+        error.message_id = message_id  # type: ignore[attr-defined]
+        raise error
+    try:
+        verified = verifier.verify(
+            app,
+            _canonical(actor, properties, app, body, node),
+            message_id=message_id,
+            creation_ms=properties[9],
+        )
+    except AuthError as exc:
+        # for the log line: which message, and which key it claims
+        exc.message_id = message_id  # type: ignore[attr-defined]
+        exc.key_id = app.get("sig_key")  # type: ignore[attr-defined]
+        raise
+    return sections, verified
+
+
+def _malformed(properties: list[Any], message_id: str) -> str | None:
+    """What is wrong with the types of the properties a signature covers."""
+    for index, field in ((8, "absolute-expiry-time"), (9, "creation-time")):
+        # Only an AMQP timestamp (an integer of ms) is covered as written: a
+        # double or a string here could change what the replay check sees.
+        if properties[index] is not None and type(properties[index]) is not int:
+            return f"message {message_id}: {field} must be a timestamp"
+    for index, field in ((3, "subject"), (4, "reply-to")):
+        if properties[index] is not None and not isinstance(properties[index], str):
+            return f"message {message_id}: {field} must be a string"
+    return None
+
+
+def _canonical(
+    actor: str, properties: list[Any], app: dict[Any, Any], body: bytes, node: str
+) -> bytes:
+    subject, reply_to, correlation_id = properties[3], properties[4], properties[5]
+    return canonical_bytes(
+        node=node,
+        to=actor,
+        subject="" if subject is None else str(subject),
+        message_id=str(properties[0]),
+        correlation_id=None if correlation_id is None else str(correlation_id),
+        reply_to=None if reply_to is None else str(reply_to),
+        creation_ms=properties[9],
+        expiry_ms=properties[8],
+        kind=str(app.get("kind") or "command"),
+        headers=app,
+        body=body,
+    )
+
+
+def _refuse_delivery(
+    engine: Engine,
+    actor: ActorCell | str,
+    settle: Callable[[Outcome], None] | None,
+    condition: str,
+    description: str,
+    error: Exception,
+) -> None:
+    if not isinstance(actor, str):  # an actor's inbox, not the session address
+        actor.counters.refuse("rejected", condition)
+        actor = actor.name
+    log(
+        "actorctl:delivery:rejected",
+        peer=engine.peer,
+        actor=actor,
+        condition=condition,
+        description=description,
+        message_id=getattr(error, "message_id", None),
+        key=getattr(error, "key_id", None),
+    )
+    if settle is not None:
+        settle(Outcome.rejected(condition, description))

@@ -1,0 +1,258 @@
+"""A node's resource bounds: what one peer may hold of it, and for how long.
+
+Every bound has a default (:class:`Limits`, a ``Node`` argument each, and a
+``[node.limits]`` table in cluster.toml) and a clear refusal:
+
+- connections: at most ``max_handshakes`` connections may be in their TLS and
+  AMQP handshake at once, and at most ``max_connections_per_address`` may come
+  from one remote address; a connection beyond either is closed at once (no
+  AMQP connection exists yet to carry a condition), and logged. A connection
+  that has not finished TLS and AMQP ``open`` within ``handshake_timeout`` s is
+  closed (``_engine.py``).
+- links: a connection may hold ``max_links_per_connection`` links; one more is
+  refused (attached, then detached with ``amqp:resource-limit-exceeded``), and a
+  peer that goes on attaching past twice the cap has its connection closed
+  with that condition.
+- messages: an inbox link announces ``max_message_size`` on attach; a transfer
+  larger than that is settled ``rejected`` with ``amqp:link:message-size-exceeded``
+  as soon as that many bytes have arrived, not once it is whole (proton drops
+  the rest of a delivery that is already settled).
+- replies: a reply link whose caller grants no credit holds at most
+  ``max_queued_replies`` replies; more are dropped and logged.
+
+Under any of these the node goes on serving its other peers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Final, final
+
+import attrs
+import trio
+from proton import Condition, Endpoint, Link
+
+from ..._errors import ConfigError
+from ..._log import log
+from ._engine import Engine
+from ._raw import REJECTED, lib, set_condition
+
+__all__ = [
+    "LIMIT_NAMES",
+    "MESSAGE_SIZE_EXCEEDED",
+    "RESOURCE_LIMIT",
+    "ConnectionLimits",
+    "Gate",
+    "Limits",
+    "reply_queue_full",
+]
+
+RESOURCE_LIMIT: Final = "amqp:resource-limit-exceeded"
+MESSAGE_SIZE_EXCEEDED: Final = "amqp:link:message-size-exceeded"
+
+_queued = lib.pn_link_queued
+
+
+def _count(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(
+            f"node limit {attribute.name}: expected a whole number above 0, got {value!r}"
+        )
+
+
+def _seconds(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise ConfigError(f"node limit {attribute.name}: expected seconds above 0, got {value!r}")
+
+
+@final
+@attrs.frozen
+class Limits:
+    """A node's resource bounds (see the module docstring and ``Node``).
+
+    Attributes:
+        max_message_size: bytes one message may have (1 MiB).
+        max_links_per_connection: links one connection may hold (1,000).
+        max_connections_per_address: connections from one remote address (100).
+        max_handshakes: connections in their TLS and AMQP handshake at once (200).
+        handshake_timeout: seconds a connection gets to finish TLS and AMQP open (10).
+        credit_deadline: seconds within which credit a link holds unused, while
+            another link of the same actor waits, is drained and, if the drain is
+            ignored, taken back (1).
+        peer_idle_timeout: seconds an outgoing connection may go unused before it
+            is closed (120).
+        max_queued_replies: replies held for one reply link that has no credit (1,000).
+    """
+
+    max_message_size: int = attrs.field(validator=_count, default=1 << 20)
+    max_links_per_connection: int = attrs.field(validator=_count, default=1000)
+    max_connections_per_address: int = attrs.field(validator=_count, default=100)
+    max_handshakes: int = attrs.field(validator=_count, default=200)
+    handshake_timeout: float = attrs.field(validator=_seconds, default=10.0)
+    credit_deadline: float = attrs.field(validator=_seconds, default=1.0)
+    peer_idle_timeout: float = attrs.field(validator=_seconds, default=120.0)
+    max_queued_replies: int = attrs.field(validator=_count, default=1000)
+
+
+#: The names of the bounds: ``Node`` arguments, and keys of ``[node.limits]``.
+LIMIT_NAMES: Final = tuple(field.name for field in attrs.fields(Limits))
+
+
+@final
+class Gate:
+    """Admits the connections a node accepts, within its connection bounds."""
+
+    __slots__ = ("_by_address", "_handshaking", "_limits", "_node")
+
+    def __init__(self, node: str, limits: Limits) -> None:
+        self._node = node
+        self._limits = limits
+        self._by_address: dict[str, int] = {}
+        self._handshaking = 0
+
+    async def serve(
+        self, stream: trio.SocketStream, address: str, peer: str, make: Callable[[], Engine]
+    ) -> None:
+        """Run the connection that ``make`` makes of ``stream``, if the bounds
+        allow one more from ``address``; otherwise close ``stream`` at once."""
+        reason = self._refusal(address)
+        if reason is not None:
+            log("actorctl:connection:refused", node=self._node, peer=peer, reason=reason)
+            await trio.aclose_forcefully(stream)
+            return
+        self._by_address[address] = self._by_address.get(address, 0) + 1
+        self._handshaking += 1
+        handshaking = True
+        try:
+            engine = make()
+            async with trio.open_nursery() as nursery:
+
+                async def opened() -> None:
+                    nonlocal handshaking
+                    await engine.remote_opened.wait()
+                    handshaking = False
+                    self._handshaking -= 1
+
+                nursery.start_soon(opened)
+                await engine.run()
+                nursery.cancel_scope.cancel()
+        finally:
+            if handshaking:
+                self._handshaking -= 1
+            left = self._by_address[address] - 1
+            if left:
+                self._by_address[address] = left
+            else:
+                del self._by_address[address]
+
+    def _refusal(self, address: str) -> str | None:
+        limits = self._limits
+        if self._handshaking >= limits.max_handshakes:
+            return (
+                f"{self._handshaking} connections are in their handshake already "
+                f"(max_handshakes = {limits.max_handshakes})"
+            )
+        held = self._by_address.get(address, 0)
+        if held >= limits.max_connections_per_address:
+            return (
+                f"{held} connections from {address} already "
+                f"(max_connections_per_address = {limits.max_connections_per_address})"
+            )
+        return None
+
+    @property
+    def handshaking(self) -> int:
+        """Connections accepted that have not finished their handshake."""
+        return self._handshaking
+
+    def connections(self, address: str) -> int:
+        return self._by_address.get(address, 0)
+
+
+@final
+class ConnectionLimits:
+    """The bounds on what one incoming connection holds: links and message size."""
+
+    __slots__ = ("_links", "_node", "max_links", "max_message_size")
+
+    def __init__(self, node: str, limits: Limits) -> None:
+        self._node = node
+        self.max_message_size = limits.max_message_size
+        self.max_links = limits.max_links_per_connection
+        self._links = 0
+
+    def refuse_link(self, engine: Engine, link: Link) -> bool:
+        """Count a link the peer attached; refuse it (True) if it is one too many.
+
+        Every link counts until the peer detaches it, refused ones too: a peer
+        that goes on attaching past twice the cap loses its connection.
+        """
+        self._links += 1
+        if self._links <= self.max_links:
+            if link.is_receiver:
+                link.max_message_size = self.max_message_size
+            return False
+        description = (
+            f"node {self._node!r} takes at most {self.max_links} links per connection "
+            "(max_links_per_connection): detach links you no longer use"
+        )
+        if self._links > 2 * self.max_links:
+            connection = engine.connection
+            if not connection.state & Endpoint.LOCAL_CLOSED:
+                connection.condition = Condition(RESOURCE_LIMIT, description)
+                connection.close()
+                log(
+                    "actorctl:connection:closed",
+                    node=self._node,
+                    peer=engine.peer,
+                    condition=RESOURCE_LIMIT,
+                    reason=f"{self._links} links attached, refused ones included",
+                )
+            return True
+        link.open()
+        link.condition = Condition(RESOURCE_LIMIT, description)
+        link.close()
+        log(
+            "actorctl:link:refused",
+            node=self._node,
+            peer=engine.peer,
+            target=link.remote_target.address or link.remote_source.address,
+            condition=RESOURCE_LIMIT,
+            reason=f"link {self._links} of at most {self.max_links}",
+        )
+        return True
+
+    def link_closed(self) -> None:
+        """The peer detached a link: it no longer counts."""
+        self._links -= 1
+
+    def too_large(self, engine: Engine, delivery: Any, size: int, target: str) -> None:
+        """Refuse a delivery of which ``size`` bytes (more than the bound) have
+        arrived, whole or not: settle it now, so the rest is never kept."""
+        description = (
+            f"message larger than {self.max_message_size} bytes (max-message-size of "
+            f"this link; {size} bytes arrived so far): send it in parts, or ask the "
+            "node's operator for a larger max_message_size"
+        )
+        presettled = bool(lib.pn_delivery_settled(delivery))
+        if not presettled:
+            set_condition(delivery, MESSAGE_SIZE_EXCEEDED, description)
+            lib.pn_delivery_update(delivery, REJECTED)
+        lib.pn_delivery_settle(delivery)
+        engine.wake()
+        log(
+            "actorctl:delivery:rejected",
+            node=self._node,
+            peer=engine.peer,
+            actor=target,
+            condition=MESSAGE_SIZE_EXCEEDED,
+            description=description,
+            received=size,
+            presettled=presettled,
+        )
+
+
+def reply_queue_full(link: Any, bound: int) -> bool:
+    """Whether a reply link (a raw ``pn_link_t``) holds ``bound`` replies that
+    wait for credit already: its caller grants none, or too little."""
+    return bool(_queued(link) >= bound)

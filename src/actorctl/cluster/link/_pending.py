@@ -1,0 +1,137 @@
+"""What the outgoing side is made of: how a node makes and signs its
+connections (:class:`PeerSettings`), one outgoing delivery until the
+receiver settles it (:class:`Pending`), and a sender link to one actor on a
+peer (:class:`OutLink`)."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from typing import Any, final
+
+import attrs
+import trio
+from proton import Link, SSLDomain
+
+from ..._errors import ActorctlError, Modified, PeerUnavailable, Rejected, UnknownActor
+from ..._log import log
+from ...mailbox import NOT_FOUND, PEER_UNAVAILABLE, Envelope, IdentityKey, Keyring, Outcome
+from ...supervision import BreakerPolicy
+from ._engine import Engine
+from ._peer_dial import BACKOFF
+
+__all__ = ["OutLink", "PeerSettings", "Pending"]
+
+
+@final
+@attrs.frozen
+class PeerSettings:
+    """How a node makes and signs its outgoing connections (the node makes it).
+
+    Attributes:
+        node_id: the node's AMQP container id.
+        identity: the key it signs with; None: it sends unsigned (insecure).
+        sessions: open a session with each peer (HMAC per message); only over TLS.
+        session_lifetime: seconds a session lasts; the next opens at 80% of it.
+        idle_timeout: seconds of silence after which a peer is taken for dead.
+        client_domain: TLS settings for a connection to a host; None: plain TCP.
+        new_message_id: the node's message ids (for session messages).
+        clock: wall-clock time in seconds since the epoch.
+        stopping: whether the node is stopping (then no reconnect).
+        connect_timeout: seconds a peer may stay unreachable before what waits
+            for it fails with ``PeerUnavailable`` (the backlog keeps durable sends).
+        keyring: the keys whose signatures on replies it trusts; None: it takes
+            replies unchecked (a node without keys, for tests and development).
+        peer_breaker: the policy of each peer's circuit breaker (``_peer_breaker.py``).
+        reconnect_backoff: the first and the longest pause (s) between two failed
+            connection attempts to a peer (``_peer_dial.py``).
+    """
+
+    node_id: str
+    identity: IdentityKey | None
+    sessions: bool
+    session_lifetime: float
+    idle_timeout: float
+    client_domain: Callable[[str], SSLDomain | None]
+    new_message_id: Callable[[], str]
+    clock: Callable[[], float]
+    stopping: Callable[[], bool]
+    connect_timeout: float = 5.0
+    keyring: Keyring | None = None
+    peer_breaker: BreakerPolicy | None = None  # None: ``_peer_breaker.PEER_BREAKER``
+    reconnect_backoff: tuple[float, float] = BACKOFF
+
+
+@final
+class Pending:
+    """One outgoing delivery, kept until the receiver settles it."""
+
+    __slots__ = ("done", "message", "message_id", "on_outcome", "outcome", "path", "presettled")
+
+    def __init__(
+        self,
+        path: str,
+        message: Envelope | bytes | bytearray,
+        message_id: str,
+        *,
+        presettled: bool = False,
+        on_outcome: Callable[[Outcome], None] | None = None,
+    ) -> None:
+        self.path = path
+        # An envelope is encoded (and signed) when it is sent: a resend after a
+        # reconnect is signed again, within the new connection's session.
+        self.message = message
+        self.message_id = message_id
+        self.presettled = presettled
+        self.on_outcome = on_outcome
+        self.outcome: Outcome | None = None
+        self.done = trio.Event()
+
+    def resolve(self, outcome: Outcome) -> None:
+        if self.outcome is not None:
+            return
+        self.outcome = outcome
+        self.done.set()
+        if self.on_outcome is not None:
+            self.on_outcome(outcome)
+        elif outcome.state != "accepted":
+            log(
+                f"actorctl:send:{outcome.state}",
+                target=self.path,
+                message_id=self.message_id,
+                condition=outcome.condition,
+                description=outcome.description,
+            )
+
+    def error(self) -> ActorctlError | None:
+        """The error a waiting sender should raise for this outcome, if any."""
+        outcome = self.outcome
+        if outcome is None or outcome.state == "accepted":
+            return None
+        condition = outcome.condition or f"amqp:{outcome.state}"
+        description = outcome.description or f"the receiver answered {outcome.state}"
+        if outcome.condition == PEER_UNAVAILABLE:
+            return PeerUnavailable(description)
+        if outcome.condition == NOT_FOUND:
+            return UnknownActor(condition, description, self.message_id)
+        if outcome.state == "rejected":
+            return Rejected(condition, description, self.message_id)
+        return Modified(condition, description, self.message_id)
+
+
+@final
+class OutLink:
+    """A sender link to one actor on the peer."""
+
+    __slots__ = ("engine", "failure", "link", "lot", "sender", "tags", "unsettled")
+
+    def __init__(self, engine: Engine, sender: Link) -> None:
+        self.engine = engine
+        self.sender = sender  # the wrapper holds a reference: the pointer stays valid
+        self.link = sender._impl
+        self.lot = trio.lowlevel.ParkingLot()
+        self.failure: Outcome | None = None
+        self.tags = itertools.count()
+        # Sent at-least-once and not yet settled by the peer, by raw delivery
+        # pointer, in sending order.
+        self.unsettled: dict[Any, Pending] = {}

@@ -1,0 +1,337 @@
+"""Authenticated replies (docs/protocol.md §8.1): who may take a reply address,
+how a node signs what it sends on a reply link, and what a caller accepts.
+
+- The replying side signs each reply with the MAC key of the newest signing
+  session that the caller opened on that connection (both sides hold it: the
+  caller handed it over in its Ed25519-signed session message), else with
+  Ed25519 under its own identity key, else (a node without keys) not at all:
+  :class:`ReplySigning`, one per incoming connection.
+- The caller checks each reply that comes back on its reply link to a peer
+  before anything reads its body: an HMAC under a session it handed to that
+  peer on that connection, or an Ed25519 signature by a trusted key that
+  belongs to that peer (its name is the common name of the peer's TLS
+  certificate, when the certificate has one): :class:`ReplyCheck`, one per peer.
+  Whether the reply answers an ask sent to that peer and actor is the outbox's
+  check, once it knows the ask.
+- A reply address belongs to the identity that attached it first (the subject
+  of its TLS certificate), and a named one (``$reply/<id>``) must start with the
+  attaching container's own id: :func:`reply_address_refusal`.
+
+The canonical bytes are those of every message (§11.2, ``canonical_bytes``),
+with the reply address as the ``to`` field: correlation-id, subject, the
+``replier`` application property and the body are covered as for a request.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import hmac
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Final, final
+
+from ..._errors import WireFormatError
+from ..._log import log
+from ...mailbox import (
+    Envelope,
+    IdentityKey,
+    Keyring,
+    SessionOffer,
+    SessionSigner,
+    Signer,
+    canonical_bytes,
+    decode,
+    from_sections,
+    read_message,
+    sign_ed25519,
+)
+from ...mailbox._signing import ED25519, HMAC_SHA256, SIG, SIG_ALG, SIG_KEY, AuthError, Session
+from . import _raw as raw
+
+if TYPE_CHECKING:
+    from proton import Link
+
+    from ._engine import Engine
+
+__all__ = [
+    "REPLY_CREDIT",
+    "UNAUTHORIZED",
+    "ReplyCheck",
+    "ReplySigning",
+    "certificate_names",
+    "reply_address_refusal",
+]
+
+REPLY_PREFIX: Final = "$reply/"
+#: The credit a node keeps on its reply link to each peer.
+REPLY_CREDIT: Final = 1000
+#: The link condition of a reply address that this connection may not take.
+UNAUTHORIZED: Final = "amqp:unauthorized-access"
+
+lib = raw.lib
+_readable = lib.pn_delivery_readable
+_partial = lib.pn_delivery_partial
+_pending = lib.pn_delivery_pending
+_remote_settled = lib.pn_delivery_settled
+_update = lib.pn_delivery_update
+_settle_delivery = lib.pn_delivery_settle
+_link_credit = lib.pn_link_credit
+_link_flow = lib.pn_link_flow
+
+# Why a caller refuses a reply (the ``reason`` of ``actorctl:reply:rejected``).
+UNSIGNED: Final = "unsigned"
+BAD_SIGNATURE: Final = "bad signature"
+UNKNOWN_KEY: Final = "unknown key"
+WRONG_PEER: Final = "wrong peer"
+
+
+def certificate_names(engine: Engine) -> tuple[str | None, str | None]:
+    """The subject and the common name of the certificate that the other side of
+    ``engine`` presented; (None, None) on plain TCP (or before the handshake)."""
+    ssl = engine.ssl
+    if ssl is None:
+        return None, None
+    return ssl.get_cert_subject() or None, ssl.get_cert_common_name() or None
+
+
+def reply_address_refusal(
+    engine: Engine, address: str, claim: Callable[[str, str | None], bool], *, dynamic: bool
+) -> str | None:
+    """Why the connection ``engine`` may not attach the reply address ``address``
+    (None: it may, and over TLS the address belongs to its identity from now on:
+    ``claim(address, identity)`` records it, see ``ReplyRoutes.claim``).
+
+    A named address must be ``$reply/<container-id>`` or start with
+    ``$reply/<container-id>/``, where the container id is that of the
+    connection's ``open``; a dynamic one is made fresh by the node. Over TLS the
+    first identity (certificate subject) to attach an address keeps it: another
+    identity is refused, the same one (a reconnection) takes its route over.
+    """
+    if not dynamic:
+        own = f"{REPLY_PREFIX}{engine.connection.remote_container or ''}"
+        if own == REPLY_PREFIX or not (address == own or address.startswith(own + "/")):
+            return (
+                f"reply address {address!r} is not this connection's own: a named reply "
+                f"address is $reply/<container-id> (here {own!r}) or starts with "
+                f"{own + '/'!r}; or attach a dynamic source and the node makes one"
+            )
+    subject, _ = certificate_names(engine)
+    if not claim(address, subject):
+        return (
+            f"reply address {address!r} belongs to another identity (the one that "
+            "attached it first on this node): attach a dynamic source, or your own "
+            "$reply/<container-id> with your own certificate"
+        )
+    return None
+
+
+@final
+class ReplySigning:
+    """How the replies sent on one incoming connection are signed: within the
+    newest signing session its peer opened on it, else Ed25519 with this node's
+    identity key, else (a node without keys) not at all.
+
+    Args:
+        identity: the node's own key; None: it sends replies unsigned.
+        clock: the wall clock (seconds since the epoch), for session expiry.
+    """
+
+    __slots__ = ("_clock", "_ed25519", "_expires", "_session")
+
+    def __init__(self, identity: IdentityKey | None, clock: Callable[[], float]) -> None:
+        self._ed25519: Signer | None = (
+            None if identity is None else functools.partial(sign_ed25519, identity)
+        )
+        self._session: Signer | None = None
+        self._expires = 0.0
+        self._clock = clock
+
+    def session_opened(self, session: Session) -> None:
+        """The peer opened ``session`` on this connection: sign within it (the
+        newest one) until it expires."""
+        if self._session is None or session.expires >= self._expires:
+            self._session = SessionSigner(session)
+            self._expires = session.expires
+
+    def signer(self) -> Signer | None:
+        """What signs the next reply (one clock read; no allocation)."""
+        session = self._session
+        if session is not None:
+            if self._clock() < self._expires:
+                return session
+            self._session = None
+        return self._ed25519
+
+
+@final
+class ReplyCheck:
+    """What a node accepts on the reply link of its connection to one peer.
+
+    Args:
+        keyring: the node's trusted keys; None: the node is insecure and takes
+            replies unchecked (tests and development only).
+        address: the reply address the node attaches there (``$reply/<node-id>``):
+            the canonical ``to`` of every reply it takes.
+        peer: the peer's ``host:port``, for logs.
+        clock: the wall clock (seconds since the epoch), for session expiry.
+    """
+
+    __slots__ = ("_clock", "_identity", "_keyring", "_macs", "address", "peer")
+
+    def __init__(
+        self, keyring: Keyring | None, address: str, peer: str, clock: Callable[[], float]
+    ) -> None:
+        self._keyring = keyring
+        self.address = address
+        self.peer = peer
+        self._clock = clock
+        # The sessions this node handed the peer on the current connection, by
+        # id: the keyed HMAC (made once) and the expiry.
+        self._macs: dict[str, tuple[Any, float]] = {}
+        self._identity: str | None = None
+
+    def connected(self, identity: str | None) -> None:
+        """A new connection to the peer, whose certificate names ``identity``
+        (its common name, or None): sessions of the last connection are over."""
+        self._macs = {}
+        self._identity = identity
+
+    def offered(self, offer: SessionOffer) -> None:
+        """This node hands the peer ``offer`` on the current connection (call it
+        before the session message goes out: the peer signs with it at once)."""
+        now = self._clock()
+        self._macs = {sid: held for sid, held in self._macs.items() if held[1] > now}
+        self._macs[offer.id] = (hmac.new(offer.mac_key, digestmod=hashlib.sha256), offer.expires)
+
+    def link_closed(self, link: Link) -> None:
+        """The peer detached the reply link: log why, if it refused it."""
+        condition = link.remote_condition
+        if condition is not None:
+            log(
+                "actorctl:peer:reply-link-refused",
+                peer=self.peer,
+                address=self.address,
+                condition=condition.name,
+                description=condition.description,
+            )
+
+    def receive(self, engine: Engine, link: Any, delivery: Any) -> Envelope | None:
+        """Take a delivery off the reply link (raw pointers): settle it, keep the
+        link's credit topped up, and return the reply if it holds (see :meth:`check`)."""
+        if not _readable(delivery) or _partial(delivery):
+            return None
+        data = raw.recv(link, _pending(delivery))
+        if not _remote_settled(delivery):
+            _update(delivery, raw.ACCEPTED)
+        _settle_delivery(delivery)
+        credit = _link_credit(link)
+        if credit < REPLY_CREDIT // 2:
+            _link_flow(link, REPLY_CREDIT - credit)
+            engine.wake()
+        try:
+            return self.check(data)
+        except WireFormatError as exc:
+            log("actorctl:reply:undecodable", peer=self.peer, error=str(exc))
+            return None
+
+    def check(self, data: bytes) -> Envelope | None:
+        """The reply in ``data`` if its signature holds; else None, logged as
+        ``actorctl:reply:rejected`` with the reason.
+
+        Raises:
+            WireFormatError: it verifies but cannot be decoded.
+        """
+        if self._keyring is None:
+            return decode(data)  # an insecure node: nothing to check against
+        sections = read_message(data)
+        if sections is None:
+            self._reject(
+                None,
+                None,
+                UNSIGNED,
+                "not one properties, application-properties and data section: "
+                "it cannot carry a signature (docs/protocol.md §11.6)",
+            )
+            return None
+        properties, app, body = sections
+        if len(properties) < 10:
+            properties = properties + [None] * (10 - len(properties))
+        problem = self._verify(properties, app, body)
+        if problem is not None:
+            self._reject(properties[0], properties[5], *problem)
+            return None
+        return from_sections(sections)
+
+    def _verify(
+        self, properties: list[Any], app: dict[Any, Any], body: bytes
+    ) -> tuple[str, str] | None:
+        """Why the signature does not hold: (reason, description), or None."""
+        alg, sig_key, sig = app.get(SIG_ALG), app.get(SIG_KEY), app.get(SIG)
+        if alg not in (ED25519, HMAC_SHA256):
+            return UNSIGNED, "no sig_alg ed25519 or hmac-sha256"
+        if not isinstance(sig_key, str) or not isinstance(sig, bytes):
+            return BAD_SIGNATURE, "sig_key must be a string and sig binary"
+        try:
+            canonical = _canonical(self.address, properties, app, body)
+        except (WireFormatError, TypeError) as exc:
+            return BAD_SIGNATURE, f"its fields cannot be signed: {exc}"
+        if alg == HMAC_SHA256:
+            held = self._macs.get(sig_key)
+            if held is None or held[1] <= self._clock():
+                return UNKNOWN_KEY, f"session {sig_key} was not handed to this peer (or is over)"
+            mac = held[0].copy()
+            mac.update(canonical)
+            if not hmac.compare_digest(mac.digest(), sig):
+                return BAD_SIGNATURE, "HMAC does not match"
+            return None
+        assert self._keyring is not None
+        key = self._keyring.trusted(sig_key)
+        if key is None:
+            return UNKNOWN_KEY, f"signed by key {sig_key}, which this node does not trust"
+        if self._identity is not None and key.name != self._identity:
+            return WRONG_PEER, (
+                f"signed by key {sig_key} ({key.name!r}), but the peer's certificate "
+                f"names {self._identity!r}"
+            )
+        try:
+            key.verify(sig, canonical)
+        except AuthError as exc:
+            return BAD_SIGNATURE, exc.description
+        return None
+
+    def _reject(
+        self, message_id: object, correlation_id: object, reason: str, description: str
+    ) -> None:
+        log(
+            "actorctl:reply:rejected",
+            peer=self.peer,
+            reason=reason,
+            description=description,
+            message_id=None if message_id is None else str(message_id),
+            correlation_id=None if correlation_id is None else str(correlation_id),
+        )
+
+
+def _canonical(address: str, properties: list[Any], app: dict[Any, Any], body: bytes) -> bytes:
+    """The canonical bytes (§11.2) of a reply that came back to ``address``."""
+    message_id, subject, reply_to = properties[0], properties[3], properties[4]
+    correlation_id, expiry, creation = properties[5], properties[8], properties[9]
+    for value in (expiry, creation):
+        # Only an AMQP timestamp is covered as written (as for a request).
+        if value is not None and type(value) is not int:
+            raise TypeError("creation-time and absolute-expiry-time must be timestamps")
+    return canonical_bytes(
+        # A reply names its destination node in ``to`` already: the reply
+        # address is ``$reply/<the caller's container id>`` (§8.1).
+        node="",
+        to=address,
+        subject="" if subject is None else str(subject),
+        message_id="" if message_id is None else str(message_id),
+        correlation_id=None if correlation_id is None else str(correlation_id),
+        reply_to=None if reply_to is None else str(reply_to),
+        creation_ms=creation,
+        expiry_ms=expiry,
+        kind=str(app.get("kind") or "command"),
+        headers=app,
+        body=body,
+    )

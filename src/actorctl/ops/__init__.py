@@ -1,0 +1,31 @@
+"""The operations tier: the Controller, Foremen, the host runner, the reloader, preflight checks,
+certificates, the web page.
+"""
+
+from ._attend import run_controller as run_controller
+from ._certs import init_certs as init_certs
+from ._certs import issue_cert as issue_cert
+from ._controller import CONTROLLER as CONTROLLER
+from ._controller import Controller as Controller
+from ._controller import run_cluster as run_cluster
+from ._foreman import CLI_NAME as CLI_NAME
+from ._foreman import Foreman as Foreman
+from ._foreman import NodeDied as NodeDied
+from ._foreman import NodeState as NodeState
+from ._foreman import ensure_dev_secrets as ensure_dev_secrets
+from ._host_runner import ask_down as ask_down
+from ._host_runner import ask_stop_node as ask_stop_node
+from ._host_runner import check_etcd as check_etcd
+from ._host_runner import host_nodes as host_nodes
+from ._host_runner import run_host as run_host
+from ._node_view import answer_within as answer_within
+from ._node_view import hosts_broadcast as hosts_broadcast
+from ._node_view import hosts_letters as hosts_letters
+from ._node_view import hosts_schedules as hosts_schedules
+from ._node_view import hosts_tree as hosts_tree
+from ._preflight import check_references as check_references
+from ._preflight import taken_ports as taken_ports
+from ._reloader import DRAIN_TIMEOUT as DRAIN_TIMEOUT
+from ._tracelog import Line as Line
+from ._tracelog import read_logs as read_logs
+from ._tracelog import trace_ids as trace_ids

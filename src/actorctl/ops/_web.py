@@ -1,0 +1,207 @@
+"""The Controller's live web page: the cluster at a glance, in a browser.
+
+Served by the Controller's process (``run_cluster``) on ``[cluster] web``
+(``cluster up``: 127.0.0.1 and a free port), over TLS with the Controller's
+certificate unless the cluster is insecure. One HTML page with inline
+JavaScript (``_page.html``, no build step) reads ``/events``, server-sent
+events that carry a snapshot each second: the nodes, the supervision tree
+(the Controller's ``tree``: states, restarts, breakers, health checks, dead
+letters), and throughput and latency over the last minutes (from the
+metrics this process scrapes, ``_scrape.py``). ``/metrics`` is every node's
+metrics with a ``node`` label; ``/api/task/ID`` one task's trace across
+nodes (``_tracelog.py``).
+
+Everything is read-only, except ``POST /api/control/ACTION`` (revoke a task,
+retry a dead letter, suspend a task type), which only a client presenting
+the operator's certificate (the ``cli`` one, from the cluster's CA) may ask:
+the server verifies a certificate when one is given, and refuses a control
+action without it (403).
+"""
+
+from __future__ import annotations
+
+import json
+import ssl
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from importlib import resources
+from pathlib import Path
+from typing import Any, Final, final
+
+import trio
+
+from .._log import log
+from ..cluster._http import Request, Response
+from ..cluster._metrics import CONTENT_TYPE
+from ..cluster.link._tls import TlsFiles
+from ._scrape import Scraper
+from ._tracelog import task_trace
+
+__all__ = ["OPERATOR", "WebApp", "server_context"]
+
+#: The name on the certificate a control action needs (the CLI's: the operator's).
+OPERATOR: Final = "cli"
+#: The tasks agent of a task app's node (its ``limit`` and ``revoke`` handlers).
+TASKS_AGENT: Final = "_tasks"
+_JSON: Final = "application/json"
+
+#: Asks the Controller ``handler`` with ``args``.
+Ask = Callable[..., Awaitable[Any]]
+
+
+def server_context(tls: TlsFiles) -> ssl.SSLContext:
+    """TLS for the web page: the Controller's certificate; a client may give
+    one (verified against the cluster's CA), and needs to for control actions."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=str(tls.ca))
+    context.load_cert_chain(str(tls.cert), str(tls.key))
+    context.verify_mode = ssl.CERT_OPTIONAL
+    return context
+
+
+def _is_operator(cert: Mapping[str, Any] | None) -> bool:
+    if not cert:
+        return False
+    names = {v for rdn in cert.get("subject", ()) for k, v in rdn if k == "commonName"}
+    return OPERATOR in names
+
+
+@final
+class WebApp:
+    """The page's HTTP handler, and the task that keeps its snapshot fresh.
+
+    Args:
+        ask: asks the Controller a handler (``tree``, ``deadletters``, ``broadcast``).
+        scraper: scrapes the nodes' metrics.
+        nodes: the node states, for the nodes table (read each second).
+        log_dir: where the nodes' log files are (for task traces).
+    """
+
+    def __init__(
+        self,
+        ask: Ask,
+        scraper: Scraper,
+        nodes: Callable[[], list[dict[str, Any]]],
+        log_dir: Path,
+        cluster: str,
+    ) -> None:
+        self._ask = ask
+        self._scraper = scraper
+        self._nodes = nodes
+        self._log_dir = log_dir
+        self._cluster = cluster
+        self._snapshot: dict[str, Any] = {"cluster": cluster, "version": 0}
+        self._changed = trio.Event()
+        self._viewers = 0  # pages following /events now
+        self._viewer_came = trio.Event()
+        self._page = resources.files(__package__).joinpath("_page.html").read_bytes()
+
+    async def run(self, interval: float = 1.0, idle: float = 5.0) -> None:
+        """Scrape the nodes and ask the Controller each ``interval`` s while a
+        page follows ``/events``, and each ``idle`` s (the plots' history, and
+        the tree every other time) while none does, until cancelled: a
+        cluster nobody watches pays little for its page."""
+        tick = 0
+        tree: Any = None
+        letters: Any = None
+        while True:
+            watched = self._viewers > 0
+            scraped = await self._scraper.scrape()
+            self._scraper.sample(scraped)
+            if tick % 2 == 0 or tree is None:
+                tree = await self._try("tree")
+                letters = await self._try("deadletters", "list", None, None, 50, 2.0)
+            tick += 1
+            up = {n: (why if isinstance(why, str) else "") for n, why in scraped.items()}
+            self._snapshot = {
+                "cluster": self._cluster,
+                "version": tick,
+                "nodes": self._nodes(),
+                "scrape": up,
+                "series": self._scraper.series(),
+                "tree": tree,
+                "deadletters": letters,
+            }
+            self._changed.set()
+            self._changed = trio.Event()
+            with trio.move_on_after(interval if watched else idle):
+                await self._viewer_came.wait()  # a page opened: fresh figures at once
+            if self._viewer_came.is_set():
+                self._viewer_came = trio.Event()
+
+    async def _try(self, handler: str, *args: Any) -> Any:
+        try:
+            return await self._ask(handler, *args)
+        except Exception as exc:  # the page shows that the Controller did not answer
+            return {"error": f"{type(exc).__name__}: {exc}"}
+
+    async def handle(self, request: Request) -> Response:
+        path = request.path
+        if request.method == "POST" and path.startswith("/api/control/"):
+            return await self._control(request, path.removeprefix("/api/control/"))
+        if request.method != "GET":
+            return Response(405, body=b"GET only, except POST /api/control/ACTION\n")
+        if path in ("/", "/index.html"):
+            return Response(200, "text/html; charset=utf-8", self._page)
+        if path == "/metrics":
+            return Response(
+                200, CONTENT_TYPE, self._scraper.aggregate(await self._scraper.scrape())
+            )
+        if path == "/api/state":
+            return _json(200, self._snapshot)
+        if path == "/events":
+            return Response(200, "text/event-stream", self._events())
+        if path.startswith("/api/task/"):
+            task_id = path.removeprefix("/api/task/")
+            lines = await trio.to_thread.run_sync(task_trace, self._log_dir, task_id)
+            return _json(200, {"task_id": task_id, "lines": lines})
+        return Response(404, body=b"not found\n")
+
+    async def _events(self) -> AsyncIterator[bytes]:
+        self._viewers += 1
+        self._viewer_came.set()
+        try:
+            async for chunk in self._follow():
+                yield chunk
+        finally:
+            self._viewers -= 1
+
+    async def _follow(self) -> AsyncIterator[bytes]:
+        yield b"retry: 1000\n\n"
+        while True:
+            data = json.dumps(self._snapshot, default=str)
+            yield f"data: {data}\n\n".encode()
+            await self._changed.wait()
+
+    async def _control(self, request: Request, action: str) -> Response:
+        if not _is_operator(request.peer_cert):
+            log("actorctl:web:refused", action=action, why="no operator certificate")
+            return _json(
+                403,
+                {
+                    "error": "control actions need the operator's client certificate "
+                    f"(the {OPERATOR!r} one from the cluster's CA); this page is read-only "
+                    "without it"
+                },
+            )
+        try:
+            body = json.loads(request.body or b"{}")
+            args: list[Any]
+            if action == "revoke":
+                args = [[str(body["task_id"])]]
+                answer = await self._ask("broadcast", TASKS_AGENT, "revoke", args, 5.0)
+            elif action == "suspend":
+                args = [str(body["task"]), "suspended", bool(body.get("suspended", True))]
+                answer = await self._ask("broadcast", TASKS_AGENT, "limit", args, 5.0)
+            elif action == "retry":
+                answer = await self._ask("deadletters", "retry", str(body["letter_id"]))
+            else:
+                return _json(404, {"error": f"no action {action!r} (revoke, suspend, retry)"})
+        except (KeyError, ValueError) as exc:
+            return _json(400, {"error": f"{action}: a JSON body with {exc}"})
+        except Exception as exc:  # the Controller's answer: shown on the page
+            return _json(502, {"error": f"{type(exc).__name__}: {exc}"})
+        log("actorctl:web:control", action=action, body=body)
+        return _json(200, {"action": action, "answer": answer})
+
+
+def _json(status: int, value: Any) -> Response:
+    return Response(status, _JSON, json.dumps(value, default=str).encode())

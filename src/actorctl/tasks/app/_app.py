@@ -1,0 +1,191 @@
+"""``App``: Celery's app object, on actors.
+
+The definitions (``@app.task``, ``@app.event``, ``app.pool``) are those of
+:class:`TaskRegistry`; ``App`` adds connecting a caller to a cluster, and is the
+actors factory a node of the cluster names to host the app's pools
+(``actors = "myapp:app"`` in cluster.toml).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
+from typing import Any, ClassVar
+
+from ..._errors import ConfigError
+from ...actors import Actor
+from ...cluster import ClusterConfig, NodeConfig
+from ...supervision import BoxedSpec, RetryPolicy
+from .._hosting import TASK_SETTINGS, node_pools, task_actors
+from ..client import _results
+from ..client._client import TaskClient
+from ..client._connect import CLIENT_NAME, ClusterSpec, Connection, open_client
+from ._conf import CELERY_ONLY_SETTINGS
+from ._registry import TaskRegistry
+from ._task import Task
+
+__all__ = ["App"]
+
+
+class App(TaskRegistry):
+    """A task app: ``@app.task``, ``@app.event``, and ``app.connect(...)``.
+
+    Args:
+        name: the app's name; a task's default name is ``NAME.FUNCTION``.
+        default_pool: the pool tasks go to unless they name another.
+        retry_policy: every task's retry policy unless it sets its own (a
+            ``RetryPolicy`` or a dict of its fields; docs/fault-tolerance.md).
+        eager: run tasks inline at ``delay()``, in the caller, for unit tests
+            (``app.conf.task_always_eager``; docs/testing.md).
+
+    Example::
+
+        app = App("tasks")
+
+        @app.task
+        def add(x, y):
+            return x + y
+
+        with app.connect("cluster.toml"):
+            assert add.delay(1, 2).get(timeout=10) == 3
+    """
+
+    #: The keys of a node's table the app reads, as an actors factory: any
+    #: other key there is an error (``actorctl.cluster`` checks).
+    settings_keys: ClassVar[frozenset[str]] = TASK_SETTINGS
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        default_pool: str = "celery",
+        retry_policy: RetryPolicy | Mapping[str, Any] | None = None,
+        eager: bool = False,
+        **celery: Any,
+    ) -> None:
+        """Raises ConfigError for Celery's constructor arguments (``broker=``,
+        ``backend=``, ``include=``, ...), saying what takes their place."""
+        if celery:
+            raise ConfigError(f"App({name!r}, ...): {_celery_arguments(celery)}")
+        super().__init__(name, default_pool=default_pool, retry_policy=retry_policy)
+        if eager:
+            self.conf.task_always_eager = True
+
+    def connect(
+        self, cluster: ClusterSpec, *, name: str = CLIENT_NAME, **node_options: Any
+    ) -> Connection:
+        """Connect for the duration of a ``with`` block, from plain (non-trio)
+        code: a client node runs in a thread of its own, and the block's tasks
+        and events go through it.
+
+        Args:
+            cluster: a cluster.toml (its security, with the ``name`` member's
+                certificate and key), or a Directory (then pass the node options:
+                ``tls``/``keyring`` or ``insecure=True``).
+            name: whose certificate and key to use.
+            node_options: more ``Node`` arguments, and ``reach_timeout``: the
+                seconds it waits at most for the cluster's nodes to answer, all
+                together (a node that does not is logged; default 10).
+        """
+        return Connection(cluster, name, node_options)
+
+    def aconnect(
+        self, cluster: ClusterSpec, *, name: str = CLIENT_NAME, **node_options: Any
+    ) -> AbstractAsyncContextManager[TaskClient]:
+        """Connect for the duration of an ``async with`` block in trio code
+        (the arguments of :meth:`connect`)."""
+        return open_client(cluster, name=name, **node_options)
+
+    def config_from_object(self, obj: object | str) -> None:
+        """Celery's ``app.config_from_object``: ``app.conf`` from the lowercase
+        settings of a module (or its import name) or object.
+
+        Raises:
+            ConfigError: a setting that is unknown or does not apply (naming
+                the supported ones, or why).
+        """
+        self.conf.from_object(obj)
+
+    def AsyncResult(self, task_id: str) -> _results.AsyncResult:
+        """Celery's ``app.AsyncResult``: the handle on the task ``task_id``, sent
+        by this process or another; in a connected process, its result is
+        fetched by id from the cluster (in eager mode, the result of a task
+        run here)."""
+        if self.eager.active:
+            return self.eager.result(task_id)
+        return _results.AsyncResult(task_id)
+
+    def send_task(
+        self,
+        name: str,
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        *,
+        pool: str | None = None,
+        **options: Any,
+    ) -> _results.AsyncResult:
+        """Celery's ``app.send_task``: send a task by name, such as one that only
+        a boxed worker in another language serves (docs/boxed.md), to ``pool``
+        (default: the task's own pool, or the app's default pool); the options
+        of ``Task.apply_async``."""
+        return self.by_name(name, pool).apply_async(args, kwargs, **options)
+
+    async def asend_task(
+        self,
+        name: str,
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        *,
+        pool: str | None = None,
+        **options: Any,
+    ) -> _results.AsyncResult:
+        """:meth:`send_task` for trio code."""
+        return await self.by_name(name, pool).aapply_async(args, kwargs, **options)
+
+    def by_name(self, name: str, pool: str | None = None) -> Task:
+        """The task ``name``: the app's own, or one it only knows by name (its
+        signatures, ``.s()``, ``.delay()``, work as for any task)."""
+        task = self.tasks.get(name)
+        if task is not None and pool in (None, task.pool):
+            return task
+        elsewhere = Task(_elsewhere, name=name, pool=pool or self.default_pool)
+        elsewhere.eager = self.eager  # eager mode runs the app's task of that name
+        return elsewhere
+
+    def actors_for(
+        self, cluster: ClusterConfig | None, node: NodeConfig
+    ) -> Mapping[str, Actor | BoxedSpec]:
+        """The actors a node of ``cluster`` hosts for this app, as its settings
+        say (``pools = [...]`` or ``services = true``): the actors factory
+        interface of ``actorctl.cluster``."""
+        return task_actors(self, cluster, node)
+
+    def pools_for(self, cluster: ClusterConfig | None, node: NodeConfig) -> dict[str, list[str]]:
+        """The pools a node of ``cluster`` serves, each with its workers' names
+        there: what the node's record in etcd says (``actorctl.cluster``'s
+        ``PoolsFactory``)."""
+        return node_pools(cluster, node)
+
+
+def _celery_arguments(given: Mapping[str, Any]) -> str:
+    """Why each of Celery's constructor arguments in ``given`` is not taken."""
+    instead = {
+        "broker": CELERY_ONLY_SETTINGS["broker_url"],
+        "backend": CELERY_ONLY_SETTINGS["result_backend"],
+        "include": 'a node imports the module its `actors = "MODULE:APP"` names: '
+        "import the task modules from there",
+        "config_source": "use app.config_from_object(...)",
+        "set_as_current": "there is no current app: tasks send through the connected client",
+    }
+    reasons = [
+        f"{key}= is not taken: {instead[key]}"
+        if key in instead
+        else f"unknown argument {key}= (App takes name, default_pool, retry_policy and eager)"
+        for key in given
+    ]
+    return "; ".join(reasons)
+
+
+def _elsewhere(*args: Any, **kwargs: Any) -> Any:
+    """Stands for a task known by name only: it runs where its pool runs it."""
+    raise TypeError("a task known by name only runs in its pool: send it (.delay())")

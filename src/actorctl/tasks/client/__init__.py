@@ -1,0 +1,1 @@
+"""The caller's side: sending tasks, connecting to a cluster, the directory, results."""

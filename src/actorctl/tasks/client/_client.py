@@ -1,0 +1,354 @@
+"""How task code sends: the cluster's directory, the client, and ``send_task``.
+
+A :class:`TaskClient` is what an app sends through: a node's outbox, the
+directory of the cluster's pools and services and, for a caller that wants
+results, its result registry. It is never stored on the app (apps are module
+globals): code sends through the client of its context (:func:`using_client`),
+which ``app.connect`` / ``app.aconnect`` set for the caller and a worker sets
+around each task it runs, so that ``add.delay()`` inside a task sends through
+that worker's node.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import contextvars
+import datetime
+import threading
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from typing import Any, Final, TypeVar, final
+
+import attrs
+import trio
+
+from ..._errors import ActorctlError, ConfigError, PeerUnavailable
+from ..._log import log
+from ...actors import Outbox, to_wire
+from ...cluster import AT_MOST_ONCE
+from ...mailbox import KIND_COMMAND, Envelope
+from ..protocol._protocol import (
+    H_CHAIN,
+    H_ETA,
+    H_LINK,
+    H_LINK_ERROR,
+    H_MAP,
+    H_POOL,
+    H_PRIORITY,
+    H_RETRIES,
+    H_RETRY_POLICY,
+    H_SINKS,
+    H_TASK_ID,
+    H_TIMELIMIT,
+    H_TRACK,
+    SCHEDULER,
+    compact,
+)
+from ._directory import Directory
+from ._results import ResultRegistry, in_trio
+
+__all__ = ["Directory", "TaskClient", "current_client", "send_task", "using_client"]
+
+T = TypeVar("T")
+SUBMIT_WINDOW: Final = 1000  # sends plain code may hand over before it waits
+
+
+_Submitted = tuple[Callable[[], Awaitable[Any]], Callable[[Exception], None]]
+
+
+@final
+class TaskClient:
+    """What an app sends through: a node's outbox, the directory, and (for a
+    caller that wants results) its result registry.
+
+    Args:
+        outbox: the node's outbox.
+        directory: where the pools and services are.
+        results: the caller's result registry; None for a sender nobody answers
+            (a worker: the results of tasks sent from inside tasks go to no one).
+        token: the trio run the outbox belongs to (default: the current one).
+    """
+
+    def __init__(
+        self,
+        outbox: Outbox,
+        directory: Directory,
+        *,
+        results: ResultRegistry | None = None,
+        token: trio.lowlevel.TrioToken | None = None,
+    ) -> None:
+        self.outbox = outbox
+        self.directory = directory
+        self.results = results
+        self.token = token or trio.lowlevel.current_trio_token()
+        # Sends that plain code hands over without waiting (see submit()).
+        self._queue: collections.deque[_Submitted] = collections.deque()
+        self._window = threading.BoundedSemaphore(SUBMIT_WINDOW)
+        self._lock = threading.Lock()
+        self._idle = False
+        self._lot = trio.lowlevel.ParkingLot()
+        self._pumping = False
+        self._drained = trio.Event()
+
+    def submit(
+        self, send: Callable[[], Awaitable[Any]], on_error: Callable[[Exception], None]
+    ) -> None:
+        """From plain code: hand ``send`` to the client's trio thread and return
+        at once (blocking only while SUBMIT_WINDOW sends are still waiting), so a
+        caller does not pay a thread round trip per task. Sends go out in order;
+        one that fails calls ``on_error`` there. Without :meth:`pump` running
+        (a worker's client), it waits for the send instead."""
+        if not self._pumping or in_trio():
+            self.wait_in_client_thread(send)  # in trio's thread this raises, saying what to use
+            return
+        self._window.acquire()
+        with self._lock:
+            self._queue.append((send, on_error))
+            wake = self._idle
+            self._idle = False
+        if wake:
+            self.token.run_sync_soon(self._lot.unpark_all)
+
+    async def pump(self) -> None:
+        """Send what :meth:`submit` queued, in order, until cancelled."""
+        self._pumping = True
+        try:
+            while True:
+                while self._queue:
+                    send, on_error = self._queue.popleft()
+                    try:
+                        await send()
+                    except Exception as exc:
+                        on_error(exc)
+                    finally:
+                        self._window.release()
+                with self._lock:
+                    if self._queue:
+                        continue
+                    self._idle = True
+                self._drained.set()
+                await self._lot.park()
+                self._drained = trio.Event()
+        finally:
+            self._pumping = False
+
+    @property
+    def drained(self) -> bool:
+        """Whether everything submitted has been sent."""
+        with self._lock:
+            return not self._queue and (self._idle or not self._pumping)
+
+    async def wait_drained(self) -> None:
+        """Wait until everything submitted has been sent."""
+        while True:
+            with self._lock:
+                if not self._queue and (self._idle or not self._pumping):
+                    return
+            await self._drained.wait()
+
+    def check_thread(self) -> None:
+        """Refuse to be used from a trio run other than the client's own.
+
+        Raises:
+            ActorctlError: saying what to use instead.
+        """
+        try:
+            token = trio.lowlevel.current_trio_token()
+        except RuntimeError:
+            return  # plain code
+        if token is not self.token:
+            raise ActorctlError(
+                "this app's client runs in another trio run (app.connect() gives it a "
+                "thread of its own): from trio code, connect with `async with "
+                "app.aconnect(...)` instead"
+            )
+
+    def wait_in_client_thread(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+        """Run ``fn(*args)`` in the client's trio thread and block this (plain,
+        non-trio) thread until it returns.
+
+        Raises:
+            ActorctlError: called from trio's own thread, where it would block
+                the event loop (saying which awaitable to use).
+        """
+        if in_trio():
+            self.check_thread()
+            raise ActorctlError(
+                "this call blocks, and this is trio's thread: use the awaitable form "
+                "(`await task.adelay(...)`, `await task.aapply_async(...)`, `await result.aget()`)"
+            )
+        return trio.from_thread.run(fn, *args, trio_token=self.token)
+
+
+# The client of the running context. Not shared state: a ContextVar is task-local
+# (each trio task and each thread sees the value of the context it was started
+# in), so it carries the client through one caller's block or one running task
+# (``add.delay()`` inside a task sends through that worker's node), never across.
+_current: contextvars.ContextVar[TaskClient | None] = contextvars.ContextVar(
+    "actorctl_task_client", default=None
+)
+
+
+@contextlib.contextmanager
+def using_client(client: TaskClient) -> Iterator[TaskClient]:
+    """Send tasks and events through ``client`` in this context (and in the
+    trio tasks and threads it starts) for the duration of the block."""
+    token = _current.set(client)
+    try:
+        yield client
+    finally:
+        _current.reset(token)
+
+
+def current_client(who: str) -> TaskClient:
+    """The client of this context.
+
+    Raises:
+        ConfigError: there is none, saying how to connect.
+    """
+    client = _current.get()
+    if client is None:
+        raise ConfigError(
+            f"{who} is not connected to a cluster: use "
+            "`with app.connect('cluster.toml'):` (or `async with app.aconnect(...)` in trio)"
+        )
+    return client
+
+
+def _timestamp(value: float | datetime.datetime | None) -> float | None:
+    if value is None or isinstance(value, int | float):
+        return value
+    if isinstance(value, datetime.datetime):
+        if value.tzinfo is None:
+            value = value.astimezone()
+        return value.timestamp()
+    raise ConfigError(f"expected a datetime or seconds since the epoch, got {value!r}")
+
+
+def _task_headers(
+    pool: str, task_id: str, options: Mapping[str, Any], headers: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    """The application properties of a task command (§14.2), from its options."""
+    meta: dict[str, Any] = {H_TASK_ID: task_id, H_POOL: pool}
+    if headers:
+        meta.update(headers)
+    limits = (options.get("time_limit"), options.get("soft_time_limit"))
+    if limits != (None, None):
+        meta[H_TIMELIMIT] = compact(list(limits))
+    for key, header in (("link", H_LINK), ("link_error", H_LINK_ERROR)):
+        linked = options.get(key)
+        if linked:
+            meta[header] = compact(list(linked) if isinstance(linked, list | tuple) else [linked])
+    sinks = options.get("sinks")
+    if sinks:
+        meta[H_SINKS] = sinks if isinstance(sinks, str) else ",".join(sinks)
+    for key, header in (
+        ("priority", H_PRIORITY), ("retries", H_RETRIES), ("map", H_MAP),
+        ("retry_policy", H_RETRY_POLICY),  # a canvas step's (in wire form: wire_options)
+    ):  # fmt: skip
+        if options.get(key) is not None:
+            meta[header] = options[key]
+    if options.get("track_started"):
+        meta[H_TRACK] = True
+    if options.get("chain"):
+        meta[H_CHAIN] = options["chain"]
+    if options.get("acks_late") is False:
+        meta[AT_MOST_ONCE] = True
+    return meta
+
+
+async def send_task(
+    client: TaskClient,
+    *,
+    task: str,
+    pool: str,
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    task_id: str,
+    reply_to: str | None,
+    correlation_id: str | None = None,
+    options: Mapping[str, Any] | None = None,
+    headers: Mapping[str, Any] | None = None,
+    kind: str = KIND_COMMAND,
+    confirm: bool | None = None,
+    durable: bool = False,
+    message_id: str | None = None,
+) -> None:
+    """Send one task message to its pool (or to the scheduler, when it is due
+    later). Used by callers, and by workers for chain steps, callbacks and retries.
+
+    Options: ``countdown`` or ``eta``, ``expires`` (seconds from now, or a
+    datetime), ``priority``, ``time_limit``, ``soft_time_limit``, ``link``,
+    ``link_error`` (signatures in their wire form), ``sinks`` (names or addresses
+    of data sinks), ``chain`` (the rest of a chain, as its header text),
+    ``retries``, ``map``, ``track_started``, ``acks_late`` (False: at-most-once,
+    sent pre-settled and never confirmed nor held by the backlog, whatever
+    ``confirm`` and ``durable`` say; every hop after this one sends it so too).
+
+    ``confirm``: wait until the receiver settled it; by default, when the
+    directory says the receiver takes it on at once (``Directory.accepting``).
+    ``durable``: hand it to the node's backlog and return (what a worker sends
+    on behalf of a task it runs: the worker slot is free at once). It awaits
+    nothing before the backlog's put: a put the caller made just before lands
+    in the same store commit. ``message_id``: a deterministic one (a periodic
+    task's firing), so that a copy sent again is taken once; default: a new one.
+
+    Raises:
+        ConfigError: an unknown pool, or a delay with no scheduler.
+        DeliveryError: (confirmed) the receiver refused it.
+        PeerUnavailable: (not durable) its node could not be reached (across
+            hosts, neither it nor, within the directory's ``failover``, the
+            services node that took the services role over).
+    """
+    options = options or {}
+    outbox = client.outbox
+    now = outbox.now()
+    meta = _task_headers(pool, task_id, options, headers)
+    eta = _timestamp(options.get("eta"))
+    countdown = options.get("countdown")
+    if countdown is not None:
+        eta = now + float(countdown)
+    expires = options.get("expires")
+    expiry_time = None
+    if expires is not None:
+        expiry_time = (
+            now + float(expires) if isinstance(expires, int | float) else _timestamp(expires)
+        )
+    directory = client.directory
+    receiver = pool
+    if eta is not None and eta > now + 0.001:
+        meta[H_ETA] = eta
+        receiver = SCHEDULER
+    target = directory.resolve(receiver)
+    envelope = Envelope(
+        message_id=message_id or outbox.new_message_id(),
+        to=str(target),
+        subject=task,
+        body=[to_wire(list(args)), to_wire(dict(kwargs))],
+        kind=kind,
+        reply_to=reply_to,
+        correlation_id=correlation_id or task_id,
+        creation_time=now,
+        expiry_time=expiry_time,
+        headers=meta,
+    )
+    if meta.get(AT_MOST_ONCE):
+        await outbox.send(target, envelope, presettled=True, confirm=False)
+        return
+    if confirm is None:
+        confirm = receiver in directory.accepting
+    # Across hosts, what a services node that lost its role (or its host) had
+    # not taken goes to the node that holds the role now: from the backlog
+    # (durable), or sent again here (not confirmed: it did not take it).
+    reroute = directory.elsewhere if directory.elected else None
+    try:
+        await outbox.send(
+            target, envelope, presettled=False, confirm=confirm, durable=durable, reroute=reroute
+        )
+    except PeerUnavailable as exc:
+        elsewhere = await directory.moved_from(target)  # None at once on one host
+        if elsewhere is None:
+            raise
+        log("actorctl:client:resent", task_id=task_id, to=str(elsewhere), was=str(exc))
+        envelope = attrs.evolve(envelope, to=str(elsewhere))
+        await outbox.send(elsewhere, envelope, presettled=False, confirm=confirm)

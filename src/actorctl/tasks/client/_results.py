@@ -1,0 +1,479 @@
+"""Task states and result handles: what ``add.delay(1, 2)`` returns.
+
+A task's result comes back to the caller as a document on the caller's own reply
+link (docs/protocol.md §14.4): the caller's outbox hands each document that
+carries an id the registry expects to the registry, which hands it to the
+handle waiting for it.
+``get()`` blocks (for plain Python code, as in Celery); ``aget()`` awaits (for
+code that runs in trio).
+
+A result its process is not sent (``AsyncResult(task_id)``, made by a process
+that did not send the task) is fetched by id instead: its ``get()``, ``aget()``,
+``state`` and ``ready()`` ask the nodes that keep final results (``_lookup.py``)
+through the :class:`Lookup` of the calling context, which connecting sets.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import math
+import threading
+import time
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from typing import Any, Final, Protocol, final
+
+import trio
+
+from ..._errors import ActorctlError, AskTimeout, TaskRevoked
+from ...actors import Outbox
+from ...mailbox import Envelope
+from ..protocol._protocol import (
+    FAILURE,
+    H_RETRIES,
+    H_STATE,
+    PENDING,
+    READY_STATES,
+    RETRY,
+    REVOKED,
+    SUCCESS,
+)
+from ..protocol._task_errors import task_error
+
+#: Seconds a caller waits for a result's document before it also fetches the
+#: result by id (in case the document was sent while its reply link was down).
+FALLBACK_AFTER: Final = 1.0
+
+__all__ = [
+    "AsyncResult",
+    "GroupResult",
+    "Lookup",
+    "ResultRegistry",
+    "in_trio",
+    "using_lookup",
+]
+
+
+class Lookup(Protocol):
+    """Fetches final results by task id from the cluster (``_lookup.py``)."""
+
+    async def fetch(self, task_id: str) -> list[Any] | None:
+        """One round of asking: ``[state, body, headers]``, or None."""
+        ...
+
+    async def wait(self, task_id: str, timeout: float | None) -> list[Any] | None:
+        """Ask until found or ``timeout`` seconds passed (then None)."""
+        ...
+
+    def run_blocking(self, fn: Callable[..., Awaitable[Any]], *args: Any) -> Any:
+        """Run ``fn(*args)`` in the lookup's trio run, from plain code."""
+        ...
+
+
+# The lookup of the running context, set with the client by connecting. Not
+# shared state: a ContextVar is task-local, as the client's own is (_client.py).
+_lookup: contextvars.ContextVar[Lookup | None] = contextvars.ContextVar(
+    "actorctl_result_lookup", default=None
+)
+
+
+@contextlib.contextmanager
+def using_lookup(lookup: Lookup) -> Iterator[Lookup]:
+    """Fetch results by id through ``lookup`` in this context, for the block."""
+    token = _lookup.set(lookup)
+    try:
+        yield lookup
+    finally:
+        _lookup.reset(token)
+
+
+def in_trio() -> bool:
+    """Whether this code runs in a trio task (trio's own thread)."""
+    try:
+        trio.lowlevel.current_task()
+    except RuntimeError:
+        return False
+    return True
+
+
+@final
+class AsyncResult:
+    """The handle on one task's result.
+
+    ``AsyncResult(task_id)`` (or ``app.AsyncResult(task_id)``), in a process
+    connected to the cluster, is a handle on a task some other process sent:
+    its result is fetched by id (see the module docstring).
+
+    Attributes:
+        id: the task id (for a chain, the id of the whole chain).
+        task: the task's name ("" when only its id is known).
+        state: PENDING, STARTED, RETRY, SUCCESS, FAILURE or REVOKED.
+    """
+
+    def __init__(
+        self,
+        task_id: str,
+        task: str = "",
+        *,
+        revoke: Callable[[str, bool], None] | None = None,
+        arevoke: Callable[[str, bool], Awaitable[None]] | None = None,
+        forget: Callable[[str], None] | None = None,
+        tracked: bool = True,
+        lookup: Lookup | None = None,
+    ) -> None:
+        self.id = task_id
+        self.task = task
+        self._state = PENDING
+        self.retries = 0
+        self._value: Any = None
+        self._error: dict[str, Any] | None = None
+        self._revoke = revoke
+        self._arevoke = arevoke
+        self._forget = forget
+        self._tracked = tracked
+        self._lookup = lookup
+        self._delivered = False  # a registry hands it its documents
+        self._done_thread = threading.Event()
+        self._done_trio = trio.Event()
+        self._changed = trio.Event()
+
+    # -- what it knows -------------------------------------------------------------
+
+    @property
+    def tracked(self) -> bool:
+        """Whether its caller receives its documents (not sent with
+        ``ignore_result``, nor from inside a task)."""
+        return self._tracked
+
+    @property
+    def state(self) -> str:
+        """The task's state. A result fetched by id asks the cluster (once)
+        while it is not final, from plain code; in trio, ``await aget()``."""
+        if self._state not in READY_STATES and not in_trio():
+            lookup = self._lookup_now()
+            if lookup is not None:
+                lookup.run_blocking(self._refresh, lookup)
+        return self._state
+
+    def ready(self) -> bool:
+        """Whether the task has finished (SUCCESS, FAILURE or REVOKED)."""
+        return self.state in READY_STATES
+
+    def successful(self) -> bool:
+        return self.state == SUCCESS
+
+    def failed(self) -> bool:
+        return self.state == FAILURE
+
+    @property
+    def result(self) -> Any:
+        """The value (SUCCESS), the error (FAILURE, RETRY, REVOKED), or None."""
+        state = self.state
+        if state == SUCCESS:
+            return self._value
+        if self._error is not None:
+            return self._exception()
+        return None
+
+    info = result
+    status = state  # Celery's other name for it
+
+    @property
+    def traceback(self) -> str | None:
+        """The traceback of a failed task, as its worker formatted it (the
+        worker's frames), or None (not failed, or no traceback was sent)."""
+        if self.state != FAILURE or self._error is None:
+            return None
+        text = self._error.get("traceback")
+        return text if isinstance(text, str) else None
+
+    # -- waiting --------------------------------------------------------------------
+
+    def get(self, timeout: float | None = None, *, propagate: bool = True) -> Any:
+        """Wait for the task and return its value (blocking: for plain code; in
+        trio use :meth:`aget`).
+
+        Raises:
+            TaskFailed: the task raised (with its type name and message; also the
+                built-in exception type when it was one).
+            TaskRevoked: it was revoked, or expired before it ran.
+            AskTimeout: no result within ``timeout`` seconds.
+        """
+        if in_trio():
+            raise ActorctlError(
+                "AsyncResult.get() blocks, and this is trio's thread: use `await result.aget()`"
+            )
+        lookup = self._lookup_now()
+        if lookup is not None:
+            lookup.run_blocking(self._fetch, lookup, timeout)
+        else:
+            self._check_tracked()
+            deadline = None if timeout is None else time.monotonic() + timeout
+            first = FALLBACK_AFTER if timeout is None else min(timeout, FALLBACK_AFTER)
+            if not self._done_thread.wait(first):
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                fallback = self._fallback()
+                if fallback is not None:
+                    fallback.run_blocking(self._wait_or_fetch, fallback, left)
+                else:
+                    self._done_thread.wait(left)
+        if self._state not in READY_STATES:
+            raise AskTimeout(f"{self._name()} not ready within {timeout:g} s")
+        return self._outcome(propagate)
+
+    async def aget(self, timeout: float | None = None, *, propagate: bool = True) -> Any:
+        """Await the task and return its value: :meth:`get` for trio code."""
+        lookup = self._lookup_now()
+        if lookup is not None:
+            await self._fetch(lookup, timeout)
+        else:
+            self._check_tracked()
+            with trio.move_on_after(math.inf if timeout is None else timeout):
+                with trio.move_on_after(FALLBACK_AFTER):
+                    await self._done_trio.wait()
+                fallback = self._fallback()
+                if fallback is not None:
+                    await self._wait_or_fetch(fallback, None)
+                else:
+                    await self._done_trio.wait()
+        if self._state not in READY_STATES:
+            raise AskTimeout(f"{self._name()} not ready within {timeout:g} s")
+        return self._outcome(propagate)
+
+    async def await_state(self, *states: str, timeout: float | None = None) -> str:
+        """Wait until the task is in one of ``states`` (or finished); return its
+        state. STARTED is reported only for tasks sent with ``track_started``.
+
+        Raises:
+            AskTimeout: not within ``timeout`` seconds.
+        """
+        self._check_tracked()
+        with trio.move_on_after(math.inf if timeout is None else timeout):
+            while self._state not in states and self._state not in READY_STATES:
+                await self._changed.wait()
+            return self._state
+        raise AskTimeout(f"{self._name()} not in {states} within {timeout:g} s")
+
+    def revoke(self, *, terminate: bool = False) -> None:
+        """Revoke the task: see ``app.control.revoke``."""
+        if self._revoke is None:
+            raise ActorctlError(f"task {self.id}: this result is not connected to a cluster")
+        self._revoke(self.id, terminate)
+
+    async def arevoke(self, *, terminate: bool = False) -> None:
+        """:meth:`revoke` for trio code."""
+        if self._arevoke is None:
+            raise ActorctlError(f"task {self.id}: this result is not connected to a cluster")
+        await self._arevoke(self.id, terminate)
+
+    def forget(self) -> None:
+        """Stop waiting for this result (its caller then holds nothing for it):
+        for a result nobody will read. Call it from the client's own thread
+        (trio code), or before the result could arrive."""
+        if self._forget is not None:
+            self._forget(self.id)
+
+    def _check_tracked(self) -> None:
+        if not self._tracked:
+            raise ActorctlError(
+                f"{self._name()} was sent with ignore_result, or from inside "
+                "a task: nobody receives its result (use a chain or a callback instead)"
+            )
+
+    def _name(self) -> str:
+        return f"task {self.task} ({self.id})" if self.task else f"task {self.id}"
+
+    # -- fetching by id ---------------------------------------------------------------
+
+    def _lookup_now(self) -> Lookup | None:
+        """Where to fetch this result from: None for one its process is sent
+        (or one already final), else its own lookup or the context's."""
+        if self._delivered or not self._tracked or self._state in READY_STATES:
+            return None
+        return self._lookup or _lookup.get()
+
+    def _fallback(self) -> Lookup | None:
+        """Where to fetch a result its process is sent, when its document has
+        not come within FALLBACK_AFTER seconds (the caller's reply link was down
+        when it was sent, as while a node restarts): None if it is final."""
+        if not self._delivered or self._state in READY_STATES:
+            return None
+        return self._lookup or _lookup.get()
+
+    async def _wait_or_fetch(self, lookup: Lookup, timeout: float | None) -> None:
+        """Wait for the document and fetch the result by id, both at once,
+        until either brings it or ``timeout`` passed."""
+        with trio.move_on_after(math.inf if timeout is None else timeout):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._fetch, lookup, None)
+                await self._done_trio.wait()
+                nursery.cancel_scope.cancel()
+
+    async def _fetch(self, lookup: Lookup, timeout: float | None) -> None:
+        """Ask until the result is found (recorded) or ``timeout`` passed."""
+        self._record(await lookup.wait(self.id, timeout))
+
+    async def _refresh(self, lookup: Lookup) -> None:
+        """Ask once; record the result if found."""
+        self._record(await lookup.fetch(self.id))
+
+    def _record(self, found: list[Any] | None) -> None:
+        if found is None:
+            return
+        state, body, headers = found
+        retries = headers.get(H_RETRIES, 0)
+        self.update(str(state), body, retries if isinstance(retries, int) else 0)
+        if self._delivered and self._forget is not None:
+            self._forget(self.id)  # its document will not be waited for any more
+
+    def _outcome(self, propagate: bool) -> Any:
+        if self._state == SUCCESS:
+            return self._value
+        error = self._exception()
+        if propagate:
+            raise error
+        return error
+
+    def _exception(self) -> Exception:
+        error = self._error or {}
+        if self._state == REVOKED:
+            return TaskRevoked(self.id, str(error.get("reason", "revoked")))
+        return task_error(str(error.get("type", "Error")), str(error.get("message", "")), self.id)
+
+    # -- updates (in the trio thread of the client) ---------------------------------
+
+    def update(self, state: str, body: Any, retries: int = 0) -> None:
+        """Record a state document; wakes whoever waits once it is final."""
+        if self._state in READY_STATES:
+            return  # a duplicate, or a late document after the final one
+        self._state = state
+        self.retries = retries
+        if state == SUCCESS:
+            self._value = body
+        elif state in (FAILURE, RETRY, REVOKED):
+            self._error = body if isinstance(body, dict) else {"message": str(body)}
+        if state in READY_STATES:
+            self._done_thread.set()
+            self._done_trio.set()
+        self._changed.set()
+        self._changed = trio.Event()
+
+    def __repr__(self) -> str:
+        return f"<AsyncResult {self.task or '?'} {self.id} {self._state}>"
+
+
+@final
+class GroupResult(Sequence[AsyncResult]):
+    """The results of a group, in the order of its tasks."""
+
+    def __init__(self, group_id: str, results: Sequence[AsyncResult]) -> None:
+        self.id = group_id
+        self.results = list(results)
+
+    def __getitem__(self, index: Any) -> Any:
+        return self.results[index]
+
+    def __len__(self) -> int:
+        return len(self.results)
+
+    def __iter__(self) -> Iterator[AsyncResult]:
+        return iter(self.results)
+
+    def ready(self) -> bool:
+        return all(r.ready() for r in self.results)
+
+    def successful(self) -> bool:
+        return all(r.successful() for r in self.results)
+
+    def completed_count(self) -> int:
+        return sum(1 for r in self.results if r.successful())
+
+    def get(self, timeout: float | None = None, *, propagate: bool = True) -> list[Any]:
+        """Every task's value, in order; raises the first error (see
+        :meth:`AsyncResult.get`). ``timeout`` covers the whole group."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        values = []
+        for result in self.results:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            values.append(result.get(left, propagate=propagate))
+        return values
+
+    async def aget(self, timeout: float | None = None, *, propagate: bool = True) -> list[Any]:
+        """:meth:`get` for trio code."""
+        try:
+            with trio.fail_after(math.inf if timeout is None else timeout):
+                return [await r.aget(propagate=propagate) for r in self.results]
+        except trio.TooSlowError:
+            raise AskTimeout(f"group {self.id} not ready within {timeout:g} s") from None
+
+    def revoke(self, *, terminate: bool = False) -> None:
+        for result in self.results:
+            result.revoke(terminate=terminate)
+
+    def __repr__(self) -> str:
+        return f"<GroupResult {self.id} {len(self.results)} tasks>"
+
+
+@final
+class ResultRegistry:
+    """The results a caller waits for, by task id.
+
+    It registers each id with the caller's outbox (``expect``) before the task
+    is sent, so that the documents that come back on the caller's reply links
+    with that id reach it, and unregisters the id (``unexpect``) as soon as the
+    result is final, forgotten, or the caller disconnects: an id the registry
+    no longer waits for holds nothing in the outbox.
+
+    Args:
+        outbox: the caller node's outbox.
+    """
+
+    def __init__(self, outbox: Outbox) -> None:
+        self._outbox = outbox
+        self._waiting: dict[str, AsyncResult] = {}
+        self._emptied = trio.lowlevel.ParkingLot()  # wait_empty's
+
+    def expect(self, result: AsyncResult) -> None:
+        """Wait for ``result``'s documents from now on."""
+        result._delivered = True
+        self._waiting[result.id] = result
+        self._outbox.expect(result.id, self._take)
+
+    def forget(self, task_id: str) -> None:
+        """Stop waiting for ``task_id`` (its later documents are logged as late)."""
+        if self._waiting.pop(task_id, None) is not None:
+            self._outbox.unexpect(task_id)
+            if not self._waiting:
+                self._emptied.unpark_all()
+
+    async def wait_empty(self) -> None:
+        """Wait until every result it waits for is final (or forgotten): no
+        task its caller sent is in flight (a test's ``wait_idle``)."""
+        while self._waiting:
+            await self._emptied.park()
+
+    def __len__(self) -> int:
+        return len(self._waiting)
+
+    def fail_all(self, reason: str) -> None:
+        """Fail every result still waited for (the caller is going away)."""
+        waiting, self._waiting = self._waiting, {}
+        self._emptied.unpark_all()
+        for result in waiting.values():
+            self._outbox.unexpect(result.id)
+            result.update(FAILURE, {"type": "Disconnected", "message": reason})
+
+    def deliver(self, task_id: str, state: str, body: Any, headers: Mapping[str, Any]) -> bool:
+        """Hand a state document to its result; False if nobody waits for it."""
+        result = self._waiting.get(task_id)
+        if result is None:
+            return False
+        retries = headers.get(H_RETRIES, 0)
+        result.update(state, body, retries if isinstance(retries, int) else 0)
+        if result.ready():
+            self.forget(task_id)
+        return True
+
+    def _take(self, envelope: Envelope) -> None:
+        state = str(envelope.headers.get(H_STATE, SUCCESS))
+        self.deliver(str(envelope.correlation_id), state, envelope.body, envelope.headers)

@@ -1,0 +1,128 @@
+"""Checks made when something is sent, so that a mistake is the sender's error
+and never only a line in a worker's log: every pool and data sink a task
+names resolves, and an event's fields are of its class's types.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import typing
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any, Final
+
+import attrs
+import cattrs
+
+from ..._errors import ConfigError
+from ...actors import BadArguments, converter, to_wire
+from ..protocol._protocol import CHAIN_SEPARATOR, sink_list, unpack_chain
+from ._client import Directory
+
+__all__ = ["check_event", "check_fields", "check_references"]
+
+#: The field types checked exactly (a JSON value of another type is refused,
+#: where a subscriber's conversion might have let it through as another value).
+_EXACT: Final = MappingProxyType({int: (int,), float: (int, float), str: (str,), bool: (bool,)})
+
+
+def check_references(
+    directory: Directory, sender: str, pool: str, options: Mapping[str, Any]
+) -> None:
+    """Every pool and sink that the options of a send (by ``sender``: "task
+    NAME", "event NAME") name (its
+    ``sinks``, its ``link`` and ``link_error`` callbacks, its chain's steps)
+    is one the directory knows; options in wire form (``wire_options``).
+
+    Raises:
+        ConfigError: naming the sender, the name that does not resolve, and the
+            names the directory knows.
+    """
+
+    def resolve(what: str, name: str) -> None:
+        try:
+            directory.resolve(name)
+        except ConfigError as exc:
+            raise ConfigError(f"{sender}: {what} {name!r} does not resolve: {exc}") from None
+
+    def signature(sig: Any, default: str) -> str:
+        if not isinstance(sig, dict) or not isinstance(sig.get("t"), str):
+            return default  # malformed: the worker reports it as it always did
+        sig_pool = str(sig.get("p", default))
+        resolve(f"the pool of {sig['t']}", sig_pool)
+        sig_options = sig.get("o")
+        if isinstance(sig_options, dict):
+            for sink in sink_list(sig_options.get("sinks")):
+                resolve(f"a sink of {sig['t']}", sink)
+        return sig_pool
+
+    for sink in sink_list(options.get("sinks")):
+        resolve("sink", sink)
+    for key in ("link", "link_error"):
+        linked = options.get(key)
+        for sig in linked if isinstance(linked, list) else []:
+            signature(sig, pool)
+    chain = options.get("chain")
+    if isinstance(chain, str) and chain:
+        try:
+            steps = [json.loads(line) for line in unpack_chain(chain).split(CHAIN_SEPARATOR)]
+        except ValueError:
+            return
+        previous = pool
+        for step in reversed(steps):  # the next step is written last
+            previous = signature(step, previous)
+
+
+def check_event(event: Any, name: str, cls: type) -> Any:
+    """``event``'s fields in wire form, once they are checked against ``cls``
+    (:func:`check_fields`); ``event`` must be an instance of it.
+
+    Raises:
+        BadArguments: naming the event, the field, and what it should be.
+    """
+    if not isinstance(event, cls):
+        raise BadArguments(f"event {name}: expected a {cls.__name__}, got {event!r:.80}")
+    fields = to_wire(event)
+    check_fields(fields, name, cls)
+    return fields
+
+
+def check_fields(fields: Any, name: str, cls: type) -> None:
+    """Check an event's fields (wire form) as every subscriber reads them: each
+    of a plain type (int, float, str, bool) holds a value of that type, and
+    the whole converts to ``cls``.
+
+    Raises:
+        BadArguments: naming the event, the field, and what it should be.
+    """
+    if not isinstance(fields, dict):
+        raise BadArguments(f"event {name}: its fields must be an object, got {fields!r:.80}")
+    try:
+        hints = typing.get_type_hints(cls)
+    except Exception:  # annotations that do not resolve: the conversion below checks
+        hints = {}
+    for field in _field_names(cls):
+        hint = hints.get(field)
+        accepted = _EXACT.get(hint) if isinstance(hint, type) else None
+        if accepted is None or field not in fields:
+            continue
+        value = fields[field]
+        if not isinstance(value, accepted) or (isinstance(value, bool) and hint is not bool):
+            raise BadArguments(
+                f"event {name}, field {field!r}: expected {hint.__name__}, got "  # type: ignore[union-attr]
+                f"{type(value).__name__} {value!r:.60}"
+            )
+    try:
+        converter.structure(fields, cls)  # what each subscriber does with it
+    except Exception as exc:
+        detail = "; ".join(cattrs.transform_error(exc, path=name))
+        raise BadArguments(f"event {name}: {detail}") from None
+
+
+def _field_names(cls: type) -> list[str]:
+    if attrs.has(cls):
+        return [a.name for a in attrs.fields(cls)]
+    if dataclasses.is_dataclass(cls):
+        return [f.name for f in dataclasses.fields(cls)]
+    return []

@@ -1,0 +1,104 @@
+"""What a task worker reads off a task and its message: the retry policy that
+applies (the call's over the task's), the longest delay of a retry, the time
+limits; and the warning a worker logs when nothing can delay its retries.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any, Final
+
+from ..._log import log
+from ...mailbox import Envelope
+from ...supervision import Boxed, RetryPolicy
+from ..app._task import Task
+from ..protocol._protocol import H_RETRY_POLICY, H_TIMELIMIT
+from ._limits import TimeLimits, foreign_handler
+
+__all__ = [
+    "NO_SCHEDULER",
+    "can_delay",
+    "delay_bound",
+    "foreign_task",
+    "limits_of",
+    "retry_policy_of",
+    "warn_no_scheduler",
+]
+
+#: Why a retry was not made (logged, and the dead letter's reason not-retried).
+NO_SCHEDULER: Final = "not retried: no scheduler to delay it"
+
+
+def can_delay(task: Task, policy: RetryPolicy, retries: int, scheduler: bool) -> bool:
+    """Whether a retry the policy makes (not one the task asks for) can be
+    made where a worker runs (with a ``scheduler`` in its cluster or not): a
+    delay needs a scheduler, unless the budget is spent already (then the task
+    is dead-lettered)."""
+    if policy.exhausted(retries) or scheduler:
+        return True
+    return delay_bound(task, policy, retries) <= 0.001
+
+
+def warn_no_scheduler(tasks: Iterable[Task], pool: str) -> None:
+    """Once, as a worker starts in a cluster with no scheduler: the tasks of
+    its pool whose retries need one (a delay over 1 ms) are not retried there."""
+    needing = sorted(
+        task.name
+        for task in tasks
+        if task.pool == pool
+        and not task.retry_policy.exhausted(0)
+        and delay_bound(task, task.retry_policy, 0) > 0.001
+    )
+    if needing:
+        log(
+            "actorctl:worker:no-scheduler",
+            level="warning",
+            pool=pool,
+            tasks=needing,
+            why="the cluster has no services node, so no scheduler delays retries: a failure "
+            "these tasks' policies would retry fails at once and becomes a dead letter "
+            "(reason not-retried); add a node with services = true",
+        )
+
+
+def delay_bound(task: Task, policy: RetryPolicy, retries: int) -> float:
+    """The longest delay of retry ``retries``: Celery's ``default_retry_delay``
+    (doubled each retry with ``retry_backoff``), if the task has one, else the
+    policy's backoff bound."""
+    if task.default_retry_delay is None:
+        return policy.bound(retries)
+    return task.default_retry_delay * (2**retries if task.retry_backoff else 1)
+
+
+def retry_policy_of(task: Task, envelope: Envelope) -> RetryPolicy:
+    """The task's retry policy, as its message's ``retry_policy`` header
+    overrides it (a call's own, docs/fault-tolerance.md)."""
+    given = envelope.headers.get(H_RETRY_POLICY)
+    return task.retry_policy if given is None else task.retry_policy.with_wire(given)
+
+
+def limits_of(task: Task, headers: Mapping[str, Any]) -> TimeLimits:
+    """The task's limits, as its message's ``timelimit`` header overrides them
+    (an unreadable header is ignored, docs/protocol.md §14.2)."""
+    hard, soft = task.time_limit, task.soft_time_limit
+    given = headers.get(H_TIMELIMIT)
+    if isinstance(given, str):
+        try:
+            hard_given, soft_given = json.loads(given)
+            hard = hard if hard_given is None else float(hard_given)
+            soft = soft if soft_given is None else float(soft_given)
+        except (ValueError, TypeError):
+            pass
+    return TimeLimits(hard, soft)
+
+
+def foreign_task(boxed: Boxed | None, known: dict[str, Task], name: str, pool: str) -> Task | None:
+    """A task the pool's boxed worker serves but the app does not define (its
+    handlers are in another language), made once and kept in ``known``."""
+    if boxed is None or (boxed.handlers is not None and name not in boxed.handlers):
+        return None
+    task = known.get(name)
+    if task is None:
+        task = known[name] = Task(foreign_handler, name=name, pool=pool, boxed=True)
+    return task

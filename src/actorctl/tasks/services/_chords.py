@@ -1,0 +1,227 @@
+"""The chord barrier: counts a chord header's results, then sends its body.
+
+``chords`` on the services node. A caller opens a barrier (``open``) before it
+sends the header's tasks, whose results come to the barrier as documents (its
+address is their ``reply-to``); when the last is in, the barrier sends the body
+with the list of results, answering the chord's caller in its place
+(docs/protocol.md §14.10).
+
+Each barrier (its tasks, body, caller and the results so far) is kept in the
+node's store (table ``chords``, by chord id): written and committed before the
+barrier accepts the message that changed it, reloaded when the barrier starts,
+deleted once the body is handed to the node's backlog (a durable send, under a
+message id made from the chord id, so that a body sent again after a restart is
+taken once). A barrier found complete when it starts sends its body then.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, ClassVar, Final
+
+import attrs
+
+from ..._errors import ActorctlError
+from ..._log import log
+from ...actors import Actor, handler
+from ...mailbox import ACCEPTED, KIND_DOCUMENT, Envelope, Outcome
+from ...store import Store
+from ..client._client import Directory, TaskClient, send_task
+from ..protocol._protocol import (
+    CHORD_BARRIER_NAME,
+    FAILURE,
+    H_STATE,
+    H_TASK_ID,
+    READY_STATES,
+    SUCCESS,
+    signature_from_wire,
+)
+from ..protocol._state import CHORDS_TABLE, DurableOutbox, json_row, store_of
+from ..worker._documents import send_document
+
+__all__ = ["ChordBarrier"]
+
+BODY_SUFFIX: Final = "/body"
+
+
+@attrs.define
+class _Chord:
+    tasks: list[str]
+    body: dict[str, Any]
+    reply_to: str | None
+    results: dict[str, Any] = attrs.field(factory=dict)
+
+    @property
+    def complete(self) -> bool:
+        return all(task in self.results for task in self.tasks)
+
+    def row(self) -> bytes:
+        return json_row(attrs.asdict(self))
+
+    @classmethod
+    def from_row(cls, value: bytes) -> _Chord:
+        """Raises ValueError for a row that is not a chord."""
+        try:
+            data = json.loads(value)
+            chord = cls(list(data["tasks"]), dict(data["body"]), data.get("reply_to"))
+            chord.results.update(data.get("results") or {})
+        except (TypeError, KeyError, AttributeError) as exc:
+            raise ValueError(f"not a chord: {exc}") from None
+        return chord
+
+
+class ChordBarrier(Actor):
+    """``chords``: holds each chord's barrier. It counts the header's results as
+    they arrive and, when the last is in, sends the body with the list of them."""
+
+    name = CHORD_BARRIER_NAME
+    takes_documents: ClassVar[bool] = True
+    mailbox_capacity: ClassVar[int] = 1000
+    # Each result waits for a commit: many at once share one. (A chord's state
+    # changes only between awaits, so concurrent results cannot lose one.)
+    concurrency: ClassVar[int] = 16
+    dedup_count: ClassVar[int] = 0
+
+    def __init__(self, directory: Directory) -> None:
+        self.directory = directory
+        self.chords: dict[str, _Chord] = {}
+        self._client: TaskClient | None = None
+        self._store: Store | None = None
+
+    async def on_start(self) -> None:
+        """Runs in the task that starts it: reload the barriers its node's store
+        keeps; a complete one sends its body (in a task of the barrier's own)."""
+        outbox = self._require_cell().outbox
+        self._client = TaskClient(outbox, self.directory)
+        store = self._store = store_of(outbox)
+        self.chords.clear()  # started again as it was: what it held is in the store
+        for chord_id, value in store.items(CHORDS_TABLE):
+            try:
+                self.chords[chord_id] = _Chord.from_row(value)
+            except ValueError as exc:
+                log("actorctl:chord:unreadable", chord_id=chord_id, error=str(exc))
+                store.delete(CHORDS_TABLE, chord_id)
+        if self.chords:
+            log("actorctl:chord:resumed", chords=len(self.chords))
+        complete = [chord_id for chord_id, chord in self.chords.items() if chord.complete]
+        if complete:
+            self.start_soon(self._complete_all, complete)
+
+    @property
+    def client(self) -> TaskClient:
+        if self._client is None:
+            raise ActorctlError("the chord barrier is not running: host it on a node")
+        return self._client
+
+    @property
+    def store(self) -> Store:
+        if self._store is None:
+            raise ActorctlError("the chord barrier is not running: host it on a node")
+        return self._store
+
+    @handler
+    async def open(
+        self, chord_id: str, tasks: list[str], body: dict[str, Any], reply_to: str | None = None
+    ) -> None:
+        """Open a barrier; answered once the store keeps it. Opened again (its
+        caller sent it again), it keeps the results it has."""
+        chord = self.chords.get(chord_id)
+        if chord is None:
+            chord = self.chords[chord_id] = _Chord(list(tasks), body, reply_to)
+        self.store.put(CHORDS_TABLE, chord_id, chord.row())
+        await self.store.sync()
+
+    async def handle_unmatched(
+        self, envelope: Envelope
+    ) -> tuple[Outcome, tuple[str, Any] | None] | None:
+        if envelope.kind != KIND_DOCUMENT:
+            return None
+        chord_id = str(envelope.correlation_id)
+        chord = self.chords.get(chord_id)
+        state = envelope.headers.get(H_STATE)
+        member = str(envelope.headers.get(H_TASK_ID))
+        if state not in READY_STATES:
+            return ACCEPTED, None  # STARTED, RETRY: the barrier waits for the final one
+        if chord is None or member not in chord.tasks:
+            # Not (or no longer) one of a chord's results: a copy that came again
+            # after the chord ended, or a result for a barrier never opened here.
+            log(
+                "actorctl:chord:unexpected-result",
+                chord_id=chord_id,
+                task_id=member,
+                message_id=envelope.message_id,
+                reason="no open barrier has this task" if chord else "no barrier open",
+            )
+            return ACCEPTED, None
+        if state != SUCCESS:
+            del self.chords[chord_id]
+            error = envelope.body if isinstance(envelope.body, dict) else {}
+            failure = {
+                "type": "ChordError",
+                "message": f"task {member} of the chord ended {state}: "
+                f"{error.get('type', '')} {error.get('message', error.get('reason', ''))}".strip(),
+            }
+            await self._fail_chord(chord_id, chord, failure)
+            return ACCEPTED, None
+        if member in chord.results:
+            return ACCEPTED, None  # sent again
+        chord.results[member] = envelope.body
+        self.store.put(CHORDS_TABLE, chord_id, chord.row())
+        if chord.complete:
+            await self._complete(chord_id, chord)
+        else:
+            await self.store.sync()
+        return ACCEPTED, None
+
+    async def _complete_all(self, chord_ids: list[str]) -> None:
+        """Send the bodies of the complete barriers found at start."""
+        for chord_id in chord_ids:
+            chord = self.chords.get(chord_id)
+            if chord is not None and chord.complete:
+                await self._complete(chord_id, chord)
+
+    async def _complete(self, chord_id: str, chord: _Chord) -> None:
+        """Every result is in: send the body (durably), then delete the barrier."""
+        self.chords.pop(chord_id, None)
+        values = [chord.results[t] for t in chord.tasks]
+        client = TaskClient(
+            DurableOutbox(self.client.outbox, lambda: chord_id + BODY_SUFFIX), self.directory
+        )
+        try:
+            name, pool, args, kwargs, immutable, options = signature_from_wire(chord.body, "")
+            await send_task(
+                client,
+                task=name,
+                pool=pool,
+                args=args if immutable else [values, *args],
+                kwargs=kwargs,
+                task_id=chord_id,
+                reply_to=chord.reply_to,
+                options=options,
+            )
+        except Exception as exc:  # the body cannot be sent: its caller must hear of it
+            log("actorctl:chord:unsendable", chord_id=chord_id, error=str(exc))
+            failure = {"type": type(exc).__name__, "message": f"chord body: {exc}"}
+            await self._fail_chord(chord_id, chord, failure)
+            return
+        self.store.delete(CHORDS_TABLE, chord_id)
+        await self.store.sync()
+
+    async def _fail_chord(self, chord_id: str, chord: _Chord, failure: dict[str, Any]) -> None:
+        """Tell the chord's caller (if any) that it failed, under the chord's id
+        (kept as the chord's result either way), then delete the barrier."""
+        outbox = self.client.outbox
+        request = Envelope(
+            message_id=outbox.new_message_id(),
+            to=chord.reply_to or f"/{CHORD_BARRIER_NAME}",
+            subject=str(chord.body.get("t")),
+            body=None,
+            correlation_id=chord_id,
+            reply_to=chord.reply_to,
+            creation_time=outbox.now(),
+            headers={H_TASK_ID: chord_id},
+        )
+        targets = [chord.reply_to] if chord.reply_to else []
+        await send_document(self.client, request, FAILURE, failure, targets)
+        self.store.delete(CHORDS_TABLE, chord_id)
+        await self.store.sync()

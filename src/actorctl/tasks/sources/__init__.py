@@ -1,0 +1,1 @@
+"""Data sources: actors that read from outside and send each item on."""

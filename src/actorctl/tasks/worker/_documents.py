@@ -1,0 +1,159 @@
+"""Result documents: how task actors send them, and data sinks that take them.
+
+A document to a task's caller goes back on the caller's own reply link
+(docs/protocol.md §14.4): the caller's ``reply-to`` is its reply address
+(``$reply/...``), and the node that sends the document holds a reply link to
+it, because the caller connects to every node of the cluster that may answer
+(``_connect.py``). Sending on a reply link never waits: a slow or dead caller
+cannot hold up a worker (a document for a caller with no link here is logged
+and dropped, as a reply is). A document to an actor (a chord's barrier as
+``reply-to``, a data sink) is a durable send to its inbox: the node's backlog
+keeps it until the actor settles it.
+
+A final document (SUCCESS, FAILURE, REVOKED) is also kept in the sending node's
+store (``_state.py``), committed before :func:`send_document` returns, so before
+the task is settled: any caller can fetch it by id for ``RESULT_EXPIRES``
+seconds from that node's ``_tasks`` (``_lookup.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import attrs
+
+from ..._log import log
+from ...actors import Actor
+from ...mailbox import ACCEPTED, KIND_DOCUMENT, Envelope, Outcome
+from ..client._client import TaskClient
+from ..protocol._protocol import H_RETRIES, H_STATE, H_TASK_ID, READY_STATES, SINK_FAILED, SUCCESS
+from ..protocol._state import RESULT_EXPIRES, keep_result, store_of
+from ._relay import relay_document
+
+__all__ = ["DataSink", "TaskResult", "is_reply_address", "send_document"]
+
+REPLY_PREFIX = "$reply/"
+
+
+def is_reply_address(target: str) -> bool:
+    """Whether ``target`` is a caller's reply address rather than an actor's."""
+    return target.startswith(REPLY_PREFIX)
+
+
+async def send_document(
+    client: TaskClient,
+    request: Envelope,
+    state: str,
+    body: Any,
+    targets: list[str],
+    *,
+    expires: float = RESULT_EXPIRES,
+    relay: bool = False,
+) -> None:
+    """Send a state document about the task ``request`` to each of ``targets``:
+    on the reply link for a reply address (never waiting), else to the actor's
+    inbox through the node's backlog (returns once the backlog holds it). A
+    final state is kept in the node's store too (committed when this returns),
+    even with no target. ``relay`` (a worker's node): a document for a caller
+    with no reply link here goes through the services node's ``_relay``."""
+    outbox = client.outbox
+    kept = state in READY_STATES and keep_result(outbox, request, state, body, expires)
+    headers: dict[str, Any] = {H_STATE: state}
+    task_id = request.headers.get(H_TASK_ID)
+    if task_id:
+        headers[H_TASK_ID] = task_id
+    retries = request.headers.get(H_RETRIES)
+    if isinstance(retries, int):
+        headers[H_RETRIES] = retries
+    for target in targets:
+        if is_reply_address(target):
+            document = _document(client, request, target, body, headers)
+            # On a worker's node (relay), a caller with no link here has one on
+            # the services node.
+            if not outbox.reply(document, quiet=relay) and relay:
+                await relay_document(client, document)
+            continue
+        try:
+            address = client.directory.resolve(target)
+        except Exception as exc:
+            log(
+                "actorctl:result:unroutable",
+                message_id=request.message_id,
+                target=target,
+                error=str(exc),
+            )
+            continue
+        document = _document(client, request, str(address), body, headers)
+        # To an actor (a chord's barrier, a data sink): through the backlog,
+        # kept until the actor settles it.
+        await outbox.send(address, document, presettled=False, confirm=False, durable=True)
+    if kept:
+        await store_of(outbox).sync()
+
+
+def _document(
+    client: TaskClient, request: Envelope, to: str, body: Any, headers: Mapping[str, Any]
+) -> Envelope:
+    outbox = client.outbox
+    return Envelope(
+        message_id=outbox.new_message_id(),
+        to=to,
+        subject=request.subject,
+        body=body,
+        kind=KIND_DOCUMENT,
+        correlation_id=request.correlation_id,
+        creation_time=outbox.now(),
+        headers=headers,
+    )
+
+
+@attrs.frozen
+class TaskResult:
+    """A result document, as a data sink receives it."""
+
+    task_id: str
+    task: str
+    state: str
+    value: Any = None
+    error: Mapping[str, Any] | None = None
+
+
+class DataSink(Actor):
+    """An actor that takes result documents: override :meth:`on_result`.
+
+    Name it in a task's ``sinks`` (``@app.task(sinks=["totals"])``) and it gets
+    the final state of every run of that task, besides the caller.
+    """
+
+    takes_documents: ClassVar[bool] = True
+
+    async def on_result(self, result: TaskResult) -> None:
+        """Called with each result document, in the actor's own task."""
+
+    async def handle_unmatched(
+        self, envelope: Envelope
+    ) -> tuple[Outcome, tuple[str, Any] | None] | None:
+        if envelope.kind != KIND_DOCUMENT:
+            return None
+        headers = envelope.headers
+        state = str(headers.get(H_STATE, SUCCESS))
+        body = envelope.body
+        result = TaskResult(
+            task_id=str(envelope.correlation_id or headers.get(H_TASK_ID, "")),
+            task=envelope.subject,
+            state=state,
+            value=body if state == SUCCESS else None,
+            error=body if state != SUCCESS and isinstance(body, dict) else None,
+        )
+        try:
+            await self.on_result(result)
+        except Exception as exc:  # the sink's own code failed: say so, keep going
+            log(
+                "actorctl:sink:failed",
+                message_id=envelope.message_id,
+                error_type=type(exc).__name__,
+                error=str(exc),
+            )
+            return Outcome.rejected(SINK_FAILED, f"{type(exc).__name__}: {exc}"), None
+        return ACCEPTED, None

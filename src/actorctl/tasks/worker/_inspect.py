@@ -1,0 +1,166 @@
+"""What ``actorctl inspect`` asks of a node: the tasks its workers hold.
+
+A worker holds more tasks than it runs (``_worker.py``): a task it took is
+*reserved* (Celery's word) until a run slot lets it start, then *active* until
+its run ends. Each worker records both in the ``Held`` table of its node's
+``WorkerState``, which the node's ``_tasks`` actor reads to answer ``active``,
+``reserved``, ``stats`` and ``registered`` (docs/protocol.md §14.8).
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Final, final
+
+import attrs
+import eliot
+
+from ..limits._gate import priority_of
+from ..protocol._protocol import envelope_retries, envelope_task_id
+from ..protocol._state import node_outbox
+
+if TYPE_CHECKING:
+    from ...actors import Outbox
+    from ...mailbox import Envelope
+    from ..limits._gate import Gate, Ticket
+
+__all__ = ["TEXT_LIMIT", "HeldTask", "Holdings"]
+
+#: Characters of a task's arguments an answer shows, at most (as Celery's
+#: ``argsrepr`` is cut): an inspect answer stays small whatever a task takes.
+TEXT_LIMIT: Final = 200
+
+
+@final
+@attrs.define
+class HeldTask:
+    """One task a worker holds: reserved while ``started`` is None."""
+
+    task_id: str
+    name: str
+    args: list[Any]
+    kwargs: dict[str, Any]
+    worker: str
+    pool: str
+    received: float  # the node's clock (seconds since the epoch)
+    started: float | None = None
+
+    def answer(self) -> dict[str, Any]:
+        """As an inspect answer shows it (the arguments as short text)."""
+        return {
+            "id": self.task_id,
+            "name": self.name,
+            "args": _short(self.args),
+            "kwargs": _short(self.kwargs),
+            "worker": self.worker,
+            "pool": self.pool,
+            "received": self.received,
+            "started": self.started,
+        }
+
+
+@final
+class Holdings:
+    """The tasks a node's workers hold, what they ran, and which they define.
+
+    Keyed by message id (a task id may be held twice: a map's calls, or a
+    copy sent again while the first waits)."""
+
+    def __init__(self, clock_start: float | None = None) -> None:
+        self.held: dict[str, HeldTask] = {}
+        self.processed: Counter[str] = Counter()  # task name -> runs ended here
+        self.registered: dict[str, str] = {}  # task name -> pool, of the pools run here
+        self.pools: dict[str, str] = {}  # worker name -> pool
+        self.since = clock_start
+        self.node = ""  # the node's name, once a worker started
+
+    def add_worker(self, worker: str, pool: str, tasks: dict[str, str], outbox: Outbox) -> None:
+        """A worker of ``pool`` started here (on ``outbox``'s node), running
+        ``tasks`` (name -> pool)."""
+        self.pools[worker] = pool
+        self.registered.update(tasks)
+        self.node = node_outbox(outbox).name
+        if self.since is None:
+            self.since = outbox.now()
+
+    def action(self, envelope: Envelope, worker: str) -> eliot.Action:
+        """The eliot action of one task message at ``worker``: what the run logs
+        and sends (its result, the next step of its chain) is part of it, and a
+        message that continues a trace (its ``trace`` header) nests it there:
+        ``actorctl logs --task`` shows every node a task touched as one tree."""
+        return eliot.start_action(
+            action_type="actorctl:task",
+            task=envelope.subject,
+            task_id=envelope_task_id(envelope),
+            node=self.node,
+            worker=worker,
+            retries=envelope_retries(envelope),
+        )
+
+    async def enter(
+        self,
+        gate: Gate,
+        message_id: str,
+        held: HeldTask,
+        headers: Mapping[str, Any],
+        key: str | None,
+    ) -> Ticket:
+        """Hold ``held`` (reserved) while it waits at ``gate`` for a run slot;
+        the gate's ticket once it has one (then :meth:`start` or :meth:`leave`)."""
+        self.held[message_id] = held
+        try:
+            return await gate.enter(held.name, priority_of(headers), key)
+        except BaseException:
+            del self.held[message_id]
+            raise
+
+    def start(self, message_id: str, now: float) -> None:
+        """The task held as ``message_id`` starts running (active)."""
+        held = self.held.get(message_id)
+        if held is not None:
+            held.started = now
+
+    def leave(self, message_id: str) -> None:
+        """The task held as ``message_id`` is done here (a run counts as processed)."""
+        held = self.held.pop(message_id, None)
+        if held is not None and held.started is not None:
+            self.processed[held.name] += 1
+
+    def active(self) -> list[dict[str, Any]]:
+        """The tasks running now, oldest first."""
+        running = [h for h in self.held.values() if h.started is not None]
+        return [h.answer() for h in sorted(running, key=lambda h: h.started or 0.0)]
+
+    def reserved(self) -> list[dict[str, Any]]:
+        """The tasks taken but not started, in the order they came."""
+        waiting = [h for h in self.held.values() if h.started is None]
+        return [h.answer() for h in sorted(waiting, key=lambda h: h.received)]
+
+    def stats(self, node: str, now: float, budgets: dict[str, Any]) -> dict[str, Any]:
+        """Counts per worker and per task, as Celery's ``inspect stats`` gives them."""
+        workers: dict[str, Any] = {}
+        for worker, pool in sorted(self.pools.items()):
+            mine = [h for h in self.held.values() if h.worker == worker]
+            workers[worker] = {
+                "pool": pool,
+                "active": sum(h.started is not None for h in mine),
+                "reserved": sum(h.started is None for h in mine),
+                "budget": (budgets.get(worker) or {}).get("budget"),
+            }
+        return {
+            "node": node,
+            "pid": os.getpid(),
+            "uptime": round(now - self.since, 3) if self.since is not None else 0.0,
+            "workers": workers,
+            "total": dict(sorted(self.processed.items())),
+        }
+
+
+def _short(value: Any) -> Any:
+    """``value`` as it came, or its text cut to TEXT_LIMIT characters if longer."""
+    text = repr(value)
+    if len(text) <= TEXT_LIMIT:
+        return value
+    return text[: TEXT_LIMIT - 3] + "..."

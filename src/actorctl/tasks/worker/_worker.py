@@ -1,0 +1,496 @@
+"""The worker actor: runs every task of one pool of an app.
+
+A ``TaskWorker`` checks that a task was not revoked and has not expired, binds
+its arguments, runs it under its time limits (``_limits.py``) with its node's
+client as the client of the running task (so that ``add.delay()`` inside a task
+sends through this node), and then sends what follows (``_followups.py``). It
+settles the message only after that (acks-late); a task sent with
+``acks_late=False`` arrived pre-settled, so nothing sends it again if the worker
+dies while it runs (at-most-once).
+
+A worker holds more messages at once than it runs (``concurrency`` is its
+pool's ``runs`` plus SETTLING): a run slot is held only while the task runs,
+so the next task starts while the last one's follow-ups are being stored.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+from time import perf_counter
+from typing import Any, ClassVar, Final
+
+import trio
+
+from ..._errors import ActorctlError, WireFormatError
+from ..._log import log
+from ...actors import Actor, Address, BadArguments, NamedCounters
+from ...cluster import (
+    DEAD_LETTERS,
+    REASON_EXPIRED,
+    REASON_NOT_RETRIED,
+    REASON_OUT_OF_RETRIES,
+    REASON_POISON,
+)
+from ...mailbox import ACCEPTED, Envelope, Outcome
+from ...supervision import POISON, Boxed, RetryPolicy, failure_mark
+from ..app import _signals as signals
+from ..app._registry import TaskRegistry
+from ..app._task import PER_CALL, Retry, Task, TaskContext
+from ..client._client import Directory, TaskClient, using_client
+from ..limits._breakers import record, refuse, task_breakers
+from ..limits._budget import Concurrency, worker_gate
+from ..limits._limits import (
+    TaskFailure,
+    TimeLimits,
+    call_boxed,
+    run_async,
+    run_boxed,
+    run_inline,
+    run_thread,
+)
+from ..limits._pacing import task_limits
+from ..limits._policies import (
+    NO_SCHEDULER,
+    can_delay,
+    delay_bound,
+    foreign_task,
+    limits_of,
+    retry_policy_of,
+    warn_no_scheduler,
+)
+from ..protocol._arguments import Call, calls_of, token_key
+from ..protocol._protocol import (
+    BAD_ARGUMENTS,
+    DECODE_ERROR,
+    FAILURE,
+    H_MAP,
+    H_SINKS,
+    H_TRACK,
+    RETRY,
+    REVOKED,
+    SCHEDULER,
+    STARTED,
+    SUCCESS,
+    UNKNOWN_SINK,
+    UNKNOWN_TASK,
+    envelope_retries,
+    envelope_task_id,
+    header_sinks,
+)
+from ..protocol._state import node_outbox
+from . import _hooks as hooks
+from ._control import WorkerState
+from ._followups import FollowUps
+from ._inspect import HeldTask
+
+__all__ = ["TaskWorker"]
+
+Handled = tuple[Outcome, None]
+#: Messages a worker holds beyond those it runs: tasks whose follow-ups are
+#: being stored (and waiting for a run slot, in the order they came).
+SETTLING: Final = 64
+
+
+class TaskWorker(Actor):
+    """Runs every task of one pool of ``app``; one or more per node.
+
+    Args:
+        app: the tasks.
+        pool: the pool's name.
+        directory: where the pools and services are (for chains, callbacks,
+            retries and sinks, and for tasks that send tasks).
+        state: shared with the node's ``TaskControl``.
+        boxed: the pool's boxed worker (docs/boxed.md), if it has one: it runs
+            the pool's ``boxed=True`` tasks, or the tasks a process in another
+            language serves (a ``[[boxed]]`` table with ``pool = ...``).
+    """
+
+    #: Plain ``def`` tasks run in worker threads (True), or inline on the
+    #: node's event loop, one at a time, as Celery's solo pool runs them (False).
+    threads: ClassVar[bool] = True
+    #: Tasks it runs at once (the pool's concurrency).
+    runs: ClassVar[int] = 4
+    concurrency: ClassVar[int] = 4 + SETTLING
+    #: The pool's budget when it is a range (``_budget.py``); None: ``runs``, fixed.
+    budget_spec: ClassVar[Concurrency | None] = None
+
+    def __init__(
+        self,
+        app: TaskRegistry,
+        pool: str,
+        directory: Directory,
+        state: WorkerState,
+        boxed: Boxed | None = None,
+    ) -> None:
+        self.boxed = boxed
+        self._foreign: dict[str, Task] = {}
+        self.app = app
+        self.pool = pool
+        self.directory = directory
+        self.state = state
+        self._threads = trio.CapacityLimiter(type(self).runs)
+        self.gate, self.budget = worker_gate(type(self).budget_spec, self._threads, pool)
+        # A task's global rate limit is its pool's router's to keep; a pool
+        # reached directly has no router, and its one worker keeps it.
+        routed = pool in directory.accepting
+        for task in app.tasks.values():
+            task_limits(self.gate, task, routed=routed)
+        self._followups: FollowUps | None = None
+        #: Per task: messages, outcomes, run times (read when /metrics is scraped).
+        self.named_counters = NamedCounters()
+        # Its circuit breakers, by task, and each once by name (its actor state).
+        self._breakers, self.breakers = task_breakers(app.tasks, app.breakers)
+
+    async def on_start(self) -> None:
+        """Runs in the actor's task: the client of the node it runs on."""
+        cell = self._require_cell()
+        outbox = cell.outbox
+        client = TaskClient(outbox, self.directory)
+        here = cell.address
+        dead_letters = Address(here.host, here.port, DEAD_LETTERS, here.scheme)
+        self._followups = FollowUps(client, self.pool, dead_letters, self.app.conf.result_expires)
+        self._followups.counters = self.named_counters
+        hooks.worker_up(self.state, node_outbox(outbox).name)
+        most = type(self).concurrency - SETTLING
+        self.state.tuning.add_worker(cell.address.name, self.pool, self.gate, self.budget, most)
+        mine = {t.name: t.pool for t in self.app.tasks.values() if t.pool == self.pool}
+        self.state.holdings.add_worker(cell.address.name, self.pool, mine, outbox)
+        if self.budget is not None:
+            self.start_soon(self.budget.run)
+        if SCHEDULER not in self.directory.addresses:
+            warn_no_scheduler(self.app.tasks.values(), self.pool)
+
+    async def on_stop(self) -> None:
+        """Runs in the actor's last task: the node's last worker sends worker_shutdown."""
+        hooks.worker_down(self.state, node_outbox(self._require_cell().outbox).name)
+
+    @property
+    def followups(self) -> FollowUps:
+        if self._followups is None:
+            raise ActorctlError(f"task worker {self.pool!r} is not running: host it on a node")
+        return self._followups
+
+    async def handle_unmatched(
+        self, envelope: Envelope
+    ) -> tuple[Outcome, tuple[str, Any] | None] | None:
+        counters = self.named_counters
+        counters.add(envelope.subject, "received")
+        try:
+            with self.state.holdings.action(envelope, self.address.name):  # its trace
+                handled = await self._task(envelope)
+            if handled[0].state != "accepted":
+                counters.add(envelope.subject, f"rejected:{handled[0].condition}")
+            return handled
+        except Exception as exc:
+            # What follows the run could not be sent (an unknown pool, a result
+            # that is not JSON, no scheduler for a delayed retry, a malformed
+            # option in a signature): the caller hears of it, and the worker
+            # goes on with the other tasks it holds.
+            error = {"type": type(exc).__name__, "message": str(exc)}
+            log("actorctl:task:unsendable", message_id=envelope.message_id, **error)
+            try:
+                await self.followups.report(envelope, FAILURE, error)
+            except ActorctlError as again:
+                log("actorctl:task:unreported", message_id=envelope.message_id, error=str(again))
+            return ACCEPTED, None
+
+    async def _task(self, envelope: Envelope) -> Handled:
+        followups = self.followups
+        task = self.app.tasks.get(envelope.subject) or foreign_task(
+            self.boxed, self._foreign, envelope.subject, self.pool
+        )
+        if task is None:
+            why = (
+                f"pool {self.pool!r} has no task {envelope.subject!r} "
+                f"(it has: {', '.join(sorted(self.app.tasks)) or 'none'})"
+            )
+            await followups.report(envelope, FAILURE, {"type": "UnknownTask", "message": why})
+            return Outcome.rejected(UNKNOWN_TASK, why), None
+        try:
+            args, kwargs = envelope.call()
+            calls = calls_of(task, args, kwargs, envelope.headers.get(H_MAP))
+            key = token_key(task, calls)
+        except WireFormatError as exc:
+            error = {"type": "WireFormatError", "message": str(exc)}
+            await followups.report(envelope, FAILURE, error)
+            return Outcome.rejected(DECODE_ERROR, str(exc)), None
+        except BadArguments as exc:
+            await followups.report(envelope, FAILURE, {"type": "BadArguments", "message": str(exc)})
+            return Outcome.rejected(BAD_ARGUMENTS, str(exc)), None
+        if H_SINKS in envelope.headers and (bad := self._unknown_sink(envelope)) is not None:
+            await followups.report(envelope, FAILURE, {"type": "ConfigError", "message": bad})
+            return Outcome.rejected(UNKNOWN_SINK, bad), None
+        task_id, now = envelope_task_id(envelope), followups.client.outbox.now
+        breaker = self._breakers.get(task.name)
+        if breaker is not None and not breaker.closed and (refused := breaker.admit()):
+            return await self._refuse(envelope, task, refused)
+        # Admitted while closed: the breaker may trip while the task waits for
+        # a run slot (the worker holds runs + SETTLING messages), so it is
+        # asked again once the slot is taken. (A half-open probe is not.)
+        admitted_closed = breaker is not None and breaker.closed
+        # Reserved until a run slot is free, then active until the run ends (inspect).
+        held = HeldTask(task_id, task.name, args, kwargs, self.address.name, self.pool, now())
+        holdings = self.state.holdings
+        ticket = await holdings.enter(self.gate, envelope.message_id, held, envelope.headers, key)
+        try:
+            if (
+                admitted_closed
+                and breaker is not None
+                and not breaker.closed
+                and (refused := breaker.admit())
+            ):
+                return await self._refuse(envelope, task, refused)
+            why_not = self._why_not_run(envelope, task_id)
+            if why_not is None:
+                holdings.start(envelope.message_id, now())
+                if envelope.headers.get(H_TRACK):
+                    await followups.report(envelope, STARTED, None)
+                if signals.task_prerun.receivers:
+                    hooks.prerun(task, task_id, args, kwargs)
+                started = perf_counter()
+                ran = await self._run_all(envelope, task, task_id, calls)
+                self.named_counters.observe(task.name, perf_counter() - started)
+        finally:
+            holdings.leave(envelope.message_id)
+            self.gate.leave(ticket)
+            if self.budget is not None:
+                self.budget.ran()
+        if breaker is not None:
+            record(breaker, None if why_not is not None else ran, task, envelope)
+        if why_not is not None:
+            self.named_counters.add(task.name, REVOKED.lower())
+            hooks.revoked(task, task_id, args, kwargs, why_not)
+            await followups.report(envelope, REVOKED, {"reason": why_not})
+            if why_not.startswith("expired"):
+                error = {"type": "Expired", "message": why_not}
+                await followups.dead_letter(
+                    envelope, REASON_EXPIRED, error, envelope_retries(envelope)
+                )
+            return ACCEPTED, None
+        if isinstance(ran, list):  # counted before its result goes: a scrape after it sees it
+            self.named_counters.add(task.name, SUCCESS.lower())
+        state = await self._follow(envelope, task, task_id, ran)
+        if state != SUCCESS:
+            self.named_counters.add(task.name, state.lower())  # failure, retry, revoked
+        if signals.task_postrun.receivers:
+            hooks.postrun(task, task_id, args, kwargs, hooks.retval_of(envelope, ran), state)
+        return ACCEPTED, None
+
+    async def _refuse(self, envelope: Envelope, task: Task, refused: str) -> Handled:
+        routed = self.pool in self.directory.accepting
+        outbox = self.followups.client.outbox
+        return await refuse(
+            envelope, task.name, refused, routed=routed, here=self.address, outbox=outbox
+        )
+
+    def _unknown_sink(self, envelope: Envelope) -> str | None:
+        """Why a sink the task names cannot get its result, or None: a task
+        never reports SUCCESS while its sink gets nothing."""
+        for sink in header_sinks(envelope.headers):
+            try:
+                self.directory.resolve(sink)
+            except ActorctlError as exc:
+                return f"task {envelope.subject}: sink {sink!r} does not resolve: {exc}"
+        return None
+
+    def _why_not_run(self, envelope: Envelope, task_id: str) -> str | None:
+        """Why the task must not run (revoked, or expired), or None."""
+        revoked = self.state.revoked
+        if task_id in revoked or (envelope.correlation_id or "") in revoked:
+            return "revoked"
+        now = self.followups.client.outbox.now()
+        if envelope.expiry_time is not None and envelope.expiry_time <= now:
+            return f"expired {now - envelope.expiry_time:.3f} s before it could run"
+        return None
+
+    async def _run_all(
+        self, envelope: Envelope, task: Task, task_id: str, calls: list[Call]
+    ) -> list[Any] | BaseException:
+        """Run the task (each call of a map): its values, or what it raised."""
+        retries = envelope_retries(envelope)
+        try:
+            return [
+                await self._run(task, task_id, retries, call_args, call_kwargs, envelope.headers)
+                for call_args, call_kwargs in calls
+            ]
+        except (Retry, Exception) as exc:
+            return exc
+
+    async def _follow(
+        self, envelope: Envelope, task: Task, task_id: str, ran: list[Any] | BaseException
+    ) -> str:
+        """Send what follows a run: its result, next step and callbacks, or its
+        failure and errbacks, or its retry. Returns the run's state."""
+        followups = self.followups
+        retries = envelope_retries(envelope)
+        if isinstance(ran, list):
+            value = ran if envelope.headers.get(H_MAP) else ran[0]
+            await followups.succeed(envelope, value)
+            if signals.task_success.receivers:
+                hooks.succeeded(task, value)
+            return SUCCESS
+        try:
+            raise ran
+        except Retry as retry:
+            return await self._retry(envelope, task, task_id, retries, retry.exc, retry.countdown)
+        except TaskFailure as failure:
+            if failure.type_name == "TaskRevoked":
+                await followups.report(envelope, REVOKED, {"reason": failure.message})
+                hooks.revoked(task, task_id, *envelope.call(), failure.message)
+                return REVOKED
+            error = {"type": failure.type_name, "message": failure.message}
+            await followups.fail(envelope, task_id, error)
+            hooks.failed(task, task_id, *envelope.call(), failure)
+            return FAILURE
+        except Exception as exc:
+            mark = failure_mark(exc)
+            why = "poison" if mark == POISON else "never retried"
+            if mark != POISON and not isinstance(exc, BadArguments):
+                policy = mark if isinstance(mark, RetryPolicy) else retry_policy_of(task, envelope)
+                if policy.retries(exc):
+                    if can_delay(task, policy, retries, SCHEDULER in self.directory.addresses):
+                        return await self._retry(
+                            envelope, task, task_id, retries, exc, None, policy
+                        )
+                    why = NO_SCHEDULER
+            error = {
+                "type": type(exc).__name__,
+                "message": str(exc),
+                "traceback": hooks.format_traceback(exc),
+            }
+            log(
+                "actorctl:task:failed",
+                task=task.name,
+                task_id=task_id,
+                why=why,
+                error_type=error["type"],
+                error=error["message"],
+            )
+            if mark == POISON:
+                await followups.dead_letter(envelope, REASON_POISON, error, retries)
+            elif why == NO_SCHEDULER:
+                await followups.dead_letter(envelope, REASON_NOT_RETRIED, error, retries)
+            await followups.fail(envelope, task_id, error)
+            hooks.failed(task, task_id, *envelope.call(), exc)
+            return FAILURE
+
+    async def _retry(
+        self,
+        envelope: Envelope,
+        task: Task,
+        task_id: str,
+        retries: int,
+        exc: BaseException | None,
+        countdown: float | None,
+        policy: RetryPolicy | None = None,
+    ) -> str:
+        """Send the task again later (the scheduler holds it), or, its retries
+        spent, fail it and dead-letter it."""
+        policy = policy or retry_policy_of(task, envelope)
+        error = {
+            "type": type(exc).__name__ if exc is not None else "Retry",
+            "message": str(exc) if exc is not None else "retry requested",
+        }
+        if policy.exhausted(retries):
+            log(
+                "actorctl:task:gave-up",
+                task=task.name,
+                task_id=task_id,
+                retries=retries,
+                error_type=error["type"],
+                error=error["message"],
+            )
+            await self.followups.dead_letter(envelope, REASON_OUT_OF_RETRIES, error, retries)
+            error["message"] += f" (gave up after {retries} retries)"
+            if exc is not None:
+                error["traceback"] = hooks.format_traceback(exc)
+            await self.followups.fail(envelope, task_id, error)
+            hooks.failed(task, task_id, *envelope.call(), exc or Retry())
+            return FAILURE
+        bound = delay_bound(task, policy, retries) if countdown is None else countdown
+        if countdown is None:
+            countdown = policy.delay(retries) if task.default_retry_delay is None else bound
+        if countdown > 0.001 and SCHEDULER not in self.directory.addresses:
+            error["message"] = (
+                f"task {task.name} asked for a retry in {countdown:g} s, but the cluster has "
+                "no scheduler to delay it: add a services node (services = true in "
+                "cluster.toml), or retry with countdown=0"
+            )
+            log(
+                "actorctl:task:failed",
+                task=task.name,
+                task_id=task_id,
+                why=NO_SCHEDULER,
+                error_type=error["type"],
+                error=error["message"],
+            )
+            await self.followups.dead_letter(envelope, REASON_NOT_RETRIED, error, retries)
+            await self.followups.fail(envelope, task_id, error)
+            hooks.failed(task, task_id, *envelope.call(), exc or Retry())
+            return FAILURE
+        await self.followups.retry(envelope, task_id, retries, error, countdown)
+        log(
+            "actorctl:task:retry",
+            task=task.name,
+            task_id=task_id,
+            attempt=retries + 1,
+            delay=countdown,
+            bound=bound,
+            error=error,
+        )
+        hooks.retried(task, task_id, retries, *envelope.call(), exc)
+        return RETRY
+
+    async def _run(
+        self,
+        task: Task,
+        task_id: str,
+        retries: int,
+        args: list[Any],
+        kwargs: dict[str, Any],
+        headers: Mapping[str, Any],
+    ) -> Any:
+        """One run of ``task`` under its limits, with this node's client as the
+        client of the code it runs.
+
+        Raises:
+            TaskFailure: it ran past its hard limit, or was terminated.
+        """
+        limits = limits_of(task, headers)
+        if task.bind:
+            aborted = functools.partial(self.state.revoked.__contains__, task_id)
+            ctx = TaskContext(
+                task, task_id, retries=retries, args=args, kwargs=kwargs, aborted=aborted
+            )
+            args = [ctx, *args]
+        call = functools.partial(task.fn, *args, **kwargs)
+        with (
+            using_client(self.followups.client),
+            trio.CancelScope(deadline=limits.trio_deadline(limits.hard_deadline)) as scope,
+        ):
+            self.state.running[task_id] = scope
+            try:
+                if task.boxed:
+                    return await self._run_boxed(task, args, kwargs, limits, task_id)
+                if task.is_async:
+                    return await run_async(call, limits)
+                if not self.threads:
+                    return run_inline(call, limits)
+                return await run_thread(call, limits, self._threads)
+            finally:
+                self.state.running.pop(task_id, None)
+        if self.state.revoked.get(task_id):
+            raise TaskFailure("TaskRevoked", "terminated while running")
+        raise TaskFailure(
+            "TimeLimitExceeded",
+            f"task {task.name} ran past its hard time limit ({limits.hard:g} s) and was stopped"
+            + ("" if task.is_async or task.boxed else " (its thread runs on: use boxed=True)"),
+        )
+
+    async def _run_boxed(
+        self, task: Task, args: list[Any], kwargs: dict[str, Any], limits: TimeLimits, trace: str
+    ) -> Any:
+        if self.boxed is None or task.boxed == PER_CALL:
+            return await run_boxed(task.name, task.fn, args, kwargs)
+        return await call_boxed(self.boxed, task.name, args, kwargs, limits, trace)
