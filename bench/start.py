@@ -56,7 +56,14 @@ def _child(count: int, what: str) -> dict[str, Any]:
             result["start_s"] = time.perf_counter() - started
             gc.collect()
             result["kib_per_actor"] = (_rss_kib() - before) / count
-            assert len(node.cells) == count + 1  # and the node's own agent
+            # Every actor started is hosted and running; beside them the node
+            # hosts only its built-in actors (reserved names: "_node", ...).
+            ours = {name: cell for name, cell in node.cells.items() if name in specs}
+            assert len(ours) == count, f"{len(ours)} of {count} actors hosted"
+            assert all(cell.state == "running" for cell in ours.values())
+            builtins = sorted(set(node.cells) - set(specs))
+            assert all(name.startswith("_") for name in builtins), builtins
+            result["builtins"] = builtins
             node.stop(grace=0)
 
     async def tasks() -> None:
