@@ -1,6 +1,6 @@
 """Reference figures for Celery with Redis as broker and result backend.
 
-    python bench/_celery.py [--asks N] [--pipelined N] [--tells N] [--window 100]
+    python bench/_celery.py [--asks N] [--pipelined N] [--tells N] [--window 100] [--smoke]
 
 Installs what is missing (``celery[redis]`` from PyPI into this interpreter, ``redis-server``
 from Debian's packages), starts its own ``redis-server`` on a free loopback port and one Celery
@@ -16,12 +16,16 @@ from this process, with the same app:
 
 Prints one JSON object on stdout; progress goes to stderr. The worker and Redis are stopped at
 the end by the PIDs of the processes this script started (SIGTERM, then SIGKILL after 10 s).
+
+``--smoke`` (bench/_smoke.py): tiny counts; and where Celery, redis-py or redis-server is
+missing, nothing is installed: it prints ``{"skipped": "<what is missing>"}`` and exits 0.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import json
 import os
 import shutil
@@ -35,7 +39,12 @@ from collections import deque
 from pathlib import Path
 from typing import IO, Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench import _smoke
+
 ROOT = Path(__file__).resolve().parent.parent
+
 CELERY_REQUIREMENT = "celery[redis]>=5.3,<6"
 INSTALL_TIMEOUT_S = 900.0
 REDIS_PING_ATTEMPTS = 200
@@ -93,6 +102,18 @@ def ensure_celery() -> None:
     importlib.invalidate_caches()
     if not _importable():
         raise SetupError("celery or redis is still not importable after pip install")
+
+
+def missing() -> str | None:
+    """What the Celery side needs and this machine lacks (a smoke run installs
+    nothing), or None when it has it all."""
+    absent = [name for name in ("celery", "redis") if importlib.util.find_spec(name) is None]
+    lacks = []
+    if absent:
+        lacks.append(f"{' and '.join(absent)} not importable (pip install {CELERY_REQUIREMENT!r})")
+    if shutil.which("redis-server") is None:
+        lacks.append("redis-server not installed (apt-get install redis-server)")
+    return "; ".join(lacks) or None
 
 
 def ensure_redis_server() -> str:
@@ -308,7 +329,7 @@ def parse_counts(description: str) -> argparse.Namespace:
     parser.add_argument("--pipelined", type=int, default=3000, help="pipelined calls")
     parser.add_argument("--tells", type=int, default=5000, help="fire-and-forget sends")
     parser.add_argument("--window", type=int, default=100, help="pipelined calls in flight")
-    args = parser.parse_args()
+    args = _smoke.parse_args(parser, asks=20, pipelined=100, tells=100, window=20)
     if min(args.asks, args.pipelined, args.tells, args.window) < 1:
         parser.error("counts and --window must be at least 1")
     return args
@@ -316,6 +337,10 @@ def parse_counts(description: str) -> argparse.Namespace:
 
 def main() -> int:
     args = parse_counts(__doc__.splitlines()[0])
+    if args.smoke and (lacks := missing()):
+        _log(f"smoke run: the Celery side is skipped: {lacks}")
+        print(json.dumps({"skipped": lacks}))
+        return 0
     try:
         result = measure(args.asks, args.pipelined, args.tells, args.window)
     except SetupError as exc:

@@ -8,7 +8,8 @@ subprocess and drives three measurements against it, each over a fresh connectio
 * ask: sequential request/reply to a dynamic reply address, p50/p99 round trip in us;
 * ask pipelined: the same with 100 requests in flight, calls/s.
 
-``python bench/_raw.py`` runs ``measure()`` with defaults and prints the figures as JSON.
+``python bench/_raw.py`` runs ``measure()`` with defaults and prints the figures as JSON;
+``python bench/_raw.py --smoke`` does so with tiny counts (bench/_smoke.py).
 """
 
 from __future__ import annotations
@@ -271,5 +272,7 @@ def measure(tell_count: int = 20000, ask_count: int = 2000, pipelined_count: int
 if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "serve":
         Container(_Server(int(sys.argv[2]))).run()
+    elif sys.argv[1:] == ["--smoke"]:  # tiny counts: does it still run? (bench/_smoke.py)
+        print(json.dumps(measure(200, 50, 200), indent=2))
     else:
         print(json.dumps(measure(), indent=2))

@@ -1,6 +1,6 @@
 """actorctl's task figures, measured exactly as ``bench/_celery.py`` measures Celery's.
 
-    python bench/_tasks.py [--asks N] [--pipelined N] [--tells N] [--window 100]
+    python bench/_tasks.py [--asks N] [--pipelined N] [--tells N] [--window 100] [--smoke]
 
 Runs the cluster in ``bench/tasks.toml`` (one worker process hosting the pool "celery" of
 ``bench/_task_app.py``: concurrency 1, no threads, like Celery's one ``--pool=solo`` worker)
@@ -22,7 +22,8 @@ Then, on a separate connection from trio code (``async with app.aconnect(path):`
   ``await (await add.adelay(1, 2)).aget()``. Before it, one ``add.delay(0, 0)`` round trip
   checks the new connection (the counterpart of the sync connection's warm-up), untimed.
 
-Prints one JSON object on stdout; progress goes to stderr.
+Prints one JSON object on stdout; progress goes to stderr. ``--smoke`` (bench/_smoke.py): the
+same with tiny counts, in a few seconds.
 """
 
 from __future__ import annotations

@@ -2,6 +2,7 @@
 
     python bench/boxed.py                 # a table of calls/s and ratios
     python bench/boxed.py --seconds 2 --json
+    python bench/boxed.py --smoke         # does it still run? (tests/test_bench_smoke.py)
 
 ``add(a, b)`` runs (1) as a Python function called in-process from trio (the
 baseline: no IPC at all), and as a boxed worker's handler (docs/boxed.md)
@@ -30,8 +31,10 @@ import trio
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT))
 
 from actorctl.supervision import Boxed, BoxedSpec  # noqa: E402
+from bench import _smoke  # noqa: E402
 
 PYTHON_WORKER = """
 from actorctl.tasks.worker._boxed import serve
@@ -116,7 +119,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=2.0, help="per measurement")
     parser.add_argument("--callers", type=int, default=16, help="requests kept in flight")
     parser.add_argument("--json", action="store_true", help="one JSON object")
-    options = parser.parse_args()
+    options = _smoke.parse_args(parser, seconds=0.2, callers=4)
     result = trio.run(measure, options.seconds, options.callers)
     if options.json:
         print(json.dumps(result))
@@ -129,6 +132,7 @@ def main() -> None:
         print(f"{'boxed ' + name:<28}{value:>14,.0f}{result['ratios'][name]:>10.4f}")
     for name, why in result["missing"].items():
         print(f"{'boxed ' + name:<28}{'skipped: ' + why:>24}")
+    _smoke.print_json(options, result)
 
 
 if __name__ == "__main__":

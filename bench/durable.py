@@ -2,6 +2,7 @@
 
     python bench/durable.py            # a table of figures and ratios
     python bench/durable.py --json     # one JSON object
+    python bench/durable.py --smoke    # does it still run? (tests/test_bench_smoke.py)
 
 A cluster of a services node (the pool's router, the scheduler, the chord
 barrier) and one worker node (bench/_task_app.py's pool, concurrency 1), run
@@ -35,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from examples._cluster import running_cluster
 
+from bench import _smoke
 from bench._task_app import add, app
 
 KEYS = {
@@ -102,7 +104,7 @@ def main() -> int:
     parser.add_argument("--chains", type=int, default=400)
     parser.add_argument("--window", type=int, default=50)
     parser.add_argument("--json", action="store_true")
-    args = parser.parse_args()
+    args = _smoke.parse_args(parser, rounds=1, calls=20, chains=10, window=10)
     figures: dict[str, dict[str, list[float]]] = {"durable": {}, "memory": {}}
     with tempfile.TemporaryDirectory() as directory:
         for round_ in range(args.rounds):
@@ -129,6 +131,7 @@ def main() -> int:
             f"{label:48} {result[f'{key}_durable']:>10.1f} {result[f'{key}_memory']:>10.1f} "
             f"{result[f'{key}_ratio']:>7.3f}  >= {TARGET}"
         )
+    _smoke.print_json(args, result)
     return 0
 
 

@@ -3,6 +3,7 @@ same cluster on loopback, measured in the same run (issue 18).
 
     sudo python bench/hosts.py            # a table, then one JSON object
     sudo python bench/hosts.py --json     # one JSON object
+    sudo python bench/hosts.py --smoke    # does it still run? (tests/test_bench_smoke.py)
 
 The cluster is tests/hosts_cluster.py's: etcd and the services node (the pool's
 router) on host a, a worker node of the ``celery`` pool on each of b and c,
@@ -23,7 +24,8 @@ request counters before and after the timed phase, and what etcd served meanwhil
 number of tasks, and no reads.
 
 Needs root (CAP_SYS_ADMIN) and iproute2 to make namespaces, and etcd: exits
-with a message saying which is missing.
+with a message saying which is missing, with status 77 (bench/_smoke.py's
+UNAVAILABLE; the smoke test skips, quoting it).
 """
 
 from __future__ import annotations
@@ -43,6 +45,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tests.hosts_cluster import READY, ROOT, Hosts
 from tests.netns import NetnsUnavailable, Network
+
+from bench import _smoke
 
 MODES = ("veth", "loopback")
 
@@ -78,22 +82,22 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--tasks", type=int, default=5000)
     parser.add_argument("--window", type=int, default=100)
-    args = parser.parse_args()
+    args = _smoke.parse_args(parser, rounds=1, tasks=50, window=10)
     network = Network(("a", "b", "c"))
     try:
         try:
             network.make()
         except NetnsUnavailable as exc:
-            raise SystemExit(
-                f"network namespaces cannot be made here (run as root?): {exc}"
-            ) from None
+            print(f"network namespaces cannot be made here (run as root?): {exc}", file=sys.stderr)
+            raise SystemExit(_smoke.UNAVAILABLE) from None
         rounds: dict[str, list[dict[str, Any]]] = {mode: [] for mode in MODES}
         for i in range(args.rounds):
             for mode in MODES:
                 rounds[mode].append(measure(network, mode, args.tasks, args.window))
             print(f"round {i + 1}/{args.rounds} done", file=sys.stderr)
     except pytest.skip.Exception as exc:  # tests/etcd_server.py: etcd is not installed
-        raise SystemExit(str(exc)) from None
+        print(exc, file=sys.stderr)
+        raise SystemExit(_smoke.UNAVAILABLE) from None
     finally:
         network.close()
     result: dict[str, Any] = {"tasks": args.tasks, "window": args.window}

@@ -2,6 +2,7 @@
 
     python bench/limits.py            # a table of figures and the ratio
     python bench/limits.py --json     # one JSON object
+    python bench/limits.py --smoke    # does it still run? (tests/test_bench_smoke.py)
 
 One cluster (``actorctl cluster up``: a services node with the pool's router
 and one worker node, concurrency 1, durable stores, mutual TLS, signed
@@ -32,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from examples._cluster import running_cluster
 
+from bench import _smoke
 from bench._limits_app import add, add_limited, app
 
 TARGET = 0.95
@@ -88,7 +90,7 @@ def main() -> int:
     parser.add_argument("--calls", type=int, default=2000)
     parser.add_argument("--window", type=int, default=50)
     parser.add_argument("--json", action="store_true")
-    args = parser.parse_args()
+    args = _smoke.parse_args(parser, rounds=1, calls=20, window=10)
     with tempfile.TemporaryDirectory() as directory:
         toml = Path(directory) / "limits.toml"
         toml.write_text(CLUSTER)
@@ -108,6 +110,7 @@ def main() -> int:
     print(f"{'no limits':48} {result['unlimited_per_s']:>10.1f}")
     print(f"{'rate limits far above the rate (limiter on)':48} {result['limited_per_s']:>10.1f}")
     print(f"{'ratio':48} {result['ratio']:>10.3f}  (target >= {TARGET})")
+    _smoke.print_json(args, result)
     return 0
 
 

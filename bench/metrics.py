@@ -2,6 +2,7 @@
 
     python bench/metrics.py            # a table of figures and the ratios
     python bench/metrics.py --json     # one JSON object
+    python bench/metrics.py --smoke    # does it still run? (tests/test_bench_smoke.py)
 
 Each round runs the bench node (bench/_actors.py, a subprocess, mutual TLS and
 session-signed messages) twice, in turn: without metrics, and serving
@@ -29,7 +30,7 @@ import trio
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from actorctl.cluster._http import http_get
-from bench import _actorctl
+from bench import _actorctl, _smoke
 
 KEYS = {
     "tell_per_s": "one-way tell, messages/s",
@@ -70,7 +71,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--tells", type=int, default=20000)
     parser.add_argument("--asks", type=int, default=10000)
-    args = parser.parse_args()
+    args = _smoke.parse_args(parser, rounds=1, tells=200, asks=200)
     runs: dict[str, list[dict[str, float]]] = {"off": [], "on": []}
     for i in range(args.rounds):
         for mode in ("off", "on"):
@@ -90,6 +91,7 @@ def main() -> None:
         r = result[key]
         print(f"{label:<32}{r['off']:>12,.1f}{r['on']:>12,.1f}{r['ratio']:>7.2f}x")
     print(f"(/metrics scraped {result['scrapes_per_round']:g} times per 'on' round)")
+    _smoke.print_json(args, result)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
     python bench/run.py            # a table of figures and ratios
     python bench/run.py --json     # one JSON object
+    python bench/run.py --smoke    # does it still run? (tests/test_bench_smoke.py)
 
 Each figure is the median of ``--rounds`` interleaved rounds (actorctl, then the
 raw reference, then again), because absolute figures drift a lot on a shared
@@ -16,6 +17,10 @@ backend, one solo worker each: ``--task-rounds`` rounds (default 1; 0 skips it)
 of bench/_celery.py then bench/_tasks.py, each a subprocess printing one JSON
 object (bench/_celery.py installs Celery and redis-server if they are missing).
 Its targets: actorctl at least 5x Celery's throughputs, at most half its p50.
+
+``--smoke`` (bench/_smoke.py) runs all three tables once with tiny counts. It
+installs nothing: where Celery, redis-py or redis-server is missing, the Celery
+side is skipped, saying what is missing (the actorctl side still runs).
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import _actorctl, _raw
+from bench import _actorctl, _celery, _raw, _smoke
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -61,11 +66,13 @@ TASK_SCRIPTS = {"celery": "_celery.py", "actorctl": "_tasks.py"}
 TASK_TIMEOUT_S = 1800.0  # bench/_celery.py may install Celery and redis-server first
 
 
-def run_task_script(script: str) -> dict[str, Any]:
+def run_task_script(script: str, *options: str) -> dict[str, Any]:
     """Run bench/SCRIPT in a subprocess (its progress on our stderr); its JSON object."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    # This checkout first, then what was on the path (src/ of a worktree, say).
+    path = [str(ROOT), os.environ.get("PYTHONPATH", "")]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in path if p))
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / script)],
+        [sys.executable, str(ROOT / "bench" / script), *options],
         cwd=ROOT,
         env=env,
         stdin=subprocess.DEVNULL,
@@ -90,7 +97,7 @@ def main() -> None:
     parser.add_argument(
         "--task-rounds", type=int, default=1, help="task API vs Celery rounds (0: skip)"
     )
-    args = parser.parse_args()
+    args = _smoke.parse_args(parser, rounds=1, tells=200, asks=50, pipelined=200, task_rounds=1)
     counts = (args.tells, args.asks, args.pipelined)
     ours, raw = [], []
     security: dict[str, list[float]] = {mode: [] for mode in SECURITY_MODES}
@@ -116,17 +123,29 @@ def main() -> None:
         }
     result["signed_tls_vs_plain"] = result["session_vs_plain"]
     tasks: dict[str, list[dict[str, Any]]] = {name: [] for name in TASK_SCRIPTS}
+    # A smoke run installs nothing: without Celery it runs the actorctl side alone.
+    skipped = _celery.missing() if args.smoke and args.task_rounds > 0 else None
+    if skipped:
+        print(f"smoke run: the Celery side is skipped: {skipped}", file=sys.stderr)
+    options = ("--smoke",) if args.smoke else ()
     for i in range(args.task_rounds):
         for name, script in TASK_SCRIPTS.items():
-            tasks[name].append(run_task_script(script))
+            if not (skipped and name == "celery"):
+                tasks[name].append(run_task_script(script, *options))
         if not args.json:
             print(f"task round {i + 1}/{args.task_rounds} done", file=sys.stderr)
     if args.task_rounds > 0:
         for key in TASK_KEYS:
             a = statistics.median(r[key] for r in tasks["actorctl"])
+            if skipped:
+                result[key] = {"actorctl": round(a, 1), "celery": None, "ratio": None}
+                continue
             b = statistics.median(r[key] for r in tasks["celery"])
             result[key] = {"actorctl": round(a, 1), "celery": round(b, 1), "ratio": round(a / b, 3)}
-        result["celery_version"] = tasks["celery"][-1]["celery_version"]
+        if skipped:
+            result["celery_skipped"] = skipped
+        else:
+            result["celery_version"] = tasks["celery"][-1]["celery_version"]
     if args.json:
         print(json.dumps(result))
         return
@@ -146,8 +165,14 @@ def main() -> None:
         print(f"{'figure':34} {'actorctl':>12} {'celery':>12} {'ratio':>8}")
         for key, (label, better, target) in TASK_KEYS.items():
             row = result[key]
+            if skipped:
+                print(f"{label:34} {row['actorctl']:>12,.1f} {'skipped':>12} {'-':>8}")
+                continue
             print(f"{label:34} {row['actorctl']:>12,.1f} {row['celery']:>12,.1f} "
                   f"{row['ratio']:>7.2f}x  ({better} is better; target {target})")  # fmt: skip
+        if skipped:
+            print(f"(smoke run: the Celery side was skipped: {skipped})")
+    _smoke.print_json(args, result)
 
 
 if __name__ == "__main__":

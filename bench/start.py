@@ -2,6 +2,7 @@
 
     python bench/start.py                 # 10,000 and 100,000 actors
     python bench/start.py --counts 1000 10000 --json
+    python bench/start.py --smoke         # 200: does it still run? (tests/test_bench_smoke.py)
 
 Each count runs in a fresh subprocess (so the RSS is that node's alone): the
 process measures its RSS before the node starts, then starts a node hosting N
@@ -21,6 +22,10 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench import _smoke
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -56,7 +61,14 @@ def _child(count: int, what: str) -> dict[str, Any]:
             result["start_s"] = time.perf_counter() - started
             gc.collect()
             result["kib_per_actor"] = (_rss_kib() - before) / count
-            assert len(node.cells) == count + 1  # and the node's own agent
+            # Every actor started is hosted and running; beside them the node
+            # hosts only its built-in actors (reserved names: "_node", ...).
+            ours = {name: cell for name, cell in node.cells.items() if name in specs}
+            assert len(ours) == count, f"{len(ours)} of {count} actors hosted"
+            assert all(cell.state == "running" for cell in ours.values())
+            builtins = sorted(set(node.cells) - set(specs))
+            assert all(name.startswith("_") for name in builtins), builtins
+            result["builtins"] = builtins
             node.stop(grace=0)
 
     async def tasks() -> None:
@@ -97,7 +109,7 @@ def main() -> None:
     parser.add_argument("--counts", type=int, nargs="+", default=[10_000, 100_000])
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--child", nargs=2, metavar=("WHAT", "COUNT"), help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = _smoke.parse_args(parser, counts=[200])
     if args.child:
         print(json.dumps(_child(int(args.child[1]), args.child[0])))
         return
@@ -112,6 +124,7 @@ def main() -> None:
             f"{row['what']:8} {row['count']:>9,} {row['start_s']:>9.2f} {per:>9.1f} "
             f"{row['kib_per_actor']:>10.2f}"
         )
+    _smoke.print_json(args, rows)
 
 
 if __name__ == "__main__":
