@@ -103,6 +103,8 @@ class Engine:
         #: write, not per message: the node's metrics read them when scraped).
         self.received_bytes = 0
         self.sent_bytes = 0
+        #: Writes to the stream (one ``send_all`` each): the ledger's count.
+        self.writes = 0
         #: What the transport said went wrong (a TLS or framing failure), if anything.
         self.error: str | None = None
         self.connection = connection = Connection()
@@ -265,6 +267,7 @@ class Engine:
                 transport.pop(size)
                 if data:
                     self.sent_bytes += len(data)
+                    self.writes += 1
                     await self.stream.send_all(data)
         except _IO_ERRORS:
             if transport.pending() >= 0:
