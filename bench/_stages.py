@@ -106,6 +106,8 @@ class Sampler:
     def __init__(self, interval: float = DEFAULT_INTERVAL) -> None:
         self.interval = interval
         self.counts: Counter[str] = Counter()
+        #: Samples by stage and the function that was running (the stack's leaf).
+        self.leaves: Counter[tuple[str, str]] = Counter()
         self.wall = 0.0
         self.loop_cpu = 0.0  # the main thread's CPU time
         self.process_cpu = 0.0  # every thread's
@@ -116,6 +118,7 @@ class Sampler:
     def _sample(self, signum: int, frame: FrameType | None) -> None:
         tags = self._tags
         best = len(STAGES)
+        leaf = frame.f_code if frame is not None else None
         while frame is not None:
             code = frame.f_code
             tag = tags.get(code)
@@ -124,7 +127,11 @@ class Sampler:
             if tag < best:
                 best = tag
             frame = frame.f_back
-        self.counts[STAGES[best][0] if best < len(STAGES) else "other"] += 1
+        stage = STAGES[best][0] if best < len(STAGES) else "other"
+        self.counts[stage] += 1
+        if leaf is not None:
+            where = f"{os.path.basename(leaf.co_filename)}:{leaf.co_name}"
+            self.leaves[stage, where] += 1
 
     def start(self) -> None:
         """Sample from now on (call it from the main thread)."""
@@ -146,6 +153,7 @@ class Sampler:
     def report(self) -> dict[str, Any]:
         return {
             "counts": dict(self.counts),
+            "leaves": [[stage, where, n] for (stage, where), n in self.leaves.most_common()],
             "wall_s": self.wall,
             "loop_cpu_s": self.loop_cpu,
             "process_cpu_s": self.process_cpu,

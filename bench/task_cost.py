@@ -43,8 +43,9 @@ the node's connections). The caller's rows are the same stages seen from this pr
 reading of the replies. The cluster has no router or scheduler between caller and
 worker (the pool is reached directly), so that hop is 0 here.
 
-``--smoke``: a few hundred tasks, for CI (no figure is judged). Prints the table on
-stdout; progress goes to stderr.
+``--detail N`` adds, per stage, the N functions the worker was in when sampled (the
+stack's leaf). ``--smoke``: a few hundred tasks, for CI (no figure is judged). Prints the
+table on stdout; progress goes to stderr.
 """
 
 from __future__ import annotations
@@ -167,7 +168,7 @@ def _commit() -> str:
         return "?"
 
 
-def table(result: dict[str, Any], window: int) -> str:
+def table(result: dict[str, Any], window: int, detail: int = 0) -> str:
     tasks = result["tasks"]
     worker, caller = result["worker"], result["caller"]
     lines = [
@@ -209,6 +210,14 @@ def table(result: dict[str, Any], window: int) -> str:
         if samples:
             lines.append(f"  {row:<10} {us:>9.1f} {us / total:>6.1%} {samples:>8}")
     lines.append(f"  loop thread CPU {caller['loop_cpu_s'] * 1e6 / tasks:.1f} µs per task")
+    if detail:
+        lines += ["", "worker node: the functions that ran, by stage (µs per task)"]
+        per_sample = worker["wall_s"] * 1e6 / tasks / (sum(worker["counts"].values()) or 1)
+        for row in ROWS:
+            top = [(where, n) for stage, where, n in worker["leaves"] if stage == row][:detail]
+            if top:
+                shown = ", ".join(f"{where} {n * per_sample:.1f}" for where, n in top)
+                lines.append(f"  {row:<10} {shown}")
     return "\n".join(lines)
 
 
@@ -219,6 +228,9 @@ def main() -> int:
     parser.add_argument("--interval", type=float, default=0.001, help="seconds per sample")
     parser.add_argument("--smoke", action="store_true", help="a few hundred tasks, for CI")
     parser.add_argument("--json", action="store_true", help="print the raw figures too")
+    parser.add_argument(
+        "--detail", type=int, default=0, metavar="N", help="the top N functions of each stage"
+    )
     args = parser.parse_args()
     if args.smoke:
         args.tasks = min(args.tasks, 300)
@@ -229,7 +241,7 @@ def main() -> int:
         with running_cluster(CLUSTER, echo=False, env=env) as path:
             _log("cluster up; measuring")
             result = trio.run(_measure, path, Path(probe), args.tasks, args.window, args.interval)
-    print(table(result, args.window))
+    print(table(result, args.window, args.detail))
     if args.json:
         print(json.dumps(result))
     return 0
