@@ -68,6 +68,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from examples._cluster import running_cluster
 
+from bench import _smoke
 from bench._stages import ENV, STAGES, Sampler
 from bench._task_app import add, app
 
@@ -226,14 +227,11 @@ def main() -> int:
     parser.add_argument("--tasks", type=int, default=5000, help="tasks measured")
     parser.add_argument("--window", type=int, default=100, help="calls in flight")
     parser.add_argument("--interval", type=float, default=0.001, help="seconds per sample")
-    parser.add_argument("--smoke", action="store_true", help="a few hundred tasks, for CI")
     parser.add_argument("--json", action="store_true", help="print the raw figures too")
     parser.add_argument(
         "--detail", type=int, default=0, metavar="N", help="the top N functions of each stage"
     )
-    args = parser.parse_args()
-    if args.smoke:
-        args.tasks = min(args.tasks, 300)
+    args = _smoke.parse_args(parser, tasks=300)
     if min(args.tasks, args.window) < 1 or args.interval <= 0:
         parser.error("--tasks and --window must be at least 1, --interval above 0")
     with tempfile.TemporaryDirectory() as probe:
@@ -242,8 +240,9 @@ def main() -> int:
             _log("cluster up; measuring")
             result = trio.run(_measure, path, Path(probe), args.tasks, args.window, args.interval)
     print(table(result, args.window, args.detail))
-    if args.json:
+    if args.json and not args.smoke:
         print(json.dumps(result))
+    _smoke.print_json(args, result)
     return 0
 
 

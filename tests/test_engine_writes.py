@@ -13,7 +13,7 @@ import trio
 import trio.testing
 from proton import Link
 
-from actorctl.cluster._engine import Engine, EngineHandler
+from actorctl.cluster import Engine, EngineHandler
 
 from .rawpeer import RawPeer
 
