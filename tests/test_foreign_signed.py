@@ -19,8 +19,6 @@ import dataclasses
 import hashlib
 import hmac
 import json
-import math
-import struct
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -32,154 +30,28 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from proton import Message
 
-from .foreign import CallResult, ClientTls, foreign_call
+from .foreign import (
+    CallResult,
+    ClientTls,
+    canonical_bytes,
+    foreign_call,
+    header_json,
+    reply_canonical,
+    reply_signature_holds,
+)
+from .foreign import _text as _text
+from .foreign import _u32 as _u32
 
 # =============================================================================
 # The foreign client.
 #
 # It uses ONLY python-qpid-proton, cryptography (Ed25519), the standard library
-# and tests/foreign.py (§2 transport, §4 inbox links, §8 replies, §9 outcomes),
-# and ONLY what docs/protocol.md (§6 the message, §11 message authentication)
+# and tests/foreign.py (§2 transport, §4 inbox links, §8 replies, §9 outcomes,
+# §11.2 the canonical form, §8.1 the reply check), and ONLY what docs/protocol.md
+# (§6 the message, §11 message authentication)
 # and docs/test-vectors.json say: no actorctl import, no actorctl helper, no
 # knowledge of actorctl's internals.
 # =============================================================================
-
-# --- §11.2: the canonical byte form ------------------------------------------------
-
-PREFIX = b"actorctl-auth-v2\n"
-ABSENT = b"\xff\xff\xff\xff"
-# Application properties that are not headers of the canonical form (§11.2 "headers").
-NOT_HEADERS = frozenset({"kind", "lang", "sig_alg", "sig_key", "sig", "sig_node"})
-
-# JSON string escapes of §11.2: every other character below U+0020 is \u00xx.
-_ESCAPES = {
-    '"': '\\"',
-    "\\": "\\\\",
-    "\b": "\\b",
-    "\t": "\\t",
-    "\n": "\\n",
-    "\f": "\\f",
-    "\r": "\\r",
-}
-
-
-def _u32(n: int) -> bytes:
-    return struct.pack(">I", n)
-
-
-def _bytes(value: bytes) -> bytes:
-    """*bytes*: a 4-byte big-endian length, then the bytes."""
-    return _u32(len(value)) + value
-
-
-def _text(value: str) -> bytes:
-    """*text*: the UTF-8 bytes as *bytes* (no normalization of any kind)."""
-    return _bytes(value.encode("utf-8"))
-
-
-def _optional_text(value: str | None) -> bytes:
-    """*optional text*: absent if absent, null or empty."""
-    return ABSENT if not value else _text(value)
-
-
-def _time(ms: int | None) -> bytes:
-    """*time*: absent if absent or 0; otherwise the milliseconds in decimal ASCII."""
-    if not ms:
-        return ABSENT
-    if not isinstance(ms, int) or isinstance(ms, bool):
-        raise TypeError(f"a timestamp is a whole number of milliseconds, not {ms!r}")
-    return _text(str(ms))
-
-
-def json_string(value: str) -> str:
-    """A JSON string as §11.2 writes it: only `"`, `\\` and the controls escaped."""
-    out = ['"']
-    for ch in value:
-        escaped = _ESCAPES.get(ch)
-        if escaped is not None:
-            out.append(escaped)
-        elif ch < " ":
-            out.append(f"\\u{ord(ch):04x}")
-        else:
-            out.append(ch)
-    out.append('"')
-    return "".join(out)
-
-
-def header_json(value: Any) -> str:
-    """The compact JSON text of an application property value (§11.2 table)."""
-    if value is None:  # only inside a list or a map: a null header is left out
-        return "null"
-    if value is True:
-        return "true"
-    if value is False:
-        return "false"
-    if isinstance(value, int):  # every AMQP integer type, and timestamps (ms)
-        return str(value)
-    if isinstance(value, float):
-        if math.isnan(value):
-            return "NaN"
-        if math.isinf(value):
-            return "Infinity" if value > 0 else "-Infinity"
-        # Python's repr is the shortest decimal that reads back as the same double,
-        # in fixed notation for -4 <= e < 16 and d.ddde±XX otherwise: §11.2 exactly.
-        return repr(value)
-    if isinstance(value, str):  # string and symbol
-        return json_string(value)
-    if isinstance(value, uuid.UUID):
-        return json_string(str(value))
-    if isinstance(value, list):
-        return "[" + ",".join(header_json(v) for v in value) + "]"
-    if isinstance(value, dict):
-        if not all(isinstance(k, str) for k in value):
-            raise ValueError("a map with a key that is not a string cannot be signed")
-        # Python sorts str by code point, as §11.2 asks.
-        members = (f"{json_string(k)}:{header_json(value[k])}" for k in sorted(value))
-        return "{" + ",".join(members) + "}"
-    raise ValueError(f"a {type(value).__name__} application property cannot be signed")
-
-
-def canonical_bytes(
-    *,
-    node: str,
-    to: str,
-    subject: str | None,
-    message_id: str,
-    correlation_id: str | None,
-    reply_to: str | None,
-    creation_ms: int | None,
-    expiry_ms: int | None,
-    kind: str | None,
-    headers: Mapping[str, Any],
-    body: bytes,
-) -> bytes:
-    """The eleven fields of §11.2 after the prefix. ``node`` is the container id
-    of the node it is for (from the node's open frame); ``to`` is the *actor
-    name* the link target resolves to (not the ``to`` property); ``headers`` are
-    all the application properties (those that are not headers are skipped here)."""
-    pairs = sorted(
-        (key.encode("utf-8"), header_json(value).encode("utf-8"))
-        for key, value in headers.items()
-        if value is not None and key not in NOT_HEADERS
-    )
-    return b"".join(
-        [
-            PREFIX,
-            _text(node),
-            _text(to),
-            _text(subject or ""),
-            _text(message_id),
-            _optional_text(correlation_id),
-            _optional_text(reply_to),
-            _time(creation_ms),
-            _time(expiry_ms),
-            _text(kind or "command"),
-            _u32(len(pairs)),
-            *(_bytes(key) + _bytes(value) for key, value in pairs),
-            _bytes(body),
-        ]
-    )
-
 
 # --- §11.4: identity keys -------------------------------------------------------------
 
@@ -340,41 +212,6 @@ def json_command(
     )
 
 
-# --- §8.1: checking a signed reply ---------------------------------------------------
-
-
-def reply_signature_holds(reply: Message, reply_address: str, node_public_raw: bytes) -> bool:
-    """Whether ``reply``, which came back on our reply link whose address is
-    ``reply_address``, is signed ``ed25519`` by the node's key (§8.1): the canonical
-    bytes of §11.2 with the reply address as ``to``."""
-    props = dict(reply.properties or {})
-    if props.get("sig_alg") != "ed25519":
-        return False
-    public = Ed25519PublicKey.from_public_bytes(node_public_raw)
-    if props.get("sig_key") != hashlib.sha256(node_public_raw).hexdigest()[:16]:
-        return False
-    body = reply.body
-    canonical = canonical_bytes(
-        node="",  # absent for a reply: its reply address names the caller's node
-        to=reply_address,
-        subject=reply.subject,
-        message_id=str(reply.id),
-        correlation_id=None if reply.correlation_id is None else str(reply.correlation_id),
-        reply_to=reply.reply_to,
-        # proton reads a timestamp as float seconds: the ms on the wire, exactly
-        creation_ms=round(reply.creation_time * 1000) or None,
-        expiry_ms=round(reply.expiry_time * 1000) or None,
-        kind=props.get("kind"),
-        headers=props,
-        body=bytes(body) if isinstance(body, memoryview | bytes) else b"",
-    )
-    try:
-        public.verify(bytes(props["sig"]), canonical)
-    except InvalidSignature:
-        return False
-    return True
-
-
 # =============================================================================
 # The tests: they check the client against the test vectors, and host the
 # actor with actorctl (TLS files, the node's own key) for it to call.
@@ -405,8 +242,14 @@ def test_the_client_canonical_form_matches_the_test_vectors() -> None:
     mac_key = bytes.fromhex(session["mac_key_hex"])
     assert session["issuer_key_id"] == identity.key_id
 
-    assert [v["name"] for v in VECTORS["messages"]] == ["session", "request", "minimal event"]
-    for vector in VECTORS["messages"]:
+    assert [v["name"] for v in VECTORS["messages"]] == [
+        "session",
+        "request",
+        "minimal event",
+        "request with correlation-id",
+        "header values",
+    ]
+    for vector in VECTORS["messages"] + VECTORS["documents"]:
         fields = vector["fields"]
         body = bytes.fromhex(vector["body_hex"])
         canonical = canonical_bytes(
@@ -427,7 +270,9 @@ def test_the_client_canonical_form_matches_the_test_vectors() -> None:
         signed = identity.signature_properties(canonical, fields["node"])
         assert signed["sig_alg"] == vector["ed25519"]["sig_alg"] == "ed25519"
         assert signed["sig_key"] == vector["ed25519"]["sig_key"]
-        assert signed["sig_node"] == vector["ed25519"]["sig_node"] == session["node"]
+        assert signed["sig_node"] == vector["ed25519"]["sig_node"] == fields["node"]
+        # §11.9: messages are for the session's node; documents name none (§8.1).
+        assert fields["node"] == ("" if vector in VECTORS["documents"] else session["node"])
         assert signed["sig"].hex() == vector["ed25519"]["sig_hex"], vector["name"]
         if vector["name"] == "session":
             assert "hmac-sha256" not in vector  # a session message is signed ed25519 only
@@ -446,6 +291,48 @@ def test_the_client_canonical_form_matches_the_test_vectors() -> None:
     # §11.2 says the minimal event's canonical form is 153 bytes.
     [event] = [v for v in VECTORS["messages"] if v["name"] == "minimal event"]
     assert len(bytes.fromhex(event["canonical_hex"])) == 153
+
+
+def test_the_client_verifies_the_documents_of_the_test_vectors_as_received() -> None:
+    """§8.1 and §11.9: each document, decoded from the message a node writes, is
+    signed over the canonical bytes with field 0 the empty text, in both forms;
+    a changed body, another reply address or the field 0 of the earlier
+    editions (absent) does not verify."""
+    public = bytes.fromhex(VECTORS["identity"]["public_key_hex"])
+    session = VECTORS["session"]
+    sessions = {session["id"]: bytes.fromhex(session["mac_key_hex"])}
+    documents = VECTORS["documents"]
+    assert [v["name"] for v in documents] == [
+        "reply",
+        "result document SUCCESS",
+        "result document FAILURE",
+    ]
+    for vector in documents:
+        address = vector["fields"]["to"]
+        canonical = bytes.fromhex(vector["canonical_hex"])
+        # Field 0: the empty text, 00 00 00 00 (not absent, ff ff ff ff).
+        assert canonical[17:21] == b"\x00\x00\x00\x00"
+        for form in ("ed25519", "hmac-sha256"):
+            reply = Message()
+            reply.decode(bytes.fromhex(vector[form]["message_hex"]))
+            assert reply_canonical(reply, address) == canonical, (vector["name"], form)
+            assert reply_signature_holds(
+                reply, address, node_public_raw=public, sessions=sessions
+            ), (vector["name"], form)
+            assert not reply_signature_holds(
+                reply, "$reply/someone-else", node_public_raw=public, sessions=sessions
+            )
+            absent = canonical.replace(b"\n\x00\x00\x00\x00", b"\n\xff\xff\xff\xff", 1)
+            sig = bytes(dict(reply.properties)["sig"])
+            if form == "hmac-sha256":
+                assert hmac_sha256(sessions[session["id"]], absent) != sig
+            else:
+                with pytest.raises(InvalidSignature):
+                    Ed25519PublicKey.from_public_bytes(public).verify(sig, absent)
+            reply.body = b"6"
+            assert not reply_signature_holds(
+                reply, address, node_public_raw=public, sessions=sessions
+            )
 
 
 @pytest.mark.parametrize(
@@ -580,12 +467,12 @@ async def test_a_foreign_client_can_check_the_nodes_signed_reply(tmp_path: Path)
     assert result.reply_address is not None
     reply = result.reply.message
     # The client opened no session: the node signed its reply ed25519 (§8.1)
-    assert reply_signature_holds(reply, result.reply_address, node_key)
+    assert reply_signature_holds(reply, result.reply_address, node_public_raw=node_key)
     assert dict(reply.properties)["replier"] == "calculator"
     # Bound to the reply address, and to what it says
-    assert not reply_signature_holds(reply, "$reply/someone-else", node_key)
+    assert not reply_signature_holds(reply, "$reply/someone-else", node_public_raw=node_key)
     reply.body = b"43"
-    assert not reply_signature_holds(reply, result.reply_address, node_key)
+    assert not reply_signature_holds(reply, result.reply_address, node_public_raw=node_key)
 
 
 async def test_fields_that_are_not_covered_may_change_after_signing(tmp_path: Path) -> None:
