@@ -1,233 +1,57 @@
 """A client in "another language" signs its messages, knowing only docs/protocol.md.
 
-The client below uses only python-qpid-proton, the ``cryptography`` package
-(Ed25519) and the standard library. It imports nothing from actorctl: it
-implements the canonical byte form of protocol.md §11.2 from the text, checks it
-against docs/test-vectors.json (§11.9), and then calls an actor on a secured node
-over mutual TLS with per-message Ed25519 signatures (§11.1, §11.3). Its transport
-(the proton ``Container`` and ``MessagingHandler``, with ``SSLDomain`` for mutual
-TLS) is tests/foreign.py, shared with tests/test_foreign_client.py and written
-under the same rule. Only the tests at the bottom of this module use actorctl,
-to host the actor and to make the TLS files and the node's own key. Each client
+The client, tests/foreign.py, uses only python-qpid-proton, the ``cryptography``
+package (Ed25519) and the standard library. It imports nothing from actorctl: it
+implements the canonical byte form of protocol.md §11.2 and the reply check of
+§8.1 from the text. These tests check it against docs/test-vectors.json (§11.9),
+and then have it call an actor on a secured node over mutual TLS with
+per-message Ed25519 signatures (§11.1, §11.3), and check the node's signed
+reply. The tests use actorctl only to host the actor and to make the TLS files
+and the node's own key. Each client
 runs in a worker thread with its own proton Container, and every wait is bounded
 by a Container timer (and, around it, by ``trio.fail_after``).
 """
 
 from __future__ import annotations
 
+import base64
 import dataclasses
-import hashlib
-import hmac
 import json
-import time
 import uuid
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+import pytest
 from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from proton import Message
 
+from actorctl import Actor, Node, handler, open_node
+
+# The foreign client: python-qpid-proton, cryptography (Ed25519) and the standard
+# library only, written from docs/protocol.md and docs/test-vectors.json alone.
 from .foreign import (
     CallResult,
     ClientTls,
+    Command,
+    Identity,
     canonical_bytes,
     foreign_call,
     header_json,
+    hmac_sha256,
+    json_command,
     reply_canonical,
     reply_signature_holds,
 )
 from .foreign import _text as _text
 from .foreign import _u32 as _u32
 
-# =============================================================================
-# The foreign client.
-#
-# It uses ONLY python-qpid-proton, cryptography (Ed25519), the standard library
-# and tests/foreign.py (§2 transport, §4 inbox links, §8 replies, §9 outcomes,
-# §11.2 the canonical form, §8.1 the reply check), and ONLY what docs/protocol.md
-# (§6 the message, §11 message authentication)
-# and docs/test-vectors.json say: no actorctl import, no actorctl helper, no
-# knowledge of actorctl's internals.
-# =============================================================================
-
-# --- §11.4: identity keys -------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Identity:
-    """An Ed25519 identity key (§11.4)."""
-
-    private: Ed25519PrivateKey
-
-    @classmethod
-    def generate(cls) -> Identity:
-        return cls(Ed25519PrivateKey.generate())
-
-    @property
-    def raw_public(self) -> bytes:
-        return self.private.public_key().public_bytes(
-            serialization.Encoding.Raw, serialization.PublicFormat.Raw
-        )
-
-    @property
-    def key_id(self) -> str:
-        """The first 16 lowercase hex digits of SHA-256 of the raw public key."""
-        return hashlib.sha256(self.raw_public).hexdigest()[:16]
-
-    def public_pem(self) -> bytes:
-        """What a node's keyring holds as ``NAME.pub``: PEM SubjectPublicKeyInfo."""
-        return self.private.public_key().public_bytes(
-            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-        )
-
-    def signature_properties(self, canonical: bytes, node: str) -> dict[str, Any]:
-        """§11.3: ``sig`` is binary (Python bytes, which proton writes as binary);
-        ``sig_node`` names the node the canonical bytes were made for."""
-        return {
-            "sig_alg": "ed25519",
-            "sig_key": self.key_id,
-            "sig": self.private.sign(canonical),
-            "sig_node": node,
-        }
-
-
-def hmac_sha256(mac_key: bytes, canonical: bytes) -> bytes:
-    """The ``hmac-sha256`` form's ``sig`` (§11.1)."""
-    return hmac.new(mac_key, canonical, hashlib.sha256).digest()
-
-
-# --- §6: a command, and the proton message that carries it ---------------------------
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
-def _proton_seconds(ms: int) -> float:
-    # proton's Message takes timestamps as float seconds and writes int(seconds * 1000),
-    # truncating: hand it the middle of the millisecond so that it writes exactly ``ms``.
-    return (ms + 0.5) / 1000
-
-
-def _timestamp_on_the_wire(ms: int) -> bytes:
-    return b"\x83" + ms.to_bytes(8, "big")  # AMQP timestamp: 0x83, then ms64
-
-
-@dataclass(frozen=True)
-class Command:
-    """A command as §6 lays it out, with its times as the integer ms on the wire."""
-
-    node: str  # the node's container id, from its open frame: canonical field 1
-    actor: str  # the link target (§4) and canonical field 2
-    subject: str  # the handler
-    body: bytes  # the data section, exactly: JSON [args, kwargs] in UTF-8
-    message_id: str
-    creation_ms: int
-    expiry_ms: int | None = None
-    correlation_id: str | None = None
-    reply_to: str | None = None
-    kind: str = "command"
-    headers: Mapping[str, Any] = field(default_factory=dict)  # other application properties
-    lang: str = "proton-python"
-    to: str | None = None  # the informative `to` property (§6.1): not covered
-
-    def application_properties(self) -> dict[str, Any]:
-        return {"kind": self.kind, "lang": self.lang, **self.headers}
-
-    def canonical(self) -> bytes:
-        return canonical_bytes(
-            node=self.node,
-            to=self.actor,
-            subject=self.subject,
-            message_id=self.message_id,
-            correlation_id=self.correlation_id,
-            reply_to=self.reply_to,
-            creation_ms=self.creation_ms,
-            expiry_ms=self.expiry_ms,
-            kind=self.kind,
-            headers=self.application_properties(),
-            body=self.body,
-        )
-
-    def message(self, signature: Mapping[str, Any] | None) -> Message:
-        """The proton message, with ``signature``'s properties if it is signed."""
-        message = Message(
-            id=self.message_id,
-            subject=self.subject,
-            content_type="application/json",
-            properties={**self.application_properties(), **(signature or {})},
-            body=self.body,
-            inferred=True,  # bytes as a data section, not an amqp-value holding binary
-        )
-        if self.to is not None:
-            message.address = self.to
-        if self.correlation_id is not None:
-            message.correlation_id = self.correlation_id
-        if self.reply_to is not None:
-            message.reply_to = self.reply_to
-        message.creation_time = _proton_seconds(self.creation_ms)
-        if self.expiry_ms is not None:
-            message.expiry_time = _proton_seconds(self.expiry_ms)
-        # What is signed must be what goes on the wire: check proton's encoding.
-        encoded = message.encode()
-        assert _timestamp_on_the_wire(self.creation_ms) in encoded, "creation-time"
-        if self.expiry_ms is not None:
-            assert _timestamp_on_the_wire(self.expiry_ms) in encoded, "absolute-expiry-time"
-        assert encoded.endswith(b"\x00\x53\x75" + _data_size(self.body) + self.body), "body"
-        return message
-
-
-def _data_size(body: bytes) -> bytes:
-    return (b"\xa0" + bytes([len(body)])) if len(body) < 256 else (b"\xb0" + _u32(len(body)))
-
-
-def json_command(
-    node: str,
-    actor: str,
-    handler: str,
-    args: list[Any],
-    kwargs: dict[str, Any],
-    *,
-    headers: Mapping[str, Any] | None = None,
-    correlation_id: str | None = None,
-    to: str | None = None,
-    ttl_ms: int = 30_000,
-) -> Command:
-    """A command made now, expiring ``ttl_ms`` later; reply-to is set when sending."""
-    created = now_ms()
-    return Command(
-        node=node,
-        actor=actor,
-        subject=handler,
-        body=json.dumps([args, kwargs], separators=(",", ":"), ensure_ascii=False).encode(),
-        message_id=f"foreign-{uuid.uuid4()}",
-        creation_ms=created,
-        expiry_ms=created + ttl_ms,
-        correlation_id=correlation_id,
-        headers=dict(headers or {}),
-        to=to,
-    )
-
-
-# =============================================================================
-# The tests: they check the client against the test vectors, and host the
-# actor with actorctl (TLS files, the node's own key) for it to call.
-# =============================================================================
-
-import base64  # noqa: E402
-from collections.abc import AsyncIterator  # noqa: E402
-from contextlib import asynccontextmanager  # noqa: E402
-from pathlib import Path  # noqa: E402
-
-import pytest  # noqa: E402
-
-from actorctl import Actor, Node, handler, open_node  # noqa: E402
-
-from .keys import make_keys  # noqa: E402
-from .tls import make_tls  # noqa: E402
+# The tests use actorctl to host the actor (TLS files, the node's own key).
+from .keys import make_keys
+from .tls import make_tls
 
 VECTORS = json.loads((Path(__file__).parent.parent / "docs" / "test-vectors.json").read_text())
 
