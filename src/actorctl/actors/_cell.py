@@ -41,6 +41,17 @@ from ._replies import handler_failed, refuse, send_reply, settle_refused
 
 __all__ = ["ActorCell"]
 
+
+class _HandlerCrashed(Exception):
+    """A handler raised in an actor whose handler errors crash it: the
+    answer its caller gets, and the error the actor crashes with."""
+
+    def __init__(self, handled: Handled, error: Exception) -> None:
+        super().__init__(str(error))
+        self.handled = handled
+        self.error = error
+
+
 _YIELD_EVERY = 16
 #: Seconds an actor's task waits for the next message before it ends (the
 #: actor stays; its next message starts a new task).
@@ -95,6 +106,10 @@ class ActorCell:
         self._turn_done: trio.Event | None = None
         self._parked = False  # its turn waits for a message
         self._inflight: set[Inbound] = set()
+        #: A handler's exception crashes the actor once its caller has the
+        #: error (OTP), or only answers the caller (the default): see
+        #: ``Actor.handler_errors``; its supervision tree may choose instead.
+        self.crashes_on_error = type(actor).handler_errors == "crash"
         self._culprits: list[Inbound] | None = None  # what crashed its turn (_crashed)
         self._seen = SeenWindow(type(actor).dedup_count, type(actor).dedup_seconds)
         self._background = Background()
@@ -406,6 +421,8 @@ class ActorCell:
         except Exception:
             # It crashed the actor: not to be run here again (_crashed).
             self._inflight.discard(inbound)
+            if inbound.outcome is not None:
+                raise  # answered already (a handler's error, OTP): nothing to release
             if self._culprits is None:
                 self._culprits = []
             self._culprits.append(inbound)
@@ -443,6 +460,12 @@ class ActorCell:
         try:
             with continue_trace(envelope.headers.get(TRACE)):
                 handled = await self._dispatch(envelope)
+        except _HandlerCrashed as crash:
+            # OTP: the caller gets the error (a copy too, from the window),
+            # then the actor crashes with it.
+            seen.finish(key, crash.handled)
+            self._finish(inbound, crash.handled)
+            raise crash.error from crash.error.__cause__
         except BaseException:
             seen.abandon(key)  # never answered: a resend must run it
             raise
@@ -505,7 +528,10 @@ class ActorCell:
                         EXPIRED, f"handler {envelope.subject!r} ran past the message's expiry"
                     )
         except Exception as exc:
-            return handler_failed(self.name, envelope, exc)
+            failed = handler_failed(self.name, envelope, exc)
+            if self.crashes_on_error:
+                raise _HandlerCrashed(failed, exc) from exc
+            return failed
         return Handled(ACCEPTED, (STATUS_OK, to_wire(result)))
 
     async def _terminated(self, envelope: Envelope) -> Handled:
