@@ -19,7 +19,10 @@ from actorctl.ops._controller import Controller
 from actorctl.supervision import HealthMonitor
 from actorctl.testing import SERVICES, TestCluster, open_cluster
 
+from .keys import make_keys
 from .task_app import app
+from .test_identity_lifecycle import APPLIES_WITHIN, actorctl
+from .tls import make_tls
 
 OPERATOR, MEMBER, CLIENT = Role.OPERATOR, Role.MEMBER, Role.CLIENT
 ALL = frozenset(Role)
@@ -184,3 +187,34 @@ async def test_a_dead_letter_is_shown_to_its_own_sender_and_an_operator_only(
                 else:
                     with pytest.raises(Rejected, match="only its sender or the operator role"):
                         await ref.ask("show", letter)
+
+
+async def test_a_role_granted_with_keys_add_applies_to_a_running_node_within_seconds(
+    tmp_path: Path,
+) -> None:
+    # Given a node with a supervisor, and a client whose key has no role (a client)
+    keys = make_keys(tmp_path / "keys", "server", "client")
+    tls = make_tls(tmp_path / "certs", "server", "client")
+    async with (
+        open_node("server", [SupervisorSpec("sup", [])], tls=tls["server"], keyring=keys["server"])
+        as server,
+        open_node("client", host=None, tls=tls["client"], keyring=keys["client"]) as client,
+    ):  # fmt: skip
+        sup = client.ref(server.address_of("sup")).with_options(timeout=10)
+        with trio.fail_after(30), pytest.raises(Rejected, match="has the client role"):
+            await sup.ask("terminate_child", "nope")
+        # When an operator grants its key the operator role with the CLI
+        watch = server.key_watch
+        assert watch is not None
+        before = watch.keyring.generation
+        pub = tmp_path / "keys" / "client.pub"
+        granted = await actorctl("keys", "add", pub, "--role", "operator", "--dir", pub.parent)
+        assert "role operator" in granted
+        with trio.fail_after(APPLIES_WITHIN):
+            await watch.wait_changed(before)
+        # Then the running node runs what it refused (the child is unknown: its answer)
+        with trio.fail_after(30), pytest.raises(RemoteError, match="nope"):
+            await sup.ask("terminate_child", "nope")
+        listed = await actorctl("keys", "list", "--dir", pub.parent)
+        [row] = [line for line in listed.splitlines() if line.startswith("client ")]
+        assert row.endswith("public, operator")

@@ -435,14 +435,24 @@ class Keyring:
         except ConfigError as exc:
             problems.append(str(exc))
             members = None  # the members file is unreadable: keep the members as they are
-        roles: dict[str, Role] | None
+        roles = self.role_ids(trusted, revoked, problems)
+        return self.replace(trusted, revoked, members, roles), problems
+
+    def role_ids(
+        self, trusted: list[PublicKey], revoked: list[PublicKey], problems: list[str]
+    ) -> dict[str, Role] | None:
+        """The roles its directory's ``roles`` file gives the keys among
+        ``trusted``, by key id; None (keep the roles as they are) when the file
+        cannot be read or has a bad line. What is wrong goes into ``problems``."""
+        if self.directory is None:
+            return dict(self._explicit)
         try:
             roles, unknown = _role_ids(self.directory, trusted, revoked)
-            problems.extend(unknown)
         except ConfigError as exc:
             problems.append(str(exc))
-            roles = None  # the roles file is unreadable or wrong: keep the roles as they are
-        return self.replace(trusted, revoked, members, roles), problems
+            return None
+        problems.extend(unknown)
+        return roles
 
     def member_ids(self, trusted: list[PublicKey]) -> list[str]:
         """The key ids among ``trusted`` that its directory's ``members`` file and
