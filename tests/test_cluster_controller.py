@@ -150,7 +150,9 @@ async def cluster(tmp_path: Path, nursery: trio.Nursery) -> AsyncIterator[Cluste
     made = await actorctl("certs", "init", str(tmp_path / "certs"), *(f"--node={n}" for n in names))
     assert made.returncode == 0, made.stderr
     for name in names:
-        made = await actorctl("keys", "gen", name, "--dir", str(tmp_path / "keys"))
+        # outside development mode the CLI's key is an operator only when granted
+        role = ["--role", "operator"] if name == "cli" else []
+        made = await actorctl("keys", "gen", name, "--dir", str(tmp_path / "keys"), *role)
         assert made.returncode == 0, made.stderr
     ports = {name: free_port() for name in ("controller", "n1", "n2")}
     path = tmp_path / "cluster.toml"

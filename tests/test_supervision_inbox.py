@@ -26,6 +26,7 @@ from actorctl import (
     handler,
     open_node,
 )
+from actorctl.mailbox import Role
 
 from .actors import Calculator
 from .harness import free_port
@@ -74,7 +75,10 @@ class Quitter(Actor):
 def secrets(tmp_path: Path) -> dict[str, dict[str, Any]]:
     names = ("server", "client", "watcher", "victim")
     tls = make_tls(tmp_path / "certs", *names)
-    keys = make_keys(tmp_path / "keys", *names)
+    # the client and the watcher run supervisors through their inboxes: an
+    # operator's work (docs/security.md)
+    operators = {"client": Role.OPERATOR, "watcher": Role.OPERATOR}
+    keys = make_keys(tmp_path / "keys", *names, roles=operators)
     return {name: {"tls": tls[name], "keyring": keys[name]} for name in names}
 
 

@@ -24,7 +24,10 @@ from .actors import ActorRef as ActorRef
 from .actors import Address as Address
 from .actors import BadArguments as BadArguments
 from .actors import Behaviour as Behaviour
+from .actors import Caller as Caller
+from .actors import NotPermitted as NotPermitted
 from .actors import Terminated as Terminated
+from .actors import caller as caller
 from .actors import handler as handler
 from .cluster import Node as Node
 from .cluster import TlsFiles as TlsFiles
@@ -33,6 +36,7 @@ from .mailbox import Envelope as Envelope
 from .mailbox import Keyring as Keyring
 from .mailbox import MailboxStatistics as MailboxStatistics
 from .mailbox import Outcome as Outcome
+from .mailbox import Role as Role
 from .supervision import DEFAULT_RETRY_POLICY as DEFAULT_RETRY_POLICY
 from .supervision import ActorSpec as ActorSpec
 from .supervision import BoxedSpec as BoxedSpec
@@ -89,6 +93,7 @@ __all__ = [
     "BoxedSpec",
     "Breaker",
     "BreakerPolicy",
+    "Caller",
     "ChildError",
     "CircuitBreaker",
     "Concurrency",
@@ -104,6 +109,7 @@ __all__ = [
     "MailboxStatistics",
     "Modified",
     "Node",
+    "NotPermitted",
     "Outcome",
     "PeerUnavailable",
     "PeriodicTask",
@@ -115,6 +121,7 @@ __all__ = [
     "Restart",
     "Retry",
     "RetryPolicy",
+    "Role",
     "Schedule",
     "Signature",
     "SoftTimeLimitExceeded",
@@ -133,6 +140,7 @@ __all__ = [
     "TlsFiles",
     "UnknownActor",
     "WireFormatError",
+    "caller",
     "chain",
     "check_soft_time_limit",
     "chord",

@@ -1,5 +1,9 @@
 """Actors, handlers, behaviours, ActorRef, ask/tell."""
 
+from ._access import Caller as Caller
+from ._access import NotPermitted as NotPermitted
+from ._access import caller as caller
+from ._access import not_permitted as not_permitted
 from ._actor import Actor as Actor
 from ._address import Address as Address
 from ._cell import ActorCell as ActorCell

@@ -29,6 +29,7 @@ from ..mailbox import (
     Inbound,
     Mailbox,
 )
+from ._access import admit
 from ._actor import Actor
 from ._address import Address
 from ._background import Background, TaskFn
@@ -505,6 +506,9 @@ class ActorCell:
                 f"actor {self.name!r} has no handler {envelope.subject!r} "
                 f"(it has: {', '.join(sorted(behaviour.__actorctl_handlers__)) or 'none'})",
             )
+        refused = admit(self.name, spec, envelope)  # the caller's role, before its body
+        if refused is not None:
+            return refused
         try:
             args, kwargs = spec.bind(*envelope.call())
         except WireFormatError as exc:

@@ -12,15 +12,15 @@ import functools
 import inspect
 import sys
 import typing
-from collections.abc import Callable
-from typing import Any, ClassVar, TypeVar, final
+from collections.abc import Callable, Iterable
+from typing import Any, ClassVar, TypeVar, final, overload
 
 import attrs
 import cattrs
 import trio
 
 from .._errors import ActorctlError
-from ..mailbox import Envelope, Outcome
+from ..mailbox import Envelope, Outcome, Role
 
 __all__ = ["BadArguments", "Behaviour", "HandlerSpec", "converter", "handler", "run_in_thread"]
 
@@ -30,6 +30,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 converter = cattrs.Converter()
 
 _MARK = "__actorctl_handler__"
+_ROLES = "__actorctl_roles__"
 _PRIMITIVES: dict[type, tuple[type, ...]] = {
     int: (int,),
     float: (int, float),
@@ -44,25 +45,71 @@ class BadArguments(ActorctlError):
     """The arguments of a message do not fit the handler's signature."""
 
 
-def handler(fn: F) -> F:
+@overload
+def handler(fn: F, /) -> F: ...
+
+
+@overload
+def handler(*, roles: Role | Iterable[Role]) -> Callable[[F], F]: ...
+
+
+def handler(
+    fn: F | None = None, /, *, roles: Role | Iterable[Role] | None = None
+) -> F | Callable[[F], F]:
     """Mark a method as a message handler, reachable under its own name.
 
     ``async def`` handlers run as trio tasks; plain ``def`` handlers run in a
     worker thread under the actor's concurrency limit.
+
+    ``@handler(roles=Role.OPERATOR)`` (or a collection of roles) admits only
+    callers whose key has one of those roles (docs/security.md); another
+    caller's message is rejected (``actorctl:not-permitted``) and never run.
+    Without ``roles`` every trusted key may call it. Messages from the node
+    itself, and every message on a node without a keyring, are not checked.
     """
-    setattr(fn, _MARK, True)
-    return fn
+    admitted = None if roles is None else _roles(roles)
+
+    def mark(fn: F) -> F:
+        setattr(fn, _MARK, True)
+        setattr(fn, _ROLES, admitted)
+        return fn
+
+    return mark if fn is None else mark(fn)
+
+
+def _roles(roles: Role | Iterable[Role]) -> frozenset[Role]:
+    given = [roles] if isinstance(roles, str) else list(roles)
+    try:
+        admitted = frozenset(Role(role) for role in given)
+    except ValueError:
+        raise ValueError(
+            f"@handler(roles={roles!r}): give operator, member or client (Role.OPERATOR, ...)"
+        ) from None
+    if not admitted:
+        raise ValueError("@handler(roles=()) admits nobody: name at least one role")
+    return admitted
 
 
 @final
 class HandlerSpec:
     """One handler: its function and how to bind wire arguments to it."""
 
-    __slots__ = ("_any_keywords", "_fast", "_hooks", "fn", "is_async", "name", "signature")
+    __slots__ = (
+        "_any_keywords",
+        "_fast",
+        "_hooks",
+        "fn",
+        "is_async",
+        "name",
+        "roles",
+        "signature",
+    )
 
     def __init__(self, name: str, fn: Callable[..., Any]) -> None:
         self.name = name
         self.fn = fn
+        #: The roles it admits (``@handler(roles=...)``); None: every caller.
+        self.roles: frozenset[Role] | None = getattr(fn, _ROLES, None)
         self.is_async = inspect.iscoroutinefunction(fn)
         self.signature = inspect.signature(fn)
         self._hooks: dict[str, Callable[[Any], Any]] | None = None

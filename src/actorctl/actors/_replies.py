@@ -11,11 +11,13 @@ from ..mailbox import (
     ACCEPTED,
     KIND_COMMAND,
     KIND_DOCUMENT,
+    NOT_PERMITTED,
     STATUS_ERROR,
     Envelope,
     Inbound,
     Outcome,
 )
+from ._access import NotPermitted
 from ._dedup import Handled
 from ._ref import Outbox
 
@@ -88,7 +90,10 @@ def settle_refused(actor: str, inbound: Inbound, outcome: Outcome) -> None:
 
 def handler_failed(actor: str, request: Envelope, exc: Exception) -> Handled:
     """A handler raised: logged, the message accepted (it was handled), and its
-    caller answered with the error's type and message."""
+    caller answered with the error's type and message. A handler that raised
+    :class:`NotPermitted` refused its caller: the message is rejected."""
+    if isinstance(exc, NotPermitted):
+        return refuse(NOT_PERMITTED, str(exc))
     log(
         "actorctl:handler:failed",
         actor=actor,

@@ -7,9 +7,10 @@ from pathlib import Path
 import asyncclick as click
 
 from .._errors import ConfigError
-from ..mailbox import IdentityKey, PublicKey
+from ..mailbox import ROLES_FILE, IdentityKey, PublicKey, Role
 from ..mailbox._keydir import add_public_key, revoke_key
 from ..mailbox._keys import MEMBERS_FILE, REVOKED, add_member, members_file
+from ..mailbox._roles import parse_role, read_roles, write_role
 from ..ops import init_certs, issue_cert
 
 __all__ = ["certs", "keys"]
@@ -21,6 +22,26 @@ _DIR = click.option(
     default=Path("keys"),
     show_default=True,
     help="The keyring directory.",
+)
+
+
+def _role(ctx: click.Context, param: click.Parameter, value: str | None) -> Role | None:
+    if value is None:
+        return None
+    try:
+        return parse_role(value, f"--{param.name}")
+    except ConfigError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+_ROLE = click.option(
+    "--role",
+    callback=_role,
+    metavar="operator|member|client",
+    help="Its role, kept in the keyring's roles file: an operator may stop, reload, "
+    "revoke, purge and re-drive; a member is a node of the cluster; a client calls "
+    "actors (docs/security.md). Without it a new key is a client, unless the "
+    "cluster names it as a node (a member) or it is the Controller's (an operator).",
 )
 
 
@@ -40,26 +61,34 @@ def keys() -> None:
     "--member",
     is_flag=True,
     help="A cluster node's key: name it in the keyring's members file (its routers "
-    "may then assert whom they forward for).",
+    "may then assert whom they forward for); the same as --role member.",
 )
-def keys_gen(name: str, directory: Path, member: bool) -> None:
+@_ROLE
+def keys_gen(name: str, directory: Path, member: bool, role: Role | None) -> None:
     """Write NAME.key (private, mode 0600) and NAME.pub in the keyring directory."""
+    if member and role not in (None, Role.MEMBER):
+        raise click.UsageError(f"--member and --role {role} disagree: give one of them")
     try:
         private, public = IdentityKey.generate(name).save(directory, name)
         if member:
             add_member(directory, name)
+        if role is not None:
+            write_role(directory, name, role)
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from None
     key = PublicKey.load(public)
     click.echo(f"{private}\n{public}\nkey id {key.key_id}")
     if member:
         click.echo(f"member (in {directory / MEMBERS_FILE})")
+    if role is not None:
+        click.echo(f"role {role} (in {directory / ROLES_FILE})")
 
 
 @keys.command("list")
 @_DIR
 def keys_list(directory: Path) -> None:
-    """List the keys in a keyring directory: name, key id, and which are private."""
+    """List the keys in a keyring directory: name, key id, which are private,
+    and the role its roles file gives (or member, named in its members file)."""
     if not directory.is_dir():
         raise click.ClickException(
             f"keyring {directory} is not a directory "
@@ -71,11 +100,15 @@ def keys_list(directory: Path) -> None:
     revoked = sorted((directory / REVOKED).glob("*.pub"))
     try:
         members = set(members_file(directory / MEMBERS_FILE, {p.stem: p.stem for p in pubs}))
+        roles = read_roles(directory)
         for path in [*pubs, *revoked]:
             key = PublicKey.load(path)
             kind = "private+public" if path.stem in private else "public"
+            role = roles.get(path.stem)
             if path in revoked:
                 kind = "revoked"
+            elif role is not None:
+                kind += f", {role}"
             elif path.stem in members:
                 kind += ", member"
             rows.append((path.stem, key.key_id, kind))
@@ -93,15 +126,22 @@ def keys_list(directory: Path) -> None:
 @click.argument("pubkey_file", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--name", default=None, help="Its name in the keyring (default: the file's stem).")
 @_DIR
-def keys_add(pubkey_file: Path, name: str | None, directory: Path) -> None:
+@_ROLE
+def keys_add(pubkey_file: Path, name: str | None, directory: Path, role: Role | None) -> None:
     """Trust the Ed25519 public key in PUBKEY_FILE: copy it into the keyring as
-    NAME.pub. Nodes that watch the keyring trust it within about a second."""
+    NAME.pub. Nodes that watch the keyring trust it within about a second.
+
+    Given a key the keyring trusts already (its own NAME.pub, say), --role
+    changes its role; running nodes apply it within about a second too."""
     try:
         added, new = add_public_key(directory, pubkey_file, name)
+        changed = role is not None and write_role(directory, added.path.stem, role)
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from None
     what = "trusted" if new else "already trusted"
     click.echo(f"{what}: {added.path.stem} (key id {added.key.key_id}) in {added.path}")
+    if role is not None:
+        click.echo(f"role {role}{'' if changed else ' (unchanged)'} in {directory / ROLES_FILE}")
 
 
 @keys.command("revoke")

@@ -23,6 +23,7 @@ import trio
 from .._errors import ActorctlError, ConfigError
 from .._log import log
 from ..actors import Actor, BadArguments, handler
+from ..mailbox import Role
 from ._monitors import AGENT, NodeMonitors
 from ._reload import Shift
 from ._supervised import describe_root
@@ -125,7 +126,7 @@ class NodeAgent(Actor):
         """Stop telling ``watcher`` about ``target``."""
         self._node.monitors.unwatch_here(target, watcher)
 
-    @handler
+    @handler(roles=Role.OPERATOR)
     async def follow(
         self, path: str, away: list[str] | None = None, pending: list[str] | None = None
     ) -> dict[str, list[str]]:
@@ -158,7 +159,7 @@ class NodeAgent(Actor):
             log("actorctl:node:followed", node=self._node.name, changed=changed, restart=restart)
         return {"changed": changed, "restart": restart}
 
-    @handler
+    @handler(roles=Role.OPERATOR)
     async def refresh_security(self) -> list[str]:
         """Read the node's keyring directory and TLS files again now (rotated
         on disk): new connections use the new certificates; a missing file
@@ -172,7 +173,7 @@ class NodeAgent(Actor):
             done.append("certificates read again")
         return done
 
-    @handler
+    @handler(roles=Role.OPERATOR)
     async def drain(self, timeout: float = 30.0, backlog: bool = True) -> dict[str, Any]:
         """Wait until the node holds nothing: every actor has settled every
         message it took, and (``backlog``) its backlog has sent everything on.

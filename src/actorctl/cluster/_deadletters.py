@@ -34,8 +34,18 @@ import attrs
 
 from .._errors import ConfigError
 from .._log import log
-from ..actors import REDRIVE, Actor, Address, handler
-from ..mailbox import ACCEPTED, BAD_ARGUMENTS, Envelope, IdentityKey, Outcome, decode, encode
+from ..actors import REDRIVE, Actor, Address, NotPermitted, caller, handler
+from ..mailbox import (
+    ACCEPTED,
+    BAD_ARGUMENTS,
+    NOT_PERMITTED,
+    Envelope,
+    IdentityKey,
+    Outcome,
+    Role,
+    decode,
+    encode,
+)
 from ..store._store import Store
 
 __all__ = [
@@ -66,7 +76,6 @@ REASONS: Final = frozenset(
 #: How full (a fraction of ``max``) the table is when an error line is logged.
 ALARM_AT: Final = 0.8
 #: The condition an ``add`` from another identity than the node's is rejected with.
-NOT_PERMITTED: Final = "actorctl:not-permitted"
 #: The header a task message carries its trace id in (docs/protocol.md §6.2).
 TRACE: Final = "trace"
 
@@ -318,8 +327,12 @@ class DeadLetterAgent(Actor):
     @handler
     async def list(self, reason: str | None = None, limit: int = 100) -> dict[str, Any]:
         """The newest ``limit`` letters of this node (or of one reason), oldest
-        first, without their messages, and how many there are in all."""
+        first, without their messages, and how many there are in all. An
+        operator sees every letter; any other caller only those it sent."""
         found = self._letters.records(reason)
+        asking = caller()
+        if not asking.is_operator():
+            found = [record for record in found if record.get("sender") == asking.key]
         shown = found[-limit:] if limit > 0 else []
         return {"total": len(found), "letters": [summary(r) for r in shown]}
 
@@ -330,10 +343,20 @@ class DeadLetterAgent(Actor):
 
     @handler
     async def show(self, letter_id: str) -> dict[str, Any] | None:
-        """One letter, its message decoded (None if it has none by that id)."""
+        """One letter, its message decoded (None if it has none by that id).
+        Only the operator role, or the key that sent the letter's message, may
+        read it: anyone else is refused (``NotPermitted``)."""
         record = self._letters.get(letter_id)
         if record is None:
             return None
+        asking = caller()
+        if not asking.is_operator() and record.get("sender") != asking.key:
+            role = asking.role.value if asking.role is not None else "none"
+            raise NotPermitted(
+                f"handler 'show' of actor {AGENT!r}: dead letter {letter_id} was sent by "
+                f"another key; only its sender or the operator role may read it (the "
+                f"caller's key {asking.key} has the {role} role)"
+            )
         envelope = decode(base64.b64decode(record["message"]))
         shown = summary(record)
         shown["headers"] = dict(envelope.headers)
@@ -342,7 +365,7 @@ class DeadLetterAgent(Actor):
         shown["reply_to"] = envelope.reply_to
         return shown
 
-    @handler
+    @handler(roles=Role.OPERATOR)
     async def retry(self, letter_id: str) -> dict[str, Any] | None:
         """Send a letter again to its target, once: the letter leaves the table
         once its node's backlog holds the message (a second ``retry`` finds
@@ -370,7 +393,7 @@ class DeadLetterAgent(Actor):
             "redrive": envelope.headers[REDRIVE],
         }
 
-    @handler
+    @handler(roles=Role.OPERATOR)
     async def purge(self, reason: str | None = None) -> int:
         """Remove every letter (of one reason); how many."""
         return self._letters.purge(reason)

@@ -2,8 +2,9 @@
 within about a second, with no restart.
 
 Every ``interval`` seconds the node lists the directory and its ``revoked/``
-subdirectory and compares the ``.pub`` files (name, size, modification time,
-inode) with what it saw last: a few ``stat`` calls, off the event loop's thread.
+subdirectory and compares the ``.pub`` files and the ``members`` and ``roles``
+files (name, size, modification time, inode) with what it saw last: a few
+``stat`` calls, off the event loop's thread.
 When they differ, it reads the keys again (:meth:`Keyring.reload`) and swaps
 them in on the event loop's thread; every verifier picks the new keys up on its
 next message and drops the sessions of keys no longer trusted.
@@ -26,6 +27,7 @@ from .._errors import ConfigError
 from .._log import log
 from ..mailbox import Keyring, PublicKey
 from ..mailbox._keys import MEMBERS_FILE, REVOKED, KeyringChange, read_public_keys
+from ..mailbox._roles import ROLES_FILE
 
 __all__ = ["KEY_POLL", "KeyringWatch"]
 
@@ -125,7 +127,8 @@ class KeyringWatch:
         except ConfigError as exc:
             problems.append(str(exc))
             members = None  # an unreadable members file: the members stay as they are
-        change = self.keyring.replace(trusted, revoked, members)
+        roles = self.keyring.role_ids(trusted, revoked, problems)
+        change = self.keyring.replace(trusted, revoked, members, roles)
         _report(self.node, self.keyring, change, problems)
         self._changed.set()
         self._changed = trio.Event()
@@ -170,7 +173,9 @@ def _listing(directory: Path) -> _Listing:
             continue
         with scan:
             for entry in scan:
-                if entry.name.endswith(".pub") or (not prefix and entry.name == MEMBERS_FILE):
+                if entry.name.endswith(".pub") or (
+                    not prefix and entry.name in (MEMBERS_FILE, ROLES_FILE)
+                ):
                     st = entry.stat()
                     entries.append((prefix + entry.name, st.st_size, st.st_mtime_ns, st.st_ino))
     return tuple(sorted(entries))

@@ -16,6 +16,7 @@ from ._conditions import DECODE_ERROR as DECODE_ERROR
 from ._conditions import EXPIRED as EXPIRED
 from ._conditions import NO_INSTANCE as NO_INSTANCE
 from ._conditions import NOT_FOUND as NOT_FOUND
+from ._conditions import NOT_PERMITTED as NOT_PERMITTED
 from ._conditions import OVER_CREDIT as OVER_CREDIT
 from ._conditions import PEER_UNAVAILABLE as PEER_UNAVAILABLE
 from ._conditions import REPLAY as REPLAY
@@ -48,6 +49,8 @@ from ._mailbox import Inbound as Inbound
 from ._mailbox import Mailbox as Mailbox
 from ._mailbox import MailboxStatistics as MailboxStatistics
 from ._mailbox import Outcome as Outcome
+from ._roles import ROLES_FILE as ROLES_FILE
+from ._roles import Role as Role
 from ._signing import SESSION_ADDRESS as SESSION_ADDRESS
 from ._signing import SESSION_SUBJECT as SESSION_SUBJECT
 from ._signing import AuthError as AuthError

@@ -19,6 +19,7 @@ __all__ = [
     "DECODE_ERROR",
     "EXPIRED",
     "NOT_FOUND",
+    "NOT_PERMITTED",
     "NO_INSTANCE",
     "OVER_CREDIT",
     "PEER_UNAVAILABLE",
@@ -57,6 +58,8 @@ BAD_KIND: Final = "actorctl:bad-kind"
 EXPIRED: Final = "actorctl:expired"
 STOPPING: Final = "actorctl:actor-stopping"
 NO_INSTANCE: Final = "actorctl:no-instance"
+#: The caller's role (or identity) may not do this: docs/security.md's table.
+NOT_PERMITTED: Final = "actorctl:not-permitted"
 
 # What the sending node decides itself, without an answer from the receiver.
 PEER_UNAVAILABLE: Final = "actorctl:peer-unavailable"

@@ -20,6 +20,7 @@ from proton import Message
 from .._errors import WireFormatError
 from ._amqp import Sections, read_message
 from ._auth import SIG, SIG_ALG, SIG_KEY, SIG_NODE, canonical_bytes
+from ._roles import Role
 
 __all__ = [
     "CONTENT_TYPE_JSON",
@@ -83,6 +84,10 @@ class Envelope:
             detection: the key id that authenticated it, or the origin a cluster
             member asserted for it (docs/protocol.md §5.1); empty when it was not
             authenticated, or was made here. Never on the wire, never compared.
+        role: the role (``_roles.Role``) the receiving node gives the identity
+            that authenticated it (the lesser of a forwarder's and its origin's);
+            None when nothing is checked: made here, sent by the node's own key,
+            or received by a node without a keyring. Never on the wire.
     """
 
     message_id: str
@@ -96,6 +101,7 @@ class Envelope:
     expiry_time: float | None = None
     headers: Mapping[str, Any] = attrs.field(factory=dict)
     sender: str = attrs.field(default="", eq=False, repr=False)
+    role: Role | None = attrs.field(default=None, eq=False, repr=False)
 
     def call(self) -> tuple[list[Any], dict[str, Any]]:
         """The ``(args, kwargs)`` of a command or event body.
@@ -335,9 +341,10 @@ def decode(data: bytes) -> Envelope:
     return from_sections(sections)
 
 
-def from_sections(sections: Sections, sender: str = "") -> Envelope:
+def from_sections(sections: Sections, sender: str = "", role: Role | None = None) -> Envelope:
     """The envelope of a message ``read_message`` parsed (the body is JSON-decoded
-    only now, so that a receiver can authenticate it first), from ``sender``."""
+    only now, so that a receiver can authenticate it first), from ``sender``
+    acting with ``role``."""
     properties, app, raw = sections
     properties = properties + [None] * (10 - len(properties))
     message_id = properties[0]
@@ -358,6 +365,7 @@ def from_sections(sections: Sections, sender: str = "") -> Envelope:
         expiry / 1000 if expiry else None,
         dict(app),
         sender,
+        role,
     )
 
 
@@ -419,6 +427,7 @@ def _envelope(
     expiry_time: float | None,
     props: dict[Any, Any],
     sender: str = "",
+    role: Role | None = None,
 ) -> Envelope:
     kind = str(props.pop("kind", KIND_COMMAND))
     if kind not in KINDS:
@@ -443,6 +452,7 @@ def _envelope(
         expiry_time=expiry_time,
         headers=props,
         sender=sender,
+        role=role,
     )
 
 

@@ -7,8 +7,9 @@ node's own ``NAME.key`` and a ``.pub`` for every key it trusts, and in its
 it apart from the TLS directory, whose ``NAME.key`` files are TLS keys. Its
 optional ``members`` file names (one per line) the keys of the cluster's own
 nodes: a member that forwards a message may assert who sent it
-(docs/protocol.md §11.4). A running node reads the directory again when it
-changes (``cluster/_keywatch.py``).
+(docs/protocol.md §11.4). Its optional ``roles`` file gives keys their roles
+(operator, member, client: ``_roles.py``). A running node reads the directory
+again when it changes (``cluster/_keywatch.py``).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
 from .._errors import ConfigError
 from ._auth import AuthError
 from ._conditions import BAD_SIGNATURE
+from ._roles import Role, read_roles
 
 __all__ = [
     "MEMBERS_FILE",
@@ -231,11 +233,17 @@ class Keyring:
             (unless it is revoked), and a member.
         trusted: the public keys whose signatures are accepted.
         members: key ids of trusted keys that belong to the cluster's own nodes
-            (routers among them): a message they sign may assert its origin
-            (``origin-key``, docs/protocol.md §11.4). Other keys are clients.
+            (routers among them): their role is ``member`` unless ``roles``
+            says otherwise, and a message they sign may assert its origin
+            (``origin-key``, docs/protocol.md §11.4).
         revoked: keys that are never trusted, even where ``trusted`` names them.
         directory: the directory it was loaded from (what :meth:`reload` reads
             again), or None.
+        member_names: the cluster's node names: their keys are members.
+        roles: the roles given explicitly (a ``roles`` file), by key id; they
+            win over ``members`` and the defaults.
+        operator_names: key names that are operators unless ``roles`` says
+            otherwise (the Controller's key). Any other key is a ``client``.
 
     Attributes:
         generation: goes up by one at each change of what is trusted, so that
@@ -251,15 +259,21 @@ class Keyring:
         revoked: Iterable[PublicKey] = (),
         directory: Path | None = None,
         member_names: Iterable[str] = (),
+        roles: Mapping[str, Role] | None = None,
+        operator_names: Iterable[str] = (),
     ) -> None:
         self.identity = identity
         self.directory = directory
         self.generation = 0
         self._member_names = tuple(member_names)
+        self._operator_names = frozenset(operator_names)
+        self._explicit: dict[str, Role] = dict(roles or {})
         self._revoked = {key.key_id: key for key in revoked}
         self._trusted = self._without_revoked((identity.public, *trusted))
         self._members = frozenset({identity.key_id, *members})
-        self.members = self._members & self._trusted.keys()
+        self._roles: dict[str, Role] = {}
+        self.members: frozenset[str] = frozenset()
+        self._resolve_roles()
 
     def __repr__(self) -> str:
         return (
@@ -269,14 +283,21 @@ class Keyring:
 
     @classmethod
     def load(
-        cls, path: Path | str, name: str | None = None, *, members: Iterable[str] = ()
+        cls,
+        path: Path | str,
+        name: str | None = None,
+        *,
+        members: Iterable[str] = (),
+        operators: Iterable[str] = (),
     ) -> Keyring:
         """Load a keyring directory: every ``*.pub`` in it is trusted, except the
         keys in its ``revoked/`` subdirectory, and the identity is ``NAME.key``
         (or the only ``*.key`` there is, without a name). The members are the
         keys its ``members`` file names (key names, one per line; ``#`` starts a
         comment) and those named in ``members`` (a cluster's node names: names
-        with no ``.pub`` here are skipped).
+        with no ``.pub`` here are skipped). Its ``roles`` file gives roles
+        explicitly (``_roles.py``); a key it does not name is a member (as
+        above), an operator if ``operators`` names it, else a client.
 
         Raises:
             ConfigError: naming the directory or file and what is wrong.
@@ -292,8 +313,16 @@ class Keyring:
         revoked = [PublicKey.load(p) for p in sorted((directory / REVOKED).glob("*.pub"))]
         members = tuple(members)
         named = _member_ids(directory, trusted, members)
+        roles, _ = _role_ids(directory, trusted, revoked)
         return cls(
-            identity, trusted, named, revoked=revoked, directory=directory, member_names=members
+            identity,
+            trusted,
+            named,
+            revoked=revoked,
+            directory=directory,
+            member_names=members,
+            roles=roles,
+            operator_names=operators,
         )
 
     def trusted(self, key_id: str) -> PublicKey | None:
@@ -308,6 +337,36 @@ class Keyring:
         """Whether the key belongs to one of the cluster's own nodes."""
         return key_id in self.members
 
+    def role(self, key_id: str) -> Role:
+        """The role of a trusted key; ``client`` for any other key id (an
+        origin a member asserts may name a key this node does not hold)."""
+        return self._roles.get(key_id, Role.CLIENT)
+
+    def roles(self) -> dict[str, Role]:
+        """Every trusted key's role, by key id."""
+        return dict(self._roles)
+
+    def _resolve_roles(self) -> None:
+        """Each trusted key's role: given explicitly, else a member, else an
+        operator by name, else a client; the members are the keys whose role
+        is member, and the node's own key."""
+        roles: dict[str, Role] = {}
+        for key_id, key in self._trusted.items():
+            role = self._explicit.get(key_id)
+            if role is None:
+                if key_id in self._members:
+                    role = Role.MEMBER
+                elif key.name is not None and key.name in self._operator_names:
+                    role = Role.OPERATOR
+                else:
+                    role = Role.CLIENT
+            roles[key_id] = role
+        self._roles = roles
+        members = {key_id for key_id, role in roles.items() if role is Role.MEMBER}
+        if self.identity.key_id in self._trusted:
+            members.add(self.identity.key_id)  # it may always speak for itself
+        self.members = frozenset(members)
+
     def public_keys(self) -> list[PublicKey]:
         """Every trusted key, by name."""
         return sorted(self._trusted.values(), key=lambda k: (k.name or "", k.key_id))
@@ -317,19 +376,24 @@ class Keyring:
         trusted: Iterable[PublicKey],
         revoked: Iterable[PublicKey],
         members: Iterable[str] | None = None,
+        roles: Mapping[str, Role] | None = None,
     ) -> KeyringChange:
         """Trust ``trusted`` (and the identity) minus ``revoked`` from now on;
-        what :meth:`reload` does with what it read.
+        what :meth:`reload` does with what it read. ``members`` and ``roles``
+        (explicit roles by key id): None keeps them as they are.
 
         Returns:
             what changed; :attr:`generation` goes up if anything did.
         """
         before, before_revoked, before_members = self._trusted, self._revoked, self.members
+        before_roles = self._roles
         self._revoked = now_revoked = {key.key_id: key for key in revoked}
         self._trusted = now = self._without_revoked((self.identity.public, *trusted))
         if members is not None:
             self._members = frozenset({self.identity.key_id, *members})
-        self.members = self._members & now.keys()
+        if roles is not None:
+            self._explicit = dict(roles)
+        self._resolve_roles()
         change = KeyringChange(
             added=[k for kid, k in now.items() if kid not in before],
             removed=[k for kid, k in before.items() if kid not in now and kid not in now_revoked],
@@ -339,6 +403,7 @@ class Keyring:
             change
             or self._revoked.keys() != before_revoked.keys()
             or self.members != before_members
+            or self._roles != before_roles
         ):
             self.generation += 1
         return change
@@ -370,7 +435,24 @@ class Keyring:
         except ConfigError as exc:
             problems.append(str(exc))
             members = None  # the members file is unreadable: keep the members as they are
-        return self.replace(trusted, revoked, members), problems
+        roles = self.role_ids(trusted, revoked, problems)
+        return self.replace(trusted, revoked, members, roles), problems
+
+    def role_ids(
+        self, trusted: list[PublicKey], revoked: list[PublicKey], problems: list[str]
+    ) -> dict[str, Role] | None:
+        """The roles its directory's ``roles`` file gives the keys among
+        ``trusted``, by key id; None (keep the roles as they are) when the file
+        cannot be read or has a bad line. What is wrong goes into ``problems``."""
+        if self.directory is None:
+            return dict(self._explicit)
+        try:
+            roles, unknown = _role_ids(self.directory, trusted, revoked)
+        except ConfigError as exc:
+            problems.append(str(exc))
+            return None
+        problems.extend(unknown)
+        return roles
 
     def member_ids(self, trusted: list[PublicKey]) -> list[str]:
         """The key ids among ``trusted`` that its directory's ``members`` file and
@@ -437,6 +519,30 @@ def _member_ids(directory: Path, trusted: list[PublicKey], names: Iterable[str])
     ids = members_file(directory / MEMBERS_FILE, by_name)
     ids.extend(by_name[n] for n in names if n in by_name)
     return ids
+
+
+def _role_ids(
+    directory: Path, trusted: list[PublicKey], revoked: list[PublicKey]
+) -> tuple[dict[str, Role], list[str]]:
+    """The roles the directory's ``roles`` file gives, by key id, and a
+    sentence for each name in it that is no key of the directory (a revoked
+    key's line is no mistake: it is skipped quietly).
+
+    Raises:
+        ConfigError: the file cannot be read, or a line is not ``NAME ROLE``.
+    """
+    by_name = {key.name: key.key_id for key in trusted}
+    gone = {key.name for key in revoked}
+    roles, unknown = {}, []
+    for name, role in read_roles(directory).items():
+        if name in by_name:
+            roles[by_name[name]] = role
+        elif name not in gone:
+            unknown.append(
+                f"{directory / 'roles'}: {name!r} is not a key of this keyring "
+                f"(it needs {name}.pub beside the file): its role {role.value} is ignored"
+            )
+    return roles, unknown
 
 
 def members_file(path: Path, by_name: Mapping[str | None, str]) -> list[str]:

@@ -50,6 +50,7 @@ from ._keys import PublicKey as PublicKey
 from ._keys import key_id as key_id
 from ._refusals import unsigned, wrong_node
 from ._replay import ReplayCache as ReplayCache
+from ._roles import Role, weakest
 from ._session import Session as Session
 from ._session import read_session, session_error
 
@@ -308,6 +309,8 @@ class Verifier:
         self._keyring = keyring
         self._generation = -1
         self._keys: dict[str, tuple[PublicKey, Verified]] = {}
+        self._roles: dict[str, Role] = {}
+        self._self = keyring.identity.key_id
         self._refresh()
 
     def _refresh(self) -> None:
@@ -316,6 +319,7 @@ class Verifier:
         keyring = self._keyring
         self._generation = keyring.generation
         self.members = keyring.members
+        self._roles = keyring.roles()
         self._keys = {k.key_id: (k, Verified(k.key_id, ED25519)) for k in keyring.public_keys()}
         self.sessions.drop_untrusted(self._keys)
 
@@ -425,6 +429,19 @@ class Verifier:
         if isinstance(origin, str) and origin and verified.key_id in self.members:
             return origin
         return None
+
+    def role(self, verified: Verified, sender: str) -> Role | None:
+        """The role a verified message acts with: its signer's, or, when a member
+        forwards it for ``sender`` (another identity), the lesser of the two
+        (forwarding raises no one's role). None for the node's own key speaking
+        for itself: the node is not checked against itself."""
+        signer = verified.key_id
+        if signer == self._self and sender == signer:
+            return None
+        role = self._roles.get(signer, Role.CLIENT)
+        if sender != signer:
+            role = weakest(role, self._roles.get(sender, Role.CLIENT))
+        return role
 
     def forget(self, verified: Verified, message_id: str, creation_ms: int | None) -> None:
         """Let the same message in again: call it when the receiver did not execute

@@ -31,6 +31,7 @@ from ..cluster._deadletters import DEAD_LETTERS
 from ..cluster._leases import SCHEDULER_ROLE, LeaseTable
 from ..cluster._node import open_node
 from ..cluster.config._config import ClusterConfig, NodeConfig
+from ..mailbox import Role
 from ..supervision import ChildSpec, Strategy, Supervisor
 from ._foreman import Foreman, LocalForeman, NodeState
 from ._node_view import answer_within, ask_each, letters_answer, letters_request, node_children
@@ -130,7 +131,7 @@ class Controller(Actor):
             "children": nodes,
         }
 
-    @handler
+    @handler(roles=Role.OPERATOR)
     async def deadletters(
         self,
         op: str,
@@ -154,7 +155,7 @@ class Controller(Actor):
         answers, _ = await self._ask_nodes(DEAD_LETTERS, op, args, within)
         return letters_answer(op, answers, letter_id, within)
 
-    @handler
+    @handler(roles=Role.OPERATOR)
     async def broadcast(
         self, actor: str, op: str, args: list[Any] | None = None, timeout: float = 10.0
     ) -> dict[str, Any]:
@@ -191,7 +192,7 @@ class Controller(Actor):
             targets[node.name] = state.address
         return await ask_each(self.ref, targets, actor, op, args, within)
 
-    @handler
+    @handler(roles=(Role.MEMBER, Role.OPERATOR))
     async def lease(
         self, role: str, holder: str, ttl: float, state: dict[str, Any] | None = None
     ) -> dict[str, Any]:
@@ -221,7 +222,7 @@ class Controller(Actor):
         rows: list[dict[str, Any]] = await ref.ask("schedules")
         return rows
 
-    @handler
+    @handler(roles=Role.OPERATOR)
     async def stop_node(self, node: str) -> str:
         """Stop one node for good (``actorctl control shutdown FILE NODE``): it
         gets SIGTERM (its handlers their grace) and is not restarted until the
@@ -244,7 +245,7 @@ class Controller(Actor):
         state.state, state.address, state.reason = "stopped", None, "stopped by control shutdown"
         return f"node {node!r} stopped"
 
-    @handler
+    @handler(roles=Role.OPERATOR)
     async def reload(
         self,
         path: str | None = None,
@@ -283,7 +284,7 @@ class Controller(Actor):
     async def _ask(self, address: str, op: str, args: tuple[Any, ...], timeout: float) -> Any:
         return await self.ref(address).with_options(timeout=timeout).ask(op, *args)
 
-    @handler
+    @handler(roles=Role.OPERATOR)
     async def down(self) -> str:
         """Stop the cluster: every node, in reverse order, then the Controller."""
         log("actorctl:controller:down", cluster=self._config.name)

@@ -27,8 +27,9 @@ import trio
 from .._errors import ActorctlError, ConfigError
 from .._log import log
 from ..cluster._node import DEFAULT_GRACE, Node
-from ..cluster.config._config import ClusterConfig, NodeConfig
-from ..mailbox import IdentityKey
+from ..cluster.config._config import CONTROLLER_KEY, ClusterConfig, NodeConfig
+from ..mailbox import ROLES_FILE, IdentityKey, Role
+from ..mailbox._roles import read_roles, write_role
 from ._build import build_node, node_actors
 from ._certs import init_certs
 from ._preflight import module_environment, module_paths
@@ -227,7 +228,7 @@ def ensure_dev_secrets(config: ClusterConfig) -> list[str]:
     """
     if config.insecure:
         return []
-    names = [node.name for node in config.nodes] + [CLI_NAME, "controller"]
+    names = [node.name for node in config.nodes] + [CLI_NAME, CONTROLLER_KEY]
     missing_certs = [n for n in names if not (config.certs / f"{n}.pem").is_file()]
     missing_keys = [n for n in names if not (config.keys / f"{n}.key").is_file()]
     if not config.dev:
@@ -246,7 +247,25 @@ def ensure_dev_secrets(config: ClusterConfig) -> list[str]:
         IdentityKey.generate(name).save(config.keys, name)
     if missing_keys:
         made.append(f"keys for {', '.join(missing_keys)} in {config.keys}")
+    granted = dev_roles(config)
+    if granted:
+        made.append(f"roles {', '.join(granted)} in {config.keys / ROLES_FILE}")
     return made
+
+
+def dev_roles(config: ClusterConfig) -> list[str]:
+    """Development mode's roles, for the keys that have none yet: the CLI's key
+    (``cli``: the operator at the keyboard) and the Controller's are operators,
+    the nodes' members; any other key stays a client. A role given before
+    (``actorctl keys add --role``) is kept. What was written, as ``NAME=ROLE``."""
+    given = read_roles(config.keys)
+    wanted = [(node.name, Role.MEMBER) for node in config.nodes]
+    wanted += [(CLI_NAME, Role.OPERATOR), (CONTROLLER_KEY, Role.OPERATOR)]
+    written = []
+    for name, role in wanted:
+        if name not in given and write_role(config.keys, name, role):
+            written.append(f"{name}={role.value}")
+    return written
 
 
 @final

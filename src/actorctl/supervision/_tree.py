@@ -21,6 +21,7 @@ import trio
 
 from .._errors import ConfigError
 from ..actors import Actor, ActorCell, handler
+from ..mailbox import Role
 from ._boxed import Boxed
 from ._boxed_actor import BoxedActor, run_boxed_child
 from ._boxed_spec import BoxedSpec
@@ -233,7 +234,7 @@ class SupervisorActor(Actor):
         """OTP's counts: specs, active, supervisors, workers."""
         return self.level.supervisor.count_children()
 
-    @handler
+    @handler(roles=Role.OPERATOR)
     async def start_child(self, child: dict[str, Any]) -> str:
         """Add and start a child: ``{"actor": "MODULE:OBJECT", "name": ...,
         "args": [...], "kwargs": {...}, "restart": ...}``, ``{"process":
@@ -249,17 +250,17 @@ class SupervisorActor(Actor):
         await self.level.start_child(spec)
         return spec.child_name if isinstance(spec, ActorSpec) else spec.name
 
-    @handler
+    @handler(roles=Role.OPERATOR)
     async def terminate_child(self, name: str) -> None:
         """Stop a child; it is not started again until :meth:`restart_child`."""
         await self.level.supervisor.terminate_child(name)
 
-    @handler
+    @handler(roles=Role.OPERATOR)
     async def restart_child(self, name: str) -> None:
         """Start a terminated child again."""
         await self.level.supervisor.restart_child(name)
 
-    @handler
+    @handler(roles=Role.OPERATOR)
     async def delete_child(self, name: str) -> None:
         """Forget a terminated child (and its name on the node)."""
         await self.level.delete_child(name)

@@ -69,6 +69,7 @@ from ._tree_config import TARGET, check_supervisors, supervisor_specs
 from ._web_config import METRICS_KEYS, metrics_table, web_address
 
 __all__ = [
+    "CONTROLLER_KEY",
     "KNOWN_KEYS",
     "NODE_KEYS",
     "REQUIRED_KEYS",
@@ -85,6 +86,8 @@ NODE_KEYS: Final = frozenset(
 ) | {"metrics"}
 #: The key of a [[node]] table that says where it runs (read by `host up`, not the node).
 HOST_KEY: Final = "host"
+#: The name of the Controller's key (and certificate) in a cluster's directories.
+CONTROLLER_KEY: Final = "controller"
 #: Every table of the file ("" is the top level) with the keys it may have: the one
 #: place to add a table or a key. A key that is not here is refused, with the nearest
 #: known key; a [[node]] table may also have those its actors factory reads (_hosting).
@@ -240,12 +243,17 @@ class ClusterConfig:
             return {"insecure": True}
         return {
             "tls": TlsFiles.from_dir(self.certs, name),
-            "keyring": Keyring.load(self.keys, name, members=self.member_names),
+            "keyring": Keyring.load(
+                self.keys, name, members=self.member_names, operators=(CONTROLLER_KEY,)
+            ),
         }
 
     @property
     def member_names(self) -> list[str]:
-        """The keys of the cluster's members: its nodes' (docs/protocol.md §11.4)."""
+        """The keys of the cluster's members: its nodes' (docs/protocol.md §11.4).
+        Unless the keyring's ``roles`` file says otherwise, their role is
+        member, the Controller's key's operator (it relays the operator's
+        commands), and every other key's client."""
         return [node.name for node in self.nodes]
 
 

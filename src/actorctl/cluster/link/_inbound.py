@@ -246,7 +246,7 @@ class InboundHandler(EngineHandler):
                 sender = verified.key_id
                 if ORIGIN_KEY in sections[1]:  # a router asserts whom it forwards for
                     sender = verifier.origin(verified, sections[1]) or _no_origin(engine, verified)
-                envelope = from_sections(sections, sender)
+                envelope = from_sections(sections, sender, verifier.role(verified, sender))
         except AuthError as exc:
             _refuse_delivery(engine, cell, settle, exc.condition, exc.description, exc)
             return

@@ -33,9 +33,9 @@ import trio
 
 from ..._errors import ActorctlError, ConfigError, WireFormatError
 from ..._log import log
-from ...actors import Actor, Address, Outbox
+from ...actors import Actor, Address, Outbox, not_permitted
 from ...cluster import AT_MOST_ONCE, DEAD_LETTERS, REASON_EXPIRED
-from ...mailbox import ACCEPTED, STATUS_OK, Envelope, Outcome, decode, encode
+from ...mailbox import ACCEPTED, STATUS_OK, Envelope, Outcome, Role, decode, encode
 from ...store import Store
 from ..client._client import Directory, TaskClient
 from ..protocol._protocol import (
@@ -62,6 +62,10 @@ __all__ = ["Scheduler"]
 #: at once share one).
 RELEASE_BATCH: Final = 1000
 DUE_SUFFIX: Final = "/due"
+#: Its commands that only the operator role may send: a revoke drops tasks, and
+#: ``scheduled`` shows their arguments (docs/security.md). ``pending`` is a count.
+OPERATOR_ONLY: Final = frozenset({"revoke", "scheduled"})
+OPERATOR_ONLY_ROLES: Final = frozenset({Role.OPERATOR})
 
 
 @attrs.frozen
@@ -336,6 +340,9 @@ class Scheduler(Actor):
     # -- control ------------------------------------------------------------------------
 
     async def _control(self, envelope: Envelope) -> tuple[Outcome, tuple[str, Any] | None]:
+        if envelope.subject in OPERATOR_ONLY and envelope.role not in (None, Role.OPERATOR):
+            refused = not_permitted(self.name, envelope.subject, envelope, OPERATOR_ONLY_ROLES)
+            return refused.outcome, None
         try:
             args, kwargs = envelope.call()
             if envelope.subject == "revoke":

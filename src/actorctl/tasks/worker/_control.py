@@ -25,7 +25,7 @@ from ..._errors import ConfigError
 from ..._log import log
 from ...actors import Actor, BadArguments, handler
 from ...cluster import ClusterConfig, NodeConfig, RestartNeeded, Shift
-from ...mailbox import Envelope
+from ...mailbox import Envelope, Role
 from ..client._client import TaskClient, current_client
 from ..client._results import AsyncResult
 from ..limits._tuning import Tuning
@@ -191,7 +191,7 @@ class TaskControl(Actor):
             self.state.revoke(task_id, terminate)
         self.state.tuning.load(store)
 
-    @handler
+    @handler(roles=Role.OPERATOR)
     async def revoke(self, ids: list[str], terminate: bool = False) -> int:
         """Revoke ``ids`` on this node; answered once its store keeps them."""
         names = [str(task_id) for task_id in ids]
@@ -204,7 +204,7 @@ class TaskControl(Actor):
         log("actorctl:task:revoked", ids=names, terminate=terminate)
         return len(names)
 
-    @handler
+    @handler(roles=Role.OPERATOR)
     async def limit(self, task: str, key: str, value: Any = None) -> dict[str, Any]:
         """Set a limit of ``task`` on this node's workers and routers: its
         ``rate_limit``, ``global_rate_limit`` (``"10/s"``; None lifts it) or
@@ -223,7 +223,7 @@ class TaskControl(Actor):
         await self.state.tuning.sync()
         return report
 
-    @handler
+    @handler(roles=Role.OPERATOR)
     async def budget(self, pool: str, by: int) -> dict[str, int]:
         """Grow (``by`` > 0) or shrink the budget of this node's workers of
         ``pool``, within the pool's bounds: each worker's budget now."""
@@ -240,13 +240,13 @@ class TaskControl(Actor):
         its routers' held tasks, and the limits set at run time."""
         return self.state.tuning.report()
 
-    @handler
+    @handler(roles=Role.OPERATOR)
     async def active(self) -> list[dict[str, Any]]:
         """``inspect active``: the tasks this node's workers run now (id, name,
         args, kwargs, worker, pool, received and started times)."""
         return self.state.holdings.active()
 
-    @handler
+    @handler(roles=Role.OPERATOR)
     async def reserved(self) -> list[dict[str, Any]]:
         """``inspect reserved``: the tasks this node's workers took and have not
         started (waiting for a run slot or for a limit)."""
