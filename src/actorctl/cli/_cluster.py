@@ -39,7 +39,7 @@ from ._reach import (
     reach_options,
     request_controller,
 )
-from ._tree import render_tree
+from ._table import render_tree
 
 __all__ = ["cluster"]
 
