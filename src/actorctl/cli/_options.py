@@ -7,15 +7,16 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Coroutine, Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import asyncclick as click
-import attrs
 
 from .._errors import ConfigError
-from ..cluster import ClusterConfig, EtcdSettings, TlsFiles
-from ..mailbox import Keyring
+
+if TYPE_CHECKING:
+    from ..cluster import ClusterConfig, EtcdSettings
 
 __all__ = [
     "Security",
@@ -27,7 +28,7 @@ __all__ = [
 ]
 
 
-@attrs.frozen
+@dataclass(frozen=True, slots=True)
 class Security:
     """What the command line said about TLS and keys."""
 
@@ -44,6 +45,10 @@ class Security:
         Raises:
             click.UsageError: neither files nor --insecure were given.
         """
+        # Imported here, not above: a command's --help needs neither.
+        from ..cluster import TlsFiles
+        from ..mailbox import Keyring
+
         tls = keyring = None
         if self.certs is not None:
             tls = TlsFiles.from_dir(self.certs, self.cert_name or name)
@@ -144,6 +149,8 @@ def etcd_settings(config: ClusterConfig, endpoints: Sequence[str]) -> EtcdSettin
     Raises:
         ConfigError: neither says, or an endpoint is not a URL.
     """
+    from ..cluster import EtcdSettings
+
     if config.etcd is None and not endpoints:
         raise ConfigError(
             f"{config.path}: no etcd to register in: add an [etcd] table "
