@@ -184,3 +184,19 @@ def test_cli_start() -> None:
         assert label in text
         for key in ("wall_s", "cpu_s", "peak_rss_mib"):
             assert all(figure(row[key][q]) for q in ("min", "median", "max")), (label, key)
+
+
+def test_task_cost() -> None:
+    text, result = output("task_cost.py")
+    for label in ("per-task cost ledger", "worker node, event-loop thread", "socket writes"):
+        assert label in text
+    assert result["tasks"] > 0
+    assert set(result["worker"]["counts"]) <= {*STAGES_LEDGER}
+    assert sum(result["worker"]["counts"].values()) > 0
+
+
+#: The stages bench/task_cost.py attributes the worker's samples to.
+STAGES_LEDGER = (
+    *("send", "read", "auth", "dedup", "run", "store", "reply", "trace", "metrics"),
+    *("write", "settle", "machinery", "scheduler", "other", "idle"),
+)

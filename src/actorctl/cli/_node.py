@@ -25,9 +25,6 @@ from ._options import Security, etcd_option, etcd_settings, security_options
 if TYPE_CHECKING:
     import trio
 
-    from ..actors import Actor
-    from ..supervision import BoxedSpec, SupervisorSpec
-
 __all__ = ["node"]
 
 
@@ -101,8 +98,8 @@ async def node_run(
     import eliot
     import trio
 
-    from ..actors import Address
-    from ..cluster import Node, NodeConfig, Router, hosted_actors, hosted_pools, load_cluster
+    from ..cluster import NodeConfig, hosted_pools, load_cluster
+    from ..ops import build_node, node_actors
     from ._host import LEAVE_TIMEOUT, membership
 
     try:
@@ -130,43 +127,25 @@ async def node_run(
             # the Controller grants the scheduler lease).
             settings = etcd_settings(config, etcd) if etcd else None
             config = attrs.evolve(config, etcd=settings)
-            node_config = config.node(node_name)
-        actors = hosted_actors(target, instances, node=node_config, cluster=config)
-        hosted: dict[str, Actor | type[Actor] | SupervisorSpec | BoxedSpec] = dict(actors)
+            node_config = attrs.evolve(config.node(node_name), actors=target, instances=instances)
+        parsed = []
         for route in routes:
             logical, sep, addresses = route.partition("=")
             if not sep or not logical or not addresses:
                 raise ConfigError(f"--route {route!r}: expected NAME=ADDRESS[,ADDRESS...]")
-            hosted[logical] = Router([Address.parse(a) for a in addresses.split(",")])
-        trees = config.supervisor_specs(node_config) if config is not None else []
-        for tree in trees:
-            if tree.name in hosted:
-                raise ConfigError(
-                    f"supervisor {tree.name!r}: node {node_name!r} has an actor of that name"
-                )
-            hosted[tree.name] = tree
-        for boxed in config.boxed_specs(node_config) if config is not None else []:
-            if boxed.name in hosted:
-                raise ConfigError(
-                    f"boxed worker {boxed.name!r}: node {node_name!r} has an actor of that name"
-                )
-            hosted[boxed.name] = boxed
-        # Its durable store is under its cluster's data/; without one, in memory.
-        store = config.store(node_config) if config is not None else None
+            parsed.append((logical, addresses.split(",")))
+        hosted = node_actors(node_config, config, routes=parsed)
         if etcd:
             if config is None:
                 raise ConfigError("--etcd needs --cluster FILE: the cluster it registers in")
             pools = hosted_pools(target, node=node_config, cluster=config)
-        server = Node(
-            node_name,
+        # Its durable store is under its cluster's data/; without one, in memory.
+        server = build_node(
+            node_config,
+            config,
             hosted,
-            host=host,
-            port=port,
-            store=store,
-            dead_letters=node_config.deadletters,
-            metrics=metrics or node_config.metrics,
-            **node_config.limits,
-            **security.node_options(node_name, config.member_names if config else ()),
+            security=security.node_options(node_name, config.member_names if config else ()),
+            metrics=metrics,
         )
     except ConfigError as exc:
         fail(str(exc))

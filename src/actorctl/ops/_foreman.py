@@ -17,20 +17,19 @@ import signal
 import subprocess
 import sys
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
-from typing import Any, Final, final
+from typing import Final, final
 
 import attrs
 import trio
 
 from .._errors import ActorctlError, ConfigError
 from .._log import log
-from ..cluster._hosting import hosted_actors
-from ..cluster._node import open_node
-from ..cluster._router import Router
+from ..cluster._node import DEFAULT_GRACE, Node
 from ..cluster.config._config import ClusterConfig, NodeConfig
 from ..mailbox import IdentityKey
+from ._build import build_node, node_actors
 from ._certs import init_certs
 from ._preflight import module_environment, module_paths
 
@@ -261,28 +260,13 @@ class LocalForeman(_Runner):
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         node, config = self.node, self.config
         self._begin()
-        actors: dict[str, Any] = hosted_actors(
-            node.actors, node.instances, node=node, cluster=config
-        )
-        for name, addresses in config.routes(node):
-            actors[name] = Router(addresses)
-        actors.update((spec.name, spec) for spec in config.supervisor_specs(node))
-        actors.update((spec.name, spec) for spec in config.boxed_specs(node))
-        security = config.security(node.name)
-        store = config.store(node)
+        hosted = node_actors(node, config, routes=config.routes(node))
         started = False
         try:
-            async with open_node(
-                node.name,
-                actors,
-                host=node.host,
-                port=node.port,
-                store=store,
-                dead_letters=node.deadletters,
-                metrics=self.metrics,
-                **node.limits,
-                **security,
-            ) as n:
+            built = build_node(
+                node, config, hosted, security=config.security(node.name), metrics=self.metrics
+            )
+            async with _serving(built) as n:
                 self._set(
                     state="running",
                     pid=os.getpid(),
@@ -306,6 +290,17 @@ class LocalForeman(_Runner):
             self._set(state="dead", reason=why)
             where = config.root / "logs" / "cluster.log"
             raise NodeDied(f"node {node.name} {why} (its log: {where})") from None
+
+
+@contextlib.asynccontextmanager
+async def _serving(node: Node) -> AsyncIterator[Node]:
+    """Run ``node`` for the block, then stop it gracefully (as ``open_node``)."""
+    async with trio.open_nursery() as nursery:
+        await nursery.start(node.serve)
+        try:
+            yield node
+        finally:
+            node.stop(DEFAULT_GRACE)
 
 
 def _end_group(pid: int) -> None:

@@ -25,7 +25,7 @@ import trio.testing
 
 from .._errors import ConfigError
 from ..cluster import ClusterConfig, Node, load_cluster
-from ..ops import ensure_dev_secrets
+from ..ops import build_node, ensure_dev_secrets, node_actors
 from ..tasks import App, PoolRouter, Scheduler, TaskClient, TaskWorker
 from ._idle import busy_parts, wait_idle
 
@@ -165,9 +165,10 @@ async def open_cluster(
         hosted: dict[str, dict[str, Any]] = {}
         async with trio.open_nursery() as nursery:
             for spec in config.nodes:
-                actors = hosted[spec.name] = dict(app.actors_for(config, spec))
+                actors = node_actors(spec, config, actors=dict(app.actors_for(config, spec)))
+                hosted[spec.name] = actors
                 security = config.security(spec.name)
-                node = Node(spec.name, actors, port=spec.port, **security, **options)
+                node = build_node(spec, config, actors, security=security, **options)
                 nodes[spec.name] = await nursery.start(node.serve)
             cluster = TestCluster(config, nodes, hosted)
             try:

@@ -5,6 +5,10 @@ trio owns the socket. Bytes read from the stream are pushed into the proton
 output is popped from the transport and written by one writer task, which
 anything that changes the engine outside an event callback wakes with
 :meth:`Engine.wake`. No proton reactor, no threads, no polling loop.
+
+Output that keeps coming loop turn after loop turn (the replies of tasks run
+one after another) is gathered and written together; output after a quiet
+spell is written at once (see ``Engine._gather``).
 """
 
 from __future__ import annotations
@@ -31,6 +35,36 @@ _LOCAL_UNINIT: Final = Endpoint.LOCAL_UNINIT
 _LOCAL_CLOSED: Final = Endpoint.LOCAL_CLOSED
 _LOCAL_ACTIVE: Final = Endpoint.LOCAL_ACTIVE
 _IO_ERRORS: Final = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
+#: Loop turns a busy spell's output may gather for before it is written anyway.
+GATHER_TURNS: Final = 16
+
+
+@final
+class _Turns(trio.abc.Instrument):
+    """Counts the turns of the event loop (one per I/O wait): how a writer tells
+    output that keeps coming turn after turn from a lone message."""
+
+    __slots__ = ("count",)
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def before_io_wait(self, timeout: float) -> None:
+        self.count += 1
+
+
+_TURNS: Final = trio.lowlevel.RunVar[_Turns]("actorctl_engine_turns")
+
+
+def _turns() -> _Turns:
+    """This trio run's turn counter (installed by its first engine)."""
+    try:
+        return _TURNS.get()
+    except LookupError:
+        turns = _Turns()
+        trio.lowlevel.add_instrument(turns)
+        _TURNS.set(turns)
+        return turns
 
 
 class EngineHandler:
@@ -103,6 +137,8 @@ class Engine:
         #: write, not per message: the node's metrics read them when scraped).
         self.received_bytes = 0
         self.sent_bytes = 0
+        #: Writes to the stream (one ``send_all`` each): the ledger's count.
+        self.writes = 0
         #: What the transport said went wrong (a TLS or framing failure), if anything.
         self.error: str | None = None
         self.connection = connection = Connection()
@@ -125,6 +161,9 @@ class Engine:
         transport.bind(connection)
         self._wake_event = trio.Event()
         self._send_lock = trio.Lock()
+        self._turns = _Turns()  # this run's counter, once ``run`` starts
+        self._produced_at = -2  # the loop turn of the last wake-up (send, settle, flow)
+        self._gathering = False  # the writer lets a busy spell's output gather
         #: Set once the peer's AMQP open arrived (after TLS and SASL).
         self.remote_opened = trio.Event()
         #: Set once the connection has ended (``run`` is returning).
@@ -143,17 +182,21 @@ class Engine:
         }
 
     def wake(self) -> None:
-        """Have the writer emit whatever the engine has to send now."""
+        """Have the writer emit whatever the engine has to send now (at once
+        after a quiet spell; in a busy one, with what the next turns add)."""
+        self._produced_at = self._turns.count
         self._wake_event.set()
 
     def send_settled(self, link: Any, tag: bytes, data: bytes | bytearray) -> None:
         """Send one pre-settled delivery on a sender (``link``: its raw
         ``pn_link_t``), such as a reply, and have the writer emit it."""
         lib.pn_delivery_settle(send(link, tag, data))
+        self._produced_at = self._turns.count
         self._wake_event.set()
 
     async def run(self) -> None:
         """Run the connection until both directions are closed, then close the stream."""
+        self._turns = _turns()
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._read_loop)
@@ -194,10 +237,11 @@ class Engine:
                 if not self._push(data):
                     return
                 self._process()
-                # Answer from this task when nobody else is writing: one task
-                # switch fewer per message than waking the writer.
-                if self._send_lock.locked():
-                    self._wake_event.set()
+                # Answer from this task when nobody else is writing (one task
+                # switch fewer per message than waking the writer), unless the
+                # writer is gathering a busy spell's output (see _write_loop).
+                if self._send_lock.locked() or self._gathering:
+                    self.wake()
                 elif not await self._send_pending():
                     self._wake_event.set()  # output closed: the writer ends it
         finally:
@@ -233,6 +277,7 @@ class Engine:
             while True:
                 # Re-arm before draining, so a wake-up during send_all is not lost.
                 self._wake_event = trio.Event()
+                writes = self.writes
                 if not await self._send_pending():
                     # Nothing more to say: half-close, so the peer's reader sees
                     # the end instead of waiting for our socket to close.
@@ -240,7 +285,11 @@ class Engine:
                         await stream.send_eof()
                     return
                 self._process()
+                waited_from = self._turns.count
                 await self._wake_event.wait()
+                if self.writes != writes and self._produced_at - waited_from <= 1:
+                    # Output came while it wrote, or just after: a busy spell.
+                    await self._gather()
         except _IO_ERRORS:
             if transport.pending() >= 0:
                 transport.close_head()
@@ -248,8 +297,32 @@ class Engine:
             self._process()
             self._writer_done.set()
 
+    async def _gather(self) -> None:
+        """Let the output of a busy spell gather before it is written.
+
+        Replies of tasks that run one after another come one loop turn apart,
+        and writing each as it comes costs a socket write (and often a wake-up
+        of the peer) per reply. So when output came while the writer was
+        writing (or a turn after it wrote), it waits while output keeps coming:
+        until a whole turn adds none, or for GATHER_TURNS turns at most; the
+        read loop leaves its own output to it meanwhile. Output after a quiet
+        spell (a lone message) is written at once, as before.
+        """
+        turns = self._turns
+        until = turns.count + GATHER_TURNS
+        self._gathering = True
+        try:
+            while turns.count < until:
+                await trio.lowlevel.checkpoint()
+                if turns.count - self._produced_at >= 2:
+                    return  # the whole last turn added nothing
+        finally:
+            self._gathering = False
+
     async def _send_pending(self) -> bool:
-        """Write what the engine has to send. False once its output is closed."""
+        """Write what the engine has to send now, in one write. False once its
+        output is closed. (What is added while the write is under way waits for
+        the next call: the writer gathers it in a busy spell.)"""
         transport = self.transport
         lock = self._send_lock
         if lock.locked():
@@ -257,15 +330,18 @@ class Engine:
         else:
             lock.acquire_nowait()  # no checkpoint: the send below has one
         try:
-            while True:
-                size = transport.pending()
-                if size <= 0:
-                    return size == 0
-                data = transport.peek(size)
+            chunks: list[bytes] = []
+            while (size := transport.pending()) > 0:
+                chunk = transport.peek(size)
                 transport.pop(size)
-                if data:
-                    self.sent_bytes += len(data)
-                    await self.stream.send_all(data)
+                if chunk:
+                    chunks.append(chunk)
+            data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+            if data:
+                self.sent_bytes += len(data)
+                self.writes += 1
+                await self.stream.send_all(data)
+            return size == 0
         except _IO_ERRORS:
             if transport.pending() >= 0:
                 transport.close_head()
