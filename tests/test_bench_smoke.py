@@ -99,6 +99,12 @@ def test_run() -> None:
         assert all(figure(result[key][side]) for side in ("actorctl", "reference", "ratio")), key
     for key in TASK_FIGURES:  # actorctl's side always runs
         assert figure(result[key]["actorctl"]), key
+    assert figure(result["task_vs_own_ask"])
+    assert "per-task ledger (bench/task_cost.py" in text
+    ledger = result["ledger"]
+    for key in ("loop_cpu_us", "other_threads_cpu_us", "writes_per_task", "bytes_per_task"):
+        assert figure(ledger[key]), key
+    assert ledger["top_stages_us"], "the costliest stages"
     if "celery_skipped" in result:  # only in a smoke run, saying what is missing
         assert re.search(r"celery|redis", result["celery_skipped"])
         assert "the Celery side was skipped: " + result["celery_skipped"] in text

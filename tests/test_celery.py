@@ -45,8 +45,7 @@ from actorctl import (
 from actorctl.cluster import load_cluster
 from actorctl.mailbox import KIND_DOCUMENT, KIND_EVENT
 from tests.celery_app import SIGNALS, WAKE, SignedUp, add, app, fails, retries_once
-from tests.foreign import ClientTls, foreign_call
-from tests.test_foreign_signed import Identity, json_command, reply_signature_holds
+from tests.foreign import ClientTls, Identity, foreign_call, json_command, reply_signature_holds
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -318,7 +317,7 @@ async def test_a_foreign_client_sending_to_a_pool_gets_the_result_document(
     ).public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
     assert reply.message is not None
     assert result.reply_address is not None
-    assert reply_signature_holds(reply.message, result.reply_address, public)
+    assert reply_signature_holds(reply.message, result.reply_address, node_public_raw=public)
 
 
 async def test_only_the_clusters_nodes_may_have_a_result_relayed(cluster: Path) -> None:

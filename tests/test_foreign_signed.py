@@ -1,396 +1,57 @@
 """A client in "another language" signs its messages, knowing only docs/protocol.md.
 
-The client below uses only python-qpid-proton, the ``cryptography`` package
-(Ed25519) and the standard library. It imports nothing from actorctl: it
-implements the canonical byte form of protocol.md §11.2 from the text, checks it
-against docs/test-vectors.json (§11.9), and then calls an actor on a secured node
-over mutual TLS with per-message Ed25519 signatures (§11.1, §11.3). Its transport
-(the proton ``Container`` and ``MessagingHandler``, with ``SSLDomain`` for mutual
-TLS) is tests/foreign.py, shared with tests/test_foreign_client.py and written
-under the same rule. Only the tests at the bottom of this module use actorctl,
-to host the actor and to make the TLS files and the node's own key. Each client
+The client, tests/foreign.py, uses only python-qpid-proton, the ``cryptography``
+package (Ed25519) and the standard library. It imports nothing from actorctl: it
+implements the canonical byte form of protocol.md §11.2 and the reply check of
+§8.1 from the text. These tests check it against docs/test-vectors.json (§11.9),
+and then have it call an actor on a secured node over mutual TLS with
+per-message Ed25519 signatures (§11.1, §11.3), and check the node's signed
+reply. The tests use actorctl only to host the actor and to make the TLS files
+and the node's own key. Each client
 runs in a worker thread with its own proton Container, and every wait is bounded
 by a Container timer (and, around it, by ``trio.fail_after``).
 """
 
 from __future__ import annotations
 
+import base64
 import dataclasses
-import hashlib
-import hmac
 import json
-import math
-import struct
-import time
 import uuid
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+import pytest
 from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from proton import Message
 
-from .foreign import CallResult, ClientTls, foreign_call
+from actorctl import Actor, Node, handler, open_node
 
-# =============================================================================
-# The foreign client.
-#
-# It uses ONLY python-qpid-proton, cryptography (Ed25519), the standard library
-# and tests/foreign.py (§2 transport, §4 inbox links, §8 replies, §9 outcomes),
-# and ONLY what docs/protocol.md (§6 the message, §11 message authentication)
-# and docs/test-vectors.json say: no actorctl import, no actorctl helper, no
-# knowledge of actorctl's internals.
-# =============================================================================
+# The foreign client: python-qpid-proton, cryptography (Ed25519) and the standard
+# library only, written from docs/protocol.md and docs/test-vectors.json alone.
+from .foreign import (
+    CallResult,
+    ClientTls,
+    Command,
+    Identity,
+    canonical_bytes,
+    foreign_call,
+    header_json,
+    hmac_sha256,
+    json_command,
+    reply_canonical,
+    reply_signature_holds,
+)
+from .foreign import _text as _text
+from .foreign import _u32 as _u32
 
-# --- §11.2: the canonical byte form ------------------------------------------------
-
-PREFIX = b"actorctl-auth-v2\n"
-ABSENT = b"\xff\xff\xff\xff"
-# Application properties that are not headers of the canonical form (§11.2 "headers").
-NOT_HEADERS = frozenset({"kind", "lang", "sig_alg", "sig_key", "sig", "sig_node"})
-
-# JSON string escapes of §11.2: every other character below U+0020 is \u00xx.
-_ESCAPES = {
-    '"': '\\"',
-    "\\": "\\\\",
-    "\b": "\\b",
-    "\t": "\\t",
-    "\n": "\\n",
-    "\f": "\\f",
-    "\r": "\\r",
-}
-
-
-def _u32(n: int) -> bytes:
-    return struct.pack(">I", n)
-
-
-def _bytes(value: bytes) -> bytes:
-    """*bytes*: a 4-byte big-endian length, then the bytes."""
-    return _u32(len(value)) + value
-
-
-def _text(value: str) -> bytes:
-    """*text*: the UTF-8 bytes as *bytes* (no normalization of any kind)."""
-    return _bytes(value.encode("utf-8"))
-
-
-def _optional_text(value: str | None) -> bytes:
-    """*optional text*: absent if absent, null or empty."""
-    return ABSENT if not value else _text(value)
-
-
-def _time(ms: int | None) -> bytes:
-    """*time*: absent if absent or 0; otherwise the milliseconds in decimal ASCII."""
-    if not ms:
-        return ABSENT
-    if not isinstance(ms, int) or isinstance(ms, bool):
-        raise TypeError(f"a timestamp is a whole number of milliseconds, not {ms!r}")
-    return _text(str(ms))
-
-
-def json_string(value: str) -> str:
-    """A JSON string as §11.2 writes it: only `"`, `\\` and the controls escaped."""
-    out = ['"']
-    for ch in value:
-        escaped = _ESCAPES.get(ch)
-        if escaped is not None:
-            out.append(escaped)
-        elif ch < " ":
-            out.append(f"\\u{ord(ch):04x}")
-        else:
-            out.append(ch)
-    out.append('"')
-    return "".join(out)
-
-
-def header_json(value: Any) -> str:
-    """The compact JSON text of an application property value (§11.2 table)."""
-    if value is None:  # only inside a list or a map: a null header is left out
-        return "null"
-    if value is True:
-        return "true"
-    if value is False:
-        return "false"
-    if isinstance(value, int):  # every AMQP integer type, and timestamps (ms)
-        return str(value)
-    if isinstance(value, float):
-        if math.isnan(value):
-            return "NaN"
-        if math.isinf(value):
-            return "Infinity" if value > 0 else "-Infinity"
-        # Python's repr is the shortest decimal that reads back as the same double,
-        # in fixed notation for -4 <= e < 16 and d.ddde±XX otherwise: §11.2 exactly.
-        return repr(value)
-    if isinstance(value, str):  # string and symbol
-        return json_string(value)
-    if isinstance(value, uuid.UUID):
-        return json_string(str(value))
-    if isinstance(value, list):
-        return "[" + ",".join(header_json(v) for v in value) + "]"
-    if isinstance(value, dict):
-        if not all(isinstance(k, str) for k in value):
-            raise ValueError("a map with a key that is not a string cannot be signed")
-        # Python sorts str by code point, as §11.2 asks.
-        members = (f"{json_string(k)}:{header_json(value[k])}" for k in sorted(value))
-        return "{" + ",".join(members) + "}"
-    raise ValueError(f"a {type(value).__name__} application property cannot be signed")
-
-
-def canonical_bytes(
-    *,
-    node: str,
-    to: str,
-    subject: str | None,
-    message_id: str,
-    correlation_id: str | None,
-    reply_to: str | None,
-    creation_ms: int | None,
-    expiry_ms: int | None,
-    kind: str | None,
-    headers: Mapping[str, Any],
-    body: bytes,
-) -> bytes:
-    """The eleven fields of §11.2 after the prefix. ``node`` is the container id
-    of the node it is for (from the node's open frame); ``to`` is the *actor
-    name* the link target resolves to (not the ``to`` property); ``headers`` are
-    all the application properties (those that are not headers are skipped here)."""
-    pairs = sorted(
-        (key.encode("utf-8"), header_json(value).encode("utf-8"))
-        for key, value in headers.items()
-        if value is not None and key not in NOT_HEADERS
-    )
-    return b"".join(
-        [
-            PREFIX,
-            _text(node),
-            _text(to),
-            _text(subject or ""),
-            _text(message_id),
-            _optional_text(correlation_id),
-            _optional_text(reply_to),
-            _time(creation_ms),
-            _time(expiry_ms),
-            _text(kind or "command"),
-            _u32(len(pairs)),
-            *(_bytes(key) + _bytes(value) for key, value in pairs),
-            _bytes(body),
-        ]
-    )
-
-
-# --- §11.4: identity keys -------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Identity:
-    """An Ed25519 identity key (§11.4)."""
-
-    private: Ed25519PrivateKey
-
-    @classmethod
-    def generate(cls) -> Identity:
-        return cls(Ed25519PrivateKey.generate())
-
-    @property
-    def raw_public(self) -> bytes:
-        return self.private.public_key().public_bytes(
-            serialization.Encoding.Raw, serialization.PublicFormat.Raw
-        )
-
-    @property
-    def key_id(self) -> str:
-        """The first 16 lowercase hex digits of SHA-256 of the raw public key."""
-        return hashlib.sha256(self.raw_public).hexdigest()[:16]
-
-    def public_pem(self) -> bytes:
-        """What a node's keyring holds as ``NAME.pub``: PEM SubjectPublicKeyInfo."""
-        return self.private.public_key().public_bytes(
-            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-        )
-
-    def signature_properties(self, canonical: bytes, node: str) -> dict[str, Any]:
-        """§11.3: ``sig`` is binary (Python bytes, which proton writes as binary);
-        ``sig_node`` names the node the canonical bytes were made for."""
-        return {
-            "sig_alg": "ed25519",
-            "sig_key": self.key_id,
-            "sig": self.private.sign(canonical),
-            "sig_node": node,
-        }
-
-
-def hmac_sha256(mac_key: bytes, canonical: bytes) -> bytes:
-    """The ``hmac-sha256`` form's ``sig`` (§11.1)."""
-    return hmac.new(mac_key, canonical, hashlib.sha256).digest()
-
-
-# --- §6: a command, and the proton message that carries it ---------------------------
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
-def _proton_seconds(ms: int) -> float:
-    # proton's Message takes timestamps as float seconds and writes int(seconds * 1000),
-    # truncating: hand it the middle of the millisecond so that it writes exactly ``ms``.
-    return (ms + 0.5) / 1000
-
-
-def _timestamp_on_the_wire(ms: int) -> bytes:
-    return b"\x83" + ms.to_bytes(8, "big")  # AMQP timestamp: 0x83, then ms64
-
-
-@dataclass(frozen=True)
-class Command:
-    """A command as §6 lays it out, with its times as the integer ms on the wire."""
-
-    node: str  # the node's container id, from its open frame: canonical field 1
-    actor: str  # the link target (§4) and canonical field 2
-    subject: str  # the handler
-    body: bytes  # the data section, exactly: JSON [args, kwargs] in UTF-8
-    message_id: str
-    creation_ms: int
-    expiry_ms: int | None = None
-    correlation_id: str | None = None
-    reply_to: str | None = None
-    kind: str = "command"
-    headers: Mapping[str, Any] = field(default_factory=dict)  # other application properties
-    lang: str = "proton-python"
-    to: str | None = None  # the informative `to` property (§6.1): not covered
-
-    def application_properties(self) -> dict[str, Any]:
-        return {"kind": self.kind, "lang": self.lang, **self.headers}
-
-    def canonical(self) -> bytes:
-        return canonical_bytes(
-            node=self.node,
-            to=self.actor,
-            subject=self.subject,
-            message_id=self.message_id,
-            correlation_id=self.correlation_id,
-            reply_to=self.reply_to,
-            creation_ms=self.creation_ms,
-            expiry_ms=self.expiry_ms,
-            kind=self.kind,
-            headers=self.application_properties(),
-            body=self.body,
-        )
-
-    def message(self, signature: Mapping[str, Any] | None) -> Message:
-        """The proton message, with ``signature``'s properties if it is signed."""
-        message = Message(
-            id=self.message_id,
-            subject=self.subject,
-            content_type="application/json",
-            properties={**self.application_properties(), **(signature or {})},
-            body=self.body,
-            inferred=True,  # bytes as a data section, not an amqp-value holding binary
-        )
-        if self.to is not None:
-            message.address = self.to
-        if self.correlation_id is not None:
-            message.correlation_id = self.correlation_id
-        if self.reply_to is not None:
-            message.reply_to = self.reply_to
-        message.creation_time = _proton_seconds(self.creation_ms)
-        if self.expiry_ms is not None:
-            message.expiry_time = _proton_seconds(self.expiry_ms)
-        # What is signed must be what goes on the wire: check proton's encoding.
-        encoded = message.encode()
-        assert _timestamp_on_the_wire(self.creation_ms) in encoded, "creation-time"
-        if self.expiry_ms is not None:
-            assert _timestamp_on_the_wire(self.expiry_ms) in encoded, "absolute-expiry-time"
-        assert encoded.endswith(b"\x00\x53\x75" + _data_size(self.body) + self.body), "body"
-        return message
-
-
-def _data_size(body: bytes) -> bytes:
-    return (b"\xa0" + bytes([len(body)])) if len(body) < 256 else (b"\xb0" + _u32(len(body)))
-
-
-def json_command(
-    node: str,
-    actor: str,
-    handler: str,
-    args: list[Any],
-    kwargs: dict[str, Any],
-    *,
-    headers: Mapping[str, Any] | None = None,
-    correlation_id: str | None = None,
-    to: str | None = None,
-    ttl_ms: int = 30_000,
-) -> Command:
-    """A command made now, expiring ``ttl_ms`` later; reply-to is set when sending."""
-    created = now_ms()
-    return Command(
-        node=node,
-        actor=actor,
-        subject=handler,
-        body=json.dumps([args, kwargs], separators=(",", ":"), ensure_ascii=False).encode(),
-        message_id=f"foreign-{uuid.uuid4()}",
-        creation_ms=created,
-        expiry_ms=created + ttl_ms,
-        correlation_id=correlation_id,
-        headers=dict(headers or {}),
-        to=to,
-    )
-
-
-# --- §8.1: checking a signed reply ---------------------------------------------------
-
-
-def reply_signature_holds(reply: Message, reply_address: str, node_public_raw: bytes) -> bool:
-    """Whether ``reply``, which came back on our reply link whose address is
-    ``reply_address``, is signed ``ed25519`` by the node's key (§8.1): the canonical
-    bytes of §11.2 with the reply address as ``to``."""
-    props = dict(reply.properties or {})
-    if props.get("sig_alg") != "ed25519":
-        return False
-    public = Ed25519PublicKey.from_public_bytes(node_public_raw)
-    if props.get("sig_key") != hashlib.sha256(node_public_raw).hexdigest()[:16]:
-        return False
-    body = reply.body
-    canonical = canonical_bytes(
-        node="",  # absent for a reply: its reply address names the caller's node
-        to=reply_address,
-        subject=reply.subject,
-        message_id=str(reply.id),
-        correlation_id=None if reply.correlation_id is None else str(reply.correlation_id),
-        reply_to=reply.reply_to,
-        # proton reads a timestamp as float seconds: the ms on the wire, exactly
-        creation_ms=round(reply.creation_time * 1000) or None,
-        expiry_ms=round(reply.expiry_time * 1000) or None,
-        kind=props.get("kind"),
-        headers=props,
-        body=bytes(body) if isinstance(body, memoryview | bytes) else b"",
-    )
-    try:
-        public.verify(bytes(props["sig"]), canonical)
-    except InvalidSignature:
-        return False
-    return True
-
-
-# =============================================================================
-# The tests: they check the client against the test vectors, and host the
-# actor with actorctl (TLS files, the node's own key) for it to call.
-# =============================================================================
-
-import base64  # noqa: E402
-from collections.abc import AsyncIterator  # noqa: E402
-from contextlib import asynccontextmanager  # noqa: E402
-from pathlib import Path  # noqa: E402
-
-import pytest  # noqa: E402
-
-from actorctl import Actor, Node, handler, open_node  # noqa: E402
-
-from .keys import make_keys  # noqa: E402
-from .tls import make_tls  # noqa: E402
+# The tests use actorctl to host the actor (TLS files, the node's own key).
+from .keys import make_keys
+from .tls import make_tls
 
 VECTORS = json.loads((Path(__file__).parent.parent / "docs" / "test-vectors.json").read_text())
 
@@ -405,8 +66,14 @@ def test_the_client_canonical_form_matches_the_test_vectors() -> None:
     mac_key = bytes.fromhex(session["mac_key_hex"])
     assert session["issuer_key_id"] == identity.key_id
 
-    assert [v["name"] for v in VECTORS["messages"]] == ["session", "request", "minimal event"]
-    for vector in VECTORS["messages"]:
+    assert [v["name"] for v in VECTORS["messages"]] == [
+        "session",
+        "request",
+        "minimal event",
+        "request with correlation-id",
+        "header values",
+    ]
+    for vector in VECTORS["messages"] + VECTORS["documents"]:
         fields = vector["fields"]
         body = bytes.fromhex(vector["body_hex"])
         canonical = canonical_bytes(
@@ -427,7 +94,9 @@ def test_the_client_canonical_form_matches_the_test_vectors() -> None:
         signed = identity.signature_properties(canonical, fields["node"])
         assert signed["sig_alg"] == vector["ed25519"]["sig_alg"] == "ed25519"
         assert signed["sig_key"] == vector["ed25519"]["sig_key"]
-        assert signed["sig_node"] == vector["ed25519"]["sig_node"] == session["node"]
+        assert signed["sig_node"] == vector["ed25519"]["sig_node"] == fields["node"]
+        # §11.9: messages are for the session's node; documents name none (§8.1).
+        assert fields["node"] == ("" if vector in VECTORS["documents"] else session["node"])
         assert signed["sig"].hex() == vector["ed25519"]["sig_hex"], vector["name"]
         if vector["name"] == "session":
             assert "hmac-sha256" not in vector  # a session message is signed ed25519 only
@@ -446,6 +115,48 @@ def test_the_client_canonical_form_matches_the_test_vectors() -> None:
     # §11.2 says the minimal event's canonical form is 153 bytes.
     [event] = [v for v in VECTORS["messages"] if v["name"] == "minimal event"]
     assert len(bytes.fromhex(event["canonical_hex"])) == 153
+
+
+def test_the_client_verifies_the_documents_of_the_test_vectors_as_received() -> None:
+    """§8.1 and §11.9: each document, decoded from the message a node writes, is
+    signed over the canonical bytes with field 0 the empty text, in both forms;
+    a changed body, another reply address or the field 0 of the earlier
+    editions (absent) does not verify."""
+    public = bytes.fromhex(VECTORS["identity"]["public_key_hex"])
+    session = VECTORS["session"]
+    sessions = {session["id"]: bytes.fromhex(session["mac_key_hex"])}
+    documents = VECTORS["documents"]
+    assert [v["name"] for v in documents] == [
+        "reply",
+        "result document SUCCESS",
+        "result document FAILURE",
+    ]
+    for vector in documents:
+        address = vector["fields"]["to"]
+        canonical = bytes.fromhex(vector["canonical_hex"])
+        # Field 0: the empty text, 00 00 00 00 (not absent, ff ff ff ff).
+        assert canonical[17:21] == b"\x00\x00\x00\x00"
+        for form in ("ed25519", "hmac-sha256"):
+            reply = Message()
+            reply.decode(bytes.fromhex(vector[form]["message_hex"]))
+            assert reply_canonical(reply, address) == canonical, (vector["name"], form)
+            assert reply_signature_holds(
+                reply, address, node_public_raw=public, sessions=sessions
+            ), (vector["name"], form)
+            assert not reply_signature_holds(
+                reply, "$reply/someone-else", node_public_raw=public, sessions=sessions
+            )
+            absent = canonical.replace(b"\n\x00\x00\x00\x00", b"\n\xff\xff\xff\xff", 1)
+            sig = bytes(dict(reply.properties)["sig"])
+            if form == "hmac-sha256":
+                assert hmac_sha256(sessions[session["id"]], absent) != sig
+            else:
+                with pytest.raises(InvalidSignature):
+                    Ed25519PublicKey.from_public_bytes(public).verify(sig, absent)
+            reply.body = b"6"
+            assert not reply_signature_holds(
+                reply, address, node_public_raw=public, sessions=sessions
+            )
 
 
 @pytest.mark.parametrize(
@@ -580,12 +291,12 @@ async def test_a_foreign_client_can_check_the_nodes_signed_reply(tmp_path: Path)
     assert result.reply_address is not None
     reply = result.reply.message
     # The client opened no session: the node signed its reply ed25519 (§8.1)
-    assert reply_signature_holds(reply, result.reply_address, node_key)
+    assert reply_signature_holds(reply, result.reply_address, node_public_raw=node_key)
     assert dict(reply.properties)["replier"] == "calculator"
     # Bound to the reply address, and to what it says
-    assert not reply_signature_holds(reply, "$reply/someone-else", node_key)
+    assert not reply_signature_holds(reply, "$reply/someone-else", node_public_raw=node_key)
     reply.body = b"43"
-    assert not reply_signature_holds(reply, result.reply_address, node_key)
+    assert not reply_signature_holds(reply, result.reply_address, node_public_raw=node_key)
 
 
 async def test_fields_that_are_not_covered_may_change_after_signing(tmp_path: Path) -> None:

@@ -54,6 +54,13 @@ class Actor(Behaviour):
       or factory, called again with the same arguments. An actor handed to a
       node as an *instance* has no spec to build from: it is started again as
       it is (give the class, or an ``ActorSpec``, for a fresh start).
+    - ``handler_errors``: what an exception raised by a handler does
+      (docs/supervision.md, "What crashes an actor"). ``"reply"`` (the
+      default, request-reply as in Orleans): the caller gets the error, the
+      actor keeps its state and goes on. ``"crash"`` (OTP's way, and Akka's):
+      the caller gets the error, then the actor crashes and its supervisor
+      restarts it fresh. An ``ActorSpec`` or ``SupervisorSpec`` may choose
+      instead of the class.
 
     Example::
 
@@ -71,6 +78,7 @@ class Actor(Behaviour):
     #: Whether it takes document messages (results): data sinks do.
     takes_documents: ClassVar[bool] = False
     keeps_state: ClassVar[bool] = False
+    handler_errors: ClassVar[str] = "reply"
 
     _cell: ActorHost | None = None
 

@@ -41,6 +41,17 @@ from ._replies import handler_failed, refuse, send_reply, settle_refused
 
 __all__ = ["ActorCell"]
 
+
+class _HandlerCrashed(Exception):
+    """A handler raised in an actor whose handler errors crash it: the
+    answer its caller gets, and the error the actor crashes with."""
+
+    def __init__(self, handled: Handled, error: Exception) -> None:
+        super().__init__(str(error))
+        self.handled = handled
+        self.error = error
+
+
 _YIELD_EVERY = 16
 #: Seconds an actor's task waits for the next message before it ends (the
 #: actor stays; its next message starts a new task).
@@ -95,6 +106,11 @@ class ActorCell:
         self._turn_done: trio.Event | None = None
         self._parked = False  # its turn waits for a message
         self._inflight: set[Inbound] = set()
+        #: A handler's exception crashes the actor once its caller has the
+        #: error (OTP), or only answers the caller (the default): see
+        #: ``Actor.handler_errors``; its supervision tree may choose instead.
+        self.crashes_on_error = type(actor).handler_errors == "crash"
+        self._culprits: list[Inbound] | None = None  # what crashed its turn (_crashed)
         self._seen = SeenWindow(type(actor).dedup_count, type(actor).dedup_seconds)
         self._background = Background()
         #: What it did with its messages (``_counters.py``), read when scraped.
@@ -128,6 +144,7 @@ class ActorCell:
                 if not ended.is_set():
                     with trio.CancelScope(shield=True):
                         await self.deactivate()
+                    self.stop()  # as a task of its own, nobody may start it again
         if errors and errors[0] is not None:
             raise errors[0]
 
@@ -143,8 +160,9 @@ class ActorCell:
         ``on_end`` is told once when the actor ends by itself: ``None`` when its
         mailbox was closed (it stopped), or the exception it crashed with (an
         exception that escaped its own code outside a handler). A crash releases
-        the messages it was handling (their senders may send them again) and
-        leaves its mailbox open for the next incarnation.
+        the message it crashed on; the others it was handling go back to the
+        head of its mailbox, which stays open, with what is queued there, for
+        the next incarnation (docs/guarantees.md: a restart loses no message).
 
         Raises:
             Exception: what ``on_start`` raised (the actor did not start).
@@ -163,10 +181,11 @@ class ActorCell:
             self._wake()
 
     async def deactivate(self) -> None:
-        """Stop the actor from outside (its supervisor): the messages it is
-        handling are cancelled and left unsettled (their senders send them
-        again), queued ones are released, then ``on_stop`` runs. ``on_end`` is
-        not told."""
+        """Stop the actor from outside (its supervisor), keeping its mailbox:
+        the messages it is handling are cancelled and put back at the head of
+        the mailbox, beside those queued, for its next incarnation (then
+        ``on_stop`` runs). If there is none, :meth:`retire` releases them to
+        their senders. ``on_end`` is not told."""
         if self._on_end is None:
             return  # it ended by itself already
         self._on_end = None
@@ -175,8 +194,7 @@ class ActorCell:
         if turn is not None and done is not None:
             turn.cancel(reason=f"actor {self.name!r} stopped by its supervisor")
             await done.wait()
-        self._release_inflight()
-        self.stop()
+        self._requeue_inflight()
         await self._stop_actor()
         self.state = "stopped"
 
@@ -205,16 +223,29 @@ class ActorCell:
         """Its supervisor will not start it again: close its mailbox, releasing
         what waits there, so that senders send elsewhere instead of waiting."""
         self.mailbox.on_arrival(None)
-        self.stop()
+        self._requeue_inflight()
+        released = self.mailbox.close()
+        if released:
+            log(
+                "actorctl:actor:released",
+                actor=self.name,
+                why="not started again",
+                released=[inbound.envelope.message_id for inbound in released],
+            )
+        for left in released:
+            left.settle(RELEASED)
         self.state = "stopped"
 
-    def _release_inflight(self) -> None:
-        """Messages cancelled mid-handling go back to their senders (released:
-        they may send them again), never left unsettled on a live link."""
-        for inbound in self._inflight:
-            self._seen.abandon(dedup_key(inbound.envelope))
-            inbound.settle(RELEASED)
-        self._inflight.clear()
+    def _requeue_inflight(self) -> None:
+        """Messages cancelled mid-handling go back to the head of the mailbox
+        (for the next incarnation: at least once, so they may run twice), or
+        are released if it is closed; never left unsettled on a live link."""
+        if self._inflight:
+            inflight = list(self._inflight)
+            self._inflight.clear()
+            for inbound in inflight:
+                self._seen.abandon(dedup_key(inbound.envelope))
+            self.mailbox.requeue(inflight)
 
     def _wake(self) -> None:
         """A message arrived (or the mailbox closed): start a turn unless one runs."""
@@ -238,11 +269,13 @@ class ActorCell:
         finally:
             watch.cancel()
             if error is None:
-                self._release_inflight()  # cancelled mid-message: released, not lost
+                self._requeue_inflight()  # cancelled mid-message: kept, not lost
             self._turn = self._turn_done = None
             done.set()
         if self._on_end is None:
-            return  # deactivated meanwhile: it does the rest
+            if error is not None:
+                self._crashed(error)  # deactivated meanwhile: it does the rest
+            return
         if error is not None:
             self._crashed(error)
             await self._end(error)
@@ -289,16 +322,22 @@ class ActorCell:
 
     def _crashed(self, error: Exception) -> None:
         self.state = "crashed"
-        # What it was handling is released: its sender may send it elsewhere
-        # (sent again here, it could crash the actor again).
+        # The message it crashed on is released: its sender may send it
+        # elsewhere (sent again here, it could crash the actor again). Those it
+        # was handling beside it, and those queued, stay for the next
+        # incarnation (released by retire() if there is none).
+        culprits, self._culprits = self._culprits or [], None
+        self._requeue_inflight()
         log(
             "actorctl:actor:crashed",
             actor=self.name,
             error_type=type(error).__name__,
             error=str(error),
-            released=[inbound.envelope.message_id for inbound in self._inflight],
+            released=[inbound.envelope.message_id for inbound in culprits],
+            kept=self.mailbox.pending,
         )
-        self._release_inflight()
+        for inbound in culprits:
+            inbound.settle(RELEASED)
 
     async def _end(self, error: Exception | None) -> None:
         on_end = self._on_end
@@ -375,10 +414,19 @@ class ActorCell:
             return None
 
     async def _handle(self, inbound: Inbound, slots: trio.Semaphore | None = None) -> None:
-        # Kept if it fails: a crash releases what the actor was handling.
+        # Kept while it runs: a restart puts it back in the mailbox.
         self._inflight.add(inbound)
         try:
             await self._handle_one(inbound)
+        except Exception:
+            # It crashed the actor: not to be run here again (_crashed).
+            self._inflight.discard(inbound)
+            if inbound.outcome is not None:
+                raise  # answered already (a handler's error, OTP): nothing to release
+            if self._culprits is None:
+                self._culprits = []
+            self._culprits.append(inbound)
+            raise
         finally:
             if slots is not None:
                 slots.release()
@@ -412,6 +460,12 @@ class ActorCell:
         try:
             with continue_trace(envelope.headers.get(TRACE)):
                 handled = await self._dispatch(envelope)
+        except _HandlerCrashed as crash:
+            # OTP: the caller gets the error (a copy too, from the window),
+            # then the actor crashes with it.
+            seen.finish(key, crash.handled)
+            self._finish(inbound, crash.handled)
+            raise crash.error from crash.error.__cause__
         except BaseException:
             seen.abandon(key)  # never answered: a resend must run it
             raise
@@ -474,7 +528,10 @@ class ActorCell:
                         EXPIRED, f"handler {envelope.subject!r} ran past the message's expiry"
                     )
         except Exception as exc:
-            return handler_failed(self.name, envelope, exc)
+            failed = handler_failed(self.name, envelope, exc)
+            if self.crashes_on_error:
+                raise _HandlerCrashed(failed, exc) from exc
+            return failed
         return Handled(ACCEPTED, (STATUS_OK, to_wire(result)))
 
     async def _terminated(self, envelope: Envelope) -> Handled:

@@ -37,7 +37,7 @@ from proton import Link
 from .._errors import AskTimeout, ConfigError
 from .._log import TRACE, log, trace_here
 from ..actors import REPLIER, Address
-from ..mailbox import EXPIRED, Envelope, Outcome, encode
+from ..mailbox import EXPIRED, Envelope, Outcome
 from ..store._store import Store
 from ..supervision import Breaker
 from ._backlog import Backlog, Done, Reroute
@@ -48,7 +48,7 @@ from .link._limits import reply_queue_full
 from .link._peer import Peer
 from .link._peer_breaker import PeerBreaker
 from .link._pending import PeerSettings, Pending
-from .link._reply_auth import ReplySigning
+from .link._reply_auth import ReplySigning, encode_reply
 
 __all__ = ["NodeOutbox", "ReplyRoutes"]
 
@@ -142,8 +142,7 @@ class ReplyRoutes:
             _no_credit(envelope, engine, self.max_queued)
             return True  # there is a route: the reply was dropped there, and logged
         # Signed for the reply address, as the caller reads it off its link.
-        signer = None if signing is None else signing.signer()
-        data = encode(envelope, signer=signer, actor=envelope.to)
+        data = encode_reply(envelope, None if signing is None else signing.signer())
         engine.send_settled(link._impl, envelope.message_id.encode(), data)
         return True
 

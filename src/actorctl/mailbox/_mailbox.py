@@ -274,6 +274,22 @@ class Mailbox:
         """Messages queued and not yet taken by the receiver."""
         return len(self._queue) if self._queue else 0
 
+    def requeue(self, inbounds: list[Inbound]) -> None:
+        """Put messages taken and not finished back at the head of the queue,
+        in their order (still unsettled: their slots stay taken), for the
+        receiver's next turn: an actor stopped mid-message by its supervisor
+        handles them in its next incarnation. A closed mailbox releases them."""
+        if not inbounds:
+            return
+        if self._closed:
+            for inbound in inbounds:
+                inbound.settle(RELEASED)
+            return
+        queue = self._queue
+        if queue is None:
+            queue = self._queue = deque()
+        queue.extendleft(reversed(inbounds))
+
     def reopen(self) -> None:
         """Take messages again after :meth:`close`: a stopped actor that its
         supervisor starts again keeps its mailbox, and the links feeding it."""

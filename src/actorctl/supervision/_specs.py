@@ -35,6 +35,18 @@ def _strategy(value: Strategy | str) -> Strategy:
         raise ConfigError(f"unknown strategy {value!r}: expected one of {choices}") from None
 
 
+#: What a handler's exception does: see ``Actor.handler_errors``.
+HANDLER_ERRORS = ("reply", "crash")
+
+
+def _handler_errors(value: str | None) -> str | None:
+    if value is not None and value not in HANDLER_ERRORS:
+        raise ConfigError(
+            f"unknown handler_errors {value!r}: expected one of {', '.join(HANDLER_ERRORS)}"
+        )
+    return value
+
+
 def _restart(value: Restart | str) -> Restart:
     if isinstance(value, Restart):
         return value
@@ -58,6 +70,11 @@ class ActorSpec:
         name: the name it is reachable under (default: the class's
             ``default_name()``, or the factory's ``__name__``).
         restart: permanent (the default, as in OTP), transient or temporary.
+        handler_errors: what a handler's exception does: ``"reply"`` (the
+            caller gets the error, the actor keeps its state) or ``"crash"``
+            (the caller gets the error, the actor is restarted fresh: OTP);
+            None: its supervisor spec's choice, else its class's
+            (``Actor.handler_errors``).
     """
 
     factory: Callable[..., Actor]
@@ -65,6 +82,7 @@ class ActorSpec:
     kwargs: Mapping[str, Any] = attrs.field(factory=dict, hash=False)
     name: str | None = None
     restart: Restart = attrs.field(default=Restart.PERMANENT, converter=_restart)
+    handler_errors: str | None = attrs.field(default=None, converter=_handler_errors)
 
     @property
     def child_name(self) -> str:
@@ -132,6 +150,9 @@ class SupervisorSpec:
             by default: it imports and runs what the message names (any module's
             callable, any command), so it gives every key the node trusts the
             power to run code there.
+        handler_errors: what a handler's exception does in the actors below
+            it (nested supervisors included) that do not choose themselves
+            (``ActorSpec.handler_errors``); None: each actor's class decides.
     """
 
     name: str
@@ -143,6 +164,7 @@ class SupervisorSpec:
     backoff_max: float = 5.0
     restart: Restart = attrs.field(default=Restart.PERMANENT, converter=_restart)
     remote_start: bool = False
+    handler_errors: str | None = attrs.field(default=None, converter=_handler_errors)
 
     @children.validator
     def _check(self, _: object, children: tuple[Child, ...]) -> None:

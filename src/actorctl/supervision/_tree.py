@@ -89,9 +89,11 @@ class TreeLevel:
         backoff: float = 0.1,
         backoff_max: float = 5.0,
         auto_shutdown: bool = False,
+        handler_errors: str | None = None,
     ) -> None:
         self.name = name
         self._host = host
+        self._handler_errors = handler_errors  # the supervisor spec's choice
         self._details: dict[str, Describe] = {}
         self._addressable: set[str] = set()
         specs = [self._make(child) for child in children]
@@ -124,17 +126,21 @@ class TreeLevel:
             self._details[child.name] = process.describe
             return ChildSpec(child.name, process.run, child.restart, kind="process")
         if isinstance(child, SupervisorSpec):
-            nested = SupervisorActor(child, host)
+            nested = SupervisorActor(child, host, self._handler_errors)
             cell = nested.home = host.host(child.name, nested, None)
             self._addressable.add(child.name)
             self._details[child.name] = functools.partial(_describe_supervisor, nested, cell)
             return ChildSpec(child.name, nested.run_tree, child.restart, kind="supervisor")
+        handler_errors = self._handler_errors
         if isinstance(child, InstanceSpec):
             name, actor, factory, restart = child.name, child.actor, None, child.restart
         else:
             name, actor, restart = child.child_name, child.build(), child.restart
             factory = child.build
+            handler_errors = child.handler_errors or handler_errors
         cell = host.host(name, actor, factory)
+        if handler_errors is not None:
+            cell.crashes_on_error = handler_errors == "crash"
         self._addressable.add(name)
         self._details[name] = functools.partial(_describe_actor, cell)
         return ChildSpec(name, cell.run, restart, kind="actor", activation=cell)
@@ -184,7 +190,7 @@ class SupervisorActor(Actor):
 
     keeps_state = True
 
-    def __init__(self, spec: SupervisorSpec, host: Host) -> None:
+    def __init__(self, spec: SupervisorSpec, host: Host, handler_errors: str | None = None) -> None:
         self.spec = spec
         self.level = TreeLevel(
             spec.name,
@@ -195,6 +201,7 @@ class SupervisorActor(Actor):
             within=spec.within,
             backoff=spec.backoff,
             backoff_max=spec.backoff_max,
+            handler_errors=spec.handler_errors or handler_errors,
         )
         self.home: ActorCell | None = None  # its cell, once hosted
 

@@ -41,6 +41,7 @@ from ...mailbox import (
     Signer,
     canonical_bytes,
     decode,
+    encode,
     from_sections,
     read_message,
     sign_ed25519,
@@ -55,10 +56,12 @@ if TYPE_CHECKING:
 
 __all__ = [
     "REPLY_CREDIT",
+    "REPLY_NODE",
     "UNAUTHORIZED",
     "ReplyCheck",
     "ReplySigning",
     "certificate_names",
+    "encode_reply",
     "reply_address_refusal",
 ]
 
@@ -67,6 +70,10 @@ REPLY_PREFIX: Final = "$reply/"
 REPLY_CREDIT: Final = 1000
 #: The link condition of a reply address that this connection may not take.
 UNAUTHORIZED: Final = "amqp:unauthorized-access"
+#: Canonical field 0 (the node) of a reply or result document, and its
+#: ``sig_node``: the empty text (``00 00 00 00``), not absent, since the reply
+#: address names the caller's node already (docs/protocol.md §8.1).
+REPLY_NODE: Final = ""
 
 lib = raw.lib
 _readable = lib.pn_delivery_readable
@@ -123,6 +130,15 @@ def reply_address_refusal(
             "$reply/<container-id> with your own certificate"
         )
     return None
+
+
+def encode_reply(envelope: Envelope, signer: Signer | None) -> bytes:
+    """A reply or result document as a node writes it on a reply link: signed
+    (by ``signer``, if any) for the reply address in ``envelope.to``, with the
+    empty node of :data:`REPLY_NODE` (docs/protocol.md §8.1). Every reply a node
+    sends is these bytes, and docs/make_test_vectors.py writes the reply
+    vectors with it."""
+    return encode(envelope, signer=signer, actor=envelope.to, node=REPLY_NODE)
 
 
 @final
@@ -323,7 +339,7 @@ def _canonical(address: str, properties: list[Any], app: dict[Any, Any], body: b
     return canonical_bytes(
         # A reply names its destination node in ``to`` already: the reply
         # address is ``$reply/<the caller's container id>`` (§8.1).
-        node="",
+        node=REPLY_NODE,
         to=address,
         subject="" if subject is None else str(subject),
         message_id="" if message_id is None else str(message_id),

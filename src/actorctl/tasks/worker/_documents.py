@@ -24,14 +24,21 @@ from typing import Any, ClassVar
 import attrs
 
 from ..._log import log
-from ...actors import Actor
+from ...actors import Actor, Outbox
 from ...mailbox import ACCEPTED, KIND_DOCUMENT, Envelope, Outcome
 from ..client._client import TaskClient
 from ..protocol._protocol import H_RETRIES, H_STATE, H_TASK_ID, READY_STATES, SINK_FAILED, SUCCESS
 from ..protocol._state import RESULT_EXPIRES, keep_result, store_of
 from ._relay import relay_document
 
-__all__ = ["DataSink", "TaskResult", "is_reply_address", "send_document"]
+__all__ = [
+    "DataSink",
+    "TaskResult",
+    "document_headers",
+    "is_reply_address",
+    "result_document",
+    "send_document",
+]
 
 REPLY_PREFIX = "$reply/"
 
@@ -59,16 +66,10 @@ async def send_document(
     with no reply link here goes through the services node's ``_relay``."""
     outbox = client.outbox
     kept = state in READY_STATES and keep_result(outbox, request, state, body, expires)
-    headers: dict[str, Any] = {H_STATE: state}
-    task_id = request.headers.get(H_TASK_ID)
-    if task_id:
-        headers[H_TASK_ID] = task_id
-    retries = request.headers.get(H_RETRIES)
-    if isinstance(retries, int):
-        headers[H_RETRIES] = retries
+    headers = document_headers(request, state)
     for target in targets:
         if is_reply_address(target):
-            document = _document(client, request, target, body, headers)
+            document = result_document(outbox, request, target, body, headers)
             # On a worker's node (relay), a caller with no link here has one on
             # the services node.
             if not outbox.reply(document, quiet=relay) and relay:
@@ -84,7 +85,7 @@ async def send_document(
                 error=str(exc),
             )
             continue
-        document = _document(client, request, str(address), body, headers)
+        document = result_document(outbox, request, str(address), body, headers)
         # To an actor (a chord's barrier, a data sink): through the backlog,
         # kept until the actor settles it.
         await outbox.send(address, document, presettled=False, confirm=False, durable=True)
@@ -92,10 +93,25 @@ async def send_document(
         await store_of(outbox).sync()
 
 
-def _document(
-    client: TaskClient, request: Envelope, to: str, body: Any, headers: Mapping[str, Any]
+def document_headers(request: Envelope, state: str) -> dict[str, Any]:
+    """The application properties of a ``state`` document about the task
+    command ``request`` (docs/protocol.md §14.4): ``state``, and its ``task_id``
+    and integer ``retries`` if it has them."""
+    headers: dict[str, Any] = {H_STATE: state}
+    task_id = request.headers.get(H_TASK_ID)
+    if task_id:
+        headers[H_TASK_ID] = task_id
+    retries = request.headers.get(H_RETRIES)
+    if isinstance(retries, int):
+        headers[H_RETRIES] = retries
+    return headers
+
+
+def result_document(
+    outbox: Outbox, request: Envelope, to: str, body: Any, headers: Mapping[str, Any]
 ) -> Envelope:
-    outbox = client.outbox
+    """The document about the task command ``request`` that goes to ``to``,
+    with ``headers`` (:func:`document_headers`) and ``body``."""
     return Envelope(
         message_id=outbox.new_message_id(),
         to=to,
