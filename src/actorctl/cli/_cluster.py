@@ -27,6 +27,7 @@ from ..ops import (
 )
 from ..supervision import ChildFailedToStart, SupervisorGaveUp
 from ._errors import INTERRUPTED, fail
+from ._lazy import Lazy, LazyGroup
 from ._logging import log_options, log_to
 from ._reach import (
     across_hosts,
@@ -39,12 +40,22 @@ from ._reach import (
     reach_options,
     request_controller,
 )
-from ._tree import render_tree
+from ._table import render_tree
 
 __all__ = ["cluster"]
 
 
-@click.group()
+@click.group(
+    cls=LazyGroup,
+    lazy={
+        # It imports this module (their tables): so it is added when it is used.
+        "controller": Lazy(
+            "._cluster_controller",
+            "cluster_controller",
+            "Run the Controller of the cluster FILE describes without starting its nodes.",
+        ),
+    },
+)
 def cluster() -> None:
     """Run a cluster described by a cluster.toml."""
 

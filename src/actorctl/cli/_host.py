@@ -34,8 +34,8 @@ from ..ops import NodeDied, check_etcd, check_references, host_nodes, run_host
 from ..supervision import ChildFailedToStart, SupervisorGaveUp
 from ._cluster import _progress, _rows, _table
 from ._errors import fail, leaf
-from ._etcd_options import etcd_option, etcd_settings
 from ._logging import log_to
+from ._options import etcd_option, etcd_settings
 
 __all__ = ["etcd_option", "etcd_settings", "host", "membership"]
 

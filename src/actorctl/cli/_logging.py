@@ -18,11 +18,9 @@ from collections.abc import Callable, Coroutine
 from typing import IO, Any
 
 import asyncclick as click
-import eliot
 
-from .._log import is_routine
-from ._journal import journal_for
-from ._logfile import BatchedFile
+# eliot (and .._log, ._journal, which import it) are imported in the functions
+# that use them: a command's --help needs none of them.
 
 __all__ = ["log_options", "log_to", "show_log"]
 
@@ -34,6 +32,11 @@ def log_to(path: str, default: IO[str], *, journal: bool = False) -> None:
     (what waits is written at exit). When systemd connected ``default`` to
     the journal (``_journal.py``), to the journal instead, if ``path`` is '-'
     or ``journal`` prefers it to ``path``."""
+    import eliot
+
+    from ._journal import journal_for
+    from ._logfile import BatchedFile
+
     to_journal = journal_for(default) if path == "-" or journal else None
     if to_journal is not None:
         eliot.add_destinations(to_journal)
@@ -47,6 +50,10 @@ def log_to(path: str, default: IO[str], *, journal: bool = False) -> None:
 def show_log(*, verbose: bool, as_json: bool, stream: IO[str] | None = None) -> None:
     """Log to stderr (or ``stream``): warnings only unless ``verbose``; one
     readable line each unless ``as_json``."""
+    import eliot
+
+    from .._log import is_routine
+
     out = stream if stream is not None else sys.stderr
 
     def write(message: dict[str, Any]) -> None:

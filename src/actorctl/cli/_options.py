@@ -1,22 +1,34 @@
-"""Options every command that talks to nodes shares: how it proves who it is."""
+"""Options the commands that talk to nodes share: how a command proves who it
+is (``security_options``), and where etcd is for a cluster that spans hosts:
+the file's [etcd] table, or ``--etcd URL`` (repeated for each member), which
+wins (``etcd_option``, ``etcd_to_reach``)."""
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Callable, Coroutine, Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import asyncclick as click
-import attrs
 
-from ..cluster import TlsFiles
-from ..mailbox import Keyring
+from .._errors import ConfigError
 
-__all__ = ["Security", "security_options"]
+if TYPE_CHECKING:
+    from ..cluster import ClusterConfig, EtcdSettings
+
+__all__ = [
+    "Security",
+    "etcd_given",
+    "etcd_option",
+    "etcd_settings",
+    "etcd_to_reach",
+    "security_options",
+]
 
 
-@attrs.frozen
+@dataclass(frozen=True, slots=True)
 class Security:
     """What the command line said about TLS and keys."""
 
@@ -33,6 +45,10 @@ class Security:
         Raises:
             click.UsageError: neither files nor --insecure were given.
         """
+        # Imported here, not above: a command's --help needs neither.
+        from ..cluster import TlsFiles
+        from ..mailbox import Keyring
+
         tls = keyring = None
         if self.certs is not None:
             tls = TlsFiles.from_dir(self.certs, self.cert_name or name)
@@ -94,3 +110,51 @@ def security_options(
     ):
         decorated = option(decorated)
     return decorated  # type: ignore[no-any-return]
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+#: Where the endpoints given with --etcd are kept, in click's context.
+_GIVEN = "actorctl.etcd"
+_HELP = (
+    "An etcd endpoint (repeat for each member), e.g. http://10.0.0.1:2379; "
+    "default: the file's [etcd] endpoints."
+)
+
+#: --etcd for ``host up`` and ``node run``, as the command's ``etcd`` argument.
+etcd_option = click.option("--etcd", "etcd", multiple=True, metavar="URL", help=_HELP)
+
+
+def _keep(ctx: click.Context, _: click.Parameter, value: tuple[str, ...]) -> tuple[str, ...]:
+    ctx.meta[_GIVEN] = value
+    return value
+
+
+def etcd_to_reach(command: F) -> F:
+    """--etcd for a command that asks a running cluster (``etcd_given`` has it)."""
+    option = click.option(
+        "--etcd", multiple=True, metavar="URL", help=_HELP, expose_value=False, callback=_keep
+    )
+    return option(command)
+
+
+def etcd_given() -> tuple[str, ...]:
+    """The endpoints the running command was given with --etcd (none: the file's)."""
+    ctx = click.get_current_context(silent=True)
+    return tuple(ctx.meta.get(_GIVEN, ())) if ctx is not None else ()
+
+
+def etcd_settings(config: ClusterConfig, endpoints: Sequence[str]) -> EtcdSettings:
+    """Where etcd is for ``config``: ``endpoints`` (``--etcd``) over its [etcd] table.
+
+    Raises:
+        ConfigError: neither says, or an endpoint is not a URL.
+    """
+    from ..cluster import EtcdSettings
+
+    if config.etcd is None and not endpoints:
+        raise ConfigError(
+            f"{config.path}: no etcd to register in: add an [etcd] table "
+            '(endpoints = ["http://HOST:2379"]) or pass --etcd URL'
+        )
+    settings = config.etcd or EtcdSettings(tuple(endpoints))
+    return settings.with_endpoints(endpoints)

@@ -23,7 +23,7 @@ from ..cluster import ClusterConfig, Node, load_cluster, open_node
 from ..etcd import EtcdClient, EtcdError, EtcdUnavailable
 from ..ops import CLI_NAME, CONTROLLER, answer_within, ask_down, ask_stop_node, hosts_broadcast
 from ._errors import fail
-from ._etcd_options import etcd_given, etcd_settings, etcd_to_reach
+from ._options import etcd_given, etcd_settings, etcd_to_reach
 
 __all__ = [
     "Refs",

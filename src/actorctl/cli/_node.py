@@ -1,0 +1,219 @@
+"""``actorctl node run``: one node, hosting the actors a module names.
+
+The runtime is imported inside the command, when it runs: ``node run --help``
+and a usage error need none of it.
+"""
+
+from __future__ import annotations
+
+import errno
+import functools
+import re
+import signal
+import sys
+import traceback
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+
+import asyncclick as click
+
+from .._errors import ConfigError
+from ._errors import fail, leaf
+from ._logging import log_to
+from ._options import Security, etcd_option, etcd_settings, security_options
+
+if TYPE_CHECKING:
+    import trio
+
+__all__ = ["node"]
+
+
+@click.group()
+def node() -> None:
+    """Run a node."""
+
+
+@node.command("run")
+@click.argument("target", metavar="[MODULE:OBJECT]", required=False)
+@click.option(
+    "--route",
+    "routes",
+    multiple=True,
+    metavar="NAME=ADDRESS[,ADDRESS...]",
+    help="Host a router NAME that forwards to these actor instances.",
+)
+@click.option("--listen", default="127.0.0.1:5672", show_default=True, metavar="HOST:PORT")
+@click.option("--name", default=None, help="Node name (default: the object's name).")
+@click.option(
+    "--instances",
+    default=1,
+    show_default=True,
+    type=click.IntRange(1, 1000),
+    help="Host this many instances of each actor: NAME, NAME-2, NAME-3, ...",
+)
+@click.option(
+    "--grace", default=5.0, show_default=True, help="Seconds in-flight handlers get at stop."
+)
+@click.option(
+    "--log", "log_path", default="-", show_default=True, help="Log file ('-' for stdout)."
+)
+@click.option(
+    "--cluster",
+    "cluster_path",
+    default=None,
+    metavar="CLUSTER.TOML",
+    help="The cluster this node (--name) is part of: an actors factory that "
+    "MODULE:OBJECT names (a task app) makes the node's actors from it.",
+)
+@click.option(
+    "--metrics",
+    default=None,
+    metavar="HOST:PORT",
+    help="Serve Prometheus metrics on http://HOST:PORT/metrics (port 0: any free port; "
+    "default: the node's [node.metrics] listen in --cluster, else nowhere).",
+)
+@etcd_option
+@security_options
+async def node_run(
+    target: str | None,
+    cluster_path: str | None,
+    etcd: tuple[str, ...],
+    metrics: str | None,
+    routes: tuple[str, ...],
+    instances: int,
+    listen: str,
+    name: str | None,
+    grace: float,
+    log_path: str,
+    security: Security,
+) -> None:
+    """Run a node hosting the actors that MODULE:OBJECT names.
+
+    OBJECT may be an Actor subclass or instance, a list of them, or a mapping of
+    name to actor. The node stops gracefully on SIGINT or SIGTERM. With --etcd
+    (and --cluster), it registers in etcd once it listens, its pools' routers
+    follow who else is registered, and it leaves etcd when it stops.
+    """
+    import attrs
+    import eliot
+    import trio
+
+    from ..cluster import NodeConfig, hosted_pools, load_cluster
+    from ..ops import build_node, node_actors
+    from ._host import LEAVE_TIMEOUT, membership
+
+    try:
+        log_to(log_path, sys.stdout)
+    except OSError as exc:
+        fail(
+            f"--log {log_path}: cannot open it: {exc.strerror or exc} (give a file in a "
+            "directory that exists, or - for stdout)"
+        )
+    try:
+        host, port = _parse_listen(listen)
+        node_name = name or f"node-{port}"
+        if not _NODE_NAME.fullmatch(node_name):
+            raise ConfigError(
+                f"--name {node_name!r}: expected letters, digits, '.' and '-' (as a "
+                "node's name in cluster.toml), e.g. --name worker-1"
+            )
+        node_config = NodeConfig(node_name, host, port, target, instances)
+        config = None
+        settings = None
+        if cluster_path is not None:
+            config = load_cluster(cluster_path)
+            # What this node runs with: etcd with --etcd (`host up`) only; under
+            # `cluster up` the file's [etcd] is not this node's (one host, and
+            # the Controller grants the scheduler lease).
+            settings = etcd_settings(config, etcd) if etcd else None
+            config = attrs.evolve(config, etcd=settings)
+            node_config = attrs.evolve(config.node(node_name), actors=target, instances=instances)
+        parsed = []
+        for route in routes:
+            logical, sep, addresses = route.partition("=")
+            if not sep or not logical or not addresses:
+                raise ConfigError(f"--route {route!r}: expected NAME=ADDRESS[,ADDRESS...]")
+            parsed.append((logical, addresses.split(",")))
+        hosted = node_actors(node_config, config, routes=parsed)
+        if etcd:
+            if config is None:
+                raise ConfigError("--etcd needs --cluster FILE: the cluster it registers in")
+            pools = hosted_pools(target, node=node_config, cluster=config)
+        # Its durable store is under its cluster's data/; without one, in memory.
+        server = build_node(
+            node_config,
+            config,
+            hosted,
+            security=security.node_options(node_name, config.member_names if config else ()),
+            metrics=metrics,
+        )
+    except ConfigError as exc:
+        fail(str(exc))
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with trio.open_nursery() as nursery:
+            try:
+                await nursery.start(server.serve)
+            except* OSError as group:
+                fail(_listen_error(listen, node_name, leaf(group)))
+            except* Exception as group:  # an actor that cannot start, say
+                # the whole story in the node's log; the one line on stderr
+                first = leaf(group)
+                eliot.log_message(
+                    message_type="actorctl:node:start-failed",
+                    node=node_name,
+                    error=f"{type(first).__name__}: {first}",
+                    traceback="".join(traceback.format_exception(group)),
+                )
+                fail(f"node {node_name} could not start: {type(first).__name__}: {first}")
+            left = trio.Event()
+            member = trio.CancelScope()
+            if settings is not None and config is not None:
+                run = functools.partial(
+                    membership, server, config, node_config, settings, pools, left
+                )
+                await nursery.start(_scoped, member, run)
+            async for signum in signals:
+                eliot.log_message(
+                    message_type="actorctl:node:signal", signal=signal.Signals(signum).name
+                )
+                if settings is not None:  # it leaves etcd first: routers stop sending
+                    member.cancel(reason="the node stops")
+                    with trio.move_on_after(LEAVE_TIMEOUT):
+                        await left.wait()
+                server.stop(grace)
+                break
+
+
+async def _scoped(
+    scope: trio.CancelScope,
+    run: Callable[..., Awaitable[None]],
+    *,
+    task_status: trio.TaskStatus[None],
+) -> None:
+    """``run(task_status=...)`` inside ``scope``: cancelled alone, when its owner says."""
+    with scope:
+        await run(task_status=task_status)
+
+
+_NODE_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?")
+
+
+def _parse_listen(listen: str) -> tuple[str, int]:
+    host, sep, port = listen.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
+        raise ConfigError(
+            f"--listen {listen!r}: expected HOST:PORT with a port from 0 to 65535, "
+            "e.g. 127.0.0.1:5672"
+        )
+    return host.strip("[]"), int(port)
+
+
+def _listen_error(listen: str, node: str, exc: BaseException) -> str:
+    why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+    if isinstance(exc, OSError) and exc.errno == errno.EADDRINUSE:
+        return (
+            f"node {node}: cannot listen on {listen}: port {listen.rpartition(':')[2]} is "
+            "taken by another process (another node, or a cluster already running?): "
+            "stop it or choose another port"
+        )
+    return f"node {node}: cannot listen on {listen}: {why}"
