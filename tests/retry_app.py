@@ -92,3 +92,45 @@ def retry_later(ctx: object) -> str:
     _record(ctx.id, "retry_later", ctx.retries)  # type: ignore[attr-defined]
     ctx.retry(countdown=5)  # type: ignore[attr-defined]
     return "never"
+
+
+# -- misuse of the API inside a task: programming errors, never retried -----------
+
+
+@app.task(bind=True)
+def step(ctx: object, x: int) -> int:
+    """The subtask the misusing tasks send: each run is recorded."""
+    _record(ctx.id, "step", ctx.retries)  # type: ignore[attr-defined]
+    return x + 1
+
+
+@app.task(bind=True)
+def waits_inside(ctx: object, x: int) -> int:
+    """Waits for its subtask's result, which nobody receives inside a task."""
+    _record(ctx.id, "waits_inside", ctx.retries)  # type: ignore[attr-defined]
+    result: int = step.delay(x).get(timeout=10)
+    return result
+
+
+@app.task(bind=True)
+async def awaits_inside(ctx: object, x: int) -> int:
+    """Awaits its subtask's result, which nobody receives inside a task."""
+    _record(ctx.id, "awaits_inside", ctx.retries)  # type: ignore[attr-defined]
+    result: int = await (await step.adelay(x)).aget(timeout=10)
+    return result
+
+
+@app.task(bind=True)
+async def blocks_in_trio(ctx: object, x: int) -> int:
+    """Calls the blocking get() in trio's thread."""
+    _record(ctx.id, "blocks_in_trio", ctx.retries)  # type: ignore[attr-defined]
+    result: int = (await step.adelay(x)).get(timeout=10)
+    return result
+
+
+@app.task(bind=True)
+async def sends_blocking_in_trio(ctx: object, x: int) -> int:
+    """Calls the blocking delay() in trio's thread (it sends nothing)."""
+    _record(ctx.id, "sends_blocking_in_trio", ctx.retries)  # type: ignore[attr-defined]
+    step.delay(x)
+    return x

@@ -201,6 +201,11 @@ MISTAKES: Final = [
             edit=_swap('pools = ["celery"]', 'pools = ["celeri"]', TASKS)),
     Mistake("task app key misspelled", 2, "'node[1].pool'", "'pools'",
             edit=_swap('pools = ["celery"]', 'pool = ["celery"]', TASKS)),
+    Mistake("task app module that connects as it is imported", 2,
+            "app.connect(...) runs as the module is imported, and the nodes import this module",
+            'under `if __name__ == "__main__":`, or in another module',
+            edit=lambda text: TASKS.replace("tests.task_app:app",
+                                            "tests.connects_on_import_app:app")),
     # cluster.toml: [[periodic]] tables (docs/scheduling.md)
     Mistake("periodic task name typo", 2, "no task named 't.ad'", "did you mean 't.add'?",
             edit=_add(PERIODIC.replace('"t.add"', '"t.ad"').format("every = 60"), TASKS)),
@@ -364,3 +369,64 @@ def test_verbose_shows_every_event_and_log_json_as_json() -> None:
     events = [json.loads(line) for line in as_json[:-1]]
     assert "actorctl:node:ready" in {e["message_type"] for e in events}
     assert as_json[-1] == quiet[1]
+
+
+MODULE_CODE: Final = """
+import trio
+from actorctl import App
+
+app = App({name!r})
+
+@app.task
+def add(x, y):
+    return x + y
+
+{tail}
+"""
+CONNECTS: Final = {
+    "connect": 'with app.connect("cluster.toml"):\n    add.delay(1, 2).get(timeout=10)\n',
+    "aconnect": (
+        "async def main():\n"
+        '    async with app.aconnect("cluster.toml"):\n'
+        "        await add.adelay(1, 2)\n\n"
+        "trio.run(main)\n"
+    ),
+}
+
+
+@pytest.mark.parametrize("method", sorted(CONNECTS))
+def test_a_node_importing_a_module_that_connects_names_the_line_and_the_place(
+    method: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from actorctl import ConfigError
+    from actorctl.supervision import import_target, importing_for_node
+
+    monkeypatch.syspath_prepend(str(tmp_path))
+    name = f"connects_with_{method}"
+    source = tmp_path / f"{name}.py"
+    source.write_text(MODULE_CODE.format(name=name, tail=CONNECTS[method]), encoding="utf-8")
+    lines = source.read_text(encoding="utf-8").splitlines()
+    # the module's own line that made the call: the block, or what runs trio
+    line = 1 + next(i for i, text in enumerate(lines) if text.startswith(("with", "trio.run")))
+    with pytest.raises(ConfigError) as refused:
+        import_target(f"{name}:app")
+    assert str(refused.value).startswith(
+        f"{source}, line {line}: app.{method}(...) runs as the module is imported, "
+        f"and the nodes import this module to host '{name}:app'"
+    )
+    assert 'under `if __name__ == "__main__":`, or in another module' in str(refused.value)
+    assert importing_for_node() is None  # only while the import runs
+
+
+def test_the_readme_shape_is_imported_by_a_node_and_connects_as_a_script(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from actorctl.supervision import import_target, importing_for_node
+
+    monkeypatch.syspath_prepend(str(tmp_path))
+    tail = 'if __name__ == "__main__":\n    ' + CONNECTS["connect"].replace("\n    ", "\n        ")
+    (tmp_path / "readme_shape.py").write_text(
+        MODULE_CODE.format(name="readme_shape", tail=tail), encoding="utf-8"
+    )
+    assert import_target("readme_shape:app").name == "readme_shape"
+    assert importing_for_node() is None

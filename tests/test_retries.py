@@ -47,13 +47,18 @@ from actorctl.store import Store
 from tests.harness import Logs, Secrets, free_port, node_pair
 from tests.retry_app import (
     POLICY,
+    RECORDS,
     add,
     app,
+    awaits_inside,
+    blocks_in_trio,
     enrich,
     fetch,
     fetch_scoped,
     parse,
     retry_later,
+    sends_blocking_in_trio,
+    waits_inside,
     wrong_call,
 )
 
@@ -395,6 +400,59 @@ async def test_a_poisonous_failure_is_dead_lettered_at_once(
         message = decode(base64.b64decode(letter["message"]))
         assert message.message_id == letter["message_id"]
         assert message.body == [["not a number"], {}]
+
+
+def _runs(records: Path, task: str) -> list[str]:
+    """The ids of the recorded runs of ``task`` (one per run, retries too)."""
+    lines = [line.split() for f in records.glob("*.log") for line in f.read_text().splitlines()]
+    return [task_id for task_id, name, _ in lines if name == task]
+
+
+@pytest.mark.parametrize(
+    ("misuse", "words", "sends"),
+    [
+        (waits_inside, "nobody receives its result", 1),
+        (awaits_inside, "nobody receives its result", 1),
+        (blocks_in_trio, r"get\(\) blocks, and this is trio's thread", 1),
+        (sends_blocking_in_trio, "this call blocks, and this is trio's thread", 0),
+    ],
+    ids=["get-in-a-task", "aget-in-a-task", "get-in-trio", "delay-in-trio"],
+)
+async def test_a_misuse_of_the_api_in_a_task_is_poison_run_once(
+    tmp_path: Path,
+    logs: Logs,
+    wake: LogWake,
+    monkeypatch: pytest.MonkeyPatch,
+    misuse: Any,
+    words: str,
+    sends: int,
+) -> None:
+    records = tmp_path / "records"
+    records.mkdir()
+    monkeypatch.setenv(RECORDS, str(records))
+    async with cluster(tmp_path) as running:
+        # When a task misuses the API (a programming error: another run fails the same way)
+        sent = await misuse.adelay(1)
+        # Then it fails with the words that say what to do instead
+        with pytest.raises(TaskFailed, match=words):
+            await sent.aget(timeout=WAIT)
+        # And it is one poison dead letter, made as it failed, never a retry
+        await wake.until(lambda: len(running.letters()) == 1)
+        [letter] = running.letters()
+        assert (letter["reason"], letter["retries"], letter["trace_id"]) == (
+            "poison",
+            0,
+            sent.id,
+        )
+        assert letter["error"]["type"] == "MisuseError"
+        # And its subtask, sent before the misuse, was sent once and ran once
+        await wake.until(lambda: len(_runs(records, "step")) == sends)
+        assert not logs.of_type("actorctl:task:retry")
+        [failed] = [m for m in logs.of_type("actorctl:task:failed") if m["task_id"] == sent.id]
+        assert failed["why"] == "poison"
+    assert _runs(records, misuse.name.rpartition(".")[2]) == [sent.id]
+    assert len(_runs(records, "step")) == sends
+    assert len(running.letters()) == 1
 
 
 async def test_an_expired_task_is_dead_lettered_and_a_letter_is_re_driven_once(

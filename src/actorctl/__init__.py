@@ -20,6 +20,7 @@ from ._errors import ActorctlError as ActorctlError
 from ._errors import AskTimeout as AskTimeout
 from ._errors import ConfigError as ConfigError
 from ._errors import DeliveryError as DeliveryError
+from ._errors import MisuseError as MisuseError
 from ._errors import Modified as Modified
 from ._errors import PeerUnavailable as PeerUnavailable
 from ._errors import Rejected as Rejected
@@ -201,6 +202,7 @@ __all__ = [
     "HealthCheck",
     "Keyring",
     "MailboxStatistics",
+    "MisuseError",
     "Modified",
     "Node",
     "NotPermitted",

@@ -10,6 +10,7 @@ __all__ = [
     "AskTimeout",
     "ConfigError",
     "DeliveryError",
+    "MisuseError",
     "Modified",
     "PeerUnavailable",
     "Rejected",
@@ -29,6 +30,17 @@ class ActorctlError(Exception):
 
 class ConfigError(ActorctlError):
     """A command line, a configuration file or an argument is wrong."""
+
+
+class MisuseError(ActorctlError):
+    """An API called where it cannot work: a blocking call in trio's thread, a
+    wait for a result nobody receives (one sent from inside a task, or with
+    ``ignore_result``). Its message says what to use instead.
+
+    It is a programming error, not bad luck: another attempt fails the same
+    way. A task that raises it is failed at once and never retried, and a task
+    worker keeps its message as a dead letter with reason ``poison``.
+    """
 
 
 class WireFormatError(ActorctlError):

@@ -43,5 +43,6 @@ from ._specs import ActorSpec as ActorSpec
 from ._specs import ProcessSpec as ProcessSpec
 from ._specs import SupervisorSpec as SupervisorSpec
 from ._specs import import_target as import_target
+from ._specs import importing_for_node as importing_for_node
 from ._supervisor import Supervisor as Supervisor
 from ._tree import SupervisorActor as SupervisorActor

@@ -9,6 +9,7 @@ same spec builds a fresh actor for every restart.
 
 from __future__ import annotations
 
+import contextvars
 import difflib
 import importlib
 import sys
@@ -22,7 +23,20 @@ from ..actors import Actor
 from ._boxed_spec import BoxedSpec
 from ._child import Restart, Strategy
 
-__all__ = ["ActorSpec", "Child", "ProcessSpec", "SupervisorSpec", "import_target"]
+__all__ = [
+    "ActorSpec",
+    "Child",
+    "ProcessSpec",
+    "SupervisorSpec",
+    "import_target",
+    "importing_for_node",
+]
+
+#: The MODULE:OBJECT whose module :func:`import_target` is importing, while its
+#: top-level code runs (a ContextVar: only the importing thread sees it).
+_importing: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "actorctl_importing_for_node", default=None
+)
 
 
 def _strategy(value: Strategy | str) -> Strategy:
@@ -190,8 +204,21 @@ def child_name(child: Child) -> str:
     return child.child_name if isinstance(child, ActorSpec) else child.name
 
 
+def importing_for_node() -> str | None:
+    """The MODULE:OBJECT a node is importing right now, or None.
+
+    While :func:`import_target` imports the module of what a node hosts (its
+    actors, a supervisor's child, a health check, ... named in cluster.toml
+    or on the command line), that module's top-level code runs with this set,
+    in every process that reads the cluster (``cluster up`` and each node). Code
+    that must not run there (connecting to the very cluster the node is part
+    of, say) can refuse, naming it and saying where it belongs."""
+    return _importing.get()
+
+
 def import_target(target: str) -> Any:
-    """The object MODULE:OBJECT names.
+    """The object MODULE:OBJECT names (its module's top-level code runs with
+    :func:`importing_for_node` saying ``target``).
 
     Raises:
         ConfigError: naming the module or object that is wrong.
@@ -201,10 +228,13 @@ def import_target(target: str) -> Any:
         raise ConfigError(f"{target!r}: expected MODULE:OBJECT, e.g. examples.workers:Primes")
     if "" not in sys.path:
         sys.path.insert(0, "")
+    token = _importing.set(target)
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise ConfigError(f"cannot import module {module_name!r}: {exc}") from None
+    finally:
+        _importing.reset(token)
     try:
         return getattr(module, attr)
     except AttributeError:

@@ -8,14 +8,16 @@ actors factory a node of the cluster names to host the app's pools
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
+from types import FrameType
 from typing import Any, ClassVar
 
 from ..._errors import ConfigError
 from ...actors import Actor
 from ...cluster import ClusterConfig, NodeConfig
-from ...supervision import BoxedSpec, RetryPolicy
+from ...supervision import BoxedSpec, RetryPolicy, importing_for_node
 from .._hosting import TASK_SETTINGS, node_pools, task_actors
 from ..client import _results
 from ..client._client import TaskClient
@@ -86,14 +88,21 @@ class App(TaskRegistry):
             node_options: more ``Node`` arguments, and ``reach_timeout``: the
                 seconds it waits at most for the cluster's nodes to answer, all
                 together (a node that does not is logged; default 10).
+
+        Raises:
+            ConfigError: called as a node imports the module (its top-level
+                code): the nodes import the app's module, and a node must not
+                connect to the cluster it is part of as it starts.
         """
+        _not_while_a_node_imports("connect")
         return Connection(cluster, name, node_options)
 
     def aconnect(
         self, cluster: ClusterSpec, *, name: str = CLIENT_NAME, **node_options: Any
     ) -> AbstractAsyncContextManager[TaskClient]:
         """Connect for the duration of an ``async with`` block in trio code
-        (the arguments of :meth:`connect`)."""
+        (the arguments of :meth:`connect`, and its errors)."""
+        _not_while_a_node_imports("aconnect")
         return open_client(cluster, name=name, **node_options)
 
     def config_from_object(self, obj: object | str) -> None:
@@ -189,3 +198,30 @@ def _celery_arguments(given: Mapping[str, Any]) -> str:
 def _elsewhere(*args: Any, **kwargs: Any) -> Any:
     """Stands for a task known by name only: it runs where its pool runs it."""
     raise TypeError("a task known by name only runs in its pool: send it (.delay())")
+
+
+def _not_while_a_node_imports(method: str) -> None:
+    """Refuse ``app.connect``/``app.aconnect`` in the top-level code of the
+    module a node is importing (``actors = "tasks:app"`` names it): the README's
+    snippet put in one module as written. Without this, the node would connect
+    to the cluster it is starting, and fail in ways that do not say why.
+
+    Raises:
+        ConfigError: naming the module, the line, and where the call belongs.
+    """
+    target = importing_for_node()
+    if target is None:
+        return
+    where = f"module {target.partition(':')[0]!r}"
+    frame: FrameType | None = sys._getframe(2)  # the caller's
+    while frame is not None and frame.f_code.co_name != "<module>":
+        frame = frame.f_back  # called in a function: the module code that called it
+    if frame is not None:
+        where = f"{frame.f_code.co_filename}, line {frame.f_lineno}"
+    raise ConfigError(
+        f"{where}: app.{method}(...) runs as the module is imported, and the nodes "
+        f"import this module to host {target!r}: each would connect to the cluster it "
+        f"is starting. Put the `with app.{method}(...)` block under "
+        '`if __name__ == "__main__":`, or in another module (the code that sends '
+        "the tasks)"
+    )

@@ -43,12 +43,12 @@ from typing import Any, Final, final
 import attrs
 import trio
 
-from ..._errors import ActorctlError, ConfigError, RemoteError, WireFormatError
+from ..._errors import ConfigError, MisuseError, RemoteError, WireFormatError
 from ...actors import BadArguments, to_wire
 from ...mailbox import json_dumps
-from ...supervision import POISON, RetryPolicy, failure_mark
+from ...supervision import RetryPolicy, failure_mark
 from ..client._results import AsyncResult, in_trio
-from ..limits._policies import delay_bound
+from ..limits._policies import delay_bound, is_poison
 from ..protocol._arguments import calls_of
 from ..protocol._protocol import (
     FAILURE,
@@ -129,11 +129,11 @@ class EagerRuns:
         """Run ``task`` here, now, from plain code; its final result.
 
         Raises:
-            ActorctlError: called from trio code (use ``await task.adelay()``).
+            MisuseError: called from trio code (use ``await task.adelay()``).
             ConfigError, WireFormatError: as ``Task.apply_async`` raises them.
         """
         if in_trio():
-            raise ActorctlError(
+            raise MisuseError(
                 f"task {task.name}: eager mode runs the task in this call, and this is "
                 "trio's thread: use the awaitable form (`await task.adelay(...)`, "
                 "`await task.aapply_async(...)`)"
@@ -335,7 +335,7 @@ class EagerRuns:
         if isinstance(exc, Retry):
             return await self._retry(task, message, exc.exc, exc.countdown)
         mark = failure_mark(exc)
-        if mark != POISON and not isinstance(exc, BadArguments):
+        if not is_poison(exc) and not isinstance(exc, BadArguments):
             policy = mark if isinstance(mark, RetryPolicy) else self._policy(task, message)
             if policy.retries(exc):
                 return await self._retry(task, message, exc, None, policy)

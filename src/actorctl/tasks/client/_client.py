@@ -22,7 +22,7 @@ from typing import Any, Final, TypeVar, final
 import attrs
 import trio
 
-from ..._errors import ActorctlError, ConfigError, PeerUnavailable
+from ..._errors import ConfigError, MisuseError, PeerUnavailable
 from ..._log import log
 from ...actors import Outbox, to_wire
 from ...cluster import AT_MOST_ONCE
@@ -150,14 +150,14 @@ class TaskClient:
         """Refuse to be used from a trio run other than the client's own.
 
         Raises:
-            ActorctlError: saying what to use instead.
+            MisuseError: saying what to use instead.
         """
         try:
             token = trio.lowlevel.current_trio_token()
         except RuntimeError:
             return  # plain code
         if token is not self.token:
-            raise ActorctlError(
+            raise MisuseError(
                 "this app's client runs in another trio run (app.connect() gives it a "
                 "thread of its own): from trio code, connect with `async with "
                 "app.aconnect(...)` instead"
@@ -168,12 +168,12 @@ class TaskClient:
         non-trio) thread until it returns.
 
         Raises:
-            ActorctlError: called from trio's own thread, where it would block
+            MisuseError: called from trio's own thread, where it would block
                 the event loop (saying which awaitable to use).
         """
         if in_trio():
             self.check_thread()
-            raise ActorctlError(
+            raise MisuseError(
                 "this call blocks, and this is trio's thread: use the awaitable form "
                 "(`await task.adelay(...)`, `await task.aapply_async(...)`, `await result.aget()`)"
             )

@@ -25,7 +25,7 @@ from typing import Any, Final, Protocol, final
 
 import trio
 
-from ..._errors import ActorctlError, AskTimeout, TaskRevoked
+from ..._errors import ActorctlError, AskTimeout, MisuseError, TaskRevoked
 from ...actors import Outbox
 from ...mailbox import Envelope
 from ..protocol._protocol import (
@@ -198,9 +198,13 @@ class AsyncResult:
                 built-in exception type when it was one).
             TaskRevoked: it was revoked, or expired before it ran.
             AskTimeout: no result within ``timeout`` seconds.
+            MisuseError: called in trio's thread (it would block the event
+                loop), or for a result nobody receives (sent from inside a
+                task, or with ``ignore_result``): a programming error, never
+                retried in a task.
         """
         if in_trio():
-            raise ActorctlError(
+            raise MisuseError(
                 "AsyncResult.get() blocks, and this is trio's thread: use `await result.aget()`"
             )
         lookup = self._lookup_now()
@@ -275,7 +279,7 @@ class AsyncResult:
 
     def _check_tracked(self) -> None:
         if not self._tracked:
-            raise ActorctlError(
+            raise MisuseError(
                 f"{self._name()} was sent with ignore_result, or from inside "
                 "a task: nobody receives its result (use a chain or a callback instead)"
             )

@@ -25,10 +25,10 @@ from ..._errors import ConfigError
 from ..._log import log
 from ...actors import Address, BadArguments, Outbox
 from ...mailbox import ACCEPTED, Envelope, Outcome
-from ...supervision import CIRCUIT_OPEN, POISON, Breaker, BreakerPolicy, RetryPolicy, failure_mark
+from ...supervision import CIRCUIT_OPEN, Breaker, BreakerPolicy, RetryPolicy, failure_mark
 from ..app._task import Retry, Task
 from ._limits import TaskFailure
-from ._policies import retry_policy_of
+from ._policies import is_poison, retry_policy_of
 
 __all__ = ["KEPT", "downstream_failure", "policy_of", "record", "refuse", "task_breakers"]
 
@@ -112,7 +112,7 @@ def downstream_failure(ran: BaseException, task: Task, envelope: Envelope) -> bo
     retry policy would retry (bad luck downstream), a retry the task asked
     for, or a run stopped by its time limit (a downstream that hangs). Not a
     programming error (the policy's ``never``), a failure inside
-    ``poisonous()``, arguments that do not fit, or a revoke: another attempt,
+    ``poisonous()`` or a misuse of the API, arguments that do not fit, or a revoke: another attempt,
     whatever the downstream does, fails the same way."""
     if isinstance(ran, Retry):
         ran = ran.exc if ran.exc is not None else ran
@@ -120,9 +120,9 @@ def downstream_failure(ran: BaseException, task: Task, envelope: Envelope) -> bo
             return True
     if isinstance(ran, TaskFailure):
         return ran.type_name != "TaskRevoked"
-    mark = failure_mark(ran)
-    if mark == POISON or isinstance(ran, BadArguments):
+    if is_poison(ran) or isinstance(ran, BadArguments):
         return False
+    mark = failure_mark(ran)
     policy = mark if isinstance(mark, RetryPolicy) else retry_policy_of(task, envelope)
     return policy.retries(ran)
 

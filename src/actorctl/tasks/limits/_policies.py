@@ -1,6 +1,7 @@
 """What a task worker reads off a task and its message: the retry policy that
-applies (the call's over the task's), the longest delay of a retry, the time
-limits; and the warning a worker logs when nothing can delay its retries.
+applies (the call's over the task's), whether a failure is poison, the longest
+delay of a retry, the time limits; and the warning a worker logs when nothing
+can delay its retries.
 """
 
 from __future__ import annotations
@@ -9,9 +10,10 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
+from ..._errors import MisuseError
 from ..._log import log
 from ...mailbox import Envelope
-from ...supervision import Boxed, RetryPolicy
+from ...supervision import POISON, Boxed, RetryPolicy, failure_mark
 from ..app._task import Task
 from ..protocol._protocol import H_RETRY_POLICY, H_TIMELIMIT
 from ._limits import TimeLimits, foreign_handler
@@ -21,6 +23,7 @@ __all__ = [
     "can_delay",
     "delay_bound",
     "foreign_task",
+    "is_poison",
     "limits_of",
     "retry_policy_of",
     "warn_no_scheduler",
@@ -28,6 +31,15 @@ __all__ = [
 
 #: Why a retry was not made (logged, and the dead letter's reason not-retried).
 NO_SCHEDULER: Final = "not retried: no scheduler to delay it"
+
+
+def is_poison(exc: BaseException) -> bool:
+    """Whether a task's failure is poison: never retried, and its message
+    kept as a dead letter (reason ``poison``) at once. A failure inside
+    ``poisonous()`` is, and so is a misuse of the API (``MisuseError``: a
+    blocking call in trio's thread, a wait for a result nobody receives),
+    which fails the same way however often it runs."""
+    return failure_mark(exc) == POISON or isinstance(exc, MisuseError)
 
 
 def can_delay(task: Task, policy: RetryPolicy, retries: int, scheduler: bool) -> bool:

@@ -33,7 +33,7 @@ from ...cluster import (
     REASON_POISON,
 )
 from ...mailbox import ACCEPTED, Envelope, Outcome
-from ...supervision import POISON, Boxed, RetryPolicy, failure_mark
+from ...supervision import Boxed, RetryPolicy, failure_mark
 from ..app import _signals as signals
 from ..app._registry import TaskRegistry
 from ..app._task import PER_CALL, Retry, Task, TaskContext
@@ -55,6 +55,7 @@ from ..limits._policies import (
     can_delay,
     delay_bound,
     foreign_task,
+    is_poison,
     limits_of,
     retry_policy_of,
     warn_no_scheduler,
@@ -345,8 +346,9 @@ class TaskWorker(Actor):
             return FAILURE
         except Exception as exc:
             mark = failure_mark(exc)
-            why = "poison" if mark == POISON else "never retried"
-            if mark != POISON and not isinstance(exc, BadArguments):
+            poison = is_poison(exc)
+            why = "poison" if poison else "never retried"
+            if not poison and not isinstance(exc, BadArguments):
                 policy = mark if isinstance(mark, RetryPolicy) else retry_policy_of(task, envelope)
                 if policy.retries(exc):
                     if can_delay(task, policy, retries, SCHEDULER in self.directory.addresses):
@@ -367,7 +369,7 @@ class TaskWorker(Actor):
                 error_type=error["type"],
                 error=error["message"],
             )
-            if mark == POISON:
+            if poison:
                 await followups.dead_letter(envelope, REASON_POISON, error, retries)
             elif why == NO_SCHEDULER:
                 await followups.dead_letter(envelope, REASON_NOT_RETRIED, error, retries)
