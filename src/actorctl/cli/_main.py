@@ -23,7 +23,7 @@ import trio
 
 from .._errors import ActorctlError, ConfigError, DeliveryError, RemoteError
 from ..actors import Address
-from ..cluster import Node, NodeConfig, hosted_pools, load_cluster, open_node
+from ..cluster import Node, NodeConfig, hosted_pools, open_node
 from ..ops import build_node, node_actors
 from ..tasks import call as call_by_name
 from ._cluster import cluster
@@ -31,6 +31,7 @@ from ._cluster_controller import cluster_controller
 from ._control import control
 from ._deadletters import deadletters
 from ._errors import exit_code, fail, leaf
+from ._files import read_cluster
 from ._host import LEAVE_TIMEOUT, etcd_option, etcd_settings, host, membership
 from ._inspect import inspect
 from ._keys import certs, keys
@@ -165,7 +166,7 @@ async def node_run(
         config = None
         settings = None
         if cluster_path is not None:
-            config = load_cluster(cluster_path)
+            config = read_cluster(cluster_path)
             # What this node runs with: etcd with --etcd (`host up`) only; under
             # `cluster up` the file's [etcd] is not this node's (one host, and
             # the Controller grants the scheduler lease).
