@@ -29,6 +29,7 @@ from typing import Any
 
 from actorctl.cluster import load_cluster
 from actorctl.ops import ensure_dev_secrets
+from actorctl.tasks import cluster_app
 from tests.etcd_server import EtcdServer
 from tests.hosts_app import PERIODIC_RUNS, RECORDS, runs
 from tests.netns import Network, wait_for_output
@@ -208,7 +209,7 @@ class Hosts:
             text += PERIODIC.format(every=periodic_every)
         self.path.write_text(text)
         # Made once, before any host starts (as on real hosts: made on one, copied).
-        ensure_dev_secrets(load_cluster(self.path))
+        ensure_dev_secrets(load_cluster(self.path, cluster_app()))
         self.env = {**os.environ, RECORDS: str(self.records)}
         self.env["PYTHONPATH"] = os.pathsep.join(
             p for p in (str(ROOT), self.env.get("PYTHONPATH", "")) if p

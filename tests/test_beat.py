@@ -24,6 +24,7 @@ from actorctl.tasks._hosting import _worker_class
 from actorctl.tasks.client._client import Directory
 from actorctl.tasks.services._beat import Beat
 from actorctl.tasks.services._periodic import PeriodicTask, Schedule, firing_id
+from actorctl.tasks.services._schedules import cluster_schedules
 from actorctl.tasks.worker._control import WorkerState
 from tests.harness import Logs, free_port
 
@@ -176,7 +177,7 @@ async def test_schedule_list_with_no_beat_says_so(
         open_node("cli", host=None, **QUIET) as cli,
     ):
         with pytest.raises((RemoteError, ActorctlError), match="no beat holds the scheduler lease"):
-            await cli.ref(grantor).with_options(timeout=5).ask("schedules")
+            await cluster_schedules(cli.ref(grantor).with_options(timeout=5), cli.ref)
 
 
 async def test_a_beat_that_cannot_renew_its_lease_stops_firing_when_it_runs_out(

@@ -18,6 +18,7 @@ import trio
 from actorctl import ConfigError, Modified, Node, TlsFiles, open_node
 from actorctl.cluster import NodeConfig, hosted_actors, load_cluster
 from actorctl.mailbox import Keyring
+from actorctl.tasks import cluster_app
 
 from .harness import free_port
 
@@ -318,9 +319,10 @@ def test_a_key_that_nothing_reads_is_an_error_naming_the_fix(
     # Given a cluster file with a key that nothing reads
     path = tmp_path / "cluster.toml"
     path.write_text(text)
-    # When it is read, then the error names the file, the table and key, and the fix
+    # When it is read (as the CLI reads it, for the task layer too), then the
+    # error names the file, the table and key, and the fix
     with pytest.raises(ConfigError, match=message) as caught:
-        load_cluster(path)
+        load_cluster(path, cluster_app())
     assert str(caught.value).startswith(f"{path}: ")
 
 

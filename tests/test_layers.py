@@ -255,3 +255,59 @@ def test_the_getattr_check_sees_a_getattr_on_an_outbox(tmp_path: Path) -> None:
     probe = tmp_path / "probe.py"
     probe.write_text('store = getattr(self._require_cell().outbox, "store", None)\n')
     assert len(_getattr_on_runtime_objects(probe)) == 1
+
+
+# The task layer's words: its role and actor names, its cluster.toml tables,
+# the names of its services. The runtime (mailbox to ops) holds none of them,
+# in code or in a string: the task layer declares its tables, roles and
+# checks through ClusterApp (cluster/config/_app.py, tasks/_cluster_app.py).
+# Docstrings and comments may mention the task layer (they explain it), and
+# words the runtime owns as well (a router's pool, a trio task) are not here.
+TASK_WORDS = frozenset({"beat", "periodic", "scheduler", "services", "chord", "chords"})
+TASK_PREFIXES = ("source.", "[[periodic", "[[source", "[[task")
+
+
+def _task_words(path: Path, root: Path = SRC) -> list[str]:
+    """Each identifier or string of ``path`` (not a docstring) that holds a task word."""
+    tree = ast.parse(path.read_text(), str(path))
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            if id(node) in docstrings:
+                continue
+            text = node.value.lower()
+            words = set(re.findall(r"[a-z]+", text))
+            if words & TASK_WORDS or any(p in text for p in TASK_PREFIXES):
+                found.append(f"{path.relative_to(root)}:{node.lineno} {node.value[:50]!r}")
+        elif isinstance(node, ast.Name | ast.Attribute | ast.arg | ast.FunctionDef):
+            name = getattr(node, "id", None) or getattr(node, "attr", None)
+            name = name or getattr(node, "arg", None) or getattr(node, "name", "")
+            if set(name.lower().split("_")) & TASK_WORDS:
+                found.append(f"{path.relative_to(root)}:{node.lineno} {name}")
+    return found
+
+
+def test_the_runtime_knows_no_word_of_the_task_layer() -> None:
+    found = [
+        hit
+        for layer in sorted(RUNTIME)
+        for path in sorted((SRC / layer).rglob("*.py"))
+        for hit in _task_words(path)
+    ]
+    assert found == []
+
+
+def test_the_task_word_check_sees_a_role_name_and_a_table(tmp_path: Path) -> None:
+    # A guard on the check itself: what the runtime held before.
+    probe = tmp_path / "probe.py"
+    probe.write_text('SCHEDULER_ROLE = "scheduler"\nKEYS = {"periodic": 1}\nname = "source." + x\n')
+    found = {hit.partition(" ")[2] for hit in _task_words(probe, tmp_path)}
+    assert found == {"SCHEDULER_ROLE", "'scheduler'", "'periodic'", "'source.'"}

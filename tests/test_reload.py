@@ -28,6 +28,7 @@ import trio
 from actorctl import ConfigError
 from actorctl.cluster import load_cluster, open_node, plan_reload
 from actorctl.ops import CLI_NAME
+from actorctl.tasks import cluster_app
 from tests.harness import free_port
 from tests.state_app import app, runs, steady
 from tests.test_task_state import ACTORCTL, ROOT, WAIT, RunningCluster, counted, wait_until
@@ -113,7 +114,7 @@ def control(cluster: RunningCluster, what: str) -> None:
 
 def received(cluster: RunningCluster, port: int) -> dict[str, Any]:
     """Each actor's mailbox statistics, asked of the ``_node`` of the node at ``port``."""
-    config = load_cluster(cluster.path)
+    config = load_cluster(cluster.path, cluster_app())
 
     async def ask() -> dict[str, Any]:
         async with open_node(CLI_NAME, host=None, **config.security(CLI_NAME)) as client:
@@ -218,16 +219,16 @@ def test_a_wrong_file_is_refused_and_the_cluster_runs_on_unchanged(
 def test_a_plan_names_each_change(tmp_path: Path) -> None:
     files = Files(tmp_path / "cluster.toml")
     files.write()
-    old = load_cluster(files.path)
+    old = load_cluster(files.path, cluster_app())
     files.write(instances=3, others=("worker-2",), rate="5/s")
-    plan = plan_reload(old, load_cluster(files.path), {})
+    plan = plan_reload(old, load_cluster(files.path, cluster_app()), {})
     assert plan.lines() == [
         "+ node worker-2: start it",
         "~ node worker-1: drain it, restart it (instances 1 -> 3)",
         "~ task s.total: limits added",
     ]
     files.write()
-    assert plan_reload(old, load_cluster(files.path), {}).lines() == ["no change"]
+    assert plan_reload(old, load_cluster(files.path, cluster_app()), {}).lines() == ["no change"]
     files.path.write_text(files.path.read_text().replace('name = "reload"', 'name = "other"'))
     with pytest.raises(ConfigError, match=r"key 'cluster.name' changed \('reload' -> 'other'\)"):
-        plan_reload(old, load_cluster(files.path), {})
+        plan_reload(old, load_cluster(files.path, cluster_app()), {})

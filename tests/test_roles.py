@@ -68,7 +68,7 @@ TABLE: list[tuple[str, str, str, tuple[Any, ...], frozenset[Role]]] = [
     ("plain", "_health", "report", (), ALL),
     ("plain", "controller", "status", (), ALL),
     ("plain", "controller", "tree", (), ALL),
-    ("plain", "controller", "schedules", (1.0,), ALL),
+    ("plain", "controller", "holder", ("scheduler",), ALL),
     ("plain", "controller", "deadletters", ("list",), OP),
     ("plain", "controller", "broadcast", ("_tasks", "stats"), OP),
     ("plain", "controller", "lease", ("test-role", "amqp://127.0.0.1:1/x", 1.0), NODES),

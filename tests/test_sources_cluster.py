@@ -29,6 +29,7 @@ import pytest
 from actorctl import ConfigError
 from actorctl.cluster import load_cluster
 from actorctl.ops import check_references
+from actorctl.tasks import cluster_app
 from actorctl.tasks.sources._source import item_id
 from tests.state_app import runs
 from tests.test_task_state import ACTORCTL, ROOT, RunningCluster, counted, wait_until
@@ -165,7 +166,7 @@ def write(tmp_path: Path, source: str) -> Path:
 def test_a_misspelt_source_key_is_refused_by_name(tmp_path: Path, table: str, error: str) -> None:
     body = '\n[[source]]\nname = "x"\nkind = "directory"\ntask = "s.note"\n' + table + "\n"
     with pytest.raises(ConfigError, match=error):
-        load_cluster(write(tmp_path, body))
+        load_cluster(write(tmp_path, body), cluster_app())
 
 
 @pytest.mark.parametrize(
@@ -182,7 +183,7 @@ def test_a_misspelt_source_key_is_refused_by_name(tmp_path: Path, table: str, er
 def test_a_wrong_source_is_refused_before_anything_starts(
     tmp_path: Path, table: str, error: str
 ) -> None:
-    config = load_cluster(write(tmp_path, f'\n[[source]]\nname = "x"\n{table}\n'))
+    config = load_cluster(write(tmp_path, f'\n[[source]]\nname = "x"\n{table}\n'), cluster_app())
     with pytest.raises(ConfigError, match=error):
         check_references(config)
 

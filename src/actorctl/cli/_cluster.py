@@ -14,7 +14,7 @@ import attrs
 import trio
 
 from .._errors import ConfigError
-from ..cluster import ClusterConfig, load_cluster
+from ..cluster import ClusterConfig
 from ..ops import (
     DRAIN_TIMEOUT,
     NodeDied,
@@ -38,6 +38,7 @@ from ._reach import (
     first_error,
     load,
     reach_options,
+    read_cluster,
     request_controller,
 )
 from ._table import render_tree
@@ -200,7 +201,7 @@ async def cluster_reload(file: Path, dry_run: bool, drain_timeout: float, timeou
     try:
         # Checked here, in a fresh process, as `cluster up` checks it: the
         # controller need not start one to check it again.
-        config = load_cluster(file)
+        config = read_cluster(file)
         preflight(config, one_host=True)
     except ConfigError as exc:
         fail(f"reload refused, the cluster runs on unchanged: {exc}", 2)
@@ -218,7 +219,7 @@ async def cluster_check(file: Path) -> None:
     instances, schedules, sources) as `cluster up` would (or `host up`, for a
     file whose nodes name their hosts, with [etcd]), starting nothing."""
     try:
-        config = load_cluster(file)
+        config = read_cluster(file)
         preflight(config)
     except ConfigError as exc:
         fail(f"{exc}", 2)
@@ -278,7 +279,7 @@ async def _prepare(file: Path) -> ClusterConfig:
     """Read and check the file and everything it names (nothing has started
     yet), make development secrets, send logs to logs/cluster.log."""
     try:
-        config = load_cluster(file)
+        config = read_cluster(file)
         preflight(config, one_host=True)
         made = ensure_dev_secrets(config)
     except ConfigError as exc:

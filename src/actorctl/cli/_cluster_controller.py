@@ -14,13 +14,13 @@ import attrs
 import trio
 
 from .._errors import ConfigError
-from ..cluster import ClusterConfig, load_cluster
+from ..cluster import ClusterConfig
 from ..cluster._http import parse_listen
 from ..ops import CONTROLLER, NodeState, ensure_dev_secrets, run_controller
 from ._cluster import _rows, _table
 from ._errors import INTERRUPTED, fail
 from ._logging import log_to
-from ._reach import first_error
+from ._reach import first_error, read_cluster
 
 __all__ = ["cluster_controller"]
 
@@ -129,7 +129,7 @@ def _prepare(
 ) -> tuple[ClusterConfig, tuple[str, int], tuple[str, int]]:
     """The cluster file, where the inbox and the page listen; logs set up."""
     try:
-        config = load_cluster(file)
+        config = read_cluster(file)
         inbox = parse_listen(listen, "--listen") if listen is not None else config.controller
         page = parse_listen(web, "--web") if web is not None else ("127.0.0.1", 0)
         if web is not None:

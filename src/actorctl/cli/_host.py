@@ -25,7 +25,6 @@ from ..cluster import (
     EtcdSettings,
     Node,
     NodeConfig,
-    load_cluster,
     node_record,
     serve_membership,
 )
@@ -36,6 +35,7 @@ from ._cluster import _progress, _rows, _table
 from ._errors import fail, leaf
 from ._logging import log_to
 from ._options import etcd_option, etcd_settings
+from ._reach import read_cluster
 
 __all__ = ["etcd_option", "etcd_settings", "host", "membership"]
 
@@ -60,7 +60,7 @@ async def host_up(file: Path, name: str, etcd: tuple[str, ...]) -> None:
     Logs go to logs/ beside FILE (this process's own to logs/host-NAME.log).
     """
     try:
-        config = load_cluster(file)
+        config = read_cluster(file)
         nodes = host_nodes(config, name)
         settings = etcd_settings(config, etcd)
         check_references(config)

@@ -22,9 +22,9 @@ from typing import Final
 import asyncclick as click
 
 from .._errors import ConfigError
-from ..cluster import load_cluster
 from ..ops import Line, read_logs, trace_ids
 from ._errors import fail
+from ._reach import read_cluster
 from ._table import clock
 
 __all__ = ["logs", "render_trace"]
@@ -48,7 +48,7 @@ async def logs(file: Path, task: str, as_json: bool) -> None:
     """Show the trace of task ID across every node of the cluster FILE names,
     as one tree: read from the nodes' log files (logs/ beside FILE)."""
     try:
-        config = load_cluster(file)
+        config = read_cluster(file)
     except ConfigError as exc:
         fail(str(exc))
     folder = config.root / "logs"

@@ -98,9 +98,10 @@ async def node_run(
     import eliot
     import trio
 
-    from ..cluster import NodeConfig, hosted_pools, load_cluster
+    from ..cluster import NodeConfig, hosted_pools
     from ..ops import build_node, node_actors
     from ._host import LEAVE_TIMEOUT, membership
+    from ._reach import read_cluster
 
     try:
         log_to(log_path, sys.stdout)
@@ -121,7 +122,7 @@ async def node_run(
         config = None
         settings = None
         if cluster_path is not None:
-            config = load_cluster(cluster_path)
+            config = read_cluster(cluster_path)
             # What this node runs with: etcd with --etcd (`host up`) only; under
             # `cluster up` the file's [etcd] is not this node's (one host, and
             # the Controller grants the scheduler lease).

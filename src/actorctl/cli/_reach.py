@@ -37,6 +37,7 @@ __all__ = [
     "first_error",
     "load",
     "reach_options",
+    "read_cluster",
     "request_controller",
     "stop_across",
 ]
@@ -47,6 +48,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 Refs = Callable[[str], ActorRef]
 #: What a command asks across hosts: given the file, an etcd client and Refs.
 AcrossHosts = Callable[[ClusterConfig, EtcdClient, Refs], Awaitable[T]]
+#: What a command asks through the Controller: given its ref and Refs.
+ThroughController = Callable[[ActorRef, Refs], Awaitable[T]]
 
 #: What controller_answers found, by cluster file: a command that asks twice asks once.
 _ANSWERED: dict[Path, bool] = {}
@@ -59,13 +62,28 @@ def reach_options(command: F) -> F:
     return timeout(etcd_to_reach(command))
 
 
+def read_cluster(path: Path | str) -> ClusterConfig:
+    """Read and check the cluster file ``path`` as every command reads one: with
+    the tables the task layer declares (its ``[[periodic]]``, ``[[source]]``
+    and ``[[task]]`` tables, roles and checks: tasks/_cluster_app.py), which
+    the runtime's ``load_cluster`` alone does not know. The task layer is
+    imported when a file is first read, not when the command starts.
+
+    Raises:
+        ConfigError: naming the file, the key and what was expected.
+    """
+    from ..tasks import cluster_app
+
+    return load_cluster(path, cluster_app())
+
+
 def load(file: Path, *, member: bool = True) -> ClusterConfig:
     """The cluster file a command asks about, with the etcd ``--etcd`` gives
     (over its [etcd] table); a wrong file, a wrong endpoint, or (``member``:
     it asks as the ``cli`` member) the ``cli`` member's certificate or key
     missing, end the command (exit 2), named."""
     try:
-        config = load_cluster(file)
+        config = read_cluster(file)
         if member:
             config.security(CLI_NAME)
         endpoints = etcd_given()
@@ -113,10 +131,27 @@ async def ask_controller(file: Path, handler: str, timeout: float, *args: Any) -
 
 
 async def _from_controller(config: ClusterConfig, handler: str, timeout: float, *args: Any) -> Any:
+    async def ask(controller: ActorRef, _: Refs) -> Any:
+        return await controller.ask(handler, *args)
+
+    return await _through_controller(config, timeout, ask)
+
+
+async def _through_controller(
+    config: ClusterConfig, timeout: float, call: ThroughController[T]
+) -> T:
+    """``call`` given the Controller of ``config`` (as the ``cli`` member) and a
+    way to reach the cluster's actors; no answer, no cluster or its error end
+    the command, named."""
     host, port = config.controller
     address = f"{config.scheme}://{host}:{port}/{CONTROLLER}"
     try:
-        return await request_controller(config, handler, timeout, *args)
+        # The Controller is local and answers at once when it runs: a refused
+        # or failed connection is an error within a second, not at the timeout.
+        async with cli_node(config, connect_timeout=min(1.0, timeout)) as client:
+            controller = client.ref(address).with_options(timeout=timeout)
+            within = answer_within(timeout)
+            return await call(controller, lambda to: client.ref(to).with_options(timeout=within))
     except* AskTimeout:
         fail(
             f"no answer from the controller at {address} within {timeout:g} s (is the cluster up?)",
@@ -180,14 +215,21 @@ async def ask_hosts(
 
 
 async def ask_cluster(
-    file: Path, timeout: float, controller: tuple[Any, ...], across: AcrossHosts[T]
+    file: Path,
+    timeout: float,
+    controller: tuple[Any, ...] | ThroughController[T],
+    across: AcrossHosts[T],
 ) -> T:
     """Ask the cluster ``file`` names: its Controller the handler and arguments
-    of ``controller``, or, for a cluster across hosts that no Controller runs,
-    what ``across`` asks of etcd and the nodes."""
+    of ``controller`` (or what ``controller``, a function of the Controller's
+    ref and a way to reach the cluster's actors, asks), or, for a cluster
+    across hosts that no Controller runs, what ``across`` asks of etcd and the
+    nodes."""
     config = load(file)
     if await across_hosts(config):
         return await ask_hosts(config, timeout, across)
+    if callable(controller):
+        return await _through_controller(config, timeout, controller)
     handler, *args = controller
     answer: T = await _from_controller(config, handler, timeout, *args)
     return answer

@@ -1,9 +1,9 @@
 """``actorctl schedule``: the periodic tasks of a running cluster.
 
-A signed control message to the cluster's Controller (as ``deadletters list``
-is), which asks the beat that holds the scheduler lease (docs/scheduling.md);
-for a cluster that spans hosts that no Controller runs (``host up``), the beat
-that holds the scheduler role in etcd is asked directly.
+The cluster's Controller says which beat holds the scheduler lease
+(docs/scheduling.md), and that beat is asked; for a cluster that spans hosts
+that no Controller runs (``host up``), the beat that holds the scheduler role
+in etcd is asked (tasks/services/_schedules.py).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 
 import asyncclick as click
 
-from ..ops import hosts_schedules
+from ..ops import answer_within
 from ._reach import ask_cluster, reach_options
 
 __all__ = ["schedule"]
@@ -32,11 +32,15 @@ def schedule() -> None:
 async def list_schedules(file: Path, as_json: bool, timeout: float) -> None:
     """List the periodic tasks of the cluster FILE names: each with its
     schedule, timezone, last firing and next firing (in its timezone)."""
+    from ..tasks.services._schedules import cluster_schedules, hosts_schedules
+
     rows: list[dict[str, Any]] = await ask_cluster(
         file,
         timeout,
-        ("schedules", timeout),
-        lambda config, client, ref: hosts_schedules(config, client, ref, timeout),
+        lambda controller, ref: cluster_schedules(controller, ref),
+        lambda config, client, ref: hosts_schedules(
+            config.name, client, lambda to: ref(to).with_options(timeout=answer_within(timeout))
+        ),
     )
     if as_json:
         click.echo(json.dumps(rows, sort_keys=True))

@@ -27,7 +27,7 @@ from ..mailbox import Role
 from ._monitors import AGENT, NodeMonitors
 from ._reload import Shift
 from ._supervised import describe_root
-from .config._config import load_cluster
+from .config._config import ClusterApp, load_cluster
 
 if TYPE_CHECKING:
     from ..actors._cell import ActorCell
@@ -57,6 +57,7 @@ class AgentHost(Protocol):
     outbox: NodeOutbox
     key_watch: KeyringWatch | None
     tls_domains: TlsDomains | None
+    cluster_app: ClusterApp | None
 
     @property
     def url(self) -> str: ...
@@ -136,7 +137,7 @@ class NodeAgent(Actor):
         nodes to route to as now (``Shift``). Returns what changed
         (``changed``) and why the node must restart (``restart``)."""
         try:
-            config = load_cluster(path)
+            config = load_cluster(path, self._node.cluster_app)
         except ConfigError as exc:
             raise BadArguments(str(exc)) from None
         mine = next((n for n in config.nodes if n.name == self._node.name), None)

@@ -1,5 +1,5 @@
 """Role leases: how a cluster on one host has exactly one holder of a role
-(the ``scheduler`` role: the one beat that fires periodic tasks).
+(an application's singleton, such as the task layer's one beat).
 
 The Controller keeps a :class:`LeaseTable` and grants leases through its
 ``lease`` handler. A lease is held for ``ttl`` seconds from when the Controller
@@ -13,9 +13,9 @@ so that the time a grant spends on the wire only shortens the lease it counts
 on: it never acts on a lease the Controller considers expired (clocks of one
 host run at the same rate; a holder also keeps a margin).
 
-A lease carries a small ``state`` (JSON values), handed to the next holder:
-the beat reports its last firing of each schedule with every renewal, and a
-beat that takes over starts from there (docs/scheduling.md). Leases live in the
+A lease carries a small ``state`` (JSON values), handed to the next holder
+(the task layer's beat reports its last firings with every renewal, and a
+beat that takes over starts from there: docs/scheduling.md). Leases live in the
 Controller's memory: a Controller that restarts grants anew, after the TTL.
 Across hosts there is no Controller: etcd grants the role instead
 (:mod:`._role_lease`; docs/design: no home-made consensus).
@@ -30,17 +30,8 @@ import attrs
 
 from .._errors import ActorctlError
 
-__all__ = ["BEAT_ACTOR", "MAX_LEASE_TTL", "SCHEDULER_ROLE", "SERVICES_ROLE", "LeaseTable"]
+__all__ = ["MAX_LEASE_TTL", "LeaseTable"]
 
-#: The role of the one beat that fires a cluster's periodic tasks.
-SCHEDULER_ROLE: Final = "scheduler"
-#: Across hosts, the services node that the pools' routers, the scheduler of
-#: delayed tasks and the event hub are reached at (tasks/client/_services_role.py).
-SERVICES_ROLE: Final = "services"
-#: The name of the actor that fires periodic tasks (the task app's beat):
-#: ``cluster up`` checks that some node hosts one when cluster.toml has
-#: ``[[periodic]]`` tables.
-BEAT_ACTOR: Final = "beat"
 #: The longest lease granted, seconds.
 MAX_LEASE_TTL: Final = 3600.0
 

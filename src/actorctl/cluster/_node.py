@@ -35,6 +35,7 @@ from ._monitors import NodeMonitors
 from ._outbox import NodeOutbox
 from ._replays import ReplayJournal
 from ._supervised import Hostable, NodeHost, named, node_root
+from .config._config import ClusterApp
 from .link._credit import CreditKeeper
 from .link._engine import Engine, EngineSet
 from .link._inbound import InboundHandler
@@ -148,8 +149,11 @@ class Node:
         max_queued_replies: int = 1000,
         dead_letters: DeadLetterBounds | None = None,
         metrics: str | None = None,
+        cluster_app: ClusterApp | None = None,
     ) -> None:
         self.name = name
+        #: The application its cluster file is read for (a reload reads it so).
+        self.cluster_app = cluster_app
         #: Where it serves /metrics (host, port), once it runs; None: it does not.
         self.metrics = parse_listen(metrics, "metrics") if metrics is not None else None
         #: The node's resource bounds.

@@ -8,13 +8,15 @@ Each change is applied in the least disruptive way that is still exact:
   is **removed**: routers stop sending to it, it finishes what it holds
   (drained), then it stops.
 - A node whose own table changed (listen address, actors, instances, limits,
-  dead letters, metrics, its settings such as a task app's ``pools``, its
-  routers, supervision trees, boxed workers or data sources) is
-  **restarted**: drained as a removed one is, then started with the new file.
+  dead letters, metrics, the settings its actors factory reads, its routers,
+  supervision trees or boxed workers) is **restarted**: drained as a removed
+  one is, then started with the new file.
 - What a running node can follow in place is **live**: a router's instances,
-  a pool router's workers, periodic schedules, the ``[[task]]`` limits, and
-  certificates and keys on disk. Each node is told to follow the new file;
+  and certificates and keys on disk. Each node is told to follow the new file;
   what its actors changed comes back in its answer.
+- The tables of the application the file was read for (``ClusterApp``) say
+  for themselves what their changes make live and whom they restart
+  (``ClusterApp.reload``): the runtime knows none of them.
 
 The ``[cluster]`` table names the cluster, its controller and its secrets: a
 reload that changes it is refused, naming the key (it needs ``cluster down``
@@ -29,11 +31,9 @@ from typing import Any, Final, final
 import attrs
 
 from .._errors import ConfigError
-from ._leases import BEAT_ACTOR
 from .config._config import ClusterConfig, NodeConfig
-from .config._source_tables import source_actor
 
-__all__ = ["ReloadPlan", "Shift", "plan_reload"]
+__all__ = ["ReloadPlan", "Shift", "changed_tables", "plan_reload", "shown"]
 
 #: The [cluster] keys a reload cannot change.
 _FIXED: Final = ("name", "certs", "keys", "insecure", "controller", "web")
@@ -91,7 +91,7 @@ def plan_reload(
         before, after = getattr(old, key), getattr(new, key)
         if before != after:
             raise ConfigError(
-                f"{new.path}: key 'cluster.{key}' changed ({_show(before)} -> {_show(after)}): "
+                f"{new.path}: key 'cluster.{key}' changed ({shown(before)} -> {shown(after)}): "
                 f"a reload cannot change it: `actorctl cluster down {new.path}` then "
                 "`actorctl cluster up` applies it"
             )
@@ -102,15 +102,18 @@ def plan_reload(
         why = _node_changes(old, new, before[name], after[name])
         if why:
             restarted[name] = why
-    for name, what in _changed_tables(old.source_tables, new.source_tables):
-        reader = _source_reader(name, old, new, hosted)
-        if reader is not None and reader in before and reader in after:
-            restarted.setdefault(reader, []).append(f"source {name} {what}")
+    live = list(_live(old, new, before.keys() & after.keys()))
+    if new.app is not None:
+        app = new.app.reload(old, new, hosted)
+        for node, what in app.restart.items():
+            if node in before and node in after:
+                restarted.setdefault(node, []).extend(what)
+        live += app.live
     return ReloadPlan(
         added=tuple(n for n in after if n not in before),
         removed=tuple(n for n in before if n not in after),
         restarted={n.name: tuple(restarted[n.name]) for n in new.nodes if n.name in restarted},
-        live=tuple(_live(old, new, before.keys() & after.keys())),
+        live=tuple(live),
     )
 
 
@@ -123,10 +126,10 @@ def _node_changes(
         why.append(f"listen {a.listen} -> {b.listen}")
     for key in _OWN:
         if getattr(a, key) != getattr(b, key):
-            why.append(f"{key} {_show(getattr(a, key))} -> {_show(getattr(b, key))}")
+            why.append(f"{key} {shown(getattr(a, key))} -> {shown(getattr(b, key))}")
     for key in sorted(a.settings.keys() | b.settings.keys()):
         if a.settings.get(key) != b.settings.get(key):
-            why.append(f"{key} {_show(a.settings.get(key))} -> {_show(b.settings.get(key))}")
+            why.append(f"{key} {shown(a.settings.get(key))} -> {shown(b.settings.get(key))}")
     gone = [name for name, _ in a.routes if name not in dict(b.routes)]
     came = [name for name, _ in b.routes if name not in dict(a.routes)]
     why += [f"router {name} added" for name in came] + [f"router {name} gone" for name in gone]
@@ -153,13 +156,9 @@ def _live(old: ClusterConfig, new: ClusterConfig, kept: Collection[str]) -> Iter
             if name in was and sorted(was[name]) != sorted(instances):
                 count = f"{len(was[name])} -> {len(instances)}"
                 yield f"router {name} on {node.name}: {count} instances"
-    for name, what in _changed_tables(old.periodic_tables, new.periodic_tables):
-        yield f"periodic {name} {what}"
-    for name, what in _changed_tables(old.task_tables, new.task_tables):
-        yield f"task {name}: limits {what}"
 
 
-def _changed_tables(
+def changed_tables(
     old: Iterable[Mapping[str, Any]], new: Iterable[Mapping[str, Any]]
 ) -> Iterable[tuple[str, str]]:
     """The ``[[...]]`` tables added, removed or changed, by name."""
@@ -179,30 +178,16 @@ def _changed_tables(
                 name,
                 "changed ("
                 + ", ".join(
-                    f"{k} {_show(before[name].get(k))} -> {_show(after[name].get(k))}" for k in keys
+                    f"{k} {shown(before[name].get(k))} -> {shown(after[name].get(k))}" for k in keys
                 )
                 + ")",
             )
 
 
-def _source_reader(
-    name: str, old: ClusterConfig, new: ClusterConfig, hosted: Mapping[str, Collection[str]]
-) -> str | None:
-    """The node that reads source ``name``: its table's node, or the one that
-    hosts it now, or the one that hosts the beat (the services node)."""
-    for config in (new, old):
-        for table in config.source_tables:
-            if table.get("name") == name and table.get("node"):
-                return str(table["node"])
-    for node, actors in hosted.items():
-        if source_actor(name) in actors:
-            return node
-    return next((node for node, actors in hosted.items() if BEAT_ACTOR in actors), None)
-
-
-def _show(value: object) -> str:
+def shown(value: object) -> str:
+    """A value as ``cluster reload`` prints it."""
     if isinstance(value, Mapping):
-        return "{" + ", ".join(f"{k} = {_show(v)}" for k, v in sorted(value.items())) + "}"
+        return "{" + ", ".join(f"{k} = {shown(v)}" for k, v in sorted(value.items())) + "}"
     if value is None:
         return "(none)"
     return repr(value) if isinstance(value, str) else str(value)

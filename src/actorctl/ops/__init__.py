@@ -23,7 +23,6 @@ from ._host_runner import run_host as run_host
 from ._node_view import answer_within as answer_within
 from ._node_view import hosts_broadcast as hosts_broadcast
 from ._node_view import hosts_letters as hosts_letters
-from ._node_view import hosts_schedules as hosts_schedules
 from ._node_view import hosts_tree as hosts_tree
 from ._preflight import check_references as check_references
 from ._preflight import taken_ports as taken_ports

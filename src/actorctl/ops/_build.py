@@ -106,5 +106,6 @@ def build_node(
         store=store,
         dead_letters=node.deadletters,
         metrics=metrics or node.metrics,
+        cluster_app=config.app if config is not None else None,
         **{**node.limits, **security, **options},
     )

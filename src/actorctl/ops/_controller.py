@@ -4,14 +4,15 @@ signed inbox.
 It supervises one Foreman per node of the cluster file (``cluster up``), or
 attends nodes that something else runs (``cluster controller``, ``_attend.py``),
 and serves ``tree``,
-``status``, ``deadletters``, ``schedules`` and ``down`` to ``actorctl cluster
+``status``, ``deadletters``, ``holder`` and ``down`` to ``actorctl cluster
 status`` / ``cluster down`` (and the other commands) from another terminal,
 over the same mutually authenticated, signed links as everything else. It is
 the root of the cluster's one supervision tree: Controller, then nodes, then
 each node's supervisors and actors (which each node's ``_node`` agent
-describes). It also grants role leases (``lease``, ``_leases.py``): the one
-beat that fires periodic tasks holds the ``scheduler`` role; and applies a
-changed cluster file to the running cluster (``reload``, ``_reloader.py``).
+describes). It also grants role leases (``lease``, ``_leases.py``), the
+singletons of the application on the cluster, and says who holds one
+(``holder``); and applies a changed cluster file to the running cluster
+(``reload``, ``_reloader.py``).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from .._errors import ActorctlError, ConfigError
 from .._log import log
 from ..actors import Actor, BadArguments, handler
 from ..cluster._deadletters import DEAD_LETTERS
-from ..cluster._leases import SCHEDULER_ROLE, LeaseTable
+from ..cluster._leases import LeaseTable
 from ..cluster._node import open_node
 from ..cluster.config._config import ClusterConfig, NodeConfig
 from ..mailbox import Role
@@ -205,22 +206,11 @@ class Controller(Actor):
             raise BadArguments(str(exc)) from None
 
     @handler
-    async def schedules(self, timeout: float = 10.0) -> list[dict[str, Any]]:
-        """``actorctl schedule list``: the periodic tasks of the beat that holds
-        the ``scheduler`` lease (each with its last and next firing), asked of it."""
-        holder = self._leases.holder(SCHEDULER_ROLE)
-        if holder is None:
-            last = self._leases.last_holder(SCHEDULER_ROLE)
-            why = (
-                f"its last holder, {last}, has not renewed it (its node is down or restarting)"
-                if last is not None
-                else "no node of this cluster runs a beat: periodic tasks need a task app "
-                "node with services = true"
-            )
-            raise ActorctlError(f"no beat holds the scheduler lease: {why}")
-        ref = self.ref(holder).with_options(timeout=answer_within(timeout))
-        rows: list[dict[str, Any]] = await ref.ask("schedules")
-        return rows
+    async def holder(self, role: str) -> dict[str, str | None]:
+        """Who holds ``role``'s lease now (the address it gave; None: nobody,
+        or the lease ran out), and who held it last (``actorctl schedule
+        list`` asks the task layer's beat that holds its ``scheduler`` role)."""
+        return {"holder": self._leases.holder(role), "last": self._leases.last_holder(role)}
 
     @handler(roles=Role.OPERATOR)
     async def stop_node(self, node: str) -> str:

@@ -6,9 +6,9 @@ Across hosts there is no one Controller: ``cluster status`` reads who is
 registered in etcd and asks each registered node itself
 (:func:`hosts_tree`). Both build a node's rows with :func:`node_children`:
 the node's own supervision tree (its ``_node`` agent), its health checks and
-breakers, and its dead letters. ``actorctl deadletters`` and ``schedule list``
-ask the same way (:func:`hosts_letters`, :func:`hosts_schedules`), and
-answer as the Controller does (:func:`letters_request`, :func:`letters_answer`).
+breakers, and its dead letters. ``actorctl deadletters`` asks the same way
+(:func:`hosts_letters`), and answers as the Controller does
+(:func:`letters_request`, :func:`letters_answer`).
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ import trio
 from .._errors import ActorctlError, ConfigError
 from ..actors import ActorRef, BadArguments
 from ..cluster._deadletters import DEAD_LETTERS
-from ..cluster._leases import SCHEDULER_ROLE, SERVICES_ROLE
 from ..cluster.config._config import ClusterConfig
 from ..etcd._etcd import EtcdClient
 from ..etcd._node_record import NodeRecord, nodes_prefix
@@ -34,7 +33,6 @@ __all__ = [
     "ask_each",
     "hosts_broadcast",
     "hosts_letters",
-    "hosts_schedules",
     "hosts_tree",
     "letters_answer",
     "letters_request",
@@ -99,8 +97,9 @@ async def hosts_tree(config: ClusterConfig, client: EtcdClient, ref: Refs) -> di
     """The tree of a cluster that spans hosts, as etcd and its nodes say it is
     now: a row per host the file names, under it each of its nodes, running
     (registered, with its own rows) or not registered; and who holds the
-    scheduler role (and the services role, when several services nodes take
-    turns).
+    roles of the application the file was read for (its first role always,
+    the others once held: the task layer's scheduler, and services when
+    several services nodes take turns).
 
     Raises:
         EtcdError: etcd could not be reached (naming each endpoint).
@@ -113,10 +112,11 @@ async def hosts_tree(config: ClusterConfig, client: EtcdClient, ref: Refs) -> di
             records[name] = NodeRecord.from_json(kv.value)
         except ConfigError as exc:  # a record this version cannot read is shown as such
             records[name] = f"unreadable record: {exc}"
-    roles = {
-        role: await client.get(role_key(config.name, role))
-        for role in (SCHEDULER_ROLE, SERVICES_ROLE)
-    }
+    # The roles of the application the file was read for (the task layer's
+    # scheduler and services roles, say): the first one always shown, the
+    # others once someone holds them.
+    app_roles = list(config.app.roles) if config.app is not None else []
+    roles = {role: await client.get(role_key(config.name, role)) for role in app_roles}
     hosts = []
     for host in config.hosts or [""]:
         nodes = [
@@ -131,9 +131,12 @@ async def hosts_tree(config: ClusterConfig, client: EtcdClient, ref: Refs) -> di
         role: "none" if kv is None else kv.value.decode(errors="replace")
         for role, kv in roles.items()
     }
-    state = f"scheduler {held[SCHEDULER_ROLE]}"
-    if roles[SERVICES_ROLE] is not None:  # several services nodes take turns
-        state += f", services {held[SERVICES_ROLE]}"
+    state = (
+        ", ".join(
+            f"{role} {held[role]}" for i, role in enumerate(app_roles) if not i or roles[role]
+        )
+        or "-"
+    )
     return {
         "name": "etcd",
         "kind": "membership",
@@ -296,28 +299,3 @@ async def hosts_letters(
         config, client, ref, DEAD_LETTERS, op, args, within, hosting=False
     )
     return letters_answer(op, answers, letter_id, within)
-
-
-async def hosts_schedules(
-    config: ClusterConfig, client: EtcdClient, ref: Refs, timeout: float
-) -> list[dict[str, Any]]:
-    """What the Controller's ``schedules`` answers, for a cluster that spans
-    hosts: the periodic tasks of the beat that holds the scheduler role in etcd,
-    asked of it.
-
-    Raises:
-        ActorctlError: no beat holds the role, or the one that does did not answer.
-        EtcdError: etcd could not be reached (naming each endpoint).
-    """
-    held = await client.get(role_key(config.name, SCHEDULER_ROLE))
-    if held is None:
-        raise ActorctlError(
-            f"cluster {config.name!r}: no beat holds the scheduler role in etcd: no node "
-            "that runs one is registered (periodic tasks need a task app node with "
-            "services = true, or one that serves a pool of the app)"
-        )
-    holder = held.value.decode(errors="replace")
-    rows: list[dict[str, Any]] = (
-        await ref(holder).with_options(timeout=answer_within(timeout)).ask("schedules")
-    )
-    return rows

@@ -23,9 +23,7 @@ from collections.abc import Iterator
 
 from .._errors import ConfigError
 from ..cluster._hosting import hosted_actors
-from ..cluster._leases import BEAT_ACTOR
 from ..cluster.config._config import ClusterConfig, NodeConfig
-from ..cluster.config._source_tables import source_actor
 
 __all__ = ["check_references", "module_environment", "module_paths", "taken_ports"]
 
@@ -54,18 +52,8 @@ def check_references(config: ClusterConfig) -> None:
     with _importing_from(module_paths(config)):
         for index, node in enumerate(config.nodes):
             hosted[node.name] = _node_names(config, index, node)
-    if config.periodic_tables and not any(BEAT_ACTOR in names for names in hosted.values()):
-        raise ConfigError(
-            f"{config.path}: [[periodic]] tables need a node with services = true (a task "
-            "app's services node), whose beat fires them: no node hosts a beat"
-        )
-    for index, table in enumerate(config.source_tables):
-        if not any(source_actor(str(table.get("name"))) in names for names in hosted.values()):
-            raise ConfigError(
-                f"{config.path}: source[{index}] ({table.get('name')!r}): no node reads it: "
-                "a source is read by the task app of the services node, or of the node "
-                "its table names (node = ...), which must host that app"
-            )
+    if config.app is not None:  # what the application checks of its own tables
+        config.app.check(config, hosted)
     for node in config.nodes:
         for name, instances in node.routes:
             for instance in instances:

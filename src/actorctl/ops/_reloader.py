@@ -120,7 +120,7 @@ class Reloader:
         async with self._lock:
             if not checked:
                 await check_file(path)
-            new = load_cluster(path)
+            new = load_cluster(path, old.app)
             hosted = {name: list(state.actors) for name, state in self._states.items()}
             # A node that a reload added but that did not start is not running:
             # the next reload starts it again (as added).

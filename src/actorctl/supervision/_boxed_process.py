@@ -232,18 +232,18 @@ class BoxedRun:
                 return
 
     async def _watch(self) -> None:
-        beat = self.spec.heartbeat
+        every = self.spec.heartbeat
         pinged = -math.inf
         while True:
             now = trio.current_time()
-            if now >= self._last_seen + 2 * beat:
+            if now >= self._last_seen + 2 * every:
                 silent = now - self._last_seen
-                self._fail(f"hung: said nothing for {silent:.1f} s (heartbeat every {beat:g} s)")
+                self._fail(f"hung: said nothing for {silent:.1f} s (heartbeat every {every:g} s)")
                 return
-            if now >= self._last_seen + beat and pinged < self._last_seen:
+            if now >= self._last_seen + every and pinged < self._last_seen:
                 pinged = now
                 await self._send({"type": "heartbeat"})
-            due = self._last_seen + (beat if now < self._last_seen + beat else 2 * beat)
+            due = self._last_seen + (every if now < self._last_seen + every else 2 * every)
             await trio.sleep_until(due)
 
     async def _pump_stderr(self, process: trio.Process) -> None:

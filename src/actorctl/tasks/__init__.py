@@ -6,6 +6,8 @@ chord barrier. It uses the runtime's layers (``cluster``, ``supervision``, ``act
 nothing in the runtime imports it.
 """
 
+from ._cluster_app import TaskClusterApp as TaskClusterApp
+from ._cluster_app import cluster_app as cluster_app
 from ._hosting import cluster_directory as cluster_directory
 from ._hosting import task_actors as task_actors
 from .app._app import App as App

@@ -20,7 +20,7 @@ import attrs
 
 from .._errors import ConfigError
 from ..actors import Actor
-from ..cluster import SCHEDULER_ROLE, ClusterConfig, NodeConfig, breakers_of, source_actor
+from ..cluster import ClusterConfig, NodeConfig, breakers_of
 from ..etcd import EtcdRoleLease
 from ..ops import CONTROLLER
 from ..supervision import HEALTH_AGENT, BoxedSpec, HealthMonitor
@@ -40,6 +40,7 @@ from .protocol._protocol import (
     RESERVED_NAMES,
     SCHEDULER,
     SCHEDULER_NAME,
+    SCHEDULER_ROLE,
 )
 from .services._beat import Beat
 from .services._chords import ChordBarrier
@@ -47,7 +48,7 @@ from .services._events import EventHub
 from .services._periodic import PeriodicTask, cluster_periodics
 from .services._scheduler import Scheduler
 from .sources._source import SourceActor, SourceSpec
-from .sources._source_config import cluster_sources
+from .sources._source_config import cluster_sources, source_actor
 from .worker._control import TaskControl, WorkerState
 from .worker._relay import ReplyRelay
 from .worker._worker import SETTLING, TaskWorker
@@ -202,7 +203,7 @@ def task_actors(
             "(`actorctl node run ... --cluster FILE`, or `actorctl cluster up FILE`)"
         )
     directory = cluster_directory(config)
-    if config.periodic_tables and SCHEDULER not in directory.addresses:
+    if config.tables("periodic") and SCHEDULER not in directory.addresses:
         raise ConfigError(
             f"{config.path}: [[periodic]] tables need a node with services = true, whose "
             "beat fires them"
@@ -300,7 +301,7 @@ def _pool_workers(pool: str, config: ClusterConfig) -> list[str]:
 
 
 def _file_limits(app: TaskRegistry, config: ClusterConfig) -> dict[str, dict[str, Any]]:
-    return file_limits(config.task_tables, app.tasks.keys(), config.path)
+    return file_limits(config.tables("task"), app.tasks.keys(), config.path)
 
 
 def _sources(app: TaskRegistry, config: ClusterConfig, directory: Directory) -> list[SourceSpec]:
@@ -312,7 +313,9 @@ def _sources(app: TaskRegistry, config: ClusterConfig, directory: Directory) -> 
     """
     tasks = {task.name: task.pool for task in app.tasks.values()}
     nodes = [n.name for n in config.nodes]
-    found = cluster_sources(app.sources, tasks, config.source_tables, config.path, directory, nodes)
+    found = cluster_sources(
+        app.sources, tasks, config.tables("source"), config.path, directory, nodes
+    )
     for spec in found:
         if spec.node is None and SCHEDULER not in directory.addresses:
             raise ConfigError(
@@ -334,7 +337,7 @@ def _beat(app: TaskRegistry, config: ClusterConfig, directory: Directory) -> Bea
 
     def periodics_of(config: ClusterConfig) -> list[PeriodicTask]:
         tasks = {task.name: task.pool for task in app.tasks.values()}
-        return cluster_periodics(app.periodics, tasks, config.periodic_tables, config.path)
+        return cluster_periodics(app.periodics, tasks, config.tables("periodic"), config.path)
 
     if config.etcd is not None:
         client = config.etcd.client()

@@ -26,7 +26,7 @@ import trio.testing
 from .._errors import ConfigError
 from ..cluster import ClusterConfig, Node, load_cluster
 from ..ops import build_node, ensure_dev_secrets, node_actors
-from ..tasks import App, PoolRouter, Scheduler, TaskClient, TaskWorker
+from ..tasks import App, PoolRouter, Scheduler, TaskClient, TaskWorker, cluster_app
 from ._idle import busy_parts, wait_idle
 
 __all__ = ["SERVICES", "TestCluster", "open_cluster", "trio_clock"]
@@ -245,7 +245,7 @@ def _write_config(
         text += "durable = false\n"
     path = where / "cluster.toml"
     path.write_text(text)
-    return load_cluster(path)
+    return load_cluster(path, cluster_app())
 
 
 def _import_path(app: App) -> str:

@@ -24,20 +24,14 @@
       [[supervisor.child]]
       actor = "examples.workers:WordCounter"
 
-    [[periodic]]            # read by the task app (docs/scheduling.md), as
-    name = "nightly"        # [[source]] (docs/sources.md) and [[task]] tables are
-    task = "reports.cleanup"  # cron = "30 2 * * *", or every = SECONDS
-
-    [[task]]                # a task's limits, over its decorator's
-    name = "reports.cleanup"
-    rate_limit = "10/m"
-
 Which keys each table may have, and must have, is said in one place
-(``KNOWN_KEYS``, ``REQUIRED_KEYS``). A missing, wrong or unread key (a
-misspelling, or one of an older format) is a ``ConfigError`` naming the file,
-the key, what was expected and the key meant. A ``[[node]]`` table's other
-keys are its ``settings``, read by the actors factory its ``actors`` names
-(``_hosting.py``; a task app reads ``pools`` there): checked when the node
+(``KNOWN_KEYS``, ``REQUIRED_KEYS``); an application on the runtime (the task
+layer) declares the tables it reads itself, through the :class:`ClusterApp`
+given to :func:`load_cluster` (``_app.py``), and they are checked the same
+way. A missing, wrong or unread key (a misspelling, or one of an older
+format) is a ``ConfigError`` naming the file, the key, what was expected and
+the key meant. A ``[[node]]`` table's other keys are its ``settings``, read by
+the actors factory its ``actors`` names (``_hosting.py``): checked when the node
 builds its actors and by ``cluster up`` before it starts anything
 (``_preflight``), not here, where the Controller and the CLI read the file too.
 """
@@ -47,9 +41,9 @@ from __future__ import annotations
 import difflib
 import re
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Final, final
+from typing import Any, Final, Protocol, final
 
 import attrs
 
@@ -60,11 +54,11 @@ from ...supervision import BoxedSpec, SupervisorSpec
 from .._deadletters import DeadLetterBounds
 from ..link._limits import LIMIT_NAMES, Limits
 from ..link._tls import TlsFiles
+from ._app import AppReload, AppTable
 from ._boxed_config import boxed_specs
 from ._config_keys import unknown_key
 from ._etcd_config import ETCD_KEYS, EtcdSettings, check_hosts, etcd_settings
 from ._health_tables import HEALTH_KEYS, check_health_tables
-from ._source_tables import SOURCE_KEYS, SOURCE_REQUIRED
 from ._tree_config import TARGET, check_supervisors, supervisor_specs
 from ._web_config import METRICS_KEYS, metrics_table, web_address
 
@@ -73,6 +67,7 @@ __all__ = [
     "KNOWN_KEYS",
     "NODE_KEYS",
     "REQUIRED_KEYS",
+    "ClusterApp",
     "ClusterConfig",
     "NodeConfig",
     "load_cluster",
@@ -93,21 +88,13 @@ CONTROLLER_KEY: Final = "controller"
 #: known key; a [[node]] table may also have those its actors factory reads (_hosting).
 KNOWN_KEYS: Final[dict[str, frozenset[str]]] = {
     "": frozenset(
-        {"cluster", "node", "router", "supervisor", "boxed", "periodic", "source", "task"}
-        | {"etcd"}  # read by _etcd_config.py
+        {"cluster", "node", "router", "supervisor", "boxed"} | {"etcd"}  # read by _etcd_config.py
     ),
     "cluster": frozenset({"name", "dev", "certs", "keys", "insecure", "controller", "web"}),
     "node": NODE_KEYS | {HOST_KEY},
     "node.limits": frozenset(LIMIT_NAMES),
     "node.metrics": METRICS_KEYS,
     "router": frozenset({"name", "node", "instances"}),
-    # read by the task app of the services node (tasks/services/_periodic.py, docs/scheduling.md)
-    "periodic": frozenset(
-        {"name", "task", "cron", "every", "tz", "args", "kwargs", "catch_up"}
-        | {"queue", "expires", "priority"}
-    ),
-    "source": SOURCE_KEYS,  # read by the task app too (tasks/sources/_source_config.py)
-    "task": frozenset({"name", "rate_limit", "global_rate_limit"}),  # and these (_tuning.py)
     "etcd": ETCD_KEYS,  # a cluster on several hosts (_etcd_config.py)
 }
 #: The keys a table must have: a missing one is reported as missing, naming a
@@ -115,9 +102,6 @@ KNOWN_KEYS: Final[dict[str, frozenset[str]]] = {
 REQUIRED_KEYS: Final[dict[str, tuple[str, ...]]] = {
     "node": ("name", "listen"),
     "router": ("name", "node", "instances"),
-    "periodic": ("name", "task"),
-    "source": SOURCE_REQUIRED,
-    "task": ("name",),
     "etcd": ("endpoints",),
 }
 #: Tables that may have keys besides the known ones (read by someone else).
@@ -167,11 +151,15 @@ class ClusterConfig:
     supervisor_tables: tuple[Any, ...] = attrs.field(default=(), eq=False)
     # the [[boxed]] workers, each with its node (docs/boxed.md)
     boxed: tuple[tuple[str, BoxedSpec], ...] = attrs.field(default=(), eq=False)
-    # the [[periodic]] tables, their keys checked (the services node's app reads them)
-    periodic_tables: tuple[Mapping[str, Any], ...] = attrs.field(default=(), eq=False)
-    source_tables: tuple[Mapping[str, Any], ...] = attrs.field(default=(), eq=False)
-    task_tables: tuple[Mapping[str, Any], ...] = attrs.field(default=(), eq=False)
     etcd: EtcdSettings | None = None  # [etcd]: a cluster on several hosts; None: one host
+    # the application that declared its own tables (load_cluster's app), and those tables
+    app: ClusterApp | None = attrs.field(default=None, eq=False)
+    app_tables: Mapping[str, tuple[Mapping[str, Any], ...]] = attrs.field(factory=dict, eq=False)
+
+    def tables(self, name: str) -> tuple[Mapping[str, Any], ...]:
+        """The ``[[name]]`` tables of the application (their keys checked when
+        the file was read); none if the file has none."""
+        return self.app_tables.get(name, ())
 
     @property
     def hosts(self) -> list[str]:
@@ -257,8 +245,47 @@ class ClusterConfig:
         return [node.name for node in self.nodes]
 
 
-def load_cluster(path: Path | str) -> ClusterConfig:
+class ClusterApp(Protocol):
+    """What an application on the runtime declares of cluster.toml (the task
+    layer's: ``actorctl.tasks.cluster_app()``). The runtime calls it and knows
+    none of its words.
+    """
+
+    @property
+    def tables(self) -> Sequence[AppTable]:
+        """The arrays of tables it reads, with their keys."""
+        ...
+
+    @property
+    def roles(self) -> Sequence[str]:
+        """The roles it holds leases for (``cluster status`` names their holders)."""
+        ...
+
+    @property
+    def moved_keys(self) -> Mapping[str, str]:
+        """Keys of its older formats (``cluster.app``), each with where what
+        it said is said now: the error for such a key says so."""
+        ...
+
+    def check(self, config: ClusterConfig, hosted: Mapping[str, Collection[str]]) -> None:
+        """What ``cluster up`` checks before it starts anything, given the actors
+        each node would host. Raises ``ConfigError`` naming what is wrong."""
+        ...
+
+    def reload(
+        self, old: ClusterConfig, new: ClusterConfig, hosted: Mapping[str, Collection[str]]
+    ) -> AppReload:
+        """What going from ``old`` to ``new`` changes of its tables, given the
+        actors each running node hosts."""
+        ...
+
+
+def load_cluster(path: Path | str, app: ClusterApp | None = None) -> ClusterConfig:
     """Read and check a cluster.toml.
+
+    Args:
+        app: the application whose own tables the file may have (their keys
+            checked too); without one, only the runtime's tables are known.
 
     Raises:
         ConfigError: naming the file, the key and what was expected.
@@ -270,7 +297,7 @@ def load_cluster(path: Path | str) -> ClusterConfig:
         raise ConfigError(f"{path}: cannot read it: {exc.strerror or exc}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
-    where = _Where(path)
+    where = _Where(path, app)
     where.keys(data, "", "")
     cluster = data.get("cluster", {})
     if not isinstance(cluster, dict):
@@ -317,27 +344,36 @@ def load_cluster(path: Path | str) -> ClusterConfig:
         web=web_address(path, cluster.get("web")),
         supervisor_tables=tuple(supervisor_tables),
         boxed=tuple(boxed),
-        periodic_tables=where.tables(data.get("periodic", []), "periodic"),
-        source_tables=where.tables(data.get("source", []), "source"),
-        task_tables=where.tables(data.get("task", []), "task"),
         etcd=etcd_settings(path, data.get("etcd")),
+        app=app,
+        app_tables={
+            name: where.tables(data[name], name) for name in where.app_tables if name in data
+        },
     )
 
 
 @final
 class _Where:
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, app: ClusterApp | None = None) -> None:
         self.path = path
+        #: The application's tables, by name.
+        self.app_tables = {table.name: table for table in app.tables} if app else {}
+        #: Keys of the application's older formats, with where they went.
+        self.moved = app.moved_keys if app is not None else None
 
     def keys(self, table: Mapping[str, Any], prefix: str, kind: str) -> None:
         """Check the keys of ``table`` (at ``prefix``, e.g. ``node[1]``), a table
-        of ``kind`` (a key of KNOWN_KEYS, e.g. ``node``): a missing required
-        key is reported as missing (naming the misspelling, if there is one),
-        and a key nothing reads is refused."""
-        known = KNOWN_KEYS[kind]
+        of ``kind`` (a key of KNOWN_KEYS, e.g. ``node``, or an application's
+        table): a missing required key is reported as missing (naming the
+        misspelling, if there is one), and a key nothing reads is refused."""
+        app = self.app_tables.get(kind)
+        known = app.known if app is not None else KNOWN_KEYS[kind]
+        required = app.required if app is not None else REQUIRED_KEYS.get(kind, ())
+        if kind == "":
+            known = known | frozenset(self.app_tables)
         dot = f"{prefix}." if prefix else ""
         strangers = [key for key in table if key not in known]
-        for key in REQUIRED_KEYS.get(kind, ()):
+        for key in required:
             if key not in table:
                 close = difflib.get_close_matches(key, strangers, n=1)
                 hint = (
@@ -348,7 +384,7 @@ class _Where:
                 raise ConfigError(f"{self.path}: key {dot + key!r} is missing: {hint}")
         for key in strangers:
             if kind not in _OPEN or difflib.get_close_matches(key, known, n=1, cutoff=0.8):
-                raise unknown_key(self.path, f"{dot}{key}", table[key], known)
+                raise unknown_key(self.path, f"{dot}{key}", table[key], known, moved=self.moved)
 
     def error(self, key: str, expected: str, got: object) -> ConfigError:
         shown = "nothing" if got is None else f"{got!r}"

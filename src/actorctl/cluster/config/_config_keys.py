@@ -9,37 +9,30 @@ naming the key, the nearest known one or where an older format's key moved.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from pathlib import Path
-from types import MappingProxyType
-from typing import Final
 
 from ..._errors import ConfigError
 
 __all__ = ["unknown_key"]
 
-#: Keys of older formats, and where what they said is said now.
-_MOVED: Final = MappingProxyType(
-    {
-        "cluster.app": (
-            "it moved to the nodes that host the app: name the app as such a node's "
-            'actors (actors = "MODULE:APP") and say what the node hosts there '
-            '(pools = ["POOL", ...], or services = true on one node)'
-        ),
-    }
-)
-
 
 def unknown_key(
-    path: Path | None, key: str, value: object, known: Collection[str], why: str = ""
+    path: Path | None,
+    key: str,
+    value: object,
+    known: Collection[str],
+    why: str = "",
+    moved: Mapping[str, str] | None = None,
 ) -> ConfigError:
     """The error for a key that nothing reads (``key`` with its table, e.g. ``node[1].pool``):
-    where the key moved (a key of an older format), else which key was meant if one
-    of ``known`` is close, else ``why`` and the keys the table may have."""
+    where the key moved (a key of an older format, in ``moved``: an application
+    says where its own went), else which key was meant if one of ``known`` is
+    close, else ``why`` and the keys the table may have."""
     name = key.rpartition(".")[2]
     close = difflib.get_close_matches(name, sorted(known), n=1)
-    if key in _MOVED:
-        fix = _MOVED[key]
+    if moved is not None and key in moved:
+        fix = moved[key]
     elif close:
         fix = f"{close[0]!r} (a misspelling?)"
     else:

@@ -26,9 +26,11 @@ import trio
 from ..._errors import ActorctlError
 from ..._log import log
 from ...actors import ActorRef, Address, Outbox
-from ...cluster import SERVICES_ROLE, ClusterConfig, load_cluster, open_node
+from ...cluster import ClusterConfig, load_cluster, open_node
 from ...etcd import EtcdError, follow_holder, nodes_prefix
+from .._cluster_app import cluster_app
 from .._hosting import cluster_directory
+from ..protocol._protocol import SERVICES_ROLE
 from ._client import Directory, TaskClient, using_client
 from ._lookup import ResultLookup
 from ._results import ResultRegistry, using_lookup
@@ -48,7 +50,7 @@ def _where(
 ) -> tuple[Directory, dict[str, Any], ClusterConfig | None]:
     if isinstance(cluster, Directory):
         return cluster, dict(node_options), None
-    config = cluster if isinstance(cluster, ClusterConfig) else load_cluster(cluster)
+    config = cluster if isinstance(cluster, ClusterConfig) else load_cluster(cluster, cluster_app())
     return cluster_directory(config), {**config.security(name), **node_options}, config
 
 

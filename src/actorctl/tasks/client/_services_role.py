@@ -33,9 +33,9 @@ import trio
 from ..._errors import ActorctlError
 from ..._log import log
 from ...actors import Actor, Address, handler
-from ...cluster import SERVICES_ROLE
 from ...etcd import EtcdClient, EtcdRoleLease, follow_holder
 from ...mailbox import Outcome
+from ..protocol._protocol import SERVICES_ROLE
 from ..protocol._state import node_outbox
 from ._directory import Directory, endpoint_of
 

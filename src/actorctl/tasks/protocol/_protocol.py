@@ -14,7 +14,6 @@ import os
 import zlib
 from typing import Any, Final
 
-from ...cluster import BEAT_ACTOR
 from ...mailbox import BAD_ARGUMENTS, DECODE_ERROR, UNKNOWN_HANDLER, Envelope
 
 __all__ = [
@@ -32,6 +31,8 @@ __all__ = [
     "RETRY",
     "REVOKED",
     "SCHEDULER",
+    "SCHEDULER_ROLE",
+    "SERVICES_ROLE",
     "STARTED",
     "STATES",
     "SUCCESS",
@@ -88,7 +89,13 @@ CONTROL: Final = "_tasks"  # the per-node task control actor (revokes)
 RELAY: Final = "_relay"  # on the services node: result documents for its callers
 EVENT_HUB_NAME: Final = "events"
 SCHEDULER_NAME: Final = "scheduler"
-BEAT_NAME: Final = BEAT_ACTOR  # on the services node: fires the periodic tasks
+BEAT_NAME: Final = "beat"  # on the services node: fires the periodic tasks
+#: The role of the one beat that fires a cluster's periodic tasks (a lease of
+#: the Controller on one host, of etcd across hosts).
+SCHEDULER_ROLE: Final = "scheduler"
+#: Across hosts, the services node that the pools' routers, the scheduler of
+#: delayed tasks and the event hub are reached at (tasks/client/_services_role.py).
+SERVICES_ROLE: Final = "services"
 CHORD_BARRIER_NAME: Final = "chords"
 RESERVED_NAMES: Final = frozenset(
     {

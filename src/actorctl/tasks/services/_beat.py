@@ -44,11 +44,11 @@ import trio
 from ..._errors import ActorctlError, ConfigError
 from ..._log import log
 from ...actors import Actor, handler
-from ...cluster import SCHEDULER_ROLE, ClusterConfig, NodeConfig, Shift
+from ...cluster import ClusterConfig, NodeConfig, Shift
 from ...etcd import EtcdRoleLease
 from ...store import Store
 from ..client._client import Directory, TaskClient, send_task
-from ..protocol._protocol import BEAT_NAME
+from ..protocol._protocol import BEAT_NAME, SCHEDULER_ROLE
 from ..protocol._state import store_of
 from ._periodic import PeriodicTask, firing_id
 
