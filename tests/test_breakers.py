@@ -19,7 +19,16 @@ import pytest
 import trio
 import trio.lowlevel
 
-from actorctl import Actor, Address, Modified, PeerUnavailable, handler, open_node
+from actorctl import (
+    Actor,
+    ActorctlError,
+    Address,
+    Modified,
+    PeerUnavailable,
+    Role,
+    handler,
+    open_node,
+)
 from actorctl.cluster import Router, hosted_actors, load_cluster
 from actorctl.supervision import Breaker, BreakerPolicy, CircuitBreaker, Health
 from tests import breaker_app
@@ -186,6 +195,45 @@ async def test_an_actor_switches_into_its_breaker_and_back(secrets: Secrets) -> 
             assert await ref.ask("charge", 5) == 5
     assert payments.runs == [0, 1, 2, 4, 5]
     assert payments.breaker.closed
+
+
+class Ledger(Actor):
+    """An operator's handler behind a breaker: its half-open probe is a message
+    like any other, so the caller's role is checked before it runs."""
+
+    def __init__(self) -> None:
+        self.breaker = Breaker("ledger", BreakerPolicy(failures=1, reset=0.5))
+        self.runs: list[int] = []
+
+    async def on_start(self) -> None:
+        CircuitBreaker.attach(self, self.breaker)
+
+    @handler(roles=Role.OPERATOR)
+    def close_books(self, n: int) -> int:  # plain def: a worker thread
+        self.runs.append(n)
+        return n
+
+
+async def test_a_breakers_probe_is_run_as_any_message_is_roles_checked(
+    secrets: Secrets,
+) -> None:
+    ledger = Ledger()
+    async with (
+        open_node("server", {"ledger": ledger}, **secrets.options("server")) as server,
+        open_node("client", host=None, **secrets.options("client")) as client,
+    ):
+        ref = client.ref(server.address_of("ledger"))
+        with trio.fail_after(WAIT):
+            # Given its breaker open, then half-open (the reset period passed)
+            ledger.breaker.failed("the books are locked")
+            assert not ledger.breaker.closed
+            await trio.sleep_until(ledger.breaker.reset_at)
+            # When a client's key (not an operator's) sends the probe
+            with pytest.raises(ActorctlError, match="needs the operator role"):
+                await ref.ask("close_books", 1)
+    # Then it was refused before it ran, and it said nothing of the resource
+    assert ledger.runs == []
+    assert not ledger.breaker.closed
 
 
 # -- a task pool ---------------------------------------------------------------------------

@@ -6,8 +6,10 @@ import re
 from typing import ClassVar, Protocol
 
 from .._errors import ActorctlError
+from ..mailbox import Envelope
 from ._address import Address
 from ._background import TaskFn
+from ._dedup import Handled
 from ._handlers import Behaviour
 from ._monitor import Monitors, Terminated
 from ._ref import ActorRef, Outbox
@@ -32,6 +34,8 @@ class ActorHost(Protocol):
     def stop(self) -> None: ...
 
     def start_soon(self, fn: TaskFn, *args: object) -> None: ...
+
+    async def dispatch_with(self, behaviour: Behaviour, envelope: Envelope) -> Handled: ...
 
 
 class Actor(Behaviour):
@@ -148,6 +152,14 @@ class Actor(Behaviour):
     def unbecome(self) -> None:
         """Return to the actor's own handlers."""
         self._require_cell().behaviour = self
+
+    async def handle_own(self, envelope: Envelope) -> Handled:
+        """Handle ``envelope`` with the actor's own handlers, whatever its
+        behaviour is now, exactly as its cell handles a message (roles,
+        arguments, expiry, concurrency): what a behaviour that stands in for
+        the actor (a circuit breaker letting a probe through) calls. Runs in
+        the task of the message being handled."""
+        return await self._require_cell().dispatch_with(self, envelope)
 
     # -- sending ---------------------------------------------------------------
 

@@ -492,7 +492,14 @@ class ActorCell:
             )
         if envelope.subject == TERMINATED:
             return await self._terminated(envelope)
-        behaviour = self.behaviour
+        return await self.dispatch_with(self.behaviour, envelope)
+
+    async def dispatch_with(self, behaviour: Behaviour, envelope: Envelope) -> Handled:
+        """Run ``envelope``'s handler in ``behaviour`` as every message's is run:
+        the caller's role checked, its arguments bound, within the message's
+        expiry, a plain ``def`` under the actor's capacity limiter. (A
+        behaviour such as a circuit breaker's probe runs the actor's own
+        handlers so, not a copy of this.)"""
         spec = behaviour.__actorctl_handlers__.get(envelope.subject)
         if spec is None:
             forwarded = await behaviour.handle_unmatched(envelope)

@@ -31,15 +31,10 @@ from typing import Any, Final, Literal, final
 import attrs
 import trio
 
-from .._errors import WireFormatError
 from .._log import log
-from ..actors import Actor, BadArguments, Behaviour, to_wire
+from ..actors import Actor, Behaviour
 from ..mailbox import (
-    ACCEPTED,
-    BAD_ARGUMENTS,
     STATUS_ERROR,
-    STATUS_OK,
-    UNKNOWN_HANDLER,
     Envelope,
     Outcome,
 )
@@ -404,35 +399,18 @@ class CircuitBreaker(Behaviour):
         return await self._probe(envelope)
 
     async def _probe(self, envelope: Envelope) -> tuple[Outcome, tuple[str, Any] | None] | None:
-        """Run the probe on the actor's own handlers; a raised error (or an
-        error reply) is a failed probe."""
-        actor, breaker = self.actor, self.breaker
-        spec = type(actor).__actorctl_handlers__.get(envelope.subject)
-        if spec is None:
-            answered = await actor.handle_unmatched(envelope)
-            if answered is None:  # the actor has no such handler: say so, as it would
-                breaker.released()
-                why = f"actor {type(actor).__name__} has no handler {envelope.subject!r}"
-                return actor.unhandled(envelope) or Outcome.rejected(UNKNOWN_HANDLER, why), None
-            if answered[0].state != "accepted":
-                breaker.released()
-            elif answered[1] is not None and answered[1][0] == STATUS_ERROR:
-                breaker.failed(str(answered[1][1]))
-            else:
-                breaker.succeeded()
-            return answered
-        try:
-            args, kwargs = spec.bind(*envelope.call())
-        except (BadArguments, WireFormatError) as exc:
-            breaker.released()  # bad input says nothing of the resource
-            return Outcome.rejected(BAD_ARGUMENTS, str(exc)), None
-        try:
-            if spec.is_async:
-                result = await spec.fn(actor, *args, **kwargs)
-            else:
-                result = await trio.to_thread.run_sync(lambda: spec.fn(actor, *args, **kwargs))
-        except Exception as exc:
-            breaker.failed(f"{type(exc).__name__}: {exc}")
-            return ACCEPTED, (STATUS_ERROR, {"type": type(exc).__name__, "message": str(exc)})
-        breaker.succeeded()
-        return ACCEPTED, (STATUS_OK, to_wire(result))
+        """Run the probe on the actor's own handlers, as its cell runs any
+        message (roles, arguments, expiry, its capacity limiter); a raised
+        error (an error reply) is a failed probe, a refusal (bad input, no
+        such handler, not permitted, expired) says nothing of the resource."""
+        breaker = self.breaker
+        handled = await self.actor.handle_own(envelope)
+        if handled.outcome.state != "accepted":
+            breaker.released()
+        elif handled.reply is not None and handled.reply[0] == STATUS_ERROR:
+            body = handled.reply[1]
+            why = body.get("message", body) if isinstance(body, dict) else body
+            breaker.failed(f"{body.get('type')}: {why}" if isinstance(body, dict) else str(why))
+        else:
+            breaker.succeeded()
+        return handled.outcome, handled.reply
