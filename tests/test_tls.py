@@ -9,6 +9,7 @@ import trio
 import trustme
 
 from actorctl import ActorRef, AskTimeout, ConfigError, RemoteError, TlsFiles, open_node
+from actorctl.mailbox import Role
 
 from .actors import Calculator
 from .harness import Logs, Secrets, node_pair
@@ -130,7 +131,9 @@ async def test_rotated_certificates_are_read_again_for_new_connections(
     old = make_tls(tmp_path / "certs", "server", "client")
     new_ca = trustme.CA()
     new = make_tls(tmp_path / "new", "early", "late", ca=new_ca)
-    keys = make_keys(tmp_path / "keys", "server", "client", "early", "late")
+    # the client asks the node to read its files again: an operator's work
+    operator = {"client": Role.OPERATOR}
+    keys = make_keys(tmp_path / "keys", "server", "client", "early", "late", roles=operator)
     async with (
         open_node(
             "server", [Calculator()], host="127.0.0.1", port=0,
@@ -160,7 +163,7 @@ async def test_rotated_certificates_are_read_again_for_new_connections(
 
 async def test_a_missing_rotated_file_keeps_the_certificates_in_use(tmp_path: Path) -> None:
     files = make_tls(tmp_path / "certs", "server", "client")
-    keys = make_keys(tmp_path / "keys", "server", "client")
+    keys = make_keys(tmp_path / "keys", "server", "client", roles={"client": Role.OPERATOR})
     async with node_pair([Calculator()], secrets=Secrets(files, keys)) as (server, client):
         (tmp_path / "certs" / "server.pem").unlink()
         agent = client.ref(f"{server.url}/_node").with_options(timeout=10)
