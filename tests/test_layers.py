@@ -311,3 +311,17 @@ def test_the_task_word_check_sees_a_role_name_and_a_table(tmp_path: Path) -> Non
     probe.write_text('SCHEDULER_ROLE = "scheduler"\nKEYS = {"periodic": 1}\nname = "source." + x\n')
     found = {hit.partition(" ")[2] for hit in _task_words(probe, tmp_path)}
     assert found == {"SCHEDULER_ROLE", "'scheduler'", "'periodic'", "'source.'"}
+
+
+def test_proton_is_wrapped_once_in_the_link_package() -> None:
+    # One vocabulary per foreign object: proton's C engine (lib.pn_*) and the
+    # raw pointers behind its Python wrappers (._impl) are the link's alone.
+    link = SRC / "cluster" / "link"
+    found = [
+        f"{path.relative_to(SRC)}:{number}"
+        for path in sorted(SRC.rglob("*.py"))
+        if link not in path.parents
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if re.search(r"\blib\.pn_|\._impl\b|\bcproton\b", line)
+    ]
+    assert found == []

@@ -37,12 +37,12 @@ from ...mailbox import (
     read_message,
     to_ms,
 )
-from .._outbox import ReplyRoutes
 from ._credit import CreditKeeper, InboxCredit
 from ._engine import Engine, EngineHandler
 from ._limits import ConnectionLimits, Limits
 from ._raw import ACCEPTED, REJECTED, RELEASED, lib, recv, set_condition
 from ._reply_auth import UNAUTHORIZED, ReplySigning, reply_address_refusal
+from ._reply_routes import ReplyRoutes
 
 __all__ = ["InboundHandler", "actor_name"]
 

@@ -1,0 +1,126 @@
+"""The reply routes of a node: the reply links callers attached to it, by
+reply address, on which replies go back pre-settled (the reply is the
+acknowledgement), signed for the address as the caller reads it off its
+link (docs/protocol.md §8.1).
+
+Inbound connections (``_inbound.py``) add and remove them; the node's outbox
+(``cluster/_outbox.py``) sends replies on them. Who owns a reply address is
+remembered here too, so that nobody else takes it while its caller reconnects.
+"""
+
+from __future__ import annotations
+
+from typing import final
+
+from proton import Link
+
+from ..._log import log
+from ...mailbox import Envelope
+from ._engine import Engine
+from ._limits import reply_queue_full
+from ._reply_auth import ReplySigning, encode_reply
+
+__all__ = ["ReplyRoutes"]
+
+#: How many reply addresses a node remembers the owner of (their routes gone).
+_MAX_OWNERS = 10_000
+
+
+@final
+class ReplyRoutes:
+    """The reply links callers attached to this node, by reply address.
+
+    Inbound connections add and remove them; the outbox sends replies on them.
+    A route whose caller grants no credit holds at most ``max_queued`` replies;
+    more are dropped and logged.
+    """
+
+    __slots__ = ("_owners", "_routes", "max_queued")
+
+    def __init__(self, max_queued: int = 1000) -> None:
+        self._routes: dict[str, tuple[Engine, Link, ReplySigning | None]] = {}
+        # Who each reply address belongs to (the certificate subject of the
+        # first connection that attached it), oldest first; kept after its route
+        # goes, so that nobody else takes it while its caller reconnects.
+        self._owners: dict[str, str] = {}
+        self.max_queued = max_queued
+
+    def add(
+        self, address: str, engine: Engine, link: Link, signing: ReplySigning | None = None
+    ) -> None:
+        """A caller attached a reply link; replies to ``address`` go on it, signed
+        as ``signing`` says (None: unsigned)."""
+        self._routes[address] = (engine, link, signing)
+
+    def claim(self, address: str, identity: str | None) -> bool:
+        """Whether ``identity`` may attach ``address``: nobody holds it yet (it is
+        ``identity``'s from now on) or ``identity`` does. Without an identity
+        (plain TCP) nothing is held."""
+        if identity is None:
+            return True
+        owner = self._owners.get(address)
+        if owner is not None:
+            return owner == identity
+        if len(self._owners) >= _MAX_OWNERS:
+            # Forget the oldest addresses that nobody holds a route to any more.
+            for old in [a for a in self._owners if a not in self._routes][: _MAX_OWNERS // 10]:
+                del self._owners[old]
+        self._owners[address] = identity
+        return True
+
+    def remove(
+        self,
+        address: str,
+        *,
+        engine: Engine | None = None,
+        link: Link | None = None,
+        release: bool = False,
+    ) -> None:
+        """Forget a route, if it is still the one on ``engine`` (or ``link``); with
+        ``release`` (a dynamic address, which nobody asks for by name) its owner too."""
+        route = self._routes.get(address)
+        if route is None:
+            return
+        if (engine is not None and route[0] is not engine) or (
+            link is not None and route[1] != link
+        ):
+            return  # the caller re-attached since: that newer route stays
+        del self._routes[address]
+        if release:
+            self._owners.pop(address, None)
+
+    def __contains__(self, address: object) -> bool:
+        return address in self._routes
+
+    def __len__(self) -> int:
+        return len(self._routes)
+
+    def send(self, envelope: Envelope) -> bool:
+        """Send a reply on the route to ``envelope.to``; False if there is none.
+        (A caller that grants no credit gets at most ``max_queued``: the rest
+        are dropped and logged.)"""
+        route = self._routes.get(envelope.to)
+        if route is None:
+            return False
+        engine, link, signing = route
+        if engine.closed:
+            return False
+        if reply_queue_full(link._impl, self.max_queued):
+            _no_credit(envelope, engine, self.max_queued)
+            return True  # there is a route: the reply was dropped there, and logged
+        # Signed for the reply address, as the caller reads it off its link.
+        data = encode_reply(envelope, None if signing is None else signing.signer())
+        engine.send_settled(link._impl, envelope.message_id.encode(), data)
+        return True
+
+
+def _no_credit(envelope: Envelope, engine: Engine, queued: int) -> None:
+    log(
+        "actorctl:reply:dropped",
+        reply_to=envelope.to,
+        correlation_id=envelope.correlation_id,
+        peer=engine.peer,
+        reason="no reply credit",
+        description=f"the caller's reply link holds {queued} replies that wait for "
+        "credit already: it must grant credit on its reply link",
+    )
