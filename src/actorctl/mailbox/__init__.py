@@ -7,6 +7,9 @@ from ._amqp import Sections as Sections
 from ._amqp import read_message as read_message
 from ._auth import ORIGIN_KEY as ORIGIN_KEY
 from ._auth import SIG_NODE as SIG_NODE
+from ._authenticate import UnsignableMessage as UnsignableMessage
+from ._authenticate import authenticate as authenticate
+from ._authenticate import canonical_of as canonical_of
 from ._conditions import AUTH_VERSION as AUTH_VERSION
 from ._conditions import BAD_ARGUMENTS as BAD_ARGUMENTS
 from ._conditions import BAD_KIND as BAD_KIND

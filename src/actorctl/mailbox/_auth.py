@@ -58,12 +58,22 @@ class AuthError(ActorctlError):
     Attributes:
         condition: the AMQP error condition (``actorctl:bad-signature``, ...).
         description: what was wrong, for people (logs and the outcome's description).
+        message_id, key_id: the refused message's id and the key it claims,
+            once known (:meth:`about`).
     """
 
     def __init__(self, condition: str, description: str) -> None:
         super().__init__(f"{condition}: {description}")
         self.condition = condition
         self.description = description
+        #: The refused message's id, and the key it claims, once known (for logs).
+        self.message_id: str | None = None
+        self.key_id: str | None = None
+
+    def about(self, message_id: str, key_id: str | None) -> AuthError:
+        """This error, saying which message it refused and the key it claims."""
+        self.message_id, self.key_id = message_id, key_id
+        return self
 
 
 # --- The canonical byte form (docs/protocol.md §11.2) --------------------------------

@@ -28,10 +28,11 @@ from ...mailbox import (
     STOPPING,
     AuthError,
     Outcome,
-    Sections,
+    UnsignableMessage,
     Verified,
     Verifier,
-    canonical_bytes,
+    authenticate,
+    canonical_of,
     decode,
     from_sections,
     read_message,
@@ -242,16 +243,19 @@ class InboundHandler(EngineHandler):
                 self._unauthenticated.append(envelope.message_id)
             else:
                 # Authenticate before anything looks at the body or the handler.
-                sections, verified = _authenticate(verifier, cell.name, data, self._node_id)
+                sections, verified = authenticate(verifier, cell.name, data, self._node_id)
                 sender = verified.key_id
                 if ORIGIN_KEY in sections[1]:  # a router asserts whom it forwards for
                     sender = verifier.origin(verified, sections[1]) or _no_origin(engine, verified)
                 envelope = from_sections(sections, sender, verifier.role(verified, sender))
         except AuthError as exc:
-            _refuse_delivery(engine, cell, settle, exc.condition, exc.description, exc)
+            _refuse_delivery(
+                engine, cell, settle, exc.condition, exc.description, exc.message_id, exc.key_id
+            )
             return
         except WireFormatError as exc:
-            _refuse_delivery(engine, cell, settle, DECODE_ERROR, str(exc), exc)
+            message_id = exc.message_id if isinstance(exc, UnsignableMessage) else None
+            _refuse_delivery(engine, cell, settle, DECODE_ERROR, str(exc), message_id)
             return
         try:
             cell.mailbox.put_nowait(envelope, settle)
@@ -323,17 +327,18 @@ class InboundHandler(EngineHandler):
             message_id = str(properties[0])
             session = verifier.accept_session(
                 app,
-                _canonical(SESSION_ADDRESS, properties, app, body, self._node_id),
+                canonical_of(SESSION_ADDRESS, properties, app, body, self._node_id),
                 message_id=message_id,
                 creation_ms=properties[9],
                 body=body,
                 node=self._node_id,
             )
         except AuthError as exc:
-            _refuse_delivery(engine, SESSION_ADDRESS, settle, exc.condition, exc.description, exc)
+            refuse = (exc.condition, exc.description, exc.message_id, exc.key_id)
+            _refuse_delivery(engine, SESSION_ADDRESS, settle, *refuse)
             return
         except (WireFormatError, ValueError) as exc:
-            _refuse_delivery(engine, SESSION_ADDRESS, settle, DECODE_ERROR, str(exc), exc)
+            _refuse_delivery(engine, SESSION_ADDRESS, settle, DECODE_ERROR, str(exc))
             return
         if self._signing is not None:
             self._signing.session_opened(session)  # replies here are signed with it
@@ -402,86 +407,14 @@ def _settle(engine: Engine, delivery: Any, outcome: Outcome) -> None:
         lib.pn_decref(delivery)
 
 
-def _authenticate(
-    verifier: Verifier, actor: str, data: bytes, node: str
-) -> tuple[Sections, Verified]:
-    """Check a message's signature over its canonical bytes, for ``actor`` on ``node``.
-
-    Raises:
-        AuthError: why it is refused (docs/protocol.md §11).
-        WireFormatError: it is not in the layout that can be signed.
-    """
-    sections = read_message(data)
-    if sections is None:
-        raise WireFormatError(
-            "a signed message must be one properties, one application-properties and "
-            "one data section of the types docs/protocol.md lists"
-        )
-    properties, app, body = sections
-    if len(properties) < 10:
-        properties = properties + [None] * (10 - len(properties))
-    if properties[0] is None:
-        raise WireFormatError("message has no message-id property")
-    message_id = str(properties[0])
-    problem = _malformed(properties, message_id)
-    if problem is not None:
-        error = WireFormatError(problem)
-        error.message_id = message_id  # type: ignore[attr-defined]
-        raise error
-    try:
-        verified = verifier.verify(
-            app,
-            _canonical(actor, properties, app, body, node),
-            message_id=message_id,
-            creation_ms=properties[9],
-        )
-    except AuthError as exc:
-        # for the log line: which message, and which key it claims
-        exc.message_id = message_id  # type: ignore[attr-defined]
-        exc.key_id = app.get("sig_key")  # type: ignore[attr-defined]
-        raise
-    return sections, verified
-
-
-def _malformed(properties: list[Any], message_id: str) -> str | None:
-    """What is wrong with the types of the properties a signature covers."""
-    for index, field in ((8, "absolute-expiry-time"), (9, "creation-time")):
-        # Only an AMQP timestamp (an integer of ms) is covered as written: a
-        # double or a string here could change what the replay check sees.
-        if properties[index] is not None and type(properties[index]) is not int:
-            return f"message {message_id}: {field} must be a timestamp"
-    for index, field in ((3, "subject"), (4, "reply-to")):
-        if properties[index] is not None and not isinstance(properties[index], str):
-            return f"message {message_id}: {field} must be a string"
-    return None
-
-
-def _canonical(
-    actor: str, properties: list[Any], app: dict[Any, Any], body: bytes, node: str
-) -> bytes:
-    subject, reply_to, correlation_id = properties[3], properties[4], properties[5]
-    return canonical_bytes(
-        node=node,
-        to=actor,
-        subject="" if subject is None else str(subject),
-        message_id=str(properties[0]),
-        correlation_id=None if correlation_id is None else str(correlation_id),
-        reply_to=None if reply_to is None else str(reply_to),
-        creation_ms=properties[9],
-        expiry_ms=properties[8],
-        kind=str(app.get("kind") or "command"),
-        headers=app,
-        body=body,
-    )
-
-
 def _refuse_delivery(
     engine: Engine,
     actor: ActorCell | str,
     settle: Callable[[Outcome], None] | None,
     condition: str,
     description: str,
-    error: Exception,
+    message_id: str | None = None,
+    key_id: str | None = None,
 ) -> None:
     if not isinstance(actor, str):  # an actor's inbox, not the session address
         actor.counters.refuse("rejected", condition)
@@ -492,8 +425,8 @@ def _refuse_delivery(
         actor=actor,
         condition=condition,
         description=description,
-        message_id=getattr(error, "message_id", None),
-        key=getattr(error, "key_id", None),
+        message_id=message_id,
+        key=key_id,
     )
     if settle is not None:
         settle(Outcome.rejected(condition, description))
