@@ -12,13 +12,24 @@ from typing import Any
 import pytest
 import trio
 
-from actorctl import Envelope, Node, Rejected, RemoteError, SupervisorSpec, TlsFiles, open_node
+from actorctl import (
+    Address,
+    Envelope,
+    Node,
+    Rejected,
+    RemoteError,
+    SupervisorSpec,
+    TlsFiles,
+    open_node,
+)
+from actorctl.cluster import Router
 from actorctl.mailbox import IdentityKey, Keyring, Role
 from actorctl.mailbox._roles import write_role
 from actorctl.ops._controller import Controller
 from actorctl.supervision import HealthMonitor
 from actorctl.testing import SERVICES, TestCluster, open_cluster
 
+from .harness import free_port
 from .keys import make_keys
 from .task_app import app
 from .test_identity_lifecycle import APPLIES_WITHIN, actorctl
@@ -218,3 +229,32 @@ async def test_a_role_granted_with_keys_add_applies_to_a_running_node_within_sec
         listed = await actorctl("keys", "list", "--dir", pub.parent)
         [row] = [line for line in listed.splitlines() if line.startswith("client ")]
         assert row.endswith("public, operator")
+
+
+async def test_a_router_asks_with_its_callers_role_never_its_own(tmp_path: Path) -> None:
+    # Given a supervisor (its child changes: an operator's), a router to it on
+    # the same node and one on another member node, and a client's key
+    keys = make_keys(tmp_path / "keys", "server", "gate", "client", roles={"gate": MEMBER})
+    tls = make_tls(tmp_path / "certs", "server", "gate", "client")
+    port = free_port()
+    sup = f"amqps://127.0.0.1:{port}/sup"
+    local = Router([Address.parse(sup)])
+    async with (
+        open_node(
+            "server", {"sup": SupervisorSpec("sup", []), "via": local},
+            port=port, tls=tls["server"], keyring=keys["server"],
+        ) as server,
+        open_node(
+            "gate", {"via": Router([Address.parse(sup)])},
+            tls=tls["gate"], keyring=keys["gate"],
+        ) as gate,
+        open_node("client", host=None, tls=tls["client"], keyring=keys["client"]) as client,
+    ):  # fmt: skip
+        with trio.fail_after(30):
+            for node in (server, gate):
+                via = client.ref(node.address_of("via")).with_options(timeout=10)
+                # When the client asks through the router what only an operator may
+                with pytest.raises(Rejected, match="has the client role"):
+                    await via.ask("terminate_child", "nope")
+                # Then it is refused as if asked directly; what it may ask, it gets
+                assert await via.ask("count_children") is not None

@@ -47,7 +47,7 @@ from .._errors import (
     WireFormatError,
 )
 from .._log import log
-from ..actors import Actor, Address
+from ..actors import Actor, Address, Outbox
 from ..mailbox import (
     ACCEPTED,
     DECODE_ERROR,
@@ -176,7 +176,7 @@ class Router(Actor):
         self, envelope: Envelope
     ) -> tuple[Outcome, tuple[str, Any] | None] | None:
         try:
-            args, kwargs = envelope.call()
+            envelope.call()  # a body that is not [args, kwargs] is refused here
         except WireFormatError as exc:
             return Outcome.rejected(DECODE_ERROR, str(exc)), None
         if envelope.headers.get(AT_MOST_ONCE):
@@ -208,11 +208,15 @@ class Router(Actor):
             tried.add(target)
             self.load[target] += 1
             try:
-                ref = self.ref(target).with_options(timeout=self.attempt_timeout)
                 with trio.fail_after(self.attempt_timeout):
                     if wants_reply:
-                        result = await ref.ask(envelope.subject, *args, **kwargs)
-                        return ACCEPTED, (STATUS_OK, result)
+                        # Asked on the caller's behalf: the instance checks the
+                        # caller's role, never the router's (docs/security.md).
+                        ask = asked(
+                            envelope, to=target, outbox=outbox, timeout=self.attempt_timeout
+                        )
+                        reply = await outbox.request(target, ask, self.attempt_timeout)
+                        return ACCEPTED, _answer(reply)
                     # The message itself, ids, headers and all (a task's chain,
                     # its time limits, its caller), signed afresh.
                     copy = forwarded(envelope, to=str(target), creation_time=outbox.now())
@@ -324,6 +328,34 @@ class Router(Actor):
             self.load[where[0]] -= 1
 
         return done, reroute
+
+
+def asked(envelope: Envelope, *, to: Address, outbox: Outbox, timeout: float) -> Envelope:
+    """The copy of an ask a router sends on as an ask of its own: the caller's
+    message asserting the caller's identity (:func:`forwarded`: the receiver
+    checks the caller's role, not the router's), with a fresh id and this
+    node's reply address (the answer comes back here), due by the caller's
+    deadline or within ``timeout``."""
+    now = outbox.now()
+    copy = forwarded(envelope, to=str(to), creation_time=now)
+    message_id = outbox.new_message_id()
+    expiry = envelope.expiry_time
+    return attrs.evolve(
+        copy,
+        message_id=message_id,
+        correlation_id=message_id,
+        reply_to=outbox.reply_address(to),
+        expiry_time=expiry if expiry is not None else now + timeout,
+    )
+
+
+def _answer(reply: Envelope) -> tuple[str, Any]:
+    """What the caller is answered: the instance's reply, as it gave it."""
+    if reply.headers.get("status") == STATUS_ERROR:
+        body = reply.body if isinstance(reply.body, dict) else {}
+        error = {"type": str(body.get("type", "Error")), "message": str(body.get("message", ""))}
+        return STATUS_ERROR, error
+    return STATUS_OK, reply.body
 
 
 def forwarded(envelope: Envelope, *, to: str, creation_time: float | None = None) -> Envelope:
