@@ -9,7 +9,17 @@ from __future__ import annotations
 import pytest
 import trio
 
-from actorctl import Actor, ActorSpec, ConfigError, RemoteError, SupervisorSpec, handler
+from actorctl import (
+    Actor,
+    ActorSpec,
+    ConfigError,
+    NotPermitted,
+    Rejected,
+    RemoteError,
+    SupervisorSpec,
+    handler,
+    open_node,
+)
 
 from .harness import Logs, Secrets, node_pair
 
@@ -103,3 +113,43 @@ async def test_an_actor_spec_overrides_its_supervisors_choice(secrets: Secrets, 
 def test_an_unknown_choice_is_refused() -> None:
     with pytest.raises(ConfigError, match="expected one of reply, crash"):
         ActorSpec(Account, handler_errors="restart")
+
+
+class GuardedAccount(OtpAccount):
+    """In OTP mode, with a handler that refuses some callers itself."""
+
+    @handler
+    async def close(self) -> None:
+        raise NotPermitted("closing an account needs its owner's key")
+
+
+async def test_in_otp_mode_a_refused_caller_does_not_crash_the_actor(
+    secrets: Secrets, logs: Logs
+) -> None:
+    # Given an actor in OTP mode whose handler refuses a caller (NotPermitted)
+    tree = SupervisorSpec("tree", [ActorSpec(GuardedAccount, name="account")])
+    async with node_pair([tree], secrets=secrets) as (server, client):
+        ref = client.ref(server.address_of("account"))
+        with trio.fail_after(10):
+            assert await ref.ask("deposit", 5) == 5
+            # When the caller is refused, then it is rejected as not permitted
+            with pytest.raises(Rejected, match="needs its owner's key"):
+                await ref.ask("close")
+            # And the actor was not restarted: its state is kept (a caller's
+            # refusal is the caller's error, never a way to crash an actor)
+            assert await ref.ask("deposit", 1) == 6
+    assert logs.of_type("actorctl:actor:crashed") == []
+
+
+async def test_an_unknown_handler_errors_on_a_class_is_refused_by_name() -> None:
+    class Misspelt(Account):
+        handler_errors = "Crash"
+
+    # A node hosting it says which class and what it may be, as it starts
+    refused = pytest.RaisesExc(ConfigError, match=r"Misspelt.handler_errors = 'Crash': expected")
+    with (
+        trio.fail_after(10),
+        pytest.RaisesGroup(refused, allow_unwrapped=True, flatten_subgroups=True),
+    ):
+        async with open_node("n1", [Misspelt()], insecure=True):
+            pass

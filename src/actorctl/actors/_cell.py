@@ -13,7 +13,7 @@ from typing import Any, final
 
 import trio
 
-from .._errors import ActorctlError, WireFormatError
+from .._errors import ActorctlError, ConfigError, WireFormatError
 from .._log import TRACE, continue_trace, log
 from ..mailbox import (
     ACCEPTED,
@@ -29,7 +29,7 @@ from ..mailbox import (
     Inbound,
     Mailbox,
 )
-from ._access import admit
+from ._access import NotPermitted, admit
 from ._actor import Actor
 from ._address import Address
 from ._background import Background, TaskFn
@@ -106,11 +106,19 @@ class ActorCell:
         self._turn: trio.CancelScope | None = None
         self._turn_done: trio.Event | None = None
         self._parked = False  # its turn waits for a message
-        self._inflight: set[Inbound] = set()
+        # What it handles now, in the order it took them (a requeue keeps it).
+        self._inflight: dict[Inbound, None] = {}
         #: A handler's exception crashes the actor once its caller has the
         #: error (OTP), or only answers the caller (the default): see
         #: ``Actor.handler_errors``; its supervision tree may choose instead.
-        self.crashes_on_error = type(actor).handler_errors == "crash"
+        chosen = type(actor).handler_errors
+        if chosen not in ("reply", "crash"):
+            raise ConfigError(
+                f"{type(actor).__name__}.handler_errors = {chosen!r}: expected 'reply' (the "
+                "caller gets the error, the actor keeps its state) or 'crash' (OTP: the "
+                "caller gets the error, then the actor is restarted fresh)"
+            )
+        self.crashes_on_error = chosen == "crash"
         self._culprits: list[Inbound] | None = None  # what crashed its turn (_crashed)
         self._seen = SeenWindow(type(actor).dedup_count, type(actor).dedup_seconds)
         self._background = Background()
@@ -416,12 +424,12 @@ class ActorCell:
 
     async def _handle(self, inbound: Inbound, slots: trio.Semaphore | None = None) -> None:
         # Kept while it runs: a restart puts it back in the mailbox.
-        self._inflight.add(inbound)
+        self._inflight[inbound] = None
         try:
             await self._handle_one(inbound)
         except Exception:
             # It crashed the actor: not to be run here again (_crashed).
-            self._inflight.discard(inbound)
+            self._inflight.pop(inbound, None)
             if inbound.outcome is not None:
                 raise  # answered already (a handler's error, OTP): nothing to release
             if self._culprits is None:
@@ -431,7 +439,7 @@ class ActorCell:
         finally:
             if slots is not None:
                 slots.release()
-        self._inflight.discard(inbound)
+        self._inflight.pop(inbound, None)
 
     async def _handle_one(self, inbound: Inbound) -> None:
         envelope = inbound.envelope
@@ -540,7 +548,8 @@ class ActorCell:
                     )
         except Exception as exc:
             failed = handler_failed(self.name, envelope, exc)
-            if self.crashes_on_error:
+            # A refusal (NotPermitted) is the caller's error, never the actor's.
+            if self.crashes_on_error and not isinstance(exc, NotPermitted):
                 raise _HandlerCrashed(failed, exc) from exc
             return failed
         return Handled(ACCEPTED, (STATUS_OK, to_wire(result)))

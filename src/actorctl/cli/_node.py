@@ -99,6 +99,7 @@ async def node_run(
     import trio
 
     from ..cluster import NodeConfig, hosted_pools
+    from ..cluster.config._config import CONTROLLER_KEY
     from ..ops import build_node, node_actors
     from ._host import LEAVE_TIMEOUT, membership
     from ._reach import read_cluster
@@ -142,10 +143,18 @@ async def node_run(
             pools = hosted_pools(target, node=node_config, cluster=config)
         # Its durable store is under its cluster's data/; without one, in memory.
         server = build_node(
-            node_config,
+            # It listens where --listen says (0.0.0.0, say, where the file
+            # names the address others dial); the file's table says the rest.
+            attrs.evolve(node_config, host=host, port=port),
             config,
             hosted,
-            security=security.node_options(node_name, config.member_names if config else ()),
+            # In a cluster, its Controller's key acts for operators (as the
+            # Foreman's in-process nodes have it: ClusterConfig.security).
+            security=security.node_options(
+                node_name,
+                config.member_names if config else (),
+                (CONTROLLER_KEY,) if config else (),
+            ),
             metrics=metrics,
         )
     except ConfigError as exc:

@@ -38,9 +38,13 @@ class Security:
     key_name: str | None
     insecure: bool
 
-    def node_options(self, name: str, members: Iterable[str] = ()) -> dict[str, Any]:
+    def node_options(
+        self, name: str, members: Iterable[str] = (), operators: Iterable[str] = ()
+    ) -> dict[str, Any]:
         """Keyword arguments for ``Node``: TLS files and keyring for ``name``
-        (``members``: names of cluster members' keys besides its members file).
+        (``members``: names of cluster members' keys besides its members file;
+        ``operators``: keys that are operators unless the roles file says
+        otherwise, as a cluster's Controller is).
 
         Raises:
             click.UsageError: neither files nor --insecure were given.
@@ -53,7 +57,9 @@ class Security:
         if self.certs is not None:
             tls = TlsFiles.from_dir(self.certs, self.cert_name or name)
         if self.keys is not None:
-            keyring = Keyring.load(self.keys, self.key_name or name, members=members)
+            keyring = Keyring.load(
+                self.keys, self.key_name or name, members=members, operators=operators
+            )
         if (tls is None or keyring is None) and not self.insecure:
             missing = " and ".join(
                 what
