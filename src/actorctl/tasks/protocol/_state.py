@@ -10,8 +10,9 @@ process (docs/guarantees.md):
 - ``results``: each task's final state, by task id, for ``RESULT_EXPIRES``
   seconds (JSON), which ``_tasks`` answers to any caller (``result``).
 
-Code reaches a node's store through :func:`store_of`, so that it works with any
-``Outbox``; an outbox that is not a node's gets a store in memory.
+Code reaches a node's store through :func:`store_of` (and the node's outbox
+through :func:`node_outbox`), typed: an outbox that is not a node's is a
+``ConfigError``, never a store in memory that would forget what it keeps.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ..._errors import ActorctlError
+from ..._errors import ActorctlError, AskTimeout, PeerUnavailable
 from ...actors import ActorRef
 from ...etcd import EtcdClient
 from ...etcd._role_lease import role_key
@@ -41,8 +41,7 @@ async def cluster_schedules(
             "node with services = true"
         )
         raise ActorctlError(f"no beat holds the scheduler lease: {why}")
-    rows: list[dict[str, Any]] = await ref(holder).ask("schedules")
-    return rows
+    return await _ask_beat(ref, holder)
 
 
 async def hosts_schedules(
@@ -62,5 +61,17 @@ async def hosts_schedules(
             "that runs one is registered (periodic tasks need a task app node with "
             "services = true, or one that serves a pool of the app)"
         )
-    rows: list[dict[str, Any]] = await ref(held.value.decode(errors="replace")).ask("schedules")
+    return await _ask_beat(ref, held.value.decode(errors="replace"))
+
+
+async def _ask_beat(ref: Callable[[str], ActorRef], holder: str) -> list[dict[str, Any]]:
+    """The schedules the beat at ``holder`` answers; one that does not answer
+    is named (not taken for the Controller or the cluster being down)."""
+    try:
+        rows: list[dict[str, Any]] = await ref(holder).ask("schedules")
+    except (AskTimeout, PeerUnavailable) as exc:
+        raise ActorctlError(
+            f"the beat that holds the scheduler role, {holder}, did not answer: {exc} "
+            "(its node is busy, restarting or cut off: try again, or see `cluster status`)"
+        ) from None
     return rows
