@@ -110,3 +110,26 @@ def test_messages_proton_writes_with_other_id_types_read_the_same() -> None:
 def test_text_that_is_not_unicode_cannot_be_sent() -> None:
     with pytest.raises(WireFormatError, match="UTF-8"):
         encode(Envelope(message_id="m", to="x", subject="\ud800", body=[[], {}]))
+
+
+def test_application_properties_read_as_proton_reads_them() -> None:
+    from proton import symbol, timestamp, ulong
+
+    from actorctl.mailbox import read_message
+
+    properties = {
+        "s": "text",
+        "sig": b"\x00" * 32,
+        "n": None,
+        "i": -5,
+        "u": ulong(7),
+        "f": 1.5,
+        "b": True,
+        "t": timestamp(1795316000250),
+        "y": symbol("hmac-sha256"),
+    }
+    msg = Message(id="m", subject="s", body=b"[[],{}]", inferred=True)
+    msg.properties = properties  # type: ignore[assignment]
+    sections = read_message(msg.encode())
+    assert sections is not None
+    assert sections[1] == properties

@@ -107,6 +107,8 @@ def _read(data: bytes, pos: int) -> tuple[Any, int]:
 def _compound(data: bytes, pos: int, count: int, is_map: bool, end: int) -> tuple[Any, int]:
     # The values messages carry most (str8, sym8, null, timestamp, vbin8) are
     # read inline: this runs for every property of every message.
+    if is_map:
+        return _map(data, pos, count, end)
     items: list[Any] = []
     append = items.append
     for _ in range(count):
@@ -130,9 +132,40 @@ def _compound(data: bytes, pos: int, count: int, is_map: bool, end: int) -> tupl
             append(value)
     if pos != end:
         raise _Unsupported("size mismatch")
-    if is_map:
-        if count % 2:
-            raise _Unsupported("odd map")
-        it = iter(items)
-        return dict(zip(it, it, strict=False)), pos  # pairs: the count is even
     return items, pos
+
+
+def _map(data: bytes, pos: int, count: int, end: int) -> tuple[dict[Any, Any], int]:
+    """A map's pairs straight into a dict (the application properties of every
+    message: a signed one has ten): keys and values as in _compound, inline."""
+    if count % 2:
+        raise _Unsupported("odd map")
+    result: dict[Any, Any] = {}
+    key: Any
+    value: Any
+    for _ in range(count // 2):
+        code = data[pos]
+        if code == 0xA3 or code == 0xA1:  # keys are symbols or strings, as a rule
+            stop = pos + 2 + data[pos + 1]
+            key = data[pos + 2 : stop].decode("utf-8")
+            pos = stop
+        else:
+            key, pos = _read(data, pos)
+        code = data[pos]
+        if code == 0xA1 or code == 0xA3:
+            stop = pos + 2 + data[pos + 1]
+            value = data[pos + 2 : stop].decode("utf-8")
+            pos = stop
+        elif code == 0xA0:
+            stop = pos + 2 + data[pos + 1]
+            value = bytes(data[pos + 2 : stop])
+            pos = stop
+        elif code == 0x40:
+            value = None
+            pos += 1
+        else:
+            value, pos = _read(data, pos)
+        result[key] = value  # a key given twice: the last one holds, as dict(pairs)
+    if pos != end:
+        raise _Unsupported("size mismatch")
+    return result, pos

@@ -56,16 +56,34 @@ def authenticate(
     if properties[0] is None:
         raise WireFormatError("message has no message-id property")
     message_id = str(properties[0])
-    problem = _malformed(properties, message_id)
-    if problem is not None:
-        raise UnsignableMessage(problem, message_id)
+    subject, reply_to, correlation_id = properties[3], properties[4], properties[5]
+    expiry, creation = properties[8], properties[9]
+    # The usual types in one expression (per message); what is wrong, if not.
+    if not (
+        (type(creation) is int or creation is None)
+        and (type(expiry) is int or expiry is None)
+        and (type(subject) is str or subject is None)
+        and (type(reply_to) is str or reply_to is None)
+    ):
+        problem = _malformed(properties, message_id)
+        if problem is not None:
+            raise UnsignableMessage(problem, message_id)
     try:
-        verified = verifier.verify(
-            app,
-            canonical_of(actor, properties, app, body, node),
+        # canonical_of, inline (per message)
+        canonical = canonical_bytes(
+            node=node,
+            to=actor,
+            subject="" if subject is None else str(subject),
             message_id=message_id,
-            creation_ms=properties[9],
+            correlation_id=None if correlation_id is None else str(correlation_id),
+            reply_to=None if reply_to is None else str(reply_to),
+            creation_ms=creation,
+            expiry_ms=expiry,
+            kind=str(app.get("kind") or "command"),
+            headers=app,
+            body=body,
         )
+        verified = verifier.verify(app, canonical, message_id=message_id, creation_ms=creation)
     except AuthError as exc:
         key = app.get("sig_key")
         exc.about(message_id, None if key is None else str(key))

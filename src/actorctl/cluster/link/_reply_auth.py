@@ -25,7 +25,6 @@ with the reply address as the ``to`` field: correlation-id, subject, the
 from __future__ import annotations
 
 import functools
-import hashlib
 import hmac
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final, final
@@ -46,7 +45,16 @@ from ...mailbox import (
     read_message,
     sign_ed25519,
 )
-from ...mailbox._signing import ED25519, HMAC_SHA256, SIG, SIG_ALG, SIG_KEY, AuthError, Session
+from ...mailbox._signing import (
+    ED25519,
+    HMAC_SHA256,
+    SIG,
+    SIG_ALG,
+    SIG_KEY,
+    AuthError,
+    Session,
+    keyed_mac,
+)
 from . import _raw as raw
 
 if TYPE_CHECKING:
@@ -217,7 +225,7 @@ class ReplyCheck:
         before the session message goes out: the peer signs with it at once)."""
         now = self._clock()
         self._macs = {sid: held for sid, held in self._macs.items() if held[1] > now}
-        self._macs[offer.id] = (hmac.new(offer.mac_key, digestmod=hashlib.sha256), offer.expires)
+        self._macs[offer.id] = (keyed_mac(offer.mac_key), offer.expires)
 
     def link_closed(self, link: Link) -> None:
         """The peer detached the reply link: log why, if it refused it."""
