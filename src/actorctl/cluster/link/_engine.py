@@ -6,9 +6,10 @@ output is popped from the transport and written by one writer task, which
 anything that changes the engine outside an event callback wakes with
 :meth:`Engine.wake`. No proton reactor, no threads, no polling loop.
 
-Output that keeps coming loop turn after loop turn (the replies of tasks run
-one after another) is gathered and written together; output after a quiet
-spell is written at once (see ``Engine._gather``).
+Replies that keep coming loop turn after loop turn (those of tasks run one
+after another) are gathered and written together; everything else (transfers,
+settlements, credit), and a reply after a quiet spell, is written at once
+(see ``Engine._gather``).
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ _LOCAL_ACTIVE: Final = Endpoint.LOCAL_ACTIVE
 _IO_ERRORS: Final = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
 #: Loop turns a busy spell's output may gather for before it is written anyway.
 GATHER_TURNS: Final = 16
+#: Bytes of gathered output that are written at once, however busy the spell.
+GATHER_BYTES: Final = 8192
 
 
 @final
@@ -162,8 +165,7 @@ class Engine:
         self._wake_event = trio.Event()
         self._send_lock = trio.Lock()
         self._turns = _Turns()  # this run's counter, once ``run`` starts
-        self._produced_at = -2  # the loop turn of the last wake-up (send, settle, flow)
-        self._gathering = False  # the writer lets a busy spell's output gather
+        self._produced_at = -2  # the loop turn of the last reply sent (send_settled)
         #: Set once the peer's AMQP open arrived (after TLS and SASL).
         self.remote_opened = trio.Event()
         #: Set once the connection has ended (``run`` is returning).
@@ -182,9 +184,8 @@ class Engine:
         }
 
     def wake(self) -> None:
-        """Have the writer emit whatever the engine has to send now (at once
-        after a quiet spell; in a busy one, with what the next turns add)."""
-        self._produced_at = self._turns.count
+        """Have the writer emit whatever the engine has to send now. (Not
+        gathered: a sender waits on the credit and settlements it carries.)"""
         self._wake_event.set()
 
     def send_settled(self, link: Any, tag: bytes, data: bytes | bytearray) -> None:
@@ -237,10 +238,11 @@ class Engine:
                 if not self._push(data):
                     return
                 self._process()
-                # Answer from this task when nobody else is writing (one task
-                # switch fewer per message than waking the writer), unless the
-                # writer is gathering a busy spell's output (see _write_loop).
-                if self._send_lock.locked() or self._gathering:
+                # Answer from this task when nobody else is writing: one task
+                # switch fewer per message than waking the writer. (What the
+                # writer gathers goes out with it: credit and settlements are
+                # never held back.)
+                if self._send_lock.locked():
                     self.wake()
                 elif not await self._send_pending():
                     self._wake_event.set()  # output closed: the writer ends it
@@ -288,7 +290,7 @@ class Engine:
                 waited_from = self._turns.count
                 await self._wake_event.wait()
                 if self.writes != writes and self._produced_at - waited_from <= 1:
-                    # Output came while it wrote, or just after: a busy spell.
+                    # Replies came while it wrote, or just after: a busy spell.
                     await self._gather()
         except _IO_ERRORS:
             if transport.pending() >= 0:
@@ -298,26 +300,26 @@ class Engine:
             self._writer_done.set()
 
     async def _gather(self) -> None:
-        """Let the output of a busy spell gather before it is written.
+        """Let the replies of a busy spell gather before they are written.
 
         Replies of tasks that run one after another come one loop turn apart,
         and writing each as it comes costs a socket write (and often a wake-up
-        of the peer) per reply. So when output came while the writer was
-        writing (or a turn after it wrote), it waits while output keeps coming:
-        until a whole turn adds none, or for GATHER_TURNS turns at most; the
-        read loop leaves its own output to it meanwhile. Output after a quiet
-        spell (a lone message) is written at once, as before.
+        of the peer) per reply. So when replies came while the writer was
+        writing (or a turn after it wrote), it waits while they keep coming:
+        until a whole turn adds none, GATHER_BYTES are waiting, or for
+        GATHER_TURNS turns at most. A reply after a quiet spell (a lone one) is
+        written at once, as is everything that is not a reply: a one-way
+        sender waits on the credit and settlements it carries (gathering those
+        too cost one-way tells a quarter of their throughput).
         """
         turns = self._turns
         until = turns.count + GATHER_TURNS
-        self._gathering = True
-        try:
-            while turns.count < until:
-                await trio.lowlevel.checkpoint()
-                if turns.count - self._produced_at >= 2:
-                    return  # the whole last turn added nothing
-        finally:
-            self._gathering = False
+        while turns.count < until:
+            await trio.lowlevel.checkpoint()
+            if turns.count - self._produced_at >= 2:
+                return  # the whole last turn added nothing
+            if self.transport.pending() >= GATHER_BYTES:
+                return  # enough for a write of its own: no reason to wait
 
     async def _send_pending(self) -> bool:
         """Write what the engine has to send now, in one write. False once its
