@@ -32,7 +32,7 @@ from actorctl.ops import check_references
 from actorctl.tasks import cluster_app
 from actorctl.tasks.sources._source import item_id
 from tests.state_app import runs
-from tests.test_task_state import ACTORCTL, ROOT, RunningCluster, counted, wait_until
+from tests.test_task_state import ACTORCTL, ROOT, WAIT, RunningCluster, counted, wait_until
 
 LINES = 300
 ROWS = 200
@@ -132,8 +132,14 @@ def test_sources_whose_node_is_killed_resume_from_their_checkpoints(
     assert checkpoint[1] >= sum(map(len, written[:20]))
     assert ran_before["inbox"] < LINES, "the source had finished before the kill: not tested"
     assert max(ran_before["feed"], ran_before["orders"]) < ROWS, "all sent before the kill"
-    # Then each resumes from its checkpoint: every item ran, none twice
-    wait_until(f"all {len(ids)} items ran", lambda: set(ids) <= set(runs(cluster.records)))
+    # Then each resumes from its checkpoint: every item ran, none twice (the
+    # node's restart and its catching up are given two waits: on a loaded
+    # machine at the end of the suite one was seen not to be enough, once)
+    wait_until(
+        f"all {len(ids)} items ran",
+        lambda: set(ids) <= set(runs(cluster.records)),
+        timeout=2 * WAIT,
+    )
     lost, twice = counted(cluster, ids)
     print(f"ran before the kill: {ran_before}; lost: {len(lost)}; ran twice: {len(twice)}")
     assert lost == []
