@@ -66,7 +66,8 @@ _RULES: Final = {
     ("_replay.py", "*"): "dedup",
     ("_replays.py", "*"): "dedup",
     ("_dedup.py", "*"): "dedup",
-    ("_inbound.py", "_authenticate"): "auth",
+    ("_inbound.py", "_authenticate"): "auth",  # before issue 29 moved it to mailbox/
+    ("_authenticate.py", "*"): "auth",
     ("_inbound.py", "_open_session"): "auth",
     ("_task.py", "aapply_async"): "send",
     ("_task.py", "apply_async"): "send",
