@@ -61,7 +61,9 @@ def admit(actor: str, spec: HandlerSpec, envelope: Envelope) -> Handled | None:
     role = envelope.role
     if role is not None and spec.roles is not None and role not in spec.roles:
         return not_permitted(actor, spec.name, envelope, spec.roles)
-    _current.set(Caller(envelope.sender, role))
+    sender = envelope.sender
+    # Nobody to name (made here, or no keyring): the shared value, no allocation.
+    _current.set(Caller(sender, role) if sender or role is not None else _NOBODY)
     return None
 
 

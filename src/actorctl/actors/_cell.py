@@ -468,7 +468,7 @@ class ActorCell:
         started = perf_counter()  # one pair per message: the latency histogram
         try:
             with continue_trace(envelope.headers.get(TRACE)):
-                handled = await self._dispatch(envelope)
+                handled = await self.dispatch_with(self.behaviour, envelope)
         except _HandlerCrashed as crash:
             # OTP: the caller gets the error (a copy too, from the window),
             # then the actor crashes with it.
@@ -490,8 +490,13 @@ class ActorCell:
         else:
             settle_refused(self.name, inbound, handled.outcome)
 
-    async def _dispatch(self, envelope: Envelope) -> Handled:
-        """Run the message's handler; say how to answer it."""
+    async def dispatch_with(self, behaviour: Behaviour, envelope: Envelope) -> Handled:
+        """Run ``envelope``'s handler in ``behaviour`` as every message's is run
+        (the cell's own messages with its current behaviour): a document or a
+        ``Terminated`` taken apart, the caller's role checked, its arguments
+        bound, within the message's expiry, a plain ``def`` under the actor's
+        capacity limiter; say how to answer it. (A behaviour such as a circuit
+        breaker's probe runs the actor's own handlers so, not a copy of this.)"""
         if envelope.kind == KIND_DOCUMENT and not type(self.actor).takes_documents:
             return refuse(
                 BAD_KIND,
@@ -500,14 +505,6 @@ class ActorCell:
             )
         if envelope.subject == TERMINATED:
             return await self._terminated(envelope)
-        return await self.dispatch_with(self.behaviour, envelope)
-
-    async def dispatch_with(self, behaviour: Behaviour, envelope: Envelope) -> Handled:
-        """Run ``envelope``'s handler in ``behaviour`` as every message's is run:
-        the caller's role checked, its arguments bound, within the message's
-        expiry, a plain ``def`` under the actor's capacity limiter. (A
-        behaviour such as a circuit breaker's probe runs the actor's own
-        handlers so, not a copy of this.)"""
         spec = behaviour.__actorctl_handlers__.get(envelope.subject)
         if spec is None:
             forwarded = await behaviour.handle_unmatched(envelope)
