@@ -37,7 +37,7 @@ from actorctl.mailbox import (
     encode,
     sign_ed25519,
 )
-from actorctl.mailbox._keys import MEMBERS_FILE
+from actorctl.mailbox._keyring import MEMBERS_FILE
 from actorctl.store import Store
 
 from .harness import Logs, free_port

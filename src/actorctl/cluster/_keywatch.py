@@ -26,7 +26,7 @@ import trio
 from .._errors import ConfigError
 from .._log import log
 from ..mailbox import Keyring, PublicKey
-from ..mailbox._keys import MEMBERS_FILE, REVOKED, KeyringChange, read_public_keys
+from ..mailbox._keyring import MEMBERS_FILE, REVOKED, KeyringChange, read_public_keys
 from ..mailbox._roles import ROLES_FILE
 
 __all__ = ["KEY_POLL", "KeyringWatch"]

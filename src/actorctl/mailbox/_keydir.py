@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import NamedTuple
 
 from .._errors import ConfigError
-from ._keys import _KEY_NAME, REVOKED, PublicKey
+from ._keyring import REVOKED
+from ._keys import _KEY_NAME, PublicKey
 
 __all__ = ["KeyFile", "add_public_key", "find_key", "revoke_key"]
 

@@ -44,8 +44,8 @@ from ._conditions import UNAUTHENTICATED as UNAUTHENTICATED
 from ._conditions import UNKNOWN_KEY as UNKNOWN_KEY
 from ._conditions import UNKNOWN_SESSION as UNKNOWN_SESSION
 from ._conditions import WRONG_NODE as WRONG_NODE
+from ._keyring import Keyring as Keyring
 from ._keys import IdentityKey as IdentityKey
-from ._keys import Keyring as Keyring
 from ._keys import PublicKey as PublicKey
 from ._keys import key_id as key_id
 from ._refusals import unsigned, wrong_node
