@@ -354,7 +354,7 @@ command = ["node", "worker.js"]
         (
             "",
             "concurrenccy = 2",
-            "key 'boxed[0].concurrenccy': expected no such key: 'concurrency'",
+            "no such key 'boxed[0].concurrenccy' (= 2): did you mean 'concurrency'?",
         ),
         ("", 'node = "elsewhere"', "key 'boxed[0].node': expected one of the nodes ['worker']"),
         ("", "memory_limit = -1", "key 'boxed[0].memory_limit': expected a number"),

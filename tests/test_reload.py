@@ -192,7 +192,7 @@ def test_a_wrong_file_is_refused_and_the_cluster_runs_on_unchanged(
     # Given a file with a misspelt key, one naming no such task, and one that
     # renames the cluster
     wrong = [
-        (before.replace("pools =", "pols =", 1), "'node[1].pols': expected no such key: 'pools'"),
+        (before.replace("pools =", "pols =", 1), "no such key 'node[1].pols'"),
         (before + LIMIT.format(rate="5/s").replace("s.total", "s.totl"), "did you mean 's.total'"),
         (before.replace('"reload"', '"other"'), "key 'cluster.name' changed"),
     ]

@@ -127,7 +127,7 @@ async def test_start_child_and_terminate_child_through_the_supervisors_signed_in
             # And a bad request is an error naming what was wrong
             with pytest.raises(RemoteError, match="no child 'nope'"):
                 await sup.ask("terminate_child", "nope")
-            with pytest.raises(RemoteError, match=r"child\.actr.*'actor' \(a misspelling\?\)"):
+            with pytest.raises(RemoteError, match=r"child\.actr.*did you mean 'actor'\?"):
                 await sup.ask("start_child", {"actr": "tests.actors:Calculator"})
 
 

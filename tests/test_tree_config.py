@@ -58,7 +58,7 @@ def test_a_two_level_tree_is_read_and_built_on_its_node(tmp_path: Path) -> None:
     [
         (
             ('strategy = "rest_for_one"', 'stratgy = "rest_for_one"'),
-            r"key 'supervisor\[0\]\.stratgy': expected no such key: 'strategy' \(a misspelling\?\)",
+            r"no such key 'supervisor\[0\]\.stratgy' \(= .*\): did you mean 'strategy'\?",
         ),
         (
             ('strategy = "rest_for_one"', 'strategy = ["rest_for_one"]'),

@@ -73,9 +73,14 @@ def _node_names(config: ClusterConfig, index: int, node: NodeConfig) -> set[str]
         names |= {spec.name for spec in config.supervisor_specs(node)}
     except ConfigError as exc:
         text = str(exc).removeprefix(f"{config.path}: ")
+        # Where modules are looked up helps only when a module was not found.
+        where = (
+            f" (modules are looked up in {module_paths(config)}, then PYTHONPATH)"
+            if text.startswith("cannot import module")
+            else ""
+        )
         raise ConfigError(
-            f"{config.path}: node[{index}] ({node.name!r}, actors = {node.actors!r}): {text} "
-            f"(modules are looked up in {module_paths(config)}, then PYTHONPATH)"
+            f"{config.path}: node[{index}] ({node.name!r}, actors = {node.actors!r}): {text}{where}"
         ) from None
     return names | {name for name, _ in node.routes}
 

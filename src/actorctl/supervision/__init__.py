@@ -23,6 +23,7 @@ from ._child import SupervisorGaveUp as SupervisorGaveUp
 from ._declare import SUPERVISOR_KEYS as SUPERVISOR_KEYS
 from ._declare import check_keys as check_keys
 from ._declare import child_from_table as child_from_table
+from ._declare import key_error as key_error
 from ._declare import supervisor_from_table as supervisor_from_table
 from ._health import HEALTH_AGENT as HEALTH_AGENT
 from ._health import HealthCheck as HealthCheck

@@ -40,7 +40,7 @@ from ..actors import Actor
 from ._child import Restart, Strategy
 from ._specs import ActorSpec, Child, ProcessSpec, SupervisorSpec
 
-__all__ = ["Fail", "child_from_table", "supervisor_from_table"]
+__all__ = ["Fail", "NoSuchKey", "child_from_table", "key_error", "supervisor_from_table"]
 
 #: Makes the error for a key: (key, what was expected, what it was).
 Fail = Callable[[str, str, object], ConfigError]
@@ -66,17 +66,35 @@ PROCESS_KEYS: Final = frozenset({"process", "name", "restart", "cwd", "env", "st
 NESTED_KEYS: Final = frozenset({"supervisor"})
 
 
+class NoSuchKey(str):
+    """What a :data:`Fail` is given as ``expected`` for a key that nothing
+    reads: the fix (the key meant, or the keys the table may have)."""
+
+    __slots__ = ()
+
+
+def key_error(path: object, key: str, expected: str, got: object) -> ConfigError:
+    """The error for ``key`` of the file at ``path`` (None: no file), which
+    should have been ``expected`` and was ``got``; a :class:`NoSuchKey` says
+    the key is not one the table may have."""
+    where = f"{path}: " if path is not None else ""
+    if isinstance(expected, NoSuchKey):
+        return ConfigError(f"{where}no such key {key!r} (= {got!r}): {expected}")
+    shown = "nothing" if got is None else f"{got!r}"
+    return ConfigError(f"{where}key {key!r}: expected {expected}, got {shown}")
+
+
 def plain_fail(key: str, expected: str, got: object) -> ConfigError:
     """Errors for a child sent as JSON: no file to name."""
-    return ConfigError(f"key {key!r}: expected {expected}, got {got!r}")
+    return key_error(None, key, expected, got)
 
 
 def check_keys(table: Mapping[str, Any], allowed: frozenset[str], prefix: str, fail: Fail) -> None:
     for key in table:
         if key not in allowed:
             close = difflib.get_close_matches(key, sorted(allowed), n=1)
-            fix = f"{close[0]!r} (a misspelling?)" if close else f"one of {sorted(allowed)}"
-            raise fail(f"{prefix}.{key}", f"no such key: {fix}", table[key])
+            fix = f"did you mean {close[0]!r}?" if close else f"use one of {sorted(allowed)}"
+            raise fail(f"{prefix}.{key}", NoSuchKey(fix), table[key])
 
 
 def supervisor_from_table(

@@ -28,7 +28,7 @@ from typing import Any, Final
 
 from ..._errors import ConfigError
 from ...supervision import BoxedSpec, Restart
-from ...supervision._declare import check_keys
+from ...supervision._declare import check_keys, key_error
 
 __all__ = ["BOXED_KEYS", "boxed_specs"]
 
@@ -51,8 +51,7 @@ def boxed_specs(path: Path, items: object, nodes: list[str]) -> list[tuple[str, 
     """
 
     def fail(key: str, expected: str, got: object) -> ConfigError:
-        shown = "nothing" if got is None else f"{got!r}"
-        return ConfigError(f"{path}: key {key!r}: expected {expected}, got {shown}")
+        return key_error(path, key, expected, got)
 
     if not isinstance(items, list):
         raise fail("boxed", "[[boxed]] tables", items)

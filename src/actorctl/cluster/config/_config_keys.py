@@ -34,8 +34,10 @@ def unknown_key(
     if moved is not None and key in moved:
         fix = moved[key]
     elif close:
-        fix = f"{close[0]!r} (a misspelling?)"
+        fix = f"did you mean {close[0]!r}?"
+    elif why:
+        fix = f"{why}; the keys it may have: {sorted(known)}"
     else:
-        fix = f"{why}; the keys it may have: {sorted(known)}" if why else f"one of {sorted(known)}"
+        fix = f"use one of {sorted(known)}"
     where = f"{path}: " if path is not None else ""
-    return ConfigError(f"{where}key {key!r}: expected no such key: {fix}, got {value!r}")
+    return ConfigError(f"{where}no such key {key!r} (= {value!r}): {fix}")

@@ -21,6 +21,7 @@ from ...supervision import (
     SupervisorSpec,
     check_keys,
     import_target,
+    key_error,
     supervisor_from_table,
 )
 
@@ -126,8 +127,7 @@ def _build(
 
 def _fail(path: Path) -> Callable[[str, str, object], ConfigError]:
     def fail(key: str, expected: str, got: object) -> ConfigError:
-        shown = "nothing" if got is None else f"{got!r}"
-        return ConfigError(f"{path}: key {key!r}: expected {expected}, got {shown}")
+        return key_error(path, key, expected, got)
 
     return fail
 
