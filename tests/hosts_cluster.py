@@ -44,6 +44,7 @@ CLUSTER = """\
 [cluster]
 name = "hosts"
 dev = true
+dev_public = true  # the test's hosts are network namespaces of this one machine
 
 [etcd]
 endpoints = ["{etcd}"]

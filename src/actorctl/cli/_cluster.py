@@ -14,7 +14,7 @@ import attrs
 import trio
 
 from .._errors import ConfigError
-from ..cluster import ClusterConfig
+from ..cluster import DEV_PUBLIC_WARNING, ClusterConfig
 from ..ops import (
     DRAIN_TIMEOUT,
     NodeDied,
@@ -286,6 +286,8 @@ async def _prepare(file: Path) -> ClusterConfig:
         fail(f"{exc}", 2)
     for line in made:
         click.echo(f"made {line}")
+    if config.dev_public:
+        click.echo(DEV_PUBLIC_WARNING, err=True)
     try:
         taken = taken_ports(config)
     except ConfigError as exc:

@@ -14,7 +14,7 @@ import attrs
 import trio
 
 from .._errors import ConfigError
-from ..cluster import ClusterConfig
+from ..cluster import DEV_PUBLIC_WARNING, ClusterConfig, check_dev_listen
 from ..cluster._http import parse_listen
 from ..ops import CONTROLLER, NodeState, ensure_dev_secrets, run_controller
 from ._cluster import _rows, _table
@@ -134,6 +134,10 @@ def _prepare(
         page = parse_listen(web, "--web") if web is not None else ("127.0.0.1", 0)
         if web is not None:
             config = _with_web(config, page)
+        if config.dev and not config.dev_public:
+            check_dev_listen(file, [("--listen", *inbox)] + ([("--web", *page)] if web else []))
+        if config.dev_public:
+            click.echo(DEV_PUBLIC_WARNING, err=True)
         if config.dev:  # the cluster up of development mode makes what is missing too
             for line in ensure_dev_secrets(config):
                 click.echo(f"made {line}")

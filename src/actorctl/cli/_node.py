@@ -98,7 +98,7 @@ async def node_run(
     import eliot
     import trio
 
-    from ..cluster import NodeConfig, hosted_pools
+    from ..cluster import DEV_PUBLIC_WARNING, NodeConfig, check_dev_listen, hosted_pools
     from ..cluster.config._config import CONTROLLER_KEY
     from ..ops import build_node, node_actors
     from ._host import LEAVE_TIMEOUT, membership
@@ -124,6 +124,10 @@ async def node_run(
         settings = None
         if cluster_path is not None:
             config = read_cluster(cluster_path)
+            if config.dev and not config.dev_public:
+                check_dev_listen(cluster_path, [("--listen", host, port)])
+            if config.dev_public:
+                click.echo(DEV_PUBLIC_WARNING, err=True)
             # What this node runs with: etcd with --etcd (`host up`) only; under
             # `cluster up` the file's [etcd] is not this node's (one host, and
             # the Controller grants the scheduler lease).

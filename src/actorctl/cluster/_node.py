@@ -9,6 +9,7 @@ every collaborator passed in; nothing here is global.
 from __future__ import annotations
 
 import os
+import socket
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager
@@ -336,9 +337,12 @@ class Node:
 
     @property
     def url(self) -> str:
+        """Where others dial it; for a node that listens on every interface,
+        this machine's name (0.0.0.0 is no address anyone can dial)."""
         if self.host is None:
             return "(client only)"
-        return f"{self.scheme}://{self.host}:{self.port}"
+        host = socket.gethostname() if self.host in ("0.0.0.0", "::", "") else self.host
+        return f"{self.scheme}://{host}:{self.port}"
 
     @property
     def scheme(self) -> str:

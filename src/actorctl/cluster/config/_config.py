@@ -2,7 +2,7 @@
 
     [cluster]
     name = "demo"
-    dev = true              # make certificates and keys if there are none
+    dev = true              # make certificates and keys if there are none (loopback only: _dev.py)
     certs = "certs"         # paths are relative to this file
     keys = "keys"
 
@@ -57,6 +57,7 @@ from ..link._tls import TlsFiles
 from ._app import AppReload, AppTable
 from ._boxed_config import boxed_specs
 from ._config_keys import unknown_key
+from ._dev import check_dev_listen
 from ._etcd_config import ETCD_KEYS, EtcdSettings, check_hosts, etcd_settings
 from ._health_tables import HEALTH_KEYS, check_health_tables
 from ._tree_config import TARGET, check_supervisors, supervisor_specs
@@ -90,7 +91,9 @@ KNOWN_KEYS: Final[dict[str, frozenset[str]]] = {
     "": frozenset(
         {"cluster", "node", "router", "supervisor", "boxed"} | {"etcd"}  # read by _etcd_config.py
     ),
-    "cluster": frozenset({"name", "dev", "certs", "keys", "insecure", "controller", "web"}),
+    "cluster": frozenset(
+        {"name", "dev", "dev_public", "certs", "keys", "insecure", "controller", "web"}
+    ),
     "node": NODE_KEYS | {HOST_KEY},
     "node.limits": frozenset(LIMIT_NAMES),
     "node.metrics": METRICS_KEYS,
@@ -146,6 +149,7 @@ class ClusterConfig:
     keys: Path
     dev: bool
     insecure: bool
+    dev_public: bool = False  # development mode on a network (_dev.py): warned at every start
     controller: tuple[str, int] = ("127.0.0.1", 5700)
     web: tuple[str, int] | None = None  # where the Controller serves its web page
     supervisor_tables: tuple[Any, ...] = attrs.field(default=(), eq=False)
@@ -332,16 +336,27 @@ def load_cluster(path: Path | str, app: ClusterApp | None = None) -> ClusterConf
                 f'{on!r} hosts no task app: add actors = "MODULE:APP" and '
                 f'pools = ["{spec.pool}"] to it'
             )
+    dev = where.boolean(cluster, "cluster.dev", default=False)
+    dev_public = where.boolean(cluster, "cluster.dev_public", default=False)
+    controller = where.endpoint(cluster, "cluster.controller", default="127.0.0.1:5700")
+    web = web_address(path, cluster.get("web"))
+    if dev and not dev_public:
+        listens = [(f"node {n.name!r}", n.host, n.port) for n in nodes]
+        listens.append(("the controller (cluster.controller)", *controller))
+        if web is not None:
+            listens.append(("the web page (cluster.web)", *web))
+        check_dev_listen(path, listens)
     return ClusterConfig(
         path=path.resolve(),
         name=name,
         nodes=nodes,
         certs=path.parent.resolve() / where.string(cluster, "cluster.certs", default="certs"),
         keys=path.parent.resolve() / where.string(cluster, "cluster.keys", default="keys"),
-        dev=where.boolean(cluster, "cluster.dev", default=False),
+        dev=dev,
+        dev_public=dev_public,
         insecure=where.boolean(cluster, "cluster.insecure", default=False),
-        controller=where.endpoint(cluster, "cluster.controller", default="127.0.0.1:5700"),
-        web=web_address(path, cluster.get("web")),
+        controller=controller,
+        web=web,
         supervisor_tables=tuple(supervisor_tables),
         boxed=tuple(boxed),
         etcd=etcd_settings(path, data.get("etcd")),
