@@ -38,3 +38,9 @@ async def hold(port: int, label: str) -> str:
         await stream.send_all(label.encode() + b"\n")
         await stream.receive_some(1)
     return label
+
+
+@app.task(pool="c")
+def broken(x: int) -> int:
+    """Fails at once: a programming error, never retried."""
+    raise TypeError(f"broken on purpose ({x})")

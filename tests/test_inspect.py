@@ -23,9 +23,9 @@ import pytest
 import trio
 from examples._cluster import running_cluster
 
-from actorctl import TaskRevoked, chain, open_node
+from actorctl import TaskFailed, TaskRevoked, chain, open_node
 from actorctl.cluster import load_cluster
-from tests.inspect_app import app, hold, step_a, step_b, step_c
+from tests.inspect_app import app, broken, hold, step_a, step_b, step_c
 
 HERE = Path(__file__).resolve().parent
 WAIT = 20.0  # seconds any one answer may take on a loaded 2-core machine
@@ -214,7 +214,7 @@ async def test_inspect_stats_and_registered_give_each_worker_node_its_counts_and
         "services": {},
         "node-a": {"inspect.hold": "a", "inspect.step_a": "a"},
         "node-b": {"inspect.step_b": "b"},
-        "node-c": {"inspect.step_c": "c"},
+        "node-c": {"inspect.broken": "c", "inspect.step_c": "c"},
     }
     code, out, _ = await actorctl("inspect", "registered", cluster)
     assert [line.split() for line in out.splitlines()] == [
@@ -222,6 +222,7 @@ async def test_inspect_stats_and_registered_give_each_worker_node_its_counts_and
         ["node-a", "inspect.hold", "a"],
         ["node-a", "inspect.step_a", "a"],
         ["node-b", "inspect.step_b", "b"],
+        ["node-c", "inspect.broken", "c"],
         ["node-c", "inspect.step_c", "c"],
     ]
 
@@ -329,6 +330,32 @@ async def test_logs_task_shows_a_chain_that_crossed_three_nodes_as_one_tree(
     nodes = {json.loads(line)["_node"] for line in lines.splitlines()}
     assert {"node-a", "node-b", "node-c"} <= nodes
     assert {json.loads(line)["task_uuid"] for line in lines.splitlines()} == {uuid}
+
+
+async def test_logs_task_says_a_failed_task_failed(cluster: Path) -> None:
+    # Given a task that failed (its run, an eliot action, ended normally)
+    async with app.aconnect(cluster):
+        result = await broken.s(7).aapply_async()
+        with pytest.raises(TaskFailed, match="broken on purpose"):
+            await result.aget(timeout=WAIT)
+
+    def logged() -> bool:  # its run's end is in its node's log
+        lines = trace_lines(cluster)
+        uuids = {line["task_uuid"] for line in lines if line.get("task_id") == result.id}
+        return any(
+            line.get("action_status") == "succeeded" and line["task_uuid"] in uuids
+            for line in lines
+        )
+
+    with trio.fail_after(WAIT):
+        while not logged():  # noqa: ASYNC110
+            await trio.sleep(0.05)
+    # When its trace is shown, then its run says failed, not succeeded
+    code, out, _ = await actorctl("logs", cluster, "--task", result.id)
+    assert code == 0, out
+    [row] = [row for row in out.splitlines() if "actorctl:task [" in row]
+    assert "  failed in " in row
+    assert "succeeded" not in row
 
 
 async def test_logs_task_names_what_it_looked_for_when_nothing_matches(cluster: Path) -> None:

@@ -139,11 +139,31 @@ def _flatten(items: list[_Node]) -> Iterable[_Node]:
             yield item
 
 
+#: What a task's run ended as, by a line logged within it: the action itself
+#: succeeds (it ran to its end) when the task failed and that was handled.
+_TASK_ENDS: Final = {
+    "actorctl:task:failed": "failed",
+    "actorctl:task:gave-up": "failed (out of retries)",
+    "actorctl:task:retry": "failed (a retry was sent)",
+}
+
+
+def _status(node: _Node, end: Line) -> str:
+    status = str(end.get("action_status", "running (no end logged yet)"))
+    if status != "succeeded":
+        return status
+    for child in node.children.values():
+        said = _TASK_ENDS.get(str((child.line or {}).get("message_type")))
+        if said is not None:
+            return said
+    return status
+
+
 def _describe(node: _Node) -> str:
     if node.start is not None:
         start = node.start
         end = node.end or {}
-        status = end.get("action_status", "running (no end logged yet)")
+        status = _status(node, end)
         took = ""
         if "timestamp" in end:
             took = f" in {end['timestamp'] - start['timestamp']:.3f} s"
