@@ -11,7 +11,7 @@ import asyncclick as click
 
 from .._errors import ActorctlError
 
-__all__ = ["exit_code", "fail", "leaf"]
+__all__ = ["INTERRUPTED", "exit_code", "fail", "leaf", "usage_error"]
 
 INTERRUPTED = 130  # as a shell reports a command ended by SIGINT
 
@@ -39,6 +39,20 @@ def exit_code(error: BaseException, *, debug: bool) -> int | None:
         click.echo(f"error: {first}", err=True)
         return 1
     return None
+
+
+def usage_error(error: click.ClickException) -> int:
+    """Report one of click's own errors (a usage error: an unknown option or
+    command, a missing argument) as every other failure is reported, after the
+    command's usage line; its exit code (2 for a usage error)."""
+    if isinstance(error, click.exceptions.NoArgsIsHelpError):  # no command: the help
+        click.echo(error.format_message(), err=True)
+        return error.exit_code
+    if isinstance(error, click.UsageError) and error.ctx is not None:
+        click.echo(error.ctx.get_usage(), err=True)
+        click.echo(f"Try '{error.ctx.command_path} --help' for help.\n", err=True)
+    click.echo(f"error: {error.format_message()}", err=True)
+    return error.exit_code
 
 
 def fail(message: str, code: int = 2) -> NoReturn:

@@ -16,7 +16,7 @@ from typing import Final
 
 import asyncclick as click
 
-from ._errors import exit_code
+from ._errors import INTERRUPTED, exit_code, usage_error
 from ._lazy import Lazy, LazyGroup
 
 __all__ = ["COMMANDS", "main"]
@@ -88,12 +88,20 @@ def main() -> None:
     """
     debug = "--debug" in sys.argv[1:]
     try:
-        cli(_anyio_backend="trio")
+        # Not click's standalone mode: its own errors would say "Error:" and
+        # "Aborted!" where every other failure says "error:" and "interrupted".
+        result = cli(standalone_mode=False, _anyio_backend="trio")
+    except click.ClickException as exc:
+        raise SystemExit(usage_error(exc)) from None
+    except click.exceptions.Abort:
+        click.echo("interrupted", err=True)
+        raise SystemExit(INTERRUPTED) from None
     except BaseException as exc:
         code = exit_code(exc, debug=debug)
         if code is None:
             raise
         raise SystemExit(code) from None
+    raise SystemExit(result if isinstance(result, int) else 0)
 
 
 @click.group(cls=LazyGroup, lazy=COMMANDS)

@@ -1,0 +1,55 @@
+"""The command's words: one error prefix (``error:``), whoever found the
+error (click's own usage errors included), and no traceback."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _actorctl(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "actorctl", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (("--nosuch",), "error: No such option '--nosuch'."),
+        (("inspect", "everything"), "error: No such command 'everything'."),
+        (("call",), "error: Missing argument 'ADDRESS'."),
+        (("cluster", "up", "/nowhere/cluster.toml"), "error: "),
+    ],
+    ids=["option", "command", "argument", "file"],
+)
+def test_every_error_says_error_the_same_way(args: tuple[str, ...], said: str) -> None:
+    run = _actorctl(*args)
+    assert run.returncode == 2, run.stderr
+    assert said in run.stderr
+    assert "Error:" not in run.stderr
+    assert "Traceback" not in run.stderr
+
+
+def test_a_group_without_its_command_shows_its_help() -> None:
+    run = _actorctl("inspect")
+    assert run.returncode == 2
+    assert run.stderr.startswith("Usage: ")
+    assert "Commands:" in run.stderr
+
+
+def test_help_and_version_exit_0() -> None:
+    assert _actorctl("--help").returncode == 0
+    version = _actorctl("--version")
+    assert version.returncode == 0
+    assert "version" in version.stdout
