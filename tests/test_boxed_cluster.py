@@ -239,6 +239,12 @@ def test_a_handler_the_boxed_worker_did_not_list_fails_naming_what_it_listed(
     )
     # And it never reached the process
     assert "nosuch" not in {key for key, _ in cluster.runs()}
+    # And a pool whose worker runs the app's own boxed=True tasks names the
+    # app's tasks, as any pool does (the app defines them)
+    with pytest.raises(TaskFailed) as raised:
+        app.send_task("nosuch", [1], pool="python").get(timeout=WAIT)
+    assert raised.value.type_name == "UnknownTask"
+    assert raised.value.message.startswith("pool 'python' has no task 'nosuch' (it has: ")
 
 
 def test_cluster_status_shows_the_boxed_processes(cluster: Cluster) -> None:

@@ -17,7 +17,7 @@ from ...mailbox import Envelope
 from ...supervision import POISON, Boxed, RetryPolicy, failure_mark
 from ..app._task import Task
 from ..protocol._protocol import H_RETRY_POLICY, H_TIMELIMIT
-from ._limits import TimeLimits, foreign_handler
+from ._limits import BOXED_MODULE, TimeLimits, foreign_handler
 
 __all__ = [
     "NO_SCHEDULER",
@@ -122,10 +122,11 @@ def unknown_task(
     boxed: Boxed | None, tasks: Iterable[Task], name: str, pool: str
 ) -> tuple[str, str]:
     """The error type and message for a task ``name`` that ``pool`` lacks: a
-    pool served by a boxed worker names the handlers its hello listed
-    (``UnknownHandler``, docs/boxed.md); another names the app's tasks (a
-    worker runs every task of its app, whatever the pool)."""
-    if boxed is not None and boxed.handlers is not None:
+    pool served by a ``[[boxed]]`` worker names the handlers its hello listed
+    (``UnknownHandler``, docs/boxed.md); another (the Python reference worker
+    runs the app's own ``boxed=True`` tasks) names the app's tasks, since a
+    worker runs every task of its app, whatever the pool."""
+    if boxed is not None and boxed.handlers is not None and BOXED_MODULE not in boxed.spec.command:
         return "UnknownHandler", f"pool {pool!r}: {boxed.no_handler(name)}"
     known = ", ".join(sorted(t.name for t in tasks)) or "none"
     return "UnknownTask", f"pool {pool!r} has no task {name!r} (it has: {known})"
