@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -209,6 +210,37 @@ async def test_a_hang_past_the_hard_time_limit_is_killed_and_restarted_within_th
         assert await boxed.call("note", ["after"], {}) == "after"
 
 
+async def test_a_redelivered_request_gets_its_time_limit_from_when_a_process_takes_it(
+    tmp_path: Path, logs: Logs
+) -> None:
+    # Given a worker whose restart backoff (1.5 s) is longer than a request's
+    # hard time limit (1.0 s), and a request that crashes its process (exit 1)
+    # the first time it runs
+    records = tmp_path / "records"
+    async with running(spec(records, backoff=1.5)) as boxed:
+        first = boxed.runs[1].pid
+        started = trio.current_time()
+        # When it is sent
+        with trio.fail_after(WAIT):
+            value = await boxed.call("crash", ["late"], {}, time_limit=1.0)
+        took = trio.current_time() - started
+        # And, once redelivered, its record's deadline is the new run's
+        before = time.time()
+        record = await boxed.call("request", [], {}, time_limit=1.0)
+    # Then it ran again on the restarted process and was answered: the wait
+    # for that process (the backoff) did not count against its time limit
+    assert value == "late"
+    assert took >= 1.5
+    ran = runs(records)
+    assert [key for key, _ in ran] == ["late", "late"]
+    assert ran[0][1] == first
+    assert ran[1][1] != first
+    assert logs.of_type("actorctl:boxed:redeliver")
+    assert not logs.of_type("actorctl:boxed:killed")
+    assert before + 1.0 <= record["deadline"] <= time.time() + 1.0
+    print(f"lost: 0, ran twice: 1 of 1; answered after {took:.2f} s (limit 1.0 s per run)")
+
+
 async def test_a_missed_heartbeat_counts_as_a_hang(tmp_path: Path, logs: Logs) -> None:
     # Given a process that stops reading and writing, with heartbeats every 0.2 s
     # and no second chance for the request it took
@@ -258,13 +290,38 @@ async def test_garbage_an_oversize_record_or_too_much_memory_kills_with_a_clear_
         assert boxed.runs[1].pid != pid
 
 
+async def test_exit_code_3_reads_as_out_of_memory_with_or_without_a_memory_limit(
+    tmp_path: Path, logs: Logs
+) -> None:
+    # Given a worker with no memory limit that exits 3 when it cannot allocate
+    command = (
+        "sh",
+        "-c",
+        """echo '{"type":"hello","protocol":1,"handlers":["eat"]}'; read line; """
+        """echo 'cannot allocate' >&2; exit 3""",
+    )
+    boxed_spec = attrs.evolve(spec(tmp_path / "records", redeliveries=0), command=command)
+    assert boxed_spec.memory_limit is None
+    async with running(boxed_spec) as boxed:
+        pid = boxed.runs[1].pid
+        # When it does, Then the request and the log both say "out of memory"
+        with trio.fail_after(WAIT), pytest.raises(RemoteError) as raised:
+            await boxed.call("eat", [], {})
+    said = "exited with code 3: out of memory (its last stderr line: 'cannot allocate')"
+    assert raised.value.type_name == "BoxedProcessError"
+    assert said in raised.value.message
+    [ended] = [m for m in logs.of_type("actorctl:boxed:exited") if m["pid"] == pid]
+    assert ended["reason"] == said
+
+
 async def test_a_handler_the_worker_does_not_serve_is_refused_at_once(tmp_path: Path) -> None:
     async with running(spec(tmp_path / "records")) as boxed:
         with pytest.raises(RemoteError) as raised:
             await boxed.call("nothing", [], {})
         assert raised.value.type_name == "UnknownHandler"
-        assert "it serves: big, block, crash, garbage, hog, hold, mute, note, request" in (
-            raised.value.message
+        listed = "big, block, crash, garbage, hog, hold, mute, note, request, spin"
+        assert raised.value.message == (
+            f"boxed worker 'faults' serves no handler 'nothing' (its hello listed: {listed})"
         )
 
 

@@ -44,7 +44,19 @@ grace = 0.5
 backoff = 0.01
 max_restarts = 20
 within = 30.0
+
+[[boxed]]
+name = "slowback"
+node = "worker"
+pool = "slowback"
+command = ["{sys.executable}", "{FAULTS}"]
+grace = 0.5
+backoff = 2.0
+max_restarts = 20
+within = 30.0
 """
+#: The fault worker's handlers, as its hello lists them.
+FAULT_HANDLERS = "big, block, crash, garbage, hog, hold, mute, note, request, spin"
 
 MISSING = {
     "js": None if shutil.which("node") else "node (Node.js) is not installed",
@@ -80,7 +92,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     holding = directory / "holding"
     os.mkfifo(holding)
     env = {"BOXED_RECORDS": str(records), "BOXED_HOLDING": str(holding)}
-    text = cluster_text().replace('"python"]', '"python", "faults"]') + FAULT_POOL
+    text = cluster_text().replace('"python"]', '"python", "faults", "slowback"]') + FAULT_POOL
     for pool, missing in MISSING.items():
         if missing is not None:
             text = without(text, pool)
@@ -192,6 +204,47 @@ def test_a_task_that_hangs_past_its_hard_time_limit_fails_and_its_process_is_res
     assert time.monotonic() - started < WAIT
     # And a restarted process serves the next task
     assert app.send_task("note", ["after-spin"], pool="faults").get(timeout=WAIT) == "after-spin"
+
+
+def test_a_task_redelivered_after_a_restart_backoff_past_its_time_limit_runs_again(
+    cluster: Cluster,
+) -> None:
+    # Given a pool whose processes restart 2 s after a crash, and a task with
+    # a 1 s hard time limit that crashes its process the first time it runs
+    started = time.monotonic()
+    result = app.send_task("crash", ["backoff"], pool="slowback", time_limit=1.0)
+    # Then it runs again on the restarted process and is answered: its time
+    # limit counts from when a process takes it, not the wait for the restart
+    assert result.get(timeout=WAIT) == "backoff"
+    took = time.monotonic() - started
+    pids = [pid for key, pid in cluster.runs() if key == "backoff"]
+    print(f"lost: 0, ran twice: 1 of 1; answered after {took:.2f} s (limit 1.0 s per run)")
+    assert took >= 2.0
+    assert len(pids) == 2
+    assert pids[0] != pids[1]
+
+
+def test_a_handler_the_boxed_worker_did_not_list_fails_naming_what_it_listed(
+    cluster: Cluster,
+) -> None:
+    # When a task names a handler the pool's worker did not list in its hello
+    result = app.send_task("nosuch", [1], pool="faults")
+    # Then it fails with UnknownHandler, naming the handlers the hello listed
+    with pytest.raises(TaskFailed) as raised:
+        result.get(timeout=WAIT)
+    assert raised.value.type_name == "UnknownHandler"
+    assert raised.value.message == (
+        "pool 'faults': boxed worker 'faults' serves no handler 'nosuch' "
+        f"(its hello listed: {FAULT_HANDLERS})"
+    )
+    # And it never reached the process
+    assert "nosuch" not in {key for key, _ in cluster.runs()}
+    # And a pool whose worker runs the app's own boxed=True tasks names the
+    # app's tasks, as any pool does (the app defines them)
+    with pytest.raises(TaskFailed) as raised:
+        app.send_task("nosuch", [1], pool="python").get(timeout=WAIT)
+    assert raised.value.type_name == "UnknownTask"
+    assert raised.value.message.startswith("pool 'python' has no task 'nosuch' (it has: ")
 
 
 def test_cluster_status_shows_the_boxed_processes(cluster: Cluster) -> None:

@@ -6,9 +6,11 @@ processes) and runs a supervisor of ``instances`` processes
 request and waits for its reply; a request whose process dies under it goes
 back to the front of the queue (at-least-once); one that was alone in flight
 when its process died is to blame, and fails after the spec's ``redeliveries``
-such deaths (a request that kills every process it reaches). A caller that
-stops waiting (its time limit) has the process killed: a request cannot be
-taken back from a process that may be hung in it.
+such deaths (a request that kills every process it reaches). A request's hard
+time limit counts from when a process takes it, afresh on each run (a wait in
+the queue, for a restart's backoff, does not count). A caller that stops
+waiting (its time limit) has the process killed: a request cannot be taken
+back from a process that may be hung in it.
 docs/boxed.md is the protocol and what happens on each failure.
 """
 
@@ -16,8 +18,6 @@ from __future__ import annotations
 
 import functools
 import itertools
-import math
-import time
 from collections import deque
 from typing import Any, final
 
@@ -72,29 +72,29 @@ class Boxed:
     ) -> Any:
         """Run ``handler`` in one of the processes; its value.
 
-        Cancelling this (a time limit) while the request is in flight kills the
-        process that runs it (SIGTERM, then SIGKILL after the grace period).
+        The time limit (the least of ``time_limit`` and the spec's) bounds each
+        run: it counts from when a process takes the request, and afresh when a
+        request whose process died is taken again. Past it, or when this is
+        cancelled while the request is in flight, the process that runs it is
+        killed (SIGTERM, then SIGKILL after the grace period).
 
         Raises:
-            RemoteError: the handler failed (its type and message), or the
-                worker serves no such handler.
+            RemoteError: the handler failed (its type and message), ran past its
+                time limit (``TimeLimitExceeded``), or the worker serves no such
+                handler (``UnknownHandler``).
             BoxedUnavailable: the worker stopped for good.
         """
         if self._stopped is not None:
             raise BoxedUnavailable(f"boxed worker {self.spec.name!r} stopped: {self._stopped}")
         if self.handlers is not None and handler not in self.handlers:
-            raise RemoteError(
-                "UnknownHandler",
-                f"boxed worker {self.spec.name!r} serves no handler {handler!r} "
-                f"(it serves: {', '.join(sorted(self.handlers)) or 'none'})",
-            )
+            raise RemoteError("UnknownHandler", self.no_handler(handler))
         limits = [t for t in (time_limit, self.spec.time_limit) if t is not None]
         limit = min(limits) if limits else None
-        deadline = None if limit is None else time.time() + limit
-        call = Call(f"{self.spec.name}-{next(self._ids)}", handler, args, kwargs, deadline, trace)
+        call = Call(f"{self.spec.name}-{next(self._ids)}", handler, args, kwargs, limit, trace)
         self._queue.append(call)
         self._lot.unpark_all()
-        with trio.move_on_after(math.inf if limit is None else limit) as scope:
+        with trio.CancelScope() as scope:  # a deadline only while a process runs it
+            call.scope = scope
             try:
                 await call.done.wait()
             except trio.Cancelled:
@@ -106,12 +106,21 @@ class Boxed:
         if scope.cancelled_caught:
             raise RemoteError(
                 "TimeLimitExceeded",
-                f"{handler} ran past its hard time limit ({limit:g} s): boxed worker "
-                f"{self.spec.name!r} killed the process that ran it",
+                f"{handler} ran past its hard time limit ({limit:g} s, counted from when "
+                f"a process took it): boxed worker {self.spec.name!r} killed the process "
+                "that ran it",
             )
         if call.error is not None:
             raise RemoteError(*call.error)
         return call.value
+
+    def no_handler(self, handler: str) -> str:
+        """Why ``handler`` is refused: the handlers its processes' hellos listed."""
+        served = ", ".join(sorted(self.handlers or ())) or "none"
+        return (
+            f"boxed worker {self.spec.name!r} serves no handler {handler!r} "
+            f"(its hello listed: {served})"
+        )
 
     def _abandon(self, call: Call, why: str) -> None:
         if call.done.is_set():
@@ -145,7 +154,7 @@ class Boxed:
         for call in reversed(calls):
             if call.done.is_set():
                 continue
-            call.run = None
+            call.wait_again()
             if counts:
                 call.attempts += 1
             if call.attempts > self.spec.redeliveries:

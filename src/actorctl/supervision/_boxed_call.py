@@ -1,7 +1,15 @@
-"""One request to a boxed worker, from its queue to its reply (docs/boxed.md)."""
+"""One request to a boxed worker, from its queue to its reply (docs/boxed.md).
+
+Its hard time limit bounds each run, not the wait for a process: it counts
+from when a process takes the request, afresh when a request given back (its
+process died) is taken again; while it waits in the queue (behind others, or
+for a restart's backoff) its caller's scope has no deadline.
+"""
 
 from __future__ import annotations
 
+import math
+import time
 from typing import Any, Protocol, final
 
 import trio
@@ -21,7 +29,7 @@ class Call:
 
     __slots__ = (
         "args", "attempts", "deadline", "done", "error", "handler", "id", "kwargs",
-        "run", "trace", "value",
+        "limit", "run", "scope", "trace", "value",
     )  # fmt: skip
 
     def __init__(
@@ -30,20 +38,38 @@ class Call:
         handler: str,
         args: list[Any],
         kwargs: dict[str, Any],
-        deadline: float | None,
+        limit: float | None,
         trace: str | None,
     ) -> None:
         self.id = call_id
         self.handler = handler
         self.args = args
         self.kwargs = kwargs
-        self.deadline = deadline  # seconds since the epoch, for the worker
+        self.limit = limit  # seconds a run may take (None: no limit)
+        self.deadline: float | None = None  # of this run, in seconds since the epoch
+        self.scope: trio.CancelScope | None = None  # its caller's wait: see start()
         self.trace = trace
         self.done = trio.Event()
         self.value: Any = None
         self.error: tuple[str, str] | None = None
         self.attempts = 0  # processes that died while it was in flight
         self.run: Killable | None = None  # the process it is in flight on
+
+    def start(self, run: Killable) -> None:
+        """A process takes it: its time limit starts now (its caller's scope)."""
+        self.run = run
+        if self.limit is None:
+            return
+        self.deadline = time.time() + self.limit
+        if self.scope is not None:
+            self.scope.deadline = trio.current_time() + self.limit
+
+    def wait_again(self) -> None:
+        """Back in the queue: the wait for the next process does not count."""
+        self.run = None
+        self.deadline = None
+        if self.scope is not None:
+            self.scope.deadline = math.inf
 
     def record(self) -> dict[str, Any]:
         return {

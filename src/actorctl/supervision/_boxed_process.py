@@ -225,7 +225,7 @@ class BoxedRun:
                 if call.done.is_set():  # given up on while it waited
                     self._slots.release()
                     continue
-                call.run = self
+                call.start(self)  # its time limit counts from here
                 self.in_flight[call.id] = call
             records = [call.record() for call in batch if call.run is self]
             if records and not await self._send(*records):
@@ -339,11 +339,10 @@ class BoxedRun:
             return None
         if code is not None and code < 0:
             how = f"was killed by signal {signal.Signals(-code).name}"
-        elif code == OUT_OF_MEMORY and self.spec.memory_limit is not None:
-            how = (
-                f"exited with code {code}: out of memory (its memory limit is "
-                f"{self.spec.memory_limit:g} MiB)"
-            )
+        elif code == OUT_OF_MEMORY:  # the worker's word for it, limit or not
+            how = f"exited with code {code}: out of memory"
+            if self.spec.memory_limit is not None:
+                how += f" (its memory limit is {self.spec.memory_limit:g} MiB)"
         else:
             how = f"exited with code {code}"
         last = f" (its last stderr line: {self._last_stderr!r})" if self._last_stderr else ""

@@ -2,8 +2,10 @@
 
 A peer attaches a sender link whose target is an actor's name; the node answers
 with credit from that actor's mailbox. A peer attaches a receiver link (dynamic,
-or with a ``$reply/...`` source) to get replies. Every delivery is decoded,
-queued in the actor's mailbox, and settled when the actor has finished with it.
+or with a ``$reply/...`` source) to get replies, or one whose source is
+``$identity`` to read the node's container id (``_identity.py``). Every delivery
+is decoded, queued in the actor's mailbox, and settled when the actor has
+finished with it.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from ...mailbox import (
 )
 from ._credit import CreditKeeper, InboxCredit
 from ._engine import Engine, EngineHandler
+from ._identity import IDENTITY_ADDRESS, NOT_ALLOWED, IdentityLinks, read_only
 from ._limits import ConnectionLimits, Limits
 from ._raw import ACCEPTED, REJECTED, RELEASED, lib, recv, set_condition
 from ._reply_auth import UNAUTHORIZED, ReplySigning, reply_address_refusal
@@ -111,6 +114,7 @@ class InboundHandler(EngineHandler):
         self._unauthenticated: list[str] = []  # ids accepted unsigned since the last warning
         self._reply_addresses: list[tuple[str, bool]] = []  # (address, dynamic)
         self._signing = signing
+        self._identity = IdentityLinks(node_name, node_id)
 
     def on_link_remote_open(self, engine: Engine, link: Link) -> None:
         if not link.state & Endpoint.LOCAL_UNINIT:
@@ -127,6 +131,11 @@ class InboundHandler(EngineHandler):
     def _attach_inbox(self, engine: Engine, link: Link) -> None:
         target = link.remote_target.address or ""
         name = actor_name(target)
+        if name == IDENTITY_ADDRESS:  # read-only, and never an actor's inbox
+            link.open()
+            _refuse(link, NOT_ALLOWED, read_only(self._node_name))
+            log("actorctl:link:refused", peer=engine.peer, target=target, reason="read-only")
+            return
         if name == SESSION_ADDRESS and self._verifier is not None:
             link.target.address = target
             link.open()
@@ -153,6 +162,9 @@ class InboundHandler(EngineHandler):
     def _attach_replies(self, engine: Engine, link: Link) -> None:
         source = link.remote_source
         asked = source.address or ""
+        if not source.dynamic and actor_name(asked) == IDENTITY_ADDRESS:
+            self._identity.attach(engine, link, asked)
+            return
         if source.dynamic:
             address = f"{REPLY_PREFIX}{uuid.uuid4().hex}"
         elif asked.startswith(REPLY_PREFIX):
@@ -163,7 +175,8 @@ class InboundHandler(EngineHandler):
                 link,
                 NOT_FOUND,
                 f"node {self._node_name!r} offers no source {asked!r}: attach a "
-                "dynamic receiver (or one whose source starts with $reply/) to get replies",
+                "dynamic receiver (or one whose source starts with $reply/) to get replies, "
+                f"or one whose source is {IDENTITY_ADDRESS} to read its container id",
             )
             return
         # Only its own address, and one no other identity holds (§8).
@@ -184,6 +197,8 @@ class InboundHandler(EngineHandler):
         inbox = self._inboxes.get(link)
         if inbox is not None:
             inbox[1].sender_flowed()
+        else:
+            self._identity.flowed(engine, link)
 
     def on_link_remote_close(self, engine: Engine, link: Link) -> None:
         self._limits.link_closed()
@@ -191,6 +206,8 @@ class InboundHandler(EngineHandler):
             inbox = self._inboxes.pop(link._impl, None)
             if inbox is not None:
                 inbox[1].detach()
+        elif self._identity.detached(link._impl):
+            return
         else:
             address = link.source.address or ""
             self._routes.remove(address, link=link, release=bool(link.source.dynamic))
@@ -360,6 +377,7 @@ class InboundHandler(EngineHandler):
         for address, dynamic in self._reply_addresses:
             self._routes.remove(address, engine=engine, release=dynamic)
         self._reply_addresses.clear()
+        self._identity.clear()
 
 
 def _no_origin(engine: Engine, verified: Verified) -> str:

@@ -1,7 +1,8 @@
 """What a task worker reads off a task and its message: the retry policy that
 applies (the call's over the task's), whether a failure is poison, the longest
-delay of a retry, the time limits; and the warning a worker logs when nothing
-can delay its retries.
+delay of a retry, the time limits, the task its boxed worker serves or why
+there is none; and the warning a worker logs when nothing can delay its
+retries.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from ...mailbox import Envelope
 from ...supervision import POISON, Boxed, RetryPolicy, failure_mark
 from ..app._task import Task
 from ..protocol._protocol import H_RETRY_POLICY, H_TIMELIMIT
-from ._limits import TimeLimits, foreign_handler
+from ._limits import BOXED_MODULE, TimeLimits, foreign_handler
 
 __all__ = [
     "NO_SCHEDULER",
@@ -26,6 +27,7 @@ __all__ = [
     "is_poison",
     "limits_of",
     "retry_policy_of",
+    "unknown_task",
     "warn_no_scheduler",
 ]
 
@@ -114,3 +116,17 @@ def foreign_task(boxed: Boxed | None, known: dict[str, Task], name: str, pool: s
     if task is None:
         task = known[name] = Task(foreign_handler, name=name, pool=pool, boxed=True)
     return task
+
+
+def unknown_task(
+    boxed: Boxed | None, tasks: Iterable[Task], name: str, pool: str
+) -> tuple[str, str]:
+    """The error type and message for a task ``name`` that ``pool`` lacks: a
+    pool served by a ``[[boxed]]`` worker names the handlers its hello listed
+    (``UnknownHandler``, docs/boxed.md); another (the Python reference worker
+    runs the app's own ``boxed=True`` tasks) names the app's tasks, since a
+    worker runs every task of its app, whatever the pool."""
+    if boxed is not None and boxed.handlers is not None and BOXED_MODULE not in boxed.spec.command:
+        return "UnknownHandler", f"pool {pool!r}: {boxed.no_handler(name)}"
+    known = ", ".join(sorted(t.name for t in tasks)) or "none"
+    return "UnknownTask", f"pool {pool!r} has no task {name!r} (it has: {known})"

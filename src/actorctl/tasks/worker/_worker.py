@@ -16,6 +16,7 @@ so the next task starts while the last one's follow-ups are being stored.
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Mapping
 from time import perf_counter
 from typing import Any, ClassVar, Final
@@ -58,6 +59,7 @@ from ..limits._policies import (
     is_poison,
     limits_of,
     retry_policy_of,
+    unknown_task,
     warn_no_scheduler,
 )
 from ..protocol._arguments import Call, calls_of, token_key
@@ -202,11 +204,10 @@ class TaskWorker(Actor):
             self.boxed, self._foreign, envelope.subject, self.pool
         )
         if task is None:
-            why = (
-                f"pool {self.pool!r} has no task {envelope.subject!r} "
-                f"(it has: {', '.join(sorted(self.app.tasks)) or 'none'})"
+            kind, why = unknown_task(
+                self.boxed, self.app.tasks.values(), envelope.subject, self.pool
             )
-            await followups.report(envelope, FAILURE, {"type": "UnknownTask", "message": why})
+            await followups.report(envelope, FAILURE, {"type": kind, "message": why})
             return Outcome.rejected(UNKNOWN_TASK, why), None
         try:
             args, kwargs = envelope.call()
@@ -467,10 +468,12 @@ class TaskWorker(Actor):
             )
             args = [ctx, *args]
         call = functools.partial(task.fn, *args, **kwargs)
-        with (
-            using_client(self.followups.client),
-            trio.CancelScope(deadline=limits.trio_deadline(limits.hard_deadline)) as scope,
-        ):
+        # A long-lived boxed worker counts the hard limit itself, from when one
+        # of its processes takes the task (afresh when it runs again after a
+        # crash): the wait for a process (a restart's backoff) does not count.
+        by_boxed = task.boxed and self.boxed is not None and task.boxed != PER_CALL
+        deadline = math.inf if by_boxed else limits.trio_deadline(limits.hard_deadline)
+        with using_client(self.followups.client), trio.CancelScope(deadline=deadline) as scope:
             self.state.running[task_id] = scope
             try:
                 if task.boxed:
