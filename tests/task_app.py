@@ -8,6 +8,7 @@ waits for a result or a state document, with a timeout.
 from __future__ import annotations
 
 import contextlib
+import datetime
 import json
 import os
 import socket
@@ -61,6 +62,12 @@ def collect(values: list[int]) -> int:
 @app.task
 def decode(data: list[int]) -> str:
     return bytes(data).decode()
+
+
+@app.task
+def when(stamp: float) -> object:
+    """Returns what JSON has no type for (a datetime), as a task may by mistake."""
+    return datetime.datetime.fromtimestamp(stamp, datetime.UTC)
 
 
 @app.task

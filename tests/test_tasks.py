@@ -62,6 +62,7 @@ from tests.task_app import (
     record_error,
     sleepy,
     thread_overruns,
+    when,
 )
 
 HERE = Path(__file__).resolve().parent
@@ -248,6 +249,9 @@ async def test_malformed_follow_ups_and_odd_errors_fail_the_task_not_the_worker(
         with pytest.raises(TaskFailed, match="can't decode byte 0xff") as odd:
             await (await decode.adelay([255])).aget(timeout=WAIT)
         assert odd.value.type_name == "UnicodeDecodeError"  # its own arguments: no subclass
+        # a value JSON has no type for: the error says what to return instead
+        with pytest.raises(TaskFailed, match=r"for a datetime, send its \.isoformat\(\) text"):
+            await (await when.adelay(0.0)).aget(timeout=WAIT)
         assert await (await add.adelay(2, 2)).aget(timeout=WAIT) == 4  # the pool goes on
         assert await (await chord([], collect.s()).aapply_async()).aget(timeout=WAIT) == 0
 

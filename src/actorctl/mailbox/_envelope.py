@@ -57,12 +57,42 @@ _dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=F
 _loads = json.JSONDecoder(parse_constant=_no_constant).decode
 
 
+#: What to send instead of a value JSON has no type for, by its type's name.
+_INSTEAD: Final = {
+    "datetime": "its .isoformat() text",
+    "date": "its .isoformat() text",
+    "time": "its .isoformat() text",
+    "timedelta": "its .total_seconds()",
+    "set": "a sorted list",
+    "frozenset": "a sorted list",
+    "bytes": "text (base64 for binary data)",
+    "bytearray": "text (base64 for binary data)",
+    "Decimal": "its str() text",
+    "UUID": "its str() text",
+    "Path": "its str() text",
+}
+
+
 def json_dumps(value: object) -> bytes:
-    """Encode a JSON value the way every actorctl body is encoded."""
+    """Encode a JSON value the way every actorctl body is encoded.
+
+    Raises:
+        WireFormatError: naming the value that is not JSON and what to send
+            instead (a datetime as its ISO text, a set as a list, ...).
+    """
     try:
         return _dumps(value).encode()
     except (TypeError, ValueError) as exc:
-        raise WireFormatError(f"value cannot be sent as JSON: {exc}") from None
+        raise WireFormatError(f"value cannot be sent as JSON: {exc}{_instead(exc)}") from None
+
+
+def _instead(exc: Exception) -> str:
+    said = str(exc)
+    if not said.startswith("Object of type "):
+        return ""
+    kind = said.removeprefix("Object of type ").partition(" ")[0]
+    fix = _INSTEAD.get(kind, "a dict, list, str, int, float, bool or None made from it")
+    return f" (send only JSON: dict, list, str, int, float, bool, None; for a {kind}, send {fix})"
 
 
 @attrs.frozen(slots=True)
