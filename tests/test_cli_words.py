@@ -53,3 +53,21 @@ def test_help_and_version_exit_0() -> None:
     version = _actorctl("--version")
     assert version.returncode == 0
     assert "version" in version.stdout
+
+
+def test_a_client_with_its_own_certificate_is_told_to_name_it(tmp_path: Path) -> None:
+    # Given a client's certificate issued by the cluster's CA into its own directory
+    # (the README's "a new client joins"), but not named on the command line
+    certs, mine = tmp_path / "certs", tmp_path / "carol-certs"
+    assert _actorctl("certs", "init", str(certs), "--node", "worker").returncode == 0
+    issue = _actorctl("certs", "issue", "carol", "--dir", str(certs), "--out", str(mine))
+    assert issue.returncode == 0, issue.stderr
+    run = _actorctl(
+        "call", "amqps://127.0.0.1:1/primes", "count_below", "10", "--certs", str(mine),
+        "--keys", str(tmp_path / "keys"),
+    )  # fmt: skip
+    # Then the error names the certificate it has and how to use it, not a second CA
+    assert run.returncode == 2
+    assert f"TLS file {mine}/cli.pem is missing" in run.stderr
+    assert "--cert-name carol" in run.stderr
+    assert "certs init" not in run.stderr

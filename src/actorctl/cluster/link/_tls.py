@@ -30,6 +30,25 @@ from ..._errors import ConfigError
 __all__ = ["TlsDomains", "TlsFiles"]
 
 
+def _fix(directory: Path, name: str) -> str:
+    """What to do when ``name``'s files are not all in ``directory``."""
+    others = sorted(
+        p.stem
+        for p in directory.glob("*.pem")
+        if p.stem != "ca" and p.with_suffix(".key").is_file()
+    )
+    if (directory / "ca.pem").is_file() and others:
+        return (
+            f"{directory} has the certificate and key of {', '.join(others)}: use one of "
+            f"those (from the command line: --cert-name {others[0]}), or have the CA issue "
+            f"one for {name} (`actorctl certs issue {name} --dir CA-DIR --out {directory}`)"
+        )
+    return (
+        f"run `actorctl certs init {directory} --node {name}` (or pass --insecure for "
+        "plain TCP in development)"
+    )
+
+
 @final
 @attrs.frozen
 class TlsFiles:
@@ -51,10 +70,7 @@ class TlsFiles:
         files = cls(directory / "ca.pem", directory / f"{name}.pem", directory / f"{name}.key")
         for path in (files.ca, files.cert, files.key):
             if not path.is_file():
-                raise ConfigError(
-                    f"TLS file {path} is missing: run `actorctl certs init {directory} "
-                    f"--node {name}` (or pass --insecure for plain TCP in development)"
-                )
+                raise ConfigError(f"TLS file {path} is missing: {_fix(directory, name)}")
         return files
 
     def server_domain(self) -> SSLDomain:
