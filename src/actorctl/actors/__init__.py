@@ -11,7 +11,11 @@ from ._counters import LATENCY_BUCKETS as LATENCY_BUCKETS
 from ._counters import ActorCounters as ActorCounters
 from ._counters import Latency as Latency
 from ._counters import NamedCounters as NamedCounters
+from ._dedup import DEFAULT_ACTOR_BYTES as DEFAULT_ACTOR_BYTES
+from ._dedup import DEFAULT_NODE_BYTES as DEFAULT_NODE_BYTES
 from ._dedup import REDRIVE as REDRIVE
+from ._dedup import REPLY_FORGOTTEN as REPLY_FORGOTTEN
+from ._dedup import ReplyMemory as ReplyMemory
 from ._handlers import BadArguments as BadArguments
 from ._handlers import Behaviour as Behaviour
 from ._handlers import HandlerSpec as HandlerSpec

@@ -51,7 +51,10 @@ class Actor(Behaviour):
       time, as actors do); plain ``def`` handlers run in that many threads.
     - ``dedup_count``, ``dedup_seconds``: the idempotent-receiver window. A message
       whose id was handled within the last ``dedup_seconds`` (and among the last
-      ``dedup_count``) is answered as the first time and not run again.
+      ``dedup_count``) is answered as the first time and not run again. The
+      replies it keeps for that are bounded in bytes by the node
+      (``max_kept_reply_bytes_per_actor``, ``max_kept_reply_bytes``): a copy
+      whose reply was forgotten gets a ``ReplyForgotten`` error, not a second run.
     - ``keeps_state``: when its supervisor starts it again after a crash, the
       same instance carries on, state and all (Akka's "resume"). By default
       (False) a restart builds a fresh instance from the actor's spec: its class

@@ -34,7 +34,7 @@ from ._actor import Actor
 from ._address import Address
 from ._background import Background, TaskFn
 from ._counters import ActorCounters
-from ._dedup import REDRIVE, Handled, SeenWindow, dedup_key
+from ._dedup import REDRIVE, REPLY_FORGOTTEN, Handled, ReplyMemory, SeenWindow, dedup_key
 from ._handlers import BadArguments, Behaviour, HandlerSpec, converter, run_in_thread
 from ._monitor import TERMINATED, Monitors, Terminated
 from ._ref import Outbox, to_wire
@@ -68,6 +68,10 @@ class ActorCell:
     start after the first builds a fresh actor (state reset), unless the actor's
     class sets ``keeps_state = True``; without one (an actor given as an
     instance) the same instance is started again, its behaviour reset.
+
+    ``replies`` bounds the bytes of replies its dedup window keeps, with those
+    of the node's other actors (``_dedup.py``); None: bounds of its own, the
+    defaults.
     """
 
     def __init__(
@@ -78,6 +82,7 @@ class ActorCell:
         *,
         factory: Callable[[], Actor] | None = None,
         monitors: Monitors | None = None,
+        replies: ReplyMemory | None = None,
     ) -> None:
         if actor._cell is not None:
             raise ValueError(f"{actor!r} is already hosted")
@@ -120,7 +125,12 @@ class ActorCell:
             )
         self.crashes_on_error = chosen == "crash"
         self._culprits: list[Inbound] | None = None  # what crashed its turn (_crashed)
-        self._seen = SeenWindow(type(actor).dedup_count, type(actor).dedup_seconds)
+        self._seen = SeenWindow(
+            type(actor).dedup_count,
+            type(actor).dedup_seconds,
+            memory=replies,
+            name=address.name,
+        )
         self._background = Background()
         #: What it did with its messages (``_counters.py``), read when scraped.
         self.counters = ActorCounters()
@@ -129,6 +139,11 @@ class ActorCell:
     @property
     def name(self) -> str:
         return self.address.name
+
+    @property
+    def kept_reply_bytes(self) -> int:
+        """Bytes of replies its dedup window keeps now (for duplicates)."""
+        return self._seen.bytes
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Run the actor as a task: :meth:`activate` it, return when it ends
@@ -462,6 +477,13 @@ class ActorCell:
                 warning="already handled: answered as the first time, not run again",
             )
             self.counters.duplicates += 1
+            reply = handled.reply
+            if (
+                reply is not None
+                and type(reply[1]) is dict
+                and reply[1].get("type") == REPLY_FORGOTTEN
+            ):
+                seen.memory.answered += 1
             self._finish(inbound, handled)
             return
         seen.start(key)
@@ -472,23 +494,26 @@ class ActorCell:
         except _HandlerCrashed as crash:
             # OTP: the caller gets the error (a copy too, from the window),
             # then the actor crashes with it.
-            seen.finish(key, crash.handled)
-            self._finish(inbound, crash.handled)
+            seen.finish(key, crash.handled, self._finish(inbound, crash.handled))
             raise crash.error from crash.error.__cause__
         except BaseException:
             seen.abandon(key)  # never answered: a resend must run it
             raise
         self.counters.record(handled, perf_counter() - started)
-        seen.finish(key, handled)
-        self._finish(inbound, handled)
+        # Answered first, then remembered with its reply's size as sent.
+        seen.finish(key, handled, self._finish(inbound, handled))
 
-    def _finish(self, inbound: Inbound, handled: Handled) -> None:
+    def _finish(self, inbound: Inbound, handled: Handled) -> int:
+        """Send the reply and settle; return what keeping the reply costs, in
+        bytes (``send_reply``; 0: nothing to charge)."""
+        size = 0
         if handled.reply is not None:
-            send_reply(self.outbox, self.name, inbound.envelope, *handled.reply)
+            size = send_reply(self.outbox, self.name, inbound.envelope, *handled.reply)
         if handled.outcome is ACCEPTED:
             inbound.settle(ACCEPTED)
         else:
             settle_refused(self.name, inbound, handled.outcome)
+        return size
 
     async def dispatch_with(self, behaviour: Behaviour, envelope: Envelope) -> Handled:
         """Run ``envelope``'s handler in ``behaviour`` as every message's is run

@@ -65,9 +65,10 @@ class Outbox(Protocol):
         """Send a command that wants a reply and wait for the reply document."""
         ...
 
-    def reply(self, envelope: Envelope, *, quiet: bool = False) -> bool:
+    def reply(self, envelope: Envelope, *, quiet: bool = False) -> int:
         """Send a reply document to ``envelope.to`` (a reply address). Does not
-        block. False (and logged) when no reply link leads there now."""
+        block. Returns its size in bytes as encoded; 0 (and logged) when no
+        reply link leads there now."""
         ...
 
     def expect(

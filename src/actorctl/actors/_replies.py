@@ -16,6 +16,7 @@ from ..mailbox import (
     Envelope,
     Inbound,
     Outcome,
+    json_dumps,
 )
 from ._access import NotPermitted
 from ._dedup import Handled
@@ -29,11 +30,22 @@ __all__ = ["REPLIER", "handler_failed", "refuse", "send_reply", "settle_refused"
 REPLIER: Final = "replier"
 
 
-def send_reply(outbox: Outbox, actor: str, request: Envelope, status: str, body: Any) -> None:
+def send_reply(outbox: Outbox, actor: str, request: Envelope, status: str, body: Any) -> int:
     """Answer ``request`` (a command that wants a reply) with a reply document
-    through ``outbox``; a result that cannot be encoded is answered as an error."""
+    through ``outbox``; a result that cannot be encoded is answered as an error.
+
+    Returns:
+        the size in bytes of the reply as encoded: what keeping it for a
+        duplicate costs (the dedup window charges it). A copy of a tell may
+        come back as an ask that wants the result, so a tell's result is kept
+        too: ``None`` costs nothing, a text its length, anything else is
+        encoded once here to be measured.
+    """
     if request.reply_to is None or request.kind != KIND_COMMAND:
-        return  # events fan out: nobody waits for their results
+        # Events fan out: nobody waits for their results.
+        if body is None:
+            return 0
+        return len(body) + 2 if type(body) is str else _encoded_size(body)
     reply = Envelope(
         message_id=outbox.new_message_id(),
         to=request.reply_to,
@@ -45,7 +57,7 @@ def send_reply(outbox: Outbox, actor: str, request: Envelope, status: str, body:
         headers={"status": status, REPLIER: actor},
     )
     try:
-        outbox.reply(reply)
+        size = outbox.reply(reply)
     except WireFormatError as exc:
         log(
             "actorctl:handler:bad-result",
@@ -67,6 +79,18 @@ def send_reply(outbox: Outbox, actor: str, request: Envelope, status: str, body:
                 headers={"status": STATUS_ERROR, REPLIER: actor},
             )
         )
+        # A duplicate is answered so again: the window charges this error's size.
+        return len(json_dumps(error))
+    # Not sent (no route to its caller now): a copy sent after it reconnects
+    # gets it from the dedup window, so its size is measured here (rare).
+    return size or _encoded_size(body)
+
+
+def _encoded_size(body: Any) -> int:
+    try:
+        return len(json_dumps(body))
+    except WireFormatError:
+        return 0
 
 
 def refuse(condition: str, description: str) -> Handled:

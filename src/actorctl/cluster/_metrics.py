@@ -22,7 +22,8 @@ from prometheus_client.core import (
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from ..actors import LATENCY_BUCKETS, ActorCell, Latency, NamedCounters
+from ..actors import LATENCY_BUCKETS, ActorCell, Latency, NamedCounters, ReplyMemory
+from ..mailbox import ReplayCache
 from ._backlog import Backlog
 from ._deadletters import DeadLetters
 from ._http import Request, Response
@@ -67,6 +68,8 @@ class NodeCollector(Collector):
         backlog: its outgoing backlog.
         dead_letters: its dead letters.
         peers: how many peer nodes it keeps a connection to.
+        replies: the bytes of replies its dedup windows keep (None: not shown).
+        replays: its replay cache (None: not shown).
     """
 
     def __init__(
@@ -76,12 +79,16 @@ class NodeCollector(Collector):
         backlog: Callable[[], Backlog],
         dead_letters: DeadLetters,
         peers: Callable[[], int],
+        replies: ReplyMemory | None = None,
+        replays: ReplayCache | None = None,
     ) -> None:
         self._cells = cells
         self._engines = engines
         self._backlog = backlog
         self._dead_letters = dead_letters
         self._peers = peers
+        self._replies = replies
+        self._replays = replays
 
     def collect(self) -> Iterator[Metric]:
         yield from self._actors()
@@ -131,6 +138,11 @@ class NodeCollector(Collector):
             "Link credit granted to senders and not yet used",
             labels=label,
         )
+        kept = GaugeMetricFamily(
+            "actorctl_actor_kept_reply_bytes",
+            "Bytes of replies an actor's dedup window keeps for duplicates",
+            labels=label,
+        )
         latency = HistogramMetricFamily(
             "actorctl_actor_handler_duration_seconds",
             "How long handlers ran (accepted messages)",
@@ -149,6 +161,7 @@ class NodeCollector(Collector):
             depth.add_metric([name], stats.depth)
             capacity.add_metric([name], stats.capacity)
             credit.add_metric([name], stats.credit)
+            kept.add_metric([name], cell.kept_reply_bytes)
             latency.add_metric([name], _buckets(counters.latency), counters.latency.total)
         dead = CounterMetricFamily(
             "actorctl_actor_messages_dead_lettered",
@@ -158,7 +171,7 @@ class NodeCollector(Collector):
         for (reason, target), count in sorted(self._dead_letters.added.items()):
             dead.add_metric([target, reason], count)
         yield from (received, handled, failed, redelivered, refused, dead, restarts)
-        yield from (depth, capacity, credit, latency)
+        yield from (depth, capacity, credit, kept, latency)
 
     def _tasks(self) -> Iterator[Metric]:
         totals: dict[tuple[str, str, str], int] = {}
@@ -230,6 +243,43 @@ class NodeCollector(Collector):
             "Restarts of this node's actors, all together",
             value=sum(max(0, cell.starts - 1) for cell in self._cells.values()),
         )
+        yield from self._memory()
+
+    def _memory(self) -> Iterator[Metric]:
+        """What the node remembers of the messages it took, in bytes."""
+        replies, replays = self._replies, self._replays
+        if replies is not None:
+            yield GaugeMetricFamily(
+                "actorctl_node_kept_reply_bytes",
+                "Bytes of replies its actors' dedup windows keep for duplicates",
+                value=replies.bytes,
+            )
+            yield GaugeMetricFamily(
+                "actorctl_node_kept_reply_max_bytes",
+                "The bound of those bytes (max_kept_reply_bytes)",
+                value=replies.max_bytes,
+            )
+            yield CounterMetricFamily(
+                "actorctl_node_replies_forgotten",
+                "Replies no longer kept for duplicates (a bound reached, or too large to keep)",
+                value=replies.forgotten,
+            )
+            yield CounterMetricFamily(
+                "actorctl_node_replies_forgotten_answered",
+                "Duplicates answered with a ReplyForgotten error, not run again",
+                value=replies.answered,
+            )
+        if replays is not None:
+            yield GaugeMetricFamily(
+                "actorctl_node_replay_bytes",
+                "What its replay cache holds (ids' lengths plus a fixed cost each)",
+                value=replays.bytes,
+            )
+            yield CounterMetricFamily(
+                "actorctl_node_replay_dropped",
+                "Replay cache entries dropped before their time for a bound",
+                value=replays.dropped,
+            )
 
 
 def render(collector: Collector) -> bytes:

@@ -20,8 +20,23 @@ from proton import SSLDomain
 
 from .._errors import ConfigError
 from .._log import log
-from ..actors import ActorCell, ActorRef, Address
-from ..mailbox import Keyring, MailboxStatistics, Outcome, ReplayCache, SessionTable, Verifier
+from ..actors import (
+    DEFAULT_ACTOR_BYTES,
+    DEFAULT_NODE_BYTES,
+    ActorCell,
+    ActorRef,
+    Address,
+    ReplyMemory,
+)
+from ..mailbox import (
+    DEFAULT_REPLAY_BYTES,
+    Keyring,
+    MailboxStatistics,
+    Outcome,
+    ReplayCache,
+    SessionTable,
+    Verifier,
+)
 from ..mailbox._signing import DEFAULT_SESSION_LIFETIME, DEFAULT_WINDOW
 from ..store._store import Store
 from ..supervision import BreakerPolicy
@@ -117,6 +132,11 @@ class Node:
             message is refused with ``amqp:link:message-size-exceeded``; a link
             over the cap with ``amqp:resource-limit-exceeded``; a connection
             over a cap, or past the handshake deadline, is closed).
+        max_kept_reply_bytes, max_kept_reply_bytes_per_actor, max_replay_bytes:
+            what the node remembers, in bytes (see :class:`Limits`): the replies
+            its actors' dedup windows keep for duplicates (:attr:`kept_replies`),
+            and its replay cache; the oldest go first, and reaching a bound is
+            logged.
     """
 
     def __init__(
@@ -148,6 +168,9 @@ class Node:
         handshake_timeout: float = 10.0,
         peer_idle_timeout: float = 120.0,
         max_queued_replies: int = 1000,
+        max_kept_reply_bytes: int = DEFAULT_NODE_BYTES,
+        max_kept_reply_bytes_per_actor: int = DEFAULT_ACTOR_BYTES,
+        max_replay_bytes: int = DEFAULT_REPLAY_BYTES,
         dead_letters: DeadLetterBounds | None = None,
         metrics: str | None = None,
         cluster_app: ClusterApp | None = None,
@@ -167,6 +190,13 @@ class Node:
             credit_deadline=credit_deadline,
             peer_idle_timeout=peer_idle_timeout,
             max_queued_replies=max_queued_replies,
+            max_kept_reply_bytes=max_kept_reply_bytes,
+            max_kept_reply_bytes_per_actor=max_kept_reply_bytes_per_actor,
+            max_replay_bytes=max_replay_bytes,
+        )
+        #: The bytes of replies its actors' dedup windows keep, and their bounds.
+        self.kept_replies = ReplyMemory(
+            max_kept_reply_bytes, max_kept_reply_bytes_per_actor, node=name
         )
         self._gate = Gate(name, self.limits)
         self._credit = CreditKeeper(name, credit_deadline)
@@ -203,7 +233,7 @@ class Node:
             if keyring is not None and keyring.directory is not None and key_poll
             else None
         )
-        self._replays = ReplayCache()
+        self._replays = ReplayCache(max_bytes=max_replay_bytes, node=name)
         #: Its TLS domains, read again by ``cluster reload`` (None: plain TCP).
         self.tls_domains = TlsDomains(tls) if tls is not None else None
         self._clock = clock
@@ -380,6 +410,8 @@ class Node:
             lambda: self.outbox.backlog,
             self.dead_letters,
             lambda: self.outbox.peers,
+            self.kept_replies,
+            self._replays,
         )
 
     def statistics(self) -> dict[str, MailboxStatistics]:
@@ -405,6 +437,7 @@ class Node:
                     self.outbox,
                     self.monitors,
                     self._stop,
+                    self.kept_replies,
                 )
                 self.tree = node_root(self.name, self._actors, host, self.actor_restarts)
                 async with trio.open_nursery() as nursery:

@@ -220,9 +220,10 @@ class NodeOutbox:
         be sent elsewhere when refused (``reroute``): what a router forwards."""
         await self.backlog.add(address, envelope, on_done=on_done, reroute=reroute)
 
-    def reply(self, envelope: Envelope, *, quiet: bool = False) -> bool:
-        if self.routes.send(envelope):
-            return True
+    def reply(self, envelope: Envelope, *, quiet: bool = False) -> int:
+        size = self.routes.send(envelope)
+        if size:
+            return size
         if not quiet:
             log(
                 "actorctl:reply:dropped",
@@ -231,7 +232,7 @@ class NodeOutbox:
                 correlation_id=envelope.correlation_id,
                 reason="no route to the caller (it disconnected or never attached a reply link)",
             )
-        return False
+        return 0
 
     def expect(self, correlation_id: str, take: Taker, *, peer: str | None = None) -> None:
         """Have ``take`` receive the reply documents that carry ``correlation_id``

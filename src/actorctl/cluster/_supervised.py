@@ -10,7 +10,7 @@ import attrs
 import trio
 
 from .._errors import ConfigError
-from ..actors import Actor, ActorCell, Address, Outbox
+from ..actors import Actor, ActorCell, Address, Outbox, ReplyMemory
 from ..supervision import BoxedSpec, ChildError, Restart
 from ..supervision._specs import ActorSpec, SupervisorSpec
 from ..supervision._tree import InstanceSpec, TreeLevel
@@ -34,12 +34,14 @@ class NodeHost:
         outbox: Outbox,
         monitors: NodeMonitors,
         stopping: trio.Event,
+        replies: ReplyMemory | None = None,
     ) -> None:
         self._cells = cells
         self._address_of = address_of
         self._outbox = outbox
         self._monitors = monitors
         self._stopping = stopping
+        self._replies = replies
 
     @property
     def stopping(self) -> trio.Event:
@@ -49,7 +51,12 @@ class NodeHost:
         if name in self._cells:
             raise ChildError(f"an actor named {name!r} is already on this node")
         cell = ActorCell(
-            actor, self._address_of(name), self._outbox, factory=factory, monitors=self._monitors
+            actor,
+            self._address_of(name),
+            self._outbox,
+            factory=factory,
+            monitors=self._monitors,
+            replies=self._replies,
         )
         self._cells[name] = cell
         return cell

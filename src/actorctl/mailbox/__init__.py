@@ -52,6 +52,7 @@ from ._mailbox import Inbound as Inbound
 from ._mailbox import Mailbox as Mailbox
 from ._mailbox import MailboxStatistics as MailboxStatistics
 from ._mailbox import Outcome as Outcome
+from ._replay import DEFAULT_REPLAY_BYTES as DEFAULT_REPLAY_BYTES
 from ._roles import ROLES_FILE as ROLES_FILE
 from ._roles import Role as Role
 from ._signing import SESSION_ADDRESS as SESSION_ADDRESS

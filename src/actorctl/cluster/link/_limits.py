@@ -19,6 +19,11 @@ Every bound has a default (:class:`Limits`, a ``Node`` argument each, and a
   the rest of a delivery that is already settled).
 - replies: a reply link whose caller grants no credit holds at most
   ``max_queued_replies`` replies; more are dropped and logged.
+- memory: the replies the node's dedup windows keep for duplicates are bounded
+  in bytes, per actor (``max_kept_reply_bytes_per_actor``) and for the node
+  (``max_kept_reply_bytes``): the oldest are forgotten first
+  (``actors/_dedup.py``); the replay cache holds at most ``max_replay_bytes``
+  (``mailbox/_replay.py``). Reaching a bound is logged.
 
 Under any of these the node goes on serving its other peers.
 """
@@ -34,6 +39,8 @@ from proton import Condition, Endpoint, Link
 
 from ..._errors import ConfigError
 from ..._log import log
+from ...actors import DEFAULT_ACTOR_BYTES, DEFAULT_NODE_BYTES
+from ...mailbox import DEFAULT_REPLAY_BYTES
 from ._engine import Engine
 from ._raw import REJECTED, lib, set_condition
 
@@ -82,6 +89,11 @@ class Limits:
         peer_idle_timeout: seconds an outgoing connection may go unused before it
             is closed (120).
         max_queued_replies: replies held for one reply link that has no credit (1,000).
+        max_kept_reply_bytes: bytes of replies the node's dedup windows keep for
+            duplicates, all actors together (64 MiB).
+        max_kept_reply_bytes_per_actor: the same for one actor's window (16 MiB).
+        max_replay_bytes: bytes the replay cache (ids of accepted messages) may
+            hold, counted as their ids' lengths plus a fixed cost each (32 MiB).
     """
 
     max_message_size: int = attrs.field(validator=_count, default=1 << 20)
@@ -92,6 +104,9 @@ class Limits:
     credit_deadline: float = attrs.field(validator=_seconds, default=1.0)
     peer_idle_timeout: float = attrs.field(validator=_seconds, default=120.0)
     max_queued_replies: int = attrs.field(validator=_count, default=1000)
+    max_kept_reply_bytes: int = attrs.field(validator=_count, default=DEFAULT_NODE_BYTES)
+    max_kept_reply_bytes_per_actor: int = attrs.field(validator=_count, default=DEFAULT_ACTOR_BYTES)
+    max_replay_bytes: int = attrs.field(validator=_count, default=DEFAULT_REPLAY_BYTES)
 
 
 #: The names of the bounds: ``Node`` arguments, and keys of ``[node.limits]``.

@@ -95,23 +95,23 @@ class ReplyRoutes:
     def __len__(self) -> int:
         return len(self._routes)
 
-    def send(self, envelope: Envelope) -> bool:
-        """Send a reply on the route to ``envelope.to``; False if there is none.
-        (A caller that grants no credit gets at most ``max_queued``: the rest
-        are dropped and logged.)"""
+    def send(self, envelope: Envelope) -> int:
+        """Send a reply on the route to ``envelope.to``; return its size in bytes
+        as encoded, or 0 if there is no route. (A caller that grants no credit
+        gets at most ``max_queued``: the rest are dropped and logged.)"""
         route = self._routes.get(envelope.to)
         if route is None:
-            return False
+            return 0
         engine, link, signing = route
         if engine.closed:
-            return False
-        if reply_queue_full(link._impl, self.max_queued):
-            _no_credit(envelope, engine, self.max_queued)
-            return True  # there is a route: the reply was dropped there, and logged
+            return 0
         # Signed for the reply address, as the caller reads it off its link.
         data = encode_reply(envelope, None if signing is None else signing.signer())
+        if reply_queue_full(link._impl, self.max_queued):
+            _no_credit(envelope, engine, self.max_queued)
+            return len(data)  # there is a route: the reply was dropped there, and logged
         engine.send_settled(link._impl, envelope.message_id.encode(), data)
-        return True
+        return len(data)
 
 
 def _no_credit(envelope: Envelope, engine: Engine, queued: int) -> None:

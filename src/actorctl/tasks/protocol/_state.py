@@ -204,7 +204,7 @@ class DurableOutbox:
     async def request(self, address: Address, envelope: Envelope, timeout: float) -> Envelope:
         return await self._outbox.request(address, envelope, timeout)
 
-    def reply(self, envelope: Envelope, *, quiet: bool = False) -> bool:
+    def reply(self, envelope: Envelope, *, quiet: bool = False) -> int:
         return self._outbox.reply(envelope, quiet=quiet)
 
     def expect(
