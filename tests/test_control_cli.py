@@ -137,6 +137,8 @@ def test_rate_limits_and_budgets_change_at_run_time_and_bad_input_is_named(
     assert typo.returncode == 1
     assert "did you mean 'limits.per_worker'" in typo.stderr
     assert "Traceback" not in typo.stderr
+    assert "did not answer" not in typo.stderr  # the nodes answered: they refused it
+    assert typo.stderr.startswith("error: every node refused it: BadArguments: "), typo.stderr
     # The pool's budget moves within its bounds (a fixed 8: 1 to 8)
     shrunk = actorctl("control", "pool-shrink", path, "limited", "3")
     assert shrunk.returncode == 0, shrunk.stderr

@@ -13,6 +13,8 @@ __all__ = ["answered", "clock", "fail_unanswered", "render_tree", "table"]
 
 #: The key of a node's entry in a Controller's answer when it did not answer.
 UNANSWERED = "unanswered"
+#: Beside it, true when the node did answer, with an error.
+REFUSED = "refused"
 
 
 def table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
@@ -38,10 +40,19 @@ def answered(by_node: dict[str, Any]) -> dict[str, Any]:
 
 
 def fail_unanswered(by_node: dict[str, Any]) -> None:
-    """Name each node that did not answer (on stderr), and exit 1 if any did not."""
-    failed = {n: a[UNANSWERED] for n, a in by_node.items() if n not in answered(by_node)}
-    for node, error in sorted(failed.items()):
-        click.echo(f"error: node {node!r} did not answer: {error}", err=True)
+    """Name each node that did not answer, or answered with an error (on
+    stderr; one line when every node gave the same error), and exit 1 if any
+    did."""
+    failed = {n: a for n, a in by_node.items() if n not in answered(by_node)}
+    refused = {n: str(a[UNANSWERED]) for n, a in failed.items() if a.get(REFUSED)}
+    if len(refused) > 1 and len(refused) == len(by_node) and len(set(refused.values())) == 1:
+        click.echo(f"error: every node refused it: {next(iter(refused.values()))}", err=True)
+        raise SystemExit(1)
+    for node, answer in sorted(failed.items()):
+        if node in refused:
+            click.echo(f"error: node {node!r} refused it: {refused[node]}", err=True)
+        else:
+            click.echo(f"error: node {node!r} did not answer: {answer[UNANSWERED]}", err=True)
     if failed:
         raise SystemExit(1)
 

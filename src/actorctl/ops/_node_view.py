@@ -18,7 +18,7 @@ from typing import Any, Final
 
 import trio
 
-from .._errors import ActorctlError, ConfigError
+from .._errors import ActorctlError, ConfigError, RemoteError
 from ..actors import ActorRef, BadArguments
 from ..cluster._deadletters import DEAD_LETTERS
 from ..cluster.config._config import ClusterConfig
@@ -28,6 +28,7 @@ from ..etcd._role_lease import role_key
 from ..supervision import HEALTH_AGENT
 
 __all__ = [
+    "REFUSED",
     "UNANSWERED",
     "answer_within",
     "ask_each",
@@ -43,6 +44,8 @@ __all__ = [
 ASK_TIMEOUT = 2.0
 #: The key of a node's answer that says why it did not answer.
 UNANSWERED: Final = "unanswered"
+#: Beside it, true when the node did answer, with an error (its handler raised).
+REFUSED: Final = "refused"
 
 Refs = Callable[[str], ActorRef]
 #: What ``actorctl deadletters`` asks of each node's dead-letter keeper.
@@ -188,6 +191,9 @@ async def ask_each(
             answers[node] = (
                 await ref(f"{address}/{actor}").with_options(timeout=within).ask(op, *args)
             )
+        except RemoteError as exc:  # it answered: with an error (a misspelt task, say)
+            errors[node] = str(exc)
+            answers[node] = {UNANSWERED: errors[node], REFUSED: True}
         except Exception as exc:  # one node that does not answer is reported as such
             errors[node] = f"{type(exc).__name__}: {exc}"
             answers[node] = {UNANSWERED: errors[node]}
