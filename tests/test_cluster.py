@@ -256,6 +256,13 @@ async def test_cluster_up_in_process_runs_every_node_in_one_process(
         ref = client.ref(f"amqps://127.0.0.1:{ports[0]}/calculator").with_options(timeout=10)
         with trio.fail_after(30):
             assert await ref.ask("add", 20, 22) == 42
+    # A cluster of plain actors has no task workers: the task commands say so
+    # (and not "is the cluster up?": it is)
+    for command in (("inspect", "stats"), ("control", "limits")):
+        asked = await _actorctl(*command, str(path))
+        assert asked.returncode == 1
+        assert b"hosts a task app" in asked.stderr
+        assert b"is the cluster up" not in asked.stderr
     down = await _actorctl("cluster", "down", str(path))
     assert down.returncode == 0, down.stderr
     await out.until("cluster 'test' stopped")

@@ -21,6 +21,7 @@ import asyncclick as click
 
 from .._errors import ConfigError
 from ..tasks import rate_limit_of
+from ._inspect import nobody_runs
 from ._reach import (
     across_hosts,
     ask_controller,
@@ -221,10 +222,7 @@ async def _broadcast(
 ) -> dict[str, Any]:
     answers = await broadcast(file, timeout, CONTROL_ACTOR, op, args)
     if not answers:
-        raise click.ClickException(
-            f"no running node of {file} hosts task actors: is the cluster up "
-            f"(`actorctl cluster status {file}`), and does a node name a task app?"
-        )
+        raise click.ClickException(nobody_runs(file, "task workers"))
     if workers_of is not None:
         # A node without a worker of the pool says so; that is not a failure
         # unless no node has one.

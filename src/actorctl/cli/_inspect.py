@@ -17,7 +17,8 @@ from typing import Any, Final
 
 import asyncclick as click
 
-from ._reach import broadcast, reach_options
+from .._errors import ConfigError
+from ._reach import broadcast, reach_options, read_cluster
 from ._table import answered, clock, fail_unanswered, table
 
 __all__ = ["inspect"]
@@ -46,11 +47,31 @@ async def ask_nodes(file: Path, actor: str, op: str, timeout: float) -> dict[str
         what = "a scheduler (a node with services = true)" if actor == SCHEDULER_ACTOR else (
             "task workers (a node that names a task app and pools)"
         )  # fmt: skip
-        raise click.ClickException(
-            f"no running node of {file} runs {what}: is the cluster up "
-            f"(`actorctl cluster status {file}`)?"
-        )
+        raise click.ClickException(nobody_runs(file, what))
     return answers
+
+
+def nobody_runs(file: Path, what: str) -> str:
+    """Why no running node answered for the task layer (the Controller did,
+    so the cluster is up): the file names no node that hosts a task app, or
+    those that do are not running."""
+    try:
+        config = read_cluster(file)
+    except ConfigError as exc:
+        return str(exc)
+    hosting = [
+        n.name for n in config.nodes if n.settings.get("pools") or n.settings.get("services")
+    ]
+    if not hosting:
+        return (
+            f'no node of {file} hosts a task app (a node with actors = "MODULE:APP" and '
+            "pools = [...] or services = true), so there are no task workers to ask; "
+            f"for its actors, see `actorctl cluster status {file}` and `cluster tree {file}`"
+        )
+    return (
+        f"no running node of {file} runs {what}: the nodes that would "
+        f"({', '.join(hosting)}) are not running (`actorctl cluster status {file}`)"
+    )
 
 
 def _show(
