@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import ssl
 from pathlib import Path
 
 import pytest
 import trio
 import trustme
+from proton import Connection, Endpoint, Transport
 
 from actorctl import ActorRef, AskTimeout, ConfigError, RemoteError, TlsFiles, open_node
+from actorctl._log import is_routine
 from actorctl.mailbox import Role
 
 from .actors import Calculator
@@ -171,3 +174,52 @@ async def test_a_missing_rotated_file_keeps_the_certificates_in_use(tmp_path: Pa
             await agent.ask("refresh_security")
         with trio.fail_after(10):
             assert await client.ref(server.address_of("calculator")).ask("add", 1, 2) == 3
+
+
+async def _open_then_vanish(stream: trio.abc.Stream) -> None:
+    """Speak AMQP 1.0 on ``stream`` up to the node's ``open`` (proton's engine,
+    sans-IO, as any client), then send nothing more: no ``close``."""
+    connection = Connection()
+    connection.container = "vanishing"
+    transport = Transport()
+    transport.bind(connection)
+    connection.open()
+    with trio.fail_after(10):
+        while not connection.state & Endpoint.REMOTE_ACTIVE:
+            pending = transport.pending()
+            if pending > 0:
+                await stream.send_all(transport.peek(pending))
+                transport.pop(pending)
+            data = await stream.receive_some(4096)
+            assert data, "the node closed the connection before its open"
+            transport.push(data)
+
+
+@pytest.mark.parametrize("tls", [True, False], ids=["tls", "plain"])
+async def test_a_peer_that_goes_without_closing_is_logged_as_gone_not_as_a_protocol_error(
+    secrets: Secrets, logs: Logs, tls: bool
+) -> None:
+    # Given a node, and a client with a certificate from its CA (over TLS), that
+    # opens an AMQP connection
+    options = secrets.options("server") if tls else {"insecure": True}
+    async with open_node("server", [Calculator()], **options) as server:
+        sock = await trio.open_tcp_stream("127.0.0.1", server.port)
+        stream: trio.abc.Stream = sock
+        if tls:
+            context = ssl.create_default_context(cafile=str(secrets.tls["client"].ca))
+            files = secrets.tls["client"]
+            context.load_cert_chain(str(files.cert), str(files.key))
+            stream = trio.SSLStream(sock, context, server_hostname="127.0.0.1")
+        await _open_then_vanish(stream)
+        # When it closes its socket with no AMQP close and no TLS close_notify
+        # (what uAMQP's clients do)
+        await sock.aclose()
+        # Then the node logs a peer gone, as information, and no protocol error
+        with trio.fail_after(10):
+            await logs.wait_for("actorctl:connection:peer-closed")
+    (gone,) = logs.of_type("actorctl:connection:peer-closed")
+    assert gone["opened"] is True
+    expected = "unexpected eof" if tls else "connection aborted"
+    assert expected in gone["description"]
+    assert is_routine("actorctl:connection:peer-closed")
+    assert not logs.of_type("actorctl:connection:protocol-error")

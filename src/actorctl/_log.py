@@ -36,6 +36,7 @@ ROUTINE: Final = frozenset(
         "actorctl:task",  # a task's run, as an eliot action (its start and end)
         "actorctl:chord:resumed",
         "actorctl:connection:closed",
+        "actorctl:connection:peer-closed",  # it went without closing: no news
         "actorctl:controller:down",
         "actorctl:controller:stop-node",
         "actorctl:credit:reclaimed",

@@ -4,7 +4,10 @@ It starts ``actorctl node run`` for one node of a cluster.toml, waits until the
 node reports ready on its log, tells the supervisor it has started, and then
 waits for the process: a node that exits (or is killed) raises into the
 supervisor, which restarts it by its policy. Stopping the Foreman stops the
-node: SIGTERM, and SIGKILL if it is not gone within trio's grace period.
+node: SIGTERM, and SIGKILL if it is not gone within ``STOP_TIMEOUT``. Its log
+is copied to ``logs/<node>.log`` until the process ends, stopped or not: what a
+node logs as it stops (its boxed processes' exits, ``actorctl:node:stopped``)
+is in its file when ``cluster down`` returns.
 """
 
 from __future__ import annotations
@@ -37,6 +40,12 @@ from ._preflight import module_environment, module_paths
 __all__ = ["Foreman", "LocalForeman", "NodeDied", "NodeState", "ensure_dev_secrets"]
 
 READY_TIMEOUT: Final = 30.0
+#: How long a node has after SIGTERM to stop gracefully (its own grace for its
+#: actors, then its store and log) before it is killed with SIGKILL.
+STOP_TIMEOUT: Final = DEFAULT_GRACE + 5.0
+#: How long a node's log is still read once its process has ended (what is left
+#: in the pipe; a process it started that holds the pipe open is not waited for).
+DRAIN_TIMEOUT: Final = 2.0
 CLI_NAME: Final = "cli"
 
 
@@ -133,16 +142,20 @@ class Foreman(_Runner):
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Start the node, report it started once it is ready, and wait for it.
+        Cancelled (``cluster down``), it stops the node and copies the node's
+        log to its end first.
 
         Raises:
             NodeDied: when the process ends, or is not ready in time.
         """
-        state = self.state
         self._begin()
         self._error: str | None = None
         log_dir = self.config.root / "logs"
         log_dir.mkdir(exist_ok=True)
         log_path = log_dir / f"{self.node.name}.log"
+        # The copy of its log outlives a cancellation of this task: it ends
+        # when the node's output does (or DRAIN_TIMEOUT after the node did).
+        copying = trio.CancelScope(shield=True)
         async with trio.open_nursery() as nursery:
             process: trio.Process = await nursery.start(
                 functools.partial(
@@ -156,40 +169,58 @@ class Foreman(_Runner):
                     # Its own process group: what it starts (boxed processes)
                     # is ended with it if it dies (see _end_group).
                     start_new_session=True,
+                    deliver_cancel=_stop,
                 )
             )
             ready = trio.Event()
-            nursery.start_soon(self._pump, process, ready, log_path)
-            with trio.move_on_after(READY_TIMEOUT):
-                await ready.wait()
-            if state.address is None:
-                with trio.move_on_after(5.0):  # its output ended: it is ending too
-                    await process.wait()
-                if process.returncode is None:
-                    process.kill()
-                    why = f"did not report ready within {READY_TIMEOUT:g} s"
-                else:
-                    why = f"exited with code {process.returncode} before it was ready"
-                if self._error is not None:  # the node's own words
-                    own = self._error.removeprefix(f"node {self.node.name} could not start: ")
-                    why = f"could not start: {own.removeprefix(f'node {self.node.name}: ')}"
-                self._set(state="dead", reason=why)
-                raise NodeDied(f"node {self.node.name} {why} (its log: {log_path})")
+            nursery.start_soon(self._pump, process, ready, log_path, copying)
+            nursery.start_soon(_reap, process, copying)
+            await self._until_ready(process, ready, log_path)
             self._set(state="running", pid=process.pid)
             task_status.started()
             code = await process.wait()
-            _end_group(process.pid)
         reason = f"node {self.node.name} (pid {process.pid}) exited with code {code}"
         self._set(state="dead", reason=reason)
         raise NodeDied(reason)
+
+    async def _until_ready(self, process: trio.Process, ready: trio.Event, log_path: Path) -> None:
+        """Wait until the node says it is ready.
+
+        Raises:
+            NodeDied: saying why, when it ends first or is not ready in time.
+        """
+        with trio.move_on_after(READY_TIMEOUT):
+            await ready.wait()
+        if self.state.address is not None:
+            return
+        with trio.move_on_after(5.0):  # its output ended: it is ending too
+            await process.wait()
+        if process.returncode is None:
+            process.kill()
+            why = f"did not report ready within {READY_TIMEOUT:g} s"
+        else:
+            why = f"exited with code {process.returncode} before it was ready"
+        if self._error is not None:  # the node's own words
+            own = self._error.removeprefix(f"node {self.node.name} could not start: ")
+            why = f"could not start: {own.removeprefix(f'node {self.node.name}: ')}"
+        self._set(state="dead", reason=why)
+        raise NodeDied(f"node {self.node.name} {why} (its log: {log_path})")
 
     def _environment(self) -> dict[str, str]:
         """Actor modules are found beside the cluster file first, then where
         ``cluster up`` runs."""
         return module_environment(module_paths(self.config))
 
-    async def _pump(self, process: trio.Process, ready: trio.Event, log_path: Path) -> None:
-        """Copy the node's log to its file; notice the line that says it is ready."""
+    async def _pump(
+        self, process: trio.Process, ready: trio.Event, log_path: Path, scope: trio.CancelScope
+    ) -> None:
+        """Copy the node's log to its file, within ``scope``; notice the line
+        that says it is ready."""
+        with scope:
+            await self._copy(process, ready, log_path)
+        ready.set()  # it ended: whoever waits for it must look at the state
+
+    async def _copy(self, process: trio.Process, ready: trio.Event, log_path: Path) -> None:
         assert process.stdout is not None
         pending = b""
         with log_path.open("ab") as out:
@@ -215,7 +246,6 @@ class Foreman(_Runner):
                         # With etcd, ready once registered: in every directory.
                         self.state.address = str(json.loads(line)["address"])
                         ready.set()
-        ready.set()  # it ended: whoever waits for it must look at the state
 
 
 def ensure_dev_secrets(config: ClusterConfig) -> list[str]:
@@ -320,6 +350,31 @@ async def _serving(node: Node) -> AsyncIterator[Node]:
             yield node
         finally:
             node.stop(DEFAULT_GRACE)
+
+
+async def _stop(process: trio.Process) -> None:
+    """How a Foreman that is cancelled stops its node: SIGTERM (the node stops
+    gracefully, logging as it goes), and SIGKILL if it is still there after
+    ``STOP_TIMEOUT``."""
+    with contextlib.suppress(ProcessLookupError):  # it has just ended
+        process.terminate()
+    await trio.sleep(STOP_TIMEOUT)
+    log(
+        "actorctl:node:killed",
+        pid=process.pid,
+        why=f"still running {STOP_TIMEOUT:g} s after SIGTERM",
+    )
+    process.kill()
+
+
+async def _reap(process: trio.Process, copying: trio.CancelScope) -> None:
+    """Once the node's process has ended (by itself, or stopped by ``_stop``
+    when its Foreman is cancelled), end its process group and give the copy of
+    its log ``DRAIN_TIMEOUT`` more to read what is left."""
+    with trio.CancelScope(shield=True):  # run_process ends it when cancelled
+        await process.wait()
+    _end_group(process.pid)
+    copying.deadline = trio.current_time() + DRAIN_TIMEOUT
 
 
 def _end_group(pid: int) -> None:

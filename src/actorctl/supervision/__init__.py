@@ -20,6 +20,7 @@ from ._child import ChildSpec as ChildSpec
 from ._child import Restart as Restart
 from ._child import Strategy as Strategy
 from ._child import SupervisorGaveUp as SupervisorGaveUp
+from ._declare import CHILD_KEYS as CHILD_KEYS
 from ._declare import SUPERVISOR_KEYS as SUPERVISOR_KEYS
 from ._declare import check_keys as check_keys
 from ._declare import child_from_table as child_from_table

@@ -64,6 +64,9 @@ SUPERVISOR_KEYS: Final = frozenset(
 ACTOR_KEYS: Final = frozenset({"actor", "name", "args", "kwargs", "restart"})
 PROCESS_KEYS: Final = frozenset({"process", "name", "restart", "cwd", "env", "stop_timeout"})
 NESTED_KEYS: Final = frozenset({"supervisor"})
+#: The keys a [[supervisor.child]] table may have: an actor's, a process's, or a
+#: nested supervisor's (which go with which is checked per child).
+CHILD_KEYS: Final = ACTOR_KEYS | PROCESS_KEYS | NESTED_KEYS
 
 
 class NoSuchKey(str):
@@ -151,7 +154,7 @@ def child_from_table(
         raise fail(prefix, "a table", table)
     kinds = [kind for kind in ("actor", "process", "supervisor") if kind in table]
     if not kinds:  # perhaps a misspelt kind: say which key was meant
-        check_keys(table, ACTOR_KEYS | PROCESS_KEYS | NESTED_KEYS, prefix, fail)
+        check_keys(table, CHILD_KEYS, prefix, fail)
     if len(kinds) != 1:
         raise fail(
             prefix,

@@ -50,12 +50,12 @@ import attrs
 from ..._errors import ConfigError
 from ...mailbox import Keyring
 from ...store._store import Store
-from ...supervision import BoxedSpec, SupervisorSpec
+from ...supervision import CHILD_KEYS, SUPERVISOR_KEYS, BoxedSpec, SupervisorSpec
 from .._deadletters import DeadLetterBounds
 from ..link._limits import LIMIT_NAMES, Limits
 from ..link._tls import TlsFiles
 from ._app import AppReload, AppTable
-from ._boxed_config import boxed_specs
+from ._boxed_config import BOXED_KEYS, boxed_specs
 from ._config_keys import unknown_key
 from ._dev import check_dev_listen
 from ._etcd_config import ETCD_KEYS, EtcdSettings, check_hosts, etcd_settings
@@ -71,6 +71,7 @@ __all__ = [
     "ClusterApp",
     "ClusterConfig",
     "NodeConfig",
+    "file_keys",
     "load_cluster",
     "unknown_key",
 ]
@@ -87,6 +88,7 @@ CONTROLLER_KEY: Final = "controller"
 #: Every table of the file ("" is the top level) with the keys it may have: the one
 #: place to add a table or a key. A key that is not here is refused, with the nearest
 #: known key; a [[node]] table may also have those its actors factory reads (_hosting).
+#: docs/cluster-toml.md describes each (tests/test_cluster_toml_doc.py checks it).
 KNOWN_KEYS: Final[dict[str, frozenset[str]]] = {
     "": frozenset(
         {"cluster", "node", "router", "supervisor", "boxed"} | {"etcd"}  # read by _etcd_config.py
@@ -97,7 +99,12 @@ KNOWN_KEYS: Final[dict[str, frozenset[str]]] = {
     "node": NODE_KEYS | {HOST_KEY},
     "node.limits": frozenset(LIMIT_NAMES),
     "node.metrics": METRICS_KEYS,
+    "node.deadletters": frozenset({"max", "ttl"}),
+    "node.health": HEALTH_KEYS,  # _health_tables.py
     "router": frozenset({"name", "node", "instances"}),
+    "supervisor": SUPERVISOR_KEYS,  # _tree_config.py, with supervision's words
+    "supervisor.child": CHILD_KEYS,
+    "boxed": BOXED_KEYS,  # _boxed_config.py
     "etcd": ETCD_KEYS,  # a cluster on several hosts (_etcd_config.py)
 }
 #: The keys a table must have: a missing one is reported as missing, naming a
@@ -109,6 +116,17 @@ REQUIRED_KEYS: Final[dict[str, tuple[str, ...]]] = {
 }
 #: Tables that may have keys besides the known ones (read by someone else).
 _OPEN: Final = frozenset({"node"})
+
+
+def file_keys(app: ClusterApp | None = None) -> dict[str, frozenset[str]]:
+    """Every table a file read with ``app`` may have, with its keys: the
+    runtime's (``KNOWN_KEYS``) and the application's own arrays of tables.
+    (A ``[[node]]`` table may also have the keys its actors factory reads.)"""
+    known = dict(KNOWN_KEYS)
+    for table in app.tables if app is not None else ():
+        known[table.name] = table.known
+    known[""] = known[""] | {table.name for table in (app.tables if app is not None else ())}
+    return known
 
 
 @final
@@ -373,6 +391,8 @@ class _Where:
         self.path = path
         #: The application's tables, by name.
         self.app_tables = {table.name: table for table in app.tables} if app else {}
+        #: Every table's keys.
+        self.known = file_keys(app)
         #: Keys of the application's older formats, with where they went.
         self.moved = app.moved_keys if app is not None else None
 
@@ -382,10 +402,8 @@ class _Where:
         table): a missing required key is reported as missing (naming the
         misspelling, if there is one), and a key nothing reads is refused."""
         app = self.app_tables.get(kind)
-        known = app.known if app is not None else KNOWN_KEYS[kind]
+        known = self.known[kind]
         required = app.required if app is not None else REQUIRED_KEYS.get(kind, ())
-        if kind == "":
-            known = known | frozenset(self.app_tables)
         dot = f"{prefix}." if prefix else ""
         strangers = [key for key in table if key not in known]
         for key in required:
@@ -499,9 +517,10 @@ class _Where:
         """A node's [node.deadletters] table: ``max`` letters, ``ttl`` seconds."""
         if not isinstance(table, dict):
             raise self.error(key, "a table with max (a count) and ttl (seconds)", table)
+        known = KNOWN_KEYS["node.deadletters"]
         for name, value in table.items():
-            if name not in ("max", "ttl"):
-                raise unknown_key(self.path, f"{key}.{name}", value, frozenset({"max", "ttl"}))
+            if name not in known:
+                raise unknown_key(self.path, f"{key}.{name}", value, known)
         try:
             return DeadLetterBounds(**table)
         except ConfigError as exc:

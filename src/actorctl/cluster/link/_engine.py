@@ -144,6 +144,9 @@ class Engine:
         self.writes = 0
         #: What the transport said went wrong (a TLS or framing failure), if anything.
         self.error: str | None = None
+        #: Whether the peer ended its side of the stream (end of file, or the
+        #: connection reset), rather than this side closing it.
+        self.peer_ended = False
         self.connection = connection = Connection()
         connection.container = container_id
         self._collector = collector = Collector()
@@ -230,9 +233,12 @@ class Engine:
             while True:
                 try:
                     data = await stream.receive_some(_READ_SIZE)
+                except trio.ClosedResourceError:
+                    return  # this side closed it
                 except _IO_ERRORS:
-                    data = b""
+                    data = b""  # reset by the peer: as good as its end
                 if not data:
+                    self.peer_ended = True
                     return
                 self.received_bytes += len(data)
                 if not self._push(data):
@@ -446,6 +452,18 @@ class Engine:
         if not self.server or self.connection.state & _LOCAL_CLOSED:
             # A client's handler says why its connection failed (or it closed
             # the connection itself: the peer's abrupt end is no news).
+            return
+        if self.peer_ended:
+            # The peer went without closing: no AMQP close, or TLS without a
+            # close_notify (uAMQP's way). proton calls it a framing error
+            # ("connection aborted", "SSL Failure: ... unexpected eof while
+            # reading"), but nothing it sent was wrong.
+            log(
+                "actorctl:connection:peer-closed",
+                peer=self.peer,
+                opened=self.remote_opened.is_set(),
+                description=self.error,
+            )
             return
         log(
             "actorctl:connection:protocol-error",
