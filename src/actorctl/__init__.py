@@ -22,6 +22,7 @@ from ._errors import ConfigError as ConfigError
 from ._errors import DeliveryError as DeliveryError
 from ._errors import MisuseError as MisuseError
 from ._errors import Modified as Modified
+from ._errors import NotSupported as NotSupported
 from ._errors import PeerUnavailable as PeerUnavailable
 from ._errors import Rejected as Rejected
 from ._errors import RemoteError as RemoteError
@@ -206,6 +207,7 @@ __all__ = [
     "Modified",
     "Node",
     "NotPermitted",
+    "NotSupported",
     "Outcome",
     "PeerUnavailable",
     "PeriodicTask",
