@@ -91,6 +91,7 @@ if TYPE_CHECKING:
     from .tasks import chain as chain
     from .tasks import check_soft_time_limit as check_soft_time_limit
     from .tasks import chord as chord
+    from .tasks import crontab as crontab
     from .tasks import group as group
     from .tasks import soft_time_limit as soft_time_limit
 
@@ -168,6 +169,7 @@ _LAZY: Final[dict[str, tuple[str, ...]]] = {
         "chain",
         "check_soft_time_limit",
         "chord",
+        "crontab",
         "group",
         "soft_time_limit",
     ),
@@ -242,6 +244,7 @@ __all__ = [
     "chain",
     "check_soft_time_limit",
     "chord",
+    "crontab",
     "group",
     "handler",
     "open_node",
