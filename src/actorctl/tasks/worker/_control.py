@@ -114,14 +114,14 @@ class Control:
         """:meth:`revoke` for trio code."""
         await arevoke(current_client(f"app {self._app_name!r}"), task_id, terminate)
 
-    def inspect(self, destination: Sequence[str] | None = None, timeout: float = 1.0) -> Inspect:
+    def inspect(self, destination: Sequence[str] | None = None, timeout: float = 10.0) -> Inspect:
         """Celery's ``app.control.inspect()``: ``active()``, ``reserved()``,
         ``scheduled()``, ``stats()``, ``registered()``, ``ping()`` of the
         cluster's nodes (or the ``destination`` ones), as ``actorctl inspect``."""
         return Inspect(self._app_name, destination, timeout)
 
     async def aping(
-        self, destination: Sequence[str] | None = None, timeout: float = 1.0
+        self, destination: Sequence[str] | None = None, timeout: float = 10.0
     ) -> list[dict[str, Any]]:
         """:meth:`ping` for trio code."""
         client = current_client(f"app {self._app_name!r}")
@@ -129,7 +129,7 @@ class Control:
         return answers_list(found)
 
     def ping(
-        self, destination: Sequence[str] | None = None, timeout: float = 1.0
+        self, destination: Sequence[str] | None = None, timeout: float = 10.0
     ) -> list[dict[str, Any]]:
         """Celery's ``app.control.ping()``: ``[{node: {"ok": "pong"}}, ...]``, one
         per node that answered within ``timeout`` seconds."""
@@ -145,7 +145,7 @@ class Control:
         rate_limit: object,
         destination: Sequence[str] | None = None,
         reply: bool = False,
-        timeout: float = 1.0,
+        timeout: float = 10.0,
     ) -> list[dict[str, Any]] | None:
         """:meth:`rate_limit` for trio code."""
         value = rate_of(rate_limit)
@@ -170,7 +170,7 @@ class Control:
         rate_limit: object,
         destination: Sequence[str] | None = None,
         reply: bool = False,
-        timeout: float = 1.0,
+        timeout: float = 10.0,
     ) -> list[dict[str, Any]] | None:
         """Celery's ``app.control.rate_limit``: set ``task_name``'s per-worker
         rate limit on every node (``"10/m"``, a number per second; 0 or None

@@ -153,11 +153,12 @@ class Inspect:
     Args:
         app_name: the app, for the error of a process that is not connected.
         destination: only these nodes (names from cluster.toml).
-        timeout: seconds to wait for the answers (Celery's default, 1).
+        timeout: seconds to wait at most for the answers: it answers as soon
+            as every node did (Celery waits its whole timeout, default 1).
     """
 
     def __init__(
-        self, app_name: str, destination: Sequence[str] | None = None, timeout: float = 1.0
+        self, app_name: str, destination: Sequence[str] | None = None, timeout: float = 10.0
     ) -> None:
         self._app_name = app_name
         self.destination = destination
