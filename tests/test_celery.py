@@ -38,6 +38,7 @@ from actorctl import (
     BadArguments,
     ConfigError,
     Envelope,
+    NotSupported,
     Rejected,
     TaskFailed,
     open_node,
@@ -593,3 +594,111 @@ async def test_a_chord_whose_body_pool_does_not_resolve_is_refused_before_anythi
     async with app.aconnect(cluster):
         with pytest.raises(ConfigError, match=r"chord: the pool of c\.add 'nowhere' does not"):
             await chord([add.s(1, 1), add.s(2, 2)], elsewhere).aapply_async()
+
+
+# -- docs/celery.md's "Other Celery calls", row by row -------------------------------------
+
+#: What the table's rows call the task, and the name each stands for here.
+_NAMES = {"proj.tasks.add": f"{add.fn.__module__}.add", "proj.add": add.name}
+_TABLE = "## Other Celery calls"
+
+
+def _table_rows() -> list[tuple[str, str]]:
+    """The rows of the table: (the Celery code, what actorctl does)."""
+    text = (ROOT / "docs" / "celery.md").read_text()
+    section = text.split(_TABLE, 1)[1].split("\n## ", 1)[0]
+    rows = []
+    for line in section.splitlines():
+        cells = re.fullmatch(r"\| `(.+?)` \| (.+) \|", line)
+        if cells is not None:
+            rows.append((cells[1], cells[2]))
+    return rows
+
+
+def _setup(sender: App, source: object = None, **kwargs: Any) -> None:
+    _CONFIGURED.append((sender, source))
+
+
+_CONFIGURED: list[tuple[object, object]] = []
+
+
+def _run(code: str, where: dict[str, Any]) -> Any:
+    """Run a row's code as written: an expression's value, or a statement's None."""
+    try:
+        compiled = compile(code, "docs/celery.md", "eval")
+    except SyntaxError:
+        exec(compile(code, "docs/celery.md", "exec"), where)
+        return None
+    return eval(compiled, where)
+
+
+def _works(code: str, result: Any) -> None:
+    """What each row that works must have done (a row without a check fails)."""
+    nodes = {"worker"}
+    if code.startswith("app.on_after_configure"):
+        assert result is _setup
+        fresh = App("fresh")
+        fresh.on_after_configure.connect(_setup)
+        fresh.periodics  # noqa: B018 - reading them configures the app
+        assert [(fresh, fresh.conf)] == _CONFIGURED
+    elif code.startswith("app.add_periodic_task"):
+        assert result == "add every 10"
+        assert app.periodics["add every 10"].args == (2, 2)
+    elif code.startswith("app.conf.beat_schedule"):
+        periodic = app.periodics["every-30s"]
+        assert (periodic.task, periodic.schedule.every) == (add.name, 30.0)
+        app.conf.beat_schedule = {}
+    elif code.startswith("app.conf.update"):
+        assert app.conf.result_expires == 7200
+    elif code.startswith("app.send_task"):
+        assert result.get(timeout=WAIT) == 4
+    elif code.startswith("app.signature"):
+        assert (result.task.name, result.args) == (add.name, (2, 2))
+    elif code in ("app.control.inspect().active()", "app.control.inspect().reserved()"):
+        assert set(result) == nodes
+        assert isinstance(result["worker"], list)
+    elif code == "app.control.inspect().scheduled()":
+        assert set(result) == {"services"}
+        assert isinstance(result["services"], list)
+    elif code == "app.control.inspect().stats()":
+        assert result["worker"]["pid"] > 0
+    elif code == "app.control.inspect().registered()":
+        assert add.name in result["worker"]
+    elif code == "app.control.inspect().ping()":
+        assert result == {"worker": {"ok": "pong"}}
+    elif code == "app.control.ping()":
+        assert result == [{"worker": {"ok": "pong"}}]
+    elif code.startswith("app.control.rate_limit"):
+        assert result is None
+        with pytest.raises(ConfigError, match=re.escape("no task 'c.nope' here")):
+            app.control.rate_limit("c.nope", "1/s")
+        app.control.rate_limit(add.name, None)  # lifted again
+    else:
+        raise AssertionError(f"docs/celery.md's row `{code}` has no check here: add one")
+
+
+def test_every_row_of_the_other_celery_calls_table_works_or_is_refused_as_written(
+    cluster: Path,
+) -> None:
+    rows = _table_rows()
+    assert len(rows) >= 20
+    expires = app.conf.result_expires
+    try:
+        with app.connect(cluster):
+            for written, says in rows:
+                code = written
+                for celery_name, ours in _NAMES.items():
+                    code = code.replace(f'"{celery_name}"', repr(ours))
+                where = {"app": app, "add": add, "setup": _setup}
+                if says.startswith("refused: "):
+                    words = re.fullmatch(r'refused: "(.*)"', says)
+                    assert words is not None, f"row `{written}`: quote the refusal's words"
+                    with pytest.raises(NotSupported) as refused:
+                        _run(code, where)
+                    assert words[1] in str(refused.value), written
+                    continue
+                assert says.startswith("works: "), f"row `{written}`: works or refused"
+                _works(written, _run(code, where))
+    finally:
+        app.conf.result_expires = expires
+        app.conf.beat_schedule = {}

@@ -22,6 +22,7 @@ from ._errors import ConfigError as ConfigError
 from ._errors import DeliveryError as DeliveryError
 from ._errors import MisuseError as MisuseError
 from ._errors import Modified as Modified
+from ._errors import NotSupported as NotSupported
 from ._errors import PeerUnavailable as PeerUnavailable
 from ._errors import Rejected as Rejected
 from ._errors import RemoteError as RemoteError
@@ -90,6 +91,7 @@ if TYPE_CHECKING:
     from .tasks import chain as chain
     from .tasks import check_soft_time_limit as check_soft_time_limit
     from .tasks import chord as chord
+    from .tasks import crontab as crontab
     from .tasks import group as group
     from .tasks import soft_time_limit as soft_time_limit
 
@@ -167,6 +169,7 @@ _LAZY: Final[dict[str, tuple[str, ...]]] = {
         "chain",
         "check_soft_time_limit",
         "chord",
+        "crontab",
         "group",
         "soft_time_limit",
     ),
@@ -206,6 +209,7 @@ __all__ = [
     "Modified",
     "Node",
     "NotPermitted",
+    "NotSupported",
     "Outcome",
     "PeerUnavailable",
     "PeriodicTask",
@@ -240,6 +244,7 @@ __all__ = [
     "chain",
     "check_soft_time_limit",
     "chord",
+    "crontab",
     "group",
     "handler",
     "open_node",

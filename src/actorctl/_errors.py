@@ -12,6 +12,7 @@ __all__ = [
     "DeliveryError",
     "MisuseError",
     "Modified",
+    "NotSupported",
     "PeerUnavailable",
     "Rejected",
     "RemoteError",
@@ -30,6 +31,14 @@ class ActorctlError(Exception):
 
 class ConfigError(ActorctlError):
     """A command line, a configuration file or an argument is wrong."""
+
+
+class NotSupported(ConfigError, AttributeError):
+    """A Celery API that actorctl does not have (``app.start()``,
+    ``app.backend``, ``app.control.purge``): its message says why, and what to
+    use instead (docs/celery.md). It is an ``AttributeError`` too, so that
+    ``hasattr`` and ``getattr(obj, name, default)`` answer as for any missing
+    attribute."""
 
 
 class MisuseError(ActorctlError):

@@ -34,6 +34,7 @@ from .limits._rates import RateLimit as RateLimit
 from .limits._rates import rate_limit_of as rate_limit_of
 from .services._beat import Beat as Beat
 from .services._chords import ChordBarrier as ChordBarrier
+from .services._crontab import crontab as crontab
 from .services._events import EventHub as EventHub
 from .services._periodic import PeriodicTask as PeriodicTask
 from .services._periodic import Schedule as Schedule

@@ -164,6 +164,7 @@ def cluster_directory(config: ClusterConfig) -> Directory:
         accepting,
         services={node.name: config.url(node) for node in services_nodes},
         failover=1.5 * config.etcd.ttl + FAILOVER_SLACK if config.etcd is not None else 0.0,
+        names={config.url(node): node.name for node in config.nodes},
     )
 
 
@@ -202,6 +203,7 @@ def task_actors(
             f"node {node.name!r} hosts task app {app.name!r}: it needs its cluster.toml "
             "(`actorctl node run ... --cluster FILE`, or `actorctl cluster up FILE`)"
         )
+    app.configure()  # Celery's on_after_configure: where projects add periodic tasks
     directory = cluster_directory(config)
     if config.tables("periodic") and SCHEDULER not in directory.addresses:
         raise ConfigError(
@@ -217,6 +219,7 @@ def task_actors(
         actors[CONTROL] = TaskControl(
             state,
             app.tasks,
+            aliases=app.aliases,
             limits=limits_of,
             pools=(lambda c: cluster_directory(c).nodes.keys()) if mine.services else None,
         )
@@ -337,6 +340,7 @@ def _beat(app: TaskRegistry, config: ClusterConfig, directory: Directory) -> Bea
 
     def periodics_of(config: ClusterConfig) -> list[PeriodicTask]:
         tasks = {task.name: task.pool for task in app.tasks.values()}
+        tasks.update({alias: tasks[name] for alias, name in app.aliases.items()})
         return cluster_periodics(app.periodics, tasks, config.tables("periodic"), config.path)
 
     if config.etcd is not None:

@@ -24,8 +24,8 @@ import trio
 import trio.testing
 
 from .._errors import ConfigError
-from ..cluster import ClusterConfig, Node, load_cluster
-from ..ops import build_node, ensure_dev_secrets, node_actors
+from ..cluster import ClusterConfig, Node, load_cluster, open_node
+from ..ops import CONTROLLER, Controller, build_node, ensure_dev_secrets, node_actors
 from ..tasks import App, PoolRouter, Scheduler, TaskClient, TaskWorker, cluster_app
 from ._idle import busy_parts, wait_idle
 
@@ -163,7 +163,10 @@ async def open_cluster(
         options = _node_options(clock, node_options)
         nodes: dict[str, Node] = {}
         hosted: dict[str, dict[str, Any]] = {}
+        done = trio.Event()
         async with trio.open_nursery() as nursery:
+            if app.periodics:  # the beat fires under the Controller's scheduler lease
+                await nursery.start(_lease_grantor, config, options, done)
             for spec in config.nodes:
                 actors = node_actors(spec, config, actors=dict(app.actors_for(config, spec)))
                 hosted[spec.name] = actors
@@ -181,6 +184,26 @@ async def open_cluster(
             finally:
                 for node in nodes.values():
                     node.stop(grace)
+                done.set()
+
+
+async def _lease_grantor(
+    config: ClusterConfig,
+    options: Mapping[str, Any],
+    done: trio.Event,
+    *,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """A Controller at the file's controller address, as ``cluster up`` runs
+    one, for an app with periodic tasks, until ``done``: its services node's
+    beat fires only under the Controller's scheduler lease
+    (docs/scheduling.md). It starts and supervises no node here."""
+    host, port = config.controller
+    controller = Controller(config, {}, trio.Event())
+    security = config.security(CONTROLLER)
+    async with open_node(CONTROLLER, [controller], host=host, port=port, **security, **options):
+        task_status.started()
+        await done.wait()
 
 
 def _node_options(clock: Callable[[], float] | None, given: Mapping[str, Any]) -> dict[str, Any]:

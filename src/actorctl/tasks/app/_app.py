@@ -11,10 +11,10 @@ from __future__ import annotations
 import sys
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
-from types import FrameType
-from typing import Any, ClassVar
+from types import FrameType, MappingProxyType
+from typing import Any, ClassVar, Final
 
-from ..._errors import ConfigError
+from ..._errors import ConfigError, NotSupported
 from ...actors import Actor
 from ...cluster import ClusterConfig, NodeConfig
 from ...supervision import BoxedSpec, RetryPolicy, importing_for_node
@@ -24,9 +24,10 @@ from ..client._client import TaskClient
 from ..client._connect import CLIENT_NAME, ClusterSpec, Connection, open_client
 from ._conf import CELERY_ONLY_SETTINGS
 from ._registry import TaskRegistry
+from ._signature import Signature
 from ._task import Task
 
-__all__ = ["App"]
+__all__ = ["APP_REFUSED", "App"]
 
 
 class App(TaskRegistry):
@@ -95,6 +96,7 @@ class App(TaskRegistry):
                 connect to the cluster it is part of as it starts.
         """
         _not_while_a_node_imports("connect")
+        self.configure()
         return Connection(cluster, name, node_options)
 
     def aconnect(
@@ -103,17 +105,38 @@ class App(TaskRegistry):
         """Connect for the duration of an ``async with`` block in trio code
         (the arguments of :meth:`connect`, and its errors)."""
         _not_while_a_node_imports("aconnect")
+        self.configure()
         return open_client(cluster, name=name, **node_options)
 
-    def config_from_object(self, obj: object | str) -> None:
-        """Celery's ``app.config_from_object``: ``app.conf`` from the lowercase
-        settings of a module (or its import name) or object.
+    def config_from_object(self, obj: object | str, namespace: str | None = None) -> None:
+        """Celery's ``app.config_from_object``: ``app.conf`` from the settings of
+        a module (or its import name, ``"module:attribute"``) or object: its
+        lowercase names and Celery's old uppercase ones; with ``namespace``
+        (Django's ``"CELERY"``), its ``CELERY_``-prefixed names.
 
         Raises:
             ConfigError: a setting that is unknown or does not apply (naming
                 the supported ones, or why).
         """
-        self.conf.from_object(obj)
+        self.conf.from_object(obj, namespace)
+
+    def signature(
+        self,
+        name: str,
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        **options: Any,
+    ) -> Signature:
+        """Celery's ``app.signature``: a signature of the task ``name`` (the
+        app's, or one it knows by name only) with its arguments and options."""
+        return Signature(self.by_name(name), args, kwargs, options=options)
+
+    def __getattr__(self, name: str) -> Any:
+        """Celery's app attributes that actorctl does not have are refused
+        with why, and what to use instead (NotSupported: an AttributeError)."""
+        if name in APP_REFUSED:
+            raise NotSupported(f"app.{name}: {APP_REFUSED[name]}")
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def AsyncResult(self, task_id: str) -> _results.AsyncResult:
         """Celery's ``app.AsyncResult``: the handle on the task ``task_id``, sent
@@ -154,7 +177,7 @@ class App(TaskRegistry):
     def by_name(self, name: str, pool: str | None = None) -> Task:
         """The task ``name``: the app's own, or one it only knows by name (its
         signatures, ``.s()``, ``.delay()``, work as for any task)."""
-        task = self.tasks.get(name)
+        task = self.find(name)
         if task is not None and pool in (None, task.pool):
             return task
         elsewhere = Task(_elsewhere, name=name, pool=pool or self.default_pool)
@@ -174,6 +197,40 @@ class App(TaskRegistry):
         there: what the node's record in etcd says (``actorctl.cluster``'s
         ``PoolsFactory``)."""
         return node_pools(cluster, node)
+
+
+_COMMAND_LINE = (
+    "it is Celery's command line: start the cluster with `actorctl cluster up "
+    "cluster.toml` (its beat runs on the services node), or one node with "
+    "`actorctl node run MODULE:app --cluster cluster.toml --name NODE`"
+)
+_NO_BACKEND = "each worker node keeps the results it sends: app.AsyncResult(id) fetches them"
+_NO_BROKER = CELERY_ONLY_SETTINGS["broker_url"]
+#: Celery's app attributes that actorctl does not have: why, and what instead.
+APP_REFUSED: Final = MappingProxyType(
+    {
+        "start": _COMMAND_LINE,
+        "worker_main": _COMMAND_LINE,
+        "Worker": _COMMAND_LINE,
+        "WorkController": _COMMAND_LINE,
+        "Beat": "the beat is an actor on the services node, started by `actorctl cluster up` "
+        "(docs/scheduling.md)",
+        "autodiscover_tasks": 'a node imports the module its `actors = "MODULE:APP"` names: '
+        "import the modules that define tasks from there",
+        "backend": _NO_BACKEND,
+        "amqp": _NO_BROKER,
+        "connection": _NO_BROKER,
+        "connection_for_read": _NO_BROKER,
+        "connection_for_write": _NO_BROKER,
+        "producer_or_acquire": _NO_BROKER,
+        "producer_pool": _NO_BROKER,
+        "events": "task events are the nodes' structured logs: `actorctl logs`",
+        "loader": "settings come from app.conf and app.config_from_object(...)",
+        "set_current": "there is no current app: tasks send through the connected client",
+        "set_default": "there is no default app: tasks send through the connected client",
+        "setup_security": "messages are always signed (docs/security.md): `actorctl keys`",
+    }
+)
 
 
 def _celery_arguments(given: Mapping[str, Any]) -> str:

@@ -19,11 +19,20 @@ from typing import Any, Final, final
 
 from ..._errors import ConfigError
 from ..protocol._state import RESULT_EXPIRES
+from ..services._periodic import zone_of
+from ._beat_schedule import check_beat_schedule
 
-__all__ = ["CELERY_ONLY_SETTINGS", "SETTINGS", "TASK_DEFAULTS", "Settings"]
+__all__ = [
+    "CELERY_ONLY_SETTINGS",
+    "OLD_NAMES",
+    "SETTINGS",
+    "TASK_DEFAULTS",
+    "Settings",
+    "new_name",
+]
 
 #: Each setting: its default and what it does.
-SETTINGS: Final = MappingProxyType(
+SETTINGS: Final[Mapping[str, tuple[Any, str]]] = MappingProxyType(
     {
         "task_default_queue": ("celery", "the pool of tasks that name none (App(default_pool=))"),
         "task_time_limit": (None, "hard time limit in seconds of tasks that set none"),
@@ -34,6 +43,8 @@ SETTINGS: Final = MappingProxyType(
         "result_expires": (RESULT_EXPIRES, "seconds a worker's node keeps a final result"),
         "task_always_eager": (False, "delay() runs tasks inline, for unit tests (eager mode)"),
         "task_eager_propagates": (False, "in eager mode, delay() raises a failed task's error"),
+        "timezone": ("UTC", "the timezone of cron schedules that name none (crontab(...))"),
+        "beat_schedule": ({}, "periodic tasks by name: task, schedule, args, kwargs, options"),
     }
 )
 
@@ -61,13 +72,41 @@ CELERY_ONLY_SETTINGS: Final = MappingProxyType(
         "task_serializer": "messages are JSON (docs/protocol.md §6.3)",
         "result_serializer": "results are JSON (docs/protocol.md §14.4)",
         "accept_content": "only JSON is accepted, never pickle",
-        "timezone": "times on the wire are seconds since the Unix epoch (UTC)",
-        "enable_utc": "times on the wire are seconds since the Unix epoch (UTC)",
+        "enable_utc": "times on the wire are seconds since the Unix epoch (UTC); crontab "
+        "schedules fire in app.conf.timezone",
         "task_routes": "give each task its pool: @app.task(pool=...)",
         "task_queues": "pools are named by tasks (pool=) and hosted as cluster.toml says",
         "worker_concurrency": "app.pool(NAME, concurrency=...) per pool",
         "worker_prefetch_multiplier": "app.pool(NAME, mailbox_capacity=...) is a worker's credit",
-        "beat_schedule": "there is no beat: send delayed tasks with countdown= or eta=",
+    }
+)
+
+#: Celery's old uppercase names (before 4.0), to the new ones: taken as those.
+OLD_NAMES: Final = MappingProxyType(
+    {
+        "CELERY_DEFAULT_QUEUE": "task_default_queue",
+        "CELERYD_TASK_TIME_LIMIT": "task_time_limit",
+        "CELERYD_TASK_SOFT_TIME_LIMIT": "task_soft_time_limit",
+        "CELERY_IGNORE_RESULT": "task_ignore_result",
+        "CELERY_TRACK_STARTED": "task_track_started",
+        "CELERY_ACKS_LATE": "task_acks_late",
+        "CELERY_TASK_RESULT_EXPIRES": "result_expires",
+        "CELERY_ALWAYS_EAGER": "task_always_eager",
+        "CELERY_EAGER_PROPAGATES_EXCEPTIONS": "task_eager_propagates",
+        "CELERY_TIMEZONE": "timezone",
+        "CELERYBEAT_SCHEDULE": "beat_schedule",
+        "BROKER_URL": "broker_url",
+        "BROKER_TRANSPORT_OPTIONS": "broker_transport_options",
+        "BROKER_CONNECTION_RETRY_ON_STARTUP": "broker_connection_retry_on_startup",
+        "CELERY_RESULT_BACKEND": "result_backend",
+        "CELERY_TASK_SERIALIZER": "task_serializer",
+        "CELERY_RESULT_SERIALIZER": "result_serializer",
+        "CELERY_ACCEPT_CONTENT": "accept_content",
+        "ENABLE_UTC": "enable_utc",
+        "CELERY_ROUTES": "task_routes",
+        "CELERY_QUEUES": "task_queues",
+        "CELERYD_CONCURRENCY": "worker_concurrency",
+        "CELERYD_PREFETCH_MULTIPLIER": "worker_prefetch_multiplier",
     }
 )
 
@@ -90,10 +129,12 @@ class Settings(Mapping[str, Any]):
         self, apply: Callable[[str, Any], None], initial: Mapping[str, Any] | None = None
     ) -> None:
         values = {k: v for k, (v, _) in SETTINGS.items()}
+        values["beat_schedule"] = {}  # each app's own: Celery code adds to it in place
         object.__setattr__(self, "_values", {**values, **(initial or {})})
         object.__setattr__(self, "_apply", apply)
 
     def __getitem__(self, key: str) -> Any:
+        key = new_name(key)
         if key not in self._values:
             raise KeyError(f"{key}: {_unknown(key)}")
         return self._values[key]
@@ -119,28 +160,71 @@ class Settings(Mapping[str, Any]):
     def update(self, settings: Mapping[str, Any] | None = None, /, **more: Any) -> None:
         """Set several settings; all are checked before any is set."""
         given = {**(settings or {}), **more}
-        checked = {key: _checked(key, value) for key, value in given.items()}
+        checked = {new_name(key): _checked(new_name(key), value) for key, value in given.items()}
         for key, value in checked.items():
             self._values[key] = value
             self._apply(key, value)
 
-    def from_object(self, obj: object | str) -> None:
+    def from_object(self, obj: object | str, namespace: str | None = None) -> None:
         """Celery's ``app.config_from_object``: the settings a module (or its
-        import name, or any object) defines as lowercase attributes."""
+        import name, or any object) defines: lowercase names, and Celery's old
+        uppercase ones (``CELERY_TASK_RESULT_EXPIRES``). With ``namespace``
+        (Django's ``"CELERY"``), only ``CELERY_``-prefixed names, as Celery
+        reads them: ``CELERY_TASK_TIME_LIMIT`` is ``task_time_limit``.
+
+        Raises:
+            ConfigError: a setting that is unknown or does not apply; an
+                uppercase name that looks like Celery's and is not one.
+        """
         if isinstance(obj, str):
-            obj = importlib.import_module(obj)
-        given = {
-            key: value
-            for key, value in vars(obj).items()
-            if not key.startswith("_")
-            and key.lower() == key
-            and not inspect.ismodule(value)
-            and not callable(value)
-        }
+            module, _, attribute = obj.partition(":")
+            obj = importlib.import_module(module)
+            if attribute:
+                obj = getattr(obj, attribute)
+        given: dict[str, Any] = {}
+        for key, value in vars(obj).items():
+            if key.startswith("_") or inspect.ismodule(value):
+                continue
+            name = _read_name(key, namespace)
+            if name is not None and not (callable(value) and not isinstance(value, Mapping)):
+                given[name] = value
         self.update(given)
 
     def __repr__(self) -> str:
         return f"<Settings {dict(self._values)}>"
+
+
+def new_name(key: str) -> str:
+    """The setting ``key`` names: Celery's old uppercase name (``CELERY_ACKS_LATE``)
+    is its new one (``task_acks_late``), as Celery takes it."""
+    return OLD_NAMES.get(key, key)
+
+
+def _read_name(key: str, namespace: str | None) -> str | None:
+    """The setting a module's attribute ``key`` gives, or None for one that is
+    no setting (a constant of the module, or outside ``namespace``).
+
+    Raises:
+        ConfigError: an uppercase name that looks like Celery's but is none
+            (a misspelling), with the nearest.
+    """
+    if namespace is not None:
+        prefix = f"{namespace}_"
+        if not key.startswith(prefix):
+            return None
+        rest = key[len(prefix) :]
+        return OLD_NAMES.get(key, rest.lower())
+    if key.lower() == key:
+        return key
+    if key in OLD_NAMES:
+        return OLD_NAMES[key]
+    if key.startswith(("CELERY", "BROKER_")):
+        near = difflib.get_close_matches(key, list(OLD_NAMES), n=1)
+        guess = f"did you mean {near[0]}? " if near else ""
+        raise ConfigError(
+            f"app.conf: unknown Celery setting {key}; {guess}(its old names: docs/celery.md)"
+        )
+    return None
 
 
 def _checked(key: str, value: Any) -> Any:
@@ -148,6 +232,12 @@ def _checked(key: str, value: Any) -> Any:
         if key.upper() == key and key.lower() in SETTINGS:
             raise ConfigError(f"app.conf: {key}: write Celery's new lowercase name {key.lower()}")
         raise ConfigError(f"app.conf: {_unknown(key)}")
+    if key == "timezone":
+        if not isinstance(value, str):
+            raise ConfigError(f"app.conf: timezone={value!r}: give a name like 'Europe/Paris'")
+        zone_of(value)
+    if key == "beat_schedule":
+        return check_beat_schedule(value)
     if key in ("task_time_limit", "task_soft_time_limit", "result_expires"):
         if isinstance(value, datetime.timedelta):
             value = value.total_seconds()

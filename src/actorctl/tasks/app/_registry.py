@@ -8,7 +8,6 @@ it. It holds definitions only: which client sends is never stored here.
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar, overload
@@ -23,22 +22,24 @@ from ..client._validate import check_event, check_references
 from ..limits._breakers import policy_of
 from ..limits._budget import Concurrency, concurrency_of
 from ..protocol._protocol import EVENTS, H_EVENT, H_SINKS
-from ..services._periodic import PeriodicTask, periodic_task
+from ..services._periodic import PeriodicTask
 from ..sources._source import SourceSpec
 from ..sources._source_config import source_spec
 from ..worker._control import Control
 from ._conf import TASK_DEFAULTS, Settings
 from ._eager import EagerRuns
 from ._options import checked_task_options
+from ._periodics import PeriodicDeclarations
+from ._signals import Signal
 from ._task import Task
 
-__all__ = ["TaskRegistry", "name_of_event"]
+__all__ = ["TaskRegistry", "celery_task_name", "name_of_event"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
 
 
-class TaskRegistry:
+class TaskRegistry(PeriodicDeclarations):
     """The tasks, events and pools of an application: Celery's app object.
 
     Args:
@@ -71,8 +72,18 @@ class TaskRegistry:
         #: Celery's ``app.conf`` (``_conf.py``): settings with Celery's names.
         self.conf = Settings(self._apply_setting, {"task_default_queue": default_pool})
         self._explicit: dict[str, frozenset[str]] = {}  # task -> options it set itself
-        #: Its periodic tasks by name (``@app.periodic``, ``app.add_periodic``).
-        self.periodics: dict[str, PeriodicTask] = {}
+        # Its periodic tasks declared in code (``@app.periodic``, ``app.add_periodic``,
+        # ``app.add_periodic_task``); ``periodics`` adds ``conf.beat_schedule``'s.
+        self._periodics: dict[str, PeriodicTask] = {}
+        self._added_as_celery: set[str] = set()  # by add_periodic_task: replaceable
+        self._configured = False
+        #: Celery's app signals, sent once with ``sender=app`` (``configure``).
+        self.on_after_configure = Signal("on_after_configure", ["source"])
+        self.on_after_finalize = Signal("on_after_finalize", [])
+        #: Celery's default name of each task that took the default name
+        #: (``MODULE.FUNCTION``), to its name here (``APP.FUNCTION``): a task
+        #: sent under either runs (docs/celery.md).
+        self.aliases: dict[str, str] = {}
         #: Its data sources by name (``app.add_source``, ``@app.source``).
         self.sources: dict[str, SourceSpec] = {}
         #: Runs its tasks inline while ``conf.task_always_eager`` is on (``_eager.py``).
@@ -111,6 +122,10 @@ class TaskRegistry:
             task_name = name or f"{self.name}.{fn_name}"
             if task_name in self.tasks:
                 raise ConfigError(f"two tasks are named {task_name!r}: give one name=...")
+            self.aliases.pop(task_name, None)  # a task's own name is never another's alias
+            celery_name = celery_task_name(self.name, fn)
+            if name is None and celery_name not in self.tasks and celery_name != task_name:
+                self.aliases[celery_name] = task_name
             explicit = frozenset(given) | ({"pool"} if task_pool else frozenset())
             defaults = {
                 option: self.conf[setting]
@@ -128,71 +143,12 @@ class TaskRegistry:
 
         return register(fn) if fn is not None else register
 
-    def periodic(
-        self,
-        *,
-        cron: str | None = None,
-        every: float | datetime.timedelta | None = None,
-        tz: str | None = None,
-        args: Sequence[Any] = (),
-        kwargs: Mapping[str, Any] | None = None,
-        name: str | None = None,
-        catch_up: bool = True,
-        **options: Any,
-    ) -> Callable[[Any], Task]:
-        """Fire a task on a schedule (the beat on the services node sends it):
-        decorates a task, or a plain function (making it a task with the
-        default options). Exactly one of ``cron`` (five fields, in timezone
-        ``tz``, default UTC) and ``every`` (seconds or a timedelta); ``name``
-        defaults to the task's name; ``options``: ``queue``, ``expires``,
-        ``priority`` of each firing (docs/scheduling.md).
-
-        Raises:
-            ConfigError: a bad schedule, timezone or option, or a name used twice.
-        """
-
-        def register(fn: Any) -> Task:
-            task = fn if isinstance(fn, Task) else self.task(fn)
-            self.add_periodic(
-                task, cron=cron, every=every, tz=tz, args=args, kwargs=kwargs, name=name,
-                catch_up=catch_up, **options,
-            )  # fmt: skip
-            return task
-
-        return register
-
-    def add_periodic(
-        self,
-        task: Task | str,
-        *,
-        cron: str | None = None,
-        every: float | datetime.timedelta | None = None,
-        tz: str | None = None,
-        args: Sequence[Any] = (),
-        kwargs: Mapping[str, Any] | None = None,
-        name: str | None = None,
-        catch_up: bool = True,
-        **options: Any,
-    ) -> PeriodicTask:
-        """Fire ``task`` (a task, or the name of one of this app's) on a
-        schedule: the arguments of :meth:`periodic`.
-
-        Raises:
-            ConfigError: an unknown task ("did you mean"), a bad schedule,
-                timezone or option, or a name used twice.
-        """
-        known = {t.name: t.pool for t in self.tasks.values()}
-        if isinstance(task, Task):
-            known[task.name] = task.pool
-        task_name = task.name if isinstance(task, Task) else task
-        periodic = periodic_task(
-            known, name=name or task_name, task=task_name, cron=cron, every=every, tz=tz,
-            args=args, kwargs=kwargs, catch_up=catch_up, options=options,
-        )  # fmt: skip
-        if periodic.name in self.periodics:
-            raise ConfigError(f"two periodic tasks are named {periodic.name!r}: give one name=...")
-        self.periodics[periodic.name] = periodic
-        return periodic
+    def find(self, name: str) -> Task | None:
+        """The task ``name``: by its name, or by Celery's default name of it."""
+        task = self.tasks.get(name)
+        if task is None and name in self.aliases:
+            task = self.tasks.get(self.aliases[name])
+        return task
 
     def add_source(
         self,
@@ -433,3 +389,12 @@ def name_of_event(event: type) -> str:
     if not isinstance(name, str):
         raise ConfigError(f"{event!r} is not an event: decorate it with @app.event")
     return name
+
+
+def celery_task_name(app: str, fn: Callable[..., Any]) -> str:
+    """The name Celery gives ``fn`` by default: its module's import name and
+    its own (``proj.tasks.add``), or the app's name for a module run as a
+    script (``__main__``)."""
+    module = getattr(fn, "__module__", None) or "__main__"
+    prefix = app if module == "__main__" else module
+    return f"{prefix}.{getattr(fn, '__name__', repr(fn))}"

@@ -49,6 +49,8 @@ class Directory:
         failover: seconds a send to a services node that cannot be reached
             waits for the services role to move before it fails (several
             services nodes only).
+        names: each node's endpoint to its name, as the cluster file says
+            (``app.control.inspect()`` answers by node name).
     """
 
     addresses: Mapping[str, str] = attrs.field(factory=dict)
@@ -56,6 +58,7 @@ class Directory:
     accepting: frozenset[str] = frozenset()
     services: Mapping[str, str] = attrs.field(factory=dict)
     failover: float = 0.0
+    names: Mapping[str, str] = attrs.field(factory=dict)
     # ``addresses`` parsed once, when the directory is made: resolving a pool's
     # name is on the path of every task sent. Only :meth:`follow` changes it.
     _parsed: dict[str, Address] = attrs.field(
@@ -177,6 +180,12 @@ class Directory:
         """The task control actor of every node that hosts workers."""
         endpoints = sorted({e for pool in self.nodes.values() for e in pool})
         return [Address.parse(f"{endpoint}/{CONTROL}") for endpoint in endpoints]
+
+    def node_name(self, address: Address) -> str:
+        """The name of the node at ``address`` (its endpoint, for a node the
+        file does not name)."""
+        endpoint = f"{address.scheme}://{address.host}:{address.port}"
+        return self.names.get(endpoint, endpoint)
 
     def endpoints(self) -> list[Address]:
         """Every node that may send a caller a result: the nodes of the pools'

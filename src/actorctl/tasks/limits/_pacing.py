@@ -124,6 +124,8 @@ class PoolRouter(Router):
                 self.set_worker_rate(task.name, task.rate_limit)
             if task.concurrency == 0:  # declared suspended: held here until resumed
                 self.gate.suspend(task.name, True)
+        #: Celery's default task names, to the tasks' (a task sent under one is paced as itself).
+        self._aliases: dict[str, str] = dict(app.aliases) if app is not None else {}
         self._state = state
         self._held: dict[str, list[_Held]] = {}  # task -> a heap, best first
         self._releasing: set[str] = set()
@@ -202,7 +204,7 @@ class PoolRouter(Router):
     async def handle_unmatched(
         self, envelope: Envelope
     ) -> tuple[Outcome, tuple[str, Any] | None] | None:
-        task = envelope.subject
+        task = self._aliases.get(envelope.subject, envelope.subject)
         limits = self.gate.tasks.get(task)
         if (limits is None and task not in self.per_worker) or envelope.headers.get(AT_MOST_ONCE):
             return await super().handle_unmatched(envelope)
@@ -260,7 +262,7 @@ class PoolRouter(Router):
                 await changed.wait()
 
     def _hold(self, envelope: Envelope, key: str) -> None:
-        task = envelope.subject
+        task = self._aliases.get(envelope.subject, envelope.subject)
         order = (-priority_of(envelope.headers), next(self._arrivals))
         heapq.heappush(self._held.setdefault(task, []), (order, key, envelope))
         if task not in self._releasing:

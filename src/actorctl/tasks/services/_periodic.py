@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import datetime
 import difflib
+import hashlib
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -45,7 +46,9 @@ __all__ = ["PERIODIC_OPTIONS", "PeriodicTask", "Schedule", "firing_id"]
 
 #: The task options a periodic task may carry (sent with each firing).
 PERIODIC_OPTIONS: Final = frozenset({"queue", "expires", "priority"})
-_NAME: Final = re.compile(r"[A-Za-z0-9_.:-]+")
+#: A name used as it is in a firing's id (any other name is hashed there).
+_ID_SAFE: Final = re.compile(r"[A-Za-z0-9_.:-]{1,120}")
+_NAME_MAX: Final = 200
 _CRON_FIELDS: Final = ("minute", "hour", "day of month", "month", "day of week")
 
 
@@ -177,20 +180,33 @@ class PeriodicTask:
 
 def firing_id(name: str, due: float) -> str:
     """The task id (and, with a suffix, message id) of ``name``'s firing due at
-    ``due``: the same wherever and however often it is computed."""
+    ``due``: the same wherever and however often it is computed. A name of
+    letters, digits and ``_ . : -`` is used as it is; any other (Celery's
+    ``"add every 10"``) as those characters of it and a hash of the whole, so
+    that the id stays one that ``actorctl control revoke`` takes."""
     when = datetime.datetime.fromtimestamp(due, datetime.UTC)
-    return f"periodic:{name}@{when.strftime('%Y-%m-%dT%H:%M:%S.%fZ')}"
+    return f"periodic:{_id_part(name)}@{when.strftime('%Y-%m-%dT%H:%M:%S.%fZ')}"
+
+
+def _id_part(name: str) -> str:
+    if _ID_SAFE.fullmatch(name):
+        return name
+    slug = re.sub(r"[^A-Za-z0-9_.:-]+", "-", name).strip("-")[:60] or "periodic"
+    digest = hashlib.sha256(name.encode()).hexdigest()[:8]
+    return f"{slug}:{digest}"
 
 
 def check_name(name: object) -> str:
-    """A periodic task's name: letters, digits and ``_ . : -``.
+    """A periodic task's name: any text of 1 to 200 characters without control
+    characters (Celery's ``name="add every 10"`` is one).
 
     Raises:
         ConfigError: saying what a name may hold.
     """
-    if not isinstance(name, str) or not _NAME.fullmatch(name):
+    if not isinstance(name, str) or not 0 < len(name) <= _NAME_MAX or not name.isprintable():
         raise ConfigError(
-            f"periodic task name: expected letters, digits, '_', '.', ':' or '-', got {name!r}"
+            f"periodic task name: expected text of 1 to {_NAME_MAX} characters without "
+            f"control characters, got {name!r}"
         )
     return name
 

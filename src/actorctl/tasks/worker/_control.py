@@ -16,7 +16,7 @@ from __future__ import annotations
 import difflib
 import functools
 from collections import OrderedDict
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, ClassVar, final
 
 import trio
@@ -38,6 +38,7 @@ from ..protocol._state import (
     stored_result,
     stored_revokes,
 )
+from ._control_calls import Inspect, answers_list, ask_nodes, rate_of, refuse_control
 from ._inspect import Holdings
 
 __all__ = ["Control", "TaskControl", "WorkerState", "arevoke", "new_result"]
@@ -113,6 +114,84 @@ class Control:
         """:meth:`revoke` for trio code."""
         await arevoke(current_client(f"app {self._app_name!r}"), task_id, terminate)
 
+    def inspect(self, destination: Sequence[str] | None = None, timeout: float = 10.0) -> Inspect:
+        """Celery's ``app.control.inspect()``: ``active()``, ``reserved()``,
+        ``scheduled()``, ``stats()``, ``registered()``, ``ping()`` of the
+        cluster's nodes (or the ``destination`` ones), as ``actorctl inspect``."""
+        return Inspect(self._app_name, destination, timeout)
+
+    async def aping(
+        self, destination: Sequence[str] | None = None, timeout: float = 10.0
+    ) -> list[dict[str, Any]]:
+        """:meth:`ping` for trio code."""
+        client = current_client(f"app {self._app_name!r}")
+        found = await ask_nodes(client, "ping", timeout=timeout, destination=destination)
+        return answers_list(found)
+
+    def ping(
+        self, destination: Sequence[str] | None = None, timeout: float = 10.0
+    ) -> list[dict[str, Any]]:
+        """Celery's ``app.control.ping()``: ``[{node: {"ok": "pong"}}, ...]``, one
+        per node that answered within ``timeout`` seconds."""
+        client = current_client(f"app {self._app_name!r}")
+        result: list[dict[str, Any]] = client.wait_in_client_thread(
+            functools.partial(self.aping, destination, timeout)
+        )
+        return result
+
+    async def arate_limit(
+        self,
+        task_name: str,
+        rate_limit: object,
+        destination: Sequence[str] | None = None,
+        reply: bool = False,
+        timeout: float = 10.0,
+    ) -> list[dict[str, Any]] | None:
+        """:meth:`rate_limit` for trio code."""
+        value = rate_of(rate_limit)
+        client = current_client(f"app {self._app_name!r}")
+        args = [task_name, "rate_limit", value]
+        found = await ask_nodes(client, "limit", args, timeout=timeout, destination=destination)
+        refused = {node: answer for node, answer in found.items() if isinstance(answer, Exception)}
+        if refused:
+            said = "; ".join(f"{node}: {exc}" for node, exc in sorted(refused.items()))
+            raise ConfigError(f"app.control.rate_limit({task_name!r}, ...): {said}")
+        if not found:
+            raise ConfigError(
+                f"app.control.rate_limit({task_name!r}, ...): no node answered within "
+                f"{timeout:g} s (is the cluster up? give timeout=...)"
+            )
+        done = {node: {"ok": "new rate limit set successfully"} for node in found}
+        return answers_list(done) if reply else None
+
+    def rate_limit(
+        self,
+        task_name: str,
+        rate_limit: object,
+        destination: Sequence[str] | None = None,
+        reply: bool = False,
+        timeout: float = 10.0,
+    ) -> list[dict[str, Any]] | None:
+        """Celery's ``app.control.rate_limit``: set ``task_name``'s per-worker
+        rate limit on every node (``"10/m"``, a number per second; 0 or None
+        lifts it), as ``actorctl control rate-limit`` does; it blocks until the
+        nodes that answered within ``timeout`` keep it. ``reply``: their
+        answers, Celery's shape.
+
+        Raises:
+            ConfigError: a node refused it (an unknown task, a bad rate), or
+                none answered.
+        """
+        client = current_client(f"app {self._app_name!r}")
+        call = functools.partial(
+            self.arate_limit, task_name, rate_limit, destination, reply, timeout
+        )
+        result: list[dict[str, Any]] | None = client.wait_in_client_thread(call)
+        return result
+
+    def __getattr__(self, name: str) -> Any:
+        raise refuse_control(name)
+
 
 @final
 class WorkerState:
@@ -158,11 +237,14 @@ class TaskControl(Actor):
         state: WorkerState,
         tasks: Collection[str] = (),
         *,
+        aliases: Mapping[str, str] | None = None,
         limits: Callable[[ClusterConfig], dict[str, dict[str, Any]]] | None = None,
         pools: Callable[[ClusterConfig], Collection[str]] | None = None,
     ) -> None:
         self.state = state
         self.tasks = frozenset(tasks)
+        #: Celery's default task names, to the tasks' (``TaskRegistry.aliases``).
+        self.aliases = dict(aliases or {})
         #: The [[task]] limits of a cluster file (None: outside a cluster).
         self.limits_of = limits
         #: The pools a cluster file routes on this node (the services node's).
@@ -209,7 +291,7 @@ class TaskControl(Actor):
         """Set a limit of ``task`` on this node's workers and routers: its
         ``rate_limit``, ``global_rate_limit`` (``"10/s"``; None lifts it) or
         ``suspended`` (True holds back every start). Answered once kept."""
-        task = str(task)
+        task = self.aliases.get(str(task), str(task))
         if self.tasks and task not in self.tasks:
             near = difflib.get_close_matches(task, sorted(self.tasks), n=1)
             hint = f" (did you mean {near[0]!r}?)" if near else ""
@@ -266,6 +348,11 @@ class TaskControl(Actor):
         """``inspect registered``: the tasks this node's workers run, by name,
         each with its pool."""
         return dict(sorted(self.state.holdings.registered.items()))
+
+    @handler
+    async def ping(self) -> dict[str, str]:
+        """Celery's ``ping``: this node's task control answers."""
+        return {"ok": "pong"}
 
     @handler
     async def result(self, task_id: str) -> StoredResult | None:

@@ -200,7 +200,7 @@ class TaskWorker(Actor):
 
     async def _task(self, envelope: Envelope) -> Handled:
         followups = self.followups
-        task = self.app.tasks.get(envelope.subject) or foreign_task(
+        task = self.app.find(envelope.subject) or foreign_task(
             self.boxed, self._foreign, envelope.subject, self.pool
         )
         if task is None:
