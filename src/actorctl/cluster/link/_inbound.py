@@ -42,7 +42,13 @@ from ._credit import CreditKeeper, InboxCredit
 from ._engine import Engine, EngineHandler
 from ._limits import ConnectionLimits, Limits
 from ._raw import ACCEPTED, REJECTED, RELEASED, lib, recv, set_condition
-from ._reply_auth import UNAUTHORIZED, ReplySigning, reply_address_refusal
+from ._reply_auth import UNAUTHORIZED, ReplySigning, certificate_names
+from ._reply_claims import (
+    FOREIGN_REPLY_TO,
+    REPLY_PREFIX,
+    reply_address_refusal,
+    reply_to_refusal,
+)
 from ._reply_routes import ReplyRoutes
 
 __all__ = ["InboundHandler", "actor_name"]
@@ -58,7 +64,6 @@ _settle_delivery = lib.pn_delivery_settle
 _link_credit = lib.pn_link_credit
 _link_flow = lib.pn_link_flow
 
-REPLY_PREFIX: Final = "$reply/"
 _SESSION_CREDIT: Final = 4
 
 
@@ -166,8 +171,17 @@ class InboundHandler(EngineHandler):
                 "dynamic receiver (or one whose source starts with $reply/) to get replies",
             )
             return
-        # Only its own address, and one no other identity holds (§8).
-        refusal = reply_address_refusal(engine, address, self._routes.claim, dynamic=source.dynamic)
+        # Only its own address: proven to be its key's, on a node with keys (§8).
+        refusal = reply_address_refusal(
+            address,
+            engine.connection.remote_container or "",
+            certificate_names(engine)[0],
+            dynamic=source.dynamic,
+            node=self._node_id,
+            verifier=self._verifier,
+            properties=link.remote_properties,
+            claim=self._routes.claim,
+        )
         if refusal is not None:
             link.open()
             _refuse(link, UNAUTHORIZED, refusal)
@@ -248,6 +262,13 @@ class InboundHandler(EngineHandler):
                 if ORIGIN_KEY in sections[1]:  # a router asserts whom it forwards for
                     sender = verifier.origin(verified, sections[1]) or _no_origin(engine, verified)
                 envelope = from_sections(sections, sender, verifier.role(verified, sender))
+                reply_to = envelope.reply_to
+                if reply_to is not None and reply_to.startswith(REPLY_PREFIX):
+                    # Not another key's reply address (§8): checked once, here.
+                    refusal = reply_to_refusal(reply_to, sender, verified.key_id, verifier)
+                    if refusal is not None:
+                        error = AuthError(FOREIGN_REPLY_TO, refusal)
+                        raise error.about(envelope.message_id, sender)
         except AuthError as exc:
             _refuse_delivery(
                 engine, cell, settle, exc.condition, exc.description, exc.message_id, exc.key_id

@@ -40,6 +40,7 @@ from ._peer_breaker import PeerBreaker
 from ._peer_dial import Dialer
 from ._pending import OutLink, PeerSettings, Pending
 from ._reply_auth import REPLY_CREDIT, ReplyCheck, certificate_names
+from ._reply_claims import own_reply_address, reply_proof
 from ._why import handshake_failed, unreachable
 
 __all__ = ["Peer"]
@@ -85,7 +86,11 @@ class Peer(EngineHandler):
         self.host = host
         self.port = port
         self.name = f"{host}:{port}"
-        self.reply_address = f"$reply/{settings.node_id}"
+        identity = settings.identity
+        # Named for this node's key, if it has one: the attach proves the key (§8).
+        self.reply_address = own_reply_address(
+            settings.node_id, None if identity is None else identity.key_id
+        )
         self._engines = engines
         self._on_reply_document = on_reply
         self._replies = ReplyCheck(settings.keyring, self.reply_address, self.name, settings.clock)
@@ -105,7 +110,6 @@ class Peer(EngineHandler):
         # How this node signs what it sends on the current connection: within a
         # session (HMAC) once one is open, else per message (Ed25519), or not at
         # all without keys.
-        identity = settings.identity
         self._signer: Signer | None = (
             None if identity is None else functools.partial(sign_ed25519, identity)
         )
@@ -270,12 +274,25 @@ class Peer(EngineHandler):
         session = connection.session()
         session.open()
         self._session = session
-        receiver = session.receiver(f"{self.settings.node_id}-replies")
+        self._replies.connected(None)
+        self._reply_receiver = None
+        engine.wake()
+
+    def on_remote_open(self, engine: Engine) -> None:
+        """The peer's ``open`` came: attach the reply link, with a proof of this
+        node's key made for the peer's container id (docs/protocol.md §8)."""
+        if engine is not self.engine or self._session is None or self._reply_receiver is not None:
+            return
+        settings = self.settings
+        receiver = self._session.receiver(f"{settings.node_id}-replies")
         receiver.source.address = self.reply_address
         receiver.target.address = self.reply_address
+        identity = settings.identity
+        if identity is not None:
+            node = engine.connection.remote_container or ""
+            receiver.properties = reply_proof(identity, node, self.reply_address, settings.clock())
         receiver.open()
         receiver.flow(REPLY_CREDIT)
-        self._replies.connected(None)
         self._reply_receiver = receiver
         engine.wake()
 
