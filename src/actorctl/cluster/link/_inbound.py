@@ -21,6 +21,7 @@ from ..._log import log
 from ...actors import ActorCell
 from ...mailbox import (
     DECODE_ERROR,
+    FOREIGN_REPLY_TO,
     NOT_FOUND,
     ORIGIN_KEY,
     OVER_CREDIT,
@@ -43,12 +44,7 @@ from ._engine import Engine, EngineHandler
 from ._limits import ConnectionLimits, Limits
 from ._raw import ACCEPTED, REJECTED, RELEASED, lib, recv, set_condition
 from ._reply_auth import UNAUTHORIZED, ReplySigning, certificate_names
-from ._reply_claims import (
-    FOREIGN_REPLY_TO,
-    REPLY_PREFIX,
-    reply_address_refusal,
-    reply_to_refusal,
-)
+from ._reply_claims import REPLY_PREFIX, reply_address_refusal, reply_to_refusal
 from ._reply_routes import ReplyRoutes
 
 __all__ = ["InboundHandler", "actor_name"]

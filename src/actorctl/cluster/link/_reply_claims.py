@@ -43,7 +43,6 @@ if TYPE_CHECKING:
     from proton._data import PythonAMQPData
 
 __all__ = [
-    "FOREIGN_REPLY_TO",
     "PROOF_ID",
     "PROOF_SUBJECT",
     "PROOF_TIME",
@@ -66,8 +65,6 @@ PROOF_TIME: Final = "proof_time"
 #: What a node offers in its ``open`` (``offered-capabilities``): it takes named
 #: reply addresses that name a key, with a reply proof (docs/protocol.md §8).
 REPLY_CAPABILITY: Final = symbol("actorctl:reply-proof")
-#: The condition of a request whose ``reply-to`` names another key's address.
-FOREIGN_REPLY_TO: Final = "actorctl:foreign-reply-to"
 
 _KEYED = re.compile(r"\$reply/([0-9a-f]{16})/")
 
@@ -210,8 +207,7 @@ def _proof_refusal(
     """Why the attach ``properties`` do not prove ``key`` for ``address`` on this node."""
     # proton hands binary values over as memoryviews.
     props = {
-        str(k): bytes(v) if isinstance(v, memoryview) else v
-        for k, v in (properties or {}).items()
+        str(k): bytes(v) if isinstance(v, memoryview) else v for k, v in (properties or {}).items()
     }
     proof_id, time_ms = props.get(PROOF_ID), props.get(PROOF_TIME)
     if props.get(SIG_ALG) != ED25519 or not isinstance(proof_id, str) or not proof_id:
