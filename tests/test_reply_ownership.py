@@ -14,7 +14,7 @@ sign, a key the nodes trust:
   cannot name it in ``reply-to``, and its own address and its detach leave the
   caller's route alone; its own calls get its own replies;
 - a caller whose key the node does not trust cannot prove its address: its
-  reply link is refused, and it sends nothing on that connection.
+  reply link is refused, and its message is refused with ``actorctl:unknown-key``.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from proton import Endpoint, Message
 from proton.handlers import MessagingHandler
 from proton.reactor import Container
 
-from actorctl import Actor, Node, PeerUnavailable, TlsFiles, handler, open_node
+from actorctl import Actor, Node, Rejected, TlsFiles, handler, open_node
 from actorctl.cluster.link._reply_claims import reply_proof
 from actorctl.mailbox import IdentityKey, Keyring
 
@@ -332,15 +332,18 @@ async def test_the_impostors_detach_leaves_the_owners_route(tmp_path: Path) -> N
 # --- A caller that cannot prove its address ------------------------------------------------
 
 
-async def test_a_caller_whose_reply_proof_is_refused_sends_nothing_there(
+async def test_a_caller_whose_key_the_node_does_not_trust_is_told_so(
     tmp_path: Path, logs: Logs
 ) -> None:
     # Given c does not trust a's key (a's keyring is a directory of its own)
     async with cluster(tmp_path, a_keys="a-keys") as k:
         # When a calls c
-        with trio.fail_after(TIMEOUT), pytest.raises(PeerUnavailable):
+        with trio.fail_after(TIMEOUT), pytest.raises(Rejected) as refused:
             await k.a.ref(k.c.address_of("calculator")).ask("add", 1, 2)
-        # Then its reply link was refused, so it sent nothing on that connection
+        # Then its reply link is refused (no proof by that key holds there, so
+        # nobody else holds its address either), and its message is refused
+        # for the reason it would have been anyway, and not run
+        assert refused.value.condition == "actorctl:unknown-key"
         assert k.calculator.calls == []
     refusal = logs.of_type("actorctl:peer:reply-link-refused")[0]
     assert refusal["condition"] == "amqp:unauthorized-access"
