@@ -160,7 +160,7 @@ class ReplyCheck:
     Args:
         keyring: the node's trusted keys; None: the node is insecure and takes
             replies unchecked (tests and development only).
-        address: the reply address the node attaches there (``$reply/<node-id>``):
+        address: the reply address the node attaches there (``own_reply_address``):
             the canonical ``to`` of every reply it takes.
         peer: the peer's ``host:port``, for logs.
         clock: the wall clock (seconds since the epoch), for session expiry.
@@ -312,7 +312,7 @@ def _canonical(address: str, properties: list[Any], app: dict[Any, Any], body: b
             raise TypeError("creation-time and absolute-expiry-time must be timestamps")
     return canonical_bytes(
         # A reply names its destination node in ``to`` already: the reply
-        # address is ``$reply/<the caller's container id>`` (§8.1).
+        # address is the caller's own (§8, §8.1).
         node=REPLY_NODE,
         to=address,
         subject="" if subject is None else str(subject),
