@@ -10,8 +10,9 @@ package (Ed25519) and the standard library: no actorctl import, no actorctl
 helper, no knowledge of actorctl's internals. It carries a message (§2
 transport, §4 inbox links, §8 replies, §9 outcomes), writes the canonical
 bytes of §11.2, and checks a reply's signature as §8.1 says (field 0 the empty
-text, field 1 the reply address). What goes in the message (a JSON command, a
-signature) is each test module's own business.
+text, field 1 the reply address), and, for a named reply address (§8), the
+reply proof that goes with its attach. What goes in the message (a JSON
+command, a signature) is each test module's own business.
 
 Each call runs in a worker thread with its own proton Container, and every wait
 is bounded by a Container timer that gives up (and closes the connection) after
@@ -36,9 +37,9 @@ import trio
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
-from proton import Delivery, Message, SSLDomain
+from proton import Delivery, Link, Message, SSLDomain, symbol, timestamp
 from proton.handlers import MessagingHandler
-from proton.reactor import Container
+from proton.reactor import Container, LinkOption
 
 CLIENT_TIMEOUT = 10.0  # seconds before the client gives up on a call
 CLOSE_TIMEOUT = 2.0  # seconds the node gets to answer our close before we stop anyway
@@ -360,6 +361,64 @@ def json_command(
     )
 
 
+# --- §8: a named reply address, and the proof its attach carries -----------------------
+
+#: What a node that takes reply proofs offers in its open frame (§8).
+REPLY_CAPABILITY = "actorctl:reply-proof"
+
+
+def named_reply_address(identity: Identity, container_id: str) -> str:
+    """``$reply/<key-id>/<container-id>``: ours, on a node with a keyring (§8)."""
+    return f"$reply/{identity.key_id}/{container_id}"
+
+
+def reply_proof(
+    identity: Identity,
+    node: str,
+    address: str,
+    *,
+    time_ms: int | None = None,
+    proof_id: str | None = None,
+) -> dict[Any, Any]:
+    """The attach properties that prove ``identity`` for ``address`` to the node
+    whose open frame said ``node`` (§8): the canonical bytes of §11.2 for that node,
+    ``to`` the address, subject ``$reply``, message-id the proof id, creation-time
+    the proof time, kind ``command``, no headers and an empty body."""
+    time_ms = now_ms() if time_ms is None else time_ms
+    proof_id = uuid.uuid4().hex if proof_id is None else proof_id
+    canonical = canonical_bytes(
+        node=node,
+        to=address,
+        subject="$reply",
+        message_id=proof_id,
+        correlation_id=None,
+        reply_to=None,
+        creation_ms=time_ms,
+        expiry_ms=None,
+        kind="command",
+        headers={},
+        body=b"",
+    )
+    return {
+        symbol("sig_alg"): "ed25519",
+        symbol("sig_key"): identity.key_id,
+        symbol("sig"): identity.private.sign(canonical),
+        symbol("sig_node"): node,
+        symbol("proof_id"): proof_id,
+        symbol("proof_time"): timestamp(time_ms),
+    }
+
+
+class AttachProperties(LinkOption):
+    """Puts ``properties`` in a link's attach frame (where a reply proof goes)."""
+
+    def __init__(self, properties: Mapping[Any, Any]) -> None:
+        self.properties = dict(properties)
+
+    def apply(self, link: Link) -> None:
+        link.properties = self.properties
+
+
 # --- §8.1: checking a signed reply ---------------------------------------------------
 
 #: Canonical field 0 of a reply: the empty text (00 00 00 00), and its sig_node (§8.1).
@@ -468,6 +527,7 @@ class CallResult:
     description: str | None = None
     reply: Reply | None = None
     link_refused: bool = False  # the node detached a link with an error (condition)
+    capabilities: list[str] = field(default_factory=list)  # the node's offered ones
     failure: str | None = None  # why the client gave up, if it did
     events: list[str] = field(default_factory=list)
 
@@ -487,7 +547,9 @@ class ForeignCall(MessagingHandler):
 
     protocol.md: connect (over mutual TLS with a client certificate from the
     cluster CA, if ``tls`` is given) with SASL ANONYMOUS; attach a receiver with a
-    dynamic source and read the address the node assigned (§8); attach a sender
+    dynamic source and read the address the node assigned (§8) or, with ``named``,
+    wait for the node's open and attach our own named address with a reply proof
+    by that key (§8); attach a sender
     whose target is the actor (§4); make the message only once that address is
     known (a signature covers the reply-to, and the node's container id, which
     its open frame gave before that); send it unsettled (at-least-once)
@@ -503,6 +565,7 @@ class ForeignCall(MessagingHandler):
         *,
         tls: ClientTls | None = None,
         timeout: float = CLIENT_TIMEOUT,
+        named: Identity | None = None,
     ) -> None:
         # prefetch: credit for the reply receiver; auto_accept is irrelevant for
         # pre-settled replies; auto_settle settles our sends once they have an outcome.
@@ -512,6 +575,7 @@ class ForeignCall(MessagingHandler):
         self.make_message = make_message
         self.tls = tls
         self.timeout = timeout
+        self.named = named
         self.result = CallResult()
         self._connection: Any = None
         self._receiver: Any = None
@@ -533,8 +597,22 @@ class ForeignCall(MessagingHandler):
             sasl_enabled=True,
             reconnect=False,
         )
-        # A dynamic source: the node answers with the address it made for us.
-        self._receiver = container.create_receiver(self._connection, None, dynamic=True)
+        if self.named is None:
+            # A dynamic source: the node answers with the address it made for us.
+            self._receiver = container.create_receiver(self._connection, None, dynamic=True)
+
+    def on_connection_opened(self, event: Any) -> None:
+        connection = event.connection
+        self.result.capabilities = [str(c) for c in connection.remote_offered_capabilities or []]
+        if self.named is None or self._receiver is not None:
+            return
+        # Our own named address: it names our key, and the attach proves it for
+        # this node (the container id its open gave).
+        address = named_reply_address(self.named, connection.container)
+        proof = reply_proof(self.named, connection.remote_container or "", address)
+        self._receiver = event.container.create_receiver(
+            connection, address, options=AttachProperties(proof)
+        )
 
     def on_link_opened(self, event: Any) -> None:
         if event.receiver is not None and event.receiver == self._receiver:
@@ -658,21 +736,31 @@ class _StopContainer:
 
 
 def run_foreign_call(
-    port: int, target: str, make_message: MakeMessage, *, tls: ClientTls | None = None
+    port: int,
+    target: str,
+    make_message: MakeMessage,
+    *,
+    tls: ClientTls | None = None,
+    named: Identity | None = None,
 ) -> CallResult:
     """Run one call in this thread's own proton Container; returns when it ends."""
-    call = ForeignCall(port, target, make_message, tls=tls)
+    call = ForeignCall(port, target, make_message, tls=tls, named=named)
     Container(call).run()
     return call.result
 
 
 async def foreign_call(
-    port: int, target: str, make_message: MakeMessage, *, tls: ClientTls | None = None
+    port: int,
+    target: str,
+    make_message: MakeMessage,
+    *,
+    tls: ClientTls | None = None,
+    named: Identity | None = None,
 ) -> CallResult:
     """Run one call in a worker thread, bounded whatever the client does."""
     # The client's own timers end its run first; this is the last resort.
     with trio.fail_after(CLIENT_TIMEOUT + CLOSE_TIMEOUT + 5):
         return await trio.to_thread.run_sync(
-            functools.partial(run_foreign_call, port, target, make_message, tls=tls),
+            functools.partial(run_foreign_call, port, target, make_message, tls=tls, named=named),
             abandon_on_cancel=True,
         )

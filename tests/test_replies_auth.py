@@ -6,8 +6,8 @@ gate; ``b`` is another trusted member of the cluster, which ``a`` is connected t
 as well (so ``b`` holds a route to ``a``'s reply address). Whatever anyone but
 ``c`` sends back to ``a`` with ``a``'s correlation id, over ``b``'s connection or
 injected raw on ``c``'s, is rejected and logged, never handed to the waiting
-ask; the ask then gets ``c``'s real reply. A second identity cannot take ``a``'s
-reply address on ``c``.
+ask; the ask then gets ``c``'s real reply. Who may take a reply address is
+tests/test_reply_ownership.py's concern.
 """
 
 from __future__ import annotations
@@ -26,11 +26,8 @@ import pytest
 import trio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from proton import Endpoint
-from proton.handlers import MessagingHandler
-from proton.reactor import Container
 
-from actorctl import Actor, Envelope, Node, PeerUnavailable, handler, open_node
+from actorctl import Actor, Envelope, Node, handler, open_node
 from actorctl.cluster.link._reply_auth import ReplySigning
 from actorctl.mailbox import (
     KIND_DOCUMENT,
@@ -41,7 +38,6 @@ from actorctl.mailbox import (
 )
 from actorctl.mailbox._signing import HMAC_SHA256, SIG, SIG_ALG, SIG_KEY, Session
 
-from .foreign import ClientTls
 from .harness import Logs, Secrets
 
 TIMEOUT = 10
@@ -119,7 +115,7 @@ class Three:
     @property
     def reply_address(self) -> str:
         """``a``'s reply address, which ``b`` and ``c`` each hold a route to."""
-        return f"$reply/{self.a.node_id}"
+        return self.a.outbox.reply_address(self.c.address_of("echo"))
 
     def route(self, node: Node) -> tuple[Any, Any, ReplySigning | None]:
         """``node``'s reply route to ``a``: (engine, link, how it signs)."""
@@ -305,136 +301,6 @@ async def test_replies_are_signed_within_the_callers_session_or_else_ed25519(
         with trio.fail_after(TIMEOUT):
             assert await three.a.ref(three.c.address_of("echo")).ask("echo", [1]) == [1]
     assert not logs.of_type("actorctl:reply:rejected")
-
-
-# --- Reply addresses belong to their identity ------------------------------------------
-
-
-@dataclass
-class Attach:
-    """What a raw AMQP client got when it attached a reply link."""
-
-    address: str | None = None
-    condition: str | None = None
-    description: str | None = None
-    failure: str | None = None
-
-
-class AttachReplies(MessagingHandler):
-    """Connect with a certificate and a container id of our choosing, attach a
-    receiver for ``address`` (dynamic if None), note what the node says, close."""
-
-    def __init__(self, port: int, address: str | None, container_id: str, tls: ClientTls) -> None:
-        super().__init__(prefetch=10)
-        self.port, self.address, self.container_id, self.tls = port, address, container_id, tls
-        self.result = Attach()
-        self._timer: Any = None
-
-    def on_start(self, event: Any) -> None:
-        self._timer = event.container.schedule(TIMEOUT, self)
-        connection = event.container.connect(
-            f"amqps://127.0.0.1:{self.port}",
-            ssl_domain=self.tls.domain(),
-            allowed_mechs="ANONYMOUS",
-            sasl_enabled=True,
-            reconnect=False,
-            container_id=self.container_id,
-        )
-        event.container.create_receiver(connection, self.address, dynamic=self.address is None)
-
-    def on_link_opened(self, event: Any) -> None:
-        self.result.address = event.link.remote_source.address
-        # A refusal (a detach) comes before the node's answer to our close.
-        if not event.link.state & Endpoint.REMOTE_CLOSED:
-            event.connection.close()
-
-    def on_link_error(self, event: Any) -> None:
-        condition = event.link.remote_condition
-        self.result.condition = condition.name
-        self.result.description = condition.description
-        event.connection.close()
-
-    def on_timer_task(self, event: Any) -> None:
-        self.result.failure = "timed out"
-        event.container.stop()
-
-    def on_connection_closed(self, event: Any) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-        event.container.stop()
-
-    def on_transport_error(self, event: Any) -> None:
-        self.result.failure = f"transport error: {event.transport.condition}"
-
-
-async def attach_replies(
-    port: int, address: str | None, container_id: str, tls: ClientTls
-) -> Attach:
-    def run() -> Attach:
-        client = AttachReplies(port, address, container_id, tls)
-        Container(client).run()
-        return client.result
-
-    with trio.fail_after(TIMEOUT + 5):
-        return await trio.to_thread.run_sync(run, abandon_on_cancel=True)
-
-
-def client_tls(secrets: Secrets, name: str) -> ClientTls:
-    files = secrets.tls[name]
-    return ClientTls(str(files.ca), str(files.cert), str(files.key))
-
-
-async def test_a_second_identity_cannot_take_a_reply_address(tmp_path: Path, logs: Logs) -> None:
-    async with three_nodes(tmp_path) as three:
-        c, a_reply = three.c, three.reply_address
-        b_tls = client_tls(three.secrets, "b")
-        # When b's certificate, presenting a's container id, attaches a's reply address on c
-        taken = await attach_replies(c.port, a_reply, three.a.node_id, b_tls)
-        # Then it is refused: the address belongs to a's identity
-        assert taken.failure is None
-        assert taken.condition == "amqp:unauthorized-access"
-        assert a_reply in (taken.description or "")
-        assert "belongs to another identity" in (taken.description or "")
-        # And a reply address that is not the attaching container's own is refused too
-        foreign = await attach_replies(c.port, a_reply, "someone-else", b_tls)
-        assert foreign.condition == "amqp:unauthorized-access"
-        assert "$reply/someone-else" in (foreign.description or "")
-        # While b may attach its own named address, or a dynamic one
-        own = await attach_replies(c.port, "$reply/b-client/x", "b-client", b_tls)
-        assert (own.condition, own.address) == (None, "$reply/b-client/x")
-        dynamic = await attach_replies(c.port, None, "b-client", b_tls)
-        assert dynamic.condition is None
-        assert (dynamic.address or "").startswith("$reply/")
-        # And a's route is still its own: its asks get their replies
-        with trio.fail_after(TIMEOUT):
-            assert await three.a.ref(c.address_of("echo")).ask("echo", "still") == "still"
-    refused = [m for m in logs.of_type("actorctl:link:refused") if m.get("source") == a_reply]
-    assert len(refused) == 2
-
-
-async def test_a_caller_whose_reply_address_was_taken_first_sends_nothing_there(
-    tmp_path: Path, logs: Logs
-) -> None:
-    secrets = Secrets.make(tmp_path, "a", "b", "c")
-    gate = Gate()
-    async with (
-        open_node("c", [gate], **secrets.options("c")) as c,
-        open_node("a", host=None, connect_timeout=1.0, **secrets.options("a")) as a,
-    ):
-        # Given b's certificate took a's reply address on c before a connected to c
-        address = f"$reply/{a.node_id}"
-        taken = await attach_replies(c.port, address, a.node_id, client_tls(secrets, "b"))
-        assert (taken.condition, taken.address) == (None, address)
-        # When a asks c
-        with trio.fail_after(TIMEOUT), pytest.raises(PeerUnavailable):
-            await a.ref(c.address_of("gate")).ask("answer", "secret")
-        # Then its reply link was refused, so it sent nothing on that connection
-        # (the reply would have gone to b): the ask failed, and said why
-        assert not gate.asked.is_set()
-        gate.open.set()
-    refusal = logs.of_type("actorctl:peer:reply-link-refused")[0]
-    assert refusal["condition"] == "amqp:unauthorized-access"
-    assert "belongs to another identity" in refusal["description"]
 
 
 # --- Property: nothing a wrong party builds reaches the caller ---------------------------

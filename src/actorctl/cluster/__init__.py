@@ -36,5 +36,5 @@ from .config._etcd_config import EtcdSettings as EtcdSettings
 from .config._health_config import breakers_of as breakers_of
 from .link._engine import Engine as Engine
 from .link._engine import EngineHandler as EngineHandler
-from .link._inbound import REPLY_PREFIX as REPLY_PREFIX
+from .link._reply_claims import REPLY_PREFIX as REPLY_PREFIX
 from .link._tls import TlsFiles as TlsFiles

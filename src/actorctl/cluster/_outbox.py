@@ -46,6 +46,7 @@ from .link._engine import EngineSet
 from .link._peer import Peer
 from .link._peer_breaker import PeerBreaker
 from .link._pending import PeerSettings, Pending
+from .link._reply_claims import own_reply_address
 from .link._reply_routes import ReplyRoutes
 
 __all__ = ["NodeOutbox"]
@@ -119,7 +120,11 @@ class NodeOutbox:
         # a peer's first connection, never per message).
         self._breakers: dict[tuple[str, int], PeerBreaker] = {}
         self._waiting: dict[str, _Waiter] = {}
-        self._reply_address = f"$reply/{node_id}"
+        # It names this node's key, if it has one (docs/protocol.md §8).
+        identity = settings.identity
+        self._reply_address = own_reply_address(
+            node_id, None if identity is None else identity.key_id
+        )
         self._nursery: trio.Nursery | None = None
         self.backlog = Backlog(name, self.store, self.open_peer, clock, dead_letters)
         self._watched = watched

@@ -18,6 +18,7 @@ __all__ = [
     "BAD_SIGNATURE",
     "DECODE_ERROR",
     "EXPIRED",
+    "FOREIGN_REPLY_TO",
     "NOT_FOUND",
     "NOT_PERMITTED",
     "NO_INSTANCE",
@@ -60,6 +61,8 @@ STOPPING: Final = "actorctl:actor-stopping"
 NO_INSTANCE: Final = "actorctl:no-instance"
 #: The caller's role (or identity) may not do this: docs/security.md's table.
 NOT_PERMITTED: Final = "actorctl:not-permitted"
+#: A request's reply-to names another key's reply address (docs/protocol.md §8).
+FOREIGN_REPLY_TO: Final = "actorctl:foreign-reply-to"
 
 # What the sending node decides itself, without an answer from the receiver.
 PEER_UNAVAILABLE: Final = "actorctl:peer-unavailable"

@@ -21,6 +21,7 @@ from proton import SSL, Collector, Connection, Endpoint, Event, Link, SSLDomain,
 
 from ..._log import log
 from ._raw import DELIVERY, LINK_FLOW, NULL, lib, send
+from ._reply_claims import REPLY_CAPABILITY
 
 __all__ = ["Engine", "EngineHandler", "EngineSet"]
 
@@ -149,6 +150,9 @@ class Engine:
         self.peer_ended = False
         self.connection = connection = Connection()
         connection.container = container_id
+        if server:
+            # It takes reply addresses that name a key, with a proof (§8).
+            connection.offered_capabilities = [REPLY_CAPABILITY]
         self._collector = collector = Collector()
         connection.collect(collector)  # before bind, or the first events are missed
         self.transport = transport = Transport(Transport.SERVER if server else Transport.CLIENT)

@@ -23,6 +23,7 @@ from ..._log import log
 from ...actors import ActorCell
 from ...mailbox import (
     DECODE_ERROR,
+    FOREIGN_REPLY_TO,
     NOT_FOUND,
     ORIGIN_KEY,
     OVER_CREDIT,
@@ -45,7 +46,8 @@ from ._engine import Engine, EngineHandler
 from ._identity import IDENTITY_ADDRESS, NOT_ALLOWED, IdentityLinks, read_only
 from ._limits import ConnectionLimits, Limits
 from ._raw import ACCEPTED, REJECTED, RELEASED, lib, recv, set_condition
-from ._reply_auth import UNAUTHORIZED, ReplySigning, reply_address_refusal
+from ._reply_auth import UNAUTHORIZED, ReplySigning, certificate_names
+from ._reply_claims import REPLY_PREFIX, reply_address_refusal, reply_to_refusal
 from ._reply_routes import ReplyRoutes
 
 __all__ = ["InboundHandler", "actor_name"]
@@ -61,7 +63,6 @@ _settle_delivery = lib.pn_delivery_settle
 _link_credit = lib.pn_link_credit
 _link_flow = lib.pn_link_flow
 
-REPLY_PREFIX: Final = "$reply/"
 _SESSION_CREDIT: Final = 4
 
 
@@ -179,8 +180,17 @@ class InboundHandler(EngineHandler):
                 f"or one whose source is {IDENTITY_ADDRESS} to read its container id",
             )
             return
-        # Only its own address, and one no other identity holds (§8).
-        refusal = reply_address_refusal(engine, address, self._routes.claim, dynamic=source.dynamic)
+        # Only its own address: proven to be its key's, on a node with keys (§8).
+        refusal = reply_address_refusal(
+            address,
+            engine.connection.remote_container or "",
+            certificate_names(engine)[0],
+            dynamic=source.dynamic,
+            node=self._node_id,
+            verifier=self._verifier,
+            properties=link.remote_properties,
+            claim=self._routes.claim,
+        )
         if refusal is not None:
             link.open()
             _refuse(link, UNAUTHORIZED, refusal)
@@ -265,6 +275,13 @@ class InboundHandler(EngineHandler):
                 if ORIGIN_KEY in sections[1]:  # a router asserts whom it forwards for
                     sender = verifier.origin(verified, sections[1]) or _no_origin(engine, verified)
                 envelope = from_sections(sections, sender, verifier.role(verified, sender))
+                reply_to = envelope.reply_to
+                if reply_to is not None and reply_to.startswith(REPLY_PREFIX):
+                    # Not another key's reply address (§8): checked once, here.
+                    refusal = reply_to_refusal(reply_to, sender, verified.key_id, verifier)
+                    if refusal is not None:
+                        error = AuthError(FOREIGN_REPLY_TO, refusal)
+                        raise error.about(envelope.message_id, sender)
         except AuthError as exc:
             _refuse_delivery(
                 engine, cell, settle, exc.condition, exc.description, exc.message_id, exc.key_id

@@ -40,6 +40,7 @@ from ._peer_breaker import PeerBreaker
 from ._peer_dial import Dialer
 from ._pending import OutLink, PeerSettings, Pending
 from ._reply_auth import REPLY_CREDIT, ReplyCheck, certificate_names
+from ._reply_claims import REPLY_CAPABILITY, own_reply_address, reply_proof
 from ._why import handshake_failed, unreachable
 
 __all__ = ["Peer"]
@@ -85,7 +86,11 @@ class Peer(EngineHandler):
         self.host = host
         self.port = port
         self.name = f"{host}:{port}"
-        self.reply_address = f"$reply/{settings.node_id}"
+        identity = settings.identity
+        # Named for this node's key, if it has one: the attach proves the key (§8).
+        self.reply_address = own_reply_address(
+            settings.node_id, None if identity is None else identity.key_id
+        )
         self._engines = engines
         self._on_reply_document = on_reply
         self._replies = ReplyCheck(settings.keyring, self.reply_address, self.name, settings.clock)
@@ -102,10 +107,12 @@ class Peer(EngineHandler):
         self._reply_receiver: Link | None = None
         self._linked = trio.Event()  # the reply link of the current connection is open
         self._linked_once = False  # ... at some point during the current connection
+        # The peer refused the reply link's proof (a key it does not trust yet):
+        # attach it again, with a fresh proof, before the next send (§8).
+        self._reattach = False
         # How this node signs what it sends on the current connection: within a
         # session (HMAC) once one is open, else per message (Ed25519), or not at
         # all without keys.
-        identity = settings.identity
         self._signer: Signer | None = (
             None if identity is None else functools.partial(sign_ed25519, identity)
         )
@@ -247,6 +254,9 @@ class Peer(EngineHandler):
                 return
             if engine.closed:
                 continue  # the connection dropped while we waited: try the next one
+            if self._reattach:
+                # Before the message on the wire: the peer takes the attach first.
+                self._attach_replies(engine)
             message = pending.message
             if isinstance(message, Envelope):
                 message = encode(message, signer=self._signer, actor=pending.path, node=self._node)
@@ -270,12 +280,32 @@ class Peer(EngineHandler):
         session = connection.session()
         session.open()
         self._session = session
-        receiver = session.receiver(f"{self.settings.node_id}-replies")
+        self._replies.connected(None)
+        self._reply_receiver = None
+        self._reattach = False
+        engine.wake()
+
+    def on_remote_open(self, engine: Engine) -> None:
+        """The peer's ``open`` came: attach the reply link."""
+        if engine is self.engine and self._reply_receiver is None:
+            self._attach_replies(engine)
+
+    def _attach_replies(self, engine: Engine) -> None:
+        """Attach the reply link, with a proof of this node's key made for the
+        peer's container id (docs/protocol.md §8)."""
+        self._reattach = False
+        if self._session is None:
+            return
+        settings = self.settings
+        receiver = self._session.receiver(f"{settings.node_id}-replies")
         receiver.source.address = self.reply_address
         receiver.target.address = self.reply_address
+        identity = settings.identity
+        if identity is not None:
+            node = engine.connection.remote_container or ""
+            receiver.properties = reply_proof(identity, node, self.reply_address, settings.clock())
         receiver.open()
         receiver.flow(REPLY_CREDIT)
-        self._replies.connected(None)
         self._reply_receiver = receiver
         engine.wake()
 
@@ -396,10 +426,8 @@ class Peer(EngineHandler):
         out = self._outs.get(link._impl)
         if out is None:
             if link == self._reply_receiver:
-                # No replies would come back (another may hold the address): send
-                # nothing on this connection; the next one tries again.
                 self._replies.link_closed(link)
-                engine.connection.close()
+                self._reply_refused(engine)
             return
         condition = link.remote_condition
         out.failure = Outcome(
@@ -413,6 +441,23 @@ class Peer(EngineHandler):
         if self._links.get(path) is out:
             del self._links[path]
         out.lot.unpark_all()
+
+    def _reply_refused(self, engine: Engine) -> None:
+        """The peer refused the reply link. A peer that takes reply proofs holds
+        this node's address for nobody else: go on (each message gets its own
+        outcome, such as ``actorctl:unknown-key``) and attach it again before
+        the next send. Any other may have given the address to another
+        identity: send nothing on this connection; the next one tries again."""
+        offered = engine.connection.remote_offered_capabilities or ()
+        if self.settings.identity is None or REPLY_CAPABILITY not in offered:
+            engine.connection.close()
+            return
+        self._reply_receiver = None
+        self._reattach = True
+        if not self._linked.is_set():
+            self._replies.connected(certificate_names(engine)[1])
+            self._linked.set()
+            self._linked_once = True
 
     def on_link_flow(self, engine: Engine, link: Any) -> None:
         out = self._outs.get(link)

@@ -13,9 +13,8 @@ how a node signs what it sends on a reply link, and what a caller accepts.
   certificate, when the certificate has one): :class:`ReplyCheck`, one per peer.
   Whether the reply answers an ask sent to that peer and actor is the outbox's
   check, once it knows the ask.
-- A reply address belongs to the identity that attached it first (the subject
-  of its TLS certificate), and a named one (``$reply/<id>``) must start with the
-  attaching container's own id: :func:`reply_address_refusal`.
+- Who may take a reply address, and name it in ``reply-to``, is
+  ``_reply_claims.py``'s concern.
 
 The canonical bytes are those of every message (§11.2, ``canonical_bytes``),
 with the reply address as the ``to`` field: correlation-id, subject, the
@@ -70,10 +69,8 @@ __all__ = [
     "ReplySigning",
     "certificate_names",
     "encode_reply",
-    "reply_address_refusal",
 ]
 
-REPLY_PREFIX: Final = "$reply/"
 #: The credit a node keeps on its reply link to each peer.
 REPLY_CREDIT: Final = 1000
 #: The link condition of a reply address that this connection may not take.
@@ -107,37 +104,6 @@ def certificate_names(engine: Engine) -> tuple[str | None, str | None]:
     if ssl is None:
         return None, None
     return ssl.get_cert_subject() or None, ssl.get_cert_common_name() or None
-
-
-def reply_address_refusal(
-    engine: Engine, address: str, claim: Callable[[str, str | None], bool], *, dynamic: bool
-) -> str | None:
-    """Why the connection ``engine`` may not attach the reply address ``address``
-    (None: it may, and over TLS the address belongs to its identity from now on:
-    ``claim(address, identity)`` records it, see ``ReplyRoutes.claim``).
-
-    A named address must be ``$reply/<container-id>`` or start with
-    ``$reply/<container-id>/``, where the container id is that of the
-    connection's ``open``; a dynamic one is made fresh by the node. Over TLS the
-    first identity (certificate subject) to attach an address keeps it: another
-    identity is refused, the same one (a reconnection) takes its route over.
-    """
-    if not dynamic:
-        own = f"{REPLY_PREFIX}{engine.connection.remote_container or ''}"
-        if own == REPLY_PREFIX or not (address == own or address.startswith(own + "/")):
-            return (
-                f"reply address {address!r} is not this connection's own: a named reply "
-                f"address is $reply/<container-id> (here {own!r}) or starts with "
-                f"{own + '/'!r}; or attach a dynamic source and the node makes one"
-            )
-    subject, _ = certificate_names(engine)
-    if not claim(address, subject):
-        return (
-            f"reply address {address!r} belongs to another identity (the one that "
-            "attached it first on this node): attach a dynamic source, or your own "
-            "$reply/<container-id> with your own certificate"
-        )
-    return None
 
 
 def encode_reply(envelope: Envelope, signer: Signer | None) -> bytes:
@@ -194,7 +160,7 @@ class ReplyCheck:
     Args:
         keyring: the node's trusted keys; None: the node is insecure and takes
             replies unchecked (tests and development only).
-        address: the reply address the node attaches there (``$reply/<node-id>``):
+        address: the reply address the node attaches there (``own_reply_address``):
             the canonical ``to`` of every reply it takes.
         peer: the peer's ``host:port``, for logs.
         clock: the wall clock (seconds since the epoch), for session expiry.
@@ -346,7 +312,7 @@ def _canonical(address: str, properties: list[Any], app: dict[Any, Any], body: b
             raise TypeError("creation-time and absolute-expiry-time must be timestamps")
     return canonical_bytes(
         # A reply names its destination node in ``to`` already: the reply
-        # address is ``$reply/<the caller's container id>`` (§8.1).
+        # address is the caller's own (§8, §8.1).
         node=REPLY_NODE,
         to=address,
         subject="" if subject is None else str(subject),

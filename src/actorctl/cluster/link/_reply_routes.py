@@ -4,8 +4,11 @@ acknowledgement), signed for the address as the caller reads it off its
 link (docs/protocol.md §8.1).
 
 Inbound connections (``_inbound.py``) add and remove them; the node's outbox
-(``cluster/_outbox.py``) sends replies on them. Who owns a reply address is
-remembered here too, so that nobody else takes it while its caller reconnects.
+(``cluster/_outbox.py``) sends replies on them. On a node with a keyring a named
+reply address names its key, and an attach proves it (``_reply_claims.py``):
+nothing is remembered per address. On a node without one, who first attached
+each named address (its certificate subject) is remembered here, so that
+nobody else takes it while its caller reconnects.
 """
 
 from __future__ import annotations
@@ -22,7 +25,8 @@ from ._reply_auth import ReplySigning, encode_reply
 
 __all__ = ["ReplyRoutes"]
 
-#: How many reply addresses a node remembers the owner of (their routes gone).
+#: How many reply addresses a node without a keyring remembers the owner of
+#: (their routes gone).
 _MAX_OWNERS = 10_000
 
 
@@ -53,9 +57,10 @@ class ReplyRoutes:
         self._routes[address] = (engine, link, signing)
 
     def claim(self, address: str, identity: str | None) -> bool:
-        """Whether ``identity`` may attach ``address``: nobody holds it yet (it is
-        ``identity``'s from now on) or ``identity`` does. Without an identity
-        (plain TCP) nothing is held."""
+        """Whether ``identity`` may attach ``address`` on a node without a
+        keyring: nobody holds it yet (it is ``identity``'s from now on) or
+        ``identity`` does. Without an identity (plain TCP) nothing is held.
+        (A node with a keyring asks for a proof of the key instead.)"""
         if identity is None:
             return True
         owner = self._owners.get(address)
