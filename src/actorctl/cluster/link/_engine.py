@@ -144,6 +144,9 @@ class Engine:
         self.writes = 0
         #: What the transport said went wrong (a TLS or framing failure), if anything.
         self.error: str | None = None
+        #: The condition the peer closed the connection with (name, description),
+        #: if it gave one: a node at its connection bounds names the bound.
+        self.remote_condition: tuple[str, str] | None = None
         self.connection = connection = Connection()
         connection.container = container_id
         self._collector = collector = Collector()
@@ -407,6 +410,7 @@ class Engine:
         assert connection is not None
         condition = connection.remote_condition
         if condition is not None:
+            self.remote_condition = (str(condition.name), str(condition.description or ""))
             log(
                 "actorctl:connection:remote-error",
                 peer=self.peer,
