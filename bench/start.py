@@ -1,4 +1,4 @@
-"""Benchmark: how long one node takes to start N idle actors, and their memory.
+"""Benchmark: how long one node takes to start N idle actors (and to stop), and their memory.
 
     python bench/start.py                 # 10,000 and 100,000 actors
     python bench/start.py --counts 1000 10000 --json
@@ -7,10 +7,12 @@
 Each count runs in a fresh subprocess (so the RSS is that node's alone): the
 process measures its RSS before the node starts, then starts a node hosting N
 instances of an idle actor, and prints the time from the call until the node
-is ready (every actor started and addressable) and the RSS grown per actor.
-A reference row measures the same process's cost of N bare trio tasks each
-blocked on a memory channel, the floor any actor runtime on trio pays.
-Starting N actors should be linear in N: compare the per-actor figures.
+is ready (every actor started and addressable) and the RSS grown per actor,
+then the time from ``node.stop(grace=0)`` until the node has stopped. A
+reference row measures the same process's cost of N bare trio tasks each
+blocked on a memory channel (and of cancelling them), the floor any actor
+runtime on trio pays. Starting and stopping N actors should be linear in N:
+compare the per-actor figures.
 """
 
 from __future__ import annotations
@@ -69,7 +71,9 @@ def _child(count: int, what: str) -> dict[str, Any]:
             builtins = sorted(set(node.cells) - set(specs))
             assert all(name.startswith("_") for name in builtins), builtins
             result["builtins"] = builtins
+            stopping = time.perf_counter()
             node.stop(grace=0)
+        result["stop_s"] = time.perf_counter() - stopping
 
     async def tasks() -> None:
         started = time.perf_counter()
@@ -83,7 +87,9 @@ def _child(count: int, what: str) -> dict[str, Any]:
             result["start_s"] = time.perf_counter() - started
             gc.collect()
             result["kib_per_actor"] = (_rss_kib() - before) / count
+            stopping = time.perf_counter()
             nursery.cancel_scope.cancel()
+        result["stop_s"] = time.perf_counter() - stopping
 
     import trio.testing
 
@@ -117,12 +123,16 @@ def main() -> None:
     if args.json:
         print(json.dumps(rows))
         return
-    print(f"{'what':8} {'count':>9} {'start s':>9} {'µs/actor':>9} {'KiB/actor':>10}")
+    print(
+        f"{'what':8} {'count':>9} {'start s':>9} {'µs/actor':>9} {'KiB/actor':>10} "
+        f"{'stop s':>8} {'µs/actor':>9}"
+    )
     for row in rows:
         per = row["start_s"] / row["count"] * 1e6
+        stop_per = row["stop_s"] / row["count"] * 1e6
         print(
             f"{row['what']:8} {row['count']:>9,} {row['start_s']:>9.2f} {per:>9.1f} "
-            f"{row['kib_per_actor']:>10.2f}"
+            f"{row['kib_per_actor']:>10.2f} {row['stop_s']:>8.2f} {stop_per:>9.1f}"
         )
     _smoke.print_json(args, rows)
 

@@ -20,6 +20,7 @@ import trio
 from actorctl import ActorctlError, App, RemoteError, TaskContext, open_node
 from actorctl.cluster import load_cluster
 from actorctl.ops import Controller
+from actorctl.store import Store
 from actorctl.tasks._hosting import _worker_class
 from actorctl.tasks.client._client import Directory
 from actorctl.tasks.services._beat import Beat
@@ -33,6 +34,8 @@ DAY = 86400.0
 
 app = App("beat")
 app.pool("celery", concurrency=4)  # an async task: no thread
+#: The schedules of the catch-up test.
+NAMES = ("caught", "skipped")
 #: (task id, the node's wall clock when it ran), one per run.
 RUNS: list[tuple[str, float]] = []
 
@@ -271,3 +274,54 @@ async def test_a_reloaded_schedule_is_followed_in_place(
     assert after.count("periodic:added") == 3  # every 20 minutes, for an hour
     assert "periodic:dropped" not in after
     assert not logs.of_type("actorctl:beat:catching-up")
+
+
+async def test_due_times_missed_while_no_beat_ran_make_one_firing_for_the_latest(
+    autojump_clock: trio.abc.Clock, logs: Logs
+) -> None:
+    # Given a beat firing "caught" and "skipped" (catch_up = false) every half
+    # hour, that has fired both twice. (Its store outlives the node, as a
+    # durable one does: here the same memory store, so that no SQLite thread
+    # lets the autojump clock run ahead; tests/test_periodic_cluster.py kills a
+    # real services node on a real SQLite store.)
+    half_hour = Schedule.of(every=1800)
+    periodics = [
+        PeriodicTask("caught", "beat.tick", "celery", half_hour),
+        PeriodicTask("skipped", "beat.tick", "celery", half_hour, catch_up=False),
+    ]
+    store = Store.memory("services")
+    async with worker_node(free_port()) as directory:
+        beat = Beat(periodics, directory)
+        async with open_node("services", {"beat": beat}, store=store, **QUIET):
+            started = clock()
+            await trio.sleep(3600 - trio.current_time() % 3600 + 60)  # past two due times
+        stopped = clock()
+        before = half_hour.due_between(started, stopped)
+        assert len(before) == 2
+        assert sorted(RUNS) == sorted((firing_id(n, d), d) for d in before for n in NAMES)
+        # When no beat runs for two and a half hours (five due times), then one starts again
+        await trio.sleep(5 * 1800)
+        restarted = clock()
+        missed = half_hour.due_between(stopped, restarted)
+        assert len(missed) == 5
+        beat = Beat(periodics, directory)
+        async with open_node("services", {"beat": beat}, store=store, **QUIET):
+            await trio.sleep(600)  # less than the next due time
+            after_restart = RUNS[4:]
+            await trio.sleep(1800)  # past the next one
+            end = clock()
+    # Then "caught" fired once, at once, for the latest missed due time; "skipped" not at all
+    assert after_restart == [(firing_id("caught", missed[-1]), restarted)]
+    # and each said so: how many due times that firing stands for, how many were skipped
+    caught = logs.of_type("actorctl:beat:catching-up")
+    assert [(m["schedule"], m["missed"], m["fires_once"]) for m in caught] == [
+        ("caught", 5, missed[-1])
+    ]
+    skipped = logs.of_type("actorctl:beat:skipped")
+    assert [(m["schedule"], m["skipped"], m["last_skipped"]) for m in skipped] == [
+        ("skipped", 5, missed[-1])
+    ]
+    # and both fired at the next due time, once each, as before
+    (following,) = half_hour.due_between(restarted, end)
+    assert sorted(RUNS[5:]) == sorted((firing_id(n, following), following) for n in NAMES)
+    assert len(RUNS) == 4 + 1 + 2

@@ -135,11 +135,13 @@ def test_durable() -> None:
 def test_start() -> None:
     text, rows = output("start.py")
     assert "KiB/actor" in text
+    assert "stop s" in text
     assert sorted(row["what"] for row in rows) == ["actors", "tasks"]
     for row in rows:
         assert row["count"] > 0
         assert figure(row["start_s"])
         assert figure(row["kib_per_actor"])
+        assert figure(row["stop_s"])
     [actors] = [row for row in rows if row["what"] == "actors"]
     assert "_node" in actors["builtins"]  # the node's agent, beside the actors started
 

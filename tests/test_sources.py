@@ -20,10 +20,13 @@ import trio
 from actorctl import Actor, App, ConfigError, TaskContext, handler, open_node
 from actorctl.cluster._http import Request, Response, serve_http
 from actorctl.tasks import SourceActor
-from actorctl.tasks.sources._source import item_id
+from actorctl.tasks.sources._source import SourceSpec, item_id
 from actorctl.testing import TestCluster, open_cluster
 
+from .harness import Logs, free_port
+
 WAIT = 20.0
+FETCHED = "actorctl:source:states-fetched"
 
 app = App("src")
 app.pool("celery", concurrency=8)
@@ -263,3 +266,52 @@ def test_wrong_declarations_are_refused_by_name(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"has no read\(after, limit\)"):
         app.add_source("a", dict, task=collect)
     assert not app.sources
+
+
+class Numbers:
+    """Counts 1 to ``total``: each number's position is itself."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+
+    async def read(self, after: Any, limit: int) -> list[tuple[Any, Any]]:
+        start = 0 if after is None else after
+        return [(n, n) for n in range(start + 1, min(start + limit, self.total) + 1)]
+
+
+async def test_a_source_on_a_memory_store_restarted_from_the_start_does_not_stall(
+    tmp_path: Path, logs: Logs
+) -> None:
+    total, window = 30, 10
+    spec = SourceSpec(
+        "numbers", lambda: Numbers(total), "tests:Numbers", task="src.collect", pool="celery",
+        poll=0.05, window=window,
+    )  # fmt: skip
+    ids = [item_id("numbers", n) for n in range(1, total + 1)]
+    async with open_cluster(app, directory=tmp_path / "cluster") as cluster:
+        assert cluster.client is not None
+        directory = cluster.client.directory
+        port = free_port()
+        # Given a source on a node with a memory store (durable = false) that fed 30 items
+        async with open_node(
+            "feeder", {"source.numbers": SourceActor(spec, directory)}, port=port, insecure=True
+        ):
+            await RUNS.wait_for(total)
+        # When its node starts again: it has no checkpoint, and reads from the start
+        again = SourceActor(spec, directory)
+        async with open_node("feeder", {"source.numbers": again}, port=port, insecure=True):
+            # Then what it sends again is taken as a duplicate, not run again, and its
+            # window is freed by the results the worker's node keeps: it reads to the end
+            with trio.fail_after(WAIT):
+                fetched = 1
+                while (
+                    sum(m["items"] for m in logs.of_type("actorctl:source:states-fetched")) < total
+                ):
+                    await logs.wait_for("actorctl:source:states-fetched", fetched)
+                    fetched += 1
+            assert (again.sent, again.done, again.in_flight) == (total, total, {})
+    assert RUNS.counted(ids) == ([], [])
+    # and it said at each start why it reads from the start
+    started = logs.of_type("actorctl:source:from-the-start")
+    assert [m["source"] for m in started] == ["numbers", "numbers"]
+    assert "durable = false" in started[0]["warning"]

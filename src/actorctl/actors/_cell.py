@@ -272,12 +272,43 @@ class ActorCell:
             self.mailbox.requeue(inflight)
 
     def _wake(self) -> None:
-        """A message arrived (or the mailbox closed): start a turn unless one runs."""
+        """A message arrived (or the mailbox closed): start a turn unless one runs
+        (or, for an idle actor whose mailbox closed, end it at once: see
+        :meth:`_ends_at_once`)."""
         nursery = self._nursery
         if self._turn is None and self._on_end is not None and nursery is not None:
+            if self._ends_at_once():
+                self._end_at_once()
+                return
             self._turn = turn = trio.CancelScope()
             self._turn_done = done = trio.Event()
             nursery.start_soon(self._run_turn, turn, done)
+
+    def _ends_at_once(self) -> bool:
+        """Whether the actor can end now without a task of its own: its mailbox
+        closed with nothing queued or in hand, no task of its own running, and
+        no ``on_stop`` of its own to run. (A node that stops closes every
+        mailbox: a turn per idle actor, to find it closed, cost a node of
+        100,000 idle actors more time than the rest of its stop.)"""
+        return (
+            self.mailbox.closed
+            and not self.mailbox.pending
+            and not self._inflight
+            and not len(self._background)
+            and type(self.actor).on_stop is Actor.on_stop
+        )
+
+    def _end_at_once(self) -> None:
+        """What a turn that found the mailbox closed does (``_end``), with
+        nothing to wait for."""
+        on_end, self._on_end = self._on_end, None
+        self.mailbox.on_arrival(None)
+        self._nursery = None  # no task may start from now on
+        if self.actor._cell is self:
+            self.actor._cell = None
+        self.state = "stopped"
+        if on_end is not None:
+            on_end(None)
 
     async def _run_turn(self, turn: trio.CancelScope, done: trio.Event) -> None:
         error: Exception | None = None

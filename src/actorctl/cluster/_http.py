@@ -13,6 +13,7 @@ control actions need the operator's.
 from __future__ import annotations
 
 import ssl
+import traceback
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from types import MappingProxyType
 from typing import Any, Final, final
@@ -24,7 +25,15 @@ import trio
 from .._errors import ConfigError
 from .._log import log
 
-__all__ = ["Request", "Response", "http_get", "parse_listen", "serve_http"]
+__all__ = [
+    "Request",
+    "Response",
+    "failure_text",
+    "http_get",
+    "log_failure",
+    "parse_listen",
+    "serve_http",
+]
 
 _MAX_HEAD: Final = 16384
 _MAX_BODY: Final = 1 << 20
@@ -111,19 +120,28 @@ class _Connection:
     async def run(self) -> None:
         try:
             with trio.move_on_after(_HEAD_TIMEOUT) as scope:
-                request = await self._read_request()
+                try:
+                    request = await self._read_request()
+                except _BadRequest as exc:
+                    log("actorctl:http:bad-request", error=str(exc))
+                    await self._write(Response(400, body=f"bad request: {exc}\n".encode()))
+                    return
             if scope.cancelled_caught or request is None:
                 return
-            try:
-                response = await self._handler(request)
-            except Exception as exc:  # one bad request must not take the server down
-                log("actorctl:http:failed", path=request.path, error=repr(exc))
-                response = Response(500, body=f"{type(exc).__name__}: {exc}\n".encode())
-            await self._write(response)
+            await self._write(await self._answer(request))
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError, ssl.SSLError):
             pass  # the client went
         finally:
             await _close(self._stream)
+
+    async def _answer(self, request: Request) -> Response:
+        """The handler's response; if it fails, a short 500 that says what failed
+        (its traceback goes to the log, never to the client)."""
+        try:
+            return await self._handler(request)
+        except Exception as exc:  # one bad request must not take the server down
+            log_failure(request, exc)
+            return Response(500, body=f"{failure_text(request, exc)}\n".encode())
 
     async def _read_request(self) -> Request | None:
         peer_cert = None
@@ -143,12 +161,13 @@ class _Connection:
         try:
             method, target, _version = lines[0].split(" ", 2)
         except ValueError:
-            return None
+            line = lines[0][:80]
+            raise _BadRequest(f"request line {line!r} is not METHOD PATH VERSION") from None
         headers = {}
         for line in lines[1:]:
             name, _, value = line.partition(":")
             headers[name.strip().lower()] = value.strip()
-        length = min(int(headers.get("content-length", "0") or 0), _MAX_BODY)
+        length = min(_content_length(headers.get("content-length", "")), _MAX_BODY)
         while len(body) < length:
             chunk = await self._stream.receive_some(length - len(body))
             if not chunk:
@@ -174,6 +193,36 @@ class _Connection:
         await self._stream.send_all(("\r\n".join(head) + "\r\n\r\n").encode())
         async for chunk in body:  # a stream: until the client goes (or we are cancelled)
             await self._stream.send_all(chunk)
+
+
+class _BadRequest(Exception):
+    """A request that is not HTTP/1.1 as this server reads it (answered 400)."""
+
+
+def _content_length(value: str) -> int:
+    if not value:
+        return 0
+    if not value.isdigit():
+        raise _BadRequest(f"Content-Length {value[:40]!r} is not a whole number of bytes")
+    return int(value)
+
+
+def failure_text(request: Request, exc: Exception) -> str:
+    """What a client is told when answering ``request`` failed with ``exc``:
+    one line, without a traceback."""
+    what = str(exc) or type(exc).__name__
+    return f"{request.method} {request.path} failed: {what} (the server's log has the details)"
+
+
+def log_failure(request: Request, exc: Exception) -> None:
+    """Log a failed request with its traceback (for the operator, not the client)."""
+    log(
+        "actorctl:http:failed",
+        method=request.method,
+        path=request.path,
+        error=repr(exc),
+        traceback="".join(traceback.format_exception(exc)),
+    )
 
 
 async def http_get(

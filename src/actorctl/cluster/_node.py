@@ -53,7 +53,7 @@ from ._replays import ReplayJournal
 from ._supervised import Hostable, NodeHost, named, node_root
 from .config._config import ClusterApp
 from .link._credit import CreditKeeper
-from .link._engine import Engine, EngineSet
+from .link._engine import Engine, EngineHandler, EngineSet
 from .link._inbound import InboundHandler
 from .link._limits import Gate, Limits
 from .link._pending import PeerSettings
@@ -454,16 +454,20 @@ class Node:
         peer = f"{address}:{port}"
         made_engines: list[Engine] = []
 
-        def engine() -> Engine:
-            handler = InboundHandler(
-                self.name,
-                self.node_id,
-                self.cells,
-                self.new_verifier(),
-                self.outbox.routes,
-                signing=ReplySigning(self.identity, self._clock),
-                keeper=self._credit,
-                limits=self.limits,
+        def engine(refuser: EngineHandler | None) -> Engine:
+            handler = (
+                refuser
+                if refuser is not None
+                else InboundHandler(
+                    self.name,
+                    self.node_id,
+                    self.cells,
+                    self.new_verifier(),
+                    self.outbox.routes,
+                    signing=ReplySigning(self.identity, self._clock),
+                    keeper=self._credit,
+                    limits=self.limits,
+                )
             )
             made = Engine(
                 stream,

@@ -30,7 +30,7 @@ from typing import Any, Final, final
 import trio
 
 from .._log import log
-from ..cluster._http import Request, Response
+from ..cluster._http import Request, Response, failure_text, log_failure
 from ..cluster._metrics import CONTENT_TYPE
 from ..cluster.link._tls import TlsFiles
 from ._scrape import Scraper
@@ -134,6 +134,17 @@ class WebApp:
             return {"error": f"{type(exc).__name__}: {exc}"}
 
     async def handle(self, request: Request) -> Response:
+        """Answer one request. One that fails is answered with a short error (JSON
+        under ``/api/``, with ``error``), never a traceback: that is logged."""
+        try:
+            return await self._route(request)
+        except Exception as exc:  # the page shows what failed; the log has the rest
+            log_failure(request, exc)
+            if request.path.startswith("/api/"):
+                return _json(500, {"error": failure_text(request, exc)})
+            return Response(500, body=f"{failure_text(request, exc)}\n".encode())
+
+    async def _route(self, request: Request) -> Response:
         path = request.path
         if request.method == "POST" and path.startswith("/api/control/"):
             return await self._control(request, path.removeprefix("/api/control/"))
@@ -150,10 +161,23 @@ class WebApp:
         if path == "/events":
             return Response(200, "text/event-stream", self._events())
         if path.startswith("/api/task/"):
-            task_id = path.removeprefix("/api/task/")
-            lines = await trio.to_thread.run_sync(task_trace, self._log_dir, task_id)
-            return _json(200, {"task_id": task_id, "lines": lines})
+            return await self._trace(path.removeprefix("/api/task/"))
         return Response(404, body=b"not found\n")
+
+    async def _trace(self, task_id: str) -> Response:
+        try:
+            lines = await trio.to_thread.run_sync(task_trace, self._log_dir, task_id)
+        except OSError as exc:
+            log("actorctl:web:failed", path=f"/api/task/{task_id}", error=repr(exc))
+            where = f" ({exc.filename})" if exc.filename else ""
+            return _json(
+                500,
+                {
+                    "error": f"cannot read the nodes' logs in {self._log_dir}: "
+                    f"{exc.strerror or exc}{where}"
+                },
+            )
+        return _json(200, {"task_id": task_id, "lines": lines})
 
     async def _events(self) -> AsyncIterator[bytes]:
         self._viewers += 1

@@ -148,6 +148,9 @@ class Engine:
         #: Whether the peer ended its side of the stream (end of file, or the
         #: connection reset), rather than this side closing it.
         self.peer_ended = False
+        #: The condition the peer closed the connection with (name, description),
+        #: if it gave one: a node at its connection bounds names the bound.
+        self.remote_condition: tuple[str, str] | None = None
         self.connection = connection = Connection()
         connection.container = container_id
         if server:
@@ -417,6 +420,7 @@ class Engine:
         assert connection is not None
         condition = connection.remote_condition
         if condition is not None:
+            self.remote_condition = (str(condition.name), str(condition.description or ""))
             log(
                 "actorctl:connection:remote-error",
                 peer=self.peer,

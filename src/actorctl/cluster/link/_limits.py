@@ -5,9 +5,14 @@ Every bound has a default (:class:`Limits`, a ``Node`` argument each, and a
 
 - connections: at most ``max_handshakes`` connections may be in their TLS and
   AMQP handshake at once, and at most ``max_connections_per_address`` may come
-  from one remote address; a connection beyond either is closed at once (no
-  AMQP connection exists yet to carry a condition), and logged. A connection
-  that has not finished TLS and AMQP ``open`` within ``handshake_timeout`` s is
+  from one remote address. A connection beyond the per-address cap is told
+  why: the node finishes its handshake and closes it at once with
+  ``amqp:resource-limit-exceeded`` naming the cap, so the caller's error names
+  it too; at most ``SPOKEN_REFUSALS`` such refusals per address are under way
+  at once, and they count as handshakes. A connection beyond that, or beyond
+  ``max_handshakes``, is closed at once without a word (no AMQP connection
+  exists yet to carry a condition). Each refusal is logged. A connection that
+  has not finished TLS and AMQP ``open`` within ``handshake_timeout`` s is
   closed (``_engine.py``).
 - links: a connection may hold ``max_links_per_connection`` links; one more is
   refused (attached, then detached with ``amqp:resource-limit-exceeded``), and a
@@ -41,13 +46,14 @@ from ..._errors import ConfigError
 from ..._log import log
 from ...actors import DEFAULT_ACTOR_BYTES, DEFAULT_NODE_BYTES
 from ...mailbox import DEFAULT_REPLAY_BYTES
-from ._engine import Engine
+from ._engine import Engine, EngineHandler
 from ._raw import REJECTED, lib, set_condition
 
 __all__ = [
     "LIMIT_NAMES",
     "MESSAGE_SIZE_EXCEEDED",
     "RESOURCE_LIMIT",
+    "SPOKEN_REFUSALS",
     "ConnectionLimits",
     "Gate",
     "Limits",
@@ -56,6 +62,11 @@ __all__ = [
 
 RESOURCE_LIMIT: Final = "amqp:resource-limit-exceeded"
 MESSAGE_SIZE_EXCEEDED: Final = "amqp:link:message-size-exceeded"
+
+#: Refusals per remote address told in words at once (see the module docstring):
+#: enough for a caller to learn the cap, too few for one address to take the
+#: handshakes of others.
+SPOKEN_REFUSALS: Final = 4
 
 _queued = lib.pn_link_queued
 
@@ -117,29 +128,61 @@ LIMIT_NAMES: Final = tuple(field.name for field in attrs.fields(Limits))
 class Gate:
     """Admits the connections a node accepts, within its connection bounds."""
 
-    __slots__ = ("_by_address", "_handshaking", "_limits", "_node")
+    __slots__ = ("_by_address", "_handshaking", "_limits", "_node", "_refusing")
 
     def __init__(self, node: str, limits: Limits) -> None:
         self._node = node
         self._limits = limits
         self._by_address: dict[str, int] = {}
+        self._refusing: dict[str, int] = {}  # refusals in words under way, per address
         self._handshaking = 0
 
     async def serve(
-        self, stream: trio.SocketStream, address: str, peer: str, make: Callable[[], Engine]
+        self,
+        stream: trio.SocketStream,
+        address: str,
+        peer: str,
+        make: Callable[[EngineHandler | None], Engine],
     ) -> None:
-        """Run the connection that ``make`` makes of ``stream``, if the bounds
-        allow one more from ``address``; otherwise close ``stream`` at once."""
-        reason = self._refusal(address)
+        """Run the connection that ``make`` makes of ``stream`` (``make(None)``:
+        with the node's own handler), if the bounds allow one more from
+        ``address``; otherwise refuse it: in words (``make`` given a handler that
+        closes it with the condition) or by closing ``stream`` at once."""
+        reason, in_words = self._refusal(address)
         if reason is not None:
             log("actorctl:connection:refused", node=self._node, peer=peer, reason=reason)
-            await trio.aclose_forcefully(stream)
+            if in_words:
+                await self._refuse(address, make(_Refuser(self._node, reason)))
+            else:
+                await trio.aclose_forcefully(stream)
             return
         self._by_address[address] = self._by_address.get(address, 0) + 1
+        try:
+            await self._run(make(None))
+        finally:
+            left = self._by_address[address] - 1
+            if left:
+                self._by_address[address] = left
+            else:
+                del self._by_address[address]
+
+    async def _refuse(self, address: str, engine: Engine) -> None:
+        """Run a connection that is closed with a condition once it is open."""
+        self._refusing[address] = self._refusing.get(address, 0) + 1
+        try:
+            await self._run(engine)
+        finally:
+            left = self._refusing[address] - 1
+            if left:
+                self._refusing[address] = left
+            else:
+                del self._refusing[address]
+
+    async def _run(self, engine: Engine) -> None:
+        """Run ``engine``, counted as in its handshake until its AMQP open."""
         self._handshaking += 1
         handshaking = True
         try:
-            engine = make()
             async with trio.open_nursery() as nursery:
 
                 async def opened() -> None:
@@ -154,26 +197,24 @@ class Gate:
         finally:
             if handshaking:
                 self._handshaking -= 1
-            left = self._by_address[address] - 1
-            if left:
-                self._by_address[address] = left
-            else:
-                del self._by_address[address]
 
-    def _refusal(self, address: str) -> str | None:
+    def _refusal(self, address: str) -> tuple[str | None, bool]:
+        """Why a connection from ``address`` is refused (None: it is not), and
+        whether the refusal is told in words (the per-address cap, while fewer
+        than ``SPOKEN_REFUSALS`` are under way for it)."""
         limits = self._limits
         if self._handshaking >= limits.max_handshakes:
             return (
                 f"{self._handshaking} connections are in their handshake already "
                 f"(max_handshakes = {limits.max_handshakes})"
-            )
+            ), False
         held = self._by_address.get(address, 0)
         if held >= limits.max_connections_per_address:
             return (
                 f"{held} connections from {address} already "
                 f"(max_connections_per_address = {limits.max_connections_per_address})"
-            )
-        return None
+            ), self._refusing.get(address, 0) < SPOKEN_REFUSALS
+        return None, False
 
     @property
     def handshaking(self) -> int:
@@ -182,6 +223,33 @@ class Gate:
 
     def connections(self, address: str) -> int:
         return self._by_address.get(address, 0)
+
+
+@final
+class _Refuser(EngineHandler):
+    """A connection beyond the per-address cap: opened, then closed at once with
+    ``amqp:resource-limit-exceeded`` naming the cap; nothing it attaches is
+    answered."""
+
+    __slots__ = ("_node", "_reason")
+
+    def __init__(self, node: str, reason: str) -> None:
+        self._node = node
+        self._reason = reason
+
+    def on_remote_open(self, engine: Engine) -> None:
+        connection = engine.connection
+        connection.condition = Condition(
+            RESOURCE_LIMIT,
+            f"node {self._node!r} takes no more connections from this address: "
+            f"{self._reason}; close connections you no longer use, or ask the node's "
+            "operator for a larger max_connections_per_address",
+        )
+        connection.close()
+        engine.wake()
+
+    def on_link_remote_open(self, engine: Engine, link: Link) -> None:
+        """Links of a refused connection stay unanswered: it is closing."""
 
 
 @final

@@ -41,7 +41,7 @@ from ._peer_dial import Dialer
 from ._pending import OutLink, PeerSettings, Pending
 from ._reply_auth import REPLY_CREDIT, ReplyCheck, certificate_names
 from ._reply_claims import REPLY_CAPABILITY, own_reply_address, reply_proof
-from ._why import handshake_failed, unreachable
+from ._why import handshake_failed, refused, unreachable
 
 __all__ = ["Peer"]
 
@@ -110,6 +110,8 @@ class Peer(EngineHandler):
         # The peer refused the reply link's proof (a key it does not trust yet):
         # attach it again, with a fresh proof, before the next send (§8).
         self._reattach = False
+        # Why the peer refused our reply link on the current connection, if it did.
+        self._reply_refusal: tuple[str, str] | None = None
         # How this node signs what it sends on the current connection: within a
         # session (HMAC) once one is open, else per message (Ed25519), or not at
         # all without keys.
@@ -178,11 +180,20 @@ class Peer(EngineHandler):
                 # It connected but never got as far as a link (a refused handshake,
                 # say): wait before dialling again, as for a refused connection.
                 failures += 1
-                self._failed(
-                    handshake_failed(self.name, engine.error, tls=bool(engine.ssl)), failures
-                )
+                self._failed(self._why_not_linked(engine), failures)
                 backoff = await dialer.pause(backoff)
             self._linked_once = False
+            self._reply_refusal = None
+
+    def _why_not_linked(self, engine: Engine) -> str:
+        """Why a connection ended before its reply link opened: the condition the
+        peer refused the link or the connection with, if it gave one, else what
+        the transport's error (or its silence) suggests."""
+        if self._reply_refusal is not None:
+            return refused(self.name, "our reply link", self._reply_refusal)
+        if engine.remote_condition is not None:
+            return refused(self.name, "the connection", engine.remote_condition)
+        return handshake_failed(self.name, engine.error, tls=bool(engine.ssl))
 
     async def wait_ready(self) -> Engine:
         """The ready connection, waiting for one at most the connect timeout
@@ -426,6 +437,10 @@ class Peer(EngineHandler):
         out = self._outs.get(link._impl)
         if out is None:
             if link == self._reply_receiver:
+                # Why, for the error a send gets if the connection ends for it.
+                condition = link.remote_condition
+                if condition is not None and not self._linked_once:
+                    self._reply_refusal = (str(condition.name), str(condition.description or ""))
                 self._replies.link_closed(link)
                 self._reply_refused(engine)
             return

@@ -1,12 +1,14 @@
 """Why an outgoing connection failed, in words a user can act on: nothing
-listening, a TLS certificate the other side would not take, or one side
-speaking TLS and the other plain TCP (docs/protocol.md §2)."""
+listening, a TLS certificate the other side would not take, one side
+speaking TLS and the other plain TCP (docs/protocol.md §2), or the other node
+refusing the connection or our reply link with a condition that says why (a
+connection bound, a reply address that is not ours)."""
 
 from __future__ import annotations
 
 import errno
 
-__all__ = ["handshake_failed", "unreachable"]
+__all__ = ["handshake_failed", "refused", "unreachable"]
 
 
 def unreachable(address: str, exc: OSError) -> str:
@@ -38,7 +40,9 @@ def handshake_failed(address: str, error: str | None, *, tls: bool) -> str:
         return (
             f"TLS: {address} closed the connection during the TLS handshake: it may "
             "speak plain TCP (a node run with --insecure: call it with amqp:// and "
-            "--insecure), or it refused our certificate" + (f" ({error})" if error else "")
+            "--insecure), it refused our certificate, or it takes no more connections "
+            "in their handshake now (max_handshakes: see its log)"
+            + (f" ({error})" if error else "")
         )
     if not tls and ("protocol header" in text or "ssl" in text or "tls" in text):
         return (
@@ -48,3 +52,11 @@ def handshake_failed(address: str, error: str | None, *, tls: bool) -> str:
     return f"the connection to {address} closed before its links opened" + (
         f" ({error})" if error else ""
     )
+
+
+def refused(address: str, what: str, condition: tuple[str, str]) -> str:
+    """Why ``address`` closed ``what`` (the connection, or our reply link) before
+    anything could be sent: the ``condition`` (name, description) it closed it
+    with, which names the bound or the reason."""
+    name, description = condition
+    return f"{address} refused {what}: {description or 'no reason given'} ({name})"

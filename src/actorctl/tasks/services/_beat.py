@@ -5,17 +5,18 @@ Celery's ``celery beat``, as an actor next to the scheduler. Each periodic task
 sent to its pool when due, as ``delay()`` sends it, durably through the node's
 backlog: kept until the pool's router takes it.
 
-**Durable, exactly once per due time.** The last firing of each schedule is a
-row of the node's store (table ``beat``), written *in the same commit* as the
-firing's backlog entry. A firing's task id and message id are made from its
-schedule's name and due time (:func:`firing_id`): a copy sent again (its node
-died before its receiver settled it; the backlog sends it again on restart) is
-the same message, and the router takes it once. So a SIGKILL of the services
-node neither repeats nor skips a firing: when the beat starts again, a due
-time that passed while it was down is fired once (``catch_up = true``, several
-missed due times make one firing, the latest, and a log line says how many it
-stands for) or skipped with a log line saying how many (``catch_up = false``).
-A schedule the beat never saw before starts from now: nothing for the past.
+**Durable: at most once per due time, never skipped silently.** The last
+firing of each schedule is a row of the node's store (table ``beat``), written
+*in the same commit* as the firing's backlog entry. A firing's task id and
+message id are made from its schedule's name and due time (:func:`firing_id`):
+a copy sent again (its node died before its receiver settled it; the backlog
+sends it again on restart) is the same message, and the router takes it once.
+So a SIGKILL of the services node neither repeats nor skips a firing: when the
+beat starts again, a due time that passed while it was down is fired once
+(``catch_up = true``, several missed due times make one firing, the latest,
+and a log line says how many it stands for) or skipped with a log line saying
+how many (``catch_up = false``). A schedule the beat never saw before starts
+from now: nothing for the past.
 
 **One beat fires in a cluster.** With a lease grantor (the Controller, under
 ``cluster up``) the beat fires only while it holds the ``scheduler`` lease

@@ -17,7 +17,12 @@ command to an actor:
   its send until its final state comes back to the source (it is the task's
   reply-to), a message to an actor until that actor accepted it. Each send
   awaits its commit. So a slow pool slows the source: its read position lags
-  what there is to read (``statistics``).
+  what there is to read (``statistics``). While the window is full and no
+  final state has come for ``STATE_CHECK`` seconds, it asks the nodes that keep
+  results (``_lookup.py``) for those of its tasks in flight that long: a task
+  whose final state went to an earlier incarnation of the source (a source on
+  a memory store restarts from the beginning, and what it sends again is taken
+  as a duplicate, not run again) counts as finished once a node has its result.
 - **Failures.** A read that raises is logged and tried again with backoff; a
   source that fails ``FAILURES`` times in a row raises, and its supervisor
   restarts it (a fresh reader, from the checkpoint) with the usual intensity.
@@ -39,15 +44,29 @@ from ...cluster import NodeOutbox
 from ...mailbox import ACCEPTED, KIND_COMMAND, KIND_DOCUMENT, Envelope, Outcome
 from ...store import Store
 from ..client._client import Directory, TaskClient, send_task
+from ..client._lookup import ResultLookup
 from ..protocol._protocol import H_STATE, H_TASK_ID, READY_STATES
 from ..protocol._state import store_of
 
-__all__ = ["FAILURES", "SOURCES_TABLE", "Source", "SourceActor", "SourceError", "SourceSpec"]
+__all__ = [
+    "FAILURES",
+    "SOURCES_TABLE",
+    "STATE_CHECK",
+    "Source",
+    "SourceActor",
+    "SourceError",
+    "SourceSpec",
+]
 
 #: The store table of the sources: source name -> {"position": JSON text}.
 SOURCES_TABLE: Final = "sources"
 #: Failed reads in a row after which a source raises (its supervisor restarts it).
 FAILURES: Final = 5
+#: Seconds a full window waits for a final state before it asks for the results
+#: of the tasks in flight that long (see the module docstring).
+STATE_CHECK: Final = 2.0
+#: Result lookups under way at once.
+_LOOKUPS: Final = 20
 _BACKOFF_FIRST: Final = 0.1
 _BACKOFF_MAX: Final = 10.0
 
@@ -164,6 +183,15 @@ class SourceActor(Actor):
         self.failures = 0
         reader = self.spec.make()
         log("actorctl:source:started", source=self.spec.name, position=self.position)
+        if not store.durable and row is None:
+            log(
+                "actorctl:source:from-the-start",
+                source=self.spec.name,
+                warning="its node keeps no checkpoint (durable = false): after a restart "
+                "it reads from the beginning again; what it had sent is taken once by its "
+                "receivers' dedup window while that remembers it, and the results the "
+                "nodes keep free its window",
+            )
         self.start_soon(self._run, reader)
 
     @handler
@@ -229,18 +257,51 @@ class SourceActor(Actor):
         await trio.sleep(delay)
 
     async def _wait_room(self) -> None:
-        """Wait until fewer than ``window`` items are in flight (forgetting
-        those in flight for longer than ``in_flight_timeout``)."""
+        """Wait until fewer than ``window`` items are in flight: asking for the
+        results of those in flight for ``STATE_CHECK`` s when none comes back,
+        and forgetting those in flight for longer than ``in_flight_timeout``."""
+        check = STATE_CHECK
         while len(self.in_flight) >= self.spec.window:
             self._room = trio.Event()
             oldest = min(self.in_flight.values())
-            with trio.move_on_at(oldest + self.in_flight_timeout):
+            deadline = oldest + self.in_flight_timeout
+            with trio.move_on_at(min(deadline, trio.current_time() + check)):
                 await self._room.wait()
+            if not self._room.is_set() and trio.current_time() < deadline:
+                # Nothing came back: maybe their states went to someone else. A
+                # slow pool is asked less and less often (at most each minute).
+                check = STATE_CHECK if await self._fetch_states() else min(check * 2, 60.0)
             now = trio.current_time()
             stale = [i for i, t in self.in_flight.items() if t + self.in_flight_timeout <= now]
             for key in stale:
                 log("actorctl:source:no-final-state", source=self.spec.name, item=key)
                 self._finished(key)
+
+    async def _fetch_states(self) -> bool:
+        """Count as finished the tasks in flight for ``STATE_CHECK`` s or more
+        whose final result a node keeps (their state went to someone else);
+        whether there were any."""
+        if self.spec.task is None or self._client is None:
+            return False  # an actor's item is finished once the actor accepts it
+        lookup = ResultLookup(self._client)
+        since = trio.current_time() - STATE_CHECK
+        keys = [key for key, sent in self.in_flight.items() if sent <= since]
+        limiter = trio.CapacityLimiter(_LOOKUPS)
+        found: list[str] = []
+
+        async def fetch(key: str) -> None:
+            async with limiter:
+                if await lookup.fetch(key) is not None:
+                    found.append(key)
+
+        async with trio.open_nursery() as nursery:
+            for key in keys:
+                nursery.start_soon(fetch, key)
+        if found:
+            log("actorctl:source:states-fetched", source=self.spec.name, items=len(found))
+        for key in found:
+            self._finished(key)
+        return bool(found)
 
     def _finished(self, key: str) -> None:
         if self.in_flight.pop(key, None) is not None:
