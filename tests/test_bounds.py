@@ -525,7 +525,7 @@ handshake_timeout = 2.5
     with pytest.raises(
         ConfigError,
         match=r"node\[0\]\.limits\.max_link_per_connection.*"
-        r"'max_links_per_connection' \(a misspelling\?\)",
+        r"did you mean 'max_links_per_connection'\?",
     ):
         load_cluster(path)
     path.write_text(path.read_text().replace("max_link_per_connection = 5", "max_handshakes = 0"))

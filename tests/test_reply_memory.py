@@ -147,7 +147,7 @@ max_replay_bytes = 2097152
     path.write_text(
         path.read_text().replace('max_kept_reply_bytes = "64 MiB"', "max_kept_replies = 1")
     )
-    with pytest.raises(ConfigError, match=r"'max_kept_reply_bytes' \(a misspelling\?\)"):
+    with pytest.raises(ConfigError, match=r"did you mean 'max_kept_reply_bytes'\?"):
         load_cluster(path)
 
 

@@ -165,8 +165,8 @@ def write(tmp_path: Path, source: str) -> Path:
 @pytest.mark.parametrize(
     ("table", "error"),
     [
-        ('url = "x"\npaht = "inbox"', r"source\[0\]\.paht'.*'path' \(a misspelling\?\)"),
-        ('path = "inbox"\nwindw = 1', r"source\[0\]\.windw'.*'window' \(a misspelling\?\)"),
+        ('url = "x"\npaht = "inbox"', r"source\[0\]\.paht'.*did you mean 'path'\?"),
+        ('path = "inbox"\nwindw = 1', r"source\[0\]\.windw'.*did you mean 'window'\?"),
     ],
 )
 def test_a_misspelt_source_key_is_refused_by_name(tmp_path: Path, table: str, error: str) -> None:
