@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import trio
-from proton import Delivery, Link, Session
+from proton import Delivery, Link, Session, SSLDomain
 
 from actorctl import TlsFiles
 from actorctl.cluster.link._engine import Engine, EngineHandler
@@ -156,30 +156,52 @@ async def raw_peer(
 ) -> AsyncIterator[RawPeer]:
     """A connection to the node on 127.0.0.1:``port``, over mutual TLS with
     ``tls``, open (AMQP open and one session) for the block."""
-    peer = RawPeer()
     stream = await trio.open_tcp_stream("127.0.0.1", port)
-    engine = Engine(
+    async with raw_peer_over(
         stream,
-        peer,
-        server=False,
-        container_id=container,
+        container=container,
         peer=f"127.0.0.1:{port}",
         ssl_domain=tls.client_domain(check_name=False),
-        peer_hostname="127.0.0.1",
+        hostname="127.0.0.1",
+    ) as peer:
+        yield peer
+
+
+@asynccontextmanager
+async def raw_peer_over(
+    stream: trio.abc.Stream,
+    *,
+    container: str = "raw-client",
+    peer: str = "raw-peer",
+    ssl_domain: SSLDomain | None = None,
+    hostname: str | None = None,
+) -> AsyncIterator[RawPeer]:
+    """A connection over ``stream`` (plain AMQP, or TLS with ``ssl_domain``),
+    open (AMQP open and one session) for the block."""
+    raw = RawPeer()
+    engine = Engine(
+        stream,
+        raw,
+        server=False,
+        container_id=container,
+        peer=peer,
+        ssl_domain=ssl_domain,
+        peer_hostname=hostname,
     )
-    peer.engine = engine
+    raw.engine = engine
     connection = engine.connection
-    connection.hostname = "127.0.0.1"
+    if hostname is not None:
+        connection.hostname = hostname
     connection.open()
-    peer.session = connection.session()
-    peer.session.open()
+    raw.session = connection.session()
+    raw.session.open()
     async with trio.open_nursery() as nursery:
         nursery.start_soon(engine.run)
         engine.wake()
         with trio.fail_after(10):
             await engine.remote_opened.wait()
         try:
-            yield peer
+            yield raw
         finally:
             if not engine.closed:
                 connection.close()

@@ -356,6 +356,13 @@ class Mailbox:
         """A sender gave credit back (it answered a drain): grant what is free."""
         self._replenish(force=True)
 
+    def refused(self) -> None:
+        """A message used a link's credit and was never queued (refused before
+        the mailbox: unauthenticated, undecodable, too large, aborted): top the
+        links up as a settled message's slot does, or a link whose credit it
+        used would wait at 0 for a settlement that never comes."""
+        self._replenish(force=False)
+
     def _release(self) -> None:
         self._unsettled -= 1
         if not self._unsettled and self._settled is not None:

@@ -23,7 +23,8 @@ it; then it gets its share again. Idle links get what the active ones leave
 that answered its drain is served before links never served yet, one that had
 its credit taken after them (``mailbox._mailbox._order``). An idle link that
 sits on its one credit while another link waits loses it too (at the next
-look), so that it goes round. A
+look), and counts from then on as one whose credit was taken, so that the
+credit goes round instead of back to it. A
 transfer that a sender sent beyond the credit it had left (it sent before the
 lowering flow reached it, or it ignores credit) is taken if the mailbox has a
 free slot, and otherwise settled ``rejected`` with
@@ -270,8 +271,11 @@ class CreditKeeper:
                 if not idle:
                     link.reclaim()  # it held this credit unused since the last look
                 else:
-                    # An idle link's one credit goes round the idle links.
-                    taken += link.revoke(idle)
+                    # An idle link's one credit goes round the idle links: it
+                    # had it taken, so it is served after the others (kept in
+                    # its rank, one that answered a drain would get it back
+                    # at once, in this look's own grant).
+                    taken += link.revoke()
             link.seen = (link.credit, link.flows)
         if taken:
             mailbox.credit_changed()

@@ -228,6 +228,7 @@ class InboundHandler(EngineHandler):
             return  # a reply we sent pre-settled: nothing to do
         if lib.pn_delivery_aborted(delivery):
             lib.pn_delivery_settle(delivery)  # the sender gave up on it mid-way
+            self._refused(link)
             return
         if not _readable(delivery):
             return
@@ -286,10 +287,12 @@ class InboundHandler(EngineHandler):
             _refuse_delivery(
                 engine, cell, settle, exc.condition, exc.description, exc.message_id, exc.key_id
             )
+            cell.mailbox.refused()  # the credit it used is granted again
             return
         except WireFormatError as exc:
             message_id = exc.message_id if isinstance(exc, UnsignableMessage) else None
             _refuse_delivery(engine, cell, settle, DECODE_ERROR, str(exc), message_id)
+            cell.mailbox.refused()
             return
         try:
             cell.mailbox.put_nowait(envelope, settle)
@@ -323,8 +326,15 @@ class InboundHandler(EngineHandler):
         else:
             target = SESSION_ADDRESS if link in self._session_links else "(a refused link)"
         self._limits.too_large(engine, delivery, size, target)
+        self._refused(link)
+
+    def _refused(self, link: Any) -> None:
+        """A delivery on ``link`` used its credit and ended before a mailbox
+        took it (too large, aborted): grant that credit again, as for a settled
+        message (docs/protocol.md §4.1)."""
+        inbox = self._inboxes.get(link)
         if inbox is not None:
-            inbox[0].mailbox.credit_changed()  # the slot it took credit for is free
+            inbox[0].mailbox.refused()
         elif link in self._session_links:
             _link_flow(link, 1)
 
