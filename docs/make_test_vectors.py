@@ -56,6 +56,7 @@ WORKER = "worker-1-6f5e4d3c2b1a"  # the container id of the worker's node (§14.
 CLIENT = "client-7c9e"  # the client's own container id (protocol.md §13)
 PROOF_ID = "7d1e5c3a9b2f4e6d8c0a1b3e5f7d9c2a"  # a reply proof's proof_id (§8)
 PROOF_MS = CREATED_MS - 2000  # its proof_time
+IDENTITY_ID = "a2c9d7f5e3b1a0c8d6e4f2b9a3c5e1d7"  # the message-id of an $identity answer
 NODE_NAME = "server"  # the node whose container id is NODE
 
 MESSAGES: list[dict[str, Any]] = [
@@ -352,10 +353,10 @@ def _identity_vector() -> dict[str, Any]:
     fields = {
         "node": NODE,
         "name": NODE_NAME,
-        "message_id": PROOF_ID[::-1],
+        "message_id": IDENTITY_ID,
         "creation_ms": created_ms,
     }
-    document = identity_document(NODE, NODE_NAME, fields["message_id"], created_ms / 1000)
+    document = identity_document(NODE, NODE_NAME, IDENTITY_ID, created_ms / 1000)
     return {
         "name": "identity document",
         "fields": fields,

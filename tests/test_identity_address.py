@@ -116,7 +116,8 @@ async def test_a_client_that_cannot_see_the_open_frame_learns_the_node_signs_and
     reply = result.reply.message
     assert reply is not None
     assert reply_signature_holds(reply, result.reply_address, node_public_raw=node_key)
-    assert dict(reply.properties)["replier"] == "calculator"
+    properties: dict[str, object] = dict(reply.properties or {})
+    assert properties["replier"] == "calculator"
     assert not reply_signature_holds(reply, "$reply/someone-else", node_public_raw=node_key)
     reply.body = b"6"
     assert not reply_signature_holds(reply, result.reply_address, node_public_raw=node_key)
