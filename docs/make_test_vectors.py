@@ -5,10 +5,12 @@ Ed25519 and HMAC are deterministic, so running this again writes the same file.
 The replies and result documents (§8.1) are made by the node's own code: the
 reply an actor sends (``send_reply``), the result document a worker sends
 (``result_document``), written and signed as a node writes them on a reply
-link (``encode_reply``). tests/test_signing.py recomputes every vector from
-the file, checks that this script writes the file as it is, and checks the
-examples of docs/protocol.md against the code, so the vectors, the doc and the
-code cannot drift apart.
+link (``encode_reply``); so are the reply proof a named reply link's attach
+carries (``proof_properties``, §8) and the one message of an ``$identity``
+link (``identity_document``, §11.2). tests/test_vectors.py recomputes every
+vector from the file, checks that this script writes the file as it is, and
+checks the examples of docs/protocol.md against the code, so the vectors, the
+doc and the code cannot drift apart.
 
     .venv/bin/python docs/make_test_vectors.py
 """
@@ -23,8 +25,15 @@ from typing import Any, cast
 
 from actorctl.actors import Outbox
 from actorctl.actors._replies import send_reply
+from actorctl.cluster.link._identity import identity_document
 from actorctl.cluster.link._reply_auth import REPLY_NODE, encode_reply
-from actorctl.mailbox import KIND_COMMAND, STATUS_OK, Envelope, json_dumps, to_ms
+from actorctl.cluster.link._reply_claims import (
+    PROOF_SUBJECT,
+    own_reply_address,
+    proof_canonical,
+    proof_properties,
+)
+from actorctl.mailbox import KIND_COMMAND, STATUS_OK, Envelope, encode, json_dumps, to_ms
 from actorctl.mailbox._signing import (
     IdentityKey,
     SessionOffer,
@@ -44,6 +53,11 @@ CREATED_MS = 1767225600000  # 2026-01-01T00:00:00Z
 REPLY_TO = "$reply/5d41402abc4b2a76b9719d911017c592"  # the caller's reply address (§8)
 TASK_ID = "9f0b7c1e-3d2a-4b5c-8e6f-a1b2c3d4e5f6"
 WORKER = "worker-1-6f5e4d3c2b1a"  # the container id of the worker's node (§14.4)
+CLIENT = "client-7c9e"  # the client's own container id (protocol.md §13)
+PROOF_ID = "7d1e5c3a9b2f4e6d8c0a1b3e5f7d9c2a"  # a reply proof's proof_id (§8)
+PROOF_MS = CREATED_MS - 2000  # its proof_time
+IDENTITY_ID = "a2c9d7f5e3b1a0c8d6e4f2b9a3c5e1d7"  # the message-id of an $identity answer
+NODE_NAME = "server"  # the node whose container id is NODE
 
 MESSAGES: list[dict[str, Any]] = [
     {
@@ -292,6 +306,65 @@ def _document_vector(
     return vector
 
 
+def _reply_proof_vector(identity: IdentityKey) -> dict[str, Any]:
+    """§8: the proof that the client of §13 attaches its named reply address
+    with, made by the node's own code for fixed proof_id and proof_time."""
+    address = own_reply_address(CLIENT, identity.key_id)
+    fields: dict[str, Any] = {
+        "node": NODE,
+        "to": address,
+        "subject": PROOF_SUBJECT,
+        "message_id": PROOF_ID,
+        "correlation_id": None,
+        "reply_to": None,
+        "creation_ms": PROOF_MS,
+        "expiry_ms": None,
+        "kind": "command",
+        "headers": {},
+    }
+    canonical = canonical_bytes(**fields, body=b"")
+    # What the node's proof signs is what this vector says the canonical bytes are.
+    assert proof_canonical(NODE, address, PROOF_ID, PROOF_MS) == canonical
+    props = {
+        str(k): v for k, v in proof_properties(identity, NODE, address, PROOF_ID, PROOF_MS).items()
+    }
+    sig = props["sig"]
+    assert isinstance(sig, bytes)
+    return {
+        "name": "reply proof",
+        "fields": fields,
+        "body_hex": "",
+        "canonical_hex": canonical.hex(),
+        "properties": {
+            "sig_alg": props["sig_alg"],
+            "sig_key": props["sig_key"],
+            "sig_hex": sig.hex(),
+            "sig_node": props["sig_node"],
+            "proof_id": props["proof_id"],
+            "proof_time": int(cast(int, props["proof_time"])),
+        },
+    }
+
+
+def _identity_vector() -> dict[str, Any]:
+    """§11.2: the one message a node sends on an ``$identity`` link, as the
+    node's own code writes it (unsigned), for a fixed id and time."""
+    created_ms = CREATED_MS + 5
+    fields = {
+        "node": NODE,
+        "name": NODE_NAME,
+        "message_id": IDENTITY_ID,
+        "creation_ms": created_ms,
+    }
+    document = identity_document(NODE, NODE_NAME, IDENTITY_ID, created_ms / 1000)
+    return {
+        "name": "identity document",
+        "fields": fields,
+        "body_hex": json_dumps(document.body).hex(),
+        "message_hex": encode(document).hex(),
+    }
+
+
 def build() -> dict[str, Any]:
     """The whole test-vector document."""
     identity = IdentityKey.from_seed(SEED)
@@ -314,8 +387,9 @@ def build() -> dict[str, Any]:
     }
     return {
         "about": "Test vectors for message authentication, docs/protocol.md section 11 "
-        "(actorctl-auth-v2). Written by docs/make_test_vectors.py; checked by "
-        "tests/test_signing.py.",
+        "(actorctl-auth-v2), with the reply proof of section 8 and the $identity "
+        "document of section 11.2. Written by docs/make_test_vectors.py; checked by "
+        "tests/test_vectors.py.",
         "identity": {
             "seed_hex": SEED.hex(),
             "public_key_hex": identity.public.raw.hex(),
@@ -330,6 +404,8 @@ def build() -> dict[str, Any]:
         },
         "messages": [_vector(identity, offer, m) for m in (session_message, *MESSAGES)],
         "documents": [_document_vector(identity, offer, n, d) for n, d in DOCUMENTS],
+        "reply_proof": _reply_proof_vector(identity),
+        "identity_document": _identity_vector(),
     }
 
 

@@ -520,7 +520,7 @@ class CallResult:
     """What one call produced on the wire."""
 
     message_id: str | None = None  # the id of the message sent, once sent
-    node: str | None = None  # the node's container id, from its open frame
+    node: str | None = None  # the container id signed for: its open frame's, or as given
     reply_address: str | None = None  # the $reply/... address the node assigned
     outcome: str | None = None  # accepted | rejected | released | modified
     condition: str | None = None  # the rejected outcome's (or refused link's) condition
@@ -566,6 +566,7 @@ class ForeignCall(MessagingHandler):
         tls: ClientTls | None = None,
         timeout: float = CLIENT_TIMEOUT,
         named: Identity | None = None,
+        node: str | None = None,
     ) -> None:
         # prefetch: credit for the reply receiver; auto_accept is irrelevant for
         # pre-settled replies; auto_settle settles our sends once they have an outcome.
@@ -576,6 +577,9 @@ class ForeignCall(MessagingHandler):
         self.tls = tls
         self.timeout = timeout
         self.named = named
+        # The node's container id as the client learnt it without the open frame
+        # ($identity, §11.2); None: read from the open frame (§3).
+        self.node = node
         self.result = CallResult()
         self._connection: Any = None
         self._receiver: Any = None
@@ -609,7 +613,8 @@ class ForeignCall(MessagingHandler):
         # Our own named address: it names our key, and the attach proves it for
         # this node (the container id its open gave).
         address = named_reply_address(self.named, connection.container)
-        proof = reply_proof(self.named, connection.remote_container or "", address)
+        node = self.node if self.node is not None else connection.remote_container or ""
+        proof = reply_proof(self.named, node, address)
         self._receiver = event.container.create_receiver(
             connection, address, options=AttachProperties(proof)
         )
@@ -633,7 +638,8 @@ class ForeignCall(MessagingHandler):
             return
         assert self.result.reply_address is not None
         # The node's open frame came before its answer to our attach.
-        node = self.result.node = self._connection.remote_container
+        node = self.node if self.node is not None else self._connection.remote_container
+        self.result.node = node
         message = self.make_message(self.result.reply_address, node or "")
         self.result.message_id = str(message.id)
         event.sender.send(message)
@@ -742,9 +748,10 @@ def run_foreign_call(
     *,
     tls: ClientTls | None = None,
     named: Identity | None = None,
+    node: str | None = None,
 ) -> CallResult:
     """Run one call in this thread's own proton Container; returns when it ends."""
-    call = ForeignCall(port, target, make_message, tls=tls, named=named)
+    call = ForeignCall(port, target, make_message, tls=tls, named=named, node=node)
     Container(call).run()
     return call.result
 
@@ -756,11 +763,17 @@ async def foreign_call(
     *,
     tls: ClientTls | None = None,
     named: Identity | None = None,
+    node: str | None = None,
 ) -> CallResult:
-    """Run one call in a worker thread, bounded whatever the client does."""
+    """Run one call in a worker thread, bounded whatever the client does. ``node``:
+    the node's container id as the client learnt it from ``$identity`` (§11.2),
+    signed for (the proof of a ``named`` reply address included) instead of what
+    the open frame says."""
     # The client's own timers end its run first; this is the last resort.
     with trio.fail_after(CLIENT_TIMEOUT + CLOSE_TIMEOUT + 5):
         return await trio.to_thread.run_sync(
-            functools.partial(run_foreign_call, port, target, make_message, tls=tls, named=named),
+            functools.partial(
+                run_foreign_call, port, target, make_message, tls=tls, named=named, node=node
+            ),
             abandon_on_cancel=True,
         )

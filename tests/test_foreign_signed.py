@@ -43,7 +43,9 @@ from .foreign import (
     header_json,
     hmac_sha256,
     json_command,
+    named_reply_address,
     reply_canonical,
+    reply_proof,
     reply_signature_holds,
 )
 from .foreign import _text as _text
@@ -157,6 +159,43 @@ def test_the_client_verifies_the_documents_of_the_test_vectors_as_received() -> 
             assert not reply_signature_holds(
                 reply, address, node_public_raw=public, sessions=sessions
             )
+
+
+def test_the_client_makes_the_reply_proof_and_reads_the_identity_document_of_the_vectors() -> None:
+    """§8 and §11.2 as the client wrote them from the page: its reply proof for
+    the vector's address, node, proof id and time is the vector's, and it reads
+    the node's container id from the vector's ``$identity`` message."""
+    identity = Identity(
+        Ed25519PrivateKey.from_private_bytes(bytes.fromhex(VECTORS["identity"]["seed_hex"]))
+    )
+    vector = VECTORS["reply_proof"]
+    fields, props = vector["fields"], vector["properties"]
+    assert named_reply_address(identity, "client-7c9e") == fields["to"]
+    proof = reply_proof(
+        identity,
+        fields["node"],
+        fields["to"],
+        time_ms=props["proof_time"],
+        proof_id=props["proof_id"],
+    )
+    assert {str(k): v for k, v in proof.items()} == {
+        "sig_alg": props["sig_alg"],
+        "sig_key": props["sig_key"],
+        "sig": bytes.fromhex(props["sig_hex"]),
+        "sig_node": props["sig_node"],
+        "proof_id": props["proof_id"],
+        "proof_time": props["proof_time"],
+    }
+    canonical = canonical_bytes(**fields, body=b"")
+    assert canonical.hex() == vector["canonical_hex"]
+
+    document = VECTORS["identity_document"]
+    message = Message()
+    message.decode(bytes.fromhex(document["message_hex"]))
+    assert message.subject == "$identity"
+    assert dict(message.properties)["kind"] == "document"
+    body = json.loads(bytes(message.body).decode("utf-8"))
+    assert body["node"] == document["fields"]["node"] == VECTORS["session"]["node"]
 
 
 @pytest.mark.parametrize(

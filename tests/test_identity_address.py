@@ -4,7 +4,9 @@
 The client (tests/foreign_identity.py, then tests/foreign.py) uses only
 python-qpid-proton, ``cryptography`` and the standard library, and the id it
 signs with is the one ``$identity`` gave: never ``connection.remote_container``,
-which uAMQP and the Azure SDKs built on it do not show. The node is secured
+which uAMQP and the Azure SDKs built on it do not show. With it, it proves its
+named reply address (§8), signs its call, and verifies the node's signed reply
+(§8.1): the whole way, end to end. The node is secured
 (mutual TLS, a keyring that requires signatures); the tests use actorctl only
 to host the actor and to make the TLS files and keys.
 """
@@ -22,7 +24,7 @@ from proton import Message
 
 from actorctl import Actor, Node, handler, open_node
 
-from .foreign import ClientTls, Identity, foreign_call, json_command
+from .foreign import ClientTls, Identity, foreign_call, json_command, reply_signature_holds
 from .foreign_identity import read_identity
 from .keys import make_keys
 from .tls import make_tls
@@ -62,7 +64,7 @@ async def secured_node(tmp_path: Path) -> AsyncIterator[Secured]:
         yield Secured(node, calculator, client_tls, identity)
 
 
-async def test_a_client_that_cannot_see_the_open_frame_learns_the_node_and_signs(
+async def test_a_client_that_cannot_see_the_open_frame_learns_the_node_signs_and_verifies(
     tmp_path: Path,
 ) -> None:
     async with secured_node(tmp_path) as s:
@@ -84,22 +86,42 @@ async def test_a_client_that_cannot_see_the_open_frame_learns_the_node_and_signs
         learned = read.node
         assert learned is not None
 
-        # When it signs a call with that id (ignoring what the open frame said)
-        def make_message(reply_to: str, _open_frame_node: str) -> Message:
+        # When it attaches its own named reply address with a reply proof made
+        # for that id, and signs a call with it (never reading the open frame)
+        def make_message(reply_to: str, node: str) -> Message:
+            assert node == learned  # what the client signs for: $identity's answer
             command = json_command(learned, "calculator", "add", [2, 3], {})
             command = dataclasses.replace(command, reply_to=reply_to)
             return command.message(s.identity.signature_properties(command.canonical(), learned))
 
         with trio.fail_after(30):
-            result = await foreign_call(s.node.port, "calculator", make_message, tls=s.tls)
+            result = await foreign_call(
+                s.node.port, "calculator", make_message, tls=s.tls, named=s.identity, node=learned
+            )
+        assert s.node.identity is not None
+        node_key = s.node.identity.public.raw  # what the node's NAME.pub holds
 
-    # Then the node accepts it (a v2 signature for this node) and answers
+    # Then the node takes the proof (the reply address is the client's own) and
+    # the call (a v2 signature for this node), and answers
     assert result.failure is None, result.failure
+    assert not result.link_refused, result.description
+    assert result.reply_address is not None
+    assert result.reply_address.startswith(f"$reply/{s.identity.key_id}/")
     assert result.outcome == "accepted", (result.condition, result.description)
     assert result.reply is not None
     assert result.reply.body == 5
     assert s.calculator.calls == [(2, 3)]
-    print(f"learned {learned} from $identity; the call was accepted and answered")
+    # And the reply verifies as §8.1 says, from the node's key: bound to the
+    # reply address and to what it says
+    reply = result.reply.message
+    assert reply is not None
+    assert reply_signature_holds(reply, result.reply_address, node_public_raw=node_key)
+    properties: dict[str, object] = dict(reply.properties or {})
+    assert properties["replier"] == "calculator"
+    assert not reply_signature_holds(reply, "$reply/someone-else", node_public_raw=node_key)
+    reply.body = b"6"
+    assert not reply_signature_holds(reply, result.reply_address, node_public_raw=node_key)
+    print(f"learned {learned} from $identity; proved {result.reply_address}; answered, verified")
 
 
 async def test_identity_answers_once_per_link_and_is_read_only(tmp_path: Path) -> None:

@@ -6,7 +6,7 @@ import pytest
 import trio
 
 from actorctl import Envelope
-from actorctl.mailbox import ACCEPTED, Mailbox
+from actorctl.mailbox import ACCEPTED, RELEASED, Mailbox, Outcome
 
 
 class Link:
@@ -120,3 +120,34 @@ def test_links_never_served_go_before_idle_ones_that_ignored_a_drain() -> None:
     served.idle = answered.idle = 2
     box.credit_changed()
     assert (newer.credit, older.credit, ignored.credit) == (1, 1, 0)
+
+
+def test_modified_released_and_stopping_messages_leave_a_link_its_credit() -> None:
+    # docs/protocol.md §4.1: a modified or released message frees its slot once
+    # settled; one refused because the actor is stopping held none, and the
+    # link is granted credit again when the actor runs again (issue 32).
+    box = Mailbox(4)
+    link = Link()
+    box.attach(link)
+    for i in range(4):
+        link.use()
+        box.put_nowait(_envelope(i), None)
+    assert link.credit == 0  # the sender waits
+    box.receive_nowait().settle(Outcome.modified("actorctl:circuit-open", "open"))
+    assert link.credit == 1  # its slot is free, and the waiting sender gets it
+    # The actor stops: what it had queued is released, and the slots come back
+    released = box.close()
+    assert len(released) == 3
+    for inbound in released:
+        inbound.settle(RELEASED)
+    assert box.statistics().depth == 0
+    # What the sender sends meanwhile is refused as the actor is stopping (the
+    # node settles it modified, actorctl:actor-stopping): its credit is used up
+    while link.credit > 0:
+        link.use()
+        with pytest.raises(trio.ClosedResourceError):
+            box.put_nowait(_envelope(99), None)
+    # When the actor runs again, the link gets the whole window back
+    box.reopen()
+    assert link.credit == 4
+    box.put_nowait(_envelope(100), None)

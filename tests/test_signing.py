@@ -1,12 +1,10 @@
 """Message authentication building blocks, with real crypto: the canonical byte form,
-Ed25519 keys and keyrings, HMAC sessions, the replay cache and the verifier."""
+Ed25519 keys and keyrings, HMAC sessions, the replay cache and the verifier.
+(docs/test-vectors.json and the protocol page's examples: tests/test_vectors.py.)"""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import math
-import re
 import struct
 from pathlib import Path
 from typing import Any
@@ -17,8 +15,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from actorctl import ConfigError, WireFormatError
-from actorctl.cluster.link._reply_auth import ReplyCheck
-from actorctl.mailbox import json_dumps
 from actorctl.mailbox._signing import (
     BAD_SESSION,
     BAD_SIGNATURE,
@@ -46,7 +42,6 @@ from actorctl.mailbox._signing import (
 
 NOW = 1_767_225_600.0  # seconds since the epoch; every test's clock starts here
 NOW_MS = int(NOW * 1000)
-VECTORS = Path(__file__).parent.parent / "docs" / "test-vectors.json"
 
 FIELDS: dict[str, Any] = {
     "node": "server-0123456789ab",
@@ -557,224 +552,3 @@ def test_a_tls_key_in_the_keyring_is_named_as_not_an_identity_key(tmp_path: Path
     (tmp_path / "node.key").write_bytes(tls_key)
     assert "not an Ed25519 identity key" in _keyring_error(tmp_path)
     assert str(tmp_path / "node.key") in _keyring_error(tmp_path)
-
-
-# --- Test vectors --------------------------------------------------------------------
-
-
-def _reference_canonical(fields: dict[str, Any], body: bytes) -> bytes:
-    """docs/protocol.md §11.2 written again from the text, as another language would."""
-
-    def item(raw: bytes | None) -> bytes:
-        return b"\xff\xff\xff\xff" if raw is None else len(raw).to_bytes(4, "big") + raw
-
-    def optional(value: str | int | None) -> bytes | None:
-        return str(value).encode() if value else None  # "" and 0 are absent too
-
-    out = b"actorctl-auth-v2\n"
-    names = ("node", "to", "subject", "message_id")
-    out += b"".join(item(fields[name].encode()) for name in names)
-    for name in ("correlation_id", "reply_to", "creation_ms", "expiry_ms"):
-        out += item(optional(fields[name]))
-    out += item(fields["kind"].encode())
-    headers = sorted(
-        (
-            k.encode(),
-            json.dumps(v, separators=(",", ":"), ensure_ascii=False, sort_keys=True).encode(),
-        )
-        for k, v in fields["headers"].items()
-        if v is not None and k not in ("kind", "lang", "sig_alg", "sig_key", "sig", "sig_node")
-    )
-    out += len(headers).to_bytes(4, "big")
-    for key, value in headers:
-        out += item(key) + item(value)
-    return out + item(body)
-
-
-def _vector_file() -> dict[str, Any]:
-    vectors: dict[str, Any] = json.loads(VECTORS.read_text(encoding="utf-8"))
-    return vectors
-
-
-def test_the_published_test_vectors_match_the_code() -> None:
-    vectors = _vector_file()
-    identity = IdentityKey.from_seed(bytes.fromhex(vectors["identity"]["seed_hex"]))
-    # RFC 8032 7.1 TEST 1 fixes this public key for that seed.
-    assert (
-        identity.public.raw.hex()
-        == vectors["identity"]["public_key_hex"]
-        == ("d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a")
-    )
-    assert identity.key_id == vectors["identity"]["key_id"]
-    spec = vectors["session"]
-    session = Session(
-        spec["id"], bytes.fromhex(spec["mac_key_hex"]), identity.key_id, spec["expires_ms"] / 1000
-    )
-    assert [v["name"] for v in vectors["documents"]] == [
-        "reply",
-        "result document SUCCESS",
-        "result document FAILURE",
-    ]
-    for vector in vectors["messages"] + vectors["documents"]:
-        body = bytes.fromhex(vector["body_hex"])
-        canonical = canonical_bytes(**vector["fields"], body=body)
-        assert canonical.hex() == vector["canonical_hex"], vector["name"]
-        assert _reference_canonical(vector["fields"], body) == canonical, vector["name"]
-        assert sign_ed25519(identity, canonical)["sig"] == bytes.fromhex(
-            vector["ed25519"]["sig_hex"]
-        )
-        assert vector["ed25519"]["sig_node"] == vector["fields"]["node"]
-        if "hmac-sha256" in vector:
-            mac = bytes.fromhex(vector["hmac-sha256"]["sig_hex"])
-            assert sign_hmac(session, canonical)["sig"] == mac
-            assert vector["hmac-sha256"]["sig_node"] == vector["fields"]["node"]
-    # The session message carries the vector's session, for its node
-    offer = SessionOffer(session.id, session.mac_key, session.expires, identity.key_id)
-    assert offer.body(spec["node"]).hex() == vectors["messages"][0]["body_hex"]
-
-
-def test_a_reply_vector_names_no_node_as_the_empty_text() -> None:
-    # §8.1: field 0 of a reply is 00 00 00 00 (length 0), not absent (ff ff ff ff).
-    for vector in _vector_file()["documents"]:
-        canonical = bytes.fromhex(vector["canonical_hex"])
-        assert vector["fields"]["node"] == ""
-        assert canonical.startswith(b"actorctl-auth-v2\n" + bytes(4) + b"\x00\x00\x00\x27$reply/")
-
-
-def test_the_documents_as_written_verify_at_the_nodes_own_reply_check() -> None:
-    """What a node signs is what it writes: each document's message, decoded and
-    checked by a node's reply link (ReplyCheck, both forms), is accepted with
-    its body, and refused once a covered byte is changed."""
-    vectors = _vector_file()
-    identity = IdentityKey.from_seed(bytes.fromhex(vectors["identity"]["seed_hex"]))
-    spec = vectors["session"]
-    offer = SessionOffer(
-        spec["id"], bytes.fromhex(spec["mac_key_hex"]), spec["expires_ms"] / 1000, identity.key_id
-    )
-
-    def clock() -> float:
-        return NOW + 1  # within the session, which ends an hour after NOW
-
-    for vector in vectors["documents"]:
-        fields = vector["fields"]
-        body = bytes.fromhex(vector["body_hex"])
-        check = ReplyCheck(Keyring(identity), fields["to"], "server", clock)
-        other = ReplyCheck(Keyring(identity), "$reply/other", "server", clock)
-        for caller in (check, other):
-            caller.connected(None)
-            caller.offered(offer)
-        for form in ("ed25519", "hmac-sha256"):
-            message = bytes.fromhex(vector[form]["message_hex"])
-            reply = check.check(message)
-            assert reply is not None, (vector["name"], form)
-            assert json_dumps(reply.body) == body
-            assert (reply.message_id, reply.correlation_id, reply.subject) == (
-                fields["message_id"],
-                fields["correlation_id"],
-                fields["subject"],
-            )
-            for key, value in fields["headers"].items():
-                if key != "lang":  # informative: a reader need not keep it (§6.2)
-                    assert reply.headers[key] == value, (vector["name"], key)
-            # Another body, or another reply address: refused.
-            assert message.endswith(body)
-            assert check.check(message[: -len(body)] + b"6" * len(body)) is None
-            assert other.check(message) is None, (vector["name"], form)
-
-
-def _make_test_vectors() -> Any:
-    spec = importlib.util.spec_from_file_location(
-        "make_test_vectors", VECTORS.with_name("make_test_vectors.py")
-    )
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_the_vector_file_is_what_make_test_vectors_writes_now() -> None:
-    # A change to the node's signing, replies or documents changes the vectors:
-    # run `python docs/make_test_vectors.py` and commit the file with the change.
-    assert VECTORS.read_text(encoding="utf-8") == _make_test_vectors().text(), (
-        "docs/test-vectors.json is stale: run docs/make_test_vectors.py"
-    )
-
-
-# --- docs/protocol.md's examples -----------------------------------------------------
-
-PROTOCOL = VECTORS.with_name("protocol.md")
-_HEX_BYTE = re.compile(r"[0-9a-f]{2}")
-
-
-def _canonical_dumps(text: str) -> list[bytes]:
-    """The hex dumps of canonical forms in ``text``: each fenced block that starts
-    with the prefix's bytes, read as the leading hex bytes of each of its lines."""
-    dumps = []
-    for block in re.findall(r"```\n(.*?)```", text, flags=re.DOTALL):
-        if not block.startswith("61 63 74 6f 72 63 74 6c"):
-            continue
-        raw = bytearray()
-        for line in block.splitlines():
-            for token in line.split():
-                if not _HEX_BYTE.fullmatch(token):
-                    break
-                raw.append(int(token, 16))
-        dumps.append(bytes(raw))
-    return dumps
-
-
-def test_the_canonical_forms_in_the_protocol_are_the_codes() -> None:
-    text = PROTOCOL.read_text(encoding="utf-8")
-    by_name = {v["name"]: v for v in _vector_file()["messages"] + _vector_file()["documents"]}
-    dumps = _canonical_dumps(text)
-    # §11.2 shows the minimal event, §8.1 the reply; each is the code's bytes.
-    expected = [by_name["reply"], by_name["minimal event"]]
-    assert len(dumps) == len(expected)
-    for dump, vector in zip(dumps, expected, strict=True):
-        body = bytes.fromhex(vector["body_hex"])
-        assert dump == canonical_bytes(**vector["fields"], body=body), vector["name"]
-    assert "(153 bytes)" in text
-    assert len(dumps[1]) == 153
-    assert "(202 bytes)" in text
-    assert len(dumps[0]) == 202
-
-
-def _table_row(text: str, first_cell: str) -> str:
-    [row] = [line for line in text.splitlines() if line.startswith(f"| {first_cell} ")]
-    return row
-
-
-def _json_text_of(value: object) -> str:
-    """A header value's JSON text as the canonical form writes it."""
-    canonical = canonical_bytes(**{**FIELDS, "headers": {"x": value}})
-    start = canonical.index(b"\x00\x00\x00\x01x") + 5  # one header, key "x"
-    length = struct.unpack(">I", canonical[start : start + 4])[0]
-    return canonical[start + 4 : start + 4 + length].decode()
-
-
-def test_the_json_texts_in_the_protocols_table_are_the_codes() -> None:
-    text = PROTOCOL.read_text(encoding="utf-8")
-    doubles = re.findall(r"`([^`]+)`", _table_row(text, "`double`, `float`").split("|")[2])
-    examples = [d for d in doubles if d not in ("d.ddde±XX",)]
-    assert "30.5" in examples
-    assert "Infinity" in examples
-    for example in examples:
-        assert _json_text_of(float(example)) == example or (
-            example == "NaN" and _json_text_of(math.nan) == "NaN"
-        ), example
-    integers = re.findall(r"`(-?[0-9]+)`", _table_row(text, "integer types").split("|")[2])
-    assert integers == ["0", "-17", "18446744073709551615"]
-    for example in integers:
-        assert _json_text_of(int(example)) == example
-    compound = re.findall(r"`([\[{][^`]*)`", _table_row(text, "`list`, `map`").split("|")[2])
-    assert compound == ['[1,"a",true,null]', '{"a":1,"b":[]}']
-    for example in compound:
-        assert _json_text_of(json.loads(example)) == example
-    assert _json_text_of(True) == "true"
-    assert _json_text_of(False) == "false"
-    # "Zürich" is the 9 bytes 22 5a c3 bc 72 69 63 68 22.
-    row = _table_row(text, "`string`, `symbol`, `uuid` (its lowercase canonical text)")
-    hex_text = re.search(r"the 9 bytes `([0-9a-f ]+)`", row)
-    assert hex_text is not None
-    assert _json_text_of("Zürich").encode() == bytes.fromhex(hex_text.group(1))

@@ -29,12 +29,26 @@ from ...mailbox import KIND_DOCUMENT, Envelope, encode
 from ._engine import Engine
 from ._raw import lib
 
-__all__ = ["IDENTITY_ADDRESS", "NOT_ALLOWED", "IdentityLinks", "read_only"]
+__all__ = ["IDENTITY_ADDRESS", "NOT_ALLOWED", "IdentityLinks", "identity_document", "read_only"]
 
 IDENTITY_ADDRESS: Final = "$identity"
 NOT_ALLOWED: Final = "amqp:not-allowed"
 
 _link_credit = lib.pn_link_credit
+
+
+def identity_document(node_id: str, node_name: str, message_id: str, now: float) -> Envelope:
+    """The one message an ``$identity`` link gets: an unsigned document whose
+    body is ``{"node": <container id>, "name": <node name>}`` (docs/protocol.md
+    §11.2; docs/test-vectors.json shows it as written)."""
+    return Envelope(
+        message_id=message_id,
+        to=IDENTITY_ADDRESS,
+        subject=IDENTITY_ADDRESS,
+        body={"node": node_id, "name": node_name},
+        kind=KIND_DOCUMENT,
+        creation_time=now,
+    )
 
 
 def read_only(node_name: str) -> str:
@@ -79,14 +93,7 @@ class IdentityLinks:
             return False
         if _link_credit(link) > 0:
             del self._waiting[link]
-            envelope = Envelope(
-                message_id=uuid.uuid4().hex,
-                to=IDENTITY_ADDRESS,
-                subject=IDENTITY_ADDRESS,
-                body={"node": self._id, "name": self._name},
-                kind=KIND_DOCUMENT,
-                creation_time=time.time(),
-            )
+            envelope = identity_document(self._id, self._name, uuid.uuid4().hex, time.time())
             engine.send_settled(link, envelope.message_id.encode(), encode(envelope))
         return True
 

@@ -51,6 +51,7 @@ __all__ = [
     "named_key",
     "own_reply_address",
     "proof_canonical",
+    "proof_properties",
     "reply_address_refusal",
     "reply_proof",
     "reply_to_refusal",
@@ -110,8 +111,14 @@ def reply_proof(
 ) -> dict[symbol, PythonAMQPData]:
     """The attach ``properties`` that prove to the node whose container id is
     ``node`` that this caller holds ``identity``, the key ``address`` names."""
-    proof_id = uuid.uuid4().hex
-    time_ms = round(now * 1000)
+    return proof_properties(identity, node, address, uuid.uuid4().hex, round(now * 1000))
+
+
+def proof_properties(
+    identity: IdentityKey, node: str, address: str, proof_id: str, time_ms: int
+) -> dict[symbol, PythonAMQPData]:
+    """The reply proof of :func:`reply_proof` with its id and time given: what
+    docs/test-vectors.json shows for fixed ones."""
     signature = identity.sign(proof_canonical(node, address, proof_id, time_ms))
     return {
         symbol("sig_alg"): ED25519,
