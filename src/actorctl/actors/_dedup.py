@@ -90,9 +90,10 @@ class SeenWindow:
 
     def finish(self, key: Hashable, handled: Handled) -> None:
         done = self._running.pop(key, None)
-        # ``modified`` (an open circuit breaker) is not remembered: the message
-        # was not handled, and the same message sent again later must run.
-        if self.count and handled.outcome.state != "modified":
+        # ``modified`` (an open circuit breaker) and ``released`` (given back by
+        # an actor that stops) are not remembered: the message was not handled,
+        # and the same message sent again later must run.
+        if self.count and handled.outcome.state not in ("modified", "released"):
             entries = self._entries
             now = self._clock()
             entries[key] = (now, handled)
