@@ -100,8 +100,8 @@ async def node_run(
     name to actor. The node stops warm on SIGINT or SIGTERM: it takes no new
     message, gives back what its actors hold and have not begun, and lets
     running handlers finish within --grace seconds; a second SIGINT or SIGTERM
-    stops it cold at once (what runs is cancelled and given back) and exits
-    130. With --etcd (and --cluster), it registers in etcd once it listens, its
+    (or SIGQUIT) stops it cold at once (what runs is cancelled and given back)
+    and exits 130. With --etcd (and --cluster), it registers in etcd once it listens, its
     pools' routers follow who else is registered, and it leaves etcd first
     when it stops.
     """
@@ -173,7 +173,7 @@ async def node_run(
     if grace is None:
         grace = node_config.shutdown_grace
     cold = False
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGQUIT) as signals:
         async with trio.open_nursery() as nursery:
             try:
                 await nursery.start(_serve, server, nursery.cancel_scope)
@@ -197,9 +197,11 @@ async def node_run(
                 )
                 await nursery.start(_scoped, member, run)
             # Until the node has stopped (_serve ends the nursery): the first
-            # signal stops it warm, the second cold.
+            # signal stops it warm, the second cold; SIGQUIT cold at once (as
+            # Celery's worker has them; two signals close together may reach
+            # a process as one, SIGQUIT cannot be taken for the first).
             async for signum in signals:
-                cold = server.stopping
+                cold = server.stopping or signum == signal.SIGQUIT
                 eliot.log_message(
                     message_type="actorctl:node:signal",
                     signal=signal.Signals(signum).name,

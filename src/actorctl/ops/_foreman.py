@@ -10,7 +10,7 @@ gives back what it holds and has not begun, and lets its running handlers
 finish within its ``shutdown_grace``), then the grace and STOP_MARGIN more
 before a SIGKILL, which it logs in its own words (``actorctl:foreman:killed``).
 The ``cold`` event (a second Ctrl-C to ``cluster up`` or ``host up``) sends
-SIGTERM again: the node's cold stop (what runs is cancelled now, and runs again
+SIGQUIT: the node's cold stop (what runs is cancelled now, and runs again
 elsewhere), with STOP_MARGIN before the SIGKILL.
 """
 
@@ -210,16 +210,17 @@ class Foreman(_Runner):
 
     async def _stop(self, process: trio.Process) -> None:
         """Stop the node (``deliver_cancel``; trio cancels this once it exited):
-        SIGTERM, its warm stop; SIGTERM again once ``cold`` is set, its cold
-        stop; SIGKILL past its grace and STOP_MARGIN (or STOP_MARGIN after the
-        cold stop), said in one line of the log."""
+        SIGTERM, its warm stop; SIGQUIT once ``cold`` is set, its cold stop
+        (not SIGTERM again: two of them close together may reach it as one);
+        SIGKILL past its grace and STOP_MARGIN (or STOP_MARGIN after the cold
+        stop), said in one line of the log."""
         name, grace = self.node.name, self.node.shutdown_grace
         self._set(state="stopping")
         _signal(process, signal.SIGTERM)
         why = f"it did not stop within its shutdown_grace ({grace:g} s) and {STOP_MARGIN:g} s"
         with trio.move_on_after(grace + STOP_MARGIN):
             await self.cold.wait()
-            _signal(process, signal.SIGTERM)
+            _signal(process, signal.SIGQUIT)
             why = f"its cold stop did not end within {STOP_MARGIN:g} s"
             with trio.move_on_after(STOP_MARGIN):
                 await trio.sleep_forever()  # until it exits (this is cancelled then)
