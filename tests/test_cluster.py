@@ -16,7 +16,7 @@ import pytest
 import trio
 
 from actorctl import ConfigError, Modified, Node, TlsFiles, open_node
-from actorctl.cluster import NodeConfig, hosted_actors, load_cluster
+from actorctl.cluster import SHUTDOWN_GRACE, NodeConfig, hosted_actors, load_cluster
 from actorctl.mailbox import Keyring
 from actorctl.tasks import cluster_app
 
@@ -113,6 +113,31 @@ def test_cluster_file_errors_name_the_key(tmp_path: Path) -> None:
         load_cluster(path)
     path.write_text('[[node]]\nname = "a"\nlisten = "127.0.0.1:1"\nactors = "nope"\n')
     with pytest.raises(ConfigError, match=r"node\[0\]\.actors.*MODULE:OBJECT"):
+        load_cluster(path)
+
+
+def test_shutdown_grace_is_seconds_and_a_wrong_one_names_the_key(tmp_path: Path) -> None:
+    path = tmp_path / "cluster.toml"
+    node = '[[node]]\nname = "n"\nlisten = "127.0.0.1:5999"\nactors = "tests.task_app:app"\n'
+    # Given no shutdown_grace, the default; given one, its seconds
+    path.write_text(node)
+    assert load_cluster(path).nodes[0].shutdown_grace == SHUTDOWN_GRACE == 20.0
+    for given, seconds in (("0", 0.0), ("45", 45.0), ("2.5", 2.5)):
+        path.write_text(f"{node}shutdown_grace = {given}\n")
+        assert load_cluster(path).nodes[0].shutdown_grace == seconds
+    # When it is not seconds from 0 to a day, the error names the key and the fix
+    for wrong in ('"20"', "-1", "true", "1e9", "nan"):
+        path.write_text(f"{node}shutdown_grace = {wrong}\n")
+        with pytest.raises(
+            ConfigError,
+            match=r"key 'node\[0\]\.shutdown_grace': expected seconds from 0 to 86400 that "
+            r"node 'n' gives its running handlers to finish when it stops \(e\.g\. "
+            r"shutdown_grace = 20\.0",
+        ):
+            load_cluster(path)
+    # And a misspelling of it is named as one
+    path.write_text(f"{node}shutdown_gace = 5\n")
+    with pytest.raises(ConfigError, match=r"'shutdown_grace' \(a misspelling\?\)"):
         load_cluster(path)
 
 
@@ -369,7 +394,7 @@ def test_a_node_key_that_its_actors_do_not_read_is_an_error(tmp_path: Path) -> N
         r"the actors factory tests\.task_app:app reads no such key; the keys it may have: "
         r"\['actors', 'deadletters', 'durable', 'health', 'instances', 'limits', 'listen', "
         r"'metrics', 'name', 'pools', "
-        r"'services'\]",
+        r"'services', 'shutdown_grace'\]",
     }
     for (actors, extra), message in cases.items():
         path.write_text(

@@ -39,7 +39,9 @@ def cluster() -> Iterator[Path]:
 
 async def actorctl(*args: str | Path) -> tuple[int, str, str]:
     """Run ``actorctl ARGS``: its exit code, stdout and stderr."""
-    env = {**os.environ, "PYTHONPATH": str(HERE.parent)}
+    # this checkout's tests, and the actorctl under test (the one this run imports)
+    paths = [str(HERE.parent), os.environ.get("PYTHONPATH", "")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
     with trio.fail_after(60):
         done = await trio.run_process(
             [sys.executable, "-m", "actorctl", *map(str, args)],

@@ -55,6 +55,7 @@ ROUTINE: Final = frozenset(
         "actorctl:membership:watching",
         "actorctl:node:ready",
         "actorctl:node:signal",
+        "actorctl:node:stopping",
         "actorctl:node:stopped",
         "actorctl:peer:pruned",
         "actorctl:peer:reconnected",

@@ -103,6 +103,15 @@ class Actor(Behaviour):
         """Runs after the actor took its last message (in its last task, or
         its supervisor's when that stops it); at most 5 s."""
 
+    def on_drain(self) -> None:
+        """Runs when its node begins a graceful stop (in the node's task; it must
+        not block). The actor takes no new message from then on: those queued
+        in its mailbox are released to their senders. Its handlers that are
+        running finish within the node's grace; a handler that holds a message
+        it has not begun (one that waits for a slot of its own) should answer
+        it ``released`` (never looked at: its sender sends it elsewhere, or
+        here again after the next start) rather than begin it now."""
+
     async def on_terminated(self, terminated: Terminated) -> None:
         """Runs in the actor's task when an actor it watches is gone (see
         :meth:`watch`). An exception here crashes the actor."""

@@ -370,8 +370,13 @@ class ActorCell:
         else:
             slots = trio.Semaphore(self._concurrency)
             async with trio.open_nursery() as nursery:
-                while (inbound := await self._next()) is not None:
+                # A slot first, then a message: none is taken from the mailbox
+                # to wait here, where a stop would not release it.
+                while True:
                     await slots.acquire()
+                    if (inbound := await self._next()) is None:
+                        slots.release()
+                        break
                     nursery.start_soon(self._handle, inbound, slots)
         return self.mailbox.closed
 
@@ -441,6 +446,22 @@ class ActorCell:
             self.behaviour = self.actor
             self.mailbox.reopen()
         self.actor._cell = self
+
+    def drain(self) -> None:
+        """Its node begins a graceful stop: take no more messages (those queued
+        are released), and tell the actor (``on_drain``), which may give back
+        what it holds and has not begun. What it raises is logged: a failure
+        of this actor alone, never of the node's stop."""
+        self.stop()
+        try:
+            self.actor.on_drain()
+        except Exception as exc:
+            log(
+                "actorctl:actor:on-drain-failed",
+                actor=self.name,
+                error_type=type(exc).__name__,
+                error=str(exc),
+            )
 
     def stop(self) -> None:
         """Take no more messages; the actor ends after those it is handling.

@@ -239,9 +239,10 @@ class SeenWindow:
         its reply costs, in bytes (its length as encoded); 0 charges nothing (a
         ``None`` result)."""
         done = self._running.pop(key, None)
-        # ``modified`` (an open circuit breaker) is not remembered: the message
-        # was not handled, and the same message sent again later must run.
-        if self.count and handled.outcome.state != "modified":
+        # ``modified`` (an open circuit breaker) and ``released`` (given back by
+        # an actor that stops) are not remembered: the message was not handled,
+        # and the same message sent again later must run.
+        if self.count and handled.outcome.state not in ("modified", "released"):
             entries = self._entries
             now = self._clock()
             if self._kept and key in self._kept:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import signal
 import sys
 from collections.abc import AsyncIterator
@@ -72,54 +71,64 @@ async def cluster_up(file: Path, in_process: bool) -> None:
     Everything the file names is checked first (modules, objects, pools,
     routers' instances, free ports): nothing starts if something is wrong.
     Shows progress, then a table of the live cluster. Ctrl-C (or SIGTERM, or
-    `actorctl cluster down FILE`) stops the nodes in reverse order; SIGHUP
-    applies FILE again, changed (as `actorctl cluster reload FILE` does). Logs
-    go to logs/ beside FILE.
+    `actorctl cluster down FILE`) stops the nodes in reverse order, warm: each
+    takes no new task, gives back those it holds and has not begun, and lets
+    those running finish within its shutdown_grace. A second Ctrl-C (or
+    SIGTERM) stops them cold at once (what runs is cancelled, and runs again
+    at the next start) and exits 130. SIGHUP applies FILE again, changed (as
+    `actorctl cluster reload FILE` does). Logs go to logs/ beside FILE.
     """
     config = await _prepare(file)
     click.echo(f"starting cluster {config.name!r}: {len(config.nodes)} nodes")
     pages: list[str] = []
-    stop = trio.Event()
+    stop, cold = trio.Event(), trio.Event()
     starting, watching = trio.CancelScope(), trio.CancelScope()
 
     async def watch(signals: AsyncIterator[int], nursery: trio.Nursery) -> None:
         with watching:
             async for signum in signals:
                 if signum == signal.SIGHUP:  # reload the file, as `cluster reload` does
-                    nursery.start_soon(_hangup, config)
+                    if not stop.is_set():
+                        nursery.start_soon(_hangup, config)
+                    continue
+                if stop.is_set():  # the second: a cold stop, now
+                    if not cold.is_set():
+                        click.echo(_COLD, err=True)
+                        cold.set()
                     continue
                 stop.set()
                 starting.cancel()  # Ctrl-C while it starts: stop what started
-                return
+
+    async def run(task_status: trio.TaskStatus[dict[str, NodeState]]) -> None:
+        try:
+            await run_cluster(
+                config,
+                _progress,
+                stop=stop,
+                cold=cold,
+                in_process=in_process,
+                # on by default here: loopback, free ports (docs/operations.md)
+                metrics="127.0.0.1:0",
+                web=("127.0.0.1", 0),
+                on_web=pages.append,
+                task_status=task_status,
+            )
+        finally:
+            watching.cancel()  # stopped: a signal from now on is no one's
 
     try:
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(watch, signals, nursery)
                 with starting:
-                    states = await nursery.start(
-                        functools.partial(
-                            run_cluster,
-                            config,
-                            _progress,
-                            stop=stop,
-                            in_process=in_process,
-                            # on by default here: loopback, free ports (docs/operations.md)
-                            metrics="127.0.0.1:0",
-                            web=("127.0.0.1", 0),
-                            on_web=pages.append,
-                        )
-                    )
-                if starting.cancelled_caught:
-                    watching.cancel()
-                else:
+                    states = await nursery.start(run)
+                if not starting.cancelled_caught:
                     click.echo(_table(_rows(config, states)))
                     for page in pages:
                         click.echo(f"web page: {page} (metrics of every node: {page}metrics)")
                     click.echo(f"cluster {config.name!r} ready")
                     await stop.wait()
-                    watching.cancel()
-                    click.echo("stopping: nodes in reverse order")
+                    click.echo(_WARM)
                     # run_cluster sees `stop` too: it stops the nodes, then the
                     # Controller's node gracefully (so `cluster down` gets its answer)
     except* (SupervisorGaveUp, NodeDied, ChildFailedToStart) as group:
@@ -138,7 +147,21 @@ async def cluster_up(file: Path, in_process: bool) -> None:
             err=True,
         )
         raise SystemExit(INTERRUPTED)
+    if cold.is_set():
+        click.echo(f"interrupted: cluster {config.name!r} stopped cold", err=True)
+        raise SystemExit(INTERRUPTED)
     click.echo(f"cluster {config.name!r} stopped")
+
+
+#: What `cluster up` and `host up` say when a stop begins, and at a second Ctrl-C.
+_WARM = (
+    "stopping: nodes in reverse order, each within its shutdown_grace "
+    "(Ctrl-C again to stop them now)"
+)
+_COLD = (
+    "stopping now (cold): running tasks are cancelled, and run again at the next start "
+    "or on another node"
+)
 
 
 @cluster.command("status")

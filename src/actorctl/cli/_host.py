@@ -9,7 +9,6 @@ listens and follows the cluster's membership (:func:`membership`).
 
 from __future__ import annotations
 
-import functools
 import signal
 import sys
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -29,10 +28,10 @@ from ..cluster import (
     serve_membership,
 )
 from ..etcd import EtcdError
-from ..ops import NodeDied, check_etcd, check_references, host_nodes, run_host
+from ..ops import NodeDied, NodeState, check_etcd, check_references, host_nodes, run_host
 from ..supervision import ChildFailedToStart, SupervisorGaveUp
-from ._cluster import _progress, _rows, _table
-from ._errors import fail, leaf
+from ._cluster import _COLD, _WARM, _progress, _rows, _table
+from ._errors import INTERRUPTED, fail, leaf
 from ._logging import log_to
 from ._options import etcd_option, etcd_settings
 from ._reach import read_cluster
@@ -55,7 +54,9 @@ def host() -> None:
 async def host_up(file: Path, name: str, etcd: tuple[str, ...]) -> None:
     """Start the nodes of FILE whose host is NAME, supervised, each registered
     in etcd: a node that dies is restarted, and leaves etcd's directory when its
-    lease runs out; Ctrl-C (or SIGTERM) stops them, and they leave at once.
+    lease runs out; Ctrl-C (or SIGTERM) stops them, and they leave at once:
+    warm, as `cluster up` stops its nodes (each within its shutdown_grace); a
+    second Ctrl-C stops them cold at once, and exits 130.
 
     Logs go to logs/ beside FILE (this process's own to logs/host-NAME.log).
     """
@@ -79,14 +80,22 @@ async def host_up(file: Path, name: str, etcd: tuple[str, ...]) -> None:
         f"etcd at {', '.join(settings.endpoints)}"
     )
     sys.stdout.flush()
-    stop = trio.Event()
+    stop, cold = trio.Event(), trio.Event()
+    watching = trio.CancelScope()
+
+    async def run(task_status: trio.TaskStatus[dict[str, NodeState]]) -> None:
+        try:
+            await run_host(
+                config, name, settings, _progress, stop=stop, cold=cold, task_status=task_status
+            )
+        finally:
+            watching.cancel()  # stopped: a signal from now on is no one's
+
     try:
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(_watch, signals, stop)
-                states = await nursery.start(
-                    functools.partial(run_host, config, name, settings, _progress, stop=stop)
-                )
+                nursery.start_soon(_watch, signals, stop, cold, watching)
+                states = await nursery.start(run)
                 mine = attrs.evolve(
                     config, nodes=tuple(n for n in config.nodes if n.name in states)
                 )
@@ -94,17 +103,28 @@ async def host_up(file: Path, name: str, etcd: tuple[str, ...]) -> None:
                 click.echo(f"host {name!r} ready")
                 sys.stdout.flush()
                 await stop.wait()
-                click.echo("stopping: nodes in reverse order")
-                nursery.cancel_scope.cancel(reason="host down")
+                click.echo(_WARM)
+                sys.stdout.flush()
+                # run_host sees `stop` too: it stops its nodes, warm, and returns
     except* (SupervisorGaveUp, NodeDied, ChildFailedToStart) as group:
         fail(f"{leaf(group)}", 1)
+    if cold.is_set():
+        click.echo(f"interrupted: host {name!r} stopped cold", err=True)
+        raise SystemExit(INTERRUPTED)
     click.echo(f"host {name!r} stopped")
 
 
-async def _watch(signals: AsyncIterator[int], stop: trio.Event) -> None:
-    async for _ in signals:
-        stop.set()
-        return
+async def _watch(
+    signals: AsyncIterator[int], stop: trio.Event, cold: trio.Event, scope: trio.CancelScope
+) -> None:
+    """The first signal stops the host's nodes warm; the second, cold."""
+    with scope:
+        async for _ in signals:
+            if not stop.is_set():
+                stop.set()
+            elif not cold.is_set():
+                click.echo(_COLD, err=True)
+                cold.set()
 
 
 async def membership(

@@ -18,12 +18,14 @@ from typing import TYPE_CHECKING
 import asyncclick as click
 
 from .._errors import ConfigError
-from ._errors import fail, leaf
+from ._errors import INTERRUPTED, fail, leaf
 from ._logging import log_to
 from ._options import Security, etcd_option, etcd_settings, security_options
 
 if TYPE_CHECKING:
     import trio
+
+    from ..cluster import Node
 
 __all__ = ["node"]
 
@@ -52,7 +54,12 @@ def node() -> None:
     help="Host this many instances of each actor: NAME, NAME-2, NAME-3, ...",
 )
 @click.option(
-    "--grace", default=5.0, show_default=True, help="Seconds in-flight handlers get at stop."
+    "--grace",
+    default=None,
+    type=click.FloatRange(0, 86_400),
+    metavar="SECONDS",
+    help="Seconds running handlers get to finish at a stop (default: the node's "
+    "shutdown_grace in --cluster, else 20).",
 )
 @click.option(
     "--log", "log_path", default="-", show_default=True, help="Log file ('-' for stdout)."
@@ -83,16 +90,20 @@ async def node_run(
     instances: int,
     listen: str,
     name: str | None,
-    grace: float,
+    grace: float | None,
     log_path: str,
     security: Security,
 ) -> None:
     """Run a node hosting the actors that MODULE:OBJECT names.
 
     OBJECT may be an Actor subclass or instance, a list of them, or a mapping of
-    name to actor. The node stops gracefully on SIGINT or SIGTERM. With --etcd
-    (and --cluster), it registers in etcd once it listens, its pools' routers
-    follow who else is registered, and it leaves etcd when it stops.
+    name to actor. The node stops warm on SIGINT or SIGTERM: it takes no new
+    message, gives back what its actors hold and have not begun, and lets
+    running handlers finish within --grace seconds; a second SIGINT or SIGTERM
+    (or SIGQUIT) stops it cold at once (what runs is cancelled and given back)
+    and exits 130. With --etcd (and --cluster), it registers in etcd once it listens, its
+    pools' routers follow who else is registered, and it leaves etcd first
+    when it stops.
     """
     import attrs
     import eliot
@@ -163,10 +174,13 @@ async def node_run(
         )
     except ConfigError as exc:
         fail(str(exc))
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+    if grace is None:
+        grace = node_config.shutdown_grace
+    cold = False
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGQUIT) as signals:
         async with trio.open_nursery() as nursery:
             try:
-                await nursery.start(server.serve)
+                await nursery.start(_serve, server, nursery.cancel_scope)
             except* OSError as group:
                 fail(_listen_error(listen, node_name, leaf(group)))
             except* Exception as group:  # an actor that cannot start, say
@@ -186,16 +200,36 @@ async def node_run(
                     membership, server, config, node_config, settings, pools, left
                 )
                 await nursery.start(_scoped, member, run)
+            # Until the node has stopped (_serve ends the nursery): the first
+            # signal stops it warm, the second cold; SIGQUIT cold at once (as
+            # Celery's worker has them; two signals close together may reach
+            # a process as one, SIGQUIT cannot be taken for the first).
             async for signum in signals:
+                cold = server.stopping or signum == signal.SIGQUIT
                 eliot.log_message(
-                    message_type="actorctl:node:signal", signal=signal.Signals(signum).name
+                    message_type="actorctl:node:signal",
+                    signal=signal.Signals(signum).name,
+                    stop="cold" if cold else "warm",
+                    grace=0.0 if cold else grace,
                 )
+                if cold:
+                    server.stop(0)
+                    continue
                 if settings is not None:  # it leaves etcd first: routers stop sending
                     member.cancel(reason="the node stops")
                     with trio.move_on_after(LEAVE_TIMEOUT):
                         await left.wait()
                 server.stop(grace)
-                break
+    if cold:
+        raise SystemExit(INTERRUPTED)
+
+
+async def _serve(
+    server: Node, owner: trio.CancelScope, *, task_status: trio.TaskStatus[Node]
+) -> None:
+    """Run the node; once it has stopped, end ``owner`` (what waits for signals)."""
+    await server.serve(task_status=task_status)
+    owner.cancel(reason="the node stopped")
 
 
 async def _scoped(

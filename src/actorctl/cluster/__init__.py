@@ -26,6 +26,7 @@ from ._router import AT_MOST_ONCE as AT_MOST_ONCE
 from ._router import Router as Router
 from .config._app import AppReload as AppReload
 from .config._app import AppTable as AppTable
+from .config._config import SHUTDOWN_GRACE as SHUTDOWN_GRACE
 from .config._config import ClusterApp as ClusterApp
 from .config._config import ClusterConfig as ClusterConfig
 from .config._config import NodeConfig as NodeConfig

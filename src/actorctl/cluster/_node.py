@@ -32,7 +32,6 @@ from ..mailbox import (
     DEFAULT_REPLAY_BYTES,
     Keyring,
     MailboxStatistics,
-    Outcome,
     ReplayCache,
     SessionTable,
     Verifier,
@@ -244,6 +243,7 @@ class Node:
         #: Set once its actors have started (then it says it is ready).
         self.actors_started = trio.Event()
         self._grace = DEFAULT_GRACE
+        self._grace_scope: trio.CancelScope | None = None  # while it waits for the grace
         settings = PeerSettings(
             node_id=self.node_id,
             identity=self.identity,
@@ -337,13 +337,16 @@ class Node:
             )
             task_status.started(self)
             await self._stop.wait()
-            # Graceful stop: no new connections, no new messages; in-flight
-            # handlers get the grace period, then everything is cancelled.
+            # Graceful stop (warm): no new connections, no new messages, and
+            # what an actor holds and has not begun goes back to its sender
+            # (each cell's drain); in-flight handlers get the grace period,
+            # then everything is cancelled (what they held is released).
             listen_scope.cancel(reason="node stopping")
-            for cell in self.cells.values():
-                for left in cell.mailbox.close():
-                    left.settle(Outcome("released"))
-            with trio.move_on_after(self._grace):
+            started = trio.current_time()
+            log("actorctl:node:stopping", node=self.name, grace=self._grace)
+            for cell in list(self.cells.values()):
+                cell.drain()
+            with trio.move_on_after(self._grace) as self._grace_scope:
                 # In-flight handlers finish (each mailbox settles what it
                 # took); what never ends by itself (a boxed worker's process)
                 # is then stopped at once, gracefully, by its supervisor,
@@ -352,6 +355,14 @@ class Node:
                     await cell.mailbox.wait_settled()
                 with trio.move_on_after(_SETTLED_GRACE):
                     await actors_done.wait()
+            if self._grace_scope.cancelled_caught:
+                log(
+                    "actorctl:node:grace-over",
+                    node=self.name,
+                    grace=self._grace,
+                    waited=round(trio.current_time() - started, 3),
+                    unsettled=self._unsettled(),
+                )
             actors_scope.cancel(reason="node stopping")
             await self._engines.close_all(timeout=1.0)
             nursery.cancel_scope.cancel(reason="node stopped")
@@ -361,9 +372,26 @@ class Node:
         return self._stop.is_set()
 
     def stop(self, grace: float = DEFAULT_GRACE) -> None:
-        """Begin a graceful stop: in-flight handlers get ``grace`` seconds."""
+        """Begin a graceful stop: in-flight handlers get ``grace`` seconds.
+
+        Called again while it stops, a shorter ``grace`` cuts the wait short
+        (``stop(0)``: a cold stop now; what still runs is cancelled and
+        released to its senders); a longer one changes nothing."""
+        scope = self._grace_scope
+        if scope is not None:
+            scope.deadline = min(scope.deadline, trio.current_time() + grace)
+            self._grace = min(self._grace, grace)
+            return
+        if self._stop.is_set():
+            self._grace = min(self._grace, grace)
+            return
         self._grace = grace
         self._stop.set()
+
+    def _unsettled(self) -> dict[str, int]:
+        """The messages each actor still holds (once its grace is over)."""
+        held = {name: cell.mailbox.statistics().depth for name, cell in self.cells.items()}
+        return {name: depth for name, depth in held.items() if depth}
 
     @property
     def url(self) -> str:

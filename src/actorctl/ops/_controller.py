@@ -289,6 +289,7 @@ async def run_cluster(
     on_change: Callable[[NodeState], None],
     *,
     stop: trio.Event,
+    cold: trio.Event | None = None,
     in_process: bool = False,
     metrics: str | None = None,
     web: tuple[str, int] | None = None,
@@ -296,7 +297,8 @@ async def run_cluster(
     task_status: trio.TaskStatus[dict[str, NodeState]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run the cluster until ``stop`` is set (or cancelled): the Controller's own
-    node first, then every node under one supervisor; stop in reverse order.
+    node first, then every node under one supervisor; stop in reverse order,
+    each node warm (within its ``shutdown_grace``), or cold once ``cold`` is set.
 
     Reports the node states once every node is ready (and, under systemd, says
     READY=1 on NOTIFY_SOCKET). With ``in_process`` every node runs in this
@@ -307,10 +309,11 @@ async def run_cluster(
     nodes start.
     """
     foreman = LocalForeman if in_process else Foreman
+    cold = cold if cold is not None else trio.Event()
 
     def make(config: ClusterConfig, node: NodeConfig) -> tuple[NodeRunner, NodeState]:
         state = NodeState(node.name)
-        return foreman(config, node, state, on_change, metrics), state
+        return foreman(config, node, state, on_change, metrics, cold=cold), state
 
     runners: dict[str, NodeRunner] = {}
     states: dict[str, NodeState] = {}

@@ -3,11 +3,15 @@
 It starts ``actorctl node run`` for one node of a cluster.toml, waits until the
 node reports ready on its log, tells the supervisor it has started, and then
 waits for the process: a node that exits (or is killed) raises into the
-supervisor, which restarts it by its policy. Stopping the Foreman stops the
-node: SIGTERM, and SIGKILL if it is not gone within ``STOP_TIMEOUT``. Its log
-is copied to ``logs/<node>.log`` until the process ends, stopped or not: what a
-node logs as it stops (its boxed processes' exits, ``actorctl:node:stopped``)
-is in its file when ``cluster down`` returns.
+supervisor, which restarts it by its policy.
+
+Stopping the Foreman stops the node warm: SIGTERM (the node takes nothing new,
+gives back what it holds and has not begun, and lets its running handlers
+finish within its ``shutdown_grace``), then the grace and STOP_MARGIN more
+before a SIGKILL, which it logs in its own words (``actorctl:foreman:killed``).
+The ``cold`` event (a second Ctrl-C to ``cluster up`` or ``host up``) sends
+SIGQUIT: the node's cold stop (what runs is cancelled now, and runs again
+elsewhere), with STOP_MARGIN before the SIGKILL.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ import trio
 
 from .._errors import ActorctlError, ConfigError
 from .._log import log
-from ..cluster._node import DEFAULT_GRACE, Node
+from ..cluster._node import Node
 from ..cluster.config._config import CONTROLLER_KEY, ClusterConfig, NodeConfig
 from ..mailbox import ROLES_FILE, IdentityKey, Role
 from ..mailbox._roles import read_roles, write_role
@@ -40,12 +44,10 @@ from ._preflight import module_environment, module_paths
 __all__ = ["Foreman", "LocalForeman", "NodeDied", "NodeState", "ensure_dev_secrets"]
 
 READY_TIMEOUT: Final = 30.0
-#: How long a node has after SIGTERM to stop gracefully (its own grace for its
-#: actors, then its store and log) before it is killed with SIGKILL.
-STOP_TIMEOUT: Final = DEFAULT_GRACE + 5.0
-#: How long a node's log is still read once its process has ended (what is left
-#: in the pipe; a process it started that holds the pipe open is not waited for).
-DRAIN_TIMEOUT: Final = 2.0
+#: Seconds a stopping node gets beyond its shutdown_grace before SIGKILL: to
+#: leave etcd first (at most 5 s, ``host up``), then to cancel what still runs,
+#: close its connections and commit its store.
+STOP_MARGIN: Final = 10.0
 CLI_NAME: Final = "cli"
 
 
@@ -80,11 +82,14 @@ class _Runner:
         metrics: str | None = None,
         *,
         etcd: Sequence[str] = (),
+        cold: trio.Event | None = None,
     ) -> None:
         self.config = config
         self.node = node
         self.state = state
         self.etcd = tuple(etcd)
+        #: Set to stop the node cold (it is stopping warm, or about to).
+        self.cold = cold if cold is not None else trio.Event()
         self._metrics = metrics
         self._on_change = on_change
         self._starts = 0
@@ -120,6 +125,7 @@ class Foreman(_Runner):
             (``cluster up``: 127.0.0.1:0); None: nowhere.
         etcd: etcd's endpoints (``host up``): the node registers there, and is
             ready once it has (none: a cluster on one host).
+        cold: set (a second Ctrl-C) to cut a stop short: the node stops cold.
     """
 
     def command(self) -> list[str]:
@@ -127,7 +133,8 @@ class Foreman(_Runner):
         command = [sys.executable, "-m", "actorctl", "node", "run",
                    *([node.actors] if node.actors else []),
                    "--listen", node.listen, "--name", node.name,
-                   "--instances", str(node.instances)]  # fmt: skip
+                   "--instances", str(node.instances),
+                   "--grace", f"{node.shutdown_grace:g}"]  # fmt: skip
         for name, addresses in config.routes(node):
             command += ["--route", f"{name}={','.join(addresses)}"]
         # The node's actors factory (if its actors name one) reads its cluster.
@@ -142,20 +149,16 @@ class Foreman(_Runner):
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Start the node, report it started once it is ready, and wait for it.
-        Cancelled (``cluster down``), it stops the node and copies the node's
-        log to its end first.
 
         Raises:
             NodeDied: when the process ends, or is not ready in time.
         """
+        state = self.state
         self._begin()
         self._error: str | None = None
         log_dir = self.config.root / "logs"
         log_dir.mkdir(exist_ok=True)
         log_path = log_dir / f"{self.node.name}.log"
-        # The copy of its log outlives a cancellation of this task: it ends
-        # when the node's output does (or DRAIN_TIMEOUT after the node did).
-        copying = trio.CancelScope(shield=True)
         async with trio.open_nursery() as nursery:
             process: trio.Process = await nursery.start(
                 functools.partial(
@@ -169,13 +172,30 @@ class Foreman(_Runner):
                     # Its own process group: what it starts (boxed processes)
                     # is ended with it if it dies (see _end_group).
                     start_new_session=True,
-                    deliver_cancel=_stop,
+                    deliver_cancel=self._stop,
                 )
             )
             ready = trio.Event()
-            nursery.start_soon(self._pump, process, ready, log_path, copying)
-            nursery.start_soon(_reap, process, copying)
-            await self._until_ready(process, ready, log_path)
+            # Its log is copied while it stops too (shielded): a pipe nobody
+            # reads would hold up its last lines, and then the node itself.
+            pump = trio.CancelScope(shield=True)
+            nursery.start_soon(self._pump, process, ready, log_path, pump)
+            nursery.start_soon(_reap, process, pump)
+            with trio.move_on_after(READY_TIMEOUT):
+                await ready.wait()
+            if state.address is None:
+                with trio.move_on_after(5.0):  # its output ended: it is ending too
+                    await process.wait()
+                if process.returncode is None:
+                    process.kill()
+                    why = f"did not report ready within {READY_TIMEOUT:g} s"
+                else:
+                    why = f"exited with code {process.returncode} before it was ready"
+                if self._error is not None:  # the node's own words
+                    own = self._error.removeprefix(f"node {self.node.name} could not start: ")
+                    why = f"could not start: {own.removeprefix(f'node {self.node.name}: ')}"
+                self._set(state="dead", reason=why)
+                raise NodeDied(f"node {self.node.name} {why} (its log: {log_path})")
             self._set(state="running", pid=process.pid)
             task_status.started()
             code = await process.wait()
@@ -183,39 +203,35 @@ class Foreman(_Runner):
         self._set(state="dead", reason=reason)
         raise NodeDied(reason)
 
-    async def _until_ready(self, process: trio.Process, ready: trio.Event, log_path: Path) -> None:
-        """Wait until the node says it is ready.
-
-        Raises:
-            NodeDied: saying why, when it ends first or is not ready in time.
-        """
-        with trio.move_on_after(READY_TIMEOUT):
-            await ready.wait()
-        if self.state.address is not None:
-            return
-        with trio.move_on_after(5.0):  # its output ended: it is ending too
-            await process.wait()
-        if process.returncode is None:
-            process.kill()
-            why = f"did not report ready within {READY_TIMEOUT:g} s"
-        else:
-            why = f"exited with code {process.returncode} before it was ready"
-        if self._error is not None:  # the node's own words
-            own = self._error.removeprefix(f"node {self.node.name} could not start: ")
-            why = f"could not start: {own.removeprefix(f'node {self.node.name}: ')}"
-        self._set(state="dead", reason=why)
-        raise NodeDied(f"node {self.node.name} {why} (its log: {log_path})")
-
     def _environment(self) -> dict[str, str]:
         """Actor modules are found beside the cluster file first, then where
         ``cluster up`` runs."""
         return module_environment(module_paths(self.config))
 
+    async def _stop(self, process: trio.Process) -> None:
+        """Stop the node (``deliver_cancel``; trio cancels this once it exited):
+        SIGTERM, its warm stop; SIGQUIT once ``cold`` is set, its cold stop
+        (not SIGTERM again: two of them close together may reach it as one);
+        SIGKILL past its grace and STOP_MARGIN (or STOP_MARGIN after the cold
+        stop), said in one line of the log."""
+        name, grace = self.node.name, self.node.shutdown_grace
+        self._set(state="stopping")
+        _signal(process, signal.SIGTERM)
+        why = f"it did not stop within its shutdown_grace ({grace:g} s) and {STOP_MARGIN:g} s"
+        with trio.move_on_after(grace + STOP_MARGIN):
+            await self.cold.wait()
+            _signal(process, signal.SIGQUIT)
+            why = f"its cold stop did not end within {STOP_MARGIN:g} s"
+            with trio.move_on_after(STOP_MARGIN):
+                await trio.sleep_forever()  # until it exits (this is cancelled then)
+        # Still here: it has not exited (trio cancels this once it has).
+        log("actorctl:foreman:killed", node=name, pid=process.pid, why=why)
+        _signal(process, signal.SIGKILL)
+
     async def _pump(
         self, process: trio.Process, ready: trio.Event, log_path: Path, scope: trio.CancelScope
     ) -> None:
-        """Copy the node's log to its file, within ``scope``; notice the line
-        that says it is ready."""
+        """Copy the node's log to its file; notice the line that says it is ready."""
         with scope:
             await self._copy(process, ready, log_path)
         ready.set()  # it ended: whoever waits for it must look at the state
@@ -315,7 +331,7 @@ class LocalForeman(_Runner):
             built = build_node(
                 node, config, hosted, security=config.security(node.name), metrics=self.metrics
             )
-            async with _serving(built) as n:
+            async with _serving(built, node.shutdown_grace, self.cold) as n:
                 self._set(
                     state="running",
                     pid=os.getpid(),
@@ -342,39 +358,51 @@ class LocalForeman(_Runner):
 
 
 @contextlib.asynccontextmanager
-async def _serving(node: Node) -> AsyncIterator[Node]:
-    """Run ``node`` for the block, then stop it gracefully (as ``open_node``)."""
+async def _serving(node: Node, grace: float, cold: trio.Event) -> AsyncIterator[Node]:
+    """Run ``node`` for the block, then stop it warm, as a node process stops
+    on SIGTERM: within ``grace`` seconds, or cold once ``cold`` is set. A
+    cancellation of the block (its supervisor stops it) does not reach the
+    node itself: it stops it the same way."""
     async with trio.open_nursery() as nursery:
-        await nursery.start(node.serve)
+        await nursery.start(_shielded, node, cold)
         try:
             yield node
         finally:
-            node.stop(DEFAULT_GRACE)
+            node.stop(grace)
 
 
-async def _stop(process: trio.Process) -> None:
-    """How a Foreman that is cancelled stops its node: SIGTERM (the node stops
-    gracefully, logging as it goes), and SIGKILL if it is still there after
-    ``STOP_TIMEOUT``."""
-    with contextlib.suppress(ProcessLookupError):  # it has just ended
-        process.terminate()
-    await trio.sleep(STOP_TIMEOUT)
-    log(
-        "actorctl:node:killed",
-        pid=process.pid,
-        why=f"still running {STOP_TIMEOUT:g} s after SIGTERM",
-    )
-    process.kill()
+async def _shielded(
+    node: Node, cold: trio.Event, *, task_status: trio.TaskStatus[Node] = trio.TASK_STATUS_IGNORED
+) -> None:
+    """``node.serve``, shielded from its owner's cancellation (its owner
+    stops it with ``node.stop``); ``cold`` cuts its stop short."""
+
+    async def hurry() -> None:
+        await cold.wait()
+        node.stop(0)
+
+    with trio.CancelScope(shield=True):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(hurry)
+            await node.serve(task_status=task_status)
+            nursery.cancel_scope.cancel(reason="node stopped")
 
 
-async def _reap(process: trio.Process, copying: trio.CancelScope) -> None:
-    """Once the node's process has ended (by itself, or stopped by ``_stop``
-    when its Foreman is cancelled), end its process group and give the copy of
-    its log ``DRAIN_TIMEOUT`` more to read what is left."""
-    with trio.CancelScope(shield=True):  # run_process ends it when cancelled
+async def _reap(process: trio.Process, pump: trio.CancelScope) -> None:
+    """Once the node's process has ended (however: this waits shielded), end
+    what is left of its process group, and give the copy of its log one
+    second to reach the end (a process left holding the pipe must not hold
+    up the Foreman)."""
+    with trio.CancelScope(shield=True):
         await process.wait()
     _end_group(process.pid)
-    copying.deadline = trio.current_time() + DRAIN_TIMEOUT
+    pump.deadline = min(pump.deadline, trio.current_time() + 1.0)
+
+
+def _signal(process: trio.Process, signum: signal.Signals) -> None:
+    """Send ``signum`` to the node's process, if it still runs."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        process.send_signal(signum)
 
 
 def _end_group(pid: int) -> None:

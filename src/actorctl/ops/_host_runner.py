@@ -108,11 +108,13 @@ async def run_host(
     on_change: Callable[[NodeState], None],
     *,
     stop: trio.Event,
+    cold: trio.Event | None = None,
     task_status: trio.TaskStatus[dict[str, NodeState]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run ``host``'s nodes, each registered in etcd, until ``stop`` is set
     (by the caller, or here when ``cluster down`` asks through etcd) or this
-    is cancelled; stop them in reverse order.
+    is cancelled; stop them in reverse order, each warm (as ``cluster up``
+    does: within its ``shutdown_grace``), or cold once ``cold`` is set.
 
     Reports the node states once every node is ready (registered), and under
     systemd says READY=1 on NOTIFY_SOCKET (``Type=notify``).
@@ -125,7 +127,9 @@ async def run_host(
     children = []
     for node in host_nodes(config, host):
         states[node.name] = NodeState(node.name)
-        foreman = Foreman(config, node, states[node.name], on_change, etcd=settings.endpoints)
+        foreman = Foreman(
+            config, node, states[node.name], on_change, etcd=settings.endpoints, cold=cold
+        )
         children.append(ChildSpec(node.name, foreman.run))
     supervisor = Supervisor(
         f"{config.name}-{host}",

@@ -12,6 +12,7 @@
     host = "b"              # which host runs it, with [etcd] (_etcd_config.py, docs/deploy.md)
     actors = "examples.workers:actors"
     durable = true          # its store in data/worker-1/store.sqlite; false: in memory
+    shutdown_grace = 20.0   # seconds running handlers get to finish at a stop
       [node.limits]         # resource bounds (Node's arguments of the same names)
       max_message_size = 4194304
       [node.metrics]        # Prometheus /metrics (docs/operations.md)
@@ -68,6 +69,7 @@ __all__ = [
     "KNOWN_KEYS",
     "NODE_KEYS",
     "REQUIRED_KEYS",
+    "SHUTDOWN_GRACE",
     "ClusterApp",
     "ClusterConfig",
     "NodeConfig",
@@ -80,7 +82,12 @@ _NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?")
 #: The keys of a [[node]] table this layer reads; an actors factory reads others.
 NODE_KEYS: Final = frozenset(
     {"name", "listen", "actors", "instances", "durable", "limits", "deadletters", "health"}
-) | {"metrics"}
+) | {"metrics", "shutdown_grace"}
+#: Seconds a node's running handlers get to finish when it stops (SIGTERM, the
+#: first Ctrl-C): its key shutdown_grace. Celery's warm shutdown waits for them
+#: without a bound; this bound fits, with the Foreman's margin, within the 30 s
+#: an orchestrator gives by default (Kubernetes' terminationGracePeriodSeconds).
+SHUTDOWN_GRACE: Final = 20.0
 #: The key of a [[node]] table that says where it runs (read by `host up`, not the node).
 HOST_KEY: Final = "host"
 #: The name of the Controller's key (and certificate) in a cluster's directories.
@@ -114,6 +121,8 @@ REQUIRED_KEYS: Final[dict[str, tuple[str, ...]]] = {
     "router": ("name", "node", "instances"),
     "etcd": ("endpoints",),
 }
+#: The longest shutdown_grace (s): a day; a stop that may wait longer is no stop.
+_MOST_GRACE: Final = 86_400.0
 #: Tables that may have keys besides the known ones (read by someone else).
 _OPEN: Final = frozenset({"node"})
 
@@ -151,6 +160,8 @@ class NodeConfig:
     health: tuple[Mapping[str, Any], ...] = attrs.field(default=(), eq=False, hash=False)
     metrics: str | None = None  # [node.metrics] listen: where it serves /metrics
     runs_on: str = ""  # its key host: the host that runs it ("": the one host)
+    # its key shutdown_grace: seconds its running handlers get at a stop
+    shutdown_grace: float = SHUTDOWN_GRACE
 
     @property
     def listen(self) -> str:
@@ -468,6 +479,14 @@ class _Where:
         if not isinstance(durable, bool):
             why = f"true or false (whether node {name!r} keeps its store on disk)"
             raise self.error(f"{prefix}.durable", why, durable)
+        grace = item.get("shutdown_grace", SHUTDOWN_GRACE)
+        if type(grace) not in (int, float) or not 0 <= grace <= _MOST_GRACE:
+            why = (
+                f"seconds from 0 to {_MOST_GRACE:g} that node {name!r} gives its running "
+                "handlers to finish when it stops (e.g. shutdown_grace = 20.0; 0: a stop "
+                "cancels them at once, and they run again elsewhere)"
+            )
+            raise self.error(f"{prefix}.shutdown_grace", why, grace)
         limits = self.limits(f"{prefix}.limits", item.get("limits", {}))
         deadletters = self.deadletters(f"{prefix}.deadletters", item.get("deadletters", {}))
         try:
@@ -511,6 +530,7 @@ class _Where:
             health=health,
             metrics=metrics_table(self.path, f"{prefix}.metrics", item.get("metrics")),
             runs_on=runs_on,
+            shutdown_grace=float(grace),
         )
 
     def deadletters(self, key: str, table: object) -> DeadLetterBounds:

@@ -11,6 +11,12 @@ dies while it runs (at-most-once).
 A worker holds more messages at once than it runs (``concurrency`` is its
 pool's ``runs`` plus SETTLING): a run slot is held only while the task runs,
 so the next task starts while the last one's follow-ups are being stored.
+
+When its node begins a graceful stop (a warm shutdown: SIGTERM, or the first
+Ctrl-C), the worker starts nothing more: the tasks it holds that wait for a
+run slot are given back at once, unsettled (``released``: the pool's router
+sends each to another worker, a direct sender sends it again after the next
+start), and those running finish within the node's grace (docs/guarantees.md).
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ from ...cluster import (
     REASON_OUT_OF_RETRIES,
     REASON_POISON,
 )
-from ...mailbox import ACCEPTED, Envelope, Outcome
+from ...mailbox import ACCEPTED, STOPPING, Envelope, Outcome
 from ...supervision import Boxed, RetryPolicy, failure_mark
 from ..app import _signals as signals
 from ..app._registry import TaskRegistry
@@ -144,6 +150,10 @@ class TaskWorker(Actor):
         self.named_counters = NamedCounters()
         # Its circuit breakers, by task, and each once by name (its actor state).
         self._breakers, self.breakers = task_breakers(app.tasks, app.breakers)
+        # Set when its node begins a graceful stop; the waits for a run slot,
+        # each cancelled then (the task given back, never begun).
+        self._draining = False
+        self._slot_waits: set[trio.CancelScope] = set()
 
     async def on_start(self) -> None:
         """Runs in the actor's task: the client of the node it runs on."""
@@ -168,6 +178,14 @@ class TaskWorker(Actor):
         """Runs in the actor's last task: the node's last worker sends worker_shutdown."""
         hooks.worker_down(self.state, node_outbox(self._require_cell().outbox).name)
 
+    def on_drain(self) -> None:
+        """Its node begins a graceful stop (in the node's task): the tasks that
+        wait for a run slot are given back, never begun, and none starts
+        from now on; those running finish (within the node's grace)."""
+        self._draining = True
+        for wait in self._slot_waits:
+            wait.cancel(reason="the node stops: the task is given back, not begun")
+
     @property
     def followups(self) -> FollowUps:
         if self._followups is None:
@@ -182,7 +200,7 @@ class TaskWorker(Actor):
         try:
             with self.state.holdings.action(envelope, self.address.name):  # its trace
                 handled = await self._task(envelope)
-            if handled[0].state != "accepted":
+            if handled[0].state not in ("accepted", "released"):
                 counters.add(envelope.subject, f"rejected:{handled[0].condition}")
             return handled
         except Exception as exc:
@@ -234,7 +252,18 @@ class TaskWorker(Actor):
         # Reserved until a run slot is free, then active until the run ends (inspect).
         held = HeldTask(task_id, task.name, args, kwargs, self.address.name, self.pool, now())
         holdings = self.state.holdings
-        ticket = await holdings.enter(self.gate, envelope.message_id, held, envelope.headers, key)
+        with trio.CancelScope() as wait:
+            if self._draining:
+                wait.cancel(reason="the node stops")
+            self._slot_waits.add(wait)
+            try:
+                ticket = await holdings.enter(
+                    self.gate, envelope.message_id, held, envelope.headers, key
+                )
+            finally:
+                self._slot_waits.discard(wait)
+        if wait.cancelled_caught:
+            return self._given_back(envelope, task_id)
         try:
             if (
                 admitted_closed
@@ -278,6 +307,13 @@ class TaskWorker(Actor):
         if signals.task_postrun.receivers:
             hooks.postrun(task, task_id, args, kwargs, hooks.retval_of(envelope, ran), state)
         return ACCEPTED, None
+
+    def _given_back(self, envelope: Envelope, task_id: str) -> Handled:
+        """The node stops before the task could begin: it goes back unsettled
+        (``released``), to run on another worker, or here after the next start
+        (the cell logs it: ``actorctl:delivery:released``)."""
+        why = f"worker {self.address.name!r} is stopping: task {task_id} was not begun"
+        return Outcome("released", STOPPING, why), None
 
     async def _refuse(self, envelope: Envelope, task: Task, refused: str) -> Handled:
         routed = self.pool in self.directory.accepting
