@@ -6,7 +6,7 @@ its run ends. Each worker records both in the ``Held`` table of its node's
 ``WorkerState``, which the node's ``_tasks`` actor reads to answer ``active``,
 ``reserved``, ``stats`` and ``registered`` (docs/protocol.md §14.8).
 
-It also keeps a window of the last RECENT runs that ended here (``Ended``:
+It also keeps a window of the last RECENT runs that ended here (``Ended``, a tuple:
 name, arguments, state, result or error, run time, worker, retries), for the
 Controller's web page (``recent``): the worker appends one record when a run's
 outcome is known, and the record is turned into text only when asked.
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from ...mailbox import Envelope
     from ..limits._gate import Gate, Ticket
 
-__all__ = ["RECENT", "TEXT_LIMIT", "Ended", "HeldTask", "Holdings"]
+__all__ = ["RECENT", "TEXT_LIMIT", "Ended", "HeldTask", "Holdings", "ended_answer", "error_text"]
 
 #: Characters of a task's arguments an answer shows, at most (as Celery's
 #: ``argsrepr`` is cut): an inspect answer stays small whatever a task takes.
@@ -73,43 +73,36 @@ class HeldTask:
         }
 
 
-@final
-@attrs.define(slots=True)
-class Ended:
-    """One run that ended: what the worker knew then, turned into text only
-    when ``recent`` is asked. A failure is kept as its text, not its
-    exception (whose traceback would keep the run's frames alive)."""
+#: One run that ended (``Holdings.end``): seq, the task as held, state, its
+#: result (SUCCESS) or error text, seconds it ran (None: it did not run),
+#: retries, when it ended (the node's clock). A plain tuple: it is made on
+#: every run, and turned into an answer only when ``recent`` is asked.
+Ended = tuple[int, HeldTask, str, Any, float | None, int, float]
 
-    seq: int
-    held: HeldTask
-    state: str
-    value: Any  # the result (SUCCESS), or the error's text
-    runtime: float | None  # seconds it ran (None: it did not run)
-    retries: int
-    finished: float  # the node's clock (seconds since the epoch)
 
-    def answer(self, node: str) -> dict[str, Any]:
-        """As ``recent`` shows it: arguments, result and error as short text."""
-        held = self.held
-        ok = self.state == "SUCCESS"
-        return {
-            "seq": self.seq,
-            "id": held.task_id,
-            "name": held.name,
-            "args": _text(held.args),
-            "kwargs": _text(held.kwargs),
-            "state": self.state,
-            "result": _text(self.value) if ok else None,
-            "error": None if ok else self.value,
-            "runtime": self.runtime,
-            "worker": held.worker,
-            "pool": held.pool,
-            "node": node,
-            "retries": self.retries,
-            "received": held.received,
-            "started": held.started,
-            "finished": self.finished,
-        }
+def ended_answer(ended: Ended, node: str) -> dict[str, Any]:
+    """A run that ended, as ``recent`` shows it: arguments, result and error
+    as short text."""
+    seq, held, state, value, runtime, retries, finished = ended
+    ok = state == "SUCCESS"
+    return {
+        "seq": seq,
+        "id": held.task_id,
+        "name": held.name,
+        "args": _text(held.args),
+        "kwargs": _text(held.kwargs),
+        "state": state,
+        "result": _text(value) if ok else None,
+        "error": None if ok else value,
+        "runtime": runtime,
+        "worker": held.worker,
+        "pool": held.pool,
+        "node": node,
+        "retries": retries,
+        "received": held.received,
+        "started": held.started,
+        "finished": finished,
+    }
 
 
 def error_text(exc: BaseException) -> str:
@@ -203,9 +196,9 @@ class Holdings:
         """A run of ``held`` ended in ``state``, with its result or error
         (``value``: an exception is kept as its text): one record appended to
         the bounded window, nothing else."""
-        if isinstance(value, BaseException):
+        if isinstance(value, BaseException):  # its text: the traceback would keep its frames
             value = error_text(value)
-        self.ended.append(Ended(next(self._seq), held, state, value, runtime, retries, now))
+        self.ended.append((next(self._seq), held, state, value, runtime, retries, now))
 
     def recent(self, after: Any = None) -> dict[str, Any]:
         """The runs that ended here after ``after`` (the ``cursor`` of the last
@@ -214,7 +207,12 @@ class Holdings:
         since = 0
         if isinstance(after, list) and len(after) == 2 and after[0] == self.run:
             since = int(after[1])
-        rows = [e.answer(self.node) for e in self.ended if e.seq > since][:RECENT_ANSWER]
+        ended = self.ended
+        rows = []
+        if ended and since < ended[-1][0]:
+            skip = max(0, since - ended[0][0] + 1)  # (their seqs follow one another)
+            kept = itertools.islice(ended, skip, skip + RECENT_ANSWER)
+            rows = [ended_answer(one, self.node) for one in kept]
         last = rows[-1]["seq"] if rows else since
         return {"cursor": [self.run, last], "rows": rows}
 
