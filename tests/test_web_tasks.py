@@ -71,7 +71,10 @@ async def test_a_failing_task_shows_in_the_failed_list_with_its_error(
     assert seen["retried"] >= 2  # always_down: two retries before it gives up
     assert seen["succeeded_id"] in seen["recent"]
     assert "SUCCESS" in seen["recent"]
-    assert any(div.name in r and "%" in r for r in seen["counts"]), seen["counts"]
+    counts = {r[0]: r[1:] for r in seen["counts"]}  # succeeded, failed, retried, rates
+    assert counts[div.name] == ["0", "1", "0", "100 %", "100 %"], counts
+    assert counts[add.name][:3] == ["1", "0", "0"], counts
+    assert counts[always_down.name][1:3] == ["1", "2"], counts
     assert {"worker-1", "worker-2"} <= {r[0] for r in seen["pools"]}, seen["pools"]
     # The charts have a time axis (clock times) and units
     assert any(t.count(":") == 2 for t in seen["axis"]), seen["axis"]
@@ -149,8 +152,8 @@ async def _lists(page: Any, ids: dict[str, str], seen: dict[str, Any]) -> None:
     await page.wait_for_function(f"{_rows_of('#tasks-recent', ids['add'])}.length", timeout=15000)
     seen["succeeded_id"] = ids["add"]
     seen["recent"] = await page.evaluate("document.querySelector('#tasks-recent').textContent")
-    await page.wait_for_function(
-        f"{_rows_of('#tasks-counts', div.name)}.some(r => r.textContent.includes('%'))",
+    await page.wait_for_function(  # its failure rate over the last minute
+        f"{_rows_of('#tasks-counts', div.name)}.some(r => r.children[4].textContent === '100 %')",
         timeout=15000,
     )
     await page.wait_for_function(  # each task's runs and failure rate over time, drawn
@@ -158,7 +161,7 @@ async def _lists(page: Any, ids: dict[str, str], seen: dict[str, Any]) -> None:
         " && document.querySelectorAll('#tasks-failures polyline').length >= 3",
         timeout=15000,
     )
-    seen["counts"] = await _rows(page, "#tasks-counts")
+    seen["counts"] = [r.split("\t") for r in await _cells(page, "#tasks-counts")]
     seen["pools"] = [r.split("\t") for r in await _cells(page, "#tasks-pools")]
     seen["axis"] = await page.evaluate(
         "[...document.querySelectorAll('#rate text, #tasks-rate text')].map(t => t.textContent)"
@@ -197,13 +200,6 @@ async def _done(page: Any) -> list[str]:
         "[...document.querySelectorAll('#nodes .done')].map(e => e.dataset.value)"
     )
     return value
-
-
-async def _rows(page: Any, table: str) -> list[str]:
-    rows: list[str] = await page.evaluate(
-        f"[...document.querySelectorAll('{table} tbody tr')].map(r => r.textContent)"
-    )
-    return rows
 
 
 async def _cells(page: Any, table: str) -> list[str]:

@@ -181,8 +181,9 @@ class Scraper:
     def named(self) -> dict[str, dict[str, Any]]:
         """Per name (a task): ``totals``, its counts now (``succeeded``,
         ``failed``, ``retried``, summed over the nodes that answered the last
-        scrape), and ``points`` between samples: ``at`` (wall time) and each
-        outcome per second, from the nodes that answered both (a name a node
+        scrape), and ``points`` between samples: ``at`` (wall time), ``dt``
+        (seconds since the sample before) and each outcome per second, from
+        the nodes that answered both (a name a node
         had not counted yet counts from 0)."""
         out: dict[str, dict[str, Any]] = {}
         if self.samples:
@@ -200,7 +201,7 @@ class Scraper:
                     continue
                 for name, outcomes in counts.items():
                     was = before[node].get(name, {})
-                    point = rates.setdefault(name, {"at": round(at, 3)})
+                    point = rates.setdefault(name, {"at": round(at, 3), "dt": t1 - t0})
                     for outcome, value in outcomes.items():
                         rate = max(0.0, (value - was.get(outcome, 0.0)) / (t1 - t0))
                         point[outcome] = point.get(outcome, 0.0) + rate

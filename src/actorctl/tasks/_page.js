@@ -85,11 +85,10 @@ ${table("tasks-schedules", "<th>name</th><th>task</th><th>schedule</th><th>last<
         const runs = (p.succeeded || 0) + (p.failed || 0);
         return {at: p.at, v: runs > 0 ? (p.failed || 0) / runs : null};
       });
-      let ok = 0, bad = 0;
-      for (let i = 1; i < pts.length; i++) {
-        if (pts[i].at < now - 60) continue;
-        const dt = pts[i].at - pts[i - 1].at;
-        ok += (pts[i].succeeded || 0) * dt; bad += (pts[i].failed || 0) * dt;
+      let ok = 0, bad = 0;  // runs over the last minute: rate times interval
+      for (const p of pts) {
+        if (p.at < now - 60) continue;
+        ok += (p.succeeded || 0) * p.dt; bad += (p.failed || 0) * p.dt;
       }
       const t = n.totals, all = (t.succeeded || 0) + (t.failed || 0);
       const num = (v) => text("span", v, "num");
