@@ -62,6 +62,8 @@ TABLE: list[tuple[str, str, str, tuple[Any, ...], frozenset[Role]]] = [
     ("w1", "_tasks", "budget", ("nope", 1), OP),
     ("w1", "_tasks", "active", (), OP),
     ("w1", "_tasks", "reserved", (), OP),
+    ("w1", "_tasks", "recent", (), OP),
+    ("w1", "_tasks", "overview", (), OP),
     ("w1", "_tasks", "limits", (), ALL),
     ("w1", "_tasks", "stats", (), ALL),
     ("w1", "_tasks", "registered", (), ALL),

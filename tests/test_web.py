@@ -258,7 +258,7 @@ async def _drive(url: str, cluster: Path, tmp_path: Path) -> None:
             await trio_work
             await page.wait_for_function(
                 f"[...document.querySelectorAll('#nodes .done')]"
-                f".reduce((a, e) => a + Number(e.textContent), 0) > {before}",
+                f".reduce((a, e) => a + Number(e.dataset.value), 0) > {before}",
                 timeout=15000,
             )
             # A control action without the operator's certificate is refused
@@ -327,7 +327,7 @@ async def _drive_trace(url: str, tmp_path: Path) -> None:
 async def _done(page: Any) -> float:
     value = await page.evaluate(
         "[...document.querySelectorAll('#nodes .done')]"
-        ".reduce((a, e) => a + Number(e.textContent), 0)"
+        ".reduce((a, e) => a + Number(e.dataset.value), 0)"
     )
     return float(value)
 

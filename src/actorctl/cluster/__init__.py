@@ -24,8 +24,10 @@ from ._reload import changed_tables as changed_tables
 from ._reload import plan_reload as plan_reload
 from ._router import AT_MOST_ONCE as AT_MOST_ONCE
 from ._router import Router as Router
+from .config._app import AppPage as AppPage
 from .config._app import AppReload as AppReload
 from .config._app import AppTable as AppTable
+from .config._app import PageFeed as PageFeed
 from .config._config import SHUTDOWN_GRACE as SHUTDOWN_GRACE
 from .config._config import ClusterApp as ClusterApp
 from .config._config import ClusterConfig as ClusterConfig

@@ -158,16 +158,31 @@ class Controller(Actor):
 
     @handler(roles=Role.OPERATOR)
     async def broadcast(
-        self, actor: str, op: str, args: list[Any] | None = None, timeout: float = 10.0
+        self,
+        actor: str,
+        op: str,
+        args: list[Any] | None = None,
+        timeout: float = 10.0,
+        each: dict[str, list[Any]] | None = None,
     ) -> dict[str, Any]:
-        """Ask ``op`` (with ``args``) of the actor named ``actor`` on every running
-        node that hosts one, at once (``actorctl control``): each node's answer,
-        or ``{"unanswered": why}`` for one that did not answer within the
+        """Ask ``op`` (with ``args``; a node named in ``each``: with its own) of
+        the actor named ``actor`` on every running node that hosts one, at once
+        (``actorctl control``, the web page): each node's answer, or
+        ``{"unanswered": why}`` for one that did not answer within the
         caller's ``timeout`` (less a margin)."""
         if not isinstance(args, list | None):
             raise BadArguments(f"broadcast: args={args!r}: give a list")
+        if not isinstance(each, dict | None) or any(
+            not isinstance(v, list) for v in (each or {}).values()
+        ):
+            raise BadArguments(f"broadcast: each={each!r}: give a list of args per node name")
         answers, _ = await self._ask_nodes(
-            str(actor), str(op), tuple(args or ()), answer_within(timeout), hosting=True
+            str(actor),
+            str(op),
+            tuple(args or ()),
+            answer_within(timeout),
+            hosting=True,
+            each={str(n): tuple(v) for n, v in (each or {}).items()},
         )
         return answers
 
@@ -179,6 +194,7 @@ class Controller(Actor):
         within: float,
         *,
         hosting: bool = False,
+        each: dict[str, tuple[Any, ...]] | None = None,
     ) -> tuple[dict[str, Any], dict[str, str]]:
         """Ask ``actor`` on each running node (with ``hosting``, only those whose
         actors include it) at once: the answers by node, and the errors of those
@@ -191,7 +207,7 @@ class Controller(Actor):
             if hosting and actor not in state.actors:
                 continue
             targets[node.name] = state.address
-        return await ask_each(self.ref, targets, actor, op, args, within)
+        return await ask_each(self.ref, targets, actor, op, args, within, each)
 
     @handler(roles=(Role.MEMBER, Role.OPERATOR))
     async def lease(

@@ -178,18 +178,21 @@ async def ask_each(
     op: str,
     args: Sequence[Any],
     within: float,
+    each: Mapping[str, Sequence[Any]] | None = None,
 ) -> tuple[dict[str, Any], dict[str, str]]:
-    """Ask ``op`` (with ``args``) of ``actor`` on each node of ``targets``
-    (node name to address) at once, each within ``within`` seconds: the answers
-    by node, and the errors of those that did not answer (their answer is then
-    ``{"unanswered": why}``)."""
+    """Ask ``op`` (with ``args``, or a node's own in ``each``) of ``actor`` on
+    each node of ``targets`` (node name to address) at once, each within
+    ``within`` seconds: the answers by node, and the errors of those that did
+    not answer (their answer is then ``{"unanswered": why}``)."""
     answers: dict[str, Any] = {}
     errors: dict[str, str] = {}
 
     async def ask(node: str, address: str) -> None:
         try:
             answers[node] = (
-                await ref(f"{address}/{actor}").with_options(timeout=within).ask(op, *args)
+                await ref(f"{address}/{actor}")
+                .with_options(timeout=within)
+                .ask(op, *(each or {}).get(node, args))
             )
         except RemoteError as exc:  # it answered: with an error (a misspelt task, say)
             errors[node] = str(exc)

@@ -1,14 +1,23 @@
 """The Controller's view of every node's metrics: it scrapes each node's
 ``/metrics``, serves them together with a ``node`` label (and
 ``actorctl_node_up`` 0 for a node that did not answer, with why), and keeps a
-few minutes of samples (messages handled, mean handler latency) for the web
-page's plots.
+few minutes of samples for the web page's plots (with their wall times, for
+the time axes): per node the messages its actors handled and their mean
+handler latency, per name of a worker's named counters (a task) its runs that
+succeeded, failed and were retried.
+
+Messages done are the work of the nodes: an actor whose name begins with
+``_`` is a node's agent (``_node``, ``_deadletters``, ``_health``, an
+application's such as ``_tasks``) answering the Controller, the page and the
+operator's commands, and its messages are not counted, so that an idle
+cluster's figure stays still while the page watches it.
 """
 
 from __future__ import annotations
 
 import collections
 import itertools
+import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Final, final
 from urllib.parse import urlsplit
@@ -27,6 +36,20 @@ __all__ = ["Scraper"]
 KEEP: Final = 300
 _DONE: Final = ("actorctl_actor_messages_handled_total", "actorctl_actor_messages_failed_total")
 _LATENCY: Final = "actorctl_actor_handler_duration_seconds"
+#: An actor whose name begins with this is a node's agent: its messages are not work.
+AGENT_PREFIX: Final = "_"
+#: The named counters' outcomes the page plots per name: metric -> its key.
+_NAMED: Final = {
+    "actorctl_task_messages_succeeded_total": "succeeded",
+    "actorctl_task_messages_failed_total": "failed",
+    "actorctl_task_messages_retried_total": "retried",
+}
+_NAMED_LABEL: Final = "task"
+
+#: Per node (messages done, latency sum, latency count).
+NodePoint = dict[str, tuple[float, float, float]]
+#: Per node, per name, its totals of each outcome.
+NamedPoint = dict[str, dict[str, dict[str, float]]]
 
 
 @final
@@ -53,8 +76,8 @@ class Scraper:
     ) -> None:
         self._targets = targets
         self._timeout = timeout
-        #: (monotonic time, per node (messages done, latency sum, latency count)).
-        self.samples: collections.deque[tuple[float, dict[str, tuple[float, float, float]]]] = (
+        #: (monotonic time, wall time, per node, per name): KEEP of them.
+        self.samples: collections.deque[tuple[float, float, NodePoint, NamedPoint]] = (
             collections.deque(maxlen=KEEP)
         )
         #: The last scrape: per node, its families, or why it did not answer.
@@ -115,30 +138,35 @@ class Scraper:
 
     def sample(self, scraped: Mapping[str, list[Metric] | str]) -> None:
         """Keep the totals the plots need from one scrape."""
-        point: dict[str, tuple[float, float, float]] = {}
+        point: NodePoint = {}
+        named: NamedPoint = {}
         for node, families in scraped.items():
             if isinstance(families, str):
                 continue
             done = total = count = 0.0
+            mine = named[node] = {}
             for family in families:
                 for s in family.samples:
+                    if s.labels.get("actor", "").startswith(AGENT_PREFIX):
+                        continue  # a node's agent: bookkeeping, not work
                     if s.name in _DONE:
                         done += s.value
                     elif s.name == f"{_LATENCY}_sum":
                         total += s.value
                     elif s.name == f"{_LATENCY}_count":
                         count += s.value
+                    elif (outcome := _NAMED.get(s.name)) is not None:
+                        counts = mine.setdefault(s.labels.get(_NAMED_LABEL, ""), {})
+                        counts[outcome] = counts.get(outcome, 0.0) + s.value
             point[node] = (done, total, count)
-        self.samples.append((trio.current_time(), point))
+        self.samples.append((trio.current_time(), time.time(), point, named))
 
     def series(self) -> dict[str, list[dict[str, Any]]]:
-        """Per node: messages/s and mean handler latency (s) between samples."""
+        """Per node, between samples: ``at`` (the wall time, s since the epoch),
+        ``rate`` (messages done per second), ``latency`` (mean handler latency
+        in s, None: none handled) and ``done`` (the node's total)."""
         out: dict[str, list[dict[str, Any]]] = {}
-        points = list(self.samples)
-        if not points:
-            return out
-        start = points[0][0]
-        for (t0, before), (t1, after) in itertools.pairwise(points):
+        for (t0, _, before, _), (t1, at, after, _) in itertools.pairwise(self.samples):
             for node, (done, total, count) in after.items():
                 if node not in before or t1 <= t0:
                     continue
@@ -146,8 +174,40 @@ class Scraper:
                 rate = max(0.0, (done - d0) / (t1 - t0))
                 latency = (total - s0) / (count - c0) if count > c0 else None
                 out.setdefault(node, []).append(
-                    {"t": round(t1 - start, 3), "rate": rate, "latency": latency, "done": done}
+                    {"at": round(at, 3), "rate": rate, "latency": latency, "done": done}
                 )
+        return out
+
+    def named(self) -> dict[str, dict[str, Any]]:
+        """Per name (a task): ``totals``, its counts now (``succeeded``,
+        ``failed``, ``retried``, summed over the nodes that answered the last
+        scrape), and ``points`` between samples: ``at`` (wall time), ``dt``
+        (seconds since the sample before) and each outcome per second, from
+        the nodes that answered both (a name a node
+        had not counted yet counts from 0)."""
+        out: dict[str, dict[str, Any]] = {}
+        if self.samples:
+            for counts in self.samples[-1][3].values():
+                for name, outcomes in counts.items():
+                    totals = out.setdefault(name, {"totals": {}, "points": []})["totals"]
+                    for outcome, value in outcomes.items():
+                        totals[outcome] = totals.get(outcome, 0.0) + value
+        for (t0, _, _, before), (t1, at, _, after) in itertools.pairwise(self.samples):
+            if t1 <= t0:
+                continue
+            rates: dict[str, dict[str, float]] = {}
+            for node, counts in after.items():
+                if node not in before:
+                    continue
+                for name, outcomes in counts.items():
+                    was = before[node].get(name, {})
+                    point = rates.setdefault(name, {"at": round(at, 3), "dt": t1 - t0})
+                    for outcome, value in outcomes.items():
+                        rate = max(0.0, (value - was.get(outcome, 0.0)) / (t1 - t0))
+                        point[outcome] = point.get(outcome, 0.0) + rate
+            for name, point in rates.items():
+                if name in out:
+                    out[name]["points"].append(point)
         return out
 
     async def run(self, interval: float = 1.0) -> None:

@@ -7,9 +7,16 @@ JavaScript (``_page.html``, no build step) reads ``/events``, server-sent
 events that carry a snapshot each second: the nodes, the supervision tree
 (the Controller's ``tree``: states, restarts, breakers, health checks, dead
 letters), and throughput and latency over the last minutes (from the
-metrics this process scrapes, ``_scrape.py``). ``/metrics`` is every node's
+metrics this process scrapes, ``_scrape.py``: messages done count the nodes'
+work, not their agents' answers to the page). ``/metrics`` is every node's
 metrics with a ``node`` label; ``/api/task/ID`` one task's trace across
 nodes (``_tracelog.py``).
+
+The application the cluster runs adds its sections (its ``AppPage``): what
+the page asks of the nodes (``_feeds.py``: the answers, and windows of the
+last rows, in the snapshot's ``app``; ``/api/feed/KEY?q=TEXT`` searches a
+window) and the script that draws them (``/app.js``, run after the page's
+own, which gives it its helpers as ``window.actorctl``).
 
 Everything is read-only, except ``POST /api/control/ACTION`` (revoke a task,
 retry a dead letter, suspend a task type), which only a client presenting
@@ -22,6 +29,7 @@ from __future__ import annotations
 
 import json
 import ssl
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from importlib import resources
 from pathlib import Path
@@ -33,6 +41,7 @@ from .._log import log
 from ..cluster._http import Request, Response, failure_text, log_failure
 from ..cluster._metrics import CONTENT_TYPE
 from ..cluster.link._tls import TlsFiles
+from ._feeds import Feeds
 from ._scrape import Scraper
 from ._tracelog import task_trace
 
@@ -73,6 +82,8 @@ class WebApp:
         scraper: scrapes the nodes' metrics.
         nodes: the node states, for the nodes table (read each second).
         log_dir: where the nodes' log files are (for task traces).
+        feeds: what the application's sections ask of the nodes (None: none).
+        script: the application's script for its sections (``/app.js``).
     """
 
     def __init__(
@@ -82,7 +93,11 @@ class WebApp:
         nodes: Callable[[], list[dict[str, Any]]],
         log_dir: Path,
         cluster: str,
+        feeds: Feeds | None = None,
+        script: str = "",
     ) -> None:
+        self._feeds = feeds
+        self._script = script.encode()
         self._ask = ask
         self._scraper = scraper
         self._nodes = nodes
@@ -104,7 +119,11 @@ class WebApp:
         letters: Any = None
         while True:
             watched = self._viewers > 0
-            scraped = await self._scraper.scrape()
+            scraped: dict[str, Any] = {}
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._scrape_into, scraped)
+                if self._feeds is not None:
+                    nursery.start_soon(self._feeds.poll)
             self._scraper.sample(scraped)
             if tick % 2 == 0 or tree is None:
                 tree = await self._try("tree")
@@ -116,9 +135,12 @@ class WebApp:
                 "version": tick,
                 "nodes": self._nodes(),
                 "scrape": up,
+                "now": time.time(),
                 "series": self._scraper.series(),
+                "named": self._scraper.named(),
                 "tree": tree,
                 "deadletters": letters,
+                "app": self._feeds.snapshot() if self._feeds is not None else {},
             }
             self._changed.set()
             self._changed = trio.Event()
@@ -126,6 +148,9 @@ class WebApp:
                 await self._viewer_came.wait()  # a page opened: fresh figures at once
             if self._viewer_came.is_set():
                 self._viewer_came = trio.Event()
+
+    async def _scrape_into(self, scraped: dict[str, Any]) -> None:
+        scraped.update(await self._scraper.scrape())
 
     async def _try(self, handler: str, *args: Any) -> Any:
         try:
@@ -162,7 +187,23 @@ class WebApp:
             return Response(200, "text/event-stream", self._events())
         if path.startswith("/api/task/"):
             return await self._trace(path.removeprefix("/api/task/"))
+        if path == "/app.js":
+            return Response(200, "text/javascript; charset=utf-8", self._script)
+        if path.startswith("/api/feed/"):
+            return self._search(path.removeprefix("/api/feed/"), request.query)
         return Response(404, body=b"not found\n")
+
+    def _search(self, key: str, query: Mapping[str, str]) -> Response:
+        """``/api/feed/KEY?q=TEXT&limit=N``: a window's rows whose id or name
+        holds TEXT, newest first."""
+        try:
+            limit = int(query.get("limit", "50"))
+        except ValueError:
+            return _json(400, {"error": f"limit={query['limit']!r}: give a whole number"})
+        found = self._feeds.search(key, query.get("q", ""), limit) if self._feeds else None
+        if found is None:
+            return _json(404, {"error": f"no window {key!r} on this page"})
+        return _json(200, {"key": key, "q": query.get("q", ""), "rows": found})
 
     async def _trace(self, task_id: str) -> Response:
         try:

@@ -1,5 +1,6 @@
 """Where the Controller's process serves its web page (``_web.py``): the one
-place that builds it from the cluster's configuration and node states."""
+place that builds it from the cluster's configuration (and the sections its
+application adds, ``ClusterApp.page``) and node states."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from ..cluster._http import serve_http
 from ..cluster._node import Node
 from ..cluster.config._config import ClusterConfig
 from ..cluster.link._tls import TlsFiles
+from ._feeds import Feeds
 from ._foreman import NodeState
 from ._scrape import Scraper
 from ._web import WebApp, server_context
@@ -55,7 +57,10 @@ async def serve_web(
             for name, s in states.items()
         ]
 
-    app = WebApp(ask, Scraper(targets), nodes, config.root / "logs", config.name)
+    page = config.app.page if config.app is not None else None
+    feeds = Feeds(page.feeds, ask, config.web_window) if page is not None else None
+    script = page.script if page is not None else ""
+    app = WebApp(ask, Scraper(targets), nodes, config.root / "logs", config.name, feeds, script)
     context = (
         None if config.insecure else server_context(TlsFiles.from_dir(config.certs, _CONTROLLER))
     )

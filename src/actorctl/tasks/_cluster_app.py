@@ -10,6 +10,8 @@ these roles and runs these checks without knowing a word of them.
   worker.
 - The ``scheduler`` role (the one beat that fires periodic tasks) and, across
   hosts, the ``services`` role (which services node is reached).
+- Its sections of the Controller's web page (``_page.py``: recent, running,
+  failed and retried tasks, pools, limits, schedules).
 
 Every process that reads a cluster file for the task layer (the CLI, a
 node, ``app.connect``, the testing kit) reads it with :func:`cluster_app`.
@@ -23,7 +25,8 @@ from typing import final
 import attrs
 
 from .._errors import ConfigError
-from ..cluster import AppReload, AppTable, ClusterConfig, changed_tables
+from ..cluster import AppPage, AppReload, AppTable, ClusterConfig, changed_tables
+from ._page import task_page
 from .protocol._protocol import BEAT_NAME, SCHEDULER_ROLE, SERVICES_ROLE
 from .sources._source_config import SOURCE_KEYS, SOURCE_REQUIRED, source_actor
 
@@ -63,6 +66,8 @@ class TaskClusterApp:
     tables: tuple[AppTable, ...] = attrs.field(factory=_tables)
     roles: tuple[str, ...] = (SCHEDULER_ROLE, SERVICES_ROLE)
     moved_keys: Mapping[str, str] = attrs.field(factory=_moved)
+    #: Its sections of the Controller's web page (``_page.py``).
+    page: AppPage = attrs.field(factory=task_page)
 
     def check(self, config: ClusterConfig, hosted: Mapping[str, Collection[str]]) -> None:
         """Before ``cluster up`` starts anything: a beat for the periodic

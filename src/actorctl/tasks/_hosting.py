@@ -215,6 +215,17 @@ def task_actors(
     limits_of = functools.partial(_file_limits, app)
     state.tuning.defaults = limits_of(config)  # checks the [[task]] tables
     actors: dict[str, Actor | BoxedSpec] = {}
+    scheduler = Scheduler(directory) if mine.services else None
+    beat = None
+    if mine.services:
+        beat = _beat(app, config, directory)
+    elif mine.pools and config.etcd is not None:
+        # Across hosts, every node of the app's pools is a candidate for the
+        # scheduler role too: the periodic tasks go on firing when the
+        # services node's host is lost (its firings wait in the backlog of the
+        # node that fired them until a pool's router takes them).
+        beat = _beat(app, config, directory)
+        beat = beat if beat.periodics else None
     if mine.pools or mine.services:
         actors[CONTROL] = TaskControl(
             state,
@@ -222,6 +233,8 @@ def task_actors(
             aliases=app.aliases,
             limits=limits_of,
             pools=(lambda c: cluster_directory(c).nodes.keys()) if mine.services else None,
+            delayed=scheduler.scheduled if scheduler is not None else None,
+            periodic=beat.rows if beat is not None else None,
         )
     for pool in mine.pools:
         boxed = _boxed_spec(app, config, node, pool)
@@ -249,19 +262,15 @@ def task_actors(
                 workers=functools.partial(_pool_workers, pool),
                 pool=pool,
             )
-        actors[SCHEDULER_NAME] = Scheduler(directory)
-        actors[BEAT_NAME] = _beat(app, config, directory)
+        if scheduler is not None:  # (made above: the node's _tasks shows what they hold)
+            actors[SCHEDULER_NAME] = scheduler
+        if beat is not None:
+            actors[BEAT_NAME] = beat
         actors[EVENT_HUB_NAME] = EventHub([app], directory)
         actors[CHORD_BARRIER_NAME] = ChordBarrier(directory)
         actors[RELAY] = ReplyRelay()
-    elif mine.pools and config.etcd is not None:
-        # Across hosts, every node of the app's pools is a candidate for the
-        # scheduler role too: the periodic tasks go on firing when the
-        # services node's host is lost (its firings wait in the backlog of the
-        # node that fired them until a pool's router takes them).
-        beat = _beat(app, config, directory)
-        if beat.periodics:
-            actors[BEAT_NAME] = beat
+    elif beat is not None:  # a worker node across hosts, candidate for the scheduler role
+        actors[BEAT_NAME] = beat
     if directory.elected and config.etcd is not None:
         actors[SERVICES_ROLE_NAME] = ServicesRole(
             directory,

@@ -7,8 +7,10 @@ else by name. An application built on it (the task layer, say: its
 through a :class:`ClusterApp` (``_config.py``) given to ``load_cluster``: the
 arrays of tables it reads and their keys (:class:`AppTable`, checked with the
 same words as the runtime's own), the roles it holds leases for, the checks
-``cluster up`` makes before it starts anything, and what a ``cluster reload``
-of its tables changes (:class:`AppReload`). So a misspelt key of an
+``cluster up`` makes before it starts anything, what a ``cluster reload``
+of its tables changes (:class:`AppReload`), and what the Controller's web page
+shows of it (:class:`AppPage`: what to ask of which actors, and the script that
+draws it). So a misspelt key of an
 application's table is named with the nearest known key, as any other is,
 while the runtime keeps no word of the application.
 """
@@ -16,11 +18,14 @@ while the runtime keeps no word of the application.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import final
+from typing import Final, final
 
 import attrs
 
-__all__ = ["AppReload", "AppTable"]
+__all__ = ["AppPage", "AppReload", "AppTable", "PageFeed"]
+
+#: Rows a window keeps on the Controller, as the task layer's feed asks (web_window's default).
+WINDOW: Final = 1000
 
 
 @final
@@ -53,3 +58,50 @@ class AppReload:
 
     live: tuple[str, ...] = ()
     restart: Mapping[str, tuple[str, ...]] = attrs.field(factory=dict)
+
+
+@final
+@attrs.frozen
+class PageFeed:
+    """What the Controller's web page asks, each second while a page is open,
+    of the actor ``actor`` on every running node that hosts one.
+
+    Attributes:
+        key: where the page finds the answers (``snapshot.app[key]``).
+        actor: the actor asked, by name, on each node that hosts it.
+        op: the handler asked.
+        window: 0: the page shows each node's latest answer, as it came.
+            Otherwise the handler takes a cursor (None, then the ``cursor`` of
+            the node's last answer) and answers ``{"cursor": ..., "rows":
+            [...]}`` with the rows since; the Controller keeps the last
+            ``window`` rows of every node together (or as many as
+            cluster.toml's ``[cluster] web_window`` says), each row a dict
+            with an ``id`` and a ``name`` (what the page's search finds).
+        split: for a window, the field whose values the page lists apart
+            (the newest rows of each value).
+        order: for a window, the field that orders the rows of one ask of
+            every node (a time) as they enter the window, oldest first.
+    """
+
+    key: str
+    actor: str
+    op: str
+    window: int = 0
+    split: str | None = None
+    order: str | None = None
+
+
+@final
+@attrs.frozen
+class AppPage:
+    """What an application adds to the Controller's web page.
+
+    Attributes:
+        feeds: what the page asks of the nodes (:class:`PageFeed`).
+        script: JavaScript the page runs after its own; it draws the app's
+            sections from ``snapshot.app`` (the page's helpers are on
+            ``window.actorctl``, docs/operations.md).
+    """
+
+    feeds: tuple[PageFeed, ...] = ()
+    script: str = ""

@@ -55,14 +55,14 @@ from ...supervision import CHILD_KEYS, SUPERVISOR_KEYS, BoxedSpec, SupervisorSpe
 from .._deadletters import DeadLetterBounds
 from ..link._limits import LIMIT_NAMES, Limits
 from ..link._tls import TlsFiles
-from ._app import AppReload, AppTable
+from ._app import AppPage, AppReload, AppTable
 from ._boxed_config import BOXED_KEYS, boxed_specs
 from ._config_keys import unknown_key
 from ._dev import check_dev_listen
 from ._etcd_config import ETCD_KEYS, EtcdSettings, check_hosts, etcd_settings
 from ._health_tables import HEALTH_KEYS, check_health_tables
 from ._tree_config import TARGET, check_supervisors, supervisor_specs
-from ._web_config import METRICS_KEYS, metrics_table, web_address
+from ._web_config import METRICS_KEYS, metrics_table, web_address, web_window
 
 __all__ = [
     "CONTROLLER_KEY",
@@ -102,6 +102,7 @@ KNOWN_KEYS: Final[dict[str, frozenset[str]]] = {
     ),
     "cluster": frozenset(
         {"name", "dev", "dev_public", "certs", "keys", "insecure", "controller", "web"}
+        | {"web_window"}
     ),
     "node": NODE_KEYS | {HOST_KEY},
     "node.limits": frozenset(LIMIT_NAMES),
@@ -181,6 +182,7 @@ class ClusterConfig:
     dev_public: bool = False  # development mode on a network (_dev.py): warned at every start
     controller: tuple[str, int] = ("127.0.0.1", 5700)
     web: tuple[str, int] | None = None  # where the Controller serves its web page
+    web_window: int | None = None  # rows the page keeps of each window (None: the feed's own)
     supervisor_tables: tuple[Any, ...] = attrs.field(default=(), eq=False)
     # the [[boxed]] workers, each with its node (docs/boxed.md)
     boxed: tuple[tuple[str, BoxedSpec], ...] = attrs.field(default=(), eq=False)
@@ -312,6 +314,11 @@ class ClusterApp(Protocol):
         actors each running node hosts."""
         ...
 
+    @property
+    def page(self) -> AppPage | None:
+        """What it adds to the Controller's web page (None: nothing)."""
+        ...
+
 
 def load_cluster(path: Path | str, app: ClusterApp | None = None) -> ClusterConfig:
     """Read and check a cluster.toml.
@@ -386,6 +393,7 @@ def load_cluster(path: Path | str, app: ClusterApp | None = None) -> ClusterConf
         insecure=where.boolean(cluster, "cluster.insecure", default=False),
         controller=controller,
         web=web,
+        web_window=web_window(path, cluster.get("web_window")),
         supervisor_tables=tuple(supervisor_tables),
         boxed=tuple(boxed),
         etcd=etcd_settings(path, data.get("etcd")),

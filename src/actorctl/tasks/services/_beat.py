@@ -185,6 +185,10 @@ class Beat(Actor):
     @handler
     async def schedules(self) -> list[dict[str, Any]]:
         """Each periodic task with its schedule, last and next firing."""
+        return self.rows()
+
+    def rows(self) -> list[dict[str, Any]]:
+        """:meth:`schedules`' answer, for the node's ``_tasks`` (``overview``)."""
         rows = []
         for name, periodic in sorted(self.periodics.items()):
             row = periodic.describe(self.last.get(name), self.next.get(name))

@@ -8,7 +8,10 @@ node's store for REVOKE_EXPIRES seconds, and reloads them when it starts: a
 revoke outlives a restart of the node.
 
 ``_tasks`` also answers ``result(task_id)`` from its node's store: the final
-state of a task whose document that node sent (``_documents.py``).
+state of a task whose document that node sent (``_documents.py``); and, for
+the Controller's web page (docs/operations.md), ``recent`` (the runs that
+ended here lately) and ``overview`` (its workers, limits, running and waiting
+tasks, and on the services node the delayed tasks and periodic schedules).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import difflib
 import functools
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Mapping, Sequence
-from typing import Any, ClassVar, final
+from typing import Any, ClassVar, Final, final
 
 import trio
 
@@ -42,6 +45,9 @@ from ._control_calls import Inspect, answers_list, ask_nodes, rate_of, refuse_co
 from ._inspect import Holdings
 
 __all__ = ["Control", "TaskControl", "WorkerState", "arevoke", "new_result"]
+
+#: Rows of each list an ``overview`` answer carries at most (with the whole count).
+OVERVIEW_ROWS: Final = 50
 
 
 async def arevoke(client: TaskClient, task_id: str | Sequence[str], terminate: bool) -> None:
@@ -240,6 +246,8 @@ class TaskControl(Actor):
         aliases: Mapping[str, str] | None = None,
         limits: Callable[[ClusterConfig], dict[str, dict[str, Any]]] | None = None,
         pools: Callable[[ClusterConfig], Collection[str]] | None = None,
+        delayed: Callable[[], list[dict[str, Any]]] | None = None,
+        periodic: Callable[[], list[dict[str, Any]]] | None = None,
     ) -> None:
         self.state = state
         self.tasks = frozenset(tasks)
@@ -249,6 +257,10 @@ class TaskControl(Actor):
         self.limits_of = limits
         #: The pools a cluster file routes on this node (the services node's).
         self.pools_of = pools
+        #: The delayed tasks and periodic schedules of the node's scheduler and
+        #: beat, for ``overview`` (None: the node hosts none).
+        self.delayed = delayed
+        self.periodic = periodic
 
     def follow_cluster(self, config: ClusterConfig, node: NodeConfig, shift: Shift) -> list[str]:
         """Follow a reloaded cluster file: its [[task]] limits, set as
@@ -359,3 +371,38 @@ class TaskControl(Actor):
         """The final ``[state, body, headers]`` of ``task_id`` that this node
         keeps, or None (not finished, finished elsewhere, or expired)."""
         return stored_result(store_of(self._require_cell().outbox), str(task_id))
+
+    @handler(roles=Role.OPERATOR)
+    async def recent(self, after: Any = None) -> dict[str, Any]:
+        """The runs that ended on this node since the cursor ``after`` (the
+        last answer's; None: every one it keeps, up to the last 1,000): name,
+        arguments, state, result or error, run time, worker, retries. Operator
+        only: it shows arguments and results."""
+        return self.state.holdings.recent(after)
+
+    @handler(roles=Role.OPERATOR)
+    async def overview(self) -> dict[str, Any]:
+        """What the web page shows of this node at once: its workers (pool,
+        budget, active and reserved), the limits of its tasks (rate limits,
+        suspended) and its routers', the tasks running and waiting here, and
+        the delayed tasks and periodic schedules of its scheduler and beat (a
+        list's first OVERVIEW_ROWS rows, with its whole count)."""
+        cell = self._require_cell()
+        holdings = self.state.holdings
+        limits = self.state.tuning.report()
+        stats = holdings.stats(node_outbox(cell.outbox).name, cell.outbox.now(), limits["workers"])
+        for worker, row in stats["workers"].items():
+            row["bounds"] = (limits["workers"].get(worker) or {}).get("bounds")
+        lists = {"active": holdings.active(), "reserved": holdings.reserved()}
+        if self.delayed is not None:
+            lists["scheduled"] = self.delayed()
+        if self.periodic is not None:
+            lists["schedules"] = self.periodic()
+        return {
+            **stats,
+            "limits": {w: v["tasks"] for w, v in limits["workers"].items()},
+            "routers": limits["routers"],
+            "overrides": limits["overrides"],
+            **{key: rows[:OVERVIEW_ROWS] for key, rows in lists.items()},
+            "counts": {key: len(rows) for key, rows in lists.items()},
+        }

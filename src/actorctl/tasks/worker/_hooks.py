@@ -12,7 +12,7 @@ from typing import Any
 from ...mailbox import Envelope
 from ..app import _signals as signals
 from ..app._signals import ExceptionInfo, format_traceback
-from ..app._task import Task, TaskContext
+from ..app._task import Retry, Task, TaskContext
 from ..protocol._protocol import H_MAP
 from ._control import WorkerState
 
@@ -114,3 +114,10 @@ def retval_of(envelope: Envelope, ran: list[Any] | BaseException) -> Any:
     if isinstance(ran, list):
         return ran if envelope.headers.get(H_MAP) else ran[0]
     return ran
+
+
+def outcome_of(envelope: Envelope, ran: list[Any] | BaseException) -> Any:
+    """:func:`retval_of`, with a retry's cause (if it gave one) for the Retry."""
+    if isinstance(ran, Retry) and ran.exc is not None:
+        return ran.exc
+    return retval_of(envelope, ran)

@@ -5,12 +5,19 @@ A worker holds more tasks than it runs (``_worker.py``): a task it took is
 its run ends. Each worker records both in the ``Held`` table of its node's
 ``WorkerState``, which the node's ``_tasks`` actor reads to answer ``active``,
 ``reserved``, ``stats`` and ``registered`` (docs/protocol.md §14.8).
+
+It also keeps a window of the last RECENT runs that ended here (``Ended``, a tuple:
+name, arguments, state, result or error, run time, worker, retries), for the
+Controller's web page (``recent``): the worker appends one record when a run's
+outcome is known, and the record is turned into text only when asked.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
-from collections import Counter
+import uuid
+from collections import Counter, deque
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final, final
 
@@ -18,6 +25,7 @@ import attrs
 import eliot
 
 from ..limits._gate import priority_of
+from ..limits._limits import TaskFailure
 from ..protocol._protocol import envelope_retries, envelope_task_id
 from ..protocol._state import node_outbox
 
@@ -26,11 +34,15 @@ if TYPE_CHECKING:
     from ...mailbox import Envelope
     from ..limits._gate import Gate, Ticket
 
-__all__ = ["TEXT_LIMIT", "HeldTask", "Holdings"]
+__all__ = ["RECENT", "TEXT_LIMIT", "Ended", "HeldTask", "Holdings", "ended_answer", "error_text"]
 
 #: Characters of a task's arguments an answer shows, at most (as Celery's
 #: ``argsrepr`` is cut): an inspect answer stays small whatever a task takes.
 TEXT_LIMIT: Final = 200
+#: Runs that ended on a node that it remembers for ``recent``, at most.
+RECENT: Final = 1000
+#: Rows one ``recent`` answer carries at most (the next ask gets the rest).
+RECENT_ANSWER: Final = 250
 
 
 @final
@@ -61,6 +73,45 @@ class HeldTask:
         }
 
 
+#: One run that ended (``Holdings.end``): seq, the task as held, state, its
+#: result (SUCCESS) or error text, seconds it ran (None: it did not run),
+#: retries, when it ended (the node's clock). A plain tuple: it is made on
+#: every run, and turned into an answer only when ``recent`` is asked.
+Ended = tuple[int, HeldTask, str, Any, float | None, int, float]
+
+
+def ended_answer(ended: Ended, node: str) -> dict[str, Any]:
+    """A run that ended, as ``recent`` shows it: arguments, result and error
+    as short text."""
+    seq, held, state, value, runtime, retries, finished = ended
+    ok = state == "SUCCESS"
+    return {
+        "seq": seq,
+        "id": held.task_id,
+        "name": held.name,
+        "args": _text(held.args),
+        "kwargs": _text(held.kwargs),
+        "state": state,
+        "result": _text(value) if ok else None,
+        "error": None if ok else value,
+        "runtime": runtime,
+        "worker": held.worker,
+        "pool": held.pool,
+        "node": node,
+        "retries": retries,
+        "received": held.received,
+        "started": held.started,
+        "finished": finished,
+    }
+
+
+def error_text(exc: BaseException) -> str:
+    """``Type: message`` of a failed run, cut to TEXT_LIMIT characters."""
+    if isinstance(exc, TaskFailure):
+        return _cut(f"{exc.type_name}: {exc.message}")
+    return _cut(f"{type(exc).__name__}: {exc}")
+
+
 @final
 class Holdings:
     """The tasks a node's workers hold, what they ran, and which they define.
@@ -75,6 +126,11 @@ class Holdings:
         self.pools: dict[str, str] = {}  # worker name -> pool
         self.since = clock_start
         self.node = ""  # the node's name, once a worker started
+        #: The last RECENT runs that ended here, oldest first (``recent``).
+        self.ended: deque[Ended] = deque(maxlen=RECENT)
+        self._seq = itertools.count(1)
+        #: This incarnation of the node: a ``recent`` cursor of another starts over.
+        self.run = uuid.uuid4().hex[:12]
 
     def add_worker(self, worker: str, pool: str, tasks: dict[str, str], outbox: Outbox) -> None:
         """A worker of ``pool`` started here (on ``outbox``'s node), running
@@ -128,6 +184,38 @@ class Holdings:
         if held is not None and held.started is not None:
             self.processed[held.name] += 1
 
+    def end(
+        self,
+        held: HeldTask,
+        state: str,
+        value: Any,
+        runtime: float | None,
+        retries: int,
+        now: float,
+    ) -> None:
+        """A run of ``held`` ended in ``state``, with its result or error
+        (``value``: an exception is kept as its text): one record appended to
+        the bounded window, nothing else."""
+        if isinstance(value, BaseException):  # its text: the traceback would keep its frames
+            value = error_text(value)
+        self.ended.append((next(self._seq), held, state, value, runtime, retries, now))
+
+    def recent(self, after: Any = None) -> dict[str, Any]:
+        """The runs that ended here after ``after`` (the ``cursor`` of the last
+        answer; any other: from the oldest kept), oldest first, at most
+        RECENT_ANSWER of them, and the cursor to ask from next."""
+        since = 0
+        if isinstance(after, list) and len(after) == 2 and after[0] == self.run:
+            since = int(after[1])
+        ended = self.ended
+        rows = []
+        if ended and since < ended[-1][0]:
+            skip = max(0, since - ended[0][0] + 1)  # (their seqs follow one another)
+            kept = itertools.islice(ended, skip, skip + RECENT_ANSWER)
+            rows = [ended_answer(one, self.node) for one in kept]
+        last = rows[-1]["seq"] if rows else since
+        return {"cursor": [self.run, last], "rows": rows}
+
     def active(self) -> list[dict[str, Any]]:
         """The tasks running now, oldest first."""
         running = [h for h in self.held.values() if h.started is not None]
@@ -156,6 +244,18 @@ class Holdings:
             "workers": workers,
             "total": dict(sorted(self.processed.items())),
         }
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= TEXT_LIMIT else text[: TEXT_LIMIT - 3] + "..."
+
+
+def _text(value: Any) -> str:
+    """``value``'s repr, cut to TEXT_LIMIT characters."""
+    try:
+        return _cut(repr(value))
+    except Exception as exc:  # a result's own __repr__ that fails is shown as such
+        return f"(repr failed: {type(exc).__name__})"
 
 
 def _short(value: Any) -> Any:

@@ -272,7 +272,7 @@ class TaskWorker(Actor):
                 and (refused := breaker.admit())
             ):
                 return await self._refuse(envelope, task, refused)
-            why_not = self._why_not_run(envelope, task_id)
+            why_not, runtime = self._why_not_run(envelope, task_id), None
             if why_not is None:
                 holdings.start(envelope.message_id, now())
                 if envelope.headers.get(H_TRACK):
@@ -281,7 +281,8 @@ class TaskWorker(Actor):
                     hooks.prerun(task, task_id, args, kwargs)
                 started = perf_counter()
                 ran = await self._run_all(envelope, task, task_id, calls)
-                self.named_counters.observe(task.name, perf_counter() - started)
+                runtime = perf_counter() - started
+                self.named_counters.observe(task.name, runtime)
         finally:
             holdings.leave(envelope.message_id)
             self.gate.leave(ticket)
@@ -292,6 +293,7 @@ class TaskWorker(Actor):
         if why_not is not None:
             self.named_counters.add(task.name, REVOKED.lower())
             hooks.revoked(task, task_id, args, kwargs, why_not)
+            holdings.end(held, REVOKED, why_not, None, envelope_retries(envelope), now())
             await followups.report(envelope, REVOKED, {"reason": why_not})
             if why_not.startswith("expired"):
                 error = {"type": "Expired", "message": why_not}
@@ -304,6 +306,8 @@ class TaskWorker(Actor):
         state = await self._follow(envelope, task, task_id, ran)
         if state != SUCCESS:
             self.named_counters.add(task.name, state.lower())  # failure, retry, revoked
+        outcome = hooks.outcome_of(envelope, ran)  # the page's window of runs (_inspect.py)
+        holdings.end(held, state, outcome, runtime, envelope_retries(envelope), now())
         if signals.task_postrun.receivers:
             hooks.postrun(task, task_id, args, kwargs, hooks.retval_of(envelope, ran), state)
         return ACCEPTED, None
