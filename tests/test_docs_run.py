@@ -218,7 +218,10 @@ def _run_block(block: Block, page: Page) -> None:
     cluster = block.mark("cluster")
     if cluster is not None:  # after the block's file: the cluster's nodes may import it
         local = cwd / Path(cluster).name
-        if not local.exists():
+        if not local.exists():  # the file, its ports the page's, and what lies beside it
+            for sibling in (ROOT / cluster).parent.iterdir():
+                if sibling.is_file() and not (cwd / sibling.name).exists():
+                    shutil.copy(sibling, cwd / sibling.name)
             local.write_text(page.text((ROOT / cluster).read_text()))
         page.serve(f"actorctl cluster up {local.name}", cwd)
     RUNNERS[block.language](block, page, path)
@@ -278,6 +281,7 @@ def _check(block: Block, page: Page, args: list[str], cwd: Path) -> None:
         args,
         cwd=cwd,
         env=page.env,
+        stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
