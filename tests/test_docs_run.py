@@ -41,6 +41,7 @@ RUN: Final = [block for block in ALL if block.not_run is None]
 LAST: Final = {block.page: block.id for block in RUN}  # the page's last block to run
 TIMEOUT: Final = 60.0  # seconds a block (or a server's start) may take
 PORT: Final = re.compile(r"(127\.0\.0\.1:|port=)(\d{2,5})\b")
+PENDING: Final = 6  # blocks marked pending (issue 33): lower it as they come to run
 SERVES: Final = re.compile(r"^actorctl (node run|cluster up)\b")
 
 
@@ -192,7 +193,10 @@ def test_every_block_runs_or_is_marked_with_why_not() -> None:
             assert kind == "output" or reason, f"{block.id}: say why it needs {kind}"
     not_run = [block for block in ALL if block.not_run is not None]
     assert len(RUN) + len(not_run) == len(ALL)
-    assert len(RUN) >= 40
+    assert len(RUN) >= 43
+    # A block still to be made to run is the exception, and their number only falls
+    pending = [block.id for block in ALL if block.mark("pending") is not None]
+    assert len(pending) <= PENDING, pending
 
 
 @pytest.mark.parametrize("block", RUN, ids=[block.id for block in RUN])
