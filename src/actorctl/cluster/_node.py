@@ -137,6 +137,8 @@ class Node:
             its actors' dedup windows keep for duplicates (:attr:`kept_replies`),
             and its replay cache; the oldest go first, and reaching a bound is
             logged.
+        resend_window: seconds a plain tell that its receiver gave back unrun
+            is sent again for (see :class:`Limits`, docs/guarantees.md).
     """
 
     def __init__(
@@ -171,6 +173,7 @@ class Node:
         max_kept_reply_bytes: int = DEFAULT_NODE_BYTES,
         max_kept_reply_bytes_per_actor: int = DEFAULT_ACTOR_BYTES,
         max_replay_bytes: int = DEFAULT_REPLAY_BYTES,
+        resend_window: float = 30.0,
         dead_letters: DeadLetterBounds | None = None,
         metrics: str | None = None,
         cluster_app: ClusterApp | None = None,
@@ -193,6 +196,7 @@ class Node:
             max_kept_reply_bytes=max_kept_reply_bytes,
             max_kept_reply_bytes_per_actor=max_kept_reply_bytes_per_actor,
             max_replay_bytes=max_replay_bytes,
+            resend_window=resend_window,
         )
         #: The bytes of replies its actors' dedup windows keep, and their bounds.
         self.kept_replies = ReplyMemory(
@@ -258,6 +262,7 @@ class Node:
             connect_timeout=connect_timeout,
             keyring=keyring,
             peer_breaker=peer_breaker,
+            resend_window=resend_window,
         )
         #: The one path out of this node.
         self.outbox = NodeOutbox(

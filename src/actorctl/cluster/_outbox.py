@@ -163,7 +163,15 @@ class NodeOutbox:
         if durable:
             await self.backlog.add(address, envelope, reroute=reroute)
             return
-        pending = Pending(address.name, envelope, envelope.message_id, presettled=presettled)
+        # A plain tell (neither confirmed nor pre-settled) is sent again if its
+        # receiver gives it back unrun (``link/_given_back.py``).
+        pending = Pending(
+            address.name,
+            envelope,
+            envelope.message_id,
+            presettled=presettled,
+            again=not confirm and not presettled,
+        )
         await self.open_peer(address).transmit(pending)
         if confirm and not presettled:
             await pending.done.wait()

@@ -105,6 +105,10 @@ class Limits:
         max_kept_reply_bytes_per_actor: the same for one actor's window (16 MiB).
         max_replay_bytes: bytes the replay cache (ids of accepted messages) may
             hold, counted as their ids' lengths plus a fixed cost each (32 MiB).
+        resend_window: seconds a plain tell that its receiver gave back unrun
+            (``released``, or ``modified`` with ``actorctl:actor-stopping``) is
+            sent again for, with backoff, before the node gives up on it (30;
+            ``_given_back.py``).
     """
 
     max_message_size: int = attrs.field(validator=_count, default=1 << 20)
@@ -118,6 +122,7 @@ class Limits:
     max_kept_reply_bytes: int = attrs.field(validator=_count, default=DEFAULT_NODE_BYTES)
     max_kept_reply_bytes_per_actor: int = attrs.field(validator=_count, default=DEFAULT_ACTOR_BYTES)
     max_replay_bytes: int = attrs.field(validator=_count, default=DEFAULT_REPLAY_BYTES)
+    resend_window: float = attrs.field(validator=_seconds, default=30.0)
 
 
 #: The names of the bounds: ``Node`` arguments, and keys of ``[node.limits]``.

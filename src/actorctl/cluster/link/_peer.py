@@ -36,6 +36,7 @@ from ...mailbox import (
 )
 from . import _raw as raw
 from ._engine import Engine, EngineHandler, EngineSet
+from ._given_back import GivenBack, given_back
 from ._peer_breaker import PeerBreaker
 from ._peer_dial import Dialer
 from ._pending import OutLink, PeerSettings, Pending
@@ -128,9 +129,23 @@ class Peer(EngineHandler):
             self._ready_engine,
             settings.reconnect_backoff,
         )
+        #: Plain tells the peer gave back unrun, waiting to be sent again.
+        self.given_back = GivenBack(
+            self.name, settings.resend_window, settings.clock, self.transmit
+        )
 
     async def run(self) -> None:
-        """Keep a connection to the peer open, reconnecting with backoff."""
+        """Keep a connection to the peer open, reconnecting with backoff; the
+        tells it gives back wait for their next try meanwhile, in this task."""
+        async with trio.open_nursery() as nursery:
+            self.given_back.nursery = nursery
+            try:
+                await self._connect()
+            finally:
+                self.given_back.nursery = None
+                nursery.cancel_scope.cancel(reason=f"peer {self.name} done")
+
+    async def _connect(self) -> None:
         dialer = self.dialer
         first = backoff = dialer.backoff[0]
         failures = 0
@@ -221,6 +236,7 @@ class Peer(EngineHandler):
         or a sender waiting for the connection or for credit (see ``_idle``)."""
         return bool(
             self._resend
+            or self.given_back.waiting
             or self.dialer.waiting
             or self._ready.statistics().tasks_waiting
             or any(out.unsettled or len(out.lot) for out in self._outs.values())
@@ -511,7 +527,10 @@ class Peer(EngineHandler):
                 notes.get("actorctl-description") or "the receiver could not handle it"
             )
         _settle_delivery(delivery)
-        pending.resolve(Outcome(_STATES.get(state, "released"), name, description))  # type: ignore[arg-type]
+        outcome = Outcome(_STATES.get(state, "released"), name, description)  # type: ignore[arg-type]
+        if pending.again and given_back(outcome) and self.given_back.take(pending, outcome):
+            return  # a plain tell the peer gave back unrun: sent again later
+        pending.resolve(outcome)
 
     def _on_reply(self, engine: Engine, link: Any, delivery: Any) -> None:
         # Authenticated first (docs/protocol.md §8.1): what fails is logged, dropped.
