@@ -128,7 +128,8 @@ class Node:
 
         max_message_size, credit_deadline, max_links_per_connection,
         max_connections_per_address, max_handshakes, handshake_timeout,
-        peer_idle_timeout, max_queued_replies: see :class:`Limits` (a larger
+        peer_idle_timeout, max_queued_replies, max_queued_reply_bytes,
+        max_unsettled_bytes: see :class:`Limits` (a larger
             message is refused with ``amqp:link:message-size-exceeded``; a link
             over the cap with ``amqp:resource-limit-exceeded``; a connection
             over a cap, or past the handshake deadline, is closed).
@@ -170,6 +171,8 @@ class Node:
         handshake_timeout: float = 10.0,
         peer_idle_timeout: float = 120.0,
         max_queued_replies: int = 1000,
+        max_queued_reply_bytes: int = 16 << 20,
+        max_unsettled_bytes: int = 64 << 20,
         max_kept_reply_bytes: int = DEFAULT_NODE_BYTES,
         max_kept_reply_bytes_per_actor: int = DEFAULT_ACTOR_BYTES,
         max_replay_bytes: int = DEFAULT_REPLAY_BYTES,
@@ -193,6 +196,8 @@ class Node:
             credit_deadline=credit_deadline,
             peer_idle_timeout=peer_idle_timeout,
             max_queued_replies=max_queued_replies,
+            max_queued_reply_bytes=max_queued_reply_bytes,
+            max_unsettled_bytes=max_unsettled_bytes,
             max_kept_reply_bytes=max_kept_reply_bytes,
             max_kept_reply_bytes_per_actor=max_kept_reply_bytes_per_actor,
             max_replay_bytes=max_replay_bytes,
@@ -263,6 +268,7 @@ class Node:
             keyring=keyring,
             peer_breaker=peer_breaker,
             resend_window=resend_window,
+            max_unsettled_bytes=max_unsettled_bytes,
         )
         #: The one path out of this node.
         self.outbox = NodeOutbox(
@@ -276,6 +282,7 @@ class Node:
             watched=lambda endpoint: self.monitors.watching(endpoint),
             peer_idle_timeout=peer_idle_timeout,
             max_queued_replies=max_queued_replies,
+            max_queued_reply_bytes=max_queued_reply_bytes,
             dead_letters=self.dead_letters,
         )
         self.monitors = NodeMonitors(

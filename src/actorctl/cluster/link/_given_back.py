@@ -61,9 +61,12 @@ class GivenBack:
         window: seconds a given-back tell is sent again for, from the first time.
         clock: wall-clock time (for the message's fresh ``creation-time``).
         transmit: puts a delivery on the wire (``Peer.transmit``).
+        free: frees a delivery's bytes in the peer's bound (``_unsettled.py``):
+            a tell waiting to be sent again keeps them until it goes, or is
+            given up.
     """
 
-    __slots__ = ("_clock", "_peer", "_transmit", "_window", "nursery", "waiting")
+    __slots__ = ("_clock", "_free", "_peer", "_transmit", "_window", "nursery", "waiting")
 
     def __init__(
         self,
@@ -71,8 +74,10 @@ class GivenBack:
         window: float,
         clock: Callable[[], float],
         transmit: Callable[[Pending], Awaitable[None]],
+        free: Callable[[Pending], None],
     ) -> None:
         self._peer = peer
+        self._free = free
         self._window = window
         self._clock = clock
         self._transmit = transmit
@@ -114,7 +119,10 @@ class GivenBack:
 
     async def _later(self, pending: Pending, delay: float) -> None:
         try:
-            await trio.sleep(delay)
+            try:
+                await trio.sleep(delay)
+            finally:
+                self._free(pending)  # counted again once it is sent again
             message = pending.message
             assert isinstance(message, Envelope)
             # Signed anew: the same bytes again would be a replay (§11.6).
@@ -126,6 +134,7 @@ class GivenBack:
             self.waiting -= 1
 
     def _give_up(self, pending: Pending, outcome: Outcome) -> None:
+        self._free(pending)
         tries = pending.tries + 1
         description = (
             f"{outcome.description or 'the receiver answered ' + outcome.state}; "

@@ -47,6 +47,8 @@ class PeerSettings:
             connection attempts to a peer (``_peer_dial.py``).
         resend_window: seconds a plain tell that its receiver gave back unrun
             is sent again for (``_given_back.py``).
+        max_unsettled_bytes: bytes of messages sent to one peer and not yet
+            settled by it; a send past it waits (``_limits.py``).
     """
 
     node_id: str
@@ -63,6 +65,7 @@ class PeerSettings:
     peer_breaker: BreakerPolicy | None = None  # None: ``_peer_breaker.PEER_BREAKER``
     reconnect_backoff: tuple[float, float] = BACKOFF
     resend_window: float = 30.0
+    max_unsettled_bytes: int = 64 << 20
 
 
 @final
@@ -78,6 +81,7 @@ class Pending:
         "outcome",
         "path",
         "presettled",
+        "size",
         "tries",
         "until",
     )
@@ -103,6 +107,9 @@ class Pending:
         #: running it (``released``, ``modified`` with ``actorctl:actor-stopping``),
         #: with backoff, within the resend window (``Peer``).
         self.again = again
+        #: Its bytes as sent, while the peer holds them unsettled (or it waits
+        #: to be sent again): counted in the peer's ``max_unsettled_bytes``.
+        self.size = 0
         self.tries = 0  # how many times it was given back and sent again
         self.until = 0.0  # (trio time) the end of its resend window, once given back
         self.outcome: Outcome | None = None
