@@ -142,9 +142,12 @@ async def test_an_actor_that_crashed_for_good_refuses_new_messages(
             await nursery.start(supervisor.run)
             cell.mailbox.put_nowait(_message(1, "nope"), outcomes.append)
             await trio.testing.wait_all_tasks_blocked()
-            # Then what it was handling went back to its sender, its mailbox is
-            # closed (a sender is refused at once instead of waiting forever)
-            assert [o.state for o in outcomes] == ["released"]
+            # Then what it crashed on went back to its sender (modified, named
+            # as the crash's: not to be sent again), its mailbox is closed (a
+            # sender is refused at once instead of waiting forever)
+            assert [(o.state, o.condition) for o in outcomes] == [
+                ("modified", "actorctl:actor-crashed")
+            ]
             assert cell.mailbox.closed
             assert cell.state == "stopped"
             with pytest.raises(trio.ClosedResourceError):

@@ -19,6 +19,7 @@ from ..mailbox import (
     ACCEPTED,
     BAD_ARGUMENTS,
     BAD_KIND,
+    CRASHED,
     DECODE_ERROR,
     EXPIRED,
     KIND_DOCUMENT,
@@ -28,6 +29,7 @@ from ..mailbox import (
     Envelope,
     Inbound,
     Mailbox,
+    Outcome,
 )
 from ._access import NotPermitted, admit
 from ._actor import Actor
@@ -93,6 +95,9 @@ class ActorCell:
         self.monitors = monitors
         #: "new", "running", "stopped" (ended normally or was stopped), "crashed"
         self.state = "new"
+        #: Why its mailbox is closed, for a message that arrives then (None: open,
+        #: or closed with the node).
+        self.stopped_why: str | None = None
         self.starts = 0
         #: Addresses this actor watches (a Terminated from elsewhere is ignored).
         self.watching: set[str] = set()
@@ -243,17 +248,19 @@ class ActorCell:
         with trio.CancelScope(shield=True):
             await self._background.cancel(f"actor {self.name!r} {why}")
 
-    def retire(self) -> None:
-        """Its supervisor will not start it again: close its mailbox, releasing
-        what waits there, so that senders send elsewhere instead of waiting."""
+    def retire(self, why: str = "not started again") -> None:
+        """Its supervisor will not start it again (``why``): close its mailbox,
+        releasing what waits there, so that senders send it again (a plain
+        ``tell``'s sender does, within its resend window) instead of waiting."""
         self.mailbox.on_arrival(None)
         self._requeue_inflight()
+        self.stopped_why = why
         released = self.mailbox.close()
         if released:
             log(
                 "actorctl:actor:released",
                 actor=self.name,
-                why="not started again",
+                why=why,
                 released=[inbound.envelope.message_id for inbound in released],
             )
         for left in released:
@@ -382,10 +389,12 @@ class ActorCell:
 
     def _crashed(self, error: Exception) -> None:
         self.state = "crashed"
-        # The message it crashed on is released: its sender may send it
-        # elsewhere (sent again here, it could crash the actor again). Those it
-        # was handling beside it, and those queued, stay for the next
-        # incarnation (released by retire() if there is none).
+        # The message it crashed on goes back to its sender as ``modified``
+        # with ``actorctl:actor-crashed``, not ``released``: a plain tell's
+        # sender sends a released message again, and sent again here it could
+        # crash the actor again. Those it was handling beside it, and those
+        # queued, stay for the next incarnation (released by retire() if
+        # there is none).
         culprits, self._culprits = self._culprits or [], None
         self._requeue_inflight()
         log(
@@ -396,8 +405,11 @@ class ActorCell:
             released=[inbound.envelope.message_id for inbound in culprits],
             kept=self.mailbox.pending,
         )
-        for inbound in culprits:
-            inbound.settle(RELEASED)
+        if culprits:
+            why = f"actor {self.name!r} crashed on it ({type(error).__name__}: {error})"
+            crashed = Outcome.modified(CRASHED, why)
+            for inbound in culprits:
+                inbound.settle(crashed)
 
     async def _end(self, error: Exception | None) -> None:
         on_end = self._on_end
@@ -444,6 +456,7 @@ class ActorCell:
                     raise TypeError(f"the factory of {self.name!r} made {fresh!r}, not an Actor")
                 self.actor = fresh
             self.behaviour = self.actor
+            self.stopped_why = None
             self.mailbox.reopen()
         self.actor._cell = self
 

@@ -127,7 +127,8 @@ class Node:
 
         max_message_size, credit_deadline, max_links_per_connection,
         max_connections_per_address, max_handshakes, handshake_timeout,
-        peer_idle_timeout, max_queued_replies: see :class:`Limits` (a larger
+        peer_idle_timeout, max_queued_replies, max_queued_reply_bytes,
+        max_unsettled_bytes: see :class:`Limits` (a larger
             message is refused with ``amqp:link:message-size-exceeded``; a link
             over the cap with ``amqp:resource-limit-exceeded``; a connection
             over a cap, or past the handshake deadline, is closed).
@@ -136,6 +137,8 @@ class Node:
             its actors' dedup windows keep for duplicates (:attr:`kept_replies`),
             and its replay cache; the oldest go first, and reaching a bound is
             logged.
+        resend_window: seconds a plain tell that its receiver gave back unrun
+            is sent again for (see :class:`Limits`, docs/guarantees.md).
     """
 
     def __init__(
@@ -167,9 +170,12 @@ class Node:
         handshake_timeout: float = 10.0,
         peer_idle_timeout: float = 120.0,
         max_queued_replies: int = 1000,
+        max_queued_reply_bytes: int = 16 << 20,
+        max_unsettled_bytes: int = 64 << 20,
         max_kept_reply_bytes: int = DEFAULT_NODE_BYTES,
         max_kept_reply_bytes_per_actor: int = DEFAULT_ACTOR_BYTES,
         max_replay_bytes: int = DEFAULT_REPLAY_BYTES,
+        resend_window: float = 30.0,
         dead_letters: DeadLetterBounds | None = None,
         metrics: str | None = None,
         cluster_app: ClusterApp | None = None,
@@ -189,9 +195,12 @@ class Node:
             credit_deadline=credit_deadline,
             peer_idle_timeout=peer_idle_timeout,
             max_queued_replies=max_queued_replies,
+            max_queued_reply_bytes=max_queued_reply_bytes,
+            max_unsettled_bytes=max_unsettled_bytes,
             max_kept_reply_bytes=max_kept_reply_bytes,
             max_kept_reply_bytes_per_actor=max_kept_reply_bytes_per_actor,
             max_replay_bytes=max_replay_bytes,
+            resend_window=resend_window,
         )
         #: The bytes of replies its actors' dedup windows keep, and their bounds.
         self.kept_replies = ReplyMemory(
@@ -258,6 +267,8 @@ class Node:
             connect_timeout=connect_timeout,
             keyring=keyring,
             peer_breaker=peer_breaker,
+            resend_window=resend_window,
+            max_unsettled_bytes=max_unsettled_bytes,
         )
         #: The one path out of this node.
         self.outbox = NodeOutbox(
@@ -271,6 +282,7 @@ class Node:
             watched=lambda endpoint: self.monitors.watching(endpoint),
             peer_idle_timeout=peer_idle_timeout,
             max_queued_replies=max_queued_replies,
+            max_queued_reply_bytes=max_queued_reply_bytes,
             dead_letters=self.dead_letters,
         )
         self.monitors = NodeMonitors(

@@ -88,6 +88,7 @@ class NodeOutbox:
         peer_idle_timeout: seconds a connection to a peer may go unused before
             it is closed (``_idle.py``).
         max_queued_replies: replies held for a reply link without credit.
+        max_queued_reply_bytes: bytes of them held for one caller's connection.
         dead_letters: where the backlog puts what expired while refused.
     """
 
@@ -104,6 +105,7 @@ class NodeOutbox:
         watched: Callable[[str], bool] | None = None,
         peer_idle_timeout: float = 120.0,
         max_queued_replies: int = 1000,
+        max_queued_reply_bytes: int = 16 << 20,
         dead_letters: DeadLetters | None = None,
     ) -> None:
         self.name = name
@@ -111,7 +113,7 @@ class NodeOutbox:
         self._on_peer_state = on_peer_state
         self.node_id = node_id
         self.settings = settings
-        self.routes = ReplyRoutes(max_queued_replies)
+        self.routes = ReplyRoutes(max_queued_replies, max_queued_reply_bytes)
         self._engines = engines
         self._clock = clock
         self._ids = itertools.count()
@@ -163,7 +165,15 @@ class NodeOutbox:
         if durable:
             await self.backlog.add(address, envelope, reroute=reroute)
             return
-        pending = Pending(address.name, envelope, envelope.message_id, presettled=presettled)
+        # A plain tell (neither confirmed nor pre-settled) is sent again if its
+        # receiver gives it back unrun (``link/_given_back.py``).
+        pending = Pending(
+            address.name,
+            envelope,
+            envelope.message_id,
+            presettled=presettled,
+            again=not confirm and not presettled,
+        )
         await self.open_peer(address).transmit(pending)
         if confirm and not presettled:
             await pending.done.wait()

@@ -15,6 +15,7 @@ from ._conditions import BAD_ARGUMENTS as BAD_ARGUMENTS
 from ._conditions import BAD_KIND as BAD_KIND
 from ._conditions import BAD_SESSION as BAD_SESSION
 from ._conditions import BAD_SIGNATURE as BAD_SIGNATURE
+from ._conditions import CRASHED as CRASHED
 from ._conditions import DECODE_ERROR as DECODE_ERROR
 from ._conditions import EXPIRED as EXPIRED
 from ._conditions import FOREIGN_REPLY_TO as FOREIGN_REPLY_TO

@@ -16,6 +16,7 @@ __all__ = [
     "BAD_KIND",
     "BAD_SESSION",
     "BAD_SIGNATURE",
+    "CRASHED",
     "DECODE_ERROR",
     "EXPIRED",
     "FOREIGN_REPLY_TO",
@@ -58,6 +59,9 @@ BAD_ARGUMENTS: Final = "actorctl:bad-arguments"
 BAD_KIND: Final = "actorctl:bad-kind"
 EXPIRED: Final = "actorctl:expired"
 STOPPING: Final = "actorctl:actor-stopping"
+#: The actor crashed on this message (it ran, or began to): it is not sent
+#: again, where it could crash the actor again (docs/supervision.md).
+CRASHED: Final = "actorctl:actor-crashed"
 NO_INSTANCE: Final = "actorctl:no-instance"
 #: The caller's role (or identity) may not do this: docs/security.md's table.
 NOT_PERMITTED: Final = "actorctl:not-permitted"

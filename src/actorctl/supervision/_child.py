@@ -87,8 +87,9 @@ class Activation(Protocol):
         """Stop it; ``on_end`` is not told."""
         ...
 
-    def retire(self) -> None:
-        """It ended and will not be started again: let go of what it holds."""
+    def retire(self, why: str = "not started again") -> None:
+        """It ended and will not be started again (``why``, for whoever sends
+        to it now): let go of what it holds."""
         ...
 
 

@@ -328,7 +328,7 @@ class Supervisor:
     def _gone(self, spec: ChildSpec, reason: str) -> None:
         """``spec``'s child ended for good: let go of it, tell who listens."""
         if spec.activation is not None:
-            spec.activation.retire()
+            spec.activation.retire(f"not started again by supervisor {self.name!r}: {reason}")
         if self._on_gone is not None:
             self._on_gone(spec.name, reason)
 

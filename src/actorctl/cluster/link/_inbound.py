@@ -303,7 +303,17 @@ class InboundHandler(EngineHandler):
                 "the sender must wait for link credit",
             )
         except trio.ClosedResourceError:
-            outcome = Outcome.modified(STOPPING, f"actor {cell.name!r} is stopping")
+            why = cell.stopped_why
+            outcome = Outcome.modified(
+                STOPPING,
+                f"actor {cell.name!r} is stopping"
+                if why is None
+                else f"actor {cell.name!r} is stopped ({why}); it may be started again",
+            )
+            # The credit it used is granted again: a sender that sends it
+            # again (a plain tell, within its resend window) gets an answer
+            # each time, not a link without credit until the actor returns.
+            cell.mailbox.refused()
         else:
             return
         if verified is not None and verifier is not None:  # not run: the same bytes may come again

@@ -23,7 +23,15 @@ Every bound has a default (:class:`Limits`, a ``Node`` argument each, and a
   as soon as that many bytes have arrived, not once it is whole (proton drops
   the rest of a delivery that is already settled).
 - replies: a reply link whose caller grants no credit holds at most
-  ``max_queued_replies`` replies; more are dropped and logged.
+  ``max_queued_replies`` replies, and its connection's session at most
+  ``max_queued_reply_bytes`` bytes of replies waiting to go out; more are
+  dropped and logged (``actorctl:reply:dropped``, naming the bound).
+- outgoing: what a node has sent to one peer at least once and the peer has
+  not settled yet (its bodies kept for a resend) is at most
+  ``max_unsettled_bytes``; a send past it waits until the peer settles some
+  (backpressure, as for link credit: logged once as
+  ``actorctl:peer:unsettled-full``), except a message alone, which goes
+  whatever its size.
 - memory: the replies the node's dedup windows keep for duplicates are bounded
   in bytes, per actor (``max_kept_reply_bytes_per_actor``) and for the node
   (``max_kept_reply_bytes``): the oldest are forgotten first
@@ -69,6 +77,8 @@ MESSAGE_SIZE_EXCEEDED: Final = "amqp:link:message-size-exceeded"
 SPOKEN_REFUSALS: Final = 4
 
 _queued = lib.pn_link_queued
+_outgoing_bytes = lib.pn_session_outgoing_bytes
+_link_session = lib.pn_link_session
 
 
 def _count(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
@@ -100,11 +110,19 @@ class Limits:
         peer_idle_timeout: seconds an outgoing connection may go unused before it
             is closed (120).
         max_queued_replies: replies held for one reply link that has no credit (1,000).
+        max_queued_reply_bytes: bytes of replies held for one caller's connection
+            whose reply link has no credit (16 MiB).
+        max_unsettled_bytes: bytes of messages sent to one peer and not yet
+            settled by it; a send past it waits (64 MiB).
         max_kept_reply_bytes: bytes of replies the node's dedup windows keep for
             duplicates, all actors together (64 MiB).
         max_kept_reply_bytes_per_actor: the same for one actor's window (16 MiB).
         max_replay_bytes: bytes the replay cache (ids of accepted messages) may
             hold, counted as their ids' lengths plus a fixed cost each (32 MiB).
+        resend_window: seconds a plain tell that its receiver gave back unrun
+            (``released``, or ``modified`` with ``actorctl:actor-stopping``) is
+            sent again for, with backoff, before the node gives up on it (30;
+            ``_given_back.py``).
     """
 
     max_message_size: int = attrs.field(validator=_count, default=1 << 20)
@@ -115,9 +133,12 @@ class Limits:
     credit_deadline: float = attrs.field(validator=_seconds, default=1.0)
     peer_idle_timeout: float = attrs.field(validator=_seconds, default=120.0)
     max_queued_replies: int = attrs.field(validator=_count, default=1000)
+    max_queued_reply_bytes: int = attrs.field(validator=_count, default=16 << 20)
+    max_unsettled_bytes: int = attrs.field(validator=_count, default=64 << 20)
     max_kept_reply_bytes: int = attrs.field(validator=_count, default=DEFAULT_NODE_BYTES)
     max_kept_reply_bytes_per_actor: int = attrs.field(validator=_count, default=DEFAULT_ACTOR_BYTES)
     max_replay_bytes: int = attrs.field(validator=_count, default=DEFAULT_REPLAY_BYTES)
+    resend_window: float = attrs.field(validator=_seconds, default=30.0)
 
 
 #: The names of the bounds: ``Node`` arguments, and keys of ``[node.limits]``.
@@ -335,7 +356,23 @@ class ConnectionLimits:
         )
 
 
-def reply_queue_full(link: Any, bound: int) -> bool:
-    """Whether a reply link (a raw ``pn_link_t``) holds ``bound`` replies that
-    wait for credit already: its caller grants none, or too little."""
-    return bool(_queued(link) >= bound)
+def reply_queue_full(link: Any, bound: int, max_bytes: int) -> str | None:
+    """Why a reply link (a raw ``pn_link_t``) takes no more replies, if it does
+    not: it holds ``bound`` replies that wait for credit already (its caller
+    grants none, or too little), or its session holds ``max_bytes`` bytes of
+    them. (Its session's bytes are looked at only while replies wait.)"""
+    queued = _queued(link)
+    if not queued:
+        return None
+    if queued >= bound:
+        return (
+            f"the caller's reply link holds {queued} replies that wait for credit "
+            f"already (max_queued_replies = {bound})"
+        )
+    held = _outgoing_bytes(_link_session(link))
+    if held >= max_bytes:
+        return (
+            f"the caller's connection holds {held} bytes of replies that wait to go "
+            f"out already (max_queued_reply_bytes = {max_bytes})"
+        )
+    return None

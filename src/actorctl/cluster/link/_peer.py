@@ -36,11 +36,13 @@ from ...mailbox import (
 )
 from . import _raw as raw
 from ._engine import Engine, EngineHandler, EngineSet
+from ._given_back import GivenBack, given_back
 from ._peer_breaker import PeerBreaker
 from ._peer_dial import Dialer
 from ._pending import OutLink, PeerSettings, Pending
 from ._reply_auth import REPLY_CREDIT, ReplyCheck, certificate_names
 from ._reply_claims import REPLY_CAPABILITY, own_reply_address, reply_proof
+from ._unsettled import UnsettledBytes
 from ._why import handshake_failed, refused, unreachable
 
 __all__ = ["Peer"]
@@ -128,9 +130,25 @@ class Peer(EngineHandler):
             self._ready_engine,
             settings.reconnect_backoff,
         )
+        #: The bytes sent to the peer and not settled yet (a bound in bytes).
+        self.unsettled = UnsettledBytes(self.name, settings.max_unsettled_bytes)
+        #: Plain tells the peer gave back unrun, waiting to be sent again.
+        self.given_back = GivenBack(
+            self.name, settings.resend_window, settings.clock, self.transmit, self.unsettled.free
+        )
 
     async def run(self) -> None:
-        """Keep a connection to the peer open, reconnecting with backoff."""
+        """Keep a connection to the peer open, reconnecting with backoff; the
+        tells it gives back wait for their next try meanwhile, in this task."""
+        async with trio.open_nursery() as nursery:
+            self.given_back.nursery = nursery
+            try:
+                await self._connect()
+            finally:
+                self.given_back.nursery = None
+                nursery.cancel_scope.cancel(reason=f"peer {self.name} done")
+
+    async def _connect(self) -> None:
         dialer = self.dialer
         first = backoff = dialer.backoff[0]
         failures = 0
@@ -221,6 +239,8 @@ class Peer(EngineHandler):
         or a sender waiting for the connection or for credit (see ``_idle``)."""
         return bool(
             self._resend
+            or self.given_back.waiting
+            or self.unsettled.waiting
             or self.dialer.waiting
             or self._ready.statistics().tasks_waiting
             or any(out.unsettled or len(out.lot) for out in self._outs.values())
@@ -271,12 +291,19 @@ class Peer(EngineHandler):
             message = pending.message
             if isinstance(message, Envelope):
                 message = encode(message, signer=self._signer, actor=pending.path, node=self._node)
+            presettled = pending.presettled
+            if not presettled and self.unsettled.full_for(len(message)):
+                # The peer holds max_unsettled_bytes of ours unsettled: wait
+                # (backpressure), then look at the connection and credit again.
+                await self.unsettled.wait_room(len(message))
+                continue
             delivery = send(link, b"%x" % next(out.tags), message)
-            if pending.presettled:
+            if presettled:
                 _settle_delivery(delivery)
                 pending.resolve(ACCEPTED)
             else:
                 out.unsettled[delivery] = pending
+                self.unsettled.add(pending, len(message))
             _drain_if_idle(engine, out)
             engine.wake()
             return
@@ -500,6 +527,7 @@ class Peer(EngineHandler):
         state = _remote_state(delivery)
         if state == ACCEPTED_STATE:
             _settle_delivery(delivery)
+            self.unsettled.free(pending)
             pending.resolve(ACCEPTED)
             return
         name, description = remote_condition(delivery)
@@ -511,7 +539,11 @@ class Peer(EngineHandler):
                 notes.get("actorctl-description") or "the receiver could not handle it"
             )
         _settle_delivery(delivery)
-        pending.resolve(Outcome(_STATES.get(state, "released"), name, description))  # type: ignore[arg-type]
+        outcome = Outcome(_STATES.get(state, "released"), name, description)  # type: ignore[arg-type]
+        if pending.again and given_back(outcome) and self.given_back.take(pending, outcome):
+            return  # a plain tell the peer gave back unrun: sent again later
+        self.unsettled.free(pending)
+        pending.resolve(outcome)
 
     def _on_reply(self, engine: Engine, link: Any, delivery: Any) -> None:
         # Authenticated first (docs/protocol.md §8.1): what fails is logged, dropped.
@@ -538,6 +570,8 @@ class Peer(EngineHandler):
         for link, out in list(self._outs.items()):
             if out.engine is engine:
                 del self._outs[link]
+                for pending in out.unsettled.values():
+                    self.unsettled.free(pending)  # counted again when sent again
                 self._resend.extend(p for p in out.unsettled.values() if p.outcome is None)
                 out.unsettled.clear()
 

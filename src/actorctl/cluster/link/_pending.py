@@ -45,6 +45,10 @@ class PeerSettings:
         peer_breaker: the policy of each peer's circuit breaker (``_peer_breaker.py``).
         reconnect_backoff: the first and the longest pause (s) between two failed
             connection attempts to a peer (``_peer_dial.py``).
+        resend_window: seconds a plain tell that its receiver gave back unrun
+            is sent again for (``_given_back.py``).
+        max_unsettled_bytes: bytes of messages sent to one peer and not yet
+            settled by it; a send past it waits (``_limits.py``).
     """
 
     node_id: str
@@ -60,13 +64,27 @@ class PeerSettings:
     keyring: Keyring | None = None
     peer_breaker: BreakerPolicy | None = None  # None: ``_peer_breaker.PEER_BREAKER``
     reconnect_backoff: tuple[float, float] = BACKOFF
+    resend_window: float = 30.0
+    max_unsettled_bytes: int = 64 << 20
 
 
 @final
 class Pending:
     """One outgoing delivery, kept until the receiver settles it."""
 
-    __slots__ = ("done", "message", "message_id", "on_outcome", "outcome", "path", "presettled")
+    __slots__ = (
+        "again",
+        "done",
+        "message",
+        "message_id",
+        "on_outcome",
+        "outcome",
+        "path",
+        "presettled",
+        "size",
+        "tries",
+        "until",
+    )
 
     def __init__(
         self,
@@ -76,6 +94,7 @@ class Pending:
         *,
         presettled: bool = False,
         on_outcome: Callable[[Outcome], None] | None = None,
+        again: bool = False,
     ) -> None:
         self.path = path
         # An envelope is encoded (and signed) when it is sent: a resend after a
@@ -84,17 +103,27 @@ class Pending:
         self.message_id = message_id
         self.presettled = presettled
         self.on_outcome = on_outcome
+        #: A plain tell: sent again when the receiver gives it back without
+        #: running it (``released``, ``modified`` with ``actorctl:actor-stopping``),
+        #: with backoff, within the resend window (``Peer``).
+        self.again = again
+        #: Its bytes as sent, while the peer holds them unsettled (or it waits
+        #: to be sent again): counted in the peer's ``max_unsettled_bytes``.
+        self.size = 0
+        self.tries = 0  # how many times it was given back and sent again
+        self.until = 0.0  # (trio time) the end of its resend window, once given back
         self.outcome: Outcome | None = None
         self.done = trio.Event()
 
-    def resolve(self, outcome: Outcome) -> None:
+    def resolve(self, outcome: Outcome, *, quiet: bool = False) -> None:
+        """The final outcome: the sender is told (``quiet``: the caller logged it)."""
         if self.outcome is not None:
             return
         self.outcome = outcome
         self.done.set()
         if self.on_outcome is not None:
             self.on_outcome(outcome)
-        elif outcome.state != "accepted":
+        elif outcome.state != "accepted" and not quiet:
             log(
                 f"actorctl:send:{outcome.state}",
                 target=self.path,

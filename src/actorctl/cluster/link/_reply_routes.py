@@ -35,19 +35,21 @@ class ReplyRoutes:
     """The reply links callers attached to this node, by reply address.
 
     Inbound connections add and remove them; the outbox sends replies on them.
-    A route whose caller grants no credit holds at most ``max_queued`` replies;
-    more are dropped and logged.
+    A route whose caller grants no credit holds at most ``max_queued`` replies,
+    and ``max_queued_bytes`` bytes of them (on its connection's session); more
+    are dropped and logged.
     """
 
-    __slots__ = ("_owners", "_routes", "max_queued")
+    __slots__ = ("_owners", "_routes", "max_queued", "max_queued_bytes")
 
-    def __init__(self, max_queued: int = 1000) -> None:
+    def __init__(self, max_queued: int = 1000, max_queued_bytes: int = 16 << 20) -> None:
         self._routes: dict[str, tuple[Engine, Link, ReplySigning | None]] = {}
         # Who each reply address belongs to (the certificate subject of the
         # first connection that attached it), oldest first; kept after its route
         # goes, so that nobody else takes it while its caller reconnects.
         self._owners: dict[str, str] = {}
         self.max_queued = max_queued
+        self.max_queued_bytes = max_queued_bytes
 
     def add(
         self, address: str, engine: Engine, link: Link, signing: ReplySigning | None = None
@@ -103,7 +105,8 @@ class ReplyRoutes:
     def send(self, envelope: Envelope) -> int:
         """Send a reply on the route to ``envelope.to``; return its size in bytes
         as encoded, or 0 if there is no route. (A caller that grants no credit
-        gets at most ``max_queued``: the rest are dropped and logged.)"""
+        gets at most ``max_queued``, and ``max_queued_bytes``: the rest are
+        dropped and logged.)"""
         route = self._routes.get(envelope.to)
         if route is None:
             return 0
@@ -112,20 +115,20 @@ class ReplyRoutes:
             return 0
         # Signed for the reply address, as the caller reads it off its link.
         data = encode_reply(envelope, None if signing is None else signing.signer())
-        if reply_queue_full(link._impl, self.max_queued):
-            _no_credit(envelope, engine, self.max_queued)
+        full = reply_queue_full(link._impl, self.max_queued, self.max_queued_bytes)
+        if full is not None:
+            _no_credit(envelope, engine, full)
             return len(data)  # there is a route: the reply was dropped there, and logged
         engine.send_settled(link._impl, envelope.message_id.encode(), data)
         return len(data)
 
 
-def _no_credit(envelope: Envelope, engine: Engine, queued: int) -> None:
+def _no_credit(envelope: Envelope, engine: Engine, full: str) -> None:
     log(
         "actorctl:reply:dropped",
         reply_to=envelope.to,
         correlation_id=envelope.correlation_id,
         peer=engine.peer,
         reason="no reply credit",
-        description=f"the caller's reply link holds {queued} replies that wait for "
-        "credit already: it must grant credit on its reply link",
+        description=f"{full}: it must grant credit on its reply link",
     )
