@@ -365,6 +365,11 @@ class Node:
         self._grace = grace
         self._stop.set()
 
+    def last_heard(self, besides: str) -> float | None:
+        """When one of its connections last received bytes from a peer on
+        another host than ``besides`` (trio's clock; None: it has none open)."""
+        return self._engines.last_heard(besides)
+
     @property
     def url(self) -> str:
         """Where others dial it; for a node that listens on every interface,

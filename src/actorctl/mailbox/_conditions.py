@@ -59,6 +59,9 @@ BAD_KIND: Final = "actorctl:bad-kind"
 EXPIRED: Final = "actorctl:expired"
 STOPPING: Final = "actorctl:actor-stopping"
 NO_INSTANCE: Final = "actorctl:no-instance"
+#: The node's membership may have ended (its lease in etcd, unrenewed): it
+#: starts no work, and what it is handed goes elsewhere (cluster/_fence.py).
+FENCED: Final = "actorctl:fenced"
 #: The caller's role (or identity) may not do this: docs/security.md's table.
 NOT_PERMITTED: Final = "actorctl:not-permitted"
 #: A request's reply-to names another key's reply address (docs/protocol.md §8).

@@ -11,6 +11,12 @@ dies while it runs (at-most-once).
 A worker holds more messages at once than it runs (``concurrency`` is its
 pool's ``runs`` plus SETTLING): a run slot is held only while the task runs,
 so the next task starts while the last one's follow-ups are being stored.
+
+A worker on a fenced node (``cluster/_fence.py``: its lease in etcd ended while
+it was cut off, and the others sent its work elsewhere) starts no task: it
+hands each back ``modified`` (``actorctl:fenced``), before it waits for a run
+slot and again once it has one, so that a task sent again elsewhere does not
+also run here late.
 """
 
 from __future__ import annotations
@@ -32,8 +38,9 @@ from ...cluster import (
     REASON_NOT_RETRIED,
     REASON_OUT_OF_RETRIES,
     REASON_POISON,
+    Fence,
 )
-from ...mailbox import ACCEPTED, Envelope, Outcome
+from ...mailbox import ACCEPTED, FENCED, Envelope, Outcome
 from ...supervision import Boxed, RetryPolicy, failure_mark
 from ..app import _signals as signals
 from ..app._registry import TaskRegistry
@@ -140,6 +147,7 @@ class TaskWorker(Actor):
         for task in app.tasks.values():
             task_limits(self.gate, task, routed=routed)
         self._followups: FollowUps | None = None
+        self._fence: Fence | None = None  # its node's, once it runs
         #: Per task: messages, outcomes, run times (read when /metrics is scraped).
         self.named_counters = NamedCounters()
         # Its circuit breakers, by task, and each once by name (its actor state).
@@ -154,6 +162,7 @@ class TaskWorker(Actor):
         dead_letters = Address(here.host, here.port, DEAD_LETTERS, here.scheme)
         self._followups = FollowUps(client, self.pool, dead_letters, self.app.conf.result_expires)
         self._followups.counters = self.named_counters
+        self._fence = node_outbox(outbox).fence
         hooks.worker_up(self.state, node_outbox(outbox).name)
         most = type(self).concurrency - SETTLING
         self.state.tuning.add_worker(cell.address.name, self.pool, self.gate, self.budget, most)
@@ -223,6 +232,8 @@ class TaskWorker(Actor):
         if H_SINKS in envelope.headers and (bad := self._unknown_sink(envelope)) is not None:
             await followups.report(envelope, FAILURE, {"type": "ConfigError", "message": bad})
             return Outcome.rejected(UNKNOWN_SINK, bad), None
+        if (fenced := self._fenced(task)) is not None:
+            return fenced
         task_id, now = envelope_task_id(envelope), followups.client.outbox.now
         breaker = self._breakers.get(task.name)
         if breaker is not None and not breaker.closed and (refused := breaker.admit()):
@@ -243,6 +254,8 @@ class TaskWorker(Actor):
                 and (refused := breaker.admit())
             ):
                 return await self._refuse(envelope, task, refused)
+            if (fenced := self._fenced(task)) is not None:
+                return fenced
             why_not = self._why_not_run(envelope, task_id)
             if why_not is None:
                 holdings.start(envelope.message_id, now())
@@ -278,6 +291,14 @@ class TaskWorker(Actor):
         if signals.task_postrun.receivers:
             hooks.postrun(task, task_id, args, kwargs, hooks.retval_of(envelope, ran), state)
         return ACCEPTED, None
+
+    def _fenced(self, task: Task) -> Handled | None:
+        """``modified`` while the node is fenced (see the module's text), else None."""
+        why = None if self._fence is None else self._fence.why
+        if why is None:
+            return None
+        self.named_counters.add(task.name, "fenced")
+        return Outcome.modified(FENCED, f"task {task.name}: not started here: {why}"), None
 
     async def _refuse(self, envelope: Envelope, task: Task, refused: str) -> Handled:
         routed = self.pool in self.directory.accepting
