@@ -9,6 +9,7 @@ down for longer than a lease's ttl), not a synchronisation.
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import Callable
 
@@ -18,6 +19,8 @@ import trio
 
 from actorctl._errors import ConfigError
 from actorctl.actors import Address
+from actorctl.cluster import open_node
+from actorctl.cluster._member import keep_fence
 from actorctl.etcd._etcd import EtcdClient
 from actorctl.etcd._etcd_directory import EtcdDirectory, NodeChange, open_directory
 from actorctl.etcd._etcd_wire import EtcdUnavailable
@@ -371,3 +374,43 @@ async def test_a_node_that_a_member_would_not_accept_is_refused_at_registration_
             kept = await client.get(node_key(cluster, "s"))
             assert kept is not None
             assert NodeRecord.from_json(kept.value).address == "amqps://10.0.0.1:5701"
+
+
+async def test_a_node_cut_off_from_etcd_and_everyone_fences_itself_before_the_others_drop_it(
+    etcd: EtcdServer, cluster: str, logs: Logs
+) -> None:
+    with trio.fail_after(20):
+        async with (
+            open_proxy(etcd.client_port) as proxy,
+            open_directory(EtcdClient([etcd.url]), cluster) as directory,
+            # Given a node that reaches etcd through a link the test can cut,
+            # and hears from no other host (it has no connection open)
+            open_node("a", host="127.0.0.1", port=0, insecure=True) as node,
+            open_registration(
+                EtcdClient([proxy.url], timeout=0.5), cluster, record("a", 5701), ttl=TTL
+            ) as registration,
+            trio.open_nursery() as nursery,
+        ):
+            fence = node.outbox.fence
+            nursery.start_soon(
+                keep_fence, fence, registration, functools.partial(node.last_heard, "10.0.0.1")
+            )
+            await wait_until(directory, lambda: "a" in directory.nodes)
+            assert fence.why is None
+
+            # When its link to etcd is cut
+            proxy.cut()
+
+            # Then by the time the others see its lease end, it has fenced itself
+            await wait_until(directory, lambda: "a" not in directory.nodes)
+            assert fence.why is not None
+            assert "its lease in etcd ended" in fence.why
+
+            # When the link heals, it registers again and lowers its fence
+            proxy.heal()
+            await registration.wait_registered()
+            await fence.wait_lowered()
+            assert fence.raised_times == 1
+            nursery.cancel_scope.cancel()
+    assert logs.of_type("actorctl:node:fenced")
+    assert logs.of_type("actorctl:node:unfenced")

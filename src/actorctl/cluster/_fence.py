@@ -37,6 +37,8 @@ class Fence:
         self._why: str | None = None
         self._since = 0.0
         self.raised_times = 0  # how many times it went up (read by tests and metrics)
+        self._lowered = trio.Event()  # set while it is down
+        self._lowered.set()
 
     @property
     def why(self) -> str | None:
@@ -48,8 +50,13 @@ class Fence:
         if self._why is None:
             self._since = trio.current_time()
             self.raised_times += 1
+            self._lowered = trio.Event()
             log("actorctl:node:fenced", node=self.node, why=why)
         self._why = why
+
+    async def wait_lowered(self) -> None:
+        """Wait until the fence is down (at once if it is)."""
+        await self._lowered.wait()
 
     def lower(self) -> None:
         """Work may start again (the node registered again)."""
@@ -59,4 +66,5 @@ class Fence:
                 node=self.node,
                 seconds=round(trio.current_time() - self._since, 3),
             )
+            self._lowered.set()
         self._why = None
