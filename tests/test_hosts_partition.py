@@ -14,6 +14,7 @@ installed).
 
 from __future__ import annotations
 
+import json
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -21,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.hosts_app import runs
+from tests.hosts_app import runs, started_runs
 from tests.hosts_cluster import READY, TTL, Hosts
 from tests.netns import Network, open_network, wait_for_output
 
@@ -69,6 +70,7 @@ def test_a_host_cut_off_for_30_s_stops_firing_its_work_runs_elsewhere_and_it_dra
 
         # Then every task the caller sent ran at least once and its result came
         # back (those c finished while cut off, from c once healed)
+        healed_at = time.time()
         said = caller.communicate(timeout=READY + 60)[0].decode(errors="replace")
         back = time.monotonic() - healed
         assert "results 400 0" in said, said[-3000:]
@@ -92,3 +94,78 @@ def test_a_host_cut_off_for_30_s_stops_firing_its_work_runs_elsewhere_and_it_dra
         # And c's beat said it could no longer renew or record its role
         c_log = (hosts.directory / "logs" / "worker-c.log").read_text()
         assert '"actorctl:beat:lease-unrenewed"' in c_log or '"actorctl:beat:not-fired"' in c_log
+        # And c fenced itself (issue 34): no task started on c from when the
+        # others saw its lease end until the heal
+        left = first_logged(hosts, "services", "actorctl:membership:leave", "worker-c")
+        fenced = first_logged(hosts, "worker-c", "actorctl:node:fenced", "worker-c")
+        c = hosts.pids["worker-c"]
+        on_c = [(task, at) for task, pid, at in started_runs(hosts.records) if pid == c]
+        during = [task for task, at in on_c if left <= at <= healed_at]
+        before = max(at for _, at in on_c if at < left)
+        print(
+            f"c fenced {fenced - left:+.2f} s from when the others saw its lease end; last "
+            f"start on c {before - left:+.2f} s from it; started on c until the heal: "
+            f"{len(during)}"
+        )
+        assert during == []
+        assert fenced <= left + SLACK
+
+
+def first_logged(hosts: Hosts, node: str, event: str, about: str) -> float:
+    """The wall clock of the first ``event`` line about node ``about`` in ``node``'s log."""
+    log = (hosts.directory / "logs" / f"{node}.log").read_text()
+    for line in log.splitlines():
+        if f'"{event}"' in line and f'"node":"{about}"' in line:
+            return float(json.loads(line)["timestamp"])
+    raise AssertionError(f"{node} logged no {event} about {about}")
+
+
+def test_a_worker_host_that_loses_power_has_its_tasks_run_elsewhere_within_its_ttl(
+    network: Network, tmp_path: Path
+) -> None:
+    with Hosts(network, tmp_path) as hosts:
+        # Given the three hosts, and a caller on host a with 160 tasks of 300 ms
+        # on their way to b and c (8 at a time on each), some run on c
+        hosts.start()
+        caller = hosts.caller(160, timeout=60, seconds=0.3)
+        wait_for_output(caller, "sent", timeout=READY)
+        c = hosts.pids["worker-c"]
+        hosts.wait_runs({c: 8})
+
+        # When host c loses power: its link goes down, then its processes die,
+        # so no reset reaches anyone (the connections to it fall silent)
+        hosts.network.partition("c")
+        cut = time.monotonic()
+        cut_at = time.time()
+        hosts.kill_host("c")
+        sent = (hosts.directory / "sent.txt").read_text().split()
+
+        # Then every task runs, what c held on b, within the lease's ttl and
+        # the connect timeout (not the AMQP idle timeout, then the connect timeout)
+        while [task for task in sent if task not in dict(runs(hosts.records))]:
+            assert time.monotonic() - cut < TTL + 5 + SLACK, "tasks c held never ran"
+            time.sleep(0.1)  # another process writes the records: polled
+        all_ran = time.monotonic() - cut
+        said = caller.communicate(timeout=READY)[0].decode(errors="replace")
+        assert "results 160 0" in said, said[-3000:]
+        times = Counter(task for task, _ in runs(hosts.records))
+        lost = [task for task in sent if task not in times]
+        twice = [task for task, n in times.items() if n > 1]
+        # ... the services node took c for dead when its lease ended, and
+        # released what c held unsettled at once
+        left = first_logged(hosts, "services", "actorctl:membership:leave", "worker-c")
+        lost_at = first_logged(hosts, "services", "actorctl:peer:lost", "services")
+        log = (hosts.directory / "logs" / "services.log").read_text()
+        released = [
+            json.loads(line)["released"]
+            for line in log.splitlines()
+            if '"actorctl:peer:lost"' in line
+        ]
+        print(
+            f"c's lease ended (seen) {left - cut_at:.1f} s after the power loss, its peer "
+            f"dropped {lost_at - cut_at:.1f} s after, {sum(released)} deliveries released; "
+            f"every task ran {all_ran:.1f} s after; lost {len(lost)}, ran twice {len(twice)}"
+        )
+        assert lost == []
+        assert lost_at - left < 1.0
+        assert all_ran < TTL + 5 + SLACK

@@ -9,18 +9,22 @@ down for longer than a lease's ttl), not a synchronisation.
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import Callable
 
+import attrs
 import pytest
 import trio
 
 from actorctl._errors import ConfigError
 from actorctl.actors import Address
+from actorctl.cluster import open_node
+from actorctl.cluster._member import keep_fence
 from actorctl.etcd._etcd import EtcdClient
 from actorctl.etcd._etcd_directory import EtcdDirectory, NodeChange, open_directory
 from actorctl.etcd._etcd_wire import EtcdUnavailable
-from actorctl.etcd._membership import open_registration, register_node
+from actorctl.etcd._membership import MembershipRefused, open_registration, register_node
 from actorctl.etcd._node_record import NodeRecord, node_key
 
 from .etcd_server import EtcdServer, open_proxy
@@ -143,8 +147,10 @@ async def test_a_graceful_stop_revokes_and_the_node_leaves_at_once(
             await wait_until(directory, lambda: not directory.nodes)
             assert trio.current_time() - stopped < 1
             assert await client.time_to_live(registration.lease) == 0
-    assert [(c.kind, c.name) for c in seen] == [("join", "a"), ("leave", "a")]
-    assert seen[-1].record == record("a", 5701)
+    # ... saying first that it is leaving (the others tell it from a death)
+    assert [(c.kind, c.name) for c in seen] == [("join", "a"), ("update", "a"), ("leave", "a")]
+    assert seen[1].record == attrs.evolve(record("a", 5701), leaving=True)
+    assert seen[-1].record.leaving
 
 
 async def test_a_node_cut_off_from_etcd_leaves_after_its_ttl_and_joins_again_when_healed(
@@ -308,3 +314,103 @@ async def test_a_record_that_is_not_a_node_is_left_out_and_said(
     bad = {m["key"]: m["error"] for m in logs.of_type("actorctl:membership:bad-record")}
     assert "not JSON" in bad[node_key(cluster, "junk")]
     assert "names node 'other'" in bad[node_key(cluster, "liar")]
+
+
+# -- one truth (issue 34) ----------------------------------------------------------------
+
+
+def member(name: str, port: int, knows: tuple[str, ...], trusts: tuple[str, ...]) -> NodeRecord:
+    """A record that says whom it takes for members: node names and key ids."""
+    return attrs.evolve(record(name, port), knows=knows, trusts=trusts)
+
+
+async def test_a_node_that_a_member_would_not_accept_is_refused_at_registration_saying_why(
+    etcd: EtcdServer, cluster: str
+) -> None:
+    client = EtcdClient([etcd.url])
+    names, keys = ("s", "w"), ("key-s", "key-w")
+    with trio.fail_after(20):
+        # Given a services node s registered, whose file names s and w, and
+        # whose keyring trusts their keys
+        async with open_registration(client, cluster, member("s", 5701, names, keys), ttl=60):
+            cases = [
+                # a node that only its own copy of the file names
+                (
+                    member("d", 5704, (*names, "d"), (*keys, "key-d")),
+                    "node 'd' is not in the cluster file of node 's' (at amqps://10.0.0.1:5701)",
+                ),
+                # a node in the file whose key s does not trust
+                (
+                    attrs.evolve(member("w", 5702, names, keys), key_id="key-other"),
+                    "the key of node 'w' (key-other) is unknown to node 's'",
+                ),
+                # a node whose own file does not name s
+                (
+                    member("w", 5702, ("w",), keys),
+                    "node 's' is not in the cluster file of this node",
+                ),
+                # a node that takes s's name, from another address
+                (
+                    member("s", 5709, names, keys),
+                    "node name 's' is taken: a node at amqps://10.0.0.1:5701",
+                ),
+            ]
+            for refused, why in cases:
+                # When it registers, it is refused, saying why, and writes nothing
+                with pytest.raises(MembershipRefused) as raised:
+                    async with open_registration(client, cluster, refused, ttl=60):
+                        raise AssertionError("it registered")
+                assert why in str(raised.value), str(raised.value)
+                assert "copy the one cluster file" in str(raised.value) or "taken" in why
+                held = await client.get(node_key(cluster, refused.name))
+                assert refused.name == "s" or held is None
+            # And a node that both sides accept registers
+            good = member("w", 5702, names, keys)
+            async with open_registration(client, cluster, good, ttl=60):
+                held = await client.get(node_key(cluster, "w"))
+                assert held is not None
+                assert NodeRecord.from_json(held.value) == good
+            # And the services node's own record was never touched
+            kept = await client.get(node_key(cluster, "s"))
+            assert kept is not None
+            assert NodeRecord.from_json(kept.value).address == "amqps://10.0.0.1:5701"
+
+
+async def test_a_node_cut_off_from_etcd_and_everyone_fences_itself_before_the_others_drop_it(
+    etcd: EtcdServer, cluster: str, logs: Logs
+) -> None:
+    with trio.fail_after(20):
+        async with (
+            open_proxy(etcd.client_port) as proxy,
+            open_directory(EtcdClient([etcd.url]), cluster) as directory,
+            # Given a node that reaches etcd through a link the test can cut,
+            # and hears from no other host (it has no connection open)
+            open_node("a", host="127.0.0.1", port=0, insecure=True) as node,
+            open_registration(
+                EtcdClient([proxy.url], timeout=0.5), cluster, record("a", 5701), ttl=TTL
+            ) as registration,
+            trio.open_nursery() as nursery,
+        ):
+            fence = node.outbox.fence
+            nursery.start_soon(
+                keep_fence, fence, registration, functools.partial(node.last_heard, "10.0.0.1")
+            )
+            await wait_until(directory, lambda: "a" in directory.nodes)
+            assert fence.why is None
+
+            # When its link to etcd is cut
+            proxy.cut()
+
+            # Then by the time the others see its lease end, it has fenced itself
+            await wait_until(directory, lambda: "a" not in directory.nodes)
+            assert fence.why is not None
+            assert "its lease in etcd ended" in fence.why
+
+            # When the link heals, it registers again and lowers its fence
+            proxy.heal()
+            await registration.wait_registered()
+            await fence.wait_lowered()
+            assert fence.raised_times == 1
+            nursery.cancel_scope.cancel()
+    assert logs.of_type("actorctl:node:fenced")
+    assert logs.of_type("actorctl:node:unfenced")

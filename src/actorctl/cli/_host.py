@@ -27,7 +27,7 @@ from ..cluster import (
     node_record,
     serve_membership,
 )
-from ..etcd import EtcdError
+from ..etcd import EtcdError, MembershipRefused
 from ..ops import NodeDied, NodeState, check_etcd, check_references, host_nodes, run_host
 from ..supervision import ChildFailedToStart, SupervisorGaveUp
 from ._cluster import _COLD, _WARM, _progress, _rows, _table
@@ -72,7 +72,7 @@ async def host_up(file: Path, name: str, etcd: tuple[str, ...]) -> None:
     (config.root / "logs").mkdir(exist_ok=True)
     log_to(str(config.root / "logs" / f"host-{name}.log"), sys.stderr, journal=True)
     try:
-        await check_etcd(config, settings)
+        await check_etcd(config, settings, nodes)
     except ConfigError as exc:
         fail(f"{exc}", 1)
     click.echo(
@@ -155,5 +155,7 @@ async def membership(
             f"{', '.join(settings.endpoints)}: {leaf(group)}",
             1,
         )
+    except* MembershipRefused as group:
+        fail(f"{leaf(group)}", 1)
     finally:
         left.set()

@@ -8,6 +8,7 @@ from ._deadletters import REASON_OUT_OF_RETRIES as REASON_OUT_OF_RETRIES
 from ._deadletters import REASON_POISON as REASON_POISON
 from ._deadletters import DeadLetterBounds as DeadLetterBounds
 from ._deadletters import DeadLetters as DeadLetters
+from ._fence import Fence as Fence
 from ._hosting import ActorsFactory as ActorsFactory
 from ._hosting import hosted_actors as hosted_actors
 from ._hosting import hosted_pools as hosted_pools

@@ -16,32 +16,52 @@ A node started with etcd endpoints (``actorctl host up``, which runs
   on one host: no etcd round trip per message.
 
 Nothing is lost when a node leaves: what waits in the backlog for its workers
-moves to the others (``Router.retarget``), and what was on its way to them,
-unsettled when the connection died, is released by the peer once its node has
-been unreachable for the connect timeout and moved by the backlog too
-(``_backlog.py``). A task that ran there but whose settlement was lost runs
-again elsewhere: at least once, not exactly once.
+moves to the others (``Router.retarget``). A node whose lease *ended* (it
+died, or it is cut off: it left without saying ``leaving``) is taken for
+dead at once: the connection to it is dropped and what it held unsettled is
+released (``NodeOutbox.peer_lost``) and moved by the backlog too
+(``_backlog.py``), without waiting for the AMQP idle timeout (the lease's
+ttl too, ``ops/_build.py``) or the connect timeout. A node that stops on
+purpose says ``leaving`` first: what it holds it settles as it drains. A task
+that ran there but whose settlement was lost runs again elsewhere: at least
+once, not exactly once.
+
+**Fencing.** A node whose lease has ended (its last renewal that succeeded
+was sent a ttl ago, ``Registration.lease_ends``) while it has heard nothing
+from any other host for half a ttl is cut off: the others may have dropped
+it. It raises its fence (``_fence.py``) until it registers again or hears
+from another host, so that what was sent elsewhere does not also start here
+late. While etcd itself is down the nodes still hear from each other, and
+keep serving.
+
+**One truth.** The record says whom the node takes for members (its file's
+node names, the member keys it trusts): a node that a member would not
+accept, or that would not accept a member, is refused before it registers
+(``etcd/_membership.py``, ``MembershipRefused``).
 """
 
 from __future__ import annotations
 
+import functools
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import final
+from urllib.parse import urlsplit
 
 import trio
 
 from .._log import log
 from ..actors import Address
 from ..etcd._etcd_directory import EtcdDirectory, NodeChange, open_directory
-from ..etcd._membership import open_registration
+from ..etcd._membership import Registration, open_registration
 from ..etcd._node_record import NodeRecord, certificate_fingerprint
+from ._fence import Fence
 from ._node import Node
 from ._router import Router
 from .config._config import ClusterConfig, NodeConfig
 from .config._etcd_config import EtcdSettings
 
-__all__ = ["PoolRouting", "node_record", "serve_membership"]
+__all__ = ["PoolRouting", "keep_fence", "node_record", "serve_membership"]
 
 
 @final
@@ -101,6 +121,8 @@ def node_record(
         actors=sorted(node.cells),
         pools={pool: list(workers) for pool, workers in pools.items()},
         started=time.time(),
+        knows=config.member_names,
+        trusts=sorted(node.keyring.members) if node.keyring is not None else (),
     )
 
 
@@ -126,15 +148,30 @@ async def serve_membership(
     directory: EtcdDirectory | None = None
 
     def changed(change: NodeChange) -> None:
+        where = Address.parse(f"{change.record.address.rstrip('/')}/_node")
         if change.kind == "join":  # (back) up: dial it now, whatever its breaker says
-            node.outbox.peer_back(Address.parse(f"{change.record.address.rstrip('/')}/_node"))
+            node.outbox.peer_back(where)
         if directory is not None:  # the first view is applied below, at once
             routing.follow(directory, change)
+        if change.kind == "leave" and not change.record.leaving and change.name != node.name:
+            # Its lease ended: dead or cut off. Routers route elsewhere (above);
+            # what it held unsettled goes elsewhere now.
+            node.outbox.peer_lost(where, f"its lease in etcd ended ({settings.ttl} s ttl)")
 
     async with open_directory(client, cluster, on_change=changed) as opened:
         directory = opened
         routing.follow(directory)
-        async with open_registration(client, cluster, record, ttl=settings.ttl):
+        async with (
+            open_registration(client, cluster, record, ttl=settings.ttl) as registration,
+            trio.open_nursery() as nursery,
+        ):
+            besides = urlsplit(record.address).hostname or ""
+            nursery.start_soon(
+                keep_fence,
+                node.outbox.fence,
+                registration,
+                functools.partial(node.last_heard, besides),
+            )
             log(
                 "actorctl:membership:member",
                 node=record.name,
@@ -144,3 +181,31 @@ async def serve_membership(
             )
             task_status.started()
             await trio.sleep_forever()
+
+
+async def keep_fence(
+    fence: Fence, registration: Registration, last_heard: Callable[[], float | None]
+) -> None:
+    """Raise ``fence`` while the registration's lease has ended unrenewed and
+    ``last_heard()`` (when another host was last heard from) is more than half
+    a ttl ago; lower it once the lease is renewed or another host is heard.
+    Looks every sixth of a ttl while the lease is past its end; sleeps until
+    its end otherwise. Runs until cancelled."""
+    ttl = registration.ttl
+    while True:
+        now = trio.current_time()
+        ends = registration.lease_ends
+        if now < ends:
+            fence.lower()
+            await trio.sleep_until(ends)
+            continue
+        heard = last_heard()
+        if heard is None or now - heard > ttl / 2:
+            fence.raise_(
+                f"its lease in etcd ended {now - ends:.1f} s ago unrenewed, and no other "
+                f"host has been heard from for {ttl / 2:g} s: it may be cut off, and its "
+                "work sent elsewhere"
+            )
+        else:
+            fence.lower()
+        await trio.sleep(ttl / 6)

@@ -405,6 +405,11 @@ class Node:
         held = {name: cell.mailbox.statistics().depth for name, cell in self.cells.items()}
         return {name: depth for name, depth in held.items() if depth}
 
+    def last_heard(self, besides: str) -> float | None:
+        """When one of its connections last received bytes from a peer on
+        another host than ``besides`` (trio's clock; None: it has none open)."""
+        return self._engines.last_heard(besides)
+
     @property
     def url(self) -> str:
         """Where others dial it; for a node that listens on every interface,

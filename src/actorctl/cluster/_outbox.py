@@ -14,7 +14,9 @@ and forwarded messages. It owns
   attached to this node, by reply address, on which replies go back
   pre-settled (the reply is the acknowledgement);
 - the backlog (``_backlog.py``): durable sends, kept in the node's store until
-  their receiver accepts them.
+  their receiver accepts them;
+- the node's fence (``_fence.py``): raised while its membership of a cluster
+  that spans hosts may have ended, so that what starts work asks it first.
 
 Every wait on a peer is bounded: a peer that cannot be reached within the
 connect timeout fails a plain send with ``PeerUnavailable``; a durable send
@@ -41,6 +43,7 @@ from ..store._store import Store
 from ..supervision import Breaker
 from ._backlog import Backlog, Done, Reroute
 from ._deadletters import DeadLetters
+from ._fence import Fence
 from ._idle import IdlePeers
 from .link._engine import EngineSet
 from .link._peer import Peer
@@ -131,6 +134,9 @@ class NodeOutbox:
         self.backlog = Backlog(name, self.store, self.open_peer, clock, dead_letters)
         self._watched = watched
         self.idle_peers = IdlePeers(name, self._peers, peer_idle_timeout, self._in_use)
+        #: Raised while the node's membership may have ended (``_fence.py``):
+        #: what starts work asks it first.
+        self.fence = Fence(name)
 
     def start(self, nursery: trio.Nursery) -> None:
         """Run peers and the backlog in ``nursery`` from now on (the node's own)."""
@@ -299,6 +305,21 @@ class NodeOutbox:
         guard = self._breakers.get(address.endpoint)
         if guard is not None:
             guard.peer_is_back()
+        peer = self._peers.get(address.endpoint)
+        if peer is not None:
+            peer.dialer.back()
+
+    def peer_lost(self, address: Address, why: str) -> int:
+        """The node at ``address`` is known to be gone (its lease ended): drop
+        the connection to it and release what it held unsettled at once
+        (``Peer.lost``), rather than after the AMQP idle timeout and the
+        connect timeout. Returns how many deliveries were released."""
+        peer = self._peers.get(address.endpoint)
+        if peer is None:
+            return 0
+        released = peer.lost(why)
+        log("actorctl:peer:lost", node=self.name, peer=peer.name, released=released, why=why)
+        return released
 
     def peer_breaker(self, address: Address) -> Breaker | None:
         """The circuit breaker of the peer node at ``address`` (None: never dialled)."""

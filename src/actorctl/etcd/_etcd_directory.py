@@ -158,13 +158,15 @@ class EtcdDirectory:
         return self._connected
 
     def pool_workers(self, pool: str) -> tuple[Address, ...]:
-        """The addresses of ``pool``'s workers on every node listed, ordered by
-        node name (computed once per generation: a router may call it per message)."""
+        """The addresses of ``pool``'s workers on every node listed and not
+        leaving, ordered by node name (computed once per generation: a router
+        may call it per message)."""
         found = self._workers.get(pool)
         if found is None:
             found = tuple(
                 address
                 for _, record in sorted(self._nodes.items())
+                if not record.leaving
                 for address in record.worker_addresses(pool)
             )
             self._workers[pool] = found

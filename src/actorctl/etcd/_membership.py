@@ -23,6 +23,20 @@ registration lasts, and once etcd answers:
 Every call to etcd is bounded by the client's timeout; nothing here waits on
 etcd for longer, and nothing the node does waits on its registration.
 
+**One truth.** Before its first write, and once more after it (two nodes may
+register at once), a node reads the records already there and is refused
+(:class:`MembershipRefused`, saying why) when one of them would not accept it
+or it would not accept one of them (``_node_record.membership_refusal``: a
+name taken, a node not in a member's file, a key unknown): it is a member
+everywhere, or nowhere.
+
+**Leaving on purpose.** A graceful stop writes the record once more with
+``leaving`` set, then revokes the lease: the others tell its leave from a
+death. :attr:`Registration.lease_ends` is when the lease ends, as far as this
+node can tell (the last renewal that succeeded was sent then minus the ttl):
+a node that passes it unrenewed may have been dropped by the others
+(``cluster/_member.py`` fences it).
+
 Used by a node started with etcd (``actorctl host up``): :mod:`._member`.
 """
 
@@ -40,10 +54,11 @@ from .._log import log
 from ._etcd import MAX_LEASE_TTL, EtcdClient
 from ._etcd_data import Compare, Get, Put
 from ._etcd_wire import EtcdError
-from ._node_record import NodeRecord, node_key
+from ._node_record import NodeRecord, membership_refusal, node_key, nodes_prefix
 
 __all__ = [
     "DEFAULT_NODE_TTL",
+    "MembershipRefused",
     "Registration",
     "RegistrationStatistics",
     "open_registration",
@@ -52,6 +67,11 @@ __all__ = [
 
 #: Seconds a dead node stays in the directory (its lease's ttl) by default.
 DEFAULT_NODE_TTL: Final = 10
+
+
+class MembershipRefused(ConfigError):
+    """A node may not register: a member would not accept it, or it would not
+    accept a member (the message says which, and what to do)."""
 
 
 @attrs.frozen
@@ -82,8 +102,11 @@ class Registration:
         ttl: the lease's ttl, seconds.
     """
 
-    def __init__(self, client: EtcdClient, key: str, record: NodeRecord, ttl: int) -> None:
+    def __init__(
+        self, client: EtcdClient, key: str, record: NodeRecord, ttl: int, cluster: str = ""
+    ) -> None:
         self.key = key
+        self.cluster = cluster
         self.record = record
         self.ttl = ttl
         self._client = client
@@ -100,6 +123,13 @@ class Registration:
     def lease(self) -> int:
         """The lease the key lives under now (a new one after the old one ended)."""
         return self._lease
+
+    @property
+    def lease_ends(self) -> float:
+        """When the lease ends (trio's clock) unless renewed, as far as this
+        node can tell: its last renewal that succeeded was sent a ttl before.
+        etcd ends it no sooner."""
+        return self._renewed + self.ttl
 
     def statistics(self) -> RegistrationStatistics:
         return RegistrationStatistics(self._lease, self._registered, self._writes, self._outages)
@@ -131,6 +161,29 @@ class Registration:
         self._renewed = sent
         await self._write_unless_held()
         self._set_registered(True)
+
+    async def _check(self) -> None:
+        """Refuse this node if a registered one would not accept it, or it one.
+
+        Raises:
+            MembershipRefused: why, and what to do.
+            EtcdError: etcd could not be read.
+        """
+        if not self.cluster:
+            return
+        snapshot = await self._client.get_prefix(nodes_prefix(self.cluster))
+        others = []
+        for kv in snapshot.kvs:
+            try:
+                others.append(NodeRecord.from_json(kv.value))
+            except ConfigError:
+                continue  # the directory says so (bad-record); it is no member
+        why = membership_refusal(self.record, others)
+        if why is not None:
+            log("actorctl:membership:refused", key=self.key, why=why)
+            raise MembershipRefused(
+                f"node {self.record.name!r} cannot join cluster {self.cluster!r}: {why}"
+            )
 
     async def _write_unless_held(self) -> None:
         held = [Compare.under_lease(self.key, self._lease), Compare.holds(self.key, self._value)]
@@ -216,8 +269,11 @@ class Registration:
         lease runs out."""
         if not self._lease:
             return
+        leaving = attrs.evolve(self.record, leaving=True).to_json()
         with trio.CancelScope(shield=True), trio.move_on_after(self._client.timeout):
             try:
+                if self._registered:  # the others tell this leave from a death
+                    await self._client.put(self.key, leaving, lease=self._lease)
                 await self._client.revoke(self._lease)
             except EtcdError as exc:
                 log("actorctl:membership:revoke-failed", key=self.key, error=str(exc))
@@ -244,6 +300,9 @@ async def open_registration(
     Raises:
         EtcdError: the first registration failed: etcd could not be reached
             within the client's timeout, or refused it.
+        MembershipRefused: a registered node would not accept this one, or
+            this one a registered node (a name taken, a node not in the file,
+            a key unknown).
         ConfigError: a ttl out of range, or a name that cannot be part of a key.
     """
     if isinstance(ttl, bool) or not isinstance(ttl, int) or not 1 <= ttl <= MAX_LEASE_TTL:
@@ -251,9 +310,11 @@ async def open_registration(
             f"registration of node {record.name!r}: ttl must be whole seconds in "
             f"1..{MAX_LEASE_TTL}, got {ttl!r}"
         )
-    registration = Registration(client, node_key(cluster, record.name), record, ttl)
+    registration = Registration(client, node_key(cluster, record.name), record, ttl, cluster)
+    await registration._check()
     try:
         await registration._register()
+        await registration._check()  # one that registered meanwhile checked too late
         async with trio.open_nursery() as nursery:
             nursery.start_soon(registration.keep)
             yield registration

@@ -9,7 +9,8 @@ in any language (or ``etcdctl get --prefix``) can read it::
     {"name": "worker-1", "address": "amqps://10.0.0.2:5701",
      "key_id": "ed25519:...", "fingerprint": "sha256:...",
      "actors": ["_node", "_tasks", "celery", "celery-2"],
-     "pools": {"celery": ["celery", "celery-2"]}, "started": 1795000000.5}
+     "pools": {"celery": ["celery", "celery-2"]}, "started": 1795000000.5,
+     "knows": ["services", "worker-1"], "trusts": ["ed25519:...", ...]}
 
 ``pools`` names, for each pool the node serves, which of its ``actors`` are
 that pool's workers: a router takes the workers from there as they are, with
@@ -18,6 +19,16 @@ no naming convention to guess from (the task layer names them ``POOL``,
 ``fingerprint`` is the SHA-256 of the node's TLS certificate (empty for a node
 without TLS): a peer can check that the certificate it is shown is the one the
 node registered.
+
+``knows`` and ``trusts`` say whom the node takes for members: the node names
+of its cluster file and the ids of the member keys its keyring trusts. A node
+about to register checks them against its own (:func:`membership_refusal`): a
+node that some member would not accept (not in that member's file, its key
+unknown there), or that would not accept a member, is refused before it
+registers, so that membership is one truth and no node is half a member.
+``leaving`` is written just before a node that stops on purpose revokes its
+lease: the others tell its leave from a death (what it holds unsettled it
+settles as it drains, so it is not sent elsewhere at once).
 """
 
 from __future__ import annotations
@@ -26,7 +37,7 @@ import hashlib
 import json
 import re
 import ssl
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Final
@@ -40,6 +51,7 @@ from ..actors import Address
 __all__ = [
     "NodeRecord",
     "certificate_fingerprint",
+    "membership_refusal",
     "node_key",
     "nodes_prefix",
 ]
@@ -120,6 +132,9 @@ class NodeRecord:
         actors: the names of the actors it hosts.
         pools: pool name to the names of that pool's workers among ``actors``.
         started: when the node started (Unix time, seconds).
+        knows: the node names of its cluster file (empty: not said).
+        trusts: the ids of the member keys it trusts (empty: not said, or no keys).
+        leaving: it stops on purpose, and leaves the directory next.
 
     Raises:
         ConfigError: (when made) a bad name or address, or a pool worker that
@@ -135,6 +150,9 @@ class NodeRecord:
         factory=lambda: MappingProxyType({}), converter=_pools
     )
     started: float = 0.0
+    knows: tuple[str, ...] = attrs.field(default=(), converter=_names)
+    trusts: tuple[str, ...] = attrs.field(default=(), converter=_names)
+    leaving: bool = False
 
     def __attrs_post_init__(self) -> None:
         parts = urlsplit(self.address)
@@ -181,6 +199,10 @@ class NodeRecord:
             "pools": {pool: list(workers) for pool, workers in sorted(self.pools.items())},
             "started": self.started,
         }
+        if self.knows or self.trusts:
+            body["knows"], body["trusts"] = sorted(self.knows), sorted(self.trusts)
+        if self.leaving:
+            body["leaving"] = True
         return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
 
     @classmethod
@@ -207,6 +229,8 @@ class NodeRecord:
         for field in ("address", "key_id", "fingerprint"):
             if not isinstance(body.get(field, ""), str):
                 raise ConfigError(f"a node record whose {field} is not a string")
+        if not isinstance(body.get("leaving", False), bool):
+            raise ConfigError("a node record whose leaving is not true or false")
         return cls(
             name=body["name"],
             address=body["address"],
@@ -215,4 +239,51 @@ class NodeRecord:
             actors=body.get("actors", []),
             pools=body.get("pools", {}),
             started=float(started),
+            knows=body.get("knows", []),
+            trusts=body.get("trusts", []),
+            leaving=body.get("leaving", False),
         )
+
+
+def membership_refusal(record: NodeRecord, registered: Iterable[NodeRecord]) -> str | None:
+    """Why ``record`` must not register beside the nodes ``registered`` lists
+    (each as etcd holds it), or None: every member accepts it and it accepts
+    every member. A record that says nothing of whom it knows (``knows``
+    empty: written by a tool, or an older node) is neither checked nor checks.
+
+    The reasons, each naming what to do: its name is taken by another node
+    (another address or key); a member's file does not name it, or the
+    member does not trust its key; its own file does not name a member, or it
+    does not trust the member's key.
+    """
+    for other in sorted(registered, key=lambda r: r.name):
+        if other.leaving:
+            continue  # its lease is revoked next
+        if other.name == record.name:
+            if (other.address, other.key_id) != (record.address, record.key_id):
+                return (
+                    f"node name {record.name!r} is taken: a node at {other.address} "
+                    f"(key {other.key_id or 'none'}) is registered under it; stop that "
+                    "node, or give this one another name in the cluster file"
+                )
+            continue  # this node's own record (its former process's, say)
+        if not record.knows or not other.knows:
+            continue
+        why = _one_way(other, record) or _one_way(record, other, theirs=False)
+        if why is not None:
+            return why
+    return None
+
+
+def _one_way(judge: NodeRecord, member: NodeRecord, *, theirs: bool = True) -> str | None:
+    """Why ``judge`` would not accept ``member`` (None: it would)."""
+    fix = (
+        "copy the one cluster file (and keys/) to every host, and restart the nodes "
+        "that run an older copy"
+    )
+    whose = f"node {judge.name!r} (at {judge.address})" if theirs else "this node"
+    if member.name not in judge.knows:
+        return f"node {member.name!r} is not in the cluster file of {whose}: {fix}"
+    if member.key_id and judge.trusts and member.key_id not in judge.trusts:
+        return f"the key of node {member.name!r} ({member.key_id}) is unknown to {whose}: {fix}"
+    return None

@@ -18,6 +18,7 @@ from ._conditions import BAD_SIGNATURE as BAD_SIGNATURE
 from ._conditions import CRASHED as CRASHED
 from ._conditions import DECODE_ERROR as DECODE_ERROR
 from ._conditions import EXPIRED as EXPIRED
+from ._conditions import FENCED as FENCED
 from ._conditions import FOREIGN_REPLY_TO as FOREIGN_REPLY_TO
 from ._conditions import NO_INSTANCE as NO_INSTANCE
 from ._conditions import NOT_FOUND as NOT_FOUND

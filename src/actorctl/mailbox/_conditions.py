@@ -63,6 +63,9 @@ STOPPING: Final = "actorctl:actor-stopping"
 #: again, where it could crash the actor again (docs/supervision.md).
 CRASHED: Final = "actorctl:actor-crashed"
 NO_INSTANCE: Final = "actorctl:no-instance"
+#: The node's membership may have ended (its lease in etcd, unrenewed): it
+#: starts no work, and what it is handed goes elsewhere (cluster/_fence.py).
+FENCED: Final = "actorctl:fenced"
 #: The caller's role (or identity) may not do this: docs/security.md's table.
 NOT_PERMITTED: Final = "actorctl:not-permitted"
 #: A request's reply-to names another key's reply address (docs/protocol.md §8).

@@ -98,6 +98,10 @@ def build_node(
     """
     if store is None and config is not None:
         store = config.store(node)
+    if config is not None and config.etcd is not None:
+        # A peer silent for the lease's ttl is taken for dead, as etcd takes
+        # a node whose lease ran out (both within the ttl, docs/deploy.md).
+        options.setdefault("idle_timeout", float(config.etcd.ttl))
     return Node(
         node.name,
         hosted,

@@ -21,9 +21,10 @@ reload`` does not reach a cluster started this way.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Final
 
 import trio
@@ -35,7 +36,9 @@ from ..cluster.config._etcd_config import EtcdSettings
 from ..etcd._etcd import EtcdClient
 from ..etcd._etcd_data import KeyValue, WatchEvent
 from ..etcd._etcd_wire import EtcdCompacted, EtcdError
-from ..etcd._node_record import nodes_prefix
+from ..etcd._membership import MembershipRefused
+from ..etcd._node_record import NodeRecord, membership_refusal, nodes_prefix
+from ..mailbox import Keyring
 from ..supervision import ChildSpec, Strategy, Supervisor
 from ._controller import _notify_systemd
 from ._foreman import Foreman, NodeState
@@ -86,19 +89,45 @@ def host_nodes(config: ClusterConfig, host: str) -> list[NodeConfig]:
     )
 
 
-async def check_etcd(config: ClusterConfig, settings: EtcdSettings) -> None:
-    """Read the cluster's node records once: etcd answers (before anything starts).
+async def check_etcd(
+    config: ClusterConfig, settings: EtcdSettings, nodes: Sequence[NodeConfig] = ()
+) -> None:
+    """Read the cluster's node records once, before anything starts: etcd
+    answers, and each of ``nodes`` (this host's) may join: every registered
+    node would accept it and it every registered node
+    (``etcd/_node_record.membership_refusal``). Each node checks again as it
+    registers (``etcd/_membership.py``).
 
     Raises:
         ConfigError: etcd could not be reached, naming each endpoint and why.
+        MembershipRefused: a node of ``nodes`` may not join, and why.
     """
     try:
-        await settings.client().get_prefix(nodes_prefix(config.name))
+        snapshot = await settings.client().get_prefix(nodes_prefix(config.name))
     except EtcdError as exc:
         raise ConfigError(
             f"etcd does not answer at {', '.join(settings.endpoints)}: {exc}: start it, or "
             "give its endpoints ([etcd] endpoints in the file, or --etcd URL)"
         ) from None
+    registered = []
+    for kv in snapshot.kvs:
+        with contextlib.suppress(ConfigError):  # not a record: no member (its nodes log it)
+            registered.append(NodeRecord.from_json(kv.value))
+    for node in nodes:
+        keyring = config.security(node.name).get("keyring")
+        assert keyring is None or isinstance(keyring, Keyring)
+        record = NodeRecord(
+            name=node.name,
+            address=config.url(node),
+            key_id=keyring.identity.key_id if keyring is not None else "",
+            knows=config.member_names,
+            trusts=sorted(keyring.members) if keyring is not None else (),
+        )
+        why = membership_refusal(record, registered)
+        if why is not None:
+            raise MembershipRefused(
+                f"node {node.name!r} cannot join cluster {config.name!r}: {why}"
+            )
 
 
 async def run_host(

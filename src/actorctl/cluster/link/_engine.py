@@ -141,6 +141,10 @@ class Engine:
         #: write, not per message: the node's metrics read them when scraped).
         self.received_bytes = 0
         self.sent_bytes = 0
+        #: When the last bytes came from the peer (trio's clock): a node that
+        #: cannot reach etcd asks whether other hosts still talk to it
+        #: (``EngineSet.last_heard``).
+        self.heard_at = trio.current_time()
         #: Writes to the stream (one ``send_all`` each): the ledger's count.
         self.writes = 0
         #: What the transport said went wrong (a TLS or framing failure), if anything.
@@ -182,6 +186,7 @@ class Engine:
         self.finished = trio.Event()
         self._reader_done = trio.Event()
         self._writer_done = trio.Event()
+        self._scope: trio.CancelScope | None = None  # the run's, once it runs
         self._collector_impl = collector._impl
         self._dispatch = {
             lib.PN_CONNECTION_REMOTE_OPEN: self._on_connection_remote_open,
@@ -210,6 +215,7 @@ class Engine:
         self._turns = _turns()
         try:
             async with trio.open_nursery() as nursery:
+                self._scope = nursery.cancel_scope
                 nursery.start_soon(self._read_loop)
                 nursery.start_soon(self._write_loop)
                 nursery.start_soon(self._tick_loop, nursery.cancel_scope)
@@ -231,6 +237,16 @@ class Engine:
                 self.finished.set()
                 await trio.aclose_forcefully(self.stream)
 
+    def abort(self, why: str) -> None:
+        """Drop the connection now, without a word to the peer (it is known to
+        be gone: its lease in etcd ended): ``run`` ends at once and the handler's
+        ``on_closed`` runs, with :attr:`error` ``why``."""
+        if self.closed:
+            return
+        self.error = why
+        if self._scope is not None:
+            self._scope.cancel(reason=why)
+
     # -- I/O -------------------------------------------------------------------
 
     async def _read_loop(self) -> None:
@@ -248,6 +264,7 @@ class Engine:
                     self.peer_ended = True
                     return
                 self.received_bytes += len(data)
+                self.heard_at = trio.current_time()
                 if not self._push(data):
                     return
                 self._process()
@@ -521,6 +538,16 @@ class EngineSet:
 
     def __len__(self) -> int:
         return len(self._engines)
+
+    def last_heard(self, besides: str) -> float | None:
+        """When a connection last received bytes from a peer on another host
+        than ``besides`` (an address; None: no such connection is open)."""
+        heard = [
+            engine.heard_at
+            for engine in self._engines
+            if engine.peer.rpartition(":")[0].strip("[]") != besides
+        ]
+        return max(heard, default=None)
 
     def traffic(self) -> tuple[int, int, int]:
         """Bytes received and sent by every connection since the node started,

@@ -258,6 +258,28 @@ class Peer(EngineHandler):
         for pending in failed:
             pending.resolve(outcome)
 
+    def lost(self, why: str) -> int:
+        """The peer is known to be gone (its lease in etcd ended, so it died or
+        is cut off): what it held unsettled, and what waited to go to it again,
+        is released at once (``PEER_UNAVAILABLE``: a router's backlog sends it
+        elsewhere), its connection is dropped, and senders stop waiting for it
+        until it is back (``Dialer.gone``). Returns how many deliveries were
+        released."""
+        released = [p for out in self._outs.values() for p in out.unsettled.values()]
+        for out in self._outs.values():
+            out.unsettled.clear()
+        released += self._resend
+        self._resend = []
+        self.dialer.gone(why)
+        engine = self.engine
+        if engine is not None:
+            engine.abort(why)
+        outcome = Outcome("released", PEER_UNAVAILABLE, self.dialer.unavailable())
+        for pending in released:
+            if pending.outcome is None:
+                pending.resolve(outcome)
+        return len(released)
+
     async def transmit(self, pending: Pending) -> None:
         """Put one delivery on the wire, waiting for a connection and for credit."""
         while True:

@@ -12,7 +12,10 @@ that finds no connection waits here:
 - it fails with ``PeerUnavailable`` once the peer has been down for the connect
   timeout and an attempt that started after the sender began waiting has
   failed, and in any case the connect timeout after it began waiting;
-- while the breaker is open it fails at once (the breaker's probe dials).
+- while the breaker is open it fails at once (the breaker's probe dials);
+- once the peer is known to be gone (:meth:`Dialer.gone`: its lease in etcd
+  ended) it fails at once, until a connection is made again or the peer
+  registers again (:meth:`Dialer.back`).
 
 What a lost connection left to send again is given up once the peer has been
 down for the connect timeout (counted from when it went down, as before).
@@ -68,6 +71,7 @@ class Dialer(Generic[T]):
         self._dials = 0  # attempts started
         self._ended = 0  # the number of the last attempt that failed
         self._dialled_at = -WOKEN_GAP
+        self._gone: str | None = None  # why the peer is known to be gone (None: it may be up)
         self._wake = trio.Event()  # a sender asks for an attempt now
         self._changed = trio.Event()  # an attempt failed, or a connection is ready
 
@@ -96,9 +100,23 @@ class Dialer(Generic[T]):
             log("actorctl:peer:unreachable", peer=self.name, error=why, attempts=failures)
         return since is not None and trio.current_time() - since >= self.connect_timeout
 
+    def gone(self, why: str) -> None:
+        """The peer is known to be gone (its lease in etcd ended): senders
+        waiting for it, and those that come, fail at once (``PeerUnavailable``)
+        rather than after the connect timeout."""
+        self._gone = self.last_error = why
+        if self.since is None:
+            self.since = trio.current_time()
+        self._news()
+
+    def back(self) -> None:
+        """The peer registered again: senders wait for it as usual."""
+        self._gone = None
+
     def connected(self) -> None:
         """A connection is ready."""
         self.since = None
+        self._gone = None
         self.breaker.connected()
         self._news()
 
@@ -133,6 +151,8 @@ class Dialer(Generic[T]):
             if ready is not None:
                 return ready
             self.breaker.check(self.last_error)  # open: fail fast, not after the timeout
+            if self._gone is not None:
+                raise PeerUnavailable(self.unavailable())
             since = self.since
             if since is None:
                 since = self.since = trio.current_time()
@@ -145,6 +165,8 @@ class Dialer(Generic[T]):
             raise PeerUnavailable(self.unavailable())
 
     def unavailable(self) -> str:
+        if self._gone is not None:
+            return f"node {self.name} is gone: {self._gone}"
         return (
             f"no connection to node {self.name} within "
             f"{self.connect_timeout:g} s (last error: {self.last_error})"

@@ -17,6 +17,12 @@ Ctrl-C), the worker starts nothing more: the tasks it holds that wait for a
 run slot are given back at once, unsettled (``released``: the pool's router
 sends each to another worker, a direct sender sends it again after the next
 start), and those running finish within the node's grace (docs/guarantees.md).
+
+A worker on a fenced node (``cluster/_fence.py``: its lease in etcd ended while
+it was cut off, and the others sent its work elsewhere) starts no task: it
+hands each back ``modified`` (``actorctl:fenced``), before it waits for a run
+slot and again once it has one, so that a task sent again elsewhere does not
+also run here late.
 """
 
 from __future__ import annotations
@@ -38,8 +44,9 @@ from ...cluster import (
     REASON_NOT_RETRIED,
     REASON_OUT_OF_RETRIES,
     REASON_POISON,
+    Fence,
 )
-from ...mailbox import ACCEPTED, STOPPING, Envelope, Outcome
+from ...mailbox import ACCEPTED, FENCED, STOPPING, Envelope, Outcome
 from ...supervision import Boxed, RetryPolicy, failure_mark
 from ..app import _signals as signals
 from ..app._registry import TaskRegistry
@@ -146,6 +153,7 @@ class TaskWorker(Actor):
         for task in app.tasks.values():
             task_limits(self.gate, task, routed=routed)
         self._followups: FollowUps | None = None
+        self._fence: Fence | None = None  # its node's, once it runs
         #: Per task: messages, outcomes, run times (read when /metrics is scraped).
         self.named_counters = NamedCounters()
         # Its circuit breakers, by task, and each once by name (its actor state).
@@ -164,6 +172,7 @@ class TaskWorker(Actor):
         dead_letters = Address(here.host, here.port, DEAD_LETTERS, here.scheme)
         self._followups = FollowUps(client, self.pool, dead_letters, self.app.conf.result_expires)
         self._followups.counters = self.named_counters
+        self._fence = node_outbox(outbox).fence
         hooks.worker_up(self.state, node_outbox(outbox).name)
         most = type(self).concurrency - SETTLING
         self.state.tuning.add_worker(cell.address.name, self.pool, self.gate, self.budget, most)
@@ -241,6 +250,8 @@ class TaskWorker(Actor):
         if H_SINKS in envelope.headers and (bad := self._unknown_sink(envelope)) is not None:
             await followups.report(envelope, FAILURE, {"type": "ConfigError", "message": bad})
             return Outcome.rejected(UNKNOWN_SINK, bad), None
+        if (fenced := self._fenced(task)) is not None:
+            return fenced
         task_id, now = envelope_task_id(envelope), followups.client.outbox.now
         breaker = self._breakers.get(task.name)
         if breaker is not None and not breaker.closed and (refused := breaker.admit()):
@@ -272,6 +283,8 @@ class TaskWorker(Actor):
                 and (refused := breaker.admit())
             ):
                 return await self._refuse(envelope, task, refused)
+            if (fenced := self._fenced(task)) is not None:
+                return fenced
             why_not, runtime = self._why_not_run(envelope, task_id), None
             if why_not is None:
                 holdings.start(envelope.message_id, now())
@@ -318,6 +331,14 @@ class TaskWorker(Actor):
         (the cell logs it: ``actorctl:delivery:released``)."""
         why = f"worker {self.address.name!r} is stopping: task {task_id} was not begun"
         return Outcome("released", STOPPING, why), None
+
+    def _fenced(self, task: Task) -> Handled | None:
+        """``modified`` while the node is fenced (see the module's text), else None."""
+        why = None if self._fence is None else self._fence.why
+        if why is None:
+            return None
+        self.named_counters.add(task.name, "fenced")
+        return Outcome.modified(FENCED, f"task {task.name}: not started here: {why}"), None
 
     async def _refuse(self, envelope: Envelope, task: Task, refused: str) -> Handled:
         routed = self.pool in self.directory.accepting
