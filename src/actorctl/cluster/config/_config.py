@@ -12,7 +12,7 @@
     host = "b"              # which host runs it, with [etcd] (_etcd_config.py, docs/deploy.md)
     actors = "examples.workers:actors"
     durable = true          # its store in data/worker-1/store.sqlite; false: in memory
-      [node.limits]         # resource bounds (Node's arguments of the same names)
+      [node.limits]         # resource bounds (the fields of Limits, a Node argument)
       max_message_size = 4194304
       [node.metrics]        # Prometheus /metrics (docs/operations.md)
       listen = "127.0.0.1:9464"
@@ -52,6 +52,7 @@ from ...mailbox import Keyring
 from ...store._store import Store
 from ...supervision import CHILD_KEYS, SUPERVISOR_KEYS, BoxedSpec, SupervisorSpec
 from .._deadletters import DeadLetterBounds
+from .._node_records import INSECURE, NodeSecurity
 from ..link._limits import LIMIT_NAMES, Limits
 from ..link._tls import TlsFiles
 from ._app import AppReload, AppTable
@@ -141,7 +142,7 @@ class NodeConfig:
     routes: tuple[tuple[str, tuple[str, ...]], ...] = ()
     supervisors: tuple[str, ...] = ()  # the [[supervisor]] trees it hosts, by name
     durable: bool = True  # its store on disk (False: in memory, for tests and benchmarks)
-    # resource bounds from [node.limits]: keyword arguments of Node
+    # resource bounds from [node.limits], as the table sets them (``bounds``: all of them)
     limits: Mapping[str, Any] = attrs.field(factory=dict, eq=False, hash=False)
     # the node table's other keys, for the actors factory its `actors` names
     settings: Mapping[str, Any] = attrs.field(factory=dict, eq=False, hash=False)
@@ -155,6 +156,11 @@ class NodeConfig:
     @property
     def listen(self) -> str:
         return f"{self.host}:{self.port}"
+
+    @property
+    def bounds(self) -> Limits:
+        """Its resource bounds: ``[node.limits]``'s, the others by default."""
+        return Limits(**self.limits)
 
 
 @final
@@ -245,18 +251,18 @@ class ClusterConfig:
             for name, instances in node.routes
         ]
 
-    def security(self, name: str) -> dict[str, Any]:
-        """``Node`` keyword arguments for a member called ``name``: its TLS files
-        and keyring (whose members are the cluster's nodes), or
-        ``insecure=True`` for an insecure cluster."""
+    def security(self, name: str) -> NodeSecurity:
+        """The security of a member called ``name``: its TLS files and keyring
+        (whose members are the cluster's nodes), or ``insecure=True`` for an
+        insecure cluster."""
         if self.insecure:
-            return {"insecure": True}
-        return {
-            "tls": TlsFiles.from_dir(self.certs, name),
-            "keyring": Keyring.load(
+            return INSECURE
+        return NodeSecurity(
+            tls=TlsFiles.from_dir(self.certs, name),
+            keyring=Keyring.load(
                 self.keys, name, members=self.member_names, operators=(CONTROLLER_KEY,)
             ),
-        }
+        )
 
     @property
     def member_names(self) -> list[str]:
