@@ -6,6 +6,7 @@ binds the arguments, runs the handler (a trio task, or a worker thread for a pla
 
 from __future__ import annotations
 
+import enum
 import math
 from collections.abc import Callable
 from time import perf_counter
@@ -40,7 +41,16 @@ from ._monitor import TERMINATED, Monitors, Terminated
 from ._ref import Outbox, to_wire
 from ._replies import handler_failed, refuse, send_reply, settle_refused
 
-__all__ = ["ActorCell"]
+__all__ = ["ActorCell", "CellState"]
+
+
+class CellState(enum.StrEnum):
+    """Where a cell's actor is; its value is the word logs and tests show."""
+
+    NEW = "new"  #: not started yet
+    RUNNING = "running"
+    STOPPED = "stopped"  #: ended normally, or was stopped
+    CRASHED = "crashed"
 
 
 class _HandlerCrashed(Exception):
@@ -91,8 +101,7 @@ class ActorCell:
         self.outbox = outbox
         self.factory = factory
         self.monitors = monitors
-        #: "new", "running", "stopped" (ended normally or was stopped), "crashed"
-        self.state = "new"
+        self.state = CellState.NEW
         self.starts = 0
         #: Addresses this actor watches (a Terminated from elsewhere is ignored).
         self.watching: set[str] = set()
@@ -198,7 +207,7 @@ class ActorCell:
         except BaseException:
             await self._stop_background("failed to start")
             raise
-        self.state = "running"
+        self.state = CellState.RUNNING
         self._on_end = on_end
         self.mailbox.on_arrival(self._wake)
         if self.mailbox.pending or self.mailbox.closed:
@@ -220,7 +229,7 @@ class ActorCell:
             await done.wait()
         self._requeue_inflight()
         await self._stop_actor()
-        self.state = "stopped"
+        self.state = CellState.STOPPED
 
     def start_soon(self, fn: TaskFn, *args: object) -> None:
         """Run ``fn(*args)`` as a task of the actor's current incarnation
@@ -258,7 +267,7 @@ class ActorCell:
             )
         for left in released:
             left.settle(RELEASED)
-        self.state = "stopped"
+        self.state = CellState.STOPPED
 
     def _requeue_inflight(self) -> None:
         """Messages cancelled mid-handling go back to the head of the mailbox
@@ -306,7 +315,7 @@ class ActorCell:
         self._nursery = None  # no task may start from now on
         if self.actor._cell is self:
             self.actor._cell = None
-        self.state = "stopped"
+        self.state = CellState.STOPPED
         if on_end is not None:
             on_end(None)
 
@@ -376,7 +385,7 @@ class ActorCell:
         return self.mailbox.closed
 
     def _crashed(self, error: Exception) -> None:
-        self.state = "crashed"
+        self.state = CellState.CRASHED
         # The message it crashed on is released: its sender may send it
         # elsewhere (sent again here, it could crash the actor again). Those it
         # was handling beside it, and those queued, stay for the next
@@ -401,7 +410,7 @@ class ActorCell:
         failed = await self._stop_actor()
         if error is None:
             error = failed
-            self.state = "stopped" if failed is None else "crashed"
+            self.state = CellState.STOPPED if failed is None else CellState.CRASHED
         if on_end is not None:
             on_end(error)
 

@@ -22,7 +22,7 @@ from proton import SSLDomain
 
 from .._errors import ConfigError
 from .._log import log
-from ..actors import ActorCell, ActorRef, Address, ReplyMemory
+from ..actors import ActorCell, ActorRef, Address, CellState, ReplyMemory
 from ..mailbox import MailboxStatistics, Outcome, ReplayCache, SessionTable, Verifier
 from ..store._store import Store
 from ..supervision._tree import TreeLevel
@@ -183,7 +183,7 @@ class Node:
         self.monitors = NodeMonitors(
             self.outbox,
             is_local=lambda address: address.endpoint == (self.host, self.port),
-            alive=lambda name: name in self.cells and self.cells[name].state != "stopped",
+            alive=lambda name: name in self.cells and self.cells[name].state != CellState.STOPPED,
             lost_after=supervision.node_lost_after,
         )
         self._actors = named(actors)
