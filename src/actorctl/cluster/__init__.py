@@ -34,11 +34,11 @@ from .config._app import AppTable as AppTable
 from .config._config import ClusterApp as ClusterApp
 from .config._config import ClusterConfig as ClusterConfig
 from .config._config import NodeConfig as NodeConfig
-from .config._config import load_cluster as load_cluster
 from .config._dev import DEV_PUBLIC_WARNING as DEV_PUBLIC_WARNING
 from .config._dev import check_dev_listen as check_dev_listen
 from .config._etcd_config import EtcdSettings as EtcdSettings
 from .config._health_config import breakers_of as breakers_of
+from .config._load import load_cluster as load_cluster
 from .link._engine import Engine as Engine
 from .link._engine import EngineHandler as EngineHandler
 from .link._limits import Limits as Limits
