@@ -26,7 +26,7 @@ from typing import Any, Final
 
 import attrs
 
-from actorctl.cluster.config._config import file_keys
+from actorctl.cluster.config._tables import file_keys
 from actorctl.tasks import App, cluster_app
 
 __all__ = [

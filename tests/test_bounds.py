@@ -19,7 +19,7 @@ import trio
 from proton import Link
 
 from actorctl import Actor, Address, ConfigError, Envelope, Node, handler, open_node
-from actorctl.cluster import load_cluster
+from actorctl.cluster import INSECURE, load_cluster
 from actorctl.cluster.link import _limits, _peer
 from actorctl.cluster.link._credit import InboxCredit
 from actorctl.cluster.link._raw import lib
@@ -521,7 +521,7 @@ handshake_timeout = 2.5
     )
     node = load_cluster(path).node("n1")
     assert node.limits == {"max_message_size": 4096, "handshake_timeout": 2.5}
-    assert Node("n1", insecure=True, **node.limits).limits.max_message_size == 4096
+    assert Node("n1", security=INSECURE, limits=node.bounds).limits.max_message_size == 4096
     path.write_text(path.read_text() + "max_link_per_connection = 5\n")
     with pytest.raises(
         ConfigError,

@@ -54,14 +54,14 @@ async def cluster(tmp_path: Path, *, services: bool) -> AsyncIterator[Breaker]:
             hosted["w1"],
             port=ports["w1"],
             store=config.store(config.node("w1")),
-            **config.security("w1"),
+            security=config.security("w1"),
         ),
         open_node(
             "services",
             hosted["services"],
             port=ports["services"],
             store=config.store(config.node("services")),
-            **config.security("services"),
+            security=config.security("services"),
         )
         if services
         else _nothing(),

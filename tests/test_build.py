@@ -84,3 +84,25 @@ def test_node_run_refuses_it_too(tmp_path: Path) -> None:
     assert run.returncode == 2, run.stderr
     assert "supervisor 'calculator': node 'n1' has an actor of that name" in run.stderr
     assert "Traceback" not in run.stderr
+
+
+def test_flat_keywords_are_sorted_into_the_records_a_node_takes() -> None:
+    from actorctl import Limits, NodeSecurity, NodeSupervision
+    from actorctl.cluster import node_records
+
+    given = NodeSecurity(insecure=True, sessions=False)
+    records = node_records(
+        {"security": given, "auth_window": 9.0, "max_message_size": 4096, "port": 7}
+    )
+    assert records == {
+        "security": NodeSecurity(insecure=True, sessions=False, auth_window=9.0),
+        "limits": Limits(max_message_size=4096),
+        "port": 7,
+    }
+    assert node_records({"connect_timeout": 2.0}) == {
+        "supervision": NodeSupervision(connect_timeout=2.0)
+    }
+    with pytest.raises(TypeError, match="expected a NodeSecurity record"):
+        node_records({"security": {"insecure": True}, "sessions": False})
+    with pytest.raises(ConfigError, match="max_handshakes"):
+        node_records({"max_handshakes": 0})

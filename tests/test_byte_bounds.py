@@ -15,6 +15,7 @@ import pytest
 import trio
 
 from actorctl import Actor, ConfigError, Envelope, Node, handler
+from actorctl.cluster import INSECURE, Limits, node_records
 from actorctl.mailbox import decode, encode, sign_ed25519
 
 from .harness import Logs, Secrets, node_pair
@@ -153,8 +154,12 @@ async def test_messages_a_peer_has_not_settled_are_bounded_in_bytes_and_senders_
 
 
 def test_the_byte_bounds_are_node_limits_and_a_wrong_one_is_named() -> None:
-    node = Node("n", insecure=True, max_queued_reply_bytes=4096, max_unsettled_bytes=1 << 20)
+    bounds = Limits(max_queued_reply_bytes=4096, max_unsettled_bytes=1 << 20)
+    node = Node("n", security=INSECURE, limits=bounds)
     assert node.limits.max_queued_reply_bytes == 4096
     assert node.limits.max_unsettled_bytes == 1 << 20
+    # given flat (as open_node takes them), they land in the node's Limits too
+    flat = node_records({"insecure": True, "max_unsettled_bytes": 1 << 21})
+    assert Node("n", **flat).limits.max_unsettled_bytes == 1 << 21
     with pytest.raises(ConfigError, match=r"max_unsettled_bytes: expected a whole number above 0"):
-        Node("n", insecure=True, max_unsettled_bytes=0)
+        node_records({"insecure": True, "max_unsettled_bytes": 0})

@@ -324,7 +324,7 @@ async def test_a_foreign_client_sending_to_a_pool_gets_the_result_document(
 async def test_only_the_clusters_nodes_may_have_a_result_relayed(cluster: Path) -> None:
     # Given a client (a key the cluster trusts, but not one of its nodes)
     security = load_cluster(cluster).security("cli")
-    async with open_node("cli", host=None, **security) as client:
+    async with open_node("cli", host=None, security=security) as client:
         relay = Address("127.0.0.1", _port(cluster, "services"), "_relay", "amqps")
         forged = Envelope(
             message_id=client.outbox.new_message_id(),
@@ -366,7 +366,7 @@ async def test_the_event_hub_refuses_a_wrongly_typed_event_to_its_publisher(
 ) -> None:
     # Given a publisher that does not check (a client in any language)
     security = load_cluster(cluster).security("cli")
-    async with open_node("cli", host=None, **security) as client:
+    async with open_node("cli", host=None, security=security) as client:
         hub = Address("127.0.0.1", _port(cluster, "services"), "events", "amqps")
         event = Envelope(
             message_id=client.outbox.new_message_id(),
@@ -559,7 +559,7 @@ def test_a_receiver_that_raises_is_logged_and_the_others_still_run() -> None:
 async def test_a_worker_refuses_a_task_whose_sink_does_not_resolve(cluster: Path) -> None:
     # Given a sender that does not check (a client in any language)
     security = load_cluster(cluster).security("cli")
-    async with open_node("cli", host=None, **security) as client:
+    async with open_node("cli", host=None, security=security) as client:
         worker = Address("127.0.0.1", _port(cluster, "worker"), "celery", "amqps")
         task = Envelope(
             message_id=client.outbox.new_message_id(),

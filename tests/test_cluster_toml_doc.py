@@ -14,7 +14,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from actorctl.cluster.config._config import file_keys, load_cluster
+from actorctl.cluster.config._load import load_cluster
+from actorctl.cluster.config._tables import file_keys
 from actorctl.tasks import App, cluster_app
 
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "cluster-toml.md"

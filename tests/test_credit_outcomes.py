@@ -232,7 +232,7 @@ def _connect(node: Node, nursery: trio.Nursery) -> trio.SocketStream:
         server=True,
         container_id=node.node_id,
         peer="socketpair",
-        idle_timeout=node.idle_timeout,
+        idle_timeout=node.supervision.idle_timeout,
     )
     nursery.start_soon(engine.run)
     return trio.SocketStream(ours)

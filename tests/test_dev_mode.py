@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from actorctl import ConfigError
-from actorctl.cluster import Node, load_cluster
+from actorctl.cluster import INSECURE, Node, load_cluster
 from actorctl.tasks import cluster_app
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -105,6 +105,6 @@ def test_node_run_refuses_listen_off_loopback_for_a_dev_cluster(tmp_path: Path) 
 
 def test_an_address_on_every_interface_is_shown_as_this_machine() -> None:
     # (not served: the node is only asked where others would dial it)
-    every = Node("n", host="0.0.0.0", port=5931, insecure=True)
+    every = Node("n", host="0.0.0.0", port=5931, security=INSECURE)
     assert every.url == f"amqp://{socket.gethostname()}:5931"
-    assert Node("n", host="127.0.0.1", port=5931, insecure=True).url == "amqp://127.0.0.1:5931"
+    assert Node("n", host="127.0.0.1", port=5931, security=INSECURE).url == "amqp://127.0.0.1:5931"

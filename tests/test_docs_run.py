@@ -31,7 +31,7 @@ from typing import Final
 import pytest
 import yaml
 
-from actorctl.cluster.config._config import load_cluster
+from actorctl.cluster.config._load import load_cluster
 from actorctl.tasks import cluster_app
 from tests.docs_blocks import PAGES, ROOT, RUNS, Block, blocks, fence_lines, unknown_keys
 from tests.harness import free_port

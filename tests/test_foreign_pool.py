@@ -80,14 +80,14 @@ async def pool_cluster(tmp_path: Path) -> AsyncIterator[Pool]:
             hosted["w1"],
             port=ports[1],
             store=config.store(config.node("w1")),
-            **config.security("w1"),
+            security=config.security("w1"),
         ),
         open_node(
             "services",
             hosted["services"],
             port=ports[0],
             store=config.store(config.node("services")),
-            **config.security("services"),
+            security=config.security("services"),
         ) as services,
     ):
         yield Pool(services, tls, identity)

@@ -59,7 +59,7 @@ async def ask_controller(cluster: Path, handler: str, *args: Any) -> Any:
     """Ask the cluster's Controller directly (signed, over mutual TLS)."""
     config = load_cluster(cluster)
     host, port = config.controller
-    async with open_node("probe", host=None, **config.security("cli")) as node:
+    async with open_node("probe", host=None, security=config.security("cli")) as node:
         ref = node.ref(f"{config.scheme}://{host}:{port}/controller").with_options(timeout=WAIT)
         return await ref.ask(handler, *args)
 

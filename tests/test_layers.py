@@ -198,10 +198,12 @@ def test_the_task_layer_holds_no_module_level_mutable_state() -> None:
 
 
 # A folder holds one concern and stays small enough to see at a glance
-# (docs/architecture.md: 20 modules at most). A module's length is not capped: a long
-# module is a signal to split it by concern, read by a reviewer, not a number
-# to squeeze under.
+# (docs/architecture.md: 20 modules at most). A module is sized by its concern: past
+# ~500 lines a reviewer reads it as a signal to split it by concern, never as a
+# number to squeeze under. MODULE_CEILING is far above that, a smoke detector
+# for a module that has grown two concerns nobody split, not a target.
 FOLDER_MODULES = 20
+MODULE_CEILING = 700
 
 
 def test_every_folder_is_small_enough_to_see_at_a_glance() -> None:
@@ -212,6 +214,16 @@ def test_every_folder_is_small_enough_to_see_at_a_glance() -> None:
         > FOLDER_MODULES
     }
     assert not crowded, f"split these folders by concern: {crowded}"
+
+
+def test_no_module_has_grown_past_the_ceiling() -> None:
+    # Splitting by concern is the remedy; cutting docs or comments is not.
+    grown = {
+        str(path.relative_to(SRC)): lines
+        for path in sorted(SRC.rglob("*.py"))
+        if (lines := len(path.read_text().splitlines())) > MODULE_CEILING
+    }
+    assert not grown, f"split these modules by concern: {grown}"
 
 
 def test_the_layers_named_here_are_the_packages_that_exist() -> None:

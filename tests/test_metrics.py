@@ -15,6 +15,7 @@ import trio
 from prometheus_client.parser import text_string_to_metric_families
 
 from actorctl import Actor, ConfigError, Node, handler
+from actorctl.cluster import INSECURE
 from actorctl.cluster._http import http_get
 
 from .harness import Secrets, node_pair
@@ -144,4 +145,4 @@ async def test_a_node_serves_no_metrics_unless_asked_and_refuses_a_bad_address()
             assert server.metrics is None
             assert server.metrics_url is None
     with pytest.raises(ConfigError, match="HOST:PORT"):
-        Node("n", insecure=True, metrics="nowhere")
+        Node("n", security=INSECURE, metrics="nowhere")

@@ -117,7 +117,7 @@ def received(cluster: RunningCluster, port: int) -> dict[str, Any]:
     config = load_cluster(cluster.path, cluster_app())
 
     async def ask() -> dict[str, Any]:
-        async with open_node(CLI_NAME, host=None, **config.security(CLI_NAME)) as client:
+        async with open_node(CLI_NAME, host=None, security=config.security(CLI_NAME)) as client:
             ref = client.ref(f"amqps://127.0.0.1:{port}/_node").with_options(timeout=WAIT)
             answer: dict[str, Any] = await ref.ask("statistics")
             return answer

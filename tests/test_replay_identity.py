@@ -282,7 +282,7 @@ from pathlib import Path
 
 import trio
 
-from actorctl import Actor, Node, TlsFiles, handler
+from actorctl import Actor, Node, NodeSecurity, NodeStorage, TlsFiles, handler
 from actorctl.store import Store
 from actorctl.mailbox import Keyring
 
@@ -307,9 +307,11 @@ async def main() -> None:
         "vault",
         [Vault()],
         port=int(sys.argv[3]),
-        tls=TlsFiles.from_dir(secrets / "tls", "vault"),
-        keyring=Keyring.load(secrets / "keys", "vault"),
-        store=store,
+        security=NodeSecurity(
+            tls=TlsFiles.from_dir(secrets / "tls", "vault"),
+            keyring=Keyring.load(secrets / "keys", "vault"),
+        ),
+        storage=NodeStorage(store=store),
     )
     async with trio.open_nursery() as nursery:
         await nursery.start(node.serve)

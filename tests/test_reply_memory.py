@@ -18,7 +18,7 @@ import trio
 from actorctl import Actor, ConfigError, Envelope, Node, handler
 from actorctl.actors import REPLY_FORGOTTEN, ReplyMemory
 from actorctl.actors._dedup import Handled, SeenWindow
-from actorctl.cluster import load_cluster
+from actorctl.cluster import INSECURE, load_cluster
 from actorctl.mailbox import ACCEPTED, STATUS_ERROR, STATUS_OK, ReplayCache
 from actorctl.mailbox._replay import ENTRY_BYTES
 
@@ -135,7 +135,7 @@ max_kept_reply_bytes_per_actor = 65536
 max_replay_bytes = 2097152
 """
     )
-    node = Node("n1", insecure=True, **load_cluster(path).node("n1").limits)
+    node = Node("n1", security=INSECURE, limits=load_cluster(path).node("n1").bounds)
     assert (node.kept_replies.max_bytes, node.kept_replies.per_actor) == (1 << 20, 1 << 16)
     assert node.limits.max_replay_bytes == 2 << 20
     path.write_text(path.read_text().replace("1048576", '"64 MiB"'))

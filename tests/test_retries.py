@@ -41,6 +41,7 @@ from actorctl.cluster import (
     Router,
     hosted_actors,
     load_cluster,
+    node_records,
 )
 from actorctl.mailbox import decode, encode
 from actorctl.store import Store
@@ -143,7 +144,8 @@ async def cluster(
             actors: dict[str, Any] = dict(hosted_actors(spec.actors, node=spec, cluster=config))
             for name, addresses in config.routes(spec):
                 actors[name] = Router(addresses)
-            node = Node(spec.name, actors, port=spec.port, insecure=True, **node_options)
+            options = node_records({"insecure": True, **node_options})
+            node = Node(spec.name, actors, port=spec.port, **options)
             nodes[spec.name] = await nursery.start(node.serve)
         async with app.aconnect(path):
             yield Cluster(path, nodes)

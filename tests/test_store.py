@@ -17,7 +17,7 @@ import trio
 import trio.testing
 
 from actorctl import ConfigError, Node, open_node
-from actorctl.cluster import load_cluster
+from actorctl.cluster import INSECURE, load_cluster
 from actorctl.ops._foreman import LocalForeman, NodeState
 from actorctl.store import Store
 from actorctl.store._store import PURGE_EVERY, UNSYNCED_WAIT
@@ -179,7 +179,7 @@ from pathlib import Path
 import trio
 
 from actorctl import ConfigError, Node, open_node
-from actorctl.cluster import load_cluster
+from actorctl.cluster import INSECURE, load_cluster
 from actorctl.store import Store
 
 
@@ -290,7 +290,7 @@ async def test_a_node_runs_its_store_and_commits_it_when_it_stops(tmp_path: Path
 
 
 def test_a_node_without_a_store_keeps_one_in_memory() -> None:
-    node = Node("n1", insecure=True)
+    node = Node("n1", security=INSECURE)
     assert (node.store.path, node.store.durable) == (None, False)
     assert node.outbox.store is node.store
 

@@ -101,7 +101,7 @@ async def sink_node(cluster: Path, expected: int) -> AsyncIterator[tuple[Sink, s
     """A node of the test's own hosting a data sink; yields it and its address."""
     sink = Sink(expected)
     security = load_cluster(cluster).security("cli")
-    async with open_node("sink", {"totals": sink}, host="127.0.0.1", **security) as node:
+    async with open_node("sink", {"totals": sink}, host="127.0.0.1", security=security) as node:
         yield sink, str(node.address_of("totals"))
 
 

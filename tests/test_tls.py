@@ -84,11 +84,11 @@ def test_a_node_without_tls_must_say_it_is_insecure() -> None:
 
 
 def test_a_node_without_keys_must_say_it_is_insecure(tmp_path: Path) -> None:
-    from actorctl import Node
+    from actorctl import Node, NodeSecurity
 
     tls = make_tls(tmp_path, "n")
     with pytest.raises(ConfigError, match="has no keys"):
-        Node("n", tls=tls["n"])
+        Node("n", security=NodeSecurity(tls=tls["n"]))
 
 
 async def test_a_peer_dialled_by_name_must_carry_that_name(tmp_path: Path, logs: Logs) -> None:

@@ -124,7 +124,7 @@ class Cluster:
         """Ask the cluster's Controller (signed, over mutual TLS), as the CLI does."""
         config = load_cluster(self.path)
         host, port = config.controller
-        async with open_node("probe", host=None, **config.security("cli")) as node:
+        async with open_node("probe", host=None, security=config.security("cli")) as node:
             ref = node.ref(f"{config.scheme}://{host}:{port}/controller")
             return await ref.with_options(timeout=WAIT).ask(handler, *args)
 

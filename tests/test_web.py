@@ -346,7 +346,7 @@ async def _words(cluster: Path) -> None:
     config = load_cluster(cluster)
     gateway = config.node("gateway")
     with trio.fail_after(WAIT):
-        async with open_node("cli", host=None, **config.security("cli")) as client:
+        async with open_node("cli", host=None, security=config.security("cli")) as client:
             ref = client.ref(f"{config.scheme}://{gateway.host}:{gateway.port}/words")
             for i in range(50):
                 doc = {"title": f"d{i}", "text": "the quick brown fox"}

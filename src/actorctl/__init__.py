@@ -45,7 +45,11 @@ if TYPE_CHECKING:
     from .actors import Terminated as Terminated
     from .actors import caller as caller
     from .actors import handler as handler
+    from .cluster import Limits as Limits
     from .cluster import Node as Node
+    from .cluster import NodeSecurity as NodeSecurity
+    from .cluster import NodeStorage as NodeStorage
+    from .cluster import NodeSupervision as NodeSupervision
     from .cluster import TlsFiles as TlsFiles
     from .cluster import open_node as open_node
     from .mailbox import Envelope as Envelope
@@ -114,7 +118,11 @@ _LAZY: Final[dict[str, tuple[str, ...]]] = {
     ),
     # Nodes
     ".cluster": (
+        "Limits",
         "Node",
+        "NodeSecurity",
+        "NodeStorage",
+        "NodeSupervision",
         "TlsFiles",
         "open_node",
     ),
@@ -204,10 +212,14 @@ __all__ = [
     "Health",
     "HealthCheck",
     "Keyring",
+    "Limits",
     "MailboxStatistics",
     "MisuseError",
     "Modified",
     "Node",
+    "NodeSecurity",
+    "NodeStorage",
+    "NodeSupervision",
     "NotPermitted",
     "NotSupported",
     "Outcome",

@@ -7,6 +7,7 @@ from ._access import not_permitted as not_permitted
 from ._actor import Actor as Actor
 from ._address import Address as Address
 from ._cell import ActorCell as ActorCell
+from ._cell import CellState as CellState
 from ._counters import LATENCY_BUCKETS as LATENCY_BUCKETS
 from ._counters import ActorCounters as ActorCounters
 from ._counters import Latency as Latency

@@ -1,58 +1,44 @@
-"""ActorCell: the runtime around one actor: its mailbox, its task, its dispatch.
+"""ActorCell: the runtime around one actor, across its incarnations.
 
-It takes messages from the mailbox, looks the handler up in the current behaviour,
-binds the arguments, runs the handler (a trio task, or a worker thread for a plain
-``def``) in its message's eliot trace, replies, and only then settles (acks-late)."""
+It owns the actor's mailbox and its life: a fresh incarnation at each start,
+activation (no task while the mailbox is empty; a message starts a turn, which
+ends once the mailbox has stayed empty for ``IDLE_LINGER``), the tasks the
+actor starts, crashes (the culprit released, the rest kept for the next
+incarnation), stopping and retiring. How one message is run (the handler
+looked up, the arguments bound, the reply sent, then the settlement: acks-late)
+is its dispatch, ``_dispatch.py``."""
 
 from __future__ import annotations
 
-import math
+import enum
 from collections.abc import Callable
-from time import perf_counter
-from typing import Any, final
+from typing import final
 
 import trio
 
-from .._errors import ActorctlError, ConfigError, WireFormatError
-from .._log import TRACE, continue_trace, log
-from ..mailbox import (
-    ACCEPTED,
-    BAD_ARGUMENTS,
-    BAD_KIND,
-    CRASHED,
-    DECODE_ERROR,
-    EXPIRED,
-    KIND_DOCUMENT,
-    RELEASED,
-    STATUS_OK,
-    UNKNOWN_HANDLER,
-    Envelope,
-    Inbound,
-    Mailbox,
-    Outcome,
-)
-from ._access import NotPermitted, admit
+from .._errors import ActorctlError, ConfigError
+from .._log import log
+from ..mailbox import CRASHED, RELEASED, Envelope, Inbound, Mailbox, Outcome
 from ._actor import Actor
 from ._address import Address
 from ._background import Background, TaskFn
 from ._counters import ActorCounters
-from ._dedup import REDRIVE, REPLY_FORGOTTEN, Handled, ReplyMemory, SeenWindow, dedup_key
-from ._handlers import BadArguments, Behaviour, HandlerSpec, converter, run_in_thread
-from ._monitor import TERMINATED, Monitors, Terminated
-from ._ref import Outbox, to_wire
-from ._replies import handler_failed, refuse, send_reply, settle_refused
+from ._dedup import Handled, ReplyMemory, SeenWindow, dedup_key
+from ._dispatch import Dispatch
+from ._handlers import Behaviour
+from ._monitor import Monitors
+from ._ref import Outbox
 
-__all__ = ["ActorCell"]
+__all__ = ["ActorCell", "CellState"]
 
 
-class _HandlerCrashed(Exception):
-    """A handler raised in an actor whose handler errors crash it: the
-    answer its caller gets, and the error the actor crashes with."""
+class CellState(enum.StrEnum):
+    """Where a cell's actor is; its value is the word logs and tests show."""
 
-    def __init__(self, handled: Handled, error: Exception) -> None:
-        super().__init__(str(error))
-        self.handled = handled
-        self.error = error
+    NEW = "new"  #: not started yet
+    RUNNING = "running"
+    STOPPED = "stopped"  #: ended normally, or was stopped
+    CRASHED = "crashed"
 
 
 _YIELD_EVERY = 16
@@ -93,8 +79,7 @@ class ActorCell:
         self.outbox = outbox
         self.factory = factory
         self.monitors = monitors
-        #: "new", "running", "stopped" (ended normally or was stopped), "crashed"
-        self.state = "new"
+        self.state = CellState.NEW
         #: Why its mailbox is closed, for a message that arrives then (None: open,
         #: or closed with the node).
         self.stopped_why: str | None = None
@@ -107,7 +92,6 @@ class ActorCell:
         if concurrency < 1:
             raise ValueError(f"{type(actor).__name__}.concurrency must be at least 1")
         self._concurrency = concurrency
-        self._threads: trio.CapacityLimiter | None = None  # made by the first thread
         self._taken = 0
         # While it runs (see activate): where its turns run, who hears of its
         # end, and the turn handling messages now (None: it has no task).
@@ -139,6 +123,7 @@ class ActorCell:
         self._background = Background()
         #: What it did with its messages (``_counters.py``), read when scraped.
         self.counters = ActorCounters()
+        self._dispatch = Dispatch(self, self._seen, self.counters, concurrency)
         actor._cell = self
 
     @property
@@ -203,7 +188,7 @@ class ActorCell:
         except BaseException:
             await self._stop_background("failed to start")
             raise
-        self.state = "running"
+        self.state = CellState.RUNNING
         self._on_end = on_end
         self.mailbox.on_arrival(self._wake)
         if self.mailbox.pending or self.mailbox.closed:
@@ -225,7 +210,7 @@ class ActorCell:
             await done.wait()
         self._requeue_inflight()
         await self._stop_actor()
-        self.state = "stopped"
+        self.state = CellState.STOPPED
 
     def start_soon(self, fn: TaskFn, *args: object) -> None:
         """Run ``fn(*args)`` as a task of the actor's current incarnation
@@ -265,7 +250,7 @@ class ActorCell:
             )
         for left in released:
             left.settle(RELEASED)
-        self.state = "stopped"
+        self.state = CellState.STOPPED
 
     def _requeue_inflight(self) -> None:
         """Messages cancelled mid-handling go back to the head of the mailbox
@@ -313,7 +298,7 @@ class ActorCell:
         self._nursery = None  # no task may start from now on
         if self.actor._cell is self:
             self.actor._cell = None
-        self.state = "stopped"
+        self.state = CellState.STOPPED
         if on_end is not None:
             on_end(None)
 
@@ -388,7 +373,7 @@ class ActorCell:
         return self.mailbox.closed
 
     def _crashed(self, error: Exception) -> None:
-        self.state = "crashed"
+        self.state = CellState.CRASHED
         # The message it crashed on goes back to its sender as ``modified``
         # with ``actorctl:actor-crashed``, not ``released``: a plain tell's
         # sender sends a released message again, and sent again here it could
@@ -418,7 +403,7 @@ class ActorCell:
         failed = await self._stop_actor()
         if error is None:
             error = failed
-            self.state = "stopped" if failed is None else "crashed"
+            self.state = CellState.STOPPED if failed is None else CellState.CRASHED
         if on_end is not None:
             on_end(error)
 
@@ -506,7 +491,7 @@ class ActorCell:
         # Kept while it runs: a restart puts it back in the mailbox.
         self._inflight[inbound] = None
         try:
-            await self._handle_one(inbound)
+            await self._dispatch.handle(inbound)
         except Exception:
             # It crashed the actor: not to be run here again (_crashed).
             self._inflight.pop(inbound, None)
@@ -521,144 +506,8 @@ class ActorCell:
                 slots.release()
         self._inflight.pop(inbound, None)
 
-    async def _handle_one(self, inbound: Inbound) -> None:
-        envelope = inbound.envelope
-        seen = self._seen
-        # dedup_key, inline (per message): a re-drive's count joins the key
-        plain = envelope.headers.get(REDRIVE) is None
-        key = (envelope.sender, envelope.message_id) if plain else dedup_key(envelope)
-        running = seen.running(key)
-        if running is not None:
-            await running.wait()  # a duplicate of a message being handled now
-        handled = seen.get(key)
-        if handled is not None:
-            log(
-                "actorctl:delivery:duplicate",
-                actor=self.name,
-                handler=envelope.subject,
-                message_id=envelope.message_id,
-                sender=envelope.sender,
-                outcome=handled.outcome.state,
-                warning="already handled: answered as the first time, not run again",
-            )
-            self.counters.duplicates += 1
-            reply = handled.reply
-            if (
-                reply is not None
-                and type(reply[1]) is dict
-                and reply[1].get("type") == REPLY_FORGOTTEN
-            ):
-                seen.memory.answered += 1
-            self._finish(inbound, handled)
-            return
-        seen.start(key)
-        started = perf_counter()  # one pair per message: the latency histogram
-        try:
-            with continue_trace(envelope.headers.get(TRACE)):
-                handled = await self.dispatch_with(self.behaviour, envelope)
-        except _HandlerCrashed as crash:
-            # OTP: the caller gets the error (a copy too, from the window),
-            # then the actor crashes with it.
-            seen.finish(key, crash.handled, self._finish(inbound, crash.handled))
-            raise crash.error from crash.error.__cause__
-        except BaseException:
-            seen.abandon(key)  # never answered: a resend must run it
-            raise
-        self.counters.record(handled, perf_counter() - started)
-        # Answered first, then remembered with its reply's size as sent.
-        seen.finish(key, handled, self._finish(inbound, handled))
-
-    def _finish(self, inbound: Inbound, handled: Handled) -> int:
-        """Send the reply and settle; return what keeping the reply costs, in
-        bytes (``send_reply``; 0: nothing to charge)."""
-        size = 0
-        if handled.reply is not None:
-            size = send_reply(self.outbox, self.name, inbound.envelope, *handled.reply)
-        if handled.outcome is ACCEPTED:
-            inbound.settle(ACCEPTED)
-        else:
-            settle_refused(self.name, inbound, handled.outcome)
-        return size
-
     async def dispatch_with(self, behaviour: Behaviour, envelope: Envelope) -> Handled:
-        """Run ``envelope``'s handler in ``behaviour`` as every message's is run
-        (the cell's own messages with its current behaviour): a document or a
-        ``Terminated`` taken apart, the caller's role checked, its arguments
-        bound, within the message's expiry, a plain ``def`` under the actor's
-        capacity limiter; say how to answer it. (A behaviour such as a circuit
-        breaker's probe runs the actor's own handlers so, not a copy of this.)"""
-        if envelope.kind == KIND_DOCUMENT and not type(self.actor).takes_documents:
-            return refuse(
-                BAD_KIND,
-                f"actor {self.name!r} takes commands and events; a document "
-                "(a reply) goes to the reply address of the call it answers",
-            )
-        if envelope.subject == TERMINATED:
-            return await self._terminated(envelope)
-        spec = behaviour.__actorctl_handlers__.get(envelope.subject)
-        if spec is None:
-            forwarded = await behaviour.handle_unmatched(envelope)
-            if forwarded is not None:
-                return Handled(*forwarded)
-            outcome = behaviour.unhandled(envelope)
-            if outcome is not None:
-                return Handled(outcome, None)
-            return refuse(
-                UNKNOWN_HANDLER,
-                f"actor {self.name!r} has no handler {envelope.subject!r} "
-                f"(it has: {', '.join(sorted(behaviour.__actorctl_handlers__)) or 'none'})",
-            )
-        refused = admit(self.name, spec, envelope)  # the caller's role, before its body
-        if refused is not None:
-            return refused
-        try:
-            args, kwargs = spec.bind(*envelope.call())
-        except WireFormatError as exc:
-            return refuse(DECODE_ERROR, str(exc))
-        except BadArguments as exc:
-            return refuse(BAD_ARGUMENTS, str(exc))
-        deadline = math.inf
-        if envelope.expiry_time is not None:
-            left = envelope.expiry_time - self.outbox.now()
-            if left <= 0:
-                return refuse(EXPIRED, f"message expired {-left:.3f} s before it was handled")
-            deadline = trio.current_time() + left
-        try:
-            if deadline == math.inf:  # no expiry: no cancel scope (it costs per message)
-                result = await self._run(spec, behaviour, args, kwargs)
-            else:
-                with trio.CancelScope(deadline=deadline) as scope:
-                    result = await self._run(spec, behaviour, args, kwargs)
-                if scope.cancelled_caught:
-                    return refuse(
-                        EXPIRED, f"handler {envelope.subject!r} ran past the message's expiry"
-                    )
-        except Exception as exc:
-            failed = handler_failed(self.name, envelope, exc)
-            # A refusal (NotPermitted) is the caller's error, never the actor's.
-            if self.crashes_on_error and not isinstance(exc, NotPermitted):
-                raise _HandlerCrashed(failed, exc) from exc
-            return failed
-        return Handled(ACCEPTED, (STATUS_OK, to_wire(result)))
-
-    async def _terminated(self, envelope: Envelope) -> Handled:
-        """A watched actor is gone: tell the actor once (its hook's crash is the actor's)."""
-        try:
-            args, _ = envelope.call()
-            terminated = converter.structure(args[0], Terminated)
-        except Exception as exc:  # any malformed body
-            return refuse(DECODE_ERROR, f"a Terminated message: {exc}")
-        if terminated.address not in self.watching:
-            return Handled(ACCEPTED, None)  # unwatched, or already told
-        self.watching.discard(terminated.address)
-        await self.actor.on_terminated(terminated)
-        return Handled(ACCEPTED, None)
-
-    async def _run(
-        self, spec: HandlerSpec, behaviour: Behaviour, args: list[Any], kwargs: dict[str, Any]
-    ) -> Any:
-        if spec.is_async:
-            return await spec.fn(behaviour, *args, **kwargs)
-        if self._threads is None:
-            self._threads = trio.CapacityLimiter(self._concurrency)
-        return await run_in_thread(spec, behaviour, args, kwargs, self._threads)
+        """Run ``envelope``'s handler in ``behaviour`` as every message of this
+        cell is run (``_dispatch.py``): for a behaviour that runs the actor's
+        own handlers (a circuit breaker's probe)."""
+        return await self._dispatch.dispatch_with(behaviour, envelope)

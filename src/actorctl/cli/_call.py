@@ -114,8 +114,8 @@ async def _one_shot(
         fail(f"--timeout {timeout:g}: expected a number of seconds above 0, e.g. --timeout 10")
     try:
         target = Address.parse(address)
-        options = security.node_options("cli")
-        if target.scheme == "amqps" and options["tls"] is None:
+        own = security.node_security("cli")
+        if target.scheme == "amqps" and own.tls is None:
             raise ConfigError(
                 f"{address}: amqps:// is TLS, which needs --certs DIR and --keys DIR "
                 "(or use amqp:// with --insecure, for a node run with --insecure)"
@@ -127,7 +127,7 @@ async def _one_shot(
     connect = min(CONNECT_TIMEOUT, timeout * 0.6)
     try:
         async with open_node(
-            "cli", host=None, grace=0.5, connect_timeout=connect, **options
+            "cli", host=None, grace=0.5, connect_timeout=connect, security=own
         ) as client:
             with trio.fail_after(timeout + 1.0):
                 await go(client, target)

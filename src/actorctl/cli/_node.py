@@ -165,7 +165,7 @@ async def node_run(
             hosted,
             # In a cluster, its Controller's key acts for operators (as the
             # Foreman's in-process nodes have it: ClusterConfig.security).
-            security=security.node_options(
+            security=security.node_security(
                 node_name,
                 config.member_names if config else (),
                 (CONTROLLER_KEY,) if config else (),

@@ -16,7 +16,7 @@ import asyncclick as click
 from .._errors import ConfigError
 
 if TYPE_CHECKING:
-    from ..cluster import ClusterConfig, EtcdSettings
+    from ..cluster import ClusterConfig, EtcdSettings, NodeSecurity
 
 __all__ = [
     "Security",
@@ -38,10 +38,10 @@ class Security:
     key_name: str | None
     insecure: bool
 
-    def node_options(
+    def node_security(
         self, name: str, members: Iterable[str] = (), operators: Iterable[str] = ()
-    ) -> dict[str, Any]:
-        """Keyword arguments for ``Node``: TLS files and keyring for ``name``
+    ) -> NodeSecurity:
+        """The ``Node``'s security: TLS files and keyring for ``name``
         (``members``: names of cluster members' keys besides its members file;
         ``operators``: keys that are operators unless the roles file says
         otherwise, as a cluster's Controller is).
@@ -50,7 +50,7 @@ class Security:
             click.UsageError: neither files nor --insecure were given.
         """
         # Imported here, not above: a command's --help needs neither.
-        from ..cluster import TlsFiles
+        from ..cluster import NodeSecurity, TlsFiles
         from ..mailbox import Keyring
 
         tls = keyring = None
@@ -70,7 +70,7 @@ class Security:
                 if value is None
             )
             raise click.UsageError(f"pass {missing}, or --insecure for development")
-        return {"tls": tls, "keyring": keyring, "insecure": self.insecure}
+        return NodeSecurity(tls=tls, keyring=keyring, insecure=self.insecure)
 
 
 def security_options(

@@ -103,7 +103,7 @@ def cli_node(
         host=None,
         grace=grace,
         connect_timeout=connect_timeout,
-        **config.security(CLI_NAME),
+        security=config.security(CLI_NAME),
     )
 
 

@@ -18,6 +18,11 @@ from ._member import node_record as node_record
 from ._member import serve_membership as serve_membership
 from ._node import Node as Node
 from ._node import open_node as open_node
+from ._node_records import INSECURE as INSECURE
+from ._node_records import NodeSecurity as NodeSecurity
+from ._node_records import NodeStorage as NodeStorage
+from ._node_records import NodeSupervision as NodeSupervision
+from ._node_records import node_records as node_records
 from ._outbox import NodeOutbox as NodeOutbox
 from ._reload import ReloadPlan as ReloadPlan
 from ._reload import Shift as Shift
@@ -33,12 +38,13 @@ from .config._config import SHUTDOWN_GRACE as SHUTDOWN_GRACE
 from .config._config import ClusterApp as ClusterApp
 from .config._config import ClusterConfig as ClusterConfig
 from .config._config import NodeConfig as NodeConfig
-from .config._config import load_cluster as load_cluster
 from .config._dev import DEV_PUBLIC_WARNING as DEV_PUBLIC_WARNING
 from .config._dev import check_dev_listen as check_dev_listen
 from .config._etcd_config import EtcdSettings as EtcdSettings
 from .config._health_config import breakers_of as breakers_of
+from .config._load import load_cluster as load_cluster
 from .link._engine import Engine as Engine
 from .link._engine import EngineHandler as EngineHandler
+from .link._limits import Limits as Limits
 from .link._reply_claims import REPLY_PREFIX as REPLY_PREFIX
 from .link._tls import TlsFiles as TlsFiles

@@ -27,7 +27,8 @@ from ..mailbox import Role
 from ._monitors import AGENT, NodeMonitors
 from ._reload import Shift
 from ._supervised import describe_root
-from .config._config import ClusterApp, load_cluster
+from .config._config import ClusterApp
+from .config._load import load_cluster
 
 if TYPE_CHECKING:
     from ..actors._cell import ActorCell

@@ -20,8 +20,10 @@ from typing import Any, Protocol, runtime_checkable
 from .._errors import ConfigError
 from ..actors import Actor
 from ..supervision import BoxedSpec, import_target
-from .config._config import NODE_KEYS, ClusterConfig, NodeConfig, unknown_key
+from .config._config import ClusterConfig, NodeConfig
+from .config._config_keys import unknown_key
 from .config._health_config import with_health
+from .config._tables import NODE_KEYS
 
 __all__ = ["ActorsFactory", "Hosted", "PoolsFactory", "hosted_actors", "hosted_pools"]
 

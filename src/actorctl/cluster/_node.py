@@ -3,7 +3,9 @@
 A node listens on one endpoint, hosts actors (one cell each), keeps at most one
 outgoing connection per peer node, and is the ``Outbox`` its actors and refs send
 through. It is built by a composition root (the CLI, a test, an example) with
-every collaborator passed in; nothing here is global.
+every collaborator passed in; nothing here is global. Besides its name, its
+actors and where it listens, it takes a few records (``_node_records.py``): its
+security, its resource bounds, its storage and its supervision.
 """
 
 from __future__ import annotations
@@ -20,33 +22,27 @@ from proton import SSLDomain
 
 from .._errors import ConfigError
 from .._log import log
-from ..actors import (
-    DEFAULT_ACTOR_BYTES,
-    DEFAULT_NODE_BYTES,
-    ActorCell,
-    ActorRef,
-    Address,
-    ReplyMemory,
-)
-from ..mailbox import (
-    DEFAULT_REPLAY_BYTES,
-    Keyring,
-    MailboxStatistics,
-    ReplayCache,
-    SessionTable,
-    Verifier,
-)
-from ..mailbox._signing import DEFAULT_SESSION_LIFETIME, DEFAULT_WINDOW
+from ..actors import ActorCell, ActorRef, Address, CellState, ReplyMemory
+from ..mailbox import MailboxStatistics, ReplayCache, SessionTable, Verifier
 from ..store._store import Store
-from ..supervision import BreakerPolicy
 from ..supervision._tree import TreeLevel
 from ._agent import NodeAgent
 from ._deadletters import AGENT as DEAD_LETTERS
-from ._deadletters import DeadLetterAgent, DeadLetterBounds, DeadLetters
+from ._deadletters import DeadLetterAgent, DeadLetters
 from ._http import parse_listen, serve_http
-from ._keywatch import KEY_POLL, KeyringWatch
+from ._keywatch import KeyringWatch
 from ._metrics import NodeCollector, metrics_handler
 from ._monitors import NodeMonitors
+from ._node_records import (
+    DEFAULT_LIMITS,
+    DEFAULT_SECURITY,
+    DEFAULT_STORAGE,
+    DEFAULT_SUPERVISION,
+    NodeSecurity,
+    NodeStorage,
+    NodeSupervision,
+    node_records,
+)
 from ._outbox import NodeOutbox
 from ._replays import ReplayJournal
 from ._supervised import Hostable, NodeHost, named, node_root
@@ -57,7 +53,7 @@ from .link._inbound import InboundHandler
 from .link._limits import Gate, Limits
 from .link._pending import PeerSettings
 from .link._reply_auth import ReplySigning
-from .link._tls import TlsDomains, TlsFiles
+from .link._tls import TlsDomains
 
 __all__ = ["Node", "NodeAgent", "open_node"]
 
@@ -83,62 +79,36 @@ class Node:
             given as an instance is started again as it is.
         host, port: where to listen; port 0 picks a free port. ``host=None``
             makes a client-only node that listens nowhere.
-        idle_timeout: seconds of silence after which a peer is taken for dead.
-        tls: the node's TLS files: every connection it accepts or opens is mutual
-            TLS against the cluster CA.
-        keyring: the node's identity key (it signs what it sends) and the keys it
-            trusts (every message that reaches one of its inboxes must be signed
-            by one of them, per message or within a session).
-        insecure: allow plain TCP (no ``tls``) and unsigned messages (no
-            ``keyring``): for tests and development only; the node logs a
-            warning when it starts, and on every unsigned message it accepts.
-        auth_window: how far (s) a message's creation time may be from this
-            node's clock; ids of accepted messages are remembered that long (in
-            its store too, when it is durable: see ``_replays.py``).
-        session_lifetime: how long (s) a session this node opens with a peer
-            lasts; it opens the next one at 80% of that.
-        sessions: open sessions with peers (HMAC per message); with False every
-            message this node sends is signed with Ed25519 (slower: for clients
-            that must not hold session keys, and for comparison).
-        actor_restarts: the restart intensity of the node's actors: at most this
-            many restarts within this many seconds, or the node fails.
+        security: its TLS files, keyring and how it authenticates
+            (:class:`NodeSecurity`); without TLS files and keys, it must say
+            ``insecure=True`` (:data:`INSECURE`).
+        limits: its resource bounds (:class:`Limits`, ``cluster/link/_limits.py``;
+            docs/protocol.md §3.1 and §4.1): under each, the node goes on serving
+            its other peers. A larger message is refused with
+            ``amqp:link:message-size-exceeded``, a link over the cap with
+            ``amqp:resource-limit-exceeded``; a connection over a cap, or past
+            the handshake deadline, is closed. What the node remembers is
+            bounded in bytes: the replies its actors' dedup windows keep for
+            duplicates (:attr:`kept_replies`) and its replay cache; the oldest
+            go first, and reaching a bound is logged. So are the replies queued
+            for a caller that grants no credit (``max_queued_reply_bytes``) and
+            what a peer has not settled yet (``max_unsettled_bytes``: a send
+            past it waits). ``resend_window``: seconds a plain tell that its
+            receiver gave back unrun is sent again for (docs/guarantees.md).
+        storage: its durable store and its dead letters' bounds
+            (:class:`NodeStorage`); by default a memory store.
+        supervision: its actors' restart intensity, its peers' breaker policy
+            and the timeouts after which a peer is taken for dead, lost or
+            unavailable (:class:`NodeSupervision`).
         clock: wall-clock time in seconds since the epoch (for message times).
-        node_lost_after: seconds the connection to a peer node may stay down
-            before actors watching actors there are told they terminated.
-        connect_timeout: seconds a peer node may stay unreachable before a send
-            to it fails with ``PeerUnavailable`` (a durable send waits in the
-            backlog instead).
-        peer_breaker: the policy of each peer's circuit breaker (docs/fault-tolerance.md).
-        store: the node's durable store (the outgoing backlog, delayed tasks,
-            revokes, chord barriers, results); the node runs it, first to start
-            and last to stop. None: a memory store (``durable = false``: nothing
-            survives the process, for tests and benchmarks).
-        dead_letters: how many dead letters it keeps, and for how long
-            (``_deadletters.py``; its ``_deadletters`` actor answers for them).
-        key_poll: seconds between two looks at the keyring's directory (a key
-            added or revoked there applies within that time, no restart); None:
-            the keys read at start stay as they are.
         metrics: ``HOST:PORT`` (port 0: a free one) where the node serves its
             Prometheus metrics on ``/metrics`` (``_metrics.py``,
             docs/operations.md); None: nowhere. :attr:`metrics_url` says where.
+        cluster_app: the application its cluster file is read for (a reload
+            reads it so).
 
-        The resource bounds follow (``cluster/link/_limits.py``; docs/protocol.md §3.1
-        and §4.1); under each, the node goes on serving its other peers.
-
-        max_message_size, credit_deadline, max_links_per_connection,
-        max_connections_per_address, max_handshakes, handshake_timeout,
-        peer_idle_timeout, max_queued_replies, max_queued_reply_bytes,
-        max_unsettled_bytes: see :class:`Limits` (a larger
-            message is refused with ``amqp:link:message-size-exceeded``; a link
-            over the cap with ``amqp:resource-limit-exceeded``; a connection
-            over a cap, or past the handshake deadline, is closed).
-        max_kept_reply_bytes, max_kept_reply_bytes_per_actor, max_replay_bytes:
-            what the node remembers, in bytes (see :class:`Limits`): the replies
-            its actors' dedup windows keep for duplicates (:attr:`kept_replies`),
-            and its replay cache; the oldest go first, and reaching a bound is
-            logged.
-        resend_window: seconds a plain tell that its receiver gave back unrun
-            is sent again for (see :class:`Limits`, docs/guarantees.md).
+    :func:`open_node` (and :func:`node_records`) take every field of these
+    records as a flat keyword too (``tls=...``, ``max_message_size=...``).
     """
 
     def __init__(
@@ -148,102 +118,50 @@ class Node:
         *,
         host: str | None = "127.0.0.1",
         port: int = 0,
-        idle_timeout: float = 30.0,
-        tls: TlsFiles | None = None,
-        keyring: Keyring | None = None,
-        insecure: bool = False,
-        auth_window: float = DEFAULT_WINDOW,
-        session_lifetime: float = DEFAULT_SESSION_LIFETIME,
-        sessions: bool = True,
-        actor_restarts: tuple[int, float] = (5, 10.0),
+        security: NodeSecurity = DEFAULT_SECURITY,
+        limits: Limits = DEFAULT_LIMITS,
+        storage: NodeStorage = DEFAULT_STORAGE,
+        supervision: NodeSupervision = DEFAULT_SUPERVISION,
         clock: Callable[[], float] = time.time,
-        node_lost_after: float = 10.0,
-        connect_timeout: float = 5.0,
-        peer_breaker: BreakerPolicy | None = None,
-        store: Store | None = None,
-        key_poll: float | None = KEY_POLL,
-        max_message_size: int = 1 << 20,
-        credit_deadline: float = 1.0,
-        max_links_per_connection: int = 1000,
-        max_connections_per_address: int = 100,
-        max_handshakes: int = 200,
-        handshake_timeout: float = 10.0,
-        peer_idle_timeout: float = 120.0,
-        max_queued_replies: int = 1000,
-        max_queued_reply_bytes: int = 16 << 20,
-        max_unsettled_bytes: int = 64 << 20,
-        max_kept_reply_bytes: int = DEFAULT_NODE_BYTES,
-        max_kept_reply_bytes_per_actor: int = DEFAULT_ACTOR_BYTES,
-        max_replay_bytes: int = DEFAULT_REPLAY_BYTES,
-        resend_window: float = 30.0,
-        dead_letters: DeadLetterBounds | None = None,
         metrics: str | None = None,
         cluster_app: ClusterApp | None = None,
     ) -> None:
+        security.check(name)
         self.name = name
         #: The application its cluster file is read for (a reload reads it so).
         self.cluster_app = cluster_app
         #: Where it serves /metrics (host, port), once it runs; None: it does not.
         self.metrics = parse_listen(metrics, "metrics") if metrics is not None else None
         #: The node's resource bounds.
-        self.limits = Limits(
-            max_message_size=max_message_size,
-            max_links_per_connection=max_links_per_connection,
-            max_connections_per_address=max_connections_per_address,
-            max_handshakes=max_handshakes,
-            handshake_timeout=handshake_timeout,
-            credit_deadline=credit_deadline,
-            peer_idle_timeout=peer_idle_timeout,
-            max_queued_replies=max_queued_replies,
-            max_queued_reply_bytes=max_queued_reply_bytes,
-            max_unsettled_bytes=max_unsettled_bytes,
-            max_kept_reply_bytes=max_kept_reply_bytes,
-            max_kept_reply_bytes_per_actor=max_kept_reply_bytes_per_actor,
-            max_replay_bytes=max_replay_bytes,
-            resend_window=resend_window,
-        )
+        self.limits = limits
+        #: How it authenticates, and what it does when something fails.
+        self.security = security
+        self.supervision = supervision
         #: The bytes of replies its actors' dedup windows keep, and their bounds.
         self.kept_replies = ReplyMemory(
-            max_kept_reply_bytes, max_kept_reply_bytes_per_actor, node=name
+            limits.max_kept_reply_bytes, limits.max_kept_reply_bytes_per_actor, node=name
         )
-        self._gate = Gate(name, self.limits)
-        self._credit = CreditKeeper(name, credit_deadline)
-        self.store = store if store is not None else Store.memory(name)
+        self._gate = Gate(name, limits)
+        self._credit = CreditKeeper(name, limits.credit_deadline)
+        self.store = storage.store if storage.store is not None else Store.memory(name)
         #: What the node gave up on (``_deadletters.py``).
-        self.dead_letters = DeadLetters(name, self.store, clock, dead_letters or DeadLetterBounds())
+        self.dead_letters = DeadLetters(name, self.store, clock, storage.dead_letters)
         self.node_id = f"{name}-{os.urandom(6).hex()}"
         self.host = host
         self.port = port
-        self.idle_timeout = idle_timeout
-        if tls is None and not insecure:
-            raise ConfigError(
-                f"node {name!r} has no TLS files: give it tls=TlsFiles.from_dir(...) "
-                "(`actorctl certs init` makes them), or insecure=True for plain TCP in "
-                "tests and development"
-            )
-        if keyring is None and not insecure:
-            raise ConfigError(
-                f"node {name!r} has no keys: give it keyring=Keyring.load(DIR) "
-                "(`actorctl keys gen NAME --dir DIR` makes them), or insecure=True to "
-                "accept unsigned messages in tests and development"
-            )
-        self.tls = tls
-        self.insecure = tls is None
-        self.keyring = keyring
+        self.tls = security.tls
+        self.insecure = security.tls is None
+        self.keyring = keyring = security.keyring
         self.identity = keyring.identity if keyring is not None else None
-        self.auth_window = auth_window
-        self.session_lifetime = session_lifetime
-        self.sessions = sessions
-        self.actor_restarts = actor_restarts
         #: Reloads the keyring when its directory changes (None: it never does).
         self.key_watch = (
-            KeyringWatch(keyring, node=name, interval=key_poll)
-            if keyring is not None and keyring.directory is not None and key_poll
+            KeyringWatch(keyring, node=name, interval=security.key_poll)
+            if keyring is not None and keyring.directory is not None and security.key_poll
             else None
         )
-        self._replays = ReplayCache(max_bytes=max_replay_bytes, node=name)
+        self._replays = ReplayCache(max_bytes=limits.max_replay_bytes, node=name)
         #: Its TLS domains, read again by ``cluster reload`` (None: plain TCP).
-        self.tls_domains = TlsDomains(tls) if tls is not None else None
+        self.tls_domains = TlsDomains(security.tls) if security.tls is not None else None
         self._clock = clock
         self.cells: dict[str, ActorCell] = {}
         self._nursery: trio.Nursery | None = None
@@ -253,48 +171,52 @@ class Node:
         self.actors_started = trio.Event()
         self._grace = DEFAULT_GRACE
         self._grace_scope: trio.CancelScope | None = None  # while it waits for the grace
-        settings = PeerSettings(
-            node_id=self.node_id,
-            identity=self.identity,
-            # Sessions only over TLS: the session message carries the MAC key.
-            sessions=sessions and tls is not None,
-            session_lifetime=session_lifetime,
-            idle_timeout=idle_timeout,
-            client_domain=self.client_domain,
-            new_message_id=self.new_message_id,
-            clock=clock,
-            stopping=self._stop.is_set,
-            connect_timeout=connect_timeout,
-            keyring=keyring,
-            peer_breaker=peer_breaker,
-            resend_window=resend_window,
-            max_unsettled_bytes=max_unsettled_bytes,
-        )
         #: The one path out of this node.
         self.outbox = NodeOutbox(
             name,
             self.node_id,
-            settings,
+            self._peer_settings(),
             self._engines,
             clock,
             on_peer_state=lambda peer, up, node: self.monitors.peer_state(peer, up, node),
             store=self.store,
             watched=lambda endpoint: self.monitors.watching(endpoint),
-            peer_idle_timeout=peer_idle_timeout,
-            max_queued_replies=max_queued_replies,
-            max_queued_reply_bytes=max_queued_reply_bytes,
+            peer_idle_timeout=limits.peer_idle_timeout,
+            max_queued_replies=limits.max_queued_replies,
+            max_queued_reply_bytes=limits.max_queued_reply_bytes,
             dead_letters=self.dead_letters,
         )
         self.monitors = NodeMonitors(
             self.outbox,
             is_local=lambda address: address.endpoint == (self.host, self.port),
-            alive=lambda name: name in self.cells and self.cells[name].state != "stopped",
-            lost_after=node_lost_after,
+            alive=lambda name: name in self.cells and self.cells[name].state != CellState.STOPPED,
+            lost_after=supervision.node_lost_after,
         )
         self._actors = named(actors)
         self._actors.setdefault(NodeAgent.name or "_node", NodeAgent(self))
         self._actors.setdefault(DEAD_LETTERS, DeadLetterAgent(self.dead_letters, self.identity))
         self.tree: TreeLevel | None = None
+
+    def _peer_settings(self) -> PeerSettings:
+        """What each of its outgoing connections is opened with."""
+        security, supervision = self.security, self.supervision
+        return PeerSettings(
+            node_id=self.node_id,
+            identity=self.identity,
+            # Sessions only over TLS: the session message carries the MAC key.
+            sessions=security.sessions and security.tls is not None,
+            session_lifetime=security.session_lifetime,
+            idle_timeout=supervision.idle_timeout,
+            client_domain=self.client_domain,
+            new_message_id=self.new_message_id,
+            clock=self._clock,
+            stopping=self._stop.is_set,
+            connect_timeout=supervision.connect_timeout,
+            keyring=self.keyring,
+            peer_breaker=supervision.peer_breaker,
+            resend_window=self.limits.resend_window,
+            max_unsettled_bytes=self.limits.max_unsettled_bytes,
+        )
 
     # -- running -------------------------------------------------------------------
 
@@ -484,7 +406,9 @@ class Node:
                     self._stop,
                     self.kept_replies,
                 )
-                self.tree = node_root(self.name, self._actors, host, self.actor_restarts)
+                self.tree = node_root(
+                    self.name, self._actors, host, self.supervision.actor_restarts
+                )
                 async with trio.open_nursery() as nursery:
                     await nursery.start(self.tree.supervisor.run)
                     self.actors_started.set()
@@ -520,7 +444,7 @@ class Node:
                 server=True,
                 container_id=self.node_id,
                 peer=peer,
-                idle_timeout=self.idle_timeout,
+                idle_timeout=self.supervision.idle_timeout,
                 ssl_domain=self.tls_domains.server if self.tls_domains else None,
                 handshake_timeout=self.limits.handshake_timeout,
             )
@@ -546,7 +470,7 @@ class Node:
             SessionTable(),
             node=self.node_id,
             clock=self._clock,
-            window=self.auth_window,
+            window=self.security.auth_window,
             replay=self._replays,
         )
 
@@ -565,10 +489,14 @@ async def open_node(
 ) -> AsyncIterator[Node]:
     """Run a node for the duration of the block, then stop it gracefully.
 
-    Takes the arguments of :class:`Node`. On leaving the block, in-flight
-    handlers get ``grace`` seconds to finish before they are cancelled.
+    Takes the arguments of :class:`Node`, and, for convenience, each field of
+    its records as a flat keyword (``tls=...``, ``insecure=True``,
+    ``max_message_size=...``, ``connect_timeout=...``: see
+    :func:`node_records`), over a record given whole. On leaving the block,
+    in-flight handlers get ``grace`` seconds to finish before they are
+    cancelled.
     """
-    node = Node(name, actors, **options)
+    node = Node(name, actors, **node_records(options))
     async with trio.open_nursery() as nursery:
         await nursery.start(node.serve)
         try:

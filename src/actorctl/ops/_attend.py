@@ -176,7 +176,7 @@ async def run_controller(
             host=host,
             port=port,
             node_lost_after=lost_after,
-            **config.security(CONTROLLER),
+            security=config.security(CONTROLLER),
         ) as node,
         trio.open_nursery() as nursery,
     ):

@@ -13,16 +13,25 @@ the other.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+
+import attrs
 
 from .._errors import ConfigError
 from ..actors import Address
 from ..cluster._hosting import hosted_actors
 from ..cluster._node import Node
+from ..cluster._node_records import (
+    DEFAULT_SUPERVISION,
+    NodeSecurity,
+    NodeStorage,
+    NodeSupervision,
+)
 from ..cluster._router import Router
 from ..cluster._supervised import Hostable
 from ..cluster.config._config import ClusterConfig, NodeConfig
+from ..cluster.link._limits import Limits
 from ..store import Store
 
 __all__ = ["build_node", "node_actors"]
@@ -80,36 +89,46 @@ def build_node(
     config: ClusterConfig | None,
     hosted: Mapping[str, Hostable],
     *,
-    security: Mapping[str, Any],
+    security: NodeSecurity,
+    limits: Limits | None = None,
     metrics: str | None = None,
     store: Store | None = None,
-    **options: Any,
+    supervision: NodeSupervision | None = None,
+    clock: Callable[[], float] = time.time,
 ) -> Node:
     """The :class:`Node` that ``node``'s table describes, hosting ``hosted``
     (:func:`node_actors`): not started (``nursery.start(node.serve)``).
 
     Args:
         security: its TLS files and keyring (``config.security(name)``), or
-            ``insecure=True``.
+            ``INSECURE``.
+        limits: its resource bounds; default its ``[node.limits]``'s.
         metrics: where it serves ``/metrics``; default its ``[node.metrics]``.
         store: its durable store; default its cluster's (``data/NODE/``, or in
             memory for ``durable = false``), in memory outside a cluster.
-        options: more ``Node`` arguments (a clock, a grace), over the table's.
+        supervision: its restart intensity, peers' breaker and timeouts;
+            default the defaults, with, in a cluster with ``[etcd]``, its
+            lease's ttl as the idle timeout.
+        clock: its wall clock (the testing kit's follows trio's clock).
     """
     if store is None and config is not None:
         store = config.store(node)
-    if config is not None and config.etcd is not None:
-        # A peer silent for the lease's ttl is taken for dead, as etcd takes
-        # a node whose lease ran out (both within the ttl, docs/deploy.md).
-        options.setdefault("idle_timeout", float(config.etcd.ttl))
+    if supervision is None:
+        supervision = DEFAULT_SUPERVISION
+        if config is not None and config.etcd is not None:
+            # A peer silent for the lease's ttl is taken for dead, as etcd takes
+            # a node whose lease ran out (both within the ttl, docs/deploy.md).
+            supervision = attrs.evolve(supervision, idle_timeout=float(config.etcd.ttl))
     return Node(
         node.name,
         hosted,
         host=node.host,
         port=node.port,
-        store=store,
-        dead_letters=node.deadletters,
+        security=security,
+        limits=limits if limits is not None else node.bounds,
+        storage=NodeStorage(store=store, dead_letters=node.deadletters),
+        supervision=supervision,
+        clock=clock,
         metrics=metrics or node.metrics,
         cluster_app=config.app if config is not None else None,
-        **{**node.limits, **security, **options},
     )

@@ -347,7 +347,7 @@ async def run_cluster(
     controller = Controller(config, states, stop, supervisor, reloader)
     host, port = config.controller
     async with (
-        open_node(CONTROLLER, [controller], host=host, port=port, **security) as running,
+        open_node(CONTROLLER, [controller], host=host, port=port, security=security) as running,
         trio.open_nursery() as nursery,
     ):
         web = config.web or web

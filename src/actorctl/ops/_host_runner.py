@@ -38,7 +38,6 @@ from ..etcd._etcd_data import KeyValue, WatchEvent
 from ..etcd._etcd_wire import EtcdCompacted, EtcdError
 from ..etcd._membership import MembershipRefused
 from ..etcd._node_record import NodeRecord, membership_refusal, nodes_prefix
-from ..mailbox import Keyring
 from ..supervision import ChildSpec, Strategy, Supervisor
 from ._controller import _notify_systemd
 from ._foreman import Foreman, NodeState
@@ -114,8 +113,7 @@ async def check_etcd(
         with contextlib.suppress(ConfigError):  # not a record: no member (its nodes log it)
             registered.append(NodeRecord.from_json(kv.value))
     for node in nodes:
-        keyring = config.security(node.name).get("keyring")
-        assert keyring is None or isinstance(keyring, Keyring)
+        keyring = config.security(node.name).keyring
         record = NodeRecord(
             name=node.name,
             address=config.url(node),

@@ -49,7 +49,8 @@ import trio
 from .._errors import ActorctlError, ConfigError
 from .._log import log
 from ..cluster._reload import ReloadPlan, Shift, plan_reload
-from ..cluster.config._config import ClusterConfig, NodeConfig, load_cluster
+from ..cluster.config._config import ClusterConfig, NodeConfig
+from ..cluster.config._load import load_cluster
 from ..supervision import ChildSpec, Supervisor
 from ._foreman import ensure_dev_secrets
 from ._preflight import module_environment, taken_ports

@@ -12,11 +12,13 @@ from ._boxed_spec import BoxedSpec as BoxedSpec
 from ._breaker import CIRCUIT_OPEN as CIRCUIT_OPEN
 from ._breaker import Breaker as Breaker
 from ._breaker import BreakerPolicy as BreakerPolicy
+from ._breaker import BreakerState as BreakerState
 from ._breaker import CircuitBreaker as CircuitBreaker
 from ._breaker import Health as Health
 from ._child import ChildError as ChildError
 from ._child import ChildFailedToStart as ChildFailedToStart
 from ._child import ChildSpec as ChildSpec
+from ._child import ChildState as ChildState
 from ._child import Restart as Restart
 from ._child import Strategy as Strategy
 from ._child import SupervisorGaveUp as SupervisorGaveUp

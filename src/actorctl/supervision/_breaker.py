@@ -39,14 +39,26 @@ from ..mailbox import (
     Outcome,
 )
 
-__all__ = ["CIRCUIT_OPEN", "Breaker", "BreakerPolicy", "CircuitBreaker", "Health"]
+__all__ = [
+    "CIRCUIT_OPEN",
+    "Breaker",
+    "BreakerPolicy",
+    "BreakerState",
+    "CircuitBreaker",
+    "Health",
+]
 
 #: The condition of the ``modified`` outcome an open breaker answers with.
 CIRCUIT_OPEN: Final = "actorctl:circuit-open"
 
-CLOSED: Final = "closed"
-OPEN: Final = "open"
-HALF_OPEN: Final = "half-open"
+
+class BreakerState(enum.StrEnum):
+    """Where a breaker is (see the module docstring); its value is the word
+    ``cluster status``, ``_node`` and the logs show."""
+
+    CLOSED = "closed"
+    OPEN = "open"
+    HALF_OPEN = "half-open"
 
 
 class Health(enum.Enum):
@@ -135,8 +147,8 @@ class Breaker:
     Args:
         name: named in its logs and in the ``modified`` answers it causes.
         policy: its thresholds and periods.
-        on_change: told the new state (``"closed"``, ``"open"``, ``"half-open"``)
-            on each change (a ``CircuitBreaker`` attachment switches the actor's
+        on_change: told the new :class:`BreakerState` on each change (a
+            ``CircuitBreaker`` attachment switches the actor's
             behaviour with it).
     """
 
@@ -145,13 +157,13 @@ class Breaker:
         name: str,
         policy: BreakerPolicy | None = None,
         *,
-        on_change: Callable[[str], None] | None = None,
+        on_change: Callable[[BreakerState], None] | None = None,
     ) -> None:
         self.name = name
         self.policy = policy or BreakerPolicy()
         self.on_change = on_change
         self.closed = True
-        self.state = CLOSED
+        self.state: BreakerState = BreakerState.CLOSED
         self.reason = ""
         self.reset_at = math.inf
         self.trips = 0  # in all
@@ -173,9 +185,9 @@ class Breaker:
         if self.closed:
             return None
         now = trio.current_time()
-        if self.state == OPEN and not self._held and now >= self.reset_at:
-            self._change(HALF_OPEN)
-        if self.state == HALF_OPEN:
+        if self.state == BreakerState.OPEN and not self._held and now >= self.reset_at:
+            self._change(BreakerState.HALF_OPEN)
+        if self.state == BreakerState.HALF_OPEN:
             # One probe at a time; one that never reported back (its run was
             # cancelled) gives way to another after a reset period.
             since = self._probe_since
@@ -189,7 +201,7 @@ class Breaker:
         now = trio.current_time() if now is None else now
         if self._held:
             when = "when a health check reports the resource healthy again"
-        elif self.state == HALF_OPEN:
+        elif self.state == BreakerState.HALF_OPEN:
             when = "once the probe it let through succeeds"
         else:
             when = f"in {max(self.reset_at - now, 0.0):.1f} s (a probe, half-open)"
@@ -199,13 +211,13 @@ class Breaker:
         """A run went well: a half-open breaker closes."""
         if self.closed:
             return
-        if self.state == HALF_OPEN and self._probe_since is not None:
+        if self.state == BreakerState.HALF_OPEN and self._probe_since is not None:
             self._close("the probe succeeded")
 
     def failed(self, reason: str) -> None:
         """A run failed: counted while closed, and a failed probe opens it again."""
         now = trio.current_time()
-        if self.state == HALF_OPEN and self._probe_since is not None:
+        if self.state == BreakerState.HALF_OPEN and self._probe_since is not None:
             self._trip(f"the probe failed: {reason}", now)
         elif self.closed and _over(self._failures, now, self.policy.window, self.policy.failures):
             self._trip(
@@ -222,7 +234,7 @@ class Breaker:
     def released(self) -> None:
         """The probe let through did not run after all (revoked, expired): let
         the next message be the probe."""
-        if self.state == HALF_OPEN:
+        if self.state == BreakerState.HALF_OPEN:
             self._probe_since = None
 
     def report(self, check: str, health: Health, detail: str = "") -> None:
@@ -238,7 +250,7 @@ class Breaker:
             return
         if health is Health.PERMANENTLY_UNAVAILABLE:
             self._held = True
-            if self.state != OPEN:
+            if self.state != BreakerState.OPEN:
                 self._trip(why, now)
             return
         if not self.closed:
@@ -271,7 +283,7 @@ class Breaker:
         """Its state, as ``cluster status`` and ``_node`` show it."""
         now = trio.current_time()
         return {
-            "state": self.state,
+            "state": self.state.value,
             "reason": self.reason,
             "resets_in": None
             if self.closed or self._held
@@ -305,7 +317,7 @@ class Breaker:
             open_for=period,
             trips=self.trips,
         )
-        self._change(OPEN)
+        self._change(BreakerState.OPEN)
 
     def _close(self, why: str) -> None:
         self._in_a_row = 0
@@ -313,12 +325,12 @@ class Breaker:
         self.reset_at = math.inf
         self.reason = ""
         log("actorctl:breaker:closed", breaker=self.name, why=why)
-        self._change(CLOSED)
+        self._change(BreakerState.CLOSED)
 
-    def _change(self, state: str) -> None:
+    def _change(self, state: BreakerState) -> None:
         self.state = state
-        self.closed = state == CLOSED
-        if state == HALF_OPEN:
+        self.closed = state == BreakerState.CLOSED
+        if state == BreakerState.HALF_OPEN:
             log("actorctl:breaker:half-open", breaker=self.name)
         if self.on_change is not None:
             self.on_change(state)
@@ -377,8 +389,8 @@ class CircuitBreaker(Behaviour):
         ``on_start`` (each incarnation of the actor)."""
         refusing = CircuitBreaker(actor, breaker)
 
-        def change(state: str) -> None:
-            if state == CLOSED:
+        def change(state: BreakerState) -> None:
+            if state == BreakerState.CLOSED:
                 actor.unbecome()
             else:
                 actor.become(refusing)

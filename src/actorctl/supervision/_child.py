@@ -16,6 +16,7 @@ __all__ = [
     "ChildError",
     "ChildFailedToStart",
     "ChildSpec",
+    "ChildState",
     "Restart",
     "StartFn",
     "Strategy",
@@ -26,6 +27,17 @@ __all__ = [
 #: How a child is started: an async function that calls ``task_status.started()``
 #: once it is ready (trio's ``nursery.start`` protocol) and runs until it is done.
 StartFn = Callable[..., Awaitable[Any]]
+
+
+class ChildState(enum.StrEnum):
+    """Where a supervisor's child is; its value is the word ``which_children``
+    and ``cluster status`` show."""
+
+    NEW = "new"  #: not started yet
+    RUNNING = "running"
+    RESTARTING = "restarting"  #: ended, to be started again after its backoff
+    TERMINATED = "terminated"  #: stopped by request (``terminate_child``)
+    STOPPED = "stopped"  #: ended, and not started again
 
 
 class Restart(enum.Enum):

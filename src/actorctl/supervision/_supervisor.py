@@ -31,6 +31,7 @@ from ._child import (
     ChildError,
     ChildFailedToStart,
     ChildSpec,
+    ChildState,
     Restart,
     Running,
     Status,
@@ -90,8 +91,8 @@ class Supervisor:
         self.backoff_max = backoff_max
         self.auto_shutdown = auto_shutdown
         self.restarts: dict[str, int] = {child.name: 0 for child in children}
-        #: Each child's state: new, running, restarting, terminated or stopped.
-        self.states: dict[str, str] = {child.name: "new" for child in children}
+        #: Each child's state.
+        self.states: dict[str, ChildState] = {child.name: ChildState.NEW for child in children}
         self._stopping = stopping
         self._on_gone = on_gone
         self._running: dict[str, Running] = {}
@@ -112,7 +113,7 @@ class Supervisor:
             SupervisorGaveUp: the restart intensity was exceeded.
         """
         self.children = list(self._initial)
-        self.states = {child.name: "new" for child in self.children}
+        self.states = {child.name: ChildState.NEW for child in self.children}
         self._history.clear()
         send, receive = trio.open_memory_channel[Running | None](math.inf)
         self._ended = send
@@ -176,7 +177,7 @@ class Supervisor:
             {
                 "name": spec.name,
                 "kind": spec.kind,
-                "state": self.states.get(spec.name, "new"),
+                "state": self.states.get(spec.name, ChildState.NEW).value,
                 "restarts": self.restarts.get(spec.name, 0),
             }
             for spec in self.children
@@ -223,7 +224,7 @@ class Supervisor:
             running = self._running.pop(name, None)
             if running is not None:
                 await self._stop(running)
-            self.states[name] = "terminated"
+            self.states[name] = ChildState.TERMINATED
             self._gone(self._spec(name), f"terminated by supervisor {self.name!r}")
 
     async def restart_child(self, name: str) -> None:
@@ -274,7 +275,7 @@ class Supervisor:
             )
         else:
             await self._nursery.start(self._child, running)
-        self.states[spec.name] = "running"
+        self.states[spec.name] = ChildState.RUNNING
 
     def _activation_ended(self, running: Running, error: BaseException | None) -> None:
         running.error = error
@@ -321,7 +322,7 @@ class Supervisor:
             running = self._running.pop(spec.name, None)
             if running is not None:
                 await self._stop(running)
-                self.states[spec.name] = "stopped"
+                self.states[spec.name] = ChildState.STOPPED
                 self._gone(spec, why)
                 log("actorctl:supervisor:stopped-child", supervisor=self.name, child=spec.name)
 
@@ -352,20 +353,20 @@ class Supervisor:
                 reason=reason,
             )
             del self._running[spec.name]
-            self.states[spec.name] = "stopped"
+            self.states[spec.name] = ChildState.STOPPED
             self._gone(spec, reason)
             return
         self._check_intensity(spec, reason)
         group = self._to_restart(spec)
         for child in group:
-            self.states[child.name] = "restarting"
+            self.states[child.name] = ChildState.RESTARTING
         await self._stop_group([child for child in group if child is not spec])
         del self._running[spec.name]
         await trio.sleep(min(self.backoff * 2 ** (len(self._history) - 1), self.backoff_max))
         for restart in group:
             if restart is not spec and restart.restart is Restart.TEMPORARY:
                 self._running.pop(restart.name, None)  # stopped with the others, not restarted
-                self.states[restart.name] = "stopped"
+                self.states[restart.name] = ChildState.STOPPED
                 self._gone(restart, f"stopped with {spec.name} ({self.strategy.value})")
                 continue
             self.restarts[restart.name] += 1

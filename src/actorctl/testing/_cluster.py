@@ -24,7 +24,7 @@ import trio
 import trio.testing
 
 from .._errors import ConfigError
-from ..cluster import ClusterConfig, Node, load_cluster, open_node
+from ..cluster import ClusterConfig, Node, load_cluster, node_records, open_node
 from ..ops import CONTROLLER, Controller, build_node, ensure_dev_secrets, node_actors
 from ..tasks import App, PoolRouter, Scheduler, TaskClient, TaskWorker, cluster_app
 from ._idle import busy_parts, wait_idle
@@ -170,8 +170,9 @@ async def open_cluster(
             for spec in config.nodes:
                 actors = node_actors(spec, config, actors=dict(app.actors_for(config, spec)))
                 hosted[spec.name] = actors
-                security = config.security(spec.name)
-                node = build_node(spec, config, actors, security=security, **options)
+                # Its own security and bounds, with the options given over them.
+                own = {"security": config.security(spec.name), "limits": spec.bounds}
+                node = build_node(spec, config, actors, **node_records({**own, **options}))
                 nodes[spec.name] = await nursery.start(node.serve)
             cluster = TestCluster(config, nodes, hosted)
             try:
@@ -201,7 +202,9 @@ async def _lease_grantor(
     host, port = config.controller
     controller = Controller(config, {}, trio.Event())
     security = config.security(CONTROLLER)
-    async with open_node(CONTROLLER, [controller], host=host, port=port, **security, **options):
+    async with open_node(
+        CONTROLLER, [controller], host=host, port=port, security=security, **options
+    ):
         task_status.started()
         await done.wait()
 

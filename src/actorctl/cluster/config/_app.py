@@ -4,7 +4,7 @@ The runtime reads the tables it knows (``[cluster]``, ``[[node]]``,
 ``[[router]]``, ``[[supervisor]]``, ``[[boxed]]``, ``[etcd]``) and nothing
 else by name. An application built on it (the task layer, say: its
 ``[[periodic]]``, ``[[source]]`` and ``[[task]]`` tables) declares its own
-through a :class:`ClusterApp` (``_config.py``) given to ``load_cluster``: the
+through a :class:`ClusterApp` (``_config.py``) given to ``load_cluster`` (``_load.py``): the
 arrays of tables it reads and their keys (:class:`AppTable`, checked with the
 same words as the runtime's own), the roles it holds leases for, the checks
 ``cluster up`` makes before it starts anything, what a ``cluster reload``

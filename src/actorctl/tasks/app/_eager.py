@@ -60,6 +60,7 @@ from ..protocol._protocol import (
     next_step,
     signature_from_wire,
 )
+from ..protocol._task_errors import NotRun, NotRunKind
 from ..worker import _hooks as hooks
 from ._signature import wire_options
 from ._task import Retry, Task, TaskContext, check_send_options
@@ -241,7 +242,13 @@ class EagerRuns:
             _report(message, FAILURE, {"type": "BadArguments", "message": str(exc)})
             return None
         if message.task_id in self.revoked:
-            hooks.revoked(task, message.task_id, message.args, message.kwargs, "revoked")
+            hooks.revoked(
+                task,
+                message.task_id,
+                message.args,
+                message.kwargs,
+                NotRun(NotRunKind.REVOKED, "revoked"),
+            )
             _report(message, REVOKED, {"reason": "revoked"})
             return None
         if message.options.get("track_started"):

@@ -51,7 +51,7 @@ def _where(
     if isinstance(cluster, Directory):
         return cluster, dict(node_options), None
     config = cluster if isinstance(cluster, ClusterConfig) else load_cluster(cluster, cluster_app())
-    return cluster_directory(config), {**config.security(name), **node_options}, config
+    return cluster_directory(config), {"security": config.security(name), **node_options}, config
 
 
 async def _unregistered(config: ClusterConfig, timeout: float) -> list[str]:

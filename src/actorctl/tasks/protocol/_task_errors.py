@@ -1,15 +1,64 @@
-"""The exceptions ``AsyncResult.get()`` raises for a task that failed: made once,
+"""A task's errors: what a failed task's documents say of its error
+(:class:`TaskError`), why a task did not run to its end (:class:`NotRun`), and
+the exceptions ``AsyncResult.get()`` raises for a task that failed: made once,
 by name, from the built-in exception types (never imported or unpickled)."""
 
 from __future__ import annotations
 
 import builtins
+import enum
 from collections.abc import Mapping
 from types import MappingProxyType
+from typing import Any, final
+
+import attrs
 
 from ..._errors import TaskFailed
 
-__all__ = ["task_error"]
+__all__ = ["NotRun", "NotRunKind", "TaskError", "task_error"]
+
+
+@final
+@attrs.frozen
+class TaskError:
+    """A task's error as its FAILURE and RETRY documents, its errbacks and its
+    dead letter carry it (docs/protocol.md): the name of its type, its
+    message and, where the worker has one, its traceback."""
+
+    type: str
+    message: str
+    traceback: str | None = None
+
+    @classmethod
+    def of(cls, error: BaseException, *, traceback: str | None = None) -> TaskError:
+        """The error ``error`` is: its type's name and its message."""
+        return cls(error.__class__.__name__, str(error), traceback)
+
+    def wire(self) -> dict[str, Any]:
+        """Its form in a document: ``{"type", "message"}``, and ``"traceback"``
+        when it has one."""
+        wire = {"type": self.type, "message": self.message}
+        if self.traceback is not None:
+            wire["traceback"] = self.traceback
+        return wire
+
+
+class NotRunKind(enum.StrEnum):
+    """Why a task was not run, or not to its end."""
+
+    REVOKED = "revoked"  #: revoked before it ran
+    EXPIRED = "expired"  #: its expiry passed before it could run
+    TERMINATED = "terminated"  #: revoked with terminate while it ran
+
+
+@final
+@attrs.frozen
+class NotRun:
+    """A task the worker did not run (to its end): why, and the sentence its
+    REVOKED document's ``reason`` carries."""
+
+    kind: NotRunKind
+    reason: str
 
 
 def task_error(type_name: str, message: str, task_id: str | None = None) -> TaskFailed:

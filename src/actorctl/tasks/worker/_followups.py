@@ -48,6 +48,7 @@ from ..protocol._protocol import (
     sink_list,
 )
 from ..protocol._state import RESULT_EXPIRES
+from ..protocol._task_errors import TaskError
 from ._documents import send_document
 from ._letters import dead_letter
 
@@ -113,13 +114,14 @@ class FollowUps:
             step, chain = next_step(chain_header)
             sig = json.loads(step)
         except ValueError as exc:
-            error = {"type": "WireFormatError", "message": f"bad chain header: {exc}"}
+            error = TaskError("WireFormatError", f"bad chain header: {exc}")
             await self.fail(envelope, str(headers.get(H_TASK_ID)), error)
             return
         await self._send_signature(envelope, sig, pool, value, reply=True, chain=chain)
 
-    async def fail(self, envelope: Envelope, task_id: str, error: dict[str, Any]) -> None:
-        """The task failed with ``error``: run its errbacks, then report it."""
+    async def fail(self, envelope: Envelope, task_id: str, failed: TaskError) -> None:
+        """The task failed with ``failed``: run its errbacks, then report it."""
+        error = failed.wire()
         pool = self.pool_of(envelope)
         for errback in signatures_in(envelope.headers.get(H_LINK_ERROR)):
             try:
@@ -145,10 +147,11 @@ class FollowUps:
         envelope: Envelope,
         task_id: str,
         retries: int,
-        error: dict[str, Any],
+        failed: TaskError,
         countdown: float,
     ) -> None:
         """Report RETRY and send the task again, ``countdown`` seconds from now."""
+        error = failed.wire()
         await self.report(envelope, RETRY, {**error, "countdown": countdown})
         args, kwargs = envelope.call()
         options: dict[str, Any] = {"retries": retries + 1, "countdown": countdown}
@@ -174,13 +177,14 @@ class FollowUps:
         )
 
     async def dead_letter(
-        self, envelope: Envelope, reason: str, error: dict[str, Any], retries: int
+        self, envelope: Envelope, reason: str, error: TaskError, retries: int
     ) -> None:
         """Hand the task command to this node's dead letters (``_letters.py``)."""
         if self.counters is not None:
             self.counters.add(envelope.subject, f"dead_lettered:{reason}")
+        pool = self.pool_of(envelope)
         await dead_letter(
-            self.client, self.dead_letters, envelope, self.pool_of(envelope), reason, error, retries
+            self.client, self.dead_letters, envelope, pool, reason, error.wire(), retries
         )
 
     async def _send_signature(
@@ -193,8 +197,8 @@ class FollowUps:
         except ValueError as exc:
             log("actorctl:task:bad-signature", message_id=envelope.message_id, error=str(exc))
             if reply:  # the chain cannot go on: its caller must hear of it
-                error = {"type": "WireFormatError", "message": f"bad chain step: {exc}"}
-                await self.report(envelope, FAILURE, error)
+                error = TaskError("WireFormatError", f"bad chain step: {exc}")
+                await self.report(envelope, FAILURE, error.wire())
             return
         if not immutable:
             args = [to_wire(value), *args]

@@ -14,6 +14,7 @@ from ..app import _signals as signals
 from ..app._signals import ExceptionInfo, format_traceback
 from ..app._task import Retry, Task, TaskContext
 from ..protocol._protocol import H_MAP
+from ..protocol._task_errors import NotRun, NotRunKind
 from ._control import WorkerState
 
 __all__ = [
@@ -96,16 +97,16 @@ def retried(
 
 
 def revoked(
-    task: Task, task_id: str, args: Sequence[Any], kwargs: dict[str, Any], reason: str
+    task: Task, task_id: str, args: Sequence[Any], kwargs: dict[str, Any], why: NotRun
 ) -> None:
     if signals.task_revoked.receivers:
         request = TaskContext(task, task_id, args=args, kwargs=kwargs)
         signals.task_revoked.send(
             task,
             request=request,
-            terminated=reason.startswith("terminated"),
+            terminated=why.kind is NotRunKind.TERMINATED,
             signum=None,
-            expired=reason.startswith("expired"),
+            expired=why.kind is NotRunKind.EXPIRED,
         )
 
 

@@ -33,6 +33,7 @@ from collections.abc import Mapping
 from time import perf_counter
 from typing import Any, ClassVar, Final
 
+import attrs
 import trio
 
 from ..._errors import ActorctlError, WireFormatError
@@ -95,6 +96,7 @@ from ..protocol._protocol import (
     header_sinks,
 )
 from ..protocol._state import node_outbox
+from ..protocol._task_errors import NotRun, NotRunKind, TaskError
 from . import _hooks as hooks
 from ._control import WorkerState
 from ._followups import FollowUps
@@ -217,10 +219,10 @@ class TaskWorker(Actor):
             # that is not JSON, no scheduler for a delayed retry, a malformed
             # option in a signature): the caller hears of it, and the worker
             # goes on with the other tasks it holds.
-            error = {"type": type(exc).__name__, "message": str(exc)}
-            log("actorctl:task:unsendable", message_id=envelope.message_id, **error)
+            error = TaskError.of(exc)
+            log("actorctl:task:unsendable", message_id=envelope.message_id, **error.wire())
             try:
-                await self.followups.report(envelope, FAILURE, error)
+                await self.followups.report(envelope, FAILURE, error.wire())
             except ActorctlError as again:
                 log("actorctl:task:unreported", message_id=envelope.message_id, error=str(again))
             return ACCEPTED, None
@@ -234,21 +236,22 @@ class TaskWorker(Actor):
             kind, why = unknown_task(
                 self.boxed, self.app.tasks.values(), envelope.subject, self.pool
             )
-            await followups.report(envelope, FAILURE, {"type": kind, "message": why})
+            await followups.report(envelope, FAILURE, TaskError(kind, why).wire())
             return Outcome.rejected(UNKNOWN_TASK, why), None
         try:
             args, kwargs = envelope.call()
             calls = calls_of(task, args, kwargs, envelope.headers.get(H_MAP))
             key = token_key(task, calls)
         except WireFormatError as exc:
-            error = {"type": "WireFormatError", "message": str(exc)}
-            await followups.report(envelope, FAILURE, error)
+            error = TaskError("WireFormatError", str(exc))
+            await followups.report(envelope, FAILURE, error.wire())
             return Outcome.rejected(DECODE_ERROR, str(exc)), None
         except BadArguments as exc:
-            await followups.report(envelope, FAILURE, {"type": "BadArguments", "message": str(exc)})
+            error = TaskError("BadArguments", str(exc))
+            await followups.report(envelope, FAILURE, error.wire())
             return Outcome.rejected(BAD_ARGUMENTS, str(exc)), None
         if H_SINKS in envelope.headers and (bad := self._unknown_sink(envelope)) is not None:
-            await followups.report(envelope, FAILURE, {"type": "ConfigError", "message": bad})
+            await followups.report(envelope, FAILURE, TaskError("ConfigError", bad).wire())
             return Outcome.rejected(UNKNOWN_SINK, bad), None
         if (fenced := self._fenced(task)) is not None:
             return fenced
@@ -306,10 +309,10 @@ class TaskWorker(Actor):
         if why_not is not None:
             self.named_counters.add(task.name, REVOKED.lower())
             hooks.revoked(task, task_id, args, kwargs, why_not)
-            holdings.end(held, REVOKED, why_not, None, envelope_retries(envelope), now())
-            await followups.report(envelope, REVOKED, {"reason": why_not})
-            if why_not.startswith("expired"):
-                error = {"type": "Expired", "message": why_not}
+            holdings.end(held, REVOKED, why_not.reason, None, envelope_retries(envelope), now())
+            await followups.report(envelope, REVOKED, {"reason": why_not.reason})
+            if why_not.kind is NotRunKind.EXPIRED:
+                error = TaskError("Expired", why_not.reason)
                 await followups.dead_letter(
                     envelope, REASON_EXPIRED, error, envelope_retries(envelope)
                 )
@@ -357,14 +360,15 @@ class TaskWorker(Actor):
                 return f"task {envelope.subject}: sink {sink!r} does not resolve: {exc}"
         return None
 
-    def _why_not_run(self, envelope: Envelope, task_id: str) -> str | None:
+    def _why_not_run(self, envelope: Envelope, task_id: str) -> NotRun | None:
         """Why the task must not run (revoked, or expired), or None."""
         revoked = self.state.revoked
         if task_id in revoked or (envelope.correlation_id or "") in revoked:
-            return "revoked"
+            return NotRun(NotRunKind.REVOKED, "revoked")
         now = self.followups.client.outbox.now()
         if envelope.expiry_time is not None and envelope.expiry_time <= now:
-            return f"expired {now - envelope.expiry_time:.3f} s before it could run"
+            late = now - envelope.expiry_time
+            return NotRun(NotRunKind.EXPIRED, f"expired {late:.3f} s before it could run")
         return None
 
     async def _run_all(
@@ -400,10 +404,11 @@ class TaskWorker(Actor):
         except TaskFailure as failure:
             if failure.type_name == "TaskRevoked":
                 await followups.report(envelope, REVOKED, {"reason": failure.message})
-                hooks.revoked(task, task_id, *envelope.call(), failure.message)
+                # (raised by _run only: revoked with terminate while it ran)
+                terminated = NotRun(NotRunKind.TERMINATED, failure.message)
+                hooks.revoked(task, task_id, *envelope.call(), terminated)
                 return REVOKED
-            error = {"type": failure.type_name, "message": failure.message}
-            await followups.fail(envelope, task_id, error)
+            await followups.fail(envelope, task_id, TaskError(failure.type_name, failure.message))
             hooks.failed(task, task_id, *envelope.call(), failure)
             return FAILURE
         except Exception as exc:
@@ -418,18 +423,14 @@ class TaskWorker(Actor):
                             envelope, task, task_id, retries, exc, None, policy
                         )
                     why = NO_SCHEDULER
-            error = {
-                "type": type(exc).__name__,
-                "message": str(exc),
-                "traceback": hooks.format_traceback(exc),
-            }
+            error = TaskError.of(exc, traceback=hooks.format_traceback(exc))
             log(
                 "actorctl:task:failed",
                 task=task.name,
                 task_id=task_id,
                 why=why,
-                error_type=error["type"],
-                error=error["message"],
+                error_type=error.type,
+                error=error.message,
             )
             if poison:
                 await followups.dead_letter(envelope, REASON_POISON, error, retries)
@@ -452,23 +453,22 @@ class TaskWorker(Actor):
         """Send the task again later (the scheduler holds it), or, its retries
         spent, fail it and dead-letter it."""
         policy = policy or retry_policy_of(task, envelope)
-        error = {
-            "type": type(exc).__name__ if exc is not None else "Retry",
-            "message": str(exc) if exc is not None else "retry requested",
-        }
+        error = TaskError.of(exc) if exc is not None else TaskError("Retry", "retry requested")
         if policy.exhausted(retries):
             log(
                 "actorctl:task:gave-up",
                 task=task.name,
                 task_id=task_id,
                 retries=retries,
-                error_type=error["type"],
-                error=error["message"],
+                error_type=error.type,
+                error=error.message,
             )
             await self.followups.dead_letter(envelope, REASON_OUT_OF_RETRIES, error, retries)
-            error["message"] += f" (gave up after {retries} retries)"
-            if exc is not None:
-                error["traceback"] = hooks.format_traceback(exc)
+            error = attrs.evolve(
+                error,
+                message=f"{error.message} (gave up after {retries} retries)",
+                traceback=hooks.format_traceback(exc) if exc is not None else None,
+            )
             await self.followups.fail(envelope, task_id, error)
             hooks.failed(task, task_id, *envelope.call(), exc or Retry())
             return FAILURE
@@ -476,18 +476,19 @@ class TaskWorker(Actor):
         if countdown is None:
             countdown = policy.delay(retries) if task.default_retry_delay is None else bound
         if countdown > 0.001 and SCHEDULER not in self.directory.addresses:
-            error["message"] = (
-                f"task {task.name} asked for a retry in {countdown:g} s, but the cluster has "
-                "no scheduler to delay it: add a services node (services = true in "
-                "cluster.toml), or retry with countdown=0"
+            error = attrs.evolve(
+                error,
+                message=f"task {task.name} asked for a retry in {countdown:g} s, but the "
+                "cluster has no scheduler to delay it: add a services node (services = true "
+                "in cluster.toml), or retry with countdown=0",
             )
             log(
                 "actorctl:task:failed",
                 task=task.name,
                 task_id=task_id,
                 why=NO_SCHEDULER,
-                error_type=error["type"],
-                error=error["message"],
+                error_type=error.type,
+                error=error.message,
             )
             await self.followups.dead_letter(envelope, REASON_NOT_RETRIED, error, retries)
             await self.followups.fail(envelope, task_id, error)
@@ -501,7 +502,7 @@ class TaskWorker(Actor):
             attempt=retries + 1,
             delay=countdown,
             bound=bound,
-            error=error,
+            error=error.wire(),
         )
         hooks.retried(task, task_id, retries, *envelope.call(), exc)
         return RETRY

@@ -1,0 +1,93 @@
+"""Reading cluster.toml's tables with clear errors: a table's keys checked
+against what it may and must have (``_tables.py``), and its values read as
+strings, booleans and ``HOST:PORT`` endpoints, each wrong one a
+``ConfigError`` naming the file, the key, what was expected and what it got.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, final
+
+from ..._errors import ConfigError
+from ._config_keys import unknown_key
+from ._tables import OPEN_TABLES, REQUIRED_KEYS, file_keys
+
+if TYPE_CHECKING:
+    from ._config import ClusterApp
+
+__all__ = ["TableReader"]
+
+
+@final
+class TableReader:
+    """Reads the tables of one cluster.toml, each value checked: a wrong one
+    is a ``ConfigError`` naming the file, the key, what was expected and what
+    it got."""
+
+    def __init__(self, path: Path, app: ClusterApp | None = None) -> None:
+        self.path = path
+        #: The application's tables, by name.
+        self.app_tables = {table.name: table for table in app.tables} if app else {}
+        #: Every table's keys.
+        self.known = file_keys(app)
+        #: Keys of the application's older formats, with where they went.
+        self.moved = app.moved_keys if app is not None else None
+
+    def keys(self, table: Mapping[str, Any], prefix: str, kind: str) -> None:
+        """Check the keys of ``table`` (at ``prefix``, e.g. ``node[1]``), a table
+        of ``kind`` (a key of KNOWN_KEYS, e.g. ``node``, or an application's
+        table): a missing required key is reported as missing (naming the
+        misspelling, if there is one), and a key nothing reads is refused."""
+        app = self.app_tables.get(kind)
+        known = self.known[kind]
+        required = app.required if app is not None else REQUIRED_KEYS.get(kind, ())
+        dot = f"{prefix}." if prefix else ""
+        strangers = [key for key in table if key not in known]
+        for key in required:
+            if key not in table:
+                close = difflib.get_close_matches(key, strangers, n=1)
+                hint = (
+                    f"{dot}{close[0]} is not a key: a misspelling of {key!r}?"
+                    if close
+                    else f"every [[{kind}]] table needs one ({key} = ...)"
+                )
+                raise ConfigError(f"{self.path}: key {dot + key!r} is missing: {hint}")
+        for key in strangers:
+            if kind not in OPEN_TABLES or difflib.get_close_matches(key, known, n=1, cutoff=0.8):
+                raise unknown_key(self.path, f"{dot}{key}", table[key], known, moved=self.moved)
+
+    def error(self, key: str, expected: str, got: object) -> ConfigError:
+        shown = "nothing" if got is None else f"{got!r}"
+        return ConfigError(f"{self.path}: key {key!r}: expected {expected}, got {shown}")
+
+    def string(self, table: dict[str, Any], key: str, *, default: str | None = None) -> str:
+        value = table.get(key.rpartition(".")[2], default)
+        if not isinstance(value, str) or not value:
+            raise self.error(key, "a non-empty string", value)
+        return value
+
+    def boolean(self, table: dict[str, Any], key: str, *, default: bool) -> bool:
+        value = table.get(key.rpartition(".")[2], default)
+        if not isinstance(value, bool):
+            raise self.error(key, "true or false", value)
+        return value
+
+    def endpoint(self, table: dict[str, Any], key: str, *, default: str) -> tuple[str, int]:
+        listen = self.string(table, key, default=default)
+        host, _, port = listen.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise self.error(key, "HOST:PORT, e.g. 127.0.0.1:5701", listen)
+        return host, int(port)
+
+    def tables(self, items: object, kind: str) -> tuple[Mapping[str, Any], ...]:
+        """The ``[[kind]]`` tables, their keys checked."""
+        if not isinstance(items, list):
+            raise self.error(kind, f"[[{kind}]] tables", items)
+        for index, item in enumerate(items):
+            if not isinstance(item, dict):
+                raise self.error(f"{kind}[{index}]", "a table", item)
+            self.keys(item, f"{kind}[{index}]", kind)
+        return tuple(items)
