@@ -106,3 +106,25 @@ def test_flat_keywords_are_sorted_into_the_records_a_node_takes() -> None:
         node_records({"security": {"insecure": True}, "sessions": False})
     with pytest.raises(ConfigError, match="max_handshakes"):
         node_records({"max_handshakes": 0})
+
+
+def test_in_a_cluster_with_etcd_a_peer_silent_for_the_lease_ttl_is_dead(tmp_path: Path) -> None:
+    from actorctl import NodeSupervision
+
+    # Given a cluster whose nodes register in etcd with a 7 s lease
+    path = _write(tmp_path, "pipeline")
+    path.write_text(path.read_text() + '[etcd]\nendpoints = ["http://127.0.0.1:1"]\nttl = 7\n')
+    config = load_cluster(path)
+    node = config.node("n1")
+    hosted = node_actors(node, config)
+    # Then a node built for it takes a peer silent that long for dead
+    built = build_node(node, config, hosted, security=config.security("n1"))
+    assert built.supervision.idle_timeout == 7.0
+    # unless its builder gives it a supervision of its own
+    own = NodeSupervision(idle_timeout=3.0)
+    built = build_node(node, config, hosted, security=config.security("n1"), supervision=own)
+    assert built.supervision.idle_timeout == 3.0
+    # and without etcd it keeps the default
+    plain = load_cluster(_write(tmp_path, "pipeline"))
+    built = build_node(plain.node("n1"), plain, hosted, security=plain.security("n1"))
+    assert built.supervision.idle_timeout == NodeSupervision().idle_timeout
