@@ -1,6 +1,7 @@
 """A node's resource bounds: what one peer may hold of it, and for how long.
 
-Every bound has a default (:class:`Limits`, a ``Node`` argument each, and a
+Every bound has a default (a field of :class:`Limits`, the record a ``Node``
+takes as ``limits``; a flat keyword of ``open_node``; and a key of a
 ``[node.limits]`` table in cluster.toml) and a clear refusal:
 
 - connections: at most ``max_handshakes`` connections may be in their TLS and
@@ -141,7 +142,8 @@ class Limits:
     resend_window: float = attrs.field(validator=_seconds, default=30.0)
 
 
-#: The names of the bounds: ``Node`` arguments, and keys of ``[node.limits]``.
+#: The names of the bounds: fields of ``Limits`` (flat keywords of ``open_node``),
+#: and keys of ``[node.limits]``.
 LIMIT_NAMES: Final = tuple(field.name for field in attrs.fields(Limits))
 
 
