@@ -201,6 +201,36 @@ async def test_a_key_added_to_a_running_nodes_keyring_is_trusted_within_seconds(
     assert change["added"] == [f"client ({client.identity.key_id})"]
 
 
+async def test_a_key_just_added_is_trusted_at_its_first_message(tmp_path: Path) -> None:
+    # Given a running node whose watch would not look at its keyring for an hour
+    tls = make_tls(tmp_path / "tls", "server", "client")
+    server_keys = keyring_dir(tmp_path / "server-keys", "server")
+    client_keys = keyring_dir(tmp_path / "client-keys", "client")
+    await actorctl("keys", "add", server_keys / "server.pub", "--dir", client_keys)
+    vault = Vault()
+    async with (
+        open_node(
+            "server",
+            [vault],
+            tls=tls["server"],
+            keyring=Keyring.load(server_keys, "server"),
+            key_poll=3600.0,
+        ) as server,
+        open_node(
+            "client", host=None, tls=tls["client"], keyring=Keyring.load(client_keys, "client")
+        ) as client,
+    ):
+        # When the client's key is added and the client calls at once (as the
+        # README's commands do, one after the other)
+        await actorctl(
+            "keys", "add", client_keys / "client.pub", "--name", "client", "--dir", server_keys
+        )
+        # Then its first message, signed by a key the node did not know, made
+        # the node look at its keyring again, and it is answered
+        assert await ask_open(client, server, "carol") == "opened for carol"
+        assert vault.opened == ["carol"]
+
+
 async def test_a_revoked_key_is_refused_and_its_open_session_is_closed(
     tmp_path: Path, logs: Logs
 ) -> None:

@@ -83,14 +83,6 @@ async def test_the_readme_commands_leave_a_fresh_clone_clean(tmp_path: Path) -> 
                     args, cwd=clone, env=env, capture_stdout=True, capture_stderr=True,
                     check=False,
                 )  # fmt: skip
-                # A key just added is trusted once the node has read its
-                # keyring again (within about a second): until then the call is
-                # refused as signed by an unknown key, and is made again.
-                while done.returncode == 1 and b"actorctl:unknown-key" in done.stderr:
-                    done = await trio.run_process(
-                        args, cwd=clone, env=env, capture_stdout=True, capture_stderr=True,
-                        check=False,
-                    )  # fmt: skip
             assert done.returncode == 0, (command, done.stderr.decode())
             assert b"Traceback" not in done.stderr
             answers[command.split()[1]] += done.stdout.decode()

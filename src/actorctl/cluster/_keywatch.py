@@ -1,5 +1,7 @@
 """A running node watches its keyring directory: keys added or revoked apply
-within about a second, with no restart.
+within about a second, with no restart; a message signed by a key the node does
+not know makes it look at once (at most every ``LOOK_AGAIN`` seconds), so a key
+just added is trusted at its first message.
 
 Every ``interval`` seconds the node lists the directory and its ``revoked/``
 subdirectory and compares the ``.pub`` files and the ``members`` and ``roles``
@@ -17,6 +19,7 @@ synchronised folder); etcd is for a later version.
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 from typing import Final, final
@@ -33,6 +36,8 @@ __all__ = ["KEY_POLL", "KeyringWatch"]
 
 #: Seconds between two looks at a keyring directory.
 KEY_POLL: Final = 1.0
+#: The least time (s) between two looks asked by messages signed by unknown keys.
+LOOK_AGAIN: Final = 0.1
 
 _Listing = tuple[tuple[str, int, int, int], ...]
 
@@ -55,6 +60,9 @@ class KeyringWatch:
         self.node = node
         self.interval = interval
         self._changed = trio.Event()
+        self._last: _Listing = ()  # the directory as it was at the last look
+        self._looked = -math.inf  # when a message's unknown key last made it look
+        keyring.on_unknown = self.look_now
 
     async def wait_changed(self, generation: int) -> None:
         """Return once the keyring's ``generation`` is past ``generation`` (read
@@ -69,14 +77,14 @@ class KeyringWatch:
         keys the node has, and is logged once until it can be read again.
         """
         directory = self.directory
-        last = await trio.to_thread.run_sync(_listing, directory)
+        self._last = await trio.to_thread.run_sync(_listing, directory)
         task_status.started()
         failing = False
         while True:
             await trio.sleep(self.interval)
             try:
                 now = await trio.to_thread.run_sync(_listing, directory)
-                if now == last:
+                if now == self._last:
                     failing = False
                     continue
                 # Read off the loop's thread, swap in on it: a verifier sees
@@ -96,8 +104,30 @@ class KeyringWatch:
                 failing = True
                 continue
             failing = False
-            last = now
+            self._last = now
             self._swap(trusted, revoked, problems)
+
+    def look_now(self) -> bool:
+        """Look at the directory at once, on the event loop's thread, and swap
+        in what changed; whether anything did. Asked by a verifier that met a
+        key it does not know; at most once per ``LOOK_AGAIN`` seconds, so that
+        messages signed by unknown keys cannot keep the loop at the disk (a
+        listing is a few ``stat`` calls of a local directory)."""
+        now = trio.current_time()
+        if now - self._looked < LOOK_AGAIN:
+            return False
+        self._looked = now
+        try:
+            listing = _listing(self.directory)
+            if listing == self._last:
+                return False
+            trusted, revoked, problems = read_public_keys(self.directory)
+        except (OSError, ConfigError):
+            return False  # the watch's next look logs it
+        self._last = listing
+        generation = self.keyring.generation
+        self._swap(trusted, revoked, problems)
+        return self.keyring.generation != generation
 
     async def refresh(self) -> None:
         """Read the directory now and swap in what changed (``cluster reload``

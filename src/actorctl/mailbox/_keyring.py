@@ -13,7 +13,7 @@ reads the directory again when it changes (``cluster/_keywatch.py``).
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, final
@@ -78,6 +78,9 @@ class Keyring:
         self.identity = identity
         self.directory = directory
         self.generation = 0
+        #: Asked when a message names a key it does not know: a directory's
+        #: watch looks at once (a key just added), and says whether it changed.
+        self.on_unknown: Callable[[], bool] | None = None
         self._member_names = tuple(member_names)
         self._operator_names = frozenset(operator_names)
         self._explicit: dict[str, Role] = dict(roles or {})

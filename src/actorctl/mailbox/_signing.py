@@ -379,6 +379,8 @@ class Verifier:
             verified = entry[1]
         elif alg == ED25519:
             found = self._keys.get(sig_key)
+            if found is None and self._looked_again():
+                found = self._keys.get(sig_key)
             if found is None:
                 raise self._unknown_key(message_id, sig_key)
             try:
@@ -405,6 +407,16 @@ class Verifier:
                 REPLAY, f"message {message_id} from key {verified.key_id} was accepted already"
             )
         return verified
+
+    def _looked_again(self) -> bool:
+        """A key it does not know: whether the keyring's directory, looked at
+        again now, changed what is trusted (a key added a moment ago is
+        trusted at its first message, not at the watch's next look)."""
+        look = self._keyring.on_unknown
+        if look is None or not look():
+            return False
+        self._refresh()
+        return True
 
     def _unknown_key(self, message_id: str, key: str) -> AuthError:
         revoked = self._keyring.revoked(key)
