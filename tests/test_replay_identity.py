@@ -469,7 +469,7 @@ async def test_the_replay_journal_is_a_ring_in_the_store_and_loads_back(tmp_path
         journal = ReplayJournal(again, cache, clock)
         assert journal.start() == 50
         # And it goes on after the row written last, not over the newest ones
-        assert journal._next == 120 % 50
+        assert journal.next_slot == 120 % 50
         until = now[0] * 1000 + 300_000
         assert cache.check_and_add(("k" * 16, "m-119@119"), until_ms=until, now_ms=now[0] * 1000)
         assert not cache.check_and_add(("k" * 16, "m-69@69"), until_ms=until, now_ms=now[0] * 1000)

@@ -27,6 +27,7 @@ from ..mailbox import ReplayCache
 from ._backlog import Backlog
 from ._deadletters import DeadLetters
 from ._http import Request, Response
+from ._replays import ReplayJournal
 from .link._engine import EngineSet
 
 __all__ = ["CONTENT_TYPE", "TASK_EVENTS", "NodeCollector", "metrics_handler", "render"]
@@ -280,6 +281,18 @@ class NodeCollector(Collector):
                 "Replay cache entries dropped before their time for a bound",
                 value=replays.dropped,
             )
+            journal = replays.journal
+            if isinstance(journal, ReplayJournal):  # a durable store keeps the cache
+                yield GaugeMetricFamily(
+                    "actorctl_node_replay_journal_bytes",
+                    "What the replay cache's rows in its store hold (keys, values, 64 bytes each)",
+                    value=journal.bytes,
+                )
+                yield CounterMetricFamily(
+                    "actorctl_node_replay_journal_pruned",
+                    "Replay journal rows deleted before their time for max_replay_journal_bytes",
+                    value=journal.pruned,
+                )
 
 
 def render(collector: Collector) -> bytes:

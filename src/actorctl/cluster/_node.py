@@ -89,8 +89,8 @@ class Node:
             ``amqp:resource-limit-exceeded``; a connection over a cap, or past
             the handshake deadline, is closed. What the node remembers is
             bounded in bytes: the replies its actors' dedup windows keep for
-            duplicates (:attr:`kept_replies`) and its replay cache; the oldest
-            go first, and reaching a bound is logged. So are the replies queued
+            duplicates (:attr:`kept_replies`), its replay cache and that
+            cache's rows in its store; the oldest go first, and reaching a bound is logged. So are the replies queued
             for a caller that grants no credit (``max_queued_reply_bytes``) and
             what a peer has not settled yet (``max_unsettled_bytes``: a send
             past it waits). ``resend_window``: seconds a plain tell that its
@@ -241,7 +241,8 @@ class Node:
 
     async def _serve(self, task_status: trio.TaskStatus[Node]) -> None:
         if self.keyring is not None:  # the store has opened: what it kept goes first
-            ReplayJournal(self.store, self._replays, self._clock).start()
+            bound = self.limits.max_replay_journal_bytes
+            ReplayJournal(self.store, self._replays, self._clock, bound).start()
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             self.outbox.start(nursery)

@@ -37,7 +37,9 @@ takes as ``limits``; a flat keyword of ``open_node``; and a key of a
   in bytes, per actor (``max_kept_reply_bytes_per_actor``) and for the node
   (``max_kept_reply_bytes``): the oldest are forgotten first
   (``actors/_dedup.py``); the replay cache holds at most ``max_replay_bytes``
-  (``mailbox/_replay.py``). Reaching a bound is logged.
+  (``mailbox/_replay.py``), and its journal in the node's store at most
+  ``max_replay_journal_bytes`` (``cluster/_replays.py``). Reaching a bound is
+  logged.
 
 Under any of these the node goes on serving its other peers.
 """
@@ -120,6 +122,9 @@ class Limits:
         max_kept_reply_bytes_per_actor: the same for one actor's window (16 MiB).
         max_replay_bytes: bytes the replay cache (ids of accepted messages) may
             hold, counted as their ids' lengths plus a fixed cost each (32 MiB).
+        max_replay_journal_bytes: bytes the replay cache's rows in the node's
+            durable store may hold, counted as each row's key and value plus a
+            fixed cost; past it the oldest rows are deleted (64 MiB).
         resend_window: seconds a plain tell that its receiver gave back unrun
             (``released``, or ``modified`` with ``actorctl:actor-stopping``) is
             sent again for, with backoff, before the node gives up on it (30;
@@ -139,6 +144,7 @@ class Limits:
     max_kept_reply_bytes: int = attrs.field(validator=_count, default=DEFAULT_NODE_BYTES)
     max_kept_reply_bytes_per_actor: int = attrs.field(validator=_count, default=DEFAULT_ACTOR_BYTES)
     max_replay_bytes: int = attrs.field(validator=_count, default=DEFAULT_REPLAY_BYTES)
+    max_replay_journal_bytes: int = attrs.field(validator=_count, default=64 << 20)
     resend_window: float = attrs.field(validator=_seconds, default=30.0)
 
 
