@@ -21,6 +21,7 @@ import pytest
 import trio
 
 from actorctl import Actor, Envelope, Node, handler, open_node
+from actorctl.cluster import INSECURE
 from actorctl.cluster._replays import EXPIRY_GRACE, TABLE, ReplayJournal, row_bytes
 from actorctl.cluster.link._limits import Limits
 from actorctl.cluster.link._pending import Pending
@@ -185,7 +186,7 @@ async def test_a_row_larger_than_the_bound_alone_is_not_written(tmp_path: Path) 
 
 def test_the_bound_is_a_node_limit() -> None:
     assert Limits().max_replay_journal_bytes == 64 << 20
-    node = Node("n", insecure=True, max_replay_journal_bytes=4096)
+    node = Node("n", security=INSECURE, limits=Limits(max_replay_journal_bytes=4096))
     assert node.limits.max_replay_journal_bytes == 4096
     with pytest.raises(Exception, match="max_replay_journal_bytes: expected a whole number"):
         Limits(max_replay_journal_bytes=0)

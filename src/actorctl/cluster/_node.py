@@ -90,11 +90,12 @@ class Node:
             the handshake deadline, is closed. What the node remembers is
             bounded in bytes: the replies its actors' dedup windows keep for
             duplicates (:attr:`kept_replies`), its replay cache and that
-            cache's rows in its store; the oldest go first, and reaching a bound is logged. So are the replies queued
-            for a caller that grants no credit (``max_queued_reply_bytes``) and
-            what a peer has not settled yet (``max_unsettled_bytes``: a send
-            past it waits). ``resend_window``: seconds a plain tell that its
-            receiver gave back unrun is sent again for (docs/guarantees.md).
+            cache's rows in its store; the oldest go first, and reaching a
+            bound is logged. So are the replies queued for a caller that
+            grants no credit (``max_queued_reply_bytes``) and what a peer has
+            not settled yet (``max_unsettled_bytes``: a send past it waits).
+            ``resend_window``: seconds a plain tell that its receiver gave back
+            unrun is sent again for (docs/guarantees.md).
         storage: its durable store and its dead letters' bounds
             (:class:`NodeStorage`); by default a memory store.
         supervision: its actors' restart intensity, its peers' breaker policy
