@@ -7,7 +7,6 @@ line, several lines for several marks; Markdown renders none of them::
     <!-- docs-test: output -->                 not run: output, a diagram, bytes
     <!-- docs-test: other-hosts REASON -->     not run: it needs hosts other than this one
     <!-- docs-test: long REASON -->            not run here: REASON names what runs it
-    <!-- docs-test: pending REASON -->         not run yet: REASON says what it lacks
     <!-- docs-test: file NAME -->              written to NAME in the page's directory
     <!-- docs-test: setup COMMAND -->          COMMAND, what the prose says was done, first
     <!-- docs-test: cluster NAME -->           `actorctl cluster up NAME` runs meanwhile
@@ -43,7 +42,7 @@ __all__ = [
 ROOT: Final = Path(__file__).resolve().parent.parent
 PAGES: Final = (ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")))
 
-NOT_RUN: Final = frozenset({"output", "other-hosts", "long", "pending"})
+NOT_RUN: Final = frozenset({"output", "other-hosts", "long"})
 """Marks that keep a block from running; all but ``output`` need a reason."""
 
 RUNS: Final = frozenset({"python", "sh", "bash", "console", "toml", "json", "yaml"})

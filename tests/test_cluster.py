@@ -185,9 +185,14 @@ async def test_cluster_up_supervises_nodes_and_restarts_one_killed(
     # (one tree: Controller -> nodes -> each node's supervisor -> its actors)
     tree = status.stdout.decode().splitlines()
     assert tree[0].startswith("controller  cluster 'test'  supervisor  running")
+    assert tree[0].endswith(f"pid {proc.pid}")  # the Controller's: `cluster up` itself
     [n2] = [line for line in tree if "n2  node" in line]
     assert "running  restarts 1" in n2
     assert any("calculator  actor  running  restarts 0  mailbox 0/100" in line for line in tree)
+    # And `--pid` prints that pid alone, for `kill -HUP` (docs/operations.md)
+    only = await _actorctl("cluster", "status", str(path), "--pid")
+    assert only.returncode == 0, only.stderr
+    assert only.stdout.decode() == f"{proc.pid}\n"
     # And `cluster down` stops the whole cluster
     down = await _actorctl("cluster", "down", str(path))
     assert down.returncode == 0, down.stderr

@@ -9,7 +9,8 @@ all of the page's blocks, and for a cluster file a block names. A serving
 command (``actorctl node run``, ``actorctl cluster up``) starts in the
 background, as a reader starts it in a terminal of its own; the next line runs
 once it said it is ready; it is stopped, by its PID (a cluster with ``cluster
-down`` first), when the page's last block has run.
+down`` first), when the page's last block has run. A console block's output
+lines are checked: each command must print the lines shown under it, in order.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import json
 import os
 import queue
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -41,7 +43,6 @@ RUN: Final = [block for block in ALL if block.not_run is None]
 LAST: Final = {block.page: block.id for block in RUN}  # the page's last block to run
 TIMEOUT: Final = 60.0  # seconds a block (or a server's start) may take
 PORT: Final = re.compile(r"(127\.0\.0\.1:|port=)(\d{2,5})\b")
-PENDING: Final = 6  # blocks marked pending (issue 33): lower it as they come to run
 SERVES: Final = re.compile(r"^actorctl (node run|cluster up)\b")
 
 
@@ -193,10 +194,7 @@ def test_every_block_runs_or_is_marked_with_why_not() -> None:
             assert kind == "output" or reason, f"{block.id}: say why it needs {kind}"
     not_run = [block for block in ALL if block.not_run is not None]
     assert len(RUN) + len(not_run) == len(ALL)
-    assert len(RUN) >= 43
-    # A block still to be made to run is the exception, and their number only falls
-    pending = [block.id for block in ALL if block.mark("pending") is not None]
-    assert len(pending) <= PENDING, pending
+    assert len(RUN) >= 51
 
 
 @pytest.mark.parametrize("block", RUN, ids=[block.id for block in RUN])
@@ -224,9 +222,11 @@ def _run_block(block: Block, page: Page) -> None:
         local = cwd / Path(cluster).name
         if not local.exists():  # the file, its ports the page's, and what lies beside it
             for sibling in (ROOT / cluster).parent.iterdir():
-                if sibling.is_file() and not (cwd / sibling.name).exists():
-                    shutil.copy(sibling, cwd / sibling.name)
-            local.write_text(page.text((ROOT / cluster).read_text()))
+                target = cwd / sibling.name
+                if sibling.suffix == ".toml" and not target.exists():  # this or another
+                    target.write_text(page.text(sibling.read_text()))  # cluster file
+                elif sibling.is_file() and not target.exists():
+                    shutil.copy(sibling, target)
         page.serve(f"actorctl cluster up {local.name}", cwd)
     RUNNERS[block.language](block, page, path)
 
@@ -249,9 +249,66 @@ def _sh(block: Block, page: Page, path: Path) -> None:
 
 
 def _console(block: Block, page: Page, path: Path) -> None:
-    commands = [line[2:] for line in _logical_lines(path.read_text()) if line.startswith("$ ")]
-    assert commands, f"{block.id}: a console block with no `$ ` command"
-    _lines(block, page, commands, path.parent)
+    """The ``$ `` lines in order, as ``_lines`` runs them; what each prints
+    must hold the lines shown under it (``_shows``)."""
+    steps = _transcript(path.read_text())
+    assert steps, f"{block.id}: a console block with no `$ ` command"
+    script: list[str] = []
+    shown: list[tuple[str, list[str]]] = []
+    for command, lines in steps:
+        if SERVES.match(command):
+            assert not lines, f"{block.id}: `{command}` serves; its output is not checked here"
+            _run_transcript(block, page, script, shown, path.parent)
+            script, shown = [], []
+            page.serve(command.split("  #", 1)[0].strip(), path.parent)
+        else:
+            script += [f"echo {shlex.quote(_OUTPUT)}", command]
+            shown.append((command, lines))
+    _run_transcript(block, page, script, shown, path.parent)
+
+
+_OUTPUT: Final = "@@ docs-test: the output of the next command @@"
+
+
+def _transcript(text: str) -> list[tuple[str, list[str]]]:
+    """Each ``$ `` command of a console block, with the output lines shown under it."""
+    steps: list[tuple[str, list[str]]] = []
+    for line in _logical_lines(text):
+        if line.startswith("$ "):
+            steps.append((line[2:], []))
+        elif line.strip() and steps:
+            steps[-1][1].append(line)
+    return steps
+
+
+def _run_transcript(
+    block: Block, page: Page, script: list[str], shown: list[tuple[str, list[str]]], cwd: Path
+) -> None:
+    if not script:
+        return
+    out = _check(block, page, ["bash", "-e", "-c", "\n".join(script)], cwd)
+    printed = out.split(_OUTPUT + "\n")[1:]
+    for (command, lines), output in zip(shown, printed, strict=True):
+        assert _shows(output, lines), (
+            f"{block.id}: `{command}` printed\n{output}\nnot the lines the page shows:\n"
+            + "\n".join(lines)
+        )
+
+
+def _shows(output: str, lines: list[str]) -> bool:
+    """Whether ``output`` holds ``lines`` in order: runs of spaces compare as
+    one, and ``…`` in a line stands for any text."""
+    printed = [" ".join(line.split()) for line in output.splitlines()]
+    at = 0
+    for line in lines:
+        parts = " ".join(line.split()).split("…")
+        pattern = re.compile(".*".join(re.escape(part) for part in parts))
+        while at < len(printed) and not pattern.fullmatch(printed[at]):
+            at += 1
+        if at == len(printed):
+            return False
+        at += 1
+    return True
 
 
 def _lines(block: Block, page: Page, lines: list[str], cwd: Path) -> None:
@@ -278,9 +335,9 @@ def _shell(page: Page, script: str, block: Block, cwd: Path) -> None:
         _check(block, page, ["bash", "-e", "-c", script], cwd)
 
 
-def _check(block: Block, page: Page, args: list[str], cwd: Path) -> None:
+def _check(block: Block, page: Page, args: list[str], cwd: Path) -> str:
     """Run ``args`` in ``cwd``; fail the block, with its output,
-    unless it exits 0 within the timeout."""
+    unless it exits 0 within the timeout. Its output (stdout and stderr)."""
     process = subprocess.Popen(
         args,
         cwd=cwd,
@@ -298,6 +355,7 @@ def _check(block: Block, page: Page, args: list[str], cwd: Path) -> None:
         out, _ = process.communicate()
         pytest.fail(f"{block.id}: did not finish within {TIMEOUT:g} s:\n{out}")
     assert process.returncode == 0, f"{block.id}: exit {process.returncode}:\n{out}"
+    return out
 
 
 def _toml(block: Block, page: Page, path: Path) -> None:

@@ -166,9 +166,15 @@ _COLD = (
 
 @cluster.command("status")
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "--pid",
+    "only_pid",
+    is_flag=True,
+    help="Print only the process id of the Controller (`cluster up`): kill -HUP reloads FILE.",
+)
 @reach_options
 @log_options
-async def cluster_status(file: Path, timeout: float) -> None:
+async def cluster_status(file: Path, only_pid: bool, timeout: float) -> None:
     """Print the live cluster FILE names as its Controller sees it: one
     supervision tree, Controller -> nodes -> supervisors -> actors (and boxed
     processes), each with its state, restarts and (actors) mailbox depth.
@@ -178,7 +184,16 @@ async def cluster_status(file: Path, timeout: float) -> None:
     is shown as etcd and its nodes say it is: each host, its nodes (registered
     or not, each asked for its own tree), and who holds the scheduler role."""
     tree = await ask_cluster(file, timeout, ("tree",), hosts_tree)
-    click.echo(render_tree(tree))
+    if not only_pid:
+        click.echo(render_tree(tree))
+    elif tree.get("pid"):
+        click.echo(tree["pid"])
+    else:  # across hosts: etcd answered, no Controller runs the cluster
+        fail(
+            f"{file}: no Controller runs cluster {tree.get('cluster')!r} (its nodes run under "
+            "`host up` on each host): there is no one process to signal",
+            1,
+        )
 
 
 @cluster.command("down")

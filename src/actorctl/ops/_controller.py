@@ -100,9 +100,10 @@ class Controller(Actor):
 
     @handler
     async def tree(self) -> dict[str, Any]:
-        """The cluster's supervision tree: the Controller, its nodes (state,
-        restarts, pid, address), and in each the node's own tree, asked of its
-        ``_node`` agent (each actor with state, restarts and mailbox depth)."""
+        """The cluster's supervision tree: the Controller (with the pid of its
+        process: ``cluster up``'s), its nodes (state, restarts, pid, address),
+        and in each the node's own tree, asked of its ``_node`` agent (each
+        actor with state, restarts and mailbox depth)."""
         nodes = []
         for node in self._config.nodes:
             state = self._states.get(node.name)
@@ -129,6 +130,7 @@ class Controller(Actor):
             "cluster": self._config.name,
             "state": "running",
             "restarts": 0,
+            "pid": os.getpid(),
             "children": nodes,
         }
 
