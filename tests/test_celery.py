@@ -514,6 +514,7 @@ def test_app_conf_takes_celerys_settings_for_tasks_defined_before_and_after() ->
         ("TASK_TIME_LIMIT", 3, "write Celery's new lowercase name task_time_limit"),
         ("task_acks_late", "no", "task_acks_late='no': give True or False"),
         ("task_time_limit", "soon", "give seconds (a number) or None"),
+        ("enable_utc", False, "enable_utc=False: only True (Celery's default) is supported"),
     ],
 )
 def test_a_setting_that_does_not_apply_is_refused_with_the_reason(
@@ -523,6 +524,13 @@ def test_a_setting_that_does_not_apply_is_refused_with_the_reason(
     with pytest.raises(ConfigError, match=re.escape(says)):
         mine.conf.update({setting: value})
     assert mine.conf.task_time_limit is None  # nothing of a refused update was set
+
+
+def test_enable_utc_true_is_taken_as_celery_projects_set_it() -> None:
+    mine = App("mine")
+    mine.conf.enable_utc = True
+    mine.conf.update(ENABLE_UTC=True)
+    assert mine.conf.enable_utc is True
 
 
 def test_config_from_object_reads_a_celeryconfig_module(tmp_path: Path) -> None:

@@ -45,6 +45,7 @@ SETTINGS: Final[Mapping[str, tuple[Any, str]]] = MappingProxyType(
         "task_eager_propagates": (False, "in eager mode, delay() raises a failed task's error"),
         "timezone": ("UTC", "the timezone of cron schedules that name none (crontab(...))"),
         "beat_schedule": ({}, "periodic tasks by name: task, schedule, args, kwargs, options"),
+        "enable_utc": (True, "True only: times on the wire are UTC (Celery's default too)"),
     }
 )
 
@@ -72,8 +73,6 @@ CELERY_ONLY_SETTINGS: Final = MappingProxyType(
         "task_serializer": "messages are JSON (docs/protocol.md §6.3)",
         "result_serializer": "results are JSON (docs/protocol.md §14.4)",
         "accept_content": "only JSON is accepted, never pickle",
-        "enable_utc": "times on the wire are seconds since the Unix epoch (UTC); crontab "
-        "schedules fire in app.conf.timezone",
         "task_routes": "give each task its pool: @app.task(pool=...)",
         "task_queues": "pools are named by tasks (pool=) and hosted as cluster.toml says",
         "worker_concurrency": "app.pool(NAME, concurrency=...) per pool",
@@ -238,6 +237,12 @@ def _checked(key: str, value: Any) -> Any:
         zone_of(value)
     if key == "beat_schedule":
         return check_beat_schedule(value)
+    if key == "enable_utc" and value is not True:
+        raise ConfigError(
+            f"app.conf: enable_utc={value!r}: only True (Celery's default) is supported: times "
+            "on the wire are seconds since the Unix epoch (UTC); for crontab schedules in "
+            "local time, set app.conf.timezone"
+        )
     if key in ("task_time_limit", "task_soft_time_limit", "result_expires"):
         if isinstance(value, datetime.timedelta):
             value = value.total_seconds()
