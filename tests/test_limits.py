@@ -23,7 +23,7 @@ import trio
 from actorctl import ConfigError, RemoteError, open_node
 from actorctl.tasks import RateLimit, rate_limit_of
 from actorctl.tasks.limits._budget import Budget, Concurrency, concurrency_of
-from actorctl.tasks.limits._gate import Gate
+from actorctl.tasks.limits._gate import Gate, GateClosed
 from actorctl.testing import TestCluster, open_cluster
 from tests import limits_app
 from tests.limits_app import app
@@ -396,3 +396,30 @@ async def test_priority_nine_tasks_finish_before_priority_zero_tasks_sent_earlie
     # order it was sent among its equals
     labels = [r["label"] for r in ran]
     assert labels == [f"high{i}" for i in range(10)] + [f"low{i}" for i in range(10)]
+
+
+async def test_a_closed_gate_lets_nothing_more_in_and_tells_each_waiting_task() -> None:
+    # Given a gate of one slot, held, with two tasks waiting for it
+    gate = Gate(1)
+    held = await gate.enter("t")
+    refused: list[str] = []
+
+    async def wait(name: str) -> None:
+        try:
+            await gate.enter(name)
+        except GateClosed:
+            refused.append(name)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(wait, "a")
+        nursery.start_soon(wait, "b")
+        await gate.wait_waiting(2)
+        # When it is closed (its node stops), then both are told, and nothing
+        # that comes later gets in, even once the slot is free
+        gate.close()
+    assert sorted(refused) == ["a", "b"]
+    assert gate.waiting == 0
+    gate.leave(held)
+    with pytest.raises(GateClosed):
+        await gate.enter("c")
+    assert gate.running == 0

@@ -33,10 +33,11 @@ from typing import Any, Final, final
 
 import trio
 
+from ..._errors import ActorctlError
 from ..protocol._protocol import H_PRIORITY
 from ._rates import Pacer, RateLimit
 
-__all__ = ["PRIORITY_DEFAULT", "Gate", "TaskLimits", "Ticket", "priority_of"]
+__all__ = ["PRIORITY_DEFAULT", "Gate", "GateClosed", "TaskLimits", "Ticket", "priority_of"]
 
 #: The priorities AMQP 1.0 defines (0 lowest, 9 highest; 4 is the default).
 PRIORITY_DEFAULT: Final = 4
@@ -97,6 +98,11 @@ class Ticket:
         return self.order < other.order
 
 
+class GateClosed(ActorctlError):
+    """The gate was closed (its worker's node stops): what waited, or comes
+    now, is not let in."""
+
+
 @final
 class Gate:
     """Run slots of one worker (or a router's pacing), and who gets the next.
@@ -125,6 +131,7 @@ class Gate:
         self._watchers: list[tuple[int, trio.Event]] = []  # wait_waiting's
         self._arrivals = itertools.count()
         self.on_blocked = on_blocked
+        self.closed = False
 
     @property
     def waiting(self) -> int:
@@ -144,7 +151,13 @@ class Gate:
         self, task: str, priority: int = PRIORITY_DEFAULT, key: str | None = None
     ) -> Ticket:
         """Wait until ``task`` may run here; the ticket must be given to
-        :meth:`leave` when it has run (or if this is cancelled, nothing need be)."""
+        :meth:`leave` when it has run (or if this is cancelled, nothing need be).
+
+        Raises:
+            GateClosed: the gate is closed, or was while this waited (:meth:`close`).
+        """
+        if self.closed:
+            raise GateClosed(f"task {task}: the gate is closed")
         limits = self.tasks.get(task)
         ticket = Ticket(limits, key, (-priority, next(self._arrivals)))
         if not self._waiting and self.running < self.capacity and self._may_start(ticket):
@@ -163,6 +176,8 @@ class Gate:
                     await _event(ticket).wait()
                 if ticket.admitted:
                     break
+                if self.closed:
+                    raise GateClosed(f"task {task}: the gate was closed while it waited")
                 ticket.event = trio.Event()  # to be woken again
         except BaseException:
             if ticket.admitted:
@@ -171,6 +186,14 @@ class Gate:
                 self._waiting.remove(ticket)
             raise
         return ticket
+
+    def close(self) -> None:
+        """Let nothing more in: each task waiting now, and any that comes, gets
+        :class:`GateClosed` (its worker's node stops and gives them back). No
+        cost per task: a waiting task learns of it when it is woken."""
+        self.closed = True
+        for ticket in self._waiting:
+            _event(ticket).set()
 
     async def wait_waiting(self, count: int) -> None:
         """Wait until at least ``count`` tasks wait at the gate at once."""
@@ -253,7 +276,9 @@ class Gate:
 
     def _dispatch(self) -> None:
         """Start each waiting task, best first, that may start now, while slots
-        are free, and wake it."""
+        are free, and wake it (none once the gate is closed)."""
+        if self.closed:
+            return
         started: list[Ticket] = []
         blocked_by_budget = False
         for ticket in self._waiting:

@@ -55,6 +55,7 @@ from ..app._task import PER_CALL, Retry, Task, TaskContext
 from ..client._client import Directory, TaskClient, using_client
 from ..limits._breakers import record, refuse, task_breakers
 from ..limits._budget import Concurrency, worker_gate
+from ..limits._gate import GateClosed
 from ..limits._limits import (
     TaskFailure,
     TimeLimits,
@@ -160,10 +161,6 @@ class TaskWorker(Actor):
         self.named_counters = NamedCounters()
         # Its circuit breakers, by task, and each once by name (its actor state).
         self._breakers, self.breakers = task_breakers(app.tasks, app.breakers)
-        # Set when its node begins a graceful stop; the waits for a run slot,
-        # each cancelled then (the task given back, never begun).
-        self._draining = False
-        self._slot_waits: set[trio.CancelScope] = set()
 
     async def on_start(self) -> None:
         """Runs in the actor's task: the client of the node it runs on."""
@@ -192,10 +189,9 @@ class TaskWorker(Actor):
     def on_drain(self) -> None:
         """Its node begins a graceful stop (in the node's task): the tasks that
         wait for a run slot are given back, never begun, and none starts
-        from now on; those running finish (within the node's grace)."""
-        self._draining = True
-        for wait in self._slot_waits:
-            wait.cancel(reason="the node stops: the task is given back, not begun")
+        from now on; those running finish (within the node's grace). The gate
+        says so to each (GateClosed): nothing is spent per task for it."""
+        self.gate.close()
 
     @property
     def followups(self) -> FollowUps:
@@ -266,17 +262,11 @@ class TaskWorker(Actor):
         # Reserved until a run slot is free, then active until the run ends (inspect).
         held = HeldTask(task_id, task.name, args, kwargs, self.address.name, self.pool, now())
         holdings = self.state.holdings
-        with trio.CancelScope() as wait:
-            if self._draining:
-                wait.cancel(reason="the node stops")
-            self._slot_waits.add(wait)
-            try:
-                ticket = await holdings.enter(
-                    self.gate, envelope.message_id, held, envelope.headers, key
-                )
-            finally:
-                self._slot_waits.discard(wait)
-        if wait.cancelled_caught:
+        try:
+            ticket = await holdings.enter(
+                self.gate, envelope.message_id, held, envelope.headers, key
+            )
+        except GateClosed:
             return self._given_back(envelope, task_id)
         try:
             if (
