@@ -10,6 +10,7 @@ from ._cell import ActorCell as ActorCell
 from ._cell import CellState as CellState
 from ._counters import LATENCY_BUCKETS as LATENCY_BUCKETS
 from ._counters import ActorCounters as ActorCounters
+from ._counters import CounterSchema as CounterSchema
 from ._counters import Latency as Latency
 from ._counters import NamedCounters as NamedCounters
 from ._dedup import DEFAULT_ACTOR_BYTES as DEFAULT_ACTOR_BYTES

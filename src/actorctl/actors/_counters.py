@@ -10,12 +10,15 @@ by outcome and condition.
 from __future__ import annotations
 
 from bisect import bisect_left
+from collections.abc import Mapping
 from typing import Final, final
+
+import attrs
 
 from ..mailbox import ACCEPTED, STATUS_ERROR
 from ._dedup import Handled
 
-__all__ = ["LATENCY_BUCKETS", "ActorCounters", "Latency", "NamedCounters"]
+__all__ = ["LATENCY_BUCKETS", "ActorCounters", "CounterSchema", "Latency", "NamedCounters"]
 
 #: Upper bounds (seconds) of the handler latency histogram's buckets; the
 #: last bucket (+Inf) is implicit. Fixed, so that an observation is one
@@ -103,15 +106,40 @@ class ActorCounters:
 
 
 @final
+@attrs.frozen(eq=False)  # one schema object per application: compared by identity
+class CounterSchema:
+    """How the node's metrics show an application's :class:`NamedCounters`:
+    the words are the application's, the runtime only follows them.
+
+    Attributes:
+        prefix: of every metric's name (``{prefix}_messages_{suffix}``,
+            ``{prefix}_run_duration_seconds``).
+        label: the label that holds the counted thing's name.
+        events: event -> (metric suffix, help). An event ``KIND:EXTRA`` counts
+            under ``KIND``, with EXTRA as the label ``extra_labels[KIND]``.
+        extra_labels: the events whose text after the colon is a label, and its name.
+        runs_help: the help of the run-duration histogram.
+    """
+
+    prefix: str
+    label: str
+    events: Mapping[str, tuple[str, str]]
+    extra_labels: Mapping[str, str]
+    runs_help: str
+
+
+@final
 class NamedCounters:
     """Counters of named things one actor runs (a task worker's tasks): by
     (name, event), and a latency histogram per name. An actor that has them
     keeps them as its ``named_counters`` attribute, and the node's metrics
-    show them (the runtime never needs to know what a task is)."""
+    show them as its ``schema`` says (the runtime never needs to know what a
+    task is)."""
 
-    __slots__ = ("counts", "latency")
+    __slots__ = ("counts", "latency", "schema")
 
-    def __init__(self) -> None:
+    def __init__(self, schema: CounterSchema) -> None:
+        self.schema = schema
         self.counts: dict[tuple[str, str], int] = {}
         self.latency: dict[str, Latency] = {}
 

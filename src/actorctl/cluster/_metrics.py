@@ -10,7 +10,6 @@ metric and what it means.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
-from types import MappingProxyType
 from typing import Final, final
 
 from prometheus_client.core import (
@@ -22,7 +21,14 @@ from prometheus_client.core import (
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from ..actors import LATENCY_BUCKETS, ActorCell, Latency, NamedCounters, ReplyMemory
+from ..actors import (
+    LATENCY_BUCKETS,
+    ActorCell,
+    CounterSchema,
+    Latency,
+    NamedCounters,
+    ReplyMemory,
+)
 from ..mailbox import ReplayCache
 from ._backlog import Backlog
 from ._deadletters import DeadLetters
@@ -30,23 +36,41 @@ from ._http import Request, Response
 from ._replays import ReplayJournal
 from .link._engine import EngineSet
 
-__all__ = ["CONTENT_TYPE", "TASK_EVENTS", "NodeCollector", "metrics_handler", "render"]
+__all__ = ["CONTENT_TYPE", "NodeCollector", "metrics_handler", "render"]
 
 CONTENT_TYPE: Final = CONTENT_TYPE_LATEST
-#: A task worker's named counters: event -> (metric suffix, help). An event
-#: ``rejected:COND`` or ``dead_lettered:REASON`` carries its label after the colon.
-TASK_EVENTS: Final = MappingProxyType(
-    {
-        "received": ("received", "Task messages a worker took"),
-        "success": ("succeeded", "Task runs that succeeded"),
-        "failure": ("failed", "Task runs that failed for good (no retry left, or none allowed)"),
-        "retry": ("retried", "Task runs that failed and were sent again (a retry)"),
-        "revoked": ("revoked", "Task messages not run: revoked or expired"),
-        "rejected": ("rejected", "Task messages refused (unknown task, bad arguments, ...)"),
-        "dead_lettered": ("dead_lettered", "Task messages given up on and kept as dead letters"),
-    }
-)
-_EXTRA_LABEL: Final = MappingProxyType({"rejected": "condition", "dead_lettered": "reason"})
+
+
+def _named_families(schema: CounterSchema, counters: list[NamedCounters]) -> Iterator[Metric]:
+    """A counter per event of ``schema``, and the run-duration histogram, over
+    the ``counters`` of every actor that keeps them."""
+    totals: dict[tuple[str, str, str], int] = {}
+    latencies: dict[str, list[Latency]] = {}
+    for named in counters:
+        for (name, event), count in list(named.counts.items()):
+            kind, _, extra = event.partition(":")
+            key = (kind, name, extra)
+            totals[key] = totals.get(key, 0) + count
+        for name, latency in list(named.latency.items()):
+            latencies.setdefault(name, []).append(latency)
+    label, extras = schema.label, schema.extra_labels
+    for kind, (suffix, doc) in schema.events.items():
+        labels = [label, extras[kind]] if kind in extras else [label]
+        family = CounterMetricFamily(f"{schema.prefix}_messages_{suffix}", doc, labels=labels)
+        for (event, name, extra), count in sorted(totals.items()):
+            if event == kind:
+                family.add_metric([name, extra] if kind in extras else [name], count)
+        yield family
+    runs = HistogramMetricFamily(
+        f"{schema.prefix}_run_duration_seconds", schema.runs_help, labels=[label]
+    )
+    for name, parts in sorted(latencies.items()):
+        merged = Latency()
+        for part in parts:
+            merged.counts = [a + b for a, b in zip(merged.counts, part.counts, strict=True)]
+            merged.total += part.total
+        runs.add_metric([name], _buckets(merged), merged.total)
+    yield runs
 
 
 def _buckets(latency: Latency) -> list[tuple[str, float]]:
@@ -93,7 +117,7 @@ class NodeCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         yield from self._actors()
-        yield from self._tasks()
+        yield from self._named()
         yield from self._node()
 
     def _actors(self) -> Iterator[Metric]:
@@ -174,36 +198,16 @@ class NodeCollector(Collector):
         yield from (received, handled, failed, redelivered, refused, dead, restarts)
         yield from (depth, capacity, credit, kept, latency)
 
-    def _tasks(self) -> Iterator[Metric]:
-        totals: dict[tuple[str, str, str], int] = {}
-        latencies: dict[str, list[Latency]] = {}
+    def _named(self) -> Iterator[Metric]:
+        """The named counters of the actors that keep them (``named_counters``),
+        summed across actors of one schema and shown in the schema's words."""
+        by_schema: dict[CounterSchema, list[NamedCounters]] = {}
         for cell in self._cells.values():
             named = getattr(cell.actor, "named_counters", None)
-            if not isinstance(named, NamedCounters):
-                continue
-            for (task, event), count in list(named.counts.items()):
-                kind, _, extra = event.partition(":")
-                key = (kind, task, extra)
-                totals[key] = totals.get(key, 0) + count
-            for task, latency in list(named.latency.items()):
-                latencies.setdefault(task, []).append(latency)
-        for kind, (suffix, doc) in TASK_EVENTS.items():
-            labels = ["task", _EXTRA_LABEL[kind]] if kind in _EXTRA_LABEL else ["task"]
-            family = CounterMetricFamily(f"actorctl_task_messages_{suffix}", doc, labels=labels)
-            for (event, task, extra), count in sorted(totals.items()):
-                if event == kind:
-                    family.add_metric([task, extra] if kind in _EXTRA_LABEL else [task], count)
-            yield family
-        runs = HistogramMetricFamily(
-            "actorctl_task_run_duration_seconds", "How long task runs took", labels=["task"]
-        )
-        for task, parts in sorted(latencies.items()):
-            merged = Latency()
-            for part in parts:
-                merged.counts = [a + b for a, b in zip(merged.counts, part.counts, strict=True)]
-                merged.total += part.total
-            runs.add_metric([task], _buckets(merged), merged.total)
-        yield runs
+            if isinstance(named, NamedCounters):
+                by_schema.setdefault(named.schema, []).append(named)
+        for schema, counters in by_schema.items():
+            yield from _named_families(schema, counters)
 
     def _node(self) -> Iterator[Metric]:
         received, sent, links = self._engines.traffic()

@@ -19,11 +19,13 @@ import os
 import uuid
 from collections import Counter, deque
 from collections.abc import Mapping
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final, final
 
 import attrs
 import eliot
 
+from ...actors import CounterSchema
 from ..limits._gate import priority_of
 from ..limits._limits import TaskFailure
 from ..protocol._protocol import envelope_retries, envelope_task_id
@@ -34,7 +36,43 @@ if TYPE_CHECKING:
     from ...mailbox import Envelope
     from ..limits._gate import Gate, Ticket
 
-__all__ = ["RECENT", "TEXT_LIMIT", "Ended", "HeldTask", "Holdings", "ended_answer", "error_text"]
+__all__ = [
+    "RECENT",
+    "TASK_COUNTERS",
+    "TEXT_LIMIT",
+    "Ended",
+    "HeldTask",
+    "Holdings",
+    "ended_answer",
+    "error_text",
+]
+
+#: How a node's /metrics shows a worker's counts per task (NamedCounters):
+#: ``actorctl_task_messages_*`` by task, and its run times. An event
+#: ``rejected:COND`` or ``dead_lettered:REASON`` carries its label after the colon.
+TASK_COUNTERS: Final = CounterSchema(
+    prefix="actorctl_task",
+    label="task",
+    events=MappingProxyType(
+        {
+            "received": ("received", "Task messages a worker took"),
+            "success": ("succeeded", "Task runs that succeeded"),
+            "failure": (
+                "failed",
+                "Task runs that failed for good (no retry left, or none allowed)",
+            ),
+            "retry": ("retried", "Task runs that failed and were sent again (a retry)"),
+            "revoked": ("revoked", "Task messages not run: revoked or expired"),
+            "rejected": ("rejected", "Task messages refused (unknown task, bad arguments, ...)"),
+            "dead_lettered": (
+                "dead_lettered",
+                "Task messages given up on and kept as dead letters",
+            ),
+        }
+    ),
+    extra_labels=MappingProxyType({"rejected": "condition", "dead_lettered": "reason"}),
+    runs_help="How long task runs took",
+)
 
 #: Characters of a task's arguments an answer shows, at most (as Celery's
 #: ``argsrepr`` is cut): an inspect answer stays small whatever a task takes.

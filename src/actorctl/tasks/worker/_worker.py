@@ -101,7 +101,7 @@ from ..protocol._task_errors import NotRun, NotRunKind, TaskError
 from . import _hooks as hooks
 from ._control import WorkerState
 from ._followups import FollowUps
-from ._inspect import HeldTask
+from ._inspect import TASK_COUNTERS, HeldTask
 
 __all__ = ["TaskWorker"]
 
@@ -158,7 +158,7 @@ class TaskWorker(Actor):
         self._followups: FollowUps | None = None
         self._fence: Fence | None = None  # its node's, once it runs
         #: Per task: messages, outcomes, run times (read when /metrics is scraped).
-        self.named_counters = NamedCounters()
+        self.named_counters = NamedCounters(TASK_COUNTERS)
         # Its circuit breakers, by task, and each once by name (its actor state).
         self._breakers, self.breakers = task_breakers(app.tasks, app.breakers)
 
