@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import itertools
-import json
 from collections.abc import Callable
 from typing import Any, Final, final
 
@@ -23,13 +22,8 @@ from ...mailbox import (
     ACCEPTED,
     NOT_FOUND,
     PEER_UNAVAILABLE,
-    SESSION_ADDRESS,
-    SESSION_SUBJECT,
     Envelope,
-    IdentityKey,
     Outcome,
-    SessionOffer,
-    SessionSigner,
     Signer,
     encode,
     sign_ed25519,
@@ -39,6 +33,7 @@ from ._engine import Engine, EngineHandler, EngineSet
 from ._given_back import GivenBack, given_back
 from ._peer_breaker import PeerBreaker
 from ._peer_dial import Dialer
+from ._peer_signing import PeerSigning
 from ._pending import OutLink, PeerSettings, Pending
 from ._reply_auth import REPLY_CREDIT, ReplyCheck, certificate_names
 from ._reply_claims import REPLY_CAPABILITY, own_reply_address, reply_proof
@@ -114,12 +109,8 @@ class Peer(EngineHandler):
         self._reattach = False
         # Why the peer refused our reply link on the current connection, if it did.
         self._reply_refusal: tuple[str, str] | None = None
-        # How this node signs what it sends on the current connection: within a
-        # session (HMAC) once one is open, else per message (Ed25519), or not at
-        # all without keys.
-        self._signer: Signer | None = (
-            None if identity is None else functools.partial(sign_ed25519, identity)
-        )
+        # How this node signs what it sends on the current connection.
+        self._signing = PeerSigning(self.name, settings, self._replies)
         self._node = ""  # the peer's container id on this connection: what we sign for
         self.breaker = breaker or PeerBreaker(self.name, settings.peer_breaker)
         # Since when the peer is down, and the senders waiting for it (_peer_dial.py).
@@ -312,7 +303,9 @@ class Peer(EngineHandler):
                 self._attach_replies(engine)
             message = pending.message
             if isinstance(message, Envelope):
-                message = encode(message, signer=self._signer, actor=pending.path, node=self._node)
+                message = encode(
+                    message, signer=self._signing.signer, actor=pending.path, node=self._node
+                )
             presettled = pending.presettled
             if not presettled and self.unsettled.full_for(len(message)):
                 # The peer holds max_unsettled_bytes of ours unsettled: wait
@@ -392,13 +385,7 @@ class Peer(EngineHandler):
         self._node = engine.connection.remote_container or ""
         settings = self.settings
         identity = settings.identity
-        # Sessions only over TLS (the node says so): the session message
-        # carries the MAC key.
-        sessions = settings.sessions
-        if identity is not None:
-            self._signer = functools.partial(sign_ed25519, identity)
-            if sessions:
-                await self._open_session(engine, identity)
+        await self._signing.start(engine, self._transmit_now)
         self._ready.set()
         self.dialer.connected()
         if self._on_state is not None:
@@ -413,41 +400,12 @@ class Peer(EngineHandler):
                 # would be refused as a replay.
                 pending.message = attrs.evolve(pending.message, creation_time=now)
             await self.transmit(pending)
-        if identity is not None and sessions:
-            while True:
-                await trio.sleep(settings.session_lifetime * 0.8)
-                await self._open_session(engine, identity)
+        await self._signing.renew(engine, self._transmit_now)
 
-    async def _open_session(self, engine: Engine, identity: IdentityKey) -> None:
-        """Hand the peer a fresh MAC key in an Ed25519-signed session message
-        (over this TLS link only); sign with it from then on."""
-        settings = self.settings
-        now = settings.clock()
-        offer = SessionOffer.new(identity, now=now, lifetime=settings.session_lifetime)
-        self._replies.offered(offer)  # the peer may sign replies with it at once
-        envelope = Envelope(
-            message_id=settings.new_message_id(),
-            to=SESSION_ADDRESS,
-            subject=SESSION_SUBJECT,
-            body=json.loads(offer.body(engine.connection.remote_container or "")),
-            creation_time=now,
-        )
-        pending = Pending(SESSION_ADDRESS, envelope, envelope.message_id, on_outcome=_ignore)
-        await self._transmit_now(engine, pending)
-        await pending.done.wait()
-        if pending.outcome is not None and pending.outcome.state == "accepted":
-            self._signer = SessionSigner(offer.session())
-            log("actorctl:peer:session", peer=self.name, session=offer.id, key=identity.key_id)
-        else:
-            outcome = pending.outcome
-            self._signer = functools.partial(sign_ed25519, identity)
-            log(
-                "actorctl:peer:session-refused",
-                peer=self.name,
-                condition=outcome.condition if outcome else None,
-                description=outcome.description if outcome else None,
-                fallback="every message signed with ed25519",
-            )
+    @property
+    def _signer(self) -> Signer | None:
+        """How the next message is signed on this connection (``PeerSigning``)."""
+        return self._signing.signer
 
     async def _transmit_now(self, engine: Engine, pending: Pending) -> None:
         """Send on this connection before it is ready for everyone else."""
@@ -605,7 +563,3 @@ def _drain_if_idle(engine: Engine, out: OutLink) -> None:
     if lib.pn_link_get_drain(link) and not len(out.lot) and _link_credit(link) > 0:
         lib.pn_link_drained(link)
         engine.wake()
-
-
-def _ignore(outcome: Outcome) -> None:
-    """For deliveries whose outcome the sender reads itself."""
