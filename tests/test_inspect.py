@@ -25,6 +25,7 @@ from examples._cluster import running_cluster
 
 from actorctl import TaskFailed, TaskRevoked, chain, open_node
 from actorctl.cluster import load_cluster
+from tests.filewatch import FileWatch
 from tests.inspect_app import app, broken, hold, step_a, step_b, step_c
 
 HERE = Path(__file__).resolve().parent
@@ -298,9 +299,9 @@ async def test_logs_task_shows_a_chain_that_crossed_three_nodes_as_one_tree(
             for line in lines
         )
 
-    with trio.fail_after(WAIT):
-        while ended() < 3:  # noqa: ASYNC110
-            await trio.sleep(0.05)
+    with FileWatch(cluster.parent / "logs") as logs, trio.fail_after(WAIT):
+        while ended() < 3:
+            await logs.changed()
 
     # When the trace of the chain is asked for (by its first step's task id)
     code, out, _ = await actorctl("logs", cluster, "--task", first)
@@ -349,9 +350,9 @@ async def test_logs_task_says_a_failed_task_failed(cluster: Path) -> None:
             for line in lines
         )
 
-    with trio.fail_after(WAIT):
-        while not logged():  # noqa: ASYNC110
-            await trio.sleep(0.05)
+    with FileWatch(cluster.parent / "logs") as logs, trio.fail_after(WAIT):
+        while not logged():
+            await logs.changed()
     # When its trace is shown, then its run says failed, not succeeded
     code, out, _ = await actorctl("logs", cluster, "--task", result.id)
     assert code == 0, out
