@@ -42,6 +42,7 @@ ROUTINE: Final = frozenset(
         "actorctl:credit:reclaimed",
         "actorctl:delivery:duplicate",
         "actorctl:event:delivered",
+        "actorctl:foreman:exited",  # a death is said again, as the supervisor's
         "actorctl:keyring:changed",
         "actorctl:leader:elected",
         "actorctl:membership:back",

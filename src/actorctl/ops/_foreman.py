@@ -8,7 +8,8 @@ supervisor, which restarts it by its policy.
 Stopping the Foreman stops the node warm: SIGTERM (the node takes nothing new,
 gives back what it holds and has not begun, and lets its running handlers
 finish within its ``shutdown_grace``), then the grace and STOP_MARGIN more
-before a SIGKILL, which it logs in its own words (``actorctl:foreman:killed``).
+before a SIGKILL, which it logs in its own words (``actorctl:foreman:killed``);
+however the node ends, its exit code is logged (``actorctl:foreman:exited``).
 The ``cold`` event (a second Ctrl-C to ``cluster up`` or ``host up``) sends
 SIGQUIT: the node's cold stop (what runs is cancelled now, and runs again
 elsewhere), with STOP_MARGIN before the SIGKILL.
@@ -180,7 +181,7 @@ class Foreman(_Runner):
             # reads would hold up its last lines, and then the node itself.
             pump = trio.CancelScope(shield=True)
             nursery.start_soon(self._pump, process, ready, log_path, pump)
-            nursery.start_soon(_reap, process, pump)
+            nursery.start_soon(_reap, self.node.name, process, pump)
             with trio.move_on_after(READY_TIMEOUT):
                 await ready.wait()
             if state.address is None:
@@ -388,13 +389,15 @@ async def _shielded(
             nursery.cancel_scope.cancel(reason="node stopped")
 
 
-async def _reap(process: trio.Process, pump: trio.CancelScope) -> None:
-    """Once the node's process has ended (however: this waits shielded), end
-    what is left of its process group, and give the copy of its log one
-    second to reach the end (a process left holding the pipe must not hold
-    up the Foreman)."""
+async def _reap(name: str, process: trio.Process, pump: trio.CancelScope) -> None:
+    """Once the node's process has ended (however: this waits shielded), say
+    how (``actorctl:foreman:exited``: its exit code, negative for the signal
+    that ended it), end what is left of its process group, and give the copy
+    of its log one second to reach the end (a process left holding the pipe
+    must not hold up the Foreman)."""
     with trio.CancelScope(shield=True):
-        await process.wait()
+        code = await process.wait()
+    log("actorctl:foreman:exited", node=name, pid=process.pid, code=code)
     _end_group(process.pid)
     pump.deadline = min(pump.deadline, trio.current_time() + 1.0)
 
