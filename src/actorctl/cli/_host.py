@@ -28,7 +28,16 @@ from ..cluster import (
     serve_membership,
 )
 from ..etcd import EtcdError, MembershipRefused
-from ..ops import NodeDied, NodeState, check_etcd, check_references, host_nodes, run_host
+from ..ops import (
+    NodeDied,
+    NodeState,
+    check_etcd,
+    check_references,
+    ensure_dev_secrets,
+    host_nodes,
+    run_host,
+    write_host_bundle,
+)
 from ..supervision import ChildFailedToStart, SupervisorGaveUp
 from ._cluster import _COLD, _WARM, _progress, _rows, _table
 from ._errors import INTERRUPTED, fail, leaf
@@ -69,6 +78,8 @@ async def host_up(file: Path, name: str, etcd: tuple[str, ...]) -> None:
             config.security(node.name)
     except ConfigError as exc:
         fail(f"{exc}", 2)
+    for warning in _more_than_its_own(config, nodes):
+        click.echo(f"warning: {warning}", err=True)
     (config.root / "logs").mkdir(exist_ok=True)
     log_to(str(config.root / "logs" / f"host-{name}.log"), sys.stderr, journal=True)
     try:
@@ -112,6 +123,65 @@ async def host_up(file: Path, name: str, etcd: tuple[str, ...]) -> None:
         click.echo(f"interrupted: host {name!r} stopped cold", err=True)
         raise SystemExit(INTERRUPTED)
     click.echo(f"host {name!r} stopped")
+
+
+def _more_than_its_own(config: ClusterConfig, nodes: Sequence[NodeConfig]) -> list[str]:
+    """Outside development mode, the secrets this host holds and needs not:
+    the CA's private key, other nodes' private keys (docs/deploy.md)."""
+    if config.dev or config.insecure:
+        return []
+    said = []
+    if (config.certs / "ca.key").exists():
+        said.append(
+            f"{config.certs / 'ca.key'} is the cluster CA's private key: a host needs only "
+            "its bundle (`actorctl host bundle`); keep the CA key off the hosts"
+        )
+    mine = {node.name for node in nodes}
+    others = sorted(
+        {path.name for path in (*config.certs.glob("*.key"), *config.keys.glob("*.key"))}
+        - {f"{name}.key" for name in mine}
+        - {"ca.key"}
+    )
+    if others:
+        said.append(
+            f"this host holds private keys it does not use ({', '.join(others)} in "
+            f"{config.certs} or {config.keys}): a host needs only its bundle (`actorctl "
+            "host bundle`)"
+        )
+    return said
+
+
+@host.command("bundle")
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--host", "name", required=True, help="Which host (key host of [[node]]).")
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    required=True,
+    help="Where its certs/ and keys/ go (new or empty).",
+)
+def host_bundle(file: Path, name: str, out: Path) -> None:
+    """Copy host NAME's share of FILE's certificates and keys into OUT/certs and
+    OUT/keys: the CA's certificate (never its key), the certificate and private
+    keys of the nodes NAME runs, and every public key (the other nodes', the
+    operators', the clients'), with the keyring's members, roles and revoked
+    keys. Put them where NAME's copy of FILE says (its certs and keys).
+
+    Run it where the certificates and keys were made (`actorctl certs init`,
+    `actorctl keys gen`); in development mode (dev = true) what is missing is
+    made first.
+    """
+    try:
+        config = read_cluster(file)
+        host_nodes(config, name)
+        if config.dev:
+            ensure_dev_secrets(config)
+        written = write_host_bundle(config, name, out)
+    except ConfigError as exc:
+        fail(f"{exc}", 2)
+    for path in written:
+        click.echo(str(path))
+    click.echo(f"host {name!r}: {len(written)} files in {out} (no CA key, no other host's key)")
 
 
 async def _watch(

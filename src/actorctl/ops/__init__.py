@@ -5,6 +5,7 @@ certificates, the web page.
 from ._attend import run_controller as run_controller
 from ._build import build_node as build_node
 from ._build import node_actors as node_actors
+from ._bundle import write_host_bundle as write_host_bundle
 from ._certs import init_certs as init_certs
 from ._certs import issue_cert as issue_cert
 from ._controller import CONTROLLER as CONTROLLER
