@@ -21,11 +21,18 @@ from typing import Any
 import pytest
 import yaml
 
+from actorctl.cli._host import LEAVE_TIMEOUT
 from actorctl.cluster import load_cluster
+from actorctl.ops import check_references, host_nodes
+from actorctl.ops._foreman import STOP_MARGIN
+from actorctl.tasks import cluster_app
+from tests.tls import make_tls
 
 DEPLOY = Path(__file__).resolve().parent.parent / "examples" / "deploy"
 SYSTEMD = DEPLOY / "systemd"
 KUBERNETES = DEPLOY / "kubernetes"
+HOSTS = DEPLOY / "hosts"
+ETCD = DEPLOY / "etcd"
 ACTORCTL = "/usr/local/bin/actorctl"  # where the units expect the console script
 
 
@@ -70,14 +77,17 @@ def test_the_units_pass_systemd_analyze_verify(tmp_path: Path) -> None:
         pytest.skip("systemd-analyze is not installed (Debian's systemd package has it)")
     actorctl = shutil.which("actorctl") or str(Path(sys.executable).parent / "actorctl")
     units = ("actorctl-controller.service", "actorctl-node-controller.service")
-    for name in (*units, "actorctl-node@.service"):
+    for name in (*units, "actorctl-node@.service", "actorctl-host@.service"):
         text = (SYSTEMD / name).read_text().replace(ACTORCTL, actorctl)
         text = text.replace("/etc/actorctl/node-%i.env", str(SYSTEMD / "node-%i.env"))
         (tmp_path / name).write_text(text)
     (tmp_path / "actorctl-node@worker-1.service").write_text(
         (tmp_path / "actorctl-node@.service").read_text()
     )
-    for name in (*units, "actorctl-node@worker-1.service"):
+    (tmp_path / "actorctl-host@b.service").write_text(
+        (tmp_path / "actorctl-host@.service").read_text()
+    )
+    for name in (*units, "actorctl-node@worker-1.service", "actorctl-host@b.service"):
         done = subprocess.run(
             [analyze, "verify", "--man=no", str(tmp_path / name)],
             capture_output=True,
@@ -101,6 +111,10 @@ def test_the_controller_unit_is_type_notify_and_runs_cluster_up_on_the_shipped_f
     assert config.certs == Path("/etc/actorctl/certs")
     assert config.keys == Path("/etc/actorctl/keys")
     check_command(argv)
+    # SIGTERM to `cluster up` alone: its Foremen stop the nodes warm (one SIGTERM each)
+    assert service["KillMode"] == "mixed"
+    longest = max(node.shutdown_grace for node in config.nodes)
+    assert longest + STOP_MARGIN < float(service["TimeoutStopSec"])
 
 
 def test_the_node_controller_unit_runs_cluster_controller_beside_independent_node_units() -> None:
@@ -137,6 +151,99 @@ def test_the_node_unit_runs_each_node_where_the_cluster_file_says() -> None:
         assert Path(given["--certs"]) == config.certs
         assert Path(given["--keys"]) == config.keys
         assert float(given["--grace"]) < float(service["TimeoutStopSec"])
+
+
+# -- several hosts: host up, etcd ------------------------------------------------------
+
+
+def test_the_host_unit_runs_host_up_for_its_instance_and_stops_it_warm() -> None:
+    service = unit(SYSTEMD / "actorctl-host@.service")
+    assert service["Type"] == "notify"  # run_host says READY=1 on NOTIFY_SOCKET
+    assert service["NotifyAccess"] == "main"
+    argv = shlex.split(service["ExecStart"])
+    assert argv[:3] == [ACTORCTL, "host", "up"]
+    assert Path(argv[3]) == Path(service["WorkingDirectory"]) / "cluster.toml"
+    assert argv[4:] == ["--host", "%i"]
+    check_command(argv)
+    # systemd signals `host up` alone: its Foremen stop each node warm, once
+    assert service["KillMode"] == "mixed"
+    assert service["KillSignal"] == "SIGTERM"
+    config = load_cluster(HOSTS / "cluster.toml", cluster_app())
+    longest = max(node.shutdown_grace for node in config.nodes)
+    assert longest + STOP_MARGIN + LEAVE_TIMEOUT < float(service["TimeoutStopSec"])
+
+
+def test_the_hosts_cluster_file_loads_and_each_of_its_three_hosts_runs_a_node(
+    tmp_path: Path,
+) -> None:
+    config = load_cluster(HOSTS / "cluster.toml", cluster_app())
+    assert config.hosts == ["a", "b", "c"]
+    assert [node.name for node in host_nodes(config, "a")] == ["services"]
+    assert [node.name for node in host_nodes(config, "b")] == ["worker-b"]
+    assert [node.name for node in host_nodes(config, "c")] == ["worker-c"]
+    assert [node.settings.get("services", False) for node in config.nodes] == [True, False, False]
+    assert config.certs == Path("/etc/actorctl/certs")
+    assert config.keys == Path("/etc/actorctl/keys")
+    assert config.etcd is not None
+    assert config.etcd.user == "actorctl"
+    assert all(url.startswith("https://") for url in config.etcd.endpoints)
+    # And what `cluster up` and `host up` check before they start anything
+    # holds, its etcd files where the file says (here, beside a copy of it)
+    text = (HOSTS / "cluster.toml").read_text().replace("/etc/actorctl/", f"{tmp_path}/")
+    make_tls(tmp_path / "etcd", "client")  # etcd's CA, and a client certificate of it
+    (tmp_path / "etcd" / "password").write_text("secret\n")
+    (tmp_path / "cluster.toml").write_text(text)
+    check_references(load_cluster(tmp_path / "cluster.toml", cluster_app()))
+
+
+def members() -> dict[str, dict[str, str]]:
+    """Each etcd member file of examples/deploy/etcd/, by its ETCD_NAME."""
+    found = {}
+    for path in sorted(ETCD.glob("member-*.env")):
+        values = env_file(path)
+        found[values["ETCD_NAME"]] = values
+    return found
+
+
+def test_the_three_etcd_members_name_one_cluster_over_tls_and_the_cluster_file_names_them() -> None:
+    found = members()
+    assert sorted(found) == ["etcd-1", "etcd-2", "etcd-3"]
+    # Each names the same initial cluster, which is every member at its peer URL
+    clusters = {values["ETCD_INITIAL_CLUSTER"] for values in found.values()}
+    assert len(clusters) == 1
+    initial = dict(pair.split("=", 1) for pair in clusters.pop().split(","))
+    assert initial == {n: v["ETCD_INITIAL_ADVERTISE_PEER_URLS"] for n, v in found.items()}
+    assert {v["ETCD_INITIAL_CLUSTER_TOKEN"] for v in found.values()} == {"actorctl-prod"}
+    for name, values in found.items():
+        # it listens where it says it is, over TLS, for peers and clients alike
+        assert values["ETCD_LISTEN_PEER_URLS"] == values["ETCD_INITIAL_ADVERTISE_PEER_URLS"]
+        assert values["ETCD_LISTEN_CLIENT_URLS"] == values["ETCD_ADVERTISE_CLIENT_URLS"]
+        for key in ("ETCD_LISTEN_PEER_URLS", "ETCD_LISTEN_CLIENT_URLS"):
+            assert values[key].startswith("https://"), (name, key)
+        assert values["ETCD_CLIENT_CERT_AUTH"] == "true"
+        assert values["ETCD_PEER_CLIENT_CERT_AUTH"] == "true"
+        for key in ("CERT_FILE", "KEY_FILE", "TRUSTED_CA_FILE"):
+            assert values[f"ETCD_{key}"] == values[f"ETCD_PEER_{key}"], (name, key)
+        assert values["ETCD_INITIAL_CLUSTER_STATE"] == "new"
+    # And the cluster file's endpoints are the members' client URLs, a member
+    # on each host (at the address its host's node listens on)
+    config = load_cluster(HOSTS / "cluster.toml", cluster_app())
+    assert config.etcd is not None
+    clients = [found[name]["ETCD_ADVERTISE_CLIENT_URLS"] for name in sorted(found)]
+    assert list(config.etcd.endpoints) == clients
+    host_addresses = {node.host for node in config.nodes}
+    member_addresses = {url.split("//")[1].split(":")[0] for url in clients}
+    assert member_addresses == host_addresses
+
+
+def test_the_auth_script_turns_on_etcds_auth_with_a_user_for_actorctl_only() -> None:
+    script = (ETCD / "auth.sh").read_text()
+    config = load_cluster(HOSTS / "cluster.toml", cluster_app())
+    assert config.etcd is not None
+    assert f"etcdctl user add {config.etcd.user} " in script
+    assert "readwrite /actorctl/\n" in script
+    assert str(config.etcd.password_file) in script
+    assert script.rstrip().endswith("etcdctl auth enable")
 
 
 # -- Kubernetes -----------------------------------------------------------------------------
