@@ -146,8 +146,12 @@ async def test_host_up_stops_a_busy_node_warm_its_running_tasks_finish_and_it_ex
         finally:
             cluster.release("worker-1")
             cluster.records.close()
+            if process.returncode is None:  # the host runner this test started: it
+                process.send_signal(signal.SIGTERM)  # stops its nodes, then itself
+                with trio.move_on_after(WAIT):
+                    await process.wait()
             if process.returncode is None:
-                process.kill()  # the host runner this test started
+                process.kill()
         out = "\n".join(await cluster.out.rest())
         err = "\n".join(await cluster.err.rest())
         ended = [line for line in cluster.runs(one) if not line.startswith("begin:")]
