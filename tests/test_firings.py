@@ -101,7 +101,7 @@ def test_every_due_time_fired_before_a_sigkill_of_its_node_runs(cluster: Running
         killed = time.monotonic()
         cluster.kill("services", dead=dead)
     assert waiting, "the router held no backlog at the kill: the test would prove nothing"
-    # and started again by cluster up on the same store
+    # (kill returned once cluster up had started it again, on the same store)
     # Then every due time it fired before the kill runs
     with FileWatch(cluster.records) as watch:
         done = wait_on(
