@@ -9,9 +9,11 @@ time (etcd counts leases on its own clock): waits are on events, bounded by
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,9 +22,10 @@ import trio
 from actorctl import ActorctlError, App, TaskContext, open_node
 from actorctl.etcd import EtcdClient, EtcdRoleLease
 from actorctl.etcd._role_lease import role_key, role_state_key
+from actorctl.store import Store
 from actorctl.tasks._hosting import _worker_class
 from actorctl.tasks.client._client import Directory
-from actorctl.tasks.services._beat import Beat
+from actorctl.tasks.services._beat import RECORDED_BY, Beat
 from actorctl.tasks.services._periodic import PeriodicTask, Schedule, firing_id
 from actorctl.tasks.worker._control import WorkerState
 
@@ -257,3 +260,40 @@ async def test_a_beat_whose_role_was_taken_while_it_was_cut_off_fires_nothing_mo
             nursery.cancel_scope.cancel(reason="test over")
     # And no due time ran twice, and none was skipped
     assert_each_due_time_ran_once(logs)
+
+
+async def test_a_firing_its_beat_recorded_in_etcd_but_never_stored_is_fired_again(
+    etcd: EtcdServer, cluster: str, logs: Logs, tmp_path: Path
+) -> None:
+    ttl = 2
+    client = EtcdClient([etcd.url], timeout=2)
+    port = free_port()
+    holder = f"amqp://127.0.0.1:{port}/beat"  # the beat's address on its node
+    async with worker_node() as directory, trio.open_nursery() as nursery:
+        with trio.fail_after(20):
+            # Given a beat that took the scheduler role and recorded a firing in
+            # etcd, then died before its store committed it (its SQLite file has
+            # no row of it: here, none at all), and whose lease then ended
+            died = EtcdRoleLease(client, cluster, "scheduler")
+            assert (await died.request(holder, ttl))["granted"]
+            due = SECOND.next_after(time.time() - 2.0)  # passed already
+            assert await died.record({"second": due, RECORDED_BY: holder})
+            await died.resign()
+            # When it starts again, on the same address and store
+            beat = etcd_beat(directory, client, cluster, ttl)
+            store = Store(tmp_path / "store.sqlite", name="a")
+
+            async def run_again(task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+                async with open_node("a", {"beat": beat}, store=store, port=port, insecure=True):
+                    task_status.started()
+                    await trio.sleep_forever()
+
+            await nursery.start(run_again)
+            # Then that due time runs, under its own firing's id
+            await runs_reach(1)
+            while firing_id("second", due) not in RUNS:
+                await runs_reach(len(RUNS) + 1)
+            nursery.cancel_scope.cancel(reason="test over")
+    again = logs.of_type("actorctl:beat:firing-again")
+    assert [(m["schedule"], m["due"]) for m in again] == [("second", due)]
+    assert RUNS.count(firing_id("second", due)) == 1

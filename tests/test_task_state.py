@@ -17,6 +17,7 @@ import json
 import os
 import queue
 import re
+import select
 import signal
 import sqlite3
 import subprocess
@@ -106,11 +107,20 @@ class RunningCluster:
         if process.stdout is not None:
             process.stdout.close()
 
-    def kill(self, node: str) -> None:
-        """SIGKILL ``node``'s process and wait until ``cluster up`` started it again."""
+    def kill(self, node: str, *, dead: Callable[[], None] | None = None) -> None:
+        """SIGKILL ``node``'s process and wait until ``cluster up`` started it
+        again; with ``dead``, call it once the process is gone, before that."""
         pid = self.pids[node]
         restarts = self.restarts.get(node, 0)
-        os.kill(pid, signal.SIGKILL)
+        gone = os.pidfd_open(pid)  # readable once the process has ended
+        try:
+            os.kill(pid, signal.SIGKILL)
+            if dead is not None:
+                readable, _, _ = select.select([gone], [], [], WAIT)
+                assert readable, f"node {node} (pid {pid}) still ran {WAIT:g} s after SIGKILL"
+                dead()
+        finally:
+            os.close(gone)
         self._until(lambda _: self.restarts.get(node, 0) > restarts, WAIT)
         assert self.pids[node] != pid
 

@@ -62,15 +62,18 @@ Done = Callable[[Outcome], None]
 
 @final
 class _Entry:
-    __slots__ = ("address", "attempts", "envelope", "fled", "on_done", "priority", "reroute")
+    __slots__ = ("address", "attempts", "envelope", "fled", "key", "on_done", "priority", "reroute")
 
     def __init__(
         self,
+        key: str,
         address: Address,
         envelope: Envelope,
         on_done: Done | None = None,
         reroute: Reroute | None = None,
     ) -> None:
+        #: Its row in the store: its own, never another entry's (see ``Backlog.add``).
+        self.key = key
         self.address = address
         self.envelope = envelope
         self.on_done = on_done
@@ -121,11 +124,12 @@ class Backlog:
         self._open_peer = open_peer
         self._clock = clock
         self._lanes: dict[Address, _Lane] = {}
-        self._keys = itertools.count()
+        # The serial numbers of its rows' keys; once started, past those kept.
+        self._keys = itertools.count(1)
         self._nursery: trio.Nursery | None = None
         self._emptied = trio.lowlevel.ParkingLot()
-        # Entries read back from the store, by message id, until they are done:
-        # their sender (a router) may claim them again (adopt).
+        # Entries read back from the store, by their row's key, until they are
+        # done: their sender (a router) may claim them again (adopt).
         self._resumed: dict[str, _Entry] = {}
         #: Messages it sent again after a refusal (``modified``, released, an
         #: unreachable peer) since the node started.
@@ -143,6 +147,7 @@ class Backlog:
         """Publish from now on, starting with what the store kept from before."""
         self._nursery = nursery
         kept = self._store.items(TABLE)
+        self._keys = itertools.count(1 + max((_serial(key) for key, _ in kept), default=0))
         for key, value in kept:
             try:
                 address, envelope = _unpack(value)
@@ -150,7 +155,7 @@ class Backlog:
                 log("actorctl:backlog:unreadable", node=self.name, key=key, error=str(exc))
                 self._store.delete(TABLE, key)
                 continue
-            entry = self._resumed[envelope.message_id] = _Entry(address, envelope)
+            entry = self._resumed[key] = _Entry(key, address, envelope)
             self._queue(entry)
         if kept:
             log("actorctl:backlog:resumed", node=self.name, messages=len(kept))
@@ -167,9 +172,16 @@ class Backlog:
         durable store); it is sent until its receiver settles it, from the
         start: on its way while the commit is (a sender that dies before the
         commit has not settled what made it send, which is then sent again:
-        at least once, as ever)."""
-        entry = _Entry(address, envelope, on_done, reroute)
-        self._store.put(TABLE, envelope.message_id, _pack(address, envelope))
+        at least once, as ever).
+
+        Each entry is a row of its own, keyed by its message id and a serial
+        number: the same message may be held twice here, for two receivers (a
+        task a node sends to its own pool's router, which hands it back to
+        this backlog for a worker under the same id). The first one's
+        settlement deletes its own row, never the other's."""
+        key = f"{envelope.message_id}#{next(self._keys)}"
+        entry = _Entry(key, address, envelope, on_done, reroute)
+        self._store.put(TABLE, key, _pack(address, entry.envelope))
         self._queue(entry)
         await self._store.sync()
 
@@ -210,7 +222,7 @@ class Backlog:
                     continue
                 entry.address = elsewhere
                 entry.envelope = attrs.evolve(entry.envelope, to=str(elsewhere))
-                self._store.put(TABLE, entry.envelope.message_id, _pack(elsewhere, entry.envelope))
+                self._store.put(TABLE, entry.key, _pack(elsewhere, entry.envelope))
                 moved.append(entry)
             lane.queue.clear()
             lane.queue.extend(staying)
@@ -336,7 +348,7 @@ class Backlog:
             if elsewhere is not None and elsewhere != entry.address:
                 entry.address = elsewhere
                 entry.envelope = attrs.evolve(entry.envelope, to=str(elsewhere))
-                self._store.put(TABLE, message_id, _pack(elsewhere, entry.envelope))
+                self._store.put(TABLE, entry.key, _pack(elsewhere, entry.envelope))
                 if outcome.state == "modified":
                     # Refused again (every instance's breaker open, say): it
                     # goes round them with backoff, not as fast as they answer.
@@ -387,8 +399,8 @@ class Backlog:
         self._done(entry, Outcome.rejected(EXPIRED, why))
 
     def _done(self, entry: _Entry, outcome: Outcome) -> None:
-        self._store.delete(TABLE, entry.envelope.message_id)
-        self._resumed.pop(entry.envelope.message_id, None)
+        self._store.delete(TABLE, entry.key)
+        self._resumed.pop(entry.key, None)
         if outcome.state != "accepted":
             log(
                 "actorctl:backlog:refused",
@@ -416,6 +428,13 @@ def _priority(envelope: Envelope) -> int:
 def _expired(entry: _Entry, now: float) -> bool:
     expiry = entry.envelope.expiry_time
     return expiry is not None and expiry <= now
+
+
+def _serial(key: str) -> int:
+    """The serial number of a row's key (``message-id#serial``); 0 for a row
+    of an older version, keyed by its message id alone."""
+    _, mark, serial = key.rpartition("#")
+    return int(serial) if mark and serial.isdigit() else 0
 
 
 def _pack(address: Address, envelope: Envelope) -> bytes:

@@ -23,10 +23,19 @@ from now: nothing for the past.
 (``cluster/_leases.py``): it renews it every third of the TTL, counts it from
 when it sent the request, on its own clock, checks it before every firing
 with a margin, and stops firing when it cannot renew. Every renewal reports
-its last firings to the grantor, and a renewal follows each firing at once;
-a beat that takes the lease over starts from what the last holder reported
-(and its own store). A node with no grantor (in-process nodes, tests) fires
-without a lease.
+its last firings to the grantor (those its store holds: committed), and a
+renewal follows each firing at once; a beat that takes the lease over starts
+from what the last holder reported (and its own store). A node with no
+grantor (in-process nodes, tests) fires without a lease.
+
+**Across hosts** the role's lease is in etcd, and each firing is recorded
+there, fenced, *before* it is sent, with the address of the beat that
+recorded it (``RECORDED_BY``). A beat that died between that record and its
+store's commit (milliseconds) finds, when it holds the role again, a firing
+recorded by itself that its store does not hold: it fires that due time
+again, under the same ids (``actorctl:beat:firing-again``). If another beat
+took the role meanwhile, that one starts after the recorded firing, which
+then does not run.
 
 **Time.** Due times are on its node's clock (``Node(clock=...)``: wall-clock
 seconds); it waits with trio timers, so under trio's ``autojump_clock`` with a
@@ -63,8 +72,9 @@ LEASE_TTL: Final = 30.0
 H_PERIODIC: Final = "periodic"
 #: Seconds it waits at most before it reads the wall clock again (it may jump).
 _MAX_WAIT: Final = 60.0
-#: Due times counted at most when a long outage is caught up or skipped.
-_MAX_COUNTED: Final = 100_000
+#: The key of the role's state in etcd that names the beat that wrote it (a
+#: control character: no periodic task's name is this).
+RECORDED_BY: Final = "\x1frecorded-by"
 
 
 class Beat(Actor):
@@ -104,6 +114,12 @@ class Beat(Actor):
         self.lease_ttl = float(lease_ttl)
         self.margin = self.lease_ttl / 10
         self.last: dict[str, float | None] = {}
+        #: The last firing of each schedule that its store holds (committed):
+        #: what it reports to the Controller.
+        self.held: dict[str, float] = {}
+        #: Firings it recorded in etcd and died before its store held them:
+        #: fired again, under the same ids, once it holds the role.
+        self.again: dict[str, float] = {}
         self.armed: dict[str, float] = {}
         self.next: dict[str, float] = {}
         self.fence = 0
@@ -125,9 +141,8 @@ class Beat(Actor):
         outbox = self._require_cell().outbox
         self._client = TaskClient(outbox, self.directory)
         store = self._store = store_of(outbox)
-        self.last.clear()
-        self.armed.clear()
-        self.next.clear()
+        for table in (self.last, self.held, self.again, self.armed, self.next):
+            table.clear()
         self._valid_until = -math.inf
         self._wake = trio.Event()
         for name, value in store.items(BEAT_TABLE):
@@ -137,6 +152,8 @@ class Beat(Actor):
                 continue
             row = json.loads(value)
             self.last[name] = row.get("last")
+            if row.get("last") is not None:
+                self.held[name] = float(row["last"])
             self.armed[name] = float(row["armed"])
         self._held = trio.Event()
         if not self._leased:
@@ -211,7 +228,7 @@ class Beat(Actor):
         lines = []
         for name in [n for n in self.periodics if n not in new]:
             del self.periodics[name]
-            for table in (self.last, self.armed, self.next):
+            for table in (self.last, self.held, self.again, self.armed, self.next):
                 table.pop(name, None)
             self.store.delete(BEAT_TABLE, name)
             lines.append(f"beat: periodic {name} removed")
@@ -237,18 +254,25 @@ class Beat(Actor):
         schedule's last firing (its own or ``handover``'s, the later), fire a
         due time that passed meanwhile once, or skip it, as ``catch_up`` says."""
         now = self.outbox_now()
+        # What it recorded in etcd itself and its store does not hold: it died
+        # between the two (a window of milliseconds). That firing never went.
+        mine = self.role_lease is not None and handover.get(RECORDED_BY) == self.holder()
         for name, periodic in self.periodics.items():
             reported = handover.get(name)
             last = self.last.get(name)
             if isinstance(reported, int | float) and (last is None or reported > last):
                 last = self.last[name] = float(reported)
+                if mine:
+                    self.again[name] = last
+                else:  # its last holder's store holds it (or its host was lost)
+                    self.held[name] = last
             since = last if last is not None else self.armed.get(name)
             if since is None:  # never seen: nothing for the past
                 self.armed[name] = now
                 self._put(name)
                 self.next[name] = periodic.schedule.next_after(now)
                 continue
-            count, latest = self._passed(periodic, since, now)
+            count, latest = periodic.schedule.passed(since, now)
             if not count:
                 self.next[name] = periodic.schedule.next_after(since)
             elif periodic.catch_up:
@@ -263,24 +287,10 @@ class Beat(Actor):
                     reason="catch_up = false: due while no beat ran",
                     last_skipped=latest,
                 )
-                self.last[name] = latest
+                self.last[name] = self.held[name] = latest
                 self._put(name)
                 self.next[name] = periodic.schedule.next_after(now)
         self._wake.set()
-
-    @staticmethod
-    def _passed(periodic: PeriodicTask, since: float, now: float) -> tuple[int, float]:
-        """How many due times fell in (``since``, ``now``], and the latest."""
-        schedule = periodic.schedule
-        if schedule.every is not None:
-            count = math.floor(now / schedule.every) - math.floor(since / schedule.every)
-            return max(0, count), math.floor(now / schedule.every) * schedule.every
-        due, count, latest = schedule.next_after(since), 0, since
-        while due <= now and count < _MAX_COUNTED:
-            count, latest, due = count + 1, due, schedule.next_after(due)
-        while due <= now:  # a very long outage: the latest, uncounted beyond the cap
-            latest, due = due, schedule.next_after(due)
-        return count, latest
 
     def outbox_now(self) -> float:
         return self.client.outbox.now()
@@ -295,6 +305,7 @@ class Beat(Actor):
         """Fire each schedule when due, while it may: the beat's own task."""
         while True:
             self._wake = trio.Event()
+            await self._fire_again()
             now = self.outbox_now()
             waits = [_MAX_WAIT]
             if self.holding() and self.next:
@@ -318,21 +329,50 @@ class Beat(Actor):
         backlog entry in one store commit."""
         name = periodic.name
         due = self.next[name]
-        count, latest = self._passed(periodic, due, now)
+        count, latest = periodic.schedule.passed(due, now)
         if count:  # the timer woke late (a stalled loop): one firing, said so
             log("actorctl:beat:late", schedule=name, missed=count, due=due, fires_once=latest)
             due = latest
         self.next[name] = periodic.schedule.next_after(due)
+        if not await self._send(periodic, due):
+            self.next[name] = due  # still due: fired by whoever holds the role
+
+    async def _fire_again(self) -> None:
+        """Fire again each firing it recorded in etcd before it died, and its
+        store never held (:meth:`_resume`): the same due time, the same ids."""
+        for name, due in list(self.again.items()):
+            if not self.holding():
+                return
+            periodic = self.periodics.get(name)
+            if periodic is None:  # removed meanwhile (a reload)
+                self.again.pop(name, None)
+                continue
+            log(
+                "actorctl:beat:firing-again",
+                schedule=name,
+                due=due,
+                why="recorded in etcd as fired by this beat, not in its store: "
+                "it stopped between the two",
+            )
+            if not await self._send(periodic, due):
+                return  # not the role's holder now: still to fire again
+            self.again.pop(name, None)
+
+    async def _send(self, periodic: PeriodicTask, due: float) -> bool:
+        """Send ``periodic``'s firing due at ``due``: its last-fired row and its
+        backlog entry in one store commit. False: it may not (across hosts, the
+        role is another's), and it fired nothing."""
+        name = periodic.name
         try:
             self.directory.resolve(periodic.pool)  # before the row: a firing that cannot go
         except ConfigError as exc:
             log("actorctl:beat:no-pool", schedule=name, due=due, error=str(exc))
-            return
-        if self.role_lease is not None and not await self._record(name, due):
-            self.next[name] = due  # still due: fired by whoever holds the role
-            return
+            return True  # said so: this due time does not go
+        last = max(due, self.last.get(name) or due)
+        if self.role_lease is not None and not await self._record(name, last):
+            return False
         task_id = firing_id(name, due)
-        self.last[name] = due
+        self.last[name] = last
         # The row and the firing are one commit: the row's put is queued now and
         # send_task(durable=True) puts the message into the backlog table before
         # it first awaits (the commit): with no await in between, both land in
@@ -353,18 +393,22 @@ class Beat(Actor):
             durable=True,
             message_id=task_id,
         )
+        self.held[name] = max(last, self.held.get(name, last))  # committed
         self.fired += 1
         log("actorctl:beat:fired", schedule=name, task=periodic.task, task_id=task_id, due=due)
         self._report.set()  # tell the grantor at once
+        return True
 
     async def _record(self, name: str, due: float) -> bool:
         """Across hosts: record the firing of ``name`` due at ``due`` in etcd,
-        fenced, before it is sent. A beat whose role another has taken (it was
-        cut off from etcd, or stalled) is refused here and fires nothing; so is
-        one that cannot reach etcd now (it tries again once renewed)."""
+        fenced, before it is sent, with who recorded it (``RECORDED_BY``). A
+        beat whose role another has taken (it was cut off from etcd, or
+        stalled) is refused here and fires nothing; so is one that cannot
+        reach etcd now (it tries again once renewed)."""
         assert self.role_lease is not None
-        state = {n: last for n, last in self.last.items() if last is not None}
+        state: dict[str, Any] = {n: last for n, last in self.last.items() if last is not None}
         state[name] = due
+        state[RECORDED_BY] = self.holder()
         if await self.role_lease.record(state):
             return True
         log(
@@ -390,8 +434,12 @@ class Beat(Actor):
             with trio.move_on_after(self.lease_ttl / 3):
                 await self._report.wait()
 
+    def holder(self) -> str:
+        """The address it holds the scheduler role as (its own)."""
+        return str(self._require_cell().address)
+
     async def _renew(self) -> None:
-        holder = str(self._require_cell().address)
+        holder = self.holder()
         held = self.holding()
         sent = trio.current_time()  # the lease counts from here, on its own clock
         try:
@@ -434,7 +482,8 @@ class Beat(Actor):
         if self.role_lease is not None:
             return await self.role_lease.request(holder, self.lease_ttl)
         assert self.lease_address is not None
-        state = {n: due for n, due in self.last.items() if due is not None} if held else None
+        # Only what its store holds: a firing under way may not outlive it.
+        state = dict(self.held) if held else None
         ref = self.ref(self.lease_address).with_options(timeout=min(5.0, self.lease_ttl / 3))
         answer: dict[str, Any] = await ref.ask(
             "lease", SCHEDULER_ROLE, holder, self.lease_ttl, state

@@ -50,6 +50,8 @@ PERIODIC_OPTIONS: Final = frozenset({"queue", "expires", "priority"})
 _ID_SAFE: Final = re.compile(r"[A-Za-z0-9_.:-]{1,120}")
 _NAME_MAX: Final = 200
 _CRON_FIELDS: Final = ("minute", "hour", "day of month", "month", "day of week")
+#: Due times counted at most when a long outage is caught up or skipped.
+_MAX_COUNTED: Final = 100_000
 
 
 @final
@@ -130,6 +132,21 @@ class Schedule:
                 del found[0]
             due = self.next_after(due)
         return found
+
+    def passed(self, since: float, now: float) -> tuple[int, float]:
+        """How many due times fell in (``since``, ``now``], and the latest
+        (``since`` if none): what a beat that did not fire meanwhile missed.
+        Counted up to ``_MAX_COUNTED`` for a cron schedule (a very long outage:
+        the latest is found beyond it, uncounted)."""
+        if self.every is not None:
+            count = math.floor(now / self.every) - math.floor(since / self.every)
+            return max(0, count), math.floor(now / self.every) * self.every
+        due, count, latest = self.next_after(since), 0, since
+        while due <= now and count < _MAX_COUNTED:
+            count, latest, due = count + 1, due, self.next_after(due)
+        while due <= now:
+            latest, due = due, self.next_after(due)
+        return count, latest
 
     def show(self, instant: float | None) -> str | None:
         """``instant`` as an ISO 8601 time in the schedule's timezone."""
