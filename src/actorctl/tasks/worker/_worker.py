@@ -262,6 +262,8 @@ class TaskWorker(Actor):
         # Reserved until a run slot is free, then active until the run ends (inspect).
         held = HeldTask(task_id, task.name, args, kwargs, self.address.name, self.pool, now())
         holdings = self.state.holdings
+        if signals.task_received.receivers:
+            hooks.received(task, task_id, envelope_retries(envelope), args, kwargs)
         try:
             ticket = await holdings.enter(
                 self.gate, envelope.message_id, held, envelope.headers, key
