@@ -16,13 +16,18 @@ survive a module moving between packages.
 In a worker node this module is loaded by ``bench/_task_app.py`` when the environment
 has ``ACTORCTL_TASK_COST`` (a directory): on the node's ``worker_ready`` it writes its
 pid there, SIGUSR1 then starts sampling, SIGUSR2 stops it and writes ``ledger.json``.
+With ``ACTORCTL_TASK_COST_CALLS`` set, the signals run :class:`CallCounter` instead (a
+deterministic profile of the main thread: function calls, not samples) and SIGUSR2
+writes ``calls.json``.
 """
 
 from __future__ import annotations
 
+import cProfile
 import gc
 import json
 import os
+import pstats
 import signal
 import threading
 import time
@@ -31,7 +36,7 @@ from pathlib import Path
 from types import CodeType, FrameType
 from typing import Any, Final
 
-__all__ = ["STAGES", "Sampler", "install_worker_probe"]
+__all__ = ["STAGES", "CallCounter", "Sampler", "install_worker_probe"]
 
 ENV: Final = "ACTORCTL_TASK_COST"
 DEFAULT_INTERVAL: Final = 0.001
@@ -161,6 +166,35 @@ class Sampler:
         }
 
 
+class CallCounter:
+    """Counts the main thread's function calls with cProfile, by function.
+
+    Unlike the sampler's, its figures do not move with the machine's load: the number
+    of calls a task makes is the same on a busy machine as on a quiet one, so a change
+    on the task path can be judged by it while other work runs.
+    """
+
+    def __init__(self) -> None:
+        self._profile = cProfile.Profile()
+
+    def start(self) -> None:
+        self._profile.enable()
+
+    def stop(self) -> None:
+        self._profile.disable()
+
+    def dump(self, path: str) -> None:
+        self._profile.dump_stats(path)
+
+    def report(self) -> dict[str, Any]:
+        """Each function's calls (primitive, total), own and inclusive time, by file:line:name."""
+        stats = pstats.Stats(self._profile).stats  # type: ignore[attr-defined]
+        rows = {}
+        for (path, line, name), (primitive, total, own, inclusive, _) in stats.items():
+            rows[f"{os.path.basename(path)}:{line}:{name}"] = [primitive, total, own, inclusive]
+        return {"functions": rows}
+
+
 def _loop_cpu() -> float:
     """CPU seconds of the main thread (the event loop's), from any thread."""
     ident = threading.main_thread().ident
@@ -190,7 +224,8 @@ def install_worker_probe(directory: str) -> None:
 
     where = Path(directory)
     interval = float(os.environ.get(f"{ENV}_INTERVAL", DEFAULT_INTERVAL))
-    sampler = Sampler(interval)
+    calls = bool(os.environ.get(f"{ENV}_CALLS"))
+    sampler: Sampler | CallCounter = CallCounter() if calls else Sampler(interval)
     before: dict[str, int] = {}
 
     def start(signum: int, frame: object) -> None:
@@ -200,12 +235,15 @@ def install_worker_probe(directory: str) -> None:
 
     def stop(signum: int, frame: object) -> None:
         sampler.stop()
+        if isinstance(sampler, CallCounter) and (keep := os.environ.get(f"{ENV}_PSTATS")):
+            sampler.dump(keep)  # the whole profile, for pstats' callers and callees
         after = io_counters()
         counters = {key: after[key] - before.get(key, 0) for key in after}
         counters["engines"] = after["engines"]
         report = {**sampler.report(), **counters}
-        (where / "ledger.json.tmp").write_text(json.dumps(report))
-        os.replace(where / "ledger.json.tmp", where / "ledger.json")
+        name = "calls.json" if calls else "ledger.json"
+        (where / f"{name}.tmp").write_text(json.dumps(report))
+        os.replace(where / f"{name}.tmp", where / name)
 
     def ready(sender: object = None, **_: Any) -> None:
         signal.signal(signal.SIGUSR1, start)

@@ -43,6 +43,11 @@ the node's connections). The caller's rows are the same stages seen from this pr
 reading of the replies. The cluster has no router or scheduler between caller and
 worker (the pool is reached directly), so that hop is 0 here.
 
+``--calls`` counts instead of sampling: cProfile in both event-loop threads, printing
+the function calls per task and the functions that make most of them. Those counts do
+not move with the machine's load, so a change can be judged by them on a busy machine
+(the µs column is cProfile's own time, inflated by the profiler, for ranking only).
+
 ``--detail N`` adds, per stage, the N functions the worker was in when sampled (the
 stack's leaf). ``--smoke``: a few hundred tasks, for CI (no figure is judged). Prints the
 table on stdout; progress goes to stderr.
@@ -69,7 +74,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from examples._cluster import running_cluster
 
 from bench import _smoke
-from bench._stages import ENV, STAGES, Sampler
+from bench._stages import ENV, STAGES, CallCounter, Sampler
 from bench._task_app import add, app
 
 CLUSTER = Path(__file__).resolve().parent / "tasks.toml"
@@ -123,7 +128,7 @@ async def _wait_for(path: Path, what: str) -> None:
 
 
 async def _measure(
-    cluster: Path, probe: Path, tasks: int, window: int, interval: float
+    cluster: Path, probe: Path, tasks: int, window: int, interval: float, calls: bool = False
 ) -> dict[str, Any]:
     async with app.aconnect(cluster):
         value = await (await add.adelay(0, 0)).aget(timeout=TIMEOUT_S)
@@ -134,7 +139,7 @@ async def _measure(
         pid = int((probe / "worker.pid").read_text())
         os.kill(pid, signal.SIGUSR1)
         await _wait_for(probe / "started", "worker sampling")
-        caller = Sampler(interval)
+        caller: Sampler | CallCounter = CallCounter() if calls else Sampler(interval)
         caller.start()
         t0 = time.perf_counter()
         try:
@@ -143,8 +148,9 @@ async def _measure(
             elapsed = time.perf_counter() - t0
             caller.stop()
             os.kill(pid, signal.SIGUSR2)
-        await _wait_for(probe / "ledger.json", "worker ledger written")
-        worker = json.loads((probe / "ledger.json").read_text())
+        name = "calls.json" if calls else "ledger.json"
+        await _wait_for(probe / name, "worker ledger written")
+        worker = json.loads((probe / name).read_text())
     return {"tasks": tasks, "elapsed_s": elapsed, "worker": worker, "caller": caller.report()}
 
 
@@ -222,6 +228,27 @@ def table(result: dict[str, Any], window: int, detail: int = 0) -> str:
     return "\n".join(lines)
 
 
+def calls_table(result: dict[str, Any], window: int, top: int) -> str:
+    """Function calls per task in each event-loop thread, and the functions behind them."""
+    tasks = result["tasks"]
+    lines = [
+        f"actorctl function calls per task (commit {_commit()}): add(1, 2) pipelined, "
+        f"{window} in flight, {tasks} tasks, counted by cProfile in each event-loop thread",
+    ]
+    for side in ("worker", "caller"):
+        functions: dict[str, list[float]] = result[side]["functions"]
+        total = sum(row[1] for row in functions.values())
+        lines += ["", f"{side}: {total / tasks:,.1f} calls per task"]
+        lines.append(f"  {'calls/task':>10} {'own µs':>8} {'with callees':>12}  function")
+        ranked = sorted(functions.items(), key=lambda item: -item[1][1])[:top]
+        for where, (_, ncalls, own, inclusive) in ranked:
+            lines.append(
+                f"  {ncalls / tasks:>10.2f} {own * 1e6 / tasks:>8.1f} "
+                f"{inclusive * 1e6 / tasks:>12.1f}  {where}"
+            )
+    return "\n".join(lines)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", type=int, default=5000, help="tasks measured")
@@ -231,14 +258,26 @@ def main() -> int:
     parser.add_argument(
         "--detail", type=int, default=0, metavar="N", help="the top N functions of each stage"
     )
+    parser.add_argument(
+        "--calls", action="store_true", help="count function calls (cProfile) instead of sampling"
+    )
     args = _smoke.parse_args(parser, tasks=300)
     if min(args.tasks, args.window) < 1 or args.interval <= 0:
         parser.error("--tasks and --window must be at least 1, --interval above 0")
     with tempfile.TemporaryDirectory() as probe:
         env = {ENV: probe, f"{ENV}_INTERVAL": str(args.interval)}
+        if args.calls:
+            env[f"{ENV}_CALLS"] = "1"
         with running_cluster(CLUSTER, echo=False, env=env) as path:
             _log("cluster up; measuring")
-            result = trio.run(_measure, path, Path(probe), args.tasks, args.window, args.interval)
+            result = trio.run(
+                _measure, path, Path(probe), args.tasks, args.window, args.interval, args.calls
+            )
+    if args.calls:
+        print(calls_table(result, args.window, args.detail or 40))
+        if args.json:
+            print(json.dumps(result))
+        return 0
     print(table(result, args.window, args.detail))
     if args.json and not args.smoke:
         print(json.dumps(result))

@@ -2,8 +2,9 @@
 
 Its one task, ``hold``, records each of its runs in a file of its process in
 $ACTORCTL_KILL_RECORDS (as tests/kill_app.py does, and waking the test the same
-way): ``begin:LABEL`` when it begins, then, once it may go on, ``LABEL`` when it
-ends. It may go on once the test no longer holds an exclusive lock (flock) on
+way): ``took:LABEL`` when its worker takes it (``task_received``: it may wait
+for a run slot), ``begin:LABEL`` when it begins, then, once it may go on,
+``LABEL`` when it ends. It may go on once the test no longer holds an exclusive lock (flock) on
 the file ``hold-PID`` there, PID its own process's: the test holds the tasks
 of one worker node back, or of both, and lets them go one node at a time.
 """
@@ -15,8 +16,9 @@ import fcntl
 import os
 import socket
 from pathlib import Path
+from typing import Any
 
-from actorctl import App
+from actorctl import App, signals
 from tests.kill_app import RECORDS, WAKE
 
 app = App("s", default_pool="work")
@@ -64,3 +66,11 @@ def hold(label: str) -> str:
     _wait_while_held(directory)
     _write(directory, label)
     return label
+
+
+@signals.task_received.connect(sender=hold)
+def _took(request: Any, **_: object) -> None:
+    """Record that this process's worker took the task (``took:LABEL``)."""
+    directory = os.environ.get(RECORDS)
+    if directory:
+        _write(directory, f"took:{request.args[0]}")

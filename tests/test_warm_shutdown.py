@@ -108,7 +108,14 @@ class Cluster:
             os.close(fd)  # and with it, the lock
 
     def runs(self, pid: int) -> list[str]:
-        """What the process ``pid`` recorded, in order (whole lines)."""
+        """What the runs in process ``pid`` recorded, in order (whole lines)."""
+        return [line for line in self._lines(pid) if not line.startswith("took:")]
+
+    def took(self, pid: int) -> int:
+        """How many tasks process ``pid``'s worker took (``task_received``)."""
+        return sum(line.startswith("took:") for line in self._lines(pid))
+
+    def _lines(self, pid: int) -> list[str]:
         path = self.records.directory / f"{pid}.log"
         if not path.exists():
             return []
@@ -187,15 +194,14 @@ async def _reserved(cluster: Cluster, nodes: Iterable[str]) -> dict[str, int | N
     return {node: len(tasks) if isinstance(tasks, list) else None for node, tasks in held.items()}
 
 
-async def _wait_reserved(cluster: Cluster, wanted: dict[str, int | None]) -> None:
-    """Ask again until the workers hold ``wanted`` tasks not begun.
-
-    Nothing crosses the processes to say "a worker took this task": the
-    answers are the only signal, so they are asked for again, with a short
-    pause between asks, until they hold or WAIT runs out."""
-    with trio.fail_after(WAIT):
-        while await _reserved(cluster, wanted) != wanted:  # noqa: ASYNC110 (no event crosses the processes)
-            await trio.sleep(0.05)
+async def _wait_taken(cluster: Cluster, taken: dict[str, int]) -> None:
+    """Wait until each worker node took ``taken[node]`` tasks: their
+    ``task_received`` receivers record each (``took:LABEL``)."""
+    pids = {node: cluster.pids[node] for node in taken}
+    took = await cluster.records.wait_until(
+        lambda: all(cluster.took(pids[node]) == count for node, count in taken.items())
+    )
+    assert took, {node: cluster.took(pid) for node, pid in pids.items()}
 
 
 async def test_one_sigterm_to_a_busy_worker_repeats_and_loses_nothing(
@@ -213,7 +219,11 @@ async def test_one_sigterm_to_a_busy_worker_repeats_and_loses_nothing(
             with trio.fail_after(WAIT):
                 for label in labels:
                     await hold.aapply_async((label,))
-            await _wait_reserved(cluster, {"worker-1": RUNS, "worker-2": RUNS})
+            # (each took its RUNS that run and RUNS that wait for a slot, and
+            # says so: a worker takes a task and holds it in one step)
+            await _wait_taken(cluster, {"worker-1": 2 * RUNS, "worker-2": 2 * RUNS})
+            reserved = await _reserved(cluster, ("worker-1", "worker-2"))
+            assert reserved == {"worker-1": RUNS, "worker-2": RUNS}
             begun = await cluster.records.wait_until(
                 lambda: sum(line.startswith("begin:") for line in cluster.runs(one)) == RUNS
             )

@@ -26,6 +26,7 @@ from .tasks.app._signals import Signal as Signal
 from .tasks.app._signals import task_failure as task_failure
 from .tasks.app._signals import task_postrun as task_postrun
 from .tasks.app._signals import task_prerun as task_prerun
+from .tasks.app._signals import task_received as task_received
 from .tasks.app._signals import task_retry as task_retry
 from .tasks.app._signals import task_revoked as task_revoked
 from .tasks.app._signals import task_success as task_success
@@ -38,6 +39,7 @@ __all__ = [
     "task_failure",
     "task_postrun",
     "task_prerun",
+    "task_received",
     "task_retry",
     "task_revoked",
     "task_success",

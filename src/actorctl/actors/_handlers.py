@@ -96,8 +96,10 @@ class HandlerSpec:
 
     __slots__ = (
         "_any_keywords",
+        "_by_position",
         "_fast",
         "_hooks",
+        "_required",
         "fn",
         "is_async",
         "name",
@@ -115,6 +117,11 @@ class HandlerSpec:
         self._hooks: dict[str, Callable[[Any], Any]] | None = None
         self._fast: tuple[int, int] | None = None
         self._any_keywords = False
+        #: For a handler whose parameters are all positional: each one's name
+        #: and check (None: taken as it comes), so that a call by position is
+        #: checked without inspect's Signature.bind.
+        self._by_position: tuple[tuple[str, Callable[[Any], Any] | None], ...] | None = None
+        self._required = 0
 
     def bind(self, args: list[Any], kwargs: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
         """Check and convert wire arguments for a call on a bound method.
@@ -131,6 +138,16 @@ class HandlerSpec:
             and fast[0] <= len(args) <= fast[1]
         ):
             return args, kwargs
+        by_position = self._by_position
+        if (
+            by_position is not None
+            and not kwargs
+            and self._required <= len(args) <= len(by_position)
+        ):
+            return [
+                value if hook is None else self._convert(pname, hook, value)
+                for (pname, hook), value in zip(by_position, args, strict=False)
+            ], kwargs
         try:
             bound = self.signature.bind(None, *args, **kwargs)
         except TypeError as exc:
@@ -171,12 +188,16 @@ class HandlerSpec:
         if not hooks and kinds == [inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD]:
             self._fast = (0, sys.maxsize)  # takes anything: nothing to check
             self._any_keywords = True
-        elif not hooks and all(
+        elif all(
             kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
             for kind in kinds
         ):
             required = sum(1 for p in params if p.default is p.empty)
-            self._fast = (required, len(params))
+            if hooks:
+                self._by_position = tuple((p.name, hooks.get(p.name)) for p in params)
+                self._required = required
+            else:
+                self._fast = (required, len(params))
 
     def _hook_for(self, pname: str, hint: Any) -> Callable[[Any], Any]:
         accepted = _PRIMITIVES.get(hint)

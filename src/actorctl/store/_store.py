@@ -89,7 +89,10 @@ class Store:
         self._committing = 0  # of those, how many the commit under way takes
         self._wake = trio.Event()  # something was queued
         self._hurry = trio.Event()  # someone syncs: commit now
-        self._flushed = trio.Event()  # set (and replaced) after each commit
+        # Set when the commit under way ends, and when the one after it ends: a
+        # sync wakes once, when the commit that takes its writes is done.
+        self._flushing = trio.Event()
+        self._next_flush = trio.Event()
         self._disk_only: set[str] = set()  # tables whose owner keeps them in memory
 
     @classmethod
@@ -145,11 +148,16 @@ class Store:
         once for a memory store, or once the store fell back to memory). Awaiting
         it makes sense only while :meth:`run` runs: that is what commits."""
         target = self._queued
-        if self._durable and self._committing < target:  # not in the commit under way
+        if not self._durable or self._committed >= target:
+            await trio.lowlevel.checkpoint()
+            return
+        if self._committing < target:  # not in the commit under way
             self._hurry.set()
         while self._durable and self._committed < target:
-            await self._flushed.wait()
-        await trio.lowlevel.checkpoint()
+            if self._committing >= target:
+                await self._flushing.wait()
+            else:
+                await self._next_flush.wait()
 
     def _write(self, write: _Write) -> None:
         if write[0] not in self._disk_only:
@@ -232,17 +240,22 @@ class Store:
         if db is None or not self._durable or (not count and purge is None):
             return
         batch = self._queue[:count]
+        flushing = self._flushing = self._next_flush
+        self._next_flush = trio.Event()
         self._committing = upto
         try:
             await trio.to_thread.run_sync(_commit, db, batch, purge, abandon_on_cancel=abandon)
         except (OSError, sqlite3.Error) as exc:
             self._fail(exc)
             return
+        except BaseException:
+            self._committing = self._committed  # abandoned: the next commit takes it
+            flushing.set()
+            raise
         del self._queue[:count]
         self.commits += 1
         self._committed = upto
-        self._flushed.set()
-        self._flushed = trio.Event()
+        flushing.set()
 
     def _fail(self, exc: BaseException) -> None:
         log(
@@ -258,7 +271,8 @@ class Store:
         if db is not None:
             # No thread uses it now (a failed commit returned); closing is quick.
             db.close()
-        self._flushed.set()
+        self._flushing.set()
+        self._next_flush.set()
 
 
 def _apply(tables: _Tables, write: _Write) -> None:

@@ -27,6 +27,7 @@ __all__ = [
     "task_failure",
     "task_postrun",
     "task_prerun",
+    "task_received",
     "task_retry",
     "task_revoked",
     "task_success",
@@ -170,6 +171,10 @@ def _matches(wanted: object, sender: object) -> bool:
 
 
 #: Before a task runs.
+#: A worker took it (reserved: it may wait for a run slot before it runs);
+#: ``request`` is its TaskContext. Sent before the worker checks a revoke or
+#: an expiry, as Celery's is.
+task_received = Signal("task_received", ["request"])
 task_prerun = Signal("task_prerun", ["task_id", "task", "args", "kwargs"])
 #: After it ran, whatever the outcome; ``state`` is SUCCESS, FAILURE or RETRY.
 task_postrun = Signal("task_postrun", ["task_id", "task", "args", "kwargs", "retval", "state"])

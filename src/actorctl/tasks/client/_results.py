@@ -96,6 +96,10 @@ def in_trio() -> bool:
     return True
 
 
+#: Guards each AsyncResult's threading.Event, made on the first blocking get().
+_THREAD_DONE: Final = threading.Lock()
+
+
 @final
 class AsyncResult:
     """The handle on one task's result.
@@ -133,7 +137,7 @@ class AsyncResult:
         self._tracked = tracked
         self._lookup = lookup
         self._delivered = False  # a registry hands it its documents
-        self._done_thread = threading.Event()
+        self._thread_done: threading.Event | None = None  # made by a get() that waits
         self._done_trio = trio.Event()
         self._changed = trio.Event()
 
@@ -214,19 +218,23 @@ class AsyncResult:
             self._check_tracked()
             deadline = None if timeout is None else time.monotonic() + timeout
             first = FALLBACK_AFTER if timeout is None else min(timeout, FALLBACK_AFTER)
-            if not self._done_thread.wait(first):
+            done = self._done_thread()
+            if not done.wait(first):
                 left = None if deadline is None else max(0.0, deadline - time.monotonic())
                 fallback = self._fallback()
                 if fallback is not None:
                     fallback.run_blocking(self._wait_or_fetch, fallback, left)
                 else:
-                    self._done_thread.wait(left)
+                    done.wait(left)
         if self._state not in READY_STATES:
             raise AskTimeout(f"{self._name()} not ready within {timeout:g} s")
         return self._outcome(propagate)
 
     async def aget(self, timeout: float | None = None, *, propagate: bool = True) -> Any:
         """Await the task and return its value: :meth:`get` for trio code."""
+        if self._state in READY_STATES and self._tracked:  # come already: nothing to time
+            await trio.lowlevel.checkpoint()
+            return self._outcome(propagate)
         lookup = self._lookup_now()
         if lookup is not None:
             await self._fetch(lookup, timeout)
@@ -276,6 +284,17 @@ class AsyncResult:
         (trio code), or before the result could arrive."""
         if self._forget is not None:
             self._forget(self.id)
+
+    def _done_thread(self) -> threading.Event:
+        """What a thread blocked in :meth:`get` waits on, made by the first
+        such get(): most results are awaited in trio's thread, or not at all,
+        and the event loop's thread then makes no threading.Event per task."""
+        with _THREAD_DONE:
+            if self._thread_done is None:
+                self._thread_done = threading.Event()
+                if self._state in READY_STATES:
+                    self._thread_done.set()
+            return self._thread_done
 
     def _check_tracked(self) -> None:
         if not self._tracked:
@@ -357,7 +376,10 @@ class AsyncResult:
         elif state in (FAILURE, RETRY, REVOKED):
             self._error = body if isinstance(body, dict) else {"message": str(body)}
         if state in READY_STATES:
-            self._done_thread.set()
+            with _THREAD_DONE:  # after the state: a get() making its event now sees it
+                done = self._thread_done
+            if done is not None:
+                done.set()
             self._done_trio.set()
         self._changed.set()
         self._changed = trio.Event()

@@ -80,6 +80,15 @@ def failed(
         )
 
 
+def received(
+    task: Task, task_id: str, retries: int, args: Sequence[Any], kwargs: dict[str, Any]
+) -> None:
+    """``task_received``: a worker took the task (it may wait for a run slot)."""
+    if signals.task_received.receivers:
+        request = TaskContext(task, task_id, retries=retries, args=args, kwargs=kwargs)
+        signals.task_received.send(task, request=request)
+
+
 def retried(
     task: Task,
     task_id: str,

@@ -262,6 +262,8 @@ class TaskWorker(Actor):
         # Reserved until a run slot is free, then active until the run ends (inspect).
         held = HeldTask(task_id, task.name, args, kwargs, self.address.name, self.pool, now())
         holdings = self.state.holdings
+        if signals.task_received.receivers:
+            hooks.received(task, task_id, envelope_retries(envelope), args, kwargs)
         try:
             ticket = await holdings.enter(
                 self.gate, envelope.message_id, held, envelope.headers, key
@@ -520,6 +522,13 @@ class TaskWorker(Actor):
             )
             args = [ctx, *args]
         call = functools.partial(task.fn, *args, **kwargs)
+        if not (task.boxed or task.is_async or self.threads):
+            # A plain def on the event loop's own thread: nothing else runs
+            # until it returns, so nothing could cancel it (a revoke's
+            # terminate, the hard limit's deadline): no cancel scope to enter.
+            # run_inline drops its value if it returned past the hard limit.
+            with using_client(self.followups.client):
+                return run_inline(call, limits)
         # A long-lived boxed worker counts the hard limit itself, from when one
         # of its processes takes the task (afresh when it runs again after a
         # crash): the wait for a process (a restart's backoff) does not count.
@@ -532,8 +541,6 @@ class TaskWorker(Actor):
                     return await self._run_boxed(task, args, kwargs, limits, task_id)
                 if task.is_async:
                     return await run_async(call, limits)
-                if not self.threads:
-                    return run_inline(call, limits)
                 return await run_thread(call, limits, self._threads)
             finally:
                 self.state.running.pop(task_id, None)
