@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -193,6 +194,13 @@ def hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hosts]:
             running.stop()
 
 
+def with_rate(text: str, rate: str) -> str:
+    """``text`` (a cluster file) with the rate limit of hosts.work set to ``rate``."""
+    if "rate_limit" not in text:
+        return text + LIMIT.format(rate=rate)
+    return re.sub(r'rate_limit = "[^"]*"', f'rate_limit = "{rate}"', text)
+
+
 def limits(hosts: Hosts, node: str) -> dict[str, Any]:
     """What ``node``'s ``_tasks`` says its limits are, asked as the ``cli`` member."""
     config = load_cluster(hosts.file("a"), cluster_app())
@@ -282,7 +290,8 @@ def test_unsigned_forged_and_replayed_requests_are_refused_by_every_host(hosts: 
     operator = IdentityKey.load(keys / "cli.key")
     # Given requests that would lift the limit: unsigned, signed by a
     # member's key (worker-b's: not an operator), and by a key no host trusts
-    content = hosts.file("a").read_text().replace("7/m", "1000/s")
+    content = with_rate(hosts.file("a").read_text(), "1000/s")
+    before = limits(hosts, "worker-c")
     unsigned = attrs.evolve(sign_request(config, content, operator), signature=b"")
     member = sign_request(config, content, IdentityKey.load(keys / "worker-b.key"))
     stranger = sign_request(config, content, IdentityKey.generate("mallory"))
@@ -320,21 +329,21 @@ def test_unsigned_forged_and_replayed_requests_are_refused_by_every_host(hosts: 
     for outcome in through_etcd(hosts, old).values():
         assert outcome.outcome is Outcome.REFUSED
         assert "outside the 300 s window" in outcome.reason, outcome.reason
-    # and nothing changed: the limit is the one the operator set, every copy as it was
-    assert "7/m" in json.dumps(limits(hosts, "worker-c"))
-    assert "1000/s" not in json.dumps(limits(hosts, "worker-c"))
+    # and nothing changed: the limits are those the operator set, every copy as it was
+    assert limits(hosts, "worker-c") == before
     for host in HOSTS:
         assert "1000/s" not in hosts.file(host).read_text()
 
 
 def test_a_host_that_does_not_answer_is_reported_and_the_command_fails(hosts: Hosts) -> None:
     # Given host c's host up stopped (SIGSTOP): its node stays registered in etcd
-    text = hosts.file("a").read_text().replace("7/m", "9/m")
+    text = with_rate(hosts.file("a").read_text(), "9/m")
     hosts.file("a").write_text(text)
     os.kill(hosts.ups["c"].pid, signal.SIGSTOP)
     try:
-        # When the operator reloads, waiting 5 s
-        done = hosts.reload("--timeout", "5")
+        # When the operator reloads, waiting 30 s (each host checks the file
+        # in a process of its own: seconds on a loaded machine)
+        done = hosts.reload("--timeout", "30")
     finally:
         os.kill(hosts.ups["c"].pid, signal.SIGCONT)
     # Then a and b applied it, c is reported as not answering, and it exits 1
@@ -344,7 +353,7 @@ def test_a_host_that_does_not_answer_is_reported_and_the_command_fails(hosts: Ho
     assert rows["a"].split()[1] == "changed"
     assert rows["b"].split()[1] == "changed"
     assert "did not answer" in rows["c"]
-    assert "registered in etcd, no outcome within 5 s" in rows["c"]
+    assert "registered in etcd, no outcome within 30 s" in rows["c"]
     assert "9/m" in json.dumps(limits(hosts, "worker-b"))
 
     # Given host c's host up stopped for good (its node leaves etcd)

@@ -39,9 +39,9 @@ from ._reach import (
     load,
     reach_options,
     read_cluster,
+    reload_across,
     request_controller,
 )
-from ._reload_across import reload_across
 from ._table import render_tree
 
 __all__ = ["cluster"]
