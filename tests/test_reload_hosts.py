@@ -33,7 +33,7 @@ import trio
 
 from actorctl.cluster import load_cluster, open_node
 from actorctl.etcd import EtcdClient
-from actorctl.mailbox import IdentityKey
+from actorctl.mailbox import IdentityKey, Keyring, Role
 from actorctl.ops import (
     CLI_NAME,
     HostOutcome,
@@ -43,7 +43,7 @@ from actorctl.ops import (
     request_key,
     sign_request,
 )
-from actorctl.ops._reload_request import canonical
+from actorctl.ops._reload_request import canonical, refusal
 from actorctl.tasks import cluster_app
 from tests.etcd_server import EtcdServer, running_etcd
 from tests.harness import free_port
@@ -367,3 +367,32 @@ def test_a_host_that_does_not_answer_is_reported_and_the_command_fails(hosts: Ho
     row_c = next(line for line in done.stdout.splitlines() if line.startswith("c "))
     assert "did not answer" in row_c
     assert "none of its nodes is registered in etcd" in row_c
+
+
+def test_a_request_for_another_cluster_or_signed_by_a_revoked_key_is_refused(
+    tmp_path: Path,
+) -> None:
+    # Given a host's keyring that trusts an operator key and has revoked another
+    path = tmp_path / "cluster.toml"
+    path.write_text(
+        '[cluster]\nname = "rehost"\ninsecure = true\n'
+        '[[node]]\nname = "n"\nlisten = "127.0.0.1:9"\nhost = "a"\n'
+    )
+    config = load_cluster(path, cluster_app())
+    host, operator, revoked = (IdentityKey.generate(n) for n in ("host", "cli", "old"))
+    keyring = Keyring(
+        host,
+        [operator.public],
+        revoked=[revoked.public],
+        roles={operator.key_id: Role.OPERATOR, revoked.key_id: Role.OPERATOR},
+    )
+    good = sign_request(config, "x", operator)
+    assert refusal(good, "rehost", keyring, (), good.asked) is None
+    # When a request is for another cluster, or signed by the revoked key
+    other = refusal(good, "other", keyring, (), good.asked)
+    by_revoked = sign_request(config, "x", revoked)
+    gone = refusal(by_revoked, "rehost", keyring, (), by_revoked.asked)
+    # Then each is refused, saying why
+    assert other == "the request is for cluster 'rehost', not 'other'"
+    assert gone is not None
+    assert "which this host does not trust (revoked)" in gone
