@@ -28,6 +28,7 @@ from ..supervision import ChildFailedToStart, SupervisorGaveUp
 from ._errors import INTERRUPTED, fail
 from ._lazy import Lazy, LazyGroup
 from ._logging import log_options, log_to
+from ._options import etcd_given, etcd_settings, etcd_to_reach
 from ._reach import (
     across_hosts,
     ask_cluster,
@@ -38,6 +39,7 @@ from ._reach import (
     load,
     reach_options,
     read_cluster,
+    reload_across,
     request_controller,
 )
 from ._table import render_tree
@@ -223,6 +225,7 @@ async def cluster_down(file: Path, timeout: float) -> None:
     help="Seconds a node removed or restarted gets to finish what it holds.",
 )
 @click.option("--timeout", default=600.0, show_default=True, help="Seconds to wait for it all.")
+@etcd_to_reach
 @log_options
 async def cluster_reload(file: Path, dry_run: bool, drain_timeout: float, timeout: float) -> None:
     """Apply FILE, changed, to its running cluster without losing work.
@@ -235,14 +238,29 @@ async def cluster_reload(file: Path, dry_run: bool, drain_timeout: float, timeou
     periodic schedules and [[task]] limits follow in place. Keys and
     certificates rotated on disk are read again. SIGHUP to `cluster up` does
     the same.
+
+    A cluster that spans hosts (`host up` on each, etcd, no Controller) is
+    asked through etcd, from any host: the file is sent signed with the CLI's
+    key, which must be an operator's; every `host up` checks the signature,
+    then checks and applies the file to its own nodes, and writes it over its
+    copy. This waits (--timeout) for every host that has a node registered in
+    etcd, prints a table (changed, unchanged, refused and why, did not
+    answer), and exits 1 unless every host of the file answered and none
+    refused.
     """
     try:
         # Checked here, in a fresh process, as `cluster up` checks it: the
-        # controller need not start one to check it again.
+        # controller (or each host) need not start one to check it again.
         config = read_cluster(file)
-        preflight(config, one_host=True)
+        if etcd_given():
+            config = attrs.evolve(config, etcd=etcd_settings(config, etcd_given()))
+        across = await across_hosts(config)
+        preflight(config, one_host=not across)
     except ConfigError as exc:
         fail(f"reload refused, the cluster runs on unchanged: {exc}", 2)
+    if across:
+        await reload_across(config, dry_run=dry_run, drain_timeout=drain_timeout, timeout=timeout)
+        return
     path = str(config.path)
     report = await ask_controller(file, "reload", timeout, path, dry_run, drain_timeout, True)
     click.echo("\n".join(_report(report, dry_run)))

@@ -27,7 +27,7 @@ from ..mailbox import Role
 from ._monitors import AGENT, NodeMonitors
 from ._reload import Shift
 from ._supervised import describe_root
-from .config._config import ClusterApp
+from .config._config import ClusterApp, ClusterConfig
 from .config._load import load_cluster
 
 if TYPE_CHECKING:
@@ -59,6 +59,7 @@ class AgentHost(Protocol):
     key_watch: KeyringWatch | None
     tls_domains: TlsDomains | None
     cluster_app: ClusterApp | None
+    followers: list[Callable[[ClusterConfig | None], Awaitable[None]]]
 
     @property
     def url(self) -> str: ...
@@ -157,6 +158,8 @@ class NodeAgent(Actor):
                 changed += follow(config, mine, shift)
             except RestartNeeded as exc:
                 restart.append(f"{name}: {exc}")
+        for follower in list(self._node.followers):  # its record in etcd
+            await follower(config)
         if changed:
             log("actorctl:node:followed", node=self._node.name, changed=changed, restart=restart)
         return {"changed": changed, "restart": restart}
@@ -173,6 +176,8 @@ class NodeAgent(Actor):
         if node.tls_domains is not None:
             node.tls_domains.reload()
             done.append("certificates read again")
+        for follower in list(node.followers):  # its record says whom it trusts now
+            await follower(None)
         return done
 
     @handler(roles=Role.OPERATOR)

@@ -48,6 +48,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import final
 from urllib.parse import urlsplit
 
+import attrs
 import trio
 
 from .._log import log
@@ -179,8 +180,24 @@ async def serve_membership(
                 pools=dict(record.pools),
                 routers=[r.follows_pool for r in routing.routers],
             )
-            task_status.started()
-            await trio.sleep_forever()
+
+            async def follow(config: ClusterConfig | None) -> None:
+                await registration.update(_followed(node, registration.record, config))
+
+            node.followers.append(follow)
+            try:
+                task_status.started()
+                await trio.sleep_forever()
+            finally:
+                node.followers.remove(follow)
+
+
+def _followed(node: Node, record: NodeRecord, config: ClusterConfig | None) -> NodeRecord:
+    """``record`` once ``node`` followed a reloaded file ``config`` (None: read
+    its keys again): whom it knows and whose member keys it trusts now."""
+    knows = config.member_names if config is not None else record.knows
+    trusts = sorted(node.keyring.members) if node.keyring is not None else record.trusts
+    return attrs.evolve(record, knows=knows, trusts=trusts)
 
 
 async def keep_fence(

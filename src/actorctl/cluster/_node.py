@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import socket
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, Final, final
 
@@ -46,7 +46,7 @@ from ._node_records import (
 from ._outbox import NodeOutbox
 from ._replays import ReplayJournal
 from ._supervised import Hostable, NodeHost, named, node_root
-from .config._config import ClusterApp
+from .config._config import ClusterApp, ClusterConfig
 from .link._credit import CreditKeeper
 from .link._engine import Engine, EngineHandler, EngineSet
 from .link._inbound import InboundHandler
@@ -161,6 +161,10 @@ class Node:
             else None
         )
         self._replays = ReplayCache(max_bytes=limits.max_replay_bytes, node=name)
+        #: What else follows a reloaded cluster file, after its actors (its
+        #: record in etcd, ``_member.py``): each is given the file (None: the
+        #: keys were read again).
+        self.followers: list[Callable[[ClusterConfig | None], Awaitable[None]]] = []
         #: Its TLS domains, read again by ``cluster reload`` (None: plain TCP).
         self.tls_domains = TlsDomains(security.tls) if security.tls is not None else None
         self._clock = clock

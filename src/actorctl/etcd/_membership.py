@@ -263,6 +263,19 @@ class Registration:
             await trio.sleep(delay)
             delay = min(delay * 2, self.ttl / 3)
 
+    async def update(self, record: NodeRecord) -> None:
+        """Say ``record`` from now on (the node followed a reloaded file: whom
+        it knows and trusts changed): written under the lease it lives under
+        now. If etcd cannot be reached, the next renewal that registers again
+        writes it."""
+        self.record, self._value = record, record.to_json()
+        if not self._lease:
+            return
+        try:
+            await self._write_unless_held()
+        except EtcdError as exc:
+            log("actorctl:membership:update-failed", key=self.key, error=str(exc))
+
     async def deregister(self) -> None:
         """Revoke the lease (the key goes with it), within the client's timeout,
         even when cancelled. If etcd cannot be reached, the key goes when the

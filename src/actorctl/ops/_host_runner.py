@@ -24,7 +24,7 @@ from __future__ import annotations
 import contextlib
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Final
 
 import trio
@@ -41,6 +41,8 @@ from ..etcd._node_record import NodeRecord, membership_refusal, nodes_prefix
 from ..supervision import ChildSpec, Strategy, Supervisor
 from ._controller import _notify_systemd
 from ._foreman import Foreman, NodeState
+from ._host_reload import HostReloads
+from ._reloader import NodeRunner, Reloader
 
 __all__ = [
     "ask_down",
@@ -55,6 +57,8 @@ __all__ = [
 
 #: Seconds before a broken watch of the down key is set up again (doubling).
 _WATCH_RETRY: Final = (0.1, 5.0)
+#: Seconds a node a reload adds waits for the other hosts' nodes to know it.
+ADMIT_TIMEOUT: Final = 30.0
 
 
 def down_key(cluster: str) -> str:
@@ -108,24 +112,53 @@ async def check_etcd(
             f"etcd does not answer at {', '.join(settings.endpoints)}: {exc}: start it, or "
             "give its endpoints ([etcd] endpoints in the file, or --etcd URL)"
         ) from None
-    registered = []
-    for kv in snapshot.kvs:
-        with contextlib.suppress(ConfigError):  # not a record: no member (its nodes log it)
-            registered.append(NodeRecord.from_json(kv.value))
+    registered = _records(snapshot.kvs)
     for node in nodes:
-        keyring = config.security(node.name).keyring
-        record = NodeRecord(
-            name=node.name,
-            address=config.url(node),
-            key_id=keyring.identity.key_id if keyring is not None else "",
-            knows=config.member_names,
-            trusts=sorted(keyring.members) if keyring is not None else (),
-        )
-        why = membership_refusal(record, registered)
+        why = membership_refusal(_would_be(config, node), registered)
         if why is not None:
             raise MembershipRefused(
                 f"node {node.name!r} cannot join cluster {config.name!r}: {why}"
             )
+
+
+def _records(kvs: Iterable[KeyValue]) -> list[NodeRecord]:
+    registered = []
+    for kv in kvs:
+        with contextlib.suppress(ConfigError):  # not a record: no member (its nodes log it)
+            registered.append(NodeRecord.from_json(kv.value))
+    return registered
+
+
+def _would_be(config: ClusterConfig, node: NodeConfig) -> NodeRecord:
+    """What ``node`` will say of itself in etcd (whom it knows and trusts)."""
+    keyring = config.security(node.name).keyring
+    return NodeRecord(
+        name=node.name,
+        address=config.url(node),
+        key_id=keyring.identity.key_id if keyring is not None else "",
+        knows=config.member_names,
+        trusts=sorted(keyring.members) if keyring is not None else (),
+    )
+
+
+async def wait_admitted(
+    client: EtcdClient, config: ClusterConfig, names: Sequence[str], timeout: float = ADMIT_TIMEOUT
+) -> None:
+    """Wait (at most ``timeout`` seconds) until every node registered in etcd
+    would accept each of ``names`` (nodes a reload adds here): until the
+    other hosts have followed the new file too, and their nodes' records say
+    so. Past it, the nodes start anyway and say why they are refused."""
+    prefix = nodes_prefix(config.name)
+    wanted = [_would_be(config, config.node(name)) for name in names]
+    with trio.move_on_after(timeout):
+        while True:
+            snapshot = await client.get_prefix(prefix)
+            registered = _records(snapshot.kvs)
+            if all(membership_refusal(record, registered) is None for record in wanted):
+                return
+            async with client.watch_prefix(prefix, snapshot.revision + 1) as watch:
+                async for _ in watch:
+                    break  # a record changed: look again
 
 
 async def run_host(
@@ -150,21 +183,30 @@ async def run_host(
         ConfigError: the host runs no node.
         SupervisorGaveUp: a node kept dying.
     """
+
+    def make(config: ClusterConfig, node: NodeConfig) -> tuple[NodeRunner, NodeState]:
+        state = NodeState(node.name)
+        runner = Foreman(config, node, state, on_change, etcd=settings.endpoints, cold=cold)
+        return runner, state
+
     states: dict[str, NodeState] = {}
-    children = []
+    runners: dict[str, NodeRunner] = {}
     for node in host_nodes(config, host):
-        states[node.name] = NodeState(node.name)
-        foreman = Foreman(
-            config, node, states[node.name], on_change, etcd=settings.endpoints, cold=cold
-        )
-        children.append(ChildSpec(node.name, foreman.run))
+        runners[node.name], states[node.name] = make(config, node)
     supervisor = Supervisor(
         f"{config.name}-{host}",
-        children,
+        [ChildSpec(name, runner.run) for name, runner in runners.items()],
         strategy=Strategy.ONE_FOR_ONE,
         max_restarts=10,
         within=60.0,
     )
+    client = settings.client()
+
+    async def admit(config: ClusterConfig, names: Sequence[str]) -> None:
+        with contextlib.suppress(EtcdError, ConfigError):  # the start says why
+            await wait_admitted(client, config, names)
+
+    reloader = Reloader(states, supervisor, runners, make, host=host, admit=admit)
 
     async def stop_node(name: str) -> None:
         log("actorctl:host:stop-node", host=host, node=name)
@@ -185,8 +227,9 @@ async def run_host(
                 nursery.start_soon(stop_node, name)  # a down meanwhile is not held up
 
         # Watching before any node starts: a `cluster down` from then on stops them.
-        client = settings.client()
         await nursery.start(watch_down, client, config.name, host, stop, asked_to_stop)
+        # Watching before any node starts too: a reload asked from then on is applied.
+        await nursery.start(HostReloads(config, host, reloader, client).watch)
         await nursery.start(supervisor.run)
         task_status.started(states)
         _notify_systemd("READY=1")

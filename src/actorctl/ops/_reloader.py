@@ -39,7 +39,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any, Final, Protocol, final
 
@@ -83,6 +83,12 @@ class Reloader:
         nodes: the supervisor of the nodes.
         runners: each node's runner, by name.
         make: a runner for a node to add, with its state.
+        host: the host whose nodes these are (``host up``): a reload adds,
+            removes and restarts only the nodes the file gives this host, and
+            makes no certificates or keys (they are made once and copied);
+            None: every node of the file is one of these (``cluster up``).
+        admit: awaited with the new file and the nodes to add before they
+            start (``host up``: until the other hosts' nodes know them).
     """
 
     def __init__(
@@ -91,11 +97,16 @@ class Reloader:
         nodes: Supervisor,
         runners: dict[str, NodeRunner],
         make: Callable[[ClusterConfig, NodeConfig], tuple[NodeRunner, Any]],
+        *,
+        host: str | None = None,
+        admit: Callable[[ClusterConfig, Sequence[str]], Awaitable[None]] | None = None,
     ) -> None:
         self._states = states
         self._nodes = nodes
         self._runners = runners
         self._make = make
+        self._host = host
+        self._admit = admit
         self._lock = trio.Lock()
 
     async def reload(
@@ -126,8 +137,8 @@ class Reloader:
             # A node that a reload added but that did not start is not running:
             # the next reload starts it again (as added).
             running = attrs.evolve(old, nodes=tuple(n for n in old.nodes if n.name in hosted))
-            plan = plan_reload(running, new, hosted)
-            _free_ports(new, plan)
+            plan = plan_reload(running, self._mine(new), hosted)
+            _free_ports(self._mine(new), plan)
             report: dict[str, Any] = {"file": str(new.path), "plan": plan.lines()}
             log("actorctl:reload:plan", cluster=new.name, plan=report["plan"], dry_run=dry_run)
             if dry_run:
@@ -137,6 +148,12 @@ class Reloader:
             report["applied"], report["warnings"] = applying.applied, applying.warnings
             log("actorctl:reload:done", cluster=new.name, **report)
             return new, report
+
+    def _mine(self, config: ClusterConfig) -> ClusterConfig:
+        """The nodes of ``config`` these are to be (on a host, the host's own)."""
+        if self._host is None:
+            return config
+        return attrs.evolve(config, nodes=tuple(n for n in config.nodes if n.runs_on == self._host))
 
 
 @final
@@ -154,13 +171,16 @@ class _Applying:
     async def run(self, plan: ReloadPlan) -> None:
         owner, new = self.owner, self.new
         restarting = frozenset(plan.restarted)
-        self.applied += [f"made {line}" for line in ensure_dev_secrets(new)]
+        if owner._host is None:  # on a host they are made once and copied
+            self.applied += [f"made {line}" for line in ensure_dev_secrets(new)]
         # Nothing new to the nodes that go; new members' keys trusted.
         await self.follow(Shift(frozenset(plan.added + plan.removed), restarting), plan.removed)
         await self.each_node("refresh_security", (), skip=plan.removed)
         for runner in owner._runners.values():  # what each starts from from now on
             if runner.node.name not in plan.removed:
                 runner.config, runner.node = new, new.node(runner.node.name)
+        if plan.added and owner._admit is not None:
+            await owner._admit(new, plan.added)
         for name in plan.added:  # started first: they take work from those that go
             runner, state = owner._make(new, new.node(name))
             owner._runners[name], owner._states[name] = runner, state
