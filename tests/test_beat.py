@@ -1,6 +1,7 @@
 """The beat on real in-process nodes (real sockets, a real worker running the
 task), under trio's autojump clock: days of periodic firings in milliseconds,
-and the scheduler lease that lets one beat of two fire (tasks/services/_beat.py).
+and the scheduler lease that lets one beat of two fire (tasks/services/_beat.py,
+_beat_lease.py).
 
 Every node's wall clock is ``BASE + trio.current_time()``, so due times and the
 times the task records are exact.
@@ -189,11 +190,11 @@ async def test_a_beat_that_cannot_renew_its_lease_stops_firing_when_it_runs_out(
     every, ttl = 60.0, 30.0
     minute = Schedule.of(every=every)
     async with worker_node(free_port()) as directory:
-        beat = Beat(schedules(("minute", minute)), directory, lease_ttl=ttl)
+        port = free_port()
+        lease = f"amqp://127.0.0.1:{port}/controller"
+        beat = Beat(schedules(("minute", minute)), directory, lease=lease, lease_ttl=ttl)
         async with trio.open_nursery() as nursery:
             grantor_scope = trio.CancelScope()
-            port = free_port()
-            beat.lease_address = f"amqp://127.0.0.1:{port}/controller"
 
             async def run_grantor(task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
                 with grantor_scope:

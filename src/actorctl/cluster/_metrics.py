@@ -1,10 +1,10 @@
 """A node's Prometheus metrics, read from the plain counters its parts keep.
 
 Nothing on the message path calls prometheus-client: the mailbox, the cell
-(``actors/_counters.py``), the connections (``_engine.py``), the backlog and
-the dead letters keep integers, and :class:`NodeCollector` turns them into
-metric families when ``/metrics`` is scraped. docs/operations.md lists each
-metric and what it means.
+(``actors/_counters.py``), the connections (``link/_engine.py``, summed by
+``link/_engine_set.py``), the backlog and the dead letters keep integers, and
+:class:`NodeCollector` turns them into metric families when ``/metrics`` is
+scraped. docs/operations.md lists each metric and what it means.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from ._backlog import Backlog
 from ._deadletters import DeadLetters
 from ._http import Request, Response
 from ._replays import ReplayJournal
-from .link._engine import EngineSet
+from .link._engine_set import EngineSet
 
 __all__ = ["CONTENT_TYPE", "NodeCollector", "metrics_handler", "render"]
 

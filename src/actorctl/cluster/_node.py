@@ -48,7 +48,8 @@ from ._replays import ReplayJournal
 from ._supervised import Hostable, NodeHost, named, node_root
 from .config._config import ClusterApp, ClusterConfig
 from .link._credit import CreditKeeper
-from .link._engine import Engine, EngineHandler, EngineSet
+from .link._engine import Engine, EngineHandler
+from .link._engine_set import EngineSet
 from .link._inbound import InboundHandler
 from .link._limits import Gate, Limits
 from .link._pending import PeerSettings

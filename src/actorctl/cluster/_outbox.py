@@ -45,7 +45,7 @@ from ._backlog import Backlog, Done, Reroute
 from ._deadletters import DeadLetters
 from ._fence import Fence
 from ._idle import IdlePeers
-from .link._engine import EngineSet
+from .link._engine_set import EngineSet
 from .link._peer import Peer
 from .link._peer_breaker import PeerBreaker
 from .link._pending import PeerSettings, Pending

@@ -23,7 +23,7 @@ from ..._log import log
 from ._raw import DELIVERY, LINK_FLOW, NULL, lib, send
 from ._reply_claims import REPLY_CAPABILITY
 
-__all__ = ["Engine", "EngineHandler", "EngineSet"]
+__all__ = ["Engine", "EngineHandler"]
 
 _peek = lib.pn_collector_peek
 _pop = lib.pn_collector_pop
@@ -35,7 +35,6 @@ _READ_SIZE: Final = 65536
 _CLOSE_GRACE: Final = 2.0  # seconds the other direction may linger once one is done
 _LOCAL_UNINIT: Final = Endpoint.LOCAL_UNINIT
 _LOCAL_CLOSED: Final = Endpoint.LOCAL_CLOSED
-_LOCAL_ACTIVE: Final = Endpoint.LOCAL_ACTIVE
 _IO_ERRORS: Final = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
 #: Loop turns a busy spell's output may gather for before it is written anyway.
 GATHER_TURNS: Final = 16
@@ -143,7 +142,7 @@ class Engine:
         self.sent_bytes = 0
         #: When the last bytes came from the peer (trio's clock): a node that
         #: cannot reach etcd asks whether other hosts still talk to it
-        #: (``EngineSet.last_heard``).
+        #: (``EngineSet.last_heard``, ``_engine_set.py``).
         self.heard_at = trio.current_time()
         #: Writes to the stream (one ``send_all`` each): the ledger's count.
         self.writes = 0
@@ -508,65 +507,3 @@ async def _first(*waits: object) -> None:
                 nursery.cancel_scope.cancel()
 
             nursery.start_soon(one)
-
-
-@final
-class EngineSet:
-    """A node's live connections, incoming and outgoing: what its stop closes."""
-
-    __slots__ = ("_changed", "_engines", "_gone_received", "_gone_sent", "opened")
-
-    def __init__(self) -> None:
-        self._engines: set[Engine] = set()
-        self._changed = trio.Event()
-        #: Connections added since the node started.
-        self.opened = 0
-        self._gone_received = 0  # the bytes of connections that have ended
-        self._gone_sent = 0
-
-    def add(self, engine: Engine) -> None:
-        self._engines.add(engine)
-        self.opened += 1
-
-    def discard(self, engine: Engine) -> None:
-        if engine in self._engines:
-            self._gone_received += engine.received_bytes
-            self._gone_sent += engine.sent_bytes
-        self._engines.discard(engine)
-        self._changed.set()
-        self._changed = trio.Event()
-
-    def __len__(self) -> int:
-        return len(self._engines)
-
-    def last_heard(self, besides: str) -> float | None:
-        """When a connection last received bytes from a peer on another host
-        than ``besides`` (an address; None: no such connection is open)."""
-        heard = [
-            engine.heard_at
-            for engine in self._engines
-            if engine.peer.rpartition(":")[0].strip("[]") != besides
-        ]
-        return max(heard, default=None)
-
-    def traffic(self) -> tuple[int, int, int]:
-        """Bytes received and sent by every connection since the node started,
-        and the links open now (read when the node's metrics are scraped)."""
-        received, sent, links = self._gone_received, self._gone_sent, 0
-        for engine in self._engines:
-            received += engine.received_bytes
-            sent += engine.sent_bytes
-            link = engine.connection.link_head(_LOCAL_ACTIVE)
-            while link is not None:
-                links += 1
-                link = link.next(_LOCAL_ACTIVE)
-        return received, sent, links
-
-    async def close_all(self, timeout: float) -> None:
-        """Close every connection, and wait up to ``timeout`` s for them to end."""
-        for engine in list(self._engines):
-            engine.connection.close()
-            engine.wake()
-        with trio.move_on_after(timeout):
-            while self._engines:
-                await self._changed.wait()

@@ -29,7 +29,8 @@ from ...mailbox import (
     sign_ed25519,
 )
 from . import _raw as raw
-from ._engine import Engine, EngineHandler, EngineSet
+from ._engine import Engine, EngineHandler
+from ._engine_set import EngineSet
 from ._given_back import GivenBack, given_back
 from ._peer_breaker import PeerBreaker
 from ._peer_dial import Dialer

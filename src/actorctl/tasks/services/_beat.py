@@ -19,14 +19,12 @@ how many (``catch_up = false``). A schedule the beat never saw before starts
 from now: nothing for the past.
 
 **One beat fires in a cluster.** With a lease grantor (the Controller, under
-``cluster up``) the beat fires only while it holds the ``scheduler`` lease
-(``cluster/_leases.py``): it renews it every third of the TTL, counts it from
-when it sent the request, on its own clock, checks it before every firing
-with a margin, and stops firing when it cannot renew. Every renewal reports
-its last firings to the grantor (those its store holds: committed), and a
-renewal follows each firing at once; a beat that takes the lease over starts
-from what the last holder reported (and its own store). A node with no
-grantor (in-process nodes, tests) fires without a lease.
+``cluster up``; etcd across hosts) the beat fires only while it holds the
+``scheduler`` lease, checked before every firing; its :class:`BeatLease`
+(``_beat_lease.py``) asks for it, renews it (at once after each firing, to
+report it) and lets it go. When it takes the lease, the beat starts from
+what the last holder reported (and its own store). A node with no grantor
+(in-process nodes, tests) fires without a lease.
 
 **Across hosts** the role's lease is in etcd, and each firing is recorded
 there, fenced, *before* it is sent, with the address of the beat that
@@ -58,16 +56,15 @@ from ...cluster import ClusterConfig, NodeConfig, Shift
 from ...etcd import EtcdRoleLease
 from ...store import Store
 from ..client._client import Directory, TaskClient, send_task
-from ..protocol._protocol import BEAT_NAME, SCHEDULER_ROLE
+from ..protocol._protocol import BEAT_NAME
 from ..protocol._state import store_of
+from ._beat_lease import LEASE_TTL, BeatLease
 from ._periodic import PeriodicTask, firing_id
 
-__all__ = ["BEAT_TABLE", "H_PERIODIC", "LEASE_TTL", "Beat"]
+__all__ = ["BEAT_TABLE", "H_PERIODIC", "Beat"]
 
 #: The store table of the beat: schedule name -> {"last": due or null, "armed": time}.
 BEAT_TABLE: Final = "beat"
-#: Seconds a scheduler lease lasts unless renewed.
-LEASE_TTL: Final = 30.0
 #: The header that names the periodic task a message is a firing of.
 H_PERIODIC: Final = "periodic"
 #: Seconds it waits at most before it reads the wall clock again (it may jump).
@@ -103,16 +100,10 @@ class Beat(Actor):
         lease_ttl: float = LEASE_TTL,
         periodics_of: Callable[[ClusterConfig], list[PeriodicTask]] | None = None,
     ) -> None:
-        if not lease_ttl > 0:
-            raise ConfigError(f"beat lease_ttl: expected seconds > 0, got {lease_ttl!r}")
         self.periodics = {periodic.name: periodic for periodic in periodics}
         #: The periodic tasks of a cluster file (None: outside a cluster).
         self.periodics_of = periodics_of
         self.directory = directory
-        self.lease_address = lease if isinstance(lease, str) else None
-        self.role_lease = lease if isinstance(lease, EtcdRoleLease) else None
-        self.lease_ttl = float(lease_ttl)
-        self.margin = self.lease_ttl / 10
         self.last: dict[str, float | None] = {}
         #: The last firing of each schedule that its store holds (committed):
         #: what it reports to the Controller.
@@ -122,14 +113,17 @@ class Beat(Actor):
         self.again: dict[str, float] = {}
         self.armed: dict[str, float] = {}
         self.next: dict[str, float] = {}
-        self.fence = 0
         self.fired = 0
-        self._valid_until = -math.inf  # trio time until which its lease holds
+        #: Its scheduler lease (held at once with no grantor).
+        self.lease = BeatLease(
+            lease,
+            lease_ttl,
+            actor=self,
+            firings=lambda: self.held,
+            resume=self._resume,
+            wake=self._wake_timer,
+        )
         self._wake = trio.Event()
-        self._report = trio.Event()
-        self._standby = False
-        self._unreached = False  # the grantor did not answer, and that was said
-        self._held = trio.Event()  # set while it holds a lease (or has no grantor)
         self._client: TaskClient | None = None
         self._store: Store | None = None
 
@@ -143,7 +137,6 @@ class Beat(Actor):
         store = self._store = store_of(outbox)
         for table in (self.last, self.held, self.again, self.armed, self.next):
             table.clear()
-        self._valid_until = -math.inf
         self._wake = trio.Event()
         for name, value in store.items(BEAT_TABLE):
             if name not in self.periodics:
@@ -155,24 +148,17 @@ class Beat(Actor):
             if row.get("last") is not None:
                 self.held[name] = float(row["last"])
             self.armed[name] = float(row["armed"])
-        self._held = trio.Event()
-        if not self._leased:
-            self._held.set()
+        self.lease.begin()
+        if not self.lease.leased:
             self._resume({})
         else:
-            self.start_soon(self._keep_lease)
+            self.start_soon(self.lease.keep)
         self.start_soon(self._timer)
-
-    @property
-    def _leased(self) -> bool:
-        """Whether it fires only under a lease (a grantor is set)."""
-        return self.lease_address is not None or self.role_lease is not None
 
     async def on_stop(self) -> None:
         """Across hosts, give the scheduler role up: another node's beat takes
         it at once instead of after the lease's ttl."""
-        if self.role_lease is not None:
-            await self.role_lease.resign()
+        await self.lease.resign()
 
     @property
     def client(self) -> TaskClient:
@@ -187,15 +173,12 @@ class Beat(Actor):
         return self._store
 
     def holding(self) -> bool:
-        """Whether it may fire now: no grantor, or a lease that holds for more
-        than the margin yet, on its own clock."""
-        if not self._leased:
-            return True
-        return trio.current_time() < self._valid_until - self.margin
+        """Whether it may fire now (:meth:`BeatLease.holding`)."""
+        return self.lease.holding()
 
     async def wait_holding(self) -> None:
         """Wait until it holds the scheduler lease (at once without a grantor)."""
-        await self._held.wait()
+        await self.lease.wait_holding()
 
     # -- commands -----------------------------------------------------------------------
 
@@ -241,7 +224,7 @@ class Beat(Actor):
             if before is None:
                 self.armed[name] = now
                 self._put(name)
-            if self._held.is_set():  # it fires: its next due time, from now
+            if self.lease.granted():  # it fires: its next due time, from now
                 self.next[name] = periodic.schedule.next_after(now)
             lines.append(f"beat: periodic {name} {'added' if before is None else 'changed'}")
         self._wake.set()
@@ -256,7 +239,7 @@ class Beat(Actor):
         now = self.outbox_now()
         # What it recorded in etcd itself and its store does not hold: it died
         # between the two (a window of milliseconds). That firing never went.
-        mine = self.role_lease is not None and handover.get(RECORDED_BY) == self.holder()
+        mine = self.lease.role is not None and handover.get(RECORDED_BY) == self.lease.holder()
         for name, periodic in self.periodics.items():
             reported = handover.get(name)
             last = self.last.get(name)
@@ -292,6 +275,9 @@ class Beat(Actor):
                 self.next[name] = periodic.schedule.next_after(now)
         self._wake.set()
 
+    def _wake_timer(self) -> None:
+        self._wake.set()
+
     def outbox_now(self) -> float:
         return self.client.outbox.now()
 
@@ -317,9 +303,9 @@ class Beat(Actor):
                     await self._fire(self.periodics[name], now)
                     now = self.outbox_now()
                 waits.append(min(self.next.values()) - now)
-                if self._leased:  # the lease's margin may pass first
-                    waits.append(self._valid_until - self.margin - trio.current_time())
-            elif self._leased and not self.holding():
+                if self.lease.leased:  # the lease's margin may pass first
+                    waits.append(self.lease.holds_until() - trio.current_time())
+            elif self.lease.leased and not self.holding():
                 waits = [math.inf]  # the keeper wakes it once it holds the lease
             with trio.move_on_after(max(0.0, min(waits))):
                 await self._wake.wait()
@@ -369,7 +355,7 @@ class Beat(Actor):
             log("actorctl:beat:no-pool", schedule=name, due=due, error=str(exc))
             return True  # said so: this due time does not go
         last = max(due, self.last.get(name) or due)
-        if self.role_lease is not None and not await self._record(name, last):
+        if self.lease.role is not None and not await self._record(name, last):
             return False
         task_id = firing_id(name, due)
         self.last[name] = last
@@ -396,7 +382,7 @@ class Beat(Actor):
         self.held[name] = max(last, self.held.get(name, last))  # committed
         self.fired += 1
         log("actorctl:beat:fired", schedule=name, task=periodic.task, task_id=task_id, due=due)
-        self._report.set()  # tell the grantor at once
+        self.lease.report()  # tell the grantor at once
         return True
 
     async def _record(self, name: str, due: float) -> bool:
@@ -405,92 +391,18 @@ class Beat(Actor):
         beat whose role another has taken (it was cut off from etcd, or
         stalled) is refused here and fires nothing; so is one that cannot
         reach etcd now (it tries again once renewed)."""
-        assert self.role_lease is not None
+        assert self.lease.role is not None
         state: dict[str, Any] = {n: last for n, last in self.last.items() if last is not None}
         state[name] = due
-        state[RECORDED_BY] = self.holder()
-        if await self.role_lease.record(state):
+        state[RECORDED_BY] = self.lease.holder()
+        if await self.lease.role.record(state):
             return True
         log(
             "actorctl:beat:not-fired",
             schedule=name,
             due=due,
-            fence=self.fence,
+            fence=self.lease.fence,
             why="its firing could not be recorded in etcd as the scheduler's",
         )
-        self._valid_until = -math.inf
-        self._let_go()
-        self._report.set()  # ask for the role again at once
+        self.lease.lost()  # ask for the role again at once
         return False
-
-    # -- the lease ----------------------------------------------------------------------
-
-    async def _keep_lease(self) -> None:
-        """Acquire, then renew the lease every third of its TTL (and after each
-        firing, to report it); the beat's own task."""
-        while True:
-            self._report = trio.Event()
-            await self._renew()
-            with trio.move_on_after(self.lease_ttl / 3):
-                await self._report.wait()
-
-    def holder(self) -> str:
-        """The address it holds the scheduler role as (its own)."""
-        return str(self._require_cell().address)
-
-    async def _renew(self) -> None:
-        holder = self.holder()
-        held = self.holding()
-        sent = trio.current_time()  # the lease counts from here, on its own clock
-        try:
-            answer = await self._ask_lease(holder, held)
-        except ActorctlError as exc:
-            grantor = self.role_lease.where if self.role_lease else self.lease_address
-            if held:
-                log("actorctl:beat:lease-unrenewed", grantor=grantor, error=str(exc))
-            elif not self._unreached:  # said once, until a grant
-                self._unreached = True
-                log(
-                    "actorctl:beat:no-lease",
-                    grantor=grantor,
-                    error=str(exc),
-                    why=f"no {'etcd' if self.role_lease else 'Controller'} answers: "
-                    "nothing fires until one grants the lease",
-                )
-            if not self.holding():
-                self._let_go()
-            return  # it stops firing once the lease it has runs out
-        if not answer.get("granted"):
-            self._valid_until = -math.inf
-            self._let_go()
-            if held or not self._standby:  # said once per change
-                log("actorctl:beat:standby", holder=answer.get("holder"), fence=answer.get("fence"))
-                self._standby = True
-            return
-        self._standby = self._unreached = False
-        self._valid_until = sent + self.lease_ttl
-        if not held:
-            self.fence = int(answer["fence"])
-            log("actorctl:beat:leader", fence=self.fence, holder=holder)
-            self._resume(dict(answer.get("state") or {}))
-        self._held.set()
-        self._wake.set()
-
-    async def _ask_lease(self, holder: str, held: bool) -> dict[str, Any]:
-        """Ask the grantor for the scheduler lease: etcd across hosts, else the
-        Controller (told the last firings, while it holds the lease)."""
-        if self.role_lease is not None:
-            return await self.role_lease.request(holder, self.lease_ttl)
-        assert self.lease_address is not None
-        # Only what its store holds: a firing under way may not outlive it.
-        state = dict(self.held) if held else None
-        ref = self.ref(self.lease_address).with_options(timeout=min(5.0, self.lease_ttl / 3))
-        answer: dict[str, Any] = await ref.ask(
-            "lease", SCHEDULER_ROLE, holder, self.lease_ttl, state
-        )
-        return answer
-
-    def _let_go(self) -> None:
-        """It no longer holds the lease: :meth:`wait_holding` waits again."""
-        if self._held.is_set():
-            self._held = trio.Event()
