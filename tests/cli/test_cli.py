@@ -1,0 +1,161 @@
+"""The actorctl command, driven in real subprocesses."""
+
+from __future__ import annotations
+
+import functools
+import json
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import trio
+
+from tests.support.harness import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+ACTORCTL = [sys.executable, "-m", "actorctl"]
+
+
+async def _run(*args: str, insecure: bool = True) -> subprocess.CompletedProcess[bytes]:
+    extra = ["--insecure"] if insecure and args[0] in ("call", "send") else []
+    with trio.fail_after(30):
+        return await trio.run_process(
+            [*ACTORCTL, *args, *extra],
+            cwd=ROOT,
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+        )
+
+
+@pytest.fixture
+async def node_address(nursery: trio.Nursery):  # type: ignore[no-untyped-def]
+    port = free_port()
+    command = [
+        *ACTORCTL,
+        "node",
+        "run",
+        "tests.apps.actors:Calculator",
+        "--listen",
+        f"127.0.0.1:{port}",
+        "--insecure",
+    ]
+    proc: trio.Process = await nursery.start(
+        functools.partial(trio.run_process, command, cwd=ROOT, stdout=subprocess.PIPE, check=False)
+    )
+    assert proc.stdout is not None
+    lines: list[dict[str, object]] = []
+    buffer = b""
+    with trio.fail_after(20):
+        while not any(m.get("message_type") == "actorctl:node:ready" for m in lines):
+            chunk = await proc.stdout.receive_some(4096)
+            assert chunk, "the node exited before it was ready"
+            buffer += chunk
+            *complete, buffer = buffer.split(b"\n")
+            lines.extend(json.loads(line) for line in complete if line.strip())
+    yield f"amqp://127.0.0.1:{port}/calculator"
+    proc.send_signal(signal.SIGINT)  # our own child, by its PID
+    with trio.fail_after(20):
+        rest = b""
+        while chunk := await proc.stdout.receive_some(4096):
+            rest += chunk
+        await proc.wait()
+    assert proc.returncode == 0
+    assert b"actorctl:node:stopped" in rest
+
+
+async def test_call_prints_the_result_as_json(node_address: str) -> None:
+    result = await _run("call", node_address, "add", "2", "40")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == 42
+
+
+async def test_call_reads_json_arguments_and_keywords(node_address: str) -> None:
+    result = await _run(
+        "call", node_address, "greet", "--kw", 'user={"name": "Ada", "email": "a@b.c"}'
+    )
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == "hello Ada <a@b.c>"
+
+
+async def test_call_exits_non_zero_with_the_remote_error(node_address: str) -> None:
+    result = await _run("call", node_address, "fail", "no space left")
+    assert result.returncode == 1
+    assert b"ValueError: no space left" in result.stderr
+
+
+async def test_send_waits_until_accepted_and_reports_refusals(node_address: str) -> None:
+    ok = await _run("send", node_address, "remember", "hello")
+    assert ok.returncode == 0, ok.stderr
+    assert b"accepted" in ok.stdout
+    refused = await _run("send", node_address, "no_such_handler")
+    assert refused.returncode == 1
+    assert b"actorctl:unknown-handler" in refused.stderr
+
+
+async def test_a_bad_address_is_a_usage_error() -> None:
+    result = await _run("call", "http://example/x", "add")
+    assert result.returncode == 2
+    assert b"scheme must be amqp://" in result.stderr
+
+
+async def test_call_to_a_node_that_is_not_there_fails_within_the_timeout() -> None:
+    result = await _run("call", f"amqp://127.0.0.1:{free_port()}/x", "add", "--timeout", "0.5")
+    assert result.returncode == 1
+    assert b"is the node running?" in result.stderr or b"within" in result.stderr
+
+
+async def test_node_run_with_a_bad_target_says_what_is_wrong() -> None:
+    result = await _run(
+        "node", "run", "tests.nonexistent:Thing", "--listen", "127.0.0.1:0", "--insecure"
+    )
+    assert result.returncode == 2
+    assert b"cannot import module 'tests.nonexistent'" in result.stderr
+
+
+async def test_a_secure_cluster_from_the_command_line(
+    tmp_path: Path, nursery: trio.Nursery
+) -> None:
+    # Given certificates and keys made with the CLI itself
+    for args in (
+        ["certs", "init", str(tmp_path / "certs"), "--node", "vault", "--node", "cli"],
+        ["keys", "gen", "vault", "--dir", str(tmp_path / "keys")],
+        ["keys", "gen", "cli", "--dir", str(tmp_path / "keys")],
+    ):
+        made = await _run(*args, insecure=False)
+        assert made.returncode == 0, made.stderr
+    listed = await _run("keys", "list", "--dir", str(tmp_path / "keys"), insecure=False)
+    assert b"vault" in listed.stdout
+    assert b"private+public" in listed.stdout
+    secure = ["--certs", str(tmp_path / "certs"), "--keys", str(tmp_path / "keys")]
+    port = free_port()
+    command = [*ACTORCTL, "node", "run", "tests.apps.actors:Calculator", "--name", "vault",
+               "--listen", f"127.0.0.1:{port}", *secure]  # fmt: skip
+    proc: trio.Process = await nursery.start(
+        functools.partial(trio.run_process, command, cwd=ROOT, stdout=subprocess.PIPE, check=False)
+    )
+    assert proc.stdout is not None
+    buffer = b""
+    with trio.fail_after(20):
+        while b"actorctl:node:ready" not in buffer:
+            chunk = await proc.stdout.receive_some(4096)
+            assert chunk, "the node exited before it was ready"
+            buffer += chunk
+    # When the CLI calls it over mutual TLS, signing with its own key
+    address = f"amqps://127.0.0.1:{port}/calculator"
+    result = await _run("call", address, "add", "20", "22", *secure, insecure=False)
+    # Then it gets the answer, and the node never warned about being insecure
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == 42
+    without = await _run("call", address, "add", "1", "1", insecure=False)
+    assert without.returncode == 2
+    assert b"--certs DIR" in without.stderr
+    proc.send_signal(signal.SIGINT)
+    with trio.fail_after(20):
+        while chunk := await proc.stdout.receive_some(4096):
+            buffer += chunk
+        await proc.wait()
+    assert b"actorctl:node:insecure" not in buffer
+    assert b"actorctl:delivery:unauthenticated" not in buffer

@@ -1,0 +1,303 @@
+"""A stop that loses and repeats nothing (warm shutdown), with real processes.
+
+Each test runs ``actorctl cluster up`` on a cluster of tests/apps/shutdown_app.py
+(mutual TLS, signed messages, development certificates, in its tmp_path),
+whose task records each run in a file of its process (``begin:LABEL`` when it
+begins, ``LABEL`` when it ends) and runs only while the test lets the tasks
+of its process go (tests/apps/shutdown_app.py). Signals go only to processes the
+test started, by PID. No test sleeps to let things happen: each waits for the
+records, the output lines or the answers it expects, under a timeout.
+"""
+
+from __future__ import annotations
+
+import collections
+import fcntl
+import functools
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import attrs
+import trio
+
+from actorctl import open_node
+from actorctl.cluster import load_cluster
+from tests.apps.kill_app import RECORDS
+from tests.apps.shutdown_app import RUNS, app, held_by, hold
+from tests.support.harness import free_port
+from tests.tasks.test_kill import Output, Records
+
+ROOT = Path(__file__).resolve().parents[2]
+#: Seconds a cluster may take to start, or a step of a test to happen, on a loaded 2-core machine.
+WAIT = 60.0
+#: The workers' shutdown_grace (s): long, so that only a stop that waits for
+#: nothing (or that kills) ends sooner than the test lets it.
+GRACE = 40.0
+
+CLUSTER = """\
+[cluster]
+name = "warm"
+dev = true
+controller = "127.0.0.1:{}"
+
+[[node]]
+name = "services"
+listen = "127.0.0.1:{}"
+actors = "tests.apps.shutdown_app:app"
+services = true
+
+[[node]]
+name = "worker-1"
+listen = "127.0.0.1:{}"
+actors = "tests.apps.shutdown_app:app"
+pools = ["work"]
+shutdown_grace = {grace}
+
+[[node]]
+name = "worker-2"
+listen = "127.0.0.1:{}"
+actors = "tests.apps.shutdown_app:app"
+pools = ["work"]
+shutdown_grace = {grace}
+"""
+
+#: One worker node, reached directly (no services node, no router).
+ALONE = """\
+[cluster]
+name = "cold"
+dev = true
+controller = "127.0.0.1:{}"
+
+[[node]]
+name = "worker-1"
+listen = "127.0.0.1:{}"
+actors = "tests.apps.shutdown_app:app"
+pools = ["work"]
+shutdown_grace = {grace}
+"""
+
+
+@attrs.define
+class Cluster:
+    """A cluster of tests/apps/shutdown_app.py run by ``actorctl cluster up``."""
+
+    path: Path
+    process: trio.Process
+    out: Output
+    err: Output  # its warnings, and what it says of nodes that stopped
+    records: Records
+    pids: dict[str, int] = attrs.field(factory=dict)
+    _held: dict[str, int] = attrs.field(factory=dict)
+
+    def hold(self, node: str) -> None:
+        """Hold back the tasks of ``node`` before they end, until :meth:`release`."""
+        name = held_by(self.pids[node])
+        fd = os.open(self.records.directory / name, os.O_RDWR | os.O_CREAT, 0o644)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        self._held[node] = fd
+
+    def release(self, node: str) -> None:
+        fd = self._held.pop(node, None)
+        if fd is not None:
+            os.close(fd)  # and with it, the lock
+
+    def runs(self, pid: int) -> list[str]:
+        """What the process ``pid`` recorded, in order (whole lines)."""
+        path = self.records.directory / f"{pid}.log"
+        if not path.exists():
+            return []
+        data = path.read_bytes()
+        return data[: data.rfind(b"\n") + 1].decode().split()
+
+    async def wait_ready(self, node: str) -> int:
+        line = await self.out.until(f"node {node} ready at", timeout=WAIT)
+        self.pids[node] = int(line.rpartition("(pid ")[2].partition(")")[0])
+        return self.pids[node]
+
+    async def ask_controller(self, handler: str, *args: Any) -> Any:
+        """Ask the cluster's Controller (signed, over mutual TLS), as the CLI does."""
+        config = load_cluster(self.path)
+        host, port = config.controller
+        async with open_node("probe", host=None, security=config.security("cli")) as node:
+            ref = node.ref(f"{config.scheme}://{host}:{port}/controller")
+            return await ref.with_options(timeout=WAIT).ask(handler, *args)
+
+
+def _environment(records: Path) -> dict[str, str]:
+    paths = [str(ROOT), os.environ.get("PYTHONPATH", "")]
+    return {
+        **os.environ,
+        RECORDS: str(records),
+        "PYTHONPATH": os.pathsep.join(p for p in paths if p),
+    }
+
+
+@asynccontextmanager
+async def cluster_up(
+    tmp_path: Path, nursery: trio.Nursery, text: str, nodes: tuple[str, ...]
+) -> AsyncIterator[Cluster]:
+    """``actorctl cluster up`` of ``text``, ready; stopped (if still running) after."""
+    path = tmp_path / "cluster.toml"
+    ports = [free_port() for _ in range(len(nodes) + 1)]
+    path.write_text(text.format(*ports, grace=GRACE))
+    records = tmp_path / "records"
+    records.mkdir()
+    process: trio.Process = await nursery.start(
+        functools.partial(
+            trio.run_process,
+            [sys.executable, "-m", "actorctl", "cluster", "up", str(path)],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            check=False,
+            env=_environment(records),
+        )
+    )
+    assert process.stdout is not None
+    assert process.stderr is not None
+    out, err = Output(process.stdout), Output(process.stderr)
+    running = Cluster(path, process, out, err, Records(records))
+    try:
+        for node in nodes:
+            await running.wait_ready(node)
+        await running.out.until("ready", timeout=WAIT)
+        yield running
+    finally:
+        for node in list(running._held):
+            running.release(node)
+        running.records.close()
+        if process.returncode is None:
+            process.send_signal(signal.SIGTERM)  # the cluster up this test started
+            with trio.move_on_after(WAIT):
+                await process.wait()
+            if process.returncode is None:
+                process.kill()
+
+
+async def _reserved(cluster: Cluster, nodes: Iterable[str]) -> dict[str, int | None]:
+    """How many tasks each of ``nodes`` holds and has not begun (``inspect reserved``)."""
+    answers = await cluster.ask_controller("broadcast", "_tasks", "reserved", [], WAIT)
+    held = {node: answers.get(node) for node in nodes}
+    return {node: len(tasks) if isinstance(tasks, list) else None for node, tasks in held.items()}
+
+
+async def _wait_reserved(cluster: Cluster, wanted: dict[str, int | None]) -> None:
+    """Ask again until the workers hold ``wanted`` tasks not begun.
+
+    Nothing crosses the processes to say "a worker took this task": the
+    answers are the only signal, so they are asked for again, with a short
+    pause between asks, until they hold or WAIT runs out."""
+    with trio.fail_after(WAIT):
+        while await _reserved(cluster, wanted) != wanted:  # noqa: ASYNC110 (no event crosses the processes)
+            await trio.sleep(0.05)
+
+
+async def test_one_sigterm_to_a_busy_worker_repeats_and_loses_nothing(
+    tmp_path: Path, nursery: trio.Nursery
+) -> None:
+    nodes = ("services", "worker-1", "worker-2")
+    async with cluster_up(tmp_path, nursery, CLUSTER, nodes) as cluster:
+        one, two = cluster.pids["worker-1"], cluster.pids["worker-2"]
+        # Given two workers that each run RUNS tasks and hold RUNS more that
+        # wait for a run slot, every task held back by the test
+        cluster.hold("worker-1")
+        cluster.hold("worker-2")
+        labels = [f"t{i}" for i in range(4 * RUNS)]
+        async with app.aconnect(cluster.path):
+            with trio.fail_after(WAIT):
+                for label in labels:
+                    await hold.aapply_async((label,))
+            await _wait_reserved(cluster, {"worker-1": RUNS, "worker-2": RUNS})
+            begun = await cluster.records.wait_until(
+                lambda: sum(line.startswith("begin:") for line in cluster.runs(one)) == RUNS
+            )
+            assert begun, f"worker-1 began {cluster.runs(one)}"
+            running_on_one = {line.removeprefix("begin:") for line in cluster.runs(one)}
+            # and worker-2 free to run more at once (its own tasks run and end)
+            cluster.release("worker-2")
+            assert await cluster.records.wait_until(
+                lambda: sum(not line.startswith("begin:") for line in cluster.runs(two)) == 2 * RUNS
+            ), f"worker-2 recorded {cluster.runs(two)}"
+            # When worker-1 gets one SIGTERM while its RUNS tasks run
+            stopped_at = trio.current_time()
+            os.kill(one, signal.SIGTERM)
+            # Then the RUNS tasks it held and had not begun run on worker-2 at
+            # once, while worker-1 still runs its own (held back still)
+            assert await cluster.records.wait_until(
+                lambda: sum(not line.startswith("begin:") for line in cluster.runs(two)) == 3 * RUNS
+            ), f"worker-2 recorded {cluster.runs(two)}"
+            began_on_one = cluster.runs(one)
+            assert len(began_on_one) == RUNS, f"worker-1 began more after its stop: {began_on_one}"
+            # And the tasks it runs finish there, within its grace, and it
+            # exits by itself (code 0: not killed), to be started again
+            cluster.release("worker-1")
+            line = await cluster.err.until("node worker-1 stopped", timeout=GRACE + WAIT)
+            took = trio.current_time() - stopped_at
+            assert "exited with code 0" in line, line
+            assert took < GRACE, f"worker-1 took {took:.1f} s to stop"
+            await cluster.wait_ready("worker-1")
+            # And after it, more tasks run, each once, as the rest did
+            with trio.fail_after(WAIT):
+                results = [await hold.aapply_async((f"after{i}",)) for i in range(2)]
+                assert [await r.aget(timeout=WAIT) for r in results] == ["after0", "after1"]
+        ended = collections.Counter(
+            line
+            for path in cluster.records.directory.glob("*.log")
+            for line in cluster.runs(int(path.stem))
+            if not line.startswith("begin:")
+        )
+        lost = [label for label in labels if not ended[label]]
+        twice = {label: n for label, n in ended.items() if n > 1}
+        print(
+            f"{len(labels)} tasks: {len(lost)} lost, {len(twice)} ran twice; "
+            f"worker-1 stopped {took:.1f} s after its SIGTERM"
+        )
+        assert not lost, f"never ran: {lost} (logs: {cluster.path.parent / 'logs'})"
+        assert not twice, f"ran twice: {twice}"
+        # The tasks worker-1 ran ended there; all the others, on worker-2.
+        ended_on_one = {line for line in cluster.runs(one) if not line.startswith("begin:")}
+        ended_on_two = {line for line in cluster.runs(two) if not line.startswith("begin:")}
+        assert ended_on_one == running_on_one
+        assert set(labels) - running_on_one <= ended_on_two
+        log = (cluster.path.parent / "logs" / "cluster.log").read_text()
+        assert "actorctl:foreman:killed" not in log
+
+
+async def test_a_second_sigint_stops_cold_with_exit_130_and_no_traceback(
+    tmp_path: Path, nursery: trio.Nursery
+) -> None:
+    async with cluster_up(tmp_path, nursery, ALONE, ("worker-1",)) as cluster:
+        one = cluster.pids["worker-1"]
+        # Given a worker that runs a task, held back (so a warm stop would wait
+        # out its grace for it)
+        cluster.hold("worker-1")
+        async with app.aconnect(cluster.path):
+            await hold.aapply_async(("long",))
+            assert await cluster.records.wait_until(lambda: cluster.runs(one) == ["begin:long"])
+            # When cluster up gets SIGINT (a warm stop begins), then SIGINT again
+            cluster.process.send_signal(signal.SIGINT)
+            await cluster.out.until("stopping: nodes in reverse order", timeout=WAIT)
+            asked = trio.current_time()
+            cluster.process.send_signal(signal.SIGINT)
+            with trio.fail_after(WAIT):
+                code = await cluster.process.wait()
+            took = trio.current_time() - asked
+        err = "\n".join(await cluster.err.rest())
+        # Then it stops cold (without waiting out the grace), exits 130, and
+        # says so in its own words: no traceback, no trio warning, no click abort
+        print(f"exit {code} {took:.1f} s after the second SIGINT; stderr:\n{err}")
+        assert code == 130, err
+        assert took < GRACE
+        assert "stopping now (cold)" in err
+        assert "stopped cold" in err
+        for raw in ("Traceback", "RuntimeWarning", "Aborted!", "deliver_cancel"):
+            assert raw not in err, err
+        assert "long" not in cluster.runs(one)  # cancelled, never ended
+        log = (cluster.path.parent / "logs" / "cluster.log").read_text()
+        assert "actorctl:foreman:killed" not in log
