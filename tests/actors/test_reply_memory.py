@@ -21,8 +21,8 @@ from actorctl.actors._dedup import Handled, SeenWindow
 from actorctl.cluster import INSECURE, load_cluster
 from actorctl.mailbox import ACCEPTED, STATUS_ERROR, STATUS_OK, ReplayCache
 from actorctl.mailbox._replay import ENTRY_BYTES
-from tests.cluster.test_metrics import scrape, value
 from tests.support.harness import Logs, Secrets, node_pair
+from tests.support.metrics import scrape, value
 
 KIB = 1024
 MIB = 1024 * KIB

@@ -148,3 +148,30 @@ class BrokenStart(Actor):
 
     async def on_start(self) -> None:
         raise RuntimeError("the ledger file is locked by another process")
+
+
+#: The mailbox of ``Small``: small enough for a test to fill it.
+SMALL_CAPACITY = 10
+
+
+class Small(Actor):
+    """A mailbox of ``SMALL_CAPACITY`` messages and one handler: for tests of
+    credit, backpressure and bounds."""
+
+    mailbox_capacity = SMALL_CAPACITY
+
+    @handler
+    async def ping(self, who: str) -> str:
+        return f"pong {who}"
+
+
+class Vault(Actor):
+    """Opens for whoever asks, and remembers who did: for tests of who may ask."""
+
+    def __init__(self) -> None:
+        self.opened: list[str] = []
+
+    @handler
+    async def open(self, who: str) -> str:
+        self.opened.append(who)
+        return f"opened for {who}"

@@ -56,7 +56,7 @@ class _App(App):
     def actors_for(self, cluster: ClusterConfig | None, node: NodeConfig) -> Mapping[str, Actor]:
         directory = os.environ.get(RECORDS)
         if directory:
-            _wait_while_held(directory, starts(node.name))  # not listening yet: it is down
+            wait_while_held(directory, starts(node.name))  # not listening yet: it is down
         return super().actors_for(cluster, node)
 
 
@@ -74,21 +74,26 @@ def _record(label: str) -> str:
     directory = os.environ.get(RECORDS)
     if not directory:
         return label
-    _wait_while_held(directory, HOLD)
+    wait_while_held(directory, HOLD)
     fd = _files.get(directory)
     if fd is None:
         path = Path(directory) / f"{os.getpid()}.log"
         fd = _files[directory] = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     os.write(fd, f"{label}\n".encode())
+    wake_test(directory)
+    return label
+
+
+def wake_test(directory: str) -> None:
+    """Wake the test that waits on the socket WAKE in ``directory`` (if any)."""
     # Non-blocking: a test that is not reading (its queue full, or none bound)
     # must never hold up a worker; a full queue already holds a wake-up for it.
     with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as wake, contextlib.suppress(OSError):
         wake.setblocking(False)
         wake.sendto(b"!", str(Path(directory) / WAKE))
-    return label
 
 
-def _wait_while_held(directory: str, name: str) -> None:
+def wait_while_held(directory: str, name: str) -> None:
     """Block while the test holds the file ``name`` (a task waits in its worker
     thread, a node before it starts)."""
     try:

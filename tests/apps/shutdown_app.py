@@ -10,14 +10,11 @@ of one worker node back, or of both, and lets them go one node at a time.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import os
-import socket
 from pathlib import Path
 
 from actorctl import App
-from tests.apps.kill_app import RECORDS, WAKE
+from tests.apps.kill_app import RECORDS, wait_while_held, wake_test
 
 app = App("s", default_pool="work")
 #: Two run at once on each worker; what else a worker holds waits for a run slot.
@@ -38,21 +35,7 @@ def _write(directory: str, line: str) -> None:
         os.write(fd, f"{line}\n".encode())
     finally:
         os.close(fd)
-    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as wake, contextlib.suppress(OSError):
-        wake.setblocking(False)
-        wake.sendto(b"!", str(Path(directory) / WAKE))
-
-
-def _wait_while_held(directory: str) -> None:
-    """Block (in the task's worker thread) while the test holds this process's tasks."""
-    try:
-        fd = os.open(Path(directory) / held_by(os.getpid()), os.O_RDONLY)
-    except FileNotFoundError:
-        return
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH)  # granted once the test's exclusive lock is gone
-    finally:
-        os.close(fd)
+    wake_test(directory)
 
 
 @app.task
@@ -61,6 +44,6 @@ def hold(label: str) -> str:
     if not directory:
         return label
     _write(directory, f"begin:{label}")
-    _wait_while_held(directory)
+    wait_while_held(directory, held_by(os.getpid()))  # in the task's worker thread
     _write(directory, label)
     return label

@@ -2,49 +2,30 @@
 
 from __future__ import annotations
 
-import functools
 import json
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import trio
 
+from tests.support.cli import run_cli_async, start_cli
 from tests.support.harness import free_port
-
-ROOT = Path(__file__).resolve().parents[2]
-ACTORCTL = [sys.executable, "-m", "actorctl"]
 
 
 async def _run(*args: str, insecure: bool = True) -> subprocess.CompletedProcess[bytes]:
     extra = ["--insecure"] if insecure and args[0] in ("call", "send") else []
-    with trio.fail_after(30):
-        return await trio.run_process(
-            [*ACTORCTL, *args, *extra],
-            cwd=ROOT,
-            capture_stdout=True,
-            capture_stderr=True,
-            check=False,
-        )
+    return await run_cli_async(*args, *extra)
 
 
 @pytest.fixture
 async def node_address(nursery: trio.Nursery):  # type: ignore[no-untyped-def]
     port = free_port()
-    command = [
-        *ACTORCTL,
-        "node",
-        "run",
-        "tests.apps.actors:Calculator",
-        "--listen",
-        f"127.0.0.1:{port}",
+    proc = await start_cli(
+        nursery, "node", "run", "tests.apps.actors:Calculator", "--listen", f"127.0.0.1:{port}",
         "--insecure",
-    ]
-    proc: trio.Process = await nursery.start(
-        functools.partial(trio.run_process, command, cwd=ROOT, stdout=subprocess.PIPE, check=False)
-    )
+    )  # fmt: skip
     assert proc.stdout is not None
     lines: list[dict[str, object]] = []
     buffer = b""
@@ -131,11 +112,10 @@ async def test_a_secure_cluster_from_the_command_line(
     assert b"private+public" in listed.stdout
     secure = ["--certs", str(tmp_path / "certs"), "--keys", str(tmp_path / "keys")]
     port = free_port()
-    command = [*ACTORCTL, "node", "run", "tests.apps.actors:Calculator", "--name", "vault",
-               "--listen", f"127.0.0.1:{port}", *secure]  # fmt: skip
-    proc: trio.Process = await nursery.start(
-        functools.partial(trio.run_process, command, cwd=ROOT, stdout=subprocess.PIPE, check=False)
-    )
+    proc = await start_cli(
+        nursery, "node", "run", "tests.apps.actors:Calculator", "--name", "vault",
+        "--listen", f"127.0.0.1:{port}", *secure,
+    )  # fmt: skip
     assert proc.stdout is not None
     buffer = b""
     with trio.fail_after(20):

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import functools
 import os
 import signal
 import socket
 import subprocess
-import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -19,9 +17,8 @@ from actorctl import ConfigError, Modified, Node, TlsFiles, open_node
 from actorctl.cluster import SHUTDOWN_GRACE, NodeConfig, hosted_actors, load_cluster
 from actorctl.mailbox import Keyring
 from actorctl.tasks import cluster_app
-from tests.support.harness import free_port
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support.cli import cli_env, run_cli_async, start_cli
+from tests.support.harness import free_port, node_pair
 
 
 def _cluster_file(directory: Path, ports: list[int], controller: int) -> Path:
@@ -68,14 +65,7 @@ class Lines:
 
 
 async def _actorctl(*args: str) -> subprocess.CompletedProcess[bytes]:
-    with trio.fail_after(30):
-        return await trio.run_process(
-            [sys.executable, "-m", "actorctl", *args],
-            cwd=ROOT,
-            capture_stdout=True,
-            capture_stderr=True,
-            check=False,
-        )
+    return await run_cli_async(*args)
 
 
 async def test_cluster_status_without_a_cluster_says_so(tmp_path: Path) -> None:
@@ -92,13 +82,7 @@ async def test_cluster_status_without_a_cluster_says_so(tmp_path: Path) -> None:
 async def test_a_broken_cluster_file_is_a_clear_error_with_exit_code_2(tmp_path: Path) -> None:
     path = tmp_path / "cluster.toml"
     path.write_text('[[node]]\nname = "a"\nlisten = "nowhere"\nactors = "m:o"\n')
-    with trio.fail_after(30):
-        result = await trio.run_process(
-            [sys.executable, "-m", "actorctl", "cluster", "up", str(path)],
-            capture_stdout=True,
-            capture_stderr=True,
-            check=False,
-        )
+    result = await run_cli_async("cluster", "up", path)
     assert result.returncode == 2
     assert str(path).encode() in result.stderr
     assert b"node[0].listen" in result.stderr
@@ -146,16 +130,11 @@ async def test_cluster_up_supervises_nodes_and_restarts_one_killed(
     # Given a cluster of two nodes brought up from a file (development secrets)
     ports = [free_port(), free_port()]
     path = _cluster_file(tmp_path, ports, free_port())
-    command = [sys.executable, "-m", "actorctl", "cluster", "up", str(path)]
     # (as systemd would: a datagram socket in NOTIFY_SOCKET for sd_notify)
     notify = trio.socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     await notify.bind(str(tmp_path / "notify"))
-    env = {**os.environ, "NOTIFY_SOCKET": str(tmp_path / "notify")}
-    proc: trio.Process = await nursery.start(
-        functools.partial(
-            trio.run_process, command, cwd=ROOT, stdout=subprocess.PIPE, check=False, env=env
-        )
-    )
+    env = cli_env({"NOTIFY_SOCKET": str(tmp_path / "notify")})
+    proc = await start_cli(nursery, "cluster", "up", path, env=env)
     assert proc.stdout is not None
     out = Lines(proc.stdout)
     await out.until("cluster 'test' ready")
@@ -219,16 +198,8 @@ async def test_no_accepted_task_is_lost_when_a_worker_node_is_killed_mid_flight(
     )
     counts = tmp_path / "counts"
     counts.mkdir()
-    command = [sys.executable, "-m", "actorctl", "cluster", "up", str(path)]
-    proc: trio.Process = await nursery.start(
-        functools.partial(
-            trio.run_process,
-            command,
-            cwd=ROOT,
-            stdout=subprocess.PIPE,
-            check=False,
-            env={**os.environ, "COUNTER_DIR": str(counts)},
-        )
+    proc = await start_cli(
+        nursery, "cluster", "up", path, env=cli_env({"COUNTER_DIR": str(counts)})
     )
     assert proc.stdout is not None
     out = Lines(proc.stdout)
@@ -271,10 +242,7 @@ async def test_cluster_up_in_process_runs_every_node_in_one_process(
 ) -> None:
     ports = [free_port(), free_port()]
     path = _cluster_file(tmp_path, ports, free_port())
-    command = [sys.executable, "-m", "actorctl", "cluster", "up", str(path), "--in-process"]
-    proc: trio.Process = await nursery.start(
-        functools.partial(trio.run_process, command, cwd=ROOT, stdout=subprocess.PIPE, check=False)
-    )
+    proc = await start_cli(nursery, "cluster", "up", path, "--in-process")
     assert proc.stdout is not None
     out = Lines(proc.stdout)
     await out.until("cluster 'test' ready")
@@ -395,7 +363,7 @@ def test_a_node_key_that_its_actors_do_not_read_is_an_error(tmp_path: Path) -> N
         ("tests.apps.task_app:app", 'pool = ["celery"]'): r"no such key 'node\[0\]\.pool' "
         r"\(= \['celery'\]\): did you mean 'pools'\?",
         ("tests.apps.task_app:app", "workers = 3"): r"no such key 'node\[0\]\.workers' \(= 3\): "
-        r"the actors factory tests\.task_app:app reads no such key; the keys it may have: "
+        r"the actors factory tests\.apps\.task_app:app reads no such key; the keys it may have: "
         r"\['actors', 'deadletters', 'durable', 'health', 'instances', 'limits', 'listen', "
         r"'metrics', 'name', 'pools', "
         r"'services', 'shutdown_grace'\]",
@@ -425,10 +393,7 @@ async def test_an_actor_named_by_class_in_a_cluster_file_restarts_fresh() -> Non
     # Given a node hosting two instances of an actor class, as cluster.toml names it
     actors = hosted_actors("tests.apps.actors:Tally", 2)
     assert sorted(actors) == ["tally", "tally-2"]
-    async with (
-        open_node("server", actors, insecure=True) as server,
-        open_node("client", host=None, insecure=True) as client,
-    ):
+    async with node_pair(actors) as (server, client):
         tally = client.ref(server.address_of("tally"))
         other = client.ref(server.address_of("tally-2"))
         with trio.fail_after(10):

@@ -10,11 +10,9 @@ node goes down and comes back (the controller's own events), with a bound.
 
 from __future__ import annotations
 
-import functools
 import json
 import signal
 import subprocess
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -22,10 +20,9 @@ import attrs
 import pytest
 import trio
 
+from tests.support.cli import run_cli_async, start_cli
 from tests.support.harness import free_port
 
-ROOT = Path(__file__).resolve().parents[2]
-ACTORCTL = [sys.executable, "-m", "actorctl"]
 #: Where each node listens: n2 under a DNS name (as a StatefulSet's pod is
 #: reached), which the controller's TLS checks against the node's certificate.
 HOSTS = {"n1": "127.0.0.1", "n2": "localhost"}
@@ -87,26 +84,14 @@ class Running:
 
 
 async def start(nursery: trio.Nursery, *args: str) -> Running:
-    process: trio.Process = await nursery.start(
-        functools.partial(
-            trio.run_process,
-            [*ACTORCTL, *args],
-            cwd=ROOT,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            check=False,
-        )
-    )
+    process = await start_cli(nursery, *args, stderr=subprocess.STDOUT)
     running = Running(process)
     nursery.start_soon(running.drain)
     return running
 
 
 async def actorctl(*args: str) -> subprocess.CompletedProcess[str]:
-    with trio.fail_after(WAIT):
-        done = await trio.run_process(
-            [*ACTORCTL, *args], cwd=ROOT, capture_stdout=True, capture_stderr=True, check=False
-        )
+    done = await run_cli_async(*args, timeout=WAIT)
     return subprocess.CompletedProcess(
         done.args, done.returncode, done.stdout.decode(), done.stderr.decode()
     )

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.support.harness import free_port
-from tests.tasks.test_task_state import RunningCluster
+from tests.support.running import RunningCluster
 
 BOXED = Path(__file__).resolve().parents[2] / "examples" / "boxed"
 

@@ -5,17 +5,16 @@ up`` of a running cluster says the cluster is already running."""
 
 from __future__ import annotations
 
-import functools
 import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 from typing import Final
 
 import pytest
 import trio
 
+from tests.support.cli import run_cli_async, start_cli
 from tests.support.harness import free_port
 
 ROOT: Final = Path(__file__).resolve().parents[2]
@@ -32,13 +31,7 @@ def _cluster(directory: Path, actors: str) -> Path:
 
 
 async def _start(path: Path, nursery: trio.Nursery) -> trio.Process:
-    command = [sys.executable, "-m", "actorctl", "cluster", "up", str(path)]
-    run = functools.partial(
-        trio.run_process, command, cwd=ROOT, env=ENV, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, check=False,
-    )  # fmt: skip
-    process: trio.Process = await nursery.start(run)
-    return process
+    return await start_cli(nursery, "cluster", "up", path, env=ENV, stderr=subprocess.PIPE)
 
 
 async def _until(process: trio.Process, text: bytes) -> bytes:
@@ -79,11 +72,7 @@ async def test_a_node_that_cannot_start_shows_its_own_error(
 ) -> None:
     path = _cluster(tmp_path, "tests.apps.actors:BrokenStart")
     flags = ["--in-process"] if in_process else []
-    with trio.fail_after(30):
-        done = await trio.run_process(
-            [sys.executable, "-m", "actorctl", "cluster", "up", str(path), *flags],
-            cwd=ROOT, env=ENV, capture_stdout=True, capture_stderr=True, check=False,
-        )  # fmt: skip
+    done = await run_cli_async("cluster", "up", path, *flags, env=ENV)
     out = done.stdout.decode() + done.stderr.decode()
     log = tmp_path / "logs" / ("cluster.log" if in_process else "n.log")
     assert done.returncode == 1, out
@@ -119,10 +108,7 @@ async def test_a_second_cluster_up_says_the_cluster_is_already_running(
     first = await _start(path, nursery)
     with trio.fail_after(30):
         await _until(first, b"cluster 'starts' ready")
-        again = await trio.run_process(
-            [sys.executable, "-m", "actorctl", "cluster", "up", str(path)],
-            cwd=ROOT, env=ENV, capture_stdout=True, capture_stderr=True, check=False,
-        )  # fmt: skip
+        again = await run_cli_async("cluster", "up", path, env=ENV)
         first.send_signal(signal.SIGINT)
         assert await first.wait() == 0
     out = again.stderr.decode()

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,8 +18,9 @@ from typing import Any
 import pytest
 
 from tests.apps import limits_app
+from tests.support.cli import run_cli
 from tests.support.harness import free_port
-from tests.tasks.test_task_state import ROOT, WAIT, RunningCluster, wait_until
+from tests.support.running import WAIT, RunningCluster, wait_until
 
 CLUSTER = """
 [cluster]
@@ -48,22 +48,12 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningCluster
     ports = {name: free_port() for name in ("controller", "services", "worker")}
     running.path.write_text(CLUSTER.format(**ports))
     running.env[limits_app.RECORDS] = str(running.records)
-    try:
-        running.start()
+    with running:
         yield running
-    finally:
-        running.stop()
 
 
 def actorctl(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "actorctl", *args],
-        capture_output=True,
-        text=True,
-        timeout=WAIT,
-        cwd=ROOT,
-        check=False,
-    )
+    return run_cli(*args, timeout=WAIT)
 
 
 def limits(cluster: RunningCluster) -> dict[str, Any]:

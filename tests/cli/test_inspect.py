@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sys
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
@@ -26,10 +25,10 @@ from examples._cluster import running_cluster
 from actorctl import TaskFailed, TaskRevoked, chain, open_node
 from actorctl.cluster import load_cluster
 from tests.apps.inspect_app import app, broken, hold, step_a, step_b, step_c
+from tests.support.cli import run_cli_async
 from tests.support.filewatch import FileWatch
 
 APPS = Path(__file__).resolve().parents[1] / "apps"
-ROOT = Path(__file__).resolve().parents[2]
 WAIT = 20.0  # seconds any one answer may take on a loaded 2-core machine
 
 
@@ -41,17 +40,7 @@ def cluster() -> Iterator[Path]:
 
 async def actorctl(*args: str | Path) -> tuple[int, str, str]:
     """Run ``actorctl ARGS``: its exit code, stdout and stderr."""
-    # this checkout's tests, and the actorctl under test (the one this run imports)
-    paths = [str(ROOT), os.environ.get("PYTHONPATH", "")]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
-    with trio.fail_after(60):
-        done = await trio.run_process(
-            [sys.executable, "-m", "actorctl", *map(str, args)],
-            capture_stdout=True,
-            capture_stderr=True,
-            check=False,
-            env=env,
-        )
+    done = await run_cli_async(*args, timeout=60)
     out, err = done.stdout.decode(), done.stderr.decode()
     assert "Traceback" not in err, err
     return done.returncode, out, err

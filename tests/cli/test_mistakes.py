@@ -24,6 +24,7 @@ from typing import Final
 import attrs
 import pytest
 
+from tests.support.cli import run_cli
 from tests.support.harness import free_port
 
 ROOT: Final = Path(__file__).resolve().parents[2]
@@ -334,15 +335,7 @@ def test_a_mistake_says_what_was_wrong_and_what_to_do(
 
 
 def test_debug_shows_the_traceback_of_an_expected_failure() -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "actorctl", "--debug", *CALL, "--insecure", "--timeout", "1"],
-        cwd=ROOT,
-        env=ENV,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = run_cli("--debug", *CALL, "--insecure", "--timeout", "1", env=ENV, timeout=60)
     assert done.returncode == 1
     assert "Traceback" in done.stderr
     assert "PeerUnavailable" in done.stderr
@@ -352,10 +345,7 @@ def test_debug_shows_the_traceback_of_an_expected_failure() -> None:
 
 def test_verbose_shows_every_event_and_log_json_as_json() -> None:
     def run(*flags: str) -> list[str]:
-        done = subprocess.run(
-            [sys.executable, "-m", "actorctl", *CALL, "--insecure", "--timeout", "1", *flags],
-            cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=60, check=False,
-        )  # fmt: skip
+        done = run_cli(*CALL, "--insecure", "--timeout", "1", *flags, env=ENV, timeout=60)
         assert done.returncode == 1
         assert done.stdout == ""  # the answer's place: nothing, as there is none
         return done.stderr.splitlines()

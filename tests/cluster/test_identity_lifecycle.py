@@ -13,8 +13,6 @@ from __future__ import annotations
 import functools
 import json
 import signal
-import subprocess
-import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -23,7 +21,7 @@ import attrs
 import pytest
 import trio
 
-from actorctl import Actor, ConfigError, Envelope, Node, Rejected, TlsFiles, handler, open_node
+from actorctl import ConfigError, Envelope, Node, Rejected, TlsFiles, open_node
 from actorctl.cluster.link._pending import Pending
 from actorctl.mailbox import (
     AuthError,
@@ -40,37 +38,11 @@ from actorctl.mailbox import (
 from actorctl.mailbox._keydir import add_public_key, revoke_key
 from actorctl.mailbox._signing import Session, SessionSigner, sign_hmac
 from actorctl.ops import init_certs, issue_cert
+from tests.apps.actors import Vault
+from tests.support.cli import cli_output, run_cli_async, start_cli
 from tests.support.harness import Logs, free_port
+from tests.support.keys import APPLIES_WITHIN
 from tests.support.tls import make_tls
-
-ROOT = Path(__file__).resolve().parents[2]
-ACTORCTL = [sys.executable, "-m", "actorctl"]
-#: How long a keyring change may take to apply (the node looks every second).
-APPLIES_WITHIN = 10.0
-
-
-class Vault(Actor):
-    def __init__(self) -> None:
-        self.opened: list[str] = []
-
-    @handler
-    async def open(self, who: str) -> str:
-        self.opened.append(who)
-        return f"opened for {who}"
-
-
-async def actorctl(*args: str | Path) -> str:
-    """Run the actorctl command; its standard output (it must succeed)."""
-    with trio.fail_after(30):
-        done = await trio.run_process(
-            [*ACTORCTL, *map(str, args)],
-            cwd=ROOT,
-            capture_stdout=True,
-            capture_stderr=True,
-            check=False,
-        )
-    assert done.returncode == 0, done.stderr.decode()
-    return done.stdout.decode()
 
 
 def keyring_dir(directory: Path, *names: str) -> Path:
@@ -170,7 +142,7 @@ async def test_a_key_added_to_a_running_nodes_keyring_is_trusted_within_seconds(
     tls = make_tls(tmp_path / "tls", "server", "client")
     server_keys = keyring_dir(tmp_path / "server-keys", "server")
     client_keys = keyring_dir(tmp_path / "client-keys", "client")
-    await actorctl("keys", "add", server_keys / "server.pub", "--dir", client_keys)
+    await cli_output("keys", "add", server_keys / "server.pub", "--dir", client_keys)
     vault = Vault()
     async with (
         open_node(
@@ -185,7 +157,7 @@ async def test_a_key_added_to_a_running_nodes_keyring_is_trusted_within_seconds(
         assert isinstance(refused, Rejected)
         assert refused.condition == "actorctl:unknown-key"
         # When an operator adds the client's key with `actorctl keys add`
-        add = actorctl(
+        add = cli_output(
             "keys", "add", client_keys / "client.pub", "--name", "client", "--dir", server_keys
         )
         await changed(server, add)  # the node reads it within seconds, without a restart
@@ -205,7 +177,7 @@ async def test_a_key_just_added_is_trusted_at_its_first_message(tmp_path: Path) 
     tls = make_tls(tmp_path / "tls", "server", "client")
     server_keys = keyring_dir(tmp_path / "server-keys", "server")
     client_keys = keyring_dir(tmp_path / "client-keys", "client")
-    await actorctl("keys", "add", server_keys / "server.pub", "--dir", client_keys)
+    await cli_output("keys", "add", server_keys / "server.pub", "--dir", client_keys)
     vault = Vault()
     async with (
         open_node(
@@ -221,7 +193,7 @@ async def test_a_key_just_added_is_trusted_at_its_first_message(tmp_path: Path) 
     ):
         # When the client's key is added and the client calls at once (as the
         # README's commands do, one after the other)
-        await actorctl(
+        await cli_output(
             "keys", "add", client_keys / "client.pub", "--name", "client", "--dir", server_keys
         )
         # Then its first message, signed by a key the node did not know, made
@@ -251,7 +223,7 @@ async def test_a_revoked_key_is_refused_and_its_open_session_is_closed(
         identity = mallory.identity
         assert identity is not None
         # When the operator revokes mallory's key with `actorctl keys revoke`
-        await changed(server, actorctl("keys", "revoke", identity.key_id, "--dir", keys))
+        await changed(server, cli_output("keys", "revoke", identity.key_id, "--dir", keys))
         vault.opened.clear()
         # Then a message within the session mallory opened before is refused
         message = envelope(mallory, "mallory")
@@ -304,12 +276,10 @@ async def test_a_certificate_issued_by_certs_issue_joins_a_running_cluster(
     init_certs(certs, ["vault"])
     vault_keys = keyring_dir(tmp_path / "vault-keys", "vault")
     port = free_port()
-    command = [*ACTORCTL, "node", "run", "tests.apps.actors:Calculator", "--name", "vault",
-               "--listen", f"127.0.0.1:{port}", "--certs", str(certs),
-               "--keys", str(vault_keys)]  # fmt: skip
-    proc: trio.Process = await nursery.start(
-        functools.partial(trio.run_process, command, cwd=ROOT, stdout=subprocess.PIPE, check=False)
-    )
+    proc = await start_cli(
+        nursery, "node", "run", "tests.apps.actors:Calculator", "--name", "vault",
+        "--listen", f"127.0.0.1:{port}", "--certs", certs, "--keys", vault_keys,
+    )  # fmt: skip
     assert proc.stdout is not None
     output = Output(proc.stdout)
     nursery.start_soon(output.run)
@@ -318,7 +288,7 @@ async def test_a_certificate_issued_by_certs_issue_joins_a_running_cluster(
     # When the operator issues a certificate for a newcomer with the existing CA
     # and trusts its key, and the newcomer trusts the node's key
     newcomer_certs, newcomer_keys = tmp_path / "newcomer-certs", tmp_path / "newcomer-keys"
-    issued = await actorctl("certs", "issue", "newcomer", "--dir", certs, "--out", newcomer_certs)
+    issued = await cli_output("certs", "issue", "newcomer", "--dir", certs, "--out", newcomer_certs)
     assert str(newcomer_certs / "newcomer.pem") in issued
     keyring_dir(newcomer_keys, "newcomer")
     add_public_key(newcomer_keys, vault_keys / "vault.pub")
@@ -337,12 +307,12 @@ async def test_a_certificate_issued_by_certs_issue_joins_a_running_cluster(
         # and once the node has read the newcomer's key, the same client (whose
         # session was refused) is answered, signed, over mutual TLS
         seen = len(output.text)
-        await actorctl("keys", "add", newcomer_keys / "newcomer.pub", "--dir", vault_keys)
+        await cli_output("keys", "add", newcomer_keys / "newcomer.pub", "--dir", vault_keys)
         with trio.fail_after(APPLIES_WITHIN):
             await output.wait_for(b"actorctl:keyring:changed", seen)
         assert await ask(newcomer, address, "add", 20, 22) == 42
     # and so does the command line, with the issued files
-    called = await actorctl(
+    called = await cli_output(
         "call", address, "add", "1", "2", "--certs", newcomer_certs, "--cert-name", "newcomer",
         "--keys", newcomer_keys, "--key-name", "newcomer",
     )  # fmt: skip
@@ -387,13 +357,7 @@ async def test_a_bad_file_in_the_keyring_is_logged_and_the_other_keys_stay(
 async def test_certs_issue_without_a_ca_says_how_to_make_one(tmp_path: Path, missing: str) -> None:
     init_certs(tmp_path / "certs", ["n1"])
     (tmp_path / "certs" / missing).unlink()
-    done = await trio.run_process(
-        [*ACTORCTL, "certs", "issue", "bob", "--dir", str(tmp_path / "certs")],
-        cwd=ROOT,
-        capture_stdout=True,
-        capture_stderr=True,
-        check=False,
-    )
+    done = await run_cli_async("certs", "issue", "bob", "--dir", tmp_path / "certs")
     assert done.returncode == 1
     assert b"no CA in" in done.stderr
     assert missing.encode() in done.stderr

@@ -29,9 +29,9 @@ from actorctl.ops._controller import Controller
 from actorctl.supervision import HealthMonitor
 from actorctl.testing import SERVICES, TestCluster, open_cluster
 from tests.apps.task_app import app
-from tests.cluster.test_identity_lifecycle import APPLIES_WITHIN, actorctl
+from tests.support.cli import cli_output
 from tests.support.harness import free_port
-from tests.support.keys import make_keys
+from tests.support.keys import APPLIES_WITHIN, make_keys
 from tests.support.tls import make_tls
 
 OPERATOR, MEMBER, CLIENT = Role.OPERATOR, Role.MEMBER, Role.CLIENT
@@ -220,14 +220,14 @@ async def test_a_role_granted_with_keys_add_applies_to_a_running_node_within_sec
         assert watch is not None
         before = watch.keyring.generation
         pub = tmp_path / "keys" / "client.pub"
-        granted = await actorctl("keys", "add", pub, "--role", "operator", "--dir", pub.parent)
+        granted = await cli_output("keys", "add", pub, "--role", "operator", "--dir", pub.parent)
         assert "role operator" in granted
         with trio.fail_after(APPLIES_WITHIN):
             await watch.wait_changed(before)
         # Then the running node runs what it refused (the child is unknown: its answer)
         with trio.fail_after(30), pytest.raises(RemoteError, match="nope"):
             await sup.ask("terminate_child", "nope")
-        listed = await actorctl("keys", "list", "--dir", pub.parent)
+        listed = await cli_output("keys", "list", "--dir", pub.parent)
         [row] = [line for line in listed.splitlines() if line.startswith("client ")]
         assert row.endswith("public, operator")
 

@@ -20,17 +20,8 @@ from actorctl import Actor, Envelope, Node, handler
 from actorctl.cluster.link._pending import Pending
 from actorctl.mailbox import IdentityKey, Outcome, canonical, encode, json_dumps, sign_ed25519
 from actorctl.mailbox._signing import Session, SessionSigner, sign_hmac
+from tests.apps.actors import Vault
 from tests.support.harness import Logs, Secrets, node_pair
-
-
-class Vault(Actor):
-    def __init__(self) -> None:
-        self.opened: list[str] = []
-
-    @handler
-    async def open(self, who: str) -> str:
-        self.opened.append(who)
-        return f"opened for {who}"
 
 
 @attrs.define

@@ -6,9 +6,10 @@ import trio
 import trio.lowlevel
 
 from actorctl import Actor, Node, handler, open_node
+from tests.apps.actors import SMALL_CAPACITY as CAPACITY
+from tests.apps.actors import Small
 from tests.support.harness import node_pair
 
-CAPACITY = 10
 MESSAGES = 3000
 
 
@@ -57,14 +58,6 @@ async def test_a_fast_sender_is_paced_and_the_receiver_holds_at_most_its_capacit
     assert slow.max_held <= CAPACITY
     # and the sender was never more than the mailbox (plus the message in hand) ahead
     assert slow.max_ahead <= CAPACITY + 1
-
-
-class Small(Actor):
-    mailbox_capacity = CAPACITY
-
-    @handler
-    async def ping(self, who: str) -> str:
-        return f"pong {who}"
 
 
 async def test_an_idle_link_holding_all_the_credit_does_not_starve_a_second_sender() -> None:

@@ -3,8 +3,6 @@ it the same way, and a name two things claim is refused by each of them."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,9 +12,8 @@ from actorctl import ConfigError
 from actorctl.cluster import load_cluster
 from actorctl.ops import build_node, node_actors
 from actorctl.ops._foreman import LocalForeman, NodeState
+from tests.support.cli import run_cli
 from tests.support.harness import free_port
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def _write(tmp_path: Path, tree_name: str) -> Path:
@@ -69,16 +66,10 @@ def test_node_run_refuses_it_too(tmp_path: Path) -> None:
     path = _write(tmp_path, "calculator")
     config = load_cluster(path)
     node = config.node("n1")
-    run = subprocess.run(
-        [
-            *(sys.executable, "-m", "actorctl", "node", "run", "tests.apps.actors:Calculator"),
-            *("--cluster", str(path), "--name", "n1", "--listen", node.listen, "--insecure"),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
+    run = run_cli(
+        *("node", "run", "tests.apps.actors:Calculator"),
+        *("--cluster", path, "--name", "n1", "--listen", node.listen, "--insecure"),
         timeout=60,
-        check=False,
     )
     # Then it exits with the input error and the same words, no traceback
     assert run.returncode == 2, run.stderr

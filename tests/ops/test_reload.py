@@ -30,8 +30,9 @@ from actorctl.cluster import load_cluster, open_node, plan_reload
 from actorctl.ops import CLI_NAME
 from actorctl.tasks import cluster_app
 from tests.apps.state_app import app, runs, steady
+from tests.support.cli import run_cli
 from tests.support.harness import free_port
-from tests.tasks.test_task_state import ACTORCTL, ROOT, WAIT, RunningCluster, counted, wait_until
+from tests.support.running import WAIT, RunningCluster, counted, wait_until
 
 CLUSTER = """\
 [cluster]
@@ -90,26 +91,17 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RunningC
     running = RunningCluster(tmp_path_factory.mktemp("reload"))
     files = Files(running.path)
     files.write(others=("worker-3",))
-    try:
-        running.start()
+    with running:
         yield running, files
-    finally:
-        running.stop()
 
 
 def reload(cluster: RunningCluster, *options: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*ACTORCTL, "cluster", "reload", str(cluster.path), *options],
-        capture_output=True, text=True, cwd=ROOT, env=cluster.env, timeout=180, check=False,
-    )  # fmt: skip
+    return run_cli("cluster", "reload", cluster.path, *options, env=cluster.env, timeout=180)
 
 
 def control(cluster: RunningCluster, what: str) -> None:
     """``actorctl control suspend|resume`` the test's task."""
-    subprocess.run(
-        [*ACTORCTL, "control", what, str(cluster.path), steady.name],
-        capture_output=True, cwd=ROOT, env=cluster.env, timeout=60, check=True,
-    )  # fmt: skip
+    run_cli("control", what, cluster.path, steady.name, env=cluster.env, timeout=60, check=True)
 
 
 def received(cluster: RunningCluster, port: int) -> dict[str, Any]:

@@ -23,31 +23,12 @@ from actorctl import open_node
 from actorctl.cluster import load_cluster
 from actorctl.cluster._http import http_get
 from tests.apps.task_app import add, always_down, app
-from tests.cluster.test_metrics import lint
+from tests.support.metrics import lint
+from tests.support.web import CHROMIUM, CHROMIUM_ARGS, client_context, with_web
 
 APPS = Path(__file__).resolve().parents[1] / "apps"
 ROOT = Path(__file__).resolve().parents[2]
-CHROMIUM = Path("/usr/bin/chromium")
-#: Headless, and nothing that reaches out of this machine.
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 WAIT = 30.0
-
-
-def with_web(toml: Path, directory: Path) -> Path:
-    """A copy of ``toml`` whose [cluster] table serves the web page."""
-    text = toml.read_text().replace("[cluster]\n", '[cluster]\nweb = "127.0.0.1:1"\n', 1)
-    copy = directory / toml.name
-    copy.write_text(text)
-    return copy
 
 
 @pytest.fixture(scope="module")
@@ -55,16 +36,6 @@ def task_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     source = with_web(APPS / "tasks.toml", tmp_path_factory.mktemp("web"))
     with running_cluster(source, echo=False) as path:
         yield path
-
-
-def client_context(cluster: Path, *, operator: bool) -> ssl.SSLContext:
-    """TLS to the web page, trusting the cluster's CA; with ``operator``, the
-    operator's (the cli's) certificate too."""
-    config = load_cluster(cluster)
-    context = ssl.create_default_context(cafile=str(config.certs / "ca.pem"))
-    if operator:
-        context.load_cert_chain(str(config.certs / "cli.pem"), str(config.certs / "cli.key"))
-    return context
 
 
 def samples(text: str, name: str, **labels: str) -> list[float]:

@@ -27,8 +27,8 @@ from actorctl.cluster.link._limits import Limits
 from actorctl.cluster.link._pending import Pending
 from actorctl.mailbox import Outcome, ReplayCache, encode, sign_ed25519
 from actorctl.store import Store
-from tests.cluster.test_metrics import scrape, value
 from tests.support.harness import Logs, Secrets
+from tests.support.metrics import scrape, value
 
 START = 1_767_225_600.0  # the fake wall clock of the parts' tests
 WINDOW_MS = 300_000.0

@@ -21,6 +21,7 @@ from actorctl.cluster import INSECURE, load_cluster
 from actorctl.ops._foreman import LocalForeman, NodeState
 from actorctl.store import Store
 from actorctl.store._store import PURGE_EVERY, UNSYNCED_WAIT
+from tests.support.cli import start_cli
 from tests.support.harness import Logs, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -342,11 +343,10 @@ async def test_node_run_with_its_cluster_keeps_its_store_under_data(
     # Given `actorctl node run` for a node of a cluster file
     config = load_cluster(_cluster(tmp_path))
     node = config.node("n1")
-    command = [sys.executable, "-m", "actorctl", "node", "run", "--cluster", str(config.path),
-               "--name", "n1", "--listen", node.listen, "--insecure"]  # fmt: skip
-    process: trio.Process = await nursery.start(
-        functools.partial(trio.run_process, command, cwd=ROOT, stdout=subprocess.PIPE, check=False)
-    )
+    process = await start_cli(
+        nursery, "node", "run", "--cluster", config.path, "--name", "n1", "--listen", node.listen,
+        "--insecure",
+    )  # fmt: skip
     assert process.stdout is not None
     with trio.fail_after(30):
         said = b""

@@ -29,6 +29,7 @@ from examples._cluster import running_cluster
 from examples.boxed.app import add, app, call_every_pool, cluster_text, fail
 
 from actorctl import TaskFailed
+from tests.support.cli import run_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 FAULTS = Path(__file__).parents[1] / "apps" / "boxed_faults.py"
@@ -248,15 +249,7 @@ def test_a_handler_the_boxed_worker_did_not_list_fails_naming_what_it_listed(
 
 
 def test_cluster_status_shows_the_boxed_processes(cluster: Cluster) -> None:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)])}
-    shown = subprocess.run(
-        [sys.executable, "-m", "actorctl", "cluster", "status", str(cluster.path)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-        check=True,
-    ).stdout
+    shown = run_cli("cluster", "status", cluster.path, timeout=60, check=True).stdout
     [line] = [line for line in shown.splitlines() if "sh/1" in line]
     assert "process  running" in line
     assert " pid " in line

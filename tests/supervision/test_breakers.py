@@ -29,10 +29,11 @@ from actorctl import (
     handler,
     open_node,
 )
-from actorctl.cluster import Router, hosted_actors, load_cluster
+from actorctl.cluster import Router
 from actorctl.supervision import Breaker, BreakerPolicy, CircuitBreaker, Health
 from tests.apps import breaker_app
-from tests.support.harness import Logs, Secrets, free_port
+from tests.support.harness import Logs, Secrets, free_port, node_pair
+from tests.support.in_process import in_process
 
 WAIT = 30.0
 
@@ -173,10 +174,7 @@ class Payments(Actor):
 
 async def test_an_actor_switches_into_its_breaker_and_back(secrets: Secrets) -> None:
     payments = Payments()
-    async with (
-        open_node("server", {"payments": payments}, **secrets.options("server")) as server,
-        open_node("client", host=None, **secrets.options("client")) as client,
-    ):
+    async with node_pair({"payments": payments}, secrets=secrets) as (server, client):
         ref = client.ref(server.address_of("payments"))
         with trio.fail_after(WAIT):
             # Given three failed charges
@@ -218,10 +216,7 @@ async def test_a_breakers_probe_is_run_as_any_message_is_roles_checked(
     secrets: Secrets,
 ) -> None:
     ledger = Ledger()
-    async with (
-        open_node("server", {"ledger": ledger}, **secrets.options("server")) as server,
-        open_node("client", host=None, **secrets.options("client")) as client,
-    ):
+    async with node_pair({"ledger": ledger}, secrets=secrets) as (server, client):
         ref = client.ref(server.address_of("ledger"))
         with trio.fail_after(WAIT):
             # Given its breaker open, then half-open (the reset period passed)
@@ -253,37 +248,11 @@ async def pool_cluster(tmp_path: Path) -> AsyncIterator[dict[str, Any]]:
         f'[[node]]\nname = "w2"\nlisten = "127.0.0.1:{ports[2]}"\n'
         'actors = "tests.apps.breaker_app:app"\npools = ["celery"]\n'
     )
-    config = load_cluster(path)
-    from actorctl.ops._foreman import ensure_dev_secrets
-
-    ensure_dev_secrets(config)
-    hosted = {
-        node.name: hosted_actors(node.actors, node=node, cluster=config) for node in config.nodes
-    }
     async with (
-        open_node(
-            "w1",
-            hosted["w1"],
-            port=ports[1],
-            store=config.store(config.node("w1")),
-            security=config.security("w1"),
-        ) as w1,
-        open_node(
-            "w2",
-            hosted["w2"],
-            port=ports[2],
-            store=config.store(config.node("w2")),
-            security=config.security("w2"),
-        ),
-        open_node(
-            "services",
-            hosted["services"],
-            port=ports[0],
-            store=config.store(config.node("services")),
-            security=config.security("services"),
-        ) as services,
+        in_process(path, "w1", "w2", "services") as cluster,
         breaker_app.app.aconnect(path),
     ):
+        hosted, w1, services = cluster.hosted, cluster.nodes["w1"], cluster.nodes["services"]
         yield {
             "w1": hosted["w1"]["celery"].breakers["downstream"],  # type: ignore[attr-defined]
             "w2": hosted["w2"]["celery"].breakers["downstream"],  # type: ignore[attr-defined]

@@ -7,30 +7,23 @@ messages. Every execution is recorded: 0 lost; how many ran twice is reported
 
 from __future__ import annotations
 
-from collections import Counter
-
 import pytest
 import trio
 
 from actorctl import Actor, ActorSpec, Envelope, Outcome, Strategy, SupervisorSpec, handler
 from tests.support.harness import Logs, Secrets, node_pair
+from tests.support.runs import Runs as CountedRuns
 
 TELLS = 300
 CRASH_AT = 150
 
 
-class Runs:
-    """Every execution of every message, and an event once each ran."""
+class Runs(CountedRuns):
+    """Every execution of every message, an event once each ran, and the one crash."""
 
     def __init__(self) -> None:
-        self.counts: Counter[int] = Counter()
+        super().__init__(TELLS)
         self.crashed = False
-        self.all_ran = trio.Event()
-
-    def record(self, n: int) -> None:
-        self.counts[n] += 1
-        if len(self.counts) == TELLS:
-            self.all_ran.set()
 
     def crash_now(self, n: int) -> bool:
         """Whether message ``n`` is the one that crashes the actor (once)."""
@@ -38,12 +31,6 @@ class Runs:
             self.crashed = True
             return True
         return False
-
-    def lost(self) -> list[int]:
-        return [n for n in range(TELLS) if n not in self.counts]
-
-    def twice(self) -> int:
-        return sum(1 for count in self.counts.values() if count > 1)
 
 
 class Victim(Actor):

@@ -8,41 +8,28 @@ every execution is recorded: 0 lost, and how many ran twice is reported.
 
 from __future__ import annotations
 
-from collections import Counter
-
 import trio
 
 from actorctl import Actor, ActorSpec, Restart, SupervisorSpec, handler
 from tests.support.harness import Logs, Secrets, node_pair
+from tests.support.runs import Runs as CountedRuns
 
 TELLS = 300
 CRASH_AT = 150
 
 
-class Runs:
+class Runs(CountedRuns):
     """Every execution of every message; the crashes still to make."""
 
     def __init__(self, crashes: int) -> None:
-        self.counts: Counter[int] = Counter()
+        super().__init__(TELLS)
         self.crashes = crashes
-        self.all_ran = trio.Event()
-
-    def record(self, n: int) -> None:
-        self.counts[n] += 1
-        if len(self.counts) == TELLS:
-            self.all_ran.set()
 
     def crash_now(self, n: int) -> bool:
         if n >= CRASH_AT and self.crashes:
             self.crashes -= 1
             return True
         return False
-
-    def lost(self) -> list[int]:
-        return [n for n in range(TELLS) if n not in self.counts]
-
-    def twice(self) -> int:
-        return sum(1 for count in self.counts.values() if count > 1)
 
 
 class Victim(Actor):

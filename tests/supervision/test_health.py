@@ -6,8 +6,6 @@ declaration in cluster.toml and what `cluster status` shows of them.
 from __future__ import annotations
 
 import datetime
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -35,10 +33,10 @@ from actorctl.supervision import (
     disk_writable,
     peer_reachable,
 )
-from tests.support.harness import Logs, Secrets, free_port
+from tests.support.cli import run_cli
+from tests.support.harness import Logs, Secrets, free_port, node_pair
 
 WAIT = 20.0
-ROOT = Path(__file__).resolve().parents[2]
 
 
 class Payments(Actor):
@@ -83,10 +81,7 @@ async def test_health_check_states_drive_a_breaker_and_are_actor_state(
     ]
     monitor = HealthMonitor("server", checks, lambda: [payments.breaker])
     actors = {"payments": payments, HEALTH_AGENT: monitor}
-    async with (
-        open_node("server", actors, **secrets.options("server")) as server,
-        open_node("client", host=None, **secrets.options("client")) as client,
-    ):
+    async with node_pair(actors, secrets=secrets) as (server, client):
         ref = client.ref(server.address_of("payments"))
         health = client.ref(server.address_of(HEALTH_AGENT))
         with trio.fail_after(WAIT):
@@ -145,10 +140,7 @@ async def test_a_certificate_that_expires_within_seven_days_is_insecure(
         HealthCheck(name="tls-later", fn=certificate_expiry(later), interval=60),
     ]
     monitor = HealthMonitor("server", checks)
-    async with (
-        open_node("server", {HEALTH_AGENT: monitor}, **secrets.options("server")) as server,
-        open_node("client", host=None, **secrets.options("client")) as client,
-    ):
+    async with node_pair({HEALTH_AGENT: monitor}, secrets=secrets) as (server, client):
         # When its checks have run, then (asked over that very connection) the
         # certificate is Insecure, and one that expires in 30 days Healthy
         with trio.fail_after(WAIT):
@@ -228,10 +220,7 @@ def test_cluster_status_shows_each_nodes_checks(tmp_path: Path) -> None:
     )
     with running_cluster(toml, echo=False) as path:
         # When `cluster status` asks the Controller
-        status = subprocess.run(
-            [sys.executable, "-m", "actorctl", "cluster", "status", str(path)],
-            cwd=ROOT, capture_output=True, text=True, timeout=60, check=False,
-        )  # fmt: skip
+        status = run_cli("cluster", "status", path, timeout=60)
     # Then each check of n1 is a line under it, with its state and detail
     assert status.returncode == 0, status.stderr
     lines = status.stdout.splitlines()

@@ -13,8 +13,9 @@ from contextlib import asynccontextmanager
 import pytest
 import trio
 
-from actorctl import Actor, Envelope, Modified, Outcome, handler, open_node
+from actorctl import Actor, Envelope, Modified, Outcome, handler
 from actorctl.supervision import ChildSpec, Restart, Strategy, Supervisor, SupervisorGaveUp
+from tests.support.harness import node_pair
 
 
 class Children:
@@ -227,10 +228,7 @@ class Fragile(Actor):
 
 async def test_an_actor_that_crashes_is_restarted_by_its_node(logs) -> None:
     fragile = Fragile()
-    async with (
-        open_node("server", [fragile], insecure=True) as server,
-        open_node("client", host=None, insecure=True) as client,
-    ):
+    async with node_pair([fragile]) as (server, client):
         ref = client.ref(server.address_of("fragile"))
         with trio.fail_after(10):
             assert await ref.ask("ping") == "pong 1"

@@ -3,12 +3,9 @@ node in a subprocess killed with SIGKILL."""
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -28,11 +25,10 @@ from actorctl import (
 )
 from actorctl.mailbox import Role
 from tests.apps.actors import Calculator
+from tests.support.cli import start_cli
 from tests.support.harness import free_port
 from tests.support.keys import make_keys
 from tests.support.tls import make_tls
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 class Watcher(Actor):
@@ -169,12 +165,10 @@ async def test_a_monitor_hears_when_the_watched_actors_node_is_killed(
     tmp_path: Path, secrets: dict[str, dict[str, Any]], nursery: trio.Nursery
 ) -> None:
     # Given a node in a subprocess (signed, mutual TLS), and a watcher here
-    command = [sys.executable, "-m", "actorctl", "node", "run", "tests.apps.actors:Calculator",
-               "--listen", "127.0.0.1:0", "--name", "victim",
-               "--certs", str(tmp_path / "certs"), "--keys", str(tmp_path / "keys")]  # fmt: skip
-    process: trio.Process = await nursery.start(
-        functools.partial(trio.run_process, command, cwd=ROOT, stdout=subprocess.PIPE, check=False)
-    )
+    process = await start_cli(
+        nursery, "node", "run", "tests.apps.actors:Calculator", "--listen", "127.0.0.1:0",
+        "--name", "victim", "--certs", tmp_path / "certs", "--keys", tmp_path / "keys",
+    )  # fmt: skip
     address = await _ready_address(process)
     assert process.stdout is not None
     nursery.start_soon(_drain, process.stdout)

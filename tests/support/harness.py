@@ -66,13 +66,16 @@ class Secrets:
     keys: Mapping[str, Keyring]
 
     @classmethod
-    def make(cls, directory: Path, *names: str) -> Secrets:
-        """A CA and certificates in ``directory/tls``, and keys in ``directory/keys``."""
-        return cls(make_tls(directory / "tls", *names), make_keys(directory / "keys", *names))
+    def make(cls, directory: Path, *names: str, members: Iterable[str] | None = None) -> Secrets:
+        """A CA and certificates in ``directory/tls``, and keys in ``directory/keys``
+        (with a members file naming ``members``, if given)."""
+        keys = make_keys(directory / "keys", *names, members=members)
+        return cls(make_tls(directory / "tls", *names), keys)
 
-    def options(self, name: str) -> dict[str, Any]:
-        """The options of :func:`actorctl.open_node` that secure the node ``name``."""
-        return {"tls": self.tls[name], "keyring": self.keys[name]}
+    def options(self, name: str, **more: Any) -> dict[str, Any]:
+        """The options of :func:`actorctl.open_node` that secure the node ``name``
+        (and ``more`` of them)."""
+        return {"tls": self.tls[name], "keyring": self.keys[name], **more}
 
 
 Hosted = Actor | type[Actor]

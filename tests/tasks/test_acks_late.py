@@ -1,7 +1,7 @@
 """``acks_late=False``: a task that is at-most-once (docs/celery.md,
 docs/guarantees.md), against a real cluster.
 
-The cluster is tests/tasks/test_task_state.py's (``actorctl cluster up``: a services
+The cluster is tests/support/running.py's (``actorctl cluster up``: a services
 node with the pool's router, and one worker node, so a task can only run where
 the test kills), running tests/apps/acks_app.py. A test holds tasks mid-run at a
 gate, SIGKILLs the worker node, lets ``cluster up`` start it again, opens the
@@ -14,36 +14,22 @@ from __future__ import annotations
 import contextlib
 from collections import Counter
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from actorctl.tasks.protocol._protocol import new_task_id
 from tests.apps.acks_app import app, at_most_once, begin
 from tests.apps.state_app import runs, shut_gate
-from tests.tasks.test_task_state import WAIT, RunningCluster, wait_until
-
-
-class AcksCluster(RunningCluster):
-    """tests/tasks/test_task_state.py's cluster, its nodes running tests/apps/acks_app.py."""
-
-    def __init__(self, directory: Path) -> None:
-        super().__init__(directory)
-        config = self.path.read_text()
-        self.path.write_text(config.replace("tests.apps.state_app:app", "tests.apps.acks_app:app"))
+from tests.support.running import WAIT, RunningCluster, wait_until
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AcksCluster]:
-    running = AcksCluster(tmp_path_factory.mktemp("acks"))
-    try:
-        running.start()
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningCluster]:
+    with RunningCluster(tmp_path_factory.mktemp("acks"), app="tests.apps.acks_app:app") as running:
         yield running
-    finally:
-        running.stop()
 
 
-def test_an_at_most_once_task_runs_and_answers_as_any_other(cluster: AcksCluster) -> None:
+def test_an_at_most_once_task_runs_and_answers_as_any_other(cluster: RunningCluster) -> None:
     name = new_task_id()
     with app.connect(cluster.path):
         # An at-most-once task; the same, delayed (through the scheduler); and
@@ -59,7 +45,7 @@ def test_an_at_most_once_task_runs_and_answers_as_any_other(cluster: AcksCluster
 
 
 def test_a_worker_killed_mid_run_runs_an_acks_late_task_again_and_an_at_most_once_one_never(
-    cluster: AcksCluster,
+    cluster: RunningCluster,
 ) -> None:
     name = new_task_id()
     with app.connect(cluster.path), contextlib.ExitStack() as gates:

@@ -46,6 +46,7 @@ from actorctl import (
 from actorctl.cluster import load_cluster
 from actorctl.mailbox import KIND_DOCUMENT, KIND_EVENT
 from tests.apps.celery_app import SIGNALS, WAKE, SignedUp, add, app, fails, retries_once
+from tests.support.cli import run_cli
 from tests.support.foreign import (
     ClientTls,
     Identity,
@@ -242,17 +243,11 @@ async def test_app_async_result_gets_a_result_and_its_traceback_from_another_pro
 
 def _cli(cluster: Path, *args: str) -> subprocess.CompletedProcess[str]:
     where = cluster.parent
-    return subprocess.run(
-        [
-            *(sys.executable, "-m", "actorctl", "call", *args, "--timeout", str(WAIT)),
-            *("--certs", str(where / "certs"), "--keys", str(where / "keys")),
-        ],
+    return run_cli(
+        *("call", *args, "--timeout", str(WAIT)),
+        *("--certs", where / "certs", "--keys", where / "keys"),
         env=_env(),
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
         timeout=WAIT + 10,
-        check=False,
     )
 
 

@@ -28,8 +28,8 @@ import pytest
 import trio
 from proton import Message
 
-from actorctl import Node, open_node
-from actorctl.cluster import hosted_actors, load_cluster
+from actorctl import Node
+from actorctl.cluster import load_cluster
 from actorctl.ops._foreman import ensure_dev_secrets
 from tests.apps.pool_app import add
 from tests.support.foreign import (
@@ -41,6 +41,7 @@ from tests.support.foreign import (
     reply_signature_holds,
 )
 from tests.support.harness import Logs, free_port
+from tests.support.in_process import in_process
 
 WAIT = 20.0  # seconds a refusal may take to reach the router's log on a loaded machine
 
@@ -65,31 +66,15 @@ async def pool_cluster(tmp_path: Path) -> AsyncIterator[Pool]:
         'actors = "tests.apps.pool_app:app"\npools = ["celery"]\n'
     )
     config = load_cluster(path)
-    ensure_dev_secrets(config)
-    hosted = {n.name: hosted_actors(n.actors, node=n, cluster=config) for n in config.nodes}
+    ensure_dev_secrets(config)  # the caller's certificate and key, below
     tls = ClientTls(
         ca=str(config.certs / "ca.pem"),
         cert=str(config.certs / "cli.pem"),
         key=str(config.certs / "cli.key"),
     )
     identity = Identity.load(str(config.keys / "cli.key"))
-    async with (
-        open_node(
-            "w1",
-            hosted["w1"],
-            port=ports[1],
-            store=config.store(config.node("w1")),
-            security=config.security("w1"),
-        ),
-        open_node(
-            "services",
-            hosted["services"],
-            port=ports[0],
-            store=config.store(config.node("services")),
-            security=config.security("services"),
-        ) as services,
-    ):
-        yield Pool(services, tls, identity)
+    async with in_process(path, "w1", "services") as cluster:
+        yield Pool(cluster.nodes["services"], tls, identity)
 
 
 async def send_task(pool: Pool, subject: str, body: bytes) -> tuple[CallResult, str]:

@@ -14,13 +14,7 @@ what was lost. Node logs are in ``<tmp_path>/logs/``.
 
 from __future__ import annotations
 
-import collections
-import contextlib
-import fcntl
 import functools
-import os
-import signal
-import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable, Iterable
@@ -33,8 +27,6 @@ import trio
 from actorctl import chain, chord
 from tests.apps.kill_app import (
     HOLD,
-    RECORDS,
-    WAKE,
     app,
     gather,
     record,
@@ -42,16 +34,21 @@ from tests.apps.kill_app import (
     tight_record,
     tight_step,
 )
+from tests.support.cli import ACTORCTL, ROOT
+from tests.support.cluster_up import (
+    START,
+    WAIT,
+    ClusterUp,
+    Output,
+    Records,
+    records_env,
+    start_cluster_up,
+)
 from tests.support.harness import free_port
 
-ROOT = Path(__file__).resolve().parents[2]
-#: Seconds the work of one test may take to run to the end on a loaded 2-core machine.
-WAIT = 60.0
 #: Tasks the killed caller sends: the issue says 10,000, which take 25 s to send
 #: and run on an idle 2-core machine, and over 80 s on a loaded one.
 CALLER_TASKS = 5_000
-#: Seconds a cluster or a caller may take to say it is ready, or a node to be restarted.
-START = 30.0
 
 CLUSTER = """\
 [cluster]
@@ -79,157 +76,14 @@ pools = ["work", "tight"]
 """
 
 
-class Output:
-    """The lines a child process writes to its stdout, read as the test asks for them."""
-
-    def __init__(self, stream: trio.abc.ReceiveStream) -> None:
-        self.stream = stream
-        self.lines: list[str] = []
-        self._partial = b""
-        self._taken = 0  # lines before this one were looked at by until()
-        self.ended = False
-
-    async def _more(self) -> None:
-        chunk = await self.stream.receive_some(65536)
-        if not chunk:
-            self.ended = True
-            return
-        *lines, self._partial = (self._partial + chunk).split(b"\n")
-        self.lines += [line.decode() for line in lines]
-
-    async def until(self, text: str, timeout: float = START) -> str:
-        """The next line (after the last one this returned) that contains ``text``."""
-        with trio.fail_after(timeout):
-            while True:
-                while self._taken < len(self.lines):
-                    line = self.lines[self._taken]
-                    self._taken += 1
-                    if text in line:
-                        return line
-                assert not self.ended, f"the process ended before it said {text!r}"
-                await self._more()
-
-    async def rest(self, timeout: float = START) -> list[str]:
-        """Every line, once the process closed its stdout."""
-        with trio.fail_after(timeout):
-            while not self.ended:
-                await self._more()
-        return self.lines
-
-
-class Records:
-    """The runs the tasks of tests/apps/kill_app.py recorded in ``directory``: one
-    line (a label) per run, in a file per process. Read incrementally; a
-    datagram to the directory's socket wakes whoever waits for more."""
-
-    def __init__(self, directory: Path) -> None:
-        self.directory = directory
-        self.counts: collections.Counter[str] = collections.Counter()
-        self.by_file: collections.Counter[str] = collections.Counter()
-        self.fresh: list[str] = []  # what the last read found
-        self._offsets: dict[Path, int] = {}
-        self._wake = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        self._wake.bind(str(directory / WAKE))
-        self._wake.setblocking(False)
-
-    def close(self) -> None:
-        self._wake.close()
-
-    def read(self) -> collections.Counter[str]:
-        """Count the runs recorded since the last read; return all counts so far."""
-        self.fresh = []
-        for path in sorted(self.directory.glob("*.log")):
-            offset = self._offsets.get(path, 0)
-            with path.open("rb") as file:
-                file.seek(offset)
-                data = file.read()
-            whole = data[: data.rfind(b"\n") + 1]  # a line still being written waits
-            self._offsets[path] = offset + len(whole)
-            labels = whole.decode().split()
-            self.fresh += labels
-            self.counts.update(labels)
-            self.by_file[path.stem] += len(labels)
-        return self.counts
-
-    def of_process(self, pid: int) -> int:
-        """How many runs the process ``pid`` recorded."""
-        self.read()
-        return self.by_file[str(pid)]
-
-    async def wait_until(self, done: Callable[[], bool], timeout: float = WAIT) -> bool:
-        """Wait until ``done()`` (asked after each read) is true; False after ``timeout``."""
-        with trio.move_on_after(timeout):
-            while True:
-                self.read()
-                if done():
-                    return True
-                await trio.lowlevel.wait_readable(self._wake)
-                with contextlib.suppress(BlockingIOError):
-                    while self._wake.recv(64):
-                        pass
-        return False
-
-    async def wait_for(self, labels: Iterable[str], timeout: float = WAIT) -> Count:
-        """Wait until each of ``labels`` ran (at most ``timeout`` seconds); count them."""
-        expected = set(labels)
-        missing = expected - self.counts.keys()
-
-        def done() -> bool:
-            missing.difference_update(self.fresh)
-            return not missing
-
-        await self.wait_until(done, timeout)
-        return Count.of(expected, self.counts)
-
-
-@attrs.frozen
-class Count:
-    """What became of the tasks a test expected to run."""
-
-    expected: int
-    lost: list[str]
-    duplicated: int  # runs beyond the first of an expected task
-    runs: int  # every run of an expected task
-
-    @classmethod
-    def of(cls, expected: set[str], counts: collections.Counter[str]) -> Count:
-        lost = sorted(label for label in expected if not counts[label])
-        runs = sum(counts[label] for label in expected)
-        return cls(len(expected), lost, runs - (len(expected) - len(lost)), runs)
-
-    def report(self, what: str) -> None:
-        print(
-            f"{what}: {self.expected} expected, {len(self.lost)} lost, "
-            f"{self.duplicated} duplicate runs ({self.runs} runs)"
-        )
-
-    def check(self, what: str, logs: Path, *, max_duplicates: int) -> None:
-        """Assert that none was lost, and that duplicates stay under a bound."""
-        self.report(what)
-        assert not self.lost, (
-            f"{what}: {len(self.lost)} of {self.expected} never ran, e.g. "
-            f"{self.lost[:10]} (node logs: {logs})"
-        )
-        assert self.duplicated <= max_duplicates, f"{what}: {self.duplicated} duplicates"
-
-
 @attrs.define
-class Cluster:
+class Cluster(ClusterUp):
     """A task cluster of tests/apps/kill_app.py run by ``actorctl cluster up``."""
-
-    path: Path
-    process: trio.Process
-    out: Output
-    records: Records
-    pids: dict[str, int] = attrs.field(factory=dict)
-    _held: dict[str, int] = attrs.field(factory=dict)
 
     def hold(self, what: str = HOLD) -> None:
         """Hold every task back before it runs (HOLD), or a node from starting
         (``starts(NODE)``), until :meth:`release` (see tests/apps/kill_app.py)."""
-        fd = os.open(self.records.directory / what, os.O_RDWR | os.O_CREAT, 0o644)
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        self._held[what] = fd
+        self.lock(what, what)
 
     async def pause(self) -> None:
         """Hold the tasks back again (once those past the hold have recorded)."""
@@ -237,39 +91,7 @@ class Cluster:
 
     def release(self, what: str = HOLD) -> None:
         """Let the tasks run (HOLD), or the node start (``starts(NODE)``)."""
-        fd = self._held.pop(what, None)
-        if fd is not None:
-            os.close(fd)  # and with it, the lock
-
-    def release_all(self) -> None:
-        for what in list(self._held):
-            self.release(what)
-
-    @property
-    def logs(self) -> Path:
-        return self.path.parent / "logs"
-
-    async def wait_ready(self, node: str) -> int:
-        """Wait for ``node`` to say it is (again) ready; its PID."""
-        line = await self.out.until(f"node {node} ready at")
-        pid = int(line.rpartition("(pid ")[2].partition(")")[0])
-        self.pids[node] = pid
-        return pid
-
-    def kill(self, node: str) -> None:
-        """SIGKILL the node's process (one that cluster up started for this test)."""
-        os.kill(self.pids[node], signal.SIGKILL)
-
-
-def _environment(records: Path) -> dict[str, str]:
-    """This environment, with the records' directory, and this checkout first on
-    the path (the nodes and callers import tests.apps.kill_app)."""
-    paths = [str(ROOT), os.environ.get("PYTHONPATH", "")]
-    return {
-        **os.environ,
-        RECORDS: str(records),
-        "PYTHONPATH": os.pathsep.join(p for p in paths if p),
-    }
+        ClusterUp.release(self, what)
 
 
 @pytest.fixture
@@ -278,17 +100,7 @@ async def cluster(tmp_path: Path, nursery: trio.Nursery) -> AsyncIterator[Cluste
     path.write_text(CLUSTER.format(*(free_port() for _ in range(4))))
     records = tmp_path / "records"
     records.mkdir()
-    command = [sys.executable, "-m", "actorctl", "cluster", "up", str(path)]
-    process: trio.Process = await nursery.start(
-        functools.partial(
-            trio.run_process,
-            command,
-            cwd=ROOT,
-            stdout=subprocess.PIPE,
-            check=False,
-            env=_environment(records),
-        )
-    )
+    process = await start_cluster_up(nursery, path, records)
     assert process.stdout is not None
     running = Cluster(path, process, Output(process.stdout), Records(records))
     try:
@@ -307,12 +119,12 @@ async def _down(cluster: Cluster) -> None:
     SIGKILL to it only if that fails too."""
     with trio.move_on_after(START):
         await trio.run_process(
-            [sys.executable, "-m", "actorctl", "cluster", "down", str(cluster.path)],
+            [*ACTORCTL, "cluster", "down", str(cluster.path)],
             cwd=ROOT,
             capture_stdout=True,
             capture_stderr=True,
             check=False,
-            env=_environment(cluster.records.directory),
+            env=records_env(cluster.records.directory),
         )
         await cluster.process.wait()
         return
@@ -336,7 +148,7 @@ async def _caller(
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             check=False,
-            env=_environment(cluster.records.directory),
+            env=records_env(cluster.records.directory),
         )
     )
     assert process.stdout is not None

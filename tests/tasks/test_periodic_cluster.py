@@ -2,7 +2,7 @@
 a SIGKILL of the services node across a due time neither repeats nor silently
 skips a firing, both ways of ``catch_up``; and ``actorctl schedule list``.
 
-The cluster is tests/tasks/test_task_state.py's (a services node, one worker node,
+The cluster is tests/support/running.py's (a services node, one worker node,
 the task app tests/apps/state_app.py whose task ``note`` records the id of every
 run), with two ``[[periodic]]`` tables every few seconds: one that catches up,
 one that skips. A firing's task id is its schedule's name and due time, so the
@@ -14,7 +14,6 @@ from __future__ import annotations
 import datetime
 import json
 import math
-import subprocess
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -23,7 +22,8 @@ import pytest
 
 from actorctl.tasks.services._periodic import firing_id
 from tests.apps.state_app import runs
-from tests.tasks.test_task_state import ACTORCTL, ROOT, WAIT, RunningCluster, wait_until
+from tests.support.cli import run_cli
+from tests.support.running import WAIT, RunningCluster, wait_until
 
 EVERY = 8.0  # seconds between due times: room for a node's restart between two
 PERIODIC = """
@@ -48,11 +48,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningCluster
     running = RunningCluster(tmp_path_factory.mktemp("periodic"))
     with running.path.open("a") as file:
         file.write(PERIODIC.format(every=EVERY))
-    try:
-        running.start()
+    with running:
         yield running
-    finally:
-        running.stop()
 
 
 def fired(cluster: RunningCluster, name: str) -> Counter[str]:
@@ -117,15 +114,7 @@ def test_a_sigkill_across_a_due_time_neither_repeats_nor_silently_skips_a_firing
 
 
 def schedule_list(cluster: RunningCluster, *options: str) -> str:
-    done = subprocess.run(
-        [*ACTORCTL, "schedule", "list", str(cluster.path), *options],
-        capture_output=True,
-        text=True,
-        env=cluster.env,
-        cwd=ROOT,
-        timeout=WAIT,
-        check=False,
-    )
+    done = run_cli("schedule", "list", cluster.path, *options, env=cluster.env, timeout=WAIT)
     assert done.returncode == 0, done.stderr
     return done.stdout
 

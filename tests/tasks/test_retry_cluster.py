@@ -15,7 +15,6 @@ import os
 import signal
 import socketserver
 import subprocess
-import sys
 import threading
 import time
 from collections import Counter
@@ -28,8 +27,8 @@ from examples._cluster import running_cluster
 
 from actorctl import AsyncResult
 from tests.apps.retry_app import POLICY, RECORDS, app, fetch
+from tests.support.cli import run_cli
 
-ROOT = Path(__file__).resolve().parents[2]
 T = TypeVar("T")
 WAIT = 60.0
 TASKS = 1000
@@ -136,15 +135,7 @@ def runs(records: Path) -> list[tuple[str, str, int]]:
 
 
 def actorctl(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)])}
-    return subprocess.run(
-        [sys.executable, "-m", "actorctl", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=WAIT,
-        check=False,
-    )
+    return run_cli(*args, timeout=WAIT)
 
 
 def letters(cluster: Path, reason: str = "out-of-retries") -> list[dict[str, Any]]:

@@ -10,8 +10,6 @@ is tests/hosts/test_hosts.py's.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -27,6 +25,7 @@ from actorctl.tasks.client._lookup import result_addresses
 from actorctl.tasks.client._services_role import SERVICES_ROLE_NAME, ServicesRole, follow_services
 from actorctl.tasks.protocol._protocol import CHORDS, EVENTS, SCHEDULER
 from actorctl.tasks.worker._control import WorkerState
+from tests.support.cli import run_cli
 from tests.support.etcd_server import EtcdServer, open_proxy
 from tests.support.harness import Logs, free_port
 
@@ -36,7 +35,6 @@ app.pool("celery", concurrency=8)
 RAN: list[str] = []
 _WAITING: list[tuple[int, trio.Event]] = []
 TTL = 2
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @app.task(bind=True)
@@ -214,13 +212,7 @@ def test_several_services_nodes_without_etcd_are_refused_by_name(tmp_path: Path)
     assert list(directory.services) == ["s1", "s2"]
     # ... but not under `cluster up`, which runs them on one host, without etcd:
     # refused before anything starts, saying what to run instead
-    up = subprocess.run(
-        [sys.executable, "-m", "actorctl", "cluster", "up", str(path)],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        cwd=ROOT,
-    )
+    up = run_cli("cluster", "up", path, timeout=30)
     assert up.returncode == 2, up.stderr
     assert "only one node may have services = true on one host" in up.stderr
     assert "`actorctl host up FILE --host NAME` on each" in up.stderr

@@ -5,7 +5,7 @@ items ran, and each resumes from its checkpoint: nothing skipped, nothing run
 twice (counted from the runs the task records). And ``cluster up`` refuses
 a wrong ``[[source]]`` table by name before it starts anything.
 
-The cluster is tests/tasks/test_task_state.py's (a services node, one worker node,
+The cluster is tests/support/running.py's (a services node, one worker node,
 the task app tests/apps/state_app.py), with three ``[[source]]`` tables, each
 sending its items as the task ``s.paced``, at most 4 in flight: the lines of
 the files in ``inbox/`` beside cluster.toml, the items an HTTP server of the
@@ -19,7 +19,6 @@ import contextlib
 import http.server
 import json
 import sqlite3
-import subprocess
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,7 +31,8 @@ from actorctl.ops import check_references
 from actorctl.tasks import cluster_app
 from actorctl.tasks.sources._source import item_id
 from tests.apps.state_app import runs
-from tests.tasks.test_task_state import ACTORCTL, ROOT, WAIT, RunningCluster, counted, wait_until
+from tests.support.cli import run_cli
+from tests.support.running import CLUSTER, WAIT, RunningCluster, counted, wait_until
 
 LINES = 300
 ROWS = 200
@@ -96,10 +96,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningCluster
     with running.path.open("a") as file:
         file.write(SOURCE.format(port=server.server_address[1]))
     try:
-        running.start()
-        yield running
+        with running:
+            yield running
     finally:
-        running.stop()
         server.shutdown()
         server.server_close()
 
@@ -156,9 +155,8 @@ def test_sources_whose_node_is_killed_resume_from_their_checkpoints(
 
 def write(tmp_path: Path, source: str) -> Path:
     path = tmp_path / "cluster.toml"
-    text = (ROOT / "tests" / "test_task_state.py").read_text()
-    cluster = text.split('CLUSTER = """\\\n', 1)[1].split('"""', 1)[0]
-    path.write_text(cluster.format(controller=1, services=2, worker=3) + source)
+    cluster = CLUSTER.format(controller=1, services=2, worker=3, app="tests.apps.state_app:app")
+    path.write_text(cluster + source)
     return path
 
 
@@ -198,10 +196,7 @@ def test_cluster_up_refuses_a_source_of_an_unknown_task(tmp_path: Path) -> None:
     path = write(
         tmp_path, '\n[[source]]\nname = "x"\nkind = "directory"\npath = "in"\ntask = "s.nope"\n'
     )
-    done = subprocess.run(
-        [*ACTORCTL, "cluster", "up", str(path)], capture_output=True, text=True, cwd=ROOT,
-        timeout=60, check=False,
-    )  # fmt: skip
+    done = run_cli("cluster", "up", path, timeout=60)
     assert done.returncode != 0
     assert "no task named 's.nope'" in done.stdout + done.stderr
     assert not (tmp_path / "data").exists()  # no node started

@@ -1,10 +1,11 @@
 """Task state that outlives its node: delayed tasks, revokes, chord barriers and
 results are kept in each node's SQLite store (docs/guarantees.md).
 
-The module runs a cluster of its own: ``actorctl cluster up`` on a cluster.toml
-in a temporary directory, so that each node's store is ``data/NODE/store.sqlite``
-there. It has a services node (the pool's router, the scheduler, the chord
-barrier) and one worker node, so that a task can only run where the test kills.
+The module runs a cluster of its own (tests/support/running.py): ``actorctl
+cluster up`` on a cluster.toml in a temporary directory, so that each node's
+store is ``data/NODE/store.sqlite`` there. It has a services node (the pool's
+router, the scheduler, the chord barrier) and one worker node, so that a task
+can only run where the test kills.
 A test kills a node with SIGKILL, by its pid, and waits until ``cluster up``
 has started it again; then it counts what ran: every task records its id in a
 file (tests/apps/state_app.py). Nothing may be lost; what ran twice is reported.
@@ -14,172 +15,26 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import queue
-import re
-import signal
-import sqlite3
 import subprocess
 import sys
-import threading
 import time
-from collections import Counter
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Iterator
 
 import pytest
-from examples._cluster import stop_cluster
 
 from actorctl import AskTimeout, TaskRevoked, chord
 from actorctl.tasks.protocol._protocol import new_task_id
-from tests.apps.state_app import RECORDS, app, fails, gated, note, runs, shut_gate, total
-from tests.support.harness import free_port
+from tests.apps.state_app import app, fails, gated, note, runs, shut_gate, total
+from tests.support.cli import ROOT
+from tests.support.running import READY, WAIT, RunningCluster, counted, wait_until
 
-ROOT = Path(__file__).resolve().parents[2]
-ACTORCTL = [sys.executable, "-m", "actorctl"]
-WAIT = 30.0  # seconds any one result, restart or record may take on a loaded 2-core machine
-READY = 90.0  # seconds the whole cluster may take to start
 COUNTDOWN = 6.0  # seconds until a delayed task is due: past a node's restart
-
-CLUSTER = """\
-[cluster]
-name = "state"
-dev = true
-controller = "127.0.0.1:{controller}"
-
-[[node]]
-name = "services"
-listen = "127.0.0.1:{services}"
-actors = "tests.apps.state_app:app"
-services = true
-
-[[node]]
-name = "worker"
-listen = "127.0.0.1:{worker}"
-actors = "tests.apps.state_app:app"
-pools = ["celery"]
-"""
-
-_READY = re.compile(r"^node (\S+) ready at (\S+) \(pid (\d+)\)(?: \(restart (\d+)\))?$")
-
-
-class RunningCluster:
-    """``actorctl cluster up`` on ``directory/cluster.toml``, its output read
-    line by line: the pid of each node, and each restart."""
-
-    def __init__(self, directory: Path) -> None:
-        self.directory = directory
-        self.path = directory / "cluster.toml"
-        self.records = directory / "records"
-        self.records.mkdir()
-        ports = {name: free_port() for name in ("controller", "services", "worker")}
-        self.path.write_text(CLUSTER.format(**ports))
-        self.pids: dict[str, int] = {}
-        self.restarts: dict[str, int] = {}
-        self._lines: queue.Queue[str | None] = queue.Queue()
-        self.env = {**os.environ, RECORDS: str(self.records)}
-        paths = [str(ROOT), self.env.get("PYTHONPATH", "")]
-        self.env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
-        self._process: subprocess.Popen[str] | None = None
-        self._pumping: threading.Thread | None = None
-
-    def start(self) -> None:
-        self._process = subprocess.Popen(
-            [*ACTORCTL, "cluster", "up", str(self.path)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            env=self.env,
-            cwd=ROOT,
-            text=True,
-        )
-        self._pumping = threading.Thread(target=self._pump, daemon=True)
-        self._pumping.start()
-        self._until(lambda line: line.startswith("cluster ") and line.endswith(" ready"), READY)
-
-    def stop(self) -> None:
-        process = self._process
-        if process is None:
-            return
-        stop_cluster(process, self.path, self.env)
-        if self._pumping is not None:
-            self._pumping.join(10)  # it read to the end of the output
-        if process.stdout is not None:
-            process.stdout.close()
-
-    def kill(self, node: str) -> None:
-        """SIGKILL ``node``'s process and wait until ``cluster up`` started it again."""
-        pid = self.pids[node]
-        restarts = self.restarts.get(node, 0)
-        os.kill(pid, signal.SIGKILL)
-        self._until(lambda _: self.restarts.get(node, 0) > restarts, WAIT)
-        assert self.pids[node] != pid
-
-    def store(self, node: str) -> Path:
-        return self.directory / "data" / node / "store.sqlite"
-
-    def rows(self, node: str, table: str) -> dict[str, bytes]:
-        """What ``node``'s store has committed in ``table`` (read by another
-        process: only what a commit made durable)."""
-        path = self.store(node)
-        if not path.exists():
-            return {}
-        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
-            found = db.execute("SELECT key, value FROM entries WHERE tbl = ?", (table,))
-            return {str(key): bytes(value) for key, value in found}
-
-    def _pump(self) -> None:
-        assert self._process is not None
-        assert self._process.stdout is not None
-        for line in self._process.stdout:
-            self._lines.put(line.rstrip("\n"))
-        self._lines.put(None)
-
-    def _until(self, done: Callable[[str], bool], timeout: float) -> None:
-        """Read output lines (noting pids and restarts) until ``done`` says yes."""
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                line = self._lines.get(timeout=max(0.0, deadline - time.monotonic()))
-            except queue.Empty:
-                raise AssertionError(f"cluster up said nothing for {timeout:g} s") from None
-            if line is None:
-                raise AssertionError("cluster up ended")
-            ready = _READY.match(line)
-            if ready is not None:
-                name, _, pid, restart = ready.groups()
-                self.pids[name] = int(pid)
-                self.restarts[name] = int(restart or 0)
-            if done(line):
-                return
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningCluster]:
-    running = RunningCluster(tmp_path_factory.mktemp("state"))
-    try:
-        running.start()
+    with RunningCluster(tmp_path_factory.mktemp("state")) as running:
         yield running
-    finally:
-        running.stop()
-
-
-def wait_until(what: str, check: Callable[[], bool], timeout: float = WAIT) -> None:
-    """Look at files (records, a store) until ``check`` holds, for ``timeout`` s."""
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout:g} s: {what}")
-        time.sleep(0.05)
-
-
-def counted(cluster: RunningCluster, ids: list[str]) -> tuple[list[str], dict[str, int]]:
-    """The ids in ``ids`` that never ran (lost), and those that ran more than once."""
-    seen = Counter(runs(cluster.records))
-    lost = [task_id for task_id in ids if seen[task_id] == 0]
-    twice = {task_id: seen[task_id] for task_id in ids if seen[task_id] > 1}
-    if twice:
-        print(f"ran more than once: {twice}")
-    return lost, twice
 
 
 # -- the scheduler ----------------------------------------------------------------------

@@ -12,12 +12,8 @@ records, the output lines or the answers it expects, under a timeout.
 from __future__ import annotations
 
 import collections
-import fcntl
-import functools
 import os
 import signal
-import subprocess
-import sys
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -28,12 +24,10 @@ import trio
 
 from actorctl import open_node
 from actorctl.cluster import load_cluster
-from tests.apps.kill_app import RECORDS
 from tests.apps.shutdown_app import RUNS, app, held_by, hold
+from tests.support.cluster_up import ClusterUp, Output, Records, start_cluster_up
 from tests.support.harness import free_port
-from tests.tasks.test_kill import Output, Records
 
-ROOT = Path(__file__).resolve().parents[2]
 #: Seconds a cluster may take to start, or a step of a test to happen, on a loaded 2-core machine.
 WAIT = 60.0
 #: The workers' shutdown_grace (s): long, so that only a stop that waits for
@@ -84,28 +78,14 @@ shutdown_grace = {grace}
 
 
 @attrs.define
-class Cluster:
+class Cluster(ClusterUp):
     """A cluster of tests/apps/shutdown_app.py run by ``actorctl cluster up``."""
 
-    path: Path
-    process: trio.Process
-    out: Output
     err: Output  # its warnings, and what it says of nodes that stopped
-    records: Records
-    pids: dict[str, int] = attrs.field(factory=dict)
-    _held: dict[str, int] = attrs.field(factory=dict)
 
     def hold(self, node: str) -> None:
         """Hold back the tasks of ``node`` before they end, until :meth:`release`."""
-        name = held_by(self.pids[node])
-        fd = os.open(self.records.directory / name, os.O_RDWR | os.O_CREAT, 0o644)
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        self._held[node] = fd
-
-    def release(self, node: str) -> None:
-        fd = self._held.pop(node, None)
-        if fd is not None:
-            os.close(fd)  # and with it, the lock
+        self.lock(node, held_by(self.pids[node]))
 
     def runs(self, pid: int) -> list[str]:
         """What the process ``pid`` recorded, in order (whole lines)."""
@@ -115,10 +95,8 @@ class Cluster:
         data = path.read_bytes()
         return data[: data.rfind(b"\n") + 1].decode().split()
 
-    async def wait_ready(self, node: str) -> int:
-        line = await self.out.until(f"node {node} ready at", timeout=WAIT)
-        self.pids[node] = int(line.rpartition("(pid ")[2].partition(")")[0])
-        return self.pids[node]
+    async def wait_ready(self, node: str, timeout: float = WAIT) -> int:
+        return await ClusterUp.wait_ready(self, node, timeout)
 
     async def ask_controller(self, handler: str, *args: Any) -> Any:
         """Ask the cluster's Controller (signed, over mutual TLS), as the CLI does."""
@@ -127,15 +105,6 @@ class Cluster:
         async with open_node("probe", host=None, security=config.security("cli")) as node:
             ref = node.ref(f"{config.scheme}://{host}:{port}/controller")
             return await ref.with_options(timeout=WAIT).ask(handler, *args)
-
-
-def _environment(records: Path) -> dict[str, str]:
-    paths = [str(ROOT), os.environ.get("PYTHONPATH", "")]
-    return {
-        **os.environ,
-        RECORDS: str(records),
-        "PYTHONPATH": os.pathsep.join(p for p in paths if p),
-    }
 
 
 @asynccontextmanager
@@ -148,29 +117,18 @@ async def cluster_up(
     path.write_text(text.format(*ports, grace=GRACE))
     records = tmp_path / "records"
     records.mkdir()
-    process: trio.Process = await nursery.start(
-        functools.partial(
-            trio.run_process,
-            [sys.executable, "-m", "actorctl", "cluster", "up", str(path)],
-            cwd=ROOT,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            check=False,
-            env=_environment(records),
-        )
-    )
+    process = await start_cluster_up(nursery, path, records, stderr=True)
     assert process.stdout is not None
     assert process.stderr is not None
     out, err = Output(process.stdout), Output(process.stderr)
-    running = Cluster(path, process, out, err, Records(records))
+    running = Cluster(path, process, out, Records(records), err=err)
     try:
         for node in nodes:
             await running.wait_ready(node)
         await running.out.until("ready", timeout=WAIT)
         yield running
     finally:
-        for node in list(running._held):
-            running.release(node)
+        running.release_all()
         running.records.close()
         if process.returncode is None:
             process.send_signal(signal.SIGTERM)  # the cluster up this test started

@@ -18,9 +18,10 @@ from actorctl.cluster import load_cluster
 from actorctl.cluster._http import http_get
 from actorctl.tasks.worker._inspect import RECENT, HeldTask, Holdings
 from tests.apps.task_app import add, always_down, app, div
-from tests.ops.test_web import CHROMIUM, CHROMIUM_ARGS, WAIT, client_context, with_web
+from tests.support.web import CHROMIUM, CHROMIUM_ARGS, client_context, with_web
 
 APPS = Path(__file__).resolve().parents[1] / "apps"
+WAIT = 30.0
 #: The rows the Controller keeps of the window of runs, in this module's cluster.
 WINDOW = 20
 NO_CHROMIUM = (

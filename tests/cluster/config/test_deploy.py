@@ -22,6 +22,7 @@ import pytest
 import yaml
 
 from actorctl.cluster import load_cluster
+from tests.support.cli import run_cli
 
 DEPLOY = Path(__file__).resolve().parents[3] / "examples" / "deploy"
 SYSTEMD = DEPLOY / "systemd"
@@ -46,13 +47,7 @@ def check_command(argv: list[str]) -> None:
     options = [word for word in argv[1:] if word.startswith("--")]
     helped = None
     for depth in (3, 2, 1):  # the longest command path that exists: node run, cluster up
-        done = subprocess.run(
-            [sys.executable, "-m", "actorctl", *words[:depth], "--help"],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
+        done = run_cli(*words[:depth], "--help", timeout=60)
         if done.returncode == 0 and "Usage: " in done.stdout and "Commands:" not in done.stdout:
             helped = done.stdout
             break

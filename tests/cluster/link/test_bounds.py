@@ -24,18 +24,10 @@ from actorctl.cluster.link import _limits, _peer
 from actorctl.cluster.link._credit import InboxCredit
 from actorctl.cluster.link._raw import lib
 from actorctl.mailbox import decode, encode, sign_ed25519
+from tests.apps.actors import SMALL_CAPACITY as CAPACITY
+from tests.apps.actors import Small
 from tests.support.harness import Logs, Secrets, node_pair
 from tests.support.rawpeer import RawPeer, raw_peer
-
-CAPACITY = 10
-
-
-class Small(Actor):
-    mailbox_capacity = CAPACITY
-
-    @handler
-    async def ping(self, who: str) -> str:
-        return f"pong {who}"
 
 
 @pytest.fixture

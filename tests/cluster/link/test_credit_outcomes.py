@@ -33,19 +33,12 @@ from actorctl.cluster.link._engine import Engine
 from actorctl.cluster.link._inbound import InboundHandler
 from actorctl.cluster.link._raw import lib
 from actorctl.mailbox import encode, sign_ed25519
+from tests.apps.actors import SMALL_CAPACITY as CAPACITY
+from tests.apps.actors import Small
 from tests.support.harness import Logs, Secrets
 from tests.support.rawpeer import RawPeer, raw_peer, raw_peer_over
 
-CAPACITY = 10
 DEADLINE = 0.5
-
-
-class Small(Actor):
-    mailbox_capacity = CAPACITY
-
-    @handler
-    async def ping(self, who: str) -> str:
-        return f"pong {who}"
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ import attrs
 import pytest
 import trio
 
-from actorctl import Actor, ConfigError, Envelope, Node, TlsFiles, handler, open_node
+from actorctl import Actor, ConfigError, Envelope, Node, handler, open_node
 from actorctl.cluster import Router
 from actorctl.cluster._replays import TABLE, ReplayJournal
 from actorctl.cluster.link._pending import Pending
@@ -39,8 +39,9 @@ from actorctl.mailbox import (
 )
 from actorctl.mailbox._keyring import MEMBERS_FILE
 from actorctl.store import Store
-from tests.support.harness import Logs, free_port
-from tests.support.tls import make_tls
+from tests.apps.actors import Vault
+from tests.support.cli import run_cli_async
+from tests.support.harness import Logs, Secrets, free_port
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -57,38 +58,6 @@ class Counter(Actor):
     async def bump(self, who: str) -> str:
         self.runs += 1
         return f"{who}#{self.runs}"
-
-
-class Vault(Actor):
-    def __init__(self) -> None:
-        self.opened: list[str] = []
-
-    @handler
-    async def open(self, who: str) -> str:
-        self.opened.append(who)
-        return f"opened for {who}"
-
-
-@attrs.frozen
-class Cluster:
-    """TLS files and keyrings from one CA and one keyring directory: every key
-    trusts every other, and ``members`` are named in the members file."""
-
-    directory: Path
-    tls: dict[str, TlsFiles]
-    keys: dict[str, Keyring]
-
-    @classmethod
-    def make(cls, directory: Path, names: list[str], members: list[str]) -> Cluster:
-        keys_dir = directory / "keys"
-        for name in names:
-            IdentityKey.generate(name).save(keys_dir, name)
-        (keys_dir / MEMBERS_FILE).write_text("".join(f"{m}\n" for m in members))
-        tls = make_tls(directory / "tls", *names)
-        return cls(directory, tls, {n: Keyring.load(keys_dir, n) for n in names})
-
-    def options(self, name: str, **more: Any) -> dict[str, Any]:
-        return {"tls": self.tls[name], "keyring": self.keys[name], **more}
 
 
 def _envelope(node: Node, address: str, message_id: str, who: str, **more: Any) -> Envelope:
@@ -135,7 +104,7 @@ async def _send_raw(client: Node, address: Any, data: bytes, message_id: str) ->
 async def test_two_identities_sending_the_same_message_id_each_get_their_own_result(
     tmp_path: Path, first: str, logs: Logs
 ) -> None:
-    c = Cluster.make(tmp_path, ["server", "alice", "bob"], members=["server"])
+    c = Secrets.make(tmp_path, "server", "alice", "bob", members=["server"])
     counter = Counter()
     async with (
         open_node("server", [counter], **c.options("server")) as server,
@@ -165,7 +134,7 @@ async def test_two_identities_sending_the_same_message_id_each_get_their_own_res
 async def test_a_client_asserting_another_identity_as_origin_counts_as_itself(
     tmp_path: Path, logs: Logs
 ) -> None:
-    c = Cluster.make(tmp_path, ["server", "alice", "mallory"], members=["server"])
+    c = Secrets.make(tmp_path, "server", "alice", "mallory", members=["server"])
     counter = Counter()
     async with (
         open_node("server", [counter], **c.options("server")) as server,
@@ -190,7 +159,7 @@ async def test_a_router_forwarded_message_keeps_the_origins_dedup_key(
     tmp_path: Path, router_is_member: bool, logs: Logs
 ) -> None:
     members = ["worker", "router"] if router_is_member else ["worker"]
-    c = Cluster.make(tmp_path, ["worker", "router", "alice", "bob"], members=members)
+    c = Secrets.make(tmp_path, "worker", "router", "alice", "bob", members=members)
     counter = Counter()
     async with AsyncExitStack() as stack:
         worker = await stack.enter_async_context(
@@ -236,7 +205,7 @@ async def test_a_router_forwarded_message_keeps_the_origins_dedup_key(
 async def test_the_same_signed_bytes_are_refused_by_a_second_node_hosting_that_actor(
     tmp_path: Path, form: str, logs: Logs
 ) -> None:
-    c = Cluster.make(tmp_path, ["vault-1", "vault-2", "client"], members=["vault-1", "vault-2"])
+    c = Secrets.make(tmp_path, "vault-1", "vault-2", "client", members=["vault-1", "vault-2"])
     first, second = Vault(), Vault()
     async with (
         open_node("vault-1", {"vault": first}, **c.options("vault-1")) as one,
@@ -355,7 +324,7 @@ async def vault_process(
 async def test_the_same_signed_bytes_are_refused_after_a_sigkill_and_restart(
     tmp_path: Path, nursery: trio.Nursery
 ) -> None:
-    c = Cluster.make(tmp_path, ["vault", "client"], members=["vault"])
+    c = Secrets.make(tmp_path, "vault", "client", members=["vault"])
     store, port = tmp_path / "data" / "vault" / "store.sqlite", free_port()
     client_key = c.keys["client"].identity
     options = c.options("client", connect_timeout=30.0)
@@ -485,23 +454,10 @@ async def test_the_replay_journal_is_a_ring_in_the_store_and_loads_back(tmp_path
 async def test_keys_gen_member_names_the_key_in_the_members_file(tmp_path: Path) -> None:
     keys = tmp_path / "keys"
     for args in (["n1", "--member"], ["n2", "--member"], ["client"]):
-        with trio.fail_after(30):
-            made = await trio.run_process(
-                [sys.executable, "-m", "actorctl", "keys", "gen", *args, "--dir", str(keys)],
-                cwd=ROOT,
-                capture_stdout=True,
-                capture_stderr=True,
-                check=False,
-            )
+        made = await run_cli_async("keys", "gen", *args, "--dir", keys)
         assert made.returncode == 0, made.stderr
     assert (keys / MEMBERS_FILE).read_text() == "n1\nn2\n"
-    with trio.fail_after(30):
-        listed = await trio.run_process(
-            [sys.executable, "-m", "actorctl", "keys", "list", "--dir", str(keys)],
-            cwd=ROOT,
-            capture_stdout=True,
-            check=False,
-        )
+    listed = await run_cli_async("keys", "list", "--dir", keys)
     lines = listed.stdout.decode().splitlines()
     assert [line.split()[0] for line in lines if line.endswith(", member")] == ["n1", "n2"]
     keyring = Keyring.load(keys, "client")
