@@ -175,3 +175,18 @@ class Vault(Actor):
     async def open(self, who: str) -> str:
         self.opened.append(who)
         return f"opened for {who}"
+
+
+class CountingCalculator(Actor):
+    """``calculator``'s ``add``, counting what it ran: so that a refused
+    request is seen not to run."""
+
+    name = "calculator"
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[int, int]] = []
+
+    @handler
+    async def add(self, a: int, b: int) -> int:
+        self.calls.append((a, b))
+        return a + b

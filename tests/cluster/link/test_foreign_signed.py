@@ -18,9 +18,7 @@ import base64
 import dataclasses
 import json
 import uuid
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,13 +27,8 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from proton import Message
 
-from actorctl import Actor, Node, handler, open_node
-
-# The foreign client: python-qpid-proton, cryptography (Ed25519) and the standard
-# library only, written from docs/protocol.md and docs/test-vectors.json alone.
 from tests.support.foreign import (
     CallResult,
-    ClientTls,
     Command,
     Identity,
     canonical_bytes,
@@ -52,8 +45,9 @@ from tests.support.foreign import _text as _text
 from tests.support.foreign import _u32 as _u32
 
 # The tests use actorctl to host the actor (TLS files, the node's own key).
-from tests.support.keys import make_keys
-from tests.support.tls import make_tls
+# The foreign client: python-qpid-proton, cryptography (Ed25519) and the standard
+# library only, written from docs/protocol.md and docs/test-vectors.json alone.
+from tests.support.secured import Secured, secured_node
 
 VECTORS = json.loads((Path(__file__).parents[3] / "docs" / "test-vectors.json").read_text())
 
@@ -228,42 +222,6 @@ def test_the_client_header_json_follows_the_spec_examples(value: Any, text: str)
 def test_the_client_writes_non_ascii_as_itself() -> None:
     # §11.2: "Zürich" is the 9 bytes 22 5a c3 bc 72 69 63 68 22.
     assert header_json("Zürich").encode() == bytes.fromhex("225ac3bc7269636822")
-
-
-class Calculator(Actor):
-    def __init__(self) -> None:
-        self.calls: list[tuple[int, int]] = []
-
-    @handler
-    async def add(self, a: int, b: int) -> int:
-        self.calls.append((a, b))
-        return a + b
-
-
-@dataclass
-class Secured:
-    node: Node
-    calculator: Calculator
-    tls: ClientTls
-    identity: Identity  # the foreign client's key, trusted by the node
-
-
-@asynccontextmanager
-async def secured_node(tmp_path: Path) -> AsyncIterator[Secured]:
-    """A node with mutual TLS and a keyring that trusts the foreign client's key."""
-    tls = make_tls(tmp_path / "tls", "server", "foreign")
-    identity = Identity.generate()
-    keys_dir = tmp_path / "keys"
-    keys_dir.mkdir()
-    # In the keyring BEFORE the node's keyring is loaded: every *.pub is trusted.
-    (keys_dir / "foreign.pub").write_bytes(identity.public_pem())
-    keyring = make_keys(keys_dir, "server")["server"]
-    assert keyring.trusted(identity.key_id) is not None
-    foreign = tls["foreign"]
-    client_tls = ClientTls(ca=str(foreign.ca), cert=str(foreign.cert), key=str(foreign.key))
-    calculator = Calculator()
-    async with open_node("server", [calculator], tls=tls["server"], keyring=keyring) as node:
-        yield Secured(node, calculator, client_tls, identity)
 
 
 async def _call(s: Secured, make_message: Callable[[str], Message]) -> CallResult:

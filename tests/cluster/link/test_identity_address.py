@@ -14,59 +14,18 @@ to host the actor and to make the TLS files and keys.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
 import trio
 from proton import Message
 
-from actorctl import Actor, Node, handler, open_node
 from tests.support.foreign import (
-    ClientTls,
-    Identity,
     foreign_call,
     json_command,
     reply_signature_holds,
 )
 from tests.support.foreign_identity import read_identity
-from tests.support.keys import make_keys
-from tests.support.tls import make_tls
-
-
-class Calculator(Actor):
-    def __init__(self) -> None:
-        self.calls: list[tuple[int, int]] = []
-
-    @handler
-    async def add(self, a: int, b: int) -> int:
-        self.calls.append((a, b))
-        return a + b
-
-
-@dataclass
-class Secured:
-    node: Node
-    calculator: Calculator
-    tls: ClientTls
-    identity: Identity  # the client's key, trusted by the node
-
-
-@asynccontextmanager
-async def secured_node(tmp_path: Path) -> AsyncIterator[Secured]:
-    """A node with mutual TLS and a keyring that trusts the client's key."""
-    tls = make_tls(tmp_path / "tls", "server", "foreign")
-    identity = Identity.generate()
-    keys_dir = tmp_path / "keys"
-    keys_dir.mkdir()
-    (keys_dir / "foreign.pub").write_bytes(identity.public_pem())
-    keyring = make_keys(keys_dir, "server")["server"]
-    foreign = tls["foreign"]
-    client_tls = ClientTls(ca=str(foreign.ca), cert=str(foreign.cert), key=str(foreign.key))
-    calculator = Calculator()
-    async with open_node("server", [calculator], tls=tls["server"], keyring=keyring) as node:
-        yield Secured(node, calculator, client_tls, identity)
+from tests.support.secured import secured_node
 
 
 async def test_a_client_that_cannot_see_the_open_frame_learns_the_node_signs_and_verifies(

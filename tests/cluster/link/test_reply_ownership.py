@@ -33,9 +33,10 @@ from proton import Endpoint, Message
 from proton.handlers import MessagingHandler
 from proton.reactor import Container
 
-from actorctl import Actor, Node, Rejected, TlsFiles, handler, open_node
+from actorctl import Node, Rejected, TlsFiles, open_node
 from actorctl.cluster.link._reply_claims import reply_proof
 from actorctl.mailbox import IdentityKey, Keyring
+from tests.apps.actors import CountingCalculator
 from tests.support.foreign import (
     REPLY_CAPABILITY,
     AttachProperties,
@@ -52,24 +53,12 @@ from tests.support.tls import make_tls
 TIMEOUT = 10
 
 
-class Calculator(Actor):
-    """Counts what it ran, so that a refused request is seen not to run."""
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[int, int]] = []
-
-    @handler
-    async def add(self, a: int, b: int) -> int:
-        self.calls.append((a, b))
-        return a + b
-
-
 @attrs.define
 class Cluster:
     a: Node  # the caller, with the shared certificate ``cli``
     b: Node  # a cluster member
     c: Node  # hosts ``calculator``
-    calculator: Calculator
+    calculator: CountingCalculator
     tls: Mapping[str, TlsFiles]
     keys: Mapping[str, Keyring]
     mallory: Identity  # a trusted client key; its holder also has ``cli``
@@ -102,10 +91,10 @@ async def cluster(tmp_path: Path, *, a_keys: str = "keys") -> AsyncIterator[Clus
     keys["a"] = Keyring.load(tmp_path / a_keys, "a")
     assert keys["c"].is_member(keys["b"].identity.key_id)
     assert not keys["c"].is_member(mallory.key_id)
-    calculator = Calculator()
+    calculator = CountingCalculator()
     async with (
         open_node("c", [calculator], tls=tls["c"], keyring=keys["c"]) as c,
-        open_node("b", [Calculator()], tls=tls["b"], keyring=keys["b"]) as b,
+        open_node("b", [CountingCalculator()], tls=tls["b"], keyring=keys["b"]) as b,
         open_node("a", host=None, tls=tls["cli"], keyring=keys["a"], connect_timeout=1.0) as a,
     ):
         yield Cluster(a, b, c, calculator, tls, keys, mallory)
