@@ -10,6 +10,8 @@ says on the wire is decided here.
 
 from __future__ import annotations
 
+import functools
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -18,9 +20,10 @@ from typing import Any
 import trio
 from proton import Delivery, Link, Session, SSLDomain
 
-from actorctl import TlsFiles
+from actorctl import Envelope, TlsFiles
 from actorctl.cluster.link._engine import Engine, EngineHandler
 from actorctl.cluster.link._raw import lib, recv, remote_condition, send
+from actorctl.mailbox import IdentityKey, encode, sign_ed25519
 
 
 @dataclass
@@ -96,6 +99,31 @@ class RawPeer(EngineHandler):
         with trio.fail_after(timeout):
             while not done():
                 await self._changed.wait()
+
+    async def ask_unread(self, actor: str, count: int, *, identity: IdentityKey, node: str) -> Link:
+        """Ask ``actor`` (its handler of the same name) ``count`` times, as fast as
+        its credit lets, signed by ``identity`` for the node ``node``, with a
+        reply link that grants no credit: the replies are never read. The asks
+        are ``raw-0``, ``raw-1``... with the body ``[[i], {}]``; returns the reply
+        link once the node settled each."""
+        replies = self.receiver(credit=0)
+        await self.wait(lambda: self.links[replies.name].opened)
+        reply_to = replies.remote_source.address
+        inbox = self.sender(actor)
+        sign = functools.partial(sign_ed25519, identity)
+        for i in range(count):
+            await self.wait(lambda: inbox.credit > 0)
+            request = Envelope(
+                message_id=f"raw-{i}",
+                to=actor,
+                subject=actor,
+                body=[[i], {}],
+                reply_to=reply_to,
+                creation_time=time.time(),
+            )
+            self.send(inbox, b"%d" % i, encode(request, signer=sign, actor=actor, node=node))
+        await self.wait(lambda: len(self.outcomes) == count)
+        return replies
 
     # -- events -----------------------------------------------------------------------
 

@@ -7,16 +7,14 @@ by it. Real nodes over mutual TLS on 127.0.0.1, and a raw AMQP 1.0 caller
 
 from __future__ import annotations
 
-import functools
-import time
 from pathlib import Path
 
 import pytest
 import trio
 
-from actorctl import Actor, ConfigError, Envelope, Node, handler
+from actorctl import Actor, ConfigError, Node, handler
 from actorctl.cluster import INSECURE, Limits, node_records
-from actorctl.mailbox import decode, encode, sign_ed25519
+from actorctl.mailbox import decode
 from tests.support.harness import Logs, Secrets, node_pair
 from tests.support.rawpeer import raw_peer
 
@@ -47,26 +45,10 @@ async def test_replies_queued_for_a_caller_without_credit_are_bounded_in_bytes(
     ):
         # Given a caller whose reply link grants no credit (and a count bound
         # it never reaches)
-        replies = raw.receiver(credit=0)
-        await raw.wait(lambda: raw.links[replies.name].opened)
-        reply_to = replies.remote_source.address
-        inbox = raw.sender("blob")
-        sign = functools.partial(sign_ed25519, secrets.keys["raw"].identity)
         # When it asks 60 times for a reply of about 1 KiB
-        for i in range(ASKS):
-            await raw.wait(lambda: inbox.credit > 0)
-            request = Envelope(
-                message_id=f"raw-{i}",
-                to="blob",
-                subject="blob",
-                body=[[i], {}],
-                reply_to=reply_to,
-                creation_time=time.time(),
-            )
-            raw.send(
-                inbox, b"%d" % i, encode(request, signer=sign, actor="blob", node=server.node_id)
-            )
-        await raw.wait(lambda: len(raw.outcomes) == ASKS)
+        replies = await raw.ask_unread(
+            "blob", ASKS, identity=secrets.keys["raw"].identity, node=server.node_id
+        )
         assert {o.state for o in raw.outcomes.values()} == {"accepted"}
         # Then the node held replies only up to the bound in bytes, and dropped
         # the rest with a log line naming the bound
