@@ -9,34 +9,17 @@ $ACTORCTL_STATE_RECORDS, one line per record.
 
 from __future__ import annotations
 
-import fcntl
-import os
-from pathlib import Path
-
-import trio
-
 from actorctl import App, TaskContext
-from tests.apps.state_app import GATE_TIMEOUT, RECORDS, RUNS, gate
+from tests.apps.state_app import pass_gate, record_run
 
 app = App("a")
 app.pool("celery", concurrency=4)
 
 
-def _record(line: str) -> None:
-    """One line, appended in one write (O_APPEND: whole lines, in order)."""
-    fd = os.open(Path(os.environ[RECORDS]) / RUNS, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, f"{line}\n".encode())
-    finally:
-        os.close(fd)
-
-
 async def _run(ctx: TaskContext, name: str, value: int) -> int:
-    _record(f"{ctx.id}:start")
-    path = gate(Path(os.environ[RECORDS]), name)
-    with path.open("a") as file, trio.fail_after(GATE_TIMEOUT):
-        await trio.to_thread.run_sync(fcntl.flock, file, fcntl.LOCK_SH, abandon_on_cancel=True)
-    _record(ctx.id)
+    record_run(f"{ctx.id}:start")
+    await pass_gate(name)
+    record_run(ctx.id)
     return value
 
 

@@ -27,8 +27,9 @@ app = App("s")
 app.pool("celery", concurrency=8)
 
 
-def _record(task_id: str) -> None:
-    """One line per run, appended in one write (O_APPEND: whole lines, in order)."""
+def record_run(task_id: str) -> None:
+    """One line per run (its task id, or what else the test reads), appended in
+    one write (O_APPEND: whole lines, in order)."""
     directory = os.environ.get(RECORDS)
     if not directory:
         return
@@ -59,33 +60,39 @@ def shut_gate(directory: Path, name: str) -> Iterator[None]:
         yield
 
 
+async def pass_gate(name: str) -> None:
+    """Wait until the test lets the gate ``name`` go (see shut_gate), at most
+    GATE_TIMEOUT s."""
+    path = gate(Path(os.environ[RECORDS]), name)
+    with path.open("a") as file, trio.fail_after(GATE_TIMEOUT):
+        # Blocks in a thread until the test lets the lock go (abandoned, with
+        # its lock request, if the task is cancelled).
+        await trio.to_thread.run_sync(fcntl.flock, file, fcntl.LOCK_SH, abandon_on_cancel=True)
+
+
 @app.task(bind=True)
 def note(ctx: TaskContext, value: int) -> int:
-    _record(ctx.id)
+    record_run(ctx.id)
     return value
 
 
 @app.task(bind=True)
 def total(ctx: TaskContext, values: list[int]) -> int:
-    _record(ctx.id)
+    record_run(ctx.id)
     return sum(values)
 
 
 @app.task(bind=True)
 def fails(ctx: TaskContext, message: str) -> None:
-    _record(ctx.id)
+    record_run(ctx.id)
     raise LookupError(message)
 
 
 @app.task(bind=True)
 async def gated(ctx: TaskContext, name: str, value: int) -> int:
     """Returns ``value`` once the test let the gate ``name`` go (see shut_gate)."""
-    path = gate(Path(os.environ[RECORDS]), name)
-    with path.open("a") as file, trio.fail_after(GATE_TIMEOUT):
-        # Blocks in a thread until the test lets the lock go (abandoned, with
-        # its lock request, if the task is cancelled).
-        await trio.to_thread.run_sync(fcntl.flock, file, fcntl.LOCK_SH, abandon_on_cancel=True)
-    _record(ctx.id)
+    await pass_gate(name)
+    record_run(ctx.id)
     return value
 
 
@@ -93,7 +100,7 @@ async def gated(ctx: TaskContext, name: str, value: int) -> int:
 async def paced(ctx: TaskContext, item: object) -> None:
     """Takes a little time per item (a data source's task: tests/tasks/test_sources_cluster.py)."""
     await trio.sleep(0.02)
-    _record(ctx.id)
+    record_run(ctx.id)
 
 
 @app.task(bind=True)
@@ -101,4 +108,4 @@ async def steady(ctx: TaskContext, item: object) -> None:
     """Takes 50 ms: 2,000 of them keep a worker busy through a reload
     (tests/ops/test_reload.py)."""
     await trio.sleep(0.05)
-    _record(ctx.id)
+    record_run(ctx.id)
