@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from tests.support.cli import run_cli_async, start_cli
+from tests.support.cli import node_ready, run_cli_async, start_cli
 from tests.support.harness import free_port
 
 
@@ -27,15 +27,7 @@ async def node_address(nursery: trio.Nursery):  # type: ignore[no-untyped-def]
         "--insecure",
     )  # fmt: skip
     assert proc.stdout is not None
-    lines: list[dict[str, object]] = []
-    buffer = b""
-    with trio.fail_after(20):
-        while not any(m.get("message_type") == "actorctl:node:ready" for m in lines):
-            chunk = await proc.stdout.receive_some(4096)
-            assert chunk, "the node exited before it was ready"
-            buffer += chunk
-            *complete, buffer = buffer.split(b"\n")
-            lines.extend(json.loads(line) for line in complete if line.strip())
+    await node_ready(proc, 20)
     yield f"amqp://127.0.0.1:{port}/calculator"
     proc.send_signal(signal.SIGINT)  # our own child, by its PID
     with trio.fail_after(20):
@@ -117,12 +109,7 @@ async def test_a_secure_cluster_from_the_command_line(
         "--listen", f"127.0.0.1:{port}", *secure,
     )  # fmt: skip
     assert proc.stdout is not None
-    buffer = b""
-    with trio.fail_after(20):
-        while b"actorctl:node:ready" not in buffer:
-            chunk = await proc.stdout.receive_some(4096)
-            assert chunk, "the node exited before it was ready"
-            buffer += chunk
+    _, buffer = await node_ready(proc, 20)
     # When the CLI calls it over mutual TLS, signing with its own key
     address = f"amqps://127.0.0.1:{port}/calculator"
     result = await _run("call", address, "add", "20", "22", *secure, insecure=False)

@@ -21,7 +21,7 @@ from actorctl.cluster import INSECURE, load_cluster
 from actorctl.ops._foreman import LocalForeman, NodeState
 from actorctl.store import Store
 from actorctl.store._store import PURGE_EVERY, UNSYNCED_WAIT
-from tests.support.cli import start_cli
+from tests.support.cli import node_ready, start_cli
 from tests.support.harness import Logs, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -347,13 +347,8 @@ async def test_node_run_with_its_cluster_keeps_its_store_under_data(
         nursery, "node", "run", "--cluster", config.path, "--name", "n1", "--listen", node.listen,
         "--insecure",
     )  # fmt: skip
-    assert process.stdout is not None
     with trio.fail_after(30):
-        said = b""
-        while b'"actorctl:node:ready"' not in said:
-            chunk = await process.stdout.receive_some(4096)
-            assert chunk, f"the node exited before it was ready: {said!r}"
-            said += chunk
+        await node_ready(process)
         # Then its store is data/n1/store.sqlite beside the file
         assert (tmp_path / "data" / "n1" / "store.sqlite").is_file()
         process.send_signal(signal.SIGINT)  # our own child, by its PID

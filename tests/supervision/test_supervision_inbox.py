@@ -3,7 +3,6 @@ node in a subprocess killed with SIGKILL."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 from pathlib import Path
@@ -25,7 +24,7 @@ from actorctl import (
 )
 from actorctl.mailbox import Role
 from tests.apps.actors import Calculator
-from tests.support.cli import start_cli
+from tests.support.cli import drain, node_ready, start_cli
 from tests.support.harness import free_port
 from tests.support.keys import make_keys
 from tests.support.tls import make_tls
@@ -169,9 +168,10 @@ async def test_a_monitor_hears_when_the_watched_actors_node_is_killed(
         nursery, "node", "run", "tests.apps.actors:Calculator", "--listen", "127.0.0.1:0",
         "--name", "victim", "--certs", tmp_path / "certs", "--keys", tmp_path / "keys",
     )  # fmt: skip
-    address = await _ready_address(process)
+    ready, _ = await node_ready(process)
+    address = str(ready["address"])
     assert process.stdout is not None
-    nursery.start_soon(_drain, process.stdout)
+    nursery.start_soon(drain, process.stdout)
     calc = f"{address}/calculator"
     watcher = Watcher()
     async with open_node("watcher", [watcher], node_lost_after=1.0, **secrets["watcher"]) as node:
@@ -214,26 +214,6 @@ async def test_an_unwatched_actor_sends_no_terminated(
             await node.ref(second).ask("quit")
             [only] = await watcher.wait_heard(1)
     assert only.address == second
-
-
-async def _ready_address(process: trio.Process) -> str:
-    """The address a node in a subprocess logs once it is ready."""
-    assert process.stdout is not None
-    buffer = b""
-    with trio.fail_after(60):
-        while True:
-            chunk = await process.stdout.receive_some(65536)
-            assert chunk, "the node exited before it was ready"
-            buffer += chunk
-            for line in buffer.split(b"\n")[:-1]:
-                if b'"actorctl:node:ready"' in line:
-                    return str(json.loads(line)["address"])
-
-
-async def _drain(stream: trio.abc.ReceiveStream) -> None:
-    """Keep reading a node's log, so that a full pipe never blocks it."""
-    while await stream.receive_some(65536):
-        pass
 
 
 async def _host_victim(

@@ -6,12 +6,14 @@ the apps of tests/apps/ by their module strings), then the actorctl this run
 imports (the one under test): ``run_cli`` runs a command to its end from a plain test,
 ``run_cli_async`` from a trio test (``cli_output`` when all it wants is
 what a command that must succeed prints), and ``start_cli`` starts one that keeps
-running (a node, ``cluster up``) in the test's nursery.
+running (a node, ``cluster up``) in the test's nursery; ``node_ready`` reads
+such a node's log until it is ready, and ``drain`` reads the rest.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import os
 import subprocess
 import sys
@@ -23,7 +25,17 @@ import trio
 
 import actorctl
 
-__all__ = ["ACTORCTL", "ROOT", "cli_env", "cli_output", "run_cli", "run_cli_async", "start_cli"]
+__all__ = [
+    "ACTORCTL",
+    "ROOT",
+    "cli_env",
+    "cli_output",
+    "drain",
+    "node_ready",
+    "run_cli",
+    "run_cli_async",
+    "start_cli",
+]
 
 #: The checkout's root: where the commands run.
 ROOT = Path(__file__).resolve().parents[2]
@@ -103,3 +115,24 @@ async def start_cli(
         )
     )
     return process
+
+
+async def node_ready(process: trio.Process, timeout: float = 60.0) -> tuple[dict[str, Any], bytes]:
+    """Read the log (JSON lines) a node started by ``start_cli`` writes to its
+    stdout until it logs ``actorctl:node:ready``: that line, and all it read."""
+    assert process.stdout is not None
+    said = b""
+    with trio.fail_after(timeout):
+        while True:
+            for line in said.split(b"\n")[:-1]:
+                if b'"actorctl:node:ready"' in line:
+                    return json.loads(line), said
+            chunk = await process.stdout.receive_some(65536)
+            assert chunk, f"the node exited before it was ready: {said!r}"
+            said += chunk
+
+
+async def drain(stream: trio.abc.ReceiveStream) -> None:
+    """Keep reading a process's output, so that a full pipe never blocks it."""
+    while await stream.receive_some(65536):
+        pass
