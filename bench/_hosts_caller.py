@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.hosts_app import add, app
+from tests.apps.hosts_app import add, app
 
 from bench._celery import measure_pipelined
 

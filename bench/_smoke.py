@@ -1,7 +1,7 @@
 """The benches' smoke mode: ``--smoke`` runs a bench with tiny counts.
 
 A smoke run takes a few seconds and proves only that the bench still runs
-end to end and prints every figure it should (tests/test_bench_smoke.py runs
+end to end and prints every figure it should (tests/project/test_bench_smoke.py runs
 each bench so, on CI): its figures mean nothing and nothing checks them. It
 prints what the bench prints, then the bench's JSON object alone on the last
 line, so that both the table and the object are exercised and the object can

@@ -2,7 +2,7 @@
 
     python bench/boxed.py                 # a table of calls/s and ratios
     python bench/boxed.py --seconds 2 --json
-    python bench/boxed.py --smoke         # does it still run? (tests/test_bench_smoke.py)
+    python bench/boxed.py --smoke         # does it still run? (tests/project/test_bench_smoke.py)
 
 ``add(a, b)`` runs (1) as a Python function called in-process from trio (the
 baseline: no IPC at all), and as a boxed worker's handler (docs/boxed.md)

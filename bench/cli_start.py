@@ -2,7 +2,7 @@
 
     python bench/cli_start.py              # a table: min, median and max of each
     python bench/cli_start.py --runs 20 --json
-    python bench/cli_start.py --smoke      # does it still run? (tests/test_bench_smoke.py)
+    python bench/cli_start.py --smoke      # does it still run? (tests/project/test_bench_smoke.py)
 
 Each command below runs ``--runs`` times after ``--warmup`` runs that are not
 counted, interleaved (one run of each in turn, so that a machine's drift falls

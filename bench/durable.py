@@ -2,7 +2,7 @@
 
     python bench/durable.py            # a table of figures and ratios
     python bench/durable.py --json     # one JSON object
-    python bench/durable.py --smoke    # does it still run? (tests/test_bench_smoke.py)
+    python bench/durable.py --smoke    # does it still run? (tests/project/test_bench_smoke.py)
 
 A cluster of a services node (the pool's router, the scheduler, the chord
 barrier) and one worker node (bench/_task_app.py's pool, concurrency 1), run

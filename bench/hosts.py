@@ -3,9 +3,9 @@ same cluster on loopback, measured in the same run (issue 18).
 
     sudo python bench/hosts.py            # a table, then one JSON object
     sudo python bench/hosts.py --json     # one JSON object
-    sudo python bench/hosts.py --smoke    # does it still run? (tests/test_bench_smoke.py)
+    sudo python bench/hosts.py --smoke    # does it still run? (tests/project/test_bench_smoke.py)
 
-The cluster is tests/hosts_cluster.py's: etcd and the services node (the pool's
+The cluster is tests/support/hosts_cluster.py's: etcd and the services node (the pool's
 router) on host a, a worker node of the ``celery`` pool on each of b and c,
 mutual TLS and signed messages, each host under ``actorctl host up``. A caller
 on host a (bench/_hosts_caller.py) times ``--tasks`` ``add`` tasks with
@@ -43,8 +43,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.hosts_cluster import READY, ROOT, Hosts
-from tests.netns import NetnsUnavailable, Network
+from tests.support.hosts_cluster import READY, ROOT, Hosts
+from tests.support.netns import NetnsUnavailable, Network
 
 from bench import _smoke
 
@@ -95,7 +95,7 @@ def main() -> None:
             for mode in MODES:
                 rounds[mode].append(measure(network, mode, args.tasks, args.window))
             print(f"round {i + 1}/{args.rounds} done", file=sys.stderr)
-    except pytest.skip.Exception as exc:  # tests/etcd_server.py: etcd is not installed
+    except pytest.skip.Exception as exc:  # tests/support/etcd_server.py: etcd is not installed
         print(exc, file=sys.stderr)
         raise SystemExit(_smoke.UNAVAILABLE) from None
     finally:

@@ -2,7 +2,7 @@
 
     python bench/limits.py            # a table of figures and the ratio
     python bench/limits.py --json     # one JSON object
-    python bench/limits.py --smoke    # does it still run? (tests/test_bench_smoke.py)
+    python bench/limits.py --smoke    # does it still run? (tests/project/test_bench_smoke.py)
 
 One cluster (``actorctl cluster up``: a services node with the pool's router
 and one worker node, concurrency 1, durable stores, mutual TLS, signed

@@ -2,7 +2,7 @@
 
     python bench/metrics.py            # a table of figures and the ratios
     python bench/metrics.py --json     # one JSON object
-    python bench/metrics.py --smoke    # does it still run? (tests/test_bench_smoke.py)
+    python bench/metrics.py --smoke    # does it still run? (tests/project/test_bench_smoke.py)
 
 Each round runs the bench node (bench/_actors.py, a subprocess, mutual TLS and
 session-signed messages) twice, in turn: without metrics, and serving

@@ -2,7 +2,7 @@
 
     python bench/run.py            # a table of figures and ratios
     python bench/run.py --json     # one JSON object
-    python bench/run.py --smoke    # does it still run? (tests/test_bench_smoke.py)
+    python bench/run.py --smoke    # does it still run? (tests/project/test_bench_smoke.py)
 
 Each figure is the median of ``--rounds`` interleaved rounds (actorctl, then the
 raw reference, then again), because absolute figures drift a lot on a shared

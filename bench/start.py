@@ -2,7 +2,8 @@
 
     python bench/start.py                 # 10,000 and 100,000 actors
     python bench/start.py --counts 1000 10000 --json
-    python bench/start.py --smoke         # 200: does it still run? (tests/test_bench_smoke.py)
+    python bench/start.py --smoke         # 200: does it still run?
+                                          # (tests/project/test_bench_smoke.py)
 
 Each count runs in a fresh subprocess (so the RSS is that node's alone): the
 process measures its RSS before the node starts, then starts a node hosting N

@@ -7,7 +7,7 @@ reply an actor sends (``send_reply``), the result document a worker sends
 (``result_document``), written and signed as a node writes them on a reply
 link (``encode_reply``); so are the reply proof a named reply link's attach
 carries (``proof_properties``, §8) and the one message of an ``$identity``
-link (``identity_document``, §11.2). tests/test_vectors.py recomputes every
+link (``identity_document``, §11.2). tests/docs/test_vectors.py recomputes every
 vector from the file, checks that this script writes the file as it is, and
 checks the examples of docs/protocol.md against the code, so the vectors, the
 doc and the code cannot drift apart.
@@ -389,7 +389,7 @@ def build() -> dict[str, Any]:
         "about": "Test vectors for message authentication, docs/protocol.md section 11 "
         "(actorctl-auth-v2), with the reply proof of section 8 and the $identity "
         "document of section 11.2. Written by docs/make_test_vectors.py; checked by "
-        "tests/test_vectors.py.",
+        "tests/docs/test_vectors.py.",
         "identity": {
             "seed_hex": SEED.hex(),
             "public_key_hex": identity.public.raw.hex(),

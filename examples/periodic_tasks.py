@@ -13,7 +13,7 @@ an actor on the services node, started with the cluster::
     $ actorctl schedule list cluster.toml
 
 ``app.start()`` (Celery's ``python myapp.py beat``) says the same: it is
-refused, naming ``actorctl cluster up``. tests/test_celery_periodic.py runs
+refused, naming ``actorctl cluster up``. tests/tasks/test_celery_periodic.py runs
 this app on a cluster of real nodes under trio's autojump clock and counts
 every firing.
 """

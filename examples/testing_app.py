@@ -2,7 +2,7 @@
 
 Two pools, so that a chain crosses nodes when a cluster hosts them on
 different ones: ``orders`` prices orders, ``mail`` writes receipts. Its tests
-(tests/test_testing_kit.py) run the same assertions twice: in an in-process
+(tests/testing/test_testing_kit.py) run the same assertions twice: in an in-process
 cluster of real nodes, and in eager mode, with no cluster at all.
 
 ``COUNTS`` counts the runs of ``record`` in this process (the in-process

@@ -1,7 +1,7 @@
 """Shared fixtures: captured eliot logs, secrets for a server and a client node,
-and a real etcd (tests/etcd_server.py; skipped, naming the package, without it).
+and a real etcd (tests/support/etcd_server.py; skipped, naming the package, without it).
 
-The helpers they are built on (and that fixtures fit less well) are in tests/harness.py.
+The helpers they are built on (and that fixtures fit less well) are in tests/support/harness.py.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from pathlib import Path
 import eliot
 import pytest
 
-from .etcd_server import EtcdServer, running_etcd
-from .harness import Logs, Secrets
+from tests.support.etcd_server import EtcdServer, running_etcd
+from tests.support.harness import Logs, Secrets
 
 
 def _nowhere(message: dict[str, object]) -> None:

@@ -8,7 +8,7 @@ imported the first time it is used (PEP 562), so that ``import actorctl``, and
 the ``actorctl`` command that starts with it, do not load the whole runtime
 (trio, proton, cryptography, eliot, the store, the task layer) before they need
 it. Type checkers read the same names from the ``TYPE_CHECKING`` imports below;
-tests/test_exports.py checks that they and ``_LAZY`` agree with ``__all__``.
+tests/project/test_exports.py checks that they and ``_LAZY`` agree with ``__all__``.
 """
 
 from __future__ import annotations

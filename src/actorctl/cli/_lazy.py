@@ -6,7 +6,7 @@ layer), before anything ran: ``actorctl --help`` needs none of it, ``actorctl
 call`` only what a call needs. A :class:`LazyGroup` names each subcommand's
 module and its one-line help; the module is imported when the subcommand is
 run (or its own help is asked for), and the group's help lists them all from
-the table alone. tests/test_cli_start.py checks that each table line's help is
+the table alone. tests/cli/test_cli_start.py checks that each table line's help is
 the one its command gives.
 """
 

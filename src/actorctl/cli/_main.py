@@ -23,7 +23,7 @@ __all__ = ["COMMANDS", "main"]
 
 #: Every command: its module (in this package), its object there, and its
 #: one-line help as ``actorctl --help`` shows it (the first sentence of its
-#: docstring; tests/test_cli_start.py checks that they agree).
+#: docstring; tests/cli/test_cli_start.py checks that they agree).
 COMMANDS: Final = {
     "call": Lazy(
         "._call",

@@ -2,7 +2,7 @@
 hosts for it.
 
 A node hosts an app's actors by naming the app as its actors
-(``actors = "tests.task_app:app"`` in cluster.toml): the app is an actors
+(``actors = "tests.apps.task_app:app"`` in cluster.toml): the app is an actors
 factory, and the cluster layer hosts what it makes as any other actors. The
 node's own settings say what: ``pools = [...]`` (the workers of those pools,
 ``instances`` of each, and the node's ``_tasks`` control actor) or

@@ -2,7 +2,7 @@
 place to add a table or a key (``KNOWN_KEYS``, ``REQUIRED_KEYS``), and the
 keys of a file read for an application that declares tables of its own
 (``file_keys``). ``_reader.py`` checks a table against them;
-docs/cluster-toml.md describes each (tests/test_cluster_toml_doc.py checks it).
+docs/cluster-toml.md describes each (tests/docs/test_cluster_toml_doc.py checks it).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ HOST_KEY: Final = "host"
 #: Every table of the file ("" is the top level) with the keys it may have: the one
 #: place to add a table or a key. A key that is not here is refused, with the nearest
 #: known key; a [[node]] table may also have those its actors factory reads (_hosting).
-#: docs/cluster-toml.md describes each (tests/test_cluster_toml_doc.py checks it).
+#: docs/cluster-toml.md describes each (tests/docs/test_cluster_toml_doc.py checks it).
 KNOWN_KEYS: Final[dict[str, frozenset[str]]] = {
     "": frozenset(
         {"cluster", "node", "router", "supervisor", "boxed"} | {"etcd"}  # read by _etcd_config.py

@@ -1,0 +1,1 @@
+"""tests/actors/: see tests/README.md."""

@@ -1,0 +1,1 @@
+"""tests/apps/: see tests/README.md."""

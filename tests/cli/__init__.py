@@ -1,0 +1,1 @@
+"""tests/cli/: see tests/README.md."""

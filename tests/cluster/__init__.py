@@ -1,0 +1,1 @@
+"""tests/cluster/: see tests/README.md."""

@@ -1,0 +1,1 @@
+"""tests/cluster/config/: see tests/README.md."""

@@ -1,0 +1,1 @@
+"""tests/cluster/link/: see tests/README.md."""

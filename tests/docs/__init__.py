@@ -1,0 +1,1 @@
+"""tests/docs/: see tests/README.md."""

@@ -1,0 +1,1 @@
+"""tests/etcd/: see tests/README.md."""

@@ -1,0 +1,1 @@
+"""tests/hosts/: see tests/README.md."""

@@ -1,0 +1,1 @@
+"""tests/mailbox/: see tests/README.md."""

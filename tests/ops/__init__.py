@@ -1,0 +1,1 @@
+"""tests/ops/: see tests/README.md."""

@@ -1,0 +1,1 @@
+"""tests/project/: see tests/README.md."""

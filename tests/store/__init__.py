@@ -1,0 +1,1 @@
+"""tests/store/: see tests/README.md."""

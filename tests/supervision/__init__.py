@@ -1,0 +1,1 @@
+"""tests/supervision/: see tests/README.md."""

@@ -1,0 +1,1 @@
+"""tests/support/: see tests/README.md."""

@@ -1,0 +1,116 @@
+"""What the tests repeat: a free port, cluster secrets, a server node with a client node, logs.
+
+Plain helpers and context managers, for test modules and for tests/support/fuzz_inbox.py
+(which also runs outside pytest); the fixtures built on them are in
+tests/conftest.py. The foreign client's transport, which must not import
+actorctl, is tests/support/foreign.py.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import AsyncIterator, Iterable, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import trio
+
+from actorctl import Actor, Node, TlsFiles, open_node
+from actorctl.mailbox import Keyring
+from tests.support.keys import make_keys
+from tests.support.tls import make_tls
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on (for a process to bind later)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class Logs:
+    """Every eliot message written while a test runs (the ``logs`` fixture)."""
+
+    def __init__(self) -> None:
+        self.messages: list[dict[str, Any]] = []
+        self._waiting: list[tuple[str, int, trio.Event]] = []
+
+    def __call__(self, message: dict[str, Any]) -> None:
+        self.messages.append(message)
+        for message_type, count, event in self._waiting:
+            if (
+                message.get("message_type") == message_type
+                and len(self.of_type(message_type)) >= count
+            ):
+                event.set()
+
+    def of_type(self, message_type: str) -> list[dict[str, Any]]:
+        return [m for m in self.messages if m.get("message_type") == message_type]
+
+    async def wait_for(self, message_type: str, count: int = 1) -> None:
+        """Wait until ``count`` messages of ``message_type`` were written (by
+        code in this trio run: an event set from another thread is not safe)."""
+        if len(self.of_type(message_type)) < count:
+            event = trio.Event()
+            self._waiting.append((message_type, count, event))
+            await event.wait()
+
+
+@dataclass(frozen=True)
+class Secrets:
+    """Per node name, TLS files from one development CA and a keyring trusting every name."""
+
+    tls: Mapping[str, TlsFiles]
+    keys: Mapping[str, Keyring]
+
+    @classmethod
+    def make(cls, directory: Path, *names: str, members: Iterable[str] | None = None) -> Secrets:
+        """A CA and certificates in ``directory/tls``, and keys in ``directory/keys``
+        (with a members file naming ``members``, if given)."""
+        keys = make_keys(directory / "keys", *names, members=members)
+        return cls(make_tls(directory / "tls", *names), keys)
+
+    def options(self, name: str, **more: Any) -> dict[str, Any]:
+        """The options of :func:`actorctl.open_node` that secure the node ``name``
+        (and ``more`` of them)."""
+        return {"tls": self.tls[name], "keyring": self.keys[name], **more}
+
+
+Hosted = Actor | type[Actor]
+"""What a node hosts: an actor, or a class it makes one of."""
+
+
+class NodePair(NamedTuple):
+    server: Node  # hosts the actors, listening on 127.0.0.1
+    client: Node  # hosts nothing and listens nowhere: it only sends
+
+
+@asynccontextmanager
+async def node_pair(
+    actors: Mapping[str, Hosted] | Iterable[Hosted] = (),
+    *,
+    secrets: Secrets | None = None,
+    names: tuple[str, str] = ("server", "client"),
+    client_options: Mapping[str, Any] | None = None,
+    **server_options: Any,
+) -> AsyncIterator[NodePair]:
+    """A server node hosting ``actors`` and a client node, each run for the block.
+
+    Both nodes are secured with ``secrets`` (mutual TLS and signed messages) or,
+    without them, insecure. ``server_options`` and ``client_options`` go to each
+    :func:`actorctl.open_node` on top of that. The client stops first.
+    """
+    server_name, client_name = names
+
+    def security(name: str) -> dict[str, Any]:
+        return {"insecure": True} if secrets is None else secrets.options(name)
+
+    server_options = {**security(server_name), **server_options}
+    client_options = {**security(client_name), **(client_options or {})}
+    async with (
+        open_node(server_name, actors, **server_options) as server,
+        open_node(client_name, host=None, **client_options) as client,
+    ):
+        yield NodePair(server, client)

@@ -1,0 +1,1 @@
+"""tests/tasks/: see tests/README.md."""

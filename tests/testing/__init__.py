@@ -1,0 +1,1 @@
+"""tests/testing/: see tests/README.md."""
