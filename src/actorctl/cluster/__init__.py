@@ -48,3 +48,6 @@ from .link._engine import EngineHandler as EngineHandler
 from .link._limits import Limits as Limits
 from .link._reply_claims import REPLY_PREFIX as REPLY_PREFIX
 from .link._tls import TlsFiles as TlsFiles
+from .replication._replica import ReplicaKeeper as ReplicaKeeper
+from .replication._shipper import REPLICA as REPLICA
+from .replication._shipper import Replication as Replication

@@ -120,7 +120,8 @@ class Store:
 
     def ship_to(self, shipper: Shipper) -> None:
         """Hand every batch from now on to ``shipper`` too (see the module's
-        text); set it before :meth:`run`, so that no write goes unshipped."""
+        text). What was committed before is the shipper's to bring over (the
+        node's replication sends a standby a :meth:`snapshot` first)."""
         self._shipper = shipper
 
     @property

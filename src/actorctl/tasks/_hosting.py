@@ -20,7 +20,7 @@ import attrs
 
 from .._errors import ConfigError
 from ..actors import Actor
-from ..cluster import ClusterConfig, NodeConfig, breakers_of
+from ..cluster import REPLICA, ClusterConfig, NodeConfig, ReplicaKeeper, breakers_of
 from ..etcd import EtcdRoleLease
 from ..ops import CONTROLLER
 from ..supervision import HEALTH_AGENT, BoxedSpec, HealthMonitor
@@ -272,12 +272,17 @@ def task_actors(
     elif beat is not None:  # a worker node across hosts, candidate for the scheduler role
         actors[BEAT_NAME] = beat
     if directory.elected and config.etcd is not None:
+        keeper = None
+        if mine.services:  # a standby's copies of the holder's store (and its own, replicated)
+            replicas = config.root / "data" / node.name / "replicas" if node.durable else None
+            keeper = actors[REPLICA] = ReplicaKeeper(replicas)
         actors[SERVICES_ROLE_NAME] = ServicesRole(
             directory,
             config.etcd.client(),
             config.name,
             config.etcd.ttl,
             candidate=node.name if mine.services else None,
+            replica=keeper,
         )
     # A source no table gives a node is read on the file's first services node
     # (across hosts too: it does not move with the services role).

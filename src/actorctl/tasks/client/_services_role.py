@@ -16,7 +16,17 @@ holder's once the old one cannot be reached (a durable send's reroute is
 ``Directory.elsewhere``); a caller's send that the old one did not confirm is
 sent to the holder's (``send_task``).
 
-**No fence is needed.** A services node that lost the role (cut off, say)
+**Replication.** A services node's store holds what it confirmed to senders
+(the tasks its routers took, delayed tasks, chord barriers, dead letters).
+With several services nodes, the holder's store ships every commit batch to
+the others' replica keepers (``_replica``: ``cluster/replication/``) before
+it confirms anything, each batch under the role's revision in etcd (its
+fence); a node that takes the role over tells its own keeper the new
+revision, so the one it took it from gets nothing more confirmed. A standby
+that does not answer is left behind, loudly, and confirmations go on without
+it only while etcd says the holder still holds the role.
+
+**No fence is needed to finish work.** A services node that lost the role (cut off, say)
 goes on finishing what it had already taken on: the tasks its routers hold,
 the delayed tasks its scheduler holds, the chords its barrier counts. No other
 node holds those, so nothing is done twice; the role only decides where *new*
@@ -33,16 +43,20 @@ import trio
 from ..._errors import ActorctlError
 from ..._log import log
 from ...actors import Actor, Address, handler
+from ...cluster import REPLICA, ReplicaKeeper, Replication
 from ...etcd import EtcdClient, EtcdRoleLease, follow_holder
 from ...mailbox import Outcome
 from ..protocol._protocol import SERVICES_ROLE
-from ..protocol._state import node_outbox
+from ..protocol._state import node_outbox, store_of
 from ._directory import Directory, endpoint_of
 
 __all__ = ["SERVICES_ROLE", "SERVICES_ROLE_NAME", "ServicesRole", "follow_services"]
 
 #: The actor, on every node of the app across hosts.
 SERVICES_ROLE_NAME: Final = "_services_role"
+#: Seconds a standby has to acknowledge a batch, at most (a third of the ttl
+#: when that is shorter): past it, the holder confirms without it.
+REPLICATION_TIMEOUT: Final = 2.0
 
 
 def follow_services(directory: Directory, holder: str | None, backlog: Any = None) -> None:
@@ -84,6 +98,9 @@ class ServicesRole(Actor):
         ttl: the role lease's ttl (the ``[etcd] ttl``).
         candidate: this node's name, if it is a services node (it runs for
             the role); None on a worker node (it only follows).
+        replica: the node's replica keeper (a services node's): while it
+            holds the role its store is replicated to the other services
+            nodes' keepers; None replicates nothing.
     """
 
     def __init__(
@@ -93,8 +110,11 @@ class ServicesRole(Actor):
         cluster: str,
         ttl: float,
         candidate: str | None = None,
+        replica: ReplicaKeeper | None = None,
     ) -> None:
         self.directory = directory
+        self.replica = replica
+        self.replication: Replication | None = None
         self.candidate = candidate
         self.ttl = float(ttl)
         self._client = client
@@ -115,7 +135,38 @@ class ServicesRole(Actor):
             lambda holder: follow_services(self.directory, holder, backlog),
         )
         if self._lease is not None:
+            if self.replica is not None:
+                self._replicate()
             self.start_soon(self._campaign)
+
+    def _replicate(self) -> None:
+        """Ship the node's store to the other services nodes' keepers while it
+        holds the role (see the module's text)."""
+        assert self._lease is not None
+        assert self.candidate is not None
+        lease = self._lease
+        others = [
+            Address.parse(f"{url}/{REPLICA}")
+            for name, url in self.directory.services.items()
+            if name != self.candidate
+        ]
+
+        async def still_holder(in_sync: object) -> bool:
+            return await lease.holds()
+
+        store = store_of(self._require_cell().outbox)
+        self.replication = Replication(
+            self.candidate,
+            SERVICES_ROLE,
+            self._require_cell().outbox,
+            store,
+            standbys=lambda: others,
+            fence=lambda: lease.fence if self.held else 0,
+            still_holder=still_holder,
+            timeout=min(REPLICATION_TIMEOUT, self.ttl / 3),
+        )
+        self.start_soon(self.replication.run)
+        store.ship_to(self.replication)
 
     async def on_stop(self) -> None:
         """Give the role up: another services node takes it at once, not
@@ -125,9 +176,10 @@ class ServicesRole(Actor):
 
     @handler
     def statistics(self) -> dict[str, Any]:
-        """Who holds the services role, as this node follows it, and whether
-        this node holds it."""
-        return {"holder": self.directory.holder, "held": self.held}
+        """Who holds the services role, as this node follows it, whether
+        this node holds it, and its store's replication (None: none)."""
+        replication = self.replication.statistics() if self.replication else None
+        return {"holder": self.directory.holder, "held": self.held, "replication": replication}
 
     def _claim(self, address: Address, message_id: str) -> tuple[Any, Any]:
         def done(outcome: Outcome) -> None:
@@ -149,6 +201,8 @@ class ServicesRole(Actor):
                 held = bool(answer.get("granted"))
                 if held and not self.held:
                     log("actorctl:services:leader", node=self.candidate, fence=answer["fence"])
+                    if self.replica is not None:  # the one before can confirm nothing more
+                        self.replica.seen(SERVICES_ROLE, int(answer["fence"]))
                 elif self.held and not held:
                     log("actorctl:services:standby", node=self.candidate, holder=answer["holder"])
                 self.held = held
