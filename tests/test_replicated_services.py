@@ -10,16 +10,21 @@ backlog. Waits are on events, bounded by ``trio.fail_after``.
 
 from __future__ import annotations
 
+import os
+import shutil
+import signal
+import subprocess
+import sys
 from collections import Counter
-from collections.abc import AsyncIterator, Iterable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
 
-from actorctl import Address, App, open_node
+from actorctl import Address, open_node
 from actorctl.actors import ActorRef
 from actorctl.cluster import (
     REPLICA,
@@ -30,23 +35,18 @@ from actorctl.cluster import (
     hosted_actors,
     load_cluster,
 )
+from actorctl.etcd import follow_holder
 from actorctl.store import Write
 from actorctl.tasks._hosting import cluster_directory
 from actorctl.tasks.client._client import TaskClient, send_task
 from actorctl.tasks.client._services_role import SERVICES_ROLE_NAME, ServicesRole
-from actorctl.tasks.protocol._protocol import CHORD_BARRIER_NAME
+from actorctl.tasks.protocol._protocol import CHORD_BARRIER_NAME, H_CHORD, SERVICES_ROLE
 
 from .etcd_server import EtcdServer
 from .harness import Logs, free_port
+from .replicated_app import RAN, job, ran_all
 
-app = App("replicated")
-app.pool("celery", concurrency=2)
-
-
-@app.task
-async def job() -> None:
-    """Never runs here: its pool's node is not started."""
-
+ROOT = Path(__file__).resolve().parent.parent
 
 #: The tables a services node keeps what it confirmed in.
 CONFIRMED = ("backlog", "delayed", "chords")
@@ -63,21 +63,26 @@ ttl = 2
 [[node]]
 name = "s1"
 listen = "127.0.0.1:{p1}"
-actors = "tests.test_replicated_services:app"
+actors = "tests.replicated_app:app"
 services = true
 
 [[node]]
 name = "s2"
 listen = "127.0.0.1:{p2}"
-actors = "tests.test_replicated_services:app"
+actors = "tests.replicated_app:app"
 services = true
 
 [[node]]
 name = "w"
 listen = "127.0.0.1:{pw}"
-actors = "tests.test_replicated_services:app"
+actors = "tests.replicated_app:app"
 pools = ["celery"]
 """
+
+
+@pytest.fixture(autouse=True)
+def _fresh_runs() -> None:
+    RAN.clear()
 
 
 @pytest.fixture
@@ -90,13 +95,14 @@ def config(tmp_path: Path, etcd: EtcdServer, request: pytest.FixtureRequest) -> 
 
 
 @asynccontextmanager
-async def services_node(config: ClusterConfig, name: str) -> AsyncIterator[tuple[Node, Any]]:
-    """Services node ``name`` as ``host up`` builds it; yields it and its actors."""
+async def cluster_node(config: ClusterConfig, name: str) -> AsyncIterator[tuple[Node, Any]]:
+    """Node ``name`` as ``host up`` builds it, in this process; yields it and its actors."""
     node = next(n for n in config.nodes if n.name == name)
     actors = hosted_actors(node.actors, node=node, cluster=config)
     storage = NodeStorage(store=config.store(node))
-    port = int(node.listen.rsplit(":", 1)[1])
-    async with open_node(name, actors, port=port, insecure=True, storage=storage, grace=0) as run:
+    async with open_node(
+        name, actors, port=node.port, insecure=True, storage=storage, grace=0
+    ) as run:
         yield run, actors
 
 
@@ -110,10 +116,10 @@ async def test_what_the_holder_confirms_is_in_the_standbys_copy_before_its_sende
 ) -> None:
     with trio.fail_after(60):
         # Given services node s1 holding the role, s2 standing by
-        async with services_node(config, "s1") as (s1, s1_actors):
+        async with cluster_node(config, "s1") as (s1, s1_actors):
             await logs.wait_for("actorctl:services:leader")
             async with (
-                services_node(config, "s2") as (_, s2_actors),
+                cluster_node(config, "s2") as (_, s2_actors),
                 open_node("caller", host=None, insecure=True) as caller,
             ):
                 role: ServicesRole = s1_actors[SERVICES_ROLE_NAME]
@@ -143,3 +149,106 @@ async def test_what_the_holder_confirms_is_in_the_standbys_copy_before_its_sende
                 # And none was confirmed with fewer copies than asked, nor refused
                 assert role.replication.unreplicated == 0
                 assert role.replication.refused == 0
+
+
+@contextmanager
+def node_process(config: ClusterConfig, name: str) -> Iterator[subprocess.Popen[str]]:
+    """Node ``name`` in a process of its own (tests/replicated_node.py; it
+    inherits this one's environment), killed at the end if it still runs."""
+    errors = (config.root / f"{name}.stderr").open("w")
+    command = [sys.executable, "-m", "tests.replicated_node", str(config.path), name]
+    process = subprocess.Popen(
+        command, cwd=ROOT, stdout=subprocess.PIPE, stderr=errors, text=True, env=os.environ
+    )
+    try:
+        yield process
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGKILL)  # the process this test started, by its PID
+        process.wait()
+        if process.stdout is not None:
+            process.stdout.close()
+        errors.close()
+
+
+async def ready(process: subprocess.Popen[str]) -> None:
+    """Wait until ``process`` says it listens."""
+    assert process.stdout is not None
+    line = await trio.to_thread.run_sync(process.stdout.readline)
+    assert line.strip() == "ready", f"the node exited: {line!r} (see its .stderr beside the file)"
+
+
+async def holds(config: ClusterConfig, name: str) -> None:
+    """Wait until etcd says ``name`` holds the services role."""
+    assert config.etcd is not None
+    found = trio.Event()
+
+    def tell(holder: str | None) -> None:
+        if holder == name:
+            found.set()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(follow_holder, config.etcd.client(), config.name, SERVICES_ROLE, tell)
+        await found.wait()
+        nursery.cancel_scope.cancel(reason="it holds the role")
+
+
+async def send(sender: TaskClient, task_id: str, **extra: Any) -> str:
+    """``job`` to pool celery, confirmed by the services node that takes it."""
+    await send_task(
+        sender, task=job.name, pool="celery", args=[], kwargs={}, task_id=task_id,
+        reply_to=extra.pop("reply_to", None), confirm=True, **extra,
+    )  # fmt: skip
+    return task_id
+
+
+async def test_the_holder_killed_and_its_disk_destroyed_loses_none_of_what_it_confirmed(
+    config: ClusterConfig, logs: Logs, record_property: Any
+) -> None:
+    directory = cluster_directory(config)
+    barrier = f"{directory.services['s1']}/{CHORD_BARRIER_NAME}"
+    sent: list[str] = []
+    with trio.fail_after(120), node_process(config, "s1") as s1:
+        # Given services node s1 (a process of its own) holding the role, s2 standing by
+        await ready(s1)
+        await holds(config, "s1")
+        async with (
+            cluster_node(config, "s2"),
+            open_node("caller", host=None, insecure=True, connect_timeout=1) as caller,
+        ):
+            sender = TaskClient(caller.outbox, directory)
+            sent.append(await send(sender, "probe"))
+            await logs.wait_for("actorctl:replica:restored")  # s2's copy of s1 is in sync
+            # When s1 confirms 30 tasks for a pool whose worker is not up (its
+            # routers hold them), 10 delayed tasks and a chord of 2 with a body
+            for i in range(30):
+                sent.append(await send(sender, f"task-{i}"))
+            for i in range(10):
+                sent.append(await send(sender, f"later-{i}", options={"countdown": 2}))
+            chords = ActorRef(Address.parse(barrier), caller.outbox)
+            await chords.ask("open", "chord-1", ["head-1", "head-2"], job.s().to_wire())
+            header = {"reply_to": barrier, "correlation_id": "chord-1"}
+            for head in ("head-1", "head-2"):
+                sent.append(await send(sender, head, headers={H_CHORD: "chord-1"}, **header))
+            # And s1's host is lost: the process SIGKILLed, its disk destroyed
+            s1.send_signal(signal.SIGKILL)
+            await trio.to_thread.run_sync(s1.wait)
+            shutil.rmtree(config.root / "data" / "s1")
+            # Then s2 takes the role and takes over what its copy holds
+            await logs.wait_for("actorctl:services:taken-over")
+            # And once the pool's worker node starts, everything runs there:
+            # the tasks, the delayed tasks, the chord's header and its body
+            async with cluster_node(config, "w"):
+                await ran_all({*sent, "chord-1"})
+    expected = {*sent, "chord-1"}
+    lost = expected - set(RAN)
+    twice = {task_id: n for task_id, n in Counter(RAN).items() if n > 1}
+    record_property("lost", len(lost))
+    record_property("ran_twice", len(twice))
+    assert not lost
+    assert len(expected) == 44
+    taken = logs.of_type("actorctl:services:taken-over")
+    assert [m["source"] for m in taken] == ["s1"], taken
+    assert taken[0]["tables"].get("chords") == 1, taken
+    # (duplicates are reported, not forbidden: at least once)
+    assert sum(twice.values()) <= len(RAN), twice

@@ -1,6 +1,7 @@
 """Nodes (AMQP 1.0 containers on trio), peer links, addresses."""
 
 from ._agent import RestartNeeded as RestartNeeded
+from ._backlog import BACKLOG_TABLE as BACKLOG_TABLE
 from ._deadletters import DEAD_LETTERS as DEAD_LETTERS
 from ._deadletters import REASON_EXPIRED as REASON_EXPIRED
 from ._deadletters import REASON_NOT_RETRIED as REASON_NOT_RETRIED

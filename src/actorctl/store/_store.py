@@ -36,7 +36,7 @@ import collections
 import itertools
 import sqlite3
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Final, final
 
@@ -141,6 +141,22 @@ class Store:
             for key, row in rows.items()
             if self._alive(row, now)
         ]
+
+    def absorb(self, rows: Iterable[Write]) -> list[Write]:
+        """Put ``rows`` (another store's, taken over: a replica's) as puts of
+        this store's own, but for those whose key this store has already (its
+        own row is the live one) and those of tables kept on disk alone (their
+        owner keeps its own). Returns the rows put; :meth:`sync` commits them."""
+        now = self._clock()
+        taken: list[Write] = []
+        for table, key, value, expires in rows:
+            if value is None or table in self._disk_only or self.get(table, key) is not None:
+                continue
+            if expires is not None and expires <= now:
+                continue
+            self.put(table, key, value, expires=expires)
+            taken.append((table, key, value, expires))
+        return taken
 
     # -- reads and writes (sync, from the event loop's thread) ----------------------
 

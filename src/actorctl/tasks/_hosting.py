@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import sys
+from collections.abc import Callable
 from typing import Any, Final, final
 
 import attrs
@@ -42,6 +43,7 @@ from .protocol._protocol import (
     SCHEDULER_NAME,
     SCHEDULER_ROLE,
 )
+from .protocol._state import CHORDS_TABLE, DELAYED
 from .services._beat import Beat
 from .services._chords import ChordBarrier
 from .services._events import EventHub
@@ -273,6 +275,13 @@ def task_actors(
         actors[BEAT_NAME] = beat
     if directory.elected and config.etcd is not None:
         keeper = None
+        adopters: dict[str, Callable[[list[str]], int]] = {}
+        if scheduler is not None:
+            adopters[DELAYED] = scheduler.adopt
+        if CHORD_BARRIER_NAME in actors:
+            barrier = actors[CHORD_BARRIER_NAME]
+            assert isinstance(barrier, ChordBarrier)
+            adopters[CHORDS_TABLE] = barrier.adopt
         if mine.services:  # a standby's copies of the holder's store (and its own, replicated)
             replicas = config.root / "data" / node.name / "replicas" if node.durable else None
             keeper = actors[REPLICA] = ReplicaKeeper(replicas)
@@ -283,6 +292,7 @@ def task_actors(
             config.etcd.ttl,
             candidate=node.name if mine.services else None,
             replica=keeper,
+            adopters=adopters,
         )
     # A source no table gives a node is read on the file's first services node
     # (across hosts too: it does not move with the services role).

@@ -12,7 +12,8 @@ takes the role): a part under an older one is refused (``fenced``), so a node
 that lost the role can have nothing more confirmed. A part out of order, or
 from another run of its node (epoch), is answered with a request for a
 snapshot (``restore``). What it keeps for a node, :meth:`ReplicaKeeper.rows`
-hands to whoever takes that node's work over.
+hands to whoever takes that node's work over, who then has it
+:meth:`ReplicaKeeper.forget` it.
 """
 
 from __future__ import annotations
@@ -99,6 +100,18 @@ class ReplicaKeeper(Actor):
         if copy is None:
             return []
         return [row for row in copy.store.snapshot() if row[0] != META_TABLE]
+
+    def forget(self, source: str) -> None:
+        """Drop the copy of ``source``'s store (its rows were taken over): a
+        part from it after this asks for a snapshot."""
+        copy = self._copies.get(source)
+        if copy is None:
+            return
+        for table, key, _, _ in copy.store.snapshot():
+            if table != META_TABLE:
+                copy.store.delete(table, key)
+        copy.epoch, copy.seq, copy.restoring = "", 0, False
+        self._save_meta(copy)
 
     # -- what the primaries send -----------------------------------------------------------
 

@@ -13,9 +13,10 @@ etcd, :class:`~actorctl.etcd.EtcdRoleLease`). A replica refuses a batch whose
 revision is older than one it has seen: once a standby has taken the role (a
 newer revision), the node it took it from can no longer have anything
 confirmed (``ShipRefused``), whatever its own view of the role. etcd decides
-who holds the role; replication only follows its fence. A node that does not
-hold the role (fence 0) ships nothing: it takes no new work (its senders
-follow the role), and what it took while it held the role was replicated then.
+who holds the role; replication only follows its fence. A node that knows it
+does not hold the role (fence 0) ships nothing and confirms from its own disk:
+its senders follow the role elsewhere, and what it took while it held the
+role was replicated then.
 
 **A standby that does not answer** within ``timeout`` is out of sync: batches
 are confirmed without it (**degraded**: logged loudly once, and counted in
@@ -126,6 +127,7 @@ class Replication:
         self._epoch = secrets.token_hex(8)
         self._standbys: dict[Address, _Standby] = {}
         self._nursery: trio.Nursery | None = None
+        self._stopped = False
         self._degraded = False
         self._term = 0  # the fence of the last batch shipped
         self._joined = trio.lowlevel.ParkingLot()  # a standby came in sync
@@ -137,11 +139,17 @@ class Replication:
         self.refused = 0
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Own the tasks that bring standbys back, until cancelled."""
-        async with trio.open_nursery() as nursery:
-            self._nursery = nursery
-            task_status.started()
-            await trio.sleep_forever()
+        """Own the tasks that bring standbys back, until cancelled. Once it
+        has stopped (its node stops: the store commits its last batches after
+        everything else has stopped), it ships nothing more."""
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                task_status.started()
+                await trio.sleep_forever()
+        finally:
+            self._nursery = None
+            self._stopped = True
 
     def statistics(self) -> dict[str, Any]:
         """The standbys and whether each is in sync, and the batch counts."""
@@ -171,7 +179,7 @@ class Replication:
                 sync and this node could not prove it still holds the role.
         """
         fence = self._fence()
-        if not fence:
+        if not fence or self._stopped:
             return
         standbys = self._current()
         if fence != self._term:  # a new term: each standby is brought in before it confirms

@@ -26,16 +26,32 @@ revision, so the one it took it from gets nothing more confirmed. A standby
 that does not answer is left behind, loudly, and confirmations go on without
 it only while etcd says the holder still holds the role.
 
-**No fence is needed to finish work.** A services node that lost the role (cut off, say)
-goes on finishing what it had already taken on: the tasks its routers hold,
-the delayed tasks its scheduler holds, the chords its barrier counts. No other
-node holds those, so nothing is done twice; the role only decides where *new*
-work goes. The one singleton whose act must not be repeated, the firing of a
-periodic task, is fenced by the scheduler role (``tasks/services/_beat.py``).
+**Taking over.** A services node that takes the role takes over, before it
+counts as the holder, what its keeper copied of the others' stores: the rows
+go into its own store (those it has already stay its own), it commits them,
+and then its backlog sends the tasks the lost holder's routers held (its own
+routers adopt those for their instances), its scheduler arms the delayed
+tasks and its barrier counts on the chords; the copy is then forgotten. So
+a holder lost with its disk loses nothing it confirmed while its standby
+was in sync.
+
+**Finishing work needs no fence.** A services node that lost the role (cut
+off, say) goes on finishing what it had already taken on: the tasks its
+routers hold, the delayed tasks its scheduler holds, the chords its barrier
+counts. The node that took the role over took those over too, from its
+copy: such work may run twice (at least once, as ever), never not at all.
+A deposed node that does not know it yet (cut off from etcd) can confirm
+no new work: its batches are refused by the keeper that has seen the newer
+revision. One that knows it (its renewal was refused) ships nothing and
+confirms from its own disk: new work that still reaches it (a sender whose
+watch of the role has not caught up) is on its host alone. The
+one singleton whose act must not be repeated, the firing of a periodic
+task, is fenced by the scheduler role (``tasks/services/_beat.py``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from typing import Any, Final, final
 
 import trio
@@ -43,7 +59,7 @@ import trio
 from ..._errors import ActorctlError
 from ..._log import log
 from ...actors import Actor, Address, handler
-from ...cluster import REPLICA, ReplicaKeeper, Replication
+from ...cluster import BACKLOG_TABLE, REPLICA, ReplicaKeeper, Replication
 from ...etcd import EtcdClient, EtcdRoleLease, follow_holder
 from ...mailbox import Outcome
 from ..protocol._protocol import SERVICES_ROLE
@@ -101,6 +117,9 @@ class ServicesRole(Actor):
         replica: the node's replica keeper (a services node's): while it
             holds the role its store is replicated to the other services
             nodes' keepers; None replicates nothing.
+        adopters: by store table, who takes on the rows of that table taken
+            over (the scheduler's delayed tasks, the barrier's chords), told
+            their keys; the backlog's are the node's backlog's.
     """
 
     def __init__(
@@ -111,10 +130,12 @@ class ServicesRole(Actor):
         ttl: float,
         candidate: str | None = None,
         replica: ReplicaKeeper | None = None,
+        adopters: Mapping[str, Callable[[list[str]], int]] | None = None,
     ) -> None:
         self.directory = directory
         self.replica = replica
         self.replication: Replication | None = None
+        self.adopters = dict(adopters or {})
         self.candidate = candidate
         self.ttl = float(ttl)
         self._client = client
@@ -181,6 +202,35 @@ class ServicesRole(Actor):
         replication = self.replication.statistics() if self.replication else None
         return {"holder": self.directory.holder, "held": self.held, "replication": replication}
 
+    async def _take_over(self, keeper: ReplicaKeeper) -> None:
+        """Take on what ``keeper`` copied of the other services nodes' stores
+        (see the module's text)."""
+        cell = self._require_cell()
+        store = store_of(cell.outbox)
+        backlog = node_outbox(cell.outbox).backlog
+        for source in keeper.sources():
+            if source == self.candidate:
+                continue
+            rows = keeper.rows(source)
+            taken = store.absorb(rows)
+            await store.sync()  # ours before the copy is forgotten
+            keys: dict[str, list[str]] = {}
+            for table, key, _, _ in taken:
+                keys.setdefault(table, []).append(key)
+            backlog.resume(keys.get(BACKLOG_TABLE, []))
+            backlog.adopt(list(self.directory.movable()), self._claim)
+            adopted = {t: self.adopters[t](k) for t, k in keys.items() if t in self.adopters}
+            keeper.forget(source)
+            log(
+                "actorctl:services:taken-over",
+                node=self.candidate,
+                source=source,
+                rows=len(rows),
+                taken=len(taken),
+                tables={table: len(k) for table, k in keys.items()},
+                adopted=adopted,
+            )
+
     def _claim(self, address: Address, message_id: str) -> tuple[Any, Any]:
         def done(outcome: Outcome) -> None:
             """The backlog logs a final refusal; nothing else to do."""
@@ -203,6 +253,7 @@ class ServicesRole(Actor):
                     log("actorctl:services:leader", node=self.candidate, fence=answer["fence"])
                     if self.replica is not None:  # the one before can confirm nothing more
                         self.replica.seen(SERVICES_ROLE, int(answer["fence"]))
+                        await self._take_over(self.replica)
                 elif self.held and not held:
                     log("actorctl:services:standby", node=self.candidate, holder=answer["holder"])
                 self.held = held
