@@ -17,14 +17,25 @@ RAN: list[str] = []
 _WAITING: list[tuple[frozenset[str], trio.Event]] = []
 
 
-@app.task(bind=True)
-async def job(ctx: TaskContext, *args: Any) -> str:
-    """Records its run; a chord's body gets its header's values as ``args``."""
-    RAN.append(ctx.id)
+def _ran(task_id: str) -> str:
+    RAN.append(task_id)
     for ids, event in _WAITING:
         if ids <= set(RAN):
             event.set()
-    return ctx.id
+    return task_id
+
+
+@app.task(bind=True)
+async def job(ctx: TaskContext, *args: Any) -> str:
+    """Records its run; a chord's body gets its header's values as ``args``."""
+    return _ran(ctx.id)
+
+
+@app.task(bind=True, global_rate_limit="1/s")
+async def paced(ctx: TaskContext) -> str:
+    """Records its run; paced by the pool's router: what exceeds its rate
+    waits there (held, in the services node's store)."""
+    return _ran(ctx.id)
 
 
 async def ran_all(ids: set[str]) -> None:

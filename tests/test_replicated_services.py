@@ -44,7 +44,7 @@ from actorctl.tasks.protocol._protocol import CHORD_BARRIER_NAME, H_CHORD, SERVI
 
 from .etcd_server import EtcdServer
 from .harness import Logs, free_port
-from .replicated_app import RAN, job, ran_all
+from .replicated_app import RAN, job, paced, ran_all
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -193,10 +193,10 @@ async def holds(config: ClusterConfig, name: str) -> None:
         nursery.cancel_scope.cancel(reason="it holds the role")
 
 
-async def send(sender: TaskClient, task_id: str, **extra: Any) -> str:
-    """``job`` to pool celery, confirmed by the services node that takes it."""
+async def send(sender: TaskClient, task_id: str, task: str = job.name, **extra: Any) -> str:
+    """``task`` to pool celery, confirmed by the services node that takes it."""
     await send_task(
-        sender, task=job.name, pool="celery", args=[], kwargs={}, task_id=task_id,
+        sender, task=task, pool="celery", args=[], kwargs={}, task_id=task_id,
         reply_to=extra.pop("reply_to", None), confirm=True, **extra,
     )  # fmt: skip
     return task_id
@@ -220,16 +220,19 @@ async def test_the_holder_killed_and_its_disk_destroyed_loses_none_of_what_it_co
             sent.append(await send(sender, "probe"))
             await logs.wait_for("actorctl:replica:restored")  # s2's copy of s1 is in sync
             # When s1 confirms 30 tasks for a pool whose worker is not up (its
-            # routers hold them), 10 delayed tasks and a chord of 2 with a body
+            # router's backlog keeps them), 10 delayed tasks, a chord of 2 with a body
             for i in range(30):
                 sent.append(await send(sender, f"task-{i}"))
             for i in range(10):
-                sent.append(await send(sender, f"later-{i}", options={"countdown": 2}))
+                sent.append(await send(sender, f"later-{i}", options={"countdown": 8}))
             chords = ActorRef(Address.parse(barrier), caller.outbox)
             await chords.ask("open", "chord-1", ["head-1", "head-2"], job.s().to_wire())
             header = {"reply_to": barrier, "correlation_id": "chord-1"}
             for head in ("head-1", "head-2"):
                 sent.append(await send(sender, head, headers={H_CHORD: "chord-1"}, **header))
+            # And 5 tasks paced at 1/s, which its router holds back but the first
+            for i in range(5):
+                sent.append(await send(sender, f"paced-{i}", paced.name))
             # And s1's host is lost: the process SIGKILLed, its disk destroyed
             s1.send_signal(signal.SIGKILL)
             await trio.to_thread.run_sync(s1.wait)
@@ -237,7 +240,7 @@ async def test_the_holder_killed_and_its_disk_destroyed_loses_none_of_what_it_co
             # Then s2 takes the role and takes over what its copy holds
             await logs.wait_for("actorctl:services:taken-over")
             # And once the pool's worker node starts, everything runs there:
-            # the tasks, the delayed tasks, the chord's header and its body
+            # the tasks, the delayed tasks, the chord's header and its body, the paced
             async with cluster_node(config, "w"):
                 await ran_all({*sent, "chord-1"})
     expected = {*sent, "chord-1"}
@@ -246,9 +249,11 @@ async def test_the_holder_killed_and_its_disk_destroyed_loses_none_of_what_it_co
     record_property("lost", len(lost))
     record_property("ran_twice", len(twice))
     assert not lost
-    assert len(expected) == 44
+    assert len(expected) == 49
     taken = logs.of_type("actorctl:services:taken-over")
     assert [m["source"] for m in taken] == ["s1"], taken
     assert taken[0]["tables"].get("chords") == 1, taken
+    assert taken[0]["tables"].get("delayed") == 10, taken
+    assert taken[0]["tables"].get("held", 0) >= 1, taken  # the paced ones not yet let go
     # (duplicates are reported, not forbidden: at least once)
     assert sum(twice.values()) <= len(RAN), twice

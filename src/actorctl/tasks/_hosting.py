@@ -28,7 +28,7 @@ from ..supervision import HEALTH_AGENT, BoxedSpec, HealthMonitor
 from .app._registry import TaskRegistry
 from .client._client import Directory
 from .client._services_role import SERVICES_ROLE_NAME, ServicesRole
-from .limits._pacing import PoolRouter
+from .limits._pacing import HELD, PoolRouter
 from .limits._tuning import file_limits
 from .protocol._protocol import (
     BEAT_NAME,
@@ -278,6 +278,9 @@ def task_actors(
         adopters: dict[str, Callable[[list[str]], int]] = {}
         if scheduler is not None:
             adopters[DELAYED] = scheduler.adopt
+        routers = [a for a in actors.values() if isinstance(a, PoolRouter)]
+        if routers:  # each takes the held tasks keyed by its own name
+            adopters[HELD] = lambda keys: sum(router.adopt(keys) for router in routers)
         if CHORD_BARRIER_NAME in actors:
             barrier = actors[CHORD_BARRIER_NAME]
             assert isinstance(barrier, ChordBarrier)

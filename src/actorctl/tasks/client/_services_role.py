@@ -30,8 +30,9 @@ it only while etcd says the holder still holds the role.
 counts as the holder, what its keeper copied of the others' stores: the rows
 go into its own store (those it has already stay its own), it commits them,
 and then its backlog sends the tasks the lost holder's routers held (its own
-routers adopt those for their instances), its scheduler arms the delayed
-tasks and its barrier counts on the chords; the copy is then forgotten. So
+routers adopt those for their instances, and hold back again what the old
+ones held back for a rate limit), its scheduler arms the delayed tasks and
+its barrier counts on the chords; the copy is then forgotten. So
 a holder lost with its disk loses nothing it confirmed while its standby
 was in sync.
 
