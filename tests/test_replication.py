@@ -16,9 +16,11 @@ from pathlib import Path
 
 import pytest
 import trio
+from prometheus_client.parser import text_string_to_metric_families
 
 from actorctl import Address, open_node
 from actorctl.cluster import Node, NodeStorage
+from actorctl.cluster._metrics import render
 from actorctl.cluster.replication._replica import ReplicaKeeper
 from actorctl.cluster.replication._shipper import REPLICA, Replication, decode_writes, encode_writes
 from actorctl.store import ShipRefused, Store
@@ -73,6 +75,18 @@ async def primary(
             store.ship_to(replication)
             yield node, replication
             nursery.cancel_scope.cancel(reason="the test is over")
+
+
+def metrics(node: Node) -> dict[str, float]:
+    """The node's replication metrics as ``/metrics`` shows them, by sample
+    (``name{label="value"}``)."""
+    samples: dict[str, float] = {}
+    for family in text_string_to_metric_families(render(node.collector()).decode()):
+        for sample in family.samples:
+            if "replication" in sample.name:
+                labels = ",".join(f'{k}="{v}"' for k, v in sorted(sample.labels.items()))
+                samples[f"{sample.name}{{{labels}}}" if labels else sample.name] = sample.value
+    return samples
 
 
 async def read_back(path: Path) -> dict[tuple[str, str], bytes]:
@@ -168,6 +182,11 @@ async def test_without_its_standby_a_primary_confirms_only_what_etcd_says_it_may
             # Then it confirms, degraded: counted, with the proof asked for
             assert replication.unreplicated == 1
             assert proofs == [[]]
+            # ... and /metrics says so
+            shown = metrics(node)
+            assert shown['actorctl_node_replication_batches_total{outcome="unreplicated"}'] == 1
+            assert shown["actorctl_node_replication_degraded"] == 1
+            assert shown["actorctl_node_replication_standbys_in_sync"] == 0
             # And when it cannot prove it, it confirms nothing
             holds[0] = False
             node.store.put("backlog", "unproven", b"2")
@@ -184,6 +203,10 @@ async def test_without_its_standby_a_primary_confirms_only_what_etcd_says_it_may
                 kept = {k for _, k, _, _ in keeper.rows("a")}
                 assert {"alone", "unproven", "together"} <= kept
                 assert kept == {k for _, k, _, _ in node.store.snapshot()}
+                shown = metrics(node)
+                assert shown["actorctl_node_replication_degraded"] == 0
+                assert shown["actorctl_node_replication_standbys_in_sync"] == 1
+                assert shown['actorctl_node_replication_batches_total{outcome="refused"}'] == 1
 
 
 def test_writes_cross_the_wire_as_they_were() -> None:

@@ -125,6 +125,11 @@ class Store:
         self._shipper = shipper
 
     @property
+    def shipper(self) -> Shipper | None:
+        """Who its batches are shipped to (None: nobody, the default)."""
+        return self._shipper
+
+    @property
     def _writing(self) -> bool:
         """Whether writes are queued (for the disk, or for a shipper)."""
         return self._durable or self._shipper is not None
