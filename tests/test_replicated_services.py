@@ -95,8 +95,11 @@ def config(tmp_path: Path, etcd: EtcdServer, request: pytest.FixtureRequest) -> 
 
 
 @asynccontextmanager
-async def cluster_node(config: ClusterConfig, name: str) -> AsyncIterator[tuple[Node, Any]]:
-    """Node ``name`` as ``host up`` builds it, in this process; yields it and its actors."""
+async def cluster_node(
+    config: ClusterConfig, name: str, grace: float = 0
+) -> AsyncIterator[tuple[Node, Any]]:
+    """Node ``name`` as ``host up`` builds it, in this process; yields it and
+    its actors; stopped with ``grace`` seconds for what runs."""
     node = next(n for n in config.nodes if n.name == name)
     actors = hosted_actors(node.actors, node=node, cluster=config)
     storage = NodeStorage(store=config.store(node))
@@ -257,3 +260,51 @@ async def test_the_holder_killed_and_its_disk_destroyed_loses_none_of_what_it_co
     assert taken[0]["tables"].get("held", 0) >= 1, taken  # the paced ones not yet let go
     # (duplicates are reported, not forbidden: at least once)
     assert sum(twice.values()) <= len(RAN), twice
+
+
+async def run_node(
+    config: ClusterConfig, name: str, stop: trio.Event, *, task_status: trio.TaskStatus[Any]
+) -> None:
+    """Node ``name`` (in this process) from started until ``stop`` is set:
+    then it stops as a node stops on purpose (warm: a grace of 2 s)."""
+    async with cluster_node(config, name, grace=2) as (_, actors):
+        task_status.started(actors)
+        await stop.wait()
+
+
+async def test_a_holder_stopped_on_purpose_keeps_its_work_and_the_next_runs_none_of_it_twice(
+    config: ClusterConfig, logs: Logs, record_property: Any
+) -> None:
+    directory = cluster_directory(config)
+    sent: list[str] = []
+    s1_stop, s2_stop = trio.Event(), trio.Event()
+    with trio.fail_after(90):
+        async with trio.open_nursery() as nursery:
+            # Given s1 holding the role and s2 standing by
+            await nursery.start(run_node, config, "s1", s1_stop)
+            await holds(config, "s1")
+            s2 = await nursery.start(run_node, config, "s2", s2_stop)
+            keeper: ReplicaKeeper = s2[REPLICA]
+            # And 10 tasks s1 confirmed for a pool whose worker is not up, in s2's copy
+            async with open_node("caller", host=None, insecure=True) as caller:
+                sender = TaskClient(caller.outbox, directory)
+                for i in range(10):
+                    sent.append(await send(sender, f"task-{i}"))
+            assert len(confirmed_rows(keeper.rows("s1"))) == 10
+            # When s1 stops on purpose (its host lives on, its disk too)
+            s1_stop.set()
+            # Then s2 forgets its copy: the work stays with s1's disk
+            await logs.wait_for("actorctl:replica:released")
+            assert keeper.rows("s1") == []
+            await holds(config, "s2")
+            # And when s1 starts again and the pool's worker node starts, each
+            # task runs once, from s1's own store
+            async with cluster_node(config, "s1"), cluster_node(config, "w"):
+                await ran_all(set(sent))
+            s2_stop.set()
+    lost = set(sent) - set(RAN)
+    twice = {task_id: n for task_id, n in Counter(RAN).items() if n > 1}
+    record_property("lost", len(lost))
+    record_property("ran_twice", len(twice))
+    assert not lost
+    assert not twice, twice

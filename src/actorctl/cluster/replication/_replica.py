@@ -13,7 +13,8 @@ that lost the role can have nothing more confirmed. A part out of order, or
 from another run of its node (epoch), is answered with a request for a
 snapshot (``restore``). What it keeps for a node, :meth:`ReplicaKeeper.rows`
 hands to whoever takes that node's work over, who then has it
-:meth:`ReplicaKeeper.forget` it.
+:meth:`ReplicaKeeper.forget` it; a node that stops on purpose has it forget
+its copy too (``release``: its work stays on its own disk).
 """
 
 from __future__ import annotations
@@ -162,6 +163,20 @@ class ReplicaKeeper(Actor):
             log("actorctl:replica:restored", source=source, rows=len(self.rows(source)))
         self._save_meta(copy)
         await copy.store.sync()
+        return {"ok": True}
+
+    @handler(roles=_MEMBERS)
+    async def release(self, source: str, role: str, fence: int, epoch: str) -> dict[str, Any]:
+        """``source`` stops on purpose and keeps its work: forget its copy."""
+        refused = self._check_fence(role, fence)
+        if refused is not None:
+            return refused
+        if source in self._copies:
+            copy = await self._copy(source)
+            if copy.epoch == epoch:
+                self.forget(source)
+                await copy.store.sync()
+                log("actorctl:replica:released", source=source)
         return {"ok": True}
 
     @handler

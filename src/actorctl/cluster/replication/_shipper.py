@@ -30,6 +30,11 @@ one must not stop the other from taking work (the replication factor falls to
 1 for as long as the standby is away, and says so), as Kafka's leader goes on
 with a shrunken in-sync set recorded with its controller.
 
+**A node that stops on purpose** (``release``) has its standbys forget their
+copies of its store: its work stays on its own disk for when it starts again,
+and the node that takes the role over does not run it too. Its host lost,
+nothing is released, and the copy is what the next holder runs.
+
 **Order.** Batches go to each standby one at a time, in the order committed,
 numbered within the node's run (its epoch). A replica that misses a number,
 or knows another epoch (it, or this node, restarted), asks for a snapshot.
@@ -128,6 +133,7 @@ class Replication:
         self._standbys: dict[Address, _Standby] = {}
         self._nursery: trio.Nursery | None = None
         self._stopped = False
+        self._released = False
         self._degraded = False
         self._term = 0  # the fence of the last batch shipped
         self._joined = trio.lowlevel.ParkingLot()  # a standby came in sync
@@ -150,6 +156,41 @@ class Replication:
         finally:
             self._nursery = None
             self._stopped = True
+
+    async def release(self) -> None:
+        """Stop shipping, and have every standby forget its copy of this
+        node's store (within ``timeout`` each): the node stops on purpose and
+        keeps its work on its own disk, for when it starts again, so the
+        node that takes the role over does not run it too. A standby that
+        does not answer keeps its copy (its holder may run it: at least once)."""
+        if self._released:
+            return
+        self._stopped = self._released = True
+        fence = self._fence()
+        if not fence:
+            return
+        with trio.CancelScope(shield=True):
+            async with trio.open_nursery() as nursery:
+                for standby in list(self._standbys.values()):
+                    nursery.start_soon(self._release, standby, fence)
+
+    async def _release(self, standby: _Standby, fence: int) -> None:
+        # Delivered (settled once handled), not asked: a node that stops takes
+        # no reply any more.
+        ref = ActorRef(standby.address, self._outbox, timeout=self.timeout)
+        try:
+            with trio.fail_after(self.timeout):
+                await ref.deliver("release", self.node, self.role, fence, self._epoch)
+        except (ActorctlError, trio.TooSlowError) as exc:
+            log(
+                "actorctl:replication:release-failed",
+                node=self.node,
+                standby=str(standby.address),
+                error=f"{type(exc).__name__}: {exc}",
+                why="that standby keeps its copy: the next holder runs it too (at least once)",
+            )
+            return
+        log("actorctl:replication:released", node=self.node, standby=str(standby.address))
 
     def statistics(self) -> dict[str, Any]:
         """The standbys and whether each is in sync, and the batch counts."""

@@ -190,9 +190,19 @@ class ServicesRole(Actor):
         self.start_soon(self.replication.run)
         store.ship_to(self.replication)
 
+    def on_drain(self) -> None:
+        """The node begins a graceful stop: it keeps what it holds (on its own
+        disk, for when it starts again), so its standbys forget their copies
+        now, while its links are up, and the next holder does not run that
+        work too (in a task of its own)."""
+        if self.replication is not None:
+            self.start_soon(self.replication.release)
+
     async def on_stop(self) -> None:
         """Give the role up: another services node takes it at once, not
-        after the ttl."""
+        after the ttl (the standbys released first, if the drain did not)."""
+        if self.replication is not None:
+            await self.replication.release()
         if self._lease is not None:
             await self._lease.resign()
 
