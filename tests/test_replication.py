@@ -18,8 +18,9 @@ import pytest
 import trio
 from prometheus_client.parser import text_string_to_metric_families
 
-from actorctl import Address, open_node
-from actorctl.cluster import Node, NodeStorage
+from actorctl import Actor, Address, handler, open_node
+from actorctl.actors import ActorRef
+from actorctl.cluster import BACKLOG_TABLE, Node, NodeStorage
 from actorctl.cluster._metrics import render
 from actorctl.cluster.replication._replica import ReplicaKeeper
 from actorctl.cluster.replication._shipper import REPLICA, Replication, decode_writes, encode_writes
@@ -214,3 +215,55 @@ def test_writes_cross_the_wire_as_they_were() -> None:
     assert decode_writes(encode_writes(writes)) == writes
     with pytest.raises(ValueError, match="table, key, value, expires"):
         decode_writes([["t", "k"]])
+
+
+class Recorder(Actor):
+    """Records what it is told; ``arrived`` is set at the first."""
+
+    def __init__(self) -> None:
+        self.told: list[int] = []
+        self.arrived = trio.Event()
+
+    @handler
+    async def hit(self, n: int) -> None:
+        self.told.append(n)
+        self.arrived.set()
+
+
+async def test_a_standby_that_takes_the_copy_over_sends_what_the_primarys_backlog_held(
+    tmp_path: Path,
+) -> None:
+    b_port, c_port = free_port(), free_port()
+    target = Address("127.0.0.1", c_port, "recorder")
+    with trio.fail_after(30):
+        async with standby(tmp_path / "replicas", b_port) as keeper:
+            # Given a primary whose backlog holds a durable tell for a node not up
+            async with primary(tmp_path / "a.sqlite", b_port, lambda: 4) as (node, _):
+                ref = ActorRef(target, node.outbox).with_options(durable=True)
+                await ref.tell("hit", 7)
+                assert len(node.outbox.backlog) == 1
+            # (the primary is gone: its file is not read again)
+            (tmp_path / "a.sqlite").unlink()
+            # When another node takes the standby's copy over
+            recorder = Recorder()
+            async with open_node(
+                "taker", {}, port=free_port(), insecure=True, connect_timeout=0.5
+            ) as taker:
+                taken = taker.store.absorb(keeper.rows("a"))
+                await taker.store.sync()
+                keys = [key for table, key, _, _ in taken if table == BACKLOG_TABLE]
+                assert taker.outbox.backlog.resume(keys) == 1
+                keeper.forget("a")
+                # Then its backlog sends it, once the receiver is up
+                async with open_node("c", {"recorder": recorder}, port=c_port, insecure=True):
+                    await recorder.arrived.wait()
+                    await taker.outbox.backlog.wait_empty()
+            assert recorder.told == [7]
+            assert keeper.rows("a") == []
+            # And a key the taker has already stays its own
+            mine = Store.memory("mine")
+            mine.put("t", "k", b"mine")
+            assert mine.absorb([("t", "k", b"theirs", None), ("t", "j", b"new", None)]) == [
+                ("t", "j", b"new", None)
+            ]
+            assert mine.get("t", "k") == b"mine"
