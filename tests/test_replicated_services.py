@@ -1,11 +1,17 @@
-"""The services role's store replicated to the other services node (issue 34):
-what the holder confirms (a task its pool's router took, a delayed task, a
-chord barrier) is in the standby's copy before the sender hears it is taken.
+"""The services role's store replicated to the other services node (issue 34
+item 1): what the holder confirms (a task its pool's router took, a delayed
+task, a task held back for a rate limit, a chord barrier) is in the standby's
+copy before the sender hears it is taken; the holder's host lost with its
+disk, the node that takes the role over runs all of it; a holder stopped on
+purpose keeps its work, and nothing runs twice.
 
-Real in-process nodes on 127.0.0.1 built from a cluster.toml as ``host up``
-builds them (``[etcd]``, two services nodes), real SQLite files, a real etcd;
-the pool's worker node is not started, so what the router took waits in its
-backlog. Waits are on events, bounded by ``trio.fail_after``.
+Real nodes on 127.0.0.1 built from a cluster.toml as ``host up`` builds them
+(``[etcd]``, two services nodes; the holder that is killed runs in a process
+of its own, tests/replicated_node.py), real SQLite files, a real etcd; the
+pool's worker node starts only once the story needs it, so that what the
+services node took waits in its store. Every task records its run
+(tests/replicated_app.py): lost and ran-twice are counted. Waits are on
+events, bounded by ``trio.fail_after``.
 """
 
 from __future__ import annotations
