@@ -11,8 +11,14 @@ mutual TLS and signed messages, each host under ``actorctl host up``. A caller
 on host a (bench/_hosts_caller.py) times ``--tasks`` ``add`` tasks with
 ``--window`` in flight, every result checked. ``veth``: hosts a, b and c are
 three namespaces; ``loopback``: the same three nodes all in namespace a, on
-127.0.0.1. Each figure is the median of ``--rounds`` interleaved rounds (a new
-cluster each); the ratio is veth / loopback.
+127.0.0.1; ``replicated``: as ``veth``, with a second services node on host b
+(issue 34): the holder of the services role, on a, confirms each task only
+once services-b has committed it to its copy of a's store (docs/deploy.md,
+"Replication"). Each figure is the median of ``--rounds`` interleaved rounds
+(a new cluster each); ``cross_host_ratio`` is veth / loopback and
+``replication_ratio`` replicated / veth (with ``--window`` tasks in flight, a
+task's time from send to result is about the window over the rate: the
+ratio's inverse is what replication adds to it).
 
 Routing a task to a logical name (the pool) costs no etcd round trip per
 message: each node keeps the directory in memory, read once and then watched
@@ -48,15 +54,17 @@ from tests.support.netns import NetnsUnavailable, Network
 
 from bench import _smoke
 
-MODES = ("veth", "loopback")
+MODES = ("veth", "loopback", "replicated")
 
 
 def measure(network: Network, mode: str, tasks: int, window: int) -> dict[str, Any]:
     """One round: a new cluster in ``mode``, the caller's JSON object."""
     with tempfile.TemporaryDirectory(prefix=f"bench-hosts-{mode}-") as directory:
-        hosts = Hosts(network, Path(directory), loopback=mode == "loopback")
+        replicated = mode == "replicated"
+        hosts = Hosts(network, Path(directory), loopback=mode == "loopback", services_b=replicated)
         try:
-            hosts.start()
+            # Replicated: host a first, so that its services node holds the role.
+            hosts.start(order=("a",) if replicated else ())
             argv = [sys.executable, "bench/_hosts_caller.py", str(hosts.path), hosts.etcd.url]
             caller = network.run(
                 "a",
@@ -109,6 +117,9 @@ def main() -> None:
     result["cross_host_ratio"] = round(
         result["veth_tasks_per_s"] / result["loopback_tasks_per_s"], 3
     )
+    result["replication_ratio"] = round(
+        result["replicated_tasks_per_s"] / result["veth_tasks_per_s"], 3
+    )
     if not args.json:
         label = f"add tasks, {args.window} in flight"
         print(f"{label:34} {'tasks/s':>12} {'etcd requests, timed phase':>28}")
@@ -118,6 +129,7 @@ def main() -> None:
             )
             print(f"{mode:34} {result[f'{mode}_tasks_per_s']:>12,.1f} {requests or 'none':>28}")
         print(f"{'cross-host ratio (veth/loopback)':34} {result['cross_host_ratio']:>11.2f}x")
+        print(f"{'replication ratio (replicated/veth)':34} {result['replication_ratio']:>11.2f}x")
     print(json.dumps(result))
 
 

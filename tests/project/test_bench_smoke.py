@@ -152,10 +152,12 @@ def test_hosts() -> None:
         pytest.skip(f"bench/hosts.py cannot run here: {proc.stderr.strip().splitlines()[-1]}")
     text, result = output("hosts.py", proc)
     assert "cross-host ratio" in text
-    for mode in ("veth", "loopback"):
+    assert "replication ratio" in text
+    for mode in ("veth", "loopback", "replicated"):
         assert figure(result[f"{mode}_tasks_per_s"]), mode
         assert isinstance(result[f"{mode}_etcd_requests"], dict)
     assert figure(result["cross_host_ratio"])
+    assert figure(result["replication_ratio"])
 
 
 def test_limits() -> None:

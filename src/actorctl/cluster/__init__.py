@@ -1,6 +1,7 @@
 """Nodes (AMQP 1.0 containers on trio), peer links, addresses."""
 
 from ._agent import RestartNeeded as RestartNeeded
+from ._backlog import BACKLOG_TABLE as BACKLOG_TABLE
 from ._deadletters import DEAD_LETTERS as DEAD_LETTERS
 from ._deadletters import REASON_EXPIRED as REASON_EXPIRED
 from ._deadletters import REASON_NOT_RETRIED as REASON_NOT_RETRIED
@@ -48,3 +49,6 @@ from .link._engine import EngineHandler as EngineHandler
 from .link._limits import Limits as Limits
 from .link._reply_claims import REPLY_PREFIX as REPLY_PREFIX
 from .link._tls import TlsFiles as TlsFiles
+from .replication._replica import ReplicaKeeper as ReplicaKeeper
+from .replication._shipper import REPLICA as REPLICA
+from .replication._shipper import Replication as Replication

@@ -44,9 +44,11 @@ from ._deadletters import REASON_EXPIRED, DeadLetters
 from .link._peer import Peer
 from .link._pending import Pending
 
-__all__ = ["Backlog", "Reroute"]
+__all__ = ["BACKLOG_TABLE", "Backlog", "Reroute"]
 
 TABLE: Final = "backlog"
+#: The store table of the backlog, for whoever takes another node's rows over.
+BACKLOG_TABLE: Final = TABLE
 #: The header that orders a lane (AMQP's priority: 0-9, 4 by default).
 PRIORITY: Final = "priority"
 PRIORITY_DEFAULT: Final = 4
@@ -131,6 +133,9 @@ class Backlog:
         # Entries read back from the store, by their row's key, until they are
         # done: their sender (a router) may claim them again (adopt).
         self._resumed: dict[str, _Entry] = {}
+        # Told when entries were resumed from the store while it runs (by name:
+        # a router that starts again replaces its own).
+        self._on_resume: dict[str, Callable[[], None]] = {}
         #: Messages it sent again after a refusal (``modified``, released, an
         #: unreachable peer) since the node started.
         self.resent = 0
@@ -184,6 +189,40 @@ class Backlog:
         self._store.put(TABLE, key, _pack(address, entry.envelope))
         self._queue(entry)
         await self._store.sync()
+
+    def resume(self, keys: Collection[str]) -> int:
+        """Send the entries under ``keys`` that were put in the store while the
+        node runs (rows taken over from another node's store, a replica's),
+        as :meth:`start` sends what the store kept from before; then tell
+        whoever asked (:meth:`on_resume`: a router adopts those for its
+        instances). Returns how many."""
+        resumed = 0
+        for key in keys:
+            value = self._store.get(TABLE, key)
+            if value is None or key in self._resumed:
+                continue
+            try:
+                address, envelope = _unpack(value)
+            except (ActorctlError, ValueError) as exc:
+                log("actorctl:backlog:unreadable", node=self.name, key=key, error=str(exc))
+                self._store.delete(TABLE, key)
+                continue
+            entry = self._resumed[key] = _Entry(key, address, envelope)
+            self._queue(entry)
+            resumed += 1
+        # Rows taken over keep their keys: this node's next ones come after them.
+        top = max((_serial(key) for key in keys), default=0)
+        self._keys = itertools.count(max(next(self._keys), top + 1))
+        if resumed:
+            log("actorctl:backlog:resumed", node=self.name, messages=resumed, taken_over=True)
+            for tell in list(self._on_resume.values()):
+                tell()
+        return resumed
+
+    def on_resume(self, name: str, tell: Callable[[], None]) -> None:
+        """Call ``tell`` after each :meth:`resume` (``name``'s: a later call
+        under the same name replaces it)."""
+        self._on_resume[name] = tell
 
     def adopt(
         self, addresses: Collection[Address], claim: Callable[[Address, str], tuple[Done, Reroute]]

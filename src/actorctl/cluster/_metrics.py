@@ -30,11 +30,13 @@ from ..actors import (
     ReplyMemory,
 )
 from ..mailbox import ReplayCache
+from ..store import Store
 from ._backlog import Backlog
 from ._deadletters import DeadLetters
 from ._http import Request, Response
 from ._replays import ReplayJournal
 from .link._engine_set import EngineSet
+from .replication._shipper import Replication
 
 __all__ = ["CONTENT_TYPE", "NodeCollector", "metrics_handler", "render"]
 
@@ -95,6 +97,7 @@ class NodeCollector(Collector):
         peers: how many peer nodes it keeps a connection to.
         replies: the bytes of replies its dedup windows keep (None: not shown).
         replays: its replay cache (None: not shown).
+        store: its store: the replication of its batches, when it has one.
     """
 
     def __init__(
@@ -106,6 +109,7 @@ class NodeCollector(Collector):
         peers: Callable[[], int],
         replies: ReplyMemory | None = None,
         replays: ReplayCache | None = None,
+        store: Store | None = None,
     ) -> None:
         self._cells = cells
         self._engines = engines
@@ -114,6 +118,7 @@ class NodeCollector(Collector):
         self._peers = peers
         self._replies = replies
         self._replays = replays
+        self._store = store
 
     def collect(self) -> Iterator[Metric]:
         yield from self._actors()
@@ -249,6 +254,9 @@ class NodeCollector(Collector):
             value=sum(max(0, cell.starts - 1) for cell in self._cells.values()),
         )
         yield from self._memory()
+        shipper = self._store.shipper if self._store is not None else None
+        if isinstance(shipper, Replication):
+            yield from _replication(shipper)
 
     def _memory(self) -> Iterator[Metric]:
         """What the node remembers of the messages it took, in bytes."""
@@ -317,3 +325,28 @@ def metrics_handler(collector: Collector) -> Callable[[Request], object]:
         return Response(200, CONTENT_TYPE, render(collector))
 
     return handle
+
+
+def _replication(replication: Replication) -> Iterator[Metric]:
+    """Whether what the node confirms is on its standbys (docs/deploy.md)."""
+    batches = CounterMetricFamily(
+        "actorctl_node_replication_batches",
+        "Store batches shipped to the standbys: replicated (every standby committed it), "
+        "unreplicated (confirmed without a standby: degraded), refused (not confirmed)",
+        labels=["outcome"],
+    )
+    batches.add_metric(["replicated"], replication.replicated)
+    batches.add_metric(["unreplicated"], replication.unreplicated)
+    batches.add_metric(["refused"], replication.refused)
+    yield batches
+    stats = replication.statistics()
+    yield GaugeMetricFamily(
+        "actorctl_node_replication_degraded",
+        "1 while the node confirms with fewer standbys than named (a standby is away)",
+        value=1 if stats["degraded"] else 0,
+    )
+    yield GaugeMetricFamily(
+        "actorctl_node_replication_standbys_in_sync",
+        "Standbys that take every batch now",
+        value=sum(1 for in_sync in stats["standbys"].values() if in_sync),
+    )

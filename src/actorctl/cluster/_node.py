@@ -386,6 +386,7 @@ class Node:
             lambda: self.outbox.peers,
             self.kept_replies,
             self._replays,
+            self.store,
         )
 
     def statistics(self) -> dict[str, MailboxStatistics]:

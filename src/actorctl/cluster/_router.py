@@ -60,7 +60,7 @@ from ..mailbox import (
     Envelope,
     Outcome,
 )
-from ._backlog import Done, Reroute
+from ._backlog import Backlog, Done, Reroute
 from ._outbox import NodeOutbox
 from ._reload import Shift
 from .config._config import ClusterConfig, NodeConfig
@@ -272,9 +272,15 @@ class Router(Actor):
         flight again, and move to another instance as new ones do."""
         outbox = self._require_cell().outbox
         if self.hands_over and isinstance(outbox, NodeOutbox):
-            adopted = outbox.backlog.adopt(set(self.instances), self._track)
-            if adopted:
-                log("actorctl:router:adopted", router=self.address.name, messages=adopted)
+            backlog = outbox.backlog
+            self._adopt(backlog)
+            # ... and what its node takes over from another node's store later
+            backlog.on_resume(self.address.name, lambda: self._adopt(backlog))
+
+    def _adopt(self, backlog: Backlog) -> None:
+        adopted = backlog.adopt(set(self.instances), self._track)
+        if adopted:
+            log("actorctl:router:adopted", router=self.address.name, messages=adopted)
 
     async def pass_on(self, envelope: Envelope, target: Address | None = None) -> None:
         """Hand ``envelope`` to the node's backlog for ``target`` (by default the

@@ -162,6 +162,24 @@ class EtcdRoleLease:
             self._lease, self.fence = 0, 0
         return answer.succeeded
 
+    async def holds(self) -> bool:
+        """Whether this candidate holds the role now, as etcd says (a
+        linearizable read of the key's fence and lease: no write). False when
+        it holds no lease, when another holds the role, and when etcd cannot be
+        reached: whoever asks before an act it may do only as the holder
+        (confirming what a standby did not copy) does not act then."""
+        if not self._lease:
+            return False
+        try:
+            answer = await self._client.txn(
+                [Compare.created(self.key, self.fence), Compare.under_lease(self.key, self._lease)],
+                [],
+            )
+        except EtcdError as exc:
+            log("actorctl:role:check-failed", role=self.role, fence=self.fence, error=str(exc))
+            return False
+        return answer.succeeded
+
     async def resign(self) -> None:
         """Give the role up now (its lease revoked: the next candidate takes it
         at once), within a bound even when cancelled."""

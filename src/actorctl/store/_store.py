@@ -21,20 +21,29 @@ is not a database, a full disk) is logged once, and the store keeps its state in
 memory from then on: nothing is lost while the node lives, and no write raises.
 ``Store(None)`` (:meth:`Store.memory`) keeps everything in memory from the start:
 ``durable = false``, for tests and benchmarks.
+
+**Replication.** Given a shipper (:meth:`Store.ship_to`, ``_shipping.py``), the
+store hands it each batch while it commits the batch to its own disk, and
+:meth:`Store.sync` returns once both are done: a write is confirmed only once it
+is where the shipper's rule says (on a standby on another host). A batch the
+shipper refuses makes ``sync`` raise :class:`~._shipping.ShipRefused` for its
+writers. Without a shipper (the default) nothing of this runs.
 """
 
 from __future__ import annotations
 
+import collections
 import itertools
 import sqlite3
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Final, final
 
 import trio
 
 from .._log import log
+from ._shipping import Shipper, ShipRefused, Write
 
 __all__ = ["Store"]
 
@@ -52,8 +61,9 @@ _PUT: Final = "INSERT OR REPLACE INTO entries (tbl, key, value, expires) VALUES 
 _DELETE: Final = "DELETE FROM entries WHERE tbl = ? AND key = ?"
 _PURGE: Final = "DELETE FROM entries WHERE expires IS NOT NULL AND expires <= ?"
 
-#: One queued write: (table, key, value, expires); a value of None deletes the row.
-_Write = tuple[str, str, bytes | None, float | None]
+_Write = Write
+#: How many refused batches ``sync`` remembers (to tell their writers).
+_REFUSALS_KEPT: Final = 64
 _Row = tuple[bytes, float | None]
 _Tables = dict[str, dict[str, _Row]]
 _Loaded = list[tuple[str, str, bytes, float | None]]
@@ -94,6 +104,11 @@ class Store:
         self._flushing = trio.Event()
         self._next_flush = trio.Event()
         self._disk_only: set[str] = set()  # tables whose owner keeps them in memory
+        self._shipper: Shipper | None = None
+        # (after, upto, why): the writes numbered after < n <= upto were refused
+        self._refused: collections.deque[tuple[int, int, str]] = collections.deque(
+            maxlen=_REFUSALS_KEPT
+        )
 
     @classmethod
     def memory(cls, name: str) -> Store:
@@ -105,6 +120,51 @@ class Store:
         """Whether writes go to disk now: False for a memory store, and after a
         disk failure (the store then keeps its state in memory)."""
         return self._durable
+
+    def ship_to(self, shipper: Shipper) -> None:
+        """Hand every batch from now on to ``shipper`` too (see the module's
+        text). What was committed before is the shipper's to bring over (the
+        node's replication sends a standby a :meth:`snapshot` first)."""
+        self._shipper = shipper
+
+    @property
+    def shipper(self) -> Shipper | None:
+        """Who its batches are shipped to (None: nobody, the default)."""
+        return self._shipper
+
+    @property
+    def _writing(self) -> bool:
+        """Whether writes are queued (for the disk, or for a shipper)."""
+        return self._durable or self._shipper is not None
+
+    def snapshot(self) -> list[Write]:
+        """Every unexpired row kept in memory, as puts, table by table, oldest
+        first: what a new replica starts from (the tables kept on disk alone,
+        :meth:`disk_only`, are not in it)."""
+        now = self._clock()
+        return [
+            (table, key, row[0], row[1])
+            for table, rows in self._tables.items()
+            if table not in self._disk_only
+            for key, row in rows.items()
+            if self._alive(row, now)
+        ]
+
+    def absorb(self, rows: Iterable[Write]) -> list[Write]:
+        """Put ``rows`` (another store's, taken over: a replica's) as puts of
+        this store's own, but for those whose key this store has already (its
+        own row is the live one) and those of tables kept on disk alone (their
+        owner keeps its own). Returns the rows put; :meth:`sync` commits them."""
+        now = self._clock()
+        taken: list[Write] = []
+        for table, key, value, expires in rows:
+            if value is None or table in self._disk_only or self.get(table, key) is not None:
+                continue
+            if expires is not None and expires <= now:
+                continue
+            self.put(table, key, value, expires=expires)
+            taken.append((table, key, value, expires))
+        return taken
 
     # -- reads and writes (sync, from the event loop's thread) ----------------------
 
@@ -145,24 +205,33 @@ class Store:
 
     async def sync(self) -> None:
         """Return once every put and delete made before the call is on disk (at
-        once for a memory store, or once the store fell back to memory). Awaiting
-        it makes sense only while :meth:`run` runs: that is what commits."""
+        once for a memory store, or once the store fell back to memory), and,
+        with a shipper, replicated. Awaiting it makes sense only while
+        :meth:`run` runs: that is what commits.
+
+        Raises:
+            ShipRefused: the shipper refused the batch of the last write made
+                before the call: confirm nothing of it.
+        """
         target = self._queued
-        if not self._durable or self._committed >= target:
+        if not self._writing or self._committed >= target:
             await trio.lowlevel.checkpoint()
-            return
-        if self._committing < target:  # not in the commit under way
-            self._hurry.set()
-        while self._durable and self._committed < target:
-            if self._committing >= target:
-                await self._flushing.wait()
-            else:
-                await self._next_flush.wait()
+        else:
+            if self._committing < target:  # not in the commit under way
+                self._hurry.set()
+            while self._writing and self._committed < target:
+                if self._committing >= target:
+                    await self._flushing.wait()
+                else:
+                    await self._next_flush.wait()
+        for after, upto, why in self._refused:
+            if after < target <= upto:
+                raise ShipRefused(why)
 
     def _write(self, write: _Write) -> None:
         if write[0] not in self._disk_only:
             _apply(self._tables, write)
-        if self._durable:
+        if self._writing:
             self._queue.append(write)
             self._queued += 1
             self._wake.set()
@@ -234,20 +303,28 @@ class Store:
 
     async def _flush(self, purge: float | None, *, abandon: bool = False) -> None:
         """Commit what is queued (and purge rows expired at ``purge``) in one
-        transaction. The batch leaves the queue only once it is committed: a
-        cancelled flush leaves it for the next."""
-        db, count, upto = self._db, len(self._queue), self._queued
-        if db is None or not self._durable or (not count and purge is None):
+        transaction, and hand it to the shipper meanwhile. The batch leaves the
+        queue only once both are done: a cancelled flush leaves it for the next."""
+        db = self._db if self._durable else None
+        count, after, upto = len(self._queue), self._committed, self._queued
+        if db is None and self._shipper is None:
+            self._queue.clear()  # a disk that failed: nothing writes these
+            return
+        if not count and purge is None:
             return
         batch = self._queue[:count]
         flushing = self._flushing = self._next_flush
         self._next_flush = trio.Event()
         self._committing = upto
         try:
-            await trio.to_thread.run_sync(_commit, db, batch, purge, abandon_on_cancel=abandon)
-        except (OSError, sqlite3.Error) as exc:
-            self._fail(exc)
-            return
+            if self._shipper is None or not batch:  # the disk alone: no nursery
+                if db is not None:
+                    await self._commit_here(db, batch, purge, abandon)
+            else:
+                async with trio.open_nursery() as nursery:
+                    if db is not None:
+                        nursery.start_soon(self._commit_here, db, batch, purge, abandon)
+                    nursery.start_soon(self._ship, self._shipper, batch, after, upto)
         except BaseException:
             self._committing = self._committed  # abandoned: the next commit takes it
             flushing.set()
@@ -256,6 +333,21 @@ class Store:
         self.commits += 1
         self._committed = upto
         flushing.set()
+
+    async def _commit_here(
+        self, db: sqlite3.Connection, batch: list[_Write], purge: float | None, abandon: bool
+    ) -> None:
+        try:
+            await trio.to_thread.run_sync(_commit, db, batch, purge, abandon_on_cancel=abandon)
+        except (OSError, sqlite3.Error) as exc:
+            self._fail(exc)
+
+    async def _ship(self, shipper: Shipper, batch: list[_Write], after: int, upto: int) -> None:
+        try:
+            await shipper.ship(batch)
+        except ShipRefused as exc:
+            log("actorctl:store:ship-refused", store=self.name, writes=len(batch), error=str(exc))
+            self._refused.append((after, upto, str(exc)))
 
     def _fail(self, exc: BaseException) -> None:
         log(
@@ -266,13 +358,14 @@ class Store:
             fallback="keeping state in memory from now on",
         )
         self._durable = False
-        self._queue.clear()
         db, self._db = self._db, None
         if db is not None:
             # No thread uses it now (a failed commit returned); closing is quick.
             db.close()
+        # Whoever waits looks again (a memory store, or a shipper's alone).
         self._flushing.set()
         self._next_flush.set()
+        self._next_flush = trio.Event()
 
 
 def _apply(tables: _Tables, write: _Write) -> None:

@@ -14,20 +14,21 @@ from __future__ import annotations
 
 import functools
 import sys
+from collections.abc import Callable
 from typing import Any, Final, final
 
 import attrs
 
 from .._errors import ConfigError
 from ..actors import Actor
-from ..cluster import ClusterConfig, NodeConfig, breakers_of
+from ..cluster import REPLICA, ClusterConfig, NodeConfig, ReplicaKeeper, breakers_of
 from ..etcd import EtcdRoleLease
 from ..ops import CONTROLLER
 from ..supervision import HEALTH_AGENT, BoxedSpec, HealthMonitor
 from .app._registry import TaskRegistry
 from .client._client import Directory
 from .client._services_role import SERVICES_ROLE_NAME, ServicesRole
-from .limits._pacing import PoolRouter
+from .limits._pacing import HELD, PoolRouter
 from .limits._tuning import file_limits
 from .protocol._protocol import (
     BEAT_NAME,
@@ -42,6 +43,7 @@ from .protocol._protocol import (
     SCHEDULER_NAME,
     SCHEDULER_ROLE,
 )
+from .protocol._state import CHORDS_TABLE, DELAYED
 from .services._beat import Beat
 from .services._chords import ChordBarrier
 from .services._events import EventHub
@@ -272,12 +274,28 @@ def task_actors(
     elif beat is not None:  # a worker node across hosts, candidate for the scheduler role
         actors[BEAT_NAME] = beat
     if directory.elected and config.etcd is not None:
+        keeper = None
+        adopters: dict[str, Callable[[list[str]], int]] = {}
+        if scheduler is not None:
+            adopters[DELAYED] = scheduler.adopt
+        routers = [a for a in actors.values() if isinstance(a, PoolRouter)]
+        if routers:  # each takes the held tasks keyed by its own name
+            adopters[HELD] = lambda keys: sum(router.adopt(keys) for router in routers)
+        if CHORD_BARRIER_NAME in actors:
+            barrier = actors[CHORD_BARRIER_NAME]
+            assert isinstance(barrier, ChordBarrier)
+            adopters[CHORDS_TABLE] = barrier.adopt
+        if mine.services:  # a standby's copies of the holder's store (and its own, replicated)
+            replicas = config.root / "data" / node.name / "replicas" if node.durable else None
+            keeper = actors[REPLICA] = ReplicaKeeper(replicas)
         actors[SERVICES_ROLE_NAME] = ServicesRole(
             directory,
             config.etcd.client(),
             config.name,
             config.etcd.ttl,
             candidate=node.name if mine.services else None,
+            replica=keeper,
+            adopters=adopters,
         )
     # A source no table gives a node is read on the file's first services node
     # (across hosts too: it does not move with the services role).

@@ -72,9 +72,10 @@ class Directory:
     )
     # What :meth:`follow` moves: each services node's address of a name that
     # moves with the role (a pool's router, the scheduler, the event hub, the
-    # chord barrier) to that name. New chords open on the holder's barrier,
-    # but a chord is finished where it was opened: :meth:`elsewhere` never
-    # moves what goes to a barrier.
+    # chord barrier) to that name. New chords open on the holder's barrier;
+    # an open chord's results follow the role too, as its barrier does (the
+    # holder's store is replicated, and who takes the role over takes its
+    # barriers over: tasks/client/_services_role.py).
     _movable: dict[Address, str] = attrs.field(
         init=False,
         repr=False,
@@ -141,7 +142,7 @@ class Directory:
         no longer holds the services role and whose name moves with it; else
         None (it stays with its receiver)."""
         name = self._movable.get(address)
-        if name is None or name == CHORDS:  # a chord is finished where it was opened
+        if name is None:
             return None
         if outcome is not None and outcome.state == "rejected":
             return None  # refused for good (bad input, a bad signature): not sent again
@@ -152,7 +153,7 @@ class Directory:
         """Wait (at most ``failover`` seconds) until a message for ``address``
         goes elsewhere (the services role moved), and return where; None when
         it did not move in that time, or never can."""
-        if self._movable.get(address, CHORDS) == CHORDS:
+        if address not in self._movable:
             return None
         with trio.move_on_after(self.failover):
             while (elsewhere := self.elsewhere(address)) is None:

@@ -16,16 +16,43 @@ holder's once the old one cannot be reached (a durable send's reroute is
 ``Directory.elsewhere``); a caller's send that the old one did not confirm is
 sent to the holder's (``send_task``).
 
-**No fence is needed.** A services node that lost the role (cut off, say)
-goes on finishing what it had already taken on: the tasks its routers hold,
-the delayed tasks its scheduler holds, the chords its barrier counts. No other
-node holds those, so nothing is done twice; the role only decides where *new*
-work goes. The one singleton whose act must not be repeated, the firing of a
-periodic task, is fenced by the scheduler role (``tasks/services/_beat.py``).
+**Replication.** A services node's store holds what it confirmed to senders
+(the tasks its routers took, delayed tasks, chord barriers, dead letters).
+With several services nodes, the holder's store ships every commit batch to
+the others' replica keepers (``_replica``: ``cluster/replication/``) before
+it confirms anything, each batch under the role's revision in etcd (its
+fence); a node that takes the role over tells its own keeper the new
+revision, so the one it took it from gets nothing more confirmed. A standby
+that does not answer is left behind, loudly, and confirmations go on without
+it only while etcd says the holder still holds the role.
+
+**Taking over.** A services node that takes the role takes over, before it
+counts as the holder, what its keeper copied of the others' stores: the rows
+go into its own store (those it has already stay its own), it commits them,
+and then its backlog sends the tasks the lost holder's routers held (its own
+routers adopt those for their instances, and hold back again what the old
+ones held back for a rate limit), its scheduler arms the delayed tasks and
+its barrier counts on the chords; the copy is then forgotten. So
+a holder lost with its disk loses nothing it confirmed while its standby
+was in sync.
+
+**Finishing work needs no fence.** A services node that lost the role (cut
+off, say) goes on finishing what it had already taken on: the tasks its
+routers hold, the delayed tasks its scheduler holds, the chords its barrier
+counts. The node that took the role over took those over too, from its
+copy: such work may run twice (at least once, as ever), never not at all.
+A deposed node that does not know it yet (cut off from etcd) can confirm
+no new work: its batches are refused by the keeper that has seen the newer
+revision. One that knows it (its renewal was refused) ships nothing and
+confirms from its own disk: new work that still reaches it (a sender whose
+watch of the role has not caught up) is on its host alone. The
+one singleton whose act must not be repeated, the firing of a periodic
+task, is fenced by the scheduler role (``tasks/services/_beat.py``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from typing import Any, Final, final
 
 import trio
@@ -33,16 +60,20 @@ import trio
 from ..._errors import ActorctlError
 from ..._log import log
 from ...actors import Actor, Address, handler
+from ...cluster import BACKLOG_TABLE, REPLICA, ReplicaKeeper, Replication
 from ...etcd import EtcdClient, EtcdRoleLease, follow_holder
 from ...mailbox import Outcome
 from ..protocol._protocol import SERVICES_ROLE
-from ..protocol._state import node_outbox
+from ..protocol._state import node_outbox, store_of
 from ._directory import Directory, endpoint_of
 
 __all__ = ["SERVICES_ROLE", "SERVICES_ROLE_NAME", "ServicesRole", "follow_services"]
 
 #: The actor, on every node of the app across hosts.
 SERVICES_ROLE_NAME: Final = "_services_role"
+#: Seconds a standby has to acknowledge a batch, at most (a third of the ttl
+#: when that is shorter): past it, the holder confirms without it.
+REPLICATION_TIMEOUT: Final = 2.0
 
 
 def follow_services(directory: Directory, holder: str | None, backlog: Any = None) -> None:
@@ -84,6 +115,12 @@ class ServicesRole(Actor):
         ttl: the role lease's ttl (the ``[etcd] ttl``).
         candidate: this node's name, if it is a services node (it runs for
             the role); None on a worker node (it only follows).
+        replica: the node's replica keeper (a services node's): while it
+            holds the role its store is replicated to the other services
+            nodes' keepers; None replicates nothing.
+        adopters: by store table, who takes on the rows of that table taken
+            over (the scheduler's delayed tasks, the barrier's chords), told
+            their keys; the backlog's are the node's backlog's.
     """
 
     def __init__(
@@ -93,8 +130,13 @@ class ServicesRole(Actor):
         cluster: str,
         ttl: float,
         candidate: str | None = None,
+        replica: ReplicaKeeper | None = None,
+        adopters: Mapping[str, Callable[[list[str]], int]] | None = None,
     ) -> None:
         self.directory = directory
+        self.replica = replica
+        self.replication: Replication | None = None
+        self.adopters = dict(adopters or {})
         self.candidate = candidate
         self.ttl = float(ttl)
         self._client = client
@@ -115,19 +157,90 @@ class ServicesRole(Actor):
             lambda holder: follow_services(self.directory, holder, backlog),
         )
         if self._lease is not None:
+            if self.replica is not None:
+                self._replicate()
             self.start_soon(self._campaign)
+
+    def _replicate(self) -> None:
+        """Ship the node's store to the other services nodes' keepers while it
+        holds the role (see the module's text)."""
+        assert self._lease is not None
+        assert self.candidate is not None
+        lease = self._lease
+        others = [
+            Address.parse(f"{url}/{REPLICA}")
+            for name, url in self.directory.services.items()
+            if name != self.candidate
+        ]
+
+        async def still_holder(in_sync: object) -> bool:
+            return await lease.holds()
+
+        store = store_of(self._require_cell().outbox)
+        self.replication = Replication(
+            self.candidate,
+            SERVICES_ROLE,
+            self._require_cell().outbox,
+            store,
+            standbys=lambda: others,
+            fence=lambda: lease.fence if self.held else 0,
+            still_holder=still_holder,
+            timeout=min(REPLICATION_TIMEOUT, self.ttl / 3),
+        )
+        self.start_soon(self.replication.run)
+        store.ship_to(self.replication)
+
+    def on_drain(self) -> None:
+        """The node begins a graceful stop: it keeps what it holds (on its own
+        disk, for when it starts again), so its standbys forget their copies
+        now, while its links are up, and the next holder does not run that
+        work too (in a task of its own)."""
+        if self.replication is not None:
+            self.start_soon(self.replication.release)
 
     async def on_stop(self) -> None:
         """Give the role up: another services node takes it at once, not
-        after the ttl."""
+        after the ttl (the standbys released first, if the drain did not)."""
+        if self.replication is not None:
+            await self.replication.release()
         if self._lease is not None:
             await self._lease.resign()
 
     @handler
     def statistics(self) -> dict[str, Any]:
-        """Who holds the services role, as this node follows it, and whether
-        this node holds it."""
-        return {"holder": self.directory.holder, "held": self.held}
+        """Who holds the services role, as this node follows it, whether
+        this node holds it, and its store's replication (None: none)."""
+        replication = self.replication.statistics() if self.replication else None
+        return {"holder": self.directory.holder, "held": self.held, "replication": replication}
+
+    async def _take_over(self, keeper: ReplicaKeeper) -> None:
+        """Take on what ``keeper`` copied of the other services nodes' stores
+        (see the module's text)."""
+        cell = self._require_cell()
+        store = store_of(cell.outbox)
+        backlog = node_outbox(cell.outbox).backlog
+        for source in keeper.sources():
+            if source == self.candidate:
+                continue
+            rows = keeper.rows(source)
+            taken = store.absorb(rows)
+            await store.sync()  # ours before the copy is forgotten
+            keys: dict[str, list[str]] = {}
+            for table, key, _, _ in taken:
+                keys.setdefault(table, []).append(key)
+            backlog.resume(keys.get(BACKLOG_TABLE, []))
+            backlog.adopt(list(self.directory.movable()), self._claim)
+            adopted = {t: self.adopters[t](k) for t, k in keys.items() if t in self.adopters}
+            keeper.forget(source)
+            log(
+                "actorctl:services:taken-over",
+                node=self.candidate,
+                source=source,
+                rows=len(rows),
+                taken=len(taken),
+                tables={table: len(k) for table, k in keys.items()},
+                adopted=adopted,
+            )
 
     def _claim(self, address: Address, message_id: str) -> tuple[Any, Any]:
         def done(outcome: Outcome) -> None:
@@ -149,6 +262,9 @@ class ServicesRole(Actor):
                 held = bool(answer.get("granted"))
                 if held and not self.held:
                     log("actorctl:services:leader", node=self.candidate, fence=answer["fence"])
+                    if self.replica is not None:  # the one before can confirm nothing more
+                        self.replica.seen(SERVICES_ROLE, int(answer["fence"]))
+                        await self._take_over(self.replica)
                 elif self.held and not held:
                     log("actorctl:services:standby", node=self.candidate, holder=answer["holder"])
                 self.held = held

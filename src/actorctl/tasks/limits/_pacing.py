@@ -189,17 +189,36 @@ class PoolRouter(Router):
         if self._state is not None:
             self._state.tuning.add_router(name, self)
         store = store_of(self._require_cell().outbox)
+        self._hold_stored([key for key, _ in store.items(HELD)])
+        if self._held:
+            log("actorctl:router:holding", router=name, tasks=self.held)
+
+    def adopt(self, keys: list[str]) -> int:
+        """Hold back again the tasks put in its node's store under ``keys``
+        (those of this router: ``NAME/message id``) while it runs: taken over
+        from another services node's store (a replica's). Returns how many."""
+        held = self._hold_stored(keys)
+        if held:
+            log("actorctl:router:holding", router=self.address.name, tasks=held, taken_over=True)
+        return held
+
+    def _hold_stored(self, keys: list[str]) -> int:
+        name = self.address.name
+        store = store_of(self._require_cell().outbox)
         prefix = f"{name}/"
-        for key, value in store.items(HELD):
-            if not key.startswith(prefix):
+        held = 0
+        for key in keys:
+            value = store.get(HELD, key)
+            if value is None or not key.startswith(prefix):
                 continue
             try:
                 self._hold(decode(value), key)
             except (WireFormatError, ValueError) as exc:
                 log("actorctl:router:unreadable", router=name, key=key, error=str(exc))
                 store.delete(HELD, key)
-        if self._held:
-            log("actorctl:router:holding", router=name, tasks=self.held)
+                continue
+            held += 1
+        return held
 
     async def handle_unmatched(
         self, envelope: Envelope

@@ -107,6 +107,31 @@ class ChordBarrier(Actor):
         if complete:
             self.start_soon(self._complete_all, complete)
 
+    def adopt(self, chord_ids: list[str]) -> int:
+        """Take on the barriers put in its node's store under ``chord_ids``
+        while it runs (taken over from another services node's store, a
+        replica's), as it reloads what the store held when it started; a
+        complete one sends its body. Returns how many."""
+        store = self.store
+        taken: list[str] = []
+        for chord_id in chord_ids:
+            value = store.get(CHORDS_TABLE, chord_id)
+            if value is None or chord_id in self.chords:
+                continue
+            try:
+                self.chords[chord_id] = _Chord.from_row(value)
+            except ValueError as exc:
+                log("actorctl:chord:unreadable", chord_id=chord_id, error=str(exc))
+                store.delete(CHORDS_TABLE, chord_id)
+                continue
+            taken.append(chord_id)
+        if taken:
+            log("actorctl:chord:resumed", chords=len(taken), taken_over=True)
+        complete = [chord_id for chord_id in taken if self.chords[chord_id].complete]
+        if complete:
+            self.start_soon(self._complete_all, complete)
+        return len(taken)
+
     @property
     def client(self) -> TaskClient:
         if self._client is None:

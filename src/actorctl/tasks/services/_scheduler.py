@@ -124,6 +124,28 @@ class Scheduler(Actor):
             log("actorctl:scheduler:resumed", held=len(self.held))
         self.start_soon(self._timer)
 
+    def adopt(self, message_ids: list[str]) -> int:
+        """Arm the delayed tasks put in its node's store under ``message_ids``
+        while it runs (taken over from another services node's store, a
+        replica's), as it arms what the store held when it started. Returns
+        how many."""
+        store = self.store
+        armed = 0
+        for message_id in message_ids:
+            value = store.get(DELAYED, message_id)
+            if value is None or message_id in self.held:
+                continue
+            try:
+                self._arm(decode(value))
+            except (WireFormatError, ValueError) as exc:
+                log("actorctl:scheduler:unreadable", message_id=message_id, error=str(exc))
+                store.delete(DELAYED, message_id)
+                continue
+            armed += 1
+        if armed:
+            log("actorctl:scheduler:resumed", held=armed, taken_over=True)
+        return armed
+
     @property
     def client(self) -> TaskClient:
         if self._client is None:

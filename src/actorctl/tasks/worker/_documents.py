@@ -87,8 +87,13 @@ async def send_document(
             continue
         document = result_document(outbox, request, str(address), body, headers)
         # To an actor (a chord's barrier, a data sink): through the backlog,
-        # kept until the actor settles it.
-        await outbox.send(address, document, presettled=False, confirm=False, durable=True)
+        # kept until the actor settles it; across hosts, a barrier's follows
+        # the services role when its node is lost (its barriers were taken over).
+        directory = client.directory
+        reroute = directory.elsewhere if directory.elected else None
+        await outbox.send(
+            address, document, presettled=False, confirm=False, durable=True, reroute=reroute
+        )
     if kept:
         await store_of(outbox).sync()
 
