@@ -36,6 +36,7 @@ from ..protocol._protocol import (
     SUCCESS,
     signature_from_wire,
 )
+from ..protocol._send_options import SendOptions
 from ..protocol._state import CHORDS_TABLE, DurableOutbox, json_row, store_of
 from ..worker._documents import send_document
 
@@ -197,7 +198,7 @@ class ChordBarrier(Actor):
                 kwargs=kwargs,
                 task_id=chord_id,
                 reply_to=chord.reply_to,
-                options=options,
+                options=SendOptions.from_wire(options, f"task {name}"),
             )
         except Exception as exc:  # the body cannot be sent: its caller must hear of it
             log("actorctl:chord:unsendable", chord_id=chord_id, error=str(exc))
