@@ -214,7 +214,7 @@ class EagerRuns:
                 )
                 failed = self._new_result(chord_id, body, tracked=True)
                 message = f"task {member.id} of the chord ended {member.state}: {why}"
-                failed.update(FAILURE, {"type": "ChordError", "message": message.strip()})
+                failed.update(FAILURE, TaskError("ChordError", message.strip()).wire())
                 return chord_id, failed
         return chord_id, [member.result for member in header]
 
@@ -244,9 +244,9 @@ class EagerRuns:
                 message.task_id,
                 message.args,
                 message.kwargs,
-                NotRun(NotRunKind.REVOKED, "revoked"),
+                not_run := NotRun(NotRunKind.REVOKED, "revoked"),
             )
-            _report(message, REVOKED, {"reason": "revoked"})
+            _report(message, REVOKED, not_run.wire())
             return None
         if message.options.track_started:
             _report(message, STARTED, None)

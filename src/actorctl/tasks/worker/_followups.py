@@ -185,9 +185,7 @@ class FollowUps:
         if self.counters is not None:
             self.counters.add(envelope.subject, f"dead_lettered:{reason}")
         pool = self.pool_of(envelope)
-        await dead_letter(
-            self.client, self.dead_letters, envelope, pool, reason, error.wire(), retries
-        )
+        await dead_letter(self.client, self.dead_letters, envelope, pool, reason, error, retries)
 
     async def _send_signature(
         self, envelope: Envelope, sig: Any, pool: str, value: Any, *, reply: bool, chain: str = ""
