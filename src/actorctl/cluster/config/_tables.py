@@ -14,6 +14,8 @@ from ..link._limits import LIMIT_NAMES
 from ._boxed_config import BOXED_KEYS
 from ._etcd_config import ETCD_KEYS
 from ._health_tables import HEALTH_KEYS
+from ._schema import schema_keys, schema_required
+from ._table_schemas import ClusterTable, NodeTable, RouterTable
 from ._web_config import METRICS_KEYS
 
 if TYPE_CHECKING:
@@ -28,30 +30,26 @@ __all__ = [
     "file_keys",
 ]
 
-#: The keys of a [[node]] table this layer reads; an actors factory reads others.
-NODE_KEYS: Final = frozenset(
-    {"name", "listen", "actors", "instances", "durable", "limits", "deadletters", "health"}
-) | {"metrics", "shutdown_grace"}
 #: The key of a [[node]] table that says where it runs (read by `host up`, not the node).
 HOST_KEY: Final = "host"
+#: The keys of a [[node]] table this layer reads; an actors factory reads others.
+NODE_KEYS: Final = schema_keys(NodeTable) - {HOST_KEY}
 #: Every table of the file ("" is the top level) with the keys it may have: the one
-#: place to add a table or a key. A key that is not here is refused, with the nearest
+#: place to add a table (a table read as a record: its schema's fields, _table_schemas.py).
+#: A key that is not here is refused, with the nearest
 #: known key; a [[node]] table may also have those its actors factory reads (_hosting).
 #: docs/cluster-toml.md describes each (tests/test_cluster_toml_doc.py checks it).
 KNOWN_KEYS: Final[dict[str, frozenset[str]]] = {
     "": frozenset(
         {"cluster", "node", "router", "supervisor", "boxed"} | {"etcd"}  # read by _etcd_config.py
     ),
-    "cluster": frozenset(
-        {"name", "dev", "dev_public", "certs", "keys", "insecure", "controller", "web"}
-        | {"web_window"}
-    ),
+    "cluster": schema_keys(ClusterTable),
     "node": NODE_KEYS | {HOST_KEY},
     "node.limits": frozenset(LIMIT_NAMES),
     "node.metrics": METRICS_KEYS,
     "node.deadletters": frozenset({"max", "ttl"}),
     "node.health": HEALTH_KEYS,  # _health_tables.py
-    "router": frozenset({"name", "node", "instances"}),
+    "router": schema_keys(RouterTable),
     "supervisor": SUPERVISOR_KEYS,  # _tree_config.py, with supervision's words
     "supervisor.child": CHILD_KEYS,
     "boxed": BOXED_KEYS,  # _boxed_config.py
@@ -60,8 +58,8 @@ KNOWN_KEYS: Final[dict[str, frozenset[str]]] = {
 #: The keys a table must have: a missing one is reported as missing, naming a
 #: key of the table that looks like a misspelling of it.
 REQUIRED_KEYS: Final[dict[str, tuple[str, ...]]] = {
-    "node": ("name", "listen"),
-    "router": ("name", "node", "instances"),
+    "node": schema_required(NodeTable),
+    "router": schema_required(RouterTable),
     "etcd": ("endpoints",),
 }
 #: Tables that may have keys besides the known ones (read by someone else).

@@ -1,0 +1,161 @@
+"""cluster.toml's tables read as attrs records through one cattrs converter
+(issue 29, item 5): a table's schema says its keys, which it must have and
+what each value is; the errors keep the key's path, the nearest known key
+and what to write, and an application registers its tables' schemas
+through the runtime's ``AppTable.of``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pytest
+
+from actorctl import ConfigError
+from actorctl.cluster import AppPage, AppReload, AppTable, ClusterConfig, load_cluster
+from actorctl.cluster.config._schema import key, schema_keys, schema_required
+from actorctl.cluster.config._table_schemas import ClusterTable, NodeTable, RouterTable
+from actorctl.cluster.config._tables import KNOWN_KEYS, REQUIRED_KEYS
+from actorctl.tasks import cluster_app
+
+NODE = '[[node]]\nname = "n1"\nlisten = "127.0.0.1:5701"\n'
+
+
+def _load(tmp_path: Path, text: str, app: Any = None) -> ClusterConfig:
+    path = tmp_path / "cluster.toml"
+    path.write_text(text)
+    return load_cluster(path, app)
+
+
+def _refused(tmp_path: Path, text: str, app: Any = None) -> str:
+    with pytest.raises(ConfigError) as refused:
+        _load(tmp_path, text, app)
+    message = str(refused.value)
+    assert message.startswith(str(tmp_path / "cluster.toml")), message
+    return message
+
+
+def test_the_runtimes_tables_keys_are_their_schemas_fields() -> None:
+    assert KNOWN_KEYS["cluster"] == schema_keys(ClusterTable)
+    assert KNOWN_KEYS["router"] == schema_keys(RouterTable) == {"name", "node", "instances"}
+    assert KNOWN_KEYS["node"] == schema_keys(NodeTable)
+    assert REQUIRED_KEYS["node"] == schema_required(NodeTable) == ("name", "listen")
+    assert REQUIRED_KEYS["router"] == ("name", "node", "instances")
+
+
+def test_a_file_is_read_into_its_records_values(tmp_path: Path) -> None:
+    config = _load(
+        tmp_path,
+        '[cluster]\nname = "c"\ncontroller = "127.0.0.1:5799"\ninsecure = true\n'
+        + NODE
+        + 'shutdown_grace = 5\ninstances = 2\nhost = "a"\n'
+        + '[[router]]\nname = "r"\nnode = "n1"\ninstances = ["n1/a"]\n',
+    )
+    node = config.nodes[0]
+    assert (config.name, config.controller, config.insecure) == ("c", ("127.0.0.1", 5799), True)
+    assert (node.host, node.port, node.instances, node.runs_on) == ("127.0.0.1", 5701, 2, "a")
+    assert node.shutdown_grace == 5.0  # a whole number of seconds is a float
+    assert node.routes == (("r", ("n1/a",)),)
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        # a value of the wrong type: TOML's true is not 1, 1 is not true
+        (
+            "[cluster]\ninsecure = 1\n" + NODE,
+            "key 'cluster.insecure': expected true or false, got 1",
+        ),
+        (NODE + "instances = true\n", "key 'node[0].instances': expected a whole number from 1"),
+        # a value its check refuses, in words that name the node
+        (
+            NODE + 'durable = "no"\n',
+            "key 'node[0].durable': expected true or false (whether node 'n1' keeps its store "
+            "on disk), got 'no'",
+        ),
+        (NODE + "shutdown_grace = -1\n", "expected seconds from 0 to 86400 that node 'n1' gives"),
+        ('[cluster]\ncontroller = "nohost"\n' + NODE, "expected HOST:PORT, e.g. 127.0.0.1:5701"),
+        # a misspelt key, and a missing one
+        (
+            '[cluster]\ncontoller = "127.0.0.1:1"\n' + NODE,
+            "no such key 'cluster.contoller' (= '127.0.0.1:1'): did you mean 'controller'?",
+        ),
+        (
+            NODE + '[[router]]\nname = "r"\nnode = "n1"\ninstance = ["n1/a"]\n',
+            "key 'router[0].instances' is missing: router[0].instance is not a key: a "
+            "misspelling of 'instances'?",
+        ),
+        (
+            NODE + '[[router]]\nname = "r"\nnode = "n1"\ninstances = "n1/a"\n',
+            "key 'router[0].instances': expected a list like [\"n1/emails\"], got 'n1/a'",
+        ),
+    ],
+)
+def test_a_wrong_value_or_key_is_named_with_its_path_and_fix(
+    tmp_path: Path, text: str, says: str
+) -> None:
+    assert says in _refused(tmp_path, text)
+
+
+def test_of_several_wrong_values_the_first_in_the_tables_order_is_named(tmp_path: Path) -> None:
+    message = _refused(tmp_path, '[[node]]\nname = 3\nlisten = 5\ndurable = "x"\n')
+    assert "key 'node[0].name': expected a non-empty string, got 3" in message
+
+
+@attrs.frozen
+class _Job:
+    """An application's table: a name, and a count its check bounds."""
+
+    name: str
+    count: int = key("a count from 1 to 9", lambda v: 1 <= v <= 9, default=1)
+
+
+@attrs.frozen
+class _JobsApp:
+    """A ClusterApp with one table of its own, ``[[job]]``, registered by schema."""
+
+    tables: Sequence[AppTable] = (AppTable.of("job", _Job),)
+    roles: Sequence[str] = ()
+    moved_keys: Mapping[str, str] = attrs.field(factory=dict)
+    page: AppPage | None = None
+
+    def check(self, config: ClusterConfig, hosted: Mapping[str, Collection[str]]) -> None:
+        return None
+
+    def reload(
+        self, old: ClusterConfig, new: ClusterConfig, hosted: Mapping[str, Collection[str]]
+    ) -> AppReload:
+        return AppReload()
+
+
+def test_an_application_registers_its_tables_schema_and_gets_the_same_errors(
+    tmp_path: Path,
+) -> None:
+    app = _JobsApp()
+    # Given its schema, the runtime knows the table's keys and which it needs
+    assert (app.tables[0].known, app.tables[0].required) == ({"name", "count"}, ("name",))
+    # When a file has a good table, it is read
+    config = _load(tmp_path, NODE + '[[job]]\nname = "a"\ncount = 3\n', app)
+    assert config.tables("job") == ({"name": "a", "count": 3},)
+    # Then a misspelt key, a missing one and a wrong value are named as the runtime's are
+    misspelt = _refused(tmp_path, NODE + '[[job]]\nname = "a"\ncuont = 3\n', app)
+    assert "no such key 'job[0].cuont' (= 3): did you mean 'count'?" in misspelt
+    missing = _refused(tmp_path, NODE + "[[job]]\ncount = 3\n", app)
+    assert "key 'job[0].name' is missing: every [[job]] table needs one (name = ...)" in missing
+    wrong = _refused(tmp_path, NODE + '[[job]]\nname = "a"\ncount = 12\n', app)
+    assert "key 'job[0].count': expected a count from 1 to 9, got 12" in wrong
+    typed = _refused(tmp_path, NODE + '[[job]]\nname = "a"\ncount = "3"\n', app)
+    assert "key 'job[0].count': expected a count from 1 to 9, got '3'" in typed
+
+
+def test_the_task_layers_tables_are_registered_by_schema(tmp_path: Path) -> None:
+    tables = {table.name: table for table in cluster_app().tables}
+    assert all(table.schema is not None for table in tables.values())
+    assert tables["periodic"].required == ("name", "task")
+    assert tables["source"].required == ("name", "kind")
+    # A [[task]] table's name is a string, checked when the file is read
+    message = _refused(tmp_path, NODE + "[[task]]\nname = 5\n", cluster_app())
+    assert "key 'task[0].name': expected a non-empty string, got 5" in message
