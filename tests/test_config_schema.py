@@ -100,6 +100,31 @@ def test_a_wrong_value_or_key_is_named_with_its_path_and_fix(
     assert says in _refused(tmp_path, text)
 
 
+def test_a_boxed_workers_wrong_value_is_named_once_with_its_path(tmp_path: Path) -> None:
+    # Given a [[boxed]] table (read as its record) with a negative time limit
+    text = NODE + '[[boxed]]\nname = "js"\nnode = "n1"\ncommand = "node"\ntime_limit = -1\n'
+    # Then the error names the key once (not wrapped in "a valid boxed worker")
+    message = _refused(tmp_path, text)
+    assert message.endswith(
+        "key 'boxed[0].time_limit': expected a number (seconds, or MiB for memory_limit), got -1"
+    )
+    assert "valid boxed worker" not in message
+
+
+def test_the_etcd_tables_first_wrong_value_is_named_whether_type_or_check(
+    tmp_path: Path,
+) -> None:
+    # Given an [etcd] table whose ttl fails its check and whose ca is of the wrong type
+    etcd = '[etcd]\nendpoints = ["http://127.0.0.1:2379"]\nttl = 0\nca = 5\n'
+    # Then the first in the table's order (ttl) is named, with what to write
+    assert "key 'etcd.ttl': expected whole seconds in 1..86400" in _refused(tmp_path, NODE + etcd)
+    # And a good table becomes the settings, its files beside the cluster file
+    good = '[etcd]\nendpoints = ["http://127.0.0.1:2379"]\ncert = "c.pem"\nkey = "k.pem"\n'
+    settings = _load(tmp_path, NODE + good).etcd
+    assert settings is not None
+    assert (settings.ttl, settings.cert) == (10, (tmp_path / "c.pem").resolve())
+
+
 def test_of_several_wrong_values_the_first_in_the_tables_order_is_named(tmp_path: Path) -> None:
     message = _refused(tmp_path, '[[node]]\nname = 3\nlisten = 5\ndurable = "x"\n')
     assert "key 'node[0].name': expected a non-empty string, got 3" in message

@@ -21,7 +21,7 @@ from ._reader import TableReader
 from ._schema import read_table
 from ._table_schemas import ClusterTable, endpoint
 from ._tree_config import check_supervisors
-from ._web_config import web_address, web_window
+from ._web_config import web_address
 
 __all__ = ["load_cluster"]
 
@@ -54,8 +54,7 @@ def load_cluster(path: Path | str, app: ClusterApp | None = None) -> ClusterConf
         raise where.error("node", "at least one [[node]] table", nodes_data)
     nodes = tuple(read_node(where, i, item) for i, item in enumerate(nodes_data))
     check_hosts(path, [(node.name, node.runs_on) for node in nodes])
-    if isinstance(data.get("etcd"), dict):
-        where.keys(data["etcd"], "etcd", "etcd")
+    etcd = etcd_settings(where, data.get("etcd"))
     names = [node.name for node in nodes]
     for duplicate in {n for n in names if names.count(n) > 1}:
         raise ConfigError(f"{path}: node name {duplicate!r} is used twice: names must be unique")
@@ -96,10 +95,10 @@ def load_cluster(path: Path | str, app: ClusterApp | None = None) -> ClusterConf
         insecure=table.insecure,
         controller=controller,
         web=web,
-        web_window=web_window(path, table.web_window),
+        web_window=table.web_window,
         supervisor_tables=tuple(supervisor_tables),
         boxed=tuple(boxed),
-        etcd=etcd_settings(path, data.get("etcd")),
+        etcd=etcd,
         app=app,
         app_tables={
             name: where.tables(data[name], name) for name in where.app_tables if name in data

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any, Final, Protocol, TypeVar
 
 import attrs
@@ -50,6 +51,11 @@ _TYPE_WORDS: Final = {
 
 class TableReader(Protocol):
     """What reading a table needs of the file's reader (``_reader.py``)."""
+
+    @property
+    def path(self) -> Path:
+        """The file."""
+        ...
 
     def keys(self, table: Mapping[str, Any], prefix: str, kind: str) -> None:
         """Check the table's keys (raises ``ConfigError``)."""
@@ -130,7 +136,7 @@ def key(
     return attrs.field(
         default=default,
         validator=validate,
-        metadata={"expected": expected, "type_words": type_words or expected},
+        metadata={"expected": expected, "type_words": type_words or expected, "check": check},
     )
 
 
@@ -168,11 +174,30 @@ def read_table(
         first = min((f for f in failed if f in fields), key=order.index, default=order[0])
         if first not in failed:  # an error of no field (none is known): its own words
             raise reader.error(prefix or kind, f"a table its schema reads ({exc})", None) from None
-        check = failed[first]
-        words = check.expected if isinstance(check, Expected) and check.key else None
+        _check_before(reader, prefix, table, fields, order[: order.index(first)], given)
+        error = failed[first]
+        words = error.expected if isinstance(error, Expected) and error.key else None
         raise _error(reader, prefix, fields[first], table, words) from None
     except Expected as exc:  # a field's check (attrs runs them in the fields' order)
         raise _error(reader, prefix, fields[exc.key], table, exc.expected) from None
+
+
+def _check_before(
+    reader: TableReader,
+    prefix: str,
+    table: Mapping[str, Any],
+    fields: Mapping[str, attrs.Attribute[Any]],
+    names: list[str],
+    given: Mapping[str, Any],
+) -> None:
+    """Raise the error of the first of ``names`` (fields whose values are of
+    their types) whose check fails: a table's first wrong value is named,
+    whether its type or its check is wrong."""
+    for name in names:
+        check = fields[name].metadata.get("check")
+        value = given.get(name)
+        if check is not None and value is not None and not check(value):
+            raise _error(reader, prefix, fields[name], table, fields[name].metadata["expected"])
 
 
 def _field_of(error: Exception) -> str:

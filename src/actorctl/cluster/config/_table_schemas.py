@@ -17,6 +17,7 @@ from typing import Any, Final, final
 
 import attrs
 
+from ._app import WINDOW
 from ._config import SHUTDOWN_GRACE
 from ._schema import key
 from ._tree_config import TARGET
@@ -58,7 +59,12 @@ class ClusterTable:
         _ENDPOINT, lambda v: endpoint(v) is not None, default="127.0.0.1:5700", type_words=_STRING
     )
     web: Any = None  # its own words: _web_config.web_address
-    web_window: Any = None  # its own words: _web_config.web_window
+    # the rows of each windowed feed the web page keeps (None: each feed's own)
+    web_window: int | None = key(
+        f"a whole number from 1 to 100000 (the rows the web page keeps, default {WINDOW})",
+        lambda v: 1 <= v <= 100_000,
+        default=None,
+    )
 
 
 @final
@@ -102,6 +108,4 @@ class RouterTable:
     name: str
     node: str
     # A list as it came (each NODE/ACTOR is checked against the file's nodes).
-    instances: Any = key(  # noqa: RUF009 (key() is an attrs.field, as for the other fields)
-        'a list like ["n1/emails"]', lambda v: isinstance(v, list) and bool(v)
-    )
+    instances: Any = key('a list like ["n1/emails"]', lambda v: isinstance(v, list) and bool(v))

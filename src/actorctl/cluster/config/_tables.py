@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Final
 from ...supervision import CHILD_KEYS, SUPERVISOR_KEYS
 from ..link._limits import LIMIT_NAMES
 from ._boxed_config import BOXED_KEYS
-from ._etcd_config import ETCD_KEYS
+from ._etcd_config import ETCD_KEYS, EtcdTable
 from ._health_tables import HEALTH_KEYS
 from ._schema import schema_keys, schema_required
 from ._table_schemas import ClusterTable, NodeTable, RouterTable
@@ -60,7 +60,7 @@ KNOWN_KEYS: Final[dict[str, frozenset[str]]] = {
 REQUIRED_KEYS: Final[dict[str, tuple[str, ...]]] = {
     "node": schema_required(NodeTable),
     "router": schema_required(RouterTable),
-    "etcd": ("endpoints",),
+    "etcd": schema_required(EtcdTable),
 }
 #: Tables that may have keys besides the known ones (read by someone else).
 OPEN_TABLES: Final = frozenset({"node"})

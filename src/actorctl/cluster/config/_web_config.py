@@ -1,7 +1,8 @@
 """The keys of cluster.toml that say where metrics and the web page are
 served: a node's ``[node.metrics] listen = "HOST:PORT"``, the cluster's
 ``web = "HOST:PORT"`` (the Controller's page and aggregate ``/metrics``) and
-``web_window`` (the rows of each windowed feed the page keeps).
+``web_window`` (the rows of each windowed feed the page keeps: a field of
+``[cluster]``'s schema, ``_table_schemas.py``).
 """
 
 from __future__ import annotations
@@ -11,9 +12,8 @@ from typing import Final
 
 from ..._errors import ConfigError
 from .._http import parse_listen
-from ._app import WINDOW
 
-__all__ = ["METRICS_KEYS", "metrics_table", "web_address", "web_window"]
+__all__ = ["METRICS_KEYS", "metrics_table", "web_address"]
 
 #: The keys of a [node.metrics] table.
 METRICS_KEYS: Final = frozenset({"listen"})
@@ -58,22 +58,3 @@ def web_address(path: Path, value: object) -> tuple[str, int] | None:
         return parse_listen(value, "cluster.web")
     except ConfigError as exc:
         raise ConfigError(f"{path}: {exc}") from None
-
-
-def web_window(path: Path, value: object) -> int | None:
-    """The cluster's ``web_window`` key: rows the page keeps of each windowed
-    feed (the last tasks that ran; None: unset, each feed's own, WINDOW for
-    the task layer's).
-
-    Raises:
-        ConfigError: naming the file and the key, for a value that is not a
-            whole number from 1 to 100,000.
-    """
-    if value is None:
-        return None
-    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= 100_000:
-        raise ConfigError(
-            f"{path}: key 'cluster.web_window': expected a whole number from 1 to 100000 "
-            f"(the rows the web page keeps, default {WINDOW}), got {value!r}"
-        )
-    return value
