@@ -57,7 +57,7 @@ def test_an_eta_as_a_datetime_is_seconds_since_the_epoch() -> None:
         ({"priorty": 1}, "(did you mean priority=?)"),
         ({"countdown": "soon"}, "task t.add: countdown='soon': give seconds from now"),
         ({"acks_late": "no"}, "task t.add: acks_late='no': give True or False"),
-        ({"priority": 1.5}, "priority=1.5: give a whole number, 0 to 9"),
+        ({"priority": 1.5}, "priority=1.5: give a whole number (0 to 9, highest first)"),
         ({"map": "zip"}, 'map=\'zip\': give "map" or "starmap"'),
         ({"link": ["t.cb"]}, "link=['t.cb']: give task signatures (task.s(...))"),
         ({"sinks": [1]}, "sinks=[1]: give sink names or addresses"),
@@ -135,6 +135,6 @@ def test_apply_async_names_the_nearest_option_before_anything_is_sent() -> None:
         add.apply_async((1, 2), priority="high")
     # Then the error names it, the nearest known option, and the fix
     assert "unknown option(s) ['countdwn'] (did you mean countdown=?)" in str(misspelt.value)
-    assert "priority='high': give a whole number, 0 to 9" in str(bad.value)
+    assert "priority='high': give a whole number (0 to 9, highest first)" in str(bad.value)
     # And a good call runs
     assert add.apply_async((1, 2), priority=3).get() == 3

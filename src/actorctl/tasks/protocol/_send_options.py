@@ -66,7 +66,7 @@ _CHECKS: Final[Mapping[str, tuple[Callable[[object], bool], str]]] = MappingProx
         "countdown": (_number, "give seconds from now (a number)"),
         "eta": (_time, "give a datetime or seconds since the epoch"),
         "expires": (_time, "give seconds from now (a number) or a datetime"),
-        "priority": (_whole, "give a whole number, 0 to 9 (9 first)"),
+        "priority": (_whole, "give a whole number (0 to 9, highest first)"),
         "time_limit": (_number, "give seconds (a number)"),
         "soft_time_limit": (_number, "give seconds (a number)"),
         "link": (_signatures, "give task signatures (task.s(...))"),
