@@ -125,6 +125,24 @@ def test_the_etcd_tables_first_wrong_value_is_named_whether_type_or_check(
     assert (settings.ttl, settings.cert) == (10, (tmp_path / "c.pem").resolve())
 
 
+@pytest.mark.parametrize(
+    ("health", "says"),
+    [
+        (
+            'name = "s"\ncheck = "disk"\ninterval = 0\n',
+            "'node[0].health[0].interval': expected a number > 0",
+        ),
+        ('check = "disk"\n', "key 'node[0].health[0].name': expected a name, got nothing"),
+        ('name = "s"\ncheck = "peer"\n', "'node[0].health[0].peer': expected a node name (or host"),
+        ('name = "s"\nchek = "disk"\n', "no such key 'node[0].health[0].chek' (= 'disk'): did you"),
+    ],
+)
+def test_a_health_tables_mistake_is_named_with_its_path(
+    tmp_path: Path, health: str, says: str
+) -> None:
+    assert says in _refused(tmp_path, NODE + "[[node.health]]\n" + health)
+
+
 def test_of_several_wrong_values_the_first_in_the_tables_order_is_named(tmp_path: Path) -> None:
     message = _refused(tmp_path, '[[node]]\nname = 3\nlisten = 5\ndurable = "x"\n')
     assert "key 'node[0].name': expected a non-empty string, got 3" in message

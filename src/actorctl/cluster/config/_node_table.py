@@ -16,7 +16,7 @@ from .._deadletters import DeadLetterBounds
 from ..link._limits import LIMIT_NAMES, Limits
 from ._config import NodeConfig
 from ._config_keys import unknown_key
-from ._health_tables import HEALTH_KEYS, check_health_tables
+from ._health_tables import check_health_tables
 from ._reader import TableReader
 from ._schema import read_table
 from ._table_schemas import NodeTable, RouterTable, endpoint
@@ -36,19 +36,7 @@ def read_node(reader: TableReader, index: int, item: object) -> NodeConfig:
     host, port = endpoint(node.listen) or ("", 0)  # checked: never the default
     limits = _limits(reader, f"{prefix}.limits", node.limits)
     deadletters = _deadletters(reader, f"{prefix}.deadletters", node.deadletters)
-    try:
-        health = check_health_tables(
-            f"{prefix}.health",
-            node.health,
-            lambda key, value: unknown_key(reader.path, key, value, HEALTH_KEYS),
-        )
-    except ConfigError as exc:
-        message = str(exc)
-        raise (
-            exc
-            if message.startswith(str(reader.path))
-            else ConfigError(f"{reader.path}: {message}")
-        ) from None
+    health = check_health_tables(reader, f"{prefix}.health", node.health)
     settings = {key: value for key, value in item.items() if key not in KNOWN_KEYS["node"]}
     for key in settings:  # a misspelt host would be taken for its actors factory's key
         if difflib.get_close_matches(key, [HOST_KEY], cutoff=0.7):
