@@ -143,6 +143,43 @@ def test_a_health_tables_mistake_is_named_with_its_path(
     assert says in _refused(tmp_path, NODE + "[[node.health]]\n" + health)
 
 
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        (
+            NODE + '[node.metrics]\nlisen = "127.0.0.1:0"\n',
+            "key 'node[0].metrics.listen' is missing: node[0].metrics.lisen is not a key: a "
+            "misspelling of 'listen'?",
+        ),
+        (
+            NODE + '[node.metrics]\nlisten = "127.0.0.1:0"\nport = 1\n',
+            "no such key 'node[0].metrics.port' (= 1): use one of ['listen']",
+        ),
+        (
+            NODE + "[node.metrics]\n",
+            "key 'node[0].metrics.listen' is missing: every [node.metrics] table needs one",
+        ),
+        (
+            '[cluster]\nweb = "nope"\n' + NODE,
+            "key 'cluster.web': expected \"HOST:PORT\", e.g. 127.0.0.1:9464 (0: any port), "
+            "got 'nope'",
+        ),
+        (
+            NODE + "[etcd]\nttl = 5\n",
+            "key 'etcd.endpoints' is missing: every [etcd] table needs one (endpoints = ...)",
+        ),
+    ],
+)
+def test_where_to_listen_is_named_as_any_other_key(tmp_path: Path, text: str, says: str) -> None:
+    assert says in _refused(tmp_path, text)
+
+
+def test_a_good_metrics_table_and_web_address_are_read(tmp_path: Path) -> None:
+    text = '[cluster]\nweb = "127.0.0.1:0"\n' + NODE + '[node.metrics]\nlisten = "127.0.0.1:0"\n'
+    config = _load(tmp_path, text)
+    assert (config.web, config.nodes[0].metrics) == (("127.0.0.1", 0), "127.0.0.1:0")
+
+
 def test_of_several_wrong_values_the_first_in_the_tables_order_is_named(tmp_path: Path) -> None:
     message = _refused(tmp_path, '[[node]]\nname = 3\nlisten = 5\ndurable = "x"\n')
     assert "key 'node[0].name': expected a non-empty string, got 3" in message

@@ -12,6 +12,7 @@ from pathlib import Path
 import attrs
 
 from ..._errors import ConfigError
+from .._http import parse_listen
 from ._boxed_config import boxed_specs
 from ._config import ClusterApp, ClusterConfig
 from ._dev import check_dev_listen
@@ -21,7 +22,6 @@ from ._reader import TableReader
 from ._schema import read_table
 from ._table_schemas import ClusterTable, endpoint
 from ._tree_config import check_supervisors
-from ._web_config import web_address
 
 __all__ = ["load_cluster"]
 
@@ -77,7 +77,7 @@ def load_cluster(path: Path | str, app: ClusterApp | None = None) -> ClusterConf
                 f'{on!r} hosts no task app: add actors = "MODULE:APP" and '
                 f'pools = ["{spec.pool}"] to it'
             )
-    web = web_address(path, table.web)
+    web = None if table.web is None else parse_listen(table.web, "cluster.web")  # checked
     if table.dev and not table.dev_public:
         listens = [(f"node {n.name!r}", n.host, n.port) for n in nodes]
         listens.append(("the controller (cluster.controller)", *controller))

@@ -63,7 +63,7 @@ def read_node(reader: TableReader, index: int, item: object) -> NodeConfig:
         settings=settings,
         deadletters=deadletters,
         health=health,
-        metrics=metrics_table(reader.path, f"{prefix}.metrics", node.metrics),
+        metrics=metrics_table(reader, f"{prefix}.metrics", node.metrics),
         runs_on=node.host,
         shutdown_grace=node.shutdown_grace,
     )

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, final
 from ..._errors import ConfigError
 from ._config_keys import unknown_key
 from ._schema import read_table
-from ._tables import OPEN_TABLES, REQUIRED_KEYS, file_keys
+from ._tables import OPEN_TABLES, REQUIRED_KEYS, SINGLE_TABLES, file_keys
 
 if TYPE_CHECKING:
     from ._config import ClusterApp
@@ -53,7 +53,7 @@ class TableReader:
                 hint = (
                     f"{dot}{close[0]} is not a key: a misspelling of {key!r}?"
                     if close
-                    else f"every [[{kind}]] table needs one ({key} = ...)"
+                    else f"every {_brackets(kind)} table needs one ({key} = ...)"
                 )
                 raise ConfigError(f"{self.path}: key {dot + key!r} is missing: {hint}")
         for key in strangers:
@@ -78,3 +78,8 @@ class TableReader:
             else:
                 self.keys(item, f"{kind}[{index}]", kind)
         return tuple(items)
+
+
+def _brackets(kind: str) -> str:
+    """How a table of ``kind`` is written: ``[etcd]``, or ``[[node]]`` for an array."""
+    return f"[{kind}]" if kind in SINGLE_TABLES else f"[[{kind}]]"

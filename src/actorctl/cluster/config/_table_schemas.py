@@ -21,6 +21,7 @@ from ._app import WINDOW
 from ._config import SHUTDOWN_GRACE
 from ._schema import key
 from ._tree_config import TARGET
+from ._web_config import LISTEN, listen_ok
 
 __all__ = ["MOST_GRACE", "ClusterTable", "NodeTable", "RouterTable", "endpoint"]
 
@@ -58,7 +59,8 @@ class ClusterTable:
     controller: str = key(
         _ENDPOINT, lambda v: endpoint(v) is not None, default="127.0.0.1:5700", type_words=_STRING
     )
-    web: Any = None  # its own words: _web_config.web_address
+    # where the Controller serves its web page (and the cluster's /metrics)
+    web: str | None = key(LISTEN, listen_ok, default=None)
     # the rows of each windowed feed the web page keeps (None: each feed's own)
     web_window: int | None = key(
         f"a whole number from 1 to 100000 (the rows the web page keeps, default {WINDOW})",
@@ -97,7 +99,7 @@ class NodeTable:
     limits: Any = attrs.field(factory=dict)  # its own words: _node_table._limits
     deadletters: Any = attrs.field(factory=dict)  # DeadLetterBounds
     health: Any = attrs.field(factory=list)  # _health_tables.py
-    metrics: Any = None  # _web_config.metrics_table
+    metrics: Any = None  # [node.metrics]: _web_config.MetricsTable
 
 
 @final

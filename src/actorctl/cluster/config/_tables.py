@@ -16,7 +16,7 @@ from ._etcd_config import ETCD_KEYS, EtcdTable
 from ._health_tables import HEALTH_KEYS
 from ._schema import schema_keys, schema_required
 from ._table_schemas import ClusterTable, NodeTable, RouterTable
-from ._web_config import METRICS_KEYS
+from ._web_config import METRICS_KEYS, MetricsTable
 
 if TYPE_CHECKING:
     from ._config import ClusterApp
@@ -27,6 +27,7 @@ __all__ = [
     "NODE_KEYS",
     "OPEN_TABLES",
     "REQUIRED_KEYS",
+    "SINGLE_TABLES",
     "file_keys",
 ]
 
@@ -61,7 +62,10 @@ REQUIRED_KEYS: Final[dict[str, tuple[str, ...]]] = {
     "node": schema_required(NodeTable),
     "router": schema_required(RouterTable),
     "etcd": schema_required(EtcdTable),
+    "node.metrics": schema_required(MetricsTable),
 }
+#: The tables that are one table ([etcd]), not an array of them ([[node]]).
+SINGLE_TABLES: Final = frozenset({"cluster", "etcd", "node.limits", "node.metrics"})
 #: Tables that may have keys besides the known ones (read by someone else).
 OPEN_TABLES: Final = frozenset({"node"})
 
