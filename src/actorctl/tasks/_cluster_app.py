@@ -26,25 +26,22 @@ import attrs
 
 from .._errors import ConfigError
 from ..cluster import AppPage, AppReload, AppTable, ClusterConfig, changed_tables
+from ._cluster_tables import PeriodicTable, SourceTable, TaskTable
 from ._page import task_page
 from .protocol._protocol import BEAT_NAME, SCHEDULER_ROLE, SERVICES_ROLE
-from .sources._source_config import SOURCE_KEYS, SOURCE_REQUIRED, source_actor
+from .sources._source_config import source_actor
 
 __all__ = ["TaskClusterApp", "cluster_app"]
 
 
 def _tables() -> tuple[AppTable, ...]:
-    periodic = frozenset(
-        {"name", "task", "cron", "every", "tz", "args", "kwargs", "catch_up"}
-        | {"queue", "expires", "priority"}
-    )
     return (
         # read by the beat of the services node (services/_periodic.py)
-        AppTable("periodic", periodic, ("name", "task")),
+        AppTable.of("periodic", PeriodicTable),
         # read by the task app of the node that hosts each (sources/_source_config.py)
-        AppTable("source", SOURCE_KEYS, SOURCE_REQUIRED),
+        AppTable.of("source", SourceTable),
         # read by every worker (limits/_tuning.py)
-        AppTable("task", frozenset({"name", "rate_limit", "global_rate_limit"}), ("name",)),
+        AppTable.of("task", TaskTable),
     )
 
 

@@ -22,6 +22,8 @@ from typing import Final, final
 
 import attrs
 
+from ._schema import schema_keys, schema_required
+
 __all__ = ["AppPage", "AppReload", "AppTable", "PageFeed"]
 
 #: Rows a window keeps on the Controller, as the task layer's feed asks (web_window's default).
@@ -38,11 +40,22 @@ class AppTable:
         known: the keys each table may have: any other is refused, naming the
             nearest known one.
         required: the keys each table must have.
+        schema: the record each table is read as (:meth:`of`), its values
+            checked by the runtime's converter as the runtime's own tables'
+            are (``_schema.py``); None: only its keys are checked.
     """
 
     name: str
     known: frozenset[str]
     required: tuple[str, ...] = ("name",)
+    schema: type[attrs.AttrsInstance] | None = None
+
+    @classmethod
+    def of(cls, name: str, schema: type[attrs.AttrsInstance]) -> AppTable:
+        """The tables ``[[name]]``, each read as a ``schema`` record: its fields
+        are the keys a table may have, those without a default the keys it
+        must have, and each field's type (and ``key(...)``) what its value is."""
+        return cls(name, schema_keys(schema), schema_required(schema), schema)
 
 
 @final

@@ -17,30 +17,99 @@
     within = 5.0
     pool = "js"                 # serve the task pool "js" (its node lists it in pools)
 
-Every mistake is a ``ConfigError`` naming the file, the key and what was expected.
+Each table is read as a :class:`BoxedTable` record (``_schema.py``), its keys
+refused as the supervision tables' are. Every mistake is a ``ConfigError``
+naming the file, the key and what was expected.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, final
+
+import attrs
 
 from ..._errors import ConfigError
 from ...supervision import BoxedSpec, Restart
 from ...supervision._declare import check_keys, key_error
+from ._schema import key, read_table, schema_keys
 
-__all__ = ["BOXED_KEYS", "boxed_specs"]
+__all__ = ["BOXED_KEYS", "BoxedTable", "boxed_specs"]
 
-BOXED_KEYS: Final = frozenset(
-    {
-        "name", "node", "command", "args", "cwd", "env", "instances", "concurrency",
-        "time_limit", "memory_limit", "heartbeat", "grace", "start_timeout", "max_record",
-        "redeliveries", "max_restarts", "within", "backoff", "backoff_max", "restart", "pool",
-    }
-)  # fmt: skip
-_SECONDS: Final = ("heartbeat", "grace", "start_timeout", "within", "backoff", "backoff_max")
-_WHOLE: Final = ("instances", "concurrency", "max_record", "redeliveries", "max_restarts")
+_SECONDS: Final = "a number (seconds, or MiB for memory_limit)"
+_WHOLE: Final = "a whole number"
+_RESTARTS: Final = tuple(r.value for r in Restart)
+
+
+def _seconds() -> Any:
+    return key(_SECONDS, lambda v: v >= 0, default=None)
+
+
+def _whole() -> Any:
+    return key(_WHOLE, lambda v: v >= 0, default=None)
+
+
+def _command(value: object) -> bool:
+    parts = [value] if isinstance(value, str) else value
+    return isinstance(parts, list) and bool(parts) and all(isinstance(p, str) and p for p in parts)
+
+
+def _env(value: object) -> bool:
+    return isinstance(value, Mapping) and all(isinstance(v, str) for v in value.values())
+
+
+@final
+@attrs.frozen
+class BoxedTable:
+    """A ``[[boxed]]`` table (the module docstring shows one); ``node`` is
+    checked against the file's nodes before the table is read."""
+
+    name: str
+    command: Any = key('a program, or a list like ["node", "worker.js"]', _command)
+    node: Any = None
+    args: Any = key(
+        "a list of strings",
+        lambda v: isinstance(v, list) and all(isinstance(a, str) for a in v),
+        default=(),
+    )
+    cwd: Any = key(
+        "a directory (relative to the cluster file)", lambda v: isinstance(v, str), default=None
+    )
+    env: Any = key("a table of strings", _env, default=None)
+    instances: int | None = _whole()
+    concurrency: int | None = _whole()
+    time_limit: float | None = _seconds()
+    memory_limit: float | None = _seconds()
+    heartbeat: float | None = _seconds()
+    grace: float | None = _seconds()
+    start_timeout: float | None = _seconds()
+    max_record: int | None = _whole()
+    redeliveries: int | None = _whole()
+    max_restarts: int | None = _whole()
+    within: float | None = _seconds()
+    backoff: float | None = _seconds()
+    backoff_max: float | None = _seconds()
+    restart: str = key(f"one of {list(_RESTARTS)}", lambda v: v in _RESTARTS, default="permanent")
+    pool: str | None = key("the name of a task pool", default=None)
+
+
+#: The keys of a [[boxed]] table: its schema's fields.
+BOXED_KEYS: Final = schema_keys(BoxedTable)
+
+
+@final
+@attrs.frozen
+class _BoxedReader:
+    """Reads [[boxed]] tables with the words of the supervision tables' errors."""
+
+    path: Path
+
+    def keys(self, table: Mapping[str, Any], prefix: str, kind: str) -> None:
+        check_keys(table, BOXED_KEYS, prefix, self.error)
+
+    def error(self, key: str, expected: str, got: object) -> ConfigError:
+        return key_error(self.path, key, expected, got)
 
 
 def boxed_specs(path: Path, items: object, nodes: list[str]) -> list[tuple[str, BoxedSpec]]:
@@ -49,76 +118,44 @@ def boxed_specs(path: Path, items: object, nodes: list[str]) -> list[tuple[str, 
     Raises:
         ConfigError: naming the file, the key and what was expected.
     """
-
-    def fail(key: str, expected: str, got: object) -> ConfigError:
-        return key_error(path, key, expected, got)
-
+    reader = _BoxedReader(path)
     if not isinstance(items, list):
-        raise fail("boxed", "[[boxed]] tables", items)
+        raise reader.error("boxed", "[[boxed]] tables", items)
     specs: list[tuple[str, BoxedSpec]] = []
     for index, table in enumerate(items):
         prefix = f"boxed[{index}]"
         if not isinstance(table, dict):
-            raise fail(prefix, "a table", table)
-        check_keys(table, BOXED_KEYS, prefix, fail)
+            raise reader.error(prefix, "a table", table)
+        check_keys(table, BOXED_KEYS, prefix, reader.error)
         node = table.get("node")
         if node not in nodes:
-            raise fail(f"{prefix}.node", f"one of the nodes {nodes}", node)
+            raise reader.error(f"{prefix}.node", f"one of the nodes {nodes}", node)
+        boxed = read_table(reader, table, prefix, "boxed", BoxedTable)
         try:
-            spec = BoxedSpec(**_options(path, table, prefix, fail))
+            spec = BoxedSpec(**_options(path, boxed))
         except ConfigError as exc:
-            raise fail(prefix, "a valid boxed worker", str(exc)) from None
+            raise reader.error(prefix, "a valid boxed worker", str(exc)) from None
         if any(spec.name == other.name and node == on for on, other in specs):
             raise ConfigError(f"{path}: boxed worker {spec.name!r} is declared twice on {node}")
         specs.append((node, spec))
     return specs
 
 
-def _options(path: Path, table: Mapping[str, Any], prefix: str, fail: Any) -> dict[str, Any]:
-    name = table.get("name")
-    if not isinstance(name, str) or not name:
-        raise fail(f"{prefix}.name", "a non-empty string", name)
-    command = table.get("command")
-    if isinstance(command, str) and command:
-        command = [command]
-    args = table.get("args", [])
-    if (
-        not isinstance(command, list)
-        or not command
-        or not all(isinstance(part, str) and part for part in command)
-    ):
-        raise fail(f"{prefix}.command", 'a program, or a list like ["node", "worker.js"]', command)
-    if not isinstance(args, list) or not all(isinstance(arg, str) for arg in args):
-        raise fail(f"{prefix}.args", "a list of strings", args)
-    options: dict[str, Any] = {"name": name, "command": (*command, *args)}
-    cwd = table.get("cwd")
-    if cwd is not None:
-        if not isinstance(cwd, str):
-            raise fail(f"{prefix}.cwd", "a directory (relative to the cluster file)", cwd)
-        options["cwd"] = str(path.parent.resolve() / cwd)
-    env = table.get("env")
-    if env is not None:
-        if not isinstance(env, Mapping) or not all(isinstance(v, str) for v in env.values()):
-            raise fail(f"{prefix}.env", "a table of strings", env)
-        options["env"] = dict(env)
-    for key in (*_SECONDS, "time_limit", "memory_limit"):
-        if key in table:
-            value = table[key]
-            if type(value) not in (int, float) or value < 0:
-                raise fail(f"{prefix}.{key}", "a number (seconds, or MiB for memory_limit)", value)
-            options[key] = float(value)
-    for key in _WHOLE:
-        if key in table:
-            value = table[key]
-            if type(value) is not int or value < 0:
-                raise fail(f"{prefix}.{key}", "a whole number", value)
-            options[key] = value
-    restart = table.get("restart", Restart.PERMANENT.value)
-    if restart not in {r.value for r in Restart}:
-        raise fail(f"{prefix}.restart", f"one of {[r.value for r in Restart]}", restart)
-    options["restart"] = restart
-    pool = table.get("pool")
-    if pool is not None and (not isinstance(pool, str) or not pool):
-        raise fail(f"{prefix}.pool", "the name of a task pool", pool)
-    options["pool"] = pool
+def _options(path: Path, boxed: BoxedTable) -> dict[str, Any]:
+    """The arguments of the ``BoxedSpec`` a checked table declares."""
+    command = [boxed.command] if isinstance(boxed.command, str) else boxed.command
+    options: dict[str, Any] = {
+        "name": boxed.name,
+        "command": (*command, *boxed.args),
+        "restart": boxed.restart,
+        "pool": boxed.pool,
+    }
+    if boxed.cwd is not None:
+        options["cwd"] = str(path.parent.resolve() / boxed.cwd)
+    if boxed.env is not None:
+        options["env"] = dict(boxed.env)
+    fixed = ("name", "node", "command", "args", "cwd", "env", "restart", "pool")
+    for name, value in attrs.asdict(boxed, recurse=False).items():
+        if name not in fixed and value is not None:  # the spec's default otherwise
+            options[name] = value
     return options

@@ -20,19 +20,47 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Final, final
+from typing import Any, Final, final
 
 import attrs
 
 from ..._errors import ConfigError
 from ...etcd._etcd import DEFAULT_TIMEOUT, MAX_LEASE_TTL, EtcdClient
 from ...etcd._membership import DEFAULT_NODE_TTL
-from ._config_keys import unknown_key
+from ._schema import TableReader, read_table, schema_keys
+from ._schema import key as table_key
 
-__all__ = ["ETCD_KEYS", "EtcdSettings", "check_hosts", "etcd_settings"]
+__all__ = ["ETCD_KEYS", "EtcdSettings", "EtcdTable", "check_hosts", "etcd_settings"]
 
-#: The keys of the [etcd] table.
-ETCD_KEYS: Final = frozenset({"endpoints", "ttl", "ca", "cert", "key", "user", "password_file"})
+
+def _file(example: str) -> Any:
+    """A key naming a file, relative to the cluster file's directory."""
+    return table_key(
+        f"a file's path (relative to the cluster file), like {example!r}", default=None
+    )
+
+
+@final
+@attrs.frozen
+class EtcdTable:
+    """The ``[etcd]`` table as it is written (the module docstring shows one);
+    its ``endpoints`` are checked as ``--etcd``'s are (:func:`check_endpoints`)."""
+
+    endpoints: Any
+    ttl: int = table_key(
+        f"whole seconds in 1..{MAX_LEASE_TTL} (how long a node that died stays registered)",
+        lambda v: 1 <= v <= MAX_LEASE_TTL,
+        default=DEFAULT_NODE_TTL,
+    )
+    ca: str | None = _file("etcd/ca.pem")
+    cert: str | None = _file("etcd/cert.pem")
+    key: str | None = _file("etcd/key.pem")
+    user: str | None = table_key("an etcd user's name", default=None)
+    password_file: str | None = _file("etcd/password")
+
+
+#: The keys of the [etcd] table: its schema's fields.
+ETCD_KEYS: Final = schema_keys(EtcdTable)
 
 
 @final
@@ -107,8 +135,8 @@ def check_endpoints(endpoints: object, where: str) -> tuple[str, ...]:
     return tuple(endpoints)
 
 
-def etcd_settings(path: Path, table: object) -> EtcdSettings | None:
-    """The ``[etcd]`` table of the file at ``path`` (None: there is none).
+def etcd_settings(reader: TableReader, table: object) -> EtcdSettings | None:
+    """The ``[etcd]`` table (None: there is none), read as an :class:`EtcdTable`.
 
     Raises:
         ConfigError: naming the file, the key and what was expected.
@@ -116,42 +144,35 @@ def etcd_settings(path: Path, table: object) -> EtcdSettings | None:
     if table is None:
         return None
     if not isinstance(table, dict):
-        raise ConfigError(f"{path}: key 'etcd': expected a table [etcd], got {table!r}")
-    for key, value in table.items():
-        if key not in ETCD_KEYS:
-            raise unknown_key(path, f"etcd.{key}", value, ETCD_KEYS)
-    if "endpoints" not in table:
-        raise ConfigError(
-            f"{path}: key 'etcd.endpoints' is missing: the [etcd] table says where etcd "
-            'is (endpoints = ["http://HOST:2379", ...])'
-        )
-    endpoints = check_endpoints(table["endpoints"], f"{path}: key 'etcd.endpoints'")
-    ttl = table.get("ttl", DEFAULT_NODE_TTL)
-    if isinstance(ttl, bool) or not isinstance(ttl, int) or not 1 <= ttl <= MAX_LEASE_TTL:
-        raise ConfigError(
-            f"{path}: key 'etcd.ttl': expected whole seconds in 1..{MAX_LEASE_TTL} (how "
-            f"long a node that died stays registered), got {ttl!r}"
-        )
-    files = {name: _tls_file(path, name, table.get(name)) for name in ("ca", "cert", "key")}
-    if (files["cert"] is None) != (files["key"] is None):
-        given, missing = ("cert", "key") if files["cert"] is not None else ("key", "cert")
-        raise ConfigError(
-            f"{path}: key 'etcd.{missing}' is missing: etcd.{given} is given, and a client "
-            "certificate needs both cert and key (or neither)"
-        )
-    user = table.get("user")
-    if user is not None and (not isinstance(user, str) or not user):
-        raise ConfigError(f"{path}: key 'etcd.user': expected an etcd user's name, got {user!r}")
-    password_file = _tls_file(path, "password_file", table.get("password_file"))
-    if (user is None) != (password_file is None):
-        given, missing = (
-            ("user", "password_file") if user is not None else ("password_file", "user")
-        )
-        raise ConfigError(
-            f"{path}: key 'etcd.{missing}' is missing: etcd.{given} is given, and etcd's "
-            "auth needs both a user and the file that holds its password (or neither)"
-        )
-    return EtcdSettings(endpoints, ttl, **files, user=user, password_file=password_file)
+        raise reader.error("etcd", "a table [etcd]", table)
+    reader.keys(table, "etcd", "etcd")  # before its endpoints: a misspelt key is named first
+    endpoints = check_endpoints(table["endpoints"], f"{reader.path}: key 'etcd.endpoints'")
+    etcd = read_table(reader, table, "etcd", "etcd", EtcdTable)
+    for given, missing in (("cert", "key"), ("key", "cert")):
+        if getattr(etcd, given) is not None and getattr(etcd, missing) is None:
+            raise ConfigError(
+                f"{reader.path}: key 'etcd.{missing}' is missing: etcd.{given} is given, and "
+                "a client certificate needs both cert and key (or neither)"
+            )
+    for given, missing in (("user", "password_file"), ("password_file", "user")):
+        if getattr(etcd, given) is not None and getattr(etcd, missing) is None:
+            raise ConfigError(
+                f"{reader.path}: key 'etcd.{missing}' is missing: etcd.{given} is given, and "
+                "etcd's auth needs both a user and the file that holds its password (or neither)"
+            )
+    root = reader.path.parent
+    return EtcdSettings(
+        endpoints,
+        etcd.ttl,
+        **{name: _in(root, getattr(etcd, name)) for name in ("ca", "cert", "key")},
+        user=etcd.user,
+        password_file=_in(root, etcd.password_file),
+    )
+
+
+def _in(root: Path, name: str | None) -> Path | None:
+    """The file ``name`` names, relative to the cluster file's directory ``root``."""
+    return None if name is None else (root / name).resolve()
 
 
 def _password(path: Path) -> str:
@@ -170,20 +191,6 @@ def _password(path: Path) -> str:
     if not lines or not lines[0]:
         raise ConfigError(f"etcd password_file {path}: its first line (the password) is empty")
     return lines[0]
-
-
-def _tls_file(path: Path, name: str, value: object) -> Path | None:
-    """The file ``value`` names, relative to the cluster file's directory (a
-    TLS file, or the password file)."""
-    if value is None:
-        return None
-    if not isinstance(value, str) or not value:
-        example = "etcd/password" if name == "password_file" else f"etcd/{name}.pem"
-        raise ConfigError(
-            f"{path}: key 'etcd.{name}': expected a file's path (relative to the "
-            f"cluster file), like {example!r}, got {value!r}"
-        )
-    return (path.parent / value).resolve()
 
 
 def check_hosts(path: Path, nodes: Sequence[tuple[str, str]]) -> None:

@@ -1,65 +1,79 @@
-"""The ``[[node.health]]`` tables of cluster.toml, checked as they are read
-(``_health_config.py`` makes the checks of them)."""
+"""The ``[[node.health]]`` tables of cluster.toml, each read as a
+:class:`HealthTable` record as the file is read (``_health_config.py``
+makes the checks of them)."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
-from typing import Any, Final
+from collections.abc import Mapping
+from typing import Any, Final, final
+
+import attrs
 
 from ..._errors import ConfigError
+from ._schema import TableReader, key, read_table, schema_keys
 
-__all__ = ["HEALTH_KEYS", "check_health_tables"]
+__all__ = ["HEALTH_KEYS", "HealthTable", "check_health_tables"]
 
-#: The keys of a [[node.health]] table.
-HEALTH_KEYS: Final = frozenset(
-    {"name", "check", "interval", "timeout", "breakers", "peer", "host", "port", "path", "days"}
-)
 _BUILT_IN: Final = ("peer", "disk", "certificate")
 _TARGET = re.compile(r"[\w.]+:[\w.]+")
+_SECONDS: Final = "a number > 0"
+_NAME: Final = "a name"
+_CHECKS: Final = "'peer', 'disk', 'certificate' or MODULE:FUNCTION"
+
+
+def _check(value: str) -> bool:
+    return value in _BUILT_IN or _TARGET.fullmatch(value) is not None
+
+
+def _names(value: object) -> bool:
+    return isinstance(value, list) and all(isinstance(n, str) and n for n in value)
+
+
+@final
+@attrs.frozen
+class HealthTable:
+    """A ``[[node.health]]`` table (``_health_config.py`` shows some). Its
+    ``name`` and ``check`` must be given, and a ``peer`` check's target
+    (``peer``, or ``host`` and ``port``) fits its ``check``: both are checked
+    once the table is read, so that a missing one says what to write."""
+
+    name: str | None = key(_NAME, default=None)
+    check: str | None = key(_CHECKS, _check, default=None)
+    interval: float | None = key(_SECONDS, lambda v: v > 0, default=None)
+    timeout: float | None = key(_SECONDS, lambda v: v > 0, default=None)
+    breakers: Any = key('a list of breaker names, e.g. ["downstream"]', _names, default=None)
+    peer: Any = None
+    host: Any = None
+    port: Any = None
+    path: Any = None
+    days: float | None = key(_SECONDS, lambda v: v > 0, default=None)
+
+
+#: The keys of a [[node.health]] table: its schema's fields.
+HEALTH_KEYS: Final = schema_keys(HealthTable)
 
 
 def check_health_tables(
-    where: str, items: object, unknown: Callable[[str, object], ConfigError]
+    reader: TableReader, where: str, items: object
 ) -> tuple[Mapping[str, Any], ...]:
-    """Check a node's ``[[node.health]]`` tables (``where``: the key);
-    ``unknown`` makes the error for a key that is not one of HEALTH_KEYS.
+    """Check a node's ``[[node.health]]`` tables (``where``: the key), each
+    read as a :class:`HealthTable`; the tables as they are written.
 
     Raises:
-        ConfigError: naming the key, what was expected and what it was.
+        ConfigError: naming the file, the key, what was expected and what it was.
     """
     if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
-        raise ConfigError(f"{where}: expected [[node.health]] tables, got {items!r}")
+        raise ConfigError(f"{reader.path}: {where}: expected [[node.health]] tables, got {items!r}")
     for index, item in enumerate(items):
-        key = f"{where}[{index}]"
-        for name in item:
-            if name not in HEALTH_KEYS:
-                raise unknown(f"{key}.{name}", item[name])
-        _need(key, item, "name", isinstance(item.get("name"), str) and item["name"], "a name")
-        check = item.get("check")
-        _need(
-            key, item, "check",
-            isinstance(check, str) and (check in _BUILT_IN or _TARGET.fullmatch(check)),
-            "'peer', 'disk', 'certificate' or MODULE:FUNCTION",
-        )  # fmt: skip
-        for seconds in ("interval", "timeout", "days"):
-            if seconds in item:
-                value = item[seconds]
-                ok = isinstance(value, int | float) and not isinstance(value, bool) and value > 0
-                _need(key, item, seconds, ok, "a number > 0")
-        if "breakers" in item:
-            names = item["breakers"]
-            ok = isinstance(names, list) and all(isinstance(n, str) and n for n in names)
-            _need(key, item, "breakers", ok, 'a list of breaker names, e.g. ["downstream"]')
-        if check == "peer":
-            by_node = isinstance(item.get("peer"), str)
-            by_address = isinstance(item.get("host"), str) and type(item.get("port")) is int
-            _need(key, item, "peer", by_node or by_address, "a node name (or host and port)")
+        prefix = f"{where}[{index}]"
+        reader.keys(item, prefix, "node.health")  # a misspelt key is named first
+        for name, expected in (("name", _NAME), ("check", _CHECKS)):
+            if name not in item:
+                raise reader.error(f"{prefix}.{name}", expected, None)
+        health = read_table(reader, item, prefix, "node.health", HealthTable)
+        by_node = isinstance(health.peer, str)
+        by_address = isinstance(health.host, str) and type(health.port) is int
+        if health.check == "peer" and not (by_node or by_address):
+            raise reader.error(f"{prefix}.peer", "a node name (or host and port)", health.peer)
     return tuple(items)
-
-
-def _need(key: str, item: Mapping[str, Any], name: str, ok: object, expected: str) -> None:
-    if not ok:
-        got = item.get(name)
-        shown = "nothing" if got is None else repr(got)
-        raise ConfigError(f"key '{key}.{name}': expected {expected}, got {shown}")

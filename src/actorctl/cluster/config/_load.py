@@ -12,14 +12,16 @@ from pathlib import Path
 import attrs
 
 from ..._errors import ConfigError
+from .._http import parse_listen
 from ._boxed_config import boxed_specs
 from ._config import ClusterApp, ClusterConfig
 from ._dev import check_dev_listen
 from ._etcd_config import check_hosts, etcd_settings
 from ._node_table import read_node, read_routers
 from ._reader import TableReader
+from ._schema import read_table
+from ._table_schemas import ClusterTable, endpoint
 from ._tree_config import check_supervisors
-from ._web_config import web_address, web_window
 
 __all__ = ["load_cluster"]
 
@@ -46,15 +48,13 @@ def load_cluster(path: Path | str, app: ClusterApp | None = None) -> ClusterConf
     cluster = data.get("cluster", {})
     if not isinstance(cluster, dict):
         raise where.error("cluster", "a table [cluster]", cluster)
-    where.keys(cluster, "cluster", "cluster")
-    name = where.string(cluster, "cluster.name", default="cluster")
+    table = read_table(where, cluster, "cluster", "cluster", ClusterTable)
     nodes_data = data.get("node")
     if not isinstance(nodes_data, list) or not nodes_data:
         raise where.error("node", "at least one [[node]] table", nodes_data)
     nodes = tuple(read_node(where, i, item) for i, item in enumerate(nodes_data))
     check_hosts(path, [(node.name, node.runs_on) for node in nodes])
-    if isinstance(data.get("etcd"), dict):
-        where.keys(data["etcd"], "etcd", "etcd")
+    etcd = etcd_settings(where, data.get("etcd"))
     names = [node.name for node in nodes]
     for duplicate in {n for n in names if names.count(n) > 1}:
         raise ConfigError(f"{path}: node name {duplicate!r} is used twice: names must be unique")
@@ -62,8 +62,9 @@ def load_cluster(path: Path | str, app: ClusterApp | None = None) -> ClusterConf
     supervisor_tables = data.get("supervisor", [])
     trees = check_supervisors(path, supervisor_tables, [node.name for node in nodes])
     nodes = tuple(attrs.evolve(n, supervisors=trees.get(n.name, ())) for n in nodes)
+    controller = endpoint(table.controller) or ("", 0)  # checked: never the default
     ports = [node.port for node in nodes]
-    ports.append(where.endpoint(cluster, "cluster.controller", default="127.0.0.1:5700")[1])
+    ports.append(controller[1])
     for duplicate_port in {p for p in ports if ports.count(p) > 1}:
         raise ConfigError(
             f"{path}: port {duplicate_port} is used twice (by nodes or the controller)"
@@ -76,11 +77,8 @@ def load_cluster(path: Path | str, app: ClusterApp | None = None) -> ClusterConf
                 f'{on!r} hosts no task app: add actors = "MODULE:APP" and '
                 f'pools = ["{spec.pool}"] to it'
             )
-    dev = where.boolean(cluster, "cluster.dev", default=False)
-    dev_public = where.boolean(cluster, "cluster.dev_public", default=False)
-    controller = where.endpoint(cluster, "cluster.controller", default="127.0.0.1:5700")
-    web = web_address(path, cluster.get("web"))
-    if dev and not dev_public:
+    web = None if table.web is None else parse_listen(table.web, "cluster.web")  # checked
+    if table.dev and not table.dev_public:
         listens = [(f"node {n.name!r}", n.host, n.port) for n in nodes]
         listens.append(("the controller (cluster.controller)", *controller))
         if web is not None:
@@ -88,19 +86,19 @@ def load_cluster(path: Path | str, app: ClusterApp | None = None) -> ClusterConf
         check_dev_listen(path, listens)
     return ClusterConfig(
         path=path.resolve(),
-        name=name,
+        name=table.name,
         nodes=nodes,
-        certs=path.parent.resolve() / where.string(cluster, "cluster.certs", default="certs"),
-        keys=path.parent.resolve() / where.string(cluster, "cluster.keys", default="keys"),
-        dev=dev,
-        dev_public=dev_public,
-        insecure=where.boolean(cluster, "cluster.insecure", default=False),
+        certs=path.parent.resolve() / table.certs,
+        keys=path.parent.resolve() / table.keys,
+        dev=table.dev,
+        dev_public=table.dev_public,
+        insecure=table.insecure,
         controller=controller,
         web=web,
-        web_window=web_window(path, cluster.get("web_window")),
+        web_window=table.web_window,
         supervisor_tables=tuple(supervisor_tables),
         boxed=tuple(boxed),
-        etcd=etcd_settings(path, data.get("etcd")),
+        etcd=etcd,
         app=app,
         app_tables={
             name: where.tables(data[name], name) for name in where.app_tables if name in data

@@ -1,7 +1,7 @@
 """Reading cluster.toml's tables with clear errors: a table's keys checked
-against what it may and must have (``_tables.py``), and its values read as
-strings, booleans and ``HOST:PORT`` endpoints, each wrong one a
-``ConfigError`` naming the file, the key, what was expected and what it got.
+against what it may and must have (``_tables.py``), and the error for a
+wrong value, naming the file, the key, what was expected and what it got.
+A table read as a record (its schema, ``_schema.py``) gets both from here.
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any, final
 
 from ..._errors import ConfigError
 from ._config_keys import unknown_key
-from ._tables import OPEN_TABLES, REQUIRED_KEYS, file_keys
+from ._schema import read_table
+from ._tables import OPEN_TABLES, REQUIRED_KEYS, SINGLE_TABLES, file_keys
 
 if TYPE_CHECKING:
     from ._config import ClusterApp
@@ -52,7 +53,7 @@ class TableReader:
                 hint = (
                     f"{dot}{close[0]} is not a key: a misspelling of {key!r}?"
                     if close
-                    else f"every [[{kind}]] table needs one ({key} = ...)"
+                    else f"every {_brackets(kind)} table needs one ({key} = ...)"
                 )
                 raise ConfigError(f"{self.path}: key {dot + key!r} is missing: {hint}")
         for key in strangers:
@@ -63,31 +64,22 @@ class TableReader:
         shown = "nothing" if got is None else f"{got!r}"
         return ConfigError(f"{self.path}: key {key!r}: expected {expected}, got {shown}")
 
-    def string(self, table: dict[str, Any], key: str, *, default: str | None = None) -> str:
-        value = table.get(key.rpartition(".")[2], default)
-        if not isinstance(value, str) or not value:
-            raise self.error(key, "a non-empty string", value)
-        return value
-
-    def boolean(self, table: dict[str, Any], key: str, *, default: bool) -> bool:
-        value = table.get(key.rpartition(".")[2], default)
-        if not isinstance(value, bool):
-            raise self.error(key, "true or false", value)
-        return value
-
-    def endpoint(self, table: dict[str, Any], key: str, *, default: str) -> tuple[str, int]:
-        listen = self.string(table, key, default=default)
-        host, _, port = listen.rpartition(":")
-        if not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise self.error(key, "HOST:PORT, e.g. 127.0.0.1:5701", listen)
-        return host, int(port)
-
     def tables(self, items: object, kind: str) -> tuple[Mapping[str, Any], ...]:
-        """The ``[[kind]]`` tables, their keys checked."""
+        """The ``[[kind]]`` tables, their keys checked (and their values, for
+        an application's table with a schema)."""
         if not isinstance(items, list):
             raise self.error(kind, f"[[{kind}]] tables", items)
         for index, item in enumerate(items):
             if not isinstance(item, dict):
                 raise self.error(f"{kind}[{index}]", "a table", item)
-            self.keys(item, f"{kind}[{index}]", kind)
+            schema = self.app_tables[kind].schema if kind in self.app_tables else None
+            if schema is not None:  # its keys, then its values (as its record)
+                read_table(self, item, f"{kind}[{index}]", kind, schema)
+            else:
+                self.keys(item, f"{kind}[{index}]", kind)
         return tuple(items)
+
+
+def _brackets(kind: str) -> str:
+    """How a table of ``kind`` is written: ``[etcd]``, or ``[[node]]`` for an array."""
+    return f"[{kind}]" if kind in SINGLE_TABLES else f"[[{kind}]]"

@@ -1,26 +1,52 @@
 """The keys of cluster.toml that say where metrics and the web page are
-served: a node's ``[node.metrics] listen = "HOST:PORT"``, the cluster's
-``web = "HOST:PORT"`` (the Controller's page and aggregate ``/metrics``) and
-``web_window`` (the rows of each windowed feed the page keeps).
+served: a node's ``[node.metrics] listen = "HOST:PORT"`` (read as a
+:class:`MetricsTable`), and what the cluster's ``web = "HOST:PORT"`` (the
+Controller's page and aggregate ``/metrics``, a field of ``[cluster]``'s
+schema, ``_table_schemas.py``) takes.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Final
+from typing import Final, final
+
+import attrs
 
 from ..._errors import ConfigError
 from .._http import parse_listen
-from ._app import WINDOW
+from ._schema import TableReader, key, read_table, schema_keys
 
-__all__ = ["METRICS_KEYS", "metrics_table", "web_address", "web_window"]
+__all__ = ["LISTEN", "METRICS_KEYS", "MetricsTable", "listen_ok", "metrics_table"]
 
-#: The keys of a [node.metrics] table.
-METRICS_KEYS: Final = frozenset({"listen"})
+#: What a key that says where to listen takes.
+LISTEN: Final = '"HOST:PORT", e.g. 127.0.0.1:9464 (0: any port)'
 
 
-def metrics_table(path: Path, key: str, table: object) -> str | None:
-    """A node's [node.metrics] table: where it serves /metrics (None: no table).
+def listen_ok(value: str) -> bool:
+    """Whether ``value`` is ``HOST:PORT`` (port 0: a free one)."""
+    try:
+        parse_listen(value, "")
+    except ConfigError:
+        return False
+    return True
+
+
+@final
+@attrs.frozen
+class MetricsTable:
+    """A node's ``[node.metrics]`` table: where it serves ``/metrics``."""
+
+    listen: str = key(
+        '"HOST:PORT" where the node serves /metrics, e.g. 127.0.0.1:9464 (0: any port)', listen_ok
+    )
+
+
+#: The keys of a [node.metrics] table: its schema's fields.
+METRICS_KEYS: Final = schema_keys(MetricsTable)
+
+
+def metrics_table(reader: TableReader, key: str, table: object) -> str | None:
+    """A node's [node.metrics] table at ``key``: where it serves /metrics
+    (None: no table).
 
     Raises:
         ConfigError: naming the file and the key, for a table that is not
@@ -28,52 +54,7 @@ def metrics_table(path: Path, key: str, table: object) -> str | None:
     """
     if table is None:
         return None
-    if not isinstance(table, dict) or set(table) != {"listen"}:
-        got = sorted(table) if isinstance(table, dict) else table
-        raise ConfigError(
-            f"{path}: key '{key}': expected a table with listen = \"HOST:PORT\" only "
-            f"(where the node serves /metrics; port 0: any free port), got {got!r}"
-        )
-    listen = table["listen"]
-    if not isinstance(listen, str):
-        raise ConfigError(f"{path}: key '{key}.listen': expected \"HOST:PORT\", got {listen!r}")
-    try:
-        parse_listen(listen, f"{key}.listen")
-    except ConfigError as exc:
-        raise ConfigError(f"{path}: {exc}") from None
-    return listen
-
-
-def web_address(path: Path, value: object) -> tuple[str, int] | None:
-    """The cluster's ``web`` key: where the Controller serves its page (None: unset).
-
-    Raises:
-        ConfigError: naming the file and the key, for a value that is not HOST:PORT.
-    """
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        raise ConfigError(f"{path}: key 'cluster.web': expected \"HOST:PORT\", got {value!r}")
-    try:
-        return parse_listen(value, "cluster.web")
-    except ConfigError as exc:
-        raise ConfigError(f"{path}: {exc}") from None
-
-
-def web_window(path: Path, value: object) -> int | None:
-    """The cluster's ``web_window`` key: rows the page keeps of each windowed
-    feed (the last tasks that ran; None: unset, each feed's own, WINDOW for
-    the task layer's).
-
-    Raises:
-        ConfigError: naming the file and the key, for a value that is not a
-            whole number from 1 to 100,000.
-    """
-    if value is None:
-        return None
-    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= 100_000:
-        raise ConfigError(
-            f"{path}: key 'cluster.web_window': expected a whole number from 1 to 100000 "
-            f"(the rows the web page keeps, default {WINDOW}), got {value!r}"
-        )
-    return value
+    if not isinstance(table, dict):
+        why = 'a table with listen = "HOST:PORT" (where the node serves /metrics; 0: any port)'
+        raise reader.error(key, why, table)
+    return read_table(reader, table, key, "node.metrics", MetricsTable).listen

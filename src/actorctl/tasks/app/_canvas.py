@@ -11,12 +11,15 @@ import functools
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+import attrs
+
 from ..._errors import ConfigError
 from ...mailbox import Envelope
 from ..client._client import TaskClient, current_client, send_task
 from ..client._results import AsyncResult, GroupResult
 from ..client._validate import check_references
 from ..protocol._protocol import CHORDS, H_CHORD, new_task_id
+from ..protocol._send_options import SendOptions
 from ..worker._control import new_result
 from ._eager_api import eager_of
 from ._signature import Signature, wire_options
@@ -130,16 +133,17 @@ class chord:
             return await body.aapply_async()
         # Every pool and sink it names resolves, before anything is sent.
         directory = client.directory
-        check_references(directory, "chord", body.task.pool, {"link": [body.to_wire()]})
-        for sig in self.header.tasks:
-            wired = {**wire_options(sig.options, sig.task.pool), "link": [sig.to_wire()]}
-            check_references(directory, f"task {sig.task.name}", sig.task.pool, wired)
+        check_references(directory, "chord", body.task.pool, SendOptions(link=(body.to_wire(),)))
+        sent = [_send_options(sig) for sig in self.header.tasks]
+        for sig, member in zip(self.header.tasks, sent, strict=True):
+            linked = attrs.evolve(member, link=(sig.to_wire(),))
+            check_references(directory, f"task {sig.task.name}", sig.task.pool, linked)
         chord_id = new_task_id()
         result = new_result(client, chord_id, body.task.name, tracked=True)
         ids = [new_task_id() for _ in self.header.tasks]
         await _open_barrier(client, chord_id, ids, body, tracked=result.tracked)
         barrier = str(client.directory.resolve(CHORDS))
-        for task_id, sig in zip(ids, self.header.tasks, strict=True):
+        for task_id, sig, member in zip(ids, self.header.tasks, sent, strict=True):
             await send_task(
                 client,
                 task=sig.task.name,
@@ -149,10 +153,19 @@ class chord:
                 task_id=task_id,
                 reply_to=barrier,
                 correlation_id=chord_id,
-                options=wire_options(sig.options, sig.task.pool),
+                options=member,
                 headers={H_CHORD: chord_id},
             )
         return result
+
+
+def _send_options(sig: Signature) -> SendOptions:
+    """A header member's send options, checked.
+
+    Raises:
+        ConfigError: naming the task and the option.
+    """
+    return SendOptions.of(wire_options(sig.options, sig.task.pool), f"task {sig.task.name}")
 
 
 def _body_of(body: Signature, values: list[Any]) -> Signature:

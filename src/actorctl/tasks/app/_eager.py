@@ -43,7 +43,7 @@ from typing import Any, Final, final
 import attrs
 import trio
 
-from ..._errors import ConfigError, MisuseError, RemoteError, WireFormatError
+from ..._errors import MisuseError, RemoteError, WireFormatError
 from ...actors import BadArguments, to_wire
 from ...mailbox import json_dumps
 from ...supervision import RetryPolicy, failure_mark
@@ -60,7 +60,8 @@ from ..protocol._protocol import (
     next_step,
     signature_from_wire,
 )
-from ..protocol._task_errors import NotRun, NotRunKind
+from ..protocol._send_options import SendOptions
+from ..protocol._task_errors import NotRun, NotRunKind, TaskError
 from ..worker import _hooks as hooks
 from ._signature import wire_options
 from ._task import Retry, Task, TaskContext, check_send_options
@@ -90,7 +91,7 @@ class _Message:
     args: list[Any]
     kwargs: dict[str, Any]
     task_id: str
-    options: Mapping[str, Any]
+    options: SendOptions
     result: AsyncResult | None  # who gets its documents (None: nobody, a callback)
     origin: _Origin
     retries: int = 0
@@ -172,16 +173,12 @@ class EagerRuns:
         ignore = options.pop("ignore_result", task.ignore_result)
         name = options.pop("_name", task.name)
         options.pop("_group", None)
-        if not isinstance(options.get("acks_late", True), bool):
-            raise ConfigError(
-                f"task {task.name}: acks_late={options['acks_late']!r}: give True or False"
-            )
         if task.track_started:
             options.setdefault("track_started", True)
-        options = wire_options(options, task.pool)
+        sent = SendOptions.of(wire_options(options, task.pool), f"task {task.name}")
         result = self._new_result(task_id, name, tracked=not ignore)
         return _Message(
-            task.name, task.pool, wire_args, wire_kwargs, task_id, options, result, _Origin()
+            task.name, task.pool, wire_args, wire_kwargs, task_id, sent, result, _Origin()
         )
 
     def _new_result(self, task_id: str, name: str, *, tracked: bool) -> AsyncResult:
@@ -217,7 +214,7 @@ class EagerRuns:
                 )
                 failed = self._new_result(chord_id, body, tracked=True)
                 message = f"task {member.id} of the chord ended {member.state}: {why}"
-                failed.update(FAILURE, {"type": "ChordError", "message": message.strip()})
+                failed.update(FAILURE, TaskError("ChordError", message.strip()).wire())
                 return chord_id, failed
         return chord_id, [member.result for member in header]
 
@@ -233,13 +230,13 @@ class EagerRuns:
         task = self._tasks.get(message.task)
         if task is None:
             why = f"app has no task {message.task!r} (it has: {', '.join(sorted(self._tasks))})"
-            _report(message, FAILURE, {"type": "UnknownTask", "message": why})
+            _report(message, FAILURE, TaskError("UnknownTask", why).wire())
             return None
         try:
-            calls = calls_of(task, message.args, message.kwargs, message.options.get("map"))
+            calls = calls_of(task, message.args, message.kwargs, message.options.map)
         except BadArguments as exc:
             message.origin.exc = exc
-            _report(message, FAILURE, {"type": "BadArguments", "message": str(exc)})
+            _report(message, FAILURE, TaskError.of(exc).wire())
             return None
         if message.task_id in self.revoked:
             hooks.revoked(
@@ -247,23 +244,22 @@ class EagerRuns:
                 message.task_id,
                 message.args,
                 message.kwargs,
-                NotRun(NotRunKind.REVOKED, "revoked"),
+                not_run := NotRun(NotRunKind.REVOKED, "revoked"),
             )
-            _report(message, REVOKED, {"reason": "revoked"})
+            _report(message, REVOKED, not_run.wire())
             return None
-        if message.options.get("track_started"):
+        if message.options.track_started:
             _report(message, STARTED, None)
         hooks.prerun(task, message.task_id, message.args, message.kwargs)
         try:
             values = [await self._run(task, message, a, k) for a, k in calls]
         except (Retry, Exception) as exc:
             return await self._failed(task, message, exc)
-        value = values if message.options.get("map") else values[0]
+        value = values if message.options.map else values[0]
         try:
             wire_value = _through_json(to_wire(value))
         except WireFormatError as exc:
-            error = {"type": "WireFormatError", "message": str(exc)}
-            return await self._fail(task, message, error, exc)
+            return await self._fail(task, message, TaskError.of(exc), exc)
         hooks.succeeded(task, value)
         hooks.postrun(task, message.task_id, message.args, message.kwargs, value, SUCCESS)
         return await self._succeed(message, wire_value)
@@ -290,22 +286,21 @@ class EagerRuns:
 
     async def _succeed(self, message: _Message, value: Any) -> _Message | None:
         """Its callbacks, then its chain's next step (returned) or its result."""
-        for callback in message.options.get("link") or ():
+        for callback in message.options.link:
             follow = self._from_signature(callback, message, [value], result=None)
             if follow is not None:
                 await self._deliver(follow)
-        chain = message.options.get("chain")
-        if not (isinstance(chain, str) and chain):
+        chain = message.options.chain
+        if not chain:
             _report(message, SUCCESS, value)
             return None
         try:
             step, rest = next_step(chain)
             sig = json.loads(step)
         except ValueError as exc:
-            _report(message, FAILURE, {"type": "WireFormatError", "message": f"bad chain: {exc}"})
+            _report(message, FAILURE, TaskError("WireFormatError", f"bad chain: {exc}").wire())
             return None
-        more = {"chain": rest} if rest else {}
-        return self._from_signature(sig, message, [value], result=message.result, more=more)
+        return self._from_signature(sig, message, [value], result=message.result, chain=rest)
 
     def _from_signature(
         self,
@@ -314,16 +309,18 @@ class EagerRuns:
         first: list[Any],
         *,
         result: AsyncResult | None,
-        more: Mapping[str, Any] | None = None,
+        chain: str = "",
     ) -> _Message | None:
         """The message a signature in wire form makes, ``first`` before its
-        arguments unless it is immutable (callbacks are sent to nobody)."""
+        arguments unless it is immutable (callbacks are sent to nobody), with
+        the rest of its ``chain`` (if any)."""
         try:
-            name, pool, args, kwargs, immutable, options = signature_from_wire(sig, parent.pool)
+            name, pool, args, kwargs, immutable, wired = signature_from_wire(sig, parent.pool)
+            options = SendOptions.from_wire(wired, f"task {name}")
         except ValueError as exc:
             if result is not None:
-                error = {"type": "WireFormatError", "message": f"bad chain step: {exc}"}
-                _report(parent, FAILURE, error)
+                error = TaskError("WireFormatError", f"bad chain step: {exc}")
+                _report(parent, FAILURE, error.wire())
             return None
         origin = parent.origin if result is not None else _Origin()
         return _Message(
@@ -332,7 +329,7 @@ class EagerRuns:
             args if immutable else [*first, *args],
             kwargs,
             new_task_id(),
-            {**options, **(more or {})},
+            attrs.evolve(options, chain=chain) if chain else options,
             result,
             origin,
         )
@@ -346,15 +343,11 @@ class EagerRuns:
             policy = mark if isinstance(mark, RetryPolicy) else self._policy(task, message)
             if policy.retries(exc):
                 return await self._retry(task, message, exc, None, policy)
-        error = {
-            "type": type(exc).__name__,
-            "message": str(exc),
-            "traceback": hooks.format_traceback(exc),
-        }
+        error = TaskError.of(exc, traceback=hooks.format_traceback(exc))
         return await self._fail(task, message, error, exc)
 
     def _policy(self, task: Task, message: _Message) -> RetryPolicy:
-        given = message.options.get("retry_policy")
+        given = message.options.retry_policy
         return task.retry_policy if given is None else task.retry_policy.with_wire(given)
 
     async def _retry(
@@ -369,28 +362,28 @@ class EagerRuns:
         retries spent, fail it."""
         policy = policy or self._policy(task, message)
         retries = message.retries
-        error: dict[str, Any] = {
-            "type": type(exc).__name__ if exc is not None else "Retry",
-            "message": str(exc) if exc is not None else "retry requested",
-        }
+        error = TaskError.of(exc) if exc is not None else TaskError("Retry", "retry requested")
         if policy.exhausted(retries):
-            error["message"] += f" (gave up after {retries} retries)"
-            if exc is not None:
-                error["traceback"] = hooks.format_traceback(exc)
+            error = TaskError(
+                error.type,
+                f"{error.message} (gave up after {retries} retries)",
+                hooks.format_traceback(exc) if exc is not None else None,
+            )
             return await self._fail(task, message, error, exc or Retry())
         if countdown is None:
             bound = delay_bound(task, policy, retries)
             countdown = policy.delay(retries) if task.default_retry_delay is None else bound
-        _report(message, RETRY, {**error, "countdown": countdown})
+        _report(message, RETRY, {**error.wire(), "countdown": countdown})
         hooks.retried(task, message.task_id, retries, message.args, message.kwargs, exc)
         return attrs.evolve(message, retries=retries + 1)
 
     async def _fail(
-        self, task: Task, message: _Message, error: dict[str, Any], exc: BaseException
+        self, task: Task, message: _Message, failed: TaskError, exc: BaseException
     ) -> _Message | None:
         """Its errbacks (each with its id and ``error``), then its failure."""
         message.origin.exc = exc
-        for errback in message.options.get("link_error") or ():
+        error = failed.wire()
+        for errback in message.options.link_error:
             follow = self._from_signature(errback, message, [], result=None)
             if follow is not None:
                 follow = attrs.evolve(follow, args=[*follow.args, message.task_id, error])

@@ -22,6 +22,7 @@ from ..client._validate import check_event, check_references
 from ..limits._breakers import policy_of
 from ..limits._budget import Concurrency, concurrency_of
 from ..protocol._protocol import EVENTS, H_EVENT, H_SINKS
+from ..protocol._send_options import SendOptions
 from ..services._periodic import PeriodicTask
 from ..sources._source import SourceSpec
 from ..sources._source_config import source_spec
@@ -366,9 +367,10 @@ class TaskRegistry(PeriodicDeclarations):
         fields = check_event(event, event_name, self.events.get(event_name, type(event)))
         client = current_client(f"app {self.name!r}")
         hub = client.directory.resolve(EVENTS)
-        check_references(client.directory, f"event {event_name}", "", {"sinks": list(sinks)})
+        where = f"event {event_name}"
+        check_references(client.directory, where, "", SendOptions(sinks=tuple(sinks)))
         for task in self.subscriptions.get(event_name, []):  # where the hub sends it
-            options = {"sinks": list(task.sinks)}
+            options = SendOptions(sinks=tuple(task.sinks))
             check_references(client.directory, f"task {task.name}", task.pool, options)
             client.directory.resolve(task.pool)
         outbox = client.outbox

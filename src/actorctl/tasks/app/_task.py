@@ -9,6 +9,7 @@ first argument.
 
 from __future__ import annotations
 
+import difflib
 import functools
 import inspect
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -27,6 +28,8 @@ from ..client._results import AsyncResult
 from ..client._validate import check_references
 from ..limits._rates import rate_limit_of
 from ..protocol._protocol import FAILURE, H_GROUP, H_RETRY_POLICY, SCHEDULER, new_task_id
+from ..protocol._send_options import SendOptions
+from ..protocol._task_errors import TaskError
 from ..worker._control import new_result
 from ._canvas import group
 from ._eager_api import EagerRunner
@@ -311,12 +314,8 @@ class Task:
             options.setdefault("track_started", True)
         if not self.acks_late:
             options.setdefault("acks_late", False)
-        if not isinstance(options.get("acks_late", True), bool):
-            raise ConfigError(
-                f"task {self.name}: acks_late={options['acks_late']!r}: give True or False"
-            )
-        options = wire_options(options, self.pool)
-        check_references(client.directory, f"task {self.name}", self.pool, options)
+        sent = SendOptions.of(wire_options(options, self.pool), f"task {self.name}")
+        check_references(client.directory, f"task {self.name}", self.pool, sent)
         result = new_result(client, task_id, name, tracked=not ignore)
         reply_to = client.outbox.reply_address(target) if result.tracked else None
 
@@ -330,14 +329,14 @@ class Task:
                     kwargs=kwargs,
                     task_id=task_id,
                     reply_to=reply_to,
-                    options=options,
+                    options=sent,
                     headers=headers,
                 )
             except Exception as exc:
                 if result.tracked and client.results is not None:
                     # Whoever waits for it hears why it was not sent.
-                    error = {"type": type(exc).__name__, "message": f"not sent: {exc}"}
-                    client.results.deliver(task_id, FAILURE, error, {})
+                    error = TaskError(type(exc).__name__, f"not sent: {exc}")
+                    client.results.deliver(task_id, FAILURE, error.wire(), {})
                 raise
 
         return result, send
@@ -346,31 +345,31 @@ class Task:
         return f"<Task {self.name} pool={self.pool}>"
 
 
-_SEND_OPTIONS: Final = frozenset(
-    {
-        "countdown", "eta", "expires", "priority", "time_limit", "soft_time_limit", "link",
-        "link_error", "sinks", "ignore_result", "task_id", "chain", "retries", "map",
-        "track_started", "_name", "_group", "retry_policy", "max_retries", "acks_late",
-    }
-)  # fmt: skip
+#: What ``apply_async`` takes: the options of the send, and its own.
+_SEND_OPTIONS: Final = frozenset(attrs.fields_dict(SendOptions)) | {
+    "ignore_result", "task_id", "_name", "_group", "max_retries",
+}  # fmt: skip
 
 
 def check_send_options(task: str, options: Mapping[str, Any]) -> None:
     """Refuse an option ``apply_async`` does not take.
 
     Raises:
-        ConfigError: naming the unknown options and the known ones.
+        ConfigError: naming the unknown options, the nearest known one, and
+            the known ones.
     """
     unknown = set(options) - _SEND_OPTIONS
     if unknown:
+        known = sorted(o for o in _SEND_OPTIONS if not o.startswith("_"))
         routing = (
             " (a task runs in its own pool: @app.task(pool=...))"
             if unknown & {"queue", "routing_key", "exchange"}
             else ""
         )
+        near = [m for u in sorted(unknown) for m in difflib.get_close_matches(u, known, n=1)]
+        hint = f" (did you mean {', '.join(f'{m}=' for m in near)}?)" if near else ""
         raise ConfigError(
-            f"task {task}: unknown option(s) {sorted(unknown)}{routing} "
-            f"(known: {sorted(o for o in _SEND_OPTIONS if not o.startswith('_'))})"
+            f"task {task}: unknown option(s) {sorted(unknown)}{routing}{hint} (known: {known})"
         )
 
 

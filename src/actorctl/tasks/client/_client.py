@@ -14,7 +14,6 @@ from __future__ import annotations
 import collections
 import contextlib
 import contextvars
-import datetime
 import threading
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import Any, Final, TypeVar, final
@@ -44,6 +43,7 @@ from ..protocol._protocol import (
     SCHEDULER,
     compact,
 )
+from ..protocol._send_options import SendOptions
 from ._directory import Directory
 from ._results import ResultRegistry, in_trio
 
@@ -215,44 +215,32 @@ def current_client(who: str) -> TaskClient:
     return client
 
 
-def _timestamp(value: float | datetime.datetime | None) -> float | None:
-    if value is None or isinstance(value, int | float):
-        return value
-    if isinstance(value, datetime.datetime):
-        if value.tzinfo is None:
-            value = value.astimezone()
-        return value.timestamp()
-    raise ConfigError(f"expected a datetime or seconds since the epoch, got {value!r}")
-
-
 def _task_headers(
-    pool: str, task_id: str, options: Mapping[str, Any], headers: Mapping[str, Any] | None
+    pool: str, task_id: str, options: SendOptions, headers: Mapping[str, Any] | None
 ) -> dict[str, Any]:
     """The application properties of a task command (§14.2), from its options."""
     meta: dict[str, Any] = {H_TASK_ID: task_id, H_POOL: pool}
     if headers:
         meta.update(headers)
-    limits = (options.get("time_limit"), options.get("soft_time_limit"))
-    if limits != (None, None):
-        meta[H_TIMELIMIT] = compact(list(limits))
-    for key, header in (("link", H_LINK), ("link_error", H_LINK_ERROR)):
-        linked = options.get(key)
-        if linked:
-            meta[header] = compact(list(linked) if isinstance(linked, list | tuple) else [linked])
-    sinks = options.get("sinks")
-    if sinks:
-        meta[H_SINKS] = sinks if isinstance(sinks, str) else ",".join(sinks)
-    for key, header in (
-        ("priority", H_PRIORITY), ("retries", H_RETRIES), ("map", H_MAP),
-        ("retry_policy", H_RETRY_POLICY),  # a canvas step's (in wire form: wire_options)
+    if (options.time_limit, options.soft_time_limit) != (None, None):
+        meta[H_TIMELIMIT] = compact([options.time_limit, options.soft_time_limit])
+    if options.link:
+        meta[H_LINK] = compact(list(options.link))
+    if options.link_error:
+        meta[H_LINK_ERROR] = compact(list(options.link_error))
+    if options.sinks:
+        meta[H_SINKS] = ",".join(options.sinks)
+    for value, header in (
+        (options.priority, H_PRIORITY), (options.retries, H_RETRIES), (options.map, H_MAP),
+        (options.retry_policy, H_RETRY_POLICY),  # a canvas step's (in wire form: wire_options)
     ):  # fmt: skip
-        if options.get(key) is not None:
-            meta[header] = options[key]
-    if options.get("track_started"):
+        if value is not None:
+            meta[header] = value
+    if options.track_started:
         meta[H_TRACK] = True
-    if options.get("chain"):
-        meta[H_CHAIN] = options["chain"]
-    if options.get("acks_late") is False:
+    if options.chain:
+        meta[H_CHAIN] = options.chain
+    if not options.acks_late:
         meta[AT_MOST_ONCE] = True
     return meta
 
@@ -267,7 +255,7 @@ async def send_task(
     task_id: str,
     reply_to: str | None,
     correlation_id: str | None = None,
-    options: Mapping[str, Any] | None = None,
+    options: SendOptions | None = None,
     headers: Mapping[str, Any] | None = None,
     kind: str = KIND_COMMAND,
     confirm: bool | None = None,
@@ -277,13 +265,11 @@ async def send_task(
     """Send one task message to its pool (or to the scheduler, when it is due
     later). Used by callers, and by workers for chain steps, callbacks and retries.
 
-    Options: ``countdown`` or ``eta``, ``expires`` (seconds from now, or a
-    datetime), ``priority``, ``time_limit``, ``soft_time_limit``, ``link``,
-    ``link_error`` (signatures in their wire form), ``sinks`` (names or addresses
-    of data sinks), ``chain`` (the rest of a chain, as its header text),
-    ``retries``, ``map``, ``track_started``, ``acks_late`` (False: at-most-once,
-    sent pre-settled and never confirmed nor held by the backlog, whatever
-    ``confirm`` and ``durable`` say; every hop after this one sends it so too).
+    ``options``: checked where they entered (:class:`SendOptions`).
+    ``options.acks_late=False`` is at-most-once: sent pre-settled, never held
+    by the backlog, and every hop after this one sends it so too; it takes
+    precedence over ``durable``, and ``confirm=True`` with it is refused
+    (:meth:`SendOptions.delivery`).
 
     ``confirm``: wait until the receiver settled it; by default, when the
     directory says the receiver takes it on at once (``Directory.accepting``).
@@ -295,25 +281,18 @@ async def send_task(
 
     Raises:
         ConfigError: an unknown pool, or a delay with no scheduler.
+        MisuseError: ``confirm=True`` with ``acks_late=False``.
         DeliveryError: (confirmed) the receiver refused it.
         PeerUnavailable: (not durable) its node could not be reached (across
             hosts, neither it nor, within the directory's ``failover``, the
             services node that took the services role over).
     """
-    options = options or {}
+    options = options or SendOptions()
+    delivery = options.delivery(task, confirm=confirm, durable=durable)
     outbox = client.outbox
     now = outbox.now()
     meta = _task_headers(pool, task_id, options, headers)
-    eta = _timestamp(options.get("eta"))
-    countdown = options.get("countdown")
-    if countdown is not None:
-        eta = now + float(countdown)
-    expires = options.get("expires")
-    expiry_time = None
-    if expires is not None:
-        expiry_time = (
-            now + float(expires) if isinstance(expires, int | float) else _timestamp(expires)
-        )
+    eta = options.due(now)
     directory = client.directory
     receiver = pool
     if eta is not None and eta > now + 0.001:
@@ -329,12 +308,13 @@ async def send_task(
         reply_to=reply_to,
         correlation_id=correlation_id or task_id,
         creation_time=now,
-        expiry_time=expiry_time,
+        expiry_time=options.expiry_time(now),
         headers=meta,
     )
-    if meta.get(AT_MOST_ONCE):
+    if delivery.presettled:
         await outbox.send(target, envelope, presettled=True, confirm=False)
         return
+    confirm = delivery.confirm
     if confirm is None:
         confirm = receiver in directory.accepting
     # Across hosts, what a services node that lost its role (or its host) had

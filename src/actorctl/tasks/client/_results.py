@@ -38,7 +38,7 @@ from ..protocol._protocol import (
     REVOKED,
     SUCCESS,
 )
-from ..protocol._task_errors import task_error
+from ..protocol._task_errors import TaskError, task_error
 
 #: Seconds a caller waits for a result's document before it also fetches the
 #: result by id (in case the document was sent while its reply link was down).
@@ -484,7 +484,7 @@ class ResultRegistry:
         self._emptied.unpark_all()
         for result in waiting.values():
             self._outbox.unexpect(result.id)
-            result.update(FAILURE, {"type": "Disconnected", "message": reason})
+            result.update(FAILURE, TaskError("Disconnected", reason).wire())
 
     def deliver(self, task_id: str, state: str, body: Any, headers: Mapping[str, Any]) -> bool:
         """Hand a state document to its result; False if nobody waits for it."""

@@ -8,7 +8,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import typing
-from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, Final
 
@@ -18,6 +17,7 @@ import cattrs
 from ..._errors import ConfigError
 from ...actors import BadArguments, converter, to_wire
 from ..protocol._protocol import CHAIN_SEPARATOR, sink_list, unpack_chain
+from ..protocol._send_options import SendOptions
 from ._client import Directory
 
 __all__ = ["check_event", "check_fields", "check_references"]
@@ -27,13 +27,11 @@ __all__ = ["check_event", "check_fields", "check_references"]
 _EXACT: Final = MappingProxyType({int: (int,), float: (int, float), str: (str,), bool: (bool,)})
 
 
-def check_references(
-    directory: Directory, sender: str, pool: str, options: Mapping[str, Any]
-) -> None:
+def check_references(directory: Directory, sender: str, pool: str, options: SendOptions) -> None:
     """Every pool and sink that the options of a send (by ``sender``: "task
     NAME", "event NAME") name (its
     ``sinks``, its ``link`` and ``link_error`` callbacks, its chain's steps)
-    is one the directory knows; options in wire form (``wire_options``).
+    is one the directory knows.
 
     Raises:
         ConfigError: naming the sender, the name that does not resolve, and the
@@ -57,14 +55,12 @@ def check_references(
                 resolve(f"a sink of {sig['t']}", sink)
         return sig_pool
 
-    for sink in sink_list(options.get("sinks")):
+    for sink in options.sinks:
         resolve("sink", sink)
-    for key in ("link", "link_error"):
-        linked = options.get(key)
-        for sig in linked if isinstance(linked, list) else []:
-            signature(sig, pool)
-    chain = options.get("chain")
-    if isinstance(chain, str) and chain:
+    for sig in (*options.link, *options.link_error):
+        signature(sig, pool)
+    chain = options.chain
+    if chain:
         try:
             steps = [json.loads(line) for line in unpack_chain(chain).split(CHAIN_SEPARATOR)]
         except ValueError:

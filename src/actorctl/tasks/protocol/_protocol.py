@@ -15,6 +15,7 @@ import zlib
 from typing import Any, Final
 
 from ...mailbox import BAD_ARGUMENTS, DECODE_ERROR, UNKNOWN_HANDLER, Envelope
+from ._send_options import sink_list
 
 __all__ = [
     "BAD_ARGUMENTS",
@@ -204,7 +205,9 @@ def signature_from_wire(
     data: Any, pool: str
 ) -> tuple[str, str, list[Any], dict[str, Any], bool, dict[str, Any]]:
     """(task, pool, args, kwargs, immutable, options) of a signature in a header
-    (§14.3); ``pool`` is the pool its ``p`` defaults to.
+    (§14.3); ``pool`` is the pool its ``p`` defaults to. Its options are as
+    they came: :meth:`SendOptions.from_wire` checks them where they are sent,
+    so that a bad one fails the send, not the reading of the header.
 
     Raises:
         ValueError: it is not a signature.
@@ -228,15 +231,6 @@ def signatures_in(text: object) -> list[Any]:
     except ValueError:
         return []
     return sigs if isinstance(sigs, list) else []
-
-
-def sink_list(value: object) -> list[str]:
-    """A ``sinks`` value: an array, or one comma-separated string (§14.2, §14.3)."""
-    if isinstance(value, str):
-        return [s for s in value.split(",") if s]
-    if isinstance(value, list | tuple):
-        return [str(s) for s in value]
-    return []
 
 
 def header_sinks(headers: Any) -> list[str]:

@@ -60,6 +60,10 @@ class NotRun:
     kind: NotRunKind
     reason: str
 
+    def wire(self) -> dict[str, Any]:
+        """Its form in a REVOKED document: ``{"reason"}``."""
+        return {"reason": self.reason}
+
 
 def task_error(type_name: str, message: str, task_id: str | None = None) -> TaskFailed:
     """The exception ``get()`` raises for a task that failed with ``type_name``.

@@ -57,6 +57,7 @@ from ...etcd import EtcdRoleLease
 from ...store import Store
 from ..client._client import Directory, TaskClient, send_task
 from ..protocol._protocol import BEAT_NAME
+from ..protocol._send_options import SendOptions
 from ..protocol._state import store_of
 from ._beat_lease import LEASE_TTL, BeatLease
 from ._periodic import PeriodicTask, firing_id
@@ -374,7 +375,7 @@ class Beat(Actor):
             kwargs=periodic.kwargs,
             task_id=task_id,
             reply_to=None,
-            options=periodic.options,
+            options=SendOptions.of(periodic.options, f"periodic task {name}"),
             headers={H_PERIODIC: name},
             durable=True,
             message_id=task_id,

@@ -36,7 +36,9 @@ from ..protocol._protocol import (
     SUCCESS,
     signature_from_wire,
 )
+from ..protocol._send_options import SendOptions
 from ..protocol._state import CHORDS_TABLE, DurableOutbox, json_row, store_of
+from ..protocol._task_errors import TaskError
 from ..worker._documents import send_document
 
 __all__ = ["ChordBarrier"]
@@ -180,13 +182,10 @@ class ChordBarrier(Actor):
             return ACCEPTED, None
         if state != SUCCESS:
             del self.chords[chord_id]
-            error = envelope.body if isinstance(envelope.body, dict) else {}
-            failure = {
-                "type": "ChordError",
-                "message": f"task {member} of the chord ended {state}: "
-                f"{error.get('type', '')} {error.get('message', error.get('reason', ''))}".strip(),
-            }
-            await self._fail_chord(chord_id, chord, failure)
+            error = envelope.body if isinstance(envelope.body, dict) else {}  # as it came
+            why = f"{error.get('type', '')} {error.get('message', error.get('reason', ''))}"
+            message = f"task {member} of the chord ended {state}: {why}".strip()
+            await self._fail_chord(chord_id, chord, TaskError("ChordError", message))
             return ACCEPTED, None
         if member in chord.results:
             return ACCEPTED, None  # sent again
@@ -222,17 +221,18 @@ class ChordBarrier(Actor):
                 kwargs=kwargs,
                 task_id=chord_id,
                 reply_to=chord.reply_to,
-                options=options,
+                options=SendOptions.from_wire(options, f"task {name}"),
             )
         except Exception as exc:  # the body cannot be sent: its caller must hear of it
             log("actorctl:chord:unsendable", chord_id=chord_id, error=str(exc))
-            failure = {"type": type(exc).__name__, "message": f"chord body: {exc}"}
-            await self._fail_chord(chord_id, chord, failure)
+            await self._fail_chord(
+                chord_id, chord, TaskError(type(exc).__name__, f"chord body: {exc}")
+            )
             return
         self.store.delete(CHORDS_TABLE, chord_id)
         await self.store.sync()
 
-    async def _fail_chord(self, chord_id: str, chord: _Chord, failure: dict[str, Any]) -> None:
+    async def _fail_chord(self, chord_id: str, chord: _Chord, failure: TaskError) -> None:
         """Tell the chord's caller (if any) that it failed, under the chord's id
         (kept as the chord's result either way), then delete the barrier."""
         outbox = self.client.outbox
@@ -247,6 +247,6 @@ class ChordBarrier(Actor):
             headers={H_TASK_ID: chord_id},
         )
         targets = [chord.reply_to] if chord.reply_to else []
-        await send_document(self.client, request, FAILURE, failure, targets)
+        await send_document(self.client, request, FAILURE, failure.wire(), targets)
         self.store.delete(CHORDS_TABLE, chord_id)
         await self.store.sync()

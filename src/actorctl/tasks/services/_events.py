@@ -27,6 +27,7 @@ from ..protocol._protocol import (
     header_sinks,
     new_task_id,
 )
+from ..protocol._send_options import SendOptions
 
 __all__ = ["EventHub"]
 
@@ -73,10 +74,7 @@ class EventHub(Actor):
                     kwargs={},
                     task_id=new_task_id(),
                     reply_to=None,
-                    options={
-                        "sinks": [*task.sinks, *sinks],
-                        **({} if task.acks_late else {"acks_late": False}),
-                    },
+                    options=SendOptions(sinks=(*task.sinks, *sinks), acks_late=task.acks_late),
                     headers={H_EVENT: event_name, H_EVENT_ID: envelope.message_id},
                     durable=True,
                 )

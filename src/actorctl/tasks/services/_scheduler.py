@@ -52,6 +52,7 @@ from ..protocol._protocol import (
     envelope_task_id,
 )
 from ..protocol._state import DELAYED, record_revokes, store_of, stored_revokes
+from ..protocol._task_errors import NotRun, NotRunKind, TaskError
 from ..worker._documents import send_document
 from ..worker._inspect import HeldTask
 from ..worker._letters import dead_letter
@@ -178,7 +179,7 @@ class Scheduler(Actor):
         await self.store.sync()
         for held in dropped:
             await self._finish(
-                held, REVOKED, {"reason": "revoked while it waited in the scheduler"}
+                held, NotRun(NotRunKind.REVOKED, "revoked while it waited in the scheduler")
             )
             self.store.delete(DELAYED, held.envelope.message_id)
         if dropped:
@@ -233,8 +234,7 @@ class Scheduler(Actor):
         if envelope_task_id(envelope) in self.revoked:
             await self._finish(
                 _Held(envelope_task_id(envelope), 0.0, envelope),
-                REVOKED,
-                {"reason": "revoked before it reached the scheduler"},
+                NotRun(NotRunKind.REVOKED, "revoked before it reached the scheduler"),
             )
             return ACCEPTED, None
         self.store.put(DELAYED, envelope.message_id, encode(envelope))
@@ -310,11 +310,11 @@ class Scheduler(Actor):
         now = self.outbox.now()
         if held.task_id in self.revoked:
             reason = "revoked while it waited in the scheduler"
-            await self._finish(held, REVOKED, {"reason": reason})
+            await self._finish(held, NotRun(NotRunKind.REVOKED, reason))
             return
         if envelope.expiry_time is not None and envelope.expiry_time <= now:
             reason = f"expired {now - envelope.expiry_time:.3f} s before it was due"
-            await self._finish(held, REVOKED, {"reason": reason})
+            await self._finish(held, NotRun(NotRunKind.EXPIRED, reason))
             here = self._require_cell().address
             await dead_letter(
                 self.client,
@@ -322,7 +322,7 @@ class Scheduler(Actor):
                 envelope,
                 str(envelope.headers.get(H_POOL)),
                 REASON_EXPIRED,
-                {"type": "Expired", "message": reason},
+                TaskError("Expired", reason),
                 envelope_retries(envelope),
             )
             return
@@ -330,7 +330,7 @@ class Scheduler(Actor):
             target = self.directory.resolve(str(envelope.headers[H_POOL]))
         except ConfigError as exc:
             log("actorctl:scheduler:no-pool", message_id=envelope.message_id, error=str(exc))
-            await self._finish(held, FAILURE, {"type": "ConfigError", "message": str(exc)})
+            await self._finish(held, TaskError("ConfigError", str(exc)))
             return
         headers = {k: v for k, v in envelope.headers.items() if k != H_ETA}
         due = attrs.evolve(
@@ -350,14 +350,16 @@ class Scheduler(Actor):
             target, due, presettled=False, confirm=False, durable=True, reroute=reroute
         )
 
-    async def _finish(self, held: _Held, state: str, body: dict[str, Any]) -> None:
-        """End a held task without sending it: its final document to its
-        caller (if it has one), kept as its result either way."""
+    async def _finish(self, held: _Held, end: NotRun | TaskError) -> None:
+        """End a held task without sending it: its final document (REVOKED
+        for a task not run, FAILURE for an error) to its caller (if it has
+        one), kept as its result either way."""
         envelope = held.envelope
-        if state == REVOKED:
-            log("actorctl:scheduler:revoked", task_id=held.task_id, reason=body.get("reason"))
+        state = REVOKED if isinstance(end, NotRun) else FAILURE
+        if isinstance(end, NotRun):
+            log("actorctl:scheduler:revoked", task_id=held.task_id, reason=end.reason)
         targets = [envelope.reply_to] if envelope.reply_to else []
-        await send_document(self.client, envelope, state, body, targets)
+        await send_document(self.client, envelope, state, end.wire(), targets)
 
     # -- control ------------------------------------------------------------------------
 

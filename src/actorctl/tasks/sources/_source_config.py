@@ -21,24 +21,12 @@ from ._source import Source, SourceSpec
 from ._source_kinds import KIND_KEYS, checked_factory, reader_factory
 
 __all__ = [
-    "SOURCE_KEYS",
     "SOURCE_PREFIX",
-    "SOURCE_REQUIRED",
     "cluster_sources",
     "source_actor",
     "source_spec",
 ]
 
-#: The keys of a ``[[source]]`` table: those every source has (what it feeds,
-#: how often, how much), then those of the built-in kinds, then ``settings`` (a
-#: table for a "module:Class" source). Which go with which ``kind`` is checked
-#: here (:func:`source_spec`); that no other key is there, when the file is read.
-SOURCE_KEYS: Final = frozenset(
-    {"name", "kind", "task", "actor", "handler", "node", "poll", "batch", "window"}
-    | {"path", "pattern", "url", "key", "timeout", "database", "table", "columns"}
-    | {"settings"}
-)
-SOURCE_REQUIRED: Final = ("name", "kind")
 #: A source named ``NAME`` is the actor ``source.NAME`` on its node.
 SOURCE_PREFIX: Final = "source."
 

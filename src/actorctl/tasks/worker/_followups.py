@@ -14,6 +14,8 @@ from __future__ import annotations
 import json
 from typing import Any, final
 
+import attrs
+
 from ..._log import log
 from ...actors import Address, NamedCounters, to_wire
 from ...cluster import AT_MOST_ONCE
@@ -45,8 +47,8 @@ from ..protocol._protocol import (
     next_step,
     signature_from_wire,
     signatures_in,
-    sink_list,
 )
+from ..protocol._send_options import SendOptions
 from ..protocol._state import RESULT_EXPIRES
 from ..protocol._task_errors import TaskError
 from ._documents import send_document
@@ -137,7 +139,7 @@ class FollowUps:
                 kwargs=kwargs,
                 task_id=new_task_id(),
                 reply_to=None,
-                options=options,
+                options=SendOptions.from_wire(options, f"task {name}"),
                 durable=True,
             )
         await self.report(envelope, FAILURE, error)
@@ -171,7 +173,7 @@ class FollowUps:
             task_id=task_id,
             reply_to=envelope.reply_to,
             correlation_id=envelope.correlation_id,
-            options=options,
+            options=SendOptions.from_wire(options, f"task {envelope.subject}"),
             headers=passthrough,
             durable=True,
         )
@@ -183,9 +185,7 @@ class FollowUps:
         if self.counters is not None:
             self.counters.add(envelope.subject, f"dead_lettered:{reason}")
         pool = self.pool_of(envelope)
-        await dead_letter(
-            self.client, self.dead_letters, envelope, pool, reason, error.wire(), retries
-        )
+        await dead_letter(self.client, self.dead_letters, envelope, pool, reason, error, retries)
 
     async def _send_signature(
         self, envelope: Envelope, sig: Any, pool: str, value: Any, *, reply: bool, chain: str = ""
@@ -200,12 +200,13 @@ class FollowUps:
                 error = TaskError("WireFormatError", f"bad chain step: {exc}")
                 await self.report(envelope, FAILURE, error.wire())
             return
+        sent = SendOptions.from_wire(options, f"task {name}")  # a bad one fails the task
         if not immutable:
             args = [to_wire(value), *args]
         headers = None
         if reply:
-            sinks = [*sink_list(options.get("sinks")), *header_sinks(envelope.headers)]
-            options = {**options, "sinks": sinks, **({"chain": chain} if chain else {})}
+            sinks = (*sent.sinks, *header_sinks(envelope.headers))
+            sent = attrs.evolve(sent, sinks=sinks, chain=chain or sent.chain)
             if H_CHORD in envelope.headers:
                 headers = {H_CHORD: envelope.headers[H_CHORD]}
         await send_task(
@@ -217,7 +218,7 @@ class FollowUps:
             task_id=new_task_id(),
             reply_to=envelope.reply_to if reply else None,
             correlation_id=envelope.correlation_id if reply else None,
-            options=options,
+            options=sent,
             headers=headers,
             durable=True,
         )

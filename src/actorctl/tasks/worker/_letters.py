@@ -11,13 +11,13 @@ a fresh retry budget.
 from __future__ import annotations
 
 import base64
-from typing import Any
 
 from ..._errors import ConfigError
 from ...actors import Address
 from ...mailbox import Envelope, encode
 from ..client._client import TaskClient
 from ..protocol._protocol import H_ETA, H_LAST_ERROR, H_RETRIES
+from ..protocol._task_errors import TaskError
 
 __all__ = ["dead_letter"]
 
@@ -32,7 +32,7 @@ async def dead_letter(
     envelope: Envelope,
     pool: str,
     reason: str,
-    error: dict[str, Any],
+    error: TaskError,
     retries: int,
 ) -> None:
     """Send ``envelope`` (a task command for ``pool``) to ``dead_letters``
@@ -45,7 +45,7 @@ async def dead_letter(
         "reason": reason,
         "target": target,
         "message": base64.b64encode(bytes(encode(envelope))).decode(),
-        "error": error,
+        "error": error.wire(),
         "retries": retries,
         "reset": list(_REDRIVE_RESET),
         "sender": envelope.sender,

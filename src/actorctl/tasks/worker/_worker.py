@@ -302,7 +302,7 @@ class TaskWorker(Actor):
             self.named_counters.add(task.name, REVOKED.lower())
             hooks.revoked(task, task_id, args, kwargs, why_not)
             holdings.end(held, REVOKED, why_not.reason, None, envelope_retries(envelope), now())
-            await followups.report(envelope, REVOKED, {"reason": why_not.reason})
+            await followups.report(envelope, REVOKED, why_not.wire())
             if why_not.kind is NotRunKind.EXPIRED:
                 error = TaskError("Expired", why_not.reason)
                 await followups.dead_letter(
@@ -395,9 +395,9 @@ class TaskWorker(Actor):
             return await self._retry(envelope, task, task_id, retries, retry.exc, retry.countdown)
         except TaskFailure as failure:
             if failure.type_name == "TaskRevoked":
-                await followups.report(envelope, REVOKED, {"reason": failure.message})
                 # (raised by _run only: revoked with terminate while it ran)
                 terminated = NotRun(NotRunKind.TERMINATED, failure.message)
+                await followups.report(envelope, REVOKED, terminated.wire())
                 hooks.revoked(task, task_id, *envelope.call(), terminated)
                 return REVOKED
             await followups.fail(envelope, task_id, TaskError(failure.type_name, failure.message))
