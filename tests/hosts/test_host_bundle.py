@@ -23,11 +23,11 @@ from pathlib import Path
 import pytest
 
 from tests.apps.hosts_app import RECORDS, runs
+from tests.support.cli import ROOT
 from tests.support.etcd_server import running_etcd
 from tests.support.harness import free_port
 from tests.support.netns import wait_for_output
 
-ROOT = Path(__file__).resolve().parent.parent
 ACTORCTL = [sys.executable, "-m", "actorctl"]
 READY = 60.0  # seconds a host's nodes may take to start on a loaded 2-core machine
 NODES = {"a": ["services"], "b": ["worker-b"], "c": ["worker-c"]}

@@ -45,11 +45,11 @@ from actorctl.ops import (
 )
 from actorctl.ops._reload_request import canonical, refusal
 from actorctl.tasks import cluster_app
+from tests.support.cli import ROOT
 from tests.support.etcd_server import EtcdServer, running_etcd
 from tests.support.harness import free_port
 from tests.support.netns import wait_for_output
 
-ROOT = Path(__file__).resolve().parent.parent
 ACTORCTL = [sys.executable, "-m", "actorctl"]
 READY = 60.0  # seconds a host's nodes may take to start on a loaded 2-core machine
 WAIT = 120.0  # seconds a reload across the hosts may take there

@@ -47,6 +47,7 @@ from actorctl.tasks._hosting import cluster_directory
 from actorctl.tasks.client._client import TaskClient, send_task
 from actorctl.tasks.client._services_role import SERVICES_ROLE_NAME, ServicesRole
 from actorctl.tasks.protocol._protocol import CHORD_BARRIER_NAME, H_CHORD, SERVICES_ROLE
+from actorctl.tasks.protocol._send_options import SendOptions
 from tests.apps.replicated_app import RAN, job, paced, ran_all
 from tests.support.cli import ROOT
 from tests.support.etcd_server import EtcdServer
@@ -137,7 +138,7 @@ async def test_what_the_holder_confirms_is_in_the_standbys_copy_before_its_sende
                 sender = TaskClient(caller.outbox, directory)
                 # When a caller sends 20 tasks (5 due in an hour), each confirmed
                 for i in range(20):
-                    options = {"countdown": 3600} if i % 4 == 0 else {}
+                    options = SendOptions(countdown=3600.0) if i % 4 == 0 else SendOptions()
                     await send_task(
                         sender, task=job.name, pool="celery", args=[], kwargs={},
                         task_id=f"t-{i}", reply_to=None, options=options, confirm=True,
@@ -231,7 +232,7 @@ async def test_the_holder_killed_and_its_disk_destroyed_loses_none_of_what_it_co
             for i in range(30):
                 sent.append(await send(sender, f"task-{i}"))
             for i in range(10):
-                sent.append(await send(sender, f"later-{i}", options={"countdown": 8}))
+                sent.append(await send(sender, f"later-{i}", options=SendOptions(countdown=8.0)))
             chords = ActorRef(Address.parse(barrier), caller.outbox)
             await chords.ask("open", "chord-1", ["head-1", "head-2"], job.s().to_wire())
             header = {"reply_to": barrier, "correlation_id": "chord-1"}
