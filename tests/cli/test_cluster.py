@@ -19,6 +19,10 @@ from actorctl.mailbox import Keyring
 from actorctl.tasks import cluster_app
 from tests.support.cli import cli_env, run_cli_async, start_cli
 from tests.support.harness import free_port, node_pair
+from tests.support.output import Output
+
+#: Seconds a wait on what `cluster up` says may take.
+SAYS = 60.0
 
 
 def _cluster_file(directory: Path, ports: list[int], controller: int) -> Path:
@@ -41,27 +45,6 @@ async def _cli_client(directory: Path) -> AsyncIterator[Node]:
     keys = Keyring.load(directory / "keys", "cli")
     async with open_node("client", host=None, tls=tls, keyring=keys) as client:
         yield client
-
-
-class Lines:
-    """The lines a process writes to a stream, read as they come."""
-
-    def __init__(self, stream: trio.abc.ReceiveStream) -> None:
-        self.stream = stream
-        self.buffer = b""
-        self.seen: list[str] = []
-
-    async def until(self, text: str) -> str:
-        with trio.fail_after(60):
-            while True:
-                for line in self.buffer.split(b"\n")[:-1]:
-                    decoded = line.decode()
-                    if text in decoded and decoded not in self.seen:
-                        self.seen.append(decoded)
-                        return decoded
-                chunk = await self.stream.receive_some(4096)
-                assert chunk, f"the process ended before it said {text!r}: {self.buffer!r}"
-                self.buffer += chunk
 
 
 async def _actorctl(*args: str) -> subprocess.CompletedProcess[bytes]:
@@ -136,15 +119,15 @@ async def test_cluster_up_supervises_nodes_and_restarts_one_killed(
     env = cli_env({"NOTIFY_SOCKET": str(tmp_path / "notify")})
     proc = await start_cli(nursery, "cluster", "up", path, env=env)
     assert proc.stdout is not None
-    out = Lines(proc.stdout)
+    out = Output(proc.stdout, SAYS)
     await out.until("cluster 'test' ready")
     with trio.fail_after(30):
         assert await notify.recv(64) == b"READY=1"
     notify.close()
-    table = out.buffer.decode()
+    table = out.text()
     assert "NODE" in table
     assert "running" in table
-    second = await out.until("node n2 ready at")
+    [second] = [line for line in out.lines if "node n2 ready at" in line]  # before "ready"
     pid = int(second.rpartition("(pid ")[2].rstrip(")"))
     async with _cli_client(tmp_path) as client:
         ref = client.ref(f"amqps://127.0.0.1:{ports[1]}/calculator").with_options(timeout=10)
@@ -202,7 +185,7 @@ async def test_no_accepted_task_is_lost_when_a_worker_node_is_killed_mid_flight(
         nursery, "cluster", "up", path, env=cli_env({"COUNTER_DIR": str(counts)})
     )
     assert proc.stdout is not None
-    out = Lines(proc.stdout)
+    out = Output(proc.stdout, SAYS)
     first = await out.until("node n1 ready at")
     n1 = int(first.rpartition("(pid ")[2].rstrip(")"))
     await out.until("cluster 'work' ready")
@@ -244,9 +227,9 @@ async def test_cluster_up_in_process_runs_every_node_in_one_process(
     path = _cluster_file(tmp_path, ports, free_port())
     proc = await start_cli(nursery, "cluster", "up", path, "--in-process")
     assert proc.stdout is not None
-    out = Lines(proc.stdout)
+    out = Output(proc.stdout, SAYS)
     await out.until("cluster 'test' ready")
-    pids = {line.rpartition("(pid ")[2].rstrip(")") for line in out.buffer.decode().splitlines()
+    pids = {line.rpartition("(pid ")[2].rstrip(")") for line in out.lines
             if " ready at " in line}  # fmt: skip
     assert pids == {str(proc.pid)}  # one process: cluster up's own
     async with _cli_client(tmp_path) as client:

@@ -20,7 +20,7 @@ import attrs
 import pytest
 import trio
 
-from tests.support.cli import run_cli_async, start_cli
+from tests.support.cli import Watched, run_cli_async, start_watched
 from tests.support.harness import free_port
 
 #: Where each node listens: n2 under a DNS name (as a StatefulSet's pod is
@@ -51,45 +51,6 @@ pools = ["limited", "ordered"]
 """
 
 
-@attrs.define
-class Running:
-    """A process this test started, its output read as it comes (a full pipe
-    would stop it), and an event set at each new line."""
-
-    process: trio.Process
-    output: bytearray = attrs.field(factory=bytearray)
-    grew: trio.Event = attrs.field(factory=trio.Event)
-    ended: trio.Event = attrs.field(factory=trio.Event)
-
-    async def drain(self) -> None:
-        assert self.process.stdout is not None
-        while chunk := await self.process.stdout.receive_some(65536):
-            self.output += chunk
-            self.grew.set()
-            self.grew = trio.Event()
-        self.ended.set()
-        self.grew.set()
-
-    async def wait_for(self, text: str, after: int = 0) -> int:
-        """Wait (bounded) until ``text`` is in the output after offset ``after``;
-        where it ends."""
-        with trio.fail_after(WAIT):
-            while (at := self.output.find(text.encode(), after)) < 0:
-                assert not self.ended.is_set(), f"ended before {text!r}:\n{self.text()}"
-                await self.grew.wait()
-        return at + len(text)
-
-    def text(self) -> str:
-        return self.output.decode("utf-8", "replace")
-
-
-async def start(nursery: trio.Nursery, *args: str) -> Running:
-    process = await start_cli(nursery, *args, stderr=subprocess.STDOUT)
-    running = Running(process)
-    nursery.start_soon(running.drain)
-    return running
-
-
 async def actorctl(*args: str) -> subprocess.CompletedProcess[str]:
     done = await run_cli_async(*args, timeout=WAIT)
     return subprocess.CompletedProcess(
@@ -102,17 +63,17 @@ class Cluster:
     path: Path
     nursery: trio.Nursery
     ports: dict[str, int]
-    nodes: dict[str, Running] = attrs.field(factory=dict)
-    controller: Running | None = None
+    nodes: dict[str, Watched] = attrs.field(factory=dict)
+    controller: Watched | None = None
 
-    async def start_node(self, name: str) -> Running:
+    async def start_node(self, name: str) -> Watched:
         listen = self.ports[name]
-        node = await start(
+        node = await start_watched(
             self.nursery, "node", "run", "tests.apps.limits_app:app", "--cluster", str(self.path),
             "--name", name, "--listen", f"{HOSTS[name]}:{listen}", "--grace", "1",
             "--certs", str(self.path.parent / "certs"), "--keys", str(self.path.parent / "keys"),
         )  # fmt: skip
-        await node.wait_for('"actorctl:node:ready"')
+        await node.output.wait_for('"actorctl:node:ready"')
         self.nodes[name] = node
         return node
 
@@ -148,11 +109,11 @@ async def cluster(tmp_path: Path, nursery: trio.Nursery) -> AsyncIterator[Cluste
         for name in ("n1", "n2"):
             starting.start_soon(running.start_node, name)
     # And the controller of the file
-    running.controller = await start(
+    running.controller = await start_watched(
         nursery, "cluster", "controller", str(path), "--lost-after", "1",
         "--log", str(tmp_path / "controller.log"),
     )  # fmt: skip
-    await running.controller.wait_for("cluster 'outside' ready")
+    await running.controller.output.wait_for("cluster 'outside' ready")
     yield running
     for node in running.nodes.values():
         if node.process.returncode is None:
@@ -177,7 +138,7 @@ async def test_status_shows_the_nodes_it_did_not_start_and_control_goes_through_
         assert f"amqps://{HOSTS[name]}:{cluster.ports[name]}" in line, status
         assert str(node.process.pid) in line, status
     # And it serves its web page
-    assert "web page: https://127.0.0.1:" in cluster.controller.text()  # TLS, as the inbox
+    assert "web page: https://127.0.0.1:" in cluster.controller.output.text()  # TLS, as the inbox
     # And `control limits` reaches both through this Controller's broadcast
     shown = await actorctl("control", "limits", str(cluster.path), "--json")
     assert shown.returncode == 0, shown.stderr
@@ -188,8 +149,9 @@ async def test_status_shows_the_nodes_it_did_not_start_and_control_goes_through_
     cluster.controller.process.send_signal(signal.SIGTERM)
     with trio.fail_after(WAIT):
         code = await cluster.controller.process.wait()
-    assert code == 0, cluster.controller.text()
-    assert "controller of cluster 'outside' stopped (its nodes go on)" in cluster.controller.text()
+    assert code == 0, cluster.controller.output.text()
+    said = cluster.controller.output.text()
+    assert "controller of cluster 'outside' stopped (its nodes go on)" in said
     assert all(node.process.returncode is None for node in cluster.nodes.values())
 
 
@@ -197,22 +159,22 @@ async def test_a_killed_node_is_down_then_running_again_with_one_restart(
     cluster: Cluster,
 ) -> None:
     assert cluster.controller is not None
-    seen = len(cluster.controller.output)
+    seen = len(cluster.controller.output.data)
     # When node n2 is killed (SIGKILL, by the pid of the process the test started)
     killed = cluster.nodes["n2"]
     killed.process.kill()
     with trio.fail_after(WAIT):
         await killed.process.wait()
     # Then the controller says it is down (its connection lost for --lost-after)
-    seen = await cluster.controller.wait_for("node n2 down:", seen)
+    seen = await cluster.controller.output.wait_for("node n2 down:", seen)
     status = await cluster.status()
     assert "down" in node_line(status, "n2"), status
     assert "running" in node_line(status, "n1"), status
     # When it is started again
     again = await cluster.start_node("n2")
     # Then the controller has reached the new process: running, one restart
-    await cluster.controller.wait_for(f"node n2 running at amqps://localhost:{cluster.ports['n2']} "
-                                      f"(pid {again.process.pid}) (restart 1)", seen)  # fmt: skip
+    at = f"amqps://localhost:{cluster.ports['n2']} (pid {again.process.pid}) (restart 1)"
+    await cluster.controller.output.wait_for(f"node n2 running at {at}", seen)
     status = await cluster.status()
     line = node_line(status, "n2")
     assert "running" in line, status

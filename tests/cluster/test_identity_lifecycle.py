@@ -22,12 +22,10 @@ import pytest
 import trio
 
 from actorctl import ConfigError, Envelope, Node, Rejected, TlsFiles, open_node
-from actorctl.cluster.link._pending import Pending
 from actorctl.mailbox import (
     AuthError,
     IdentityKey,
     Keyring,
-    Outcome,
     SessionOffer,
     SessionTable,
     Verifier,
@@ -36,12 +34,13 @@ from actorctl.mailbox import (
     sign_ed25519,
 )
 from actorctl.mailbox._keydir import add_public_key, revoke_key
-from actorctl.mailbox._signing import Session, SessionSigner, sign_hmac
+from actorctl.mailbox._signing import sign_hmac
 from actorctl.ops import init_certs, issue_cert
 from tests.apps.actors import Vault
 from tests.support.cli import cli_output, run_cli_async, start_cli
-from tests.support.harness import Logs, free_port
+from tests.support.harness import Logs, free_port, open_session, send_raw
 from tests.support.keys import APPLIES_WITHIN
+from tests.support.output import Output
 from tests.support.tls import make_tls
 
 
@@ -50,35 +49,6 @@ def keyring_dir(directory: Path, *names: str) -> Path:
     for name in names:
         IdentityKey.generate(name).save(directory, name)
     return directory
-
-
-class Output:
-    """What a node subprocess writes to its standard output, read as it comes
-    (a pipe nobody reads fills up, and the node then blocks on its next log line)."""
-
-    def __init__(self, stream: trio.abc.ReceiveStream) -> None:
-        self.stream = stream
-        self.text = b""
-        self._grew = trio.Event()
-        self.closed = False
-
-    async def run(self) -> None:
-        while chunk := await self.stream.receive_some(4096):
-            self.text += chunk
-            self._grew.set()
-            self._grew = trio.Event()
-        self.closed = True
-        self._grew.set()
-
-    async def wait_for(self, marker: bytes, start: int = 0) -> None:
-        """Return once ``marker`` appears after byte ``start``."""
-        while marker not in self.text[start:]:
-            assert not self.closed, f"the node exited before it wrote {marker!r}"
-            await self._grew.wait()
-
-    async def wait_closed(self) -> None:
-        while not self.closed:
-            await self._grew.wait()
 
 
 async def changed(node: Node, change: Awaitable[object]) -> None:
@@ -103,26 +73,6 @@ async def ask(client: Node, address: str, handler: str, *args: object) -> object
 async def ask_open(client: Node, server: Node, who: str) -> object:
     """Ask the vault on ``server`` to open; its answer, or the refusal."""
     return await ask(client, str(server.address_of("vault")), "open", who)
-
-
-async def send_raw(client: Node, server: Node, data: bytes, message_id: str) -> Outcome:
-    """Send signed bytes on the client's own authenticated connection; the outcome."""
-    pending = Pending("vault", data, message_id)
-    with trio.fail_after(10):
-        await client.outbox.open_peer(server.address_of("vault")).transmit(pending)
-        await pending.done.wait()
-    assert pending.outcome is not None
-    return pending.outcome
-
-
-async def open_session(client: Node, server: Node) -> Session:
-    """The signing session the client node holds with the server."""
-    peer = client.outbox.open_peer(server.address_of("vault"))
-    with trio.fail_after(10):
-        await peer.wait_ready()
-    signer = peer._signer
-    assert isinstance(signer, SessionSigner), "the client node opened no session"
-    return signer.session
 
 
 def envelope(client: Node, who: str) -> Envelope:
@@ -219,7 +169,7 @@ async def test_a_revoked_key_is_refused_and_its_open_session_is_closed(
         open_node("alice", host=None, **options("alice")) as alice,
     ):
         assert await ask_open(mallory, server, "mallory") == "opened for mallory"
-        session = await open_session(mallory, server)
+        session = await open_session(mallory, server.address_of("vault"))
         identity = mallory.identity
         assert identity is not None
         # When the operator revokes mallory's key with `actorctl keys revoke`
@@ -233,7 +183,7 @@ async def test_a_revoked_key_is_refused_and_its_open_session_is_closed(
             actor="vault",
             node=server.node_id,
         )
-        outcome = await send_raw(mallory, server, data, message.message_id)
+        outcome = await send_raw(mallory, server.address_of("vault"), data, message.message_id)
         assert (outcome.state, outcome.condition) == ("rejected", "actorctl:revoked-key")
         assert session.id in (outcome.description or "")
         # and so is a message that mallory signs with the key itself
@@ -244,7 +194,7 @@ async def test_a_revoked_key_is_refused_and_its_open_session_is_closed(
             actor="vault",
             node=server.node_id,
         )
-        outcome = await send_raw(mallory, server, data, message.message_id)
+        outcome = await send_raw(mallory, server.address_of("vault"), data, message.message_id)
         assert (outcome.state, outcome.condition) == ("rejected", "actorctl:revoked-key")
         assert identity.key_id in (outcome.description or "")
         # and mallory's own node's next ask
@@ -306,7 +256,7 @@ async def test_a_certificate_issued_by_certs_issue_joins_a_running_cluster(
         assert refused.condition == "actorctl:unknown-key", refused
         # and once the node has read the newcomer's key, the same client (whose
         # session was refused) is answered, signed, over mutual TLS
-        seen = len(output.text)
+        seen = len(output.data)
         await cli_output("keys", "add", newcomer_keys / "newcomer.pub", "--dir", vault_keys)
         with trio.fail_after(APPLIES_WITHIN):
             await output.wait_for(b"actorctl:keyring:changed", seen)
@@ -321,7 +271,7 @@ async def test_a_certificate_issued_by_certs_issue_joins_a_running_cluster(
     with trio.fail_after(20):
         await proc.wait()
         await output.wait_closed()
-    assert b"actorctl:connection:failed" not in output.text
+    assert b"actorctl:connection:failed" not in output.data
 
 
 async def test_a_bad_file_in_the_keyring_is_logged_and_the_other_keys_stay(

@@ -10,6 +10,7 @@ down for longer than a lease's ttl), not a synchronisation.
 from __future__ import annotations
 
 import functools
+import json
 import uuid
 from collections.abc import Callable
 
@@ -26,6 +27,7 @@ from actorctl.etcd._etcd_directory import EtcdDirectory, NodeChange, open_direct
 from actorctl.etcd._etcd_wire import EtcdUnavailable
 from actorctl.etcd._membership import MembershipRefused, open_registration, register_node
 from actorctl.etcd._node_record import NodeRecord, node_key
+from actorctl.tasks import cluster_app
 from tests.support.etcd_server import EtcdServer, open_proxy
 from tests.support.harness import Logs
 
@@ -39,16 +41,16 @@ def cluster() -> str:
     return f"t-{uuid.uuid4().hex[:10]}"
 
 
-def record(name: str, port: int, pools: dict[str, list[str]] | None = None) -> NodeRecord:
-    pools = pools or {}
-    actors = ["_node", *(w for workers in pools.values() for w in workers)]
+def record(name: str, port: int, workers: dict[str, list[str]] | None = None) -> NodeRecord:
+    workers = workers or {}
+    actors = ["_node", *(w for names in workers.values() for w in names)]
     return NodeRecord(
         name=name,
         address=f"amqps://10.0.0.1:{port}",
         key_id=f"key-{name}",
         fingerprint="sha256:" + "ab" * 32,
         actors=actors,
-        pools=pools,
+        workers=workers,
         started=1_800_000_000.25,
     )
 
@@ -82,11 +84,46 @@ def test_a_record_reads_back_from_its_json_and_bad_ones_are_refused_by_name() ->
     with pytest.raises(ConfigError, match="endpoint alone"):
         NodeRecord("a", "amqp://h:1/worker", "k")
     with pytest.raises(ConfigError, match=r"workers \['x'\] that are not among its actors"):
-        NodeRecord("a", "amqp://h:1", "k", actors=["y"], pools={"p": ["x"]})
+        NodeRecord("a", "amqp://h:1", "k", actors=["y"], workers={"p": ["x"]})
     with pytest.raises(ConfigError, match="not JSON"):
         NodeRecord.from_json(b"{")
     with pytest.raises(ConfigError, match="without address, key_id"):
         NodeRecord.from_json(b'{"name": "a"}')
+
+
+def test_a_record_of_an_older_release_is_read_and_a_new_one_written_for_both() -> None:
+    # Given the field the task application renamed (its word was the old name)
+    aliases = cluster_app().record_aliases
+    old_name = "pools"
+    assert aliases == {old_name: "workers"}
+    # And a record as a node of the release before issue 29 wrote it
+    old = (
+        b'{"name":"w-1","address":"amqps://10.0.0.1:5701","key_id":"key-w-1",'
+        b'"actors":["_node","celery","celery-2"],"'
+        + old_name.encode()
+        + b'":{"celery":["celery","celery-2"]}}'
+    )
+    # Then read with the aliases, its workers are there
+    read = NodeRecord.from_json(old, aliases)
+    assert read.workers == {"celery": ("celery", "celery-2")}
+    assert [str(a) for a in read.worker_addresses("celery")] == [
+        "amqps://10.0.0.1:5701/celery",
+        "amqps://10.0.0.1:5701/celery-2",
+    ]
+    # And without them the record is still read, as one without workers
+    assert NodeRecord.from_json(old).workers == {}
+
+    # Given a new record that carries the aliases
+    new = attrs.evolve(record("w-1", 5701, {"celery": ["celery", "celery-2"]}), aliases=aliases)
+    body = json.loads(new.to_json())
+    # Then it writes its workers under both names, so that an older node reads them
+    assert body["workers"] == body[old_name] == {"celery": ["celery", "celery-2"]}
+    # And it round-trips, read by a node of this release with or without aliases
+    assert NodeRecord.from_json(new.to_json(), aliases) == new
+    assert NodeRecord.from_json(new.to_json()) == new
+    # And where both names are there, the new one is read
+    both = json.dumps({**body, old_name: {"other": ["_node"]}}).encode()
+    assert NodeRecord.from_json(both, aliases).workers == new.workers
 
 
 # -- registration and directory ----------------------------------------------------------
@@ -313,6 +350,29 @@ async def test_a_record_that_is_not_a_node_is_left_out_and_said(
     bad = {m["key"]: m["error"] for m in logs.of_type("actorctl:membership:bad-record")}
     assert "not JSON" in bad[node_key(cluster, "junk")]
     assert "names node 'other'" in bad[node_key(cluster, "liar")]
+
+
+async def test_a_directory_with_aliases_routes_to_a_node_of_an_older_release(
+    etcd: EtcdServer, cluster: str
+) -> None:
+    aliases = cluster_app().record_aliases
+    old_name = "pools"
+    client = EtcdClient([etcd.url])
+    with trio.fail_after(10):
+        async with open_directory(client, cluster, aliases=aliases) as directory:
+            # Given a node of the release before issue 29, its workers under the old name
+            body = json.loads(record("old", 5701, {"p": ["p", "p-2"]}).to_json())
+            body[old_name] = body.pop("workers")
+            await client.put(node_key(cluster, "old"), json.dumps(body).encode())
+            # And a node of this release
+            async with open_registration(client, cluster, record("new", 5702, {"p": ["p"]})):
+                # Then the directory routes the pool to the workers of both
+                await wait_until(directory, lambda: {"old", "new"} <= directory.nodes.keys())
+                assert [str(a) for a in directory.pool_workers("p")] == [
+                    "amqps://10.0.0.1:5702/p",
+                    "amqps://10.0.0.1:5701/p",
+                    "amqps://10.0.0.1:5701/p-2",
+                ]
 
 
 # -- one truth (issue 34) ----------------------------------------------------------------

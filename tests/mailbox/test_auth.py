@@ -17,22 +17,25 @@ import pytest
 import trio
 
 from actorctl import Actor, Envelope, Node, handler
-from actorctl.cluster.link._pending import Pending
+from actorctl.actors import Address
 from actorctl.mailbox import IdentityKey, Outcome, canonical, encode, json_dumps, sign_ed25519
-from actorctl.mailbox._signing import Session, SessionSigner, sign_hmac
+from actorctl.mailbox._signing import Session, sign_hmac
 from tests.apps.actors import Vault
-from tests.support.harness import Logs, Secrets, node_pair
+from tests.support.harness import Logs, Secrets, node_pair, open_session, send_raw
 
 
 @attrs.define
 class Cluster:
+    """The node pair of these tests: the server hosts the vault, the client
+    sends on its own connection (tests/support/harness.py's node_pair)."""
+
     server: Node
     client: Node
     vault: Vault
     identity: IdentityKey
 
     @property
-    def address(self):  # type: ignore[no-untyped-def]
+    def address(self) -> Address:
         return self.server.address_of("vault")
 
     @property
@@ -51,21 +54,10 @@ class Cluster:
         return attrs.evolve(envelope, **changes)
 
     async def session(self) -> Session:
-        peer = self.client.outbox.open_peer(self.address)
-        await peer.wait_ready()
-        signer = peer._signer
-        assert isinstance(signer, SessionSigner), "the client node opened no session"
-        session = signer.session
-        assert isinstance(session, Session)
-        return session
+        return await open_session(self.client, self.address)
 
     async def send(self, data: bytes, message_id: str) -> Outcome:
-        pending = Pending("vault", data, message_id)
-        with trio.fail_after(10):
-            await self.client.outbox.open_peer(self.address).transmit(pending)
-            await pending.done.wait()
-        assert pending.outcome is not None
-        return pending.outcome
+        return await send_raw(self.client, self.address, data, message_id)
 
     async def still_serves(self) -> None:
         with trio.fail_after(10):

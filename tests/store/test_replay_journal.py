@@ -24,10 +24,9 @@ from actorctl import Actor, Envelope, Node, handler, open_node
 from actorctl.cluster import INSECURE
 from actorctl.cluster._replays import EXPIRY_GRACE, TABLE, ReplayJournal, row_bytes
 from actorctl.cluster.link._limits import Limits
-from actorctl.cluster.link._pending import Pending
-from actorctl.mailbox import Outcome, ReplayCache, encode, sign_ed25519
+from actorctl.mailbox import ReplayCache, encode, sign_ed25519
 from actorctl.store import Store
-from tests.support.harness import Logs, Secrets
+from tests.support.harness import Logs, Secrets, send_raw
 from tests.support.metrics import scrape, value
 
 START = 1_767_225_600.0  # the fake wall clock of the parts' tests
@@ -208,16 +207,6 @@ SENT = 40
 BOUND = 24 * 1024  # room for about ten such rows
 
 
-async def _send(client: Node, address: Any, data: bytes, message_id: str) -> Outcome:
-    """Send signed bytes as they are, on the client's connection."""
-    pending = Pending(address.name, data, message_id)
-    with trio.fail_after(30):
-        await client.outbox.open_peer(address).transmit(pending)
-        await pending.done.wait()
-    assert pending.outcome is not None
-    return pending.outcome
-
-
 async def test_a_node_sent_long_ids_keeps_its_journal_within_the_bound(
     secrets: Secrets, tmp_path: Path, logs: Logs
 ) -> None:
@@ -254,7 +243,7 @@ async def test_a_node_sent_long_ids_keeps_its_journal_within_the_bound(
             sent.append(envelope)
             # When it takes forty signed messages with 2,000-character ids
             data = encode(envelope, signer=signer, actor="counter", node=node.node_id)
-            assert (await _send(client, address, data, message_id)).state == "accepted"
+            assert (await send_raw(client, address, data, message_id)).state == "accepted"
             # Then its journal's count never passes the bound
             families = await scrape(node)
             assert value(families, "actorctl_node_replay_journal_bytes") <= BOUND
@@ -279,7 +268,7 @@ async def test_a_node_sent_long_ids_keeps_its_journal_within_the_bound(
         # what the journal deleted)
         for envelope in (sent[-1], sent[0]):
             data = encode(envelope, signer=signer, actor="counter", node=node.node_id)
-            outcome = await _send(client, address, data, envelope.message_id)
+            outcome = await send_raw(client, address, data, envelope.message_id)
             assert (outcome.state, outcome.condition) == ("rejected", "actorctl:replay")
         assert len(first.runs) == SENT  # neither copy ran
 
@@ -295,10 +284,10 @@ async def test_a_node_sent_long_ids_keeps_its_journal_within_the_bound(
         # Then a copy of the newest message, signed for this process with the
         # same creation time, is a replay: its row was kept
         data = encode(sent[-1], signer=signer, actor="counter", node=node.node_id)
-        outcome = await _send(client, address, data, sent[-1].message_id)
+        outcome = await send_raw(client, address, data, sent[-1].message_id)
         assert (outcome.state, outcome.condition) == ("rejected", "actorctl:replay")
         # While one of the oldest is not: its row was deleted for the bound
         # (so it reaches the actor, whose dedup window is new in this process)
         data = encode(sent[0], signer=signer, actor="counter", node=node.node_id)
-        assert (await _send(client, address, data, sent[0].message_id)).state == "accepted"
+        assert (await send_raw(client, address, data, sent[0].message_id)).state == "accepted"
         assert second.runs == ["0"]

@@ -8,6 +8,9 @@ imports (the one under test): ``run_cli`` runs a command to its end from a plain
 what a command that must succeed prints), and ``start_cli`` starts one that keeps
 running (a node, ``cluster up``) in the test's nursery; ``node_ready`` reads
 such a node's log until it is ready, and ``drain`` reads the rest.
+``start_watched`` starts one whose output (stdout and stderr together) a
+test waits on as it comes: a :class:`Watched` process, read by
+tests/support/output.py's ``Output`` in a task of its own.
 """
 
 from __future__ import annotations
@@ -21,13 +24,16 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import attrs
 import trio
 
 import actorctl
+from tests.support.output import Output
 
 __all__ = [
     "ACTORCTL",
     "ROOT",
+    "Watched",
     "cli_env",
     "cli_output",
     "drain",
@@ -35,6 +41,7 @@ __all__ = [
     "run_cli",
     "run_cli_async",
     "start_cli",
+    "start_watched",
 ]
 
 #: The checkout's root: where the commands run.
@@ -136,3 +143,23 @@ async def drain(stream: trio.abc.ReceiveStream) -> None:
     """Keep reading a process's output, so that a full pipe never blocks it."""
     while await stream.receive_some(65536):
         pass
+
+
+@attrs.frozen
+class Watched:
+    """A command ``start_watched`` started, and what it says as it comes."""
+
+    process: trio.Process
+    output: Output
+
+
+async def start_watched(
+    nursery: trio.Nursery, *args: str | Path, env: Mapping[str, str] | None = None
+) -> Watched:
+    """``actorctl ARGS`` started in ``nursery``, its stdout and stderr read
+    together in a task of their own there (a full pipe would stop it)."""
+    process = await start_cli(nursery, *args, env=env, stderr=subprocess.STDOUT)
+    assert process.stdout is not None
+    output = Output(process.stdout)
+    nursery.start_soon(output.run)
+    return Watched(process, output)

@@ -4,8 +4,9 @@ The fault tests (tests/tasks/test_kill.py, tests/tasks/test_warm_shutdown.py)
 start ``cluster up`` on a cluster of a task app of tests/apps/ whose tasks
 record each run in a file per process (tests/apps/kill_app.py), and wake the
 test with a datagram at each record. ``start_cluster_up`` starts it in the
-test's nursery, ``Output`` reads the lines it writes as the test asks for
-them, ``Records`` counts the runs, ``Count`` says what became of the tasks a
+test's nursery, ``Output`` (tests/support/output.py, here for the fault
+tests that import it with the rest) reads the lines it writes as the test
+asks for them, ``Records`` counts the runs, ``Count`` says what became of the tasks a
 test expected, and ``ClusterUp`` is the running cluster: the pids of its
 nodes, and the files a test locks to hold tasks (or a node) back.
 """
@@ -27,6 +28,7 @@ import trio
 
 from tests.apps.kill_app import RECORDS, WAKE
 from tests.support.cli import cli_env, start_cli
+from tests.support.output import Output
 
 __all__ = [
     "START",
@@ -43,44 +45,6 @@ __all__ = [
 WAIT = 60.0
 #: Seconds a cluster or a caller may take to say it is ready, or a node to be restarted.
 START = 30.0
-
-
-class Output:
-    """The lines a child process writes to its stdout, read as the test asks for them."""
-
-    def __init__(self, stream: trio.abc.ReceiveStream) -> None:
-        self.stream = stream
-        self.lines: list[str] = []
-        self._partial = b""
-        self._taken = 0  # lines before this one were looked at by until()
-        self.ended = False
-
-    async def _more(self) -> None:
-        chunk = await self.stream.receive_some(65536)
-        if not chunk:
-            self.ended = True
-            return
-        *lines, self._partial = (self._partial + chunk).split(b"\n")
-        self.lines += [line.decode() for line in lines]
-
-    async def until(self, text: str, timeout: float = START) -> str:
-        """The next line (after the last one this returned) that contains ``text``."""
-        with trio.fail_after(timeout):
-            while True:
-                while self._taken < len(self.lines):
-                    line = self.lines[self._taken]
-                    self._taken += 1
-                    if text in line:
-                        return line
-                assert not self.ended, f"the process ended before it said {text!r}"
-                await self._more()
-
-    async def rest(self, timeout: float = START) -> list[str]:
-        """Every line, once the process closed its stdout."""
-        with trio.fail_after(timeout):
-            while not self.ended:
-                await self._more()
-        return self.lines
 
 
 class Records:

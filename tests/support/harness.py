@@ -1,4 +1,5 @@
-"""What the tests repeat: a free port, cluster secrets, a server node with a client node, logs.
+"""What the tests repeat: a free port, cluster secrets, a server node with a
+client node, bytes sent as they are on a client's connection, logs.
 
 Plain helpers and context managers, for test modules and for tests/support/fuzz_inbox.py
 (which also runs outside pytest); the fixtures built on them are in
@@ -18,7 +19,10 @@ from typing import Any, NamedTuple
 import trio
 
 from actorctl import Actor, Node, TlsFiles, open_node
-from actorctl.mailbox import Keyring
+from actorctl.actors import Address
+from actorctl.cluster.link._pending import Pending
+from actorctl.mailbox import Keyring, Outcome
+from actorctl.mailbox._signing import Session, SessionSigner
 from tests.support.keys import make_keys
 from tests.support.tls import make_tls
 
@@ -114,3 +118,28 @@ async def node_pair(
         open_node(client_name, host=None, **client_options) as client,
     ):
         yield NodePair(server, client)
+
+
+async def send_raw(
+    client: Node, address: Address, data: bytes, message_id: str, timeout: float = 30.0
+) -> Outcome:
+    """Send ``data`` (an encoded message, signed by whoever made it, or not at
+    all) as it is to ``address``, on ``client``'s own authenticated connection;
+    the outcome the receiving node settled it with."""
+    pending = Pending(address.name, data, message_id)
+    with trio.fail_after(timeout):
+        await client.outbox.open_peer(address).transmit(pending)
+        await pending.done.wait()
+    assert pending.outcome is not None
+    return pending.outcome
+
+
+async def open_session(client: Node, address: Address, timeout: float = 10.0) -> Session:
+    """The signing session ``client`` holds with the node of ``address`` (its
+    connection there opened, if it was not)."""
+    peer = client.outbox.open_peer(address)
+    with trio.fail_after(timeout):
+        await peer.wait_ready()
+    signer = peer._signer
+    assert isinstance(signer, SessionSigner), "the client node opened no session"
+    return signer.session

@@ -4,7 +4,8 @@
 are missing), builds what each node hosts from its ``actors`` factory, and
 opens the nodes it names, in that order, on their ports, with their stores
 and security: the test reaches them as Python objects (their actors, their
-breakers) while they talk over real sockets, signed, over mutual TLS.
+breakers, their dead letters) while they talk over real sockets, signed,
+over mutual TLS (or plainly, for a file that says ``insecure = true``).
 """
 
 from __future__ import annotations
@@ -31,11 +32,16 @@ class InProcess:
     hosted: Mapping[str, Mapping[str, Any]]
     nodes: Mapping[str, Node]
 
+    def letters(self) -> list[dict[str, Any]]:
+        """Every dead letter the nodes hold, node by node in the order opened."""
+        return [r for node in self.nodes.values() for r in node.dead_letters.records()]
+
 
 @asynccontextmanager
-async def in_process(path: Path, *names: str) -> AsyncIterator[InProcess]:
+async def in_process(path: Path, *names: str, **node_options: Any) -> AsyncIterator[InProcess]:
     """The nodes ``names`` of the cluster file ``path``, opened in that order
-    (and stopped in the reverse order) in this process."""
+    (and stopped in the reverse order) in this process; ``node_options`` go
+    to each :func:`actorctl.open_node` too (``grace=0.5``: a shorter stop)."""
     config = load_cluster(path)
     ensure_dev_secrets(config)
     hosted = {n.name: hosted_actors(n.actors, node=n, cluster=config) for n in config.nodes}
@@ -50,6 +56,7 @@ async def in_process(path: Path, *names: str) -> AsyncIterator[InProcess]:
                     port=spec.port,
                     store=config.store(spec),
                     security=config.security(name),
+                    **node_options,
                 )
             )
         yield InProcess(config, hosted, nodes)

@@ -15,7 +15,6 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-import attrs
 import eliot
 import pytest
 import trio
@@ -34,15 +33,7 @@ from actorctl import (
     open_node,
 )
 from actorctl.actors import Actor, Address
-from actorctl.cluster import (
-    DeadLetterBounds,
-    DeadLetters,
-    Node,
-    Router,
-    hosted_actors,
-    load_cluster,
-    node_records,
-)
+from actorctl.cluster import DeadLetterBounds, DeadLetters, load_cluster
 from actorctl.mailbox import decode, encode
 from actorctl.store import Store
 from tests.apps.retry_app import (
@@ -62,6 +53,7 @@ from tests.apps.retry_app import (
     wrong_call,
 )
 from tests.support.harness import Logs, Secrets, free_port, node_pair
+from tests.support.in_process import InProcess, in_process
 
 WAIT = 20.0
 
@@ -110,19 +102,8 @@ async def downstream(fails: int, hold: int = 0) -> AsyncIterator[Downstream]:
         nursery.cancel_scope.cancel()
 
 
-@attrs.frozen
-class Cluster:
-    path: Path
-    nodes: dict[str, Node]
-
-    def letters(self) -> list[dict[str, Any]]:
-        return [r for node in self.nodes.values() for r in node.dead_letters.records()]
-
-
 @asynccontextmanager
-async def cluster(
-    tmp_path: Path, *, services: bool = True, **node_options: Any
-) -> AsyncIterator[Cluster]:
+async def cluster(tmp_path: Path, *, services: bool = True) -> AsyncIterator[InProcess]:
     """The two nodes (or the worker alone: no scheduler), in this process, and
     a client connected to them."""
     path = tmp_path / "cluster.toml"
@@ -130,27 +111,16 @@ async def cluster(
         "[cluster]\ninsecure = true\n"
         + (
             f'[[node]]\nname = "services"\nlisten = "127.0.0.1:{free_port()}"\n'
-            'actors = "tests.apps.retry_app:app"\nservices = true\n'
+            'actors = "tests.apps.retry_app:app"\nservices = true\ndurable = false\n'
             if services
             else ""
         )
         + f'[[node]]\nname = "worker"\nlisten = "127.0.0.1:{free_port()}"\n'
-        'actors = "tests.apps.retry_app:app"\npools = ["celery"]\n'
+        'actors = "tests.apps.retry_app:app"\npools = ["celery"]\ndurable = false\n'
     )
-    config = load_cluster(path)
-    nodes: dict[str, Node] = {}
-    async with trio.open_nursery() as nursery:
-        for spec in config.nodes:
-            actors: dict[str, Any] = dict(hosted_actors(spec.actors, node=spec, cluster=config))
-            for name, addresses in config.routes(spec):
-                actors[name] = Router(addresses)
-            options = node_records({"insecure": True, **node_options})
-            node = Node(spec.name, actors, port=spec.port, **options)
-            nodes[spec.name] = await nursery.start(node.serve)
-        async with app.aconnect(path):
-            yield Cluster(path, nodes)
-        for node in nodes.values():
-            node.stop(0.5)
+    names = ("services", "worker") if services else ("worker",)
+    async with in_process(path, *names, grace=0.5) as running, app.aconnect(path):
+        yield running
 
 
 class LogWake:

@@ -51,7 +51,7 @@ class ActorsFactory(Protocol):
 @runtime_checkable
 class PoolsFactory(Protocol):
     """An actors factory that also says which of its actors serve a pool (a task
-    app): what a node's record in etcd lists as its pools (``NodeRecord.pools``)."""
+    app): what a node's record in etcd lists as its workers (``NodeRecord.workers``)."""
 
     def pools_for(
         self, cluster: ClusterConfig | None, node: NodeConfig

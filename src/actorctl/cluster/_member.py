@@ -111,19 +111,23 @@ class PoolRouting:
 
 
 def node_record(
-    node: Node, config: ClusterConfig, node_config: NodeConfig, pools: Mapping[str, Sequence[str]]
+    node: Node, config: ClusterConfig, node_config: NodeConfig, workers: Mapping[str, Sequence[str]]
 ) -> NodeRecord:
-    """What ``node`` (running, as ``node_config`` of ``config``) says about itself in etcd."""
+    """What ``node`` (running, as ``node_config`` of ``config``) says about itself
+    in etcd: ``workers`` by pool, and the fields an older release named
+    otherwise under those names too (``record_aliases`` of the file's
+    application), so that nodes of that release still read them."""
     return NodeRecord(
         name=node.name,
         address=config.url(node_config),
         key_id=node.identity.key_id if node.identity is not None else "",
         fingerprint=certificate_fingerprint(node.tls.cert) if node.tls is not None else "",
         actors=sorted(node.cells),
-        pools={pool: list(workers) for pool, workers in pools.items()},
+        workers={pool: list(names) for pool, names in workers.items()},
         started=time.time(),
         knows=config.member_names,
         trusts=sorted(node.keyring.members) if node.keyring is not None else (),
+        aliases=config.app.record_aliases if config.app is not None else {},
     )
 
 
@@ -137,7 +141,9 @@ async def serve_membership(
 ) -> None:
     """Follow ``cluster``'s directory (retargeting ``node``'s pool routers by it)
     and keep ``record`` registered, until cancelled; then deregister. Reports
-    started once the record is in etcd.
+    started once the record is in etcd. The directory reads its peers' records
+    with ``record.aliases`` (a peer of an older release wrote a field under
+    its old name).
 
     Raises:
         EtcdError: etcd could not be reached at the start (naming each endpoint).
@@ -159,7 +165,7 @@ async def serve_membership(
             # what it held unsettled goes elsewhere now.
             node.outbox.peer_lost(where, f"its lease in etcd ended ({settings.ttl} s ttl)")
 
-    async with open_directory(client, cluster, on_change=changed) as opened:
+    async with open_directory(client, cluster, on_change=changed, aliases=record.aliases) as opened:
         directory = opened
         routing.follow(directory)
         async with (
@@ -177,7 +183,7 @@ async def serve_membership(
                 "actorctl:membership:member",
                 node=record.name,
                 address=record.address,
-                pools=dict(record.pools),
+                workers=dict(record.workers),
                 routers=[r.follows_pool for r in routing.routers],
             )
 

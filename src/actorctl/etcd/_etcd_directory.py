@@ -119,6 +119,7 @@ class EtcdDirectory:
         on_change: Callable[[NodeChange], None] | None = None,
         idle: float = DEFAULT_WATCH_IDLE,
         max_retry: float = DEFAULT_MAX_RETRY,
+        aliases: Mapping[str, str] | None = None,
     ) -> None:
         if not (isinstance(max_retry, int | float) and max_retry > 0):
             raise ConfigError(
@@ -130,6 +131,7 @@ class EtcdDirectory:
         self._on_change = on_change
         self._idle = idle
         self._max_retry = float(max_retry)
+        self._aliases = MappingProxyType(dict(aliases or {}))
         self._nodes: dict[str, NodeRecord] = {}
         self._view: Mapping[str, NodeRecord] = MappingProxyType(self._nodes)
         self._workers: dict[str, tuple[Address, ...]] = {}
@@ -271,7 +273,7 @@ class EtcdDirectory:
         """The node name of ``key`` and its record (None: not a valid record)."""
         name = key[len(self.prefix) :]
         try:
-            record = NodeRecord.from_json(value)
+            record = NodeRecord.from_json(value, self._aliases)
             if record.name != name:
                 raise ConfigError(f"it names node {record.name!r}")
         except ConfigError as exc:
@@ -314,15 +316,19 @@ async def open_directory(
     on_change: Callable[[NodeChange], None] | None = None,
     idle: float = DEFAULT_WATCH_IDLE,
     max_retry: float = DEFAULT_MAX_RETRY,
+    aliases: Mapping[str, str] | None = None,
 ) -> AsyncIterator[EtcdDirectory]:
     """A directory of ``cluster``'s nodes, followed for the duration of the block
-    (entered once the first view is read).
+    (entered once the first view is read); ``aliases`` reads the fields that
+    an older release wrote under another name (``NodeRecord.from_json``).
 
     Raises:
         EtcdError: the first read failed: etcd could not be reached within the
             client's timeout, or refused.
     """
-    directory = EtcdDirectory(client, cluster, on_change=on_change, idle=idle, max_retry=max_retry)
+    directory = EtcdDirectory(
+        client, cluster, on_change=on_change, idle=idle, max_retry=max_retry, aliases=aliases
+    )
     await directory.start()
     async with trio.open_nursery() as nursery:
         nursery.start_soon(directory.follow)

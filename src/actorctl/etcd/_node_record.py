@@ -9,13 +9,14 @@ in any language (or ``etcdctl get --prefix``) can read it::
     {"name": "worker-1", "address": "amqps://10.0.0.2:5701",
      "key_id": "ed25519:...", "fingerprint": "sha256:...",
      "actors": ["_node", "_tasks", "celery", "celery-2"],
-     "pools": {"celery": ["celery", "celery-2"]}, "started": 1795000000.5,
+     "workers": {"celery": ["celery", "celery-2"]}, "started": 1795000000.5,
      "knows": ["services", "worker-1"], "trusts": ["ed25519:...", ...]}
 
-``pools`` names, for each pool the node serves, which of its ``actors`` are
+``workers`` names, for each pool the node serves, which of its ``actors`` are
 that pool's workers: a router takes the workers from there as they are, with
 no naming convention to guess from (the task layer names them ``POOL``,
 ``POOL-2``, ..., docs/protocol.md §14.1, but the runtime does not import it).
+
 ``fingerprint`` is the SHA-256 of the node's TLS certificate (empty for a node
 without TLS): a peer can check that the certificate it is shown is the one the
 node registered.
@@ -29,6 +30,16 @@ registers, so that membership is one truth and no node is half a member.
 ``leaving`` is written just before a node that stops on purpose revokes its
 lease: the others tell its leave from a death (what it holds unsettled it
 settles as it drains, so it is not sent elsewhere at once).
+
+A field that an older release wrote under another name (``workers`` was
+named with the task layer's word before issue 29) is read and written
+through ``aliases``, old name to field: the application that named it
+declares the table (``ClusterApp.record_aliases``), a node's own record
+carries it (:func:`~actorctl.cluster.node_record`), and the node's directory
+reads its peers' records with it. A node writes such a field under both
+names, so that nodes of the older release still read it, and reads the old
+name from a record that lacks the new one (docs/deploy.md, "Which versions
+may mix"). This module knows no old name itself.
 """
 
 from __future__ import annotations
@@ -114,10 +125,14 @@ def _names(value: object) -> tuple[str, ...]:
     return tuple(value)
 
 
-def _pools(value: object) -> Mapping[str, tuple[str, ...]]:
+def _workers(value: object) -> Mapping[str, tuple[str, ...]]:
     if not isinstance(value, Mapping):
         raise ConfigError(f"expected pool names to their workers' names, got {value!r}")
     return MappingProxyType({str(pool): _names(workers) for pool, workers in value.items()})
+
+
+def _aliases(value: Mapping[str, str]) -> Mapping[str, str]:
+    return MappingProxyType(dict(value))
 
 
 @attrs.frozen
@@ -130,11 +145,14 @@ class NodeRecord:
         key_id: the id of the key it signs with.
         fingerprint: ``sha256:<hex>`` of its TLS certificate ("" without TLS).
         actors: the names of the actors it hosts.
-        pools: pool name to the names of that pool's workers among ``actors``.
+        workers: pool name to the names of that pool's workers among ``actors``.
         started: when the node started (Unix time, seconds).
         knows: the node names of its cluster file (empty: not said).
         trusts: the ids of the member keys it trusts (empty: not said, or no keys).
         leaving: it stops on purpose, and leaves the directory next.
+        aliases: old name to field, for fields an older release wrote under
+            another name (:meth:`to_json` writes both, :meth:`from_json` reads
+            the old one); not part of what the record says (not compared).
 
     Raises:
         ConfigError: (when made) a bad name or address, or a pool worker that
@@ -146,13 +164,16 @@ class NodeRecord:
     key_id: str
     fingerprint: str = ""
     actors: tuple[str, ...] = attrs.field(default=(), converter=_names)
-    pools: Mapping[str, tuple[str, ...]] = attrs.field(
-        factory=lambda: MappingProxyType({}), converter=_pools
+    workers: Mapping[str, tuple[str, ...]] = attrs.field(
+        factory=lambda: MappingProxyType({}), converter=_workers
     )
     started: float = 0.0
     knows: tuple[str, ...] = attrs.field(default=(), converter=_names)
     trusts: tuple[str, ...] = attrs.field(default=(), converter=_names)
     leaving: bool = False
+    aliases: Mapping[str, str] = attrs.field(
+        factory=lambda: MappingProxyType({}), converter=_aliases, eq=False, repr=False
+    )
 
     def __attrs_post_init__(self) -> None:
         parts = urlsplit(self.address)
@@ -171,7 +192,7 @@ class NodeRecord:
         except ConfigError as exc:
             raise ConfigError(f"node {self.name!r}: {exc}") from None
         hosted = set(self.actors)
-        for pool, workers in self.pools.items():
+        for pool, workers in self.workers.items():
             missing = [w for w in workers if w not in hosted]
             if missing:
                 raise ConfigError(
@@ -185,7 +206,7 @@ class NodeRecord:
     def worker_addresses(self, pool: str) -> tuple[Address, ...]:
         """The addresses of ``pool``'s workers on this node (none: it does not serve it)."""
         base = self._endpoint_text()
-        return tuple(Address.parse(f"{base}/{worker}") for worker in self.pools.get(pool, ()))
+        return tuple(Address.parse(f"{base}/{worker}") for worker in self.workers.get(pool, ()))
 
     def to_json(self) -> bytes:
         """The value stored in etcd (compact JSON, keys sorted: the same record
@@ -196,18 +217,22 @@ class NodeRecord:
             "key_id": self.key_id,
             "fingerprint": self.fingerprint,
             "actors": list(self.actors),
-            "pools": {pool: list(workers) for pool, workers in sorted(self.pools.items())},
+            "workers": {pool: list(workers) for pool, workers in sorted(self.workers.items())},
             "started": self.started,
         }
         if self.knows or self.trusts:
             body["knows"], body["trusts"] = sorted(self.knows), sorted(self.trusts)
         if self.leaving:
             body["leaving"] = True
+        for old, field in self.aliases.items():
+            if field in body:
+                body[old] = body[field]
         return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
 
     @classmethod
-    def from_json(cls, data: bytes) -> NodeRecord:
-        """The record stored as ``data``.
+    def from_json(cls, data: bytes, aliases: Mapping[str, str] | None = None) -> NodeRecord:
+        """The record stored as ``data``; ``aliases`` (old name to field) reads
+        a field that an older release wrote under its old name.
 
         Raises:
             ConfigError: not a record: what is wrong with it.
@@ -223,6 +248,9 @@ class NodeRecord:
         missing = sorted({"name", "address", "key_id"} - body.keys())
         if missing:
             raise ConfigError(f"a node record without {', '.join(missing)}")
+        for old, field in (aliases or {}).items():
+            if field not in body and old in body:
+                body[field] = body[old]
         started = body.get("started", 0.0)
         if isinstance(started, bool) or not isinstance(started, int | float):
             raise ConfigError(f"a node record whose started is not a number: {started!r}")
@@ -237,11 +265,12 @@ class NodeRecord:
             key_id=body["key_id"],
             fingerprint=body.get("fingerprint", ""),
             actors=body.get("actors", []),
-            pools=body.get("pools", {}),
+            workers=body.get("workers", {}),
             started=float(started),
             knows=body.get("knows", []),
             trusts=body.get("trusts", []),
             leaving=body.get("leaving", False),
+            aliases=aliases or {},
         )
 
 

@@ -63,6 +63,10 @@ class TaskClusterApp:
     tables: tuple[AppTable, ...] = attrs.field(factory=_tables)
     roles: tuple[str, ...] = (SCHEDULER_ROLE, SERVICES_ROLE)
     moved_keys: Mapping[str, str] = attrs.field(factory=_moved)
+    #: The node record's ``workers`` (a pool's workers on the node) was named
+    #: with this layer's word before issue 29: written and read under both
+    #: names while nodes of the release before it may run (docs/deploy.md).
+    record_aliases: Mapping[str, str] = attrs.field(factory=lambda: {"pools": "workers"})
     #: Its sections of the Controller's web page (``_page.py``).
     page: AppPage = attrs.field(factory=task_page)
 

@@ -308,7 +308,7 @@ def task_actors(
 
 def node_pools(config: ClusterConfig | None, node: NodeConfig) -> dict[str, list[str]]:
     """The pools ``node`` serves, each with its workers' names there (what its
-    record in etcd says: ``NodeRecord.pools``): ``POOL``, ``POOL-2``, ... for
+    record in etcd says: ``NodeRecord.workers``): ``POOL``, ``POOL-2``, ... for
     more instances; one, ``POOL``, for a pool a boxed worker serves.
 
     Raises:

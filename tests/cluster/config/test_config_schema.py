@@ -200,6 +200,7 @@ class _JobsApp:
     tables: Sequence[AppTable] = (AppTable.of("job", _Job),)
     roles: Sequence[str] = ()
     moved_keys: Mapping[str, str] = attrs.field(factory=dict)
+    record_aliases: Mapping[str, str] = attrs.field(factory=dict)
     page: AppPage | None = None
 
     def check(self, config: ClusterConfig, hosted: Mapping[str, Collection[str]]) -> None:

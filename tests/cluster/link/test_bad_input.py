@@ -9,23 +9,13 @@ import trio
 from proton import Message
 
 from actorctl import Actor, Rejected, RemoteError, handler, open_node
-from actorctl.cluster.link._pending import Pending
 from tests.apps.actors import Calculator
-from tests.support.harness import Logs, free_port, node_pair
+from tests.support.harness import Logs, free_port, node_pair, send_raw
 
 
 async def _served(node_port: int, client_ref) -> None:  # type: ignore[no-untyped-def]
     with trio.fail_after(10):
         assert await client_ref.ask("add", 20, 22) == 42
-
-
-async def _outcome(client, address, msg: Message):  # type: ignore[no-untyped-def]
-    pending = Pending(address.name, msg.encode(), str(msg.id))
-    with trio.fail_after(10):
-        await client.outbox.open_peer(address).transmit(pending)
-        await pending.done.wait()
-    assert pending.outcome is not None
-    return pending.outcome
 
 
 async def test_malformed_frames_drop_only_that_connection(logs: Logs) -> None:
@@ -52,7 +42,7 @@ async def test_a_body_that_is_not_json_is_rejected_naming_the_message(logs: Logs
         address = server.address_of("calculator")
         msg = Message(id="bad-json-1", subject="add", body=b"[[1, 2], {", inferred=True)
         msg.content_type = "application/json"
-        outcome = await _outcome(client, address, msg)
+        outcome = await send_raw(client, address, msg.encode(), str(msg.id))
         assert outcome.state == "rejected"
         assert outcome.condition == "actorctl:decode-error"
         assert "bad-json-1" in (outcome.description or "")
@@ -65,7 +55,7 @@ async def test_a_pickled_body_is_refused_outright() -> None:
         address = server.address_of("calculator")
         msg = Message(id="pickle-1", subject="add", body=b"\x80\x04K\x01.", inferred=True)
         msg.content_type = "application/x-python-serialize"
-        outcome = await _outcome(client, address, msg)
+        outcome = await send_raw(client, address, msg.encode(), str(msg.id))
         assert outcome.state == "rejected"
         assert "refused" in (outcome.description or "")
 
@@ -76,7 +66,7 @@ async def test_a_body_that_is_not_args_and_kwargs_is_rejected() -> None:
         msg = Message(
             id="shape-1", subject="add", body=json.dumps({"a": 1}).encode(), inferred=True
         )
-        outcome = await _outcome(client, address, msg)
+        outcome = await send_raw(client, address, msg.encode(), str(msg.id))
         assert outcome.condition == "actorctl:decode-error"
         assert "[args, kwargs]" in (outcome.description or "")
 
@@ -172,12 +162,12 @@ async def test_binary_ids_and_documents_are_refused_at_the_inbox() -> None:
     async with node_pair([Calculator()]) as (server, client):
         address = server.address_of("calculator")
         binary = Message(id=b"\x01\x02", subject="add", body=b"[[1, 2], {}]", inferred=True)
-        outcome = await _outcome(client, address, binary)
+        outcome = await send_raw(client, address, binary.encode(), str(binary.id))
         assert outcome.condition == "actorctl:decode-error"
         assert "message-id is binary" in (outcome.description or "")
         document = Message(id="doc-1", subject="add", body=b"3", inferred=True)
         document.properties = {"kind": "document", "status": "ok"}
-        outcome = await _outcome(client, address, document)
+        outcome = await send_raw(client, address, document.encode(), str(document.id))
         assert outcome.condition == "actorctl:bad-kind"
         await _served(server.port, client.ref(address))
 
@@ -189,7 +179,7 @@ async def test_an_event_is_handled_but_never_answered(logs: Logs) -> None:
         event = Message(id="ev-1", subject="remember", body=b'[["seen"], {}]', inferred=True)
         event.reply_to = "$reply/nobody"
         event.properties = {"kind": "event"}
-        outcome = await _outcome(client, address, event)
+        outcome = await send_raw(client, address, event.encode(), str(event.id))
         assert outcome.state == "accepted"
     assert calculator.told == ["seen"]
     assert not logs.of_type("actorctl:reply:dropped")

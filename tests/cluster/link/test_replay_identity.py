@@ -24,12 +24,10 @@ import trio
 from actorctl import Actor, ConfigError, Envelope, Node, handler, open_node
 from actorctl.cluster import Router
 from actorctl.cluster._replays import TABLE, ReplayJournal
-from actorctl.cluster.link._pending import Pending
 from actorctl.mailbox import (
     ORIGIN_KEY,
     IdentityKey,
     Keyring,
-    Outcome,
     ReplayCache,
     SessionTable,
     Verified,
@@ -41,7 +39,7 @@ from actorctl.mailbox._keyring import MEMBERS_FILE
 from actorctl.store import Store
 from tests.apps.actors import Vault
 from tests.support.cli import run_cli_async
-from tests.support.harness import Logs, Secrets, free_port
+from tests.support.harness import Logs, Secrets, free_port, send_raw
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -85,16 +83,6 @@ async def _ask(client: Node, address: Any, message_id: str, who: str, **more: An
     with trio.fail_after(15):
         reply = await client.outbox.request(address, envelope, 10.0)
     return reply.body
-
-
-async def _send_raw(client: Node, address: Any, data: bytes, message_id: str) -> Outcome:
-    """Send bytes as they are (signed by whoever made them) on the client's connection."""
-    pending = Pending(address.name, data, message_id)
-    with trio.fail_after(30):
-        await client.outbox.open_peer(address).transmit(pending)
-        await pending.done.wait()
-    assert pending.outcome is not None
-    return pending.outcome
 
 
 # --- Dedup per identity ---------------------------------------------------------------
@@ -223,10 +211,10 @@ async def test_the_same_signed_bytes_are_refused_by_a_second_node_hosting_that_a
         # Given a message signed for the vault on node 1, accepted there
         envelope = _envelope(client, str(at_one), "once-1", "eve", subject="open")
         data = encode(envelope, signer=signer, actor="vault", node=one.node_id)
-        assert (await _send_raw(client, at_one, data, "once-1")).state == "accepted"
+        assert (await send_raw(client, at_one, data, "once-1")).state == "accepted"
         assert first.opened == ["eve"]
         # When the same bytes are sent to node 2, which hosts a vault too
-        outcome = await _send_raw(client, at_two, data, "once-1")
+        outcome = await send_raw(client, at_two, data, "once-1")
         # Then node 2 refuses them, naming the node they were signed for
         assert outcome.state == "rejected"
         assert outcome.condition == "actorctl:wrong-node"
@@ -335,7 +323,7 @@ async def test_the_same_signed_bytes_are_refused_after_a_sigkill_and_restart(
         # Given a node process with a durable store took a signed message
         async with vault_process(nursery, store, tmp_path, port) as (process, first_id, _):
             data = encode(envelope, signer=signer, actor="vault", node=first_id)
-            assert (await _send_raw(client, address, data, "only-once")).state == "accepted"
+            assert (await send_raw(client, address, data, "only-once")).state == "accepted"
             with trio.fail_after(15):
                 assert await client.ref(address).ask("synced") > 0
             # When it is killed with SIGKILL (by its PID) and started again
@@ -346,19 +334,19 @@ async def test_the_same_signed_bytes_are_refused_after_a_sigkill_and_restart(
             assert second_id != first_id  # a new process: a new container id
             assert loaded >= 1  # the replay entries it kept in its store
             # Then the same bytes are refused: they were signed for the first process
-            outcome = await _send_raw(client, address, data, "only-once")
+            outcome = await send_raw(client, address, data, "only-once")
             assert outcome.state == "rejected"
             assert outcome.condition == "actorctl:wrong-node"
             # And even signed anew for this process, the same copy (same key,
             # message id and creation time) is a replay: the cache outlived it
             copy = encode(envelope, signer=signer, actor="vault", node=second_id)
-            outcome = await _send_raw(client, address, copy, "only-once")
+            outcome = await send_raw(client, address, copy, "only-once")
             assert outcome.state == "rejected"
             assert outcome.condition == "actorctl:replay"
             # While a message sent again with a fresh creation time is taken
             fresh = attrs.evolve(envelope, creation_time=client.now() + 0.01)
             data = encode(fresh, signer=signer, actor="vault", node=second_id)
-            assert (await _send_raw(client, address, data, "only-once")).state == "accepted"
+            assert (await send_raw(client, address, data, "only-once")).state == "accepted"
 
 
 # --- The parts, one by one --------------------------------------------------------------

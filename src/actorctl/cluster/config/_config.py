@@ -247,6 +247,15 @@ class ClusterApp(Protocol):
         it said is said now: the error for such a key says so."""
         ...
 
+    @property
+    def record_aliases(self) -> Mapping[str, str]:
+        """Fields of a node's record in etcd that older releases wrote under
+        the application's words: old name to the field's name now. A node
+        writes each field under both and reads the old one from a record
+        that lacks the new (``NodeRecord.aliases``), so that nodes of the two
+        releases mix (docs/deploy.md)."""
+        ...
+
     def check(self, config: ClusterConfig, hosted: Mapping[str, Collection[str]]) -> None:
         """What ``cluster up`` checks before it starts anything, given the actors
         each node would host. Raises ``ConfigError`` naming what is wrong."""
