@@ -1,7 +1,7 @@
-"""The task app of tests/hosts/test_hosts.py (imported by nodes on three hosts, and the caller).
+"""The task app of tests/hosts/ (imported by nodes on three hosts, and the callers).
 
-Every run of ``work`` appends ``TASK_ID PID STARTED`` (when it started, Unix
-time) to ``runs.txt`` in
+Every run of ``work`` (and of ``paced`` and ``gather``) appends ``TASK_ID PID
+STARTED`` (when it started, Unix time) to ``runs.txt`` in
 $ACTORCTL_STATE_RECORDS (a directory every host sees: network namespaces
 share the filesystem), so that the test counts runs (none lost, how many ran
 twice) and tells the hosts apart by the pid of the node that ran each.
@@ -36,6 +36,22 @@ async def work(ctx: TaskContext, value: int, seconds: float = 0.1) -> int:
     await trio.sleep(seconds)
     _record(RUNS, ctx.id, started)
     return value
+
+
+@app.task(bind=True, global_rate_limit="1/s")
+async def paced(ctx: TaskContext) -> int:
+    """Records its run, like ``work``; paced by its pool's router: what exceeds
+    its rate waits there (held, in the services node's store)."""
+    _record(RUNS, ctx.id, time.time())
+    return 1
+
+
+@app.task(bind=True)
+async def gather(ctx: TaskContext, values: list[int]) -> int:
+    """A chord's body: records its run, like ``work`` (its task id is the
+    chord's), and returns the sum of its header's results."""
+    _record(RUNS, ctx.id, time.time())
+    return sum(values)
 
 
 @app.task(bind=True)

@@ -19,7 +19,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +49,9 @@ class EtcdServer:
     With ``host``, an address of a test's network namespace (tests/support/netns.py),
     it listens there on etcd's usual ports (a namespace's ports are all free):
     run :meth:`command` on that host; :meth:`start` is for 127.0.0.1 (it waits
-    for etcd's answer from the namespace the tests run in).
+    for etcd's answer from the namespace the tests run in). With ``name`` and
+    ``initial_cluster`` (``NAME=PEER_URL,...``: every member's), it is one
+    member of a new cluster of several, with ``raft`` for its timings.
     """
 
     def __init__(
@@ -59,8 +61,14 @@ class EtcdServer:
         tls: bool = False,
         client_auth: bool = False,
         host: str = "127.0.0.1",
+        name: str = "test",
+        initial_cluster: str | None = None,
+        raft: Sequence[str] = RAFT,
     ) -> None:
         self.binary = etcd_binary()
+        self.name = name
+        self.initial_cluster = initial_cluster
+        self.raft = list(raft)
         self.directory = directory
         self.host = host
         # Another host's ports (a network namespace's) are all free: etcd's own.
@@ -80,15 +88,17 @@ class EtcdServer:
         peer = f"http://{self.host}:{self.peer_port}"
         command = [
             self.binary,
-            "--name=test",
+            f"--name={self.name}",
             f"--data-dir={self.directory / 'data'}",
             f"--listen-client-urls={self.url}",
             f"--advertise-client-urls={self.url}",
             f"--listen-peer-urls={peer}",
             f"--initial-advertise-peer-urls={peer}",
-            f"--initial-cluster=test={peer}",
-            *RAFT,
+            f"--initial-cluster={self.initial_cluster or f'{self.name}={peer}'}",
+            *self.raft,
         ]
+        if self.initial_cluster is not None:
+            command += ["--initial-cluster-state=new", "--initial-cluster-token=actorctl-test"]
         if self.tls is not None:
             command += [f"--cert-file={self.tls.cert}", f"--key-file={self.tls.key}"]
         if self.client_tls is not None:

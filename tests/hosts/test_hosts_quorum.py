@@ -1,0 +1,186 @@
+"""Three hosts, an etcd member on each, two services nodes (issue 34): the
+holder of the services role losing its host, disk included, under load; and
+every host restarted in turn under load (docs/deploy.md, "Upgrading one host
+at a time").
+
+Hosts are network namespaces (tests/support/netns.py, tests/support/hosts_quorum.py):
+host a runs etcd member a and the services node services-a, host b member b,
+the services node services-b and the worker node worker-b, host c member c and
+the worker node worker-c; each host's nodes run under its ``actorctl host up``.
+services-a is started first and holds the services role; it replicates its
+store to services-b (docs/deploy.md, "Replication"). A caller on host c
+(tests/apps/hosts_mixed_caller.py) sends the tasks, each confirmed; every run
+is recorded with the pid of the node that ran it (tests/apps/hosts_app.py),
+so that the test counts: none lost, how many ran twice. Waits are on output
+lines, etcd's directory and role key, logs and records, each with a timeout.
+Skipped, naming the reason, where network namespaces cannot be made or etcd
+is not installed. Each test takes about 20 s here (2 cores).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.apps.hosts_app import runs
+from tests.support.hosts_cluster import READY
+from tests.support.hosts_quorum import NODES, TTL, QuorumHosts
+from tests.support.netns import Network, open_network, wait_for_output
+
+SLACK = 15.0  # seconds the machine's load may add to a bound
+DELAY = 8  # seconds: the countdown of the delayed tasks
+TASKS = 120  # the caller's tasks of 0.5 s, besides the delayed, the chord and the paced
+#: The ``mixed`` caller's tasks: a probe, TASKS, 10 delayed, a chord's body, 6 paced.
+MIXED = 1 + TASKS + 10 + 1 + 6
+
+
+@pytest.fixture
+def network() -> Iterator[Network]:
+    """Hosts a, b and c (network namespaces) for the test."""
+    with open_network(("a", "b", "c")) as made:
+        yield made
+
+
+def start(hosts: QuorumHosts) -> None:
+    """Start the three etcd members, then each host, a first: services-a
+    holds the services role."""
+    hosts.start_etcd()
+    hosts.start_host("a")
+    hosts.wait_holder("services-a", timeout=READY)
+    hosts.start_host("b")
+    hosts.start_host("c")
+
+
+def twice(hosts: QuorumHosts) -> list[str]:
+    """The task ids that ran more than once (any task: a chord's header too)."""
+    return [task for task, n in Counter(t for t, _ in runs(hosts.records)).items() if n > 1]
+
+
+def test_the_services_holders_host_lost_with_its_disk_under_load_loses_nothing_it_confirmed(
+    network: Network, tmp_path: Path, record_property: Any
+) -> None:
+    with QuorumHosts(network, tmp_path) as hosts:
+        start(hosts)
+        # Given a caller on host c whose first task services-a confirmed, and
+        # services-b's copy of services-a's store in sync
+        caller = hosts.caller("c", "mixed", "sent.txt", str(TASKS), "0.5", str(DELAY),
+                              stdin=subprocess.PIPE)  # fmt: skip
+        wait_for_output(caller, "probed", timeout=READY)
+        hosts.wait_logged("services-b", "actorctl:replica:restored")
+        # When the caller sends, each confirmed by services-a: 120 tasks of
+        # 0.5 s (16 run at a time: the rest wait in its router's backlog), 10
+        # with a countdown of 8 s, a chord of 3 tasks of 2 s, and 6 tasks
+        # paced at 1 a second (its router holds back all but the first)
+        assert caller.stdin is not None
+        caller.stdin.write(b"go\n")
+        caller.stdin.close()
+        wait_for_output(caller, f"sent {MIXED}", timeout=READY)
+        sent = hosts.sent("sent.txt")
+        assert len(sent) == MIXED
+
+        # And host a loses power (its host up, services-a and its etcd member
+        # SIGKILLed) and its disk (services-a's data directory, etcd's)
+        hosts.kill_host("a")
+        killed = time.monotonic()
+        shutil.rmtree(hosts.data("services-a"))
+        shutil.rmtree(hosts.members["a"].directory / "data")
+
+        # Then services-b takes the services role once services-a's lease
+        # ended (etcd answers on b and c: two members of three)
+        hosts.wait_holder("services-b", timeout=TTL * 2 + SLACK)
+        moved = time.monotonic() - killed
+        # ... and takes over its copy of what services-a confirmed: tasks in
+        # the backlog, the delayed tasks, the chord and the held tasks
+        taken = hosts.wait_logged("services-b", "actorctl:services:taken-over", timeout=SLACK)
+        tables = taken["tables"]
+        print(f"services-b took over from {taken['source']}: {tables}")
+        assert taken["source"] == "services-a", taken
+        assert tables.get("delayed") == 10, tables
+        assert tables.get("chords") == 1, tables
+        assert tables.get("held", 0) >= 1, tables
+        assert tables.get("backlog", 0) >= 1, tables
+        # And every task the caller was told was taken runs, the chord's body too
+        hosts.wait_run(sent, timeout=DELAY + 60 + SLACK)
+        recovered = time.monotonic() - killed
+        said = hosts.finish(caller, timeout=READY + 60)
+        assert f"results {MIXED} 0" in said, said[-3000:]
+
+    ran = {task for task, _ in runs(hosts.records)}
+    lost = [task for task in sent if task not in ran]
+    dup = twice(hosts)
+    print(
+        f"lost {len(lost)} of {len(sent)}, ran twice {len(dup)}; role moved {moved:.1f} s, "
+        f"every task ran {recovered:.1f} s after the kill"
+    )
+    record_property("lost", len(lost))
+    record_property("ran_twice", len(dup))
+    record_property("role_moved_s", round(moved, 1))
+    record_property("recovered_s", round(recovered, 1))
+    assert lost == []
+
+
+def test_every_host_restarted_in_turn_under_load_loses_no_task(
+    network: Network, tmp_path: Path, record_property: Any
+) -> None:
+    with QuorumHosts(network, tmp_path) as hosts:
+        start(hosts)
+        # Given a caller on host c sending tasks of 0.2 s, one every 10 ms,
+        # each confirmed
+        caller = hosts.caller("c", "steady", "steady.txt", "0.01", stdin=subprocess.PIPE)
+        wait_for_output(caller, "sending", timeout=READY)
+        # When each host in turn, the workers' first and the holder's last
+        # (docs/deploy.md, "Upgrading one host at a time"), has its host up
+        # stopped warm (SIGTERM), its nodes leave etcd, and it starts again
+        # until its nodes are back in etcd's directory
+        restarts = {}
+        for host in ("c", "b", "a"):
+            # (every task confirmed so far has run: the load flows)
+            hosts.wait_run(hosts.sent("steady.txt"), timeout=READY)
+            begun = time.monotonic()
+            hosts.stop_host(host)
+            hosts.wait_nodes(NODES[host], "absent", timeout=SLACK)
+            hosts.start_host(host)
+            hosts.wait_nodes(NODES[host], "present", timeout=SLACK)
+            restarts[host] = time.monotonic() - begun
+        # Then the services role moved to services-b when services-a stopped
+        hosts.wait_holder("services-b", timeout=SLACK)
+        # And once the caller stops, every task it was told was taken has run
+        hosts.wait_run(hosts.sent("steady.txt"), timeout=READY)
+        assert caller.stdin is not None
+        caller.stdin.write(b"stop\n")
+        caller.stdin.close()
+        said = hosts.finish(caller, timeout=READY + 60)
+        sent = hosts.sent("steady.txt")
+        hosts.wait_run(sent, timeout=READY)
+        assert f"sent {len(sent)} " in said, said[-3000:]
+        # (a send the caller was told failed is not counted as lost: it was
+        # never taken. Today a send that reaches the holder's router while it
+        # stops is answered `modified`, "actor 'celery' is stopping", and
+        # raised to the caller instead of sent on to the next holder: counted
+        # and printed here)
+        unconfirmed = int(said.split(f"sent {len(sent)} ")[1].split()[0])
+        for line in said.splitlines():
+            if line.startswith("unconfirmed "):
+                print(line)
+        assert f"results {len(sent)} 0" in said, said[-3000:]
+
+    ran = {task for task, _ in runs(hosts.records)}
+    lost = [task for task in sent if task not in ran]
+    dup = twice(hosts)
+    took = ", ".join(f"{host} {seconds:.1f} s" for host, seconds in restarts.items())
+    print(
+        f"lost {len(lost)} of {len(sent)}, ran twice {len(dup)}, unconfirmed {unconfirmed}; "
+        f"restarts: {took}"
+    )
+    record_property("lost", len(lost))
+    record_property("ran_twice", len(dup))
+    record_property("unconfirmed", unconfirmed)
+    assert lost == []
+    assert len(sent) > 100, len(sent)  # the load ran throughout
