@@ -21,11 +21,11 @@ from typing import Any, Final, TypeVar, final
 import attrs
 import trio
 
-from ..._errors import ConfigError, MisuseError, PeerUnavailable
+from ..._errors import ConfigError, MisuseError, Modified, PeerUnavailable
 from ..._log import log
 from ...actors import Outbox, to_wire
 from ...cluster import AT_MOST_ONCE
-from ...mailbox import KIND_COMMAND, Envelope
+from ...mailbox import KIND_COMMAND, STOPPING, Envelope
 from ..protocol._protocol import (
     H_CHAIN,
     H_ETA,
@@ -325,7 +325,11 @@ async def send_task(
         await outbox.send(
             target, envelope, presettled=False, confirm=confirm, durable=durable, reroute=reroute
         )
-    except PeerUnavailable as exc:
+    except (PeerUnavailable, Modified) as exc:
+        # Unreachable, or a services node that stops (a warm stop, a rolling
+        # upgrade: it took nothing) while its role moves: sent to the next holder.
+        if isinstance(exc, Modified) and exc.condition != STOPPING:
+            raise
         elsewhere = await directory.moved_from(target)  # None at once on one host
         if elsewhere is None:
             raise
