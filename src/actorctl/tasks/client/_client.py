@@ -282,7 +282,9 @@ async def send_task(
     Raises:
         ConfigError: an unknown pool, or a delay with no scheduler.
         MisuseError: ``confirm=True`` with ``acks_late=False``.
-        DeliveryError: (confirmed) the receiver refused it.
+        DeliveryError: (confirmed) the receiver refused it. (Across hosts, a
+            services node that stops refuses it ``modified``, actor-stopping,
+            having taken nothing: it goes to the next holder, as below.)
         PeerUnavailable: (not durable) its node could not be reached (across
             hosts, neither it nor, within the directory's ``failover``, the
             services node that took the services role over).
