@@ -159,11 +159,13 @@ def _live(old: ClusterConfig, new: ClusterConfig, kept: Collection[str]) -> Iter
 
 
 def changed_tables(
-    old: Iterable[Mapping[str, Any]], new: Iterable[Mapping[str, Any]]
+    old: Iterable[Mapping[str, Any] | attrs.AttrsInstance],
+    new: Iterable[Mapping[str, Any] | attrs.AttrsInstance],
 ) -> Iterable[tuple[str, str]]:
-    """The ``[[...]]`` tables added, removed or changed, by name."""
-    before = {str(table.get("name")): dict(table) for table in old}
-    after = {str(table.get("name")): dict(table) for table in new}
+    """The ``[[...]]`` tables added, removed or changed, by name: each a table
+    as the file has it, or its record (a key left out is None)."""
+    before = dict(_named(table) for table in old)
+    after = dict(_named(table) for table in new)
     for name in sorted(before.keys() | after.keys()):
         if name not in before:
             yield name, "added"
@@ -182,6 +184,12 @@ def changed_tables(
                 )
                 + ")",
             )
+
+
+def _named(table: Mapping[str, Any] | attrs.AttrsInstance) -> tuple[str, dict[str, Any]]:
+    """A table's name and its keys' values (a record's keys left out are None)."""
+    given = dict(table) if isinstance(table, Mapping) else attrs.asdict(table, recurse=False)
+    return str(given.get("name")), {k: v for k, v in given.items() if v is not None}
 
 
 def shown(value: object) -> str:

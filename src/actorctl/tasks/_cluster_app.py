@@ -78,15 +78,17 @@ class TaskClusterApp:
             ConfigError: naming the table and what to do.
         """
         everywhere = [names for names in hosted.values()]
-        if config.tables("periodic") and not any(BEAT_NAME in names for names in everywhere):
+        if config.records("periodic", PeriodicTable) and not any(
+            BEAT_NAME in names for names in everywhere
+        ):
             raise ConfigError(
                 f"{config.path}: [[periodic]] tables need a node with services = true (a task "
                 "app's services node), whose beat fires them: no node hosts a beat"
             )
-        for index, table in enumerate(config.tables("source")):
-            if not any(source_actor(str(table.get("name"))) in names for names in everywhere):
+        for index, table in enumerate(config.records("source", SourceTable)):
+            if not any(source_actor(table.name) in names for names in everywhere):
                 raise ConfigError(
-                    f"{config.path}: source[{index}] ({table.get('name')!r}): no node reads "
+                    f"{config.path}: source[{index}] ({table.name!r}): no node reads "
                     "it: a source is read by the task app of the services node, or of the "
                     "node its table names (node = ...), which must host that app"
                 )
@@ -98,14 +100,20 @@ class TaskClusterApp:
         restarts the node that reads it."""
         live = [
             f"periodic {name} {what}"
-            for name, what in changed_tables(old.tables("periodic"), new.tables("periodic"))
+            for name, what in changed_tables(
+                old.records("periodic", PeriodicTable), new.records("periodic", PeriodicTable)
+            )
         ]
         live += [
             f"task {name}: limits {what}"
-            for name, what in changed_tables(old.tables("task"), new.tables("task"))
+            for name, what in changed_tables(
+                old.records("task", TaskTable), new.records("task", TaskTable)
+            )
         ]
         restart: dict[str, list[str]] = {}
-        for name, what in changed_tables(old.tables("source"), new.tables("source")):
+        for name, what in changed_tables(
+            old.records("source", SourceTable), new.records("source", SourceTable)
+        ):
             reader = _source_reader(name, old, new, hosted)
             if reader is not None:
                 restart.setdefault(reader, []).append(f"source {name} {what}")
@@ -120,9 +128,9 @@ def _source_reader(
     """The node that reads source ``name``: its table's node, or the one that
     hosts it now, or the one that hosts the beat (the services node)."""
     for config in (new, old):
-        for table in config.tables("source"):
-            if table.get("name") == name and table.get("node"):
-                return str(table["node"])
+        for table in config.records("source", SourceTable):
+            if table.name == name and table.node:
+                return table.node
     for node, actors in hosted.items():
         if source_actor(name) in actors:
             return node

@@ -25,6 +25,7 @@ from ..cluster import REPLICA, ClusterConfig, NodeConfig, ReplicaKeeper, breaker
 from ..etcd import EtcdRoleLease
 from ..ops import CONTROLLER
 from ..supervision import HEALTH_AGENT, BoxedSpec, HealthMonitor
+from ._cluster_tables import PeriodicTable, SourceTable, TaskTable
 from .app._registry import TaskRegistry
 from .client._client import Directory
 from .client._services_role import SERVICES_ROLE_NAME, ServicesRole
@@ -207,7 +208,7 @@ def task_actors(
         )
     app.configure()  # Celery's on_after_configure: where projects add periodic tasks
     directory = cluster_directory(config)
-    if config.tables("periodic") and SCHEDULER not in directory.addresses:
+    if config.records("periodic", PeriodicTable) and SCHEDULER not in directory.addresses:
         raise ConfigError(
             f"{config.path}: [[periodic]] tables need a node with services = true, whose "
             "beat fires them"
@@ -331,7 +332,7 @@ def _pool_workers(pool: str, config: ClusterConfig) -> list[str]:
 
 
 def _file_limits(app: TaskRegistry, config: ClusterConfig) -> dict[str, dict[str, Any]]:
-    return file_limits(config.tables("task"), app.tasks.keys(), config.path)
+    return file_limits(config.records("task", TaskTable), app.tasks.keys(), config.path)
 
 
 def _sources(app: TaskRegistry, config: ClusterConfig, directory: Directory) -> list[SourceSpec]:
@@ -344,7 +345,7 @@ def _sources(app: TaskRegistry, config: ClusterConfig, directory: Directory) -> 
     tasks = {task.name: task.pool for task in app.tasks.values()}
     nodes = [n.name for n in config.nodes]
     found = cluster_sources(
-        app.sources, tasks, config.tables("source"), config.path, directory, nodes
+        app.sources, tasks, config.records("source", SourceTable), config.path, directory, nodes
     )
     for spec in found:
         if spec.node is None and SCHEDULER not in directory.addresses:
@@ -368,7 +369,9 @@ def _beat(app: TaskRegistry, config: ClusterConfig, directory: Directory) -> Bea
     def periodics_of(config: ClusterConfig) -> list[PeriodicTask]:
         tasks = {task.name: task.pool for task in app.tasks.values()}
         tasks.update({alias: tasks[name] for alias, name in app.aliases.items()})
-        return cluster_periodics(app.periodics, tasks, config.tables("periodic"), config.path)
+        return cluster_periodics(
+            app.periodics, tasks, config.records("periodic", PeriodicTable), config.path
+        )
 
     if config.etcd is not None:
         client = config.etcd.client()

@@ -46,7 +46,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Final, Protocol, final
+from typing import Any, Final, Protocol, TypeVar, final
 
 import attrs
 
@@ -69,6 +69,8 @@ __all__ = [
     "ClusterConfig",
     "NodeConfig",
 ]
+
+_Record = TypeVar("_Record", bound=attrs.AttrsInstance)
 
 #: The name of the Controller's key (and certificate) in a cluster's directories.
 CONTROLLER_KEY: Final = "controller"
@@ -135,11 +137,26 @@ class ClusterConfig:
     # the application that declared its own tables (load_cluster's app), and those tables
     app: ClusterApp | None = attrs.field(default=None, eq=False)
     app_tables: Mapping[str, tuple[Mapping[str, Any], ...]] = attrs.field(factory=dict, eq=False)
+    # the application's tables that have a schema, each read as its record
+    app_records: Mapping[str, tuple[attrs.AttrsInstance, ...]] = attrs.field(factory=dict, eq=False)
 
     def tables(self, name: str) -> tuple[Mapping[str, Any], ...]:
-        """The ``[[name]]`` tables of the application (their keys checked when
-        the file was read); none if the file has none."""
+        """The ``[[name]]`` tables of the application as the file has them
+        (their keys checked when the file was read); none if the file has none."""
         return self.app_tables.get(name, ())
+
+    def records(self, name: str, schema: type[_Record]) -> tuple[_Record, ...]:
+        """The ``[[name]]`` tables of the application, each read as its
+        ``schema`` record (``AppTable.of``) when the file was read, its values
+        checked; none if the file has none.
+
+        Raises:
+            TypeError: ``[[name]]`` is not registered with ``schema``.
+        """
+        found = self.app_records.get(name, ())
+        if not all(isinstance(record, schema) for record in found):
+            raise TypeError(f"[[{name}]] tables are not read as {schema.__qualname__} records")
+        return found  # type: ignore[return-value]
 
     @property
     def hosts(self) -> list[str]:

@@ -84,6 +84,7 @@ def load_cluster(path: Path | str, app: ClusterApp | None = None) -> ClusterConf
         if web is not None:
             listens.append(("the web page (cluster.web)", *web))
         check_dev_listen(path, listens)
+    app_read = {name: where.tables(data[name], name) for name in where.app_tables if name in data}
     return ClusterConfig(
         path=path.resolve(),
         name=table.name,
@@ -100,7 +101,6 @@ def load_cluster(path: Path | str, app: ClusterApp | None = None) -> ClusterConf
         boxed=tuple(boxed),
         etcd=etcd,
         app=app,
-        app_tables={
-            name: where.tables(data[name], name) for name in where.app_tables if name in data
-        },
+        app_tables={name: read[0] for name, read in app_read.items()},
+        app_records={name: read[1] for name, read in app_read.items()},
     )

@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, final
 
+import attrs
+
 from ..._errors import ConfigError
 from ._config_keys import unknown_key
 from ._schema import read_table
@@ -64,20 +66,24 @@ class TableReader:
         shown = "nothing" if got is None else f"{got!r}"
         return ConfigError(f"{self.path}: key {key!r}: expected {expected}, got {shown}")
 
-    def tables(self, items: object, kind: str) -> tuple[Mapping[str, Any], ...]:
-        """The ``[[kind]]`` tables, their keys checked (and their values, for
-        an application's table with a schema)."""
+    def tables(
+        self, items: object, kind: str
+    ) -> tuple[tuple[Mapping[str, Any], ...], tuple[attrs.AttrsInstance, ...]]:
+        """The ``[[kind]]`` tables, their keys checked; and, for an
+        application's table with a schema, each read as its record (its
+        values checked)."""
         if not isinstance(items, list):
             raise self.error(kind, f"[[{kind}]] tables", items)
+        records: list[attrs.AttrsInstance] = []
         for index, item in enumerate(items):
             if not isinstance(item, dict):
                 raise self.error(f"{kind}[{index}]", "a table", item)
             schema = self.app_tables[kind].schema if kind in self.app_tables else None
             if schema is not None:  # its keys, then its values (as its record)
-                read_table(self, item, f"{kind}[{index}]", kind, schema)
+                records.append(read_table(self, item, f"{kind}[{index}]", kind, schema))
             else:
                 self.keys(item, f"{kind}[{index}]", kind)
-        return tuple(items)
+        return tuple(items), tuple(records)
 
 
 def _brackets(kind: str) -> str:

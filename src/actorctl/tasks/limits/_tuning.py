@@ -27,6 +27,7 @@ from typing import Any, Final, Protocol, final
 from ..._errors import ConfigError
 from ..._log import log
 from ...store import Store
+from .._cluster_tables import TaskTable
 from ._budget import Budget
 from ._gate import Gate
 from ._rates import Pacer, RateLimit, rate_limit_of
@@ -226,9 +227,10 @@ def _task_limits(gate: Gate) -> dict[str, Any]:
 
 
 def file_limits(
-    tables: Sequence[Mapping[str, Any]], tasks: Collection[str], path: Path | None
+    tables: Sequence[TaskTable], tasks: Collection[str], path: Path | None
 ) -> dict[str, dict[str, Any]]:
-    """The limits cluster.toml's ``[[task]]`` tables set, by task, checked.
+    """The limits cluster.toml's ``[[task]]`` tables set (their names checked
+    already, as records), by task, checked against the app.
 
     Raises:
         ConfigError: an unknown task (with the nearest name), a task named
@@ -237,9 +239,9 @@ def file_limits(
     where = f"{path}: " if path is not None else ""
     limits: dict[str, dict[str, Any]] = {}
     for index, table in enumerate(tables):
-        name = table.get("name")
-        if not isinstance(name, str) or name not in tasks:
-            near = difflib.get_close_matches(str(name), sorted(tasks), n=1)
+        name = table.name
+        if name not in tasks:
+            near = difflib.get_close_matches(name, sorted(tasks), n=1)
             hint = f" (did you mean {near[0]!r}?)" if near else ""
             raise ConfigError(
                 f"{where}task[{index}]: no task named {name!r}{hint}; the app's tasks: "
@@ -248,8 +250,10 @@ def file_limits(
         if name in limits:
             raise ConfigError(f"{where}task[{index}]: task {name!r} has two [[task]] tables")
         kept = limits[name] = {}
-        for key in ("rate_limit", "global_rate_limit"):
-            if key in table:
-                rate = rate_limit_of(table[key], what=f"{where}task[{index}].{key} ({name})")
+        for key, value in (
+            ("rate_limit", table.rate_limit), ("global_rate_limit", table.global_rate_limit)
+        ):  # fmt: skip
+            if value is not None:  # the key is given
+                rate = rate_limit_of(value, what=f"{where}task[{index}].{key} ({name})")
                 kept[key] = None if rate is None else str(rate)
     return limits

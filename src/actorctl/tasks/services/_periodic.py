@@ -41,6 +41,7 @@ import attrs
 from cronsim import CronSim, CronSimError
 
 from ..._errors import ConfigError
+from .._cluster_tables import PeriodicTable
 
 __all__ = ["PERIODIC_OPTIONS", "PeriodicTask", "Schedule", "firing_id"]
 
@@ -324,11 +325,12 @@ def periodic_task(
 def cluster_periodics(
     declared: Mapping[str, PeriodicTask],
     tasks: Mapping[str, str],
-    tables: Sequence[Mapping[str, Any]],
+    tables: Sequence[PeriodicTable],
     path: object,
 ) -> list[PeriodicTask]:
     """The periodic tasks of a cluster: those its app declares and its
-    cluster.toml's ``[[periodic]]`` tables (their keys checked already).
+    cluster.toml's ``[[periodic]]`` tables (their keys and typed values
+    checked already, as records), each checked against the app.
 
     Raises:
         ConfigError: naming the file, the table and what is wrong; a name used
@@ -336,13 +338,11 @@ def cluster_periodics(
     """
     found = dict(declared)
     for index, table in enumerate(tables):
-        options = {k: table[k] for k in sorted(PERIODIC_OPTIONS) if k in table}
         try:
             periodic = periodic_task(
-                tasks, name=table.get("name"), task=table.get("task"), cron=table.get("cron"),
-                every=table.get("every"), tz=table.get("tz"), args=table.get("args", []),
-                kwargs=table.get("kwargs"), catch_up=table.get("catch_up", True),
-                options=options,
+                tasks, name=table.name, task=table.task, cron=table.cron, every=table.every,
+                tz=table.tz, args=table.args if table.args is not None else [],
+                kwargs=table.kwargs, catch_up=table.catch_up, options=table.options(),
             )  # fmt: skip
         except ConfigError as exc:
             raise ConfigError(f"{path}: periodic[{index}]: {exc}") from None

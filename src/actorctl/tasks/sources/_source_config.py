@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from ..._errors import ConfigError
+from .._cluster_tables import SourceTable
 from ..client._client import Directory
 from ._source import Source, SourceSpec
 from ._source_kinds import KIND_KEYS, checked_factory, reader_factory
@@ -37,8 +38,6 @@ def source_actor(name: str) -> str:
 
 
 _NAME: Final = re.compile(r"[A-Za-z0-9_.:-]+")
-#: The generic keys of a [[source]] table (the others belong to its kind).
-_GENERIC: Final = ("task", "actor", "handler", "node", "poll", "batch", "window")
 
 
 def source_spec(
@@ -116,14 +115,15 @@ def _reader(
 def cluster_sources(
     declared: Mapping[str, SourceSpec],
     tasks: Mapping[str, str],
-    tables: Sequence[Mapping[str, Any]],
+    tables: Sequence[SourceTable],
     config_path: Path,
     directory: Directory,
     nodes: Sequence[str],
 ) -> list[SourceSpec]:
     """The sources of a cluster: those its app declares and its cluster.toml's
-    ``[[source]]`` tables (their keys checked already), each checked against
-    the cluster: the actor it feeds resolves, its node exists.
+    ``[[source]]`` tables (their keys and typed values checked already, as
+    records), each checked against the app and the cluster: its kind and
+    task, the actor it feeds resolves, its node exists.
 
     Raises:
         ConfigError: naming the file, the table and what is wrong.
@@ -131,17 +131,11 @@ def cluster_sources(
     found = dict(declared)
     for index, table in enumerate(tables):
         where = f"{config_path}: source[{index}]"
-        settings = dict(table.get("settings") or {})
-        if "settings" in table and not isinstance(table["settings"], dict):
-            raise ConfigError(
-                f"{where}: key 'settings': expected a table, got {table['settings']!r}"
-            )
-        settings.update({k: v for k, v in table.items() if k in KIND_KEYS})
-        generic = {k: table[k] for k in _GENERIC if k in table}
         try:
             spec = source_spec(
-                tasks, name=table.get("name"), source=table.get("kind"), settings=settings,
-                root=config_path.parent, **generic,
+                tasks, name=table.name, source=table.kind,
+                settings=table.kind_settings(KIND_KEYS), root=config_path.parent,
+                **table.generic(),
             )  # fmt: skip
         except ConfigError as exc:
             raise ConfigError(f"{where}: {exc}") from None
