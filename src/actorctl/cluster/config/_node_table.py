@@ -7,7 +7,8 @@ the node that hosts it.
 from __future__ import annotations
 
 import difflib
-from typing import Any
+import functools
+from typing import Any, Final
 
 import attrs
 
@@ -18,6 +19,7 @@ from ._config import NodeConfig
 from ._config_keys import unknown_key
 from ._health_tables import check_health_tables
 from ._reader import TableReader
+from ._schema import key as schema_key
 from ._schema import read_table
 from ._table_schemas import NodeTable, RouterTable, endpoint
 from ._tables import HOST_KEY, KNOWN_KEYS, NODE_KEYS
@@ -83,17 +85,37 @@ def _deadletters(reader: TableReader, key: str, table: object) -> DeadLetterBoun
         raise ConfigError(f"{reader.path}: key '{key}': {exc}") from None
 
 
+def _limit_ok(name: str, value: Any) -> bool:
+    """Whether ``value`` is a bound ``Limits`` takes for its field ``name``."""
+    try:
+        Limits(**{name: value})
+    except ConfigError:
+        return False
+    return True
+
+
+def _limit_key(field: attrs.Attribute[Any]) -> Any:
+    """The key of ``[node.limits]`` for a field of ``Limits``: what its value
+    is, in the words of its kind (a count or seconds), checked by ``Limits``."""
+    count = field.type in (int, "int")
+    words = "a whole number above 0" if count else "seconds above 0"
+    return schema_key(words, functools.partial(_limit_ok, field.name), default=None)
+
+
+#: ``[node.limits]``'s schema: a key for each field of ``Limits``, none
+#: required, each value as ``Limits`` takes it (kept as written: the node's
+#: ``limits`` are the bounds the table sets, the others ``Limits``' defaults).
+LimitsTable: Final = attrs.make_class(
+    "LimitsTable", {field.name: _limit_key(field) for field in attrs.fields(Limits)}, frozen=True
+)
+
+
 def _limits(reader: TableReader, key: str, table: object) -> dict[str, Any]:
     """A node's [node.limits] table: the resource bounds it sets."""
     if not isinstance(table, dict):
         raise reader.error(key, f"a table of resource bounds ({', '.join(LIMIT_NAMES)})", table)
-    reader.keys(table, key, "node.limits")
-    for name, value in table.items():
-        try:
-            Limits(**{name: value})
-        except ConfigError as exc:
-            raise ConfigError(f"{reader.path}: key '{key}.{name}': {exc}") from None
-    return dict(table)
+    bounds: attrs.AttrsInstance = read_table(reader, table, key, "node.limits", LimitsTable)
+    return {name: value for name, value in attrs.asdict(bounds).items() if name in table}
 
 
 def read_routers(
