@@ -75,10 +75,9 @@ def _deadletters(reader: TableReader, key: str, table: object) -> DeadLetterBoun
     """A node's [node.deadletters] table: ``max`` letters, ``ttl`` seconds."""
     if not isinstance(table, dict):
         raise reader.error(key, "a table with max (a count) and ttl (seconds)", table)
-    known = KNOWN_KEYS["node.deadletters"]
-    for name, value in table.items():
-        if name not in known:
-            raise unknown_key(reader.path, f"{key}.{name}", value, known)
+    # its keys as every table's; its values in DeadLetterBounds' own words,
+    # which name the table, not the key (a schema's error would name the key)
+    reader.keys(table, key, "node.deadletters")
     try:
         return DeadLetterBounds(**table)
     except ConfigError as exc:
