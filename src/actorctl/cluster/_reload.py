@@ -186,7 +186,7 @@ def changed_tables(
             )
 
 
-def _named(table: Mapping[str, Any] | attrs.AttrsInstance) -> tuple[str, dict[str, Any]]:
+def _named(table: Mapping[str, Any] | attrs.AttrsInstance) -> tuple[str, dict[str, object]]:
     """A table's name and its keys' values (a record's keys left out are None)."""
     given = dict(table) if isinstance(table, Mapping) else attrs.asdict(table, recurse=False)
     return str(given.get("name")), {k: v for k, v in given.items() if v is not None}

@@ -66,7 +66,7 @@ class PeriodicTable:
         "a whole number from 0 to 9", lambda v: 0 <= v <= 9, default=None
     )
 
-    def options(self) -> dict[str, Any]:
+    def options(self) -> dict[str, object]:
         """Its firings' options that the table gives."""
         given = {"queue": self.queue, "expires": self.expires, "priority": self.priority}
         return {name: value for name, value in given.items() if value is not None}
@@ -99,17 +99,9 @@ class SourceTable:
     columns: Any = None
     settings: Any = checked("a table", lambda v: isinstance(v, dict), default=None)
 
-    def generic(self) -> dict[str, Any]:
-        """What it feeds, how often and how much: the keys the table gives."""
-        given = {
-            "task": self.task, "actor": self.actor, "handler": self.handler, "node": self.node,
-            "poll": self.poll, "batch": self.batch, "window": self.window,
-        }  # fmt: skip
-        return {name: value for name, value in given.items() if value is not None}
-
-    def kind_settings(self, kind_keys: frozenset[str]) -> dict[str, Any]:
+    def kind_settings(self, kind_keys: frozenset[str]) -> dict[str, object]:
         """``settings``, then the built-in kinds' keys the table gives."""
-        found = dict(self.settings or {})
+        found: dict[str, object] = dict(self.settings or {})
         for name, value in attrs.asdict(self, recurse=False).items():
             if name in kind_keys and value is not None:
                 found[name] = value

@@ -38,6 +38,11 @@ def source_actor(name: str) -> str:
 
 
 _NAME: Final = re.compile(r"[A-Za-z0-9_.:-]+")
+#: What a source takes when its table or ``add_source`` leaves a key out (None).
+_HANDLER: Final = "take"
+_POLL: Final = 1.0
+_BATCH: Final = 100
+_WINDOW: Final = 100
 
 
 def source_spec(
@@ -48,11 +53,11 @@ def source_spec(
     settings: Mapping[str, Any] | None = None,
     task: object = None,
     actor: object = None,
-    handler: object = "take",
+    handler: object = None,
     node: object = None,
-    poll: object = 1.0,
-    batch: object = 100,
-    window: object = 100,
+    poll: object = None,
+    batch: object = None,
+    window: object = None,
     root: Path | None = None,
 ) -> SourceSpec:
     """Check and build a source.
@@ -62,6 +67,8 @@ def source_spec(
         source: a kind (``directory``, ``http``, ``sqlite``, ``module:Class``)
             read with ``settings``; or a Source class or factory (called with
             ``settings`` at each start of the source); or a Source.
+        handler, poll, batch, window: None (a table that leaves the key
+            out) takes the default: ``take``, 1 second, 100, 100.
 
     Raises:
         ConfigError: naming the source and what is wrong.
@@ -70,6 +77,10 @@ def source_spec(
         raise ConfigError(
             f"source name: expected letters, digits, '_', '.', ':' or '-', got {name!r}"
         )
+    handler = _HANDLER if handler is None else handler
+    poll = _POLL if poll is None else poll
+    batch = _BATCH if batch is None else batch
+    window = _WINDOW if window is None else window
     try:
         make, kind = _reader(source, dict(settings or {}), root)
         if (task is None) == (actor is None):
@@ -135,7 +146,8 @@ def cluster_sources(
             spec = source_spec(
                 tasks, name=table.name, source=table.kind,
                 settings=table.kind_settings(KIND_KEYS), root=config_path.parent,
-                **table.generic(),
+                task=table.task, actor=table.actor, handler=table.handler, node=table.node,
+                poll=table.poll, batch=table.batch, window=table.window,
             )  # fmt: skip
         except ConfigError as exc:
             raise ConfigError(f"{where}: {exc}") from None
