@@ -289,6 +289,10 @@ def task_actors(
         if mine.services:  # a standby's copies of the holder's store (and its own, replicated)
             replicas = config.root / "data" / node.name / "replicas" if node.durable else None
             keeper = actors[REPLICA] = ReplicaKeeper(replicas)
+            if CHORD_BARRIER_NAME in actors:
+                barrier = actors[CHORD_BARRIER_NAME]
+                assert isinstance(barrier, ChordBarrier)
+                barrier.defer_while_copied(keeper.holds)
         actors[SERVICES_ROLE_NAME] = ServicesRole(
             directory,
             config.etcd.client(),

@@ -95,6 +95,10 @@ class ReplicaKeeper(Actor):
         """The nodes it keeps a copy of."""
         return sorted(self._copies)
 
+    def holds(self, table: str, key: str) -> bool:
+        """Whether a copy kept here (not yet taken over) holds that row."""
+        return any(copy.store.get(table, key) is not None for copy in self._copies.values())
+
     def rows(self, source: str) -> list[Write]:
         """The rows of ``source``'s store as copied here, oldest first."""
         copy = self._copies.get(source)

@@ -17,6 +17,7 @@ taken once). A barrier found complete when it starts sends its body then.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any, ClassVar, Final
 
 import attrs
@@ -72,6 +73,10 @@ class _Chord:
         return chord
 
 
+#: A result for a chord whose barrier this node is taking over: send it again.
+TAKING_OVER: Final = "actorctl:taking-over"
+
+
 class ChordBarrier(Actor):
     """``chords``: holds each chord's barrier. It counts the header's results as
     they arrive and, when the last is in, sends the body with the list of them."""
@@ -89,6 +94,17 @@ class ChordBarrier(Actor):
         self.chords: dict[str, _Chord] = {}
         self._client: TaskClient | None = None
         self._store: Store | None = None
+        self._copied: Callable[[str, str], bool] | None = None
+
+    def defer_while_copied(self, copied: Callable[[str, str], bool]) -> None:
+        """Across hosts: ``copied(table, key)`` says whether a copy of another
+        services node's store, which this node takes over when it takes the
+        services role, still holds that row. A result for a chord no barrier
+        here has yet, but such a copy holds, is refused for now (``modified``,
+        TAKING_OVER): its sender sends it again once the barrier is taken over.
+        Workers send results here as soon as etcd names this node the holder,
+        which may be before it has taken the lost holder's barriers on."""
+        self._copied = copied
 
     async def on_start(self) -> None:
         """Runs in the task that starts it: reload the barriers its node's store
@@ -169,6 +185,10 @@ class ChordBarrier(Actor):
         member = str(envelope.headers.get(H_TASK_ID))
         if state not in READY_STATES:
             return ACCEPTED, None  # STARTED, RETRY: the barrier waits for the final one
+        # (the copy is forgotten only once its barriers are adopted here)
+        if chord is None and self._copied is not None and self._copied(CHORDS_TABLE, chord_id):
+            why = f"chord {chord_id}: its barrier is being taken over here; send it again"
+            return Outcome.modified(TAKING_OVER, why), None
         if chord is None or member not in chord.tasks:
             # Not (or no longer) one of a chord's results: a copy that came again
             # after the chord ended, or a result for a barrier never opened here.
