@@ -364,6 +364,21 @@ class QuorumHosts:
             cwd=ROOT,
         )
 
+    def plain_caller(
+        self, host: str, count: int, timeout: float, seconds: float
+    ) -> subprocess.Popen[bytes]:
+        """tests/apps/hosts_caller.py on ``host``: ``count`` tasks of
+        ``seconds`` each, their ids written to ``sent.txt`` beside the cluster file."""
+        argv = [str(self.path), str(count), str(timeout), str(seconds), "sent.txt"]
+        return self.network.run(
+            host,
+            [sys.executable, "-m", "tests.apps.hosts_caller", *argv],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env=self.env,
+            cwd=ROOT,
+        )
+
     @staticmethod
     def finish(caller: subprocess.Popen[bytes], timeout: float) -> str:
         """Wait (at most ``timeout`` seconds) until ``caller`` printed its
