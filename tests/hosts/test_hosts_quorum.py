@@ -11,7 +11,10 @@ services-a is started first and holds the services role; it replicates its
 store to services-b (docs/deploy.md, "Replication"). A caller on host c
 (tests/apps/hosts_mixed_caller.py) sends the tasks, each confirmed; every run
 is recorded with the pid of the node that ran it (tests/apps/hosts_app.py),
-so that the test counts: none lost, how many ran twice. Waits are on output
+so that the test counts: none lost, how many ran twice. In the first test the
+periodic task ``tick`` fires every second too, from services-a's beat (it
+holds the scheduler role), each firing waiting behind the tasks in the
+router's backlog: every firing its beat logged before the kill runs. Waits are on output
 lines, etcd's directory and role key, logs and records, each with a timeout.
 Skipped, naming the reason, where network namespaces cannot be made or etcd
 is not installed. Each test takes about 20 s here (2 cores).
@@ -29,7 +32,7 @@ from typing import Any
 
 import pytest
 
-from tests.apps.hosts_app import runs
+from tests.apps.hosts_app import PERIODIC_RUNS, runs
 from tests.support.hosts_cluster import READY
 from tests.support.hosts_quorum import NODES, TTL, QuorumHosts
 from tests.support.netns import Network, open_network, wait_for_output
@@ -39,6 +42,9 @@ DELAY = 8  # seconds: the countdown of the delayed tasks
 TASKS = 120  # the caller's tasks of 0.5 s, besides the delayed, the chord and the paced
 #: The ``mixed`` caller's tasks: a probe, TASKS, 10 delayed, a chord's body, 6 paced.
 MIXED = 1 + TASKS + 10 + 1 + 6
+EVERY = 1  # seconds between the periodic task's due times
+#: Every node but services-a: the scheduler role's candidates once host a is lost.
+OTHERS = ("services-b", "worker-b", "worker-c")
 
 
 @pytest.fixture
@@ -66,9 +72,12 @@ def twice(hosts: QuorumHosts) -> list[str]:
 def test_the_services_holders_host_lost_with_its_disk_under_load_loses_nothing_it_confirmed(
     network: Network, tmp_path: Path, record_property: Any
 ) -> None:
-    with QuorumHosts(network, tmp_path) as hosts:
+    with QuorumHosts(network, tmp_path, periodic_every=EVERY) as hosts:
         start(hosts)
-        # Given a caller on host c whose first task services-a confirmed, and
+        # Given services-a's beat firing tick every second (it started first:
+        # it holds the scheduler role, the only beat then)
+        hosts.wait_fired(["services-a"], 1, timeout=READY)
+        # And a caller on host c whose first task services-a confirmed, and
         # services-b's copy of services-a's store in sync
         caller = hosts.caller("c", "mixed", "sent.txt", str(TASKS), "0.5", str(DELAY),
                               stdin=subprocess.PIPE)  # fmt: skip
@@ -84,6 +93,9 @@ def test_the_services_holders_host_lost_with_its_disk_under_load_loses_nothing_i
         wait_for_output(caller, f"sent {MIXED}", timeout=READY)
         sent = hosts.sent("sent.txt")
         assert len(sent) == MIXED
+        # ... and a firing of tick made since, waiting behind them
+        hosts.wait_fired(["services-a"], len(hosts.fired("services-a")) + 1, timeout=READY)
+        assert hosts.fired(*OTHERS) == []  # no other beat fired: services-a holds the role
 
         # And host a loses power (its host up, services-a and its etcd member
         # SIGKILLed) and its disk (services-a's data directory, etcd's)
@@ -91,6 +103,10 @@ def test_the_services_holders_host_lost_with_its_disk_under_load_loses_nothing_i
         killed = time.monotonic()
         shutil.rmtree(hosts.data("services-a"))
         shutil.rmtree(hosts.members["a"].directory / "data")
+        # (the firings services-a's beat logged: each after its store's commit,
+        # replicated to services-b; and those of them not run yet)
+        fired_before = hosts.fired("services-a")
+        waiting = set(fired_before) - {task for task, _ in runs(hosts.records, PERIODIC_RUNS)}
 
         # Then services-b takes the services role once services-a's lease
         # ended (etcd answers on b and c: two members of three)
@@ -111,19 +127,40 @@ def test_the_services_holders_host_lost_with_its_disk_under_load_loses_nothing_i
         recovered = time.monotonic() - killed
         said = hosts.finish(caller, timeout=READY + 60)
         assert f"results {MIXED} 0" in said, said[-3000:]
+        # And tick fires on from another host's beat once services-a's
+        # scheduler lease ended, and every firing made before the kill, and
+        # after, runs
+        hosts.wait_fired(OTHERS, 1, timeout=TTL * 2 + EVERY + SLACK)
+        ticking = time.monotonic() - killed
+        fired_after = hosts.wait_fired(OTHERS, 3, timeout=3 * EVERY + SLACK)
+        hosts.wait_run([*fired_before, *fired_after], timeout=SLACK, name=PERIODIC_RUNS)
+        leader = ", ".join(n for n in OTHERS if hosts.logged(n, "actorctl:beat:leader"))
+        print(f"scheduler role services-a -> {leader}: {len(fired_after)} firings by now")
 
     ran = {task for task, _ in runs(hosts.records)}
     lost = [task for task in sent if task not in ran]
     dup = twice(hosts)
+    ticks = Counter(task for task, _ in runs(hosts.records, PERIODIC_RUNS))
+    ticks_lost = [task for task in fired_before if ticks[task] == 0]
+    ticks_twice = {task: n for task, n in ticks.items() if n > 1}
+    refired = set(fired_before) & set(fired_after)  # a due time two beats fired
     print(
         f"lost {len(lost)} of {len(sent)}, ran twice {len(dup)}; role moved {moved:.1f} s, "
-        f"every task ran {recovered:.1f} s after the kill"
+        f"every task ran {recovered:.1f} s after the kill; firings before the kill "
+        f"{len(fired_before)} ({len(waiting)} not yet run), lost {len(ticks_lost)}, ran twice "
+        f"{len(ticks_twice)} {ticks_twice}, fired again {sorted(refired)}; tick fired from "
+        f"{leader} {ticking:.1f} s after the kill"
     )
     record_property("lost", len(lost))
     record_property("ran_twice", len(dup))
     record_property("role_moved_s", round(moved, 1))
     record_property("recovered_s", round(recovered, 1))
+    record_property("firings_lost", len(ticks_lost))
+    record_property("firings_ran_twice", len(ticks_twice))
+    record_property("firings_resumed_s", round(ticking, 1))
     assert lost == []
+    assert ticks_lost == []
+    assert waiting, "every firing had run at the kill: none was in flight"
 
 
 def test_every_host_restarted_in_turn_under_load_loses_no_task(

@@ -9,7 +9,11 @@ worker node ``worker-b``, host c the worker node ``worker-c`` (pool
 ``celery``, tests/apps/hosts_app.py). The two services nodes take turns
 holding the services role in etcd, the holder replicating its store to the
 other (docs/deploy.md, "Replication"). Mutual TLS and signed messages
-throughout (development certificates, dialled by IP address).
+throughout (development certificates, dialled by IP address). With ``periodic_every``,
+the file has the periodic task ``tick`` (tests/apps/hosts_app.py's
+``beat_tick``, every that many seconds, on the pool ``celery``): every node's
+beat is a candidate for the scheduler role in etcd, and each firing it makes
+is a task in its node's backlog (on a services node, in its replicated store).
 
 Everything is started by its PID, and :meth:`QuorumHosts.kill_host` kills a
 host's processes by theirs (its ``host up``, its nodes, its etcd member);
@@ -36,7 +40,7 @@ from typing import Any
 from actorctl.cluster import load_cluster
 from actorctl.ops import ensure_dev_secrets
 from actorctl.tasks import cluster_app
-from tests.apps.hosts_app import RECORDS, runs
+from tests.apps.hosts_app import RECORDS, RUNS, runs
 from tests.support.etcd_server import EtcdServer
 from tests.support.filewatch import FileWatch
 from tests.support.hosts_cluster import ACTORCTL, READY, ROOT, WAIT_ETCD, WAIT_HOLDER
@@ -116,6 +120,17 @@ async def main(urls, cluster, timeout, want, *names):
 trio.run(main, *sys.argv[1:3], float(sys.argv[3]), *sys.argv[4:])
 """
 
+#: A periodic task fired every EVERY seconds by whichever beat holds the
+#: scheduler role in etcd, run by the workers' pool ``celery`` (behind the
+#: tasks waiting there).
+PERIODIC = """
+[[periodic]]
+name = "tick"
+task = "hosts.beat_tick"
+every = {every}
+queue = "celery"
+"""
+
 _READY_LINE = re.compile(r"^node (\S+) ready at \S+ \(pid (\d+)\)", re.MULTILINE)
 
 
@@ -141,7 +156,9 @@ class QuorumHosts:
     A context manager: it stops everything it started on the way out.
     """
 
-    def __init__(self, network: Network, directory: Path) -> None:
+    def __init__(
+        self, network: Network, directory: Path, *, periodic_every: float | None = None
+    ) -> None:
         self.network = network
         self.directory = directory
         self.records = directory / "records"
@@ -162,7 +179,10 @@ class QuorumHosts:
         endpoints = ", ".join(f'"{m.url}"' for m in self.members.values())
         addresses = {host: network[host].address for host in NODES}
         self.path = directory / "cluster.toml"
-        self.path.write_text(CLUSTER.format(name=NAME, endpoints=endpoints, ttl=TTL, **addresses))
+        text = CLUSTER.format(name=NAME, endpoints=endpoints, ttl=TTL, **addresses)
+        if periodic_every is not None:
+            text += PERIODIC.format(every=periodic_every)
+        self.path.write_text(text)
         # Made once, before any host starts (as on real hosts: made on one, copied).
         ensure_dev_secrets(load_cluster(self.path, cluster_app()))
         self.env = {**os.environ, RECORDS: str(self.records)}
@@ -286,13 +306,40 @@ class QuorumHosts:
                 written.wait_changed(left)
         return found[0]
 
-    def wait_run(self, ids: Collection[str], timeout: float) -> None:
+    def fired(self, *nodes: str) -> list[str]:
+        """The task ids of the firings the logs of ``nodes`` say their beats
+        made (a line a SIGKILL cut short is left out: its firing was not done)."""
+        found = []
+        for node in nodes:
+            path = self.directory / "logs" / f"{node}.log"
+            for line in path.read_text().splitlines() if path.exists() else []:
+                if '"actorctl:beat:fired"' in line:
+                    with contextlib.suppress(ValueError):
+                        found.append(str(json.loads(line)["task_id"]))
+        return found
+
+    def wait_fired(self, nodes: Sequence[str], count: int, timeout: float) -> list[str]:
+        """Wait (at most ``timeout`` seconds) until the beats of ``nodes``
+        logged ``count`` firings in all, woken by the writes to the logs;
+        their firings."""
+        logs = self.directory / "logs"
+        logs.mkdir(exist_ok=True)
+        deadline = time.monotonic() + timeout
+        with FileWatch(logs) as written:  # made before the first look
+            while len(found := self.fired(*nodes)) < count:
+                left = deadline - time.monotonic()
+                assert left > 0, f"{nodes} fired {len(found)}, not {count}, in {timeout} s"
+                written.wait_changed(left)
+        return found
+
+    def wait_run(self, ids: Collection[str], timeout: float, name: str = RUNS) -> None:
         """Wait (at most ``timeout`` seconds) until every task of ``ids`` has
-        run at least once, woken by the writes to the records."""
+        run at least once (recorded in ``name``: PERIODIC_RUNS for ``tick``),
+        woken by the writes to the records."""
         deadline = time.monotonic() + timeout
         with FileWatch(self.records) as written:  # made before the first look
             while True:
-                ran = {task for task, _ in runs(self.records)}
+                ran = {task for task, _ in runs(self.records, name)}
                 if not (left := [i for i in ids if i not in ran]):
                     return
                 wait = deadline - time.monotonic()
@@ -311,6 +358,21 @@ class QuorumHosts:
             host,
             [sys.executable, "-m", "tests.apps.hosts_mixed_caller", mode, str(self.path), *rest],
             stdin=stdin,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env=self.env,
+            cwd=ROOT,
+        )
+
+    def plain_caller(
+        self, host: str, count: int, timeout: float, seconds: float
+    ) -> subprocess.Popen[bytes]:
+        """tests/apps/hosts_caller.py on ``host``: ``count`` tasks of
+        ``seconds`` each, their ids written to ``sent.txt`` beside the cluster file."""
+        argv = [str(self.path), str(count), str(timeout), str(seconds), "sent.txt"]
+        return self.network.run(
+            host,
+            [sys.executable, "-m", "tests.apps.hosts_caller", *argv],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             env=self.env,
