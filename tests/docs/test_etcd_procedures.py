@@ -42,7 +42,7 @@ WAIT = 60.0  # seconds a member may take to start or to join, on a loaded 2-core
 #: whose root is $HOST_ROOT from its /etc/default/etcd (its PID in etcd.pid
 #: there), ``stop etcd`` SIGTERMs that PID and waits (bounded) until it is gone.
 SYSTEMCTL = """\
-import os, signal, subprocess, sys, time
+import os, select, signal, subprocess, sys
 verb, unit = sys.argv[1:3]
 root = os.environ["HOST_ROOT"]
 pidfile = os.path.join(root, "etcd.pid")
@@ -61,19 +61,12 @@ if verb == "start":
 elif verb == "stop":
     try:
         pid = int(open(pidfile).read())
+        gone = os.pidfd_open(pid)  # readable once it has ended (not this one's child)
         os.kill(pid, signal.SIGTERM)
     except (FileNotFoundError, ProcessLookupError):
         sys.exit(0)  # stopped already
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            state = open(f"/proc/{pid}/stat").read().rpartition(")")[2].split()[0]
-        except FileNotFoundError:
-            sys.exit(0)
-        if state == "Z":
-            sys.exit(0)
-        time.sleep(0.05)  # another process's child: nothing tells this one it ended
-    sys.exit(f"etcd (pid {pid}) did not stop within 30 s")
+    if not select.select([gone], [], [], 30)[0]:
+        sys.exit(f"etcd (pid {pid}) did not stop within 30 s")
 """
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -64,25 +65,22 @@ shutdown_grace = {grace}
 """
 
 
-def _alive(pid: int) -> bool:
-    """Whether the process ``pid`` (a node, not the test's child) still runs."""
-    try:
-        status = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    return status.rpartition(")")[2].split()[0] != "Z"
-
-
 async def _wait_gone(pid: int, timeout: float) -> bool:
     """Wait (at most ``timeout`` s) until ``pid`` has exited; whether it has.
 
-    The node is the host runner's child, not the test's: nothing here can wait
-    on its exit, so /proc is looked at, with a short pause between looks."""
-    with trio.move_on_after(timeout):
-        while _alive(pid):  # noqa: ASYNC110 (another process's child: no event reaches the test)
-            await trio.sleep(0.05)
+    The node is the host runner's child, not the test's: its pidfd (which any
+    process may open) becomes readable when it exits."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
         return True
-    return False
+    try:
+        with trio.move_on_after(timeout):
+            await trio.lowlevel.wait_readable(fd)
+            return True
+        return False
+    finally:
+        os.close(fd)
 
 
 async def test_host_up_stops_a_busy_node_warm_its_running_tasks_finish_and_it_exits_itself(

@@ -47,6 +47,7 @@ from actorctl.ops._reload_request import canonical, refusal
 from actorctl.tasks import cluster_app
 from tests.support.cli import ROOT
 from tests.support.etcd_server import EtcdServer, running_etcd
+from tests.support.filewatch import FileWatch
 from tests.support.harness import free_port
 from tests.support.netns import wait_for_output
 
@@ -157,13 +158,15 @@ class Hosts:
         """The first ``event`` line of ``host``'s log that holds ``needle``."""
         path = self.directory / host / "logs" / f"host-{host}.log"
         deadline = time.monotonic() + timeout
-        while True:
-            for line in path.read_text().splitlines() if path.exists() else []:
-                if f'"{event}"' in line and needle in line:
-                    found: dict[str, Any] = json.loads(line)
-                    return found
-            assert time.monotonic() < deadline, f"host {host} did not log {event} with {needle!r}"
-            time.sleep(0.05)  # another process writes its log (in 0.1 s batches): polled
+        with FileWatch(path.parent) as watch:  # made before the first look
+            while True:
+                for line in path.read_text().splitlines() if path.exists() else []:
+                    if f'"{event}"' in line and needle in line:
+                        found: dict[str, Any] = json.loads(line)
+                        return found
+                left = deadline - time.monotonic()
+                assert left > 0, f"host {host} did not log {event} with {needle!r}"
+                watch.wait_changed(left)  # woken by the host's next write to its log
 
     def stop(self) -> None:
         """SIGTERM each ``host up`` this started (by its PID), and wait (bounded)."""
