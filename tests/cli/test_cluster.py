@@ -114,16 +114,15 @@ async def test_cluster_up_supervises_nodes_and_restarts_one_killed(
     ports = [free_port(), free_port()]
     path = _cluster_file(tmp_path, ports, free_port())
     # (as systemd would: a datagram socket in NOTIFY_SOCKET for sd_notify)
-    notify = trio.socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    await notify.bind(str(tmp_path / "notify"))
-    env = cli_env({"NOTIFY_SOCKET": str(tmp_path / "notify")})
-    proc = await start_cli(nursery, "cluster", "up", path, env=env)
-    assert proc.stdout is not None
-    out = Output(proc.stdout, SAYS)
-    await out.until("cluster 'test' ready")
-    with trio.fail_after(30):
-        assert await notify.recv(64) == b"READY=1"
-    notify.close()
+    with trio.socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as notify:
+        await notify.bind(str(tmp_path / "notify"))
+        env = cli_env({"NOTIFY_SOCKET": str(tmp_path / "notify")})
+        proc = await start_cli(nursery, "cluster", "up", path, env=env)
+        assert proc.stdout is not None
+        out = Output(proc.stdout, SAYS)
+        await out.until("cluster 'test' ready")
+        with trio.fail_after(30):
+            assert await notify.recv(64) == b"READY=1"
     table = out.text()
     assert "NODE" in table
     assert "running" in table

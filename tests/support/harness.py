@@ -28,10 +28,21 @@ from tests.support.tls import make_tls
 
 
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on (for a process to bind later)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A TCP port on 127.0.0.1 that nothing listens on (for a process to bind
+    later), never one this process handed out before: the kernel may give the
+    same ephemeral port to two binds in a row once the first is closed, and a
+    cluster file that names it twice is refused."""
+    for _ in range(100):
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = int(sock.getsockname()[1])
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
+    raise RuntimeError("no free port on 127.0.0.1 that was not handed out already")
+
+
+_HANDED_OUT: set[int] = set()
 
 
 class Logs:
