@@ -335,8 +335,10 @@ def test_the_services_nodes_host_lost_the_services_role_moves_and_what_it_held_r
         # services-b's lease ran out in etcd
         hosts.wait_holder("services", "services", timeout=TTL + SLACK)
         print(f"services role moved within {time.monotonic() - killed:.1f} s of the kill")
-        # ... and a caller that sends now has its tasks taken by a's router
+        # ... and, once worker-b's lease ran out too (each node's runs out on
+        # its own clock), a caller that sends now has its tasks taken by a's router
         # and run on c, while b is gone
+        hosts.wait_nodes(["services-b", "worker-b"], "absent", timeout=TTL + SLACK)
         second = hosts.caller(100, timeout=60, ids="sent-after.txt")
         said = finish(second, timeout=60 + READY)
         assert "results 100 0" in said, said[-3000:]

@@ -166,6 +166,31 @@ async def main(url, cluster, role, timeout, want):
 trio.run(main, *sys.argv[1:6])
 """
 
+#: Prints ``nodes present`` (or ``nodes absent``: ARGV[4]) once etcd's
+#: directory of the cluster named ARGV[2], read from the members ARGV[1]
+#: (comma-separated), has every node of ARGV[5:] registered (or none of
+#: them), told by its watch, within ARGV[3] seconds.
+
+WAIT_NODES = """
+import sys, trio
+from actorctl.etcd import EtcdClient
+from actorctl.etcd._etcd_directory import open_directory
+
+async def main(urls, cluster, timeout, want, *names):
+    client = EtcdClient(urls.split(","), timeout=5)
+    def done(directory):
+        there = set(names) & set(directory.nodes)
+        return there == set(names) if want == "present" else not there
+    with trio.fail_after(float(timeout)):
+        async with open_directory(client, cluster) as directory:
+            generation = directory.generation
+            while not done(directory):
+                generation = await directory.wait_changed(generation)
+    print("nodes", want, flush=True)
+
+trio.run(main, *sys.argv[1:3], float(sys.argv[3]), *sys.argv[4:])
+"""
+
 _READY_LINE = re.compile(r"^node (\S+) ready at \S+ \(pid (\d+)\)", re.MULTILINE)
 
 
@@ -298,6 +323,17 @@ class Hosts:
             "a", [sys.executable, "-c", WAIT_HOLDER, *argv], stdout=subprocess.PIPE
         )
         wait_for_output(waiter, f"holder {want}", timeout=timeout + READY)
+        waiter.wait(timeout=READY)
+
+    def wait_nodes(self, nodes: Sequence[str], want: str, timeout: float) -> None:
+        """Wait (bounded) until every node of ``nodes`` is registered in etcd's
+        directory (``want="present"``), or none is (``"absent"``): told by the
+        directory's watch, in a process on host a."""
+        argv = [self.etcd.url, "hosts", str(timeout), want, *nodes]
+        waiter = self.network.run(
+            "a", [sys.executable, "-c", WAIT_NODES, *argv], stdout=subprocess.PIPE
+        )
+        wait_for_output(waiter, f"nodes {want}", timeout=timeout + READY)
         waiter.wait(timeout=READY)
 
     def status(self) -> str:

@@ -43,7 +43,7 @@ from actorctl.tasks import cluster_app
 from tests.apps.hosts_app import RECORDS, RUNS, runs
 from tests.support.etcd_server import EtcdServer
 from tests.support.filewatch import FileWatch
-from tests.support.hosts_cluster import ACTORCTL, READY, ROOT, WAIT_ETCD, WAIT_HOLDER
+from tests.support.hosts_cluster import ACTORCTL, READY, ROOT, WAIT_ETCD, WAIT_HOLDER, WAIT_NODES
 from tests.support.netns import Network, wait_for_output
 
 __all__ = ["NAME", "NODES", "TTL", "QuorumHosts"]
@@ -94,30 +94,6 @@ listen = "{c}:5703"
 host = "c"
 actors = "tests.apps.hosts_app:app"
 pools = ["celery"]
-"""
-
-#: Prints ``nodes present`` (or ``nodes absent``: ARGV[4]) once etcd's
-#: directory of the cluster named ARGV[2], read from the members ARGV[1]
-#: (comma-separated), has every node of ARGV[5:] registered (or none of
-#: them), told by its watch, within ARGV[3] seconds.
-WAIT_NODES = """
-import sys, trio
-from actorctl.etcd import EtcdClient
-from actorctl.etcd._etcd_directory import open_directory
-
-async def main(urls, cluster, timeout, want, *names):
-    client = EtcdClient(urls.split(","), timeout=5)
-    def done(directory):
-        there = set(names) & set(directory.nodes)
-        return there == set(names) if want == "present" else not there
-    with trio.fail_after(float(timeout)):
-        async with open_directory(client, cluster) as directory:
-            generation = directory.generation
-            while not done(directory):
-                generation = await directory.wait_changed(generation)
-    print("nodes", want, flush=True)
-
-trio.run(main, *sys.argv[1:3], float(sys.argv[3]), *sys.argv[4:])
 """
 
 #: A periodic task fired every EVERY seconds by whichever beat holds the
