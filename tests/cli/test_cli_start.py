@@ -17,9 +17,9 @@ import asyncclick as click
 import pytest
 from asyncclick.utils import make_default_short_help
 
-from actorctl.cli._cluster import cluster
 from actorctl.cli._lazy import LazyGroup
 from actorctl.cli._main import cli
+from actorctl.cli.run._cluster import cluster
 
 #: What a command's start must not import: the runtime's heavy dependencies,
 #: and the runtime and task layer themselves. (trio is imported: asyncclick
@@ -77,8 +77,9 @@ def test_a_command_s_help_and_usage_errors_import_no_runtime(args: tuple[str, ..
 def test_the_entry_point_imports_no_command_module() -> None:
     code = "import sys, actorctl.cli\nprint(sorted(m for m in sys.modules if 'actorctl' in m))"
     ran = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    entry = ["actorctl", "actorctl._errors", "actorctl.cli", "actorctl.cli._errors"]
-    assert ran.stdout.strip() == str([*entry, "actorctl.cli._lazy", "actorctl.cli._main"])
+    entry = ["actorctl", "actorctl._errors", "actorctl.cli", "actorctl.cli._lazy"]
+    output = ["actorctl.cli.output", "actorctl.cli.output._errors"]
+    assert ran.stdout.strip() == str([*entry, "actorctl.cli._main", *output])
 
 
 def _lazy_groups() -> list[tuple[str, LazyGroup]]:

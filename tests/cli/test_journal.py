@@ -19,7 +19,7 @@ from pathlib import Path
 
 import trio
 
-from actorctl.cli._journal import encode_entry
+from actorctl.cli.output._journal import encode_entry
 from tests.support.harness import free_port
 
 ROOT = Path(__file__).resolve().parents[2]

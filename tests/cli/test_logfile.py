@@ -1,4 +1,4 @@
-"""A long-running process's log written in batches (``cli/_logfile.py``): the
+"""A long-running process's log written in batches (``cli/output/_logfile.py``): the
 same eliot lines in the same order, a quiet process's lines at once, a busy
 one's within the delay, and nothing left behind at exit."""
 
@@ -12,7 +12,7 @@ import eliot
 import pytest
 from eliot import FileDestination, start_action
 
-from actorctl.cli._logfile import BatchedFile
+from actorctl.cli.output._logfile import BatchedFile
 
 LONG = 3600.0  # a delay no test waits for: a line held for it is only written by the test
 

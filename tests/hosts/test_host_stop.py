@@ -21,7 +21,7 @@ from pathlib import Path
 
 import trio
 
-from actorctl.cli._host import LEAVE_TIMEOUT
+from actorctl.cli.run._host import LEAVE_TIMEOUT
 from actorctl.cluster import load_cluster
 from actorctl.ops import ensure_dev_secrets
 from actorctl.tasks import cluster_app

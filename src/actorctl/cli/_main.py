@@ -16,65 +16,69 @@ from typing import Final
 
 import asyncclick as click
 
-from ._errors import INTERRUPTED, exit_code, usage_error
 from ._lazy import Lazy, LazyGroup
+from .output._errors import INTERRUPTED, exit_code, usage_error
 
 __all__ = ["COMMANDS", "main"]
 
-#: Every command: its module (in this package), its object there, and its
+#: Every command: its module (relative to this package), its object there, and its
 #: one-line help as ``actorctl --help`` shows it (the first sentence of its
 #: docstring; tests/cli/test_cli_start.py checks that they agree).
 COMMANDS: Final = {
     "call": Lazy(
-        "._call",
+        ".operate._call",
         "call",
         "Call ADDRESS's HANDLER (an actor's handler, or a task of a pool or a worker) "
         "and print its result as JSON.",
     ),
     "certs": Lazy(
-        "._keys",
+        ".run._keys",
         "certs",
         "Development TLS certificates (a throwaway cluster CA made with trustme).",
     ),
-    "cluster": Lazy("._cluster", "cluster", "Run a cluster described by a cluster.toml."),
+    "cluster": Lazy(".run._cluster", "cluster", "Run a cluster described by a cluster.toml."),
     "control": Lazy(
-        "._control",
+        ".operate._control",
         "control",
         "Change a running cluster: task limits (rate limits, suspend and resume, pool "
         "budgets; `limits` shows them), revoke tasks, shut nodes down.",
     ),
     "deadletters": Lazy(
-        "._deadletters",
+        ".operate._deadletters",
         "deadletters",
         "Dead letters: messages that ran out of retries, were poison, expired, or could "
         "not be retried (no scheduler).",
     ),
-    "host": Lazy("._host", "host", "Run one host's nodes of a cluster that spans hosts (etcd)."),
+    "host": Lazy(
+        ".run._host", "host", "Run one host's nodes of a cluster that spans hosts (etcd)."
+    ),
     "inspect": Lazy(
-        "._inspect",
+        ".operate._inspect",
         "inspect",
         "Look at the task workers of a running cluster: the tasks they run, hold and have "
         "scheduled, their counts, and the tasks they know.",
     ),
     "keys": Lazy(
-        "._keys",
+        ".run._keys",
         "keys",
         "Ed25519 identity keys: a node signs with its own and trusts the *.pub it holds.",
     ),
     "logs": Lazy(
-        "._logs",
+        ".operate._logs",
         "logs",
         "Show the trace of task ID across every node of the cluster FILE names, as one "
         "tree: read from the nodes' log files (logs/ beside FILE).",
     ),
-    "node": Lazy("._node", "node", "Run a node."),
+    "node": Lazy(".run._node", "node", "Run a node."),
     "schedule": Lazy(
-        "._schedule",
+        ".operate._schedule",
         "schedule",
         "Periodic tasks: what the beat fires, when it last did and when it will next.",
     ),
     "send": Lazy(
-        "._call", "send", "Send a message to ADDRESS's HANDLER and wait until it is handled."
+        ".operate._call",
+        "send",
+        "Send a message to ADDRESS's HANDLER and wait until it is handled.",
     ),
 }
 

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import yaml
 
-from actorctl.cli._host import LEAVE_TIMEOUT
+from actorctl.cli.run._host import LEAVE_TIMEOUT
 from actorctl.cluster import load_cluster
 from actorctl.ops import check_references, host_nodes
 from actorctl.ops._foreman import STOP_MARGIN

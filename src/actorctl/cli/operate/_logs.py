@@ -21,11 +21,11 @@ from typing import Final
 
 import asyncclick as click
 
-from .._errors import ConfigError
-from ..ops import Line, read_logs, trace_ids
-from ._errors import fail
-from ._reach import read_cluster
-from ._table import clock
+from ..._errors import ConfigError
+from ...ops import Line, read_logs, trace_ids
+from ..output._errors import fail
+from ..output._table import clock
+from ..reach._reach import read_cluster
 
 __all__ = ["logs", "render_trace"]
 

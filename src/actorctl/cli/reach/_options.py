@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import asyncclick as click
 
-from .._errors import ConfigError
+from ..._errors import ConfigError
 
 if TYPE_CHECKING:
-    from ..cluster import ClusterConfig, EtcdSettings, NodeSecurity
+    from ...cluster import ClusterConfig, EtcdSettings, NodeSecurity
 
 __all__ = [
     "Security",
@@ -50,8 +50,8 @@ class Security:
             click.UsageError: neither files nor --insecure were given.
         """
         # Imported here, not above: a command's --help needs neither.
-        from ..cluster import NodeSecurity, TlsFiles
-        from ..mailbox import Keyring
+        from ...cluster import NodeSecurity, TlsFiles
+        from ...mailbox import Keyring
 
         tls = keyring = None
         if self.certs is not None:
@@ -155,7 +155,7 @@ def etcd_settings(config: ClusterConfig, endpoints: Sequence[str]) -> EtcdSettin
     Raises:
         ConfigError: neither says, or an endpoint is not a URL.
     """
-    from ..cluster import EtcdSettings
+    from ...cluster import EtcdSettings
 
     if config.etcd is None and not endpoints:
         raise ConfigError(

@@ -18,8 +18,8 @@ import asyncclick as click
 import attrs
 import trio
 
-from .._errors import ConfigError
-from ..cluster import (
+from ..._errors import ConfigError
+from ...cluster import (
     ClusterConfig,
     EtcdSettings,
     Node,
@@ -27,8 +27,8 @@ from ..cluster import (
     node_record,
     serve_membership,
 )
-from ..etcd import EtcdError, MembershipRefused
-from ..ops import (
+from ...etcd import EtcdError, MembershipRefused
+from ...ops import (
     NodeDied,
     NodeState,
     check_etcd,
@@ -38,12 +38,12 @@ from ..ops import (
     run_host,
     write_host_bundle,
 )
-from ..supervision import ChildFailedToStart, SupervisorGaveUp
+from ...supervision import ChildFailedToStart, SupervisorGaveUp
+from ..output._errors import INTERRUPTED, fail, leaf
+from ..output._logging import log_to
+from ..reach._options import etcd_option, etcd_settings
+from ..reach._reach import read_cluster
 from ._cluster import _COLD, _WARM, _progress, _rows, _table
-from ._errors import INTERRUPTED, fail, leaf
-from ._logging import log_to
-from ._options import etcd_option, etcd_settings
-from ._reach import read_cluster
 
 __all__ = ["etcd_option", "etcd_settings", "host", "membership"]
 

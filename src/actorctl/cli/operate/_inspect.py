@@ -17,9 +17,9 @@ from typing import Any, Final
 
 import asyncclick as click
 
-from .._errors import ConfigError
-from ._reach import broadcast, reach_options, read_cluster
-from ._table import answered, clock, fail_unanswered, table
+from ..._errors import ConfigError
+from ..output._table import answered, clock, fail_unanswered, table
+from ..reach._reach import broadcast, reach_options, read_cluster
 
 __all__ = ["inspect"]
 

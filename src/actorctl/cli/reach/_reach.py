@@ -19,11 +19,11 @@ from typing import Any, TypeVar
 import asyncclick as click
 import attrs
 
-from .._errors import ActorctlError, AskTimeout, ConfigError, PeerUnavailable
-from ..actors import ActorRef
-from ..cluster import ClusterConfig, Node, load_cluster, open_node
-from ..etcd import EtcdClient, EtcdError, EtcdUnavailable
-from ..ops import (
+from ..._errors import ActorctlError, AskTimeout, ConfigError, PeerUnavailable
+from ...actors import ActorRef
+from ...cluster import ClusterConfig, Node, load_cluster, open_node
+from ...etcd import EtcdClient, EtcdError, EtcdUnavailable
+from ...ops import (
     CLI_NAME,
     CONTROLLER,
     HostOutcome,
@@ -35,7 +35,7 @@ from ..ops import (
     hosts_broadcast,
     sign_request,
 )
-from ._errors import fail
+from ..output._errors import fail
 from ._options import etcd_given, etcd_settings, etcd_to_reach
 
 __all__ = [
@@ -86,7 +86,7 @@ def read_cluster(path: Path | str) -> ClusterConfig:
     Raises:
         ConfigError: naming the file, the key and what was expected.
     """
-    from ..tasks import cluster_app
+    from ...tasks import cluster_app
 
     return load_cluster(path, cluster_app())
 

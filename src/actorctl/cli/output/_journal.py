@@ -23,7 +23,7 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import IO, Any, Final, final
 
-from .._log import is_routine
+from ..._log import is_routine
 
 __all__ = ["JOURNAL_SOCKET", "JournalDestination", "encode_entry", "journal_for"]
 

@@ -17,15 +17,15 @@ from typing import TYPE_CHECKING
 
 import asyncclick as click
 
-from .._errors import ConfigError
-from ._errors import INTERRUPTED, fail, leaf
-from ._logging import log_to
-from ._options import Security, etcd_option, etcd_settings, security_options
+from ..._errors import ConfigError
+from ..output._errors import INTERRUPTED, fail, leaf
+from ..output._logging import log_to
+from ..reach._options import Security, etcd_option, etcd_settings, security_options
 
 if TYPE_CHECKING:
     import trio
 
-    from ..cluster import Node
+    from ...cluster import Node
 
 __all__ = ["node"]
 
@@ -109,11 +109,11 @@ async def node_run(
     import eliot
     import trio
 
-    from ..cluster import DEV_PUBLIC_WARNING, NodeConfig, check_dev_listen, hosted_pools
-    from ..cluster.config._config import CONTROLLER_KEY
-    from ..ops import build_node, node_actors
+    from ...cluster import DEV_PUBLIC_WARNING, NodeConfig, check_dev_listen, hosted_pools
+    from ...cluster.config._config import CONTROLLER_KEY
+    from ...ops import build_node, node_actors
+    from ..reach._reach import read_cluster
     from ._host import LEAVE_TIMEOUT, membership
-    from ._reach import read_cluster
 
     try:
         log_to(log_path, sys.stdout)

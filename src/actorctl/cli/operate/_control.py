@@ -19,10 +19,10 @@ from typing import Any
 
 import asyncclick as click
 
-from .._errors import ConfigError
-from ..tasks import rate_limit_of
-from ._inspect import nobody_runs
-from ._reach import (
+from ..._errors import ConfigError
+from ...tasks import rate_limit_of
+from ..output._table import answered, fail_unanswered
+from ..reach._reach import (
     across_hosts,
     ask_controller,
     broadcast,
@@ -31,7 +31,7 @@ from ._reach import (
     reach_options,
     stop_across,
 )
-from ._table import answered, fail_unanswered
+from ._inspect import nobody_runs
 
 __all__ = ["control"]
 

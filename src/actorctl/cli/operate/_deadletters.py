@@ -15,10 +15,10 @@ from typing import Any
 
 import asyncclick as click
 
-from ..cluster import ClusterConfig
-from ..etcd import EtcdClient
-from ..ops import hosts_letters
-from ._reach import Refs, ask_cluster, reach_options
+from ...cluster import ClusterConfig
+from ...etcd import EtcdClient
+from ...ops import hosts_letters
+from ..reach._reach import Refs, ask_cluster, reach_options
 
 __all__ = ["deadletters"]
 

@@ -6,12 +6,12 @@ from pathlib import Path
 
 import asyncclick as click
 
-from .._errors import ConfigError
-from ..mailbox import ROLES_FILE, IdentityKey, PublicKey, Role
-from ..mailbox._keydir import add_public_key, revoke_key
-from ..mailbox._keyring import MEMBERS_FILE, REVOKED, add_member, members_file
-from ..mailbox._roles import parse_role, read_roles, write_role
-from ..ops import init_certs, issue_cert
+from ..._errors import ConfigError
+from ...mailbox import ROLES_FILE, IdentityKey, PublicKey, Role
+from ...mailbox._keydir import add_public_key, revoke_key
+from ...mailbox._keyring import MEMBERS_FILE, REVOKED, add_member, members_file
+from ...mailbox._roles import parse_role, read_roles, write_role
+from ...ops import init_certs, issue_cert
 
 __all__ = ["certs", "keys"]
 

@@ -12,9 +12,9 @@ import asyncclick as click
 import attrs
 import trio
 
-from .._errors import ConfigError
-from ..cluster import DEV_PUBLIC_WARNING, ClusterConfig
-from ..ops import (
+from ..._errors import ConfigError
+from ...cluster import DEV_PUBLIC_WARNING, ClusterConfig
+from ...ops import (
     DRAIN_TIMEOUT,
     NodeDied,
     NodeState,
@@ -24,12 +24,13 @@ from ..ops import (
     run_cluster,
     taken_ports,
 )
-from ..supervision import ChildFailedToStart, SupervisorGaveUp
-from ._errors import INTERRUPTED, fail
-from ._lazy import Lazy, LazyGroup
-from ._logging import log_options, log_to
-from ._options import etcd_given, etcd_settings, etcd_to_reach
-from ._reach import (
+from ...supervision import ChildFailedToStart, SupervisorGaveUp
+from .._lazy import Lazy, LazyGroup
+from ..output._errors import INTERRUPTED, fail
+from ..output._logging import log_options, log_to
+from ..output._table import render_tree
+from ..reach._options import etcd_given, etcd_settings, etcd_to_reach
+from ..reach._reach import (
     across_hosts,
     ask_cluster,
     ask_controller,
@@ -42,7 +43,6 @@ from ._reach import (
     reload_across,
     request_controller,
 )
-from ._table import render_tree
 
 __all__ = ["cluster"]
 
@@ -52,7 +52,7 @@ __all__ = ["cluster"]
     lazy={
         # It imports this module (their tables): so it is added when it is used.
         "controller": Lazy(
-            "._cluster_controller",
+            ".run._cluster_controller",
             "cluster_controller",
             "Run the Controller of the cluster FILE describes without starting its nodes.",
         ),

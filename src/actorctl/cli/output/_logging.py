@@ -52,7 +52,7 @@ def show_log(*, verbose: bool, as_json: bool, stream: IO[str] | None = None) -> 
     readable line each unless ``as_json``."""
     import eliot
 
-    from .._log import is_routine
+    from ..._log import is_routine
 
     out = stream if stream is not None else sys.stderr
 

@@ -13,14 +13,14 @@ from typing import TYPE_CHECKING, Any
 
 import asyncclick as click
 
-from .._errors import ActorctlError, ConfigError, DeliveryError, RemoteError
-from ._errors import fail, leaf
-from ._logging import log_options
-from ._options import Security, security_options
+from ..._errors import ActorctlError, ConfigError, DeliveryError, RemoteError
+from ..output._errors import fail, leaf
+from ..output._logging import log_options
+from ..reach._options import Security, security_options
 
 if TYPE_CHECKING:
-    from ..actors import Address
-    from ..cluster import Node
+    from ...actors import Address
+    from ...cluster import Node
 
 __all__ = ["call", "send"]
 
@@ -88,7 +88,7 @@ async def call(
 
     Exits non-zero, printing the error, if the call fails or times out.
     """
-    from ..tasks import call as call_by_name
+    from ...tasks import call as call_by_name
 
     values, keywords = _values(args), _keywords(kwargs)
 
@@ -107,8 +107,8 @@ async def _one_shot(
 ) -> None:
     import trio
 
-    from ..actors import Address
-    from ..cluster import open_node
+    from ...actors import Address
+    from ...cluster import open_node
 
     if not timeout > 0:
         fail(f"--timeout {timeout:g}: expected a number of seconds above 0, e.g. --timeout 10")

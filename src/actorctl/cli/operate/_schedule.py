@@ -14,8 +14,8 @@ from typing import Any
 
 import asyncclick as click
 
-from ..ops import answer_within
-from ._reach import ask_cluster, reach_options
+from ...ops import answer_within
+from ..reach._reach import ask_cluster, reach_options
 
 __all__ = ["schedule"]
 
@@ -32,7 +32,7 @@ def schedule() -> None:
 async def list_schedules(file: Path, as_json: bool, timeout: float) -> None:
     """List the periodic tasks of the cluster FILE names: each with its
     schedule, timezone, last firing and next firing (in its timezone)."""
-    from ..tasks.services._schedules import cluster_schedules, hosts_schedules
+    from ...tasks.services._schedules import cluster_schedules, hosts_schedules
 
     rows: list[dict[str, Any]] = await ask_cluster(
         file,

@@ -9,7 +9,7 @@ from typing import NoReturn
 
 import asyncclick as click
 
-from .._errors import ActorctlError
+from ..._errors import ActorctlError
 
 __all__ = ["INTERRUPTED", "exit_code", "fail", "leaf", "usage_error"]
 

@@ -13,14 +13,14 @@ import asyncclick as click
 import attrs
 import trio
 
-from .._errors import ConfigError
-from ..cluster import DEV_PUBLIC_WARNING, ClusterConfig, check_dev_listen
-from ..cluster._http import parse_listen
-from ..ops import CONTROLLER, NodeState, ensure_dev_secrets, run_controller
+from ..._errors import ConfigError
+from ...cluster import DEV_PUBLIC_WARNING, ClusterConfig, check_dev_listen
+from ...cluster._http import parse_listen
+from ...ops import CONTROLLER, NodeState, ensure_dev_secrets, run_controller
+from ..output._errors import INTERRUPTED, fail
+from ..output._logging import log_to
+from ..reach._reach import first_error, read_cluster
 from ._cluster import _rows, _table
-from ._errors import INTERRUPTED, fail
-from ._logging import log_to
-from ._reach import first_error, read_cluster
 
 __all__ = ["cluster_controller"]
 
