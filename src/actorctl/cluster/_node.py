@@ -5,7 +5,8 @@ outgoing connection per peer node, and is the ``Outbox`` its actors and refs sen
 through. It is built by a composition root (the CLI, a test, an example) with
 every collaborator passed in; nothing here is global. Besides its name, its
 actors and where it listens, it takes a few records (``_node_records.py``): its
-security, its resource bounds, its storage and its supervision.
+security, its resource bounds, its storage and its supervision. What comes in,
+each connection it accepts, is its listener's (``_listener.py``).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from proton import SSLDomain
 from .._errors import ConfigError
 from .._log import log
 from ..actors import ActorCell, ActorRef, Address, CellState, ReplyMemory
-from ..mailbox import MailboxStatistics, ReplayCache, SessionTable, Verifier
+from ..mailbox import MailboxStatistics, ReplayCache
 from ..store._store import Store
 from ..supervision._tree import TreeLevel
 from ._agent import NodeAgent
@@ -31,6 +32,7 @@ from ._deadletters import AGENT as DEAD_LETTERS
 from ._deadletters import DeadLetterAgent, DeadLetters
 from ._http import parse_listen, serve_http
 from ._keywatch import KeyringWatch
+from ._listener import NodeListener
 from ._metrics import NodeCollector, metrics_handler
 from ._monitors import NodeMonitors
 from ._node_records import (
@@ -47,13 +49,9 @@ from ._outbox import NodeOutbox
 from ._replays import ReplayJournal
 from ._supervised import Hostable, NodeHost, named, node_root
 from .config._config import ClusterApp, ClusterConfig
-from .link._credit import CreditKeeper
-from .link._engine import Engine, EngineHandler
 from .link._engine_set import EngineSet
-from .link._inbound import InboundHandler
-from .link._limits import Gate, Limits
+from .link._limits import Limits
 from .link._pending import PeerSettings
-from .link._reply_auth import ReplySigning
 from .link._tls import TlsDomains
 
 __all__ = ["Node", "NodeAgent", "open_node"]
@@ -143,8 +141,6 @@ class Node:
         self.kept_replies = ReplyMemory(
             limits.max_kept_reply_bytes, limits.max_kept_reply_bytes_per_actor, node=name
         )
-        self._gate = Gate(name, limits)
-        self._credit = CreditKeeper(name, limits.credit_deadline)
         self.store = storage.store if storage.store is not None else Store.memory(name)
         #: What the node gave up on (``_deadletters.py``).
         self.dead_letters = DeadLetters(name, self.store, clock, storage.dead_letters)
@@ -170,7 +166,6 @@ class Node:
         self.tls_domains = TlsDomains(security.tls) if security.tls is not None else None
         self._clock = clock
         self.cells: dict[str, ActorCell] = {}
-        self._nursery: trio.Nursery | None = None
         self._engines = EngineSet()
         self._stop = trio.Event()
         #: Set once its actors have started (then it says it is ready).
@@ -191,6 +186,20 @@ class Node:
             max_queued_replies=limits.max_queued_replies,
             max_queued_reply_bytes=limits.max_queued_reply_bytes,
             dead_letters=self.dead_letters,
+        )
+        #: Where it listens, and how it serves each connection it accepts.
+        self.listener = NodeListener(
+            name,
+            self.node_id,
+            self.cells,
+            self.outbox.routes,
+            self._engines,
+            self._replays,
+            security=security,
+            tls_domains=self.tls_domains,
+            limits=limits,
+            idle_timeout=supervision.idle_timeout,
+            clock=clock,
         )
         self.monitors = NodeMonitors(
             self.outbox,
@@ -250,12 +259,12 @@ class Node:
             bound = self.limits.max_replay_journal_bytes
             ReplayJournal(self.store, self._replays, self._clock, bound).start()
         async with trio.open_nursery() as nursery:
-            self._nursery = nursery
             self.outbox.start(nursery)
-            nursery.start_soon(self._credit.run)
+            nursery.start_soon(self.listener.credit.run)
             listen_scope = trio.CancelScope()
             if self.host is not None:
-                self.port = await nursery.start(self._listen, listen_scope)
+                listen = self.listener.listen
+                self.port = await nursery.start(listen, self.host, self.port, listen_scope, nursery)
             await nursery.start(self.monitors.run)
             if self.metrics is not None:
                 handle = metrics_handler(self.collector())
@@ -393,14 +402,6 @@ class Node:
         """Mailbox statistics of every actor on this node, by name."""
         return {name: cell.mailbox.statistics() for name, cell in self.cells.items()}
 
-    async def _listen(self, scope: trio.CancelScope, *, task_status: trio.TaskStatus[int]) -> None:
-        with scope:
-            assert self.host is not None
-            listeners = await trio.open_tcp_listeners(self.port, host=self.host)
-            port = listeners[0].socket.getsockname()[1]
-            task_status.started(port)
-            await trio.serve_listeners(self._on_incoming, listeners, handler_nursery=self._nursery)
-
     async def _run_actors(self, scope: trio.CancelScope, done: trio.Event) -> None:
         try:
             with scope:
@@ -422,65 +423,6 @@ class Node:
                     self.actors_started.set()
         finally:
             done.set()
-
-    async def _on_incoming(self, stream: trio.SocketStream) -> None:
-        try:
-            address, port = stream.socket.getpeername()[:2]
-        except OSError:
-            address, port = "?", 0
-        peer = f"{address}:{port}"
-        made_engines: list[Engine] = []
-
-        def engine(refuser: EngineHandler | None) -> Engine:
-            handler = (
-                refuser
-                if refuser is not None
-                else InboundHandler(
-                    self.name,
-                    self.node_id,
-                    self.cells,
-                    self.new_verifier(),
-                    self.outbox.routes,
-                    signing=ReplySigning(self.identity, self._clock),
-                    keeper=self._credit,
-                    limits=self.limits,
-                )
-            )
-            made = Engine(
-                stream,
-                handler,
-                server=True,
-                container_id=self.node_id,
-                peer=peer,
-                idle_timeout=self.supervision.idle_timeout,
-                ssl_domain=self.tls_domains.server if self.tls_domains else None,
-                handshake_timeout=self.limits.handshake_timeout,
-            )
-            self._engines.add(made)
-            made_engines.append(made)
-            return made
-
-        try:
-            await self._gate.serve(stream, str(address), peer, engine)
-        except Exception as exc:  # one broken peer must not take the node down
-            log("actorctl:connection:failed", node=self.name, peer=peer, error=repr(exc))
-        finally:
-            for made in made_engines:
-                self._engines.discard(made)
-
-    def new_verifier(self) -> Verifier | None:
-        """What authenticates the messages of one incoming connection: sessions
-        belong to the connection they were opened on; replays are node-wide."""
-        if self.keyring is None:
-            return None
-        return Verifier(
-            self.keyring,
-            SessionTable(),
-            node=self.node_id,
-            clock=self._clock,
-            window=self.security.auth_window,
-            replay=self._replays,
-        )
 
     def client_domain(self, host: str) -> SSLDomain | None:
         """TLS settings for a connection this node opens to ``host``."""
