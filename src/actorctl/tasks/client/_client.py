@@ -45,7 +45,8 @@ from ..protocol._protocol import (
 )
 from ..protocol._send_options import SendOptions
 from ._directory import Directory
-from ._results import ResultRegistry, in_trio
+from ._result_registry import ResultRegistry
+from ._results import in_trio
 
 __all__ = ["Directory", "TaskClient", "current_client", "send_task", "using_client"]
 

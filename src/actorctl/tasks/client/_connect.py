@@ -33,7 +33,8 @@ from .._hosting import cluster_directory
 from ..protocol._protocol import SERVICES_ROLE
 from ._client import Directory, TaskClient, using_client
 from ._lookup import ResultLookup
-from ._results import ResultRegistry, using_lookup
+from ._result_registry import ResultRegistry
+from ._results import using_lookup
 from ._services_role import follow_services
 
 __all__ = ["CLIENT_NAME", "Connection", "open_client"]

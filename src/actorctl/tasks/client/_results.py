@@ -2,8 +2,8 @@
 
 A task's result comes back to the caller as a document on the caller's own reply
 link (docs/protocol.md §14.4): the caller's outbox hands each document that
-carries an id the registry expects to the registry, which hands it to the
-handle waiting for it.
+carries an id the registry expects to the registry (``_result_registry.py``),
+which hands it to the handle waiting for it.
 ``get()`` blocks (for plain Python code, as in Celery); ``aget()`` awaits (for
 code that runs in trio).
 
@@ -20,25 +20,22 @@ import contextvars
 import math
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any, Final, Protocol, final
 
 import trio
 
 from ..._errors import ActorctlError, AskTimeout, MisuseError, TaskRevoked
-from ...actors import Outbox
-from ...mailbox import Envelope
 from ..protocol._protocol import (
     FAILURE,
     H_RETRIES,
-    H_STATE,
     PENDING,
     READY_STATES,
     RETRY,
     REVOKED,
     SUCCESS,
 )
-from ..protocol._task_errors import TaskError, task_error
+from ..protocol._task_errors import task_error
 
 #: Seconds a caller waits for a result's document before it also fetches the
 #: result by id (in case the document was sent while its reply link was down).
@@ -48,7 +45,6 @@ __all__ = [
     "AsyncResult",
     "GroupResult",
     "Lookup",
-    "ResultRegistry",
     "in_trio",
     "using_lookup",
 ]
@@ -381,6 +377,11 @@ class AsyncResult:
         self._changed.set()
         self._changed = trio.Event()
 
+    def mark_delivered(self) -> None:
+        """Its documents are handed to it from now on (by a :class:`ResultRegistry`,
+        ``_result_registry.py``): it fetches by id only as a fallback."""
+        self._delivered = True
+
     def __repr__(self) -> str:
         return f"<AsyncResult {self.task or '?'} {self.id} {self._state}>"
 
@@ -435,68 +436,3 @@ class GroupResult(Sequence[AsyncResult]):
 
     def __repr__(self) -> str:
         return f"<GroupResult {self.id} {len(self.results)} tasks>"
-
-
-@final
-class ResultRegistry:
-    """The results a caller waits for, by task id.
-
-    It registers each id with the caller's outbox (``expect``) before the task
-    is sent, so that the documents that come back on the caller's reply links
-    with that id reach it, and unregisters the id (``unexpect``) as soon as the
-    result is final, forgotten, or the caller disconnects: an id the registry
-    no longer waits for holds nothing in the outbox.
-
-    Args:
-        outbox: the caller node's outbox.
-    """
-
-    def __init__(self, outbox: Outbox) -> None:
-        self._outbox = outbox
-        self._waiting: dict[str, AsyncResult] = {}
-        self._emptied = trio.lowlevel.ParkingLot()  # wait_empty's
-
-    def expect(self, result: AsyncResult) -> None:
-        """Wait for ``result``'s documents from now on."""
-        result._delivered = True
-        self._waiting[result.id] = result
-        self._outbox.expect(result.id, self._take)
-
-    def forget(self, task_id: str) -> None:
-        """Stop waiting for ``task_id`` (its later documents are logged as late)."""
-        if self._waiting.pop(task_id, None) is not None:
-            self._outbox.unexpect(task_id)
-            if not self._waiting:
-                self._emptied.unpark_all()
-
-    async def wait_empty(self) -> None:
-        """Wait until every result it waits for is final (or forgotten): no
-        task its caller sent is in flight (a test's ``wait_idle``)."""
-        while self._waiting:
-            await self._emptied.park()
-
-    def __len__(self) -> int:
-        return len(self._waiting)
-
-    def fail_all(self, reason: str) -> None:
-        """Fail every result still waited for (the caller is going away)."""
-        waiting, self._waiting = self._waiting, {}
-        self._emptied.unpark_all()
-        for result in waiting.values():
-            self._outbox.unexpect(result.id)
-            result.update(FAILURE, TaskError("Disconnected", reason).wire())
-
-    def deliver(self, task_id: str, state: str, body: Any, headers: Mapping[str, Any]) -> bool:
-        """Hand a state document to its result; False if nobody waits for it."""
-        result = self._waiting.get(task_id)
-        if result is None:
-            return False
-        retries = headers.get(H_RETRIES, 0)
-        result.update(state, body, retries if isinstance(retries, int) else 0)
-        if result.ready():
-            self.forget(task_id)
-        return True
-
-    def _take(self, envelope: Envelope) -> None:
-        state = str(envelope.headers.get(H_STATE, SUCCESS))
-        self.deliver(str(envelope.correlation_id), state, envelope.body, envelope.headers)
