@@ -23,7 +23,7 @@ ratio's inverse is what replication adds to it).
 Routing a task to a logical name (the pool) costs no etcd round trip per
 message: each node keeps the directory in memory, read once and then watched
 (``etcd/_etcd_directory.py``: ``EtcdDirectory.pool_workers`` answers from
-the cached view; ``cluster/_member.py``'s ``PoolRouting`` retargets the pool's
+the cached view; ``cluster/membership/_member.py``'s ``PoolRouting`` retargets the pool's
 router only when the directory changes). The caller shows it: it reads etcd's
 request counters before and after the timed phase, and what etcd served meanwhile
 (``etcd_requests``) is the nodes' lease renewals, a few per second whatever the

@@ -21,7 +21,7 @@ import trio
 from actorctl._errors import ConfigError
 from actorctl.actors import Address
 from actorctl.cluster import open_node
-from actorctl.cluster._member import keep_fence
+from actorctl.cluster.membership._member import keep_fence
 from actorctl.etcd._etcd import EtcdClient
 from actorctl.etcd._etcd_directory import EtcdDirectory, NodeChange, open_directory
 from actorctl.etcd._etcd_wire import EtcdUnavailable

@@ -1,7 +1,6 @@
 """Nodes (AMQP 1.0 containers on trio), peer links, addresses."""
 
 from ._agent import RestartNeeded as RestartNeeded
-from ._backlog import BACKLOG_TABLE as BACKLOG_TABLE
 from ._deadletters import DEAD_LETTERS as DEAD_LETTERS
 from ._deadletters import REASON_EXPIRED as REASON_EXPIRED
 from ._deadletters import REASON_NOT_RETRIED as REASON_NOT_RETRIED
@@ -9,14 +8,10 @@ from ._deadletters import REASON_OUT_OF_RETRIES as REASON_OUT_OF_RETRIES
 from ._deadletters import REASON_POISON as REASON_POISON
 from ._deadletters import DeadLetterBounds as DeadLetterBounds
 from ._deadletters import DeadLetters as DeadLetters
-from ._fence import Fence as Fence
 from ._hosting import ActorsFactory as ActorsFactory
 from ._hosting import hosted_actors as hosted_actors
 from ._hosting import hosted_pools as hosted_pools
 from ._http import http_get as http_get
-from ._leases import LeaseTable as LeaseTable
-from ._member import node_record as node_record
-from ._member import serve_membership as serve_membership
 from ._node import Node as Node
 from ._node import open_node as open_node
 from ._node_records import INSECURE as INSECURE
@@ -24,7 +19,6 @@ from ._node_records import NodeSecurity as NodeSecurity
 from ._node_records import NodeStorage as NodeStorage
 from ._node_records import NodeSupervision as NodeSupervision
 from ._node_records import node_records as node_records
-from ._outbox import NodeOutbox as NodeOutbox
 from ._reload import ReloadPlan as ReloadPlan
 from ._reload import Shift as Shift
 from ._reload import changed_tables as changed_tables
@@ -49,6 +43,12 @@ from .link._engine import EngineHandler as EngineHandler
 from .link._limits import Limits as Limits
 from .link._reply_claims import REPLY_PREFIX as REPLY_PREFIX
 from .link._tls import TlsFiles as TlsFiles
+from .membership._fence import Fence as Fence
+from .membership._leases import LeaseTable as LeaseTable
+from .membership._member import node_record as node_record
+from .membership._member import serve_membership as serve_membership
+from .outbox._backlog import BACKLOG_TABLE as BACKLOG_TABLE
+from .outbox._outbox import NodeOutbox as NodeOutbox
 from .replication._replica import ReplicaKeeper as ReplicaKeeper
 from .replication._shipper import REPLICA as REPLICA
 from .replication._shipper import Replication as Replication

@@ -35,8 +35,8 @@ if TYPE_CHECKING:
     from ..mailbox import MailboxStatistics
     from ..supervision._tree import TreeLevel
     from ._keywatch import KeyringWatch
-    from ._outbox import NodeOutbox
     from .link._tls import TlsDomains
+    from .outbox._outbox import NodeOutbox
 
 __all__ = ["AgentHost", "NodeAgent", "RestartNeeded"]
 

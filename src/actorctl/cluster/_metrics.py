@@ -31,11 +31,11 @@ from ..actors import (
 )
 from ..mailbox import ReplayCache
 from ..store import Store
-from ._backlog import Backlog
 from ._deadletters import DeadLetters
 from ._http import Request, Response
 from ._replays import ReplayJournal
 from .link._engine_set import EngineSet
+from .outbox._backlog import Backlog
 from .replication._shipper import Replication
 
 __all__ = ["CONTENT_TYPE", "NodeCollector", "metrics_handler", "render"]

@@ -45,7 +45,6 @@ from ._node_records import (
     NodeSupervision,
     node_records,
 )
-from ._outbox import NodeOutbox
 from ._replays import ReplayJournal
 from ._supervised import Hostable, NodeHost, named, node_root
 from .config._config import ClusterApp, ClusterConfig
@@ -53,6 +52,7 @@ from .link._engine_set import EngineSet
 from .link._limits import Limits
 from .link._pending import PeerSettings
 from .link._tls import TlsDomains
+from .outbox._outbox import NodeOutbox
 
 __all__ = ["Node", "NodeAgent", "open_node"]
 
@@ -159,8 +159,8 @@ class Node:
         )
         self._replays = ReplayCache(max_bytes=limits.max_replay_bytes, node=name)
         #: What else follows a reloaded cluster file, after its actors (its
-        #: record in etcd, ``_member.py``): each is given the file (None: the
-        #: keys were read again).
+        #: record in etcd, ``membership/_member.py``): each is given the file
+        #: (None: the keys were read again).
         self.followers: list[Callable[[ClusterConfig | None], Awaitable[None]]] = []
         #: Its TLS domains, read again by ``cluster reload`` (None: plain TCP).
         self.tls_domains = TlsDomains(security.tls) if security.tls is not None else None

@@ -60,10 +60,10 @@ from ..mailbox import (
     Envelope,
     Outcome,
 )
-from ._backlog import Backlog, Done, Reroute
-from ._outbox import NodeOutbox
 from ._reload import Shift
 from .config._config import ClusterConfig, NodeConfig
+from .outbox._backlog import Backlog, Done, Reroute
+from .outbox._outbox import NodeOutbox
 
 __all__ = ["AT_MOST_ONCE", "Router"]
 

@@ -5,10 +5,10 @@ This is what a cluster that spans hosts agrees through (docs/design,
 from etcd, no home-made consensus). Built on it: a node's registration under
 a lease (:mod:`actorctl.etcd._membership`) and the directory of the
 registered nodes, cached and watched (:mod:`actorctl.etcd._etcd_directory`),
-which a node started by ``actorctl host up`` uses (:mod:`actorctl.cluster._member`:
+which a node started by ``actorctl host up`` uses (:mod:`actorctl.cluster.membership._member`:
 pools' routers follow it); and the role leases of the singletons
 (:mod:`actorctl.etcd._role_lease`). On one host (``cluster
-up``) the Controller's :class:`~actorctl.cluster._leases.LeaseTable` and
+up``) the Controller's :class:`~actorctl.cluster.membership._leases.LeaseTable` and
 cluster.toml's addresses serve, and need no etcd.
 
 It talks to etcd's JSON gateway over HTTP (:mod:`._etcd_wire` says why and

@@ -35,7 +35,7 @@ everywhere, or nowhere.
 death. :attr:`Registration.lease_ends` is when the lease ends, as far as this
 node can tell (the last renewal that succeeded was sent then minus the ttl):
 a node that passes it unrenewed may have been dropped by the others
-(``cluster/_member.py`` fences it).
+(``cluster/membership/_member.py`` fences it).
 
 Used by a node started with etcd (``actorctl host up``): :mod:`._member`.
 """

@@ -64,7 +64,7 @@ STOPPING: Final = "actorctl:actor-stopping"
 CRASHED: Final = "actorctl:actor-crashed"
 NO_INSTANCE: Final = "actorctl:no-instance"
 #: The node's membership may have ended (its lease in etcd, unrenewed): it
-#: starts no work, and what it is handed goes elsewhere (cluster/_fence.py).
+#: starts no work, and what it is handed goes elsewhere (cluster/membership/_fence.py).
 FENCED: Final = "actorctl:fenced"
 #: The caller's role (or identity) may not do this: docs/security.md's table.
 NOT_PERMITTED: Final = "actorctl:not-permitted"

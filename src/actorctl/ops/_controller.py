@@ -29,9 +29,9 @@ from .._errors import ActorctlError, ConfigError
 from .._log import log
 from ..actors import Actor, BadArguments, handler
 from ..cluster._deadletters import DEAD_LETTERS
-from ..cluster._leases import LeaseTable
 from ..cluster._node import open_node
 from ..cluster.config._config import ClusterConfig, NodeConfig
+from ..cluster.membership._leases import LeaseTable
 from ..mailbox import Role
 from ..supervision import ChildSpec, Strategy, Supervisor
 from ._foreman import Foreman, LocalForeman, NodeState

@@ -107,7 +107,7 @@ class PoolRouter(Router):
     ) -> None:
         super().__init__(instances, attempt_timeout=attempt_timeout)
         #: Its pool: on a cluster that spans hosts, it routes to the pool's
-        #: workers that etcd lists (``cluster/_member.py``).
+        #: workers that etcd lists (``cluster/membership/_member.py``).
         self.follows_pool = pool
         #: The pool's workers in a cluster file (None: outside a cluster).
         self.workers_of = workers

@@ -2,7 +2,7 @@
 
 **One beat fires in a cluster.** With a lease grantor (the Controller, under
 ``cluster up``) the beat fires only while it holds the ``scheduler`` lease
-(``cluster/_leases.py``), which its :class:`BeatLease` keeps: it renews it
+(``cluster/membership/_leases.py``), which its :class:`BeatLease` keeps: it renews it
 every third of the TTL, counts it from when it sent the request, on its own
 clock, is checked before every firing with a margin, and lets the lease go
 when it cannot renew (the beat stops firing once the lease runs out). Every

@@ -19,7 +19,7 @@ from typing import final
 
 import trio
 
-from .._log import log
+from ..._log import log
 
 __all__ = ["Fence"]
 

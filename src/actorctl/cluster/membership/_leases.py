@@ -28,7 +28,7 @@ from typing import Any, Final, final
 
 import attrs
 
-from .._errors import ActorctlError
+from ..._errors import ActorctlError
 
 __all__ = ["MAX_LEASE_TTL", "LeaseTable"]
 

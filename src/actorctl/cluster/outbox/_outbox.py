@@ -35,22 +35,22 @@ from typing import final
 import attrs
 import trio
 
-from .._errors import AskTimeout, ConfigError
-from .._log import TRACE, log, trace_here
-from ..actors import REPLIER, Address
-from ..mailbox import EXPIRED, Envelope, Outcome
-from ..store._store import Store
-from ..supervision import Breaker
+from ..._errors import AskTimeout, ConfigError
+from ..._log import TRACE, log, trace_here
+from ...actors import REPLIER, Address
+from ...mailbox import EXPIRED, Envelope, Outcome
+from ...store._store import Store
+from ...supervision import Breaker
+from .._deadletters import DeadLetters
+from ..link._engine_set import EngineSet
+from ..link._peer import Peer
+from ..link._peer_breaker import PeerBreaker
+from ..link._pending import PeerSettings, Pending
+from ..link._reply_claims import own_reply_address
+from ..link._reply_routes import ReplyRoutes
+from ..membership._fence import Fence
 from ._backlog import Backlog, Done, Reroute
-from ._deadletters import DeadLetters
-from ._fence import Fence
 from ._idle import IdlePeers
-from .link._engine_set import EngineSet
-from .link._peer import Peer
-from .link._peer_breaker import PeerBreaker
-from .link._pending import PeerSettings, Pending
-from .link._reply_claims import own_reply_address
-from .link._reply_routes import ReplyRoutes
 
 __all__ = ["NodeOutbox"]
 

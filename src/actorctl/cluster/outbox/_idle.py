@@ -24,9 +24,9 @@ from typing import Final, final
 
 import trio
 
-from .._log import log
-from .link._engine import Engine
-from .link._peer import Peer
+from ..._log import log
+from ..link._engine import Engine
+from ..link._peer import Peer
 
 __all__ = ["IdlePeers"]
 

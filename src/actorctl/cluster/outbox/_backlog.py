@@ -20,7 +20,7 @@ then oldest first, except that a message sent again goes behind those of its
 priority that wait. A message refused past its ``absolute-expiry-time`` (every
 instance refused it until its deadline), or whose deadline passes while it
 waits for its peer to come back, is not sent again: it goes to the node's dead
-letters (``_deadletters.py``), reason ``expired``.
+letters (``cluster/_deadletters.py``), reason ``expired``.
 """
 
 from __future__ import annotations
@@ -35,14 +35,14 @@ from typing import Final, final
 import attrs
 import trio
 
-from .._errors import ActorctlError, PeerUnavailable
-from .._log import log
-from ..actors import Address
-from ..mailbox import EXPIRED, PEER_UNAVAILABLE, Envelope, Outcome, decode, encode
-from ..store._store import Store
-from ._deadletters import REASON_EXPIRED, DeadLetters
-from .link._peer import Peer
-from .link._pending import Pending
+from ..._errors import ActorctlError, PeerUnavailable
+from ..._log import log
+from ...actors import Address
+from ...mailbox import EXPIRED, PEER_UNAVAILABLE, Envelope, Outcome, decode, encode
+from ...store._store import Store
+from .._deadletters import REASON_EXPIRED, DeadLetters
+from ..link._peer import Peer
+from ..link._pending import Pending
 
 __all__ = ["BACKLOG_TABLE", "Backlog", "Reroute"]
 

@@ -20,7 +20,7 @@ moves to the others (``Router.retarget``). A node whose lease *ended* (it
 died, or it is cut off: it left without saying ``leaving``) is taken for
 dead at once: the connection to it is dropped and what it held unsettled is
 released (``NodeOutbox.peer_lost``) and moved by the backlog too
-(``_backlog.py``), without waiting for the AMQP idle timeout (the lease's
+(``outbox/_backlog.py``), without waiting for the AMQP idle timeout (the lease's
 ttl too, ``ops/_build.py``) or the connect timeout. A node that stops on
 purpose says ``leaving`` first: what it holds it settles as it drains. A task
 that ran there but whose settlement was lost runs again elsewhere: at least
@@ -51,16 +51,16 @@ from urllib.parse import urlsplit
 import attrs
 import trio
 
-from .._log import log
-from ..actors import Address
-from ..etcd._etcd_directory import EtcdDirectory, NodeChange, open_directory
-from ..etcd._membership import Registration, open_registration
-from ..etcd._node_record import NodeRecord, certificate_fingerprint
+from ..._log import log
+from ...actors import Address
+from ...etcd._etcd_directory import EtcdDirectory, NodeChange, open_directory
+from ...etcd._membership import Registration, open_registration
+from ...etcd._node_record import NodeRecord, certificate_fingerprint
+from .._node import Node
+from .._router import Router
+from ..config._config import ClusterConfig, NodeConfig
+from ..config._etcd_config import EtcdSettings
 from ._fence import Fence
-from ._node import Node
-from ._router import Router
-from .config._config import ClusterConfig, NodeConfig
-from .config._etcd_config import EtcdSettings
 
 __all__ = ["PoolRouting", "keep_fence", "node_record", "serve_membership"]
 
