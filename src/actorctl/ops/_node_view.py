@@ -20,12 +20,13 @@ import trio
 
 from .._errors import ActorctlError, ConfigError, RemoteError
 from ..actors import ActorRef, BadArguments
-from ..cluster._deadletters import DEAD_LETTERS
+from ..cluster._deadletters import DEAD_LETTERS, DeadLetterFill
 from ..cluster.config._config import ClusterConfig
 from ..etcd._etcd import EtcdClient
 from ..etcd._node_record import NodeRecord, nodes_prefix
 from ..etcd._role_lease import role_key
 from ..supervision import HEALTH_AGENT
+from ..supervision._status import HealthReport
 
 __all__ = [
     "REFUSED",
@@ -67,14 +68,17 @@ async def node_children(ref: Refs, address: str, actors: Sequence[str]) -> list[
     """
     rows: list[dict[str, Any]] = [await _ask(ref, f"{address}/_node", "tree")]
     if HEALTH_AGENT in actors:
-        report = await _ask(ref, f"{address}/{HEALTH_AGENT}", "report")
+        report = HealthReport.from_wire(
+            await _ask(ref, f"{address}/{HEALTH_AGENT}", "report"),
+            f"the answer of {address}/{HEALTH_AGENT} to 'report'",
+        )
         rows += [
-            {"name": name, "kind": "health-check", "state": r["state"], "detail": r["detail"]}
-            for name, r in sorted(report["checks"].items())
+            {"name": name, "kind": "health-check", "state": r.state.value, "detail": r.detail}
+            for name, r in sorted(report.checks.items())
         ]
-        for name, states in sorted(report["breakers"].items()):
+        for name, states in sorted(report.breakers.items()):
             rows += [
-                {"name": name, "kind": "breaker", "state": b["state"], "detail": b["reason"]}
+                {"name": name, "kind": "breaker", "state": b.state.value, "detail": b.reason}
                 for b in states
             ]
     rows.append(await _dead_letters(ref, address))
@@ -83,12 +87,14 @@ async def node_children(ref: Refs, address: str, actors: Sequence[str]) -> list[
 
 async def _dead_letters(ref: Refs, address: str) -> dict[str, Any]:
     """A node's dead letters (how many; 80 % full or not), as a row of its tree."""
-    fill = await _ask(ref, f"{address}/{DEAD_LETTERS}", "fill")
-    held, most = fill["held"], fill["max"]
-    detail = f"{held} kept (max {most})"
-    if fill["nearly_full"]:
+    fill = DeadLetterFill.from_wire(
+        await _ask(ref, f"{address}/{DEAD_LETTERS}", "fill"),
+        f"the answer of {address}/{DEAD_LETTERS} to 'fill'",
+    )
+    detail = f"{fill.held} kept (max {fill.max})"
+    if fill.nearly_full:
         detail += ": 80 % full, the oldest go when full (actorctl deadletters list)"
-    state = "nearly-full" if fill["nearly_full"] else "ok"
+    state = "nearly-full" if fill.nearly_full else "ok"
     return {"name": DEAD_LETTERS, "kind": "dead-letters", "state": state, "detail": detail}
 
 

@@ -46,8 +46,9 @@ from typing import Any, Final, Protocol, final
 import attrs
 import trio
 
-from .._errors import ActorctlError, ConfigError
+from .._errors import ActorctlError, ConfigError, WireFormatError
 from .._log import log
+from ..cluster._agent_answers import DrainAnswer, FollowAnswer
 from ..cluster._reload import ReloadPlan, Shift, plan_reload
 from ..cluster.config._config import ClusterConfig, NodeConfig
 from ..cluster.config._load import load_cluster
@@ -222,10 +223,15 @@ class _Applying:
         args = (str(self.new.path), sorted(shift.away), sorted(shift.pending))
         answers = await self.each_node("follow", args, skip=skip)
         restart = []
-        for name, answer in answers.items():
-            self.applied += [f"{name}: {line}" for line in answer["changed"]]
-            if answer["restart"]:
-                self.applied.append(f"{name}: restarts to follow ({'; '.join(answer['restart'])})")
+        for name, said in answers.items():
+            try:
+                answer = FollowAnswer.from_wire(said, f"node {name}'s answer to 'follow'")
+            except WireFormatError as exc:  # another release's answer: said, and not followed
+                self.warnings.append(str(exc))
+                continue
+            self.applied += [f"{name}: {line}" for line in answer.changed]
+            if answer.restart:
+                self.applied.append(f"{name}: restarts to follow ({'; '.join(answer.restart)})")
                 restart.append(name)
         return restart
 
@@ -254,14 +260,15 @@ class _Applying:
             return
         timeout = self.drain_timeout
         try:
-            answer = await self.ask(
+            said = await self.ask(
                 f"{state.address}/_node", "drain", (timeout, backlog), timeout + 10.0
             )
+            answer = DrainAnswer.from_wire(said, f"node {name}'s answer to 'drain'")
         except Exception as exc:  # it stops anyway: what it held goes back or stays stored
             self.warnings.append(f"node {name} was not drained: {_why(exc)}")
             return
-        if not answer["drained"]:
-            busy = "; ".join(answer["busy"])
+        if not answer.drained:
+            busy = "; ".join(answer.busy)
             self.warnings.append(
                 f"node {name} still held work after {timeout:g} s ({busy}): what its actors "
                 "had taken goes back to the senders' backlogs; what its own backlog held "
