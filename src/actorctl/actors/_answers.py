@@ -21,7 +21,7 @@ import enum
 import typing
 from collections import abc
 from collections.abc import Mapping
-from typing import Any, Final, TypeVar
+from typing import Any, Final, TypeVar, overload
 
 import attrs
 import cattrs
@@ -32,7 +32,7 @@ from .._errors import WireFormatError
 
 __all__ = ["answer_converter", "read_answer"]
 
-T = TypeVar("T", bound=attrs.AttrsInstance)
+T = TypeVar("T")
 
 #: The words of an error for a value of each plain type.
 _WORDS: Final = {
@@ -122,8 +122,17 @@ def _converter() -> cattrs.Converter:
 answer_converter: Final = _converter()
 
 
-def read_answer(value: object, record: type[T], where: str) -> T:
-    """``value`` (a reply's body) as a ``record``.
+@overload
+def read_answer(value: object, record: type[T], where: str) -> T: ...
+
+
+@overload
+def read_answer(value: object, record: Any, where: str) -> Any: ...
+
+
+def read_answer(value: object, record: Any, where: str) -> Any:
+    """``value`` (a reply's body) as a ``record`` (an attrs class, or a
+    typed list or mapping of them: ``tuple[Row, ...]``, ``dict[str, int]``).
 
     Args:
         where: what answered what, for the error (``"node n1's answer to
@@ -133,7 +142,7 @@ def read_answer(value: object, record: type[T], where: str) -> T:
         WireFormatError: it is not such a record: naming ``where``, each
             field that is wrong (its path) and what was expected.
     """
-    if not isinstance(value, Mapping):
+    if attrs.has(record) and not isinstance(value, Mapping):
         raise WireFormatError(f"{where} is malformed: expected an object, got {value!r:.80}")
     try:
         return answer_converter.structure(value, record)
