@@ -30,7 +30,7 @@ from cattrs.errors import ClassValidationError, IterableValidationError
 
 from .._errors import WireFormatError
 
-__all__ = ["answer_converter", "read_answer"]
+__all__ = ["answer_converter", "explain", "read_answer"]
 
 T = TypeVar("T")
 
@@ -147,10 +147,17 @@ def read_answer(value: object, record: Any, where: str) -> Any:
     try:
         return answer_converter.structure(value, record)
     except (ClassValidationError, IterableValidationError) as exc:
-        said = "; ".join(cattrs.transform_error(exc, path="$", format_exception=_words))
-        raise WireFormatError(f"{where} is malformed: {said}") from None
+        raise WireFormatError(f"{where} is malformed: {explain(exc, '$')}") from None
     except (ValueError, TypeError) as exc:  # a field's own check
         raise WireFormatError(f"{where} is malformed: {exc}") from None
+
+
+def explain(exc: Exception, path: str) -> str:
+    """What is wrong, said by cattrs' error ``exc`` (or a hook's own), each
+    with its path from ``path``."""
+    if isinstance(exc, cattrs.BaseValidationError):
+        return "; ".join(cattrs.transform_error(exc, path=path, format_exception=_words))
+    return f"{exc} @ {path}"
 
 
 def _words(exc: BaseException, kind: type | None) -> str:

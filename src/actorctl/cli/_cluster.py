@@ -12,7 +12,7 @@ import asyncclick as click
 import attrs
 import trio
 
-from .._errors import ConfigError
+from .._errors import ConfigError, WireFormatError
 from ..cluster import DEV_PUBLIC_WARNING, ClusterConfig
 from ..ops import (
     DRAIN_TIMEOUT,
@@ -25,6 +25,7 @@ from ..ops import (
     taken_ports,
 )
 from ..supervision import ChildFailedToStart, SupervisorGaveUp
+from ..supervision._status import ABSENT, TreeRow
 from ._errors import INTERRUPTED, fail
 from ._lazy import Lazy, LazyGroup
 from ._logging import log_options, log_to
@@ -185,14 +186,19 @@ async def cluster_status(file: Path, only_pid: bool, timeout: float) -> None:
     says where etcd is) and that no Controller runs (`host up` on each host)
     is shown as etcd and its nodes say it is: each host, its nodes (registered
     or not, each asked for its own tree), and who holds the scheduler role."""
-    tree = await ask_cluster(file, timeout, ("tree",), hosts_tree)
+    said: TreeRow | dict[str, Any] = await ask_cluster(file, timeout, ("tree",), hosts_tree)
+    try:  # the Controller's answer comes over the wire
+        tree = said if isinstance(said, TreeRow) else TreeRow.from_wire(said, "its answer")
+    except WireFormatError as exc:
+        fail(f"{file}: the Controller's tree: {exc}", 1)
     if not only_pid:
         click.echo(render_tree(tree))
-    elif tree.get("pid"):
-        click.echo(tree["pid"])
+    elif isinstance(tree.pid, int) and tree.pid:
+        click.echo(tree.pid)
     else:  # across hosts: etcd answered, no Controller runs the cluster
+        cluster = tree.cluster if tree.cluster is not ABSENT else None
         fail(
-            f"{file}: no Controller runs cluster {tree.get('cluster')!r} (its nodes run under "
+            f"{file}: no Controller runs cluster {cluster!r} (its nodes run under "
             "`host up` on each host): there is no one process to signal",
             1,
         )

@@ -117,7 +117,7 @@ class NodeAgent(Actor):
     async def tree(self) -> dict[str, Any]:
         """The node's root supervisor, with its children (actors, supervisors
         and processes, nested), each with its state, restarts and mailbox."""
-        return describe_root(self._node.name, self._node.tree)
+        return describe_root(self._node.name, self._node.tree).wire()
 
     @handler
     async def monitor(self, target: str, watcher: str) -> bool:

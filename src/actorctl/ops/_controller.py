@@ -23,6 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar, Final, final
 
+import attrs
 import trio
 
 from .._errors import ActorctlError, ConfigError
@@ -34,6 +35,7 @@ from ..cluster._node import open_node
 from ..cluster.config._config import ClusterConfig, NodeConfig
 from ..mailbox import Role
 from ..supervision import ChildSpec, Strategy, Supervisor
+from ..supervision._status import TreeRow
 from ._foreman import Foreman, LocalForeman, NodeState
 from ._node_view import answer_within, ask_each, letters_answer, letters_request, node_children
 from ._reloader import DRAIN_TIMEOUT, NodeRunner, Reloader
@@ -109,30 +111,32 @@ class Controller(Actor):
             state = self._states.get(node.name)
             if state is None:  # removed by a reload under way
                 continue
-            entry: dict[str, Any] = {
-                "name": node.name,
-                "kind": "node",
-                "state": state.state,
-                "restarts": state.restarts,
-                "pid": state.pid,
-                "address": state.address,
-                "children": [],
-            }
+            entry = TreeRow(
+                node.name,
+                "node",
+                state.state,
+                restarts=state.restarts,
+                pid=state.pid,
+                address=state.address,
+                children=(),
+            )
             if state.state == "running" and state.address:
                 try:
-                    entry["children"] = await node_children(self.ref, state.address, state.actors)
+                    children = await node_children(self.ref, state.address, state.actors)
+                    entry = attrs.evolve(entry, children=tuple(children))
                 except Exception as exc:  # a node that does not answer is reported as such
-                    entry["error"] = str(exc)
+                    entry = attrs.evolve(entry, error=str(exc))
             nodes.append(entry)
-        return {
-            "name": CONTROLLER,
-            "kind": "supervisor",
-            "cluster": self._config.name,
-            "state": "running",
-            "restarts": 0,
-            "pid": os.getpid(),
-            "children": nodes,
-        }
+        root = TreeRow(
+            CONTROLLER,
+            "supervisor",
+            "running",
+            cluster=self._config.name,
+            restarts=0,
+            pid=os.getpid(),
+            children=tuple(nodes),
+        )
+        return root.wire()
 
     @handler(roles=Role.OPERATOR)
     async def deadletters(
