@@ -24,7 +24,7 @@ from .._errors import ActorctlError, ConfigError
 from .._log import log
 from ..actors import Actor, BadArguments, handler
 from ..mailbox import Role
-from ._agent_answers import DrainAnswer, FollowAnswer, NodeIdentity
+from ._agent_answers import DrainAnswer, FollowAnswer, MailboxCounts, NodeIdentity
 from ._monitors import AGENT, NodeMonitors
 from ._reload import Shift
 from ._supervised import describe_root
@@ -108,7 +108,7 @@ class NodeAgent(Actor):
     async def statistics(self) -> dict[str, dict[str, int]]:
         """Mailbox depth, capacity and messages received, per actor."""
         return {
-            name: {"depth": stats.depth, "capacity": stats.capacity, "received": stats.received}
+            name: MailboxCounts(stats.depth, stats.capacity, stats.received).wire()
             for name, stats in self._node.statistics().items()
             if name != AGENT
         }

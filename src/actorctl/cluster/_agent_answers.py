@@ -1,6 +1,7 @@
 """The ``_node`` agent's answers, as records: who a node is
-(:class:`NodeIdentity`), what following a changed cluster file changed
-(:class:`FollowAnswer`) and whether a drain finished (:class:`DrainAnswer`).
+(:class:`NodeIdentity`), its actors' mailboxes (:class:`MailboxCounts`), what
+following a changed cluster file changed (:class:`FollowAnswer`) and whether a
+drain finished (:class:`DrainAnswer`).
 
 The agent makes each where it knows it, and sends it as a dict (``wire()``);
 the Controller and the reloader read a reply back with ``from_wire``, which
@@ -16,7 +17,7 @@ import attrs
 
 from ..actors._answers import read_answer
 
-__all__ = ["DrainAnswer", "FollowAnswer", "NodeIdentity"]
+__all__ = ["DrainAnswer", "FollowAnswer", "MailboxCounts", "NodeIdentity", "mailbox_counts"]
 
 
 @final
@@ -52,6 +53,31 @@ class NodeIdentity:
             WireFormatError: it is not one (naming ``where`` and what is wrong).
         """
         return read_answer(value, cls, where)
+
+
+@final
+@attrs.frozen
+class MailboxCounts:
+    """One actor's mailbox, as ``statistics`` answers it: its depth, its
+    capacity and the messages it received."""
+
+    depth: int
+    capacity: int
+    received: int
+
+    def wire(self) -> dict[str, Any]:
+        """Its form in a reply."""
+        return {"depth": self.depth, "capacity": self.capacity, "received": self.received}
+
+
+def mailbox_counts(value: object, where: str) -> dict[str, MailboxCounts]:
+    """A reply to ``statistics`` (each actor's mailbox, by name) as records.
+
+    Raises:
+        WireFormatError: it is not one (naming ``where`` and what is wrong).
+    """
+    counts: dict[str, MailboxCounts] = read_answer(value, dict[str, MailboxCounts], where)
+    return counts
 
 
 @final

@@ -32,7 +32,7 @@ from ..cluster._monitors import AGENT
 from ..cluster._node import open_node
 from ..cluster.config._config import ClusterConfig, NodeConfig
 from ._controller import CONTROLLER, Controller, _notify_systemd
-from ._foreman import NodeState
+from ._foreman import NodeRun, NodeState
 from ._webserve import serve_web
 
 __all__ = ["NodeAttendant", "run_controller"]
@@ -118,7 +118,7 @@ class NodeAttendant(Actor):
         state = self._state
         if restarted:
             state.restarts += 1
-        state.state, state.reason = "running", None
+        state.state, state.reason = NodeRun.RUNNING, None
         state.pid = identity.pid
         # The address it was reached at (a node may listen on 0.0.0.0).
         state.address = self._agent.rpartition("/")[0]
@@ -133,7 +133,7 @@ class NodeAttendant(Actor):
             state.reason = why
             return
         was = state.state
-        state.state, state.reason, state.metrics = "down", why, None
+        state.state, state.reason, state.metrics = NodeRun.DOWN, why, None
         if was == "running":
             log("actorctl:controller:node-down", node=state.name, reason=why)
         self._on_change(state)

@@ -29,6 +29,7 @@ import trio
 from .._errors import ActorctlError, ConfigError
 from .._log import log
 from ..actors import Actor, BadArguments, handler
+from ..cluster._agent_answers import MailboxCounts, mailbox_counts
 from ..cluster._deadletters import DEAD_LETTERS
 from ..cluster._leases import LeaseTable
 from ..cluster._node import open_node
@@ -36,7 +37,8 @@ from ..cluster.config._config import ClusterConfig, NodeConfig
 from ..mailbox import Role
 from ..supervision import ChildSpec, Strategy, Supervisor
 from ..supervision._status import TreeRow
-from ._foreman import Foreman, LocalForeman, NodeState
+from ._foreman import Foreman, LocalForeman, NodeRun, NodeState
+from ._node_status import NodeStatus
 from ._node_view import answer_within, ask_each, letters_answer, letters_request, node_children
 from ._reloader import DRAIN_TIMEOUT, NodeRunner, Reloader
 from ._webserve import serve_web
@@ -73,32 +75,24 @@ class Controller(Actor):
 
     @handler
     async def status(self) -> list[dict[str, Any]]:
-        """One row per node: name, pid, address, actors, state, restarts, and the
-        mailbox depth of each actor (asked of the node itself)."""
+        """One row per node (``NodeStatus``): name, pid, address, actors,
+        state, restarts, and the mailbox depth of each actor (asked of the
+        node itself)."""
         rows = []
         for node in self._config.nodes:
             state = self._states.get(node.name)
             if state is None:  # removed by a reload under way
                 continue
-            depths: dict[str, Any] = {}
+            mailboxes: dict[str, MailboxCounts] | str = {}
             if state.state == "running" and state.address:
+                address = f"{state.address}/_node"
                 try:
-                    ref = self.ref(f"{state.address}/_node").with_options(timeout=2.0)
-                    depths = await ref.ask("statistics")
+                    said = await self.ref(address).with_options(timeout=2.0).ask("statistics")
+                    mailboxes = mailbox_counts(said, f"the answer of {address} to 'statistics'")
                 except Exception as exc:  # a node that does not answer is reported as such
-                    depths = {"error": str(exc)}
-            rows.append(
-                {
-                    "node": node.name,
-                    "pid": state.pid,
-                    "address": state.address,
-                    "actors": state.actors,
-                    "state": state.state,
-                    "restarts": state.restarts,
-                    "mailboxes": depths,
-                }
-            )
-        return rows
+                    mailboxes = str(exc)
+            rows.append(NodeStatus.of(state, mailboxes))
+        return [row.wire() for row in rows]
 
     @handler
     async def tree(self) -> dict[str, Any]:
@@ -254,7 +248,11 @@ class Controller(Actor):
         log("actorctl:controller:stop-node", cluster=self._config.name, node=node)
         await self._nodes.terminate_child(node)
         state = self._states[node]
-        state.state, state.address, state.reason = "stopped", None, "stopped by control shutdown"
+        state.state, state.address, state.reason = (
+            NodeRun.STOPPED,
+            None,
+            "stopped by control shutdown",
+        )
         return f"node {node!r} stopped"
 
     @handler(roles=Role.OPERATOR)
