@@ -24,6 +24,7 @@ from ..ops import (
     run_cluster,
     taken_ports,
 )
+from ..ops._reloader import ReloadReport
 from ..supervision import ChildFailedToStart, SupervisorGaveUp
 from ..supervision._status import ABSENT, TreeRow
 from ._errors import INTERRUPTED, fail
@@ -268,9 +269,13 @@ async def cluster_reload(file: Path, dry_run: bool, drain_timeout: float, timeou
         await reload_across(config, dry_run=dry_run, drain_timeout=drain_timeout, timeout=timeout)
         return
     path = str(config.path)
-    report = await ask_controller(file, "reload", timeout, path, dry_run, drain_timeout, True)
+    said = await ask_controller(file, "reload", timeout, path, dry_run, drain_timeout, True)
+    try:
+        report = ReloadReport.from_wire(said, "the Controller's answer to 'reload'")
+    except WireFormatError as exc:
+        fail(f"{exc}", 1)
     click.echo("\n".join(_report(report, dry_run)))
-    if report.get("warnings"):
+    if report.warnings:
         raise SystemExit(1)
 
 
@@ -288,12 +293,12 @@ async def cluster_check(file: Path) -> None:
     click.echo(f"{config.path}: cluster {config.name!r} is well formed ({len(config.nodes)} nodes)")
 
 
-def _report(report: dict[str, Any], dry_run: bool) -> list[str]:
-    lines = [f"{'would change' if dry_run else 'changes'} ({report['file']}):"]
-    lines += [f"  {line}" for line in report["plan"]]
+def _report(report: ReloadReport, dry_run: bool) -> list[str]:
+    lines = [f"{'would change' if dry_run else 'changes'} ({report.file}):"]
+    lines += [f"  {line}" for line in report.plan]
     if not dry_run:
-        lines += ["applied:", *(f"  {line}" for line in report["applied"] or ["nothing"])]
-        lines += [f"warning: {line}" for line in report["warnings"]]
+        lines += ["applied:", *(f"  {line}" for line in report.applied or ["nothing"])]
+        lines += [f"warning: {line}" for line in report.warnings or ()]
     return lines
 
 
@@ -301,7 +306,8 @@ async def _hangup(config: ClusterConfig) -> None:
     """SIGHUP to `cluster up`: reload its file, and say what changed (or why not)."""
     click.echo(f"SIGHUP: reloading {config.path}")
     try:
-        report = await request_controller(config, "reload", 600.0, str(config.path))
+        said = await request_controller(config, "reload", 600.0, str(config.path))
+        report = ReloadReport.from_wire(said, "the Controller's answer to 'reload'")
     except Exception as exc:  # refused or failed: said, and the cluster runs on
         click.echo(f"reload: {first_error(exc) if isinstance(exc, BaseExceptionGroup) else exc}")
         return

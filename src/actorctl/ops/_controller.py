@@ -289,7 +289,7 @@ class Controller(Actor):
         except ConfigError as exc:
             log("actorctl:reload:refused", cluster=self._config.name, error=str(exc))
             raise BadArguments(f"reload refused, the cluster runs on unchanged: {exc}") from None
-        return report
+        return report.wire()
 
     async def _ask(self, address: str, op: str, args: tuple[Any, ...], timeout: float) -> Any:
         return await self.ref(address).with_options(timeout=timeout).ask(op, *args)

@@ -48,6 +48,7 @@ import trio
 
 from .._errors import ActorctlError, ConfigError, WireFormatError
 from .._log import log
+from ..actors._answers import read_answer
 from ..cluster._agent_answers import DrainAnswer, FollowAnswer
 from ..cluster._reload import ReloadPlan, Shift, plan_reload
 from ..cluster.config._config import ClusterConfig, NodeConfig
@@ -64,6 +65,36 @@ DRAIN_TIMEOUT: Final = 30.0
 CHECK_TIMEOUT: Final = 120.0
 
 Ask = Callable[[str, str, tuple[Any, ...], float], Awaitable[Any]]
+
+
+@final
+@attrs.frozen
+class ReloadReport:
+    """What a reload did: the ``file``, its ``plan`` (lines) and, unless it
+    was a dry run (None), what was ``applied`` and the ``warnings``."""
+
+    file: str
+    plan: tuple[str, ...]
+    applied: tuple[str, ...] | None = None
+    warnings: tuple[str, ...] | None = None
+
+    def wire(self) -> dict[str, Any]:
+        """Its form in a reply (``applied`` and ``warnings`` not for a dry run)."""
+        wire: dict[str, Any] = {"file": self.file, "plan": list(self.plan)}
+        if self.applied is not None:
+            wire["applied"] = list(self.applied)
+        if self.warnings is not None:
+            wire["warnings"] = list(self.warnings)
+        return wire
+
+    @classmethod
+    def from_wire(cls, value: object, where: str) -> ReloadReport:
+        """A reply's body as the record.
+
+        Raises:
+            WireFormatError: it is not one (naming ``where`` and what is wrong).
+        """
+        return read_answer(value, cls, where)
 
 
 class NodeRunner(Protocol):
@@ -119,7 +150,7 @@ class Reloader:
         dry_run: bool = False,
         drain_timeout: float = DRAIN_TIMEOUT,
         checked: bool = False,
-    ) -> tuple[ClusterConfig, dict[str, Any]]:
+    ) -> tuple[ClusterConfig, ReloadReport]:
         """Check ``path`` (unless ``checked``: its caller just did), plan, and
         (unless ``dry_run``) apply it: the config the cluster runs now, and
         the report.
@@ -140,14 +171,16 @@ class Reloader:
             running = attrs.evolve(old, nodes=tuple(n for n in old.nodes if n.name in hosted))
             plan = plan_reload(running, self._mine(new), hosted)
             _free_ports(self._mine(new), plan)
-            report: dict[str, Any] = {"file": str(new.path), "plan": plan.lines()}
-            log("actorctl:reload:plan", cluster=new.name, plan=report["plan"], dry_run=dry_run)
+            report = ReloadReport(str(new.path), tuple(plan.lines()))
+            log("actorctl:reload:plan", cluster=new.name, plan=report.plan, dry_run=dry_run)
             if dry_run:
                 return old, report
             applying = _Applying(self, new, ask, drain_timeout)
             await applying.run(plan)
-            report["applied"], report["warnings"] = applying.applied, applying.warnings
-            log("actorctl:reload:done", cluster=new.name, **report)
+            report = attrs.evolve(
+                report, applied=tuple(applying.applied), warnings=tuple(applying.warnings)
+            )
+            log("actorctl:reload:done", cluster=new.name, **report.wire())
             return new, report
 
     def _mine(self, config: ClusterConfig) -> ClusterConfig:
