@@ -21,6 +21,7 @@ from actorctl._errors import WireFormatError
 from actorctl.actors._answers import read_answer
 from actorctl.cluster._agent_answers import DrainAnswer, FollowAnswer, NodeIdentity
 from actorctl.cluster._deadletters import DEAD_LETTERS, DeadLetterFill
+from actorctl.ops._foreman import NodeRun
 from actorctl.ops._node_view import node_children
 from actorctl.supervision import HEALTH_AGENT, BreakerState, Health
 from actorctl.supervision._breaker import BreakerStatus
@@ -154,6 +155,9 @@ def test_each_record_says_on_the_wire_what_its_dict_said_and_reads_back() -> Non
         ],
     }
     assert TreeRow.from_wire(_through_json(tree.wire()), "t") == tree
+    running = TreeRow("n1", "node", NodeRun.RUNNING).wire()["state"]
+    assert type(running) is str
+    assert running == "running"
     assert TreeRow.from_wire({"name": "x", "kind": "host", "state": "-"}, "t").restarts is ABSENT
 
 

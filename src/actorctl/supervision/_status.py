@@ -85,7 +85,9 @@ class TreeRow:  # each field past state: ABSENT, or its "wire" type
             value = getattr(self, field.name)
             if value is ABSENT:
                 continue
-            if isinstance(value, MailboxFill):
+            if isinstance(value, enum.Enum):  # a state given as its enum: its word
+                value = value.value
+            elif isinstance(value, MailboxFill):
                 value = value.wire()
             elif field.name == "children":
                 value = [child.wire() for child in value]
