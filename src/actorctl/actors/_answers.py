@@ -26,7 +26,6 @@ from typing import Any, Final, TypeVar, overload
 import attrs
 import cattrs
 from cattrs import cols
-from cattrs.errors import ClassValidationError, IterableValidationError
 
 from .._errors import WireFormatError
 
@@ -146,7 +145,7 @@ def read_answer(value: object, record: Any, where: str) -> Any:
         raise WireFormatError(f"{where} is malformed: expected an object, got {value!r:.80}")
     try:
         return answer_converter.structure(value, record)
-    except (ClassValidationError, IterableValidationError) as exc:
+    except cattrs.BaseValidationError as exc:
         raise WireFormatError(f"{where} is malformed: {explain(exc, '$')}") from None
     except (ValueError, TypeError) as exc:  # a field's own check
         raise WireFormatError(f"{where} is malformed: {exc}") from None
