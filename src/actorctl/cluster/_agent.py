@@ -24,6 +24,7 @@ from .._errors import ActorctlError, ConfigError
 from .._log import log
 from ..actors import Actor, BadArguments, handler
 from ..mailbox import Role
+from ._agent_answers import DrainAnswer, FollowAnswer, MailboxCounts, NodeIdentity
 from ._monitors import AGENT, NodeMonitors
 from ._reload import Shift
 from ._supervised import describe_root
@@ -94,20 +95,20 @@ class NodeAgent(Actor):
         Answers once the node's actors have started."""
         node = self._node
         await node.actors_started.wait()
-        return {
-            "name": node.name,
-            "node_id": node.node_id,
-            "pid": os.getpid(),
-            "address": node.url,
-            "actors": sorted(node.statistics()),
-            "metrics": node.metrics_url,
-        }
+        return NodeIdentity(
+            node.name,
+            node.node_id,
+            os.getpid(),
+            node.url,
+            tuple(sorted(node.statistics())),
+            node.metrics_url,
+        ).wire()
 
     @handler
     async def statistics(self) -> dict[str, dict[str, int]]:
         """Mailbox depth, capacity and messages received, per actor."""
         return {
-            name: {"depth": stats.depth, "capacity": stats.capacity, "received": stats.received}
+            name: MailboxCounts(stats.depth, stats.capacity, stats.received).wire()
             for name, stats in self._node.statistics().items()
             if name != AGENT
         }
@@ -116,7 +117,7 @@ class NodeAgent(Actor):
     async def tree(self) -> dict[str, Any]:
         """The node's root supervisor, with its children (actors, supervisors
         and processes, nested), each with its state, restarts and mailbox."""
-        return describe_root(self._node.name, self._node.tree)
+        return describe_root(self._node.name, self._node.tree).wire()
 
     @handler
     async def monitor(self, target: str, watcher: str) -> bool:
@@ -132,7 +133,7 @@ class NodeAgent(Actor):
     @handler(roles=Role.OPERATOR)
     async def follow(
         self, path: str, away: list[str] | None = None, pending: list[str] | None = None
-    ) -> dict[str, list[str]]:
+    ) -> dict[str, Any]:
         """Follow the cluster file at ``path`` (reloaded): each actor with a
         ``follow_cluster(config, node, shift)`` method changes what it can in
         place. ``away``: nodes to route nothing new to for now; ``pending``:
@@ -144,7 +145,7 @@ class NodeAgent(Actor):
             raise BadArguments(str(exc)) from None
         mine = next((n for n in config.nodes if n.name == self._node.name), None)
         if mine is None:  # it is being removed: nothing to follow
-            return {"changed": [], "restart": []}
+            return FollowAnswer().wire()
         if self._node.key_watch is not None:  # read with the keys (refresh_security)
             self._node.key_watch.keyring.name_members(config.member_names)
         shift = Shift(frozenset(map(str, away or ())), frozenset(map(str, pending or ())))
@@ -162,7 +163,7 @@ class NodeAgent(Actor):
             await follower(config)
         if changed:
             log("actorctl:node:followed", node=self._node.name, changed=changed, restart=restart)
-        return {"changed": changed, "restart": restart}
+        return FollowAnswer(tuple(changed), tuple(restart)).wire()
 
     @handler(roles=Role.OPERATOR)
     async def refresh_security(self) -> list[str]:
@@ -188,8 +189,8 @@ class NodeAgent(Actor):
         with trio.move_on_after(float(timeout)):
             while busy := self._busy(backlog):
                 await busy[0][1]()
-            return {"drained": True, "busy": []}
-        return {"drained": False, "busy": [what for what, _ in self._busy(backlog)]}
+            return DrainAnswer(drained=True).wire()
+        return DrainAnswer(False, tuple(what for what, _ in self._busy(backlog))).wire()
 
     def _busy(self, backlog: bool) -> list[tuple[str, Callable[[], Awaitable[None]]]]:
         found: list[tuple[str, Callable[[], Awaitable[None]]]] = []

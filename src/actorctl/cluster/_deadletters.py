@@ -35,6 +35,7 @@ import attrs
 from .._errors import ConfigError
 from .._log import log
 from ..actors import REDRIVE, Actor, Address, NotPermitted, caller, handler
+from ..actors._answers import read_answer
 from ..mailbox import (
     ACCEPTED,
     BAD_ARGUMENTS,
@@ -58,6 +59,7 @@ __all__ = [
     "REASON_POISON",
     "DeadLetterAgent",
     "DeadLetterBounds",
+    "DeadLetterFill",
     "DeadLetters",
 ]
 
@@ -92,6 +94,31 @@ class DeadLetterBounds:
             raise ConfigError(f"dead letters: max = {self.max!r} must be an integer >= 1")
         if not isinstance(self.ttl, int | float) or self.ttl <= 0:
             raise ConfigError(f"dead letters: ttl = {self.ttl!r} must be seconds > 0")
+
+
+@final
+@attrs.frozen
+class DeadLetterFill:
+    """How full a node's dead letters are: how many it keeps (``held``), at
+    most (``max``), and whether that is 80 % of ``max`` or more (the state
+    ``cluster status`` reports)."""
+
+    held: int
+    max: int
+    nearly_full: bool
+
+    def wire(self) -> dict[str, Any]:
+        """Its form in a reply (``_deadletters``' ``fill``)."""
+        return {"held": self.held, "max": self.max, "nearly_full": self.nearly_full}
+
+    @classmethod
+    def from_wire(cls, value: object, where: str) -> DeadLetterFill:
+        """A reply's body as the record.
+
+        Raises:
+            WireFormatError: it is not one (naming ``where`` and what is wrong).
+        """
+        return read_answer(value, cls, where)
 
 
 @final
@@ -209,15 +236,15 @@ class DeadLetters:
         else:
             self._alarmed = False
 
-    def fill(self) -> dict[str, Any]:
-        """How full the table is: ``held``, ``max``, and ``nearly_full`` (80 %
-        of ``max`` or more: the state the error line reports)."""
+    def fullness(self) -> DeadLetterFill:
+        """How full the table is (80 % of ``max`` or more: the state the error
+        line reports)."""
         held = len(self._held())
-        return {
-            "held": held,
-            "max": self.bounds.max,
-            "nearly_full": held >= ALARM_AT * self.bounds.max,
-        }
+        return DeadLetterFill(held, self.bounds.max, held >= ALARM_AT * self.bounds.max)
+
+    def fill(self) -> dict[str, Any]:
+        """:meth:`fullness` in its wire form (``DeadLetterFill.wire``)."""
+        return self.fullness().wire()
 
     def records(self, reason: str | None = None) -> list[dict[str, Any]]:
         """Every letter (oldest first), or those of one ``reason``."""

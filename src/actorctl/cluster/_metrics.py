@@ -343,10 +343,10 @@ def _replication(replication: Replication) -> Iterator[Metric]:
     yield GaugeMetricFamily(
         "actorctl_node_replication_degraded",
         "1 while the node confirms with fewer standbys than named (a standby is away)",
-        value=1 if stats["degraded"] else 0,
+        value=1 if stats.degraded else 0,
     )
     yield GaugeMetricFamily(
         "actorctl_node_replication_standbys_in_sync",
         "Standbys that take every batch now",
-        value=sum(1 for in_sync in stats["standbys"].values() if in_sync),
+        value=sum(1 for in_sync in stats.standbys.values() if in_sync),
     )

@@ -4,7 +4,7 @@ root, the node's own actors followed by the trees declared for it."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, final
+from typing import final
 
 import attrs
 import trio
@@ -13,6 +13,7 @@ from .._errors import ConfigError
 from ..actors import Actor, ActorCell, Address, Outbox, ReplyMemory
 from ..supervision import BoxedSpec, ChildError, Restart
 from ..supervision._specs import ActorSpec, SupervisorSpec
+from ..supervision._status import TreeRow
 from ..supervision._tree import InstanceSpec, TreeLevel
 from ._monitors import NodeMonitors
 
@@ -87,16 +88,15 @@ def node_root(
     )
 
 
-def describe_root(node: str, root: TreeLevel | None) -> dict[str, Any]:
+def describe_root(node: str, root: TreeLevel | None) -> TreeRow:
     """The node's tree as the ``_node`` agent answers it."""
-    children = root.describe() if root is not None else []
-    return {
-        "name": f"{node}/actors",
-        "kind": "supervisor",
-        "state": "running" if root is not None else "starting",
-        "restarts": 0,
-        "children": children,
-    }
+    return TreeRow(
+        f"{node}/actors",
+        "supervisor",
+        "running" if root is not None else "starting",
+        restarts=0,
+        children=tuple(root.rows()) if root is not None else (),
+    )
 
 
 def named(actors: Mapping[str, Hostable] | Iterable[Hostable]) -> dict[str, Hosted]:

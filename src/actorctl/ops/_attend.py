@@ -21,17 +21,18 @@ watch.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Final, final
+from typing import Final, final
 
 import trio
 
 from .._log import log
 from ..actors import Actor, Terminated
+from ..cluster._agent_answers import NodeIdentity
 from ..cluster._monitors import AGENT
 from ..cluster._node import open_node
 from ..cluster.config._config import ClusterConfig, NodeConfig
 from ._controller import CONTROLLER, Controller, _notify_systemd
-from ._foreman import NodeState
+from ._foreman import NodeRun, NodeState
 from ._webserve import serve_web
 
 __all__ = ["NodeAttendant", "run_controller"]
@@ -94,7 +95,9 @@ class NodeAttendant(Actor):
         while True:
             self._lost = trio.Event()
             try:
-                identity = await agent.ask("identity")
+                identity = NodeIdentity.from_wire(
+                    await agent.ask("identity"), f"the answer of {self._agent} to 'identity'"
+                )
                 await self.watch(agent)  # a loss from here on sets _lost
             except Exception as exc:  # any failure to reach it: down, for now
                 self._down(f"not reachable at {self._agent}: {type(exc).__name__}: {exc}")
@@ -108,19 +111,19 @@ class NodeAttendant(Actor):
             await self._lost.wait()
             self._down(self._why)  # the watch has ended with its Terminated
 
-    def _up(self, identity: dict[str, Any]) -> None:
-        boot_id = str(identity.get("node_id"))
+    def _up(self, identity: NodeIdentity) -> None:
+        boot_id = identity.node_id
         restarted = self._boot_id is not None and boot_id != self._boot_id
         self._boot_id = boot_id
         state = self._state
         if restarted:
             state.restarts += 1
-        state.state, state.reason = "running", None
-        state.pid = identity.get("pid")
+        state.state, state.reason = NodeRun.RUNNING, None
+        state.pid = identity.pid
         # The address it was reached at (a node may listen on 0.0.0.0).
         state.address = self._agent.rpartition("/")[0]
-        state.actors = [str(a) for a in identity.get("actors", [])]
-        state.metrics = identity.get("metrics")
+        state.actors = list(identity.actors)
+        state.metrics = identity.metrics
         log("actorctl:controller:node-up", node=state.name, boot_id=boot_id, restarted=restarted)
         self._on_change(state)
 
@@ -130,7 +133,7 @@ class NodeAttendant(Actor):
             state.reason = why
             return
         was = state.state
-        state.state, state.reason, state.metrics = "down", why, None
+        state.state, state.reason, state.metrics = NodeRun.DOWN, why, None
         if was == "running":
             log("actorctl:controller:node-down", node=state.name, reason=why)
         self._on_change(state)

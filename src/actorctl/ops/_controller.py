@@ -23,18 +23,22 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar, Final, final
 
+import attrs
 import trio
 
 from .._errors import ActorctlError, ConfigError
 from .._log import log
 from ..actors import Actor, BadArguments, handler
+from ..cluster._agent_answers import MailboxCounts, mailbox_counts
 from ..cluster._deadletters import DEAD_LETTERS
 from ..cluster._node import open_node
 from ..cluster.config._config import ClusterConfig, NodeConfig
 from ..cluster.membership._leases import LeaseTable
 from ..mailbox import Role
 from ..supervision import ChildSpec, Strategy, Supervisor
-from ._foreman import Foreman, LocalForeman, NodeState
+from ..supervision._status import TreeRow
+from ._foreman import Foreman, LocalForeman, NodeRun, NodeState
+from ._node_status import NodeStatus
 from ._node_view import answer_within, ask_each, letters_answer, letters_request, node_children
 from ._reloader import DRAIN_TIMEOUT, NodeRunner, Reloader
 from ._webserve import serve_web
@@ -71,32 +75,24 @@ class Controller(Actor):
 
     @handler
     async def status(self) -> list[dict[str, Any]]:
-        """One row per node: name, pid, address, actors, state, restarts, and the
-        mailbox depth of each actor (asked of the node itself)."""
+        """One row per node (``NodeStatus``): name, pid, address, actors,
+        state, restarts, and the mailbox depth of each actor (asked of the
+        node itself)."""
         rows = []
         for node in self._config.nodes:
             state = self._states.get(node.name)
             if state is None:  # removed by a reload under way
                 continue
-            depths: dict[str, Any] = {}
+            mailboxes: dict[str, MailboxCounts] | str = {}
             if state.state == "running" and state.address:
+                address = f"{state.address}/_node"
                 try:
-                    ref = self.ref(f"{state.address}/_node").with_options(timeout=2.0)
-                    depths = await ref.ask("statistics")
+                    said = await self.ref(address).with_options(timeout=2.0).ask("statistics")
+                    mailboxes = mailbox_counts(said, f"the answer of {address} to 'statistics'")
                 except Exception as exc:  # a node that does not answer is reported as such
-                    depths = {"error": str(exc)}
-            rows.append(
-                {
-                    "node": node.name,
-                    "pid": state.pid,
-                    "address": state.address,
-                    "actors": state.actors,
-                    "state": state.state,
-                    "restarts": state.restarts,
-                    "mailboxes": depths,
-                }
-            )
-        return rows
+                    mailboxes = str(exc)
+            rows.append(NodeStatus.of(state, mailboxes))
+        return [row.wire() for row in rows]
 
     @handler
     async def tree(self) -> dict[str, Any]:
@@ -109,30 +105,32 @@ class Controller(Actor):
             state = self._states.get(node.name)
             if state is None:  # removed by a reload under way
                 continue
-            entry: dict[str, Any] = {
-                "name": node.name,
-                "kind": "node",
-                "state": state.state,
-                "restarts": state.restarts,
-                "pid": state.pid,
-                "address": state.address,
-                "children": [],
-            }
+            entry = TreeRow(
+                node.name,
+                "node",
+                state.state,
+                restarts=state.restarts,
+                pid=state.pid,
+                address=state.address,
+                children=(),
+            )
             if state.state == "running" and state.address:
                 try:
-                    entry["children"] = await node_children(self.ref, state.address, state.actors)
+                    children = await node_children(self.ref, state.address, state.actors)
+                    entry = attrs.evolve(entry, children=tuple(children))
                 except Exception as exc:  # a node that does not answer is reported as such
-                    entry["error"] = str(exc)
+                    entry = attrs.evolve(entry, error=str(exc))
             nodes.append(entry)
-        return {
-            "name": CONTROLLER,
-            "kind": "supervisor",
-            "cluster": self._config.name,
-            "state": "running",
-            "restarts": 0,
-            "pid": os.getpid(),
-            "children": nodes,
-        }
+        root = TreeRow(
+            CONTROLLER,
+            "supervisor",
+            "running",
+            cluster=self._config.name,
+            restarts=0,
+            pid=os.getpid(),
+            children=tuple(nodes),
+        )
+        return root.wire()
 
     @handler(roles=Role.OPERATOR)
     async def deadletters(
@@ -250,7 +248,11 @@ class Controller(Actor):
         log("actorctl:controller:stop-node", cluster=self._config.name, node=node)
         await self._nodes.terminate_child(node)
         state = self._states[node]
-        state.state, state.address, state.reason = "stopped", None, "stopped by control shutdown"
+        state.state, state.address, state.reason = (
+            NodeRun.STOPPED,
+            None,
+            "stopped by control shutdown",
+        )
         return f"node {node!r} stopped"
 
     @handler(roles=Role.OPERATOR)
@@ -287,7 +289,7 @@ class Controller(Actor):
         except ConfigError as exc:
             log("actorctl:reload:refused", cluster=self._config.name, error=str(exc))
             raise BadArguments(f"reload refused, the cluster runs on unchanged: {exc}") from None
-        return report
+        return report.wire()
 
     async def _ask(self, address: str, op: str, args: tuple[Any, ...], timeout: float) -> Any:
         return await self.ref(address).with_options(timeout=timeout).ask(op, *args)

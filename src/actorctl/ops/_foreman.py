@@ -18,6 +18,7 @@ elsewhere), with STOP_MARGIN before the SIGKILL.
 from __future__ import annotations
 
 import contextlib
+import enum
 import functools
 import json
 import os
@@ -42,7 +43,7 @@ from ._build import build_node, node_actors
 from ._certs import init_certs
 from ._preflight import module_environment, module_paths
 
-__all__ = ["Foreman", "LocalForeman", "NodeDied", "NodeState", "ensure_dev_secrets"]
+__all__ = ["Foreman", "LocalForeman", "NodeDied", "NodeRun", "NodeState", "ensure_dev_secrets"]
 
 READY_TIMEOUT: Final = 30.0
 #: Seconds a stopping node gets beyond its shutdown_grace before SIGKILL: to
@@ -56,12 +57,23 @@ class NodeDied(ActorctlError):
     """A node's process ended (or never became ready)."""
 
 
+class NodeRun(enum.StrEnum):
+    """Where a node the cluster runs is; its value is the word ``cluster up``,
+    ``cluster status`` and the web page show."""
+
+    STARTING = "starting"
+    RUNNING = "running"
+    DOWN = "down"  #: not reachable (a node the Controller attends but does not start)
+    DEAD = "dead"  #: its process ended (restarted, unless it gave up)
+    STOPPED = "stopped"  #: stopped for good (control shutdown, or its host's stop)
+
+
 @attrs.define
 class NodeState:
     """What the cluster knows of one node, for status tables."""
 
     name: str
-    state: str = "starting"
+    state: NodeRun = NodeRun.STARTING
     pid: int | None = None
     address: str | None = None
     actors: list[str] = attrs.field(factory=list)
@@ -105,7 +117,7 @@ class _Runner:
         if self._starts:
             self.state.restarts += 1
         self._starts += 1
-        self._set(state="starting", pid=None, address=None)
+        self._set(state=NodeRun.STARTING, pid=None, address=None)
 
     def _set(self, **changes: object) -> None:
         for key, value in changes.items():
@@ -195,13 +207,13 @@ class Foreman(_Runner):
                 if self._error is not None:  # the node's own words
                     own = self._error.removeprefix(f"node {self.node.name} could not start: ")
                     why = f"could not start: {own.removeprefix(f'node {self.node.name}: ')}"
-                self._set(state="dead", reason=why)
+                self._set(state=NodeRun.DEAD, reason=why)
                 raise NodeDied(f"node {self.node.name} {why} (its log: {log_path})")
-            self._set(state="running", pid=process.pid)
+            self._set(state=NodeRun.RUNNING, pid=process.pid)
             task_status.started()
             code = await process.wait()
         reason = f"node {self.node.name} (pid {process.pid}) exited with code {code}"
-        self._set(state="dead", reason=reason)
+        self._set(state=NodeRun.DEAD, reason=reason)
         raise NodeDied(reason)
 
     def _environment(self) -> dict[str, str]:
@@ -334,7 +346,7 @@ class LocalForeman(_Runner):
             )
             async with _serving(built, node.shutdown_grace, self.cold) as n:
                 self._set(
-                    state="running",
+                    state=NodeRun.RUNNING,
                     pid=os.getpid(),
                     address=n.url,
                     actors=sorted(n.cells),
@@ -353,7 +365,7 @@ class LocalForeman(_Runner):
             why = f"could not start: {type(first).__name__}: {first}"
             trace = "".join(traceback.format_exception(group))
             log("actorctl:node:start-failed", node=node.name, error=why, traceback=trace)
-            self._set(state="dead", reason=why)
+            self._set(state=NodeRun.DEAD, reason=why)
             where = config.root / "logs" / "cluster.log"
             raise NodeDied(f"node {node.name} {why} (its log: {where})") from None
 

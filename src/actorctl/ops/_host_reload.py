@@ -47,7 +47,7 @@ from ._reload_request import (
     refusal,
     request_key,
 )
-from ._reloader import Reloader, check_file
+from ._reloader import Reloader, ReloadReport, check_file
 
 __all__ = ["HostReloads"]
 
@@ -216,16 +216,16 @@ def _install(path: Path, content: str) -> None:
     os.replace(staged, path)
 
 
-def _outcome(host: str, report: dict[str, Any]) -> HostOutcome:
-    plan = tuple(line for line in report["plan"] if line != "no change")
-    applied = tuple(report.get("applied", ()))
+def _outcome(host: str, report: ReloadReport) -> HostOutcome:
+    plan = tuple(line for line in report.plan if line != "no change")
+    applied = report.applied or ()
     changed = plan or any(": " in line for line in applied)
     return HostOutcome(
         host,
         Outcome.CHANGED if changed else Outcome.UNCHANGED,
         plan=plan,
         applied=applied,
-        warnings=tuple(report.get("warnings", ())),
+        warnings=report.warnings or (),
     )
 
 

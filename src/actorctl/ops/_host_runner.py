@@ -40,7 +40,7 @@ from ..etcd._membership import MembershipRefused
 from ..etcd._node_record import NodeRecord, membership_refusal, nodes_prefix
 from ..supervision import ChildSpec, Strategy, Supervisor
 from ._controller import _notify_systemd
-from ._foreman import Foreman, NodeState
+from ._foreman import Foreman, NodeRun, NodeState
 from ._host_reload import HostReloads
 from ._reloader import NodeRunner, Reloader
 
@@ -216,7 +216,7 @@ async def run_host(
             log("actorctl:host:stop-node-failed", host=host, node=name, error=str(exc))
             return
         state = states[name]
-        state.state, state.address = "stopped", None
+        state.state, state.address = NodeRun.STOPPED, None
         state.reason = "stopped by control shutdown"
         on_change(state)
 

@@ -16,16 +16,18 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
+import attrs
 import trio
 
 from .._errors import ActorctlError, ConfigError, RemoteError
 from ..actors import ActorRef, BadArguments
-from ..cluster._deadletters import DEAD_LETTERS
+from ..cluster._deadletters import DEAD_LETTERS, DeadLetterFill
 from ..cluster.config._config import ClusterConfig
 from ..etcd._etcd import EtcdClient
 from ..etcd._node_record import NodeRecord, nodes_prefix
 from ..etcd._role_lease import role_key
 from ..supervision import HEALTH_AGENT
+from ..supervision._status import HealthReport, TreeRow
 
 __all__ = [
     "REFUSED",
@@ -58,45 +60,49 @@ def answer_within(timeout: float) -> float:
     return max(0.5, timeout * 0.8)
 
 
-async def node_children(ref: Refs, address: str, actors: Sequence[str]) -> list[dict[str, Any]]:
+async def node_children(ref: Refs, address: str, actors: Sequence[str]) -> list[TreeRow]:
     """A running node's rows: its tree, its health checks and breakers (when
     it hosts the health agent), and its dead letters.
 
     Raises:
         ActorctlError: the node did not answer (in time).
+        WireFormatError: its answer is malformed (naming what is wrong).
     """
-    rows: list[dict[str, Any]] = [await _ask(ref, f"{address}/_node", "tree")]
+    tree = await _ask(ref, f"{address}/_node", "tree")
+    rows = [TreeRow.from_wire(tree, f"the answer of {address}/_node to 'tree'")]
     if HEALTH_AGENT in actors:
-        report = await _ask(ref, f"{address}/{HEALTH_AGENT}", "report")
+        report = HealthReport.from_wire(
+            await _ask(ref, f"{address}/{HEALTH_AGENT}", "report"),
+            f"the answer of {address}/{HEALTH_AGENT} to 'report'",
+        )
         rows += [
-            {"name": name, "kind": "health-check", "state": r["state"], "detail": r["detail"]}
-            for name, r in sorted(report["checks"].items())
+            TreeRow(name, "health-check", r.state.value, detail=r.detail)
+            for name, r in sorted(report.checks.items())
         ]
-        for name, states in sorted(report["breakers"].items()):
-            rows += [
-                {"name": name, "kind": "breaker", "state": b["state"], "detail": b["reason"]}
-                for b in states
-            ]
+        for name, states in sorted(report.breakers.items()):
+            rows += [TreeRow(name, "breaker", b.state.value, detail=b.reason) for b in states]
     rows.append(await _dead_letters(ref, address))
     return rows
 
 
-async def _dead_letters(ref: Refs, address: str) -> dict[str, Any]:
+async def _dead_letters(ref: Refs, address: str) -> TreeRow:
     """A node's dead letters (how many; 80 % full or not), as a row of its tree."""
-    fill = await _ask(ref, f"{address}/{DEAD_LETTERS}", "fill")
-    held, most = fill["held"], fill["max"]
-    detail = f"{held} kept (max {most})"
-    if fill["nearly_full"]:
+    fill = DeadLetterFill.from_wire(
+        await _ask(ref, f"{address}/{DEAD_LETTERS}", "fill"),
+        f"the answer of {address}/{DEAD_LETTERS} to 'fill'",
+    )
+    detail = f"{fill.held} kept (max {fill.max})"
+    if fill.nearly_full:
         detail += ": 80 % full, the oldest go when full (actorctl deadletters list)"
-    state = "nearly-full" if fill["nearly_full"] else "ok"
-    return {"name": DEAD_LETTERS, "kind": "dead-letters", "state": state, "detail": detail}
+    state = "nearly-full" if fill.nearly_full else "ok"
+    return TreeRow(DEAD_LETTERS, "dead-letters", state, detail=detail)
 
 
 async def _ask(ref: Refs, address: str, handler: str) -> Any:
     return await ref(address).with_options(timeout=ASK_TIMEOUT).ask(handler)
 
 
-async def hosts_tree(config: ClusterConfig, client: EtcdClient, ref: Refs) -> dict[str, Any]:
+async def hosts_tree(config: ClusterConfig, client: EtcdClient, ref: Refs) -> TreeRow:
     """The tree of a cluster that spans hosts, as etcd and its nodes say it is
     now: a row per host the file names, under it each of its nodes, running
     (registered, with its own rows) or not registered; and who holds the
@@ -127,7 +133,7 @@ async def hosts_tree(config: ClusterConfig, client: EtcdClient, ref: Refs) -> di
             for node in config.nodes
             if node.runs_on == host
         ]
-        hosts.append({"name": host or "-", "kind": "host", "state": "-", "children": nodes})
+        hosts.append(TreeRow(host or "-", "host", "-", children=tuple(nodes)))
     for name, record in sorted(records.items()):  # registered, but not in this file
         hosts.append(await _node_row(ref, name, record, note="not in the file"))
     held = {
@@ -140,35 +146,24 @@ async def hosts_tree(config: ClusterConfig, client: EtcdClient, ref: Refs) -> di
         )
         or "-"
     )
-    return {
-        "name": "etcd",
-        "kind": "membership",
-        "cluster": config.name,
-        "state": state,
-        "children": hosts,
-    }
+    return TreeRow("etcd", "membership", state, cluster=config.name, children=tuple(hosts))
 
 
 async def _node_row(
     ref: Refs, name: str, record: NodeRecord | str | None, *, note: str = ""
-) -> dict[str, Any]:
+) -> TreeRow:
     if record is None:
-        return {"name": name, "kind": "node", "state": "not-registered", "restarts": None}
+        return TreeRow(name, "node", "not-registered", restarts=None)
     if isinstance(record, str):
-        return {"name": name, "kind": "node", "state": "unknown", "restarts": None, "error": record}
-    row: dict[str, Any] = {
-        "name": name,
-        "kind": "node",
-        "state": "registered" if not note else f"registered ({note})",
-        "restarts": None,  # its host's `host up` counts them, not etcd
-        "address": record.address,
-        "children": [],
-    }
+        return TreeRow(name, "node", "unknown", restarts=None, error=record)
+    state = "registered" if not note else f"registered ({note})"
+    # restarts: its host's `host up` counts them, not etcd
+    row = TreeRow(name, "node", state, restarts=None, address=record.address, children=())
     try:
-        row["children"] = await node_children(ref, record.address.rstrip("/"), record.actors)
+        children = await node_children(ref, record.address.rstrip("/"), record.actors)
     except Exception as exc:  # a node that does not answer is reported as such
-        row["error"] = str(exc)
-    return row
+        return attrs.evolve(row, error=str(exc))
+    return attrs.evolve(row, children=tuple(children))
 
 
 async def ask_each(

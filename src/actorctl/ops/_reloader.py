@@ -46,8 +46,10 @@ from typing import Any, Final, Protocol, final
 import attrs
 import trio
 
-from .._errors import ActorctlError, ConfigError
+from .._errors import ActorctlError, ConfigError, WireFormatError
 from .._log import log
+from ..actors._answers import read_answer
+from ..cluster._agent_answers import DrainAnswer, FollowAnswer
 from ..cluster._reload import ReloadPlan, Shift, plan_reload
 from ..cluster.config._config import ClusterConfig, NodeConfig
 from ..cluster.config._load import load_cluster
@@ -63,6 +65,36 @@ DRAIN_TIMEOUT: Final = 30.0
 CHECK_TIMEOUT: Final = 120.0
 
 Ask = Callable[[str, str, tuple[Any, ...], float], Awaitable[Any]]
+
+
+@final
+@attrs.frozen
+class ReloadReport:
+    """What a reload did: the ``file``, its ``plan`` (lines) and, unless it
+    was a dry run (None), what was ``applied`` and the ``warnings``."""
+
+    file: str
+    plan: tuple[str, ...]
+    applied: tuple[str, ...] | None = None
+    warnings: tuple[str, ...] | None = None
+
+    def wire(self) -> dict[str, Any]:
+        """Its form in a reply (``applied`` and ``warnings`` not for a dry run)."""
+        wire: dict[str, Any] = {"file": self.file, "plan": list(self.plan)}
+        if self.applied is not None:
+            wire["applied"] = list(self.applied)
+        if self.warnings is not None:
+            wire["warnings"] = list(self.warnings)
+        return wire
+
+    @classmethod
+    def from_wire(cls, value: object, where: str) -> ReloadReport:
+        """A reply's body as the record.
+
+        Raises:
+            WireFormatError: it is not one (naming ``where`` and what is wrong).
+        """
+        return read_answer(value, cls, where)
 
 
 class NodeRunner(Protocol):
@@ -118,7 +150,7 @@ class Reloader:
         dry_run: bool = False,
         drain_timeout: float = DRAIN_TIMEOUT,
         checked: bool = False,
-    ) -> tuple[ClusterConfig, dict[str, Any]]:
+    ) -> tuple[ClusterConfig, ReloadReport]:
         """Check ``path`` (unless ``checked``: its caller just did), plan, and
         (unless ``dry_run``) apply it: the config the cluster runs now, and
         the report.
@@ -139,14 +171,16 @@ class Reloader:
             running = attrs.evolve(old, nodes=tuple(n for n in old.nodes if n.name in hosted))
             plan = plan_reload(running, self._mine(new), hosted)
             _free_ports(self._mine(new), plan)
-            report: dict[str, Any] = {"file": str(new.path), "plan": plan.lines()}
-            log("actorctl:reload:plan", cluster=new.name, plan=report["plan"], dry_run=dry_run)
+            report = ReloadReport(str(new.path), tuple(plan.lines()))
+            log("actorctl:reload:plan", cluster=new.name, plan=report.plan, dry_run=dry_run)
             if dry_run:
                 return old, report
             applying = _Applying(self, new, ask, drain_timeout)
             await applying.run(plan)
-            report["applied"], report["warnings"] = applying.applied, applying.warnings
-            log("actorctl:reload:done", cluster=new.name, **report)
+            report = attrs.evolve(
+                report, applied=tuple(applying.applied), warnings=tuple(applying.warnings)
+            )
+            log("actorctl:reload:done", cluster=new.name, **report.wire())
             return new, report
 
     def _mine(self, config: ClusterConfig) -> ClusterConfig:
@@ -222,10 +256,15 @@ class _Applying:
         args = (str(self.new.path), sorted(shift.away), sorted(shift.pending))
         answers = await self.each_node("follow", args, skip=skip)
         restart = []
-        for name, answer in answers.items():
-            self.applied += [f"{name}: {line}" for line in answer["changed"]]
-            if answer["restart"]:
-                self.applied.append(f"{name}: restarts to follow ({'; '.join(answer['restart'])})")
+        for name, said in answers.items():
+            try:
+                answer = FollowAnswer.from_wire(said, f"node {name}'s answer to 'follow'")
+            except WireFormatError as exc:  # another release's answer: said, and not followed
+                self.warnings.append(str(exc))
+                continue
+            self.applied += [f"{name}: {line}" for line in answer.changed]
+            if answer.restart:
+                self.applied.append(f"{name}: restarts to follow ({'; '.join(answer.restart)})")
                 restart.append(name)
         return restart
 
@@ -254,14 +293,15 @@ class _Applying:
             return
         timeout = self.drain_timeout
         try:
-            answer = await self.ask(
+            said = await self.ask(
                 f"{state.address}/_node", "drain", (timeout, backlog), timeout + 10.0
             )
+            answer = DrainAnswer.from_wire(said, f"node {name}'s answer to 'drain'")
         except Exception as exc:  # it stops anyway: what it held goes back or stays stored
             self.warnings.append(f"node {name} was not drained: {_why(exc)}")
             return
-        if not answer["drained"]:
-            busy = "; ".join(answer["busy"])
+        if not answer.drained:
+            busy = "; ".join(answer.busy)
             self.warnings.append(
                 f"node {name} still held work after {timeout:g} s ({busy}): what its actors "
                 "had taken goes back to the senders' backlogs; what its own backlog held "

@@ -21,6 +21,7 @@ import itertools
 from collections import deque
 from typing import Any, final
 
+import attrs
 import trio
 
 from .._errors import ActorctlError, RemoteError
@@ -28,7 +29,8 @@ from .._log import log
 from ._boxed_call import Call
 from ._boxed_process import BoxedRun
 from ._boxed_spec import BoxedSpec
-from ._child import ChildSpec, Restart
+from ._child import ChildSpec, ChildState, Restart
+from ._status import TreeRow
 from ._supervisor import Supervisor
 
 __all__ = ["Boxed", "BoxedUnavailable", "Call"]
@@ -227,16 +229,24 @@ class Boxed:
 
     # -- what cluster status shows ---------------------------------------------------
 
-    def describe(self) -> dict[str, Any]:
-        """Its processes (pid, state, restarts, requests in flight) and queue."""
-        children = self.supervisor.which_children() if self.supervisor is not None else []
+    def detail(self, row: TreeRow) -> TreeRow:
+        """Its tree row ``row`` with its command, queue, requests in flight and
+        processes (pid, state, restarts, requests in flight)."""
+        children = self.supervisor.child_rows() if self.supervisor is not None else []
+        processes = []
         for slot, child in enumerate(children, start=1):
             run = self.runs.get(slot)
-            child["pid"] = run.pid if run is not None and child["state"] == "running" else None
-            child["in_flight"] = len(run.in_flight) if run is not None else 0
-        return {
-            "command": list(self.spec.command),
-            "queued": len(self._queue),
-            "in_flight": sum(len(run.in_flight) for run in self.runs.values()),
-            "children": children,
-        }
+            processes.append(
+                attrs.evolve(
+                    child,
+                    pid=run.pid if run is not None and child.state == ChildState.RUNNING else None,
+                    in_flight=len(run.in_flight) if run is not None else 0,
+                )
+            )
+        return attrs.evolve(
+            row,
+            command=tuple(self.spec.command),
+            queued=len(self._queue),
+            in_flight=sum(len(run.in_flight) for run in self.runs.values()),
+            children=tuple(processes),
+        )

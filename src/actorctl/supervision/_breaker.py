@@ -25,7 +25,7 @@ import collections
 import contextlib
 import enum
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Final, Literal, final
 
 import attrs
@@ -44,6 +44,7 @@ __all__ = [
     "Breaker",
     "BreakerPolicy",
     "BreakerState",
+    "BreakerStatus",
     "CircuitBreaker",
     "Health",
 ]
@@ -69,6 +70,35 @@ class Health(enum.Enum):
     UNHEALTHY = "unhealthy"
     INSECURE = "insecure"
     PERMANENTLY_UNAVAILABLE = "permanently-unavailable"
+
+
+@final
+@attrs.frozen
+class BreakerStatus:
+    """A breaker's state, as ``cluster status`` and ``_health`` show it.
+
+    ``resets_in``: seconds until an open breaker lets a probe through (None
+    while closed, or while a health check holds it open); ``health``: the
+    last report of each check that feeds it.
+    """
+
+    state: BreakerState
+    reason: str | None
+    resets_in: float | None
+    trips: int
+    failures: int
+    health: Mapping[str, Health] = attrs.field(factory=dict)
+
+    def wire(self) -> dict[str, Any]:
+        """Its form in a reply."""
+        return {
+            "state": self.state.value,
+            "reason": self.reason,
+            "resets_in": self.resets_in,
+            "trips": self.trips,
+            "failures": self.failures,
+            "health": {check: health.value for check, health in self.health.items()},
+        }
 
 
 Growth = Literal["none", "linear", "exponential"]
@@ -175,7 +205,7 @@ class Breaker:
         self._loud_until = -math.inf  # trips log errors until then
         self._probe_since: float | None = None
         self._held = False  # a Permanently Unavailable report holds it open
-        self.health: dict[str, str] = {}  # the last report of each check that feeds it
+        self.health: dict[str, Health] = {}  # the last report of each check that feeds it
 
     # -- the message path ----------------------------------------------------------
 
@@ -239,7 +269,7 @@ class Breaker:
 
     def report(self, check: str, health: Health, detail: str = "") -> None:
         """A health check's result (see the module docstring for what trips it)."""
-        self.health[check] = health.value
+        self.health[check] = health
         now = trio.current_time()
         policy = self.policy
         why = f"health check {check!r} reports {health.value}" + (f": {detail}" if detail else "")
@@ -279,19 +309,21 @@ class Breaker:
             raise
         _in_trio(self.succeeded)
 
-    def statistics(self) -> dict[str, Any]:
-        """Its state, as ``cluster status`` and ``_node`` show it."""
+    def status(self) -> BreakerStatus:
+        """Its state, as ``cluster status`` and ``_health`` show it."""
         now = trio.current_time()
-        return {
-            "state": self.state.value,
-            "reason": self.reason,
-            "resets_in": None
-            if self.closed or self._held
-            else round(max(self.reset_at - now, 0), 3),
-            "trips": self.trips,
-            "failures": len(self._failures),
-            "health": dict(self.health),
-        }
+        return BreakerStatus(
+            self.state,
+            self.reason,
+            None if self.closed or self._held else round(max(self.reset_at - now, 0), 3),
+            self.trips,
+            len(self._failures),
+            dict(self.health),
+        )
+
+    def statistics(self) -> dict[str, Any]:
+        """:meth:`status` in its wire form (``BreakerStatus.wire``)."""
+        return self.status().wire()
 
     # -- transitions -----------------------------------------------------------------
 

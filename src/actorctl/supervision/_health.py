@@ -30,7 +30,8 @@ from cryptography import x509
 
 from .._log import log
 from ..actors import Actor, handler
-from ._breaker import Breaker, Health
+from ._breaker import Breaker, BreakerStatus, Health
+from ._status import CheckStatus, HealthReport
 
 __all__ = [
     "HEALTH_AGENT",
@@ -103,7 +104,7 @@ class HealthMonitor(Actor):
         self.node = node
         self.checks = list(checks)
         self.breakers = breakers
-        self.results: dict[str, dict[str, Any]] = {}
+        self.results: dict[str, CheckStatus] = {}
         self._recorded = trio.Event()  # set (and replaced) on each result
 
     async def on_start(self) -> None:
@@ -152,13 +153,9 @@ class HealthMonitor(Actor):
         return health
 
     def _record(self, check: HealthCheck, health: Health, detail: str) -> None:
-        before = self.results.get(check.name, {}).get("state")
-        self.results[check.name] = {
-            "state": health.value,
-            "detail": detail,
-            "at": time.time(),
-            "breakers": list(check.breakers),
-        }
+        last = self.results.get(check.name)
+        before = None if last is None else last.state.value
+        self.results[check.name] = CheckStatus(health, detail, time.time(), tuple(check.breakers))
         if before != health.value:
             log(
                 "actorctl:health:changed",
@@ -180,13 +177,19 @@ class HealthMonitor(Actor):
         """Wait until a check records its next result."""
         await self._recorded.wait()
 
+    def health_report(self) -> HealthReport:
+        """The last result of each check, and the state of each breaker on the node."""
+        breakers: dict[str, list[BreakerStatus]] = {}
+        for breaker in self.breakers():
+            breakers.setdefault(breaker.name, []).append(breaker.status())
+        return HealthReport(
+            dict(self.results), {name: tuple(found) for name, found in breakers.items()}
+        )
+
     @handler
     async def report(self) -> dict[str, Any]:
-        """The last result of each check, and the state of each breaker on the node."""
-        breakers: dict[str, Any] = {}
-        for breaker in self.breakers():
-            breakers.setdefault(breaker.name, []).append(breaker.statistics())
-        return {"checks": dict(self.results), "breakers": breakers}
+        """:meth:`health_report`, in its wire form (``HealthReport.wire``)."""
+        return self.health_report().wire()
 
 
 # -- built-in checks -----------------------------------------------------------------------

@@ -11,13 +11,15 @@ import functools
 import os
 import signal
 import subprocess
-from typing import Any, final
+from typing import final
 
+import attrs
 import trio
 
 from .._errors import ActorctlError
 from .._log import log
 from ._specs import ProcessSpec
+from ._status import TreeRow
 
 __all__ = ["BoxedProcess", "ProcessExited"]
 
@@ -79,8 +81,9 @@ class BoxedProcess:
         log("actorctl:process:killed", child=self.spec.name, pid=process.pid)
         process.kill()
 
-    def describe(self) -> dict[str, Any]:
-        return {"pid": self.pid, "command": list(self.spec.command)}
+    def detail(self, row: TreeRow) -> TreeRow:
+        """Its tree row ``row`` with its pid and command."""
+        return attrs.evolve(row, pid=self.pid, command=tuple(self.spec.command))
 
 
 async def _cancel_when(event: trio.Event, scope: trio.CancelScope) -> None:

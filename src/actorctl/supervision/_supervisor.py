@@ -39,6 +39,7 @@ from ._child import (
     SupervisorGaveUp,
     describe,
 )
+from ._status import TreeRow
 
 __all__ = ["Supervisor"]
 
@@ -171,17 +172,21 @@ class Supervisor:
 
     # -- what OTP's supervisor module offers ------------------------------------------
 
-    def which_children(self) -> list[dict[str, Any]]:
+    def child_rows(self) -> list[TreeRow]:
         """Each child in start order: name, kind, state and restarts."""
         return [
-            {
-                "name": spec.name,
-                "kind": spec.kind,
-                "state": self.states.get(spec.name, ChildState.NEW).value,
-                "restarts": self.restarts.get(spec.name, 0),
-            }
+            TreeRow(
+                spec.name,
+                spec.kind,
+                self.states.get(spec.name, ChildState.NEW).value,
+                restarts=self.restarts.get(spec.name, 0),
+            )
             for spec in self.children
         ]
+
+    def which_children(self) -> list[dict[str, Any]]:
+        """:meth:`child_rows` in their wire form (OTP's ``which_children``)."""
+        return [row.wire() for row in self.child_rows()]
 
     def count_children(self) -> dict[str, int]:
         """OTP's counts: specs, active (running), supervisors, workers."""

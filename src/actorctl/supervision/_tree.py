@@ -29,6 +29,7 @@ from ._child import ChildError, ChildSpec, Restart, Strategy
 from ._declare import child_from_table, plain_fail
 from ._process import BoxedProcess
 from ._specs import ActorSpec, Child, ProcessSpec, SupervisorSpec, import_target
+from ._status import ABSENT, MailboxFill, TreeRow
 from ._supervisor import Supervisor
 
 __all__ = ["Host", "InstanceSpec", "SupervisorActor", "TreeLevel"]
@@ -70,7 +71,8 @@ class InstanceSpec:
     restart: Restart = Restart.TRANSIENT
 
 
-Describe = Callable[[], dict[str, Any]]
+#: What a child's kind adds to its tree row (an actor's mailbox, a process's pid).
+Describe = Callable[[TreeRow], TreeRow]
 
 
 @final
@@ -124,7 +126,7 @@ class TreeLevel:
             return ChildSpec(child.name, start, child.restart, kind="boxed")
         if isinstance(child, ProcessSpec):
             process = BoxedProcess(child, host.stopping)
-            self._details[child.name] = process.describe
+            self._details[child.name] = process.detail
             return ChildSpec(child.name, process.run, child.restart, kind="process")
         if isinstance(child, SupervisorSpec):
             nested = SupervisorActor(child, host, self._handler_errors)
@@ -150,15 +152,18 @@ class TreeLevel:
         if name in self._addressable:
             self._host.gone(name, reason)
 
-    def describe(self) -> list[dict[str, Any]]:
+    def rows(self) -> list[TreeRow]:
         """Each child: name, kind, state, restarts, and what its kind adds (an
         actor's mailbox, a process's pid, a supervisor's own children)."""
-        children = self.supervisor.which_children()
-        for child in children:
-            details = self._details.get(child["name"])
-            if details is not None:
-                child.update(details())
-        return children
+        rows = []
+        for child in self.supervisor.child_rows():
+            detail = self._details.get(child.name)
+            rows.append(child if detail is None else detail(child))
+        return rows
+
+    def describe(self) -> list[dict[str, Any]]:
+        """:meth:`rows` in their wire form."""
+        return [row.wire() for row in self.rows()]
 
     async def start_child(self, child: Child) -> None:
         spec = self._make(child)
@@ -227,7 +232,7 @@ class SupervisorActor(Actor):
     @handler
     async def which_children(self) -> list[dict[str, Any]]:
         """Each child in start order: name, kind, state, restarts, mailbox."""
-        return [_flat(child) for child in self.level.describe()]
+        return [attrs.evolve(row, children=ABSENT).wire() for row in self.level.rows()]
 
     @handler
     async def count_children(self) -> dict[str, int]:
@@ -271,21 +276,17 @@ class SupervisorActor(Actor):
         return self.level.describe()
 
 
-def _describe_actor(cell: ActorCell) -> dict[str, Any]:
+def _describe_actor(cell: ActorCell, row: TreeRow) -> TreeRow:
     stats = cell.mailbox.statistics()
-    return {"mailbox": {"depth": stats.depth, "capacity": stats.capacity}}
+    return attrs.evolve(row, mailbox=MailboxFill(stats.depth, stats.capacity))
 
 
-def _describe_supervisor(nested: SupervisorActor, cell: ActorCell) -> dict[str, Any]:
-    return {**_describe_actor(cell), "children": nested.level.describe()}
+def _describe_supervisor(nested: SupervisorActor, cell: ActorCell, row: TreeRow) -> TreeRow:
+    return attrs.evolve(_describe_actor(cell, row), children=tuple(nested.level.rows()))
 
 
-def _describe_boxed(boxed: Boxed, cell: ActorCell) -> dict[str, Any]:
-    return {**_describe_actor(cell), **boxed.describe()}
-
-
-def _flat(child: dict[str, Any]) -> dict[str, Any]:
-    return {key: value for key, value in child.items() if key != "children"}
+def _describe_boxed(boxed: Boxed, cell: ActorCell, row: TreeRow) -> TreeRow:
+    return boxed.detail(_describe_actor(cell, row))
 
 
 def _load_factory(target: str) -> Callable[..., Actor]:

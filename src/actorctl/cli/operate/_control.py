@@ -14,13 +14,16 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import asyncclick as click
 
-from ..._errors import ConfigError
+from ..._errors import ConfigError, WireFormatError
+from ...actors._answers import read_answer
 from ...tasks import rate_limit_of
+from ...tasks.limits._report import LimitsReport, TaskLimits
 from ..output._table import answered, fail_unanswered
 from ..reach._reach import (
     across_hosts,
@@ -34,6 +37,8 @@ from ..reach._reach import (
 from ._inspect import nobody_runs
 
 __all__ = ["control"]
+
+T = TypeVar("T")
 
 CONTROL_ACTOR = "_tasks"
 SCHEDULER_ACTOR = "scheduler"
@@ -186,30 +191,45 @@ async def limits(file: Path, as_json: bool, timeout: float) -> None:
         fail_unanswered(answers)
         return
     click.echo(f"{'NODE':<12} {'ACTOR':<16} {'BUDGET':>8} {'RUNNING':>8} {'WAITING':>8}  LIMITS")
-    for node, answer in sorted(answered(answers).items()):
-        for name, worker in answer["workers"].items():
-            bounds = worker["bounds"]
-            budget = f"{worker['budget']}" + (f" {bounds[0]}-{bounds[1]}" if bounds else "")
+    for node, said in sorted(answered(answers).items()):
+        answer = _read(LimitsReport.from_wire, said, f"node {node}'s answer to 'limits'")
+        for name, worker in answer.workers.items():
+            low, high = worker.bounds
+            budget = f"{worker.budget} {low}-{high}"
             click.echo(
-                f"{node:<12} {name:<16} {budget:>8} {worker['running']:>8} "
-                f"{worker['waiting']:>8}  {_limits_text(worker['tasks'])}"
+                f"{node:<12} {name:<16} {budget:>8} {worker.running:>8} "
+                f"{worker.waiting:>8}  {_limits_text(worker.tasks)}"
             )
-        for pool, router in answer["routers"].items():
+        for pool, router in answer.routers.items():
             click.echo(
                 f"{node:<12} {pool + ' (router)':<16} {'':>8} {'':>8} "
-                f"{router['held']:>8}  {_limits_text(router['tasks'])}"
+                f"{router.held:>8}  {_limits_text(router.tasks)}"
             )
     fail_unanswered(answers)
 
 
-def _limits_text(tasks: dict[str, Any]) -> str:
+def _read(read: Callable[[object, str], T], said: object, where: str) -> T:
+    """``said`` read with ``read``; a malformed answer (a node of another
+    release) is the command's error, saying what is wrong."""
+    try:
+        return read(said, where)
+    except WireFormatError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+def _budgets(said: object, where: str) -> dict[str, int]:
+    budgets: dict[str, int] = read_answer(said, dict[str, int], where)
+    return budgets
+
+
+def _limits_text(tasks: Mapping[str, TaskLimits]) -> str:
     parts = []
     for name, limits in tasks.items():
         said = [
-            f"rate {limits['rate_limit']}" if limits["rate_limit"] else "",
-            f"concurrency {limits['concurrency']}" if limits["concurrency"] is not None else "",
-            f"{limits['per_key']} per key" if limits["per_key"] else "",
-            "SUSPENDED" if limits["suspended"] else "",
+            f"rate {limits.rate_limit}" if limits.rate_limit else "",
+            f"concurrency {limits.concurrency}" if limits.concurrency is not None else "",
+            f"{limits.per_key} per key" if limits.per_key else "",
+            "SUSPENDED" if limits.suspended else "",
         ]
         text = ", ".join(s for s in said if s)
         if text:
@@ -245,7 +265,8 @@ def _report(answers: dict[str, Any], as_json: bool, done: str | None) -> None:
     elif done is not None and done_by:
         click.echo(f"{done} on {len(done_by)} node(s): {', '.join(sorted(done_by))}")
     else:
-        for node, budgets in sorted(done_by.items()):
+        for node, said in sorted(done_by.items()):
+            budgets = _read(_budgets, said, f"node {node}'s answer to 'budget'")
             for worker, budget in sorted(budgets.items()):
                 click.echo(f"{node} {worker}: budget {budget}")
     fail_unanswered(answers)

@@ -17,7 +17,9 @@ from typing import Any, Final
 
 import asyncclick as click
 
-from ..._errors import ConfigError
+from ..._errors import ConfigError, WireFormatError
+from ...actors._answers import read_answer
+from ...tasks.worker._inspect_answers import HeldRow, NodeStats, held_rows
 from ..output._table import answered, clock, fail_unanswered, table
 from ..reach._reach import broadcast, reach_options, read_cluster
 
@@ -91,9 +93,28 @@ def _show(
     fail_unanswered(answers)
 
 
-def _args(task: dict[str, Any]) -> str:
+def _rows(node: str, answer: object, op: str) -> tuple[HeldRow, ...]:
+    """A node's answer to ``op`` (a list of held tasks) as records.
+
+    Raises:
+        ClickException: it is malformed (a node of another release), saying how.
+    """
+    try:
+        return held_rows(answer, f"node {node}'s answer to {op!r}")
+    except WireFormatError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+def _read(answer: object, kind: Any, where: str) -> Any:
+    try:
+        return read_answer(answer, kind, where)
+    except WireFormatError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+def _args(task: HeldRow) -> str:
     """A task's arguments, short, as a call shows them: ``1, 2, key="v"``."""
-    args, kwargs = task.get("args"), task.get("kwargs")
+    args, kwargs = task.args, task.kwargs
     parts = [args] if isinstance(args, str) else [json.dumps(a) for a in args or []]
     if isinstance(kwargs, str):
         parts.append(kwargs)
@@ -115,7 +136,8 @@ async def active(file: Path, as_json: bool, timeout: float) -> None:
         as_json,
         ("NODE", "WORKER", "ID", "NAME", "ARGS", "STARTED"),
         lambda node, tasks: [
-            [node, t["worker"], t["id"], t["name"], _args(t), clock(t["started"])] for t in tasks
+            [node, t.worker, t.id, t.name, _args(t), clock(t.started)]
+            for t in _rows(node, tasks, "active")
         ],
         "no active tasks",
     )
@@ -134,7 +156,8 @@ async def reserved(file: Path, as_json: bool, timeout: float) -> None:
         as_json,
         ("NODE", "WORKER", "ID", "NAME", "ARGS", "RECEIVED"),
         lambda node, tasks: [
-            [node, t["worker"], t["id"], t["name"], _args(t), clock(t["received"])] for t in tasks
+            [node, t.worker, t.id, t.name, _args(t), clock(t.received)]
+            for t in _rows(node, tasks, "reserved")
         ],
         "no reserved tasks",
     )
@@ -153,7 +176,8 @@ async def scheduled(file: Path, as_json: bool, timeout: float) -> None:
         as_json,
         ("NODE", "ID", "NAME", "POOL", "ETA", "ARGS"),
         lambda node, tasks: [
-            [node, t["id"], t["name"], t["pool"], clock(t["eta"]), _args(t)] for t in tasks
+            [node, t.id, t.name, t.pool, clock(t.eta), _args(t)]
+            for t in _rows(node, tasks, "scheduled")
         ],
         "no scheduled tasks",
     )
@@ -168,12 +192,16 @@ async def stats(file: Path, as_json: bool, timeout: float) -> None:
     tasks, and how many runs of each task ended there."""
     answers = await ask_nodes(file, CONTROL_ACTOR, "stats", timeout)
 
-    def rows(node: str, answer: dict[str, Any]) -> list[list[object]]:
-        total = ", ".join(f"{name}={n}" for name, n in answer["total"].items()) or "-"
+    def rows(node: str, said: object) -> list[list[object]]:
+        try:
+            answer = NodeStats.from_wire(said, f"node {node}'s answer to 'stats'")
+        except WireFormatError as exc:
+            raise click.ClickException(str(exc)) from None
+        total = ", ".join(f"{name}={n}" for name, n in answer.total.items()) or "-"
         return [
-            [node, answer["pid"], f"{answer['uptime']:.0f}s", name, w["pool"],
-             "-" if w["budget"] is None else w["budget"], w["active"], w["reserved"], total]
-            for name, w in answer["workers"].items()
+            [node, answer.pid, f"{answer.uptime:.0f}s", name, w.pool,
+             "-" if w.budget is None else w.budget, w.active, w.reserved, total]
+            for name, w in answer.workers.items()
         ]  # fmt: skip
 
     header = ("NODE", "PID", "UPTIME", "WORKER", "POOL", "BUDGET", "ACTIVE", "RESERVED")
@@ -191,6 +219,11 @@ async def registered(file: Path, as_json: bool, timeout: float) -> None:
         answers,
         as_json,
         ("NODE", "TASK", "POOL"),
-        lambda node, tasks: [[node, name, pool] for name, pool in tasks.items()],
+        lambda node, tasks: [
+            [node, name, pool]
+            for name, pool in _read(
+                tasks, dict[str, str], f"node {node}'s answer to 'registered'"
+            ).items()
+        ],
         "no registered tasks",
     )

@@ -9,6 +9,8 @@ from typing import Any
 
 import asyncclick as click
 
+from ...supervision._status import ABSENT, TreeRow
+
 __all__ = ["answered", "clock", "fail_unanswered", "render_tree", "table"]
 
 #: The key of a node's entry in a Controller's answer when it did not answer.
@@ -57,7 +59,7 @@ def fail_unanswered(by_node: dict[str, Any]) -> None:
         raise SystemExit(1)
 
 
-def render_tree(root: dict[str, Any]) -> str:
+def render_tree(root: TreeRow) -> str:
     """One line per supervisor, node, actor or process, indented under its
     parent, each with its state, restarts and what its kind adds."""
     lines = [_line(root)]
@@ -65,39 +67,39 @@ def render_tree(root: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _children(parent: dict[str, Any], indent: str, lines: list[str]) -> None:
-    children = parent.get("children") or []
+def _children(parent: TreeRow, indent: str, lines: list[str]) -> None:
+    children = parent.children if parent.children is not ABSENT else ()
     for index, child in enumerate(children):
         last = index == len(children) - 1
         lines.append(f"{indent}{'└── ' if last else '├── '}{_line(child)}")
         _children(child, indent + ("    " if last else "│   "), lines)
 
 
-def _line(item: dict[str, Any]) -> str:
-    parts = [str(item.get("name")), str(item.get("kind")), str(item.get("state", "-"))]
-    if item.get("cluster"):
-        parts.insert(1, f"cluster {item['cluster']!r}")
-    if item.get("kind") == "host":  # a cluster across hosts: its nodes are under it
+def _line(item: TreeRow) -> str:
+    parts = [item.name, item.kind, item.state]
+    if item.cluster is not ABSENT and item.cluster:
+        parts.insert(1, f"cluster {item.cluster!r}")
+    if item.kind == "host":  # a cluster across hosts: its nodes are under it
         return "  ".join(parts[:2])
-    if item.get("kind") == "membership":
+    if item.kind == "membership":
         return "  ".join(parts)
-    if item.get("kind") in ("health-check", "breaker", "dead-letters"):
-        if item.get("detail"):
-            parts.append(str(item["detail"]))
+    if item.kind in ("health-check", "breaker", "dead-letters"):
+        if item.detail is not ABSENT and item.detail:
+            parts.append(item.detail)
         return "  ".join(parts)
-    if item.get("restarts", 0) is not None:  # None: not known here (a node of another host)
-        parts.append(f"restarts {item.get('restarts', 0)}")
-    mailbox = item.get("mailbox")
-    if isinstance(mailbox, dict):
-        parts.append(f"mailbox {mailbox.get('depth')}/{mailbox.get('capacity')}")
-    if item.get("pid"):
-        parts.append(f"pid {item['pid']}")
-    if "in_flight" in item:  # a boxed worker, or one of its processes
-        parts.append(f"in flight {item['in_flight']}")
-    if item.get("queued"):
-        parts.append(f"queued {item['queued']}")
-    if item.get("address"):
-        parts.append(str(item["address"]))
-    if item.get("error"):
-        parts.append(f"(no answer: {item['error']})")
+    restarts = 0 if item.restarts is ABSENT else item.restarts
+    if restarts is not None:  # None: not known here (a node of another host)
+        parts.append(f"restarts {restarts}")
+    if item.mailbox is not ABSENT:
+        parts.append(f"mailbox {item.mailbox.depth}/{item.mailbox.capacity}")
+    if item.pid is not ABSENT and item.pid:
+        parts.append(f"pid {item.pid}")
+    if item.in_flight is not ABSENT:  # a boxed worker, or one of its processes
+        parts.append(f"in flight {item.in_flight}")
+    if item.queued is not ABSENT and item.queued:
+        parts.append(f"queued {item.queued}")
+    if item.address is not ABSENT and item.address:
+        parts.append(item.address)
+    if item.error is not ABSENT and item.error:
+        parts.append(f"(no answer: {item.error})")
     return "  ".join(parts)

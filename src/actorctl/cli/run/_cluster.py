@@ -12,7 +12,7 @@ import asyncclick as click
 import attrs
 import trio
 
-from ..._errors import ConfigError
+from ..._errors import ConfigError, WireFormatError
 from ...cluster import DEV_PUBLIC_WARNING, ClusterConfig
 from ...ops import (
     DRAIN_TIMEOUT,
@@ -24,7 +24,9 @@ from ...ops import (
     run_cluster,
     taken_ports,
 )
+from ...ops._reloader import ReloadReport
 from ...supervision import ChildFailedToStart, SupervisorGaveUp
+from ...supervision._status import ABSENT, TreeRow
 from .._lazy import Lazy, LazyGroup
 from ..output._errors import INTERRUPTED, fail
 from ..output._logging import log_options, log_to
@@ -185,14 +187,19 @@ async def cluster_status(file: Path, only_pid: bool, timeout: float) -> None:
     says where etcd is) and that no Controller runs (`host up` on each host)
     is shown as etcd and its nodes say it is: each host, its nodes (registered
     or not, each asked for its own tree), and who holds the scheduler role."""
-    tree = await ask_cluster(file, timeout, ("tree",), hosts_tree)
+    said: TreeRow | dict[str, Any] = await ask_cluster(file, timeout, ("tree",), hosts_tree)
+    try:  # the Controller's answer comes over the wire
+        tree = said if isinstance(said, TreeRow) else TreeRow.from_wire(said, "its answer")
+    except WireFormatError as exc:
+        fail(f"{file}: the Controller's tree: {exc}", 1)
     if not only_pid:
         click.echo(render_tree(tree))
-    elif tree.get("pid"):
-        click.echo(tree["pid"])
+    elif isinstance(tree.pid, int) and tree.pid:
+        click.echo(tree.pid)
     else:  # across hosts: etcd answered, no Controller runs the cluster
+        cluster = tree.cluster if tree.cluster is not ABSENT else None
         fail(
-            f"{file}: no Controller runs cluster {tree.get('cluster')!r} (its nodes run under "
+            f"{file}: no Controller runs cluster {cluster!r} (its nodes run under "
             "`host up` on each host): there is no one process to signal",
             1,
         )
@@ -262,9 +269,13 @@ async def cluster_reload(file: Path, dry_run: bool, drain_timeout: float, timeou
         await reload_across(config, dry_run=dry_run, drain_timeout=drain_timeout, timeout=timeout)
         return
     path = str(config.path)
-    report = await ask_controller(file, "reload", timeout, path, dry_run, drain_timeout, True)
+    said = await ask_controller(file, "reload", timeout, path, dry_run, drain_timeout, True)
+    try:
+        report = ReloadReport.from_wire(said, "the Controller's answer to 'reload'")
+    except WireFormatError as exc:
+        fail(f"{exc}", 1)
     click.echo("\n".join(_report(report, dry_run)))
-    if report.get("warnings"):
+    if report.warnings:
         raise SystemExit(1)
 
 
@@ -282,12 +293,12 @@ async def cluster_check(file: Path) -> None:
     click.echo(f"{config.path}: cluster {config.name!r} is well formed ({len(config.nodes)} nodes)")
 
 
-def _report(report: dict[str, Any], dry_run: bool) -> list[str]:
-    lines = [f"{'would change' if dry_run else 'changes'} ({report['file']}):"]
-    lines += [f"  {line}" for line in report["plan"]]
+def _report(report: ReloadReport, dry_run: bool) -> list[str]:
+    lines = [f"{'would change' if dry_run else 'changes'} ({report.file}):"]
+    lines += [f"  {line}" for line in report.plan]
     if not dry_run:
-        lines += ["applied:", *(f"  {line}" for line in report["applied"] or ["nothing"])]
-        lines += [f"warning: {line}" for line in report["warnings"]]
+        lines += ["applied:", *(f"  {line}" for line in report.applied or ["nothing"])]
+        lines += [f"warning: {line}" for line in report.warnings or ()]
     return lines
 
 
@@ -295,7 +306,8 @@ async def _hangup(config: ClusterConfig) -> None:
     """SIGHUP to `cluster up`: reload its file, and say what changed (or why not)."""
     click.echo(f"SIGHUP: reloading {config.path}")
     try:
-        report = await request_controller(config, "reload", 600.0, str(config.path))
+        said = await request_controller(config, "reload", 600.0, str(config.path))
+        report = ReloadReport.from_wire(said, "the Controller's answer to 'reload'")
     except Exception as exc:  # refused or failed: said, and the cluster runs on
         click.echo(f"reload: {first_error(exc) if isinstance(exc, BaseExceptionGroup) else exc}")
         return

@@ -45,9 +45,10 @@ from __future__ import annotations
 import base64
 import math
 import secrets
-from collections.abc import Awaitable, Callable, Collection, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from typing import Any, Final, final
 
+import attrs
 import trio
 
 from ..._errors import ActorctlError
@@ -55,7 +56,7 @@ from ..._log import log
 from ...actors import ActorRef, Address, Outbox
 from ...store import ShipRefused, Store, Write
 
-__all__ = ["REPLICA", "Replication", "decode_writes", "encode_writes"]
+__all__ = ["REPLICA", "Replication", "ReplicationStatistics", "decode_writes", "encode_writes"]
 
 #: The replica keeper's actor name, on every node that may stand by.
 REPLICA: Final = "_replica"
@@ -90,6 +91,35 @@ class _Standby:
         self.seq = 0  # the number of the next part it takes
         self.resyncing = False  # a task brings it back
         self.buffer: list[list[Any]] = []  # parts shipped while it is brought back
+
+
+@final
+@attrs.frozen
+class ReplicationStatistics:
+    """A primary's replication now: its ``role`` and ``fence`` (0: it does not
+    hold the role), each standby (by address) and whether it is in sync,
+    whether it confirms with fewer standbys than named (``degraded``), and
+    its batches replicated, unreplicated (degraded) and refused."""
+
+    role: str
+    fence: int
+    standbys: Mapping[str, bool]
+    degraded: bool
+    replicated: int
+    unreplicated: int
+    refused: int
+
+    def wire(self) -> dict[str, Any]:
+        """Its form in a reply (the services role's ``statistics``)."""
+        return {
+            "role": self.role,
+            "fence": self.fence,
+            "standbys": dict(self.standbys),
+            "degraded": self.degraded,
+            "replicated": self.replicated,
+            "unreplicated": self.unreplicated,
+            "refused": self.refused,
+        }
 
 
 @final
@@ -192,17 +222,17 @@ class Replication:
             return
         log("actorctl:replication:released", node=self.node, standby=str(standby.address))
 
-    def statistics(self) -> dict[str, Any]:
+    def statistics(self) -> ReplicationStatistics:
         """The standbys and whether each is in sync, and the batch counts."""
-        return {
-            "role": self.role,
-            "fence": self._fence(),
-            "standbys": {str(a): s.in_sync for a, s in self._standbys.items()},
-            "degraded": self._degraded,
-            "replicated": self.replicated,
-            "unreplicated": self.unreplicated,
-            "refused": self.refused,
-        }
+        return ReplicationStatistics(
+            self.role,
+            self._fence(),
+            {str(a): s.in_sync for a, s in self._standbys.items()},
+            self._degraded,
+            self.replicated,
+            self.unreplicated,
+            self.refused,
+        )
 
     async def wait_in_sync(self) -> None:
         """Wait until every standby named now is in sync (at once if it is)."""

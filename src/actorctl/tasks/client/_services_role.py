@@ -210,7 +210,7 @@ class ServicesRole(Actor):
     def statistics(self) -> dict[str, Any]:
         """Who holds the services role, as this node follows it, whether
         this node holds it, and its store's replication (None: none)."""
-        replication = self.replication.statistics() if self.replication else None
+        replication = self.replication.statistics().wire() if self.replication else None
         return {"holder": self.directory.holder, "held": self.held, "replication": replication}
 
     async def _take_over(self, keeper: ReplicaKeeper) -> None:

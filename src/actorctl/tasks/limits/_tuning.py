@@ -31,6 +31,7 @@ from .._cluster_tables import TaskTable
 from ._budget import Budget
 from ._gate import Gate
 from ._rates import Pacer, RateLimit, rate_limit_of
+from ._report import LimitsReport, RouterReport, TaskLimits, WorkerLimits
 
 __all__ = ["ROUTER_WIDEN", "Tuning", "file_limits"]
 
@@ -114,7 +115,7 @@ class Tuning:
 
     # -- changing ---------------------------------------------------------------------
 
-    def set_limit(self, task: str, key: str, value: Any) -> dict[str, Any]:
+    def set_limit(self, task: str, key: str, value: Any) -> LimitsReport:
         """Set ``key`` (rate_limit, global_rate_limit or suspended) of ``task``
         on every gate of this node, and keep it. Returns what the node has now.
 
@@ -165,32 +166,33 @@ class Tuning:
 
     # -- reporting --------------------------------------------------------------------
 
-    def report(self) -> dict[str, Any]:
+    def report(self) -> LimitsReport:
         """Each worker's budget, running and waiting tasks, and the limits set here."""
         workers = {
-            name: {
-                "pool": pool,
-                "budget": int(gate.capacity),
-                "bounds": [budget.spec.min, budget.spec.max] if budget else [1, most],
-                "running": gate.running,
-                "waiting": gate.waiting,
-                "tasks": _task_limits(gate),
-            }
+            name: WorkerLimits(
+                pool,
+                int(gate.capacity),
+                (budget.spec.min, budget.spec.max) if budget else (1, most),
+                gate.running,
+                gate.waiting,
+                _task_limits(gate),
+            )
             for name, (pool, gate, budget, most) in sorted(self.workers.items())
         }
         routers = {
-            pool: {
-                "held": router.held,
-                "tasks": _task_limits(router.gate),
-                "per_worker": {
+            pool: RouterReport(
+                router.held,
+                _task_limits(router.gate),
+                {
                     task: str(next(iter(pacers.values())).limit)
                     for task, pacers in sorted(router.per_worker.items())
                     if pacers
                 },
-            }
+            )
             for pool, router in sorted(self.routers.items())
         }
-        return {"workers": workers, "routers": routers, "overrides": self.overrides}
+        overrides = {task: dict(kept) for task, kept in self.overrides.items()}
+        return LimitsReport(workers, routers, overrides)
 
 
 def _apply(gate: Gate, task: str, kept: dict[str, Any], *, router: bool) -> None:
@@ -213,15 +215,15 @@ def _apply_router(router: RouterLimits, task: str, kept: dict[str, Any]) -> None
         )
 
 
-def _task_limits(gate: Gate) -> dict[str, Any]:
+def _task_limits(gate: Gate) -> dict[str, TaskLimits]:
     return {
-        name: {
-            "rate_limit": str(limits.pacer.limit) if limits.pacer.limit else None,
-            "concurrency": limits.cap,
-            "per_key": limits.per_key,
-            "suspended": limits.suspended,
-            "running": limits.running,
-        }
+        name: TaskLimits(
+            str(limits.pacer.limit) if limits.pacer.limit else None,
+            limits.cap,
+            limits.per_key,
+            limits.suspended,
+            limits.running,
+        )
         for name, limits in sorted(gate.tasks.items())
     }
 

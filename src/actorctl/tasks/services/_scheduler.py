@@ -205,8 +205,7 @@ class Scheduler(Actor):
                 HeldTask(
                     held.task_id, envelope.subject, args, kwargs, self.name,
                     str(envelope.headers.get(H_POOL)), envelope.creation_time or 0.0, None,
-                ).answer()
-                | {"eta": held.due}
+                ).answer(eta=held.due).wire()
             )  # fmt: skip
         return rows
 

@@ -43,6 +43,7 @@ from ..protocol._state import (
 )
 from ._control_calls import Inspect, answers_list, ask_nodes, rate_of, refuse_control
 from ._inspect import Holdings
+from ._inspect_answers import Pong
 
 __all__ = ["Control", "TaskControl", "WorkerState", "arevoke", "new_result"]
 
@@ -315,7 +316,7 @@ class TaskControl(Actor):
         except ConfigError as exc:
             raise BadArguments(str(exc)) from None
         await self.state.tuning.sync()
-        return report
+        return report.wire()
 
     @handler(roles=Role.OPERATOR)
     async def budget(self, pool: str, by: int) -> dict[str, int]:
@@ -332,28 +333,28 @@ class TaskControl(Actor):
     async def limits(self) -> dict[str, Any]:
         """This node's workers (budget, running, waiting, each task's limits),
         its routers' held tasks, and the limits set at run time."""
-        return self.state.tuning.report()
+        return self.state.tuning.report().wire()
 
     @handler(roles=Role.OPERATOR)
     async def active(self) -> list[dict[str, Any]]:
         """``inspect active``: the tasks this node's workers run now (id, name,
         args, kwargs, worker, pool, received and started times)."""
-        return self.state.holdings.active()
+        return [row.wire() for row in self.state.holdings.active()]
 
     @handler(roles=Role.OPERATOR)
     async def reserved(self) -> list[dict[str, Any]]:
         """``inspect reserved``: the tasks this node's workers took and have not
         started (waiting for a run slot or for a limit)."""
-        return self.state.holdings.reserved()
+        return [row.wire() for row in self.state.holdings.reserved()]
 
     @handler
     async def stats(self) -> dict[str, Any]:
         """``inspect stats``: per worker its pool, budget, active and reserved
         tasks; per task how many runs ended here; the node's pid and uptime."""
         cell = self._require_cell()
-        budgets = self.state.tuning.report()["workers"]
+        limits = self.state.tuning.report().workers
         node = node_outbox(cell.outbox).name
-        return self.state.holdings.stats(node, cell.outbox.now(), budgets)
+        return self.state.holdings.stats(node, cell.outbox.now(), limits).wire()
 
     @handler
     async def registered(self) -> dict[str, str]:
@@ -364,7 +365,7 @@ class TaskControl(Actor):
     @handler
     async def ping(self) -> dict[str, str]:
         """Celery's ``ping``: this node's task control answers."""
-        return {"ok": "pong"}
+        return Pong().wire()
 
     @handler
     async def result(self, task_id: str) -> StoredResult | None:
@@ -390,19 +391,26 @@ class TaskControl(Actor):
         cell = self._require_cell()
         holdings = self.state.holdings
         limits = self.state.tuning.report()
-        stats = holdings.stats(node_outbox(cell.outbox).name, cell.outbox.now(), limits["workers"])
-        for worker, row in stats["workers"].items():
-            row["bounds"] = (limits["workers"].get(worker) or {}).get("bounds")
-        lists = {"active": holdings.active(), "reserved": holdings.reserved()}
+        stats = holdings.stats(node_outbox(cell.outbox).name, cell.outbox.now(), limits.workers)
+        # The page's document: the records' wire forms, each worker's bounds beside its counts.
+        wire = stats.wire()
+        for worker, row in wire["workers"].items():
+            found = limits.workers.get(worker)
+            row["bounds"] = None if found is None else list(found.bounds)
+        lists = {
+            "active": [row.wire() for row in holdings.active()],
+            "reserved": [row.wire() for row in holdings.reserved()],
+        }
         if self.delayed is not None:
             lists["scheduled"] = self.delayed()
         if self.periodic is not None:
             lists["schedules"] = self.periodic()
+        limits_wire = limits.wire()
         return {
-            **stats,
-            "limits": {w: v["tasks"] for w, v in limits["workers"].items()},
-            "routers": limits["routers"],
-            "overrides": limits["overrides"],
+            **wire,
+            "limits": {w: v["tasks"] for w, v in limits_wire["workers"].items()},
+            "routers": limits_wire["routers"],
+            "overrides": limits_wire["overrides"],
             **{key: rows[:OVERVIEW_ROWS] for key, rows in lists.items()},
             "counts": {key: len(rows) for key, rows in lists.items()},
         }

@@ -30,11 +30,13 @@ from ..limits._gate import priority_of
 from ..limits._limits import TaskFailure
 from ..protocol._protocol import envelope_retries, envelope_task_id
 from ..protocol._state import node_outbox
+from ._inspect_answers import HeldRow, NodeStats, WorkerStats
 
 if TYPE_CHECKING:
     from ...actors import Outbox
     from ...mailbox import Envelope
     from ..limits._gate import Gate, Ticket
+    from ..limits._report import WorkerLimits
 
 __all__ = [
     "RECENT",
@@ -97,18 +99,20 @@ class HeldTask:
     received: float  # the node's clock (seconds since the epoch)
     started: float | None = None
 
-    def answer(self) -> dict[str, Any]:
-        """As an inspect answer shows it (the arguments as short text)."""
-        return {
-            "id": self.task_id,
-            "name": self.name,
-            "args": _short(self.args),
-            "kwargs": _short(self.kwargs),
-            "worker": self.worker,
-            "pool": self.pool,
-            "received": self.received,
-            "started": self.started,
-        }
+    def answer(self, eta: float | None = None) -> HeldRow:
+        """As an inspect answer shows it (the arguments as short text); ``eta``:
+        when a delayed one is due."""
+        return HeldRow(
+            self.task_id,
+            self.name,
+            _short(self.args),
+            _short(self.kwargs),
+            self.worker,
+            self.pool,
+            self.received,
+            self.started,
+            eta,
+        )
 
 
 #: One run that ended (``Holdings.end``): seq, the task as held, state, its
@@ -254,34 +258,36 @@ class Holdings:
         last = rows[-1]["seq"] if rows else since
         return {"cursor": [self.run, last], "rows": rows}
 
-    def active(self) -> list[dict[str, Any]]:
+    def active(self) -> list[HeldRow]:
         """The tasks running now, oldest first."""
         running = [h for h in self.held.values() if h.started is not None]
         return [h.answer() for h in sorted(running, key=lambda h: h.started or 0.0)]
 
-    def reserved(self) -> list[dict[str, Any]]:
+    def reserved(self) -> list[HeldRow]:
         """The tasks taken but not started, in the order they came."""
         waiting = [h for h in self.held.values() if h.started is None]
         return [h.answer() for h in sorted(waiting, key=lambda h: h.received)]
 
-    def stats(self, node: str, now: float, budgets: dict[str, Any]) -> dict[str, Any]:
-        """Counts per worker and per task, as Celery's ``inspect stats`` gives them."""
-        workers: dict[str, Any] = {}
+    def stats(self, node: str, now: float, limits: Mapping[str, WorkerLimits]) -> NodeStats:
+        """Counts per worker and per task, as Celery's ``inspect stats`` gives
+        them; each worker's budget from its ``limits``."""
+        workers: dict[str, WorkerStats] = {}
         for worker, pool in sorted(self.pools.items()):
             mine = [h for h in self.held.values() if h.worker == worker]
-            workers[worker] = {
-                "pool": pool,
-                "active": sum(h.started is not None for h in mine),
-                "reserved": sum(h.started is None for h in mine),
-                "budget": (budgets.get(worker) or {}).get("budget"),
-            }
-        return {
-            "node": node,
-            "pid": os.getpid(),
-            "uptime": round(now - self.since, 3) if self.since is not None else 0.0,
-            "workers": workers,
-            "total": dict(sorted(self.processed.items())),
-        }
+            found = limits.get(worker)
+            workers[worker] = WorkerStats(
+                pool,
+                sum(h.started is not None for h in mine),
+                sum(h.started is None for h in mine),
+                None if found is None else found.budget,
+            )
+        return NodeStats(
+            node,
+            os.getpid(),
+            round(now - self.since, 3) if self.since is not None else 0.0,
+            workers,
+            dict(sorted(self.processed.items())),
+        )
 
 
 def _cut(text: str) -> str:
