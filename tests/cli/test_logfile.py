@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import threading
+import uuid
 
 import eliot
 import pytest
@@ -144,6 +145,26 @@ def test_eliot_writes_the_same_json_lines_through_it() -> None:
     ]
     assert lines[0]["task_id"] == "t1"
     assert len({m["task_uuid"] for m in lines}) == 1
+
+
+def test_as_eliots_destination_it_writes_the_text_eliots_to_file_writes() -> None:
+    # Given a batched file as eliot's destination (as a node's log is), and
+    # eliot's own file destination beside it
+    ours, theirs = io.StringIO(), io.StringIO()
+    batched = BatchedFile(ours, delay=LONG)
+    reference = FileDestination(file=theirs)
+    eliot.add_destinations(batched.line, reference)
+    try:
+        # When an action logs values JSON has (and one it has not: a uuid)
+        with start_action(action_type="test:line", task_id="t1", retries=0):
+            eliot.log_message(message_type="test:inside", n=1.5, why="ünï", id=uuid.UUID(int=7))
+    finally:
+        eliot.remove_destination(batched.line)
+        eliot.remove_destination(reference)
+    batched.close()
+    # Then both wrote the same text, line for line
+    assert ours.getvalue() == theirs.getvalue()
+    assert len(ours.getvalue().splitlines()) == 3
 
 
 class Failing(Writes):
