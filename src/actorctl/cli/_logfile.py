@@ -40,15 +40,19 @@ except ImportError:  # pragma: no cover (eliot falls back to json alike)
         return (json.dumps(message, default=json_default) + "\n").encode()
 
 
-__all__ = ["DELAY", "MOST", "BatchedFile"]
+__all__ = ["BEHIND", "DELAY", "MOST", "BatchedFile"]
 
 #: The longest a line waits to be written, in seconds: the most a process
 #: killed outright (SIGKILL) loses of its log.
 DELAY: Final = 0.1
-#: The most characters that wait: past it, the line that adds to them
-#: writes them all (a process that logs faster than its output is read waits,
-#: as it did when every line was written at once).
+#: The characters that make a batch: once they wait, the writer thread writes
+#: them at once, without waiting for the delay.
 MOST: Final = 1 << 16
+#: How many batches may wait while the writer thread is still writing: past
+#: ``MOST * BEHIND`` characters, the line that adds to them writes them all (a
+#: process that logs faster than its output is read waits, as it did when
+#: every line was written at once).
+BEHIND: Final = 4
 
 
 @final
@@ -57,10 +61,13 @@ class BatchedFile:
 
     A line written while nothing was written for ``delay`` seconds goes to
     ``file`` at once. A line that follows sooner waits, with the lines after
-    it, until ``delay`` seconds have passed since the last write (a thread of
-    this object writes them then), or until ``most`` characters wait (the
-    writer's own call writes them). :meth:`close` writes what waits and
-    stops the thread: ``log_to`` calls it at exit.
+    it, until ``delay`` seconds have passed since the last write, or until
+    ``most`` characters wait: a thread of this object writes them then, so
+    that a busy process's thread (a node's event loop) does not wait for the
+    write. Only past ``most * BEHIND`` characters (the file is read slower
+    than it is written) does the line that adds to them write them all, by
+    its writer's own call. :meth:`close` writes what waits and stops the
+    thread: ``log_to`` calls it at exit.
 
     Every method may be called from any thread (eliot logs from the event
     loop's thread and from worker threads alike); the text reaches ``file``
@@ -111,9 +118,14 @@ class BatchedFile:
         with self._lock:
             waiting = self._waiting
             waiting.append(text)
-            self._size += len(text)
-            if self._closed or self._size >= self._most:
+            before = self._size
+            self._size = size = before + len(text)
+            if self._closed or size >= self._most * BEHIND:
                 now = True
+            elif size >= self._most:
+                if before < self._most:  # a batch is full: the writer writes it now
+                    self._wake_writer()
+                return
             elif len(waiting) > 1:
                 return  # the writer is already due to write it
             else:
@@ -164,7 +176,8 @@ class BatchedFile:
 
     def _write_when_due(self) -> None:
         """The writer thread: write what waits once ``delay`` seconds have
-        passed since the last write, until :meth:`close`."""
+        passed since the last write, or at once when a batch is full, until
+        :meth:`close`."""
         while True:
             with self._lock:
                 while not self._waiting and not self._closed:
@@ -172,7 +185,7 @@ class BatchedFile:
                 if self._closed:
                     return  # close() writes what waits
                 due = self._written_at + self._delay - self._clock()
-                if due > 0:
+                if due > 0 and self._size < self._most:
                     self._ready.wait(due)
                     continue
             # A file that cannot be written (a closed pipe, a full disk) loses
