@@ -19,9 +19,12 @@ from typing import Any, Final, final
 from eliot import Action
 
 # eliot's own level type and the context variable that holds the current
-# action (both stable since eliot 1.8 moved to contextvars): ``Action.continue_task``
-# would log a start and an end message per message handled (docs/protocol.md §6.2),
-# and ``Traced`` writes an action's two lines without eliot's generic path.
+# action (private names, as of eliot 1.18: tests/cluster/test_trace.py checks
+# that the lines written with them are eliot's own, so an eliot that changes
+# them fails there):
+# ``Action.continue_task`` would log a start and an end message per message
+# handled (docs/protocol.md §6.2), and ``Traced`` writes an action's two lines
+# without eliot's generic path.
 from eliot._action import _ACTION_CONTEXT, TaskLevel
 
 __all__ = [
@@ -232,14 +235,30 @@ def continue_trace(trace: object) -> contextlib.AbstractContextManager[Any]:
         return _UNTRACED  # most messages: nothing made, nothing to enter
     if not isinstance(trace, str) or trace.count("@") != 1:
         return contextlib.nullcontext()
-    uuid, _, level = trace.partition("@")
+    trace_uuid, _, level = trace.partition("@")
     try:
         task_level = TaskLevel.fromString(level)
     except ValueError:
         return contextlib.nullcontext()
-    if not uuid or not level.startswith("/"):
+    if not trace_uuid or not level.startswith("/"):
         return contextlib.nullcontext()
-    context: contextlib.AbstractContextManager[Any] = Action(
-        None, uuid, task_level, "actorctl:message"
-    ).context()
-    return context
+    return _Within(Action(None, trace_uuid, task_level, "actorctl:message"))
+
+
+@final
+class _Within:
+    """Within the block, ``action`` is the current eliot action (what eliot's
+    ``Action.context`` does, without a generator's frames)."""
+
+    __slots__ = ("_action", "_token")
+
+    def __init__(self, action: Any) -> None:
+        self._action = action
+        self._token: Any = None
+
+    def __enter__(self) -> Any:
+        self._token = _ACTION_CONTEXT.set(self._action)
+        return self._action
+
+    def __exit__(self, *exc_info: object) -> None:
+        _ACTION_CONTEXT.reset(self._token)
