@@ -7,12 +7,13 @@ from __future__ import annotations
 import io
 import json
 import threading
+import uuid
 
 import eliot
 import pytest
 from eliot import FileDestination, start_action
 
-from actorctl.cli.output._logfile import BatchedFile
+from actorctl.cli.output._logfile import BEHIND, BatchedFile
 
 LONG = 3600.0  # a delay no test waits for: a line held for it is only written by the test
 
@@ -71,19 +72,61 @@ def test_a_line_after_the_delay_has_passed_goes_at_once() -> None:
     batched.close()
 
 
-def test_the_line_that_fills_a_batch_writes_it() -> None:
-    # Given a batched file holding at most 20 characters
+def test_a_full_batch_is_written_by_the_writer_thread_at_once() -> None:
+    # Given a batched file holding batches of 20 characters, long before its delay
     clock, out = Clock(), Writes()
     batched = BatchedFile(out, delay=LONG, most=20, clock=clock)
     batched.write("quiet\n")
-    # When lines come faster than the delay
-    for n in range(5):
+    out.came.clear()
+    # When lines come faster than the delay, three of them a batch
+    for n in range(3):
         batched.write(f"busy {n}\n")  # 7 characters each
-    # Then each third line writes what waits, by the writer's own call
+    # Then the writer thread writes them at once, not the writer's own call
+    assert out.came.wait(timeout=10)
     assert out.writes == ["quiet\n", "busy 0\nbusy 1\nbusy 2\n"]
-    assert out.threads == [threading.current_thread().name] * 2
+    assert out.threads == [threading.current_thread().name, "actorctl-log"]
+    batched.write("busy 3\n")
     batched.close()
-    assert out.writes[2:] == ["busy 3\nbusy 4\n"]
+    assert out.writes[2:] == ["busy 3\n"]
+
+
+class Blocked(Writes):
+    """A file whose second write (the writer thread's) waits until released,
+    as a pipe does whose reader is behind."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = threading.Event()
+        self.entered = threading.Event()
+
+    def write(self, text: str) -> int:
+        if self.writes:
+            self.entered.set()
+            assert self.release.wait(timeout=10)
+        return super().write(text)
+
+
+def test_while_the_writer_thread_is_behind_lines_wait_up_to_a_bound() -> None:
+    # Given a batched file whose writer thread is stuck writing a full batch
+    clock, out = Clock(), Blocked()
+    batched = BatchedFile(out, delay=LONG, most=20, clock=clock)
+    batched.write("quiet\n")
+    for n in range(3):
+        batched.write(f"full {n}\n")
+    assert out.entered.wait(timeout=10)
+    # When lines come that fill batches behind it, up to the bound
+    # (20 * BEHIND characters), they wait: this thread writes none of them
+    lines = [f"late {n:02}\n" for n in range(20 * BEHIND // 8 - 1)]  # 8 characters each
+    for line in lines:
+        batched.write(line)
+    assert out.writes == ["quiet\n"]
+    assert out.threads == [threading.current_thread().name]
+    # Then once the file is read again, every line is written, in order
+    out.release.set()
+    batched.close()
+    assert "".join(out.writes) == "quiet\n" + "".join(f"full {n}\n" for n in range(3)) + "".join(
+        lines
+    )
 
 
 def test_waiting_lines_are_written_by_the_writer_thread_once_the_delay_passes() -> None:
@@ -144,6 +187,26 @@ def test_eliot_writes_the_same_json_lines_through_it() -> None:
     ]
     assert lines[0]["task_id"] == "t1"
     assert len({m["task_uuid"] for m in lines}) == 1
+
+
+def test_as_eliots_destination_it_writes_the_text_eliots_to_file_writes() -> None:
+    # Given a batched file as eliot's destination (as a node's log is), and
+    # eliot's own file destination beside it
+    ours, theirs = io.StringIO(), io.StringIO()
+    batched = BatchedFile(ours, delay=LONG)
+    reference = FileDestination(file=theirs)
+    eliot.add_destinations(batched.line, reference)
+    try:
+        # When an action logs values JSON has (and one it has not: a uuid)
+        with start_action(action_type="test:line", task_id="t1", retries=0):
+            eliot.log_message(message_type="test:inside", n=1.5, why="ünï", id=uuid.UUID(int=7))
+    finally:
+        eliot.remove_destination(batched.line)
+        eliot.remove_destination(reference)
+    batched.close()
+    # Then both wrote the same text, line for line
+    assert ours.getvalue() == theirs.getvalue()
+    assert len(ours.getvalue().splitlines()) == 3
 
 
 class Failing(Writes):

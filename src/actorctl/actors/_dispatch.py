@@ -132,8 +132,12 @@ class Dispatch:
         seen.start(key)
         started = perf_counter()  # one pair per message: the latency histogram
         try:
-            with continue_trace(envelope.headers.get(TRACE)):
+            trace = envelope.headers.get(TRACE)
+            if trace is None:  # most messages: no trace to continue, nothing to enter
                 handled = await self.dispatch_with(cell.behaviour, envelope)
+            else:
+                with continue_trace(trace):
+                    handled = await self.dispatch_with(cell.behaviour, envelope)
         except _HandlerCrashed as crash:
             # OTP: the caller gets the error (a copy too, from the window),
             # then the actor crashes with it.

@@ -44,7 +44,7 @@ def log_to(path: str, default: IO[str], *, journal: bool = False) -> None:
     stream: IO[str] = default if path == "-" else open(path, "a", encoding="utf-8")  # noqa: SIM115
     batched = BatchedFile(stream)
     atexit.register(batched.close)
-    eliot.to_file(batched)
+    eliot.add_destinations(batched.line)
 
 
 def show_log(*, verbose: bool, as_json: bool, stream: IO[str] | None = None) -> None:

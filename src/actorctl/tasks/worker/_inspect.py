@@ -23,8 +23,8 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final, final
 
 import attrs
-import eliot
 
+from ..._log import Traced
 from ...actors import CounterSchema
 from ..limits._gate import priority_of
 from ..limits._limits import TaskFailure
@@ -183,18 +183,20 @@ class Holdings:
         if self.since is None:
             self.since = outbox.now()
 
-    def action(self, envelope: Envelope, worker: str) -> eliot.Action:
+    def action(self, envelope: Envelope, worker: str) -> Traced:
         """The eliot action of one task message at ``worker``: what the run logs
         and sends (its result, the next step of its chain) is part of it, and a
         message that continues a trace (its ``trace`` header) nests it there:
         ``actorctl logs --task`` shows every node a task touched as one tree."""
-        return eliot.start_action(
-            action_type="actorctl:task",
-            task=envelope.subject,
-            task_id=envelope_task_id(envelope),
-            node=self.node,
-            worker=worker,
-            retries=envelope_retries(envelope),
+        return Traced(
+            "actorctl:task",
+            {
+                "task": envelope.subject,
+                "task_id": envelope_task_id(envelope),
+                "node": self.node,
+                "worker": worker,
+                "retries": envelope_retries(envelope),
+            },
         )
 
     async def enter(
