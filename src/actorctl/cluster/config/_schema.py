@@ -30,6 +30,7 @@ from ..._errors import ConfigError
 
 __all__ = [
     "Expected",
+    "FieldError",
     "TableReader",
     "converter",
     "key",
@@ -64,6 +65,13 @@ class TableReader(Protocol):
     def error(self, key: str, expected: str, got: object) -> ConfigError:
         """The error for a wrong value of ``key``."""
         ...
+
+
+#: Makes the error for a field of a table whose value is wrong: (the field's
+#: name, what was expected, what it got). ``read_table``'s own names the key's
+#: path (``key 'node[0].listen': expected ..., got ...``); a table whose errors
+#: have words of their own gives its own.
+FieldError = Callable[[str, str, object], ConfigError]
 
 
 class Expected(ValueError):
@@ -151,11 +159,18 @@ def schema_required(schema: type[attrs.AttrsInstance]) -> tuple[str, ...]:
 
 
 def read_table(
-    reader: TableReader, table: Mapping[str, Any], prefix: str, kind: str, schema: type[T]
+    reader: TableReader,
+    table: Mapping[str, Any],
+    prefix: str,
+    kind: str,
+    schema: type[T],
+    *,
+    error: FieldError | None = None,
 ) -> T:
     """The table ``table`` at ``prefix`` (e.g. ``router[0]``), of ``kind``
     (its name in ``KNOWN_KEYS`` or an application's table), as a ``schema``
-    record: its keys checked, then each value.
+    record: its keys checked, then each value. ``error`` makes the error for
+    a wrong value (default: the reader's, naming the key's path).
 
     Raises:
         ConfigError: naming the file, the key's path, what was expected and
@@ -163,6 +178,12 @@ def read_table(
             key's nearest known one).
     """
     reader.keys(table, prefix, kind)
+    if error is None:
+        dot = f"{prefix}." if prefix else ""
+
+        def error(name: str, expected: str, got: object) -> ConfigError:
+            return reader.error(f"{dot}{name}", expected, got)
+
     attrs.resolve_types(schema)
     fields = {f.name: f for f in attrs.fields(schema)}
     given = {name: value for name, value in table.items() if name in fields}
@@ -174,17 +195,16 @@ def read_table(
         first = min((f for f in failed if f in fields), key=order.index, default=order[0])
         if first not in failed:  # an error of no field (none is known): its own words
             raise reader.error(prefix or kind, f"a table its schema reads ({exc})", None) from None
-        _check_before(reader, prefix, table, fields, order[: order.index(first)], given)
-        error = failed[first]
-        words = error.expected if isinstance(error, Expected) and error.key else None
-        raise _error(reader, prefix, fields[first], table, words) from None
+        _check_before(error, table, fields, order[: order.index(first)], given)
+        wrong = failed[first]
+        words = wrong.expected if isinstance(wrong, Expected) and wrong.key else None
+        raise _error(error, fields[first], table, words) from None
     except Expected as exc:  # a field's check (attrs runs them in the fields' order)
-        raise _error(reader, prefix, fields[exc.key], table, exc.expected) from None
+        raise _error(error, fields[exc.key], table, exc.expected) from None
 
 
 def _check_before(
-    reader: TableReader,
-    prefix: str,
+    error: FieldError,
     table: Mapping[str, Any],
     fields: Mapping[str, attrs.Attribute[Any]],
     names: list[str],
@@ -197,7 +217,7 @@ def _check_before(
         check = fields[name].metadata.get("check")
         value = given.get(name)
         if check is not None and value is not None and not check(value):
-            raise _error(reader, prefix, fields[name], table, fields[name].metadata["expected"])
+            raise _error(error, fields[name], table, fields[name].metadata["expected"])
 
 
 def _field_of(error: Exception) -> str:
@@ -210,8 +230,7 @@ def _field_of(error: Exception) -> str:
 
 
 def _error(
-    reader: TableReader,
-    prefix: str,
+    error: FieldError,
     field: attrs.Attribute[Any],
     table: Mapping[str, Any],
     expected: str | None,
@@ -221,5 +240,4 @@ def _error(
     # a template whose other key is absent or wrong stays as it is written
     with contextlib.suppress(KeyError, IndexError, ValueError):
         words = words.format_map(shown)
-    dot = f"{prefix}." if prefix else ""
-    return reader.error(f"{dot}{field.name}", words, table.get(field.name))
+    return error(field.name, words, table.get(field.name))
