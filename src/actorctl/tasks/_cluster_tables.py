@@ -20,7 +20,7 @@ from typing import Any, Final, final
 
 import attrs
 
-from ..cluster.config._schema import key as checked  # a field named key: SourceTable's
+from .._schema import key as checked  # a field named key: SourceTable's
 
 __all__ = ["PeriodicTable", "SourceTable", "TaskTable"]
 

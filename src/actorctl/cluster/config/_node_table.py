@@ -13,14 +13,14 @@ from typing import Any, Final
 import attrs
 
 from ..._errors import ConfigError
+from ..._schema import key as schema_key
+from ..._schema import read_table
 from .._deadletters import DeadLetterBounds, bound_error
 from ..link._limits import LIMIT_NAMES, Limits
 from ._config import NodeConfig
 from ._config_keys import unknown_key
 from ._health_tables import check_health_tables
 from ._reader import TableReader
-from ._schema import key as schema_key
-from ._schema import read_table
 from ._table_schemas import DeadLettersTable, NodeTable, RouterTable, endpoint
 from ._tables import HOST_KEY, KNOWN_KEYS, NODE_KEYS
 from ._web_config import metrics_table

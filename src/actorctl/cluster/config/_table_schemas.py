@@ -18,10 +18,10 @@ from typing import Any, Final, final
 
 import attrs
 
+from ..._schema import key
 from .._deadletters import BOUND_WORDS, DeadLetterBounds
 from ._app import WINDOW
 from ._config import SHUTDOWN_GRACE
-from ._schema import key
 from ._tree_config import TARGET
 from ._web_config import LISTEN, listen_ok
 

@@ -1,4 +1,10 @@
-"""A table of cluster.toml as an attrs record, read through one cattrs converter.
+"""A table of cluster.toml (or of a JSON document that has the same form, a
+supervisor's child) as an attrs record, read through one cattrs converter.
+
+It sits beside the layers, as ``_errors.py`` does, and imports none of them:
+cluster.toml's reader (``cluster/config``) and the supervision layer's (a
+``[[supervisor]]`` table, or a child ``start_child`` is sent as JSON) read
+with the same converter, in the same words.
 
 A table's schema is a frozen attrs class: its fields are the keys the table
 may have (a field without a default is a key it must have), each field's
@@ -26,11 +32,12 @@ import attrs
 import cattrs
 from cattrs.errors import AttributeValidationNote, ClassValidationError
 
-from ..._errors import ConfigError
+from ._errors import ConfigError
 
 __all__ = [
     "Expected",
     "FieldError",
+    "FileReader",
     "TableReader",
     "converter",
     "key",
@@ -51,12 +58,8 @@ _TYPE_WORDS: Final = {
 
 
 class TableReader(Protocol):
-    """What reading a table needs of the file's reader (``_reader.py``)."""
-
-    @property
-    def path(self) -> Path:
-        """The file."""
-        ...
+    """What reading a table needs of its reader (cluster.toml's:
+    ``cluster/config/_reader.py``; a tree's: ``supervision/_declare.py``)."""
 
     def keys(self, table: Mapping[str, Any], prefix: str, kind: str) -> None:
         """Check the table's keys (raises ``ConfigError``)."""
@@ -72,6 +75,17 @@ class TableReader(Protocol):
 #: path (``key 'node[0].listen': expected ..., got ...``); a table whose errors
 #: have words of their own gives its own.
 FieldError = Callable[[str, str, object], ConfigError]
+
+
+class FileReader(TableReader, Protocol):
+    """A reader of a file's tables (cluster.toml's: ``cluster/config/_reader.py``),
+    for the checks whose errors name the file or whose paths start at its
+    directory."""
+
+    @property
+    def path(self) -> Path:
+        """The file."""
+        ...
 
 
 class Expected(ValueError):
