@@ -123,7 +123,8 @@ def _number(value: object, _: type) -> float:
 
 
 def _converter() -> cattrs.Converter:
-    made = cattrs.Converter(detailed_validation=True)
+    # a field with a reader (key(read=...)) gets the value as the table has it
+    made = cattrs.Converter(detailed_validation=True, prefer_attrib_converters=True)
     made.register_structure_hook(str, _string)
     made.register_structure_hook(bool, _boolean)
     made.register_structure_hook(int, _whole)
@@ -141,13 +142,17 @@ def key(
     *,
     default: Any = attrs.NOTHING,
     type_words: str | None = None,
+    read: Callable[[Any], Any] | None = None,
 ) -> Any:
     """A field of a table's schema: ``expected`` is what the error for a wrong
     value says was expected (it may name other keys of the table, as
     ``{name!r}``); ``check``, a test the value must pass besides its type;
     ``type_words``, what the error says for a value of the wrong type, when
     not ``expected``; ``default``, its value when the key is absent (none:
-    the key is required)."""
+    the key is required); ``read``, what makes the field's value (its type)
+    of the value as the table has it, when the converter cannot (a rate's
+    text into its record): it raises ``ValueError`` or ``ConfigError`` for a
+    value it does not take."""
 
     def validate(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
         if check is None or value is None or value == attribute.default:
@@ -155,9 +160,18 @@ def key(
         if not check(value):
             raise Expected(expected, attribute.name)
 
+    def convert(value: object, field: attrs.Attribute[Any]) -> object:
+        if read is None or value is None or value is field.default:
+            return value  # the default (the key is absent) is taken as it is
+        try:
+            return read(value)
+        except (ValueError, ConfigError):
+            raise Expected(expected, field.name) from None
+
     return attrs.field(
         default=default,
         validator=validate,
+        converter=attrs.Converter(convert, takes_field=True) if read is not None else None,
         metadata={"expected": expected, "type_words": type_words or expected, "check": check},
     )
 
