@@ -7,7 +7,8 @@ on it and reads its output line by line: the pid of each node, and each
 restart. A test kills a node with SIGKILL, by its pid, waits until ``cluster
 up`` has started it again, and counts what ran in the records directory
 (tests/apps/state_app.py writes one line per run). Used by the task state,
-acks, periodic, sources, reload, control and ``cluster down`` tests.
+acks, periodic, sources, reload, control, ``cluster down`` and boxed-cluster
+tests (the last runs a cluster file of its own).
 """
 
 from __future__ import annotations
@@ -23,11 +24,11 @@ import subprocess
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import TracebackType
 
-from examples._cluster import stop_cluster
+from examples._cluster import stop_cluster, with_free_ports
 
 from tests.apps.state_app import RECORDS, runs
 from tests.support.cli import ACTORCTL, ROOT, cli_env
@@ -68,17 +69,29 @@ class RunningCluster:
     As a context manager it starts the cluster and stops it (``cluster
     down``) on the way out, also when it did not get to be ready."""
 
-    def __init__(self, directory: Path, app: str = "tests.apps.state_app:app") -> None:
+    def __init__(
+        self,
+        directory: Path,
+        app: str = "tests.apps.state_app:app",
+        *,
+        text: str | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        """``text``: another cluster file to run than :data:`CLUSTER` (each
+        ``127.0.0.1:PORT`` in it given a free port); ``env``: more of the
+        environment ``cluster up`` runs in."""
         self.directory = directory
         self.path = directory / "cluster.toml"
         self.records = directory / "records"
         self.records.mkdir()
         ports = {name: free_port() for name in ("controller", "services", "worker")}
-        self.path.write_text(CLUSTER.format(app=app, **ports))
+        self.path.write_text(
+            CLUSTER.format(app=app, **ports) if text is None else with_free_ports(text)
+        )
         self.pids: dict[str, int] = {}
         self.restarts: dict[str, int] = {}
         self._lines: queue.Queue[str | None] = queue.Queue()
-        self.env = cli_env({RECORDS: str(self.records)})
+        self.env = cli_env({RECORDS: str(self.records), **(env or {})})
         self._process: subprocess.Popen[str] | None = None
         self._pumping: threading.Thread | None = None
 
