@@ -32,9 +32,10 @@ from examples._cluster import stop_cluster, with_free_ports
 
 from tests.apps.state_app import RECORDS, runs
 from tests.support.cli import ACTORCTL, ROOT, cli_env
+from tests.support.filewatch import wait_written
 from tests.support.harness import free_port
 
-__all__ = ["CLUSTER", "READY", "WAIT", "RunningCluster", "counted", "wait_until"]
+__all__ = ["CLUSTER", "READY", "WAIT", "RunningCluster", "counted", "poll_until"]
 
 WAIT = 30.0  # seconds any one result, restart or record may take on a loaded 2-core machine
 READY = 90.0  # seconds the whole cluster may take to start
@@ -164,6 +165,14 @@ class RunningCluster:
             found = db.execute("SELECT key, value FROM entries WHERE tbl = ?", (table,))
             return {str(key): bytes(value) for key, value in found}
 
+    def wait_until(self, what: str, check: Callable[[], bool], timeout: float = WAIT) -> None:
+        """Look at the files the cluster writes (its records, its nodes'
+        stores) until ``check`` holds: again at each write to one of them
+        (tests/support/filewatch.py), for ``timeout`` s."""
+        data = self.directory / "data"
+        stores = sorted(p for p in data.iterdir() if p.is_dir()) if data.is_dir() else []
+        wait_written(what, check, [self.records, *stores], timeout)
+
     def _pump(self) -> None:
         assert self._process is not None
         assert self._process.stdout is not None
@@ -190,13 +199,15 @@ class RunningCluster:
                 return
 
 
-def wait_until(what: str, check: Callable[[], bool], timeout: float = WAIT) -> None:
-    """Look at files (records, a store) until ``check`` holds, for ``timeout`` s."""
+def poll_until(what: str, check: Callable[[], bool], timeout: float = WAIT) -> None:
+    """Ask again every 0.05 s until ``check`` holds, for ``timeout`` s: only
+    for what nothing signals to the test (a node asked over the network);
+    what the cluster writes to files is waited on by ``RunningCluster.wait_until``."""
     deadline = time.monotonic() + timeout
     while not check():
         if time.monotonic() > deadline:
             raise AssertionError(f"not within {timeout:g} s: {what}")
-        time.sleep(0.05)
+        time.sleep(0.05)  # a poll: no write wakes us (see the docstring)
 
 
 def counted(cluster: RunningCluster, ids: list[str]) -> tuple[list[str], dict[str, int]]:
