@@ -20,7 +20,7 @@ import pytest
 from tests.apps import limits_app
 from tests.support.cli import run_cli
 from tests.support.harness import free_port
-from tests.support.running import WAIT, RunningCluster, wait_until
+from tests.support.running import WAIT, RunningCluster
 
 CLUSTER = """
 [cluster]
@@ -97,7 +97,7 @@ def test_a_suspended_task_is_held_by_its_router_across_a_sigkill_and_resume_runs
     # And resume runs every one of them once
     resumed = actorctl("control", "resume", str(cluster.path), "limits.pausable")
     assert resumed.returncode == 0, resumed.stderr
-    wait_until("20 runs", lambda: sum(runs(cluster, "pausable").values()) >= 20)
+    cluster.wait_until("20 runs", lambda: sum(runs(cluster, "pausable").values()) >= 20)
     ran = runs(cluster, "pausable")
     lost, twice = set(labels) - set(ran), [label for label, n in ran.items() if n > 1]
     assert (lost, twice) == (set(), [])

@@ -33,6 +33,7 @@ from actorctl.ops import ensure_dev_secrets
 from actorctl.tasks import cluster_app
 from tests.apps.hosts_app import runs
 from tests.support.etcd_server import running_etcd
+from tests.support.filewatch import wait_written
 from tests.support.harness import free_port
 from tests.support.hosts_cluster import ACTORCTL, PORTS, READY, ROOT, TTL, Hosts
 from tests.support.netns import Network, open_network, wait_for_output
@@ -68,16 +69,21 @@ def counted(hosts: Hosts, sent: list[str]) -> tuple[list[str], list[str], Counte
 
 
 def leave_time(hosts: Hosts, node: str) -> float:
-    """When the services node saw ``node`` leave etcd's directory (its log's wall clock)."""
-    deadline = time.monotonic() + READY
-    while time.monotonic() < deadline:
+    """When the services node saw ``node`` leave etcd's directory (its log's
+    wall clock), woken by the writes to the logs."""
+    found: list[float] = []
+
+    def left() -> bool:
         log = (hosts.directory / "logs" / "services.log").read_text()
-        for line in log.splitlines():
-            if '"actorctl:membership:leave"' in line and f'"node":"{node}"' in line:
-                when: float = json.loads(line)["timestamp"]
-                return when
-        time.sleep(0.05)  # another process writes the log: polled
-    raise AssertionError(f"the services node did not see {node} leave")
+        found.extend(
+            json.loads(line)["timestamp"]
+            for line in log.splitlines()
+            if '"actorctl:membership:leave"' in line and f'"node":"{node}"' in line
+        )
+        return bool(found)
+
+    wait_written(f"the services node saw {node} leave", left, [hosts.directory / "logs"], READY)
+    return found[0]
 
 
 def finish(caller: subprocess.Popen[bytes], timeout: float) -> str:
@@ -106,12 +112,14 @@ def test_tasks_from_a_caller_on_one_host_run_on_two_others_one_of_which_joins_la
         # Then the services node, told by etcd that c joined, connects to it
         # within seconds, though its breaker for c had opened while c was away
         endpoint = f"{hosts.network['c'].address}:{PORTS['c']}"
-        deadline = joined + TTL + SLACK
         services_log = hosts.directory / "logs" / "services.log"
         session = f'"peer":"{endpoint}","session"'  # an actorctl:peer:session line
-        while session not in services_log.read_text():
-            assert time.monotonic() < deadline, "the services node never connected to c"
-            time.sleep(0.05)  # another process writes the log: polled
+        wait_written(
+            "the services node connected to c",
+            lambda: session in services_log.read_text(),
+            [services_log.parent],
+            joined + TTL + SLACK - time.monotonic(),
+        )
         print(f"the services node reached c {time.monotonic() - joined:.1f} s after it was ready")
         # And when a caller on host a sends 160 more tasks, of 300 ms, c runs its share
         caller = hosts.caller(160, timeout=30, seconds=0.3)
@@ -245,10 +253,12 @@ def test_a_host_lost_has_its_tasks_run_elsewhere_and_the_scheduler_role_it_held_
         sent = (hosts.directory / "sent.txt").read_text().split()
 
         # Then every task still runs, on c, within the lease's TTL plus the resend time
-        bound = TTL + CONNECT_TIMEOUT + SLACK
-        while counted(hosts, sent)[0]:
-            assert time.monotonic() - killed < bound, f"{len(counted(hosts, sent)[0])} never ran"
-            time.sleep(0.1)  # another process writes the records: polled
+        wait_written(
+            lambda: f"every task ran ({len(counted(hosts, sent)[0])} never did)",
+            lambda: not counted(hosts, sent)[0],
+            [hosts.records],
+            killed + TTL + CONNECT_TIMEOUT + SLACK - time.monotonic(),
+        )
         print(f"every task ran {time.monotonic() - killed:.1f} s after host b was lost")
         said = finish(caller, timeout=60)
         assert "results 400 0" in said, said[-3000:]
@@ -375,10 +385,9 @@ def test_the_services_nodes_host_lost_the_services_role_moves_and_what_it_held_r
 def wait_logged(hosts: Hosts, node: str, event: str, timeout: float = READY) -> None:
     """Wait (at most ``timeout`` seconds) until ``node``'s log has an ``event`` line."""
     path = hosts.directory / "logs" / f"{node}.log"
-    deadline = time.monotonic() + timeout
-    while f'"{event}"' not in path.read_text():
-        assert time.monotonic() < deadline, f"{node} logged no {event} in {timeout} s"
-        time.sleep(0.05)  # another process writes the log: polled
+    wait_written(
+        f"{node} logged {event}", lambda: f'"{event}"' in path.read_text(), [path.parent], timeout
+    )
 
 
 def test_etcd_restarted_during_the_run_nodes_keep_serving_and_register_again(

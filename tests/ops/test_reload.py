@@ -32,7 +32,7 @@ from actorctl.tasks import cluster_app
 from tests.apps.state_app import app, runs, steady
 from tests.support.cli import run_cli
 from tests.support.harness import free_port
-from tests.support.running import WAIT, RunningCluster, counted, wait_until
+from tests.support.running import WAIT, RunningCluster, counted, poll_until
 
 CLUSTER = """\
 [cluster]
@@ -133,8 +133,8 @@ def test_a_reload_under_load_adds_restarts_and_removes_nodes_and_loses_nothing(
         first = send(2000, 0)
         assert len(running.rows("services", "held")) == 2000
         control(running, "resume")
-        wait_until(
-            "worker-3 took some",  # (asked of the node: another process)
+        poll_until(
+            "worker-3 took some",  # (asked of the node over the network: nothing signals)
             lambda: received(running, files.ports["worker-3"])["celery"]["received"] > 0,
         )
         worker_3 = running.pids["worker-3"]
@@ -158,7 +158,7 @@ def test_a_reload_under_load_adds_restarts_and_removes_nodes_and_loses_nothing(
         assert "task s.total: rate_limit None -> 50/s" in out  # each node set it
         assert "router celery: instances 3" in out  # worker-1, worker-1's second, worker-2
         # and every task ran, none lost; the removed node's process is gone
-        wait_until("all 2,000 ran", lambda: set(first) <= set(runs(running.records)), 60)
+        running.wait_until("all 2,000 ran", lambda: set(first) <= set(runs(running.records)), 60)
         lost, twice = counted(running, first)
         print(f"reload took {took:.1f} s, begun with {2000 - ran_at_start} tasks to run; "
               f"lost {len(lost)}, ran twice {len(twice)}")  # fmt: skip

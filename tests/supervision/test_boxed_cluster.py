@@ -25,11 +25,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from examples._cluster import running_cluster
 from examples.boxed.app import add, app, call_every_pool, cluster_text, fail
 
 from actorctl import TaskFailed
 from tests.support.cli import run_cli
+from tests.support.running import RunningCluster
 
 ROOT = Path(__file__).resolve().parents[2]
 FAULTS = Path(__file__).parents[1] / "apps" / "boxed_faults.py"
@@ -88,7 +88,7 @@ class Cluster:
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     directory = tmp_path_factory.mktemp("boxed")
-    records = directory / "records"
+    records = directory / "boxed-runs"  # (RunningCluster's records/ is the state app's)
     records.touch()
     holding = directory / "holding"
     os.mkfifo(holding)
@@ -102,10 +102,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         source = ROOT / "examples" / "boxed" / "worker.c"
         subprocess.run(["cc", "-O2", "-o", str(binary), str(source)], check=True)
         env["BOXED_C_WORKER"] = str(binary)
-    toml = directory / "boxed.toml"
-    toml.write_text(text)
-    with running_cluster(toml, echo=False, env=env) as path, app.connect(path):
-        yield Cluster(path, records, holding)
+    with RunningCluster(directory, text=text, env=env) as running, app.connect(running.path):
+        yield Cluster(running.path, records, holding)
 
 
 def needs(pool: str) -> None:

@@ -12,13 +12,15 @@ from __future__ import annotations
 import ctypes
 import os
 import select
+import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import TracebackType
 from typing import Final, final
 
 import trio
 
-__all__ = ["FileWatch"]
+__all__ = ["FileWatch", "wait_written"]
 
 # inotify(7): what changes a watched directory's files
 _IN_MODIFY: Final = 0x002
@@ -30,21 +32,23 @@ _EVENTS: Final = _IN_MODIFY | _IN_CLOSE_WRITE | _IN_MOVED_TO | _IN_CREATE
 
 @final
 class FileWatch:
-    """Wakes on writes to the files of ``directory`` (and files made there).
+    """Wakes on writes to the files of ``directory`` and of each of ``more``
+    (and files made there).
 
     Use it as a context manager; ``await changed()`` from trio code,
     ``wait_changed(timeout)`` from a thread.
     """
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, *more: Path) -> None:
         libc = ctypes.CDLL(None, use_errno=True)
         fd = libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
         if fd < 0:
             raise OSError(ctypes.get_errno(), "inotify_init1")
-        if libc.inotify_add_watch(fd, os.fsencode(directory), _EVENTS) < 0:
-            error = ctypes.get_errno()
-            os.close(fd)
-            raise OSError(error, f"inotify_add_watch {directory}")
+        for watched in (directory, *more):
+            if libc.inotify_add_watch(fd, os.fsencode(watched), _EVENTS) < 0:
+                error = ctypes.get_errno()
+                os.close(fd)
+                raise OSError(error, f"inotify_add_watch {watched}")
         self.fd = fd
 
     def __enter__(self) -> FileWatch:
@@ -79,3 +83,26 @@ class FileWatch:
             except BlockingIOError:
                 return came
             came = came or bool(data)
+
+
+def wait_written(
+    what: str | Callable[[], str],
+    done: Callable[[], bool],
+    directories: Iterable[Path],
+    timeout: float,
+) -> None:
+    """From a thread (not trio): look until ``done()`` holds, again at each
+    write to a file of ``directories`` (watched before the first look).
+
+    Raises:
+        AssertionError: naming ``what`` (or what it says then), after
+            ``timeout`` seconds.
+    """
+    deadline = time.monotonic() + timeout
+    with FileWatch(*directories) as watch:
+        while not done():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                said = what() if callable(what) else what
+                raise AssertionError(f"not within {timeout:g} s: {said}")
+            watch.wait_changed(left)

@@ -21,7 +21,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
@@ -32,6 +31,7 @@ from actorctl.ops import ensure_dev_secrets
 from actorctl.tasks import cluster_app
 from tests.apps.hosts_app import PERIODIC_RUNS, RECORDS, runs
 from tests.support.etcd_server import EtcdServer
+from tests.support.filewatch import wait_written
 from tests.support.netns import Network, wait_for_output
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -363,21 +363,26 @@ class Hosts:
 
     def wait_ran(self, count: int, timeout: float = READY) -> None:
         """Wait (at most ``timeout`` seconds) until ``work`` has run ``count`` times in all."""
-        deadline = time.monotonic() + timeout
-        while (made := len(runs(self.records))) < count:
-            assert time.monotonic() < deadline, f"{made} runs of work, not {count}"
-            time.sleep(0.05)  # another process writes the records: polled
+        wait_written(
+            lambda: f"{len(runs(self.records))} runs of work, not {count}",
+            lambda: len(runs(self.records)) >= count,
+            [self.records],
+            timeout,
+        )
 
     def wait_runs(self, pids: dict[int, int], timeout: float = READY) -> None:
         """Wait (at most ``timeout`` seconds) until each pid of ``pids`` (a
         node's process) made that many runs of ``work`` at least."""
-        deadline = time.monotonic() + timeout
-        while True:
-            made = Counter(pid for _, pid in runs(self.records))
-            if all(made[pid] >= n for pid, n in pids.items()):
-                return
-            assert time.monotonic() < deadline, f"runs by pid: {made}, wanted {pids}"
-            time.sleep(0.05)  # another process writes the records: polled
+
+        def made() -> Counter[int]:
+            return Counter(pid for _, pid in runs(self.records))
+
+        wait_written(
+            lambda: f"runs by pid: {made()}, wanted {pids}",
+            lambda: all(made()[pid] >= n for pid, n in pids.items()),
+            [self.records],
+            timeout,
+        )
 
     # -- the periodic task ``tick`` (with ``periodic_every``) --------------------------
 
@@ -397,10 +402,12 @@ class Hosts:
     def wait_ticks(self, count: int, timeout: float = READY) -> None:
         """Wait (bounded) until ``tick`` has run ``count`` times in all: this
         returns just after a run was recorded, a due time away from the next."""
-        deadline = time.monotonic() + timeout
-        while self.ticks() < count:
-            assert time.monotonic() < deadline, f"tick ran {self.ticks()} times, not {count}"
-            time.sleep(0.02)  # another process writes the records: polled
+        wait_written(
+            lambda: f"tick ran {self.ticks()} times, not {count}",
+            lambda: self.ticks() >= count,
+            [self.records],
+            timeout,
+        )
 
     def logged(self, event: str) -> list[dict[str, Any]]:
         """Every ``event`` line of every node's log, in the order they were written."""

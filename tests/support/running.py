@@ -7,7 +7,8 @@ on it and reads its output line by line: the pid of each node, and each
 restart. A test kills a node with SIGKILL, by its pid, waits until ``cluster
 up`` has started it again, and counts what ran in the records directory
 (tests/apps/state_app.py writes one line per run). Used by the task state,
-acks, periodic, sources, reload, control and ``cluster down`` tests.
+acks, periodic, sources, reload, control, ``cluster down`` and boxed-cluster
+tests (the last runs a cluster file of its own).
 """
 
 from __future__ import annotations
@@ -23,17 +24,18 @@ import subprocess
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import TracebackType
 
-from examples._cluster import stop_cluster
+from examples._cluster import stop_cluster, with_free_ports
 
 from tests.apps.state_app import RECORDS, runs
 from tests.support.cli import ACTORCTL, ROOT, cli_env
+from tests.support.filewatch import wait_written
 from tests.support.harness import free_port
 
-__all__ = ["CLUSTER", "READY", "WAIT", "RunningCluster", "counted", "wait_until"]
+__all__ = ["CLUSTER", "READY", "WAIT", "RunningCluster", "counted", "poll_until"]
 
 WAIT = 30.0  # seconds any one result, restart or record may take on a loaded 2-core machine
 READY = 90.0  # seconds the whole cluster may take to start
@@ -68,17 +70,29 @@ class RunningCluster:
     As a context manager it starts the cluster and stops it (``cluster
     down``) on the way out, also when it did not get to be ready."""
 
-    def __init__(self, directory: Path, app: str = "tests.apps.state_app:app") -> None:
+    def __init__(
+        self,
+        directory: Path,
+        app: str = "tests.apps.state_app:app",
+        *,
+        text: str | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        """``text``: another cluster file to run than :data:`CLUSTER` (each
+        ``127.0.0.1:PORT`` in it given a free port); ``env``: more of the
+        environment ``cluster up`` runs in."""
         self.directory = directory
         self.path = directory / "cluster.toml"
         self.records = directory / "records"
         self.records.mkdir()
         ports = {name: free_port() for name in ("controller", "services", "worker")}
-        self.path.write_text(CLUSTER.format(app=app, **ports))
+        self.path.write_text(
+            CLUSTER.format(app=app, **ports) if text is None else with_free_ports(text)
+        )
         self.pids: dict[str, int] = {}
         self.restarts: dict[str, int] = {}
         self._lines: queue.Queue[str | None] = queue.Queue()
-        self.env = cli_env({RECORDS: str(self.records)})
+        self.env = cli_env({RECORDS: str(self.records), **(env or {})})
         self._process: subprocess.Popen[str] | None = None
         self._pumping: threading.Thread | None = None
 
@@ -151,6 +165,14 @@ class RunningCluster:
             found = db.execute("SELECT key, value FROM entries WHERE tbl = ?", (table,))
             return {str(key): bytes(value) for key, value in found}
 
+    def wait_until(self, what: str, check: Callable[[], bool], timeout: float = WAIT) -> None:
+        """Look at the files the cluster writes (its records, its nodes'
+        stores) until ``check`` holds: again at each write to one of them
+        (tests/support/filewatch.py), for ``timeout`` s."""
+        data = self.directory / "data"
+        stores = sorted(p for p in data.iterdir() if p.is_dir()) if data.is_dir() else []
+        wait_written(what, check, [self.records, *stores], timeout)
+
     def _pump(self) -> None:
         assert self._process is not None
         assert self._process.stdout is not None
@@ -177,13 +199,15 @@ class RunningCluster:
                 return
 
 
-def wait_until(what: str, check: Callable[[], bool], timeout: float = WAIT) -> None:
-    """Look at files (records, a store) until ``check`` holds, for ``timeout`` s."""
+def poll_until(what: str, check: Callable[[], bool], timeout: float = WAIT) -> None:
+    """Ask again every 0.05 s until ``check`` holds, for ``timeout`` s: only
+    for what nothing signals to the test (a node asked over the network);
+    what the cluster writes to files is waited on by ``RunningCluster.wait_until``."""
     deadline = time.monotonic() + timeout
     while not check():
         if time.monotonic() > deadline:
             raise AssertionError(f"not within {timeout:g} s: {what}")
-        time.sleep(0.05)
+        time.sleep(0.05)  # a poll: no write wakes us (see the docstring)
 
 
 def counted(cluster: RunningCluster, ids: list[str]) -> tuple[list[str], dict[str, int]]:

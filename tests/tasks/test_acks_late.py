@@ -20,7 +20,7 @@ import pytest
 from actorctl.tasks.protocol._protocol import new_task_id
 from tests.apps.acks_app import app, at_most_once, begin
 from tests.apps.state_app import runs, shut_gate
-from tests.support.running import WAIT, RunningCluster, wait_until
+from tests.support.running import WAIT, RunningCluster
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +55,7 @@ def test_a_worker_killed_mid_run_runs_an_acks_late_task_again_and_an_at_most_onc
         late = begin.delay(name, 1)
         once = at_most_once.delay(name, 2)
         started = {f"{late.id}:start", f"{once.id}:start"}
-        wait_until("both tasks started", lambda: started <= set(runs(cluster.records)))
+        cluster.wait_until("both tasks started", lambda: started <= set(runs(cluster.records)))
         # When the worker node is killed mid-run, and started again
         cluster.kill("worker")
         gates.close()  # the gate opens

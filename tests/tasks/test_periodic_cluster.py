@@ -23,7 +23,7 @@ import pytest
 from actorctl.tasks.services._periodic import firing_id
 from tests.apps.state_app import runs
 from tests.support.cli import run_cli
-from tests.support.running import WAIT, RunningCluster, wait_until
+from tests.support.running import WAIT, RunningCluster
 
 EVERY = 8.0  # seconds between due times: room for a node's restart between two
 PERIODIC = """
@@ -73,7 +73,7 @@ def test_a_sigkill_across_a_due_time_neither_repeats_nor_silently_skips_a_firing
     cluster: RunningCluster,
 ) -> None:
     # Given both schedules firing (each has run at least once)
-    wait_until(
+    cluster.wait_until(
         "both schedules fired", lambda: fired(cluster, "catch-up") and fired(cluster, "skip")
     )
     # When the services node is killed just before a due time, and started again after it
@@ -83,7 +83,7 @@ def test_a_sigkill_across_a_due_time_neither_repeats_nor_silently_skips_a_firing
     time.sleep(due - 0.2 - time.time())  # to a deadline: the kill's moment
     cluster.kill("services")
     after = due + EVERY
-    wait_until(
+    cluster.wait_until(
         "a firing after the restart",
         lambda: (
             firing_id("catch-up", after) in fired(cluster, "catch-up")
@@ -122,7 +122,7 @@ def schedule_list(cluster: RunningCluster, *options: str) -> str:
 def test_schedule_list_shows_each_schedule_with_its_last_and_next_firing(
     cluster: RunningCluster,
 ) -> None:
-    wait_until(
+    cluster.wait_until(
         "both schedules fired", lambda: fired(cluster, "catch-up") and fired(cluster, "skip")
     )
     # When the schedules are listed as JSON

@@ -32,7 +32,7 @@ from actorctl.tasks import cluster_app
 from actorctl.tasks.sources._source import item_id
 from tests.apps.state_app import runs
 from tests.support.cli import run_cli
-from tests.support.running import CLUSTER, WAIT, RunningCluster, counted, wait_until
+from tests.support.running import CLUSTER, WAIT, RunningCluster, counted
 
 LINES = 300
 ROWS = 200
@@ -120,7 +120,7 @@ def test_sources_whose_node_is_killed_resume_from_their_checkpoints(
     def ran(source: str) -> int:
         return sum(1 for i in set(runs(cluster.records)) if i.startswith(f"source:{source}@"))
 
-    wait_until(
+    cluster.wait_until(
         "20 items of each source ran", lambda: min(map(ran, ("inbox", "feed", "orders"))) >= 20
     )
     # When the node that reads them is killed mid-way, and started again
@@ -134,7 +134,7 @@ def test_sources_whose_node_is_killed_resume_from_their_checkpoints(
     # Then each resumes from its checkpoint: every item ran, none twice (the
     # node's restart and its catching up are given two waits: on a loaded
     # machine at the end of the suite one was seen not to be enough, once)
-    wait_until(
+    cluster.wait_until(
         f"all {len(ids)} items ran",
         lambda: set(ids) <= set(runs(cluster.records)),
         timeout=2 * WAIT,
@@ -144,7 +144,7 @@ def test_sources_whose_node_is_killed_resume_from_their_checkpoints(
     assert lost == []
     assert twice == {}
     # and the directory source's checkpoint is the end of the file
-    wait_until(
+    cluster.wait_until(
         "the checkpoint reached the end",
         lambda: (
             json.loads(cluster.rows("services", "sources").get("inbox", b"{}")).get("position")

@@ -26,7 +26,7 @@ from actorctl import AskTimeout, TaskRevoked, chord
 from actorctl.tasks.protocol._protocol import new_task_id
 from tests.apps.state_app import app, fails, gated, note, runs, shut_gate, total
 from tests.support.cli import ROOT
-from tests.support.running import READY, WAIT, RunningCluster, counted, wait_until
+from tests.support.running import READY, WAIT, RunningCluster, counted
 
 COUNTDOWN = 6.0  # seconds until a delayed task is due: past a node's restart
 
@@ -61,7 +61,7 @@ def test_delayed_tasks_run_once_although_their_scheduler_node_was_killed(
     lost, _ = counted(cluster, ids)
     assert lost == []
     # and the scheduler holds none of them any more
-    wait_until("the held tasks deleted", lambda: not cluster.rows("services", "delayed"))
+    cluster.wait_until("the held tasks deleted", lambda: not cluster.rows("services", "delayed"))
     print(f"services restarted {restarted - sent:.1f} s after the send ({COUNTDOWN:g} s due)")
 
 
@@ -111,7 +111,7 @@ def test_a_half_complete_chord_outlives_a_sigkill_of_its_barrier_node(
             row = cluster.rows("services", "chords").get(result.id)
             return row is not None and len(json.loads(row)["results"]) == 2
 
-        wait_until("two results in the chord's barrier", two_in)
+        cluster.wait_until("two results in the chord's barrier", two_in)
         # When the services node is killed and started again, then the third
         # task finishes
         cluster.kill("services")
@@ -120,7 +120,9 @@ def test_a_half_complete_chord_outlives_a_sigkill_of_its_barrier_node(
         assert result.get(timeout=WAIT) == 6
     lost, _ = counted(cluster, [result.id])
     assert lost == []
-    wait_until("the barrier deleted", lambda: result.id not in cluster.rows("services", "chords"))
+    cluster.wait_until(
+        "the barrier deleted", lambda: result.id not in cluster.rows("services", "chords")
+    )
 
 
 # -- results ----------------------------------------------------------------------------

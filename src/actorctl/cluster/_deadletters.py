@@ -51,6 +51,7 @@ from ..store._store import Store
 
 __all__ = [
     "AGENT",
+    "BOUND_WORDS",
     "DEAD_LETTERS",
     "REASONS",
     "REASON_EXPIRED",
@@ -61,6 +62,7 @@ __all__ = [
     "DeadLetterBounds",
     "DeadLetterFill",
     "DeadLetters",
+    "bound_error",
 ]
 
 AGENT: Final = "_deadletters"
@@ -90,10 +92,20 @@ class DeadLetterBounds:
     ttl: float = 7 * 86_400.0
 
     def __attrs_post_init__(self) -> None:
-        if not isinstance(self.max, int) or self.max < 1:
-            raise ConfigError(f"dead letters: max = {self.max!r} must be an integer >= 1")
-        if not isinstance(self.ttl, int | float) or self.ttl <= 0:
-            raise ConfigError(f"dead letters: ttl = {self.ttl!r} must be seconds > 0")
+        if not isinstance(self.max, int) or isinstance(self.max, bool) or self.max < 1:
+            raise ConfigError(bound_error("max", self.max))
+        if type(self.ttl) not in (int, float) or self.ttl <= 0:
+            raise ConfigError(bound_error("ttl", self.ttl))
+
+
+#: What each of :class:`DeadLetterBounds`' bounds must be, in its errors'
+#: words (cluster.toml's ``[node.deadletters]`` is read with them too).
+BOUND_WORDS: Final = {"max": "an integer >= 1", "ttl": "seconds > 0"}
+
+
+def bound_error(name: str, value: object) -> str:
+    """The error for a bound ``name`` of the dead letters that is ``value``."""
+    return f"dead letters: {name} = {value!r} must be {BOUND_WORDS[name]}"
 
 
 @final

@@ -25,20 +25,25 @@ cluster.toml, and the child that ``start_child`` receives as JSON.
       process = ["python", "-m", "http.server", "8000"]
       name = "static"
 
-Every mistake is a ``ConfigError`` naming the key, what was expected and, for a
-misspelt key, the key that was meant.
+Each table is read as its record (``_tree_tables.py``) through the package's one
+converter (``actorctl._schema``), whether it came from cluster.toml or as
+JSON. Every mistake is a ``ConfigError`` naming the key, what was expected
+and, for a misspelt key, the key that was meant.
 """
 
 from __future__ import annotations
 
 import difflib
 from collections.abc import Callable, Mapping
-from typing import Any, Final
+from typing import Any, Final, final
+
+import attrs
 
 from .._errors import ConfigError
+from .._schema import read_table, schema_keys
 from ..actors import Actor
-from ._child import Restart, Strategy
 from ._specs import ActorSpec, Child, ProcessSpec, SupervisorSpec
+from ._tree_tables import ActorChildTable, NestedChildTable, ProcessChildTable, SupervisorTable
 
 __all__ = ["Fail", "NoSuchKey", "child_from_table", "key_error", "supervisor_from_table"]
 
@@ -47,23 +52,11 @@ Fail = Callable[[str, str, object], ConfigError]
 #: Turns MODULE:OBJECT into an actor factory.
 Load = Callable[[str], Callable[..., Actor]]
 
-SUPERVISOR_KEYS: Final = frozenset(
-    {
-        "name",
-        "node",
-        "strategy",
-        "max_restarts",
-        "within",
-        "backoff",
-        "backoff_max",
-        "restart",
-        "child",
-        "remote_start",
-    }
-)
-ACTOR_KEYS: Final = frozenset({"actor", "name", "args", "kwargs", "restart"})
-PROCESS_KEYS: Final = frozenset({"process", "name", "restart", "cwd", "env", "stop_timeout"})
-NESTED_KEYS: Final = frozenset({"supervisor"})
+#: The keys each table may have: its record's fields (``_tree_tables.py``).
+SUPERVISOR_KEYS: Final = schema_keys(SupervisorTable)
+ACTOR_KEYS: Final = schema_keys(ActorChildTable)
+PROCESS_KEYS: Final = schema_keys(ProcessChildTable)
+NESTED_KEYS: Final = schema_keys(NestedChildTable)
 #: The keys a [[supervisor.child]] table may have: an actor's, a process's, or a
 #: nested supervisor's (which go with which is checked per child).
 CHILD_KEYS: Final = ACTOR_KEYS | PROCESS_KEYS | NESTED_KEYS
@@ -108,35 +101,30 @@ def supervisor_from_table(
     load: Load,
     nested: Callable[[str, str], SupervisorSpec] | None = None,
 ) -> SupervisorSpec:
-    """The supervisor a table declares, with its children.
+    """The supervisor a table declares, with its children: the table read as
+    a :class:`SupervisorTable`, each child as its kind's record.
 
     ``nested(name, key)`` gives the spec of a ``supervisor = "NAME"`` child.
     """
-    check_keys(table, SUPERVISOR_KEYS, prefix, fail)
-    name = _string(table, "name", prefix, fail)
-    children = table.get("child", [])
-    if not isinstance(children, list):
-        raise fail(f"{prefix}.child", "[[supervisor.child]] tables", children)
+    read = _Reader(fail)
+    supervisor = read_table(read, table, prefix, "supervisor", SupervisorTable)
     kids = tuple(
         child_from_table(child, f"{prefix}.child[{i}]", fail=fail, load=load, nested=nested)
-        for i, child in enumerate(children)
+        for i, child in enumerate(supervisor.child)
     )
-    strategy = table.get("strategy", Strategy.ONE_FOR_ONE.value)
-    if not isinstance(strategy, str) or strategy not in {s.value for s in Strategy}:
-        raise fail(f"{prefix}.strategy", f"one of {[s.value for s in Strategy]}", strategy)
     try:
         return SupervisorSpec(
-            name,
+            supervisor.name,
             kids,
-            strategy=strategy,
-            max_restarts=_number(table, "max_restarts", prefix, fail, 3, whole=True),
-            within=_number(table, "within", prefix, fail, 5.0),
-            backoff=_number(table, "backoff", prefix, fail, 0.1),
-            backoff_max=_number(table, "backoff_max", prefix, fail, 5.0),
-            restart=_restart(table, prefix, fail),
-            remote_start=_flag(table, "remote_start", prefix, fail),
+            strategy=supervisor.strategy,
+            max_restarts=supervisor.max_restarts,
+            within=supervisor.within,
+            backoff=supervisor.backoff,
+            backoff_max=supervisor.backoff_max,
+            restart=supervisor.restart,
+            remote_start=supervisor.remote_start,
         )
-    except ConfigError as exc:
+    except ConfigError as exc:  # what only the whole spec shows (two children named alike)
         raise fail(prefix, "a valid supervisor", str(exc)) from None
 
 
@@ -149,7 +137,8 @@ def child_from_table(
     nested: Callable[[str, str], SupervisorSpec] | None = None,
 ) -> Child:
     """One child: ``actor = "MODULE:OBJECT"``, ``process = [...]`` or
-    ``supervisor = "NAME"`` (or, as JSON, a supervisor table itself)."""
+    ``supervisor = "NAME"`` (or, as JSON, a supervisor table itself), read as
+    its kind's record."""
     if not isinstance(table, Mapping):
         raise fail(prefix, "a table", table)
     kinds = [kind for kind in ("actor", "process", "supervisor") if kind in table]
@@ -162,91 +151,58 @@ def child_from_table(
             'supervisor = "NAME"',
             dict(table),
         )
+    read = _Reader(fail)
     if kinds[0] == "supervisor":
-        check_keys(table, NESTED_KEYS, prefix, fail)
-        value = table["supervisor"]
+        value = read_table(read, table, prefix, "nested", NestedChildTable).supervisor
         if isinstance(value, Mapping):
             return supervisor_from_table(value, f"{prefix}.supervisor", fail=fail, load=load)
         if not isinstance(value, str) or nested is None:
             raise fail(f"{prefix}.supervisor", "the name of a [[supervisor]] table", value)
         return nested(value, f"{prefix}.supervisor")
     if kinds[0] == "process":
-        check_keys(table, PROCESS_KEYS, prefix, fail)
-        command = table["process"]
-        if (
-            not isinstance(command, list)
-            or not command
-            or not all(isinstance(part, str) and part for part in command)
-        ):
-            raise fail(f"{prefix}.process", 'a command as a list, e.g. ["python", "-V"]', command)
-        env = table.get("env")
-        if env is not None and not (
-            isinstance(env, Mapping) and all(isinstance(v, str) for v in env.values())
-        ):
-            raise fail(f"{prefix}.env", "a table of strings", env)
-        cwd = table.get("cwd")
-        if cwd is not None and not isinstance(cwd, str):
-            raise fail(f"{prefix}.cwd", "a directory", cwd)
+        process = read_table(read, table, prefix, "process", ProcessChildTable)
         return ProcessSpec(
-            _string(table, "name", prefix, fail),
-            tuple(command),
-            restart=_restart(table, prefix, fail),
-            cwd=cwd,
-            env=dict(env) if env is not None else None,
-            stop_timeout=_number(table, "stop_timeout", prefix, fail, 5.0),
+            process.name,
+            tuple(process.process),
+            restart=process.restart,
+            cwd=process.cwd,
+            env=dict(process.env) if process.env is not None else None,
+            stop_timeout=process.stop_timeout,
         )
-    check_keys(table, ACTOR_KEYS, prefix, fail)
-    target = _string(table, "actor", prefix, fail)
-    args = table.get("args", [])
-    if not isinstance(args, list):
-        raise fail(f"{prefix}.args", "a list", args)
-    kwargs = table.get("kwargs", {})
-    if not isinstance(kwargs, Mapping) or not all(isinstance(k, str) for k in kwargs):
-        raise fail(f"{prefix}.kwargs", "a table", kwargs)
-    name = table.get("name")
-    if name is not None and (not isinstance(name, str) or not name):
-        raise fail(f"{prefix}.name", "a non-empty string", name)
+    actor = read_table(read, table, prefix, "actor", ActorChildTable)
     try:
-        factory = load(target)
+        factory = load(actor.actor)
     except ConfigError as exc:
         raise fail(
             f"{prefix}.actor", "MODULE:OBJECT naming an Actor class or factory", str(exc)
         ) from None
-    return ActorSpec(factory, tuple(args), dict(kwargs), name, _restart(table, prefix, fail))
+    return ActorSpec(factory, tuple(actor.args), dict(actor.kwargs), actor.name, actor.restart)
 
 
-def _string(table: Mapping[str, Any], key: str, prefix: str, fail: Fail) -> str:
-    value = table.get(key)
-    if not isinstance(value, str) or not value:
-        raise fail(f"{prefix}.{key}", "a non-empty string", value)
-    return value
+#: Each kind of table ``_declare`` reads, by the ``kind`` ``read_table`` is given.
+_SCHEMAS: Final[Mapping[str, type[attrs.AttrsInstance]]] = {
+    "supervisor": SupervisorTable,
+    "actor": ActorChildTable,
+    "process": ProcessChildTable,
+    "nested": NestedChildTable,
+}
 
 
-def _number(
-    table: Mapping[str, Any],
-    key: str,
-    prefix: str,
-    fail: Fail,
-    default: float,
-    *,
-    whole: bool = False,
-) -> Any:
-    value = table.get(key, default)
-    ok = type(value) is int if whole else type(value) in (int, float)
-    if not ok or value < 0:
-        raise fail(f"{prefix}.{key}", "a whole number" if whole else "a number of seconds", value)
-    return value
+@final
+@attrs.frozen
+class _Reader:
+    """What ``read_table`` needs to read a tree's tables: their keys checked
+    against their records' (a missing one named with what it takes, an unknown
+    one with the nearest known key), and its errors made by ``fail``."""
 
+    fail: Fail
 
-def _restart(table: Mapping[str, Any], prefix: str, fail: Fail) -> Restart:
-    value = table.get("restart", Restart.PERMANENT.value)
-    if not isinstance(value, str) or value not in {r.value for r in Restart}:
-        raise fail(f"{prefix}.restart", f"one of {[r.value for r in Restart]}", value)
-    return Restart(value)
+    def keys(self, table: Mapping[str, Any], prefix: str, kind: str) -> None:
+        schema = _SCHEMAS[kind]
+        check_keys(table, schema_keys(schema), prefix, self.fail)
+        for field in attrs.fields(schema):
+            if field.default is attrs.NOTHING and field.name not in table:
+                raise self.fail(f"{prefix}.{field.name}", field.metadata["expected"], None)
 
-
-def _flag(table: Mapping[str, Any], key: str, prefix: str, fail: Fail) -> bool:
-    value = table.get(key, False)
-    if type(value) is not bool:
-        raise fail(f"{prefix}.{key}", "true or false", value)
-    return value
+    def error(self, key: str, expected: str, got: object) -> ConfigError:
+        return self.fail(key, expected, got)

@@ -6,12 +6,15 @@ a boolean, a string, a list, a table) checked, in the runtime's words, when
 the file is read. The task layer reads the records
 (``ClusterConfig.records``), never the tables' dicts.
 
-A value that needs what only the task layer knows (the app's tasks, a
-schedule's syntax, a rate's syntax, which keys go with a source's ``kind``)
-is checked by its reader with its own words: ``[[periodic]]`` in
-``services/_periodic.py``, ``[[source]]`` in ``sources/_source_config.py``,
-``[[task]]``'s rates in ``limits/_tuning.py``. Such a field is of type
-``Any`` here, or a string whose syntax its reader checks.
+A ``[[task]]``'s rates are read into their records (:class:`TableRate`)
+here; a ``[[source]]``'s keys of the built-in kinds are typed and checked as
+the kind's record (``sources/_kind_tables.py``) has them. A value that needs
+what only the app knows (its tasks, a schedule's syntax, which keys go with
+a source's ``kind``) is checked by its reader with its own words:
+``[[periodic]]`` in ``services/_periodic.py``, ``[[source]]`` in
+``sources/_source_config.py``, a ``[[task]]``'s name in ``limits/_tuning.py``.
+Such a field is of type ``Any`` here, or a string whose syntax its reader
+checks.
 """
 
 from __future__ import annotations
@@ -20,9 +23,11 @@ from typing import Any, Final, final
 
 import attrs
 
-from ..cluster.config._schema import key as checked  # a field named key: SourceTable's
+from .._schema import key as checked  # a field named key: SourceTable's
+from .limits._rates import RateLimit, rate_limit_of
+from .sources._kind_tables import kind_key
 
-__all__ = ["PeriodicTable", "SourceTable", "TaskTable"]
+__all__ = ["PeriodicTable", "SourceTable", "TableRate", "TaskTable"]
 
 _STRING: Final = "a non-empty string"
 _SECONDS: Final = "seconds > 0"
@@ -87,16 +92,18 @@ class SourceTable:
     poll: Any = checked(_SECONDS, _seconds, default=None)
     batch: int | None = checked(_WHOLE, _whole, default=None)
     window: int | None = checked(_WHOLE, _whole, default=None)
-    # the built-in kinds' keys (sources/_source_kinds.py): which go with which
-    # kind, and what each value is, is the kind's reader's to say
-    path: Any = None
-    pattern: Any = None
-    url: Any = None
-    key: Any = None
-    timeout: Any = None
-    database: Any = None
-    table: Any = None
-    columns: Any = None
+    # the built-in kinds' keys, each typed and checked as its kind's record
+    # (sources/_kind_tables.py) has it; which go with which kind is the
+    # kind's reader's to say (read_kind), and a key both http and sqlite
+    # read (key) is a string whose syntax the kind's record checks
+    path: str | None = kind_key("directory", "path")
+    pattern: str | None = kind_key("directory", "pattern")
+    url: str | None = kind_key("http", "url")
+    key: str | None = checked(_STRING, default=None)
+    timeout: float | None = kind_key("http", "timeout")
+    database: str | None = kind_key("sqlite", "database")
+    table: str | None = kind_key("sqlite", "table")
+    columns: str | None = kind_key("sqlite", "columns")
     settings: Any = checked("a table", lambda v: isinstance(v, dict), default=None)
 
     def kind_settings(self, kind_keys: frozenset[str]) -> dict[str, object]:
@@ -110,10 +117,31 @@ class SourceTable:
 
 @final
 @attrs.frozen
+class TableRate:
+    """A rate a ``[[task]]`` table sets over its task's decorator's: ``limit``,
+    or None (``"0/s"``, ``0``, ``""``): the task is not limited."""
+
+    limit: RateLimit | None
+
+
+def _rate(value: object) -> TableRate:
+    """A rate in Celery's syntax (``rate_limit_of``) as the table sets it."""
+    if not isinstance(value, str | int | float) or isinstance(value, bool):
+        raise ValueError(value)  # rate_limit_of would take a RateLimit: TOML has none
+    return TableRate(rate_limit_of(value, what="rate"))
+
+
+_RATE: Final = (
+    'a rate limit like "10/s", "100/m" or "5/h" (tasks per second, minute or hour, '
+    "as in Celery; a bare number is per second; 0: none)"
+)
+
+
+@final
+@attrs.frozen
 class TaskTable:
     """``[[task]]``: a task's limits over its decorator's, followed live."""
 
     name: str  # one of the app's tasks: checked by file_limits
-    # a rate ("10/s"), or a number of tasks a second: checked by rate_limit_of
-    rate_limit: Any = None
-    global_rate_limit: Any = None
+    rate_limit: TableRate | None = checked(_RATE, read=_rate, default=None)
+    global_rate_limit: TableRate | None = checked(_RATE, read=_rate, default=None)

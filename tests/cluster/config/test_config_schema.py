@@ -15,8 +15,8 @@ import attrs
 import pytest
 
 from actorctl import ConfigError
+from actorctl._schema import key, schema_keys, schema_required
 from actorctl.cluster import AppPage, AppReload, AppTable, ClusterConfig, load_cluster
-from actorctl.cluster.config._schema import key, schema_keys, schema_required
 from actorctl.cluster.config._table_schemas import ClusterTable, NodeTable, RouterTable
 from actorctl.cluster.config._tables import KNOWN_KEYS, REQUIRED_KEYS
 from actorctl.tasks import cluster_app

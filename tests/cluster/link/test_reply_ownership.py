@@ -35,7 +35,7 @@ from proton.reactor import Container
 
 from actorctl import Node, Rejected, TlsFiles, open_node
 from actorctl.cluster.link._reply_claims import reply_proof
-from actorctl.mailbox import IdentityKey, Keyring
+from actorctl.mailbox import Keyring
 from tests.apps.actors import CountingCalculator
 from tests.support.foreign import (
     REPLY_CAPABILITY,
@@ -47,7 +47,8 @@ from tests.support.foreign import (
     named_reply_address,
 )
 from tests.support.foreign import reply_proof as foreign_proof
-from tests.support.harness import Logs
+from tests.support.harness import Logs, Secrets
+from tests.support.keys import make_keys
 from tests.support.tls import make_tls
 
 TIMEOUT = 10
@@ -79,25 +80,26 @@ class Cluster:
 async def cluster(tmp_path: Path, *, a_keys: str = "keys") -> AsyncIterator[Cluster]:
     """``c``, the member ``b`` and the caller ``a``; ``a_keys`` is the directory of
     ``a``'s keyring (another than ``keys``: ``c`` does not trust ``a``'s key)."""
-    tls = make_tls(tmp_path / "tls", "a", "b", "c", "cli")
     keys_dir = tmp_path / "keys"
-    for name in ("b", "c"):
-        IdentityKey.generate(name).save(keys_dir, name)
-    IdentityKey.generate("a").save(tmp_path / a_keys, "a")
+    keys_dir.mkdir()
     mallory = Identity.generate()
+    # in the directory before the keyrings are loaded: every *.pub there is trusted
     (keys_dir / "mallory.pub").write_bytes(mallory.public_pem())
-    (keys_dir / "members").write_text("b\n")
-    keys = {name: Keyring.load(keys_dir, name) for name in ("b", "c")}
-    keys["a"] = Keyring.load(tmp_path / a_keys, "a")
+    shared = ("a",) if a_keys == "keys" else ()  # else a's key is in a directory of its own
+    keys = make_keys(keys_dir, *shared, "b", "c", members=["b"])
+    if not shared:
+        keys |= make_keys(tmp_path / a_keys, "a")
+    secrets = Secrets(make_tls(tmp_path / "tls", "a", "b", "c", "cli"), keys)
     assert keys["c"].is_member(keys["b"].identity.key_id)
     assert not keys["c"].is_member(mallory.key_id)
     calculator = CountingCalculator()
+    caller = secrets.options("a", tls=secrets.tls["cli"], connect_timeout=1.0)
     async with (
-        open_node("c", [calculator], tls=tls["c"], keyring=keys["c"]) as c,
-        open_node("b", [CountingCalculator()], tls=tls["b"], keyring=keys["b"]) as b,
-        open_node("a", host=None, tls=tls["cli"], keyring=keys["a"], connect_timeout=1.0) as a,
+        open_node("c", [calculator], **secrets.options("c")) as c,
+        open_node("b", [CountingCalculator()], **secrets.options("b")) as b,
+        open_node("a", host=None, **caller) as a,
     ):
-        yield Cluster(a, b, c, calculator, tls, keys, mallory)
+        yield Cluster(a, b, c, calculator, secrets.tls, keys, mallory)
 
 
 # --- A raw attach of a reply link ------------------------------------------------------

@@ -22,7 +22,7 @@ from typing import Final, final
 
 import attrs
 
-from ._schema import schema_keys, schema_required
+from ..._schema import schema_keys, schema_required
 
 __all__ = ["AppPage", "AppReload", "AppTable", "PageFeed"]
 

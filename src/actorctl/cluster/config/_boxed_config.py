@@ -31,9 +31,9 @@ from typing import Any, Final, final
 import attrs
 
 from ..._errors import ConfigError
+from ..._schema import key, read_table, schema_keys
 from ...supervision import BoxedSpec, Restart
 from ...supervision._declare import check_keys, key_error
-from ._schema import key, read_table, schema_keys
 
 __all__ = ["BOXED_KEYS", "BoxedTable", "boxed_specs"]
 

@@ -25,10 +25,10 @@ from typing import Any, Final, final
 import attrs
 
 from ..._errors import ConfigError
+from ..._schema import FileReader, read_table, schema_keys
+from ..._schema import key as table_key
 from ...etcd._etcd import DEFAULT_TIMEOUT, MAX_LEASE_TTL, EtcdClient
 from ...etcd._membership import DEFAULT_NODE_TTL
-from ._schema import TableReader, read_table, schema_keys
-from ._schema import key as table_key
 
 __all__ = ["ETCD_KEYS", "EtcdSettings", "EtcdTable", "check_hosts", "etcd_settings"]
 
@@ -135,7 +135,7 @@ def check_endpoints(endpoints: object, where: str) -> tuple[str, ...]:
     return tuple(endpoints)
 
 
-def etcd_settings(reader: TableReader, table: object) -> EtcdSettings | None:
+def etcd_settings(reader: FileReader, table: object) -> EtcdSettings | None:
     """The ``[etcd]`` table (None: there is none), read as an :class:`EtcdTable`.
 
     Raises:

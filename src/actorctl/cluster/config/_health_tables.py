@@ -11,7 +11,7 @@ from typing import Any, Final, final
 import attrs
 
 from ..._errors import ConfigError
-from ._schema import TableReader, key, read_table, schema_keys
+from ..._schema import FileReader, key, read_table, schema_keys
 
 __all__ = ["HEALTH_KEYS", "HealthTable", "check_health_tables"]
 
@@ -55,7 +55,7 @@ HEALTH_KEYS: Final = schema_keys(HealthTable)
 
 
 def check_health_tables(
-    reader: TableReader, where: str, items: object
+    reader: FileReader, where: str, items: object
 ) -> tuple[Mapping[str, Any], ...]:
     """Check a node's ``[[node.health]]`` tables (``where``: the key), each
     read as a :class:`HealthTable`; the tables as they are written.

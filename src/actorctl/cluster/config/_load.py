@@ -12,6 +12,7 @@ from pathlib import Path
 import attrs
 
 from ..._errors import ConfigError
+from ..._schema import read_table
 from .._http import parse_listen
 from ._boxed_config import boxed_specs
 from ._config import ClusterApp, ClusterConfig
@@ -19,7 +20,6 @@ from ._dev import check_dev_listen
 from ._etcd_config import check_hosts, etcd_settings
 from ._node_table import read_node, read_routers
 from ._reader import TableReader
-from ._schema import read_table
 from ._table_schemas import ClusterTable, endpoint
 from ._tree_config import check_supervisors
 

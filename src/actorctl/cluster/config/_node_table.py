@@ -13,15 +13,15 @@ from typing import Any, Final
 import attrs
 
 from ..._errors import ConfigError
-from .._deadletters import DeadLetterBounds
+from ..._schema import key as schema_key
+from ..._schema import read_table
+from .._deadletters import DeadLetterBounds, bound_error
 from ..link._limits import LIMIT_NAMES, Limits
 from ._config import NodeConfig
 from ._config_keys import unknown_key
 from ._health_tables import check_health_tables
 from ._reader import TableReader
-from ._schema import key as schema_key
-from ._schema import read_table
-from ._table_schemas import NodeTable, RouterTable, endpoint
+from ._table_schemas import DeadLettersTable, NodeTable, RouterTable, endpoint
 from ._tables import HOST_KEY, KNOWN_KEYS, NODE_KEYS
 from ._web_config import metrics_table
 
@@ -75,13 +75,13 @@ def _deadletters(reader: TableReader, key: str, table: object) -> DeadLetterBoun
     """A node's [node.deadletters] table: ``max`` letters, ``ttl`` seconds."""
     if not isinstance(table, dict):
         raise reader.error(key, "a table with max (a count) and ttl (seconds)", table)
-    # its keys as every table's; its values in DeadLetterBounds' own words,
-    # which name the table, not the key (a schema's error would name the key)
-    reader.keys(table, key, "node.deadletters")
-    try:
-        return DeadLetterBounds(**table)
-    except ConfigError as exc:
-        raise ConfigError(f"{reader.path}: key '{key}': {exc}") from None
+
+    def error(name: str, expected: str, got: object) -> ConfigError:
+        # DeadLetterBounds' own words, which name the table and the bound
+        return ConfigError(f"{reader.path}: key {key!r}: {bound_error(name, got)}")
+
+    bounds = read_table(reader, table, key, "node.deadletters", DeadLettersTable, error=error)
+    return DeadLetterBounds(max=bounds.max, ttl=bounds.ttl)
 
 
 def _limit_ok(name: str, value: Any) -> bool:

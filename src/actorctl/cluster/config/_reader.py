@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any, final
 import attrs
 
 from ..._errors import ConfigError
+from ..._schema import read_table
 from ._config_keys import unknown_key
-from ._schema import read_table
 from ._tables import OPEN_TABLES, REQUIRED_KEYS, SINGLE_TABLES, file_keys
 
 if TYPE_CHECKING:

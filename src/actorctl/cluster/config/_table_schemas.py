@@ -5,8 +5,9 @@ error for a wrong value says was expected).
 
 A key that holds a table read by a module of its own (``[node.limits]``,
 ``[node.metrics]``, ``[[node.health]]``, ``[node.deadletters]``,
-``[cluster] web``) is a field of type ``Any`` here: its module checks it,
-with its own words. What only the whole file shows (a router's node exists,
+``[cluster] web``) is a field of type ``Any`` here: its module reads it
+(``[node.deadletters]`` as :class:`DeadLettersTable`, in the words of
+``DeadLetterBounds``' errors). What only the whole file shows (a router's node exists,
 ports used twice) is checked by ``_load.py`` and ``_node_table.py``.
 """
 
@@ -17,13 +18,21 @@ from typing import Any, Final, final
 
 import attrs
 
+from ..._schema import key
+from .._deadletters import BOUND_WORDS, DeadLetterBounds
 from ._app import WINDOW
 from ._config import SHUTDOWN_GRACE
-from ._schema import key
 from ._tree_config import TARGET
 from ._web_config import LISTEN, listen_ok
 
-__all__ = ["MOST_GRACE", "ClusterTable", "NodeTable", "RouterTable", "endpoint"]
+__all__ = [
+    "MOST_GRACE",
+    "ClusterTable",
+    "DeadLettersTable",
+    "NodeTable",
+    "RouterTable",
+    "endpoint",
+]
 
 _NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?")
 #: The longest shutdown_grace (s): a day; a stop that may wait longer is no stop.
@@ -97,7 +106,7 @@ class NodeTable:
         default=SHUTDOWN_GRACE,
     )
     limits: Any = attrs.field(factory=dict)  # its own words: _node_table._limits
-    deadletters: Any = attrs.field(factory=dict)  # DeadLetterBounds
+    deadletters: Any = attrs.field(factory=dict)  # DeadLettersTable
     health: Any = attrs.field(factory=list)  # _health_tables.py
     metrics: Any = None  # [node.metrics]: _web_config.MetricsTable
 
@@ -111,3 +120,16 @@ class RouterTable:
     node: str
     # A list as it came (each NODE/ACTOR is checked against the file's nodes).
     instances: Any = key('a list like ["n1/emails"]', lambda v: isinstance(v, list) and bool(v))
+
+
+_BOUNDS: Final = attrs.fields(DeadLetterBounds)
+
+
+@final
+@attrs.frozen
+class DeadLettersTable:
+    """A node's ``[node.deadletters]`` table: how many dead letters it keeps,
+    and for how many seconds (``DeadLetterBounds``' defaults where absent)."""
+
+    max: int = key(BOUND_WORDS["max"], lambda v: v >= 1, default=_BOUNDS.max.default)
+    ttl: float = key(BOUND_WORDS["ttl"], lambda v: v > 0, default=_BOUNDS.ttl.default)

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final
 
+from ..._schema import schema_keys, schema_required
 from ...supervision import CHILD_KEYS, SUPERVISOR_KEYS
 from ..link._limits import LIMIT_NAMES
 from ._boxed_config import BOXED_KEYS
 from ._etcd_config import ETCD_KEYS, EtcdTable
 from ._health_tables import HEALTH_KEYS
-from ._schema import schema_keys, schema_required
 from ._table_schemas import ClusterTable, NodeTable, RouterTable
 from ._web_config import METRICS_KEYS, MetricsTable
 

@@ -12,8 +12,8 @@ from typing import Final, final
 import attrs
 
 from ..._errors import ConfigError
+from ..._schema import TableReader, key, read_table, schema_keys
 from .._http import parse_listen
-from ._schema import TableReader, key, read_table, schema_keys
 
 __all__ = ["LISTEN", "METRICS_KEYS", "MetricsTable", "listen_ok", "metrics_table"]
 

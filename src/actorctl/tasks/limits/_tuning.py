@@ -235,8 +235,8 @@ def file_limits(
     already, as records), by task, checked against the app.
 
     Raises:
-        ConfigError: an unknown task (with the nearest name), a task named
-            twice, or a rate that does not parse.
+        ConfigError: an unknown task (with the nearest name), or a task
+            named twice.
     """
     where = f"{path}: " if path is not None else ""
     limits: dict[str, dict[str, Any]] = {}
@@ -255,7 +255,6 @@ def file_limits(
         for key, value in (
             ("rate_limit", table.rate_limit), ("global_rate_limit", table.global_rate_limit)
         ):  # fmt: skip
-            if value is not None:  # the key is given
-                rate = rate_limit_of(value, what=f"{where}task[{index}].{key} ({name})")
-                kept[key] = None if rate is None else str(rate)
+            if value is not None:  # the key is given (its rate read with the file)
+                kept[key] = None if value.limit is None else str(value.limit)
     return limits

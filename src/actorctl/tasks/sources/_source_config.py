@@ -18,8 +18,9 @@ from typing import Any, Final
 from ..._errors import ConfigError
 from .._cluster_tables import SourceTable
 from ..client._client import Directory
+from ._kind_tables import KIND_KEYS
 from ._source import Source, SourceSpec
-from ._source_kinds import KIND_KEYS, checked_factory, reader_factory
+from ._source_kinds import checked_factory, reader_factory
 
 __all__ = [
     "SOURCE_PREFIX",

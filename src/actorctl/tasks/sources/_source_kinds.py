@@ -37,6 +37,7 @@ import trio
 from ..._errors import ConfigError
 from ...cluster import http_get
 from ...supervision import import_target
+from ._kind_tables import read_kind
 from ._source import Source
 
 __all__ = [
@@ -153,16 +154,10 @@ class SqliteSource:
         return [(row[self.key], dict(row)) for row in rows]
 
 
-#: Each built-in kind: its class, its required keys, its optional keys.
-BUILT_IN: Final[Mapping[str, tuple[type[Any], frozenset[str], frozenset[str]]]] = MappingProxyType(
-    {
-        "directory": (DirectorySource, frozenset({"path"}), frozenset({"pattern"})),
-        "http": (HttpSource, frozenset({"url", "key"}), frozenset({"timeout"})),
-        "sqlite": (SqliteSource, frozenset({"database", "table", "key"}), frozenset({"columns"})),
-    }
+#: Each built-in kind's class (its keys: its record, ``_kind_tables.py``).
+BUILT_IN: Final[Mapping[str, type[Any]]] = MappingProxyType(
+    {"directory": DirectorySource, "http": HttpSource, "sqlite": SqliteSource}
 )
-#: Every key a built-in kind reads (any other key of a [[source]] table is generic).
-KIND_KEYS: Final = frozenset(k for _, req, opt in BUILT_IN.values() for k in req | opt)
 
 
 def reader_factory(
@@ -183,18 +178,11 @@ def reader_factory(
             f"kind: expected one of {sorted(BUILT_IN)} or 'module:Class', got {kind!r}"
         )
     if kind in BUILT_IN:
-        cls, required, optional = BUILT_IN[kind]
-        for key in sorted(required - set(settings)):
-            raise ConfigError(f"key {key!r} is missing: a {kind} source needs {sorted(required)}")
-        for key in sorted(set(settings) - required - optional):
-            owner = next((k for k, (_, r, o) in BUILT_IN.items() if key in r | o), None)
-            why = f"it is for a {owner} source" if owner else "no such key"
-            raise ConfigError(f"key {key!r}: a {kind} source does not read it ({why})")
-        given = dict(settings)
+        given = read_kind(kind, settings)  # its record's keys, each value checked
         for key in ("path", "database"):
-            if key in given and root is not None and isinstance(given[key], str):
+            if key in given and root is not None:
                 given[key] = str(root / given[key])
-        return checked_factory(cls, kind, given)
+        return checked_factory(BUILT_IN[kind], kind, given)
     if ":" not in kind:
         close = difflib.get_close_matches(kind, sorted(BUILT_IN), n=1)
         hint = f": did you mean {close[0]!r}?" if close else ""

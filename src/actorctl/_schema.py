@@ -1,4 +1,10 @@
-"""A table of cluster.toml as an attrs record, read through one cattrs converter.
+"""A table of cluster.toml (or of a JSON document that has the same form, a
+supervisor's child) as an attrs record, read through one cattrs converter.
+
+It sits beside the layers, as ``_errors.py`` does, and imports none of them:
+cluster.toml's reader (``cluster/config``) and the supervision layer's (a
+``[[supervisor]]`` table, or a child ``start_child`` is sent as JSON) read
+with the same converter, in the same words.
 
 A table's schema is a frozen attrs class: its fields are the keys the table
 may have (a field without a default is a key it must have), each field's
@@ -26,10 +32,12 @@ import attrs
 import cattrs
 from cattrs.errors import AttributeValidationNote, ClassValidationError
 
-from ..._errors import ConfigError
+from ._errors import ConfigError
 
 __all__ = [
     "Expected",
+    "FieldError",
+    "FileReader",
     "TableReader",
     "converter",
     "key",
@@ -50,12 +58,8 @@ _TYPE_WORDS: Final = {
 
 
 class TableReader(Protocol):
-    """What reading a table needs of the file's reader (``_reader.py``)."""
-
-    @property
-    def path(self) -> Path:
-        """The file."""
-        ...
+    """What reading a table needs of its reader (cluster.toml's:
+    ``cluster/config/_reader.py``; a tree's: ``supervision/_declare.py``)."""
 
     def keys(self, table: Mapping[str, Any], prefix: str, kind: str) -> None:
         """Check the table's keys (raises ``ConfigError``)."""
@@ -63,6 +67,24 @@ class TableReader(Protocol):
 
     def error(self, key: str, expected: str, got: object) -> ConfigError:
         """The error for a wrong value of ``key``."""
+        ...
+
+
+#: Makes the error for a field of a table whose value is wrong: (the field's
+#: name, what was expected, what it got). ``read_table``'s own names the key's
+#: path (``key 'node[0].listen': expected ..., got ...``); a table whose errors
+#: have words of their own gives its own.
+FieldError = Callable[[str, str, object], ConfigError]
+
+
+class FileReader(TableReader, Protocol):
+    """A reader of a file's tables (cluster.toml's: ``cluster/config/_reader.py``),
+    for the checks whose errors name the file or whose paths start at its
+    directory."""
+
+    @property
+    def path(self) -> Path:
+        """The file."""
         ...
 
 
@@ -101,7 +123,8 @@ def _number(value: object, _: type) -> float:
 
 
 def _converter() -> cattrs.Converter:
-    made = cattrs.Converter(detailed_validation=True)
+    # a field with a reader (key(read=...)) gets the value as the table has it
+    made = cattrs.Converter(detailed_validation=True, prefer_attrib_converters=True)
     made.register_structure_hook(str, _string)
     made.register_structure_hook(bool, _boolean)
     made.register_structure_hook(int, _whole)
@@ -119,13 +142,17 @@ def key(
     *,
     default: Any = attrs.NOTHING,
     type_words: str | None = None,
+    read: Callable[[Any], Any] | None = None,
 ) -> Any:
     """A field of a table's schema: ``expected`` is what the error for a wrong
     value says was expected (it may name other keys of the table, as
     ``{name!r}``); ``check``, a test the value must pass besides its type;
     ``type_words``, what the error says for a value of the wrong type, when
     not ``expected``; ``default``, its value when the key is absent (none:
-    the key is required)."""
+    the key is required); ``read``, what makes the field's value (its type)
+    of the value as the table has it, when the converter cannot (a rate's
+    text into its record): it raises ``ValueError`` or ``ConfigError`` for a
+    value it does not take."""
 
     def validate(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
         if check is None or value is None or value == attribute.default:
@@ -133,9 +160,18 @@ def key(
         if not check(value):
             raise Expected(expected, attribute.name)
 
+    def convert(value: object, field: attrs.Attribute[Any]) -> object:
+        if read is None or value is None or value is field.default:
+            return value  # the default (the key is absent) is taken as it is
+        try:
+            return read(value)
+        except (ValueError, ConfigError):
+            raise Expected(expected, field.name) from None
+
     return attrs.field(
         default=default,
         validator=validate,
+        converter=attrs.Converter(convert, takes_field=True) if read is not None else None,
         metadata={"expected": expected, "type_words": type_words or expected, "check": check},
     )
 
@@ -151,11 +187,18 @@ def schema_required(schema: type[attrs.AttrsInstance]) -> tuple[str, ...]:
 
 
 def read_table(
-    reader: TableReader, table: Mapping[str, Any], prefix: str, kind: str, schema: type[T]
+    reader: TableReader,
+    table: Mapping[str, Any],
+    prefix: str,
+    kind: str,
+    schema: type[T],
+    *,
+    error: FieldError | None = None,
 ) -> T:
     """The table ``table`` at ``prefix`` (e.g. ``router[0]``), of ``kind``
     (its name in ``KNOWN_KEYS`` or an application's table), as a ``schema``
-    record: its keys checked, then each value.
+    record: its keys checked, then each value. ``error`` makes the error for
+    a wrong value (default: the reader's, naming the key's path).
 
     Raises:
         ConfigError: naming the file, the key's path, what was expected and
@@ -163,6 +206,12 @@ def read_table(
             key's nearest known one).
     """
     reader.keys(table, prefix, kind)
+    if error is None:
+        dot = f"{prefix}." if prefix else ""
+
+        def error(name: str, expected: str, got: object) -> ConfigError:
+            return reader.error(f"{dot}{name}", expected, got)
+
     attrs.resolve_types(schema)
     fields = {f.name: f for f in attrs.fields(schema)}
     given = {name: value for name, value in table.items() if name in fields}
@@ -174,17 +223,16 @@ def read_table(
         first = min((f for f in failed if f in fields), key=order.index, default=order[0])
         if first not in failed:  # an error of no field (none is known): its own words
             raise reader.error(prefix or kind, f"a table its schema reads ({exc})", None) from None
-        _check_before(reader, prefix, table, fields, order[: order.index(first)], given)
-        error = failed[first]
-        words = error.expected if isinstance(error, Expected) and error.key else None
-        raise _error(reader, prefix, fields[first], table, words) from None
+        _check_before(error, table, fields, order[: order.index(first)], given)
+        wrong = failed[first]
+        words = wrong.expected if isinstance(wrong, Expected) and wrong.key else None
+        raise _error(error, fields[first], table, words) from None
     except Expected as exc:  # a field's check (attrs runs them in the fields' order)
-        raise _error(reader, prefix, fields[exc.key], table, exc.expected) from None
+        raise _error(error, fields[exc.key], table, exc.expected) from None
 
 
 def _check_before(
-    reader: TableReader,
-    prefix: str,
+    error: FieldError,
     table: Mapping[str, Any],
     fields: Mapping[str, attrs.Attribute[Any]],
     names: list[str],
@@ -197,7 +245,7 @@ def _check_before(
         check = fields[name].metadata.get("check")
         value = given.get(name)
         if check is not None and value is not None and not check(value):
-            raise _error(reader, prefix, fields[name], table, fields[name].metadata["expected"])
+            raise _error(error, fields[name], table, fields[name].metadata["expected"])
 
 
 def _field_of(error: Exception) -> str:
@@ -210,8 +258,7 @@ def _field_of(error: Exception) -> str:
 
 
 def _error(
-    reader: TableReader,
-    prefix: str,
+    error: FieldError,
     field: attrs.Attribute[Any],
     table: Mapping[str, Any],
     expected: str | None,
@@ -221,5 +268,4 @@ def _error(
     # a template whose other key is absent or wrong stays as it is written
     with contextlib.suppress(KeyError, IndexError, ValueError):
         words = words.format_map(shown)
-    dot = f"{prefix}." if prefix else ""
-    return reader.error(f"{dot}{field.name}", words, table.get(field.name))
+    return error(field.name, words, table.get(field.name))
