@@ -214,17 +214,20 @@ def _encode(
     app = _app_properties(envelope, extra, node)
     if app is None:
         return _encode_with_proton(envelope, body, extra, node)
+    names = _names  # the recurring strings, encoded once (_name), looked up inline
+    to, reply_to, correlation_id = envelope.to, envelope.reply_to, envelope.correlation_id
+    expiry, creation = envelope.expiry_time, envelope.creation_time
     fields = [
         _string(envelope.message_id),
         _NULL,  # user-id
-        _name(envelope.to) if envelope.to else _NULL,
-        _name(envelope.subject),
-        _name(envelope.reply_to) if envelope.reply_to else _NULL,
-        _string(envelope.correlation_id) if envelope.correlation_id else _NULL,
+        (names.get(to) or _name(to)) if to else _NULL,
+        names.get(envelope.subject) or _name(envelope.subject),
+        (names.get(reply_to) or _name(reply_to)) if reply_to else _NULL,
+        _string(correlation_id) if correlation_id else _NULL,
         _JSON_SYMBOL,
         _NULL,  # content-encoding
-        _timestamp(envelope.expiry_time) if envelope.expiry_time else _NULL,
-        _timestamp(envelope.creation_time) if envelope.creation_time else _NULL,
+        _timestamp(expiry) if expiry else _NULL,
+        _timestamp(creation) if creation else _NULL,
     ]
     while fields[-1] is _NULL:
         fields.pop()
@@ -275,35 +278,54 @@ def _app_properties(
     envelope: Envelope, extra: Mapping[str, object] | None, node: str
 ) -> tuple[bytes, int] | None:
     """The application-properties map, or None if a value is not a simple type.
-    A signed message (``extra``) names the node it was signed for (``sig_node``)."""
+    A signed message (``extra``) names the node it was signed for (``sig_node``).
+
+    Per message: the usual values (text, integers) are told by their exact type
+    first, and the recurring strings (keys, states, key ids) come from ``_names``
+    without a call."""
     parts = [_KIND_LANG.get(envelope.kind) or _string("kind") + _string(envelope.kind) + _LANG]
+    append = parts.append
+    names = _names
     count = 4
     for items in (envelope.headers, extra):
         if not items:
             continue
         for key, value in items.items():
-            if value is None:
-                continue
-            if isinstance(value, bytes):
-                encoded = _binary(value)
-            elif value is True or value is False:
-                encoded = _TRUE if value else _FALSE
-            elif isinstance(value, str):
-                encoded = _name(value) if len(value) <= 40 else _string(value)
-            elif isinstance(value, int) and -(2**63) <= value < 2**63:
+            if type(value) is str:
+                encoded = (names.get(value) or _name(value)) if len(value) <= 40 else _string(value)
+            elif type(value) is int and -(2**63) <= value < 2**63:
                 encoded = b"\x81" + _pack_long(value)
-            elif isinstance(value, float):
-                encoded = b"\x82" + _pack_double(value)
+            elif value is None:
+                continue
             else:
-                return None
-            parts.append(_name(key))
-            parts.append(encoded)
+                found = _value(value)
+                if found is None:
+                    return None
+                encoded = found
+            append(names.get(key) or _name(key))
+            append(encoded)
             count += 2
     if extra:
-        parts.append(_SIG_NODE)
-        parts.append(_name(node))
+        append(_SIG_NODE)
+        append(names.get(node) or _name(node))
         count += 2
     return b"".join(parts), count
+
+
+def _value(value: object) -> bytes | None:
+    """An application property value of a type other than ``str`` or ``int``
+    (or a subclass of those), or None if it is not a simple AMQP type."""
+    if isinstance(value, bytes):
+        return _binary(value)
+    if value is True or value is False:
+        return _TRUE if value else _FALSE
+    if isinstance(value, str):
+        return _name(value) if len(value) <= 40 else _string(value)
+    if isinstance(value, int) and -(2**63) <= value < 2**63:
+        return b"\x81" + _pack_long(value)
+    if isinstance(value, float):
+        return b"\x82" + _pack_double(value)
+    return None
 
 
 _names: dict[str, bytes] = {}
@@ -376,13 +398,17 @@ def from_sections(sections: Sections, sender: str = "", role: Role | None = None
     only now, so that a receiver can authenticate it first), from ``sender``
     acting with ``role``."""
     properties, app, raw = sections
-    properties = properties + [None] * (10 - len(properties))
+    if len(properties) < 10:
+        properties = properties + [None] * (10 - len(properties))
     message_id = properties[0]
     if message_id is None:
         raise WireFormatError("message has no message-id property")
-    message_id = _id(message_id, "message-id")
+    if type(message_id) is not str:
+        message_id = _id(message_id, "message-id")
     body = _json_body(message_id, properties[6], raw)
     correlation_id = properties[5]
+    if correlation_id is not None and type(correlation_id) is not str:
+        correlation_id = _id(correlation_id, "correlation-id", message_id)
     expiry, creation = properties[8], properties[9]
     return _envelope(
         message_id,
@@ -390,7 +416,7 @@ def from_sections(sections: Sections, sender: str = "", role: Role | None = None
         properties[3],
         body,
         properties[4],
-        None if correlation_id is None else _id(correlation_id, "correlation-id", message_id),
+        correlation_id,
         creation / 1000 if creation else None,
         expiry / 1000 if expiry else None,
         dict(app),
