@@ -175,7 +175,10 @@ def encode(
             (and ``sig_node`` names).
     """
     try:
-        body = json_dumps(envelope.body)
+        try:
+            body = _dumps(envelope.body).encode()
+        except (TypeError, ValueError):
+            body = json_dumps(envelope.body)  # raises, saying what is not JSON
         extra = None
         if signer is not None:
             extra = signer(canonical(envelope, actor, body, node))
@@ -189,6 +192,7 @@ def encode(
 def canonical(envelope: Envelope, actor: str, body: bytes, node: str = "") -> bytes:
     """The bytes a signature over this envelope covers (docs/protocol.md §11.2),
     for ``actor`` on the node whose container id is ``node``."""
+    creation, expiry = envelope.creation_time, envelope.expiry_time
     return canonical_bytes(
         node=node,
         to=actor,
@@ -196,8 +200,8 @@ def canonical(envelope: Envelope, actor: str, body: bytes, node: str = "") -> by
         message_id=envelope.message_id,
         correlation_id=envelope.correlation_id,
         reply_to=envelope.reply_to,
-        creation_ms=to_ms(envelope.creation_time),
-        expiry_ms=to_ms(envelope.expiry_time),
+        creation_ms=round(creation * 1000) if creation else None,  # to_ms, inline
+        expiry_ms=round(expiry * 1000) if expiry else None,
         kind=envelope.kind,
         headers=envelope.headers,
         body=body,
@@ -295,6 +299,8 @@ def _app_properties(
                 encoded = (names.get(value) or _name(value)) if len(value) <= 40 else _string(value)
             elif type(value) is int and -(2**63) <= value < 2**63:
                 encoded = b"\x81" + _pack_long(value)
+            elif type(value) is bytes and len(value) < 256:  # a signature
+                encoded = b"\xa0" + _LENGTHS[len(value)] + value
             elif value is None:
                 continue
             else:
@@ -345,6 +351,10 @@ def _name(text: str) -> bytes:
 _LANG = _string("lang") + _string("py")
 _SIG_NODE = _string(SIG_NODE)
 _KIND_LANG = {kind: _string("kind") + _string(kind) + _LANG for kind in KINDS}
+
+
+#: One byte's worth of lengths, each as its byte (a vbin8's or a str8's size).
+_LENGTHS: Final = [bytes((size,)) for size in range(256)]
 
 
 def _binary(raw: bytes) -> bytes:
