@@ -316,10 +316,12 @@ def _canonical(address: str, properties: list[Any], app: dict[Any, Any], body: b
         # address is the caller's own (§8, §8.1).
         node=REPLY_NODE,
         to=address,
+        # Text as it is (no call per field); else its text, "" when absent
+        # (an empty correlation-id or reply-to is absent in the canonical form).
         subject=subject if type(subject) is str else _text(subject),
         message_id=message_id if type(message_id) is str else _text(message_id),
-        correlation_id=correlation_id if type(correlation_id) is str else _id(correlation_id),
-        reply_to=reply_to if type(reply_to) is str else _id(reply_to),
+        correlation_id=correlation_id if type(correlation_id) is str else _text(correlation_id),
+        reply_to=reply_to if reply_to is None or type(reply_to) is str else str(reply_to),
         creation_ms=creation,
         expiry_ms=expiry,
         kind=str(app.get("kind") or "command"),
@@ -331,8 +333,3 @@ def _canonical(address: str, properties: list[Any], app: dict[Any, Any], body: b
 def _text(value: object) -> str:
     """A property as the canonical form has it: its text, or empty if absent."""
     return "" if value is None else str(value)
-
-
-def _id(value: object) -> str | None:
-    """An optional property as the canonical form has it: its text, or None."""
-    return None if value is None else str(value)
