@@ -319,8 +319,9 @@ def _app_properties(
 
 
 def _value(value: object) -> bytes | None:
-    """An application property value of a type other than ``str`` or ``int``
-    (or a subclass of those), or None if it is not a simple AMQP type."""
+    """An application property value that ``_app_properties`` does not write
+    itself (a boolean, a double, a long binary, a subclass of ``str`` or
+    ``int``), or None if it is not a simple AMQP type."""
     if isinstance(value, bytes):
         return _binary(value)
     if value is True or value is False:
