@@ -133,3 +133,13 @@ def test_application_properties_read_as_proton_reads_them() -> None:
     sections = read_message(msg.encode())
     assert sections is not None
     assert sections[1] == properties
+
+
+def test_a_map_key_that_is_a_list_leaves_the_message_to_proton() -> None:
+    from actorctl.mailbox import read_message
+
+    properties = b"\x00\x53\x73\xc0\x04\x01\xa1\x01m"  # [message-id "m"]
+    app = b"\x00\x53\x74\xc1\x03\x02\x45\x40"  # {[]: null}: a key no dict can hold
+    data = b"\x00\x53\x75\xa0\x02[]"
+    assert read_message(properties + app + data) is None
+    assert read_message(properties + data) == (["m"], {}, b"[]")

@@ -45,6 +45,8 @@ def read_message(data: bytes) -> Sections | None:
         return _read_message(data)
     except (_Unsupported, IndexError, struct.error, UnicodeDecodeError, ValueError):
         return None
+    except TypeError:  # a map key that is a list or a map: not hashable
+        return None
 
 
 def _read_message(data: bytes) -> Sections | None:
@@ -55,16 +57,32 @@ def _read_message(data: bytes) -> Sections | None:
     while pos < end:
         if data[pos] != 0x00 or data[pos + 1] != 0x53:
             return None
-        code = data[pos + 2]
-        value, pos = _read(data, pos + 3)
-        if code == 0x73 and isinstance(value, list):
-            properties = value
-        elif code == 0x74 and isinstance(value, dict):
-            app = value
-        elif code == 0x75 and body is None and isinstance(value, bytes):
-            body = value
-        elif code not in _IGNORED_SECTIONS:
-            return None  # amqp-value, amqp-sequence, several data sections: proton's job
+        code, constructor = data[pos + 2], data[pos + 3]
+        # The sections every message has, in the forms actorctl writes them (a
+        # list32 of properties, a map32 of application properties, a vbin32 of
+        # data), are read without _read's dispatch; any other form goes there.
+        if code == 0x73 and constructor == 0xD0:
+            size, count = _U32(data, pos + 4)[0], _U32(data, pos + 8)[0]
+            properties, pos = _compound(data, pos + 12, count, False, pos + 8 + size)
+        elif code == 0x74 and constructor == 0xD1:
+            size, count = _U32(data, pos + 4)[0], _U32(data, pos + 8)[0]
+            app, pos = _map(data, pos + 12, count, pos + 8 + size)
+        elif code == 0x75 and constructor == 0xB0 and body is None:
+            start = pos + 8
+            pos = start + _U32(data, pos + 4)[0]
+            if pos > end:
+                return None  # truncated
+            body = bytes(data[start:pos])
+        else:
+            value, pos = _read(data, pos + 3)
+            if code == 0x73 and isinstance(value, list):
+                properties = value
+            elif code == 0x74 and isinstance(value, dict):
+                app = value
+            elif code == 0x75 and body is None and isinstance(value, bytes):
+                body = value
+            elif code not in _IGNORED_SECTIONS:
+                return None  # amqp-value, amqp-sequence, several data sections: proton's job
     if pos != end or body is None:
         return None
     return properties, app, body
@@ -163,6 +181,9 @@ def _map(data: bytes, pos: int, count: int, end: int) -> tuple[dict[Any, Any], i
         elif code == 0x40:
             value = None
             pos += 1
+        elif code == 0x81:  # a long: retries, and the like
+            value = _I64(data, pos + 1)[0]
+            pos += 9
         else:
             value, pos = _read(data, pos)
         result[key] = value  # a key given twice: the last one holds, as dict(pairs)

@@ -181,23 +181,47 @@ def _head(node: str, to: str) -> bytes:
 
 
 def _headers(headers: Mapping[str, object]) -> bytes:
-    """The header count, then each covered header's key and JSON value, by key."""
+    """The header count, then each covered header's key and JSON value, by key.
+
+    Per message: each key's length and bytes come from ``_keys`` (header names
+    recur), text and integer values skip ``_json_value``, and the pairs are
+    sorted by the keys as text (UTF-8 keeps the order of code points, so it is
+    the order of their bytes)."""
     if headers.keys() <= _UNCOVERED:  # the usual case: only kind, lang, signature
         return _NO_HEADERS
-    items = []  # (key bytes to sort by, the pair as written)
+    items = []  # (key, the pair as written)
+    keys = _keys
     for key, value in headers.items():
         if value is None or key in _UNCOVERED:
             continue
-        if not isinstance(key, str):
-            raise WireFormatError(f"application property key {key!r} is not a string")
-        raw_key, raw_value = key.encode(), _json_value(key, value)
-        items.append((raw_key, _u32(len(raw_key)) + raw_key + _u32(len(raw_value)) + raw_value))
+        head = keys.get(key) or _key(key)
+        if type(value) is str:
+            raw_value = _json_string(value).encode()
+        elif type(value) is int:
+            raw_value = b"%d" % value
+        else:
+            raw_value = _json_value(key, value)
+        items.append((key, head + _u32(len(raw_value)) + raw_value))
     if not items:
         return _NO_HEADERS
     if len(items) == 1:
         return _ONE_HEADER + items[0][1]
-    items.sort()  # keys are unique, so only the key bytes decide
+    items.sort()  # keys are unique, so only the keys decide
     return _u32(len(items)) + b"".join([pair for _, pair in items])
+
+
+# A header key's length and UTF-8 bytes, by key: bounded, past it made anew.
+_keys: dict[str, bytes] = {}
+
+
+def _key(key: object) -> bytes:
+    if not isinstance(key, str):
+        raise WireFormatError(f"application property key {key!r} is not a string")
+    raw = key.encode()
+    head = _u32(len(raw)) + raw
+    if len(_keys) < _MAX_HEADS:
+        _keys[key] = head
+    return head
 
 
 def _json_value(key: str, value: object) -> bytes:

@@ -175,7 +175,10 @@ def encode(
             (and ``sig_node`` names).
     """
     try:
-        body = json_dumps(envelope.body)
+        try:
+            body = _dumps(envelope.body).encode()
+        except (TypeError, ValueError):
+            body = json_dumps(envelope.body)  # raises, saying what is not JSON
         extra = None
         if signer is not None:
             extra = signer(canonical(envelope, actor, body, node))
@@ -189,6 +192,7 @@ def encode(
 def canonical(envelope: Envelope, actor: str, body: bytes, node: str = "") -> bytes:
     """The bytes a signature over this envelope covers (docs/protocol.md §11.2),
     for ``actor`` on the node whose container id is ``node``."""
+    creation, expiry = envelope.creation_time, envelope.expiry_time
     return canonical_bytes(
         node=node,
         to=actor,
@@ -196,8 +200,8 @@ def canonical(envelope: Envelope, actor: str, body: bytes, node: str = "") -> by
         message_id=envelope.message_id,
         correlation_id=envelope.correlation_id,
         reply_to=envelope.reply_to,
-        creation_ms=to_ms(envelope.creation_time),
-        expiry_ms=to_ms(envelope.expiry_time),
+        creation_ms=round(creation * 1000) if creation else None,  # to_ms, inline
+        expiry_ms=round(expiry * 1000) if expiry else None,
         kind=envelope.kind,
         headers=envelope.headers,
         body=body,
@@ -214,17 +218,20 @@ def _encode(
     app = _app_properties(envelope, extra, node)
     if app is None:
         return _encode_with_proton(envelope, body, extra, node)
+    names = _names  # the recurring strings, encoded once (_name), looked up inline
+    to, reply_to, correlation_id = envelope.to, envelope.reply_to, envelope.correlation_id
+    expiry, creation = envelope.expiry_time, envelope.creation_time
     fields = [
         _string(envelope.message_id),
         _NULL,  # user-id
-        _name(envelope.to) if envelope.to else _NULL,
-        _name(envelope.subject),
-        _name(envelope.reply_to) if envelope.reply_to else _NULL,
-        _string(envelope.correlation_id) if envelope.correlation_id else _NULL,
+        (names.get(to) or _name(to)) if to else _NULL,
+        names.get(envelope.subject) or _name(envelope.subject),
+        (names.get(reply_to) or _name(reply_to)) if reply_to else _NULL,
+        _string(correlation_id) if correlation_id else _NULL,
         _JSON_SYMBOL,
         _NULL,  # content-encoding
-        _timestamp(envelope.expiry_time) if envelope.expiry_time else _NULL,
-        _timestamp(envelope.creation_time) if envelope.creation_time else _NULL,
+        _timestamp(expiry) if expiry else _NULL,
+        _timestamp(creation) if creation else _NULL,
     ]
     while fields[-1] is _NULL:
         fields.pop()
@@ -275,35 +282,57 @@ def _app_properties(
     envelope: Envelope, extra: Mapping[str, object] | None, node: str
 ) -> tuple[bytes, int] | None:
     """The application-properties map, or None if a value is not a simple type.
-    A signed message (``extra``) names the node it was signed for (``sig_node``)."""
+    A signed message (``extra``) names the node it was signed for (``sig_node``).
+
+    Per message: the usual values (text, integers) are told by their exact type
+    first, and the recurring strings (keys, states, key ids) come from ``_names``
+    without a call."""
     parts = [_KIND_LANG.get(envelope.kind) or _string("kind") + _string(envelope.kind) + _LANG]
+    append = parts.append
+    names = _names
     count = 4
     for items in (envelope.headers, extra):
         if not items:
             continue
         for key, value in items.items():
-            if value is None:
-                continue
-            if isinstance(value, bytes):
-                encoded = _binary(value)
-            elif value is True or value is False:
-                encoded = _TRUE if value else _FALSE
-            elif isinstance(value, str):
-                encoded = _name(value) if len(value) <= 40 else _string(value)
-            elif isinstance(value, int) and -(2**63) <= value < 2**63:
+            if type(value) is str:
+                encoded = (names.get(value) or _name(value)) if len(value) <= 40 else _string(value)
+            elif type(value) is int and -(2**63) <= value < 2**63:
                 encoded = b"\x81" + _pack_long(value)
-            elif isinstance(value, float):
-                encoded = b"\x82" + _pack_double(value)
+            elif type(value) is bytes and len(value) < 256:  # a signature
+                encoded = b"\xa0" + _LENGTHS[len(value)] + value
+            elif value is None:
+                continue
             else:
-                return None
-            parts.append(_name(key))
-            parts.append(encoded)
+                found = _value(value)
+                if found is None:
+                    return None
+                encoded = found
+            append(names.get(key) or _name(key))
+            append(encoded)
             count += 2
     if extra:
-        parts.append(_SIG_NODE)
-        parts.append(_name(node))
+        append(_SIG_NODE)
+        append(names.get(node) or _name(node))
         count += 2
     return b"".join(parts), count
+
+
+def _value(value: object) -> bytes | None:
+    """An application property value that ``_app_properties`` does not write
+    itself (a boolean, a double, a long binary, a subclass of ``str`` or
+    ``int``), or None if it is not a simple AMQP type."""
+    if isinstance(value, bytes):
+        return _binary(value)
+    if value is True or value is False:
+        return _TRUE if value else _FALSE
+    if isinstance(value, str):
+        return _name(value) if len(value) <= 40 else _string(value)
+    if isinstance(value, int) and -(2**63) <= value < 2**63:
+        return b"\x81" + _pack_long(value)
+    if isinstance(value, float):
+        return b"\x82" + _pack_double(value)
+    return None
 
 
 _names: dict[str, bytes] = {}
@@ -323,6 +352,10 @@ def _name(text: str) -> bytes:
 _LANG = _string("lang") + _string("py")
 _SIG_NODE = _string(SIG_NODE)
 _KIND_LANG = {kind: _string("kind") + _string(kind) + _LANG for kind in KINDS}
+
+
+#: One byte's worth of lengths, each as its byte (a vbin8's or a str8's size).
+_LENGTHS: Final = [bytes((size,)) for size in range(256)]
 
 
 def _binary(raw: bytes) -> bytes:
@@ -376,13 +409,17 @@ def from_sections(sections: Sections, sender: str = "", role: Role | None = None
     only now, so that a receiver can authenticate it first), from ``sender``
     acting with ``role``."""
     properties, app, raw = sections
-    properties = properties + [None] * (10 - len(properties))
+    if len(properties) < 10:
+        properties = properties + [None] * (10 - len(properties))
     message_id = properties[0]
     if message_id is None:
         raise WireFormatError("message has no message-id property")
-    message_id = _id(message_id, "message-id")
+    if type(message_id) is not str:
+        message_id = _id(message_id, "message-id")
     body = _json_body(message_id, properties[6], raw)
     correlation_id = properties[5]
+    if correlation_id is not None and type(correlation_id) is not str:
+        correlation_id = _id(correlation_id, "correlation-id", message_id)
     expiry, creation = properties[8], properties[9]
     return _envelope(
         message_id,
@@ -390,7 +427,7 @@ def from_sections(sections: Sections, sender: str = "", role: Role | None = None
         properties[3],
         body,
         properties[4],
-        None if correlation_id is None else _id(correlation_id, "correlation-id", message_id),
+        correlation_id,
         creation / 1000 if creation else None,
         expiry / 1000 if expiry else None,
         dict(app),

@@ -73,8 +73,8 @@ class Pending:
     """One outgoing delivery, kept until the receiver settles it."""
 
     __slots__ = (
+        "_done",
         "again",
-        "done",
         "message",
         "message_id",
         "on_outcome",
@@ -113,14 +113,27 @@ class Pending:
         self.tries = 0  # how many times it was given back and sent again
         self.until = 0.0  # (trio time) the end of its resend window, once given back
         self.outcome: Outcome | None = None
-        self.done = trio.Event()
+        self._done: trio.Event | None = None  # made by the first sender that waits
+
+    @property
+    def done(self) -> trio.Event:
+        """Set once it has its final outcome. Made at the first look: most
+        senders never wait for it (a tell, a task sent unconfirmed), and an
+        event costs more than the rest of a delivery's record."""
+        event = self._done
+        if event is None:
+            event = self._done = trio.Event()
+            if self.outcome is not None:
+                event.set()
+        return event
 
     def resolve(self, outcome: Outcome, *, quiet: bool = False) -> None:
         """The final outcome: the sender is told (``quiet``: the caller logged it)."""
         if self.outcome is not None:
             return
         self.outcome = outcome
-        self.done.set()
+        if self._done is not None:
+            self._done.set()
         if self.on_outcome is not None:
             self.on_outcome(outcome)
         elif outcome.state != "accepted" and not quiet:

@@ -50,6 +50,8 @@ def recv(link: Any, size: int) -> bytes:
     buffer = bytearray(size)
     got = _link_recv(link, _from_buffer(buffer), size)
     _link_advance(link)
+    if got == size:  # the usual case: one copy, not a slice's and then its bytes'
+        return bytes(buffer)
     return bytes(buffer[:got]) if got >= 0 else b""
 
 

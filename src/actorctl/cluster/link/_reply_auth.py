@@ -306,22 +306,30 @@ def _canonical(address: str, properties: list[Any], app: dict[Any, Any], body: b
     """The canonical bytes (§11.2) of a reply that came back to ``address``."""
     message_id, subject, reply_to = properties[0], properties[3], properties[4]
     correlation_id, expiry, creation = properties[5], properties[8], properties[9]
-    for value in (expiry, creation):
-        # Only an AMQP timestamp is covered as written (as for a request).
-        if value is not None and type(value) is not int:
-            raise TypeError("creation-time and absolute-expiry-time must be timestamps")
+    # Only an AMQP timestamp is covered as written (as for a request).
+    if not (type(creation) is int or creation is None) or not (
+        type(expiry) is int or expiry is None
+    ):
+        raise TypeError("creation-time and absolute-expiry-time must be timestamps")
     return canonical_bytes(
         # A reply names its destination node in ``to`` already: the reply
         # address is the caller's own (§8, §8.1).
         node=REPLY_NODE,
         to=address,
-        subject="" if subject is None else str(subject),
-        message_id="" if message_id is None else str(message_id),
-        correlation_id=None if correlation_id is None else str(correlation_id),
-        reply_to=None if reply_to is None else str(reply_to),
+        # Text as it is (no call per field); else its text, "" when absent
+        # (an empty correlation-id or reply-to is absent in the canonical form).
+        subject=subject if type(subject) is str else _text(subject),
+        message_id=message_id if type(message_id) is str else _text(message_id),
+        correlation_id=correlation_id if type(correlation_id) is str else _text(correlation_id),
+        reply_to=reply_to if reply_to is None or type(reply_to) is str else str(reply_to),
         creation_ms=creation,
         expiry_ms=expiry,
         kind=str(app.get("kind") or "command"),
         headers=app,
         body=body,
     )
+
+
+def _text(value: object) -> str:
+    """A property as the canonical form has it: its text, or empty if absent."""
+    return "" if value is None else str(value)

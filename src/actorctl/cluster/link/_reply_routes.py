@@ -21,6 +21,7 @@ from ..._log import log
 from ...mailbox import Envelope
 from ._engine import Engine
 from ._limits import reply_queue_full
+from ._raw import lib
 from ._reply_auth import ReplySigning, encode_reply
 
 __all__ = ["ReplyRoutes"]
@@ -28,6 +29,7 @@ __all__ = ["ReplyRoutes"]
 #: How many reply addresses a node without a keyring remembers the owner of
 #: (their routes gone).
 _MAX_OWNERS = 10_000
+_queued = lib.pn_link_queued
 
 
 @final
@@ -115,11 +117,15 @@ class ReplyRoutes:
             return 0
         # Signed for the reply address, as the caller reads it off its link.
         data = encode_reply(envelope, None if signing is None else signing.signer())
-        full = reply_queue_full(link._impl, self.max_queued, self.max_queued_bytes)
-        if full is not None:
-            _no_credit(envelope, engine, full)
-            return len(data)  # there is a route: the reply was dropped there, and logged
-        engine.send_settled(link._impl, envelope.message_id.encode(), data)
+        impl = link._impl
+        # The bound's check: one C call while no reply waits for credit (the
+        # usual case), the whole of reply_queue_full only while some do.
+        if _queued(impl):
+            full = reply_queue_full(impl, self.max_queued, self.max_queued_bytes)
+            if full is not None:
+                _no_credit(envelope, engine, full)
+                return len(data)  # there is a route: the reply was dropped there, and logged
+        engine.send_settled(impl, envelope.message_id.encode(), data)
         return len(data)
 
 

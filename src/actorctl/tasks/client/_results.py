@@ -131,8 +131,10 @@ class AsyncResult:
         self._delivered = False  # a registry hands it its documents
         self._thread_done: threading.Event | None = None  # made by a get() that waits
         self._thread_lock = threading.Lock()  # guards it (a lock costs a 30th of an event)
-        self._done_trio = trio.Event()
-        self._changed = trio.Event()
+        # Made by whoever first waits in trio (most results are final before
+        # anyone awaits them: then neither is made at all).
+        self._done_trio: trio.Event | None = None
+        self._changed: trio.Event | None = None
 
     # -- what it knows -------------------------------------------------------------
 
@@ -235,12 +237,12 @@ class AsyncResult:
             self._check_tracked()
             with trio.move_on_after(math.inf if timeout is None else timeout):
                 with trio.move_on_after(FALLBACK_AFTER):
-                    await self._done_trio.wait()
+                    await self._done_event().wait()
                 fallback = self._fallback()
                 if fallback is not None:
                     await self._wait_or_fetch(fallback, None)
                 else:
-                    await self._done_trio.wait()
+                    await self._done_event().wait()
         if self._state not in READY_STATES:
             raise AskTimeout(f"{self._name()} not ready within {timeout:g} s")
         return self._outcome(propagate)
@@ -255,6 +257,8 @@ class AsyncResult:
         self._check_tracked()
         with trio.move_on_after(math.inf if timeout is None else timeout):
             while self._state not in states and self._state not in READY_STATES:
+                if self._changed is None:
+                    self._changed = trio.Event()
                 await self._changed.wait()
             return self._state
         raise AskTimeout(f"{self._name()} not in {states} within {timeout:g} s")
@@ -289,6 +293,15 @@ class AsyncResult:
                     self._thread_done.set()
             return self._thread_done
 
+    def _done_event(self) -> trio.Event:
+        """The trio event set when it is final, made at the first wait."""
+        event = self._done_trio
+        if event is None:
+            event = self._done_trio = trio.Event()
+            if self._state in READY_STATES:
+                event.set()
+        return event
+
     def _check_tracked(self) -> None:
         if not self._tracked:
             raise MisuseError(
@@ -322,7 +335,7 @@ class AsyncResult:
         with trio.move_on_after(math.inf if timeout is None else timeout):
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._fetch, lookup, None)
-                await self._done_trio.wait()
+                await self._done_event().wait()
                 nursery.cancel_scope.cancel()
 
     async def _fetch(self, lookup: Lookup, timeout: float | None) -> None:
@@ -373,9 +386,11 @@ class AsyncResult:
                 done = self._thread_done
             if done is not None:
                 done.set()
-            self._done_trio.set()
-        self._changed.set()
-        self._changed = trio.Event()
+            if self._done_trio is not None:
+                self._done_trio.set()
+        changed, self._changed = self._changed, None  # the next waiter makes a fresh one
+        if changed is not None:
+            changed.set()
 
     def mark_delivered(self) -> None:
         """Its documents are handed to it from now on (by a :class:`ResultRegistry`,
