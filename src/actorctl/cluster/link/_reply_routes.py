@@ -4,7 +4,7 @@ acknowledgement), signed for the address as the caller reads it off its
 link (docs/protocol.md §8.1).
 
 Inbound connections (``_inbound.py``) add and remove them; the node's outbox
-(``cluster/_outbox.py``) sends replies on them. On a node with a keyring a named
+(``cluster/outbox/_outbox.py``) sends replies on them. On a node with a keyring a named
 reply address names its key, and an attach proves it (``_reply_claims.py``):
 nothing is remembered per address. On a node without one, who first attached
 each named address (its certificate subject) is remembered here, so that
