@@ -205,7 +205,7 @@ def _property_wire(ending: str, i: int) -> bytes:
 
 def _connect(node: Node, nursery: trio.Nursery) -> trio.SocketStream:
     """A connection into ``node``, served as the node serves the ones it
-    accepts (``Node._on_incoming``), over a socket pair: bytes written on one
+    accepts (``NodeListener._on_incoming``), over a socket pair: bytes written on one
     end are readable on the other before the write returns, so the test knows
     when both sides have done all they will (``wait_all_tasks_blocked``)."""
     ours, theirs = trio.socket.socketpair()
@@ -213,9 +213,9 @@ def _connect(node: Node, nursery: trio.Nursery) -> trio.SocketStream:
         node.name,
         node.node_id,
         node.cells,
-        node.new_verifier(),
+        node.listener.new_verifier(),
         node.outbox.routes,
-        keeper=node._credit,
+        keeper=node.listener.credit,
         limits=node.limits,
     )
     engine = Engine(
