@@ -189,3 +189,31 @@ async def test_a_crash_releases_its_culprit_and_keeps_the_others_for_the_next_st
             }
             assert record.begun[-4:] == [0, 1, 3, 4]
             nursery.cancel_scope.cancel()
+
+
+async def test_idle_runners_take_the_next_messages_and_a_stop_ends_them() -> None:
+    record = Record()
+    record.go.set()
+    outcomes: list[Outcome] = []
+    async with open_node("host", host=None, insecure=True) as node:
+        cell = _cell(record, node.outbox)
+        with trio.fail_after(10):
+            async with trio.open_nursery() as nursery:
+                await nursery.start(cell.run)
+                # Given a burst handled, its runners left idle
+                for n in range(10):
+                    cell.mailbox.put_nowait(_message(n), outcomes.append)
+                await cell.mailbox.wait_settled()
+                await trio.testing.wait_all_tasks_blocked()
+                # When more arrive, one alone then a burst, then the idle
+                # runners take them, in their order
+                cell.mailbox.put_nowait(_message(10), outcomes.append)
+                await cell.mailbox.wait_settled()
+                for n in range(11, 20):
+                    cell.mailbox.put_nowait(_message(n), outcomes.append)
+                await cell.mailbox.wait_settled()
+                assert record.begun == list(range(20))
+                assert [o.state for o in outcomes] == ["accepted"] * 20
+                # And a stop ends the actor, its idle runners with it
+                cell.stop()
+    assert cell.state == "stopped"

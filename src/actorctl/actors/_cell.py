@@ -362,7 +362,7 @@ class ActorCell:
                 await self._handle(inbound)
         else:
             # Runners (``_runners.py``): each takes a message only when it
-            # handles it at once, in the order they arrived.
+            # begins it, so they begin in the order they arrived.
             runners = Runners(
                 self.mailbox, self._concurrency, self._take, self._handle, self._wait_arrival
             )
