@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import trio
+import trio.testing
 
 from actorctl import Envelope
 from actorctl.mailbox import ACCEPTED, RELEASED, Mailbox, Outcome
@@ -151,3 +152,30 @@ def test_modified_released_and_stopping_messages_leave_a_link_its_credit() -> No
     box.reopen()
     assert link.credit == 4
     box.put_nowait(_envelope(100), None)
+
+
+async def test_wait_arrival_wakes_on_the_next_message_or_a_close_and_takes_none() -> None:
+    box = Mailbox(10)
+    woken: list[int] = []
+
+    async def waiter() -> None:
+        await box.wait_arrival()
+        woken.append(box.pending)
+
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            # Given a task waiting for an arrival
+            nursery.start_soon(waiter)
+            await trio.testing.wait_all_tasks_blocked()
+            assert woken == []
+            # When a message arrives, then it wakes and the message is still queued
+            box.put_nowait(_envelope(1), None)
+        assert woken == [1]
+        assert box.receive_nowait().envelope.message_id == "1"
+        async with trio.open_nursery() as nursery:
+            # And a close wakes a waiter too, and one that comes after it at once
+            nursery.start_soon(waiter)
+            await trio.testing.wait_all_tasks_blocked()
+            box.close()
+        await box.wait_arrival()
+    assert woken == [1, 0]

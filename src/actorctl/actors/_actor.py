@@ -49,6 +49,9 @@ class Actor(Behaviour):
       the link credit its node grants to senders.
     - ``concurrency``: how many messages it handles at once (default 1, one at a
       time, as actors do); plain ``def`` handlers run in that many threads.
+      Above 1, messages still begin in the order they arrived: each handler
+      runs up to its first checkpoint (its first ``await`` that waits)
+      before the next message is taken (``_runners.py``).
     - ``dedup_count``, ``dedup_seconds``: the idempotent-receiver window. A message
       whose id was handled within the last ``dedup_seconds`` (and among the last
       ``dedup_count``) is answered as the first time and not run again. The

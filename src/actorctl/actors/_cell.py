@@ -28,6 +28,7 @@ from ._dispatch import Dispatch
 from ._handlers import Behaviour
 from ._monitor import Monitors
 from ._ref import Outbox
+from ._runners import Runners
 
 __all__ = ["ActorCell", "CellState"]
 
@@ -360,16 +361,12 @@ class ActorCell:
             while (inbound := await self._next()) is not None:
                 await self._handle(inbound)
         else:
-            slots = trio.Semaphore(self._concurrency)
-            async with trio.open_nursery() as nursery:
-                # A slot first, then a message: none is taken from the mailbox
-                # to wait here, where a stop would not release it.
-                while True:
-                    await slots.acquire()
-                    if (inbound := await self._next()) is None:
-                        slots.release()
-                        break
-                    nursery.start_soon(self._handle, inbound, slots)
+            # Runners (``_runners.py``): each takes a message only when it
+            # begins it, so they begin in the order they arrived.
+            runners = Runners(
+                self.mailbox, self._concurrency, self._take, self._handle, self._wait_arrival
+            )
+            await runners.drain()
         return self.mailbox.closed
 
     def _crashed(self, error: Exception) -> None:
@@ -487,7 +484,28 @@ class ActorCell:
         except trio.EndOfChannel:
             return None
 
-    async def _handle(self, inbound: Inbound, slots: trio.Semaphore | None = None) -> None:
+    async def _take(self) -> Inbound | None:
+        """A runner's next message: what is queued, or None (none is, or the
+        mailbox closed). A checkpoint before every ``_YIELD_EVERY``-th, never
+        between taking one and beginning it (``_runners.py``)."""
+        self._taken += 1
+        if not self._taken % _YIELD_EVERY:
+            await trio.lowlevel.checkpoint()
+        try:
+            return self.mailbox.receive_nowait()
+        except (trio.WouldBlock, trio.EndOfChannel):
+            return None
+
+    async def _wait_arrival(self) -> None:
+        """The turn's task waits for a message for its runners (parked: see
+        ``_end_turn_when_idle``)."""
+        self._parked = True
+        try:
+            await self.mailbox.wait_arrival()
+        finally:
+            self._parked = False
+
+    async def _handle(self, inbound: Inbound) -> None:
         # Kept while it runs: a restart puts it back in the mailbox.
         self._inflight[inbound] = None
         try:
@@ -501,9 +519,6 @@ class ActorCell:
                 self._culprits = []
             self._culprits.append(inbound)
             raise
-        finally:
-            if slots is not None:
-                slots.release()
         self._inflight.pop(inbound, None)
 
     async def dispatch_with(self, behaviour: Behaviour, envelope: Envelope) -> Handled:

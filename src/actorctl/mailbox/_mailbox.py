@@ -142,7 +142,9 @@ class Mailbox:
 
     An idle mailbox is small (a node may host 100,000 idle actors): its queue,
     its links and the event a waiting receiver parks on are made when first
-    needed. One task receives from it (the actor's).
+    needed. One task receives from it (the actor's), or waits for arrivals
+    (:meth:`wait_arrival`) while others take what is queued without waiting
+    (an actor's runners, ``actors/_runners.py``).
     """
 
     __slots__ = (
@@ -330,6 +332,24 @@ class Mailbox:
                 if self._arrived is arrived:
                     self._arrived = None
                 raise
+
+    async def wait_arrival(self) -> None:
+        """Wait until the next message arrives, or the mailbox closes (at once
+        if it is closed), taking none: for a receiver whose messages other
+        tasks take (an actor's runners). The one task that waits here is then
+        its receiver, and no other may wait in :meth:`receive` meanwhile."""
+        if self._closed:
+            await trio.lowlevel.checkpoint()
+            return
+        arrived = self._arrived
+        if arrived is None:
+            arrived = self._arrived = trio.Event()
+        try:
+            await arrived.wait()
+        except BaseException:
+            if self._arrived is arrived:
+                self._arrived = None  # as in receive: the next arrival goes to on_arrival
+            raise
 
     async def wait_settled(self) -> None:
         """Wait until every message it took has been settled (none queued,

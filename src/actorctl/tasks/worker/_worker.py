@@ -264,6 +264,9 @@ class TaskWorker(Actor):
         holdings = self.state.holdings
         if signals.task_received.receivers:
             hooks.received(task, task_id, envelope_retries(envelope), args, kwargs)
+        # Taken before this task's first checkpoint: the cell begins messages
+        # in the order they came (actors/_runners.py), and so their tickets
+        # are taken in that order (the gate's order among equal priorities).
         try:
             ticket = await holdings.enter(
                 self.gate, envelope.message_id, held, envelope.headers, key
