@@ -18,7 +18,7 @@ run slot are given back at once, unsettled (``released``: the pool's router
 sends each to another worker, a direct sender sends it again after the next
 start), and those running finish within the node's grace (docs/guarantees.md).
 
-A worker on a fenced node (``cluster/_fence.py``: its lease in etcd ended while
+A worker on a fenced node (``cluster/membership/_fence.py``: its lease in etcd ended while
 it was cut off, and the others sent its work elsewhere) starts no task: it
 hands each back ``modified`` (``actorctl:fenced``), before it waits for a run
 slot and again once it has one, so that a task sent again elsewhere does not
