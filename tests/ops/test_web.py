@@ -22,7 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from actorctl import open_node
 from actorctl.cluster import load_cluster
 from actorctl.cluster._http import http_get
-from tests.apps.task_app import add, always_down, app
+from tests.apps.task_app import add, always_down, app, decode
 from tests.support.metrics import lint
 from tests.support.web import CHROMIUM, CHROMIUM_ARGS, client_context, with_web
 
@@ -167,12 +167,55 @@ async def test_a_control_action_needs_the_operators_certificate(task_cluster: Pa
     assert allowed[0] == 200, allowed
 
 
-async def _post(host: str, port: int, context: ssl.SSLContext) -> tuple[int, Any]:
+async def test_the_page_suspends_and_resumes_a_task_on_every_task_node(
+    task_cluster: Path,
+) -> None:
+    # Given the running cluster and the operator's certificate
+    config = load_cluster(task_cluster)
+    assert config.web is not None
+    host, port = config.web
+    context = client_context(task_cluster, operator=True)
+    with trio.fail_after(WAIT):
+        # When the page's suspend action (the task layer's) names a task
+        suspended = await _post(host, port, context, "suspend", {"task": decode.name})
+        # ... and then resumes it
+        resumed = await _post(
+            host, port, context, "suspend", {"task": decode.name, "suspended": False}
+        )
+        # ... or is given no task, or an action nobody declared is asked
+        nameless = await _post(host, port, context, "suspend", {})
+        undeclared = await _post(host, port, context, "purge", {})
+    # Then every task node answers that it keeps the task suspended, then not
+    assert suspended[0] == 200, suspended
+    nodes = suspended[1]["answer"]
+    assert {"worker-1", "worker-2"} <= set(nodes), nodes
+    assert {n: a["overrides"][decode.name] for n, a in nodes.items()} == {
+        n: {"suspended": True} for n in nodes
+    }
+    assert resumed[0] == 200, resumed
+    assert {n: a["overrides"][decode.name] for n, a in resumed[1]["answer"].items()} == {
+        n: {"suspended": False} for n in nodes
+    }
+    # ... a body without the task is refused, naming the field
+    assert nameless[0] == 400, nameless
+    assert "'task'" in nameless[1]["error"]
+    # ... and an undeclared action is not found, naming the page's actions
+    assert undeclared[0] == 404, undeclared
+    assert "(revoke, suspend, retry)" in undeclared[1]["error"]
+
+
+async def _post(
+    host: str,
+    port: int,
+    context: ssl.SSLContext,
+    action: str = "revoke",
+    value: Any = None,
+) -> tuple[int, Any]:
     stream = trio.SSLStream(await trio.open_tcp_stream(host, port), context, server_hostname=host)
-    body = json.dumps({"task_id": "no-such-task"}).encode()
+    body = json.dumps({"task_id": "no-such-task"} if value is None else value).encode()
     head = (
-        f"POST /api/control/revoke HTTP/1.1\r\nHost: {host}\r\nContent-Length: {len(body)}\r\n"
-        "Connection: close\r\n\r\n"
+        f"POST /api/control/{action} HTTP/1.1\r\nHost: {host}\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
     )
     await stream.send_all(head.encode() + body)
     data = b""

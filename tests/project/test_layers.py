@@ -284,17 +284,17 @@ def test_the_getattr_check_sees_a_getattr_on_an_outbox(tmp_path: Path) -> None:
 # Docstrings and comments may mention the task layer (they explain it), and
 # words the runtime owns as well (a router's pool, a trio task) are not here.
 TASK_WORDS = frozenset({"beat", "periodic", "scheduler", "services", "chord", "chords"})
-# Strings that are one of the task layer's words whole: its cluster.toml keys
-# and its package's name. Within a name or a sentence they are the runtime's
-# too (a router's pools, a trio task), as a key or a value alone they are not
-# (the node record named its workers "pools" before issue 29). With TASK_WORDS
-# these are the words the project's structure check looks for, in the layers
-# it looks in (mailbox to cluster). The ops tier still holds two: the web
-# page's task actions (ops/_web.py) and the task counters' label
-# (ops/_scrape.py), both for the task layer's AppPage to declare.
-TASK_STRINGS = frozenset({"pools", "source", "sources", "task", "tasks"})
-STRINGS_CHECKED = RUNTIME - {"ops"}
-TASK_PREFIXES = ("source.", "[[periodic", "[[source", "[[task")
+# Strings that are one of the task layer's words whole: its cluster.toml keys,
+# its package's name and its control actor's. Within a name or a sentence they
+# are the runtime's too (a router's pools, a trio task), as a key or a value
+# alone they are not (the node record named its workers "pools" before issue
+# 29). With TASK_WORDS these are the words the project's structure check looks
+# for, in every layer of the runtime, the ops tier too: the web page's task
+# actions and the task counters' names and label are the task layer's to
+# declare (its AppPage: tasks/_page.py), since issue 29.
+TASK_STRINGS = frozenset({"pools", "source", "sources", "task", "tasks", "_tasks"})
+STRINGS_CHECKED = RUNTIME
+TASK_PREFIXES = ("source.", "[[periodic", "[[source", "[[task", "actorctl_task_")
 
 
 def _task_words(path: Path, root: Path = SRC, *, strings: bool = True) -> list[str]:
@@ -355,6 +355,40 @@ def test_the_runtime_knows_no_word_of_the_task_layer() -> None:
     assert found == []
 
 
+# The task layer's words in the web page's HTML (ops/_page.html): its control
+# actions and its runs' states. (The page's Task section is a trace of an
+# eliot task, the runtime's word as much as the task layer's; ``retry`` is the
+# page's own action, of a dead letter.)
+PAGE_WORDS = re.compile(r"\b(revoke|suspend|SUCCESS|FAILURE|REVOKED|RETRY)\b")
+
+
+def _page_words(path: Path) -> list[str]:
+    """Each line of ``path`` that holds one of PAGE_WORDS or TASK_WORDS."""
+    found = []
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        words = set(re.findall(r"[a-z]+", line.lower()))
+        if PAGE_WORDS.search(line) or words & TASK_WORDS:
+            found.append(f"{path.name}:{number} {line.strip()[:60]}")
+    return found
+
+
+def test_the_web_page_knows_no_word_of_the_task_layer() -> None:
+    # The task layer's forms and colours are its page script's (tasks/_page.js).
+    found = [hit for path in sorted((SRC / "ops").glob("*.html")) for hit in _page_words(path)]
+    assert found == []
+
+
+def test_the_page_word_check_sees_an_action_form(tmp_path: Path) -> None:
+    # A guard on the check itself: what the page held before issue 29.
+    probe = tmp_path / "probe.html"
+    probe.write_text(
+        '<form id="revokeform"><button>revoke</button></form>\n'
+        ".SUCCESS { color: #060; }\n"
+        "<button onclick=\"control('retry')\">retry</button>\n"
+    )
+    assert [hit.partition(" ")[0] for hit in _page_words(probe)] == ["probe.html:1", "probe.html:2"]
+
+
 def test_the_task_word_check_sees_a_role_name_and_a_table(tmp_path: Path) -> None:
     # A guard on the check itself: what the runtime held before.
     probe = tmp_path / "probe.py"
@@ -362,11 +396,12 @@ def test_the_task_word_check_sees_a_role_name_and_a_table(tmp_path: Path) -> Non
         'SCHEDULER_ROLE = "scheduler"\nKEYS = {"periodic": 1}\nname = "source." + x\n'
         "class BeatLease: ...\nasync def schedules(chords=1): ...\nf(services=2)\n"
         'body.get("pools", {})\nlog("the pools of a router", pools=1)\n'
+        'AGENT = "_tasks"\nNAMED = {"actorctl_task_messages_failed_total": 1}\n'
     )
     found = {hit.partition(" ")[2] for hit in _task_words(probe, tmp_path)}
     assert found == {
         *("SCHEDULER_ROLE", "'scheduler'", "'periodic'", "'source.'", "BeatLease"),
-        *("chords", "services", "'pools'"),
+        *("chords", "services", "'pools'", "'_tasks'", "'actorctl_task_messages_failed_total'"),
     }
 
 

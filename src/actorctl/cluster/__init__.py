@@ -28,6 +28,8 @@ from ._router import Router as Router
 from .config._app import AppPage as AppPage
 from .config._app import AppReload as AppReload
 from .config._app import AppTable as AppTable
+from .config._app import PageAction as PageAction
+from .config._app import PageCounters as PageCounters
 from .config._app import PageFeed as PageFeed
 from .config._config import SHUTDOWN_GRACE as SHUTDOWN_GRACE
 from .config._config import ClusterApp as ClusterApp

@@ -3,8 +3,9 @@
 ``actorctl_node_up`` 0 for a node that did not answer, with why), and keeps a
 few minutes of samples for the web page's plots (with their wall times, for
 the time axes): per node the messages its actors handled and their mean
-handler latency, per name of a worker's named counters (a task) its runs that
-succeeded, failed and were retried.
+handler latency, and per name of the application's named counters (its
+``AppPage.counters``: a task, say) the counts of the outcomes it plots (the
+runs that succeeded, failed and were retried).
 
 Messages done are the work of the nodes: an actor whose name begins with
 ``_`` is a node's agent (``_node``, ``_deadletters``, ``_health``, an
@@ -29,6 +30,7 @@ from prometheus_client.registry import Collector
 
 from ..cluster._http import http_get
 from ..cluster._metrics import render
+from ..cluster.config._app import PageCounters
 
 __all__ = ["Scraper"]
 
@@ -38,13 +40,6 @@ _DONE: Final = ("actorctl_actor_messages_handled_total", "actorctl_actor_message
 _LATENCY: Final = "actorctl_actor_handler_duration_seconds"
 #: An actor whose name begins with this is a node's agent: its messages are not work.
 AGENT_PREFIX: Final = "_"
-#: The named counters' outcomes the page plots per name: metric -> its key.
-_NAMED: Final = {
-    "actorctl_task_messages_succeeded_total": "succeeded",
-    "actorctl_task_messages_failed_total": "failed",
-    "actorctl_task_messages_retried_total": "retried",
-}
-_NAMED_LABEL: Final = "task"
 
 #: Per node (messages done, latency sum, latency count).
 NodePoint = dict[str, tuple[float, float, float]]
@@ -69,13 +64,21 @@ class Scraper:
     Args:
         targets: read afresh at each scrape (nodes restart on other ports).
         timeout: seconds each node gets to answer.
+        counters: the application's named counters to sample per name (its
+            ``AppPage.counters``; None: none).
     """
 
     def __init__(
-        self, targets: Callable[[], Mapping[str, str | None]], timeout: float = 2.0
+        self,
+        targets: Callable[[], Mapping[str, str | None]],
+        timeout: float = 2.0,
+        counters: PageCounters | None = None,
     ) -> None:
         self._targets = targets
         self._timeout = timeout
+        #: The sampled counters' sample names, each to its outcome; and their label.
+        self._named = counters.metrics() if counters is not None else {}
+        self._label = counters.schema.label if counters is not None else ""
         #: (monotonic time, wall time, per node, per name): KEEP of them.
         self.samples: collections.deque[tuple[float, float, NodePoint, NamedPoint]] = (
             collections.deque(maxlen=KEEP)
@@ -155,8 +158,8 @@ class Scraper:
                         total += s.value
                     elif s.name == f"{_LATENCY}_count":
                         count += s.value
-                    elif (outcome := _NAMED.get(s.name)) is not None:
-                        counts = mine.setdefault(s.labels.get(_NAMED_LABEL, ""), {})
+                    elif (outcome := self._named.get(s.name)) is not None:
+                        counts = mine.setdefault(s.labels.get(self._label, ""), {})
                         counts[outcome] = counts.get(outcome, 0.0) + s.value
             point[node] = (done, total, count)
         self.samples.append((trio.current_time(), time.time(), point, named))
@@ -179,12 +182,12 @@ class Scraper:
         return out
 
     def named(self) -> dict[str, dict[str, Any]]:
-        """Per name (a task): ``totals``, its counts now (``succeeded``,
-        ``failed``, ``retried``, summed over the nodes that answered the last
-        scrape), and ``points`` between samples: ``at`` (wall time), ``dt``
-        (seconds since the sample before) and each outcome per second, from
-        the nodes that answered both (a name a node
-        had not counted yet counts from 0)."""
+        """Per name (a task): ``totals``, its counts now (of each outcome of
+        the counters, ``succeeded``, ``failed``, ``retried`` say, summed over
+        the nodes that answered the last scrape), and ``points`` between
+        samples: ``at`` (wall time), ``dt`` (seconds since the sample before)
+        and each outcome per second, from the nodes that answered both (a name
+        a node had not counted yet counts from 0)."""
         out: dict[str, dict[str, Any]] = {}
         if self.samples:
             for counts in self.samples[-1][3].values():

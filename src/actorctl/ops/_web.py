@@ -18,11 +18,12 @@ last rows, in the snapshot's ``app``; ``/api/feed/KEY?q=TEXT`` searches a
 window) and the script that draws them (``/app.js``, run after the page's
 own, which gives it its helpers as ``window.actorctl``).
 
-Everything is read-only, except ``POST /api/control/ACTION`` (revoke a task,
-retry a dead letter, suspend a task type), which only a client presenting
-the operator's certificate (the ``cli`` one, from the cluster's CA) may ask:
-the server verifies a certificate when one is given, and refuses a control
-action without it (403).
+Everything is read-only, except ``POST /api/control/ACTION``: the page's own
+``retry`` (of a dead letter) and the actions the application declares
+(``AppPage.actions``, each broadcast to an actor of every node), which only
+a client presenting the operator's certificate (the ``cli`` one, from the
+cluster's CA) may ask: the server verifies a certificate when one is given,
+and refuses a control action without it (403).
 """
 
 from __future__ import annotations
@@ -30,16 +31,18 @@ from __future__ import annotations
 import json
 import ssl
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any, Final, final
 
 import trio
 
+from .._errors import ConfigError
 from .._log import log
 from ..cluster._http import Request, Response, failure_text, log_failure
 from ..cluster._metrics import CONTENT_TYPE
+from ..cluster.config._app import PageAction
 from ..cluster.link._tls import TlsFiles
 from ._feeds import Feeds
 from ._scrape import Scraper
@@ -49,8 +52,10 @@ __all__ = ["OPERATOR", "WebApp", "server_context"]
 
 #: The name on the certificate a control action needs (the CLI's: the operator's).
 OPERATOR: Final = "cli"
-#: The tasks agent of a task app's node (its ``limit`` and ``revoke`` handlers).
-TASKS_AGENT: Final = "_tasks"
+#: The page's own control action: re-drive a dead letter.
+RETRY: Final = "retry"
+#: Seconds the nodes get to answer an application's action (the Controller's broadcast).
+ACTION_TIMEOUT: Final = 5.0
 _JSON: Final = "application/json"
 
 #: Asks the Controller ``handler`` with ``args``.
@@ -84,6 +89,7 @@ class WebApp:
         log_dir: where the nodes' log files are (for task traces).
         feeds: what the application's sections ask of the nodes (None: none).
         script: the application's script for its sections (``/app.js``).
+        actions: the application's control actions (``AppPage.actions``).
     """
 
     def __init__(
@@ -95,7 +101,9 @@ class WebApp:
         cluster: str,
         feeds: Feeds | None = None,
         script: str = "",
+        actions: Sequence[PageAction] = (),
     ) -> None:
+        self._actions = _actions_by_name(actions)
         self._feeds = feeds
         self._script = script.encode()
         self._ask = ask
@@ -247,25 +255,38 @@ class WebApp:
                     "without it"
                 },
             )
+        declared = self._actions.get(action)
+        if declared is None and action != RETRY:
+            known = ", ".join([*self._actions, RETRY])
+            return _json(404, {"error": f"no action {action!r} ({known})"})
         try:
             body = json.loads(request.body or b"{}")
-            args: list[Any]
-            if action == "revoke":
-                args = [[str(body["task_id"])]]
-                answer = await self._ask("broadcast", TASKS_AGENT, "revoke", args, 5.0)
-            elif action == "suspend":
-                args = [str(body["task"]), "suspended", bool(body.get("suspended", True))]
-                answer = await self._ask("broadcast", TASKS_AGENT, "limit", args, 5.0)
-            elif action == "retry":
+            if declared is None:
                 answer = await self._ask("deadletters", "retry", str(body["letter_id"]))
             else:
-                return _json(404, {"error": f"no action {action!r} (revoke, suspend, retry)"})
+                args = declared.args(body)
+                answer = await self._ask(
+                    "broadcast", declared.actor, declared.op, args, ACTION_TIMEOUT
+                )
         except (KeyError, ValueError) as exc:
             return _json(400, {"error": f"{action}: a JSON body with {exc}"})
         except Exception as exc:  # the Controller's answer: shown on the page
             return _json(502, {"error": f"{type(exc).__name__}: {exc}"})
         log("actorctl:web:control", action=action, body=body)
         return _json(200, {"action": action, "answer": answer})
+
+
+def _actions_by_name(actions: Sequence[PageAction]) -> dict[str, PageAction]:
+    """The application's actions by name: each name once, none the page's own."""
+    found: dict[str, PageAction] = {}
+    for action in actions:
+        if action.name in found or action.name == RETRY:
+            raise ConfigError(
+                f"AppPage.actions: {action.name!r} is named twice, or is the page's own "
+                f"({RETRY!r}): give each action a name of its own"
+            )
+        found[action.name] = action
+    return found
 
 
 def _json(status: int, value: Any) -> Response:

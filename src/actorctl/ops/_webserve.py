@@ -12,6 +12,7 @@ import trio
 from ..actors import ActorRef
 from ..cluster._http import serve_http
 from ..cluster._node import Node
+from ..cluster.config._app import AppPage
 from ..cluster.config._config import ClusterConfig
 from ..cluster.link._tls import TlsFiles
 from ._feeds import Feeds
@@ -57,10 +58,13 @@ async def serve_web(
             for name, s in states.items()
         ]
 
-    page = config.app.page if config.app is not None else None
-    feeds = Feeds(page.feeds, ask, config.web_window) if page is not None else None
-    script = page.script if page is not None else ""
-    app = WebApp(ask, Scraper(targets), nodes, config.root / "logs", config.name, feeds, script)
+    declared = config.app.page if config.app is not None else None
+    page = declared if declared is not None else AppPage()
+    feeds = Feeds(page.feeds, ask, config.web_window) if declared is not None else None
+    scraper = Scraper(targets, counters=page.counters)
+    app = WebApp(
+        ask, scraper, nodes, config.root / "logs", config.name, feeds, page.script, page.actions
+    )
     context = (
         None if config.insecure else server_context(TlsFiles.from_dir(config.certs, _CONTROLLER))
     )

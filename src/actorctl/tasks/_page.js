@@ -2,10 +2,27 @@
 // what Flower shows of a Celery cluster. It runs after the page's own script,
 // and draws from each snapshot's `app.tasks` (the window of the last runs, by
 // state), `app.overview` (each node's workers, limits, running, waiting and
-// delayed tasks, schedules) and `named` (the task counters, sampled).
+// delayed tasks, schedules) and `named` (the task counters, sampled); and
+// the forms of its control actions (revoke, suspend) in the page's Control section.
 "use strict";
 (() => {
-  const {$, text, row, clear, fmt, clock, chart, legend, pick, showTask, onRender} = window.actorctl;
+  const {$, text, row, clear, fmt, clock, chart, legend, pick, control, showTask, onRender} =
+    window.actorctl;
+
+  // The colours of the tasks' states.
+  const style = document.createElement("style");
+  style.textContent = ".SUCCESS { color: #060; } .FAILURE, .REVOKED { color: #b00; } .RETRY { color: #b60; }";
+  document.head.appendChild(style);
+
+  // The page's task actions (tasks/_page.py: POST /api/control/revoke and /suspend).
+  $("app-control").innerHTML = `
+<form id="revokeform"><input id="revokeid" placeholder="task id" size="40"> <button>revoke</button></form>
+<form id="suspendform"><input id="suspendtask" placeholder="task name" size="40"> <button>suspend</button></form>
+`;
+  $("revokeform").onsubmit = (e) => {
+    e.preventDefault(); control("revoke", {task_id: $("revokeid").value.trim()}); };
+  $("suspendform").onsubmit = (e) => {
+    e.preventDefault(); control("suspend", {task: $("suspendtask").value.trim()}); };
 
   const RUN_HEAD = "<th>finished</th><th>task id</th><th>name</th><th>arguments</th><th>state</th>" +
     "<th>result or error</th><th>run time</th><th>worker</th><th>retries</th>";

@@ -13,19 +13,38 @@ second while it is open:
   and on the services node the delayed tasks and the periodic schedules.
 
 Counts and failure rates per task over time come from the task counters in
-the nodes' metrics, which the Controller samples anyway. ``_page.js`` draws
-all of it.
+the nodes' metrics (``TASK_COUNTERS``), which the Controller samples anyway.
+``_page.js`` draws all of it, and the forms of the page's two task actions,
+which the Controller broadcasts to every node's ``_tasks`` (docs/operations.md):
+
+- ``revoke`` (``{"task_id": ID}``): ``revoke([ID])``;
+- ``suspend`` (``{"task": NAME, "suspended": true}``): ``limit(NAME,
+  "suspended", true)``; ``false`` resumes it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from importlib import resources
+from typing import Any, Final
 
-from ..cluster import AppPage, PageFeed
+from ..cluster import AppPage, PageAction, PageCounters, PageFeed
 from ..cluster.config._app import WINDOW
 from .protocol._protocol import CONTROL
+from .worker._inspect import TASK_COUNTERS
 
 __all__ = ["task_page"]
+
+#: The outcomes of a task's runs the page plots per task (metric suffixes of TASK_COUNTERS).
+PLOTTED: Final = ("succeeded", "failed", "retried")
+
+
+def _revoke(body: Mapping[str, Any]) -> list[Any]:
+    return [[str(body["task_id"])]]
+
+
+def _suspend(body: Mapping[str, Any]) -> list[Any]:
+    return [str(body["task"]), "suspended", bool(body.get("suspended", True))]
 
 
 def task_page() -> AppPage:
@@ -37,4 +56,9 @@ def task_page() -> AppPage:
             PageFeed("overview", CONTROL, "overview"),
         ),
         script=script,
+        actions=(
+            PageAction("revoke", CONTROL, "revoke", _revoke),
+            PageAction("suspend", CONTROL, "limit", _suspend),
+        ),
+        counters=PageCounters(TASK_COUNTERS, PLOTTED),
     )
