@@ -19,8 +19,8 @@
 
 Each table is read as a :class:`BoxedTable` record (``_schema.py``), its keys
 refused as the supervision tables' are; each value has its type (``command``
-a program or a list of its words, ``args`` a list of strings, ``env`` a table
-of strings), read by the converter. Every mistake is a ``ConfigError``
+a program or a list of its words, ``args`` a list of them, ``env`` a table of
+strings, which may be empty), read by the converter. Every mistake is a ``ConfigError``
 naming the file, the key and what was expected.
 """
 
@@ -62,7 +62,7 @@ class BoxedTable:
     # a program, or the words of a command line (each a non-empty string)
     command: str | tuple[str, ...] = key('a program, or a list like ["node", "worker.js"]', bool)
     node: str | None = None  # one of the file's nodes: checked before the table is read
-    args: tuple[Text, ...] = key("a list of strings", default=())
+    args: tuple[str, ...] = key("a list of strings", default=())  # each a word: non-empty
     cwd: str | None = key("a directory (relative to the cluster file)", default=None)
     env: Mapping[str, Text] | None = key("a table of strings", default=None)
     instances: int | None = _whole()
