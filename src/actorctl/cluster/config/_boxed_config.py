@@ -63,7 +63,8 @@ class BoxedTable:
     command: str | tuple[str, ...] = key('a program, or a list like ["node", "worker.js"]', bool)
     node: str | None = None  # one of the file's nodes: checked before the table is read
     args: tuple[str, ...] = key("a list of strings", default=())  # each a word: non-empty
-    cwd: str | None = key("a directory (relative to the cluster file)", default=None)
+    # "" is the cluster file's directory, as "." is
+    cwd: Text | None = key("a directory (relative to the cluster file)", default=None)
     env: Mapping[str, Text] | None = key("a table of strings", default=None)
     instances: int | None = _whole()
     concurrency: int | None = _whole()
