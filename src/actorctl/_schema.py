@@ -16,17 +16,21 @@ then structures it with :data:`converter`: a wrong value is a ``ConfigError``
 naming the file, the key's path, what was expected and what it got, in the
 words every reader of the file uses.
 
-The converter is strict where TOML is: a string is a string, true is not 1,
-a whole number is not a boolean; a list becomes a tuple. An application on
+The converter is strict where TOML is: a string is a string (non-empty, or
+any for :data:`Text`), true is not 1, a whole number is not a boolean; a list
+(and only a list) becomes a ``tuple[X, ...]`` of its items each read as X, a
+table (and only a table) a ``Mapping[str, X]``; a field that takes a program
+or its command line is ``str | tuple[str, ...]``. An application on
 the runtime gives its own tables' schemas the same way (``AppTable.schema``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import typing
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Final, Protocol, TypeVar
+from typing import Any, Final, NewType, Protocol, TypeVar
 
 import attrs
 import cattrs
@@ -39,6 +43,7 @@ __all__ = [
     "FieldError",
     "FileReader",
     "TableReader",
+    "Text",
     "converter",
     "key",
     "read_table",
@@ -47,6 +52,10 @@ __all__ = [
 ]
 
 T = TypeVar("T", bound=attrs.AttrsInstance)
+
+#: A string that may be empty (an argument of a command line, an
+#: environment variable's value): ``str`` is a non-empty one.
+Text = NewType("Text", str)
 
 #: The words of an error for a value of each plain type.
 _TYPE_WORDS: Final = {
@@ -122,13 +131,85 @@ def _number(value: object, _: type) -> float:
     return float(value)  # type: ignore[arg-type]
 
 
+def _text(value: object, _: type) -> str:
+    if not isinstance(value, str):
+        raise Expected("a string")
+    return value
+
+
+def _is_tuple(kind: Any) -> bool:
+    """``tuple[X, ...]``."""
+    args = typing.get_args(kind)
+    return typing.get_origin(kind) is tuple and len(args) == 2 and args[1] is Ellipsis
+
+
+def _is_mapping(kind: Any) -> bool:
+    """``Mapping[str, X]`` or ``dict[str, X]``."""
+    origin, args = typing.get_origin(kind), typing.get_args(kind)
+    return origin in (Mapping, dict) and len(args) == 2 and args[0] is str
+
+
+def _tuple_hook(made: cattrs.Converter) -> Callable[[Any], Callable[[object, type], object]]:
+    def factory(kind: Any) -> Callable[[object, type], object]:
+        item = typing.get_args(kind)[0]
+
+        def structure(value: object, _: type) -> tuple[object, ...]:
+            if not isinstance(value, list | tuple):  # a string is not a list of its letters
+                raise Expected("a list")
+            return tuple(_item(made, part, item) for part in value)
+
+        return structure
+
+    return factory
+
+
+def _mapping_hook(made: cattrs.Converter) -> Callable[[Any], Callable[[object, type], object]]:
+    def factory(kind: Any) -> Callable[[object, type], object]:
+        item = typing.get_args(kind)[1]
+
+        def structure(value: object, _: type) -> dict[str, object]:
+            if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
+                raise Expected("a table")
+            return {name: _item(made, part, item) for name, part in value.items()}
+
+        return structure
+
+    return factory
+
+
+def _item(made: cattrs.Converter, value: object, kind: Any) -> object:
+    """An item of a list or a table, read as ``kind``: any error of it is the
+    field's (its words say what the items are)."""
+    if kind is Any:
+        return value
+    try:
+        return made.structure(value, kind)
+    except (ValueError, TypeError, cattrs.BaseValidationError):
+        raise Expected("items of their type") from None
+
+
+def _command(made: cattrs.Converter) -> Callable[[object, type], object]:
+    """``str | tuple[str, ...]``: a program, or a list of a program and its arguments."""
+
+    def structure(value: object, _: type) -> object:
+        if isinstance(value, str):
+            return _string(value, str)
+        return made.structure(value, tuple[str, ...])
+
+    return structure
+
+
 def _converter() -> cattrs.Converter:
     # a field with a reader (key(read=...)) gets the value as the table has it
     made = cattrs.Converter(detailed_validation=True, prefer_attrib_converters=True)
     made.register_structure_hook(str, _string)
+    made.register_structure_hook(Text, _text)
     made.register_structure_hook(bool, _boolean)
     made.register_structure_hook(int, _whole)
     made.register_structure_hook(float, _number)
+    made.register_structure_hook_factory(_is_tuple, _tuple_hook(made))
+    made.register_structure_hook_factory(_is_mapping, _mapping_hook(made))
+    made.register_structure_hook(str | tuple[str, ...], _command(made))
     return made
 
 

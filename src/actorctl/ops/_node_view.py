@@ -28,10 +28,9 @@ from ..etcd._node_record import NodeRecord, nodes_prefix
 from ..etcd._role_lease import role_key
 from ..supervision import HEALTH_AGENT
 from ..supervision._status import HealthReport, TreeRow
+from ._unanswered import Unanswered
 
 __all__ = [
-    "REFUSED",
-    "UNANSWERED",
     "answer_within",
     "ask_each",
     "hosts_broadcast",
@@ -44,11 +43,6 @@ __all__ = [
 
 #: Seconds each node may take to answer one question.
 ASK_TIMEOUT = 2.0
-#: The key of a node's answer that says why it did not answer.
-UNANSWERED: Final = "unanswered"
-#: Beside it, true when the node did answer, with an error (its handler raised).
-REFUSED: Final = "refused"
-
 Refs = Callable[[str], ActorRef]
 #: What ``actorctl deadletters`` asks of each node's dead-letter keeper.
 LETTER_OPS: Final = ("list", "show", "retry", "purge")
@@ -191,10 +185,10 @@ async def ask_each(
             )
         except RemoteError as exc:  # it answered: with an error (a misspelt task, say)
             errors[node] = str(exc)
-            answers[node] = {UNANSWERED: errors[node], REFUSED: True}
+            answers[node] = Unanswered(errors[node], refused=True).wire()
         except Exception as exc:  # one node that does not answer is reported as such
             errors[node] = f"{type(exc).__name__}: {exc}"
-            answers[node] = {UNANSWERED: errors[node]}
+            answers[node] = Unanswered(errors[node]).wire()
 
     async with trio.open_nursery() as nursery:
         for node, address in targets.items():
@@ -229,7 +223,7 @@ async def hosts_broadcast(
         try:
             record = NodeRecord.from_json(kv.value)
         except ConfigError as exc:  # a record this version cannot read is named
-            unread[name] = {UNANSWERED: f"unreadable record in etcd: {exc}"}
+            unread[name] = Unanswered(f"unreadable record in etcd: {exc}").wire()
             continue
         if not hosting or actor in record.actors:
             targets[name] = record.address
@@ -266,8 +260,9 @@ def letters_answer(op: str, answers: dict[str, Any], letter_id: str | None, with
         return answers
     failed: dict[str, str] = {}
     for name, found in answers.items():
-        if isinstance(found, dict) and UNANSWERED in found:
-            failed[name] = found[UNANSWERED]
+        missing = Unanswered.of(found)
+        if missing is not None:
+            failed[name] = missing.why
         elif found is not None:
             return {**found, "node": name}
     if failed:

@@ -163,7 +163,7 @@ def child_from_table(
         process = read_table(read, table, prefix, "process", ProcessChildTable)
         return ProcessSpec(
             process.name,
-            tuple(process.process),
+            process.process,
             restart=process.restart,
             cwd=process.cwd,
             env=dict(process.env) if process.env is not None else None,
@@ -176,7 +176,7 @@ def child_from_table(
         raise fail(
             f"{prefix}.actor", "MODULE:OBJECT naming an Actor class or factory", str(exc)
         ) from None
-    return ActorSpec(factory, tuple(actor.args), dict(actor.kwargs), actor.name, actor.restart)
+    return ActorSpec(factory, actor.args, dict(actor.kwargs), actor.name, actor.restart)
 
 
 #: Each kind of table ``_declare`` reads, by the ``kind`` ``read_table`` is given.

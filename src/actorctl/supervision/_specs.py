@@ -61,6 +61,11 @@ def _handler_errors(value: str | None) -> str | None:
     return value
 
 
+def _words(command: Iterable[str]) -> tuple[str, ...]:
+    """A command line as a tuple (its words are checked by the spec)."""
+    return tuple(command)
+
+
 def _restart(value: Restart | str) -> Restart:
     if isinstance(value, Restart):
         return value
@@ -130,7 +135,7 @@ class ProcessSpec:
     """
 
     name: str
-    command: tuple[str, ...] = attrs.field(converter=tuple)
+    command: tuple[str, ...] = attrs.field(converter=_words)
     restart: Restart = attrs.field(default=Restart.PERMANENT, converter=_restart)
     cwd: str | None = None
     env: Mapping[str, str] | None = attrs.field(default=None, hash=False)

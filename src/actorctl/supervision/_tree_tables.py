@@ -19,7 +19,7 @@ from typing import Any, Final, final
 
 import attrs
 
-from .._schema import key
+from .._schema import Text, key
 from ._child import Restart, Strategy
 
 __all__ = ["ActorChildTable", "NestedChildTable", "ProcessChildTable", "SupervisorTable"]
@@ -33,18 +33,6 @@ _RESTARTS: Final = f"one of {[r.value for r in Restart]}"
 
 def _at_least_0(value: float) -> bool:
     return value >= 0
-
-
-def _command(value: object) -> bool:
-    return isinstance(value, list) and bool(value) and all(isinstance(p, str) and p for p in value)
-
-
-def _strings(value: object) -> bool:
-    return isinstance(value, Mapping) and all(isinstance(v, str) for v in value.values())
-
-
-def _keywords(value: object) -> bool:
-    return isinstance(value, Mapping) and all(isinstance(k, str) for k in value)
 
 
 @final
@@ -78,8 +66,8 @@ class ActorChildTable:
 
     actor: str = key(_STRING)  # imported by the tree's loader, which names what is wrong
     name: str | None = key(_STRING, default=None)
-    args: Any = key("a list", lambda v: isinstance(v, list), default=attrs.Factory(list))
-    kwargs: Any = key("a table", _keywords, default=attrs.Factory(dict))
+    args: tuple[Any, ...] = key("a list", default=())
+    kwargs: Mapping[str, Any] = key("a table", default=attrs.Factory(dict))
     restart: Restart = key(_RESTARTS, default=Restart.PERMANENT)
 
 
@@ -89,11 +77,12 @@ class ProcessChildTable:
     """A process child: a command, run in ``cwd`` with ``env``, stopped
     within ``stop_timeout`` seconds."""
 
-    process: Any = key('a command as a list, e.g. ["python", "-V"]', _command)
+    # the program and its arguments, each a non-empty string
+    process: tuple[str, ...] = key('a command as a list, e.g. ["python", "-V"]', bool)
     name: str = key(_STRING)
     restart: Restart = key(_RESTARTS, default=Restart.PERMANENT)
     cwd: str | None = key("a directory", default=None)
-    env: Any = key("a table of strings", _strings, default=None)
+    env: Mapping[str, Text] | None = key("a table of strings", default=None)
     stop_timeout: float = key(_SECONDS, _at_least_0, default=5.0)
 
 

@@ -8,17 +8,20 @@ the file is read. The task layer reads the records
 
 A ``[[task]]``'s rates are read into their records (:class:`TableRate`)
 here; a ``[[source]]``'s keys of the built-in kinds are typed and checked as
-the kind's record (``sources/_kind_tables.py``) has them. A value that needs
-what only the app knows (its tasks, a schedule's syntax, which keys go with
-a source's ``kind``) is checked by its reader with its own words:
-``[[periodic]]`` in ``services/_periodic.py``, ``[[source]]`` in
-``sources/_source_config.py``, a ``[[task]]``'s name in ``limits/_tuning.py``.
-Such a field is of type ``Any`` here, or a string whose syntax its reader
-checks.
+the kind's record (``sources/_kind_tables.py``) has them. Every field has its
+type (an interval is seconds, ``args`` a tuple of any TOML values, ``kwargs``
+and ``settings`` tables of them), read by the converter, and a wrong one is
+named by its key's path (``key 'periodic[0].every': expected seconds > 0``).
+A value that needs what only the app knows (its tasks, a schedule's syntax,
+which keys go with a source's ``kind``) is checked by its reader with its own
+words: ``[[periodic]]`` in ``services/_periodic.py``, ``[[source]]`` in
+``sources/_source_config.py``, a ``[[task]]``'s name in ``limits/_tuning.py``;
+such a field is a string whose syntax its reader checks.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Final, final
 
 import attrs
@@ -35,8 +38,8 @@ _WHOLE: Final = "a whole number >= 1"
 _NAME_MAX: Final = 200
 
 
-def _seconds(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and value > 0
+def _seconds(value: float) -> bool:
+    return value > 0
 
 
 def _whole(value: object) -> bool:
@@ -57,16 +60,14 @@ class PeriodicTable:
     cron: str | None = checked(
         f"{_STRING} (a cron expression)", default=None
     )  # its syntax: Schedule
-    every: Any = checked(_SECONDS, _seconds, default=None)
+    every: float | None = checked(_SECONDS, _seconds, default=None)
     tz: str | None = checked(f"{_STRING} (an IANA timezone)", default=None)  # zone_of names it
-    args: Any = checked("a list", lambda v: isinstance(v, list), default=None)
-    kwargs: Any = checked(
-        "a table of keyword arguments", lambda v: isinstance(v, dict), default=None
-    )
+    args: tuple[Any, ...] | None = checked("a list", default=None)
+    kwargs: Mapping[str, Any] | None = checked("a table of keyword arguments", default=None)
     catch_up: bool = checked("true or false", default=True)
     # its firings' options (services/_periodic.py PERIODIC_OPTIONS)
     queue: str | None = checked(_STRING, default=None)
-    expires: Any = checked(_SECONDS, _seconds, default=None)
+    expires: float | None = checked(_SECONDS, _seconds, default=None)
     priority: int | None = checked(
         "a whole number from 0 to 9", lambda v: 0 <= v <= 9, default=None
     )
@@ -89,7 +90,7 @@ class SourceTable:
     actor: str | None = checked(_STRING, default=None)  # resolved by cluster_sources
     handler: str | None = checked(_STRING, default=None)
     node: str | None = checked(_STRING, default=None)  # one of the file's nodes: cluster_sources
-    poll: Any = checked(_SECONDS, _seconds, default=None)
+    poll: float | None = checked(_SECONDS, _seconds, default=None)
     batch: int | None = checked(_WHOLE, _whole, default=None)
     window: int | None = checked(_WHOLE, _whole, default=None)
     # the built-in kinds' keys, each typed and checked as its kind's record
@@ -104,7 +105,7 @@ class SourceTable:
     database: str | None = kind_key("sqlite", "database")
     table: str | None = kind_key("sqlite", "table")
     columns: str | None = kind_key("sqlite", "columns")
-    settings: Any = checked("a table", lambda v: isinstance(v, dict), default=None)
+    settings: Mapping[str, Any] | None = checked("a table", default=None)
 
     def kind_settings(self, kind_keys: frozenset[str]) -> dict[str, object]:
         """``settings``, then the built-in kinds' keys the table gives."""

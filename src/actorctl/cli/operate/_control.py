@@ -22,6 +22,7 @@ import asyncclick as click
 
 from ..._errors import ConfigError, WireFormatError
 from ...actors._answers import read_answer
+from ...ops._unanswered import Unanswered
 from ...tasks import rate_limit_of
 from ...tasks.limits._report import LimitsReport, TaskLimits
 from ..output._table import answered, fail_unanswered
@@ -254,7 +255,8 @@ async def _broadcast(
 
 
 def _says_no_worker(answer: Any) -> bool:
-    return isinstance(answer, dict) and "runs no worker of pool" in str(answer.get("unanswered"))
+    missing = Unanswered.of(answer)
+    return missing is not None and "runs no worker of pool" in missing.why
 
 
 def _report(answers: dict[str, Any], as_json: bool, done: str | None) -> None:

@@ -18,6 +18,7 @@ import asyncclick as click
 from ...cluster import ClusterConfig
 from ...etcd import EtcdClient
 from ...ops import hosts_letters
+from ...ops._unanswered import answered, unanswered
 from ..reach._reach import Refs, ask_cluster, reach_options
 
 __all__ = ["deadletters"]
@@ -58,9 +59,9 @@ async def list_letters(
 ) -> None:
     """List the dead letters of every running node of the cluster FILE names."""
     by_node: dict[str, dict[str, Any]] = await _letters(file, timeout, "list", None, reason, limit)
-    answered = _answered(by_node)
-    rows = [letter for node in answered.values() for letter in node["letters"]]
-    total = sum(node["total"] for node in answered.values())
+    said = answered(by_node)
+    rows = [letter for node in said.values() for letter in node["letters"]]
+    total = sum(node["total"] for node in said.values())
     if as_json:
         click.echo(json.dumps(sorted(rows, key=lambda r: r["time"]), sort_keys=True))
     elif not rows:
@@ -84,16 +85,11 @@ def _table(rows: list[dict[str, Any]], total: int) -> None:
         click.echo(f"({len(rows)} of {total} shown: --limit N shows more)")
 
 
-def _answered(by_node: dict[str, Any]) -> dict[str, Any]:
-    """The answers of the nodes that answered."""
-    return {n: a for n, a in by_node.items() if not (isinstance(a, dict) and "unanswered" in a)}
-
-
 def _unanswered(by_node: dict[str, Any]) -> None:
     """Name each node that did not answer (on stderr), and exit 1 if any did not."""
-    failed = {n: a["unanswered"] for n, a in by_node.items() if n not in _answered(by_node)}
-    for node, error in sorted(failed.items()):
-        click.echo(f"error: node {node!r} did not answer: {error}", err=True)
+    failed = unanswered(by_node)
+    for node, missing in sorted(failed.items()):
+        click.echo(f"error: node {node!r} did not answer: {missing.why}", err=True)
     if failed:
         raise SystemExit(1)
 
@@ -139,5 +135,5 @@ async def retry_letter(file: Path, letter_id: str, timeout: float) -> None:
 async def purge_letters(file: Path, reason: str | None, timeout: float) -> None:
     """Remove the dead letters (of one reason) of every running node."""
     by_node: dict[str, Any] = await _letters(file, timeout, "purge", None, reason, 100)
-    click.echo(f"purged {sum(_answered(by_node).values())} dead letter(s)")
+    click.echo(f"purged {sum(answered(by_node).values())} dead letter(s)")
     _unanswered(by_node)

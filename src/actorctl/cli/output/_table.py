@@ -9,14 +9,11 @@ from typing import Any
 
 import asyncclick as click
 
+from ...ops._unanswered import answered as answers_of
+from ...ops._unanswered import unanswered
 from ...supervision._status import ABSENT, TreeRow
 
 __all__ = ["answered", "clock", "fail_unanswered", "render_tree", "table"]
-
-#: The key of a node's entry in a Controller's answer when it did not answer.
-UNANSWERED = "unanswered"
-#: Beside it, true when the node did answer, with an error.
-REFUSED = "refused"
 
 
 def table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
@@ -37,24 +34,24 @@ def clock(seconds: float | None) -> str:
 
 
 def answered(by_node: dict[str, Any]) -> dict[str, Any]:
-    """The answers of the nodes that answered."""
-    return {n: a for n, a in by_node.items() if not (isinstance(a, dict) and UNANSWERED in a)}
+    """The answers of the nodes that answered (``ops._unanswered`` reads them)."""
+    return answers_of(by_node)
 
 
 def fail_unanswered(by_node: dict[str, Any]) -> None:
     """Name each node that did not answer, or answered with an error (on
     stderr; one line when every node gave the same error), and exit 1 if any
     did."""
-    failed = {n: a for n, a in by_node.items() if n not in answered(by_node)}
-    refused = {n: str(a[UNANSWERED]) for n, a in failed.items() if a.get(REFUSED)}
+    failed = unanswered(by_node)
+    refused = {n: missing.why for n, missing in failed.items() if missing.refused}
     if len(refused) > 1 and len(refused) == len(by_node) and len(set(refused.values())) == 1:
         click.echo(f"error: every node refused it: {next(iter(refused.values()))}", err=True)
         raise SystemExit(1)
-    for node, answer in sorted(failed.items()):
-        if node in refused:
-            click.echo(f"error: node {node!r} refused it: {refused[node]}", err=True)
+    for node, missing in sorted(failed.items()):
+        if missing.refused:
+            click.echo(f"error: node {node!r} refused it: {missing.why}", err=True)
         else:
-            click.echo(f"error: node {node!r} did not answer: {answer[UNANSWERED]}", err=True)
+            click.echo(f"error: node {node!r} did not answer: {missing.why}", err=True)
     if failed:
         raise SystemExit(1)
 

@@ -45,6 +45,7 @@ from ..reach._reach import (
     reload_across,
     request_controller,
 )
+from ._node_rows import node_rows, node_table
 
 __all__ = ["cluster"]
 
@@ -52,7 +53,7 @@ __all__ = ["cluster"]
 @click.group(
     cls=LazyGroup,
     lazy={
-        # It imports this module (their tables): so it is added when it is used.
+        # Its module is imported only when it is used.
         "controller": Lazy(
             ".run._cluster_controller",
             "cluster_controller",
@@ -127,7 +128,7 @@ async def cluster_up(file: Path, in_process: bool) -> None:
                 with starting:
                     states = await nursery.start(run)
                 if not starting.cancelled_caught:
-                    click.echo(_table(_rows(config, states)))
+                    click.echo(node_table(node_rows(config, states)))
                     for page in pages:
                         click.echo(f"web page: {page} (metrics of every node: {page}metrics)")
                     click.echo(f"cluster {config.name!r} ready")
@@ -315,21 +316,6 @@ async def _hangup(config: ClusterConfig) -> None:
     sys.stdout.flush()
 
 
-def _rows(config: ClusterConfig, states: dict[str, NodeState]) -> list[dict[str, Any]]:
-    return [
-        {
-            "node": node.name,
-            "pid": states[node.name].pid,
-            "address": states[node.name].address,
-            "actors": states[node.name].actors,
-            "state": states[node.name].state,
-            "restarts": states[node.name].restarts,
-            "metrics": states[node.name].metrics,
-        }
-        for node in config.nodes
-    ]
-
-
 def preflight(config: ClusterConfig, *, one_host: bool = False) -> None:
     """Check the file and what it names as its nodes will run it: under
     `cluster up` (``one_host``, or a file whose nodes name no host or that
@@ -390,32 +376,3 @@ def _progress(state: NodeState) -> None:
         again = f" again (restart {state.restarts})" if state.restarts else ""
         click.echo(f"node {state.name} starting{again}")
     sys.stdout.flush()
-
-
-def _table(rows: list[dict[str, Any]]) -> str:
-    header = ("NODE", "PID", "ADDRESS", "ACTORS", "STATE", "RESTARTS", "MAILBOXES", "METRICS")
-    lines = [header]
-    for row in rows:
-        mailboxes = row.get("mailboxes") or {}
-        depth = ",".join(
-            f"{name}:{stats['depth']}/{stats['capacity']}"
-            for name, stats in mailboxes.items()
-            if isinstance(stats, dict)
-        )
-        lines.append(
-            (
-                str(row["node"]),
-                str(row["pid"] or "-"),
-                str(row["address"] or "-"),
-                ",".join(a for a in row["actors"] if a != "_node") or "-",
-                str(row["state"]),
-                str(row["restarts"]),
-                depth or ("-" if "error" not in mailboxes else "no answer"),
-                str(row.get("metrics") or "-"),
-            )
-        )
-    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
-    return "\n".join(
-        "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
-        for line in lines
-    )

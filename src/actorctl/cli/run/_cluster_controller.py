@@ -20,7 +20,7 @@ from ...ops import CONTROLLER, NodeState, ensure_dev_secrets, run_controller
 from ..output._errors import INTERRUPTED, fail
 from ..output._logging import log_to
 from ..reach._reach import first_error, read_cluster
-from ._cluster import _rows, _table
+from ._node_rows import node_rows, node_table
 
 __all__ = ["cluster_controller"]
 
@@ -104,7 +104,7 @@ async def cluster_controller(
                         )
                     )
                 if not starting.cancelled_caught:
-                    click.echo(_table(_rows(config, states)))
+                    click.echo(node_table(node_rows(config, states)))
                     for url in pages:
                         click.echo(f"web page: {url} (metrics of every node: {url}metrics)")
                     click.echo(f"cluster {config.name!r} ready")

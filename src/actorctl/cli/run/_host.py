@@ -43,7 +43,8 @@ from ..output._errors import INTERRUPTED, fail, leaf
 from ..output._logging import log_to
 from ..reach._options import etcd_option, etcd_settings
 from ..reach._reach import read_cluster
-from ._cluster import _COLD, _WARM, _progress, _rows, _table
+from ._cluster import _COLD, _WARM, _progress
+from ._node_rows import node_rows, node_table
 
 __all__ = ["etcd_option", "etcd_settings", "host", "membership"]
 
@@ -110,7 +111,7 @@ async def host_up(file: Path, name: str, etcd: tuple[str, ...]) -> None:
                 mine = attrs.evolve(
                     config, nodes=tuple(n for n in config.nodes if n.name in states)
                 )
-                click.echo(_table(_rows(mine, states)))
+                click.echo(node_table(node_rows(mine, states)))
                 click.echo(f"host {name!r} ready")
                 sys.stdout.flush()
                 await stop.wait()

@@ -18,7 +18,9 @@
     pool = "js"                 # serve the task pool "js" (its node lists it in pools)
 
 Each table is read as a :class:`BoxedTable` record (``_schema.py``), its keys
-refused as the supervision tables' are. Every mistake is a ``ConfigError``
+refused as the supervision tables' are; each value has its type (``command``
+a program or a list of its words, ``args`` a list of them, ``env`` a table of
+strings, which may be empty), read by the converter. Every mistake is a ``ConfigError``
 naming the file, the key and what was expected.
 """
 
@@ -31,7 +33,7 @@ from typing import Any, Final, final
 import attrs
 
 from ..._errors import ConfigError
-from ..._schema import key, read_table, schema_keys
+from ..._schema import Text, key, read_table, schema_keys
 from ...supervision import BoxedSpec, Restart
 from ...supervision._declare import check_keys, key_error
 
@@ -50,15 +52,6 @@ def _whole() -> Any:
     return key(_WHOLE, lambda v: v >= 0, default=None)
 
 
-def _command(value: object) -> bool:
-    parts = [value] if isinstance(value, str) else value
-    return isinstance(parts, list) and bool(parts) and all(isinstance(p, str) and p for p in parts)
-
-
-def _env(value: object) -> bool:
-    return isinstance(value, Mapping) and all(isinstance(v, str) for v in value.values())
-
-
 @final
 @attrs.frozen
 class BoxedTable:
@@ -66,17 +59,13 @@ class BoxedTable:
     checked against the file's nodes before the table is read."""
 
     name: str
-    command: Any = key('a program, or a list like ["node", "worker.js"]', _command)
-    node: Any = None
-    args: Any = key(
-        "a list of strings",
-        lambda v: isinstance(v, list) and all(isinstance(a, str) for a in v),
-        default=(),
-    )
-    cwd: Any = key(
-        "a directory (relative to the cluster file)", lambda v: isinstance(v, str), default=None
-    )
-    env: Any = key("a table of strings", _env, default=None)
+    # a program, or the words of a command line (each a non-empty string)
+    command: str | tuple[str, ...] = key('a program, or a list like ["node", "worker.js"]', bool)
+    node: str | None = None  # one of the file's nodes: checked before the table is read
+    args: tuple[str, ...] = key("a list of strings", default=())  # each a word: non-empty
+    # "" is the cluster file's directory, as "." is
+    cwd: Text | None = key("a directory (relative to the cluster file)", default=None)
+    env: Mapping[str, Text] | None = key("a table of strings", default=None)
     instances: int | None = _whole()
     concurrency: int | None = _whole()
     time_limit: float | None = _seconds()
@@ -143,7 +132,7 @@ def boxed_specs(path: Path, items: object, nodes: list[str]) -> list[tuple[str, 
 
 def _options(path: Path, boxed: BoxedTable) -> dict[str, Any]:
     """The arguments of the ``BoxedSpec`` a checked table declares."""
-    command = [boxed.command] if isinstance(boxed.command, str) else boxed.command
+    command = (boxed.command,) if isinstance(boxed.command, str) else boxed.command
     options: dict[str, Any] = {
         "name": boxed.name,
         "command": (*command, *boxed.args),

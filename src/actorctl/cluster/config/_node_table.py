@@ -134,8 +134,8 @@ def read_routers(
         if host not in by_name:
             raise reader.error(f"{prefix}.node", f"one of the nodes {sorted(by_name)}", host)
         for instance in instances:
-            node, _, actor = str(instance).partition("/")
+            node, _, actor = instance.partition("/")
             if node not in by_name or not actor:
                 raise reader.error(f"{prefix}.instances", "NODE/ACTOR with a known NODE", instance)
-        routes.setdefault(host, []).append((name, tuple(str(i) for i in instances)))
+        routes.setdefault(host, []).append((name, instances))
     return tuple(attrs.evolve(n, routes=tuple(routes.get(n.name, ()))) for n in nodes)

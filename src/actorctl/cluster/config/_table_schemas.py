@@ -118,8 +118,8 @@ class RouterTable:
 
     name: str
     node: str
-    # A list as it came (each NODE/ACTOR is checked against the file's nodes).
-    instances: Any = key('a list like ["n1/emails"]', lambda v: isinstance(v, list) and bool(v))
+    # NODE/ACTOR strings (each is checked against the file's nodes by read_routers)
+    instances: tuple[str, ...] = key('a list like ["n1/emails"]', bool)
 
 
 _BOUNDS: Final = attrs.fields(DeadLetterBounds)
