@@ -9,6 +9,9 @@ actorctl, is tests/support/foreign.py.
 
 from __future__ import annotations
 
+import itertools
+import os
+import random
 import socket
 from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import asynccontextmanager
@@ -29,20 +32,44 @@ from tests.support.tls import make_tls
 
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on (for a process to bind
-    later), never one this process handed out before: the kernel may give the
-    same ephemeral port to two binds in a row once the first is closed, and a
-    cluster file that names it twice is refused."""
-    for _ in range(100):
+    later), never one this process handed out before, and never one of the
+    kernel's ephemeral ports: a node restarted on its port must find it free,
+    and while it is down any connection made on this machine may be given an
+    ephemeral port as its own end. Each pytest-xdist worker takes its ports
+    from a slice of its own, so that two workers never hand out the same one."""
+    ports = _our_ports()
+    for _ in range(len(ports)):
+        port = ports[next(_NEXT) % len(ports)]
+        if port in _HANDED_OUT:
+            continue
         with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = int(sock.getsockname()[1])
-        if port not in _HANDED_OUT:
-            _HANDED_OUT.add(port)
-            return port
-    raise RuntimeError("no free port on 127.0.0.1 that was not handed out already")
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue  # in use, or a connection of another run still ends there
+        _HANDED_OUT.add(port)
+        return port
+    raise RuntimeError(f"no free port left on 127.0.0.1 in {ports}")
+
+
+def _our_ports() -> range:
+    """This process's slice of the ports below the kernel's ephemeral range."""
+    try:
+        ephemeral = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        ephemeral = 32768  # Linux's default first ephemeral port
+    low, high = 20000, max(ephemeral, 20000 + 1000)
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    index = int(worker) if worker.isdigit() else 0
+    width = (high - low) // max(count, 1)
+    return range(low + index * width, low + (index + 1) * width)
 
 
 _HANDED_OUT: set[int] = set()
+#: Where this process starts in its slice: another place each run, so that a
+#: run does not meet the previous run's connections still closing.
+_NEXT = itertools.count(random.randrange(1 << 16))
 
 
 class Logs:
