@@ -204,9 +204,11 @@ class TaskWorker(Actor):
     ) -> tuple[Outcome, tuple[str, Any] | None] | None:
         counters = self.named_counters
         counters.add(envelope.subject, "received")
+        # Read once per task: its id and its retry count (from its headers).
+        task_id, retries = envelope_task_id(envelope), envelope_retries(envelope)
         try:
-            with self.state.holdings.action(envelope, self.address.name):  # its trace
-                handled = await self._task(envelope)
+            with self.state.holdings.action(envelope, self.address.name, task_id, retries):
+                handled = await self._task(envelope, task_id, retries)
             if handled[0].state not in ("accepted", "released"):
                 counters.add(envelope.subject, f"rejected:{handled[0].condition}")
             return handled
@@ -223,7 +225,12 @@ class TaskWorker(Actor):
                 log("actorctl:task:unreported", message_id=envelope.message_id, error=str(again))
             return ACCEPTED, None
 
-    async def _task(self, envelope: Envelope) -> Handled:
+    async def _task(self, envelope: Envelope, task_id: str, retries: int) -> Handled:
+        # No await may come before ``holdings.enter`` on the way to a run (nor
+        # in handle_unmatched before this): the cell's runners begin messages
+        # in the order they came, each up to its first checkpoint, and the
+        # gate's order among equal priorities is the order tickets are taken
+        # (tests/tasks/test_limits.py, tests/actors/test_concurrency.py guard it).
         followups = self.followups
         task = self.app.find(envelope.subject) or foreign_task(
             self.boxed, self._foreign, envelope.subject, self.pool
@@ -251,7 +258,7 @@ class TaskWorker(Actor):
             return Outcome.rejected(UNKNOWN_SINK, bad), None
         if (fenced := self._fenced(task)) is not None:
             return fenced
-        task_id, now = envelope_task_id(envelope), followups.client.outbox.now
+        now = followups.client.outbox.now
         breaker = self._breakers.get(task.name)
         if breaker is not None and not breaker.closed and (refused := breaker.admit()):
             return await self._refuse(envelope, task, refused)
@@ -263,7 +270,7 @@ class TaskWorker(Actor):
         held = HeldTask(task_id, task.name, args, kwargs, self.address.name, self.pool, now())
         holdings = self.state.holdings
         if signals.task_received.receivers:
-            hooks.received(task, task_id, envelope_retries(envelope), args, kwargs)
+            hooks.received(task, task_id, retries, args, kwargs)
         # Taken before this task's first checkpoint: the cell begins messages
         # in the order they came (actors/_runners.py), and so their tickets
         # are taken in that order (the gate's order among equal priorities).
@@ -283,15 +290,16 @@ class TaskWorker(Actor):
                 return await self._refuse(envelope, task, refused)
             if (fenced := self._fenced(task)) is not None:
                 return fenced
-            why_not, runtime = self._why_not_run(envelope, task_id), None
+            begun = now()  # one clock read: whether it expired, and when it started
+            why_not, runtime = self._why_not_run(envelope, task_id, begun), None
             if why_not is None:
-                holdings.start(envelope.message_id, now())
+                holdings.start(held, begun)
                 if envelope.headers.get(H_TRACK):
                     await followups.report(envelope, STARTED, None)
                 if signals.task_prerun.receivers:
                     hooks.prerun(task, task_id, args, kwargs)
                 started = perf_counter()
-                ran = await self._run_all(envelope, task, task_id, calls)
+                ran = await self._run_all(envelope, task, task_id, retries, calls)
                 runtime = perf_counter() - started
                 self.named_counters.observe(task.name, runtime)
         finally:
@@ -304,21 +312,19 @@ class TaskWorker(Actor):
         if why_not is not None:
             self.named_counters.add(task.name, REVOKED.lower())
             hooks.revoked(task, task_id, args, kwargs, why_not)
-            holdings.end(held, REVOKED, why_not.reason, None, envelope_retries(envelope), now())
+            holdings.end(held, REVOKED, why_not.reason, None, retries, now())
             await followups.report(envelope, REVOKED, why_not.wire())
             if why_not.kind is NotRunKind.EXPIRED:
                 error = TaskError("Expired", why_not.reason)
-                await followups.dead_letter(
-                    envelope, REASON_EXPIRED, error, envelope_retries(envelope)
-                )
+                await followups.dead_letter(envelope, REASON_EXPIRED, error, retries)
             return ACCEPTED, None
         if isinstance(ran, list):  # counted before its result goes: a scrape after it sees it
-            self.named_counters.add(task.name, SUCCESS.lower())
-        state = await self._follow(envelope, task, task_id, ran)
+            self.named_counters.add(task.name, "success")
+        state = await self._follow(envelope, task, task_id, retries, ran)
         if state != SUCCESS:
             self.named_counters.add(task.name, state.lower())  # failure, retry, revoked
         outcome = hooks.outcome_of(envelope, ran)  # the page's window of runs (_inspect.py)
-        holdings.end(held, state, outcome, runtime, envelope_retries(envelope), now())
+        holdings.end(held, state, outcome, runtime, retries, now())
         if signals.task_postrun.receivers:
             hooks.postrun(task, task_id, args, kwargs, hooks.retval_of(envelope, ran), state)
         return ACCEPTED, None
@@ -355,22 +361,21 @@ class TaskWorker(Actor):
                 return f"task {envelope.subject}: sink {sink!r} does not resolve: {exc}"
         return None
 
-    def _why_not_run(self, envelope: Envelope, task_id: str) -> NotRun | None:
-        """Why the task must not run (revoked, or expired), or None."""
+    def _why_not_run(self, envelope: Envelope, task_id: str, now: float) -> NotRun | None:
+        """Why the task must not run (revoked, or expired by ``now``, the node's
+        clock), or None."""
         revoked = self.state.revoked
         if task_id in revoked or (envelope.correlation_id or "") in revoked:
             return NotRun(NotRunKind.REVOKED, "revoked")
-        now = self.followups.client.outbox.now()
         if envelope.expiry_time is not None and envelope.expiry_time <= now:
             late = now - envelope.expiry_time
             return NotRun(NotRunKind.EXPIRED, f"expired {late:.3f} s before it could run")
         return None
 
     async def _run_all(
-        self, envelope: Envelope, task: Task, task_id: str, calls: list[Call]
+        self, envelope: Envelope, task: Task, task_id: str, retries: int, calls: list[Call]
     ) -> list[Any] | BaseException:
         """Run the task (each call of a map): its values, or what it raised."""
-        retries = envelope_retries(envelope)
         try:
             return [
                 await self._run(task, task_id, retries, call_args, call_kwargs, envelope.headers)
@@ -380,12 +385,16 @@ class TaskWorker(Actor):
             return exc
 
     async def _follow(
-        self, envelope: Envelope, task: Task, task_id: str, ran: list[Any] | BaseException
+        self,
+        envelope: Envelope,
+        task: Task,
+        task_id: str,
+        retries: int,
+        ran: list[Any] | BaseException,
     ) -> str:
         """Send what follows a run: its result, next step and callbacks, or its
         failure and errbacks, or its retry. Returns the run's state."""
         followups = self.followups
-        retries = envelope_retries(envelope)
         if isinstance(ran, list):
             value = ran if envelope.headers.get(H_MAP) else ran[0]
             await followups.succeed(envelope, value)
