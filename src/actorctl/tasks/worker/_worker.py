@@ -3,7 +3,8 @@
 A ``TaskWorker`` checks that a task was not revoked and has not expired, binds
 its arguments, runs it under its time limits (``_limits.py``) with its node's
 client as the client of the running task (so that ``add.delay()`` inside a task
-sends through this node), and then sends what follows (``_followups.py``). It
+sends through this node), and then sends what follows: its result, or its
+failure or retry (``_verdict.py`` decides, ``_followups.py`` sends). It
 settles the message only after that (acks-late); a task sent with
 ``acks_late=False`` arrived pre-settled, so nothing sends it again if the worker
 dies while it runs (at-most-once).
@@ -33,7 +34,6 @@ from collections.abc import Mapping
 from time import perf_counter
 from typing import Any, ClassVar, Final
 
-import attrs
 import trio
 
 from ..._errors import ActorctlError, WireFormatError
@@ -42,13 +42,10 @@ from ...actors import Actor, Address, BadArguments, NamedCounters
 from ...cluster import (
     DEAD_LETTERS,
     REASON_EXPIRED,
-    REASON_NOT_RETRIED,
-    REASON_OUT_OF_RETRIES,
-    REASON_POISON,
     Fence,
 )
 from ...mailbox import ACCEPTED, FENCED, STOPPING, Envelope, Outcome
-from ...supervision import Boxed, RetryPolicy, failure_mark
+from ...supervision import Boxed
 from ..app import _signals as signals
 from ..app._registry import TaskRegistry
 from ..app._task import PER_CALL, Retry, Task, TaskContext
@@ -67,13 +64,8 @@ from ..limits._limits import (
 )
 from ..limits._pacing import task_limits
 from ..limits._policies import (
-    NO_SCHEDULER,
-    can_delay,
-    delay_bound,
     foreign_task,
-    is_poison,
     limits_of,
-    retry_policy_of,
     unknown_task,
     warn_no_scheduler,
 )
@@ -85,7 +77,6 @@ from ..protocol._protocol import (
     H_MAP,
     H_SINKS,
     H_TRACK,
-    RETRY,
     REVOKED,
     SCHEDULER,
     STARTED,
@@ -102,6 +93,7 @@ from . import _hooks as hooks
 from ._control import WorkerState
 from ._followups import FollowUps
 from ._inspect import TASK_COUNTERS, HeldTask
+from ._verdict import follow
 
 __all__ = ["TaskWorker"]
 
@@ -320,7 +312,7 @@ class TaskWorker(Actor):
             return ACCEPTED, None
         if isinstance(ran, list):  # counted before its result goes: a scrape after it sees it
             self.named_counters.add(task.name, "success")
-        state = await self._follow(envelope, task, task_id, retries, ran)
+        state = await follow(followups, envelope, task, task_id, retries, ran)
         if state != SUCCESS:
             self.named_counters.add(task.name, state.lower())  # failure, retry, revoked
         outcome = hooks.outcome_of(envelope, ran)  # the page's window of runs (_inspect.py)
@@ -383,133 +375,6 @@ class TaskWorker(Actor):
             ]
         except (Retry, Exception) as exc:
             return exc
-
-    async def _follow(
-        self,
-        envelope: Envelope,
-        task: Task,
-        task_id: str,
-        retries: int,
-        ran: list[Any] | BaseException,
-    ) -> str:
-        """Send what follows a run: its result, next step and callbacks, or its
-        failure and errbacks, or its retry. Returns the run's state."""
-        followups = self.followups
-        if isinstance(ran, list):
-            value = ran if envelope.headers.get(H_MAP) else ran[0]
-            await followups.succeed(envelope, value)
-            if signals.task_success.receivers:
-                hooks.succeeded(task, value)
-            return SUCCESS
-        try:
-            raise ran
-        except Retry as retry:
-            return await self._retry(envelope, task, task_id, retries, retry.exc, retry.countdown)
-        except TaskFailure as failure:
-            if failure.type_name == "TaskRevoked":
-                # (raised by _run only: revoked with terminate while it ran)
-                terminated = NotRun(NotRunKind.TERMINATED, failure.message)
-                await followups.report(envelope, REVOKED, terminated.wire())
-                hooks.revoked(task, task_id, *envelope.call(), terminated)
-                return REVOKED
-            await followups.fail(envelope, task_id, TaskError(failure.type_name, failure.message))
-            hooks.failed(task, task_id, *envelope.call(), failure)
-            return FAILURE
-        except Exception as exc:
-            mark = failure_mark(exc)
-            poison = is_poison(exc)
-            why = "poison" if poison else "never retried"
-            if not poison and not isinstance(exc, BadArguments):
-                policy = mark if isinstance(mark, RetryPolicy) else retry_policy_of(task, envelope)
-                if policy.retries(exc):
-                    if can_delay(task, policy, retries, SCHEDULER in self.directory.addresses):
-                        return await self._retry(
-                            envelope, task, task_id, retries, exc, None, policy
-                        )
-                    why = NO_SCHEDULER
-            error = TaskError.of(exc, traceback=hooks.format_traceback(exc))
-            log(
-                "actorctl:task:failed",
-                task=task.name,
-                task_id=task_id,
-                why=why,
-                error_type=error.type,
-                error=error.message,
-            )
-            if poison:
-                await followups.dead_letter(envelope, REASON_POISON, error, retries)
-            elif why == NO_SCHEDULER:
-                await followups.dead_letter(envelope, REASON_NOT_RETRIED, error, retries)
-            await followups.fail(envelope, task_id, error)
-            hooks.failed(task, task_id, *envelope.call(), exc)
-            return FAILURE
-
-    async def _retry(
-        self,
-        envelope: Envelope,
-        task: Task,
-        task_id: str,
-        retries: int,
-        exc: BaseException | None,
-        countdown: float | None,
-        policy: RetryPolicy | None = None,
-    ) -> str:
-        """Send the task again later (the scheduler holds it), or, its retries
-        spent, fail it and dead-letter it."""
-        policy = policy or retry_policy_of(task, envelope)
-        error = TaskError.of(exc) if exc is not None else TaskError("Retry", "retry requested")
-        if policy.exhausted(retries):
-            log(
-                "actorctl:task:gave-up",
-                task=task.name,
-                task_id=task_id,
-                retries=retries,
-                error_type=error.type,
-                error=error.message,
-            )
-            await self.followups.dead_letter(envelope, REASON_OUT_OF_RETRIES, error, retries)
-            error = attrs.evolve(
-                error,
-                message=f"{error.message} (gave up after {retries} retries)",
-                traceback=hooks.format_traceback(exc) if exc is not None else None,
-            )
-            await self.followups.fail(envelope, task_id, error)
-            hooks.failed(task, task_id, *envelope.call(), exc or Retry())
-            return FAILURE
-        bound = delay_bound(task, policy, retries) if countdown is None else countdown
-        if countdown is None:
-            countdown = policy.delay(retries) if task.default_retry_delay is None else bound
-        if countdown > 0.001 and SCHEDULER not in self.directory.addresses:
-            error = attrs.evolve(
-                error,
-                message=f"task {task.name} asked for a retry in {countdown:g} s, but the "
-                "cluster has no scheduler to delay it: add a services node (services = true "
-                "in cluster.toml), or retry with countdown=0",
-            )
-            log(
-                "actorctl:task:failed",
-                task=task.name,
-                task_id=task_id,
-                why=NO_SCHEDULER,
-                error_type=error.type,
-                error=error.message,
-            )
-            await self.followups.dead_letter(envelope, REASON_NOT_RETRIED, error, retries)
-            await self.followups.fail(envelope, task_id, error)
-            hooks.failed(task, task_id, *envelope.call(), exc or Retry())
-            return FAILURE
-        await self.followups.retry(envelope, task_id, retries, error, countdown)
-        log(
-            "actorctl:task:retry",
-            task=task.name,
-            task_id=task_id,
-            attempt=retries + 1,
-            delay=countdown,
-            bound=bound,
-            error=error.wire(),
-        )
-        hooks.retried(task, task_id, retries, *envelope.call(), exc)
-        return RETRY
 
     async def _run(
         self,
