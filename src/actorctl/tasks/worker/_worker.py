@@ -148,6 +148,7 @@ class TaskWorker(Actor):
         for task in app.tasks.values():
             task_limits(self.gate, task, routed=routed)
         self._followups: FollowUps | None = None
+        self._name = ""  # its actor name, once it runs (read per task)
         self._fence: Fence | None = None  # its node's, once it runs
         #: Per task: messages, outcomes, run times (read when /metrics is scraped).
         self.named_counters = NamedCounters(TASK_COUNTERS)
@@ -160,6 +161,7 @@ class TaskWorker(Actor):
         outbox = cell.outbox
         client = TaskClient(outbox, self.directory)
         here = cell.address
+        self._name = here.name
         dead_letters = Address(here.host, here.port, DEAD_LETTERS, here.scheme)
         self._followups = FollowUps(client, self.pool, dead_letters, self.app.conf.result_expires)
         self._followups.counters = self.named_counters
@@ -199,7 +201,7 @@ class TaskWorker(Actor):
         # Read once per task: its id and its retry count (from its headers).
         task_id, retries = envelope_task_id(envelope), envelope_retries(envelope)
         try:
-            with self.state.holdings.action(envelope, self.address.name, task_id, retries):
+            with self.state.holdings.action(envelope, self._name, task_id, retries):
                 handled = await self._task(envelope, task_id, retries)
             if handled[0].state not in ("accepted", "released"):
                 counters.add(envelope.subject, f"rejected:{handled[0].condition}")
@@ -259,7 +261,7 @@ class TaskWorker(Actor):
         # asked again once the slot is taken. (A half-open probe is not.)
         admitted_closed = breaker is not None and breaker.closed
         # Reserved until a run slot is free, then active until the run ends (inspect).
-        held = HeldTask(task_id, task.name, args, kwargs, self.address.name, self.pool, now())
+        held = HeldTask(task_id, task.name, args, kwargs, self._name, self.pool, now())
         holdings = self.state.holdings
         if signals.task_received.receivers:
             hooks.received(task, task_id, retries, args, kwargs)
@@ -392,6 +394,7 @@ class TaskWorker(Actor):
             TaskFailure: it ran past its hard limit, or was terminated.
         """
         limits = limits_of(task, headers)
+        client = self.followups.client
         if task.bind:
             aborted = functools.partial(self.state.revoked.__contains__, task_id)
             ctx = TaskContext(
@@ -404,14 +407,14 @@ class TaskWorker(Actor):
             # until it returns, so nothing could cancel it (a revoke's
             # terminate, the hard limit's deadline): no cancel scope to enter.
             # run_inline drops its value if it returned past the hard limit.
-            with using_client(self.followups.client):
+            with using_client(client):
                 return run_inline(call, limits)
         # A long-lived boxed worker counts the hard limit itself, from when one
         # of its processes takes the task (afresh when it runs again after a
         # crash): the wait for a process (a restart's backoff) does not count.
         by_boxed = task.boxed and self.boxed is not None and task.boxed != PER_CALL
         deadline = math.inf if by_boxed else limits.trio_deadline(limits.hard_deadline)
-        with using_client(self.followups.client), trio.CancelScope(deadline=deadline) as scope:
+        with using_client(client), trio.CancelScope(deadline=deadline) as scope:
             self.state.running[task_id] = scope
             try:
                 if task.boxed:
