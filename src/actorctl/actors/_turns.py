@@ -59,6 +59,7 @@ class Turns:
         "_requeue",
         "_scope",
         "_taken",
+        "running",
     )
 
     def __init__(
@@ -79,17 +80,16 @@ class Turns:
         # The turn running now, and its end (None: no turn runs).
         self._scope: trio.CancelScope | None = None
         self._done: trio.Event | None = None
-
-    @property
-    def running(self) -> bool:
-        """Whether a turn runs now."""
-        return self._scope is not None
+        #: Whether a turn runs now (an attribute, not a property: read at
+        #: every arrival).
+        self.running = False
 
     def start(self, nursery: trio.Nursery, ended: TurnEnded) -> None:
         """Start a turn in ``nursery`` (none may run); ``ended`` is awaited
         once it has ended, in its task, after :attr:`running` turned False."""
         self._scope = scope = trio.CancelScope()
         self._done = done = trio.Event()
+        self.running = True
         nursery.start_soon(self._run, nursery, scope, done, ended)
 
     async def cancel(self, reason: str) -> None:
@@ -117,6 +117,7 @@ class Turns:
             if error is None:
                 self._requeue()  # cancelled mid-message: kept, not lost
             self._scope = self._done = None
+            self.running = False
             done.set()
         await ended(closed, error)
 
