@@ -223,8 +223,10 @@ class TaskWorker(Actor):
         # No await may come before ``holdings.enter`` on the way to a run (nor
         # in handle_unmatched before this): the cell's runners begin messages
         # in the order they came, each up to its first checkpoint, and the
-        # gate's order among equal priorities is the order tickets are taken
-        # (tests/tasks/test_limits.py, tests/actors/test_concurrency.py guard it).
+        # gate's order among equal priorities is the order tickets are taken.
+        # tests/tasks/test_limits.py's test_priority_nine_tasks_... fails at
+        # once if a checkpoint comes first (tried); tests/actors/test_concurrency.py
+        # guards the runners' side.
         followups = self.followups
         task = self.app.find(envelope.subject) or foreign_task(
             self.boxed, self._foreign, envelope.subject, self.pool
