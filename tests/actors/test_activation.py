@@ -9,7 +9,7 @@ import trio.testing
 
 from actorctl import Actor, ActorctlError, handler, open_node
 from actorctl.actors import ActorCell, Address
-from actorctl.actors._cell import IDLE_LINGER
+from actorctl.actors._turns import IDLE_LINGER
 from actorctl.mailbox import KIND_COMMAND, Envelope, Outcome
 from actorctl.supervision import ChildSpec, Restart, Supervisor
 from tests.support.harness import Logs

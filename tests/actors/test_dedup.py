@@ -93,3 +93,31 @@ async def test_a_redriven_copy_keeps_its_id_and_runs_once_per_redrive(logs: Logs
     assert counter.runs == 3
     [warning] = logs.of_type("actorctl:delivery:duplicate")
     assert warning["message_id"] == "kept-1"
+
+
+async def test_a_duplicate_mid_run_waits_for_the_first_and_one_after_it_does_not() -> None:
+    window = SeenWindow(10, 60.0, clock=lambda: 0.0)
+    done = Handled(ACCEPTED, None)
+    # Given a message being handled, that no duplicate waited on yet
+    window.start("k")
+    # When two duplicates arrive while it runs
+    first, second = window.running("k"), window.running("k")
+    # Then they wait on one event, unset until the first copy finishes
+    assert first is not None
+    assert first is second
+    assert not first.is_set()
+    window.finish("k", done)
+    with trio.fail_after(1):
+        await first.wait()
+    # And a duplicate arriving after it finished does not wait: it has the answer
+    assert window.running("k") is None
+    assert window.get("k") == done
+    # Given another being handled, with a waiter, then abandoned (cancelled)
+    window.start("j")
+    waiting = window.running("j")
+    assert waiting is not None
+    window.abandon("j")
+    # Then its waiter is woken, and finds no answer (the resend must run it)
+    assert waiting.is_set()
+    assert window.running("j") is None
+    assert window.get("j") is None

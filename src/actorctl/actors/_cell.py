@@ -2,9 +2,9 @@
 
 It owns the actor's mailbox and its life: a fresh incarnation at each start,
 activation (no task while the mailbox is empty; a message starts a turn, which
-ends once the mailbox has stayed empty for ``IDLE_LINGER``), the tasks the
-actor starts, crashes (the culprit released, the rest kept for the next
-incarnation), stopping and retiring. How one message is run (the handler
+ends once the mailbox has stayed empty for ``IDLE_LINGER``: ``_turns.py``), the
+tasks the actor starts, crashes (the culprit released, the rest kept for the
+next incarnation), stopping and retiring. How one message is run (the handler
 looked up, the arguments bound, the reply sent, then the settlement: acks-late)
 is its dispatch, ``_dispatch.py``."""
 
@@ -28,7 +28,7 @@ from ._dispatch import Dispatch
 from ._handlers import Behaviour
 from ._monitor import Monitors
 from ._ref import Outbox
-from ._runners import Runners
+from ._turns import Turns
 
 __all__ = ["ActorCell", "CellState"]
 
@@ -40,12 +40,6 @@ class CellState(enum.StrEnum):
     RUNNING = "running"
     STOPPED = "stopped"  #: ended normally, or was stopped
     CRASHED = "crashed"
-
-
-_YIELD_EVERY = 16
-#: Seconds an actor's task waits for the next message before it ends (the
-#: actor stays; its next message starts a new task).
-IDLE_LINGER = 1.0
 
 
 @final
@@ -92,17 +86,16 @@ class ActorCell:
         concurrency = type(actor).concurrency
         if concurrency < 1:
             raise ValueError(f"{type(actor).__name__}.concurrency must be at least 1")
-        self._concurrency = concurrency
-        self._taken = 0
-        # While it runs (see activate): where its turns run, who hears of its
-        # end, and the turn handling messages now (None: it has no task).
+        # While it runs (see activate): where its turns run, and who hears of
+        # its end.
         self._nursery: trio.Nursery | None = None
         self._on_end: Callable[[BaseException | None], None] | None = None
-        self._turn: trio.CancelScope | None = None
-        self._turn_done: trio.Event | None = None
-        self._parked = False  # its turn waits for a message
         # What it handles now, in the order it took them (a requeue keeps it).
         self._inflight: dict[Inbound, None] = {}
+        # Its turns (``_turns.py``): at most one runs, while it has messages.
+        self._turns = Turns(
+            self.mailbox, concurrency, self._handle, self._inflight, self._requeue_inflight
+        )
         #: A handler's exception crashes the actor once its caller has the
         #: error (OTP), or only answers the caller (the default): see
         #: ``Actor.handler_errors``; its supervision tree may choose instead.
@@ -205,10 +198,7 @@ class ActorCell:
             return  # it ended by itself already
         self._on_end = None
         self.mailbox.on_arrival(None)
-        turn, done = self._turn, self._turn_done
-        if turn is not None and done is not None:
-            turn.cancel(reason=f"actor {self.name!r} stopped by its supervisor")
-            await done.wait()
+        await self._turns.cancel(f"actor {self.name!r} stopped by its supervisor")
         self._requeue_inflight()
         await self._stop_actor()
         self.state = CellState.STOPPED
@@ -269,13 +259,11 @@ class ActorCell:
         (or, for an idle actor whose mailbox closed, end it at once: see
         :meth:`_ends_at_once`)."""
         nursery = self._nursery
-        if self._turn is None and self._on_end is not None and nursery is not None:
+        if not self._turns.running and self._on_end is not None and nursery is not None:
             if self._ends_at_once():
                 self._end_at_once()
                 return
-            self._turn = turn = trio.CancelScope()
-            self._turn_done = done = trio.Event()
-            nursery.start_soon(self._run_turn, turn, done)
+            self._turns.start(nursery, self._turn_ended)
 
     def _ends_at_once(self) -> bool:
         """Whether the actor can end now without a task of its own: its mailbox
@@ -303,23 +291,9 @@ class ActorCell:
         if on_end is not None:
             on_end(None)
 
-    async def _run_turn(self, turn: trio.CancelScope, done: trio.Event) -> None:
-        error: Exception | None = None
-        closed = False
-        watch = trio.CancelScope()
-        assert self._nursery is not None
-        self._nursery.start_soon(self._end_turn_when_idle, turn, watch)
-        try:
-            with turn:
-                closed = await self._drain()
-        except Exception as exc:
-            error = exc
-        finally:
-            watch.cancel()
-            if error is None:
-                self._requeue_inflight()  # cancelled mid-message: kept, not lost
-            self._turn = self._turn_done = None
-            done.set()
+    async def _turn_ended(self, closed: bool, error: Exception | None) -> None:
+        """Its turn ended (in the turn's task): the mailbox ``closed``, or it
+        idled, or it raised ``error`` (the actor crashed)."""
         if self._on_end is None:
             if error is not None:
                 self._crashed(error)  # deactivated meanwhile: it does the rest
@@ -333,41 +307,6 @@ class ActorCell:
             await self._end(None)
         elif self.mailbox.pending:
             self._wake()  # arrived while this turn was ending
-
-    async def _end_turn_when_idle(self, turn: trio.CancelScope, watch: trio.CancelScope) -> None:
-        """End ``turn`` once it has waited for a message, taking none, for
-        IDLE_LINGER seconds. One timer per turn, not one per message: an
-        actor that is busy pays nothing for being able to idle."""
-        taken = -1
-        with watch:
-            while True:
-                await trio.sleep(IDLE_LINGER)
-                if (
-                    self._parked
-                    and not self._inflight
-                    and not self.mailbox.pending
-                    and self._taken == taken
-                ):
-                    # Parked in receive: cancelling ends the wait at once, before
-                    # any later arrival could wake it (that one starts a new turn).
-                    turn.cancel(reason="idle")
-                    return
-                taken = self._taken
-
-    async def _drain(self) -> bool:
-        """Handle messages until the mailbox closes (True) or the turn is ended
-        for being idle (False)."""
-        if self._concurrency == 1:
-            while (inbound := await self._next()) is not None:
-                await self._handle(inbound)
-        else:
-            # Runners (``_runners.py``): each takes a message only when it
-            # begins it, so they begin in the order they arrived.
-            runners = Runners(
-                self.mailbox, self._concurrency, self._take, self._handle, self._wait_arrival
-            )
-            await runners.drain()
-        return self.mailbox.closed
 
     def _crashed(self, error: Exception) -> None:
         self.state = CellState.CRASHED
@@ -463,47 +402,6 @@ class ActorCell:
         Queued messages are released (their senders may send them elsewhere)."""
         for left in self.mailbox.close():
             left.settle(RELEASED)
-
-    async def _next(self) -> Inbound | None:
-        # Take what is queued without yielding (the mailbox is bounded, so this
-        # cannot starve anyone for long): the node's writer then settles a batch
-        # of messages in one write instead of one write per message.
-        mailbox = self.mailbox
-        try:
-            self._taken += 1
-            if self._taken % _YIELD_EVERY:
-                try:
-                    return mailbox.receive_nowait()
-                except trio.WouldBlock:
-                    pass
-            self._parked = True
-            try:
-                return await mailbox.receive()
-            finally:
-                self._parked = False
-        except trio.EndOfChannel:
-            return None
-
-    async def _take(self) -> Inbound | None:
-        """A runner's next message: what is queued, or None (none is, or the
-        mailbox closed). A checkpoint before every ``_YIELD_EVERY``-th, never
-        between taking one and beginning it (``_runners.py``)."""
-        self._taken += 1
-        if not self._taken % _YIELD_EVERY:
-            await trio.lowlevel.checkpoint()
-        try:
-            return self.mailbox.receive_nowait()
-        except (trio.WouldBlock, trio.EndOfChannel):
-            return None
-
-    async def _wait_arrival(self) -> None:
-        """The turn's task waits for a message for its runners (parked: see
-        ``_end_turn_when_idle``)."""
-        self._parked = True
-        try:
-            await self.mailbox.wait_arrival()
-        finally:
-            self._parked = False
 
     async def _handle(self, inbound: Inbound) -> None:
         # Kept while it runs: a restart puts it back in the mailbox.

@@ -210,8 +210,10 @@ class SeenWindow:
         # The keys whose replies it keeps, oldest first, with their sizes.
         self._kept: OrderedDict[Hashable, int] = OrderedDict()
         self._full = False  # its own bound was reached (and logged)
-        # Messages being handled now: a duplicate waits for the first to finish.
-        self._running: dict[Hashable, trio.Event] = {}
+        # Messages being handled now: a duplicate waits for the first to finish,
+        # on an event the first such duplicate makes (None until one does: a
+        # duplicate mid-run is rare, and an event per message costs).
+        self._running: dict[Hashable, trio.Event | None] = {}
 
     def get(self, key: Hashable) -> Handled | None:
         entry = self._entries.get(key)
@@ -222,11 +224,22 @@ class SeenWindow:
         return entry[1]
 
     def running(self, key: Hashable) -> trio.Event | None:
-        return self._running.get(key)
+        """What a duplicate of ``key`` waits on while its first copy is being
+        handled (set when it finishes, or is abandoned), or None if it is not
+        (finished already: :meth:`get` has its answer). The event is made by
+        the first duplicate that asks; the first copy sets it if one was."""
+        running = self._running
+        if key not in running:
+            return None
+        done = running[key]
+        if done is None:
+            done = running[key] = trio.Event()
+        return done
 
     def start(self, key: Hashable) -> None:
+        """The message ``key`` is being handled (its duplicates wait: :meth:`running`)."""
         if self.count:
-            self._running[key] = trio.Event()
+            self._running[key] = None
 
     def abandon(self, key: Hashable) -> None:
         """The message was not handled after all (its handler was cancelled)."""

@@ -94,7 +94,7 @@ class FollowUps:
     async def report(self, envelope: Envelope, state: str, body: Any) -> None:
         """Send a state document to the caller, and final ones to the sinks."""
         targets = [envelope.reply_to] if envelope.reply_to else []
-        if state in READY_STATES:
+        if state in READY_STATES and H_SINKS in envelope.headers:
             targets += header_sinks(envelope.headers)
         if targets:
             await send_document(
@@ -105,11 +105,15 @@ class FollowUps:
         """The task returned ``value``: run its callbacks, then send the next
         step of its chain, or (the last step) its result."""
         headers = envelope.headers
+        given = headers.get(H_CHAIN)
+        chain_header = given if isinstance(given, str) and given else None
+        if chain_header is None and H_LINK not in headers:  # most runs: no callback, no step
+            await self.report(envelope, SUCCESS, to_wire(value))
+            return
         pool = self.pool_of(envelope)
         for callback in signatures_in(headers.get(H_LINK)):
             await self._send_signature(envelope, callback, pool, value, reply=False)
-        chain_header = headers.get(H_CHAIN)
-        if not (isinstance(chain_header, str) and chain_header):
+        if chain_header is None:
             await self.report(envelope, SUCCESS, to_wire(value))
             return
         try:

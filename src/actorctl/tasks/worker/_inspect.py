@@ -28,7 +28,6 @@ from ..._log import Traced
 from ...actors import CounterSchema
 from ..limits._gate import priority_of
 from ..limits._limits import TaskFailure
-from ..protocol._protocol import envelope_retries, envelope_task_id
 from ..protocol._state import node_outbox
 from ._inspect_answers import HeldRow, NodeStats, WorkerStats
 
@@ -183,7 +182,7 @@ class Holdings:
         if self.since is None:
             self.since = outbox.now()
 
-    def action(self, envelope: Envelope, worker: str) -> Traced:
+    def action(self, envelope: Envelope, worker: str, task_id: str, retries: int) -> Traced:
         """The eliot action of one task message at ``worker``: what the run logs
         and sends (its result, the next step of its chain) is part of it, and a
         message that continues a trace (its ``trace`` header) nests it there:
@@ -192,10 +191,10 @@ class Holdings:
             "actorctl:task",
             {
                 "task": envelope.subject,
-                "task_id": envelope_task_id(envelope),
+                "task_id": task_id,
                 "node": self.node,
                 "worker": worker,
-                "retries": envelope_retries(envelope),
+                "retries": retries,
             },
         )
 
@@ -216,11 +215,10 @@ class Holdings:
             del self.held[message_id]
             raise
 
-    def start(self, message_id: str, now: float) -> None:
-        """The task held as ``message_id`` starts running (active)."""
-        held = self.held.get(message_id)
-        if held is not None:
-            held.started = now
+    def start(self, held: HeldTask, now: float) -> None:
+        """``held`` (held since :meth:`enter`, until :meth:`leave`) starts
+        running (active)."""
+        held.started = now
 
     def leave(self, message_id: str) -> None:
         """The task held as ``message_id`` is done here (a run counts as processed)."""

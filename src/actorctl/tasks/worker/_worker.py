@@ -3,7 +3,8 @@
 A ``TaskWorker`` checks that a task was not revoked and has not expired, binds
 its arguments, runs it under its time limits (``_limits.py``) with its node's
 client as the client of the running task (so that ``add.delay()`` inside a task
-sends through this node), and then sends what follows (``_followups.py``). It
+sends through this node), and then sends what follows: its result, or its
+failure or retry (``_verdict.py`` decides, ``_followups.py`` sends). It
 settles the message only after that (acks-late); a task sent with
 ``acks_late=False`` arrived pre-settled, so nothing sends it again if the worker
 dies while it runs (at-most-once).
@@ -33,7 +34,6 @@ from collections.abc import Mapping
 from time import perf_counter
 from typing import Any, ClassVar, Final
 
-import attrs
 import trio
 
 from ..._errors import ActorctlError, WireFormatError
@@ -42,13 +42,10 @@ from ...actors import Actor, Address, BadArguments, NamedCounters
 from ...cluster import (
     DEAD_LETTERS,
     REASON_EXPIRED,
-    REASON_NOT_RETRIED,
-    REASON_OUT_OF_RETRIES,
-    REASON_POISON,
     Fence,
 )
 from ...mailbox import ACCEPTED, FENCED, STOPPING, Envelope, Outcome
-from ...supervision import Boxed, RetryPolicy, failure_mark
+from ...supervision import Boxed
 from ..app import _signals as signals
 from ..app._registry import TaskRegistry
 from ..app._task import PER_CALL, Retry, Task, TaskContext
@@ -67,13 +64,8 @@ from ..limits._limits import (
 )
 from ..limits._pacing import task_limits
 from ..limits._policies import (
-    NO_SCHEDULER,
-    can_delay,
-    delay_bound,
     foreign_task,
-    is_poison,
     limits_of,
-    retry_policy_of,
     unknown_task,
     warn_no_scheduler,
 )
@@ -85,7 +77,6 @@ from ..protocol._protocol import (
     H_MAP,
     H_SINKS,
     H_TRACK,
-    RETRY,
     REVOKED,
     SCHEDULER,
     STARTED,
@@ -102,6 +93,7 @@ from . import _hooks as hooks
 from ._control import WorkerState
 from ._followups import FollowUps
 from ._inspect import TASK_COUNTERS, HeldTask
+from ._verdict import follow
 
 __all__ = ["TaskWorker"]
 
@@ -156,6 +148,7 @@ class TaskWorker(Actor):
         for task in app.tasks.values():
             task_limits(self.gate, task, routed=routed)
         self._followups: FollowUps | None = None
+        self._name = ""  # its actor name, once it runs (read per task)
         self._fence: Fence | None = None  # its node's, once it runs
         #: Per task: messages, outcomes, run times (read when /metrics is scraped).
         self.named_counters = NamedCounters(TASK_COUNTERS)
@@ -168,6 +161,7 @@ class TaskWorker(Actor):
         outbox = cell.outbox
         client = TaskClient(outbox, self.directory)
         here = cell.address
+        self._name = here.name
         dead_letters = Address(here.host, here.port, DEAD_LETTERS, here.scheme)
         self._followups = FollowUps(client, self.pool, dead_letters, self.app.conf.result_expires)
         self._followups.counters = self.named_counters
@@ -204,9 +198,11 @@ class TaskWorker(Actor):
     ) -> tuple[Outcome, tuple[str, Any] | None] | None:
         counters = self.named_counters
         counters.add(envelope.subject, "received")
+        # Read once per task: its id and its retry count (from its headers).
+        task_id, retries = envelope_task_id(envelope), envelope_retries(envelope)
         try:
-            with self.state.holdings.action(envelope, self.address.name):  # its trace
-                handled = await self._task(envelope)
+            with self.state.holdings.action(envelope, self._name, task_id, retries):
+                handled = await self._task(envelope, task_id, retries)
             if handled[0].state not in ("accepted", "released"):
                 counters.add(envelope.subject, f"rejected:{handled[0].condition}")
             return handled
@@ -223,7 +219,14 @@ class TaskWorker(Actor):
                 log("actorctl:task:unreported", message_id=envelope.message_id, error=str(again))
             return ACCEPTED, None
 
-    async def _task(self, envelope: Envelope) -> Handled:
+    async def _task(self, envelope: Envelope, task_id: str, retries: int) -> Handled:
+        # No await may come before ``holdings.enter`` on the way to a run (nor
+        # in handle_unmatched before this): the cell's runners begin messages
+        # in the order they came, each up to its first checkpoint, and the
+        # gate's order among equal priorities is the order tickets are taken.
+        # tests/tasks/test_limits.py's test_priority_nine_tasks_... fails at
+        # once if a checkpoint comes first (tried); tests/actors/test_concurrency.py
+        # guards the runners' side.
         followups = self.followups
         task = self.app.find(envelope.subject) or foreign_task(
             self.boxed, self._foreign, envelope.subject, self.pool
@@ -251,7 +254,7 @@ class TaskWorker(Actor):
             return Outcome.rejected(UNKNOWN_SINK, bad), None
         if (fenced := self._fenced(task)) is not None:
             return fenced
-        task_id, now = envelope_task_id(envelope), followups.client.outbox.now
+        now = followups.client.outbox.now
         breaker = self._breakers.get(task.name)
         if breaker is not None and not breaker.closed and (refused := breaker.admit()):
             return await self._refuse(envelope, task, refused)
@@ -260,10 +263,10 @@ class TaskWorker(Actor):
         # asked again once the slot is taken. (A half-open probe is not.)
         admitted_closed = breaker is not None and breaker.closed
         # Reserved until a run slot is free, then active until the run ends (inspect).
-        held = HeldTask(task_id, task.name, args, kwargs, self.address.name, self.pool, now())
+        held = HeldTask(task_id, task.name, args, kwargs, self._name, self.pool, now())
         holdings = self.state.holdings
         if signals.task_received.receivers:
-            hooks.received(task, task_id, envelope_retries(envelope), args, kwargs)
+            hooks.received(task, task_id, retries, args, kwargs)
         # Taken before this task's first checkpoint: the cell begins messages
         # in the order they came (actors/_runners.py), and so their tickets
         # are taken in that order (the gate's order among equal priorities).
@@ -283,15 +286,16 @@ class TaskWorker(Actor):
                 return await self._refuse(envelope, task, refused)
             if (fenced := self._fenced(task)) is not None:
                 return fenced
-            why_not, runtime = self._why_not_run(envelope, task_id), None
+            begun = now()  # one clock read: whether it expired, and when it started
+            why_not, runtime = self._why_not_run(envelope, task_id, begun), None
             if why_not is None:
-                holdings.start(envelope.message_id, now())
+                holdings.start(held, begun)
                 if envelope.headers.get(H_TRACK):
                     await followups.report(envelope, STARTED, None)
                 if signals.task_prerun.receivers:
                     hooks.prerun(task, task_id, args, kwargs)
                 started = perf_counter()
-                ran = await self._run_all(envelope, task, task_id, calls)
+                ran = await self._run_all(envelope, task, task_id, retries, calls)
                 runtime = perf_counter() - started
                 self.named_counters.observe(task.name, runtime)
         finally:
@@ -304,21 +308,19 @@ class TaskWorker(Actor):
         if why_not is not None:
             self.named_counters.add(task.name, REVOKED.lower())
             hooks.revoked(task, task_id, args, kwargs, why_not)
-            holdings.end(held, REVOKED, why_not.reason, None, envelope_retries(envelope), now())
+            holdings.end(held, REVOKED, why_not.reason, None, retries, now())
             await followups.report(envelope, REVOKED, why_not.wire())
             if why_not.kind is NotRunKind.EXPIRED:
                 error = TaskError("Expired", why_not.reason)
-                await followups.dead_letter(
-                    envelope, REASON_EXPIRED, error, envelope_retries(envelope)
-                )
+                await followups.dead_letter(envelope, REASON_EXPIRED, error, retries)
             return ACCEPTED, None
         if isinstance(ran, list):  # counted before its result goes: a scrape after it sees it
-            self.named_counters.add(task.name, SUCCESS.lower())
-        state = await self._follow(envelope, task, task_id, ran)
+            self.named_counters.add(task.name, "success")
+        state = await follow(followups, envelope, task, task_id, retries, ran)
         if state != SUCCESS:
             self.named_counters.add(task.name, state.lower())  # failure, retry, revoked
         outcome = hooks.outcome_of(envelope, ran)  # the page's window of runs (_inspect.py)
-        holdings.end(held, state, outcome, runtime, envelope_retries(envelope), now())
+        holdings.end(held, state, outcome, runtime, retries, now())
         if signals.task_postrun.receivers:
             hooks.postrun(task, task_id, args, kwargs, hooks.retval_of(envelope, ran), state)
         return ACCEPTED, None
@@ -355,22 +357,21 @@ class TaskWorker(Actor):
                 return f"task {envelope.subject}: sink {sink!r} does not resolve: {exc}"
         return None
 
-    def _why_not_run(self, envelope: Envelope, task_id: str) -> NotRun | None:
-        """Why the task must not run (revoked, or expired), or None."""
+    def _why_not_run(self, envelope: Envelope, task_id: str, now: float) -> NotRun | None:
+        """Why the task must not run (revoked, or expired by ``now``, the node's
+        clock), or None."""
         revoked = self.state.revoked
         if task_id in revoked or (envelope.correlation_id or "") in revoked:
             return NotRun(NotRunKind.REVOKED, "revoked")
-        now = self.followups.client.outbox.now()
         if envelope.expiry_time is not None and envelope.expiry_time <= now:
             late = now - envelope.expiry_time
             return NotRun(NotRunKind.EXPIRED, f"expired {late:.3f} s before it could run")
         return None
 
     async def _run_all(
-        self, envelope: Envelope, task: Task, task_id: str, calls: list[Call]
+        self, envelope: Envelope, task: Task, task_id: str, retries: int, calls: list[Call]
     ) -> list[Any] | BaseException:
         """Run the task (each call of a map): its values, or what it raised."""
-        retries = envelope_retries(envelope)
         try:
             return [
                 await self._run(task, task_id, retries, call_args, call_kwargs, envelope.headers)
@@ -378,129 +379,6 @@ class TaskWorker(Actor):
             ]
         except (Retry, Exception) as exc:
             return exc
-
-    async def _follow(
-        self, envelope: Envelope, task: Task, task_id: str, ran: list[Any] | BaseException
-    ) -> str:
-        """Send what follows a run: its result, next step and callbacks, or its
-        failure and errbacks, or its retry. Returns the run's state."""
-        followups = self.followups
-        retries = envelope_retries(envelope)
-        if isinstance(ran, list):
-            value = ran if envelope.headers.get(H_MAP) else ran[0]
-            await followups.succeed(envelope, value)
-            if signals.task_success.receivers:
-                hooks.succeeded(task, value)
-            return SUCCESS
-        try:
-            raise ran
-        except Retry as retry:
-            return await self._retry(envelope, task, task_id, retries, retry.exc, retry.countdown)
-        except TaskFailure as failure:
-            if failure.type_name == "TaskRevoked":
-                # (raised by _run only: revoked with terminate while it ran)
-                terminated = NotRun(NotRunKind.TERMINATED, failure.message)
-                await followups.report(envelope, REVOKED, terminated.wire())
-                hooks.revoked(task, task_id, *envelope.call(), terminated)
-                return REVOKED
-            await followups.fail(envelope, task_id, TaskError(failure.type_name, failure.message))
-            hooks.failed(task, task_id, *envelope.call(), failure)
-            return FAILURE
-        except Exception as exc:
-            mark = failure_mark(exc)
-            poison = is_poison(exc)
-            why = "poison" if poison else "never retried"
-            if not poison and not isinstance(exc, BadArguments):
-                policy = mark if isinstance(mark, RetryPolicy) else retry_policy_of(task, envelope)
-                if policy.retries(exc):
-                    if can_delay(task, policy, retries, SCHEDULER in self.directory.addresses):
-                        return await self._retry(
-                            envelope, task, task_id, retries, exc, None, policy
-                        )
-                    why = NO_SCHEDULER
-            error = TaskError.of(exc, traceback=hooks.format_traceback(exc))
-            log(
-                "actorctl:task:failed",
-                task=task.name,
-                task_id=task_id,
-                why=why,
-                error_type=error.type,
-                error=error.message,
-            )
-            if poison:
-                await followups.dead_letter(envelope, REASON_POISON, error, retries)
-            elif why == NO_SCHEDULER:
-                await followups.dead_letter(envelope, REASON_NOT_RETRIED, error, retries)
-            await followups.fail(envelope, task_id, error)
-            hooks.failed(task, task_id, *envelope.call(), exc)
-            return FAILURE
-
-    async def _retry(
-        self,
-        envelope: Envelope,
-        task: Task,
-        task_id: str,
-        retries: int,
-        exc: BaseException | None,
-        countdown: float | None,
-        policy: RetryPolicy | None = None,
-    ) -> str:
-        """Send the task again later (the scheduler holds it), or, its retries
-        spent, fail it and dead-letter it."""
-        policy = policy or retry_policy_of(task, envelope)
-        error = TaskError.of(exc) if exc is not None else TaskError("Retry", "retry requested")
-        if policy.exhausted(retries):
-            log(
-                "actorctl:task:gave-up",
-                task=task.name,
-                task_id=task_id,
-                retries=retries,
-                error_type=error.type,
-                error=error.message,
-            )
-            await self.followups.dead_letter(envelope, REASON_OUT_OF_RETRIES, error, retries)
-            error = attrs.evolve(
-                error,
-                message=f"{error.message} (gave up after {retries} retries)",
-                traceback=hooks.format_traceback(exc) if exc is not None else None,
-            )
-            await self.followups.fail(envelope, task_id, error)
-            hooks.failed(task, task_id, *envelope.call(), exc or Retry())
-            return FAILURE
-        bound = delay_bound(task, policy, retries) if countdown is None else countdown
-        if countdown is None:
-            countdown = policy.delay(retries) if task.default_retry_delay is None else bound
-        if countdown > 0.001 and SCHEDULER not in self.directory.addresses:
-            error = attrs.evolve(
-                error,
-                message=f"task {task.name} asked for a retry in {countdown:g} s, but the "
-                "cluster has no scheduler to delay it: add a services node (services = true "
-                "in cluster.toml), or retry with countdown=0",
-            )
-            log(
-                "actorctl:task:failed",
-                task=task.name,
-                task_id=task_id,
-                why=NO_SCHEDULER,
-                error_type=error.type,
-                error=error.message,
-            )
-            await self.followups.dead_letter(envelope, REASON_NOT_RETRIED, error, retries)
-            await self.followups.fail(envelope, task_id, error)
-            hooks.failed(task, task_id, *envelope.call(), exc or Retry())
-            return FAILURE
-        await self.followups.retry(envelope, task_id, retries, error, countdown)
-        log(
-            "actorctl:task:retry",
-            task=task.name,
-            task_id=task_id,
-            attempt=retries + 1,
-            delay=countdown,
-            bound=bound,
-            error=error.wire(),
-        )
-        hooks.retried(task, task_id, retries, *envelope.call(), exc)
-        return RETRY
 
     async def _run(
         self,
@@ -518,6 +396,7 @@ class TaskWorker(Actor):
             TaskFailure: it ran past its hard limit, or was terminated.
         """
         limits = limits_of(task, headers)
+        client = self.followups.client
         if task.bind:
             aborted = functools.partial(self.state.revoked.__contains__, task_id)
             ctx = TaskContext(
@@ -530,14 +409,14 @@ class TaskWorker(Actor):
             # until it returns, so nothing could cancel it (a revoke's
             # terminate, the hard limit's deadline): no cancel scope to enter.
             # run_inline drops its value if it returned past the hard limit.
-            with using_client(self.followups.client):
+            with using_client(client):
                 return run_inline(call, limits)
         # A long-lived boxed worker counts the hard limit itself, from when one
         # of its processes takes the task (afresh when it runs again after a
         # crash): the wait for a process (a restart's backoff) does not count.
         by_boxed = task.boxed and self.boxed is not None and task.boxed != PER_CALL
         deadline = math.inf if by_boxed else limits.trio_deadline(limits.hard_deadline)
-        with using_client(self.followups.client), trio.CancelScope(deadline=deadline) as scope:
+        with using_client(client), trio.CancelScope(deadline=deadline) as scope:
             self.state.running[task_id] = scope
             try:
                 if task.boxed:
