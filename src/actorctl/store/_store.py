@@ -11,6 +11,12 @@ row, the delete of a settled entry) waits up to ``UNSYNCED_WAIT`` for one that
 somebody does, to share its commit: a message a node takes and hands on then
 costs it one commit, not two, and one hand-off to the commit thread.
 
+A lone write costs the event loop no more than it must: an unsynced write wakes
+nobody (it moves the deadline of the committer's wait instead, so the task that
+made it runs on without a task switch), and a committer woken by a sync lets the
+tasks woken with it (the writer of a reply sent just before the sync) run
+before it hands the batch to the commit thread.
+
 What survives what: the database is in WAL mode with ``synchronous=NORMAL``, so
 a committed write survives the process being killed (SIGKILL included); a power
 loss or an OS crash may lose the last batches committed before it. A write that
@@ -97,8 +103,10 @@ class Store:
         self._queued = 0  # writes ever queued
         self._committed = 0  # of those, how many are on disk
         self._committing = 0  # of those, how many the commit under way takes
-        self._wake = trio.Event()  # something was queued
         self._hurry = trio.Event()  # someone syncs: commit now
+        # The committer's wait while it waits (None while it commits, or before
+        # it runs): an unsynced write brings its deadline forward.
+        self._waiting: trio.CancelScope | None = None
         # Set when the commit under way ends, and when the one after it ends: a
         # sync wakes once, when the commit that takes its writes is done.
         self._flushing = trio.Event()
@@ -234,7 +242,11 @@ class Store:
         if self._writing:
             self._queue.append(write)
             self._queued += 1
-            self._wake.set()
+            waiting = self._waiting
+            if waiting is not None:  # committed within UNSYNCED_WAIT, with no task switch now
+                soon = trio.current_time() + UNSYNCED_WAIT
+                if soon < waiting.deadline:
+                    waiting.deadline = soon
 
     @staticmethod
     def _alive(row: _Row, now: float) -> bool:
@@ -281,16 +293,23 @@ class Store:
     async def _serve(self) -> None:
         next_purge = trio.current_time() + PURGE_EVERY
         while True:
-            with trio.move_on_at(next_purge):
-                await self._wake.wait()
-            if self._queue:
-                with trio.move_on_after(UNSYNCED_WAIT):
+            # Until a sync hurries it, the purge is due, or the oldest queued
+            # write has waited UNSYNCED_WAIT (``_write`` moves the deadline).
+            with trio.CancelScope(deadline=next_purge) as waiting:
+                if self._queue:  # queued while the last commit ran
+                    waiting.deadline = min(next_purge, trio.current_time() + UNSYNCED_WAIT)
+                self._waiting = waiting
+                try:
                     await self._hurry.wait()
+                finally:
+                    self._waiting = None
+                # Hurried: the tasks woken with it (the writer of a reply sent
+                # just before the sync) run first; the batch waits one pass.
+                await trio.lowlevel.checkpoint()
             purge: float | None = None
             if trio.current_time() >= next_purge:
                 next_purge = trio.current_time() + PURGE_EVERY
                 purge = self._purge_memory()
-            self._wake = trio.Event()
             self._hurry = trio.Event()
             await self._flush(purge)
 
