@@ -20,8 +20,8 @@ import attrs
 import trio
 from proton import Link, Session
 
-from ..._log import log
-from ...mailbox import (
+from ...._log import log
+from ....mailbox import (
     ACCEPTED,
     PEER_UNAVAILABLE,
     Envelope,
@@ -30,19 +30,19 @@ from ...mailbox import (
     encode,
     sign_ed25519,
 )
-from . import _raw as raw
-from ._engine import Engine
-from ._engine_set import EngineSet
+from .. import _raw as raw
+from .._engine import Engine
+from .._engine_set import EngineSet
+from .._pending import OutLink, PeerSettings, Pending
+from .._reply_auth import REPLY_CREDIT, ReplyCheck
+from .._reply_claims import own_reply_address, reply_proof
+from .._why import handshake_failed, refused, unreachable
 from ._given_back import GivenBack
 from ._peer_breaker import PeerBreaker
 from ._peer_dial import Dialer
 from ._peer_events import PeerEvents, drain_if_idle
 from ._peer_signing import PeerSigning
-from ._pending import OutLink, PeerSettings, Pending
-from ._reply_auth import REPLY_CREDIT, ReplyCheck
-from ._reply_claims import own_reply_address, reply_proof
 from ._unsettled import UnsettledBytes
-from ._why import handshake_failed, refused, unreachable
 
 __all__ = ["Peer"]
 

@@ -3,7 +3,8 @@ settlement of what it sent (accepted, refused, or given back unrun to be sent
 again), credit and drain on its sender links, the peer's answer to its reply
 link, and the end of the connection (what was left unsettled waits for the next
 one). The sending side and the connection's life are ``_peer.py``; the events
-come from the ``Engine`` (``_engine.py``) as raw proton pointers on the hot path.
+come from the ``Engine`` (``cluster/link/_engine.py``), as raw proton pointers on
+the hot path.
 """
 
 from __future__ import annotations
@@ -14,14 +15,14 @@ from typing import Any, Final
 import trio
 from proton import Condition, Delivery, Endpoint, Link
 
-from ...mailbox import ACCEPTED, NOT_FOUND, Envelope, Outcome
-from . import _raw as raw
-from ._engine import Engine, EngineHandler
+from ....mailbox import ACCEPTED, NOT_FOUND, Envelope, Outcome
+from .. import _raw as raw
+from .._engine import Engine, EngineHandler
+from .._pending import OutLink, PeerSettings, Pending
+from .._reply_auth import ReplyCheck, certificate_names
+from .._reply_claims import REPLY_CAPABILITY
 from ._given_back import GivenBack, given_back
 from ._peer_dial import Dialer
-from ._pending import OutLink, PeerSettings, Pending
-from ._reply_auth import ReplyCheck, certificate_names
-from ._reply_claims import REPLY_CAPABILITY
 from ._unsettled import UnsettledBytes
 
 __all__ = ["PeerEvents", "drain_if_idle"]
