@@ -34,6 +34,12 @@ from ._conditions import UNKNOWN_HANDLER as UNKNOWN_HANDLER
 from ._conditions import UNKNOWN_KEY as UNKNOWN_KEY
 from ._conditions import UNKNOWN_SESSION as UNKNOWN_SESSION
 from ._conditions import WRONG_NODE as WRONG_NODE
+from ._decoding import decode as decode
+from ._decoding import from_sections as from_sections
+from ._encoding import Signer as Signer
+from ._encoding import canonical as canonical
+from ._encoding import encode as encode
+from ._encoding import to_ms as to_ms
 from ._envelope import CONTENT_TYPE_JSON as CONTENT_TYPE_JSON
 from ._envelope import KIND_COMMAND as KIND_COMMAND
 from ._envelope import KIND_DOCUMENT as KIND_DOCUMENT
@@ -41,13 +47,7 @@ from ._envelope import KIND_EVENT as KIND_EVENT
 from ._envelope import STATUS_ERROR as STATUS_ERROR
 from ._envelope import STATUS_OK as STATUS_OK
 from ._envelope import Envelope as Envelope
-from ._envelope import Signer as Signer
-from ._envelope import canonical as canonical
-from ._envelope import decode as decode
-from ._envelope import encode as encode
-from ._envelope import from_sections as from_sections
 from ._envelope import json_dumps as json_dumps
-from ._envelope import to_ms as to_ms
 from ._mailbox import ACCEPTED as ACCEPTED
 from ._mailbox import RELEASED as RELEASED
 from ._mailbox import CreditLink as CreditLink

@@ -2,7 +2,8 @@
 
 docs/protocol.md §11 is normative and docs/test-vectors.json pins it to this
 code. This is the feature's one front module: it re-exports the canonical form
-(``_auth``) and the keys (``_keys``). Everything is pure (no sockets, no tasks).
+(``_auth``), the keys (``_keys``) and the HMAC sessions (``_session``), and holds
+the signers and the :class:`Verifier`. Everything is pure (no sockets, no tasks).
 A receiver calls :func:`canonical_bytes` and :meth:`Verifier.verify` on every
 message, so the hot path is a few dictionary lookups, one HMAC (or one Ed25519
 verification) and no allocation it can avoid.
@@ -10,16 +11,11 @@ verification) and no allocation it can avoid.
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import hmac
-import json
-import os
 import struct
 import time
-from collections.abc import Callable, Container, Mapping
-from dataclasses import dataclass, field
-from typing import Any, Final, NamedTuple, final
+from collections.abc import Callable, Mapping
+from typing import Final, final
 
 from ._auth import ED25519 as ED25519
 from ._auth import HMAC_SHA256 as HMAC_SHA256
@@ -51,7 +47,14 @@ from ._keys import key_id as key_id
 from ._refusals import unsigned, wrong_node
 from ._replay import ReplayCache as ReplayCache
 from ._roles import Role, weakest
+from ._session import DEFAULT_SESSION_LIFETIME as DEFAULT_SESSION_LIFETIME
+from ._session import MAX_SESSION_LIFETIME as MAX_SESSION_LIFETIME
 from ._session import Session as Session
+from ._session import SessionOffer as SessionOffer
+from ._session import SessionSigner as SessionSigner
+from ._session import SessionTable as SessionTable
+from ._session import Verified as Verified
+from ._session import keyed_mac as keyed_mac
 from ._session import read_session, session_error
 
 __all__ = [
@@ -98,44 +101,12 @@ __all__ = [
 ]
 
 DEFAULT_WINDOW: Final = 300.0
-DEFAULT_SESSION_LIFETIME: Final = 3600.0
-MAX_SESSION_LIFETIME: Final = 86400.0
 _u32 = struct.Struct(">I").pack
 
 
 def sign_ed25519(key: IdentityKey, canonical: bytes) -> dict[str, object]:
     """The signature application properties of the per-message form."""
     return {SIG_ALG: ED25519, SIG_KEY: key.key_id, SIG: key.sign(canonical)}
-
-
-@final
-class SessionSigner:
-    """Signs within ``session`` (what :func:`sign_hmac` does), keying the HMAC
-    once instead of on every message."""
-
-    __slots__ = ("_id", "_mac", "session")
-
-    def __init__(self, session: Session) -> None:
-        self.session = session
-        self._id = session.id
-        self._mac = keyed_mac(session.mac_key)
-
-    def __call__(self, canonical: bytes) -> dict[str, object]:
-        mac = self._mac.copy()
-        mac.update(canonical)
-        return {SIG_ALG: HMAC_SHA256, SIG_KEY: self._id, SIG: mac.digest()}
-
-
-def keyed_mac(key: bytes) -> Any:
-    """An HMAC-SHA256 keyed with ``key`` and fed nothing yet: ``copy()`` it, then
-    ``update`` and ``digest`` the copy, once per message (keying costs more than
-    a copy). OpenSSL's own object when the hmac module has one, without the
-    pure-Python wrapper around it: one message costs three C calls, not six."""
-    mac = hmac.new(key, digestmod=hashlib.sha256)
-    inner = getattr(mac, "_hmac", None)  # CPython's _hashlib.HMAC, when OpenSSL keys it
-    if inner is not None and all(hasattr(inner, name) for name in ("copy", "update", "digest")):
-        return inner
-    return mac
 
 
 def sign_hmac(session: Session, canonical: bytes) -> dict[str, object]:
@@ -145,138 +116,6 @@ def sign_hmac(session: Session, canonical: bytes) -> dict[str, object]:
         SIG_KEY: session.id,
         SIG: hmac.digest(session.mac_key, canonical, "sha256"),
     }
-
-
-# --- Sessions ------------------------------------------------------------------------
-
-
-@final
-@dataclass(frozen=True, slots=True)
-class SessionOffer:
-    """What a sender makes to open a session: see :meth:`new` and :meth:`body`."""
-
-    id: str
-    mac_key: bytes = field(repr=False)
-    expires: float
-    issuer_key_id: str
-
-    @classmethod
-    def new(
-        cls, identity: IdentityKey, *, now: float, lifetime: float = DEFAULT_SESSION_LIFETIME
-    ) -> SessionOffer:
-        """A fresh random MAC key and session id, expiring ``lifetime`` s from ``now``.
-
-        Open the next session before this one expires (say at 80% of its
-        lifetime): both stay valid until their own expiry.
-        """
-        return cls(os.urandom(16).hex(), os.urandom(32), now + lifetime, identity.key_id)
-
-    def body(self, node: str) -> bytes:
-        """The JSON body of the session message for the receiving ``node``.
-
-        Send it as a command with subject ``$session`` to the address ``$session``,
-        signed with :func:`sign_ed25519` by the issuer's key, over TLS only: it
-        carries the MAC key in the clear.
-        """
-        doc = {
-            "session": self.id,
-            "key": base64.b64encode(self.mac_key).decode(),
-            "expires_ms": round(self.expires * 1000),
-            "node": node,
-        }
-        return json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
-
-    def session(self) -> Session:
-        """The sender's own copy, for :func:`sign_hmac`."""
-        return Session(self.id, self.mac_key, self.issuer_key_id, self.expires)
-
-
-class Verified(NamedTuple):
-    """Who vouched for a message: an Ed25519 key id, and the form (``ed25519`` or
-    ``hmac-sha256``; for a session, ``key_id`` is the session's issuer)."""
-
-    key_id: str
-    form: str
-
-
-@final
-class SessionTable:
-    """The sessions a receiver holds, at most ``max_sessions`` in all and
-    ``per_issuer`` for one issuer (the oldest one goes first). Expired sessions
-    are dropped when looked up."""
-
-    def __init__(self, max_sessions: int = 4096, per_issuer: int = 16) -> None:
-        if max_sessions < 1 or per_issuer < 1:
-            raise ValueError("a session table holds at least one session")
-        self.max_sessions = max_sessions
-        self.per_issuer = per_issuer
-        # Each session with who vouched for it and its keyed HMAC, made once:
-        # copying a keyed HMAC costs a fraction of keying one per message.
-        self._sessions: dict[str, tuple[Session, Verified, Any]] = {}
-        # Sessions dropped because their issuer is no longer trusted, with that
-        # issuer: so that a refusal can say why (at most max_sessions of them).
-        self._dropped: dict[str, str] = {}
-
-    def __len__(self) -> int:
-        return len(self._sessions)
-
-    def add(self, session: Session, now: float) -> None:
-        """Hold ``session`` until it expires (or the bounds push it out). Sessions
-        that have expired at ``now`` go first. O(n): sessions open rarely.
-
-        Raises:
-            AuthError: ``actorctl:bad-session`` if its id is in use already.
-        """
-        same_issuer = []
-        for sid, (held, _, _) in list(self._sessions.items()):
-            if held.expires <= now:
-                del self._sessions[sid]
-            elif held.issuer_key_id == session.issuer_key_id:
-                same_issuer.append(sid)
-        if session.id in self._sessions:
-            raise AuthError(BAD_SESSION, f"session {session.id} is open already")
-        if len(same_issuer) >= self.per_issuer:
-            del self._sessions[same_issuer[0]]
-        elif len(self._sessions) >= self.max_sessions:
-            del self._sessions[next(iter(self._sessions))]
-        self._sessions[session.id] = (
-            session,
-            Verified(session.issuer_key_id, HMAC_SHA256),
-            keyed_mac(session.mac_key),
-        )
-
-    def drop_untrusted(self, trusted: Container[str]) -> list[Session]:
-        """Drop every session whose issuer's key id is not in ``trusted`` (its key
-        was revoked or removed from the keyring): their messages are refused
-        from now on.
-
-        Returns:
-            the sessions dropped.
-        """
-        sessions = self._sessions
-        dropped = [held for held, _, _ in sessions.values() if held.issuer_key_id not in trusted]
-        for session in dropped:
-            del self._sessions[session.id]
-            self._dropped[session.id] = session.issuer_key_id
-        while len(self._dropped) > self.max_sessions:
-            del self._dropped[next(iter(self._dropped))]
-        return dropped
-
-    def dropped_issuer(self, session_id: str) -> str | None:
-        """The issuer of a session that :meth:`drop_untrusted` dropped, or None."""
-        return self._dropped.get(session_id)
-
-    def get(self, session_id: str, now: float) -> Session | None:
-        """The session with that id unless it has expired at ``now``."""
-        entry = self._find(session_id, now)
-        return None if entry is None else entry[0]
-
-    def _find(self, session_id: str, now: float) -> tuple[Session, Verified, Any] | None:
-        entry = self._sessions.get(session_id)
-        if entry is not None and entry[0].expires <= now:
-            del self._sessions[session_id]
-            return None
-        return entry
 
 
 # --- Verification --------------------------------------------------------------------

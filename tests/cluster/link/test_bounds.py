@@ -18,9 +18,10 @@ from proton import Link
 
 from actorctl import Actor, Address, ConfigError, Node, handler, open_node
 from actorctl.cluster import INSECURE, load_cluster
-from actorctl.cluster.link import _limits, _peer
+from actorctl.cluster.link import _limits
 from actorctl.cluster.link._credit import InboxCredit
 from actorctl.cluster.link._raw import lib
+from actorctl.cluster.link.peer import _peer
 from actorctl.mailbox import decode
 from tests.apps.actors import SMALL_CAPACITY as CAPACITY
 from tests.apps.actors import Small

@@ -1,5 +1,5 @@
 """A send that waits for a peer gets a fresh connection attempt, bounded by the
-connect timeout (cluster/link/_peer_dial.py).
+connect timeout (cluster/link/peer/_peer_dial.py).
 
 Real nodes on 127.0.0.1, mutual TLS and signed messages. The sender's reconnect
 backoff is made long (its outbox's settings), so that its reconnect loop is

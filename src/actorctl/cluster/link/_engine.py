@@ -9,7 +9,8 @@ anything that changes the engine outside an event callback wakes with
 Replies that keep coming loop turn after loop turn (those of tasks run one
 after another) are gathered and written together; everything else (transfers,
 settlements, credit), and a reply after a quiet spell, is written at once
-(see ``Engine._gather``).
+(see ``Engine._gather``, and ``_loop_turns.py`` for how it counts the turns).
+What the node does with the events is its ``EngineHandler``.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import trio
 from proton import SSL, Collector, Connection, Endpoint, Event, Link, SSLDomain, Transport
 
 from ..._log import log
+from ._loop_turns import LoopTurns, loop_turns
 from ._raw import DELIVERY, LINK_FLOW, NULL, lib, send
 from ._reply_claims import REPLY_CAPABILITY
 
@@ -40,34 +42,6 @@ _IO_ERRORS: Final = (trio.BrokenResourceError, trio.ClosedResourceError, OSError
 GATHER_TURNS: Final = 16
 #: Bytes of gathered output that are written at once, however busy the spell.
 GATHER_BYTES: Final = 8192
-
-
-@final
-class _Turns(trio.abc.Instrument):
-    """Counts the turns of the event loop (one per I/O wait): how a writer tells
-    output that keeps coming turn after turn from a lone message."""
-
-    __slots__ = ("count",)
-
-    def __init__(self) -> None:
-        self.count = 0
-
-    def before_io_wait(self, timeout: float) -> None:
-        self.count += 1
-
-
-_TURNS: Final = trio.lowlevel.RunVar[_Turns]("actorctl_engine_turns")
-
-
-def _turns() -> _Turns:
-    """This trio run's turn counter (installed by its first engine)."""
-    try:
-        return _TURNS.get()
-    except LookupError:
-        turns = _Turns()
-        trio.lowlevel.add_instrument(turns)
-        _TURNS.set(turns)
-        return turns
 
 
 class EngineHandler:
@@ -177,7 +151,7 @@ class Engine:
         transport.bind(connection)
         self._wake_event = trio.Event()
         self._send_lock = trio.Lock()
-        self._turns = _Turns()  # this run's counter, once ``run`` starts
+        self._turns = LoopTurns()  # this run's counter, once ``run`` starts
         self._produced_at = -2  # the loop turn of the last reply sent (send_settled)
         #: Set once the peer's AMQP open arrived (after TLS and SASL).
         self.remote_opened = trio.Event()
@@ -211,7 +185,7 @@ class Engine:
 
     async def run(self) -> None:
         """Run the connection until both directions are closed, then close the stream."""
-        self._turns = _turns()
+        self._turns = loop_turns()
         try:
             async with trio.open_nursery() as nursery:
                 self._scope = nursery.cancel_scope

@@ -128,7 +128,7 @@ class Limits:
         resend_window: seconds a plain tell that its receiver gave back unrun
             (``released``, or ``modified`` with ``actorctl:actor-stopping``) is
             sent again for, with backoff, before the node gives up on it (30;
-            ``_given_back.py``).
+            ``peer/_given_back.py``).
     """
 
     max_message_size: int = attrs.field(validator=_count, default=1 << 20)

@@ -18,7 +18,7 @@ from ..._log import log
 from ...mailbox import NOT_FOUND, PEER_UNAVAILABLE, Envelope, IdentityKey, Keyring, Outcome
 from ...supervision import BreakerPolicy
 from ._engine import Engine
-from ._peer_dial import BACKOFF
+from .peer._peer_dial import BACKOFF
 
 __all__ = ["OutLink", "PeerSettings", "Pending"]
 
@@ -44,9 +44,9 @@ class PeerSettings:
             replies unchecked (a node without keys, for tests and development).
         peer_breaker: the policy of each peer's circuit breaker (``_peer_breaker.py``).
         reconnect_backoff: the first and the longest pause (s) between two failed
-            connection attempts to a peer (``_peer_dial.py``).
+            connection attempts to a peer (``peer/_peer_dial.py``).
         resend_window: seconds a plain tell that its receiver gave back unrun
-            is sent again for (``_given_back.py``).
+            is sent again for (``peer/_given_back.py``).
         max_unsettled_bytes: bytes of messages sent to one peer and not yet
             settled by it; a send past it waits (``_limits.py``).
     """

@@ -41,8 +41,8 @@ from ...actors import Address
 from ...mailbox import EXPIRED, PEER_UNAVAILABLE, Envelope, Outcome, decode, encode
 from ...store._store import Store
 from .._deadletters import REASON_EXPIRED, DeadLetters
-from ..link._peer import Peer
 from ..link._pending import Pending
+from ..link.peer._peer import Peer
 
 __all__ = ["BACKLOG_TABLE", "Backlog", "Reroute"]
 

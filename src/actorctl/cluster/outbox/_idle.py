@@ -26,7 +26,7 @@ import trio
 
 from ..._log import log
 from ..link._engine import Engine
-from ..link._peer import Peer
+from ..link.peer._peer import Peer
 
 __all__ = ["IdlePeers"]
 

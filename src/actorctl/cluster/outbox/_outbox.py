@@ -43,11 +43,11 @@ from ...store._store import Store
 from ...supervision import Breaker
 from .._deadletters import DeadLetters
 from ..link._engine_set import EngineSet
-from ..link._peer import Peer
-from ..link._peer_breaker import PeerBreaker
 from ..link._pending import PeerSettings, Pending
 from ..link._reply_claims import own_reply_address
 from ..link._reply_routes import ReplyRoutes
+from ..link.peer._peer import Peer
+from ..link.peer._peer_breaker import PeerBreaker
 from ..membership._fence import Fence
 from ._backlog import Backlog, Done, Reroute
 from ._idle import IdlePeers
@@ -171,7 +171,7 @@ class NodeOutbox:
             await self.backlog.add(address, envelope, reroute=reroute)
             return
         # A plain tell (neither confirmed nor pre-settled) is sent again if its
-        # receiver gives it back unrun (``link/_given_back.py``).
+        # receiver gives it back unrun (``link/peer/_given_back.py``).
         pending = Pending(
             address.name,
             envelope,

@@ -4,6 +4,9 @@ reopened with backoff when the peer comes back.
 Each target actor gets one sender link on that connection; a send waits for the
 link's credit (the receiving mailbox's free slots): the backpressure. Deliveries
 sent at-least-once are kept until settled, and sent again on the next connection.
+This module is the sending side and the connection's life (dialling, set-up, the
+reply link); what the connection reports back (settlements, credit, refusals, its
+end) is handled in ``_peer_events.py``, the base of :class:`Peer`.
 """
 
 from __future__ import annotations
@@ -15,12 +18,11 @@ from typing import Any, Final, final
 
 import attrs
 import trio
-from proton import Condition, Delivery, Endpoint, Link, Session
+from proton import Link, Session
 
-from ..._log import log
-from ...mailbox import (
+from ...._log import log
+from ....mailbox import (
     ACCEPTED,
-    NOT_FOUND,
     PEER_UNAVAILABLE,
     Envelope,
     Outcome,
@@ -28,45 +30,33 @@ from ...mailbox import (
     encode,
     sign_ed25519,
 )
-from . import _raw as raw
-from ._engine import Engine, EngineHandler
-from ._engine_set import EngineSet
-from ._given_back import GivenBack, given_back
+from .. import _raw as raw
+from .._engine import Engine
+from .._engine_set import EngineSet
+from .._pending import OutLink, PeerSettings, Pending
+from .._reply_auth import REPLY_CREDIT, ReplyCheck
+from .._reply_claims import own_reply_address, reply_proof
+from .._why import handshake_failed, refused, unreachable
+from ._given_back import GivenBack
 from ._peer_breaker import PeerBreaker
 from ._peer_dial import Dialer
+from ._peer_events import PeerEvents, drain_if_idle
 from ._peer_signing import PeerSigning
-from ._pending import OutLink, PeerSettings, Pending
-from ._reply_auth import REPLY_CREDIT, ReplyCheck, certificate_names
-from ._reply_claims import REPLY_CAPABILITY, own_reply_address, reply_proof
 from ._unsettled import UnsettledBytes
-from ._why import handshake_failed, refused, unreachable
 
 __all__ = ["Peer"]
 
 _YIELD_EVERY: Final = 16
-ACCEPTED_STATE: Final = raw.ACCEPTED
-MODIFIED: Final = raw.MODIFIED
-_STATES: Final[dict[int, str]] = {
-    raw.ACCEPTED: "accepted",
-    raw.REJECTED: "rejected",
-    raw.MODIFIED: "modified",
-    raw.RELEASED: "released",
-}
 lib = raw.lib
-_delivery_link = lib.pn_delivery_link
-_is_receiver = lib.pn_link_is_receiver
-_remote_settled = lib.pn_delivery_settled
-_remote_state = lib.pn_delivery_remote_state
 _settle_delivery = lib.pn_delivery_settle
 _link_credit = lib.pn_link_credit
 send = raw.send
 #: How a sender with credit lets others have their turn (a test hooks it).
 _take_turn = trio.lowlevel.checkpoint
-remote_condition = raw.remote_condition
 
 
 @final
-class Peer(EngineHandler):
+class Peer(PeerEvents):
     """The connection from this node to one other node."""
 
     def __init__(
@@ -320,7 +310,7 @@ class Peer(EngineHandler):
             else:
                 out.unsettled[delivery] = pending
                 self.unsettled.add(pending, len(message))
-            _drain_if_idle(engine, out)
+            drain_if_idle(engine, out)
             engine.wake()
             return
 
@@ -423,144 +413,4 @@ class Peer(EngineHandler):
         signer = functools.partial(sign_ed25519, identity)
         data = encode(message, signer=signer, actor=pending.path, node=self._node)
         out.unsettled[send(out.link, b"%x" % next(out.tags), data)] = pending
-        engine.wake()
-
-    # -- events --------------------------------------------------------------------
-
-    def on_link_remote_open(self, engine: Engine, link: Link) -> None:
-        if link.state & Endpoint.LOCAL_UNINIT:
-            # We accept no links from a peer we connected to: refuse politely.
-            link.open()
-            link.condition = Condition("amqp:not-allowed", "this connection only carries replies")
-            link.close()
-            engine.wake()
-            return
-        if link.name == f"{self.settings.node_id}-replies" and not link.state & link.REMOTE_CLOSED:
-            # TLS is done by now: replies signed ed25519 must be by its identity.
-            self._replies.connected(certificate_names(engine)[1])
-            self._linked.set()
-            self._linked_once = True
-
-    def on_link_remote_close(self, engine: Engine, link: Link) -> None:
-        out = self._outs.get(link._impl)
-        if out is None:
-            if link == self._reply_receiver:
-                # Why, for the error a send gets if the connection ends for it.
-                condition = link.remote_condition
-                if condition is not None and not self._linked_once:
-                    self._reply_refusal = (str(condition.name), str(condition.description or ""))
-                self._replies.link_closed(link)
-                self._reply_refused(engine)
-            return
-        condition = link.remote_condition
-        out.failure = Outcome(
-            "rejected",
-            condition.name if condition else NOT_FOUND,
-            condition.description
-            if condition
-            else f"{self.name} closed the link to {link.target.address!r}",
-        )
-        path = out.sender.target.address or ""
-        if self._links.get(path) is out:
-            del self._links[path]
-        out.lot.unpark_all()
-
-    def _reply_refused(self, engine: Engine) -> None:
-        """The peer refused the reply link. A peer that takes reply proofs holds
-        this node's address for nobody else: go on (each message gets its own
-        outcome, such as ``actorctl:unknown-key``) and attach it again before
-        the next send. Any other may have given the address to another
-        identity: send nothing on this connection; the next one tries again."""
-        offered = engine.connection.remote_offered_capabilities or ()
-        if self.settings.identity is None or REPLY_CAPABILITY not in offered:
-            engine.connection.close()
-            return
-        self._reply_receiver = None
-        self._reattach = True
-        if not self._linked.is_set():
-            self._replies.connected(certificate_names(engine)[1])
-            self._linked.set()
-            self._linked_once = True
-
-    def on_link_flow(self, engine: Engine, link: Any) -> None:
-        out = self._outs.get(link)
-        if out is None:
-            return
-        # Drain before waking anyone: a sender woken by this credit has not run
-        # yet, so the lot looks empty, and draining now would take its credit away.
-        _drain_if_idle(engine, out)
-        credit = _link_credit(link)
-        if credit > 0:
-            out.lot.unpark(count=credit)
-
-    def on_delivery(self, engine: Engine, delivery: Any) -> None:
-        link = _delivery_link(delivery)
-        if _is_receiver(link):
-            self._on_reply(engine, link, delivery)
-            return
-        if not _remote_settled(delivery):
-            return
-        out = self._outs.get(link)
-        pending = out.unsettled.pop(delivery, None) if out is not None else None
-        if pending is None:
-            _settle_delivery(delivery)
-            return
-        state = _remote_state(delivery)
-        if state == ACCEPTED_STATE:
-            _settle_delivery(delivery)
-            self.unsettled.free(pending)
-            pending.resolve(ACCEPTED)
-            return
-        name, description = remote_condition(delivery)
-        if name is None and state == MODIFIED:
-            wrapped = Delivery.wrap(delivery)  # type: ignore[no-untyped-call]
-            notes: dict[Any, Any] = dict(wrapped.remote.annotations or {})
-            name = str(notes.get("actorctl-condition") or "amqp:modified")
-            description = str(
-                notes.get("actorctl-description") or "the receiver could not handle it"
-            )
-        _settle_delivery(delivery)
-        outcome = Outcome(_STATES.get(state, "released"), name, description)  # type: ignore[arg-type]
-        if pending.again and given_back(outcome) and self.given_back.take(pending, outcome):
-            return  # a plain tell the peer gave back unrun: sent again later
-        self.unsettled.free(pending)
-        pending.resolve(outcome)
-
-    def _on_reply(self, engine: Engine, link: Any, delivery: Any) -> None:
-        # Authenticated first (docs/protocol.md §8.1): what fails is logged, dropped.
-        envelope = self._replies.receive(engine, link, delivery)
-        if envelope is not None:
-            self._on_reply_document(envelope, self.name)
-
-    def on_closed(self, engine: Engine) -> None:
-        if self.engine is engine:
-            # A fresh event only for one that was set: senders waiting on one
-            # that never was (a connection that closed before it was ready)
-            # must be woken by the next connection.
-            if self._ready.is_set():
-                self._ready = trio.Event()
-            self._linked = trio.Event()
-            self.dialer.closed()
-            if self._on_state is not None:
-                self._on_state(self.name, False, None)
-        for path, out in list(self._links.items()):
-            if out.engine is engine:
-                del self._links[path]
-                out.lot.unpark_all()
-        # Deliveries this connection never saw settled go out again on the next one.
-        for link, out in list(self._outs.items()):
-            if out.engine is engine:
-                del self._outs[link]
-                for pending in out.unsettled.values():
-                    self.unsettled.free(pending)  # counted again when sent again
-                self._resend.extend(p for p in out.unsettled.values() if p.outcome is None)
-                out.unsettled.clear()
-
-
-def _drain_if_idle(engine: Engine, out: OutLink) -> None:
-    """The receiver asked for its unused credit back (AMQP drain): give back
-    what no waiting sender is about to use."""
-    link = out.link
-    if lib.pn_link_get_drain(link) and not len(out.lot) and _link_credit(link) > 0:
-        lib.pn_link_drained(link)
         engine.wake()

@@ -13,8 +13,8 @@ from typing import final
 
 import trio
 
-from ..._log import log
-from ...mailbox import (
+from ...._log import log
+from ....mailbox import (
     SESSION_ADDRESS,
     SESSION_SUBJECT,
     Envelope,
@@ -25,9 +25,9 @@ from ...mailbox import (
     Signer,
     sign_ed25519,
 )
-from ._engine import Engine
-from ._pending import PeerSettings, Pending
-from ._reply_auth import ReplyCheck
+from .._engine import Engine
+from .._pending import PeerSettings, Pending
+from .._reply_auth import ReplyCheck
 
 __all__ = ["PeerSigning"]
 

@@ -32,10 +32,10 @@ from typing import Final, final
 import attrs
 import trio
 
-from ..._errors import PeerUnavailable
-from ..._log import log
-from ...mailbox import PEER_UNAVAILABLE, STOPPING, Envelope, Outcome
-from ._pending import Pending
+from ...._errors import PeerUnavailable
+from ...._log import log
+from ....mailbox import PEER_UNAVAILABLE, STOPPING, Envelope, Outcome
+from .._pending import Pending
 
 __all__ = ["RESEND_FIRST", "RESEND_MAX", "GivenBack", "given_back"]
 

@@ -31,8 +31,8 @@ from typing import Final, Generic, TypeVar, final
 
 import trio
 
-from ..._errors import PeerUnavailable
-from ..._log import log
+from ...._errors import PeerUnavailable
+from ...._log import log
 from ._peer_breaker import PeerBreaker
 
 __all__ = ["BACKOFF", "WOKEN_GAP", "Dialer"]

@@ -20,8 +20,8 @@ from typing import final
 
 import trio
 
-from ..._log import log
-from ._pending import Pending
+from ...._log import log
+from .._pending import Pending
 
 __all__ = ["UnsettledBytes"]
 

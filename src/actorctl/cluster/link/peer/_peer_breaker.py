@@ -24,8 +24,8 @@ from typing import Final, final
 
 import trio
 
-from ..._errors import PeerUnavailable
-from ...supervision import Breaker, BreakerPolicy
+from ...._errors import PeerUnavailable
+from ....supervision import Breaker, BreakerPolicy
 
 __all__ = ["PEER_BREAKER", "PeerBreaker"]
 

@@ -1,0 +1,257 @@
+"""The AMQP 1.0 encoding of an envelope (docs/protocol.md, normative): the bare
+message bytes of an :class:`~._envelope.Envelope`, signed over its canonical bytes
+(docs/protocol.md §11.2) when a signer is given. The hot path writes the fixed
+layout itself; what it does not know goes through proton's general encoder.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable, Mapping
+from typing import Any, Final
+
+from proton import Message
+
+from .._errors import WireFormatError
+from ._auth import SIG_NODE, canonical_bytes
+from ._envelope import CONTENT_TYPE_JSON, KINDS, Envelope, _dumps, json_dumps
+
+__all__ = ["Signer", "canonical", "encode", "to_ms"]
+
+
+#: Signs a message's canonical bytes (docs/protocol.md §11); returns the
+#: application properties that carry the signature.
+Signer = Callable[[bytes], Mapping[str, object]]
+
+
+def encode(
+    envelope: Envelope, *, signer: Signer | None = None, actor: str = "", node: str = ""
+) -> bytes:
+    """Encode an envelope as one AMQP 1.0 message (bare message bytes).
+
+    Every message crosses this on the hot path, so the fixed layout of
+    docs/protocol.md is written directly; headers whose values are not simple
+    AMQP types (lists, maps) go through proton's general encoder instead.
+
+    Args:
+        signer: signs the message (per message, or within a session); None sends
+            it unauthenticated.
+        actor: the name of the actor it is for, which the signature covers.
+        node: the container id of the node it is for, which the signature covers
+            (and ``sig_node`` names).
+    """
+    try:
+        try:
+            body = _dumps(envelope.body).encode()
+        except (TypeError, ValueError):
+            body = json_dumps(envelope.body)  # raises, saying what is not JSON
+        extra = None
+        if signer is not None:
+            extra = signer(canonical(envelope, actor, body, node))
+        return _encode(envelope, body, extra, node)
+    except UnicodeEncodeError as exc:
+        raise WireFormatError(
+            f"message {envelope.message_id!r}: text that is not valid UTF-8 ({exc.reason})"
+        ) from None
+
+
+def canonical(envelope: Envelope, actor: str, body: bytes, node: str = "") -> bytes:
+    """The bytes a signature over this envelope covers (docs/protocol.md §11.2),
+    for ``actor`` on the node whose container id is ``node``."""
+    creation, expiry = envelope.creation_time, envelope.expiry_time
+    return canonical_bytes(
+        node=node,
+        to=actor,
+        subject=envelope.subject,
+        message_id=envelope.message_id,
+        correlation_id=envelope.correlation_id,
+        reply_to=envelope.reply_to,
+        creation_ms=round(creation * 1000) if creation else None,  # to_ms, inline
+        expiry_ms=round(expiry * 1000) if expiry else None,
+        kind=envelope.kind,
+        headers=envelope.headers,
+        body=body,
+    )
+
+
+def to_ms(seconds: float | None) -> int | None:
+    return None if not seconds else round(seconds * 1000)
+
+
+def _encode(
+    envelope: Envelope, body: bytes, extra: Mapping[str, object] | None, node: str
+) -> bytes:
+    app = _app_properties(envelope, extra, node)
+    if app is None:
+        return _encode_with_proton(envelope, body, extra, node)
+    names = _names  # the recurring strings, encoded once (_name), looked up inline
+    to, reply_to, correlation_id = envelope.to, envelope.reply_to, envelope.correlation_id
+    expiry, creation = envelope.expiry_time, envelope.creation_time
+    fields = [
+        _string(envelope.message_id),
+        _NULL,  # user-id
+        (names.get(to) or _name(to)) if to else _NULL,
+        names.get(envelope.subject) or _name(envelope.subject),
+        (names.get(reply_to) or _name(reply_to)) if reply_to else _NULL,
+        _string(correlation_id) if correlation_id else _NULL,
+        _JSON_SYMBOL,
+        _NULL,  # content-encoding
+        _timestamp(expiry) if expiry else _NULL,
+        _timestamp(creation) if creation else _NULL,
+    ]
+    while fields[-1] is _NULL:
+        fields.pop()
+    props = b"".join(fields)
+    return b"".join(
+        (
+            _PROPERTIES,
+            _pack_list32(len(props) + 4, len(fields)),
+            props,
+            _APP_PROPERTIES,
+            _pack_list32(len(app[0]) + 4, app[1]),
+            app[0],
+            _DATA,
+            _pack_size32(len(body)),
+            body,
+        )
+    )
+
+
+# Section descriptors (0x00, smallulong code) and the 32-bit compound constructors.
+_PROPERTIES = b"\x00\x53\x73\xd0"
+_APP_PROPERTIES = b"\x00\x53\x74\xd1"
+_DATA = b"\x00\x53\x75\xb0"
+_NULL = b"\x40"
+_TRUE = b"\x41"
+_FALSE = b"\x42"
+_pack_list32 = struct.Struct(">II").pack
+_pack_size32 = struct.Struct(">I").pack
+_pack_long = struct.Struct(">q").pack
+_pack_double = struct.Struct(">d").pack
+
+
+def _string(text: str) -> bytes:
+    raw = text.encode()
+    if len(raw) < 256:
+        return b"\xa1" + bytes((len(raw),)) + raw
+    return b"\xb1" + _pack_size32(len(raw)) + raw
+
+
+def _timestamp(seconds: float) -> bytes:
+    return b"\x83" + _pack_long(round(seconds * 1000))  # as _ms: the signature covers it
+
+
+_JSON_SYMBOL = b"\xa3" + bytes((len(CONTENT_TYPE_JSON),)) + CONTENT_TYPE_JSON.encode()
+
+
+def _app_properties(
+    envelope: Envelope, extra: Mapping[str, object] | None, node: str
+) -> tuple[bytes, int] | None:
+    """The application-properties map, or None if a value is not a simple type.
+    A signed message (``extra``) names the node it was signed for (``sig_node``).
+
+    Per message: the usual values (text, integers) are told by their exact type
+    first, and the recurring strings (keys, states, key ids) come from ``_names``
+    without a call."""
+    parts = [_KIND_LANG.get(envelope.kind) or _string("kind") + _string(envelope.kind) + _LANG]
+    append = parts.append
+    names = _names
+    count = 4
+    for items in (envelope.headers, extra):
+        if not items:
+            continue
+        for key, value in items.items():
+            if type(value) is str:
+                encoded = (names.get(value) or _name(value)) if len(value) <= 40 else _string(value)
+            elif type(value) is int and -(2**63) <= value < 2**63:
+                encoded = b"\x81" + _pack_long(value)
+            elif type(value) is bytes and len(value) < 256:  # a signature
+                encoded = b"\xa0" + _LENGTHS[len(value)] + value
+            elif value is None:
+                continue
+            else:
+                found = _value(value)
+                if found is None:
+                    return None
+                encoded = found
+            append(names.get(key) or _name(key))
+            append(encoded)
+            count += 2
+    if extra:
+        append(_SIG_NODE)
+        append(names.get(node) or _name(node))
+        count += 2
+    return b"".join(parts), count
+
+
+def _value(value: object) -> bytes | None:
+    """An application property value that ``_app_properties`` does not write
+    itself (a boolean, a double, a long binary, a subclass of ``str`` or
+    ``int``), or None if it is not a simple AMQP type."""
+    if isinstance(value, bytes):
+        return _binary(value)
+    if value is True or value is False:
+        return _TRUE if value else _FALSE
+    if isinstance(value, str):
+        return _name(value) if len(value) <= 40 else _string(value)
+    if isinstance(value, int) and -(2**63) <= value < 2**63:
+        return b"\x81" + _pack_long(value)
+    if isinstance(value, float):
+        return b"\x82" + _pack_double(value)
+    return None
+
+
+_names: dict[str, bytes] = {}
+
+
+def _name(text: str) -> bytes:
+    """``_string`` for the few strings that recur (header names, kinds, session
+    ids): encoded once. The cache is bounded; past it, strings are encoded anew."""
+    encoded = _names.get(text)
+    if encoded is None:
+        encoded = _string(text)
+        if len(_names) < 4096:
+            _names[text] = encoded
+    return encoded
+
+
+_LANG = _string("lang") + _string("py")
+_SIG_NODE = _string(SIG_NODE)
+_KIND_LANG = {kind: _string("kind") + _string(kind) + _LANG for kind in KINDS}
+
+
+#: One byte's worth of lengths, each as its byte (a vbin8's or a str8's size).
+_LENGTHS: Final = [bytes((size,)) for size in range(256)]
+
+
+def _binary(raw: bytes) -> bytes:
+    if len(raw) < 256:
+        return b"\xa0" + bytes((len(raw),)) + raw
+    return b"\xb0" + _pack_size32(len(raw)) + raw
+
+
+def _encode_with_proton(
+    envelope: Envelope, body: bytes, extra: Mapping[str, object] | None, node: str
+) -> bytes:
+    msg = Message(
+        id=envelope.message_id,
+        address=envelope.to,
+        subject=envelope.subject,
+        reply_to=envelope.reply_to,
+        correlation_id=envelope.correlation_id,
+        content_type=CONTENT_TYPE_JSON,
+        body=body,
+        inferred=True,  # bytes go in a data section, not an amqp-value
+    )
+    if envelope.creation_time is not None:
+        msg.creation_time = envelope.creation_time
+    if envelope.expiry_time is not None:
+        msg.expiry_time = envelope.expiry_time
+    props: dict[str, Any] = {"kind": envelope.kind, "lang": "py"}
+    for key, value in [*envelope.headers.items(), *(extra or {}).items()]:
+        if value is not None:
+            props[key] = value
+    if extra:
+        props[SIG_NODE] = node
+    msg.properties = props  # type: ignore[assignment]
+    return msg.encode()
