@@ -94,6 +94,65 @@ async def test_a_durable_tell_waits_in_the_backlog_until_the_peer_starts(
                 await node.outbox.backlog.wait_empty()  # each settled: out of it
 
 
+async def first_of(logs: Logs, *message_types: str) -> None:
+    """Wait until a message of one of ``message_types`` was written."""
+    async with trio.open_nursery() as nursery:
+
+        async def wait(message_type: str) -> None:
+            await logs.wait_for(message_type)
+            nursery.cancel_scope.cancel()
+
+        for message_type in message_types:
+            nursery.start_soon(wait, message_type)
+
+
+async def test_a_durable_tell_to_an_actor_its_node_has_not_started_yet_is_delivered(
+    secrets: Secrets, logs: Logs
+) -> None:
+    # (A node's backlog sends what it kept as soon as the node starts again,
+    # its own router included: a beat's firing refused then was lost.)
+    port = free_port()
+    target = Address("127.0.0.1", port, "tally", "amqps")
+    tally = Tally()
+    async with open_node(
+        "sender", host=None, connect_timeout=0.5, **secrets.options("sender")
+    ) as node:
+        # Given a durable tell to an actor of a node that listens already and
+        # has not hosted its actors yet: it waits for a worker thread to look
+        # at its keyring (a loaded machine's wait, held here: the test takes
+        # every token of trio's thread limiter)
+        await node.ref(target).with_options(durable=True).tell("note", 1)
+        threads = trio.to_thread.current_default_thread_limiter()
+        tokens = [object() for _ in range(int(threads.total_tokens))]
+        for token in tokens:
+            threads.acquire_on_behalf_of_nowait(token)
+        stop = trio.Event()
+
+        async def receiver() -> None:
+            async with open_node(
+                "receiver", {"tally": tally}, port=port, **secrets.options("receiver")
+            ):
+                await stop.wait()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(receiver)
+            try:
+                # When the backlog's link to the actor is answered meanwhile
+                with trio.fail_after(WAIT):
+                    await first_of(logs, "actorctl:link:held", "actorctl:link:refused")
+            finally:
+                for token in tokens:
+                    threads.release_on_behalf_of(token)
+            # Then the message is delivered once the actor runs, not refused for good
+            with trio.fail_after(WAIT):
+                await tally.arrived.wait()
+            assert tally.values == [1]
+            assert not logs.of_type("actorctl:backlog:refused")
+            with trio.fail_after(WAIT):
+                await node.outbox.backlog.wait_empty()
+            stop.set()
+
+
 def _client(secrets: Secrets) -> dict[str, Any]:
     """A node that only sends, and gives up on an unreachable peer after 0.5 s."""
     return {"host": None, "connect_timeout": 0.5, **secrets.options("sender")}

@@ -27,6 +27,7 @@ from .link._inbound import InboundHandler
 from .link._limits import Gate, Limits
 from .link._reply_auth import ReplySigning
 from .link._reply_routes import ReplyRoutes
+from .link._starting import StartingLinks
 from .link._tls import TlsDomains
 
 __all__ = ["NodeListener"]
@@ -80,6 +81,10 @@ class NodeListener:
         self._gate = Gate(name, limits)
         #: Fair credit among the incoming links that feed one actor.
         self.credit = CreditKeeper(name, limits.credit_deadline)
+        #: Whether the node's actors have started: until then a link to an
+        #: actor not hosted yet waits instead of being refused (the node
+        #: calls ``starting.start()`` once they have).
+        self.starting = StartingLinks(self.credit)
 
     async def listen(
         self,
@@ -143,6 +148,7 @@ class NodeListener:
             signing=ReplySigning(self._identity, self._clock),
             keeper=self.credit,
             limits=self._limits,
+            starting=self.starting,
         )
 
     def new_verifier(self) -> Verifier | None:

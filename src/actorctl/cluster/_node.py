@@ -276,6 +276,9 @@ class Node:
             actors_done = trio.Event()
             nursery.start_soon(self._run_actors, actors_scope, actors_done)
             await self.actors_started.wait()
+            # A link a peer attached meanwhile to an actor not hosted yet (a
+            # backlog sending what it kept) is answered now, not refused then.
+            self.listener.starting.start()
             if self.insecure:
                 log("actorctl:node:insecure", node=self.name, warning=_INSECURE)
             log(

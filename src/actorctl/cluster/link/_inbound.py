@@ -49,6 +49,7 @@ from ._raw import ACCEPTED, REJECTED, RELEASED, lib, recv, set_condition
 from ._reply_auth import UNAUTHORIZED, ReplySigning, certificate_names
 from ._reply_claims import REPLY_PREFIX, reply_address_refusal, reply_to_refusal
 from ._reply_routes import ReplyRoutes
+from ._starting import StartingLinks
 
 __all__ = ["InboundHandler", "actor_name"]
 
@@ -88,6 +89,9 @@ class InboundHandler(EngineHandler):
             of the sessions opened here); None: unsigned.
         keeper: shares each actor's credit fairly among its links.
         limits: the node's bounds on a connection's links and messages.
+        starting: whether the node's actors have started; until then a link
+            to an actor not hosted yet is held, not refused (``_starting.py``).
+            None: refused at once.
     """
 
     def __init__(
@@ -101,6 +105,7 @@ class InboundHandler(EngineHandler):
         signing: ReplySigning | None = None,
         keeper: CreditKeeper | None = None,
         limits: Limits | None = None,
+        starting: StartingLinks | None = None,
     ) -> None:
         self._node_name = node_name
         self._node_id = node_id
@@ -116,6 +121,7 @@ class InboundHandler(EngineHandler):
         self._reply_addresses: list[tuple[str, bool]] = []  # (address, dynamic)
         self._signing = signing
         self._identity = IdentityLinks(node_name, node_id)
+        self._starting = starting
 
     def on_link_remote_open(self, engine: Engine, link: Link) -> None:
         if not link.state & Endpoint.LOCAL_UNINIT:
@@ -144,9 +150,21 @@ class InboundHandler(EngineHandler):
             self._session_links[link._impl] = link
             return
         cell = self._cells.get(name)
+        starting = self._starting
+        if cell is None and starting is not None and not starting.started:
+            starting.hold(self, engine, link, target)  # answered once the actors started
+            return
         if cell is not None:
             link.target.address = target
         link.open()
+        self.answer(engine, link)
+
+    def answer(self, engine: Engine, link: Link) -> None:
+        """Feed the mailbox of the actor ``link`` (opened) targets, or refuse
+        it: no such actor."""
+        target = link.remote_target.address or ""
+        name = actor_name(target)
+        cell = self._cells.get(name)
         if cell is None:
             hosted = ", ".join(sorted(self._cells)) or "none"
             _refuse(
