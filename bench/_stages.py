@@ -81,7 +81,8 @@ _RULES: Final = {
     ("_documents.py", "keep_result"): "store",
     ("_documents.py", "send_document"): "reply",
     ("_outbox.py", "reply"): "reply",
-    ("_inbound.py", "_settle"): "settle",
+    ("_inbound.py", "_settle"): "settle",  # before it moved to _verdicts.py
+    ("_verdicts.py", "settle"): "settle",
     ("_engine.py", "_read_loop"): "read",
     ("_io_epoll.py", "get_events"): "idle",
 }

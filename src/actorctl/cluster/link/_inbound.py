@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Final, final
 
 import trio
-from proton import Condition, Delivery, Endpoint, Link, symbol
+from proton import Endpoint, Link
 
 from ..._errors import WireFormatError
 from ..._log import log
@@ -45,11 +45,14 @@ from ._credit import CreditKeeper, InboxCredit
 from ._engine import Engine, EngineHandler
 from ._identity import IDENTITY_ADDRESS, NOT_ALLOWED, IdentityLinks, read_only
 from ._limits import ConnectionLimits, Limits
-from ._raw import ACCEPTED, REJECTED, RELEASED, lib, recv, set_condition
+from ._raw import lib, recv
 from ._reply_auth import UNAUTHORIZED, ReplySigning, certificate_names
 from ._reply_claims import REPLY_PREFIX, reply_address_refusal, reply_to_refusal
 from ._reply_routes import ReplyRoutes
 from ._starting import StartingLinks
+from ._verdicts import refuse as _refuse
+from ._verdicts import refuse_delivery as _refuse_delivery
+from ._verdicts import settle as _settle
 
 __all__ = ["InboundHandler", "actor_name"]
 
@@ -59,7 +62,6 @@ _readable = lib.pn_delivery_readable
 _partial = lib.pn_delivery_partial
 _pending = lib.pn_delivery_pending
 _settled = lib.pn_delivery_settled
-_update = lib.pn_delivery_update
 _settle_delivery = lib.pn_delivery_settle
 _link_credit = lib.pn_link_credit
 _link_flow = lib.pn_link_flow
@@ -444,62 +446,3 @@ def _no_origin(engine: Engine, verified: Verified) -> str:
         "assert an origin: the message counts as its signer's",
     )
     return verified.key_id
-
-
-def _refuse(link: Link, condition: str, description: str) -> None:
-    link.condition = Condition(condition, description)
-    link.close()
-
-
-def _settle(engine: Engine, delivery: Any, outcome: Outcome) -> None:
-    """Answer the sender: runs when the actor is done with the message."""
-    try:
-        if engine.closed:
-            return  # the sender is gone; it will send the message again
-        state = outcome.state
-        if state == "accepted":
-            _update(delivery, ACCEPTED)
-        elif state == "rejected":
-            set_condition(delivery, outcome.condition or "amqp:internal-error", outcome.description)
-            _update(delivery, REJECTED)
-        elif state == "modified":
-            wrapped = Delivery.wrap(delivery)  # type: ignore[no-untyped-call]
-            local = wrapped.local
-            local.failed = True
-            local.undeliverable = True
-            local.annotations = {
-                symbol("actorctl-condition"): outcome.condition or "",
-                symbol("actorctl-description"): outcome.description or "",
-            }
-            wrapped.update(Delivery.MODIFIED)
-        else:
-            _update(delivery, RELEASED)
-        _settle_delivery(delivery)
-        engine.wake()
-    finally:
-        lib.pn_decref(delivery)
-
-
-def _refuse_delivery(
-    engine: Engine,
-    actor: ActorCell | str,
-    settle: Callable[[Outcome], None] | None,
-    condition: str,
-    description: str,
-    message_id: str | None = None,
-    key_id: str | None = None,
-) -> None:
-    if not isinstance(actor, str):  # an actor's inbox, not the session address
-        actor.counters.refuse("rejected", condition)
-        actor = actor.name
-    log(
-        "actorctl:delivery:rejected",
-        peer=engine.peer,
-        actor=actor,
-        condition=condition,
-        description=description,
-        message_id=message_id,
-        key=key_id,
-    )
-    if settle is not None:
-        settle(Outcome.rejected(condition, description))
