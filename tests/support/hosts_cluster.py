@@ -173,7 +173,7 @@ trio.run(main, *sys.argv[1:6])
 
 WAIT_NODES = """
 import sys, trio
-from actorctl.etcd import EtcdClient
+from actorctl.etcd import EtcdClient, EtcdUnavailable
 from actorctl.etcd._etcd_directory import open_directory
 
 async def main(urls, cluster, timeout, want, *names):
@@ -182,10 +182,16 @@ async def main(urls, cluster, timeout, want, *names):
         there = set(names) & set(directory.nodes)
         return there == set(names) if want == "present" else not there
     with trio.fail_after(float(timeout)):
-        async with open_directory(client, cluster) as directory:
-            generation = directory.generation
-            while not done(directory):
-                generation = await directory.wait_changed(generation)
+        while True:  # a member cut off, or electing a leader, answers again soon
+            try:
+                async with open_directory(client, cluster) as directory:
+                    generation = directory.generation
+                    while not done(directory):
+                        generation = await directory.wait_changed(generation)
+                break
+            except EtcdUnavailable as exc:
+                print("etcd unavailable, asking again:", exc, file=sys.stderr, flush=True)
+                await trio.sleep(0.2)  # between tries of an unavailable etcd, not a wait for it
     print("nodes", want, flush=True)
 
 trio.run(main, *sys.argv[1:3], float(sys.argv[3]), *sys.argv[4:])
