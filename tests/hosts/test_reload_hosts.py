@@ -147,6 +147,23 @@ class Hosts:
         for host in HOSTS:
             self.said[host] = wait_for_output(self.ups[host], f"host {host!r} ready", READY)
 
+    def restart(self, host: str) -> None:
+        """Stop ``host``'s ``host up`` warm (SIGTERM, by its PID), and start it again."""
+        process = self.ups[host]
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=WAIT)
+        if process.stdout is not None:
+            process.stdout.close()
+        self.ups[host] = subprocess.Popen(
+            [*ACTORCTL, "host", "up", str(self.file(host)), "--host", host],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=self.env,
+            cwd=ROOT,
+        )
+        self.said[host] = wait_for_output(self.ups[host], f"host {host!r} ready", READY)
+
     def reload(self, *args: str, host: str = "a") -> subprocess.CompletedProcess[str]:
         """``actorctl cluster reload FILE ARGS`` with ``host``'s copy of the file."""
         return subprocess.run(
@@ -336,6 +353,25 @@ def test_unsigned_forged_and_replayed_requests_are_refused_by_every_host(hosts: 
     assert limits(hosts, "worker-c") == before
     for host in HOSTS:
         assert "1000/s" not in hosts.file(host).read_text()
+
+
+def test_a_request_replayed_after_a_host_restarts_is_refused_by_it_too(hosts: Hosts) -> None:
+    config = load_cluster(hosts.file("a"), cluster_app())
+    operator = IdentityKey.load(hosts.directory / "a" / "keys" / "cli.key")
+    # Given a request the operator signed (a dry run), answered by every host
+    genuine = sign_request(config, hosts.file("a").read_text(), operator, dry_run=True)
+    first = through_etcd(hosts, genuine)
+    assert {o.outcome for o in first.values()} == {Outcome.UNCHANGED}, first
+    # and host c's ``host up`` restarted since, its memory gone
+    hosts.restart("c")
+    # When the request is written again, inside its time window
+    replayed = through_etcd(hosts, genuine)
+    # Then every host refuses it as a replay, c too: it read the ids it acted
+    # on from the file it wrote beside its copy of the cluster file
+    for host, outcome in replayed.items():
+        assert outcome.outcome is Outcome.REFUSED, (host, outcome)
+        assert f"request {genuine.id} was seen before: a replay" in outcome.reason, host
+    assert genuine.id in (hosts.directory / "c" / ".cluster.reload-seen").read_text()
 
 
 def test_a_host_that_does_not_answer_is_reported_and_the_command_fails(hosts: Hosts) -> None:

@@ -5,7 +5,11 @@ Each ``host up`` watches the cluster's reload request key in etcd
 
 1. **Verifies** it before anything else: signed by a key its keyring trusts
    whose role is ``operator``, for this cluster, within the time window, with
-   an id it has not seen. A request that fails is refused, logged
+   an id it has not seen. The ids it has acted on are kept in a file beside
+   the host's copy of the cluster file (``.NAME.reload-seen``), written
+   before it acts, so a request replayed after ``host up`` restarts is
+   refused too; an id is forgotten once its request is past the window, which
+   refuses it from then on. A request that fails is refused, logged
    (``actorctl:reload:refused``, with the reason) and answered ``refused``;
    nothing is written to disk.
 2. **Checks** the new file as ``cluster up`` does, in a process of its own
@@ -27,6 +31,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Final, final
 
@@ -39,6 +44,7 @@ from ..cluster.config._config import CONTROLLER_KEY, ClusterConfig
 from ..etcd._etcd import EtcdClient
 from ..etcd._etcd_wire import EtcdCompacted, EtcdError
 from ._reload_request import (
+    REQUEST_WINDOW,
     BadRequest,
     HostOutcome,
     Outcome,
@@ -49,12 +55,67 @@ from ._reload_request import (
 )
 from ._reloader import Reloader, ReloadReport, check_file
 
-__all__ = ["HostReloads"]
+__all__ = ["HostReloads", "SeenRequests"]
 
 #: Seconds before a broken watch of the request key is set up again (doubling).
 _WATCH_RETRY: Final = (0.1, 5.0)
 #: How many request ids a host remembers (beyond them, the time window refuses).
 _SEEN: Final = 1024
+
+
+@final
+class SeenRequests:
+    """The ids of the reload requests a host acted on, with when each was
+    asked, kept in the file at ``path`` so that they outlive the process.
+
+    Read at start (ids whose request is past ``REQUEST_WINDOW`` dropped: the
+    window refuses those), and written whole, then renamed into place, before
+    the host acts on a request: a ``host up`` killed while it applies one
+    still refuses its replay after a restart.
+    """
+
+    def __init__(self, path: Path, now: float) -> None:
+        self._path = path
+        self._asked: dict[str, float] = {}  # oldest first
+        try:
+            lines = path.read_text().splitlines()
+        except FileNotFoundError:
+            lines = []
+        for line in lines:
+            request_id, _, asked = line.partition(" ")
+            try:
+                when = float(asked)
+            except ValueError:
+                continue  # a torn or foreign line: its request, if any, is refused by the window
+            if now - when <= REQUEST_WINDOW:
+                self._asked[request_id] = when
+
+    def __contains__(self, request_id: object) -> bool:
+        return request_id in self._asked
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._asked)
+
+    def __len__(self) -> int:
+        return len(self._asked)
+
+    def remember(self, request_id: str, asked: float) -> None:
+        """Add ``request_id`` and write the file.
+
+        Raises:
+            OSError: the file could not be written (the id is not remembered).
+        """
+        kept = dict(self._asked)
+        kept[request_id] = asked
+        while len(kept) > _SEEN:
+            del kept[next(iter(kept))]
+        staged = self._path.with_name(f"{self._path.name}.new")
+        with staged.open("w") as file:
+            file.writelines(f"{key} {when!r}\n" for key, when in kept.items())
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(staged, self._path)
+        self._asked = kept
 
 
 @final
@@ -75,7 +136,8 @@ class HostReloads:
         self._host = host
         self._reloader = reloader
         self._client = client
-        self._seen: dict[str, None] = {}  # request ids, oldest first
+        path = config.path
+        self._seen = SeenRequests(path.with_name(f".{path.stem}.reload-seen"), time.time())
 
     async def watch(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Handle each request written after this started, one at a time, until
@@ -125,7 +187,14 @@ class HostReloads:
             return None
         why = self._refusal(request)
         if why is None:
-            self._remember(request.id)
+            try:
+                self._seen.remember(request.id, request.asked)
+            except OSError as exc:
+                why = (
+                    f"this host cannot record the request's id ({exc}), so it could not "
+                    "refuse a replay: check that the cluster file's folder is writable"
+                )
+        if why is None:
             try:
                 outcome = await self._apply(request)
             except (ConfigError, ActorctlError) as exc:
@@ -157,11 +226,6 @@ class HostReloads:
         if keyring is None:
             return "the cluster is insecure: a reload across hosts needs signed requests"
         return refusal(request, self.config.name, keyring, self._seen, time.time())
-
-    def _remember(self, request_id: str) -> None:
-        self._seen[request_id] = None
-        while len(self._seen) > _SEEN:
-            del self._seen[next(iter(self._seen))]
 
     def _candidate(self, request: ReloadRequest) -> Path:
         """Where the requested file is written to be checked: beside this host's copy."""
