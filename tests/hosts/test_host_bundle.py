@@ -7,7 +7,10 @@ The tests read the bundles' files, then run a cluster of three "hosts" (a
 directory each, with its own copy of the cluster file and its bundle; their
 nodes on 127.0.0.1), each ``host up`` registered in a real etcd, and a caller
 on the operator's machine whose tasks run on the workers of hosts b and c over
-mutual TLS and signed messages.
+mutual TLS and signed messages. The operator then reloads the cluster from
+its machine through etcd: each host applies its part with the keys of its
+bundle only (its nodes' own; no host holds an operator's key), and a host's
+key asking another host's node to drain, follow or change a limit is refused.
 """
 
 from __future__ import annotations
@@ -21,7 +24,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import trio
 
+from actorctl import Rejected, open_node
+from actorctl.cluster import load_cluster
+from actorctl.mailbox import IdentityKey, Keyring, Role
+from actorctl.tasks import cluster_app
 from tests.apps.hosts_app import RECORDS, runs
 from tests.support.cli import ROOT
 from tests.support.etcd_server import running_etcd
@@ -61,6 +69,12 @@ listen = "127.0.0.1:{pc}"
 host = "c"
 actors = "tests.apps.hosts_app:app"
 pools = ["celery"]
+"""
+#: What the operator's reload adds: a rate limit on the task the workers run.
+LIMIT = """
+[[task]]
+name = "hosts.work"
+rate_limit = "7/m"
 """
 
 
@@ -133,6 +147,19 @@ def test_a_hosts_bundle_holds_its_nodes_secrets_the_ca_certificate_and_public_ke
     for other in ("services", "worker-c", "cli"):
         secret = (maker / "keys" / f"{other}.key").read_bytes()
         assert secret not in body, f"{other}'s identity key is in b's bundle"
+    assert operator_keys(out) == []
+
+
+def operator_keys(bundle: Path) -> list[str]:
+    """The private keys in ``bundle/keys`` whose role, by the bundle's own
+    keyring (its ``roles`` file and defaults), is ``operator``."""
+    names = [name for nodes in NODES.values() for name in nodes]
+    found = []
+    for path in sorted((bundle / "keys").glob("*.key")):
+        keyring = Keyring.load(bundle / "keys", path.stem, members=names, operators=("controller",))
+        if keyring.role(IdentityKey.load(path).key_id) is Role.OPERATOR:
+            found.append(path.name)
+    return found
 
 
 def test_a_bundle_is_refused_over_another_and_for_a_host_without_nodes(
@@ -171,6 +198,20 @@ def test_a_bundle_is_refused_over_another_and_for_a_host_without_nodes(
     )  # fmt: skip
     assert unknown.returncode == 2
     assert "has no public key for worker-c" in unknown.stderr, unknown.stderr
+    # And a host whose node's key was made an operator gets no bundle: its
+    # private key would be an operator's on that host
+    actorctl("keys", "add", str(maker / "keys" / "services.pub"), "--role", "operator", "--dir",
+             str(maker / "keys"))  # fmt: skip
+    operator = subprocess.run(
+        [*ACTORCTL, "host", "bundle", cluster, "--host", "a", "--out", str(tmp_path / "a2")],
+        capture_output=True, text=True, env=_env(), cwd=ROOT, timeout=120,
+    )  # fmt: skip
+    assert operator.returncode == 2
+    assert (
+        "cannot bundle host 'a': the key of node services has the operator role" in operator.stderr
+    ), operator.stderr
+    assert "give it the member role" in operator.stderr
+    assert not (tmp_path / "a2").exists()
 
 
 @contextlib.contextmanager
@@ -236,5 +277,65 @@ def test_a_cluster_whose_hosts_hold_only_their_bundles_runs_tasks_across_them(
             print(f"40 tasks across bundled hosts: {len(lost)} lost, {twice} ran twice")
             assert lost == []
             assert len({pid for _, pid in done}) == 2, done
+            reload_from_bundles(maker, hosts, text)
         for host, up in ups.items():
             assert up.returncode == 0, host
+
+
+def reload_from_bundles(maker: Path, hosts: dict[str, Path], text: str) -> None:
+    """The bundled cluster running: a reload reaches every host, with no
+    operator's key on any, and a host's keys reach only its own nodes."""
+    # Given no host holding an operator's private key (nor the Controller's)
+    for host, directory in hosts.items():
+        assert operator_keys(directory) == [], host
+        assert not (directory / "keys" / "controller.key").exists(), host
+    # When the operator, on its machine, reloads a file that adds a rate limit
+    changed = text + LIMIT
+    (maker / "cluster.toml").write_text(changed)
+    done = subprocess.run(
+        [*ACTORCTL, "cluster", "reload", str(maker / "cluster.toml")],
+        capture_output=True, text=True, env=_env(), cwd=ROOT, timeout=READY * 2,
+    )  # fmt: skip
+    # Then every host, set up from its bundle only, applied its part
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = {line.split()[0]: line.split()[1] for line in done.stdout.splitlines()[2:5]}
+    assert rows == {"a": "changed", "b": "changed", "c": "changed"}, done.stdout
+    assert "worker-c: task hosts.work: rate_limit None -> 7/m" in done.stdout, done.stdout
+    for host, directory in hosts.items():
+        assert (directory / "cluster.toml").read_text() == changed, host
+    # When host b's keys (its bundle's) ask host c's worker to drain, to
+    # follow a file, or to lift the limit, and ask b's own worker to drain
+    on_c = load_cluster(hosts["c"] / "cluster.toml", cluster_app()).node("worker-c")
+    asks = [
+        ("_node", "drain", (0.5,)),
+        ("_node", "follow", (str(hosts["b"] / "cluster.toml"),)),
+        ("_tasks", "limit", ("hosts.work", "rate_limit", None)),
+    ]
+    own, refused = trio.run(ask_as_b, hosts["b"], f"amqps://{on_c.listen}", asks)
+    # Then each of c's is refused, naming the role it needs and the one b's key has
+    for (actor, op, _), why in zip(asks, refused, strict=True):
+        assert f"handler {op!r} of actor {actor!r} needs the operator role" in why, why
+        assert "has the member role" in why, why
+    # and b's own worker does what its own key asks (as b's part of a reload)
+    assert isinstance(own, dict), own
+    assert own["drained"] is True, own
+
+
+async def ask_as_b(
+    directory: Path, address: str, asks: list[tuple[str, str, tuple[object, ...]]]
+) -> tuple[object, list[str]]:
+    """Signed with worker-b's key from b's bundle: worker-b's answer to a
+    drain, and the refusals of each of ``asks`` (actor, op, args) of
+    ``address`` (each must be refused)."""
+    config = load_cluster(directory / "cluster.toml", cluster_app())
+    own = f"amqps://{config.node('worker-b').listen}/_node"
+    refused = []
+    with trio.fail_after(60):
+        security = config.security("worker-b")
+        async with open_node("worker-b-probe", host=None, security=security) as b:
+            drained = await b.ref(own).with_options(timeout=30).ask("drain", 0.5)
+            for actor, op, args in asks:
+                with pytest.raises(Rejected) as refusal:
+                    await b.ref(f"{address}/{actor}").with_options(timeout=30).ask(op, *args)
+                refused.append(str(refusal.value))
+    return drained, refused

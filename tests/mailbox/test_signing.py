@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from actorctl import ConfigError, WireFormatError
+from actorctl.mailbox import Role
 from actorctl.mailbox._signing import (
     BAD_SESSION,
     BAD_SIGNATURE,
@@ -552,3 +553,20 @@ def test_a_tls_key_in_the_keyring_is_named_as_not_an_identity_key(tmp_path: Path
     (tmp_path / "node.key").write_bytes(tls_key)
     assert "not an Ed25519 identity key" in _keyring_error(tmp_path)
     assert str(tmp_path / "node.key") in _keyring_error(tmp_path)
+
+
+def test_only_the_nodes_own_signature_goes_unchecked_never_another_members_claim_of_it() -> None:
+    # Given a node's keyring: its own key (a member), another member's, an operator's
+    own, other, operator = (IdentityKey.generate(n) for n in ("worker-c", "worker-b", "cli"))
+    roles = {own.key_id: Role.MEMBER, other.key_id: Role.MEMBER, operator.key_id: Role.OPERATOR}
+    keyring = Keyring(own, [own.public, other.public, operator.public], roles=roles)
+    verifier = Verifier(keyring, SessionTable(), node="worker-c")
+    # When the node's own key signs for itself (a host relaying its part of a reload)
+    # Then nothing is checked against it: it may ask its own node anything
+    assert verifier.role(Verified(own.key_id, ED25519), own.key_id) is None
+    # When another member signs, for itself or asserting the node's own key as
+    # the origin it forwards for, or the node's key asserts an operator's
+    # Then each acts as a member at most: a host's key never reaches past its nodes
+    assert verifier.role(Verified(other.key_id, ED25519), other.key_id) is Role.MEMBER
+    assert verifier.role(Verified(other.key_id, ED25519), own.key_id) is Role.MEMBER
+    assert verifier.role(Verified(own.key_id, ED25519), operator.key_id) is Role.MEMBER

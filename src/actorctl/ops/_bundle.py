@@ -15,7 +15,11 @@ host's copy of the cluster file says (its ``certs`` and ``keys``):
   and ``roles`` files, and its ``revoked/`` keys.
 
 A host whose bundle leaks gives away its own nodes' identities, not the CA
-(which could certify anyone) nor another host's nodes.
+(which could certify anyone) nor another host's nodes. That is all a host
+needs, ``cluster reload`` across hosts included: ``host up`` asks its own
+nodes under each node's own key (``_host_reload.py``), so no bundle holds an
+operator's key, and one is refused for a host whose node's key has the
+operator role (whoever took the host could then stop or reload the cluster).
 """
 
 from __future__ import annotations
@@ -27,8 +31,9 @@ from typing import Final
 
 from .._errors import ConfigError
 from ..cluster.config._config import ClusterConfig
-from ..mailbox import ROLES_FILE
+from ..mailbox import ROLES_FILE, Role
 from ..mailbox._keyring import MEMBERS_FILE, REVOKED
+from ..mailbox._roles import read_roles
 from ._host_runner import host_nodes
 
 __all__ = ["write_host_bundle"]
@@ -44,16 +49,18 @@ def write_host_bundle(config: ClusterConfig, host: str, out: Path) -> list[Path]
 
     Raises:
         ConfigError: the cluster is insecure (nothing to copy), the host runs
-            no node, a file it needs is missing (naming it and the command that
-            makes it), a node of another host has no public key (this host's
-            nodes would not trust it), or ``out/certs`` or ``out/keys`` holds
-            files already.
+            no node, a node it runs has the operator role (its private key
+            would be an operator's on the host), a file it needs is missing
+            (naming it and the command that makes it), a node of another host
+            has no public key (this host's nodes would not trust it), or
+            ``out/certs`` or ``out/keys`` holds files already.
     """
     if config.insecure:
         raise ConfigError(
             f"{config.path}: the cluster is insecure: it has no certificates or keys to bundle"
         )
     mine = [node.name for node in host_nodes(config, host)]
+    _refuse_operators(config, host, mine)
     certs, keys = out / "certs", out / "keys"
     _refuse_filled(certs, keys)
     copies = [(config.certs / "ca.pem", certs / "ca.pem", 0o644)]
@@ -100,6 +107,22 @@ def _public_side(config: ClusterConfig, keys: Path) -> list[tuple[Path, Path, in
     ]
     copies += [(source / f, keys / f, 0o644) for f in _SHARED_FILES if (source / f).is_file()]
     return copies
+
+
+def _refuse_operators(config: ClusterConfig, host: str, names: list[str]) -> None:
+    """A bundle holds no operator's private key: refuse a host whose node's key
+    the keyring's ``roles`` file makes an operator."""
+    roles = read_roles(config.keys)
+    operators = [name for name in names if roles.get(name) is Role.OPERATOR]
+    if operators:
+        first = operators[0]
+        raise ConfigError(
+            f"cannot bundle host {host!r}: the key of node {', '.join(operators)} has the "
+            f"operator role in {config.keys / ROLES_FILE}, and a host's bundle holds no "
+            "operator key (whoever took the host could stop or reload the whole cluster): "
+            f"give it the member role (`actorctl keys add {config.keys / first}.pub --role "
+            f"member --dir {config.keys}`)"
+        )
 
 
 def _refuse_filled(*directories: Path) -> None:

@@ -291,7 +291,10 @@ class Controller(Actor):
             raise BadArguments(f"reload refused, the cluster runs on unchanged: {exc}") from None
         return report.wire()
 
-    async def _ask(self, address: str, op: str, args: tuple[Any, ...], timeout: float) -> Any:
+    async def _ask(
+        self, node: str, address: str, op: str, args: tuple[Any, ...], timeout: float
+    ) -> Any:
+        del node  # the Controller relays under its own (operator) key, to any node
         return await self.ref(address).with_options(timeout=timeout).ask(op, *args)
 
     @handler(roles=Role.OPERATOR)

@@ -20,18 +20,22 @@ Each ``host up`` watches the cluster's reload request key in etcd
    fails either is refused, naming what is wrong.
 3. **Applies** it (unless the request is a dry run): the new content
    replaces this host's copy of the file (so that a ``host up`` started again
-   runs it), and the Reloader applies it as ``cluster up``'s does, asking the
-   host's nodes as the ``controller`` identity (the operator role, as the
-   Controller relays an operator's commands under its own key).
+   runs it), and the Reloader applies it as ``cluster up``'s does, asking
+   each of the host's nodes to follow, read its keys again and drain **under
+   that node's own key** (the one the host holds to run it, from its bundle).
+   A node does not check its own key against itself, and takes those ops
+   from no other member's key: the host needs no operator key, and its keys
+   reach only its own nodes (docs/security.md).
 4. **Answers** at ``reload/outcomes/ID/HOST``: changed, unchanged or
    refused, with the plan, what was applied and any warnings.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any, Final, final
 
@@ -40,7 +44,8 @@ import trio
 from .._errors import ActorctlError, ConfigError
 from .._log import log
 from ..cluster._node import open_node
-from ..cluster.config._config import CONTROLLER_KEY, ClusterConfig
+from ..cluster.config._config import ClusterConfig
+from ..cluster.config._load import load_cluster
 from ..etcd._etcd import EtcdClient
 from ..etcd._etcd_wire import EtcdCompacted, EtcdError
 from ._reload_request import (
@@ -53,7 +58,7 @@ from ._reload_request import (
     refusal,
     request_key,
 )
-from ._reloader import Reloader, ReloadReport, check_file
+from ._reloader import Ask, Reloader, ReloadReport, check_file
 
 __all__ = ["HostReloads", "SeenRequests"]
 
@@ -219,12 +224,18 @@ class HostReloads:
         return outcome
 
     def _refusal(self, request: ReloadRequest) -> str | None:
-        try:  # read now: a key added or revoked since counts
-            keyring = self.config.security(CONTROLLER_KEY).keyring
+        insecure = "the cluster is insecure: a reload across hosts needs signed requests"
+        if self.config.insecure:
+            return insecure
+        mine = [node.name for node in self.config.nodes if node.runs_on == self._host]
+        if not mine:
+            return f"host {self._host!r} runs no node of its file: it has no keyring to verify with"
+        try:  # read now, as its first node's (its bundle): a key added or revoked since counts
+            keyring = self.config.security(mine[0]).keyring
         except ConfigError as exc:
-            return f"this host cannot verify or relay a reload: {exc}"
+            return f"this host cannot verify a reload: {exc}"
         if keyring is None:
-            return "the cluster is insecure: a reload across hosts needs signed requests"
+            return insecure
         return refusal(request, self.config.name, keyring, self._seen, time.time())
 
     def _candidate(self, request: ReloadRequest) -> Path:
@@ -245,15 +256,8 @@ class HostReloads:
         try:
             await check_file(candidate)
             old = self.config
-            async with open_node(
-                f"{CONTROLLER_KEY}-{self._host}",
-                host=None,
-                security=old.security(CONTROLLER_KEY),
-            ) as relay:
-
-                async def ask(address: str, op: str, args: tuple[Any, ...], timeout: float) -> Any:
-                    return await relay.ref(address).with_options(timeout=timeout).ask(op, *args)
-
+            new = load_cluster(candidate, old.app)
+            async with _own_keys(old, new, self._host) as ask:
                 drain = request.drain_timeout
                 # Planned first, from the file beside ours: a plan refused
                 # leaves our copy of the file as it was.
@@ -269,6 +273,38 @@ class HostReloads:
         finally:
             candidate.unlink(missing_ok=True)
         return _outcome(self._host, report)
+
+
+@contextlib.asynccontextmanager
+async def _own_keys(old: ClusterConfig, new: ClusterConfig, host: str) -> AsyncIterator[Ask]:
+    """How this host asks its nodes during a reload: each node of ``host`` (in
+    ``old`` or ``new``) through a relay that signs with that node's own key
+    and certificate (``NODE-reload``: no listener), never another's.
+
+    Raises:
+        ConfigError: a node's certificate or key is not on this host (its
+            bundle: a node a reload adds needs its own before the reload).
+    """
+    mine: dict[str, ClusterConfig] = {}
+    for config in (old, new):  # the new file's paths win for a node in both
+        mine.update((node.name, config) for node in config.nodes if node.runs_on == host)
+    async with contextlib.AsyncExitStack() as stack:
+        relays = {
+            name: await stack.enter_async_context(
+                open_node(f"{name}-reload", host=None, security=config.security(name))
+            )
+            for name, config in mine.items()
+        }
+
+        async def ask(
+            node: str, address: str, op: str, args: tuple[Any, ...], timeout: float
+        ) -> Any:
+            relay = relays.get(node)
+            if relay is None:  # the Reloader of a host asks only its own nodes
+                raise ActorctlError(f"node {node!r} is not host {host!r}'s: it is not asked here")
+            return await relay.ref(address).with_options(timeout=timeout).ask(op, *args)
+
+        yield ask
 
 
 def _install(path: Path, content: str) -> None:

@@ -64,7 +64,10 @@ DRAIN_TIMEOUT: Final = 30.0
 #: Seconds ``actorctl cluster check`` may take to import and build everything.
 CHECK_TIMEOUT: Final = 120.0
 
-Ask = Callable[[str, str, tuple[Any, ...], float], Awaitable[Any]]
+#: How a reload asks a node: ``ask(node, address, op, args, timeout)``, the
+#: node's name (whose identity may ask it: ``host up`` relays under each
+#: node's own key), its ``_node`` agent's address, the op and its arguments.
+Ask = Callable[[str, str, str, tuple[Any, ...], float], Awaitable[Any]]
 
 
 @final
@@ -277,7 +280,7 @@ class _Applying:
 
         async def one(name: str, address: str) -> None:
             try:
-                answers[name] = await self.ask(f"{address}/_node", op, args, 30.0)
+                answers[name] = await self.ask(name, f"{address}/_node", op, args, 30.0)
             except Exception as exc:  # one node's failure is reported, not fatal
                 self.warnings.append(f"node {name} did not {op.replace('_', ' ')}: {_why(exc)}")
 
@@ -294,7 +297,7 @@ class _Applying:
         timeout = self.drain_timeout
         try:
             said = await self.ask(
-                f"{state.address}/_node", "drain", (timeout, backlog), timeout + 10.0
+                name, f"{state.address}/_node", "drain", (timeout, backlog), timeout + 10.0
             )
             answer = DrainAnswer.from_wire(said, f"node {name}'s answer to 'drain'")
         except Exception as exc:  # it stops anyway: what it held goes back or stays stored
