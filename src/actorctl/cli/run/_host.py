@@ -166,7 +166,10 @@ def host_bundle(file: Path, name: str, out: Path) -> None:
     OUT/keys: the CA's certificate (never its key), the certificate and private
     keys of the nodes NAME runs, and every public key (the other nodes', the
     operators', the clients'), with the keyring's members, roles and revoked
-    keys. Put them where NAME's copy of FILE says (its certs and keys).
+    keys. Put them where NAME's copy of FILE says (its certs and keys): that
+    is all NAME needs, `cluster reload` included (its nodes are asked under
+    their own keys). No operator key goes to a host: a host whose node's key
+    has the operator role is refused.
 
     Run it where the certificates and keys were made (`actorctl certs init`,
     `actorctl keys gen`); in development mode (dev = true) what is missing is
