@@ -18,7 +18,6 @@ namespaces cannot be made (or etcd is not installed).
 from __future__ import annotations
 
 import json
-import shutil
 import signal
 import subprocess
 import time
@@ -28,14 +27,11 @@ from pathlib import Path
 
 import pytest
 
-from actorctl.cluster import load_cluster
-from actorctl.ops import ensure_dev_secrets
-from actorctl.tasks import cluster_app
 from tests.apps.hosts_app import runs
 from tests.support.etcd_server import running_etcd
 from tests.support.filewatch import wait_written
 from tests.support.harness import free_port
-from tests.support.hosts_cluster import ACTORCTL, PORTS, READY, ROOT, TTL, Hosts
+from tests.support.hosts_cluster import ACTORCTL, PORTS, READY, TTL, Hosts
 from tests.support.netns import Network, open_network, wait_for_output
 
 CONNECT_TIMEOUT = 5.0  # the services node's: how long a peer is down before what it held moves
@@ -561,46 +557,3 @@ def test_a_cluster_of_hosts_whose_etcd_does_not_answer_is_named_by_each_command_
     for said in error:
         assert said in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
-
-
-def test_a_host_that_only_its_own_copy_of_the_file_names_is_refused_saying_why(
-    hosts: Hosts,
-) -> None:
-    # Given the three hosts' cluster running, and on host c a copy of the file
-    # (with the cluster's certificates and keys) to which a worker node
-    # worker-d was added, its certificate and key made there only
-    copy = hosts.directory / "copy"
-    copy.mkdir()
-    for folder in ("certs", "keys"):
-        shutil.copytree(hosts.directory / folder, copy / folder)
-    text = hosts.path.read_text()
-    text += (
-        '\n[[node]]\nname = "worker-d"\n'
-        f'listen = "{hosts.network["c"].address}:{PORTS["c"] + 10}"\n'
-        'host = "c"\nactors = "tests.apps.hosts_app:app"\npools = ["celery"]\n'
-    )
-    (copy / "cluster.toml").write_text(text)
-    ensure_dev_secrets(load_cluster(copy / "cluster.toml", cluster_app()))
-    # When host c is started again from that copy
-    up = hosts.network.run(
-        "c",
-        [*ACTORCTL, "host", "up", str(copy / "cluster.toml"), "--host", "c"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=hosts.env,
-        cwd=ROOT,
-    )
-    out, err = up.communicate(timeout=READY)
-    # Then it is refused before anything starts, saying why and what to do
-    said = err.decode(errors="replace")
-    assert up.returncode == 1, said
-    assert (
-        "node 'worker-d' cannot join cluster 'hosts': node 'worker-d' is not in the cluster "
-        "file of node 'services'"
-    ) in said, said
-    assert "copy the one cluster file (and keys/) to every host" in said, said
-    assert "Traceback" not in said
-    assert b"starting host" not in out
-    # And worker-d never registered, and nobody routes to it
-    assert set(hosts.registered()) == {"services", "worker-b", "worker-c"}
-    assert "worker-d" not in (hosts.directory / "logs" / "services.log").read_text()

@@ -18,7 +18,10 @@ is a task in its node's backlog (on a services node, in its replicated store).
 Everything is started by its PID, and :meth:`QuorumHosts.kill_host` kills a
 host's processes by theirs (its ``host up``, its nodes, its etcd member);
 :meth:`QuorumHosts.stop_host` stops its ``host up`` warm (SIGTERM), as
-``systemctl stop`` does. Waits are on output lines, and on etcd's directory
+``systemctl stop`` does. A host's processes, or a caller, may run another
+release (``src``: another ``src/`` first on their PYTHONPATH,
+tests/support/releases.py), and :meth:`QuorumHosts.code_of` says which one a
+node's process imports. Waits are on output lines, and on etcd's directory
 and role key (a watch, in a process on a host), each with a timeout.
 """
 
@@ -37,6 +40,7 @@ from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
 
+import actorctl
 from actorctl.cluster import load_cluster
 from actorctl.ops import ensure_dev_secrets
 from actorctl.tasks import cluster_app
@@ -198,15 +202,24 @@ class QuorumHosts:
 
     # -- hosts ---------------------------------------------------------------------------
 
-    def start_host(self, host: str) -> None:
-        """Start ``host``'s ``host up`` and wait (bounded) until it says its
-        nodes are ready (registered in etcd)."""
+    def env_of(self, src: Path | None = None) -> dict[str, str]:
+        """The environment of the hosts' processes: with ``src`` (another
+        release's ``src/``, tests/support/releases.py) first on PYTHONPATH,
+        so that they import actorctl from there, not from this checkout."""
+        if src is None:
+            return self.env
+        return {**self.env, "PYTHONPATH": os.pathsep.join((str(src), self.env["PYTHONPATH"]))}
+
+    def start_host(self, host: str, src: Path | None = None) -> None:
+        """Start ``host``'s ``host up`` (on the release in ``src``: this
+        checkout's by default) and wait (bounded) until it says its nodes are
+        ready (registered in etcd)."""
         self.ups[host] = self.network.run(
             host,
             [*ACTORCTL, "host", "up", str(self.path), "--host", host],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
-            env=self.env,
+            env=self.env_of(src),
             cwd=ROOT,
         )
         said = wait_for_output(self.ups[host], f"host {host!r} ready", timeout=READY)
@@ -234,6 +247,17 @@ class QuorumHosts:
         os.kill(self.etcd[host].pid, signal.SIGKILL)
         for process in (self.ups[host], self.etcd[host]):
             process.wait(timeout=10)
+
+    def code_of(self, node: str) -> Path:
+        """Where ``node``'s process imports actorctl from: the first entry of
+        the PYTHONPATH in its environment (/proc) that holds the package."""
+        environ = Path(f"/proc/{self.pids[node]}/environ").read_bytes().split(b"\0")
+        [path] = [v[len(b"PYTHONPATH=") :] for v in environ if v.startswith(b"PYTHONPATH=")]
+        for entry in path.decode().split(os.pathsep):
+            if (Path(entry) / "actorctl" / "__init__.py").exists():
+                return Path(entry).resolve()
+        # None on its PYTHONPATH: the install this process imports (its environment is ours).
+        return Path(actorctl.__file__).resolve().parents[1]
 
     def data(self, node: str) -> Path:
         """``node``'s data directory (its store, its replicas)."""
@@ -263,24 +287,42 @@ class QuorumHosts:
         wait_for_output(waiter, f"nodes {want}", timeout=timeout + READY)
         waiter.wait(timeout=READY)
 
+    def cli(self, host: str, *args: str) -> str:
+        """What ``actorctl ARGS...`` prints, run on ``host``; it must succeed."""
+        run = self.network.run(
+            host,
+            [*ACTORCTL, *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env=self.env,
+            cwd=ROOT,
+        )
+        out: bytes = run.communicate(timeout=READY)[0]
+        said = out.decode(errors="replace")
+        assert run.returncode == 0, said[-3000:]
+        return said
+
     def logged(self, node: str, event: str) -> list[dict[str, Any]]:
         """Every ``event`` line of ``node``'s log."""
         path = self.directory / "logs" / f"{node}.log"
         lines = path.read_text().splitlines() if path.exists() else []
         return [json.loads(line) for line in lines if f'"{event}"' in line]
 
-    def wait_logged(self, node: str, event: str, timeout: float = READY) -> dict[str, Any]:
-        """Wait (at most ``timeout`` seconds) until ``node``'s log has an
-        ``event`` line, woken by the writes to the logs; the first such line."""
+    def wait_logged(
+        self, node: str, event: str, timeout: float = READY, *, count: int = 1
+    ) -> dict[str, Any]:
+        """Wait (at most ``timeout`` seconds) until ``node``'s log has
+        ``count`` ``event`` lines (its log is appended to across restarts),
+        woken by the writes to the logs; the ``count``-th such line."""
         logs = self.directory / "logs"
         logs.mkdir(exist_ok=True)
         deadline = time.monotonic() + timeout
         with FileWatch(logs) as written:  # made before the first look
-            while not (found := self.logged(node, event)):
+            while len(found := self.logged(node, event)) < count:
                 left = deadline - time.monotonic()
-                assert left > 0, f"{node} logged no {event} within {timeout} s"
+                assert left > 0, f"{node} logged {len(found)} {event}, not {count}, in {timeout} s"
                 written.wait_changed(left)
-        return found[0]
+        return found[count - 1]
 
     def fired(self, *nodes: str) -> list[str]:
         """The task ids of the firings the logs of ``nodes`` say their beats
@@ -325,10 +367,15 @@ class QuorumHosts:
     # -- callers -------------------------------------------------------------------------
 
     def caller(
-        self, host: str, *argv: str, stdin: int = subprocess.DEVNULL
+        self,
+        host: str,
+        *argv: str,
+        stdin: int = subprocess.DEVNULL,
+        src: Path | None = None,
     ) -> subprocess.Popen[bytes]:
         """tests/apps/hosts_mixed_caller.py on ``host`` with ``argv`` after the
-        mode's cluster file (its ids file is named relative to it)."""
+        mode's cluster file (its ids file is named relative to it), on the
+        release in ``src`` (this checkout's by default)."""
         mode, *rest = argv
         return self.network.run(
             host,
@@ -336,7 +383,7 @@ class QuorumHosts:
             stdin=stdin,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
-            env=self.env,
+            env=self.env_of(src),
             cwd=ROOT,
         )
 
