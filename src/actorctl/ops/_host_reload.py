@@ -7,7 +7,8 @@ Each ``host up`` watches the cluster's reload request key in etcd
    whose role is ``operator``, for this cluster, within the time window, with
    an id it has not seen. A request that fails is refused, logged
    (``actorctl:reload:refused``, with the reason) and answered ``refused``;
-   nothing is written to disk.
+   nothing is written to disk. A request verified is said to be received, at
+   ``reload/received/ID/HOST``, before the file is checked (seconds).
 2. **Checks** the new file as ``cluster up`` does, in a process of its own
    (``actorctl cluster check``), written beside this host's copy of the file
    (so that its relative paths, certificates and keys resolve the same), and
@@ -25,6 +26,7 @@ Each ``host up`` watches the cluster's reload request key in etcd
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from pathlib import Path
@@ -44,6 +46,7 @@ from ._reload_request import (
     Outcome,
     ReloadRequest,
     outcome_key,
+    receipt_key,
     refusal,
     request_key,
 )
@@ -126,6 +129,7 @@ class HostReloads:
         why = self._refusal(request)
         if why is None:
             self._remember(request.id)
+            await self._receipt(request)
             try:
                 outcome = await self._apply(request)
             except (ConfigError, ActorctlError) as exc:
@@ -148,6 +152,16 @@ class HostReloads:
         except EtcdError as exc:  # the CLI reports this host as not answering
             log("actorctl:reload:unanswered", host=self._host, request=request.id, error=str(exc))
         return outcome
+
+    async def _receipt(self, request: ReloadRequest) -> None:
+        """Say that this host received ``request``, verified, before it checks the
+        file: the CLI waits on for the outcome of a host that did (``cluster
+        reload --receipt-timeout``)."""
+        key = receipt_key(self.config.name, request.id, self._host)
+        try:
+            await self._client.put(key, json.dumps({"host": self._host}))
+        except EtcdError as exc:  # the outcome may still reach the CLI in time
+            log("actorctl:reload:unreceipted", host=self._host, request=request.id, error=str(exc))
 
     def _refusal(self, request: ReloadRequest) -> str | None:
         try:  # read now: a key added or revoked since counts
