@@ -34,6 +34,7 @@ import trio
 from .._errors import ActorctlError
 from ..cluster.config._config import ClusterConfig
 from ..etcd._etcd import EtcdClient
+from ..etcd._etcd_wire import EtcdError
 from ..etcd._node_record import nodes_prefix
 from ..mailbox import IdentityKey, Keyring, Role
 
@@ -344,10 +345,13 @@ async def _wait(
         if waiting <= answers.outcomes.keys():
             cancel.cancel(reason="every host that received the request answered")
 
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(read, nursery.cancel_scope)
-        if receipt_timeout is not None:
-            nursery.start_soon(give_up_on_silent, nursery.cancel_scope, receipt_timeout)
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(read, nursery.cancel_scope)
+            if receipt_timeout is not None:
+                nursery.start_soon(give_up_on_silent, nursery.cancel_scope, receipt_timeout)
+    except* EtcdError as group:  # only the watch raises: one error, as callers expect it
+        raise group.exceptions[0] from None
 
 
 def _take(outcomes: dict[str, HostOutcome], raw: bytes) -> None:
