@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -105,14 +106,25 @@ def make_secrets(maker: Path) -> None:
     actorctl("keys", "gen", "cli", "--dir", str(maker / "keys"), "--role", "operator")
 
 
-@pytest.fixture
-def maker(tmp_path: Path) -> Path:
-    """The operator's machine: the cluster file (etcd nowhere yet) and every secret."""
-    made = tmp_path / "operator"
-    made.mkdir()
+@pytest.fixture(scope="module")
+def made_once(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The operator's machine as ``certs init`` and ``keys gen`` leave it: the
+    cluster file (etcd nowhere yet) and every secret. Made once for the module
+    (five ``actorctl`` processes, seconds on a loaded 2-core machine); each test
+    gets a copy of its own (:func:`maker`)."""
+    made = tmp_path_factory.mktemp("operator")
     ports = {"pa": free_port(), "pb": free_port(), "pc": free_port()}
     (made / "cluster.toml").write_text(CLUSTER.format(etcd="http://127.0.0.1:9", **ports))
     make_secrets(made)
+    return made
+
+
+@pytest.fixture
+def maker(made_once: Path, tmp_path: Path) -> Path:
+    """The operator's machine, a copy of the module's for this test alone: what
+    a test changes there (a public key deleted, the file's etcd) no other sees."""
+    made = tmp_path / "operator"
+    shutil.copytree(made_once, made)  # copies each file's mode: private keys stay 0600
     return made
 
 

@@ -236,15 +236,20 @@ def limits(hosts: Hosts, node: str) -> dict[str, Any]:
     return trio.run(ask)
 
 
-def through_etcd(hosts: Hosts, request: Any, timeout: float = WAIT) -> dict[str, HostOutcome]:
-    """Write ``request`` where the hosts watch, and each live host's outcome."""
+def through_etcd(
+    hosts: Hosts, request: Any, timeout: float = WAIT, *, received: set[str] | None = None
+) -> dict[str, HostOutcome]:
+    """Write ``request`` where the hosts watch, and each live host's outcome
+    (and, given ``received``, check which hosts said they received it)."""
     config = load_cluster(hosts.file("a"), cluster_app())
 
     async def ask() -> dict[str, HostOutcome]:
         client = EtcdClient([hosts.etcd.url], timeout=10)
-        live, outcomes = await ask_reload(config, client, request, timeout)
-        assert live == list(HOSTS)
-        return outcomes
+        answers = await ask_reload(config, client, request, timeout)
+        assert answers.live == list(HOSTS)
+        if received is not None:
+            assert answers.received == received, answers.received
+        return answers.outcomes
 
     return trio.run(ask)
 
@@ -326,16 +331,17 @@ def test_unsigned_forged_and_replayed_requests_are_refused_by_every_host(hosts: 
     ]
     for request, why in cases:
         # When each is written where the hosts watch
-        outcomes = through_etcd(hosts, request)
-        # Then every host refuses it, saying why, and logs it with the reason
+        outcomes = through_etcd(hosts, request, received=set())
+        # Then every host refuses it, saying why (none says it received it:
+        # a receipt comes only once a request is verified), and logs it with the reason
         assert set(outcomes) == set(HOSTS)
         for host, outcome in outcomes.items():
             assert outcome.outcome is Outcome.REFUSED, (host, outcome)
             assert why in outcome.reason, (host, outcome.reason)
             assert hosts.logged(host, "actorctl:reload:refused", request.id)["reason"]
-    # Given a request the operator signed (a dry run), answered by every host
+    # Given a request the operator signed (a dry run), received and answered by every host
     genuine = sign_request(config, hosts.file("a").read_text(), operator, dry_run=True)
-    first = through_etcd(hosts, genuine)
+    first = through_etcd(hosts, genuine, received=set(HOSTS))
     assert {o.outcome for o in first.values()} == {Outcome.UNCHANGED}, first
     # When it is written again (replayed)
     replayed = through_etcd(hosts, genuine)
@@ -380,19 +386,25 @@ def test_a_host_that_does_not_answer_is_reported_and_the_command_fails(hosts: Ho
     hosts.file("a").write_text(text)
     os.kill(hosts.ups["c"].pid, signal.SIGSTOP)
     try:
-        # When the operator reloads, waiting 30 s (each host checks the file
-        # in a process of its own: seconds on a loaded machine)
-        done = hosts.reload("--timeout", "30")
+        # When the operator reloads, waiting up to 90 s for the hosts' outcomes
+        # (each host checks the file in a process of its own: seconds on a
+        # loaded machine), but 10 s for a host to say it received the request
+        # (a running host up says so before it checks: well under a second)
+        began = time.monotonic()
+        done = hosts.reload("--timeout", "90", "--receipt-timeout", "10")
+        took = time.monotonic() - began
     finally:
         os.kill(hosts.ups["c"].pid, signal.SIGCONT)
     # Then a and b applied it, c is reported as not answering, and it exits 1
-    print(done.stdout, done.stderr)
+    print(done.stdout, done.stderr, f"took {took:.1f} s")
     assert done.returncode == 1, done.stdout + done.stderr
     rows = {line.split()[0]: line for line in done.stdout.splitlines()[2:5]}
     assert rows["a"].split()[1] == "changed"
     assert rows["b"].split()[1] == "changed"
     assert "did not answer" in rows["c"]
-    assert "registered in etcd, no outcome within 30 s" in rows["c"]
+    assert "registered in etcd, did not say it received the request within 10 s" in rows["c"]
+    # and it stopped waiting for c then, not at the 90 s timeout
+    assert took < 90
     assert "9/m" in json.dumps(limits(hosts, "worker-b"))
 
     # Given host c's host up stopped for good (its node leaves etcd)

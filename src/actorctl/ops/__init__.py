@@ -27,12 +27,14 @@ from ._node_view import hosts_letters as hosts_letters
 from ._node_view import hosts_tree as hosts_tree
 from ._preflight import check_references as check_references
 from ._preflight import taken_ports as taken_ports
+from ._reload_request import Answers as Answers
 from ._reload_request import BadRequest as BadRequest
 from ._reload_request import HostOutcome as HostOutcome
 from ._reload_request import Outcome as Outcome
 from ._reload_request import ReloadRequest as ReloadRequest
 from ._reload_request import ask_reload as ask_reload
 from ._reload_request import outcome_key as outcome_key
+from ._reload_request import receipt_key as receipt_key
 from ._reload_request import request_key as request_key
 from ._reload_request import sign_request as sign_request
 from ._reloader import DRAIN_TIMEOUT as DRAIN_TIMEOUT

@@ -11,7 +11,8 @@ Each ``host up`` watches the cluster's reload request key in etcd
    refused too; an id is forgotten once its request is past the window, which
    refuses it from then on. A request that fails is refused, logged
    (``actorctl:reload:refused``, with the reason) and answered ``refused``;
-   nothing is written to disk.
+   nothing is written to disk. A request verified is said to be received, at
+   ``reload/received/ID/HOST``, before the file is checked (seconds).
 2. **Checks** the new file as ``cluster up`` does, in a process of its own
    (``actorctl cluster check``), written beside this host's copy of the file
    (so that its relative paths, certificates and keys resolve the same), and
@@ -33,6 +34,7 @@ Each ``host up`` watches the cluster's reload request key in etcd
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -55,6 +57,7 @@ from ._reload_request import (
     Outcome,
     ReloadRequest,
     outcome_key,
+    receipt_key,
     refusal,
     request_key,
 )
@@ -200,6 +203,7 @@ class HostReloads:
                     "refuse a replay: check that the cluster file's folder is writable"
                 )
         if why is None:
+            await self._receipt(request)
             try:
                 outcome = await self._apply(request)
             except (ConfigError, ActorctlError) as exc:
@@ -222,6 +226,16 @@ class HostReloads:
         except EtcdError as exc:  # the CLI reports this host as not answering
             log("actorctl:reload:unanswered", host=self._host, request=request.id, error=str(exc))
         return outcome
+
+    async def _receipt(self, request: ReloadRequest) -> None:
+        """Say that this host received ``request``, verified, before it checks the
+        file: the CLI waits on for the outcome of a host that did (``cluster
+        reload --receipt-timeout``)."""
+        key = receipt_key(self.config.name, request.id, self._host)
+        try:
+            await self._client.put(key, json.dumps({"host": self._host}))
+        except EtcdError as exc:  # the outcome may still reach the CLI in time
+            log("actorctl:reload:unreceipted", host=self._host, request=request.id, error=str(exc))
 
     def _refusal(self, request: ReloadRequest) -> str | None:
         insecure = "the cluster is insecure: a reload across hosts needs signed requests"

@@ -9,8 +9,11 @@ with the operator's identity key (Ed25519 over :func:`canonical`). Every
 against its own keyring (a trusted key whose role is ``operator``), refuses a
 request for another cluster, one outside the time window, and one whose id
 it has seen (a replay), then reloads its own nodes and writes its outcome at
-``/actorctl/CLUSTER/reload/outcomes/ID/HOST``. The CLI waits for the outcome of
-every host that etcd's membership says is live (:func:`ask_reload`).
+``/actorctl/CLUSTER/reload/outcomes/ID/HOST``. Before it checks the file (seconds:
+a process of its own), a host that has verified a request says it received it,
+at ``/actorctl/CLUSTER/reload/received/ID/HOST``. The CLI waits for the outcome
+of every host that etcd's membership says is live (:func:`ask_reload`), and may
+stop waiting sooner for one that has not said it received the request.
 """
 
 from __future__ import annotations
@@ -31,11 +34,13 @@ import trio
 from .._errors import ActorctlError
 from ..cluster.config._config import ClusterConfig
 from ..etcd._etcd import EtcdClient
+from ..etcd._etcd_wire import EtcdError
 from ..etcd._node_record import nodes_prefix
 from ..mailbox import IdentityKey, Keyring, Role
 
 __all__ = [
     "REQUEST_WINDOW",
+    "Answers",
     "BadRequest",
     "HostOutcome",
     "Outcome",
@@ -44,6 +49,7 @@ __all__ = [
     "canonical",
     "live_hosts",
     "outcome_key",
+    "receipt_key",
     "refusal",
     "request_key",
     "sign_request",
@@ -80,6 +86,12 @@ def outcome_key(cluster: str, request_id: str, host: str = "") -> str:
     """Where ``host`` writes its outcome of the request ``request_id`` (with no
     host: the prefix of every host's outcome)."""
     return f"{_prefix(cluster)}outcomes/{request_id}/{host}"
+
+
+def receipt_key(cluster: str, request_id: str, host: str = "") -> str:
+    """Where ``host`` says it received the request ``request_id``, verified, before
+    it checks the file (with no host: the prefix of every host's receipt)."""
+    return f"{_prefix(cluster)}received/{request_id}/{host}"
 
 
 @final
@@ -255,37 +267,96 @@ async def live_hosts(config: ClusterConfig, client: EtcdClient) -> list[str]:
     return sorted({n.runs_on for n in config.nodes if n.name in registered and n.runs_on})
 
 
+@final
+@attrs.define
+class Answers:
+    """What the hosts answered to one request (:func:`ask_reload`), filled in as
+    they answer.
+
+    Attributes:
+        live: the hosts that ran a node registered in etcd when it was asked.
+        received: the hosts that said they received it, verified.
+        outcomes: each host's outcome, by host (none: it did not answer in time).
+    """
+
+    live: list[str]
+    received: set[str]
+    outcomes: dict[str, HostOutcome]
+
+
 async def ask_reload(
-    config: ClusterConfig, client: EtcdClient, request: ReloadRequest, timeout: float
-) -> tuple[list[str], dict[str, HostOutcome]]:
+    config: ClusterConfig,
+    client: EtcdClient,
+    request: ReloadRequest,
+    timeout: float,
+    *,
+    receipt_timeout: float | None = None,
+) -> Answers:
     """Write ``request`` where every ``host up`` watches, then wait (at most
     ``timeout`` seconds) for the outcome of every live host (:func:`live_hosts`,
-    read just before). Returns the live hosts, and the outcomes by host (a
-    host that did not answer in time has none).
+    read just before). A live host that has neither answered nor said it
+    received the request within ``receipt_timeout`` seconds (None: ``timeout``)
+    is not waited for any longer: its ``host up`` is stopped, cut off from
+    etcd, or busy with an earlier request.
 
     Raises:
         EtcdError: etcd could not be reached (naming each endpoint).
     """
     live = await live_hosts(config, client)
-    prefix = outcome_key(config.name, request.id)
     since = await client.put(request_key(config.name), request.to_json())
-    outcomes: dict[str, HostOutcome] = {}
+    answers = Answers(live, set(), {})
+    if live:
+        with trio.move_on_after(timeout):
+            await _wait(config, client, request.id, since, answers, receipt_timeout)
+    return answers
 
-    def take(raw: bytes) -> None:
-        try:
-            outcome = HostOutcome.from_json(raw)
-        except BadRequest:
-            return  # not a host's: nothing to wait on
-        outcomes[outcome.host] = outcome
 
-    if not live:
-        return live, outcomes
-    with trio.move_on_after(timeout):
-        async with client.watch_prefix(prefix, since) as watch:
-            # What was written since the request, and from now on: none missed.
+async def _wait(
+    config: ClusterConfig,
+    client: EtcdClient,
+    request_id: str,
+    since: int,
+    answers: Answers,
+    receipt_timeout: float | None,
+) -> None:
+    """Fill in ``answers`` (its receipts and outcomes) as etcd's watch gives
+    them, until every host waited for has answered (the caller's deadline ends
+    it sooner)."""
+    done_prefix = outcome_key(config.name, request_id)
+    receipt_prefix = receipt_key(config.name, request_id)
+    waiting = set(answers.live)
+
+    async def read(cancel: trio.CancelScope) -> None:
+        # Under the reload prefix, from the request's revision on: none missed.
+        async with client.watch_prefix(_prefix(config.name), since) as watch:
             async for event in watch:
-                if event.kind == "put":
-                    take(event.value)
-                if set(live) <= set(outcomes):
-                    break
-    return live, outcomes
+                if event.kind != "put":
+                    continue
+                if event.key.startswith(done_prefix):
+                    _take(answers.outcomes, event.value)
+                elif event.key.startswith(receipt_prefix):
+                    answers.received.add(event.key.removeprefix(receipt_prefix))
+                if waiting <= answers.outcomes.keys():
+                    cancel.cancel(reason="every host waited for answered")
+
+    async def give_up_on_silent(cancel: trio.CancelScope, after: float) -> None:
+        await trio.sleep(after)
+        waiting.intersection_update(answers.received | answers.outcomes.keys())
+        if waiting <= answers.outcomes.keys():
+            cancel.cancel(reason="every host that received the request answered")
+
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(read, nursery.cancel_scope)
+            if receipt_timeout is not None:
+                nursery.start_soon(give_up_on_silent, nursery.cancel_scope, receipt_timeout)
+    except* EtcdError as group:  # only the watch raises: one error, as callers expect it
+        raise group.exceptions[0] from None
+
+
+def _take(outcomes: dict[str, HostOutcome], raw: bytes) -> None:
+    try:
+        outcome = HostOutcome.from_json(raw)
+    except BadRequest:
+        return  # not a host's: nothing to wait on
+    outcomes[outcome.host] = outcome

@@ -26,6 +26,7 @@ from ...etcd import EtcdClient, EtcdError, EtcdUnavailable
 from ...ops import (
     CLI_NAME,
     CONTROLLER,
+    Answers,
     HostOutcome,
     Outcome,
     answer_within,
@@ -310,12 +311,18 @@ _ETCD_TIMEOUT = 5.0
 
 
 async def reload_across(
-    config: ClusterConfig, *, dry_run: bool, drain_timeout: float, timeout: float
+    config: ClusterConfig,
+    *,
+    dry_run: bool,
+    drain_timeout: float,
+    timeout: float,
+    receipt_timeout: float | None = None,
 ) -> None:
     """Ask every host of ``config``'s cluster, through etcd, to reload the
-    file, wait (at most ``timeout`` seconds) for every live host's outcome,
-    and print them; exit 1 unless every host answered and none refused or
-    warned."""
+    file, wait (at most ``timeout`` seconds) for every live host's outcome
+    (at most ``receipt_timeout`` for one that has not said it received the
+    request), and print them; exit 1 unless every host answered and none
+    refused or warned."""
     try:
         keyring = config.security(CLI_NAME).keyring
         content = config.path.read_text()
@@ -331,20 +338,18 @@ async def reload_across(
         config, content, keyring.identity, dry_run=dry_run, drain_timeout=drain_timeout
     )
 
-    async def ask(
-        config: ClusterConfig, client: EtcdClient, _: Refs
-    ) -> tuple[list[str], dict[str, HostOutcome]]:
-        return await ask_reload(config, client, request, timeout)
+    async def ask(config: ClusterConfig, client: EtcdClient, _: Refs) -> Answers:
+        return await ask_reload(config, client, request, timeout, receipt_timeout=receipt_timeout)
 
-    live, outcomes = await ask_hosts(config, min(_ETCD_TIMEOUT, timeout), ask, nodes=False)
+    answers = await ask_hosts(config, min(_ETCD_TIMEOUT, timeout), ask, nodes=False)
     click.echo(
         f"{'dry run of ' if dry_run else ''}reload {request.id} of cluster {config.name!r} "
         f"({config.path}) asked through etcd"
     )
-    rows, failed = _rows(config, live, outcomes, timeout)
+    rows, failed = _rows(config, answers, timeout, receipt_timeout)
     click.echo(_table(rows))
     for host in config.hosts:
-        details = _details(outcomes.get(host), dry_run)
+        details = _details(answers.outcomes.get(host), dry_run)
         if details:
             click.echo("\n".join(details))
     if failed:
@@ -352,26 +357,34 @@ async def reload_across(
 
 
 def _rows(
-    config: ClusterConfig, live: list[str], outcomes: dict[str, HostOutcome], timeout: float
+    config: ClusterConfig, answers: Answers, timeout: float, receipt_timeout: float | None
 ) -> tuple[list[tuple[str, str, str]], bool]:
     """One row per host of the file: its outcome and why; whether any failed."""
     rows, failed = [], False
     for host in config.hosts:
-        outcome = outcomes.get(host)
+        outcome = answers.outcomes.get(host)
         if outcome is None:
             failed = True
-            why = (
-                f"registered in etcd, no outcome within {timeout:g} s"
-                if host in live
-                else "none of its nodes is registered in etcd (its host up is not running, "
-                "or is cut off): reload it there once it is back"
-            )
-            rows.append((host, "did not answer", why))
+            rows.append((host, "did not answer", _silent(host, answers, timeout, receipt_timeout)))
             continue
         failed = failed or outcome.outcome is Outcome.REFUSED or bool(outcome.warnings)
         detail = outcome.reason or _count(outcome)
         rows.append((host, outcome.outcome.value, detail))
     return rows, failed
+
+
+def _silent(host: str, answers: Answers, timeout: float, receipt_timeout: float | None) -> str:
+    """Why ``host`` has no outcome: not registered, silent, or received it and slow."""
+    if host not in answers.live:
+        return (
+            "none of its nodes is registered in etcd (its host up is not running, "
+            "or is cut off): reload it there once it is back"
+        )
+    if receipt_timeout is not None and receipt_timeout < timeout and host not in answers.received:
+        return (
+            f"registered in etcd, did not say it received the request within {receipt_timeout:g} s"
+        )
+    return f"registered in etcd, no outcome within {timeout:g} s"
 
 
 def _count(outcome: HostOutcome) -> str:

@@ -233,9 +233,18 @@ async def cluster_down(file: Path, timeout: float) -> None:
     help="Seconds a node removed or restarted gets to finish what it holds.",
 )
 @click.option("--timeout", default=600.0, show_default=True, help="Seconds to wait for it all.")
+@click.option(
+    "--receipt-timeout",
+    type=float,
+    default=None,
+    help="Across hosts: seconds to wait for a host to say it received the request "
+    "before it is not waited for [default: --timeout].",
+)
 @etcd_to_reach
 @log_options
-async def cluster_reload(file: Path, dry_run: bool, drain_timeout: float, timeout: float) -> None:
+async def cluster_reload(
+    file: Path, dry_run: bool, drain_timeout: float, timeout: float, receipt_timeout: float | None
+) -> None:
     """Apply FILE, changed, to its running cluster without losing work.
 
     FILE is checked first as `cluster up` checks it (a wrong file is refused,
@@ -252,9 +261,10 @@ async def cluster_reload(file: Path, dry_run: bool, drain_timeout: float, timeou
     key, which must be an operator's; every `host up` checks the signature,
     then checks and applies the file to its own nodes, and writes it over its
     copy. This waits (--timeout) for every host that has a node registered in
-    etcd, prints a table (changed, unchanged, refused and why, did not
-    answer), and exits 1 unless every host of the file answered and none
-    refused.
+    etcd (with --receipt-timeout, no longer for one whose `host up` has not
+    said it received the request by then: stopped, say), prints a table
+    (changed, unchanged, refused and why, did not answer), and exits 1 unless
+    every host of the file answered and none refused.
     """
     try:
         # Checked here, in a fresh process, as `cluster up` checks it: the
@@ -267,7 +277,13 @@ async def cluster_reload(file: Path, dry_run: bool, drain_timeout: float, timeou
     except ConfigError as exc:
         fail(f"reload refused, the cluster runs on unchanged: {exc}", 2)
     if across:
-        await reload_across(config, dry_run=dry_run, drain_timeout=drain_timeout, timeout=timeout)
+        await reload_across(
+            config,
+            dry_run=dry_run,
+            drain_timeout=drain_timeout,
+            timeout=timeout,
+            receipt_timeout=receipt_timeout,
+        )
         return
     path = str(config.path)
     said = await ask_controller(file, "reload", timeout, path, dry_run, drain_timeout, True)
