@@ -6,7 +6,8 @@ have several, one per host say; they take turns holding the services role in
 etcd, as the beats take turns holding the scheduler role
 (:mod:`actorctl.etcd._role_lease`): the first to create the role's key
 under a lease of its own holds it until it stops renewing it (it stopped, or
-its host was lost or cut off), and then the next candidate takes it.
+its host was lost or cut off), and then the next candidate takes it, at
+once: its watch of the key sees it deleted when etcd ends that lease.
 
 Every node of the app, and every caller (``tasks/client/_connect.py``), watches the
 role's key and makes its :class:`~actorctl.tasks.client._directory.Directory` follow
@@ -143,19 +144,14 @@ class ServicesRole(Actor):
         self._cluster = cluster
         self._lease = EtcdRoleLease(client, cluster, SERVICES_ROLE) if candidate else None
         self.held = False
+        self._vacant = trio.Event()  # the role's key is gone: ask now
 
     async def on_start(self) -> None:
         # What the node's store held for a services node before it
         # restarted may go to the holder's too.
         backlog = node_outbox(self._require_cell().outbox).backlog
         backlog.adopt(list(self.directory.movable()), self._claim)
-        self.start_soon(
-            follow_holder,
-            self._client,
-            self._cluster,
-            SERVICES_ROLE,
-            lambda holder: follow_services(self.directory, holder, backlog),
-        )
+        self.start_soon(follow_holder, self._client, self._cluster, SERVICES_ROLE, self._followed)
         if self._lease is not None:
             if self.replica is not None:
                 self._replicate()
@@ -242,6 +238,14 @@ class ServicesRole(Actor):
                 adopted=adopted,
             )
 
+    def _followed(self, holder: str | None) -> None:
+        """The role's key changed: the directory follows it; gone (None),
+        the role is free, and a candidate asks at once."""
+        backlog = node_outbox(self._require_cell().outbox).backlog
+        follow_services(self.directory, holder, backlog)
+        if holder is None:
+            self._vacant.set()
+
     def _claim(self, address: Address, message_id: str) -> tuple[Any, Any]:
         def done(outcome: Outcome) -> None:
             """The backlog logs a final refusal; nothing else to do."""
@@ -249,7 +253,8 @@ class ServicesRole(Actor):
         return done, self.directory.elsewhere
 
     async def _campaign(self) -> None:
-        """Take, then renew, the role every third of its ttl."""
+        """Take, then renew, the role every third of its ttl, and at once
+        when the role's key is gone (its holder's lease ended in etcd)."""
         assert self._lease is not None
         assert self.candidate is not None
         while True:
@@ -268,4 +273,6 @@ class ServicesRole(Actor):
                 elif self.held and not held:
                     log("actorctl:services:standby", node=self.candidate, holder=answer["holder"])
                 self.held = held
-            await trio.sleep(self.ttl / 3)
+            with trio.move_on_after(self.ttl / 3):  # or at once, once the role is free
+                await self._vacant.wait()
+            self._vacant = trio.Event()
