@@ -313,3 +313,81 @@ async def test_a_holder_stopped_on_purpose_keeps_its_work_and_the_next_runs_none
     record_property("ran_twice", len(twice))
     assert not lost
     assert not twice, twice
+
+
+#: The cluster of the three-services-nodes test: s3 besides s1 and s2.
+THIRD = """
+[[node]]
+name = "s3"
+listen = "127.0.0.1:{p3}"
+actors = "tests.apps.replicated_app:app"
+services = true
+"""
+
+
+@pytest.fixture
+def config3(config: ClusterConfig) -> ClusterConfig:
+    """``config`` with a third services node, s3."""
+    config.path.write_text(config.path.read_text() + THIRD.format(p3=free_port()))
+    return load_cluster(config.path)
+
+
+async def test_with_three_services_nodes_the_third_keeps_no_stale_copy_to_run_again(
+    config3: ClusterConfig, logs: Logs, record_property: Any
+) -> None:
+    config = config3
+    directory = cluster_directory(config)
+    stops = {"s2": trio.Event(), "s3": trio.Event()}
+    with trio.fail_after(90), node_process(config, "s1") as s1:
+        async with trio.open_nursery() as nursery:
+            # Given s1 (a process of its own) holding the role, s2 and s3 standing
+            # by, each with a copy of s1's store
+            await ready(s1)
+            await holds(config, "s1")
+            actors = {
+                n: await nursery.start(run_node, config, n, stop) for n, stop in stops.items()
+            }
+            async with open_node("caller", host=None, insecure=True, connect_timeout=1) as caller:
+                sender = TaskClient(caller.outbox, directory)
+                sent = [await send(sender, "probe")]
+                await logs.wait_for("actorctl:replica:restored", 2)
+                # And 10 tasks s1 confirmed, for a pool whose worker is not up: in both copies
+                sent += [await send(sender, f"task-{i}") for i in range(10)]
+            for name in stops:
+                assert len(confirmed_rows(actors[name][REPLICA].rows("s1"))) == 11, name
+            # When s1's host is lost (SIGKILL, its disk destroyed)
+            s1.send_signal(signal.SIGKILL)
+            await trio.to_thread.run_sync(s1.wait)
+            shutil.rmtree(config.root / "data" / "s1")
+            # Then one of s2 and s3 takes the role and the copy over
+            await logs.wait_for("actorctl:services:taken-over")
+            new = logs.of_type("actorctl:services:taken-over")[0]["node"]
+            third = next(name for name in stops if name != new)
+            # And the third forgets its copy of s1 (the new holder's snapshot
+            # says it went as far), keeping its copy of the new holder's store
+            with trio.move_on_after(10):
+                await logs.wait_for("actorctl:replica:superseded")
+            third_keeper: ReplicaKeeper = actors[third][REPLICA]
+            assert third_keeper.rows("s1") == []
+            # And once the pool's worker node starts, every task runs, from the new holder
+            async with cluster_node(config, "w"):
+                await ran_all(set(sent))
+                # When the new holder stops too (on purpose: its standby forgets
+                # its copy), and the third takes the role
+                stops[new].set()
+                await holds(config, third)
+                await logs.wait_for("actorctl:services:taken-over", 2)
+                # And a task sent since runs
+                directory.follow(third)
+                async with open_node("caller", host=None, insecure=True) as caller:
+                    late = await send(TaskClient(caller.outbox, directory), "late")
+                await ran_all({late})
+            stops[third].set()
+    # Then the third took nothing of s1's over, and nothing ran twice
+    taken = logs.of_type("actorctl:services:taken-over")[1:]
+    assert all(m["node"] == third for m in taken), taken
+    assert sum(m["rows"] for m in taken if m["source"] == "s1") == 0, taken
+    twice = {task_id: n for task_id, n in Counter(RAN).items() if n > 1}
+    record_property("ran_twice", len(twice))
+    assert set(sent) <= set(RAN)
+    assert not twice, twice

@@ -36,8 +36,22 @@ and the node that takes the role over does not run it too. Its host lost,
 nothing is released, and the copy is what the next holder runs.
 
 **Order.** Batches go to each standby one at a time, in the order committed,
-numbered within the node's run (its epoch). A replica that misses a number,
-or knows another epoch (it, or this node, restarted), asks for a snapshot.
+their parts numbered within the node's run (its epoch), the same numbers for
+every standby; a snapshot says the number of the first part it does not
+hold. A replica that misses a number, or knows another epoch (it, or this
+node, restarted), asks for a snapshot. So a copy's (epoch, number) says how
+far it went, and two standbys' copies of one primary can be compared.
+
+**Three services nodes or more.** Every services node but the holder is a
+standby, shipped every batch and waited for. When one of them takes the role
+over it takes over its copy of the lost holder's store (its rows are the new
+holder's own from then on, and shipped as such), and tells every other
+standby, with its first snapshot, how far that copy went
+(:meth:`Replication.took`): a standby forgets its own copy of the lost holder
+if it goes no further, so what the new holder has since run is not run again
+if that standby takes the role later. A copy that goes further (the new
+holder's was behind: it had been left out of sync) is kept, and run if its
+node takes the role (at least once: never lost for that).
 """
 
 from __future__ import annotations
@@ -82,15 +96,15 @@ StillHolder = Callable[[Collection[str]], Awaitable[bool]]
 class _Standby:
     """One standby as the primary sees it."""
 
-    __slots__ = ("address", "buffer", "in_sync", "resyncing", "seq", "tried")
+    __slots__ = ("address", "buffer", "in_sync", "resyncing", "tried")
 
     def __init__(self, address: Address) -> None:
         self.address = address
         self.in_sync = False  # batches go to it and are waited for
         self.tried = False  # it was asked to take a snapshot once
-        self.seq = 0  # the number of the next part it takes
         self.resyncing = False  # a task brings it back
-        self.buffer: list[list[Any]] = []  # parts shipped while it is brought back
+        #: Parts shipped while it is brought back, with their numbers.
+        self.buffer: list[tuple[int, list[Any]]] = []
 
 
 @final
@@ -166,6 +180,10 @@ class Replication:
         self._released = False
         self._degraded = False
         self._term = 0  # the fence of the last batch shipped
+        self._position = 0  # the number of the next part, in this run (epoch)
+        #: The copies of other primaries' stores this node took over, each as
+        #: far as it went (epoch, next part's number): told to every standby.
+        self._taken: dict[str, tuple[str, int]] = {}
         self._joined = trio.lowlevel.ParkingLot()  # a standby came in sync
         #: Batches shipped and acknowledged by every standby.
         self.replicated = 0
@@ -234,6 +252,13 @@ class Replication:
             self.refused,
         )
 
+    def took(self, source: str, epoch: str, position: int) -> None:
+        """This node took over its copy of ``source``'s store, which went as
+        far as part ``position`` of ``source``'s run ``epoch``: each standby is
+        told so with its snapshot, and forgets a copy of ``source`` that goes
+        no further (the rows are this node's now, and shipped as such)."""
+        self._taken[source] = (epoch, position)
+
     async def wait_in_sync(self) -> None:
         """Wait until every standby named now is in sync (at once if it is)."""
         while not all(standby.in_sync for standby in self._current()):
@@ -257,7 +282,10 @@ class Replication:
             self._term = fence
             for standby in standbys:
                 standby.tried = standby.in_sync = False
-        parts = [_part(writes) for writes in _split(batch)]
+        # Numbered now, in the order committed: a standby takes part N only
+        # after N - 1 (or after a snapshot that goes as far).
+        parts = list(enumerate((_part(w) for w in _split(batch)), self._position))
+        self._position += len(parts)
         refusals: list[str] = []
         async with trio.open_nursery() as nursery:
             for standby in standbys:
@@ -283,7 +311,11 @@ class Replication:
         return list(self._standbys.values())
 
     async def _ship_to(
-        self, standby: _Standby, fence: int, parts: list[list[Any]], refusals: list[str]
+        self,
+        standby: _Standby,
+        fence: int,
+        parts: list[tuple[int, list[Any]]],
+        refusals: list[str],
     ) -> None:
         if not standby.in_sync and not standby.tried:
             # A standby it has not tried yet is brought in before the batch is
@@ -304,10 +336,9 @@ class Replication:
                 standby.buffer.extend(parts)
             self._resync(standby, fence)
             return
-        for part in parts:
-            answer = await self._ask(standby, "apply", fence, standby.seq, part)
+        for position, part in parts:
+            answer = await self._ask(standby, "apply", fence, position, part)
             if answer is not None and answer.get("ok"):
-                standby.seq += 1
                 continue
             standby.in_sync = False
             if answer is not None and answer.get("fenced"):
@@ -405,12 +436,15 @@ class Replication:
         # the buffer, and replaying them on top of it ends where the store is.
         standby.buffer.clear()
         chunks = _split(self._store.snapshot()) or [[]]
+        upto = self._position  # the snapshot holds every part numbered before
+        taken = {source: list(at) for source, at in self._taken.items()}
         for number, writes in enumerate(chunks):
             first, last = number == 0, number == len(chunks) - 1
-            answer = await self._ask(standby, "restore", fence, _part(writes), first, last)
+            answer = await self._ask(
+                standby, "restore", fence, _part(writes), first, last, upto, taken
+            )
             if answer is None or not answer.get("ok"):
                 return _FENCED if answer is not None and answer.get("fenced") else _FAILED
-        standby.seq = 0
         while True:
             if len(standby.buffer) > BUFFER_WRITES:
                 return _FAILED
@@ -424,11 +458,12 @@ class Replication:
                     standby=str(standby.address),
                 )
                 return _OK
-            part = standby.buffer.pop(0)
-            answer = await self._ask(standby, "apply", fence, standby.seq, part)
+            position, part = standby.buffer.pop(0)
+            if position < upto:  # buffered before the snapshot was taken, which holds it
+                continue
+            answer = await self._ask(standby, "apply", fence, position, part)
             if answer is None or not answer.get("ok"):
                 return _FENCED if answer is not None and answer.get("fenced") else _FAILED
-            standby.seq += 1
 
 
 def _split(writes: Sequence[Write]) -> list[list[Write]]:

@@ -35,7 +35,12 @@ routers adopt those for their instances, and hold back again what the old
 ones held back for a rate limit), its scheduler arms the delayed tasks and
 its barrier counts on the chords; the copy is then forgotten. So
 a holder lost with its disk loses nothing it confirmed while its standby
-was in sync.
+was in sync. With three services nodes or more, every other one is a
+standby too; the new holder's first snapshot to each tells it how far the
+copy it took over went, and a standby forgets its own copy of the lost
+holder's store if it goes no further (``Replication.took``): what the new
+holder has run since is not run again by the next one. The new holder makes
+that first snapshot at once (a commit of its own), not at its first new work.
 
 **Finishing work needs no fence.** A services node that lost the role (cut
 off, say) goes on finishing what it had already taken on: the tasks its
@@ -72,6 +77,9 @@ __all__ = ["SERVICES_ROLE", "SERVICES_ROLE_NAME", "ServicesRole", "follow_servic
 
 #: The actor, on every node of the app across hosts.
 SERVICES_ROLE_NAME: Final = "_services_role"
+#: The store table of the commit a new holder makes to bring its standbys in
+#: (a row put and deleted in one batch: it holds nothing).
+TERM_TABLE: Final = "services_term"
 #: Seconds a standby has to acknowledge a batch, at most (a third of the ttl
 #: when that is shorter): past it, the holder confirms without it.
 REPLICATION_TIMEOUT: Final = 2.0
@@ -219,6 +227,7 @@ class ServicesRole(Actor):
             if source == self.candidate:
                 continue
             rows = keeper.rows(source)
+            position = keeper.position(source)
             taken = store.absorb(rows)
             await store.sync()  # ours before the copy is forgotten
             keys: dict[str, list[str]] = {}
@@ -228,6 +237,8 @@ class ServicesRole(Actor):
             backlog.adopt(list(self.directory.movable()), self._claim)
             adopted = {t: self.adopters[t](k) for t, k in keys.items() if t in self.adopters}
             keeper.forget(source)
+            if self.replication is not None and position is not None:
+                self.replication.took(source, *position)  # the other standbys forget theirs
             log(
                 "actorctl:services:taken-over",
                 node=self.candidate,
@@ -245,6 +256,18 @@ class ServicesRole(Actor):
         follow_services(self.directory, holder, backlog)
         if holder is None:
             self._vacant.set()
+
+    async def _bring_in(self, fence: int) -> None:
+        """A commit of its own under the new fence (a row put and deleted in
+        one batch): every standby is brought in now, told how far the copies
+        taken over went, not at the first new work."""
+        store = store_of(self._require_cell().outbox)
+        store.put(TERM_TABLE, SERVICES_ROLE, str(fence).encode())
+        store.delete(TERM_TABLE, SERVICES_ROLE)
+        try:
+            await store.sync()
+        except ActorctlError as exc:  # ShipRefused: deposed already; logged by the store
+            log("actorctl:services:not-brought-in", node=self.candidate, error=str(exc))
 
     def _claim(self, address: Address, message_id: str) -> tuple[Any, Any]:
         def done(outcome: Outcome) -> None:
@@ -272,7 +295,9 @@ class ServicesRole(Actor):
                         await self._take_over(self.replica)
                 elif self.held and not held:
                     log("actorctl:services:standby", node=self.candidate, holder=answer["holder"])
-                self.held = held
+                became, self.held = held and not self.held, held
+                if became and self.replication is not None:
+                    self.start_soon(self._bring_in, int(answer["fence"]))
             with trio.move_on_after(self.ttl / 3):  # or at once, once the role is free
                 await self._vacant.wait()
             self._vacant = trio.Event()
