@@ -20,10 +20,17 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from actorctl import Actor, Address, handler, open_node
 from actorctl.actors import ActorRef
-from actorctl.cluster import BACKLOG_TABLE, Node, NodeStorage
+from actorctl.cluster import (
+    BACKLOG_TABLE,
+    DEAD_LETTERS_TABLE,
+    DeadLetterBounds,
+    Node,
+    NodeStorage,
+)
 from actorctl.cluster._metrics import render
 from actorctl.cluster.replication._replica import ReplicaKeeper
 from actorctl.cluster.replication._shipper import REPLICA, Replication, decode_writes, encode_writes
+from actorctl.mailbox import Envelope
 from actorctl.store import ShipRefused, Store
 from tests.support.harness import Logs, free_port
 
@@ -408,3 +415,52 @@ async def test_a_third_standby_keeps_its_copy_when_it_went_further_than_the_new_
                     assert backlog_keys(c_keeper.rows("b")) == {"task-1", "task-3"}
     assert logs.of_type("actorctl:replica:superseded") == []
     assert [m["source"] for m in logs.of_type("actorctl:replica:kept")] == ["a"]
+
+
+async def test_dead_letters_taken_over_are_under_the_count_bound_at_once(
+    tmp_path: Path, logs: Logs
+) -> None:
+    b_port = free_port()
+    with trio.fail_after(30):
+        # Given a node B that keeps 3 dead letters at most, 1 of its own, and
+        # keeps a copy of primary A's store, in which A put 4 dead letters
+        storage = NodeStorage(
+            store=Store(tmp_path / "b.sqlite", name="b"), dead_letters=DeadLetterBounds(max=3)
+        )
+        keeper = ReplicaKeeper(tmp_path / "b")
+        async with open_node(
+            "b", {REPLICA: keeper}, port=b_port, insecure=True, storage=storage
+        ) as b:
+            own = b.dead_letters.add(reason="poison", target="/celery", envelope=letter("b-1"))
+            async with (
+                open_node("a", {}, port=free_port(), insecure=True, connect_timeout=0.5) as a,
+                replicating(a, [b_port], 1),
+            ):
+                theirs = [
+                    a.dead_letters.add(reason="poison", target="/celery", envelope=letter(f"a-{i}"))
+                    for i in range(4)
+                ]
+                await a.store.sync()
+            # When A is lost and B takes its copy over
+            keeper.seen(ROLE, 2)
+            taken = b.store.absorb(keeper.rows("a"))
+            await b.store.sync()
+            keys = [key for table, key, _, _ in taken if table == DEAD_LETTERS_TABLE]
+            assert sorted(keys) == sorted(theirs)
+            held = b.dead_letters.adopt(keys)
+            await b.store.sync()
+            # Then B holds 3 letters, the newest (its own, the oldest, went),
+            # in its index and in its store alike: the bound holds at once
+            assert held == 3
+            assert len(b.dead_letters) == 3
+            kept = {r["id"] for r in b.dead_letters.records()}
+            assert kept == set(theirs[1:])
+            assert own not in kept
+            assert b.dead_letters.fullness().nearly_full
+    evicted = [m["id"] for m in logs.of_type("actorctl:deadletter:evicted")]
+    assert sorted(evicted) == sorted([own, theirs[0]])
+
+
+def letter(message_id: str) -> Envelope:
+    """A task message given up on."""
+    return Envelope(message_id, "/celery", "job", [[], {}])

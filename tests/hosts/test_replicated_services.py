@@ -16,6 +16,7 @@ events, bounded by ``trio.fail_after``.
 
 from __future__ import annotations
 
+import base64
 import os
 import shutil
 import signal
@@ -33,6 +34,9 @@ import trio
 from actorctl import Address, open_node
 from actorctl.actors import ActorRef
 from actorctl.cluster import (
+    DEAD_LETTERS,
+    DEAD_LETTERS_TABLE,
+    REASON_POISON,
     REPLICA,
     ClusterConfig,
     Node,
@@ -42,6 +46,7 @@ from actorctl.cluster import (
     load_cluster,
 )
 from actorctl.etcd import follow_holder
+from actorctl.mailbox import Envelope, encode
 from actorctl.store import Write
 from actorctl.tasks._hosting import cluster_directory
 from actorctl.tasks.client._client import TaskClient, send_task
@@ -107,7 +112,7 @@ async def cluster_node(
     its actors; stopped with ``grace`` seconds for what runs."""
     node = next(n for n in config.nodes if n.name == name)
     actors = hosted_actors(node.actors, node=node, cluster=config)
-    storage = NodeStorage(store=config.store(node))
+    storage = NodeStorage(store=config.store(node), dead_letters=node.deadletters)
     async with open_node(
         name, actors, port=node.port, insecure=True, storage=storage, grace=0
     ) as run:
@@ -315,7 +320,8 @@ async def test_a_holder_stopped_on_purpose_keeps_its_work_and_the_next_runs_none
     assert not twice, twice
 
 
-#: The cluster of the three-services-nodes test: s3 besides s1 and s2.
+#: The cluster of the three-services-nodes test: s3 besides s1 and s2, and
+#: s2 and s3 keeping 2 dead letters at most.
 THIRD = """
 [[node]]
 name = "s3"
@@ -323,13 +329,31 @@ listen = "127.0.0.1:{p3}"
 actors = "tests.apps.replicated_app:app"
 services = true
 """
+BOUND = "\n[node.deadletters]\nmax = 2\n"
 
 
 @pytest.fixture
 def config3(config: ClusterConfig) -> ClusterConfig:
-    """``config`` with a third services node, s3."""
-    config.path.write_text(config.path.read_text() + THIRD.format(p3=free_port()))
+    """``config`` with a third services node, s3 (see ``THIRD``)."""
+    text = config.path.read_text()
+    s2 = text.index('name = "s2"')
+    end = text.index("services = true\n", s2) + len("services = true\n")
+    text = text[:end] + BOUND + text[end:] + THIRD.format(p3=free_port()) + BOUND
+    config.path.write_text(text)
     return load_cluster(config.path)
+
+
+async def add_dead_letter(caller: Node, node: str, directory: Any, message_id: str) -> None:
+    """A dead letter added to ``node``'s ``_deadletters`` (an insecure node:
+    anyone may), as a worker adds one."""
+    letter = Envelope(message_id, "/celery", job.name, [[], {}])
+    fields = {
+        "reason": REASON_POISON,
+        "target": "/celery",
+        "message": base64.b64encode(bytes(encode(letter))).decode(),
+    }
+    address = Address.parse(f"{directory.services[node]}/{DEAD_LETTERS}")
+    await ActorRef(address, caller.outbox).deliver("add", **fields)
 
 
 async def test_with_three_services_nodes_the_third_keeps_no_stale_copy_to_run_again(
@@ -351,18 +375,27 @@ async def test_with_three_services_nodes_the_third_keeps_no_stale_copy_to_run_ag
                 sender = TaskClient(caller.outbox, directory)
                 sent = [await send(sender, "probe")]
                 await logs.wait_for("actorctl:replica:restored", 2)
-                # And 10 tasks s1 confirmed, for a pool whose worker is not up: in both copies
+                # And 3 dead letters s1 keeps, and 10 tasks s1 confirmed after
+                # them, for a pool whose worker is not up: in both copies
+                for i in range(3):
+                    await add_dead_letter(caller, "s1", directory, f"letter-{i}")
                 sent += [await send(sender, f"task-{i}") for i in range(10)]
             for name in stops:
-                assert len(confirmed_rows(actors[name][REPLICA].rows("s1"))) == 11, name
+                rows = actors[name][REPLICA].rows("s1")
+                assert len(confirmed_rows(rows)) == 11, name
+                assert sum(table == DEAD_LETTERS_TABLE for table, _, _, _ in rows) == 3, name
             # When s1's host is lost (SIGKILL, its disk destroyed)
             s1.send_signal(signal.SIGKILL)
             await trio.to_thread.run_sync(s1.wait)
             shutil.rmtree(config.root / "data" / "s1")
             # Then one of s2 and s3 takes the role and the copy over
             await logs.wait_for("actorctl:services:taken-over")
-            new = logs.of_type("actorctl:services:taken-over")[0]["node"]
+            took = logs.of_type("actorctl:services:taken-over")[0]
+            new = took["node"]
             third = next(name for name in stops if name != new)
+            # ... its dead letters under its bound of 2 at once (the oldest went)
+            assert took["adopted"].get(DEAD_LETTERS_TABLE) == 2, took
+            assert len(logs.of_type("actorctl:deadletter:evicted")) == 1
             # And the third forgets its copy of s1 (the new holder's snapshot
             # says it went as far), keeping its copy of the new holder's store
             with trio.move_on_after(10):

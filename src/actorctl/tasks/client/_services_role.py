@@ -66,7 +66,7 @@ import trio
 from ..._errors import ActorctlError
 from ..._log import log
 from ...actors import Actor, Address, handler
-from ...cluster import BACKLOG_TABLE, REPLICA, ReplicaKeeper, Replication
+from ...cluster import BACKLOG_TABLE, DEAD_LETTERS_TABLE, REPLICA, ReplicaKeeper, Replication
 from ...etcd import EtcdClient, EtcdRoleLease, follow_holder
 from ...mailbox import Outcome
 from ..protocol._protocol import SERVICES_ROLE
@@ -129,7 +129,8 @@ class ServicesRole(Actor):
             nodes' keepers; None replicates nothing.
         adopters: by store table, who takes on the rows of that table taken
             over (the scheduler's delayed tasks, the barrier's chords), told
-            their keys; the backlog's are the node's backlog's.
+            their keys; the backlog's are the node's backlog's, the dead
+            letters' its dead letters'.
     """
 
     def __init__(
@@ -157,8 +158,11 @@ class ServicesRole(Actor):
     async def on_start(self) -> None:
         # What the node's store held for a services node before it
         # restarted may go to the holder's too.
-        backlog = node_outbox(self._require_cell().outbox).backlog
+        outbox = node_outbox(self._require_cell().outbox)
+        backlog = outbox.backlog
         backlog.adopt(list(self.directory.movable()), self._claim)
+        if outbox.dead_letters is not None:  # letters taken over: under its bounds at once
+            self.adopters.setdefault(DEAD_LETTERS_TABLE, outbox.dead_letters.adopt)
         self.start_soon(follow_holder, self._client, self._cluster, SERVICES_ROLE, self._followed)
         if self._lease is not None:
             if self.replica is not None:
