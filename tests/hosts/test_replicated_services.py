@@ -17,6 +17,7 @@ events, bounded by ``trio.fail_after``.
 from __future__ import annotations
 
 import base64
+import json
 import os
 import shutil
 import signal
@@ -31,9 +32,10 @@ from typing import Any
 import pytest
 import trio
 
-from actorctl import Address, open_node
+from actorctl import Address, Modified, open_node
 from actorctl.actors import ActorRef
 from actorctl.cluster import (
+    BACKLOG_TABLE,
     DEAD_LETTERS,
     DEAD_LETTERS_TABLE,
     REASON_POISON,
@@ -46,12 +48,19 @@ from actorctl.cluster import (
     load_cluster,
 )
 from actorctl.etcd import follow_holder
-from actorctl.mailbox import Envelope, encode
+from actorctl.mailbox import KIND_DOCUMENT, Envelope, encode
 from actorctl.store import Write
 from actorctl.tasks._hosting import cluster_directory
 from actorctl.tasks.client._client import TaskClient, send_task
 from actorctl.tasks.client._services_role import SERVICES_ROLE_NAME, ServicesRole
-from actorctl.tasks.protocol._protocol import CHORD_BARRIER_NAME, H_CHORD, SERVICES_ROLE
+from actorctl.tasks.protocol._protocol import (
+    CHORD_BARRIER_NAME,
+    H_CHORD,
+    H_STATE,
+    H_TASK_ID,
+    SERVICES_ROLE,
+    SUCCESS,
+)
 from actorctl.tasks.protocol._send_options import SendOptions
 from tests.apps.replicated_app import RAN, job, paced, ran_all
 from tests.support.cli import ROOT
@@ -424,3 +433,59 @@ async def test_with_three_services_nodes_the_third_keeps_no_stale_copy_to_run_ag
     record_property("ran_twice", len(twice))
     assert set(sent) <= set(RAN)
     assert not twice, twice
+
+
+def chord_result(caller: Node, barrier: Address, chord_id: str, task_id: str) -> Envelope:
+    """The success document of header task ``task_id`` for ``barrier``, as a worker sends it."""
+    return Envelope(
+        message_id=caller.outbox.new_message_id(),
+        to=str(barrier),
+        subject=job.name,
+        body=task_id,
+        kind=KIND_DOCUMENT,
+        correlation_id=chord_id,
+        creation_time=caller.outbox.now(),
+        headers={H_STATE: SUCCESS, H_TASK_ID: task_id},
+    )
+
+
+async def test_a_holder_deposed_behind_its_back_counts_no_result_and_sends_no_body(
+    config: ClusterConfig, logs: Logs
+) -> None:
+    directory = cluster_directory(config)
+    barrier = Address.parse(f"{directory.services['s1']}/{CHORD_BARRIER_NAME}")
+    with trio.fail_after(60):
+        # Given s1 holding the role, s2 standing by, and a chord of 2 open on s1's barrier
+        async with cluster_node(config, "s1") as (s1, s1_actors):
+            await logs.wait_for("actorctl:services:leader")
+            async with (
+                cluster_node(config, "s2") as (_, s2_actors),
+                open_node("caller", host=None, insecure=True) as caller,
+            ):
+                chords = ActorRef(barrier, caller.outbox)
+                await chords.ask("open", "chord-1", ["head-1", "head-2"], job.s().to_wire())
+                # And its first result counted
+                first = chord_result(caller, barrier, "chord-1", "head-1")
+                await caller.outbox.send(barrier, first, presettled=False, confirm=True)
+                # When s2 takes the role while s1 does not know it yet (cut off:
+                # s2's keeper has seen the newer revision, etcd's lease of s1 not
+                # yet ended)
+                role: ServicesRole = s1_actors[SERVICES_ROLE_NAME]
+                keeper: ReplicaKeeper = s2_actors[REPLICA]
+                assert role.replication is not None
+                keeper.seen(SERVICES_ROLE, role.replication.statistics().fence + 1)
+                # Then the chord's last result is given back, not counted
+                last = chord_result(caller, barrier, "chord-1", "head-2")
+                with pytest.raises(Modified, match="newer fence"):
+                    await caller.outbox.send(barrier, last, presettled=False, confirm=True)
+                # And s1 sends no body: the chord stays open there, with one result
+                chord = s1_actors[CHORD_BARRIER_NAME].chords["chord-1"]
+                assert sorted(chord.results) == ["head-1"]
+                bodies = [k for k, _ in s1.store.items(BACKLOG_TABLE) if k.startswith("chord-1")]
+                assert bodies == []
+                # And s2's copy holds the chord as s1 confirmed it: one result,
+                # for s2's barrier to count the last one on
+                row = next(v for t, k, v, _ in keeper.rows("s1") if (t, k) == ("chords", "chord-1"))
+                assert sorted(json.loads(row)["results"]) == ["head-1"]
+    assert logs.of_type("actorctl:chord:unsendable") == []
+    assert [m["task_id"] for m in logs.of_type("actorctl:chord:not-counted")] == ["head-2"]

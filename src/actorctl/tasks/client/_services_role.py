@@ -49,8 +49,10 @@ counts. The node that took the role over took those over too, from its
 copy: such work may run twice (at least once, as ever), never not at all.
 A deposed node that does not know it yet (cut off from etcd) can confirm
 no new work: its batches are refused by the keeper that has seen the newer
-revision. One that knows it (its renewal was refused) ships nothing and
-confirms from its own disk: new work that still reaches it (a sender whose
+revision (and its chord barrier gives back a result it cannot commit, so no
+chord completes on its side then: ``tasks/services/_chords.py``). One that
+knows it (its renewal was refused) ships nothing and confirms from its own
+disk: new work that still reaches it (a sender whose
 watch of the role has not caught up) is on its host alone. The
 one singleton whose act must not be repeated, the firing of a periodic
 task, is fenced by the scheduler role (``tasks/services/_beat.py``).
