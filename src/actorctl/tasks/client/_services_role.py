@@ -156,6 +156,7 @@ class ServicesRole(Actor):
         self._lease = EtcdRoleLease(client, cluster, SERVICES_ROLE) if candidate else None
         self.held = False
         self._vacant = trio.Event()  # the role's key is gone: ask now
+        self._standby = False  # refused the role, and said so
 
     async def on_start(self) -> None:
         # What the node's store held for a services node before it
@@ -299,8 +300,9 @@ class ServicesRole(Actor):
                     if self.replica is not None:  # the one before can confirm nothing more
                         self.replica.seen(SERVICES_ROLE, int(answer["fence"]))
                         await self._take_over(self.replica)
-                elif self.held and not held:
+                elif not held and (self.held or not self._standby):  # said once per change
                     log("actorctl:services:standby", node=self.candidate, holder=answer["holder"])
+                self._standby = not held
                 became, self.held = held and not self.held, held
                 if became and self.replication is not None:
                     self.start_soon(self._bring_in, int(answer["fence"]))
