@@ -29,6 +29,7 @@ from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 import trio
 
@@ -55,6 +56,7 @@ from actorctl.tasks.client._client import TaskClient, send_task
 from actorctl.tasks.client._services_role import SERVICES_ROLE_NAME, ServicesRole
 from actorctl.tasks.protocol._protocol import (
     CHORD_BARRIER_NAME,
+    FAILURE,
     H_CHORD,
     H_STATE,
     H_TASK_ID,
@@ -449,8 +451,9 @@ def chord_result(caller: Node, barrier: Address, chord_id: str, task_id: str) ->
     )
 
 
+@pytest.mark.parametrize("state", [SUCCESS, FAILURE])
 async def test_a_holder_deposed_behind_its_back_counts_no_result_and_sends_no_body(
-    config: ClusterConfig, logs: Logs
+    config: ClusterConfig, logs: Logs, state: str
 ) -> None:
     directory = cluster_directory(config)
     barrier = Address.parse(f"{directory.services['s1']}/{CHORD_BARRIER_NAME}")
@@ -474,8 +477,12 @@ async def test_a_holder_deposed_behind_its_back_counts_no_result_and_sends_no_bo
                 keeper: ReplicaKeeper = s2_actors[REPLICA]
                 assert role.replication is not None
                 keeper.seen(SERVICES_ROLE, role.replication.statistics().fence + 1)
-                # Then the chord's last result is given back, not counted
+                # Then the chord's last result (a success, or a failure that
+                # would fail the chord) is given back, not counted
                 last = chord_result(caller, barrier, "chord-1", "head-2")
+                if state == FAILURE:
+                    headers = {**last.headers, H_STATE: state}
+                    last = attrs.evolve(last, body={"type": "ValueError"}, headers=headers)
                 with pytest.raises(Modified, match="newer fence"):
                     await caller.outbox.send(barrier, last, presettled=False, confirm=True)
                 # And s1 sends no body: the chord stays open there, with one result
@@ -488,4 +495,5 @@ async def test_a_holder_deposed_behind_its_back_counts_no_result_and_sends_no_bo
                 row = next(v for t, k, v, _ in keeper.rows("s1") if (t, k) == ("chords", "chord-1"))
                 assert sorted(json.loads(row)["results"]) == ["head-1"]
     assert logs.of_type("actorctl:chord:unsendable") == []
+    assert logs.of_type("actorctl:actor:crashed") == []
     assert [m["task_id"] for m in logs.of_type("actorctl:chord:not-counted")] == ["head-2"]

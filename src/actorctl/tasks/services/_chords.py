@@ -212,12 +212,7 @@ class ChordBarrier(Actor):
             )
             return ACCEPTED, None
         if state != SUCCESS:
-            del self.chords[chord_id]
-            error = envelope.body if isinstance(envelope.body, dict) else {}  # as it came
-            why = f"{error.get('type', '')} {error.get('message', error.get('reason', ''))}"
-            message = f"task {member} of the chord ended {state}: {why}".strip()
-            await self._fail_chord(chord_id, chord, TaskError("ChordError", message))
-            return ACCEPTED, None
+            return await self._failed(chord_id, chord, member, state, envelope.body), None
         if member in chord.results:
             return ACCEPTED, None  # sent again
         chord.results[member] = envelope.body
@@ -229,6 +224,28 @@ class ChordBarrier(Actor):
         if chord.complete:
             await self._complete(chord_id, chord)
         return ACCEPTED, None
+
+    async def _failed(
+        self, chord_id: str, chord: _Chord, member: str, state: str, body: object
+    ) -> Outcome:
+        """A header task failed: the chord fails (its caller is told), once a
+        commit proves this node may still act (across hosts: it was not
+        deposed; else the result is given back, for the holder's barrier)."""
+        self.store.put(CHORDS_TABLE, chord_id, chord.row())  # unchanged: the proof
+        try:
+            await self.store.sync()
+        except ShipRefused as exc:
+            return self._not_holder(chord_id, chord, member, exc)
+        del self.chords[chord_id]
+        error = body if isinstance(body, dict) else {}  # as it came
+        why = f"{error.get('type', '')} {error.get('message', error.get('reason', ''))}"
+        message = f"task {member} of the chord ended {state}: {why}".strip()
+        try:
+            await self._fail_chord(chord_id, chord, TaskError("ChordError", message))
+        except ShipRefused as exc:  # deposed since the proof: its caller may hear twice
+            log("actorctl:chord:failure-unconfirmed", chord_id=chord_id, error=str(exc))
+            return Outcome.modified(NOT_HOLDER, f"chord {chord_id}: {exc}")
+        return ACCEPTED
 
     def _not_holder(
         self, chord_id: str, chord: _Chord, member: str, refused: ShipRefused
