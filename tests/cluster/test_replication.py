@@ -28,8 +28,9 @@ from actorctl.cluster import (
     NodeStorage,
 )
 from actorctl.cluster._metrics import render
+from actorctl.cluster.replication._parts import decode_writes, encode_writes
 from actorctl.cluster.replication._replica import ReplicaKeeper
-from actorctl.cluster.replication._shipper import REPLICA, Replication, decode_writes, encode_writes
+from actorctl.cluster.replication._shipper import REPLICA, Replication
 from actorctl.mailbox import Envelope
 from actorctl.store import ShipRefused, Store
 from tests.support.harness import Logs, free_port

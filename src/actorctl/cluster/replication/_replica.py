@@ -37,7 +37,8 @@ from ..._log import log
 from ...actors import Actor, handler
 from ...mailbox import Role
 from ...store import Store, Write
-from ._shipper import REPLICA, decode_writes
+from ._parts import decode_writes
+from ._shipper import REPLICA
 
 __all__ = ["ReplicaKeeper"]
 

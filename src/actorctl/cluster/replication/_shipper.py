@@ -56,8 +56,6 @@ node takes the role (at least once: never lost for that).
 
 from __future__ import annotations
 
-import base64
-import math
 import secrets
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from typing import Any, Final, final
@@ -69,14 +67,12 @@ from ..._errors import ActorctlError
 from ..._log import log
 from ...actors import ActorRef, Address, Outbox
 from ...store import ShipRefused, Store, Write
+from ._parts import encode_writes, split_writes
 
-__all__ = ["REPLICA", "Replication", "ReplicationStatistics", "decode_writes", "encode_writes"]
+__all__ = ["REPLICA", "Replication", "ReplicationStatistics"]
 
 #: The replica keeper's actor name, on every node that may stand by.
 REPLICA: Final = "_replica"
-#: Raw bytes of values in one shipped part, at most (a message's bound is 1 MiB,
-#: and base64 grows values by a third).
-PART_BYTES: Final = 256 * 1024
 #: Writes shipped while a standby is brought back, kept until its snapshot is in;
 #: past this the snapshot is taken again.
 BUFFER_WRITES: Final = 100_000
@@ -284,7 +280,7 @@ class Replication:
                 standby.tried = standby.in_sync = False
         # Numbered now, in the order committed: a standby takes part N only
         # after N - 1 (or after a snapshot that goes as far).
-        parts = list(enumerate((_part(w) for w in _split(batch)), self._position))
+        parts = list(enumerate((encode_writes(w) for w in split_writes(batch)), self._position))
         self._position += len(parts)
         refusals: list[str] = []
         async with trio.open_nursery() as nursery:
@@ -435,13 +431,13 @@ class Replication:
         # Taken now, before any await: the parts shipped from here on go to
         # the buffer, and replaying them on top of it ends where the store is.
         standby.buffer.clear()
-        chunks = _split(self._store.snapshot()) or [[]]
+        chunks = split_writes(self._store.snapshot()) or [[]]
         upto = self._position  # the snapshot holds every part numbered before
         taken = {source: list(at) for source, at in self._taken.items()}
         for number, writes in enumerate(chunks):
             first, last = number == 0, number == len(chunks) - 1
             answer = await self._ask(
-                standby, "restore", fence, _part(writes), first, last, upto, taken
+                standby, "restore", fence, encode_writes(writes), first, last, upto, taken
             )
             if answer is None or not answer.get("ok"):
                 return _FENCED if answer is not None and answer.get("fenced") else _FAILED
@@ -464,51 +460,3 @@ class Replication:
             answer = await self._ask(standby, "apply", fence, position, part)
             if answer is None or not answer.get("ok"):
                 return _FENCED if answer is not None and answer.get("fenced") else _FAILED
-
-
-def _split(writes: Sequence[Write]) -> list[list[Write]]:
-    """``writes`` in runs of at most ``PART_BYTES`` of values (a bigger value alone)."""
-    parts: list[list[Write]] = []
-    size = math.inf
-    for write in writes:
-        length = len(write[0]) + len(write[1]) + len(write[2] or b"")
-        if size + length > PART_BYTES:
-            parts.append([])
-            size = 0
-        parts[-1].append(write)
-        size += length
-    return parts
-
-
-def _part(writes: Sequence[Write]) -> list[Any]:
-    return encode_writes(writes)
-
-
-def encode_writes(writes: Sequence[Write]) -> list[Any]:
-    """Writes as JSON values (a value in base64)."""
-    return [
-        [table, key, None if value is None else base64.b64encode(value).decode(), expires]
-        for table, key, value, expires in writes
-    ]
-
-
-def decode_writes(wire: object) -> list[Write]:
-    """What :func:`encode_writes` made, back.
-
-    Raises:
-        ValueError: not writes.
-    """
-    if not isinstance(wire, list):
-        raise ValueError(f"expected a list of writes, got {type(wire).__name__}")
-    writes: list[Write] = []
-    for item in wire:
-        if not (isinstance(item, list) and len(item) == 4):
-            raise ValueError(f"expected [table, key, value, expires], got {item!r:.80}")
-        table, key, value, expires = item
-        if not (isinstance(table, str) and isinstance(key, str)):
-            raise ValueError(f"a write's table and key are text, got {item!r:.80}")
-        if expires is not None and not isinstance(expires, int | float):
-            raise ValueError(f"a write's expires is seconds or null, got {expires!r:.40}")
-        data = None if value is None else base64.b64decode(str(value), validate=True)
-        writes.append((table, key, data, None if expires is None else float(expires)))
-    return writes
