@@ -20,12 +20,20 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from actorctl import Actor, Address, handler, open_node
 from actorctl.actors import ActorRef
-from actorctl.cluster import BACKLOG_TABLE, Node, NodeStorage
+from actorctl.cluster import (
+    BACKLOG_TABLE,
+    DEAD_LETTERS_TABLE,
+    DeadLetterBounds,
+    Node,
+    NodeStorage,
+)
 from actorctl.cluster._metrics import render
+from actorctl.cluster.replication._parts import decode_writes, encode_writes
 from actorctl.cluster.replication._replica import ReplicaKeeper
-from actorctl.cluster.replication._shipper import REPLICA, Replication, decode_writes, encode_writes
+from actorctl.cluster.replication._shipper import REPLICA, Replication
+from actorctl.mailbox import Envelope
 from actorctl.store import ShipRefused, Store
-from tests.support.harness import free_port
+from tests.support.harness import Logs, free_port
 
 ROLE = "services"
 
@@ -266,3 +274,194 @@ async def test_a_standby_that_takes_the_copy_over_sends_what_the_primarys_backlo
                 ("t", "j", b"new", None)
             ]
             assert mine.get("t", "k") == b"mine"
+
+
+# -- three nodes: a primary, then one of its two standbys taking over -----------------
+
+
+@asynccontextmanager
+async def replicating(
+    node: Node,
+    ports: Collection[int],
+    fence: int,
+    still_holder: Callable[[Collection[str]], bool] = lambda in_sync: False,
+) -> AsyncIterator[Replication]:
+    """``node``'s store shipped, under revision ``fence``, to the replica
+    keepers listening on ``ports``."""
+
+    async def holder(in_sync: Collection[str]) -> bool:
+        await trio.lowlevel.checkpoint()
+        return still_holder(in_sync)
+
+    replication = Replication(
+        node.name,
+        ROLE,
+        node.outbox,
+        node.store,
+        standbys=lambda: [Address("127.0.0.1", port, REPLICA) for port in ports],
+        fence=lambda: fence,
+        still_holder=holder,
+        timeout=1.0,
+    )
+    async with trio.open_nursery() as nursery:
+        await nursery.start(replication.run)
+        node.store.ship_to(replication)
+        yield replication
+        nursery.cancel_scope.cancel(reason="the test is over")
+
+
+@asynccontextmanager
+async def keeper_node(
+    name: str, directory: Path, port: int, store: Path | None = None
+) -> AsyncIterator[tuple[Node, ReplicaKeeper]]:
+    """Node ``name`` on ``port``, keeping replicas under ``directory`` (and
+    its own store at ``store``, if given)."""
+    keeper = ReplicaKeeper(directory)
+    storage = NodeStorage(store=Store(store, name=name) if store else None)
+    async with open_node(
+        name, {REPLICA: keeper}, port=port, insecure=True, connect_timeout=0.5, storage=storage
+    ) as node:
+        yield node, keeper
+
+
+async def take_over(node: Node, keeper: ReplicaKeeper, source: str, fence: int) -> tuple[str, int]:
+    """What a services node does when it takes the role (tasks/client/_services_role.py):
+    the fence seen, the copy of ``source`` absorbed and forgotten; how far it went."""
+    keeper.seen(ROLE, fence)
+    position = keeper.position(source)
+    assert position is not None
+    node.store.absorb(keeper.rows(source))
+    await node.store.sync()
+    keeper.forget(source)
+    return position
+
+
+def backlog_keys(rows: Collection[tuple[str, str, bytes | None, float | None]]) -> set[str]:
+    return {key for table, key, _, _ in rows if table == BACKLOG_TABLE}
+
+
+async def test_a_third_standby_forgets_the_lost_primarys_copy_the_new_holder_took_over(
+    tmp_path: Path, logs: Logs
+) -> None:
+    b_port, c_port = free_port(), free_port()
+    with trio.fail_after(30):
+        async with (
+            keeper_node("b", tmp_path / "b", b_port, tmp_path / "b.sqlite") as (b, b_keeper),
+            keeper_node("c", tmp_path / "c", c_port) as (_, c_keeper),
+        ):
+            # Given a primary A (revision 1) whose two standbys B and C both
+            # hold what it confirmed: 10 tasks, as far as each other
+            async with (
+                open_node("a", {}, port=free_port(), insecure=True, connect_timeout=0.5) as a,
+                replicating(a, [b_port, c_port], 1) as shipped,
+            ):
+                for i in range(10):
+                    a.store.put(BACKLOG_TABLE, f"task-{i}", b"body")
+                await a.store.sync()
+                assert shipped.statistics().standbys == {
+                    f"amqp://127.0.0.1:{b_port}/{REPLICA}": True,
+                    f"amqp://127.0.0.1:{c_port}/{REPLICA}": True,
+                }
+            assert b_keeper.position("a") == c_keeper.position("a")
+            assert len(backlog_keys(c_keeper.rows("a"))) == 10
+            # When A is lost and B takes the role over (revision 2) with its copy
+            position = await take_over(b, b_keeper, "a", 2)
+            async with replicating(b, [c_port], 2) as b_shipped:
+                b_shipped.took("a", *position)
+                # ... and runs task-0 (its row deleted)
+                b.store.delete(BACKLOG_TABLE, "task-0")
+                await b.store.sync()
+                # Then C has forgotten its copy of A (B's own rows hold it
+                # now), and its copy of B holds what B still has to run
+                assert c_keeper.rows("a") == []
+                assert backlog_keys(c_keeper.rows("b")) == {f"task-{i}" for i in range(1, 10)}
+    superseded = logs.of_type("actorctl:replica:superseded")
+    assert [(m["source"], m["holder"]) for m in superseded] == [("a", "b")]
+
+
+async def test_a_third_standby_keeps_its_copy_when_it_went_further_than_the_new_holders(
+    tmp_path: Path, logs: Logs
+) -> None:
+    b_port, c_port = free_port(), free_port()
+    with trio.fail_after(30):
+        async with keeper_node("c", tmp_path / "c", c_port) as (_, c_keeper):
+            # Given a primary A shipping to B and C; B is down while A confirms
+            # task-2 (degraded: etcd says A holds the role), so C goes further
+            async with (
+                open_node("a", {}, port=free_port(), insecure=True, connect_timeout=0.5) as a,
+                replicating(a, [b_port, c_port], 1, lambda in_sync: True) as shipped,
+            ):
+                async with keeper_node("b", tmp_path / "b", b_port):
+                    a.store.put(BACKLOG_TABLE, "task-1", b"body")
+                    await a.store.sync()
+                a.store.put(BACKLOG_TABLE, "task-2", b"body")
+                await a.store.sync()
+                assert shipped.unreplicated == 1
+            # When A is lost and B, back with its copy, takes the role over
+            async with keeper_node("b", tmp_path / "b", b_port, tmp_path / "b.sqlite") as (
+                b,
+                b_keeper,
+            ):
+                behind, ahead = b_keeper.position("a"), c_keeper.position("a")
+                assert behind is not None
+                assert ahead is not None
+                assert behind[1] < ahead[1]
+                position = await take_over(b, b_keeper, "a", 2)
+                async with replicating(b, [c_port], 2) as b_shipped:
+                    b_shipped.took("a", *position)
+                    b.store.put(BACKLOG_TABLE, "task-3", b"body")
+                    await b.store.sync()
+                    # Then C keeps its copy of A, task-2 in it: never lost
+                    assert backlog_keys(c_keeper.rows("a")) == {"task-1", "task-2"}
+                    assert backlog_keys(c_keeper.rows("b")) == {"task-1", "task-3"}
+    assert logs.of_type("actorctl:replica:superseded") == []
+    assert [m["source"] for m in logs.of_type("actorctl:replica:kept")] == ["a"]
+
+
+async def test_dead_letters_taken_over_are_under_the_count_bound_at_once(
+    tmp_path: Path, logs: Logs
+) -> None:
+    b_port = free_port()
+    with trio.fail_after(30):
+        # Given a node B that keeps 3 dead letters at most, 1 of its own, and
+        # keeps a copy of primary A's store, in which A put 4 dead letters
+        storage = NodeStorage(
+            store=Store(tmp_path / "b.sqlite", name="b"), dead_letters=DeadLetterBounds(max=3)
+        )
+        keeper = ReplicaKeeper(tmp_path / "b")
+        async with open_node(
+            "b", {REPLICA: keeper}, port=b_port, insecure=True, storage=storage
+        ) as b:
+            own = b.dead_letters.add(reason="poison", target="/celery", envelope=letter("b-1"))
+            async with (
+                open_node("a", {}, port=free_port(), insecure=True, connect_timeout=0.5) as a,
+                replicating(a, [b_port], 1),
+            ):
+                theirs = [
+                    a.dead_letters.add(reason="poison", target="/celery", envelope=letter(f"a-{i}"))
+                    for i in range(4)
+                ]
+                await a.store.sync()
+            # When A is lost and B takes its copy over
+            keeper.seen(ROLE, 2)
+            taken = b.store.absorb(keeper.rows("a"))
+            await b.store.sync()
+            keys = [key for table, key, _, _ in taken if table == DEAD_LETTERS_TABLE]
+            assert sorted(keys) == sorted(theirs)
+            held = b.dead_letters.adopt(keys)
+            await b.store.sync()
+            # Then B holds 3 letters, the newest (its own, the oldest, went),
+            # in its index and in its store alike: the bound holds at once
+            assert held == 3
+            assert len(b.dead_letters) == 3
+            kept = {r["id"] for r in b.dead_letters.records()}
+            assert kept == set(theirs[1:])
+            assert own not in kept
+            assert b.dead_letters.fullness().nearly_full
+    evicted = [m["id"] for m in logs.of_type("actorctl:deadletter:evicted")]
+    assert sorted(evicted) == sorted([own, theirs[0]])
+
+
+def letter(message_id: str) -> Envelope:
+    """A task message given up on."""
+    return Envelope(message_id, "/celery", "job", [[], {}])

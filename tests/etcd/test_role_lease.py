@@ -296,3 +296,39 @@ async def test_a_firing_its_beat_recorded_in_etcd_but_never_stored_is_fired_agai
     again = logs.of_type("actorctl:beat:firing-again")
     assert [(m["schedule"], m["due"]) for m in again] == [("second", due)]
     assert RUNS.count(firing_id("second", due)) == 1
+
+
+async def test_a_beat_takes_the_role_as_soon_as_etcd_ends_the_lost_holders_lease(
+    etcd: EtcdServer, cluster: str, logs: Logs
+) -> None:
+    ttl = 30  # a candidate asks every 10 s: what it waits for is etcd, not its turn
+    client = EtcdClient([etcd.url], timeout=2)
+    async with (
+        worker_node() as directory,
+        open_proxy(etcd.client_port) as proxy,
+        trio.open_nursery() as nursery,
+    ):
+        # Given a beat A holding the role, which reaches etcd through a link the
+        # test can cut, and a beat B, refused the role (asking again in 10 s)
+        a = etcd_beat(directory, EtcdClient([proxy.url], timeout=1), cluster, ttl)
+        b = etcd_beat(directory, client, cluster, ttl)
+        with trio.fail_after(20):
+            await nursery.start(run_beat, a, "a")
+            await a.wait_holding()
+            await nursery.start(run_beat, b, "b")
+            await logs.wait_for("actorctl:beat:standby")
+            # When A's host is lost (its link to etcd cut) and etcd ends its
+            # lease (revoked here, as etcd does once the ttl has run out)
+            proxy.cut()
+            held = await client.get(role_key(cluster, "scheduler"))
+            assert held is not None
+            await client.revoke(held.lease)
+            ended = trio.current_time()
+            # Then B holds the role within a second, not at its next turn
+            await b.wait_holding()
+            took = trio.current_time() - ended
+            await runs_reach(len(RUNS) + 1)
+            nursery.cancel_scope.cancel(reason="test over")
+    print(f"B held the role {took:.2f} s after A's lease ended (its next turn: {ttl / 3:.0f} s)")
+    assert took < 1.0
+    assert b.fired >= 1

@@ -16,6 +16,8 @@ events, bounded by ``trio.fail_after``.
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 import shutil
 import signal
@@ -27,12 +29,17 @@ from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 import trio
 
-from actorctl import Address, open_node
+from actorctl import Address, Modified, open_node
 from actorctl.actors import ActorRef
 from actorctl.cluster import (
+    BACKLOG_TABLE,
+    DEAD_LETTERS,
+    DEAD_LETTERS_TABLE,
+    REASON_POISON,
     REPLICA,
     ClusterConfig,
     Node,
@@ -42,11 +49,20 @@ from actorctl.cluster import (
     load_cluster,
 )
 from actorctl.etcd import follow_holder
+from actorctl.mailbox import KIND_DOCUMENT, Envelope, encode
 from actorctl.store import Write
 from actorctl.tasks._hosting import cluster_directory
 from actorctl.tasks.client._client import TaskClient, send_task
 from actorctl.tasks.client._services_role import SERVICES_ROLE_NAME, ServicesRole
-from actorctl.tasks.protocol._protocol import CHORD_BARRIER_NAME, H_CHORD, SERVICES_ROLE
+from actorctl.tasks.protocol._protocol import (
+    CHORD_BARRIER_NAME,
+    FAILURE,
+    H_CHORD,
+    H_STATE,
+    H_TASK_ID,
+    SERVICES_ROLE,
+    SUCCESS,
+)
 from actorctl.tasks.protocol._send_options import SendOptions
 from tests.apps.replicated_app import RAN, job, paced, ran_all
 from tests.support.cli import ROOT
@@ -107,7 +123,7 @@ async def cluster_node(
     its actors; stopped with ``grace`` seconds for what runs."""
     node = next(n for n in config.nodes if n.name == name)
     actors = hosted_actors(node.actors, node=node, cluster=config)
-    storage = NodeStorage(store=config.store(node))
+    storage = NodeStorage(store=config.store(node), dead_letters=node.deadletters)
     async with open_node(
         name, actors, port=node.port, insecure=True, storage=storage, grace=0
     ) as run:
@@ -313,3 +329,171 @@ async def test_a_holder_stopped_on_purpose_keeps_its_work_and_the_next_runs_none
     record_property("ran_twice", len(twice))
     assert not lost
     assert not twice, twice
+
+
+#: The cluster of the three-services-nodes test: s3 besides s1 and s2, and
+#: s2 and s3 keeping 2 dead letters at most.
+THIRD = """
+[[node]]
+name = "s3"
+listen = "127.0.0.1:{p3}"
+actors = "tests.apps.replicated_app:app"
+services = true
+"""
+BOUND = "\n[node.deadletters]\nmax = 2\n"
+
+
+@pytest.fixture
+def config3(config: ClusterConfig) -> ClusterConfig:
+    """``config`` with a third services node, s3 (see ``THIRD``)."""
+    text = config.path.read_text()
+    s2 = text.index('name = "s2"')
+    end = text.index("services = true\n", s2) + len("services = true\n")
+    text = text[:end] + BOUND + text[end:] + THIRD.format(p3=free_port()) + BOUND
+    config.path.write_text(text)
+    return load_cluster(config.path)
+
+
+async def add_dead_letter(caller: Node, node: str, directory: Any, message_id: str) -> None:
+    """A dead letter added to ``node``'s ``_deadletters`` (an insecure node:
+    anyone may), as a worker adds one."""
+    letter = Envelope(message_id, "/celery", job.name, [[], {}])
+    fields = {
+        "reason": REASON_POISON,
+        "target": "/celery",
+        "message": base64.b64encode(bytes(encode(letter))).decode(),
+    }
+    address = Address.parse(f"{directory.services[node]}/{DEAD_LETTERS}")
+    await ActorRef(address, caller.outbox).deliver("add", **fields)
+
+
+async def test_with_three_services_nodes_the_third_keeps_no_stale_copy_to_run_again(
+    config3: ClusterConfig, logs: Logs, record_property: Any
+) -> None:
+    config = config3
+    directory = cluster_directory(config)
+    stops = {"s2": trio.Event(), "s3": trio.Event()}
+    with trio.fail_after(90), node_process(config, "s1") as s1:
+        async with trio.open_nursery() as nursery:
+            # Given s1 (a process of its own) holding the role, s2 and s3 standing
+            # by, each with a copy of s1's store
+            await ready(s1)
+            await holds(config, "s1")
+            actors = {
+                n: await nursery.start(run_node, config, n, stop) for n, stop in stops.items()
+            }
+            async with open_node("caller", host=None, insecure=True, connect_timeout=1) as caller:
+                sender = TaskClient(caller.outbox, directory)
+                sent = [await send(sender, "probe")]
+                await logs.wait_for("actorctl:replica:restored", 2)
+                # And 3 dead letters s1 keeps, and 10 tasks s1 confirmed after
+                # them, for a pool whose worker is not up: in both copies
+                for i in range(3):
+                    await add_dead_letter(caller, "s1", directory, f"letter-{i}")
+                sent += [await send(sender, f"task-{i}") for i in range(10)]
+            for name in stops:
+                rows = actors[name][REPLICA].rows("s1")
+                assert len(confirmed_rows(rows)) == 11, name
+                assert sum(table == DEAD_LETTERS_TABLE for table, _, _, _ in rows) == 3, name
+            # When s1's host is lost (SIGKILL, its disk destroyed)
+            s1.send_signal(signal.SIGKILL)
+            await trio.to_thread.run_sync(s1.wait)
+            shutil.rmtree(config.root / "data" / "s1")
+            # Then one of s2 and s3 takes the role and the copy over
+            await logs.wait_for("actorctl:services:taken-over")
+            took = logs.of_type("actorctl:services:taken-over")[0]
+            new = took["node"]
+            third = next(name for name in stops if name != new)
+            # ... its dead letters under its bound of 2 at once (the oldest went)
+            assert took["adopted"].get(DEAD_LETTERS_TABLE) == 2, took
+            assert len(logs.of_type("actorctl:deadletter:evicted")) == 1
+            # And the third forgets its copy of s1 (the new holder's snapshot
+            # says it went as far), keeping its copy of the new holder's store
+            with trio.move_on_after(10):
+                await logs.wait_for("actorctl:replica:superseded")
+            third_keeper: ReplicaKeeper = actors[third][REPLICA]
+            assert third_keeper.rows("s1") == []
+            # And once the pool's worker node starts, every task runs, from the new holder
+            async with cluster_node(config, "w"):
+                await ran_all(set(sent))
+                # When the new holder stops too (on purpose: its standby forgets
+                # its copy), and the third takes the role
+                stops[new].set()
+                await holds(config, third)
+                await logs.wait_for("actorctl:services:taken-over", 2)
+                # And a task sent since runs
+                directory.follow(third)
+                async with open_node("caller", host=None, insecure=True) as caller:
+                    late = await send(TaskClient(caller.outbox, directory), "late")
+                await ran_all({late})
+            stops[third].set()
+    # Then the third took nothing of s1's over, and nothing ran twice
+    taken = logs.of_type("actorctl:services:taken-over")[1:]
+    assert all(m["node"] == third for m in taken), taken
+    assert sum(m["rows"] for m in taken if m["source"] == "s1") == 0, taken
+    twice = {task_id: n for task_id, n in Counter(RAN).items() if n > 1}
+    record_property("ran_twice", len(twice))
+    assert set(sent) <= set(RAN)
+    assert not twice, twice
+
+
+def chord_result(caller: Node, barrier: Address, chord_id: str, task_id: str) -> Envelope:
+    """The success document of header task ``task_id`` for ``barrier``, as a worker sends it."""
+    return Envelope(
+        message_id=caller.outbox.new_message_id(),
+        to=str(barrier),
+        subject=job.name,
+        body=task_id,
+        kind=KIND_DOCUMENT,
+        correlation_id=chord_id,
+        creation_time=caller.outbox.now(),
+        headers={H_STATE: SUCCESS, H_TASK_ID: task_id},
+    )
+
+
+@pytest.mark.parametrize("state", [SUCCESS, FAILURE])
+async def test_a_holder_deposed_behind_its_back_counts_no_result_and_sends_no_body(
+    config: ClusterConfig, logs: Logs, state: str
+) -> None:
+    directory = cluster_directory(config)
+    barrier = Address.parse(f"{directory.services['s1']}/{CHORD_BARRIER_NAME}")
+    with trio.fail_after(60):
+        # Given s1 holding the role, s2 standing by, and a chord of 2 open on s1's barrier
+        async with cluster_node(config, "s1") as (s1, s1_actors):
+            await logs.wait_for("actorctl:services:leader")
+            async with (
+                cluster_node(config, "s2") as (_, s2_actors),
+                open_node("caller", host=None, insecure=True) as caller,
+            ):
+                chords = ActorRef(barrier, caller.outbox)
+                await chords.ask("open", "chord-1", ["head-1", "head-2"], job.s().to_wire())
+                # And its first result counted
+                first = chord_result(caller, barrier, "chord-1", "head-1")
+                await caller.outbox.send(barrier, first, presettled=False, confirm=True)
+                # When s2 takes the role while s1 does not know it yet (cut off:
+                # s2's keeper has seen the newer revision, etcd's lease of s1 not
+                # yet ended)
+                role: ServicesRole = s1_actors[SERVICES_ROLE_NAME]
+                keeper: ReplicaKeeper = s2_actors[REPLICA]
+                assert role.replication is not None
+                keeper.seen(SERVICES_ROLE, role.replication.statistics().fence + 1)
+                # Then the chord's last result (a success, or a failure that
+                # would fail the chord) is given back, not counted
+                last = chord_result(caller, barrier, "chord-1", "head-2")
+                if state == FAILURE:
+                    headers = {**last.headers, H_STATE: state}
+                    last = attrs.evolve(last, body={"type": "ValueError"}, headers=headers)
+                with pytest.raises(Modified, match="newer fence"):
+                    await caller.outbox.send(barrier, last, presettled=False, confirm=True)
+                # And s1 sends no body: the chord stays open there, with one result
+                chord = s1_actors[CHORD_BARRIER_NAME].chords["chord-1"]
+                assert sorted(chord.results) == ["head-1"]
+                bodies = [k for k, _ in s1.store.items(BACKLOG_TABLE) if k.startswith("chord-1")]
+                assert bodies == []
+                # And s2's copy holds the chord as s1 confirmed it: one result,
+                # for s2's barrier to count the last one on
+                row = next(v for t, k, v, _ in keeper.rows("s1") if (t, k) == ("chords", "chord-1"))
+                assert sorted(json.loads(row)["results"]) == ["head-1"]
+    assert logs.of_type("actorctl:chord:unsendable") == []
+    assert logs.of_type("actorctl:actor:crashed") == []
+    assert [m["task_id"] for m in logs.of_type("actorctl:chord:not-counted")] == ["head-2"]

@@ -18,6 +18,7 @@ import trio
 from actorctl import Address, App, ConfigError, TaskContext, open_node
 from actorctl.cluster import load_cluster
 from actorctl.etcd import EtcdClient, EtcdRoleLease, follow_holder
+from actorctl.etcd._role_lease import role_key
 from actorctl.mailbox import Outcome
 from actorctl.tasks._hosting import _worker_class, cluster_directory
 from actorctl.tasks.client._client import Directory, TaskClient, send_task
@@ -261,3 +262,30 @@ async def test_a_follower_cut_off_from_etcd_keeps_its_holder_and_catches_up_once
             nursery.cancel_scope.cancel(reason="test over")
     broken = logs.of_type("actorctl:role:watch-broken")
     assert len(broken) == 1, broken  # said once for the break, not at every retry
+
+
+async def test_a_candidate_takes_the_role_as_soon_as_etcd_ends_the_holders_lease(
+    etcd: EtcdServer, cluster: str, logs: Logs
+) -> None:
+    ttl = 30  # a candidate asks every 10 s: what it waits for is etcd, not its turn
+    client = EtcdClient([etcd.url], timeout=2)
+    s1, s2 = "amqp://127.0.0.1:5811", f"amqp://127.0.0.1:{free_port()}"
+    with trio.fail_after(20):
+        # Given s1 holding the services role (its host about to be lost)
+        lost = EtcdRoleLease(client, cluster, "services")
+        assert (await lost.request("s1", ttl))["granted"]
+        # And candidate s2, refused the role (asking again in 10 s)
+        candidate = ServicesRole(directory_of(s1, s2), client, cluster, ttl, candidate="s2")
+        async with open_node("s2", {SERVICES_ROLE_NAME: candidate}, host=None, insecure=True):
+            await logs.wait_for("actorctl:services:standby")
+            # When etcd ends s1's lease (revoked here, as etcd does once the ttl has run out)
+            held = await client.get(role_key(cluster, "services"))
+            assert held is not None
+            await client.revoke(held.lease)
+            ended = trio.current_time()
+            # Then s2 holds the role within a second, not at its next turn
+            await logs.wait_for("actorctl:services:leader")
+            took = trio.current_time() - ended
+    print(f"s2 held the role {took:.2f} s after s1's lease ended (its next turn: {ttl / 3:.0f} s)")
+    assert took < 1.0
+    assert candidate.held

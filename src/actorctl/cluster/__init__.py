@@ -2,6 +2,7 @@
 
 from ._agent import RestartNeeded as RestartNeeded
 from ._deadletters import DEAD_LETTERS as DEAD_LETTERS
+from ._deadletters import DEAD_LETTERS_TABLE as DEAD_LETTERS_TABLE
 from ._deadletters import REASON_EXPIRED as REASON_EXPIRED
 from ._deadletters import REASON_NOT_RETRIED as REASON_NOT_RETRIED
 from ._deadletters import REASON_OUT_OF_RETRIES as REASON_OUT_OF_RETRIES

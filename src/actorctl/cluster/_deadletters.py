@@ -11,8 +11,11 @@ again as it was.
 
 The letters are a table of the node's store (durable with a durable store),
 bounded by a count and a time to live: past the count the oldest goes; a
-letter older than the TTL is gone. When the table is 80 % full an error line is
-logged, once, until it drains below that again.
+letter older than the TTL is gone. Letters taken over from another node's
+store (a services node taking the role over, with its copy of the lost
+holder's) come under the same bounds at once (:meth:`DeadLetters.adopt`).
+When the table is 80 % full an error line is logged, once, until it drains
+below that again.
 
 ``_deadletters`` on every node answers ``list``, ``show``, ``retry`` and
 ``purge`` (what ``actorctl deadletters`` sends, through the Controller, or
@@ -27,7 +30,7 @@ import base64
 import json
 import os
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any, Final, final
 
 import attrs
@@ -53,6 +56,7 @@ __all__ = [
     "AGENT",
     "BOUND_WORDS",
     "DEAD_LETTERS",
+    "DEAD_LETTERS_TABLE",
     "REASONS",
     "REASON_EXPIRED",
     "REASON_NOT_RETRIED",
@@ -68,6 +72,8 @@ __all__ = [
 AGENT: Final = "_deadletters"
 DEAD_LETTERS: Final = AGENT
 TABLE: Final = "deadletters"
+#: The store table of the dead letters (for whoever takes another store's over).
+DEAD_LETTERS_TABLE: Final = TABLE
 #: Why a message is a dead letter.
 REASON_OUT_OF_RETRIES: Final = "out-of-retries"
 REASON_POISON: Final = "poison"
@@ -226,6 +232,17 @@ class DeadLetters:
         )
         self._bound()
         return letter_id
+
+    def adopt(self, keys: Collection[str]) -> int:
+        """Count the letters under ``keys``, put into the store while the
+        node runs (taken over from another node's store: a replica's): they
+        are held from now on, by the time each was given up on, under the
+        count bound (the oldest go past it) and the TTL at once, not after a
+        restart. Returns how many of them it holds."""
+        self._index = None  # read again from the store, which holds them now
+        index = self._held()
+        self._bound()
+        return sum(key in index for key in keys)
 
     def _bound(self) -> None:
         index = self._held()

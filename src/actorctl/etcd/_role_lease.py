@@ -6,8 +6,10 @@ candidate (a beat on each node that hosts the task app) asks
 :meth:`EtcdRoleLease.request` every third of the ttl; the first to create the
 role's key under a lease of its own holds the role until it stops renewing
 that lease, and the others are told who holds it and try again on their next
-request. This is etcd's election recipe without its blocking campaign: a
-beat already has its own renewal loop, shared with the Controller's lease.
+request, or at once when their watch of the key (:meth:`EtcdRoleLease.follow`)
+sees it deleted (the holder's lease ended or was revoked). This is etcd's
+election recipe without its blocking campaign: a beat already has its own
+renewal loop, shared with the Controller's lease.
 
 **Fencing.** The role key's create revision is the holder's fence: every new
 holder's is greater. :meth:`EtcdRoleLease.record` writes the role's state
@@ -72,6 +74,7 @@ class EtcdRoleLease:
 
     def __init__(self, client: EtcdClient, cluster: str, role: str) -> None:
         self.role = role
+        self.cluster = cluster
         self.key = role_key(cluster, role)
         self.state_key = role_state_key(cluster, role)
         self._client = client
@@ -179,6 +182,14 @@ class EtcdRoleLease:
             log("actorctl:role:check-failed", role=self.role, fence=self.fence, error=str(exc))
             return False
         return answer.succeeded
+
+    async def follow(self, tell: Callable[[str | None], None]) -> NoReturn:
+        """Tell ``tell`` who holds the role now and at every change (None: the
+        key is gone, its holder's lease ended or was revoked), as
+        :func:`follow_holder` does: a candidate that asks again at once when
+        told None takes the role as soon as etcd frees it, not at its next
+        renewal (a third of the ttl later)."""
+        await follow_holder(self._client, self.cluster, self.role, tell)
 
     async def resign(self) -> None:
         """Give the role up now (its lease revoked: the next candidate takes it

@@ -133,6 +133,8 @@ class NodeOutbox:
             node_id, None if identity is None else identity.key_id
         )
         self._nursery: trio.Nursery | None = None
+        #: The node's dead letters (None: none kept).
+        self.dead_letters = dead_letters
         self.backlog = Backlog(name, self.store, self.open_peer, clock, dead_letters)
         self._watched = watched
         self.idle_peers = IdlePeers(name, self._peers, peer_idle_timeout, self._in_use)

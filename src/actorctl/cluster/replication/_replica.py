@@ -14,7 +14,12 @@ from another run of its node (epoch), is answered with a request for a
 snapshot (``restore``). What it keeps for a node, :meth:`ReplicaKeeper.rows`
 hands to whoever takes that node's work over, who then has it
 :meth:`ReplicaKeeper.forget` it; a node that stops on purpose has it forget
-its copy too (``release``: its work stays on its own disk).
+its copy too (``release``: its work stays on its own disk). A copy's
+:meth:`ReplicaKeeper.position` says how far it went; a new holder's first
+snapshot says how far the copies it took over went, and a copy kept here
+of the same node that goes no further is forgotten then (``superseded``:
+with three services nodes, the third does not keep a stale copy of the lost
+holder's store, to run again what the new holder has run since).
 """
 
 from __future__ import annotations
@@ -32,7 +37,8 @@ from ..._log import log
 from ...actors import Actor, handler
 from ...mailbox import Role
 from ...store import Store, Write
-from ._shipper import REPLICA, decode_writes
+from ._parts import decode_writes
+from ._shipper import REPLICA
 
 __all__ = ["ReplicaKeeper"]
 
@@ -99,6 +105,15 @@ class ReplicaKeeper(Actor):
         """Whether a copy kept here (not yet taken over) holds that row."""
         return any(copy.store.get(table, key) is not None for copy in self._copies.values())
 
+    def position(self, source: str) -> tuple[str, int] | None:
+        """How far the copy of ``source``'s store goes: its run (epoch) and
+        the number of the next part it takes; None when there is no whole
+        copy (none, forgotten, or a snapshot coming in)."""
+        copy = self._copies.get(source)
+        if copy is None or copy.restoring or not copy.epoch:
+            return None
+        return copy.epoch, copy.seq
+
     def rows(self, source: str) -> list[Write]:
         """The rows of ``source``'s store as copied here, oldest first."""
         copy = self._copies.get(source)
@@ -147,14 +162,20 @@ class ReplicaKeeper(Actor):
         part: list[Any],
         first: bool,
         last: bool,
+        upto: int,
+        taken: dict[str, Any],
     ) -> dict[str, Any]:
         """Take a part of ``source``'s snapshot: the ``first`` drops what was
-        kept; after the ``last``, its batches numbered from 0 follow."""
+        kept; after the ``last``, its parts numbered from ``upto`` follow.
+        ``taken``: the copies of other primaries' stores ``source`` took over,
+        each as far as it went (``[epoch, number]``): a copy kept here that
+        goes no further is forgotten (its rows are ``source``'s own now)."""
         refused = self._check_fence(role, fence)
         if refused is not None:
             return refused
         copy = await self._copy(source)
         if first:
+            await self._supersede(source, _taken(taken))
             for table, key, _, _ in copy.store.snapshot():
                 if table != META_TABLE:
                     copy.store.delete(table, key)
@@ -163,7 +184,7 @@ class ReplicaKeeper(Actor):
             return {"ok": False, "resync": True}
         self._write(copy, decode_writes(part))
         if last:
-            copy.restoring, copy.seq = False, 0
+            copy.restoring, copy.seq = False, int(upto)
             log("actorctl:replica:restored", source=source, rows=len(self.rows(source)))
         self._save_meta(copy)
         await copy.store.sync()
@@ -202,6 +223,31 @@ class ReplicaKeeper(Actor):
         if fence > seen:
             self.seen(role, fence)
         return None
+
+    async def _supersede(self, holder: str, taken: dict[str, tuple[str, int]]) -> None:
+        """``holder`` took over its copies of ``taken``'s stores: forget each
+        copy kept here that goes no further than the one it took over."""
+        for source, (epoch, seq) in taken.items():
+            copy = self._copies.get(source)
+            if source == holder or copy is None or not self.rows(source):
+                continue
+            if copy.epoch == epoch and not copy.restoring and copy.seq <= seq:
+                log("actorctl:replica:superseded", source=source, holder=holder, seq=copy.seq)
+                self.forget(source)
+                await copy.store.sync()
+                continue
+            log(
+                "actorctl:replica:kept",
+                source=source,
+                holder=holder,
+                epoch=copy.epoch,
+                seq=copy.seq,
+                restoring=copy.restoring,
+                taken=[epoch, seq],
+                why="this copy goes further than the one the holder took over (or is of "
+                "another run of its node): kept, and run if this node takes the role "
+                "(what both hold may run twice)",
+            )
 
     @staticmethod
     def _write(copy: _Copy, writes: list[Write]) -> None:
@@ -252,3 +298,22 @@ class ReplicaKeeper(Actor):
             "fences": self._fences,
         }
         copy.store.put(META_TABLE, _META_KEY, json.dumps(meta).encode())
+
+
+def _taken(wire: object) -> dict[str, tuple[str, int]]:
+    """A snapshot's ``taken`` (``{source: [epoch, number]}``), read.
+
+    Raises:
+        ValueError: not that.
+    """
+    if not isinstance(wire, dict):
+        raise ValueError(f"expected {{source: [epoch, number]}}, got {type(wire).__name__}")
+    taken: dict[str, tuple[str, int]] = {}
+    for source, at in wire.items():
+        if not (isinstance(at, list) and len(at) == 2):
+            raise ValueError(f"expected [epoch, number] for {source!r:.40}, got {at!r:.80}")
+        epoch, seq = at
+        if not (isinstance(epoch, str) and isinstance(seq, int) and not isinstance(seq, bool)):
+            raise ValueError(f"expected [epoch, number] for {source!r:.40}, got {at!r:.80}")
+        taken[str(source)] = (epoch, seq)
+    return taken

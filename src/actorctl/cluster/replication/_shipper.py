@@ -36,14 +36,26 @@ and the node that takes the role over does not run it too. Its host lost,
 nothing is released, and the copy is what the next holder runs.
 
 **Order.** Batches go to each standby one at a time, in the order committed,
-numbered within the node's run (its epoch). A replica that misses a number,
-or knows another epoch (it, or this node, restarted), asks for a snapshot.
+their parts numbered within the node's run (its epoch), the same numbers for
+every standby; a snapshot says the number of the first part it does not
+hold. A replica that misses a number, or knows another epoch (it, or this
+node, restarted), asks for a snapshot. So a copy's (epoch, number) says how
+far it went, and two standbys' copies of one primary can be compared.
+
+**Three services nodes or more.** Every services node but the holder is a
+standby, shipped every batch and waited for. When one of them takes the role
+over it takes over its copy of the lost holder's store (its rows are the new
+holder's own from then on, and shipped as such), and tells every other
+standby, with its first snapshot, how far that copy went
+(:meth:`Replication.took`): a standby forgets its own copy of the lost holder
+if it goes no further, so what the new holder has since run is not run again
+if that standby takes the role later. A copy that goes further (the new
+holder's was behind: it had been left out of sync) is kept, and run if its
+node takes the role (at least once: never lost for that).
 """
 
 from __future__ import annotations
 
-import base64
-import math
 import secrets
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from typing import Any, Final, final
@@ -55,14 +67,12 @@ from ..._errors import ActorctlError
 from ..._log import log
 from ...actors import ActorRef, Address, Outbox
 from ...store import ShipRefused, Store, Write
+from ._parts import encode_writes, split_writes
 
-__all__ = ["REPLICA", "Replication", "ReplicationStatistics", "decode_writes", "encode_writes"]
+__all__ = ["REPLICA", "Replication", "ReplicationStatistics"]
 
 #: The replica keeper's actor name, on every node that may stand by.
 REPLICA: Final = "_replica"
-#: Raw bytes of values in one shipped part, at most (a message's bound is 1 MiB,
-#: and base64 grows values by a third).
-PART_BYTES: Final = 256 * 1024
 #: Writes shipped while a standby is brought back, kept until its snapshot is in;
 #: past this the snapshot is taken again.
 BUFFER_WRITES: Final = 100_000
@@ -82,15 +92,15 @@ StillHolder = Callable[[Collection[str]], Awaitable[bool]]
 class _Standby:
     """One standby as the primary sees it."""
 
-    __slots__ = ("address", "buffer", "in_sync", "resyncing", "seq", "tried")
+    __slots__ = ("address", "buffer", "in_sync", "resyncing", "tried")
 
     def __init__(self, address: Address) -> None:
         self.address = address
         self.in_sync = False  # batches go to it and are waited for
         self.tried = False  # it was asked to take a snapshot once
-        self.seq = 0  # the number of the next part it takes
         self.resyncing = False  # a task brings it back
-        self.buffer: list[list[Any]] = []  # parts shipped while it is brought back
+        #: Parts shipped while it is brought back, with their numbers.
+        self.buffer: list[tuple[int, list[Any]]] = []
 
 
 @final
@@ -166,6 +176,10 @@ class Replication:
         self._released = False
         self._degraded = False
         self._term = 0  # the fence of the last batch shipped
+        self._position = 0  # the number of the next part, in this run (epoch)
+        #: The copies of other primaries' stores this node took over, each as
+        #: far as it went (epoch, next part's number): told to every standby.
+        self._taken: dict[str, tuple[str, int]] = {}
         self._joined = trio.lowlevel.ParkingLot()  # a standby came in sync
         #: Batches shipped and acknowledged by every standby.
         self.replicated = 0
@@ -234,6 +248,13 @@ class Replication:
             self.refused,
         )
 
+    def took(self, source: str, epoch: str, position: int) -> None:
+        """This node took over its copy of ``source``'s store, which went as
+        far as part ``position`` of ``source``'s run ``epoch``: each standby is
+        told so with its snapshot, and forgets a copy of ``source`` that goes
+        no further (the rows are this node's now, and shipped as such)."""
+        self._taken[source] = (epoch, position)
+
     async def wait_in_sync(self) -> None:
         """Wait until every standby named now is in sync (at once if it is)."""
         while not all(standby.in_sync for standby in self._current()):
@@ -257,7 +278,10 @@ class Replication:
             self._term = fence
             for standby in standbys:
                 standby.tried = standby.in_sync = False
-        parts = [_part(writes) for writes in _split(batch)]
+        # Numbered now, in the order committed: a standby takes part N only
+        # after N - 1 (or after a snapshot that goes as far).
+        parts = list(enumerate((encode_writes(w) for w in split_writes(batch)), self._position))
+        self._position += len(parts)
         refusals: list[str] = []
         async with trio.open_nursery() as nursery:
             for standby in standbys:
@@ -283,7 +307,11 @@ class Replication:
         return list(self._standbys.values())
 
     async def _ship_to(
-        self, standby: _Standby, fence: int, parts: list[list[Any]], refusals: list[str]
+        self,
+        standby: _Standby,
+        fence: int,
+        parts: list[tuple[int, list[Any]]],
+        refusals: list[str],
     ) -> None:
         if not standby.in_sync and not standby.tried:
             # A standby it has not tried yet is brought in before the batch is
@@ -304,10 +332,9 @@ class Replication:
                 standby.buffer.extend(parts)
             self._resync(standby, fence)
             return
-        for part in parts:
-            answer = await self._ask(standby, "apply", fence, standby.seq, part)
+        for position, part in parts:
+            answer = await self._ask(standby, "apply", fence, position, part)
             if answer is not None and answer.get("ok"):
-                standby.seq += 1
                 continue
             standby.in_sync = False
             if answer is not None and answer.get("fenced"):
@@ -404,13 +431,16 @@ class Replication:
         # Taken now, before any await: the parts shipped from here on go to
         # the buffer, and replaying them on top of it ends where the store is.
         standby.buffer.clear()
-        chunks = _split(self._store.snapshot()) or [[]]
+        chunks = split_writes(self._store.snapshot()) or [[]]
+        upto = self._position  # the snapshot holds every part numbered before
+        taken = {source: list(at) for source, at in self._taken.items()}
         for number, writes in enumerate(chunks):
             first, last = number == 0, number == len(chunks) - 1
-            answer = await self._ask(standby, "restore", fence, _part(writes), first, last)
+            answer = await self._ask(
+                standby, "restore", fence, encode_writes(writes), first, last, upto, taken
+            )
             if answer is None or not answer.get("ok"):
                 return _FENCED if answer is not None and answer.get("fenced") else _FAILED
-        standby.seq = 0
         while True:
             if len(standby.buffer) > BUFFER_WRITES:
                 return _FAILED
@@ -424,56 +454,9 @@ class Replication:
                     standby=str(standby.address),
                 )
                 return _OK
-            part = standby.buffer.pop(0)
-            answer = await self._ask(standby, "apply", fence, standby.seq, part)
+            position, part = standby.buffer.pop(0)
+            if position < upto:  # buffered before the snapshot was taken, which holds it
+                continue
+            answer = await self._ask(standby, "apply", fence, position, part)
             if answer is None or not answer.get("ok"):
                 return _FENCED if answer is not None and answer.get("fenced") else _FAILED
-            standby.seq += 1
-
-
-def _split(writes: Sequence[Write]) -> list[list[Write]]:
-    """``writes`` in runs of at most ``PART_BYTES`` of values (a bigger value alone)."""
-    parts: list[list[Write]] = []
-    size = math.inf
-    for write in writes:
-        length = len(write[0]) + len(write[1]) + len(write[2] or b"")
-        if size + length > PART_BYTES:
-            parts.append([])
-            size = 0
-        parts[-1].append(write)
-        size += length
-    return parts
-
-
-def _part(writes: Sequence[Write]) -> list[Any]:
-    return encode_writes(writes)
-
-
-def encode_writes(writes: Sequence[Write]) -> list[Any]:
-    """Writes as JSON values (a value in base64)."""
-    return [
-        [table, key, None if value is None else base64.b64encode(value).decode(), expires]
-        for table, key, value, expires in writes
-    ]
-
-
-def decode_writes(wire: object) -> list[Write]:
-    """What :func:`encode_writes` made, back.
-
-    Raises:
-        ValueError: not writes.
-    """
-    if not isinstance(wire, list):
-        raise ValueError(f"expected a list of writes, got {type(wire).__name__}")
-    writes: list[Write] = []
-    for item in wire:
-        if not (isinstance(item, list) and len(item) == 4):
-            raise ValueError(f"expected [table, key, value, expires], got {item!r:.80}")
-        table, key, value, expires = item
-        if not (isinstance(table, str) and isinstance(key, str)):
-            raise ValueError(f"a write's table and key are text, got {item!r:.80}")
-        if expires is not None and not isinstance(expires, int | float):
-            raise ValueError(f"a write's expires is seconds or null, got {expires!r:.40}")
-        data = None if value is None else base64.b64decode(str(value), validate=True)
-        writes.append((table, key, data, None if expires is None else float(expires)))
-    return writes

@@ -6,7 +6,8 @@ have several, one per host say; they take turns holding the services role in
 etcd, as the beats take turns holding the scheduler role
 (:mod:`actorctl.etcd._role_lease`): the first to create the role's key
 under a lease of its own holds it until it stops renewing it (it stopped, or
-its host was lost or cut off), and then the next candidate takes it.
+its host was lost or cut off), and then the next candidate takes it, at
+once: its watch of the key sees it deleted when etcd ends that lease.
 
 Every node of the app, and every caller (``tasks/client/_connect.py``), watches the
 role's key and makes its :class:`~actorctl.tasks.client._directory.Directory` follow
@@ -34,7 +35,12 @@ routers adopt those for their instances, and hold back again what the old
 ones held back for a rate limit), its scheduler arms the delayed tasks and
 its barrier counts on the chords; the copy is then forgotten. So
 a holder lost with its disk loses nothing it confirmed while its standby
-was in sync.
+was in sync. With three services nodes or more, every other one is a
+standby too; the new holder's first snapshot to each tells it how far the
+copy it took over went, and a standby forgets its own copy of the lost
+holder's store if it goes no further (``Replication.took``): what the new
+holder has run since is not run again by the next one. The new holder makes
+that first snapshot at once (a commit of its own), not at its first new work.
 
 **Finishing work needs no fence.** A services node that lost the role (cut
 off, say) goes on finishing what it had already taken on: the tasks its
@@ -43,8 +49,10 @@ counts. The node that took the role over took those over too, from its
 copy: such work may run twice (at least once, as ever), never not at all.
 A deposed node that does not know it yet (cut off from etcd) can confirm
 no new work: its batches are refused by the keeper that has seen the newer
-revision. One that knows it (its renewal was refused) ships nothing and
-confirms from its own disk: new work that still reaches it (a sender whose
+revision (and its chord barrier gives back a result it cannot commit, so no
+chord completes on its side then: ``tasks/services/_chords.py``). One that
+knows it (its renewal was refused) ships nothing and confirms from its own
+disk: new work that still reaches it (a sender whose
 watch of the role has not caught up) is on its host alone. The
 one singleton whose act must not be repeated, the firing of a periodic
 task, is fenced by the scheduler role (``tasks/services/_beat.py``).
@@ -60,7 +68,7 @@ import trio
 from ..._errors import ActorctlError
 from ..._log import log
 from ...actors import Actor, Address, handler
-from ...cluster import BACKLOG_TABLE, REPLICA, ReplicaKeeper, Replication
+from ...cluster import BACKLOG_TABLE, DEAD_LETTERS_TABLE, REPLICA, ReplicaKeeper, Replication
 from ...etcd import EtcdClient, EtcdRoleLease, follow_holder
 from ...mailbox import Outcome
 from ..protocol._protocol import SERVICES_ROLE
@@ -71,6 +79,9 @@ __all__ = ["SERVICES_ROLE", "SERVICES_ROLE_NAME", "ServicesRole", "follow_servic
 
 #: The actor, on every node of the app across hosts.
 SERVICES_ROLE_NAME: Final = "_services_role"
+#: The store table of the commit a new holder makes to bring its standbys in
+#: (a row put and deleted in one batch: it holds nothing).
+TERM_TABLE: Final = "services_term"
 #: Seconds a standby has to acknowledge a batch, at most (a third of the ttl
 #: when that is shorter): past it, the holder confirms without it.
 REPLICATION_TIMEOUT: Final = 2.0
@@ -120,7 +131,8 @@ class ServicesRole(Actor):
             nodes' keepers; None replicates nothing.
         adopters: by store table, who takes on the rows of that table taken
             over (the scheduler's delayed tasks, the barrier's chords), told
-            their keys; the backlog's are the node's backlog's.
+            their keys; the backlog's are the node's backlog's, the dead
+            letters' its dead letters'.
     """
 
     def __init__(
@@ -143,19 +155,18 @@ class ServicesRole(Actor):
         self._cluster = cluster
         self._lease = EtcdRoleLease(client, cluster, SERVICES_ROLE) if candidate else None
         self.held = False
+        self._vacant = trio.Event()  # the role's key is gone: ask now
+        self._standby = False  # refused the role, and said so
 
     async def on_start(self) -> None:
         # What the node's store held for a services node before it
         # restarted may go to the holder's too.
-        backlog = node_outbox(self._require_cell().outbox).backlog
+        outbox = node_outbox(self._require_cell().outbox)
+        backlog = outbox.backlog
         backlog.adopt(list(self.directory.movable()), self._claim)
-        self.start_soon(
-            follow_holder,
-            self._client,
-            self._cluster,
-            SERVICES_ROLE,
-            lambda holder: follow_services(self.directory, holder, backlog),
-        )
+        if outbox.dead_letters is not None:  # letters taken over: under its bounds at once
+            self.adopters.setdefault(DEAD_LETTERS_TABLE, outbox.dead_letters.adopt)
+        self.start_soon(follow_holder, self._client, self._cluster, SERVICES_ROLE, self._followed)
         if self._lease is not None:
             if self.replica is not None:
                 self._replicate()
@@ -223,6 +234,7 @@ class ServicesRole(Actor):
             if source == self.candidate:
                 continue
             rows = keeper.rows(source)
+            position = keeper.position(source)
             taken = store.absorb(rows)
             await store.sync()  # ours before the copy is forgotten
             keys: dict[str, list[str]] = {}
@@ -232,6 +244,8 @@ class ServicesRole(Actor):
             backlog.adopt(list(self.directory.movable()), self._claim)
             adopted = {t: self.adopters[t](k) for t, k in keys.items() if t in self.adopters}
             keeper.forget(source)
+            if self.replication is not None and position is not None:
+                self.replication.took(source, *position)  # the other standbys forget theirs
             log(
                 "actorctl:services:taken-over",
                 node=self.candidate,
@@ -242,6 +256,26 @@ class ServicesRole(Actor):
                 adopted=adopted,
             )
 
+    def _followed(self, holder: str | None) -> None:
+        """The role's key changed: the directory follows it; gone (None),
+        the role is free, and a candidate asks at once."""
+        backlog = node_outbox(self._require_cell().outbox).backlog
+        follow_services(self.directory, holder, backlog)
+        if holder is None:
+            self._vacant.set()
+
+    async def _bring_in(self, fence: int) -> None:
+        """A commit of its own under the new fence (a row put and deleted in
+        one batch): every standby is brought in now, told how far the copies
+        taken over went, not at the first new work."""
+        store = store_of(self._require_cell().outbox)
+        store.put(TERM_TABLE, SERVICES_ROLE, str(fence).encode())
+        store.delete(TERM_TABLE, SERVICES_ROLE)
+        try:
+            await store.sync()
+        except ActorctlError as exc:  # ShipRefused: deposed already; logged by the store
+            log("actorctl:services:not-brought-in", node=self.candidate, error=str(exc))
+
     def _claim(self, address: Address, message_id: str) -> tuple[Any, Any]:
         def done(outcome: Outcome) -> None:
             """The backlog logs a final refusal; nothing else to do."""
@@ -249,7 +283,8 @@ class ServicesRole(Actor):
         return done, self.directory.elsewhere
 
     async def _campaign(self) -> None:
-        """Take, then renew, the role every third of its ttl."""
+        """Take, then renew, the role every third of its ttl, and at once
+        when the role's key is gone (its holder's lease ended in etcd)."""
         assert self._lease is not None
         assert self.candidate is not None
         while True:
@@ -265,7 +300,12 @@ class ServicesRole(Actor):
                     if self.replica is not None:  # the one before can confirm nothing more
                         self.replica.seen(SERVICES_ROLE, int(answer["fence"]))
                         await self._take_over(self.replica)
-                elif self.held and not held:
+                elif not held and (self.held or not self._standby):  # said once per change
                     log("actorctl:services:standby", node=self.candidate, holder=answer["holder"])
-                self.held = held
-            await trio.sleep(self.ttl / 3)
+                self._standby = not held
+                became, self.held = held and not self.held, held
+                if became and self.replication is not None:
+                    self.start_soon(self._bring_in, int(answer["fence"]))
+            with trio.move_on_after(self.ttl / 3):  # or at once, once the role is free
+                await self._vacant.wait()
+            self._vacant = trio.Event()

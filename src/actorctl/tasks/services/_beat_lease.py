@@ -14,7 +14,10 @@ lease.
 
 **Across hosts** the grantor is the scheduler role's lease in etcd
 (``etcd/_role_lease.py``): the same renewals, with the etcd ttl; what the beat
-records there before each firing is the beat's own (``_beat.py``).
+records there before each firing is the beat's own (``_beat.py``). A beat
+that does not hold the role watches its key and asks at once when etcd
+deletes it (the holder's lease ended), so a lost holder's role moves when its
+lease ends in etcd, not up to a third of the ttl later.
 """
 
 from __future__ import annotations
@@ -140,12 +143,23 @@ class BeatLease:
 
     async def keep(self) -> None:
         """Acquire, then renew the lease every third of its TTL (and after each
-        firing, to report it); a task of the beat."""
-        while True:
-            self._report = trio.Event()
-            await self._renew()
-            with trio.move_on_after(self.ttl / 3):
-                await self._report.wait()
+        firing, to report it); a task of the beat. Across hosts it also
+        watches the role's key, and asks at once when the key is gone (the
+        holder's lease ended in etcd): the role moves as soon as etcd frees
+        it, not up to a third of the TTL later."""
+        async with trio.open_nursery() as nursery:
+            if self.role is not None:
+                nursery.start_soon(self.role.follow, self._followed)
+            while True:
+                self._report = trio.Event()  # before the renewal: a wake meanwhile counts
+                await self._renew()
+                with trio.move_on_after(self.ttl / 3):
+                    await self._report.wait()
+
+    def _followed(self, holder: str | None) -> None:
+        """The role's key changed: gone (None), it is free: ask at once."""
+        if holder is None and not self.granted():
+            self._report.set()
 
     async def _renew(self) -> None:
         holder = self.holder()

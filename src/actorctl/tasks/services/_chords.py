@@ -12,10 +12,18 @@ barrier accepts the message that changed it, reloaded when the barrier starts,
 deleted once the body is handed to the node's backlog (a durable send, under a
 message id made from the chord id, so that a body sent again after a restart is
 taken once). A barrier found complete when it starts sends its body then.
+
+Across hosts, a result is counted only once its commit is confirmed, which
+includes the services role's standbys (docs/deploy.md, "Replication"), and
+the body is sent only after that: a holder deposed without knowing it (cut
+off) cannot count a result (its commit is refused, ``ShipRefused``), so it
+gives the result back (``modified``) instead of completing the chord on its
+side while the new holder's copy of the barrier waits for that result.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Callable
 from typing import Any, ClassVar, Final
@@ -26,7 +34,7 @@ from ..._errors import ActorctlError
 from ..._log import log
 from ...actors import Actor, handler
 from ...mailbox import ACCEPTED, KIND_DOCUMENT, Envelope, Outcome
-from ...store import Store
+from ...store import ShipRefused, Store
 from ..client._client import Directory, TaskClient, send_task
 from ..protocol._protocol import (
     CHORD_BARRIER_NAME,
@@ -75,6 +83,9 @@ class _Chord:
 
 #: A result for a chord whose barrier this node is taking over: send it again.
 TAKING_OVER: Final = "actorctl:taking-over"
+#: The ``modified`` reason for a result this node may not count: it no longer
+#: holds the services role (across hosts).
+NOT_HOLDER: Final = "actorctl:not-holder"
 
 
 class ChordBarrier(Actor):
@@ -201,21 +212,60 @@ class ChordBarrier(Actor):
             )
             return ACCEPTED, None
         if state != SUCCESS:
-            del self.chords[chord_id]
-            error = envelope.body if isinstance(envelope.body, dict) else {}  # as it came
-            why = f"{error.get('type', '')} {error.get('message', error.get('reason', ''))}"
-            message = f"task {member} of the chord ended {state}: {why}".strip()
-            await self._fail_chord(chord_id, chord, TaskError("ChordError", message))
-            return ACCEPTED, None
+            return await self._failed(chord_id, chord, member, state, envelope.body), None
         if member in chord.results:
             return ACCEPTED, None  # sent again
         chord.results[member] = envelope.body
         self.store.put(CHORDS_TABLE, chord_id, chord.row())
+        try:  # counted once committed (across hosts: on the standbys too), and only then acted on
+            await self.store.sync()
+        except ShipRefused as exc:
+            return self._not_holder(chord_id, chord, member, exc), None
         if chord.complete:
             await self._complete(chord_id, chord)
-        else:
-            await self.store.sync()
         return ACCEPTED, None
+
+    async def _failed(
+        self, chord_id: str, chord: _Chord, member: str, state: str, body: object
+    ) -> Outcome:
+        """A header task failed: the chord fails (its caller is told), once a
+        commit proves this node may still act (across hosts: it was not
+        deposed; else the result is given back, for the holder's barrier)."""
+        self.store.put(CHORDS_TABLE, chord_id, chord.row())  # unchanged: the proof
+        try:
+            await self.store.sync()
+        except ShipRefused as exc:
+            return self._not_holder(chord_id, chord, member, exc)
+        del self.chords[chord_id]
+        error = body if isinstance(body, dict) else {}  # as it came
+        why = f"{error.get('type', '')} {error.get('message', error.get('reason', ''))}"
+        message = f"task {member} of the chord ended {state}: {why}".strip()
+        try:
+            await self._fail_chord(chord_id, chord, TaskError("ChordError", message))
+        except ShipRefused as exc:  # deposed since the proof: its caller may hear twice
+            log("actorctl:chord:failure-unconfirmed", chord_id=chord_id, error=str(exc))
+            return Outcome.modified(NOT_HOLDER, f"chord {chord_id}: {exc}")
+        return ACCEPTED
+
+    def _not_holder(
+        self, chord_id: str, chord: _Chord, member: str, refused: ShipRefused
+    ) -> Outcome:
+        """Across hosts: the result could not be counted here (this node was
+        deposed: the services role is another's, whose barrier took this
+        chord over from its copy): not counted, and given back to its sender,
+        whose backlog sends it again, to the holder's barrier once its
+        directory follows the role."""
+        chord.results.pop(member, None)
+        self.store.put(CHORDS_TABLE, chord_id, chord.row())  # as it was, in memory too
+        log(
+            "actorctl:chord:not-counted",
+            chord_id=chord_id,
+            task_id=member,
+            error=str(refused),
+            why="this node no longer holds the services role: the result goes to the "
+            "holder's barrier, and the body is not sent from here",
+        )
+        return Outcome.modified(NOT_HOLDER, f"chord {chord_id}: {refused}")
 
     async def _complete_all(self, chord_ids: list[str]) -> None:
         """Send the bodies of the complete barriers found at start."""
@@ -243,6 +293,16 @@ class ChordBarrier(Actor):
                 reply_to=chord.reply_to,
                 options=SendOptions.from_wire(options, f"task {name}"),
             )
+        except ShipRefused as exc:  # deposed since the last result was counted
+            log(
+                "actorctl:chord:body-unconfirmed",
+                chord_id=chord_id,
+                error=str(exc),
+                why="the body left this node's backlog; the node that holds the services "
+                "role has the complete barrier in its copy and sends it too (the same "
+                "message id: at least once)",
+            )
+            return
         except Exception as exc:  # the body cannot be sent: its caller must hear of it
             log("actorctl:chord:unsendable", chord_id=chord_id, error=str(exc))
             await self._fail_chord(
@@ -250,7 +310,8 @@ class ChordBarrier(Actor):
             )
             return
         self.store.delete(CHORDS_TABLE, chord_id)
-        await self.store.sync()
+        with contextlib.suppress(ShipRefused):  # deposed meanwhile: the store logs it
+            await self.store.sync()
 
     async def _fail_chord(self, chord_id: str, chord: _Chord, failure: TaskError) -> None:
         """Tell the chord's caller (if any) that it failed, under the chord's id
