@@ -8,7 +8,8 @@ signed messages throughout (development certificates, dialled by IP address:
 checked against the cluster CA). With ``loopback=True`` the same three nodes
 all run on host a at 127.0.0.1 (the same cluster, no veth in between: the
 benchmark's reference). etcd is started by its PID, so that it can be killed
-(SIGKILL) and started again on its data.
+(SIGKILL) and started again on its data; with ``etcd_quorum=True``, etcd is
+three members instead, one on each host (tests/support/etcd_members.py).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from actorctl.cluster import load_cluster
 from actorctl.ops import ensure_dev_secrets
 from actorctl.tasks import cluster_app
 from tests.apps.hosts_app import PERIODIC_RUNS, RECORDS, runs
+from tests.support.etcd_members import WAIT_ETCD, EtcdMembers
 from tests.support.etcd_server import EtcdServer
 from tests.support.filewatch import wait_written
 from tests.support.netns import Network, wait_for_output
@@ -47,7 +49,7 @@ dev = true
 dev_public = true  # the test's hosts are network namespaces of this one machine
 
 [etcd]
-endpoints = ["{etcd}"]
+endpoints = [{endpoints}]
 ttl = {ttl}
 
 [[node]]
@@ -92,28 +94,6 @@ name = "tick"
 task = "hosts.beat_tick"
 every = {every}
 queue = "ticks"
-"""
-
-#: Waits (at most 30 s) until the etcd at ARGV[1] answers, then says "etcd up".
-WAIT_ETCD = """
-import sys, trio
-from actorctl.etcd._etcd import EtcdClient
-from actorctl.etcd._etcd_wire import EtcdUnavailable
-
-async def main(url):
-    client = EtcdClient([url], timeout=1)
-    with trio.fail_after(30):
-        while True:
-            try:
-                await client.get("/ready")
-                break
-            except EtcdUnavailable:
-                # etcd on this host is still starting, and nothing tells this
-                # process when it is ready: try again shortly.
-                await trio.sleep(0.1)
-    print("etcd up", flush=True)
-
-trio.run(main, sys.argv[1])
 """
 
 #: Prints, as one JSON object, the node records of the cluster named ARGV[2]
@@ -205,8 +185,9 @@ class Hosts:
 
     With ``periodic_every``, the file has the periodic task ``tick`` (every
     that many seconds), run by the pool ``ticks``, which the worker nodes of
-    the hosts ``ticks_on`` serve besides ``celery``. A context manager: it
-    stops everything on the way out.
+    the hosts ``ticks_on`` serve besides ``celery``. With ``etcd_quorum``,
+    etcd is three members, one on each host (``etcd`` is host a's), not one
+    on host a. A context manager: it stops everything on the way out.
     """
 
     def __init__(
@@ -218,12 +199,20 @@ class Hosts:
         periodic_every: float | None = None,
         ticks_on: Sequence[str] = (),
         services_b: bool = False,
+        etcd_quorum: bool = False,
     ) -> None:
         self.network = network
         self.directory = directory
         self.records = directory / "records"
         self.records.mkdir()
-        self.etcd = EtcdServer(directory, host=network["a"].address)
+        self.quorum = EtcdMembers(network, directory, tuple(PORTS)) if etcd_quorum else None
+        self.etcd = (
+            self.quorum.members["a"]
+            if self.quorum is not None
+            else EtcdServer(directory, host=network["a"].address)
+        )
+        #: The client URLs of etcd's members.
+        self.etcd_urls = self.quorum.urls if self.quorum is not None else [self.etcd.url]
         #: Host name to the namespace its nodes run in, and their address.
         self.where = {name: "a" if loopback else name for name in PORTS}
         addresses = {name: "127.0.0.1" if loopback else network[name].address for name in PORTS}
@@ -235,7 +224,12 @@ class Hosts:
         }
         second = SERVICES_B.format(ps=SERVICES_B_PORT, **addresses) if services_b else ""
         text = CLUSTER.format(
-            etcd=self.etcd.url, ttl=TTL, services_b=second, **addresses, **ports, **pools
+            endpoints=", ".join(f'"{url}"' for url in self.etcd_urls),
+            ttl=TTL,
+            services_b=second,
+            **addresses,
+            **ports,
+            **pools,
         )
         if periodic_every is not None:
             text += PERIODIC.format(every=periodic_every)
@@ -291,7 +285,11 @@ class Hosts:
 
     def start_etcd(self) -> None:
         """Start etcd on host a (on its data directory: again after :meth:`kill_etcd`,
-        with what it held), and wait (bounded) until it answers."""
+        with what it held), and wait (bounded) until it answers; with
+        ``etcd_quorum``, start its three members, once."""
+        if self.quorum is not None:
+            self.quorum.start()
+            return
         assert self.etcd_process is None or self.etcd_process.poll() is not None
         with (self.directory / "etcd.log").open("ab") as log:
             self.etcd_process = self.network.run(
@@ -485,3 +483,5 @@ class Hosts:
                 os.kill(pid, signal.SIGKILL)
         if self.etcd_process is not None and self.etcd_process.poll() is None:
             self.kill_etcd()
+        if self.quorum is not None:
+            self.quorum.kill()
