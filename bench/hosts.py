@@ -39,7 +39,8 @@ what a sender was told is accepted (issue 34 weighs them: docs/deploy.md,
     ``--window`` in flight: what etcd alone takes (``etcd_puts_per_s``,
     ``etcd_deletes_per_s``).
 
-Each figure is the median of ``--rounds`` rounds, the modes interleaved in
+Each figure is the median of ``--rounds`` rounds (the JSON object has each
+round's too, ``MODE_rounds``), the modes interleaved in
 each (a new cluster each); ``cross_host_ratio`` is veth / loopback, and
 ``replication_ratio``, ``end_to_end_ratio`` and ``etcd_ratio`` are
 replicated, end_to_end and etcd over veth (with ``--window`` tasks in
@@ -150,6 +151,7 @@ def main() -> None:
             statistics.median(r["tasks_per_s"] for r in rounds[mode]), 1
         )
         result[f"{mode}_etcd_requests"] = rounds[mode][-1]["etcd_requests"]
+        result[f"{mode}_rounds"] = [r["tasks_per_s"] for r in rounds[mode]]
     result["cross_host_ratio"] = round(
         result["veth_tasks_per_s"] / result["loopback_tasks_per_s"], 3
     )

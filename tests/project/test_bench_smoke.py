@@ -157,6 +157,8 @@ def test_hosts() -> None:
     for mode in ("veth", "loopback", "replicated", "end_to_end", "etcd"):
         assert figure(result[f"{mode}_tasks_per_s"]), mode
         assert isinstance(result[f"{mode}_etcd_requests"], dict)
+        assert result[f"{mode}_rounds"], mode
+        assert all(figure(each) for each in result[f"{mode}_rounds"]), mode
     for ratio in ("cross_host", "replication", "end_to_end", "etcd"):
         assert figure(result[f"{ratio}_ratio"]), ratio
     assert figure(result["etcd_puts_per_s"])
