@@ -20,6 +20,11 @@ after). MODE says how each task is sent (issue 34 weighs these):
     file, ``data/cli/store.sqlite`` beside FILE): the send returns once that
     store committed the row, and the row goes once the worker settled the
     task after running it. No router, no services node on the path.
+``end_to_end_router``
+    as ``end_to_end``, but each task goes to the router ``forward`` on the
+    services node (tests/support/hosts_cluster.py's FORWARD), which forwards
+    it to a worker (the least loaded) without taking it over: it settles it
+    once the worker did, so the caller's backlog keeps it until then.
 ``etcd``
     as ``router``, each task first written to etcd (one put of the task's
     size, awaited before the task is sent: what a confirmation that waits
@@ -62,6 +67,7 @@ from bench._celery import measure_pipelined
 
 _STARTED = re.compile(r'^grpc_server_started_total\{grpc_method="(\w+)"[^}]*\} (\S+)$', re.M)
 POOL = "celery"  # add's
+FORWARD = "forward"  # the router that forwards without taking over (end_to_end_router)
 ETCD_PREFIX = "/bench/hosts/tasks/"  # where the etcd mode writes (etcd is the bench's own)
 
 
@@ -77,9 +83,10 @@ def etcd_requests(urls: Sequence[str]) -> Counter[str]:
 
 
 class EndToEnd:
-    """``add`` sent end to end (mode ``end_to_end``): ``delay`` sends it
-    durable to the next worker of ``workers`` and returns once this caller's
-    store holds it; the backlog keeps it until that worker settles it."""
+    """``add`` sent end to end (modes ``end_to_end``, ``end_to_end_router``):
+    ``delay`` sends it durable to the next of ``workers`` (the pool's, or the
+    router ``forward``) and returns once this caller's store holds it; the
+    backlog keeps it until the receiver settles it, once a worker ran it."""
 
     def __init__(self, client: TaskClient, workers: Sequence[Address]) -> None:
         # One client per worker, sharing the caller's node and results: each
@@ -192,7 +199,7 @@ def main(mode: str, path: str, etcd_urls: str, count: int, window: int) -> None:
     config = load_cluster(path, cluster_app())
     assert config.etcd is not None, f"{path} has no [etcd]"
     options: dict[str, Any] = {}
-    if mode == "end_to_end":  # the sender's backlog is what keeps each task: on disk
+    if mode.startswith("end_to_end"):  # the sender's backlog keeps each task: on disk
         (Path(path).parent / "data" / "cli").mkdir(parents=True, exist_ok=True)
         options["store"] = Store(Path(path).parent / "data" / "cli" / "store.sqlite", name="cli")
     extra: dict[str, Any] = {}
@@ -205,6 +212,9 @@ def main(mode: str, path: str, etcd_urls: str, count: int, window: int) -> None:
             assert workers, "etcd's directory lists no worker of the pool"
             sender = EndToEnd(client, workers)
             extra["workers"] = len(workers)
+        elif mode == "end_to_end_router":
+            services = config.url(config.node("services"))
+            sender = EndToEnd(client, [Address.parse(f"{services}/{FORWARD}")])
         elif mode == "etcd":
             value = client.wait_in_client_thread(_task_row, client)
             sender = EtcdFirst(client, etcd, value)

@@ -31,6 +31,12 @@ what a sender was told is accepted (issue 34 weighs them: docs/deploy.md,
     barrier, a task held back by a rate limit and a periodic firing have no
     sender that waits for them, and a router's choice of the least loaded
     worker is gone (the caller takes them in turn).
+``end_to_end_router``
+    as ``end_to_end``, but through a router on the services node that
+    forwards each task to the least loaded worker without taking it over
+    (it settles it once the worker did: the caller's backlog keeps it until
+    then), as issue 34 words the option; its choice of worker is back, and
+    the hop through host a.
 ``etcd``
     as ``veth`` on an etcd of three members (one a host, as docs/deploy.md
     says to run it), each task first put in etcd (one write of a router's
@@ -42,8 +48,8 @@ what a sender was told is accepted (issue 34 weighs them: docs/deploy.md,
 Each figure is the median of ``--rounds`` rounds (the JSON object has each
 round's too, ``MODE_rounds``), the modes interleaved in
 each (a new cluster each); ``cross_host_ratio`` is veth / loopback, and
-``replication_ratio``, ``end_to_end_ratio`` and ``etcd_ratio`` are
-replicated, end_to_end and etcd over veth (with ``--window`` tasks in
+``replication_ratio``, ``end_to_end_ratio``, ``end_to_end_router_ratio``
+and ``etcd_ratio`` are those modes over veth (with ``--window`` tasks in
 flight, a task's time from send to result is about the window over the
 rate: a ratio's inverse is what that way of keeping tasks adds to it).
 
@@ -81,11 +87,16 @@ from tests.support.netns import NetnsUnavailable, Network
 
 from bench import _smoke
 
-MODES = ("veth", "loopback", "replicated", "end_to_end", "etcd")
+MODES = ("veth", "loopback", "replicated", "end_to_end", "end_to_end_router", "etcd")
 #: The modes compared with veth, and the name of each one's ratio (``NAME_ratio``).
-RATIOS = {"replicated": "replication", "end_to_end": "end_to_end", "etcd": "etcd"}
+RATIOS = {
+    "replicated": "replication",
+    "end_to_end": "end_to_end",
+    "end_to_end_router": "end_to_end_router",
+    "etcd": "etcd",
+}
 #: How the caller sends in each mode (bench/_hosts_caller.py).
-CALLER = {"end_to_end": "end_to_end", "etcd": "etcd"}
+CALLER = {mode: mode for mode in ("end_to_end", "end_to_end_router", "etcd")}
 
 
 def measure(network: Network, mode: str, tasks: int, window: int) -> dict[str, Any]:
@@ -98,6 +109,7 @@ def measure(network: Network, mode: str, tasks: int, window: int) -> dict[str, A
             loopback=mode == "loopback",
             services_b=replicated,
             etcd_quorum=mode == "etcd",
+            forwarding_router=mode == "end_to_end_router",
         )
         try:
             # Replicated: host a first, so that its services node holds the role.
@@ -170,16 +182,16 @@ def main() -> None:
 def print_table(result: dict[str, Any], window: int) -> None:
     """The figures of ``result``, one mode a line, then the ratios."""
     label = f"add tasks, {window} in flight"
-    print(f"{label:38} {'tasks/s':>10} {'etcd requests, timed phase':>28}")
+    print(f"{label:50} {'tasks/s':>10} {'etcd requests, timed phase':>28}")
     for mode in MODES:
         requests = ", ".join(f"{m} {n}" for m, n in sorted(result[f"{mode}_etcd_requests"].items()))
-        print(f"{mode:38} {result[f'{mode}_tasks_per_s']:>10,.1f} {requests or 'none':>28}")
+        print(f"{mode:50} {result[f'{mode}_tasks_per_s']:>10,.1f} {requests or 'none':>28}")
     size = result["etcd_value_bytes"]
     for key, what in (("etcd_puts_per_s", "puts"), ("etcd_deletes_per_s", "deletes")):
-        print(f"{f'etcd alone: {what} of {size} bytes':38} {result[key]:>10,.1f}")
-    print(f"{'cross-host ratio (veth/loopback)':38} {result['cross_host_ratio']:>9.2f}x")
+        print(f"{f'etcd alone: {what} of {size} bytes':50} {result[key]:>10,.1f}")
+    print(f"{'cross-host ratio (veth/loopback)':50} {result['cross_host_ratio']:>9.2f}x")
     for mode, ratio in RATIOS.items():
-        print(f"{f'{ratio} ratio ({mode}/veth)':38} {result[f'{ratio}_ratio']:>9.2f}x")
+        print(f"{f'{ratio} ratio ({mode}/veth)':50} {result[f'{ratio}_ratio']:>9.2f}x")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
-"""etcd for a cluster across hosts made of network namespaces: the script
-that waits until a member answers, and :class:`EtcdMembers`, one member of
-one etcd cluster on each of several hosts (tests/support/netns.py), started
-and killed by their PIDs.
+"""etcd for a cluster across hosts made of network namespaces: the scripts
+a test runs on a host to ask etcd (a member answers, the nodes registered,
+a role's holder), and :class:`EtcdMembers`, one member of one etcd cluster
+on each of several hosts (tests/support/netns.py), started and killed by
+their PIDs.
 
 tests/support/hosts_cluster.py's ``Hosts(..., etcd_quorum=True)`` runs its
 cluster on three such members, one a host (as docs/deploy.md, "etcd: three
@@ -22,7 +23,15 @@ from pathlib import Path
 from tests.support.etcd_server import EtcdServer
 from tests.support.netns import Network, wait_for_output
 
-__all__ = ["RAFT", "WAIT_ETCD", "EtcdMembers"]
+__all__ = [
+    "LIST_NODES",
+    "RAFT",
+    "READ_HOLDER",
+    "WAIT_ETCD",
+    "WAIT_HOLDER",
+    "WAIT_NODES",
+    "EtcdMembers",
+]
 
 #: etcd's raft timings for three members on a loaded 2-core machine: a
 #: heartbeat every 100 ms, an election after 1 s without one (its shortest
@@ -52,6 +61,87 @@ async def main(url):
     print("etcd up", flush=True)
 
 trio.run(main, sys.argv[1])
+"""
+
+#: Prints, as one JSON object, the node records of the cluster named ARGV[2]
+#: in the etcd at ARGV[1]: node name to the lease each lives under.
+LIST_NODES = """
+import json, sys, trio
+from actorctl.etcd._etcd import EtcdClient
+from actorctl.etcd._node_record import nodes_prefix
+
+async def main(url, cluster):
+    prefix = nodes_prefix(cluster)
+    snapshot = await EtcdClient([url], timeout=5).get_prefix(prefix)
+    print(json.dumps({kv.key[len(prefix):]: kv.lease for kv in snapshot.kvs}), flush=True)
+
+trio.run(main, sys.argv[1], sys.argv[2])
+"""
+
+#: Prints the holder of the role ARGV[3] of the cluster named ARGV[2] in the
+#: etcd at ARGV[1] (an empty line when none holds it).
+READ_HOLDER = """
+import sys, trio
+from actorctl.etcd._etcd import EtcdClient
+from actorctl.etcd._role_lease import role_key
+
+async def main(url, cluster, role):
+    held = await EtcdClient([url], timeout=5).get(role_key(cluster, role))
+    print("" if held is None else held.value.decode(), flush=True)
+
+trio.run(main, *sys.argv[1:4])
+"""
+
+#: Prints ``holder NAME`` once etcd at ARGV[1] says ARGV[5] holds the role ARGV[3]
+#: of the cluster named ARGV[2] (told by a watch of the role's key, not read
+#: over and over), within ARGV[4] seconds.
+WAIT_HOLDER = """
+import sys, trio
+from actorctl.etcd._etcd import EtcdClient
+from actorctl.etcd._role_lease import follow_holder
+
+async def main(url, cluster, role, timeout, want):
+    there = trio.Event()
+    with trio.fail_after(float(timeout)):
+        async with trio.open_nursery() as nursery:
+            tell = lambda holder: holder == want and there.set()
+            nursery.start_soon(follow_holder, EtcdClient([url], timeout=5), cluster, role, tell)
+            await there.wait()
+            nursery.cancel_scope.cancel()
+    print("holder", want, flush=True)
+
+trio.run(main, *sys.argv[1:6])
+"""
+
+#: Prints ``nodes present`` (or ``nodes absent``: ARGV[4]) once etcd's
+#: directory of the cluster named ARGV[2], read from the members ARGV[1]
+#: (comma-separated), has every node of ARGV[5:] registered (or none of
+#: them), told by its watch, within ARGV[3] seconds.
+
+WAIT_NODES = """
+import sys, trio
+from actorctl.etcd import EtcdClient, EtcdUnavailable
+from actorctl.etcd._etcd_directory import open_directory
+
+async def main(urls, cluster, timeout, want, *names):
+    client = EtcdClient(urls.split(","), timeout=5)
+    def done(directory):
+        there = set(names) & set(directory.nodes)
+        return there == set(names) if want == "present" else not there
+    with trio.fail_after(float(timeout)):
+        while True:  # a member cut off, or electing a leader, answers again soon
+            try:
+                async with open_directory(client, cluster) as directory:
+                    generation = directory.generation
+                    while not done(directory):
+                        generation = await directory.wait_changed(generation)
+                break
+            except EtcdUnavailable as exc:
+                print("etcd unavailable, asking again:", exc, file=sys.stderr, flush=True)
+                await trio.sleep(0.2)  # between tries of an unavailable etcd, not a wait for it
+    print("nodes", want, flush=True)
+
+trio.run(main, *sys.argv[1:3], float(sys.argv[3]), *sys.argv[4:])
 """
 
 

@@ -41,10 +41,10 @@ from actorctl.cluster import load_cluster
 from actorctl.ops import ensure_dev_secrets
 from actorctl.tasks import cluster_app
 from tests.apps.hosts_app import RECORDS, RUNS, runs
-from tests.support.etcd_members import RAFT, WAIT_ETCD
+from tests.support.etcd_members import RAFT, WAIT_ETCD, WAIT_HOLDER, WAIT_NODES
 from tests.support.etcd_server import EtcdServer
 from tests.support.filewatch import FileWatch
-from tests.support.hosts_cluster import ACTORCTL, READY, ROOT, WAIT_HOLDER, WAIT_NODES
+from tests.support.hosts_cluster import ACTORCTL, READY, ROOT
 from tests.support.netns import Network, wait_for_output
 
 __all__ = ["NAME", "NODES", "TTL", "QuorumHosts"]
