@@ -151,13 +151,23 @@ def test_hosts() -> None:
     if proc.returncode == UNAVAILABLE:
         pytest.skip(f"bench/hosts.py cannot run here: {proc.stderr.strip().splitlines()[-1]}")
     text, result = output("hosts.py", proc)
-    assert "cross-host ratio" in text
-    assert "replication ratio" in text
-    for mode in ("veth", "loopback", "replicated"):
+    for ratio in ("cross-host", "replication", "end_to_end", "end_to_end_router", "etcd"):
+        assert f"{ratio} ratio" in text
+    assert "etcd alone: puts of" in text
+    for mode in ("veth", "loopback", "replicated", "end_to_end", "end_to_end_router", "etcd"):
         assert figure(result[f"{mode}_tasks_per_s"]), mode
         assert isinstance(result[f"{mode}_etcd_requests"], dict)
-    assert figure(result["cross_host_ratio"])
-    assert figure(result["replication_ratio"])
+        assert result[f"{mode}_rounds"], mode
+        assert all(figure(each) for each in result[f"{mode}_rounds"]), mode
+    for ratio in ("cross_host", "replication", "end_to_end", "end_to_end_router", "etcd"):
+        assert figure(result[f"{ratio}_ratio"]), ratio
+    assert figure(result["etcd_puts_per_s"])
+    assert figure(result["etcd_deletes_per_s"])
+    assert result["etcd_value_bytes"] > 0
+    # The etcd mode wrote each task to etcd; the others asked etcd nothing per task.
+    assert result["etcd_etcd_requests"].get("Put", 0) >= result["tasks"]
+    for mode in ("end_to_end", "end_to_end_router"):
+        assert result[f"{mode}_etcd_requests"].get("Put", 0) < result["tasks"], mode
 
 
 def test_limits() -> None:

@@ -8,7 +8,8 @@ signed messages throughout (development certificates, dialled by IP address:
 checked against the cluster CA). With ``loopback=True`` the same three nodes
 all run on host a at 127.0.0.1 (the same cluster, no veth in between: the
 benchmark's reference). etcd is started by its PID, so that it can be killed
-(SIGKILL) and started again on its data.
+(SIGKILL) and started again on its data; with ``etcd_quorum=True``, etcd is
+three members instead, one on each host (tests/support/etcd_members.py).
 """
 
 from __future__ import annotations
@@ -30,6 +31,14 @@ from actorctl.cluster import load_cluster
 from actorctl.ops import ensure_dev_secrets
 from actorctl.tasks import cluster_app
 from tests.apps.hosts_app import PERIODIC_RUNS, RECORDS, runs
+from tests.support.etcd_members import (
+    LIST_NODES,
+    READ_HOLDER,
+    WAIT_ETCD,
+    WAIT_HOLDER,
+    WAIT_NODES,
+    EtcdMembers,
+)
 from tests.support.etcd_server import EtcdServer
 from tests.support.filewatch import wait_written
 from tests.support.netns import Network, wait_for_output
@@ -47,7 +56,7 @@ dev = true
 dev_public = true  # the test's hosts are network namespaces of this one machine
 
 [etcd]
-endpoints = ["{etcd}"]
+endpoints = [{endpoints}]
 ttl = {ttl}
 
 [[node]]
@@ -84,6 +93,17 @@ services = true
 """
 SERVICES_B_PORT = 5704
 
+#: A router on the services node over the pool's two workers that does not
+#: take tasks over (``Hosts(..., forwarding_router=True)``): it forwards each
+#: and settles it once the worker settled it, after running it; its sender
+#: keeps the task meanwhile (bench/hosts.py's ``end_to_end_router``).
+FORWARD = """
+[[router]]
+name = "forward"
+node = "services"
+instances = ["worker-b/celery", "worker-c/celery"]
+"""
+
 #: A periodic task fired every EVERY seconds by whichever node's beat holds
 #: the scheduler role in etcd, run by the pool ``ticks``.
 PERIODIC = """
@@ -94,109 +114,6 @@ every = {every}
 queue = "ticks"
 """
 
-#: Waits (at most 30 s) until the etcd at ARGV[1] answers, then says "etcd up".
-WAIT_ETCD = """
-import sys, trio
-from actorctl.etcd._etcd import EtcdClient
-from actorctl.etcd._etcd_wire import EtcdUnavailable
-
-async def main(url):
-    client = EtcdClient([url], timeout=1)
-    with trio.fail_after(30):
-        while True:
-            try:
-                await client.get("/ready")
-                break
-            except EtcdUnavailable:
-                # etcd on this host is still starting, and nothing tells this
-                # process when it is ready: try again shortly.
-                await trio.sleep(0.1)
-    print("etcd up", flush=True)
-
-trio.run(main, sys.argv[1])
-"""
-
-#: Prints, as one JSON object, the node records of the cluster named ARGV[2]
-#: in the etcd at ARGV[1]: node name to the lease each lives under.
-LIST_NODES = """
-import json, sys, trio
-from actorctl.etcd._etcd import EtcdClient
-from actorctl.etcd._node_record import nodes_prefix
-
-async def main(url, cluster):
-    prefix = nodes_prefix(cluster)
-    snapshot = await EtcdClient([url], timeout=5).get_prefix(prefix)
-    print(json.dumps({kv.key[len(prefix):]: kv.lease for kv in snapshot.kvs}), flush=True)
-
-trio.run(main, sys.argv[1], sys.argv[2])
-"""
-
-#: Prints the holder of the role ARGV[3] of the cluster named ARGV[2] in the
-#: etcd at ARGV[1] (an empty line when none holds it).
-READ_HOLDER = """
-import sys, trio
-from actorctl.etcd._etcd import EtcdClient
-from actorctl.etcd._role_lease import role_key
-
-async def main(url, cluster, role):
-    held = await EtcdClient([url], timeout=5).get(role_key(cluster, role))
-    print("" if held is None else held.value.decode(), flush=True)
-
-trio.run(main, *sys.argv[1:4])
-"""
-
-#: Prints ``holder NAME`` once etcd at ARGV[1] says ARGV[5] holds the role ARGV[3]
-#: of the cluster named ARGV[2] (told by a watch of the role's key, not read
-#: over and over), within ARGV[4] seconds.
-WAIT_HOLDER = """
-import sys, trio
-from actorctl.etcd._etcd import EtcdClient
-from actorctl.etcd._role_lease import follow_holder
-
-async def main(url, cluster, role, timeout, want):
-    there = trio.Event()
-    with trio.fail_after(float(timeout)):
-        async with trio.open_nursery() as nursery:
-            tell = lambda holder: holder == want and there.set()
-            nursery.start_soon(follow_holder, EtcdClient([url], timeout=5), cluster, role, tell)
-            await there.wait()
-            nursery.cancel_scope.cancel()
-    print("holder", want, flush=True)
-
-trio.run(main, *sys.argv[1:6])
-"""
-
-#: Prints ``nodes present`` (or ``nodes absent``: ARGV[4]) once etcd's
-#: directory of the cluster named ARGV[2], read from the members ARGV[1]
-#: (comma-separated), has every node of ARGV[5:] registered (or none of
-#: them), told by its watch, within ARGV[3] seconds.
-
-WAIT_NODES = """
-import sys, trio
-from actorctl.etcd import EtcdClient, EtcdUnavailable
-from actorctl.etcd._etcd_directory import open_directory
-
-async def main(urls, cluster, timeout, want, *names):
-    client = EtcdClient(urls.split(","), timeout=5)
-    def done(directory):
-        there = set(names) & set(directory.nodes)
-        return there == set(names) if want == "present" else not there
-    with trio.fail_after(float(timeout)):
-        while True:  # a member cut off, or electing a leader, answers again soon
-            try:
-                async with open_directory(client, cluster) as directory:
-                    generation = directory.generation
-                    while not done(directory):
-                        generation = await directory.wait_changed(generation)
-                break
-            except EtcdUnavailable as exc:
-                print("etcd unavailable, asking again:", exc, file=sys.stderr, flush=True)
-                await trio.sleep(0.2)  # between tries of an unavailable etcd, not a wait for it
-    print("nodes", want, flush=True)
-
-trio.run(main, *sys.argv[1:3], float(sys.argv[3]), *sys.argv[4:])
-"""
-
 _READY_LINE = re.compile(r"^node (\S+) ready at \S+ \(pid (\d+)\)", re.MULTILINE)
 
 
@@ -205,8 +122,11 @@ class Hosts:
 
     With ``periodic_every``, the file has the periodic task ``tick`` (every
     that many seconds), run by the pool ``ticks``, which the worker nodes of
-    the hosts ``ticks_on`` serve besides ``celery``. A context manager: it
-    stops everything on the way out.
+    the hosts ``ticks_on`` serve besides ``celery``. With
+    ``forwarding_router``, the services node hosts the router ``forward``
+    (FORWARD) besides the pool's. With ``etcd_quorum``,
+    etcd is three members, one on each host (``etcd`` is host a's), not one
+    on host a. A context manager: it stops everything on the way out.
     """
 
     def __init__(
@@ -218,12 +138,21 @@ class Hosts:
         periodic_every: float | None = None,
         ticks_on: Sequence[str] = (),
         services_b: bool = False,
+        etcd_quorum: bool = False,
+        forwarding_router: bool = False,
     ) -> None:
         self.network = network
         self.directory = directory
         self.records = directory / "records"
         self.records.mkdir()
-        self.etcd = EtcdServer(directory, host=network["a"].address)
+        self.quorum = EtcdMembers(network, directory, tuple(PORTS)) if etcd_quorum else None
+        self.etcd = (
+            self.quorum.members["a"]
+            if self.quorum is not None
+            else EtcdServer(directory, host=network["a"].address)
+        )
+        #: The client URLs of etcd's members.
+        self.etcd_urls = self.quorum.urls if self.quorum is not None else [self.etcd.url]
         #: Host name to the namespace its nodes run in, and their address.
         self.where = {name: "a" if loopback else name for name in PORTS}
         addresses = {name: "127.0.0.1" if loopback else network[name].address for name in PORTS}
@@ -235,10 +164,17 @@ class Hosts:
         }
         second = SERVICES_B.format(ps=SERVICES_B_PORT, **addresses) if services_b else ""
         text = CLUSTER.format(
-            etcd=self.etcd.url, ttl=TTL, services_b=second, **addresses, **ports, **pools
+            endpoints=", ".join(f'"{url}"' for url in self.etcd_urls),
+            ttl=TTL,
+            services_b=second,
+            **addresses,
+            **ports,
+            **pools,
         )
         if periodic_every is not None:
             text += PERIODIC.format(every=periodic_every)
+        if forwarding_router:
+            text += FORWARD
         self.path.write_text(text)
         # Made once, before any host starts (as on real hosts: made on one, copied).
         ensure_dev_secrets(load_cluster(self.path, cluster_app()))
@@ -291,7 +227,11 @@ class Hosts:
 
     def start_etcd(self) -> None:
         """Start etcd on host a (on its data directory: again after :meth:`kill_etcd`,
-        with what it held), and wait (bounded) until it answers."""
+        with what it held), and wait (bounded) until it answers; with
+        ``etcd_quorum``, start its three members, once."""
+        if self.quorum is not None:
+            self.quorum.start()
+            return
         assert self.etcd_process is None or self.etcd_process.poll() is not None
         with (self.directory / "etcd.log").open("ab") as log:
             self.etcd_process = self.network.run(
@@ -485,3 +425,5 @@ class Hosts:
                 os.kill(pid, signal.SIGKILL)
         if self.etcd_process is not None and self.etcd_process.poll() is None:
             self.kill_etcd()
+        if self.quorum is not None:
+            self.quorum.kill()

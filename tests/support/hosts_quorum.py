@@ -45,9 +45,10 @@ from actorctl.cluster import load_cluster
 from actorctl.ops import ensure_dev_secrets
 from actorctl.tasks import cluster_app
 from tests.apps.hosts_app import RECORDS, RUNS, runs
+from tests.support.etcd_members import RAFT, WAIT_ETCD, WAIT_HOLDER, WAIT_NODES
 from tests.support.etcd_server import EtcdServer
 from tests.support.filewatch import FileWatch
-from tests.support.hosts_cluster import ACTORCTL, READY, ROOT, WAIT_ETCD, WAIT_HOLDER, WAIT_NODES
+from tests.support.hosts_cluster import ACTORCTL, READY, ROOT
 from tests.support.netns import Network, wait_for_output
 
 __all__ = ["NAME", "NODES", "TTL", "QuorumHosts"]
@@ -56,10 +57,6 @@ NAME = "quorum"  # the cluster's
 TTL = 3  # seconds a node that died stays registered
 #: Each host's nodes, in the cluster file's order.
 NODES = {"a": ("services-a",), "b": ("services-b", "worker-b"), "c": ("worker-c",)}
-#: etcd's raft timings for three members on a loaded 2-core machine: a
-#: heartbeat every 100 ms, an election after 1 s without one (its shortest
-#: lease, 1.5 election timeouts, stays under the nodes' ttl).
-RAFT = ["--heartbeat-interval=100", "--election-timeout=1000"]
 
 CLUSTER = """\
 [cluster]
