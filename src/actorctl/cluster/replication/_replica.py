@@ -162,20 +162,23 @@ class ReplicaKeeper(Actor):
         part: list[Any],
         first: bool,
         last: bool,
-        upto: int,
-        taken: dict[str, Any],
+        upto: int = 0,
+        taken: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """Take a part of ``source``'s snapshot: the ``first`` drops what was
         kept; after the ``last``, its parts numbered from ``upto`` follow.
         ``taken``: the copies of other primaries' stores ``source`` took over,
         each as far as it went (``[epoch, number]``): a copy kept here that
-        goes no further is forgotten (its rows are ``source``'s own now)."""
+        goes no further is forgotten (its rows are ``source``'s own now).
+        Both may be left out, as the release before them did (a holder of
+        that release numbers its parts from 0 after a snapshot, and took
+        over nothing it says): its standby may run this release."""
         refused = self._check_fence(role, fence)
         if refused is not None:
             return refused
         copy = await self._copy(source)
         if first:
-            await self._supersede(source, _taken(taken))
+            await self._supersede(source, _taken(taken or {}))
             for table, key, _, _ in copy.store.snapshot():
                 if table != META_TABLE:
                     copy.store.delete(table, key)
