@@ -98,3 +98,20 @@ async def test_a_lone_reply_is_written_at_once() -> None:
         await trio.lowlevel.checkpoint()
         assert server.writes == before + 1
         await client.wait(lambda: client.messages == [b"a lone reply"])
+
+
+async def test_what_one_loop_turn_sends_is_written_together_at_its_end() -> None:
+    """After a quiet spell, the replies one loop turn makes go out in one
+    write at the end of that turn (before trio's I/O wait), not after the
+    writer task's turn: by the time the sending task runs again."""
+    async with _pair() as (server, link, client):
+        await trio.testing.wait_all_tasks_blocked()
+        before = server.writes
+        for number in range(5):
+            server.send_settled(link, b"t%d" % number, b"turn %d" % number)
+        assert server.writes == before  # nothing is written in the middle of a turn
+        await trio.lowlevel.checkpoint()  # the turn ends: its output is written
+        assert server.writes == before + 1
+        await client.wait(lambda: len(client.messages) == 5)
+        assert client.messages == [b"turn %d" % number for number in range(5)]
+        assert server.writes == before + 1

@@ -1,16 +1,13 @@
 """One AMQP 1.0 connection: proton's sans-IO engine driven by a trio stream.
 
 trio owns the socket. Bytes read from the stream are pushed into the proton
-``Transport``; collector events are handled in this connection's own tasks;
-output is popped from the transport and written by one writer task, which
-anything that changes the engine outside an event callback wakes with
-:meth:`Engine.wake`. No proton reactor, no threads, no polling loop.
-
-Replies that keep coming loop turn after loop turn (those of tasks run one
-after another) are gathered and written together; everything else (transfers,
-settlements, credit), and a reply after a quiet spell, is written at once
-(see ``Engine._gather``, and ``_loop_turns.py`` for how it counts the turns).
-What the node does with the events is its ``EngineHandler``.
+``Transport`` and collector events are handled in this connection's own
+tasks (the read loop, here); what the engine has to send is written by its
+output half (``_output.py``: the writer task, the write at a loop turn's end,
+a busy spell's replies gathered), which anything that changes the engine
+outside an event callback wakes with :meth:`Engine.wake` or :meth:`Engine.emit`.
+No proton reactor, no threads, no polling loop. What the node does with the
+events is its ``EngineHandler``.
 """
 
 from __future__ import annotations
@@ -21,8 +18,9 @@ import trio
 from proton import SSL, Collector, Connection, Endpoint, Event, Link, SSLDomain, Transport
 
 from ..._log import log
-from ._loop_turns import LoopTurns, loop_turns
-from ._raw import DELIVERY, LINK_FLOW, NULL, lib, send
+from ._loop_turns import loop_turns
+from ._output import EngineOutput
+from ._raw import DELIVERY, LINK_FLOW, NULL, lib
 from ._reply_claims import REPLY_CAPABILITY
 
 __all__ = ["Engine", "EngineHandler"]
@@ -38,10 +36,6 @@ _CLOSE_GRACE: Final = 2.0  # seconds the other direction may linger once one is 
 _LOCAL_UNINIT: Final = Endpoint.LOCAL_UNINIT
 _LOCAL_CLOSED: Final = Endpoint.LOCAL_CLOSED
 _IO_ERRORS: Final = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
-#: Loop turns a busy spell's output may gather for before it is written anyway.
-GATHER_TURNS: Final = 16
-#: Bytes of gathered output that are written at once, however busy the spell.
-GATHER_BYTES: Final = 8192
 
 
 class EngineHandler:
@@ -75,7 +69,7 @@ class EngineHandler:
 
 
 @final
-class Engine:
+class Engine(EngineOutput):
     """Drives one proton connection over one trio stream.
 
     Args:
@@ -113,13 +107,10 @@ class Engine:
         #: Bytes read from and written to the stream (counted per read and
         #: write, not per message: the node's metrics read them when scraped).
         self.received_bytes = 0
-        self.sent_bytes = 0
         #: When the last bytes came from the peer (trio's clock): a node that
         #: cannot reach etcd asks whether other hosts still talk to it
         #: (``EngineSet.last_heard``, ``_engine_set.py``).
         self.heard_at = trio.current_time()
-        #: Writes to the stream (one ``send_all`` each): the ledger's count.
-        self.writes = 0
         #: What the transport said went wrong (a TLS or framing failure), if anything.
         self.error: str | None = None
         #: Whether the peer ended its side of the stream (end of file, or the
@@ -149,16 +140,12 @@ class Engine:
                 ssl.peer_hostname = peer_hostname
         transport.sasl().allowed_mechs("ANONYMOUS")
         transport.bind(connection)
-        self._wake_event = trio.Event()
-        self._send_lock = trio.Lock()
-        self._turns = LoopTurns()  # this run's counter, once ``run`` starts
-        self._produced_at = -2  # the loop turn of the last reply sent (send_settled)
+        super().__init__(stream, transport)
         #: Set once the peer's AMQP open arrived (after TLS and SASL).
         self.remote_opened = trio.Event()
         #: Set once the connection has ended (``run`` is returning).
         self.finished = trio.Event()
         self._reader_done = trio.Event()
-        self._writer_done = trio.Event()
         self._scope: trio.CancelScope | None = None  # the run's, once it runs
         self._collector_impl = collector._impl
         self._dispatch = {
@@ -170,18 +157,6 @@ class Engine:
             lib.PN_LINK_REMOTE_CLOSE: self._on_link_remote_close,
             lib.PN_TRANSPORT_ERROR: self._on_transport_error,
         }
-
-    def wake(self) -> None:
-        """Have the writer emit whatever the engine has to send now. (Not
-        gathered: a sender waits on the credit and settlements it carries.)"""
-        self._wake_event.set()
-
-    def send_settled(self, link: Any, tag: bytes, data: bytes | bytearray) -> None:
-        """Send one pre-settled delivery on a sender (``link``: its raw
-        ``pn_link_t``), such as a reply, and have the writer emit it."""
-        lib.pn_delivery_settle(send(link, tag, data))
-        self._produced_at = self._turns.count
-        self._wake_event.set()
 
     async def run(self) -> None:
         """Run the connection until both directions are closed, then close the stream."""
@@ -274,86 +249,6 @@ class Engine:
             transport.push(bytes(view[:room]))
             view = view[room:]
         return True
-
-    async def _write_loop(self) -> None:
-        transport = self.transport
-        stream = self.stream
-        try:
-            while True:
-                # Re-arm before draining, so a wake-up during send_all is not lost.
-                self._wake_event = trio.Event()
-                writes = self.writes
-                if not await self._send_pending():
-                    # Nothing more to say: half-close, so the peer's reader sees
-                    # the end instead of waiting for our socket to close.
-                    if isinstance(stream, trio.SocketStream):
-                        await stream.send_eof()
-                    return
-                self._process()
-                waited_from = self._turns.count
-                await self._wake_event.wait()
-                if self.writes != writes and self._produced_at - waited_from <= 1:
-                    # Replies came while it wrote, or just after: a busy spell.
-                    await self._gather()
-        except _IO_ERRORS:
-            if transport.pending() >= 0:
-                transport.close_head()
-        finally:
-            self._process()
-            self._writer_done.set()
-
-    async def _gather(self) -> None:
-        """Let the replies of a busy spell gather before they are written.
-
-        Replies of tasks that run one after another come one loop turn apart,
-        and writing each as it comes costs a socket write (and often a wake-up
-        of the peer) per reply. So when replies came while the writer was
-        writing (or a turn after it wrote), it waits while they keep coming:
-        until a whole turn adds none, GATHER_BYTES are waiting, or for
-        GATHER_TURNS turns at most. A reply after a quiet spell (a lone one) is
-        written at once, as is everything that is not a reply: a one-way
-        sender waits on the credit and settlements it carries (gathering those
-        too cost one-way tells a quarter of their throughput).
-        """
-        turns = self._turns
-        until = turns.count + GATHER_TURNS
-        while turns.count < until:
-            await trio.lowlevel.checkpoint()
-            if turns.count - self._produced_at >= 2:
-                return  # the whole last turn added nothing
-            if self.transport.pending() >= GATHER_BYTES:
-                return  # enough for a write of its own: no reason to wait
-
-    async def _send_pending(self) -> bool:
-        """Write what the engine has to send now, in one write. False once its
-        output is closed. (What is added while the write is under way waits for
-        the next call: the writer gathers it in a busy spell.)"""
-        transport = self.transport
-        lock = self._send_lock
-        if lock.locked():
-            await lock.acquire()
-        else:
-            lock.acquire_nowait()  # no checkpoint: the send below has one
-        try:
-            chunks: list[bytes] = []
-            while (size := transport.pending()) > 0:
-                chunk = transport.peek(size)
-                transport.pop(size)
-                if chunk:
-                    chunks.append(chunk)
-            data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-            if data:
-                self.sent_bytes += len(data)
-                self.writes += 1
-                await self.stream.send_all(data)
-            return size == 0
-        except _IO_ERRORS:
-            if transport.pending() >= 0:
-                transport.close_head()
-            self._wake_event.set()
-            return True  # the writer task sees the closed head next
-        finally:
-            lock.release()
 
     async def _tick_loop(self, scope: trio.CancelScope) -> None:
         # A peer that never finishes its handshake (a slow or silent client)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import contextvars
+import socket
 import threading
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final, TypeVar, final
@@ -86,8 +87,8 @@ class TaskClient:
         self._queue: collections.deque[_Submitted] = collections.deque()
         self._window = threading.BoundedSemaphore(SUBMIT_WINDOW)
         self._lock = threading.Lock()
-        self._idle = False
-        self._lot = trio.lowlevel.ParkingLot()
+        self._idle = False  # the pump waits for the bell (under the lock)
+        self._bell: socket.socket | None = None  # rings the pump awake (under the lock)
         self._pumping = False
         self._drained = trio.Event()
 
@@ -105,13 +106,20 @@ class TaskClient:
         self._window.acquire()
         with self._lock:
             self._queue.append((send, on_error))
-            wake = self._idle
-            self._idle = False
-        if wake:
-            self.token.run_sync_soon(self._lot.unpark_all)
+            if self._idle and self._bell is not None:
+                # The pump waits on the bell's socket itself: trio wakes it from
+                # its I/O wait directly, a scheduler pass sooner than a callback
+                # run through the trio token (which would then wake the pump).
+                self._idle = False
+                _ring(self._bell)
 
     async def pump(self) -> None:
         """Send what :meth:`submit` queued, in order, until cancelled."""
+        heard, bell = socket.socketpair()
+        heard.setblocking(False)
+        bell.setblocking(False)
+        with self._lock:
+            self._bell = bell
         self._pumping = True
         try:
             while True:
@@ -128,10 +136,16 @@ class TaskClient:
                         continue
                     self._idle = True
                 self._drained.set()
-                await self._lot.park()
+                await trio.lowlevel.wait_readable(heard)
+                _hush(heard)
                 self._drained = trio.Event()
         finally:
             self._pumping = False
+            with self._lock:
+                self._bell = None
+                self._idle = False
+            bell.close()
+            heard.close()
 
     @property
     def drained(self) -> bool:
@@ -153,11 +167,9 @@ class TaskClient:
         Raises:
             MisuseError: saying what to use instead.
         """
-        try:
-            token = trio.lowlevel.current_trio_token()
-        except RuntimeError:
+        if not trio.lowlevel.in_trio_run():
             return  # plain code
-        if token is not self.token:
+        if trio.lowlevel.current_trio_token() is not self.token:
             raise MisuseError(
                 "this app's client runs in another trio run (app.connect() gives it a "
                 "thread of its own): from trio code, connect with `async with "
@@ -179,6 +191,19 @@ class TaskClient:
                 "(`await task.adelay(...)`, `await task.aapply_async(...)`, `await result.aget()`)"
             )
         return trio.from_thread.run(fn, *args, trio_token=self.token)
+
+
+def _ring(bell: socket.socket) -> None:
+    """Wake the pump: a byte on the bell (a full one already wakes it)."""
+    with contextlib.suppress(BlockingIOError):
+        bell.send(b"\0")
+
+
+def _hush(heard: socket.socket) -> None:
+    """Take the bytes that woke the pump."""
+    with contextlib.suppress(BlockingIOError):
+        while heard.recv(4096):
+            pass
 
 
 # The client of the running context. Not shared state: a ContextVar is task-local

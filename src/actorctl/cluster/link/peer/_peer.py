@@ -311,7 +311,7 @@ class Peer(PeerEvents):
                 out.unsettled[delivery] = pending
                 self.unsettled.add(pending, len(message))
             drain_if_idle(engine, out)
-            engine.wake()
+            engine.emit()  # from this task, when the connection is quiet
             return
 
     # -- connection set-up ---------------------------------------------------------
