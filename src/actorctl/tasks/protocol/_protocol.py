@@ -139,9 +139,14 @@ def new_task_id() -> str:
     return os.urandom(16).hex()
 
 
+# Made once: ``json.dumps`` with options makes an encoder per call, and every
+# task's result row is written through it (an encoder keeps no state between calls).
+_compact: Final = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
 def compact(value: Any) -> str:
     """``value`` as compact JSON text (no white space; never a raw line feed)."""
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    return _compact.encode(value)
 
 
 def pack_chain(text: str) -> str:
