@@ -45,6 +45,7 @@ from ...actors import to_wire
 from ...supervision import Boxed, BoxedUnavailable
 
 __all__ = [
+    "NO_LIMITS",
     "TaskFailure",
     "TimeLimits",
     "call_boxed",
@@ -91,6 +92,12 @@ class TimeLimits:
         if deadline == math.inf:
             return math.inf
         return trio.current_time() + (deadline - time.monotonic())
+
+
+#: The limits of every run that has none (no time limit on its task, none in its
+#: message): one object, not one per run. Nothing writes to it: with no soft
+#: limit, ``run_async`` opens no soft scope (and so sets no ``soft_scope``).
+NO_LIMITS: Final = TimeLimits(None, None)
 
 
 # The time limits of the running task. Task-local, not shared: each task run
@@ -143,6 +150,8 @@ async def run_async(call: Callable[[], Awaitable[Any]], limits: TimeLimits) -> A
     """
     token = _limits.set(limits)
     try:
+        if limits.soft_deadline == math.inf:  # no soft limit: no scope to cut it short
+            return await call()
         with trio.CancelScope(deadline=limits.trio_deadline(limits.soft_deadline)) as scope:
             limits.soft_scope = scope
             return await call()
@@ -174,7 +183,7 @@ def run_inline(call: Callable[[], Any], limits: TimeLimits) -> Any:
         value = call()
     finally:
         _limits.reset(token)
-    if time.monotonic() > limits.hard_deadline:
+    if limits.hard is not None and time.monotonic() > limits.hard_deadline:
         raise TaskFailure(
             "TimeLimitExceeded",
             f"task ran past its hard time limit ({limits.hard:g} s): a solo pool "

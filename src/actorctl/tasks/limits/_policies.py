@@ -17,7 +17,7 @@ from ...mailbox import Envelope
 from ...supervision import POISON, Boxed, RetryPolicy, failure_mark
 from ..app._task import Task
 from ..protocol._protocol import H_RETRY_POLICY, H_TIMELIMIT
-from ._limits import BOXED_MODULE, TimeLimits, foreign_handler
+from ._limits import BOXED_MODULE, NO_LIMITS, TimeLimits, foreign_handler
 
 __all__ = [
     "NO_SCHEDULER",
@@ -97,6 +97,8 @@ def limits_of(task: Task, headers: Mapping[str, Any]) -> TimeLimits:
     (an unreadable header is ignored, docs/protocol.md §14.2)."""
     hard, soft = task.time_limit, task.soft_time_limit
     given = headers.get(H_TIMELIMIT)
+    if given is None and hard is None and soft is None:
+        return NO_LIMITS  # most runs: nothing to time, nothing to make
     if isinstance(given, str):
         try:
             hard_given, soft_given = json.loads(given)
