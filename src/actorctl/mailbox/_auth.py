@@ -148,8 +148,8 @@ def canonical_bytes(
     """
     # Written out flat, not in a loop: this runs on every message a node sends
     # or receives. What comes before the subject is the same for every message
-    # to one actor on one node: it is made once (_head); the subject and the
-    # kind recur, each framed once (_field). A length below 256 is looked up
+    # to one actor on one node: it is made once (_head); the subject, the
+    # kind and the reply address recur, each framed once (_field). A length below 256 is looked up
     # (_LENGTH), not packed: ids and times always are.
     lengths = _LENGTH
     try:
@@ -163,9 +163,8 @@ def canonical_bytes(
             c = (lengths[n] if (n := len(c)) < 256 else _u32(n)) + c
         else:
             c = _ABSENT
-        if reply_to:
-            r = reply_to.encode()
-            r = (lengths[n] if (n := len(r)) < 256 else _u32(n)) + r
+        if reply_to:  # a caller's reply address: it recurs, as the subject does
+            r = _fields[reply_to] if reply_to in _fields else _field(reply_to)
         else:
             r = _ABSENT
         h = _headers(headers)
@@ -184,7 +183,8 @@ _heads: dict[tuple[str, str], bytes] = {}
 _MAX_HEADS: Final = 4096
 
 
-# The subjects and kinds, each as its length and UTF-8 bytes: bounded as _heads.
+# The subjects, kinds and reply addresses, each as its length and UTF-8 bytes:
+# bounded as _heads.
 _fields: dict[str, bytes] = {}
 
 
@@ -213,12 +213,12 @@ def _headers(headers: Mapping[str, object]) -> bytes:
     the order of their bytes)."""
     if headers.keys() <= _UNCOVERED:  # the usual case: only kind, lang, signature
         return _NO_HEADERS
-    items = []  # (key, the pair as written)
+    items: list[tuple[str, bytes]] = []  # (key, the pair as written)
     keys = _keys
     for key, value in headers.items():
         if value is None or key in _UNCOVERED:
             continue
-        head = keys.get(key) or _key(key)
+        head = keys[key] if key in keys else _key(key)
         if type(value) is str:
             raw_value = _json_string(value).encode()
         elif type(value) is int:
@@ -226,7 +226,7 @@ def _headers(headers: Mapping[str, object]) -> bytes:
         else:
             raw_value = _json_value(key, value)
         n = len(raw_value)
-        items.append((key, head + (_LENGTH[n] if n < 256 else _u32(n)) + raw_value))
+        items += ((key, head + (_LENGTH[n] if n < 256 else _u32(n)) + raw_value),)
     if not items:
         return _NO_HEADERS
     if len(items) == 1:
