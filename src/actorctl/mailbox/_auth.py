@@ -153,7 +153,8 @@ def canonical_bytes(
     # (_LENGTH), not packed: ids and times always are.
     lengths = _LENGTH
     try:
-        head = _heads.get((node, to)) or _head(node, to)
+        where = (node, to)
+        head = _heads[where] if where in _heads else _head(node, to)
         s = _fields[subject] if subject in _fields else _field(subject)
         k = _fields[kind] if kind in _fields else _field(kind)
         m = message_id.encode()
