@@ -127,9 +127,14 @@ def _read(data: bytes, pos: int) -> tuple[Any, int]:
 def _compound(data: bytes, pos: int, count: int, is_map: bool, end: int) -> tuple[Any, int]:
     # The values messages carry most (str8, sym8, null, timestamp, vbin8) are
     # read inline: this runs for every property of every message.
-    # Each item is set in its place (no append call per item).
     if is_map:
         return _map(data, pos, count, end)
+    # Each item is set in its place (no append call per item), in a list made
+    # at its size: a count the message's bytes left cannot hold (each item
+    # takes one at least) is refused first, never allocated (the sizes in the
+    # message may be forged too, so it is the bytes themselves that bound it).
+    if count > len(data) - pos:
+        raise _Unsupported("more items than bytes")
     items: list[Any] = [None] * count
     for at in range(count):
         code = data[pos]
