@@ -45,7 +45,6 @@ from ...actors import to_wire
 from ...supervision import Boxed, BoxedUnavailable
 
 __all__ = [
-    "NO_LIMITS",
     "TaskFailure",
     "TimeLimits",
     "call_boxed",
@@ -92,12 +91,6 @@ class TimeLimits:
         if deadline == math.inf:
             return math.inf
         return trio.current_time() + (deadline - time.monotonic())
-
-
-#: The limits of every run that has none (no time limit on its task, none in its
-#: message): one object, not one per run. Nothing writes to it: with no soft
-#: limit, ``run_async`` opens no soft scope (and so sets no ``soft_scope``).
-NO_LIMITS: Final = TimeLimits(None, None)
 
 
 # The time limits of the running task. Task-local, not shared: each task run

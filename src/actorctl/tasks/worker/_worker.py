@@ -142,6 +142,7 @@ class TaskWorker(Actor):
         self.directory = directory
         self.state = state
         self._threads = trio.CapacityLimiter(type(self).runs)
+        self._unlimited = TimeLimits(None, None)  # every run without limits (limits_of)
         self.gate, self.budget = worker_gate(type(self).budget_spec, self._threads, pool)
         # A task's global rate limit is its pool's router's to keep; a pool
         # reached directly has no router, and its one worker keeps it.
@@ -398,7 +399,7 @@ class TaskWorker(Actor):
         Raises:
             TaskFailure: it ran past its hard limit, or was terminated.
         """
-        limits = limits_of(task, headers)
+        limits = limits_of(task, headers, self._unlimited)
         if task.bind:
             aborted = functools.partial(self.state.revoked.__contains__, task_id)
             ctx = TaskContext(
