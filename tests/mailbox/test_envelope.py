@@ -143,3 +143,16 @@ def test_a_map_key_that_is_a_list_leaves_the_message_to_proton() -> None:
     data = b"\x00\x53\x75\xa0\x02[]"
     assert read_message(properties + app + data) is None
     assert read_message(properties + data) == (["m"], {}, b"[]")
+
+
+def test_a_list_whose_count_its_bytes_cannot_hold_is_not_read() -> None:
+    from actorctl.mailbox import read_message
+
+    # Given a message whose properties list (a list32, as actorctl writes it)
+    # claims four billion items in a few bytes: a forged or corrupted count
+    data = bytearray(encode(Envelope(message_id="m", to="a", subject="s", body=[[], {}])))
+    assert data[:4] == b"\x00\x53\x73\xd0"  # properties, list32: size, then count
+    data[8:12] = b"\xff\xff\xff\xff"
+    # Then the fast reader leaves it (to proton's decoder, which refuses it),
+    # having allocated nothing for the count
+    assert read_message(bytes(data)) is None

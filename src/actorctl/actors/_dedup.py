@@ -207,6 +207,9 @@ class SeenWindow:
         self.bytes = 0
         self._clock = clock
         self._entries: OrderedDict[Hashable, tuple[float, Handled]] = OrderedDict()
+        # When its oldest entry was made (when it has one): whether an entry
+        # has aged out is known per insert without reading the entries.
+        self._oldest_at = 0.0
         # The keys whose replies it keeps, oldest first, with their sizes.
         self._kept: OrderedDict[Hashable, int] = OrderedDict()
         self._full = False  # its own bound was reached (and logged)
@@ -262,14 +265,21 @@ class SeenWindow:
                 self._release(key)  # handled again (its entry had expired)
             if size and handled.reply is not None:
                 handled = self._keep(key, handled, size)
-            entries[key] = (now, handled)
-            entries.move_to_end(key)
-            while entries and (
-                len(entries) > self.count or now - next(iter(entries.values()))[0] > self.seconds
-            ):
+            if key in entries:  # handled again (its entry had expired): now the newest
+                entries[key] = (now, handled)
+                entries.move_to_end(key)
+                self._oldest_at = next(iter(entries.values()))[0]
+            else:
+                if not entries:
+                    self._oldest_at = now
+                entries[key] = (now, handled)
+            count, seconds = self.count, self.seconds
+            while entries and (len(entries) > count or now - self._oldest_at > seconds):
                 old, _ = entries.popitem(last=False)
                 if self._kept and old in self._kept:
                     self._release(old)
+                if entries:
+                    self._oldest_at = next(iter(entries.values()))[0]
         if done is not None:
             done.set()
 

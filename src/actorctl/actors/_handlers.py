@@ -144,6 +144,17 @@ class HandlerSpec:
             and not kwargs
             and self._required <= len(args) <= len(by_position)
         ):
+            # Each hook called directly (per message): a conversion that fails
+            # is done again through _convert, which names the argument.
+            try:
+                return [
+                    value if hook is None else hook(value)
+                    for (_, hook), value in zip(by_position, args, strict=False)
+                ], kwargs
+            except BadArguments:
+                raise  # a primitive's check names it already
+            except Exception:
+                pass  # done again below, through _convert, which names the argument
             return [
                 value if hook is None else self._convert(pname, hook, value)
                 for (pname, hook), value in zip(by_position, args, strict=False)
@@ -205,6 +216,9 @@ class HandlerSpec:
             expected = hint.__name__
 
             def check(value: Any) -> Any:
+                # The exact type first (the usual case: no isinstance call).
+                if type(value) is hint:
+                    return value
                 if isinstance(value, accepted) and not (
                     isinstance(value, bool) and hint is not bool
                 ):

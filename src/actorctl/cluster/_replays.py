@@ -48,6 +48,7 @@ ROW_BYTES: Final = 64
 #: Seconds a row is counted past its expiry: the store purges expired rows from
 #: the disk every ``PURGE_EVERY`` s, so twice that covers a purge that comes late.
 EXPIRY_GRACE: Final = 2 * PURGE_EVERY
+_GRACE_MS: Final = EXPIRY_GRACE * 1000.0
 
 
 def row_bytes(slot: str, value: bytes) -> int:
@@ -130,17 +131,23 @@ class ReplayJournal:
 
     def __call__(self, key: tuple[str, str], until_ms: float) -> None:
         """Journal an entry the cache added (its key, held until ``until_ms``)."""
-        self._expire(self._clock() * 1000.0)
-        slot = self.next_slot  # the oldest's, when the ring is full
+        # Once per accepted message: the tests that decide whether _expire and
+        # _prune have work are made here, and next_slot and row_bytes inline.
+        now_ms = self._clock() * 1000.0
+        if self._full or (self._span and self._until[self._oldest] + _GRACE_MS < now_ms):
+            self._expire(now_ms)
+        slots = self._cache.max_entries
+        slot = (self._oldest + self._span) % slots  # next_slot: the oldest's, when full
         name = str(slot)
         value = f"{until_ms:.0f} {key[0]} {key[1]}".encode("utf-8", "surrogatepass")
-        size = row_bytes(name, value)
+        size = len(name) + len(value) + ROW_BYTES  # row_bytes
         if size > self.max_bytes:
             self.pruned += 1  # larger than the bound alone: the cache holds it only
             return
-        if self._span == self._cache.max_entries:
+        if self._span == slots:
             self._forget_oldest()  # its row is replaced by the put below
-        self._prune(size)
+        if self.bytes + size > self.max_bytes:
+            self._prune(size)
         self._store.put(TABLE, name, value, expires=until_ms / 1000.0)
         self._set(slot, size, until_ms)
         self._span += 1
@@ -196,8 +203,7 @@ class ReplayJournal:
 
     def _expire(self, now_ms: float) -> None:
         """Forget the oldest rows that the store has purged by now."""
-        grace = EXPIRY_GRACE * 1000.0
-        while self._span and self._until[self._oldest] + grace < now_ms:
+        while self._span and self._until[self._oldest] + _GRACE_MS < now_ms:
             self._forget_oldest()
         if self._full and self.bytes < self.max_bytes * 3 // 4:
             self._full = False

@@ -41,6 +41,8 @@ class _Unsupported(Exception):
 
 def read_message(data: bytes) -> Sections | None:
     """(properties, application-properties, data body) or None if unsure."""
+    if type(data) is not bytes:  # proton's encode gives a bytearray: keys are found by bytes
+        data = bytes(data)
     try:
         return _read_message(data)
     except (_Unsupported, IndexError, struct.error, UnicodeDecodeError, ValueError):
@@ -127,45 +129,64 @@ def _compound(data: bytes, pos: int, count: int, is_map: bool, end: int) -> tupl
     # read inline: this runs for every property of every message.
     if is_map:
         return _map(data, pos, count, end)
-    items: list[Any] = []
-    append = items.append
-    for _ in range(count):
+    # Each item is set in its place (no append call per item), in a list made
+    # at its size: a count the message's bytes left cannot hold (each item
+    # takes one at least) is refused first, never allocated (the sizes in the
+    # message may be forged too, so it is the bytes themselves that bound it).
+    if count > len(data) - pos:
+        raise _Unsupported("more items than bytes")
+    items: list[Any] = [None] * count
+    for at in range(count):
         code = data[pos]
         if code == 0xA1 or code == 0xA3:
             stop = pos + 2 + data[pos + 1]
-            append(data[pos + 2 : stop].decode("utf-8"))
+            items[at] = data[pos + 2 : stop].decode("utf-8")
             pos = stop
         elif code == 0x40:
-            append(None)
-            pos += 1
+            pos += 1  # null: the item is None already
         elif code == 0x83:
-            append(_I64(data, pos + 1)[0])
+            items[at] = _I64(data, pos + 1)[0]
             pos += 9
         elif code == 0xA0:
             stop = pos + 2 + data[pos + 1]
-            append(bytes(data[pos + 2 : stop]))
+            items[at] = bytes(data[pos + 2 : stop])
             pos = stop
         else:
-            value, pos = _read(data, pos)
-            append(value)
+            items[at], pos = _read(data, pos)
     if pos != end:
         raise _Unsupported("size mismatch")
     return items, pos
 
 
+# Map keys by their UTF-8 bytes, decoded: bounded, past it they are decoded anew.
+_keys: dict[bytes, str] = {}
+_MAX_KEYS = 4096
+
+
+def _key(raw: bytes) -> str:
+    key = raw.decode("utf-8")
+    if len(_keys) < _MAX_KEYS:
+        _keys[bytes(raw)] = key
+    return key
+
+
 def _map(data: bytes, pos: int, count: int, end: int) -> tuple[dict[Any, Any], int]:
     """A map's pairs straight into a dict (the application properties of every
-    message: a signed one has ten): keys and values as in _compound, inline."""
+    message: a signed one has ten): keys and values as in _compound, inline.
+    The keys recur (header names): each is decoded once, then found by its
+    bytes in ``_keys`` (bounded: past it, keys are decoded anew)."""
     if count % 2:
         raise _Unsupported("odd map")
     result: dict[Any, Any] = {}
+    keys = _keys
     key: Any
     value: Any
     for _ in range(count // 2):
         code = data[pos]
         if code == 0xA3 or code == 0xA1:  # keys are symbols or strings, as a rule
             stop = pos + 2 + data[pos + 1]
-            key = data[pos + 2 : stop].decode("utf-8")
+            raw = data[pos + 2 : stop]
+            key = keys[raw] if raw in keys else _key(raw)
             pos = stop
         else:
             key, pos = _read(data, pos)

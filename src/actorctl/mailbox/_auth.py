@@ -85,6 +85,8 @@ _u32 = struct.Struct(">I").pack
 _UNCOVERED: Final = frozenset({"kind", "lang", SIG_ALG, SIG_KEY, SIG, SIG_NODE})
 _NO_HEADERS: Final = _u32(0)
 _ONE_HEADER: Final = _u32(1)
+#: Each length below 256 as the four bytes _u32 packs it to.
+_LENGTH: Final = [_u32(n) for n in range(256)]
 _json_string = encode_basestring  # what json.dumps(..., ensure_ascii=False) uses
 
 
@@ -146,30 +148,53 @@ def canonical_bytes(
     """
     # Written out flat, not in a loop: this runs on every message a node sends
     # or receives. What comes before the subject is the same for every message
-    # to one actor on one node: it is made once (_head).
+    # to one actor on one node: it is made once (_head); the subject, the
+    # kind and the reply address recur, each framed once (_field). A length below 256 is looked up
+    # (_LENGTH), not packed: ids and times always are.
+    lengths = _LENGTH
     try:
-        head = _heads.get((node, to)) or _head(node, to)
-        s, m, k = subject.encode(), message_id.encode(), kind.encode()
-        c = _u32(len(x := correlation_id.encode())) + x if correlation_id else _ABSENT
-        r = _u32(len(x := reply_to.encode())) + x if reply_to else _ABSENT
+        where = (node, to)
+        head = _heads[where] if where in _heads else _head(node, to)
+        s = _fields[subject] if subject in _fields else _field(subject)
+        k = _fields[kind] if kind in _fields else _field(kind)
+        m = message_id.encode()
+        m = (lengths[n] if (n := len(m)) < 256 else _u32(n)) + m
+        if correlation_id:
+            c = correlation_id.encode()
+            c = (lengths[n] if (n := len(c)) < 256 else _u32(n)) + c
+        else:
+            c = _ABSENT
+        if reply_to:  # a caller's reply address: it recurs, as the subject does
+            r = _fields[reply_to] if reply_to in _fields else _field(reply_to)
+        else:
+            r = _ABSENT
         h = _headers(headers)
     except UnicodeEncodeError as exc:
         raise WireFormatError(
             f"message {message_id!r}: text that is not valid UTF-8 ({exc.reason})"
         ) from None
-    cr = _u32(len(x := b"%d" % creation_ms)) + x if creation_ms else _ABSENT
-    ex = _u32(len(x := b"%d" % expiry_ms)) + x if expiry_ms else _ABSENT
-    # fmt: off
-    return b"".join((
-        head, _u32(len(s)), s, _u32(len(m)), m,
-        c, r, cr, ex, _u32(len(k)), k, h, _u32(len(body)), body,
-    ))
-    # fmt: on
+    cr = lengths[len(x := b"%d" % creation_ms)] + x if creation_ms else _ABSENT
+    ex = lengths[len(x := b"%d" % expiry_ms)] + x if expiry_ms else _ABSENT
+    b = lengths[n] if (n := len(body)) < 256 else _u32(n)
+    return b"".join((head, s, m, c, r, cr, ex, k, h, b, body))
 
 
 # PREFIX, node and to, by (node, to): bounded, past it they are made anew.
 _heads: dict[tuple[str, str], bytes] = {}
 _MAX_HEADS: Final = 4096
+
+
+# The subjects, kinds and reply addresses, each as its length and UTF-8 bytes:
+# bounded as _heads.
+_fields: dict[str, bytes] = {}
+
+
+def _field(text: str) -> bytes:
+    raw = text.encode()
+    field = _u32(len(raw)) + raw
+    if len(_fields) < _MAX_HEADS:
+        _fields[text] = field
+    return field
 
 
 def _head(node: str, to: str) -> bytes:
@@ -189,25 +214,27 @@ def _headers(headers: Mapping[str, object]) -> bytes:
     the order of their bytes)."""
     if headers.keys() <= _UNCOVERED:  # the usual case: only kind, lang, signature
         return _NO_HEADERS
-    items = []  # (key, the pair as written)
+    items: list[tuple[str, bytes]] = []  # (key, the pair as written)
     keys = _keys
     for key, value in headers.items():
         if value is None or key in _UNCOVERED:
             continue
-        head = keys.get(key) or _key(key)
+        head = keys[key] if key in keys else _key(key)
         if type(value) is str:
             raw_value = _json_string(value).encode()
         elif type(value) is int:
             raw_value = b"%d" % value
         else:
             raw_value = _json_value(key, value)
-        items.append((key, head + _u32(len(raw_value)) + raw_value))
+        n = len(raw_value)
+        items += ((key, head + (_LENGTH[n] if n < 256 else _u32(n)) + raw_value),)
     if not items:
         return _NO_HEADERS
     if len(items) == 1:
         return _ONE_HEADER + items[0][1]
     items.sort()  # keys are unique, so only the keys decide
-    return _u32(len(items)) + b"".join([pair for _, pair in items])
+    count = _LENGTH[n] if (n := len(items)) < 256 else _u32(n)
+    return count + b"".join([pair for _, pair in items])
 
 
 # A header key's length and UTF-8 bytes, by key: bounded, past it made anew.

@@ -40,14 +40,36 @@ def encode(
         node: the container id of the node it is for, which the signature covers
             (and ``sig_node`` names).
     """
+    value = envelope.body
     try:
-        try:
-            body = _dumps(envelope.body).encode()
-        except (TypeError, ValueError):
-            body = json_dumps(envelope.body)  # raises, saying what is not JSON
+        if type(value) is int:  # a count, a sum (a task's result): JSON is its digits
+            body = b"%d" % value
+        elif value is None:
+            body = b"null"
+        else:
+            try:
+                body = _dumps(value).encode()
+            except (TypeError, ValueError):
+                body = json_dumps(value)  # raises, saying what is not JSON
         extra = None
         if signer is not None:
-            extra = signer(canonical(envelope, actor, body, node))
+            # canonical(), written out: one call fewer per message signed
+            creation, expiry = envelope.creation_time, envelope.expiry_time
+            extra = signer(
+                canonical_bytes(
+                    node=node,
+                    to=actor,
+                    subject=envelope.subject,
+                    message_id=envelope.message_id,
+                    correlation_id=envelope.correlation_id,
+                    reply_to=envelope.reply_to,
+                    creation_ms=round(creation * 1000) if creation else None,
+                    expiry_ms=round(expiry * 1000) if expiry else None,
+                    kind=envelope.kind,
+                    headers=envelope.headers,
+                    body=body,
+                )
+            )
         return _encode(envelope, body, extra, node)
     except UnicodeEncodeError as exc:
         raise WireFormatError(
@@ -86,13 +108,14 @@ def _encode(
         return _encode_with_proton(envelope, body, extra, node)
     names = _names  # the recurring strings, encoded once (_name), looked up inline
     to, reply_to, correlation_id = envelope.to, envelope.reply_to, envelope.correlation_id
+    subject = envelope.subject
     expiry, creation = envelope.expiry_time, envelope.creation_time
     fields = [
         _string(envelope.message_id),
         _NULL,  # user-id
-        (names.get(to) or _name(to)) if to else _NULL,
-        names.get(envelope.subject) or _name(envelope.subject),
-        (names.get(reply_to) or _name(reply_to)) if reply_to else _NULL,
+        (names[to] if to in names else _name(to)) if to else _NULL,
+        names[subject] if subject in names else _name(subject),
+        (names[reply_to] if reply_to in names else _name(reply_to)) if reply_to else _NULL,
         _string(correlation_id) if correlation_id else _NULL,
         _JSON_SYMBOL,
         _NULL,  # content-encoding
@@ -130,11 +153,15 @@ _pack_long = struct.Struct(">q").pack
 _pack_double = struct.Struct(">d").pack
 
 
+#: One byte's worth of lengths, each as its byte (a vbin8's or a str8's size).
+_LENGTHS: Final = [bytes((size,)) for size in range(256)]
+
+
 def _string(text: str) -> bytes:
     raw = text.encode()
-    if len(raw) < 256:
-        return b"\xa1" + bytes((len(raw),)) + raw
-    return b"\xb1" + _pack_size32(len(raw)) + raw
+    if (size := len(raw)) < 256:
+        return b"\xa1" + _LENGTHS[size] + raw
+    return b"\xb1" + _pack_size32(size) + raw
 
 
 def _timestamp(seconds: float) -> bytes:
@@ -152,9 +179,9 @@ def _app_properties(
 
     Per message: the usual values (text, integers) are told by their exact type
     first, and the recurring strings (keys, states, key ids) come from ``_names``
-    without a call."""
-    parts = [_KIND_LANG.get(envelope.kind) or _string("kind") + _string(envelope.kind) + _LANG]
-    append = parts.append
+    without a call (a membership test and an index: no method call per item)."""
+    kind = envelope.kind
+    parts = [_KIND_LANG[kind] if kind in _KIND_LANG else _string("kind") + _string(kind) + _LANG]
     names = _names
     count = 4
     for items in (envelope.headers, extra):
@@ -162,7 +189,10 @@ def _app_properties(
             continue
         for key, value in items.items():
             if type(value) is str:
-                encoded = (names.get(value) or _name(value)) if len(value) <= 40 else _string(value)
+                if value in names:
+                    encoded = names[value]
+                else:
+                    encoded = _name(value) if len(value) <= 40 else _string(value)
             elif type(value) is int and -(2**63) <= value < 2**63:
                 encoded = b"\x81" + _pack_long(value)
             elif type(value) is bytes and len(value) < 256:  # a signature
@@ -174,12 +204,10 @@ def _app_properties(
                 if found is None:
                     return None
                 encoded = found
-            append(names.get(key) or _name(key))
-            append(encoded)
+            parts += (names[key] if key in names else _name(key), encoded)
             count += 2
     if extra:
-        append(_SIG_NODE)
-        append(names.get(node) or _name(node))
+        parts += (_SIG_NODE, names[node] if node in names else _name(node))
         count += 2
     return b"".join(parts), count
 
@@ -207,21 +235,17 @@ _names: dict[str, bytes] = {}
 def _name(text: str) -> bytes:
     """``_string`` for the few strings that recur (header names, kinds, session
     ids): encoded once. The cache is bounded; past it, strings are encoded anew."""
-    encoded = _names.get(text)
-    if encoded is None:
-        encoded = _string(text)
-        if len(_names) < 4096:
-            _names[text] = encoded
+    if text in _names:
+        return _names[text]
+    encoded = _string(text)
+    if len(_names) < 4096:
+        _names[text] = encoded
     return encoded
 
 
 _LANG = _string("lang") + _string("py")
 _SIG_NODE = _string(SIG_NODE)
 _KIND_LANG = {kind: _string("kind") + _string(kind) + _LANG for kind in KINDS}
-
-
-#: One byte's worth of lengths, each as its byte (a vbin8's or a str8's size).
-_LENGTHS: Final = [bytes((size,)) for size in range(256)]
 
 
 def _binary(raw: bytes) -> bytes:

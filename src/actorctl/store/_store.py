@@ -113,6 +113,9 @@ class Store:
         self._next_flush = trio.Event()
         self._disk_only: set[str] = set()  # tables whose owner keeps them in memory
         self._shipper: Shipper | None = None
+        # Whether writes are queued (for the disk, or for a shipper): read on
+        # every write and sync, so kept as a field, set where either changes.
+        self._writing = self._durable
         # (after, upto, why): the writes numbered after < n <= upto were refused
         self._refused: collections.deque[tuple[int, int, str]] = collections.deque(
             maxlen=_REFUSALS_KEPT
@@ -134,16 +137,12 @@ class Store:
         text). What was committed before is the shipper's to bring over (the
         node's replication sends a standby a :meth:`snapshot` first)."""
         self._shipper = shipper
+        self._writing = True
 
     @property
     def shipper(self) -> Shipper | None:
         """Who its batches are shipped to (None: nobody, the default)."""
         return self._shipper
-
-    @property
-    def _writing(self) -> bool:
-        """Whether writes are queued (for the disk, or for a shipper)."""
-        return self._durable or self._shipper is not None
 
     def snapshot(self) -> list[Write]:
         """Every unexpired row kept in memory, as puts, table by table, oldest
@@ -377,6 +376,7 @@ class Store:
             fallback="keeping state in memory from now on",
         )
         self._durable = False
+        self._writing = self._shipper is not None
         db, self._db = self._db, None
         if db is not None:
             # No thread uses it now (a failed commit returned); closing is quick.

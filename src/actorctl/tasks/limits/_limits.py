@@ -143,6 +143,8 @@ async def run_async(call: Callable[[], Awaitable[Any]], limits: TimeLimits) -> A
     """
     token = _limits.set(limits)
     try:
+        if limits.soft_deadline == math.inf:  # no soft limit: no scope to cut it short
+            return await call()
         with trio.CancelScope(deadline=limits.trio_deadline(limits.soft_deadline)) as scope:
             limits.soft_scope = scope
             return await call()
@@ -174,7 +176,7 @@ def run_inline(call: Callable[[], Any], limits: TimeLimits) -> Any:
         value = call()
     finally:
         _limits.reset(token)
-    if time.monotonic() > limits.hard_deadline:
+    if limits.hard is not None and time.monotonic() > limits.hard_deadline:
         raise TaskFailure(
             "TimeLimitExceeded",
             f"task ran past its hard time limit ({limits.hard:g} s): a solo pool "

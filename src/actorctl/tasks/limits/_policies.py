@@ -92,11 +92,16 @@ def retry_policy_of(task: Task, envelope: Envelope) -> RetryPolicy:
     return task.retry_policy if given is None else task.retry_policy.with_wire(given)
 
 
-def limits_of(task: Task, headers: Mapping[str, Any]) -> TimeLimits:
+def limits_of(task: Task, headers: Mapping[str, Any], unlimited: TimeLimits) -> TimeLimits:
     """The task's limits, as its message's ``timelimit`` header overrides them
-    (an unreadable header is ignored, docs/protocol.md §14.2)."""
+    (an unreadable header is ignored, docs/protocol.md §14.2); ``unlimited``
+    (its worker's one ``TimeLimits(None, None)``) when it has none, the usual
+    run: nothing is made per run. Nothing writes to it: with no soft limit,
+    ``run_async`` opens no soft scope (and so sets no ``soft_scope``)."""
     hard, soft = task.time_limit, task.soft_time_limit
     given = headers.get(H_TIMELIMIT)
+    if given is None and hard is None and soft is None:
+        return unlimited
     if isinstance(given, str):
         try:
             hard_given, soft_given = json.loads(given)

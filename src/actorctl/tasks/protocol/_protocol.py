@@ -139,9 +139,17 @@ def new_task_id() -> str:
     return os.urandom(16).hex()
 
 
+# Made once (``json.dumps`` with options makes an encoder per call, and every
+# task's result row is written through it): its bound ``encode``, as
+# mailbox/_envelope.py keeps its own; the encoder's settings never change.
+_compact_encode: Final = json.JSONEncoder(
+    separators=(",", ":"), ensure_ascii=False, allow_nan=False
+).encode
+
+
 def compact(value: Any) -> str:
     """``value`` as compact JSON text (no white space; never a raw line feed)."""
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    return _compact_encode(value)
 
 
 def pack_chain(text: str) -> str:

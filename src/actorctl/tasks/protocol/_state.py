@@ -101,16 +101,17 @@ def result_keys(request: Envelope) -> list[str]:
 
 
 def keep_result(
-    outbox: Outbox,
+    store: Store,
+    now: float,
     request: Envelope,
     state: str,
     body: Any,
     expires: float = RESULT_EXPIRES,
 ) -> bool:
-    """Put the final ``state`` of the task ``request`` in the node's store, for
-    ``expires`` seconds (``app.conf.result_expires``); False if there was
-    nothing to keep it under, or it is not JSON (logged). The caller syncs the
-    store."""
+    """Put the final ``state`` of the task ``request`` in ``store`` (its node's,
+    :func:`store_of`: the caller has it already, and syncs it), for ``expires``
+    seconds from ``now`` (``app.conf.result_expires``); False if there was
+    nothing to keep it under, or it is not JSON (logged)."""
     keys = result_keys(request)
     if not keys:
         return False
@@ -123,8 +124,7 @@ def keep_result(
     except (TypeError, ValueError) as exc:
         log("actorctl:result:unstorable", message_id=request.message_id, error=str(exc))
         return False
-    store = store_of(outbox)
-    until = outbox.now() + expires
+    until = now + expires
     for key in keys:
         store.put(RESULTS, key, value, expires=until)
     return True

@@ -65,7 +65,10 @@ async def send_document(
     even with no target. ``relay`` (a worker's node): a document for a caller
     with no reply link here goes through the services node's ``_relay``."""
     outbox = client.outbox
-    kept = state in READY_STATES and keep_result(outbox, request, state, body, expires)
+    # One look-up of the node's store per document: it keeps the result, and
+    # is synced below.
+    store = store_of(outbox) if state in READY_STATES else None
+    kept = store is not None and keep_result(store, outbox.now(), request, state, body, expires)
     headers = document_headers(request, state)
     for target in targets:
         if is_reply_address(target):
@@ -94,8 +97,8 @@ async def send_document(
         await outbox.send(
             address, document, presettled=False, confirm=False, durable=True, reroute=reroute
         )
-    if kept:
-        await store_of(outbox).sync()
+    if kept and store is not None:
+        await store.sync()
 
 
 def document_headers(request: Envelope, state: str) -> dict[str, Any]:

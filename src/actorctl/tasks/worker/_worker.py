@@ -28,6 +28,7 @@ also run here late.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 from collections.abc import Mapping
@@ -141,6 +142,7 @@ class TaskWorker(Actor):
         self.directory = directory
         self.state = state
         self._threads = trio.CapacityLimiter(type(self).runs)
+        self._unlimited = TimeLimits(None, None)  # every run without limits (limits_of)
         self.gate, self.budget = worker_gate(type(self).budget_spec, self._threads, pool)
         # A task's global rate limit is its pool's router's to keep; a pool
         # reached directly has no router, and its one worker keeps it.
@@ -148,6 +150,9 @@ class TaskWorker(Actor):
         for task in app.tasks.values():
             task_limits(self.gate, task, routed=routed)
         self._followups: FollowUps | None = None
+        # The node's client as the client of the code a task runs: made once
+        # (on_start), entered per run (see _run).
+        self._client_block: contextlib.AbstractContextManager[TaskClient] | None = None
         self._name = ""  # its actor name, once it runs (read per task)
         self._fence: Fence | None = None  # its node's, once it runs
         #: Per task: messages, outcomes, run times (read when /metrics is scraped).
@@ -165,6 +170,7 @@ class TaskWorker(Actor):
         dead_letters = Address(here.host, here.port, DEAD_LETTERS, here.scheme)
         self._followups = FollowUps(client, self.pool, dead_letters, self.app.conf.result_expires)
         self._followups.counters = self.named_counters
+        self._client_block = using_client(client)
         self._fence = node_outbox(outbox).fence
         hooks.worker_up(self.state, node_outbox(outbox).name)
         most = type(self).concurrency - SETTLING
@@ -252,8 +258,9 @@ class TaskWorker(Actor):
         if H_SINKS in envelope.headers and (bad := self._unknown_sink(envelope)) is not None:
             await followups.report(envelope, FAILURE, TaskError("ConfigError", bad).wire())
             return Outcome.rejected(UNKNOWN_SINK, bad), None
-        if (fenced := self._fenced(task)) is not None:
-            return fenced
+        fence = self._fence  # fenced: see the module's text (checked inline: per task)
+        if fence is not None and fence.why is not None:
+            return self._fenced(task, fence.why)
         now = followups.client.outbox.now
         breaker = self._breakers.get(task.name)
         if breaker is not None and not breaker.closed and (refused := breaker.admit()):
@@ -284,8 +291,8 @@ class TaskWorker(Actor):
                 and (refused := breaker.admit())
             ):
                 return await self._refuse(envelope, task, refused)
-            if (fenced := self._fenced(task)) is not None:
-                return fenced
+            if fence is not None and fence.why is not None:
+                return self._fenced(task, fence.why)
             begun = now()  # one clock read: whether it expired, and when it started
             why_not, runtime = self._why_not_run(envelope, task_id, begun), None
             if why_not is None:
@@ -332,11 +339,8 @@ class TaskWorker(Actor):
         why = f"worker {self.address.name!r} is stopping: task {task_id} was not begun"
         return Outcome("released", STOPPING, why), None
 
-    def _fenced(self, task: Task) -> Handled | None:
-        """``modified`` while the node is fenced (see the module's text), else None."""
-        why = None if self._fence is None else self._fence.why
-        if why is None:
-            return None
+    def _fenced(self, task: Task, why: str) -> Handled:
+        """``modified``: the node is fenced, for ``why`` (see the module's text)."""
         self.named_counters.add(task.name, "fenced")
         return Outcome.modified(FENCED, f"task {task.name}: not started here: {why}"), None
 
@@ -395,8 +399,7 @@ class TaskWorker(Actor):
         Raises:
             TaskFailure: it ran past its hard limit, or was terminated.
         """
-        limits = limits_of(task, headers)
-        client = self.followups.client
+        limits = limits_of(task, headers, self._unlimited)
         if task.bind:
             aborted = functools.partial(self.state.revoked.__contains__, task_id)
             ctx = TaskContext(
@@ -409,13 +412,17 @@ class TaskWorker(Actor):
             # until it returns, so nothing could cancel it (a revoke's
             # terminate, the hard limit's deadline): no cancel scope to enter.
             # run_inline drops its value if it returned past the hard limit.
-            with using_client(client):
+            # The worker's one client block serves every inline run: no
+            # checkpoint comes between its enter and its exit, so no other
+            # run enters it meanwhile.
+            with self._client_block or using_client(self.followups.client):
                 return run_inline(call, limits)
         # A long-lived boxed worker counts the hard limit itself, from when one
         # of its processes takes the task (afresh when it runs again after a
         # crash): the wait for a process (a restart's backoff) does not count.
         by_boxed = task.boxed and self.boxed is not None and task.boxed != PER_CALL
         deadline = math.inf if by_boxed else limits.trio_deadline(limits.hard_deadline)
+        client = self.followups.client
         with using_client(client), trio.CancelScope(deadline=deadline) as scope:
             self.state.running[task_id] = scope
             try:
