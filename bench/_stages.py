@@ -43,7 +43,7 @@ DEFAULT_INTERVAL: Final = 0.001
 
 #: (stage, what it is): the order is the priority order; "other" takes the rest.
 STAGES: Final = (
-    ("write", "socket writes (Engine._send_pending: encode frames + send)"),
+    ("write", "socket writes (the writer's _send_pending, a turn's-end _flush: encode + send)"),
     ("trace", "traces and log lines (eliot, actorctl._log, the task's action)"),
     ("metrics", "metrics (counters, latencies, prometheus)"),
     ("dedup", "dedup and replay journal (replay cache, journal rows, seen window)"),
@@ -63,7 +63,9 @@ _PRIORITY: Final = {stage: index for index, (stage, _) in enumerate(STAGES)}
 
 # (file name, function name or "*") -> stage
 _RULES: Final = {
-    ("_engine.py", "_send_pending"): "write",
+    ("_engine.py", "_send_pending"): "write",  # before the output half moved to _output.py
+    ("_output.py", "_send_pending"): "write",
+    ("_output.py", "_flush"): "write",
     ("_log.py", "*"): "trace",
     ("_inspect.py", "action"): "trace",
     ("_counters.py", "*"): "metrics",

@@ -29,7 +29,8 @@ sample is a signal, a stack walk and a wake-up of trio's loop). The rows:
 * reply: building, encoding and signing the result document and queueing it;
 * trace: eliot actions and log lines (including the task's action and its uuid4);
 * metrics: counters, latency observations, prometheus;
-* write: ``Engine._send_pending``: proton encoding the frames, and the socket send;
+* write: the writer's ``_send_pending`` and a loop turn's-end ``_flush``
+  (``cluster/link/_output.py``): proton encoding the frames, and the socket send;
 * settle: the request's disposition;
 * machinery: the rest of the actor and task code (gate, holdings, mailbox, cells);
 * scheduler: trio's own code (task switches, the run loop);
