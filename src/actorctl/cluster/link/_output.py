@@ -77,6 +77,7 @@ class EngineOutput:
         self._turns = LoopTurns()  # this run's counter, once ``run`` starts
         self._produced_at = -2  # the loop turn of the last reply left to the writer
         self._replied_at = -2  # the loop turn of the last reply (send_settled)
+        self._emitted_at = -2  # the loop turn of the last emit
         #: The socket's file descriptor, for the writes at a turn's end
         #: (``_flush``); -1 for a stream that is not a socket (never then).
         self._fd = socket_fd(stream)
@@ -96,12 +97,18 @@ class EngineOutput:
 
     def emit(self) -> None:
         """Have what the engine has to send now go out, as :meth:`wake` does:
-        written at the end of this loop turn when the writer is idle (``_flush``:
-        no task switch), else by the writer. For what a task sends from outside
-        an event callback."""
+        after a quiet spell (no emit in this turn or the last) and while the
+        writer is idle, written at the end of this loop turn (``_flush``: no
+        task switch, the lone message's latency); else by the writer, which
+        in a busy spell writes a turn's sends together with what the last
+        turns left (one write, and one read at the peer, for many). For what
+        a task sends from outside an event callback."""
         if self._flush_due:
             return
-        if self._writer_idle and self._fd >= 0 and not self._send_lock.locked():
+        count = self._turns.count
+        quiet = count - self._emitted_at >= 2
+        self._emitted_at = count
+        if quiet and self._writer_idle and self._fd >= 0 and not self._send_lock.locked():
             self._flush_due = True
             self._turns.at_turn_end(self._flush)
         else:
