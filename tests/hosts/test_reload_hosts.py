@@ -136,16 +136,19 @@ class Hosts:
 
     def start(self) -> None:
         for host in HOSTS:
-            self.ups[host] = subprocess.Popen(
-                [*ACTORCTL, "host", "up", str(self.file(host)), "--host", host],
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env=self.env,
-                cwd=ROOT,
-            )
+            self.ups[host] = self._host_up(host)
         for host in HOSTS:
             self.said[host] = wait_for_output(self.ups[host], f"host {host!r} ready", READY)
+
+    def _host_up(self, host: str) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            [*ACTORCTL, "host", "up", str(self.file(host)), "--host", host],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=self.env,
+            cwd=ROOT,
+        )
 
     def restart(self, host: str) -> None:
         """Stop ``host``'s ``host up`` warm (SIGTERM, by its PID), and start it again."""
@@ -154,14 +157,7 @@ class Hosts:
         process.wait(timeout=WAIT)
         if process.stdout is not None:
             process.stdout.close()
-        self.ups[host] = subprocess.Popen(
-            [*ACTORCTL, "host", "up", str(self.file(host)), "--host", host],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env=self.env,
-            cwd=ROOT,
-        )
+        self.ups[host] = self._host_up(host)
         self.said[host] = wait_for_output(self.ups[host], f"host {host!r} ready", READY)
 
     def reload(self, *args: str, host: str = "a") -> subprocess.CompletedProcess[str]:

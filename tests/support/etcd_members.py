@@ -145,6 +145,27 @@ trio.run(main, *sys.argv[1:3], float(sys.argv[3]), *sys.argv[4:])
 """
 
 
+def start_members(
+    network: Network, members: dict[str, EtcdServer]
+) -> dict[str, subprocess.Popen[bytes]]:
+    """Start each of ``members`` on its host (its log in its directory), wait
+    (bounded) until each answers (once they have elected a leader), and
+    return their processes by host."""
+    processes = {}
+    for host, member in members.items():
+        with (member.directory / "etcd.log").open("ab") as log:
+            processes[host] = network.run(
+                host, member.command(), stdout=log, stderr=subprocess.STDOUT
+            )
+    for host, member in members.items():
+        waiter = network.run(
+            host, [sys.executable, "-c", WAIT_ETCD, member.url], stdout=subprocess.PIPE
+        )
+        wait_for_output(waiter, "etcd up", timeout=READY)
+        waiter.wait(timeout=READY)
+    return processes
+
+
 class EtcdMembers:
     """One etcd member on each host of ``hosts`` (of ``network``), members of
     one new etcd cluster, each with its data directory under ``directory``."""
@@ -172,17 +193,7 @@ class EtcdMembers:
     def start(self) -> None:
         """Start every member, each on its host, and wait (bounded) until each
         answers (they answer once they have elected a leader)."""
-        for host, member in self.members.items():
-            with (member.directory / "etcd.log").open("ab") as log:
-                self.processes[host] = self.network.run(
-                    host, member.command(), stdout=log, stderr=subprocess.STDOUT
-                )
-        for host, member in self.members.items():
-            waiter = self.network.run(
-                host, [sys.executable, "-c", WAIT_ETCD, member.url], stdout=subprocess.PIPE
-            )
-            wait_for_output(waiter, "etcd up", timeout=READY)
-            waiter.wait(timeout=READY)
+        self.processes.update(start_members(self.network, self.members))
 
     def kill(self) -> None:
         """SIGKILL each member still running, by its PID, and reap it."""

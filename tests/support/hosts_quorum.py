@@ -45,7 +45,7 @@ from actorctl.cluster import load_cluster
 from actorctl.ops import ensure_dev_secrets
 from actorctl.tasks import cluster_app
 from tests.apps.hosts_app import RECORDS, RUNS, runs
-from tests.support.etcd_members import RAFT, WAIT_ETCD, WAIT_HOLDER, WAIT_NODES
+from tests.support.etcd_members import RAFT, WAIT_HOLDER, WAIT_NODES, start_members
 from tests.support.etcd_server import EtcdServer
 from tests.support.filewatch import FileWatch
 from tests.support.hosts_cluster import ACTORCTL, READY, ROOT
@@ -181,17 +181,7 @@ class QuorumHosts:
     def start_etcd(self) -> None:
         """Start the three members, each on its host, and wait (bounded) until
         each answers (they answer once they have elected a leader)."""
-        for host, member in self.members.items():
-            with (member.directory / "etcd.log").open("ab") as log:
-                self.etcd[host] = self.network.run(
-                    host, member.command(), stdout=log, stderr=subprocess.STDOUT
-                )
-        for host, member in self.members.items():
-            waiter = self.network.run(
-                host, [sys.executable, "-c", WAIT_ETCD, member.url], stdout=subprocess.PIPE
-            )
-            wait_for_output(waiter, "etcd up", timeout=READY)
-            waiter.wait(timeout=READY)
+        self.etcd.update(start_members(self.network, self.members))
 
     def urls(self, *, but: str = "") -> str:
         """The members' client URLs, comma-separated (but host ``but``'s)."""
