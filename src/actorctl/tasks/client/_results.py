@@ -133,6 +133,7 @@ class AsyncResult:
         self._lookup = lookup
         self._delivered = False  # a registry hands it its documents
         self._thread_done: threading.Lock | None = None  # made by a get() that waits
+        self._thread_held = False  # it was made held (not final then): update() lets it go
         self._thread_lock = threading.Lock()  # guards it (a lock costs a 30th of an event)
         # Made by whoever first waits in trio (most results are final before
         # anyone awaits them: then neither is made at all).
@@ -300,6 +301,7 @@ class AsyncResult:
                 self._thread_done = threading.Lock()
                 if self._state not in READY_STATES:
                     self._thread_done.acquire()
+                    self._thread_held = True
             return self._thread_done
 
     def _done_event(self) -> trio.Event:
@@ -391,8 +393,11 @@ class AsyncResult:
         elif state in (FAILURE, RETRY, REVOKED):
             self._error = body if isinstance(body, dict) else {"message": str(body)}
         if state in READY_STATES:
-            with self._thread_lock:  # after the state: a get() making its event now sees it
-                done = self._thread_done
+            with self._thread_lock:  # after the state: a get() making its lock now sees it
+                # Released only if it was made held: one made after the state
+                # was set is free already, and a waiter may hold it a moment.
+                done = self._thread_done if self._thread_held else None
+                self._thread_held = False
             if done is not None:
                 done.release()
             if self._done_trio is not None:
