@@ -64,7 +64,7 @@ async def test_the_scraper_samples_the_counters_an_application_names(
     counters.add("pie", "lost")
     # When the Controller samples the node's metrics twice, a second apart
     scraper.sample(_scraped(counters))
-    await trio.sleep(1.0)
+    await trio.sleep(1.0)  # the mock clock's second (autojump_clock): no real wait
     for _ in range(2):
         counters.add("pie", "packed")
     scraper.sample(_scraped(counters))

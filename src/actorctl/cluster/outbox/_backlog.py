@@ -154,16 +154,22 @@ class Backlog:
         kept = self._store.items(TABLE)
         self._keys = itertools.count(1 + max((_serial(key) for key, _ in kept), default=0))
         for key, value in kept:
-            try:
-                address, envelope = _unpack(value)
-            except (ActorctlError, ValueError) as exc:
-                log("actorctl:backlog:unreadable", node=self.name, key=key, error=str(exc))
-                self._store.delete(TABLE, key)
-                continue
-            entry = self._resumed[key] = _Entry(key, address, envelope)
-            self._queue(entry)
+            self._send_kept(key, value)
         if kept:
             log("actorctl:backlog:resumed", node=self.name, messages=len(kept))
+
+    def _send_kept(self, key: str, value: bytes) -> bool:
+        """Send the row ``key`` the store holds (kept from before, or taken
+        over); one that cannot be read is logged and deleted (False)."""
+        try:
+            address, envelope = _unpack(value)
+        except (ActorctlError, ValueError) as exc:
+            log("actorctl:backlog:unreadable", node=self.name, key=key, error=str(exc))
+            self._store.delete(TABLE, key)
+            return False
+        entry = self._resumed[key] = _Entry(key, address, envelope)
+        self._queue(entry)
+        return True
 
     async def add(
         self,
@@ -199,17 +205,8 @@ class Backlog:
         resumed = 0
         for key in keys:
             value = self._store.get(TABLE, key)
-            if value is None or key in self._resumed:
-                continue
-            try:
-                address, envelope = _unpack(value)
-            except (ActorctlError, ValueError) as exc:
-                log("actorctl:backlog:unreadable", node=self.name, key=key, error=str(exc))
-                self._store.delete(TABLE, key)
-                continue
-            entry = self._resumed[key] = _Entry(key, address, envelope)
-            self._queue(entry)
-            resumed += 1
+            if value is not None and key not in self._resumed:
+                resumed += self._send_kept(key, value)
         # Rows taken over keep their keys: this node's next ones come after them.
         top = max((_serial(key) for key in keys), default=0)
         self._keys = itertools.count(max(next(self._keys), top + 1))
