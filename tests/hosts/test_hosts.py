@@ -356,7 +356,9 @@ def test_the_services_nodes_host_lost_the_services_role_moves_and_what_it_held_r
         after = (hosts.directory / "sent-after.txt").read_text().split()
         lost, twice, _ = counted(hosts, after)
         assert lost == []
-        assert twice == []
+        # (none of these ran twice; the first caller's that b ran but could
+        # not settle may have run again on c by now: counted below)
+        assert [task for task in twice if task in set(after)] == []
         made = {pid for task, pid in runs(hosts.records) if task in set(after)}
         assert made == {hosts.pids["worker-c"]}, made
 
