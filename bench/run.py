@@ -6,14 +6,17 @@
 
 Each figure is the median of ``--rounds`` interleaved rounds (actorctl, then the
 raw reference, then again), because absolute figures drift a lot on a shared
-machine: compare the ratios. Two OS processes each, all traffic on 127.0.0.1.
+machine (a quarter within minutes on a 2-core one): compare the ratios. Beside each
+ratio, the range of the rounds' own ratios (each round's figure against the
+reference measured next to it) says how far one round can be trusted. Two OS
+processes each, all traffic on 127.0.0.1.
 
 The second table is actorctl's one-way throughput with mutual TLS and signed
 messages (sessions, or Ed25519 per message), against the same traffic unsigned
 over plain TCP, measured in the same rounds.
 
 The third table is the task API against Celery 5 with Redis as broker and result
-backend, one solo worker each: ``--task-rounds`` rounds (default 1; 0 skips it)
+backend, one solo worker each: ``--task-rounds`` rounds (default 3; 0 skips it)
 of bench/_celery.py then bench/_tasks.py, each a subprocess printing one JSON
 object (bench/_celery.py installs Celery and redis-server if they are missing).
 Its targets (issue 30): actorctl at least 8x Celery's throughputs, at most 0.35x
@@ -96,6 +99,18 @@ def run_task_script(script: str, *options: str) -> dict[str, Any]:
     return result
 
 
+def spread(ours: list[float], theirs: list[float]) -> list[float]:
+    """The lowest and highest of the rounds' own ratios (round i against round i)."""
+    ratios = [a / b for a, b in zip(ours, theirs, strict=True) if b]
+    return [round(min(ratios), 3), round(max(ratios), 3)] if ratios else []
+
+
+def spread_text(row: dict[str, Any]) -> str:
+    """`` (0.91-1.12)``: a row's range of round ratios, or nothing for a single round."""
+    low_high = row.get("range") or []
+    return f" ({low_high[0]:.2f}-{low_high[1]:.2f})" if low_high[:1] != low_high[1:] else ""
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print one JSON object")
@@ -104,7 +119,7 @@ def main() -> None:
     parser.add_argument("--asks", type=int, default=2000)
     parser.add_argument("--pipelined", type=int, default=20000)
     parser.add_argument(
-        "--task-rounds", type=int, default=1, help="task API vs Celery rounds (0: skip)"
+        "--task-rounds", type=int, default=3, help="task API vs Celery rounds (0: skip)"
     )
     parser.add_argument(
         "--no-ledger", dest="ledger", action="store_false", help="skip the per-task ledger"
@@ -124,7 +139,12 @@ def main() -> None:
     for key in KEYS:
         a = statistics.median(r[key] for r in ours)
         b = statistics.median(r[key] for r in raw)
-        result[key] = {"actorctl": round(a, 1), "raw": round(b, 1), "ratio": round(a / b, 3)}
+        result[key] = {
+            "actorctl": round(a, 1),
+            "raw": round(b, 1),
+            "ratio": round(a / b, 3),
+            "range": spread([r[key] for r in ours], [r[key] for r in raw]),
+        }
     plain = statistics.median(security["plain"])
     for key, (mode, _) in SECURITY.items():
         a = statistics.median(security[mode])
@@ -132,6 +152,7 @@ def main() -> None:
             "actorctl": round(a, 1),
             "reference": round(plain, 1),
             "ratio": round(a / plain, 3),
+            "range": spread(security[mode], security["plain"]),
         }
     result["signed_tls_vs_plain"] = result["session_vs_plain"]
     tasks: dict[str, list[dict[str, Any]]] = {name: [] for name in TASK_SCRIPTS}
@@ -153,7 +174,14 @@ def main() -> None:
                 result[key] = {"actorctl": round(a, 1), "celery": None, "ratio": None}
                 continue
             b = statistics.median(r[key] for r in tasks["celery"])
-            result[key] = {"actorctl": round(a, 1), "celery": round(b, 1), "ratio": round(a / b, 3)}
+            result[key] = {
+                "actorctl": round(a, 1),
+                "celery": round(b, 1),
+                "ratio": round(a / b, 3),
+                "range": spread(
+                    [r[key] for r in tasks["actorctl"]], [r[key] for r in tasks["celery"]]
+                ),
+            }
         if skipped:
             result["celery_skipped"] = skipped
         else:
@@ -169,12 +197,13 @@ def main() -> None:
     for key, (label, better) in KEYS.items():
         row = result[key]
         print(f"{label:34} {row['actorctl']:>12,.1f} {row['raw']:>12,.1f} {row['ratio']:>7.2f}x"
-              f"  ({better} is better)")  # fmt: skip
+              f"{spread_text(row)}  ({better} is better)")  # fmt: skip
     print(f"\n{'one-way tell, messages/s':34} {'secured':>12} {'plain TCP':>12} {'ratio':>8}")
     for key, (_, label) in SECURITY.items():
         row = result[key]
         print(
             f"{label:34} {row['actorctl']:>12,.1f} {row['reference']:>12,.1f} {row['ratio']:>7.2f}x"
+            f"{spread_text(row)}"
         )
     if args.task_rounds > 0:
         print("\ntasks: actorctl vs Celery 5 + Redis (solo worker each)")
@@ -185,7 +214,8 @@ def main() -> None:
                 print(f"{label:34} {row['actorctl']:>12,.1f} {'skipped':>12} {'-':>8}")
                 continue
             print(f"{label:34} {row['actorctl']:>12,.1f} {row['celery']:>12,.1f} "
-                  f"{row['ratio']:>7.2f}x  ({better} is better; target {target})")  # fmt: skip
+                  f"{row['ratio']:>7.2f}x{spread_text(row)}  ({better} is better; "
+                  f"target {target})")  # fmt: skip
         if skipped:
             print(f"(smoke run: the Celery side was skipped: {skipped})")
         print(
