@@ -164,6 +164,20 @@ def measure_tell(security: str, count: int = 20000) -> float:
     return float(trio.run(_measure_tell, security, count))
 
 
+async def _measure_pipelined(security: str, count: int) -> float:
+    with tempfile.TemporaryDirectory() as directory:
+        async with _bench_node(security, Path(directory)) as ref:
+            with trio.fail_after(300):
+                await _pipelined(ref, min(count, 2000))  # warm up: connection, TLS, caches
+                return await _pipelined(ref, count)
+
+
+def measure_pipelined(security: str, count: int = 20000) -> float:
+    """Asks with 100 in flight, calls/s, with the given security (the message a task
+    rides on: bench/run.py sets tasks from trio code against it with ``session``)."""
+    return float(trio.run(_measure_pipelined, security, count))
+
+
 async def _drain(proc: trio.Process) -> None:
     assert proc.stdout is not None
     while await proc.stdout.receive_some(65536):

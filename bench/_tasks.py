@@ -20,7 +20,11 @@ Then, on a separate connection from trio code (``async with app.aconnect(path):`
 
 * task_ff_async_per_s: the same fire-and-forget run with ``await add.aapply_async(...)`` and
   ``await (await add.adelay(1, 2)).aget()``. Before it, one ``add.delay(0, 0)`` round trip
-  checks the new connection (the counterpart of the sync connection's warm-up), untimed.
+  checks the new connection (the counterpart of the sync connection's warm-up), untimed;
+* task_pipelined_async_per_s: ``--window`` trio tasks each awaiting
+  ``await (await add.adelay(1, 2)).aget()`` in turn, calls/s: the same shape as
+  bench/_actorctl.py's pipelined ``ask``, so bench/run.py can set the task machinery against
+  the message it rides on without the sync API's thread crossings in between.
 
 Prints one JSON object on stdout; progress goes to stderr. ``--smoke`` (bench/_smoke.py): the
 same with tiny counts, in a few seconds.
@@ -62,18 +66,43 @@ def _expect(value: object, wanted: int, what: str) -> None:
         raise RuntimeError(f"{what} returned {value!r}, not {wanted}")
 
 
-async def _fire_forget_async(path: Path, count: int) -> float:
+async def _fire_forget_async(count: int) -> float:
     """Messages/s from trio code: ``count`` results-ignored sends, until a final result."""
+    with trio.fail_after(PHASE_TIMEOUT_S):
+        t0 = time.perf_counter()
+        for _ in range(count):
+            await add.aapply_async((1, 2), ignore_result=True)
+        final = await add.adelay(1, 2)
+        _expect(await final.aget(timeout=ASYNC_FINAL_TIMEOUT_S), 3, "add(1, 2)")
+        return count / (time.perf_counter() - t0)
+
+
+async def _pipelined_async(count: int, window: int) -> float:
+    """Calls/s from trio code: ``window`` tasks each awaiting one call's result in turn."""
+
+    async def caller(n: int) -> None:
+        for _ in range(n):
+            result = await add.adelay(1, 2)
+            _expect(await result.aget(timeout=ASYNC_FINAL_TIMEOUT_S), 3, "add(1, 2)")
+
+    each = max(1, count // window)
+    with trio.fail_after(PHASE_TIMEOUT_S):
+        t0 = time.perf_counter()
+        async with trio.open_nursery() as nursery:
+            for _ in range(window):
+                nursery.start_soon(caller, each)
+        return each * window / (time.perf_counter() - t0)
+
+
+async def _measure_async(path: Path, tells: int, pipelined: int, window: int) -> dict[str, float]:
+    """The figures from trio code, on a connection of their own."""
     async with app.aconnect(path):
         ready = await add.adelay(0, 0)
         _expect(await ready.aget(timeout=READY_TIMEOUT_S), 0, "add(0, 0)")
-        with trio.fail_after(PHASE_TIMEOUT_S):
-            t0 = time.perf_counter()
-            for _ in range(count):
-                await add.aapply_async((1, 2), ignore_result=True)
-            final = await add.adelay(1, 2)
-            _expect(await final.aget(timeout=ASYNC_FINAL_TIMEOUT_S), 3, "add(1, 2)")
-            return count / (time.perf_counter() - t0)
+        return {
+            "task_ff_async_per_s": round(await _fire_forget_async(tells), 1),
+            "task_pipelined_async_per_s": round(await _pipelined_async(pipelined, window), 1),
+        }
 
 
 def measure(
@@ -89,8 +118,8 @@ def measure(
                 "task_pipelined_per_s": round(measure_pipelined(add, pipelined, window), 1),
                 "task_fire_forget_per_s": round(measure_fire_forget(add, tells), 1),
             }
-        _log("sync API done; fire-and-forget from trio code on a new connection")
-        result["task_ff_async_per_s"] = round(trio.run(_fire_forget_async, path, tells), 1)
+        _log("sync API done; fire-and-forget and pipelined from trio code on a new connection")
+        result.update(trio.run(_measure_async, path, tells, pipelined, window))
     return result
 
 
