@@ -120,9 +120,15 @@ def test_a_traced_action_within_an_eliot_action_nests_as_eliots_own_does(logs: L
 
 
 def test_a_traced_action_ended_by_an_exception_says_so_as_eliot_does(logs: Logs) -> None:
-    def failing(started: AbstractContextManager[Any]) -> None:
-        with pytest.raises(ValueError, match="boom"), started:
+    def run(started: AbstractContextManager[Any]) -> None:
+        with started:
+            log("test:before", n=1)  # (its end line comes after this one)
+            trace_here()
             raise ValueError("boom")
+
+    def failing(started: AbstractContextManager[Any]) -> None:
+        with pytest.raises(ValueError, match="boom"):
+            run(started)
 
     failing(eliot.start_action(action_type="test:run"))
     theirs = list(logs.messages)
@@ -131,6 +137,7 @@ def test_a_traced_action_ended_by_an_exception_says_so_as_eliot_does(logs: Logs)
     assert _shape(logs.messages) == _shape(theirs)
     assert logs.messages[-1]["action_status"] == "failed"
     assert logs.messages[-1]["exception"] == "builtins.ValueError"
+    assert logs.messages[-1]["task_level"] == [4]
 
 
 def test_each_new_trace_has_a_uuid_of_its_own_in_a_uuid4s_shape(logs: Logs) -> None:
