@@ -13,6 +13,7 @@ import eliot
 import pytest
 from eliot import FileDestination, start_action
 
+from actorctl._log import Traced, log
 from actorctl.cli.output._logfile import BEHIND, BatchedFile
 
 LONG = 3600.0  # a delay no test waits for: a line held for it is only written by the test
@@ -207,6 +208,30 @@ def test_as_eliots_destination_it_writes_the_text_eliots_to_file_writes() -> Non
     # Then both wrote the same text, line for line
     assert ours.getvalue() == theirs.getvalue()
     assert len(ours.getvalue().splitlines()) == 3
+
+
+def test_a_tasks_trace_lines_many_batches_long_are_eliots_text_in_order() -> None:
+    # Given a batched file of small batches as eliot's destination, and
+    # eliot's own file destination beside it
+    ours, theirs = io.StringIO(), io.StringIO()
+    batched = BatchedFile(ours, delay=LONG, most=600)
+    reference = FileDestination(file=theirs)
+    eliot.add_destinations(batched.line, reference)
+    try:
+        # When task actions (actorctl's own) log past a batch, and past
+        # BEHIND batches, while none is written by the delay
+        for n in range(60):
+            with Traced("actorctl:task", {"task": "add", "task_id": f"t{n}", "retries": 0}):
+                log("test:inside", n=n, why="ünï")
+    finally:
+        eliot.remove_destination(batched.line)
+        eliot.remove_destination(reference)
+    batched.close()
+    # Then both wrote the same text, line for line, in the order logged
+    assert ours.getvalue() == theirs.getvalue()
+    lines = [json.loads(line) for line in ours.getvalue().splitlines()]
+    assert [line.get("n") for line in lines if "n" in line] == list(range(60))
+    assert len(lines) == 180
 
 
 class Failing(Writes):

@@ -60,13 +60,27 @@ def _shape(messages: list[dict[str, Any]]) -> list[list[tuple[str, Any]]]:
     ]
 
 
+#: A declared message type: eliot serializes its fields (a set, as a list).
+_TYPED = eliot.MessageType(
+    "test:typed", [eliot.Field("n", lambda n: [n, n], "a number, twice")], "A typed line."
+)
+
+
 def _run_within(started: Callable[[], AbstractContextManager[Any]]) -> None:
-    """Within a continued trace: an action that logs, sends, nests an action, ends."""
+    """Within a continued trace: an action that logs, sends, nests an action,
+    hands its place to other code (eliot's ``preserve_context``), logs a
+    line of a declared type (serialized by eliot), adds a result to its end
+    line, ends."""
     with continue_trace("d2f4c6a8-0000-4000-8000-000000000001@/3"), started():
         log("test:inside", n=1)
         trace_here()
         with eliot.start_action(action_type="test:child"):
-            pass
+            eliot.log_message("test:in-child")
+        eliot.preserve_context(lambda: log("test:elsewhere"))()
+        _TYPED.log(n=2)
+        current = eliot.current_action()
+        assert current is not None
+        current.add_success_fields(result=3)
 
 
 def test_a_traced_action_writes_the_lines_eliots_own_action_writes(logs: Logs) -> None:
@@ -80,12 +94,41 @@ def test_a_traced_action_writes_the_lines_eliots_own_action_writes(logs: Logs) -
     assert {line["task_uuid"] for line in logs.messages + theirs} == {
         "d2f4c6a8-0000-4000-8000-000000000001"
     }
+    # (the typed line was serialized, the result is on the end line)
+    assert [line["n"] for line in logs.messages if line.get("message_type") == "test:typed"] == [
+        [2, 2]
+    ]
+    assert logs.messages[-1]["result"] == 3
+
+
+def test_a_traced_action_within_an_eliot_action_nests_as_eliots_own_does(logs: Logs) -> None:
+    # Given the same run within an action of eliot's own, once in eliot's
+    # start_action and once in Traced
+    with start_action(action_type="test:outer"):
+        with start_action(action_type="test:run", task="t"):
+            log("test:inside")
+        trace_here()
+    theirs = list(logs.messages)
+    logs.messages.clear()
+    with start_action(action_type="test:outer"):
+        with Traced("test:run", {"task": "t"}):
+            log("test:inside")
+        trace_here()
+    # Then the lines are the same, field for field, each trace of one uuid
+    assert _shape(logs.messages) == _shape(theirs)
+    assert len({line["task_uuid"] for line in logs.messages}) == 1
 
 
 def test_a_traced_action_ended_by_an_exception_says_so_as_eliot_does(logs: Logs) -> None:
-    def failing(started: AbstractContextManager[Any]) -> None:
-        with pytest.raises(ValueError, match="boom"), started:
+    def run(started: AbstractContextManager[Any]) -> None:
+        with started:
+            log("test:before", n=1)  # (its end line comes after this one)
+            trace_here()
             raise ValueError("boom")
+
+    def failing(started: AbstractContextManager[Any]) -> None:
+        with pytest.raises(ValueError, match="boom"):
+            run(started)
 
     failing(eliot.start_action(action_type="test:run"))
     theirs = list(logs.messages)
@@ -94,6 +137,7 @@ def test_a_traced_action_ended_by_an_exception_says_so_as_eliot_does(logs: Logs)
     assert _shape(logs.messages) == _shape(theirs)
     assert logs.messages[-1]["action_status"] == "failed"
     assert logs.messages[-1]["exception"] == "builtins.ValueError"
+    assert logs.messages[-1]["task_level"] == [4]
 
 
 def test_each_new_trace_has_a_uuid_of_its_own_in_a_uuid4s_shape(logs: Logs) -> None:

@@ -45,11 +45,11 @@ __all__ = ["BEHIND", "DELAY", "MOST", "BatchedFile"]
 #: The longest a line waits to be written, in seconds: the most a process
 #: killed outright (SIGKILL) loses of its log.
 DELAY: Final = 0.1
-#: The characters that make a batch: once they wait, the writer thread writes
-#: them at once, without waiting for the delay.
+#: The bytes (of UTF-8 text) that make a batch: once they wait, the writer
+#: thread writes them at once, without waiting for the delay.
 MOST: Final = 1 << 16
 #: How many batches may wait while the writer thread is still writing: past
-#: ``MOST * BEHIND`` characters, the line that adds to them writes them all (a
+#: ``MOST * BEHIND`` bytes, the line that adds to them writes them all (a
 #: process that logs faster than its output is read waits, as it did when
 #: every line was written at once).
 BEHIND: Final = 4
@@ -62,9 +62,9 @@ class BatchedFile:
     A line written while nothing was written for ``delay`` seconds goes to
     ``file`` at once. A line that follows sooner waits, with the lines after
     it, until ``delay`` seconds have passed since the last write, or until
-    ``most`` characters wait: a thread of this object writes them then, so
+    ``most`` bytes wait: a thread of this object writes them then, so
     that a busy process's thread (a node's event loop) does not wait for the
-    write. Only past ``most * BEHIND`` characters (the file is read slower
+    write. Only past ``most * BEHIND`` bytes (the file is read slower
     than it is written) does the line that adds to them write them all, by
     its writer's own call. :meth:`close` writes what waits and stops the
     thread: ``log_to`` calls it at exit.
@@ -86,7 +86,9 @@ class BatchedFile:
         self._delay = delay
         self._most = most
         self._clock = clock
-        self._waiting: list[str] = []
+        # A line waits as its UTF-8 bytes (eliot's encoder makes them: a line
+        # costs no decode), a batch is decoded once, by whoever writes it.
+        self._waiting: list[bytes] = []
         self._size = 0
         self._written_at = float("-inf")  # by self._clock
         self._closed = False
@@ -105,28 +107,44 @@ class BatchedFile:
             # eliot's FileDestination asks with b"" whether a file takes bytes.
             raise TypeError(f"a BatchedFile takes text, not {type(text).__name__}")
         if text:
-            self._keep(text)
+            self._keep(text.encode("utf-8", "surrogatepass"))
         return len(text)
 
     def line(self, message: dict[str, Any]) -> None:
         """An eliot destination: ``message`` as one JSON line, the text
         eliot's ``to_file`` would write (``log_to`` adds it)."""
-        self._keep(_encode(message).decode())
-
-    def _keep(self, text: str) -> None:
-        """Keep ``text`` (not empty) to be written (:meth:`write`)."""
+        data = _encode(message)
         with self._lock:
-            waiting = self._waiting
-            waiting.append(text)
+            # Most lines of a busy process: lines wait already (the writer is
+            # due to write them, or was woken by the line that filled a batch)
+            # and this one joins them; any other goes through ``_keep``.
             before = self._size
-            self._size = size = before + len(text)
+            size = before + len(data)
+            most = self._most
+            if (
+                before
+                and (size < most or (most <= before and size < most * BEHIND))
+                and not self._closed
+            ):
+                self._waiting.append(data)
+                self._size = size
+                return
+        self._keep(data)
+
+    def _keep(self, data: bytes) -> None:
+        """Keep ``data`` (a line's text in UTF-8, not empty) to be written
+        (:meth:`write`)."""
+        with self._lock:
+            self._waiting.append(data)
+            before = self._size
+            self._size = size = before + len(data)
             if self._closed or size >= self._most * BEHIND:
                 now = True
             elif size >= self._most:
                 if before < self._most:  # a batch is full: the writer writes it now
                     self._wake_writer()
                 return
-            elif len(waiting) > 1:
+            elif before:  # (lines waited: a line is never empty)
                 return  # the writer is already due to write it
             else:
                 now = self._clock() - self._written_at >= self._delay
@@ -147,7 +165,7 @@ class BatchedFile:
                 if batch:
                     self._written_at = self._clock()
             if batch:
-                self._file.write("".join(batch))
+                self._file.write(b"".join(batch).decode("utf-8", "surrogatepass"))
                 self._file.flush()
 
     def close(self) -> None:

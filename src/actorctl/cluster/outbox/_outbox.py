@@ -36,7 +36,7 @@ import attrs
 import trio
 
 from ..._errors import AskTimeout, ConfigError
-from ..._log import TRACE, log, trace_here
+from ..._log import TRACE, current_action_or, log, trace_here
 from ...actors import REPLIER, Address
 from ...mailbox import EXPIRED, Envelope, Outcome
 from ...store._store import Store
@@ -379,8 +379,9 @@ class NodeOutbox:
 
 def _traced(envelope: Envelope) -> Envelope:
     """``envelope`` with the trace of the eliot action it is sent in (a header
-    it has already, from the message it continues, is kept)."""
-    if TRACE in envelope.headers:
+    it has already, from the message it continues, is kept). Outside any
+    action (a caller's sends, most often) it costs one look-up."""
+    if TRACE in envelope.headers or current_action_or(None) is None:
         return envelope
     trace = trace_here()
     if trace is None:
