@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -156,3 +158,57 @@ def test_a_list_whose_count_its_bytes_cannot_hold_is_not_read() -> None:
     # Then the fast reader leaves it (to proton's decoder, which refuses it),
     # having allocated nothing for the count
     assert read_message(bytes(data)) is None
+
+
+def test_a_session_signature_is_written_as_the_signers_own_properties_would_be() -> None:
+    from actorctl.mailbox import SessionSigner, read_message
+    from actorctl.mailbox._signing import Session
+
+    # Given a session signer, and the same signer behind a plain function (which
+    # the encoder writes through the general path: its dict of properties)
+    signer = SessionSigner(Session("0123456789abcdef0123456789abcdef", b"k" * 32, "me", 2e9))
+
+    def as_properties(canonical: bytes) -> Mapping[str, object]:
+        return signer(canonical)
+
+    envelope = Envelope(
+        message_id="m-1",
+        to="/celery",
+        subject="t.add",
+        body=[[1, 2], {}],
+        reply_to="$replies/n/c",
+        correlation_id="t-1",
+        creation_time=1.7e9,
+        headers={"task_id": "t-1", "n": 3},
+    )
+    # When both sign it
+    fast = encode(envelope, signer=signer, actor="celery", node="n1")
+    general = encode(envelope, signer=as_properties, actor="celery", node="n1")
+    # Then the bytes are the same, and carry the session's three properties
+    assert fast == general
+    sections = read_message(fast)
+    assert sections is not None
+    app = sections[1]
+    assert (app["sig_alg"], app["sig_key"], app["sig_node"]) == (
+        "hmac-sha256",
+        signer.session.id,
+        "n1",
+    )
+    assert len(app["sig"]) == 32
+
+
+def test_unique_strings_never_keep_a_recurring_one_from_the_encoders_cache() -> None:
+    from actorctl.mailbox import _encoding
+
+    # Given more unique header values (task ids) than the cache holds
+    for n in range(2 * _encoding._MAX_NAMES + 1):
+        encode(Envelope(message_id=f"m-{n}", to="a", subject="s", body=[[], {}],
+                        headers={"task_id": f"task-{n}"}))  # fmt: skip
+    # When a new string starts to recur (a caller's reply address, a new session's id)
+    for n in range(2):
+        encode(Envelope(message_id=f"r-{n}", to="a", subject="s", body=[[], {}],
+                        reply_to="$replies/a-new-caller/1"))  # fmt: skip
+    # Then it is cached from its second message on, and none of the unique ones is
+    assert "$replies/a-new-caller/1" in _encoding._names
+    assert len(_encoding._names) < _encoding._MAX_NAMES
+    assert not any(name.startswith("task-") for name in _encoding._names)
