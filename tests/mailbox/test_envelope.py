@@ -212,3 +212,35 @@ def test_unique_strings_never_keep_a_recurring_one_from_the_encoders_cache() -> 
     assert "$replies/a-new-caller/1" in _encoding._names
     assert len(_encoding._names) < _encoding._MAX_NAMES
     assert not any(name.startswith("task-") for name in _encoding._names)
+
+
+def test_a_circular_or_non_finite_body_is_refused_naming_what_is_wrong() -> None:
+    circular: list[object] = []
+    circular.append(circular)
+    for body, said in ((circular, "Circular reference"), ({"x": float("nan")}, "Out of range")):
+        with pytest.raises(WireFormatError, match=said):
+            encode(Envelope(message_id="m", to="a", subject="s", body=body))
+
+
+@pytest.mark.parametrize(
+    ("raw", "read"),
+    [(b" [[1], {}] ", [[1], {}]), (b"[[1],{}]\n", [[1], {}]), (b"3", 3), (b"[[1],{}] x", None),
+     (b"", None), (b"[1", None), (b"NaN", None)],
+)  # fmt: skip
+def test_a_body_with_whitespace_around_it_reads_and_one_with_more_is_refused(
+    raw: bytes, read: object
+) -> None:
+    from actorctl.mailbox import read_message
+    from actorctl.mailbox._decoding import from_sections
+
+    # Given a message as actorctl writes it, whose body (a data section) is ``raw``
+    data = encode(Envelope(message_id="m", to="a", subject="s", body=None))
+    assert data.endswith(b"\x00\x53\x75\xb0\x00\x00\x00\x04null")
+    sections = read_message(data[:-8] + len(raw).to_bytes(4, "big") + raw)
+    assert sections is not None
+    # Then JSON with whitespace around it reads as JSON; anything else is refused
+    if read is None:
+        with pytest.raises(WireFormatError, match="body is not valid UTF-8 JSON"):
+            from_sections(sections)
+    else:
+        assert from_sections(sections).body == read
