@@ -51,7 +51,32 @@ def read_message(data: bytes) -> Sections | None:
         return None
 
 
+_U32_PAIR = struct.Struct(">II").unpack_from
+# The three sections as actorctl writes them: a list32 of properties, a map32
+# of application properties and a vbin32 of data, each behind its descriptor.
+_PROPERTIES32 = b"\x00\x53\x73\xd0"
+_APP_PROPERTIES32 = b"\x00\x53\x74\xd1"
+_DATA32 = b"\x00\x53\x75\xb0"
+
+
 def _read_message(data: bytes) -> Sections | None:
+    # What actorctl writes, in its order, read straight through (per message);
+    # anything else (another order, other forms, more sections) goes to
+    # _read_sections, which reads these the same way too.
+    if data.startswith(_PROPERTIES32):
+        size, count = _U32_PAIR(data, 4)
+        properties, pos = _compound(data, 12, count, False, 8 + size)
+        if data.startswith(_APP_PROPERTIES32, pos):
+            size, count = _U32_PAIR(data, pos + 4)
+            app, pos = _map(data, pos + 12, count, pos + 8 + size)
+            if data.startswith(_DATA32, pos):
+                start = pos + 8
+                if start + _U32(data, pos + 4)[0] == len(data):
+                    return properties, app, data[start:]
+    return _read_sections(data)
+
+
+def _read_sections(data: bytes) -> Sections | None:
     pos, end = 0, len(data)
     properties: list[Any] = []
     app: dict[Any, Any] = {}
@@ -140,7 +165,7 @@ def _compound(data: bytes, pos: int, count: int, is_map: bool, end: int) -> tupl
         code = data[pos]
         if code == 0xA1 or code == 0xA3:
             stop = pos + 2 + data[pos + 1]
-            items[at] = data[pos + 2 : stop].decode("utf-8")
+            items[at] = data[pos + 2 : stop].decode()
             pos = stop
         elif code == 0x40:
             pos += 1  # null: the item is None already
@@ -149,7 +174,7 @@ def _compound(data: bytes, pos: int, count: int, is_map: bool, end: int) -> tupl
             pos += 9
         elif code == 0xA0:
             stop = pos + 2 + data[pos + 1]
-            items[at] = bytes(data[pos + 2 : stop])
+            items[at] = data[pos + 2 : stop]  # data is bytes: a slice is a copy
             pos = stop
         else:
             items[at], pos = _read(data, pos)
@@ -193,11 +218,11 @@ def _map(data: bytes, pos: int, count: int, end: int) -> tuple[dict[Any, Any], i
         code = data[pos]
         if code == 0xA1 or code == 0xA3:
             stop = pos + 2 + data[pos + 1]
-            value = data[pos + 2 : stop].decode("utf-8")
+            value = data[pos + 2 : stop].decode()
             pos = stop
         elif code == 0xA0:
             stop = pos + 2 + data[pos + 1]
-            value = bytes(data[pos + 2 : stop])
+            value = data[pos + 2 : stop]  # data is bytes: a slice is a copy
             pos = stop
         elif code == 0x40:
             value = None
