@@ -244,3 +244,21 @@ def test_a_body_with_whitespace_around_it_reads_and_one_with_more_is_refused(
             from_sections(sections)
     else:
         assert from_sections(sections).body == read
+
+
+def test_the_reader_caches_the_text_pairs_that_recur_and_no_unique_one() -> None:
+    from actorctl.mailbox import _amqp, read_message
+
+    # Given more messages with a unique header value (a task id) than the cache holds
+    for n in range(2 * _amqp._MAX_KEYS + 1):
+        data = encode(Envelope(message_id=f"m-{n}", to="a", subject="s", body=[[], {}],
+                               headers={"task_id": f"task-{n}", "pool": "a-new-pool"}))  # fmt: skip
+        sections = read_message(data)
+        # Then each reads as written
+        assert sections is not None
+        assert sections[1] == {"kind": "command", "lang": "py", "task_id": f"task-{n}",
+                               "pool": "a-new-pool"}  # fmt: skip
+    # And the pair that recurs is cached, none of the unique ones
+    cached = {pair for pair, _ in _amqp._pairs.values()}
+    assert "pool" in cached
+    assert "task_id" not in cached

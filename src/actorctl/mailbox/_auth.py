@@ -168,7 +168,8 @@ def canonical_bytes(
             r = _fields[reply_to] if reply_to in _fields else _field(reply_to)
         else:
             r = _ABSENT
-        h = _headers(headers)
+        # Most messages have no covered header: told without a call (per message)
+        h = _NO_HEADERS if not headers or headers.keys() <= _UNCOVERED else _headers(headers)
     except UnicodeEncodeError as exc:
         raise WireFormatError(
             f"message {message_id!r}: text that is not valid UTF-8 ({exc.reason})"

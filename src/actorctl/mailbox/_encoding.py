@@ -75,7 +75,7 @@ def encode(
                 mac = signer.keyed.copy()
                 mac.update(canonical)
                 sid = signer.session.id
-                head = _session_heads[sid] if sid in _session_heads else _session_head(sid)
+                head = _session_heads.get(sid) or _session_head(sid)
                 signature = head + mac.digest()
             else:
                 extra = signer(canonical)
@@ -120,8 +120,10 @@ def _encode(envelope: Envelope, body: bytes, app: tuple[bytes, int]) -> bytes:
     to, reply_to, correlation_id = envelope.to, envelope.reply_to, envelope.correlation_id
     subject = envelope.subject
     expiry, creation = envelope.expiry_time, envelope.creation_time
+    message_id = envelope.message_id.encode()  # _string, inline (per message)
+    size = len(message_id)
     fields = [
-        _string(envelope.message_id),
+        (b"\xa1" + _LENGTHS[size] if size < 256 else b"\xb1" + _pack_size32(size)) + message_id,
         _NULL,  # user-id
         (names[to] if to in names else _name(to)) if to else _NULL,
         names[subject] if subject in names else _name(subject),
@@ -129,8 +131,9 @@ def _encode(envelope: Envelope, body: bytes, app: tuple[bytes, int]) -> bytes:
         _string(correlation_id) if correlation_id else _NULL,
         _JSON_SYMBOL,
         _NULL,  # content-encoding
-        _timestamp(expiry) if expiry else _NULL,
-        _timestamp(creation) if creation else _NULL,
+        # _timestamp, inline (per message): as _ms, since the signature covers it
+        b"\x83" + _pack_long(round(expiry * 1000)) if expiry else _NULL,
+        b"\x83" + _pack_long(round(creation * 1000)) if creation else _NULL,
     ]
     while fields[-1] is _NULL:
         fields.pop()
@@ -172,10 +175,6 @@ def _string(text: str) -> bytes:
     if (size := len(raw)) < 256:
         return b"\xa1" + _LENGTHS[size] + raw
     return b"\xb1" + _pack_size32(size) + raw
-
-
-def _timestamp(seconds: float) -> bytes:
-    return b"\x83" + _pack_long(round(seconds * 1000))  # as _ms: the signature covers it
 
 
 _JSON_SYMBOL = b"\xa3" + bytes((len(CONTENT_TYPE_JSON),)) + CONTENT_TYPE_JSON.encode()
@@ -246,7 +245,9 @@ def _value(value: object) -> bytes | None:
 
 #: The strings that recur (header names, subjects, reply addresses, session ids,
 #: node names), each as ``_string`` encodes it, and the strings met once since
-#: ``_once`` was last emptied. Each holds at most ``_MAX_NAMES``.
+#: ``_once`` was last emptied. Each holds at most ``_MAX_NAMES``: ``_names`` is
+#: never emptied (a name found by ``in`` is still there at ``[]``, whatever
+#: another thread encodes meanwhile), ``_once`` is when it is full.
 _names: dict[str, bytes] = {}
 _once: set[str] = set()
 _MAX_NAMES: Final = 4096
@@ -257,15 +258,13 @@ def _name(text: str) -> bytes:
     sighting on. A string met once (a task id, a message id in a header) only
     goes in ``_once``, so that unique strings never fill ``_names``: a string
     that starts to recur after a million unique ones (a session opened later,
-    a new caller's reply address) is cached at its second message. Each set is
-    emptied when it is full, so neither freezes with what was current once."""
+    a new caller's reply address) is cached at its second message."""
     if text in _names:
         return _names[text]
     encoded = _string(text)
     if text in _once:
-        if len(_names) >= _MAX_NAMES:
-            _names.clear()
-        _names[text] = encoded
+        if len(_names) < _MAX_NAMES:
+            _names[text] = encoded
     else:
         if len(_once) >= _MAX_NAMES:
             _once.clear()
