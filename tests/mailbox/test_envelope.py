@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -156,3 +158,107 @@ def test_a_list_whose_count_its_bytes_cannot_hold_is_not_read() -> None:
     # Then the fast reader leaves it (to proton's decoder, which refuses it),
     # having allocated nothing for the count
     assert read_message(bytes(data)) is None
+
+
+def test_a_session_signature_is_written_as_the_signers_own_properties_would_be() -> None:
+    from actorctl.mailbox import SessionSigner, read_message
+    from actorctl.mailbox._signing import Session
+
+    # Given a session signer, and the same signer behind a plain function (which
+    # the encoder writes through the general path: its dict of properties)
+    signer = SessionSigner(Session("0123456789abcdef0123456789abcdef", b"k" * 32, "me", 2e9))
+
+    def as_properties(canonical: bytes) -> Mapping[str, object]:
+        return signer(canonical)
+
+    envelope = Envelope(
+        message_id="m-1",
+        to="/celery",
+        subject="t.add",
+        body=[[1, 2], {}],
+        reply_to="$replies/n/c",
+        correlation_id="t-1",
+        creation_time=1.7e9,
+        headers={"task_id": "t-1", "n": 3},
+    )
+    # When both sign it
+    fast = encode(envelope, signer=signer, actor="celery", node="n1")
+    general = encode(envelope, signer=as_properties, actor="celery", node="n1")
+    # Then the bytes are the same, and carry the session's three properties
+    assert fast == general
+    sections = read_message(fast)
+    assert sections is not None
+    app = sections[1]
+    assert (app["sig_alg"], app["sig_key"], app["sig_node"]) == (
+        "hmac-sha256",
+        signer.session.id,
+        "n1",
+    )
+    assert len(app["sig"]) == 32
+
+
+def test_unique_strings_never_keep_a_recurring_one_from_the_encoders_cache() -> None:
+    from actorctl.mailbox import _encoding
+
+    # Given more unique header values (task ids) than the cache holds
+    for n in range(2 * _encoding._MAX_NAMES + 1):
+        encode(Envelope(message_id=f"m-{n}", to="a", subject="s", body=[[], {}],
+                        headers={"task_id": f"task-{n}"}))  # fmt: skip
+    # When a new string starts to recur (a caller's reply address, a new session's id)
+    for n in range(2):
+        encode(Envelope(message_id=f"r-{n}", to="a", subject="s", body=[[], {}],
+                        reply_to="$replies/a-new-caller/1"))  # fmt: skip
+    # Then it is cached from its second message on, and none of the unique ones is
+    assert "$replies/a-new-caller/1" in _encoding._names
+    assert len(_encoding._names) < _encoding._MAX_NAMES
+    assert not any(name.startswith("task-") for name in _encoding._names)
+
+
+def test_a_circular_or_non_finite_body_is_refused_naming_what_is_wrong() -> None:
+    circular: list[object] = []
+    circular.append(circular)
+    for body, said in ((circular, "Circular reference"), ({"x": float("nan")}, "Out of range")):
+        with pytest.raises(WireFormatError, match=said):
+            encode(Envelope(message_id="m", to="a", subject="s", body=body))
+
+
+@pytest.mark.parametrize(
+    ("raw", "read"),
+    [(b" [[1], {}] ", [[1], {}]), (b"[[1],{}]\n", [[1], {}]), (b"3", 3), (b"[[1],{}] x", None),
+     (b"", None), (b"[1", None), (b"NaN", None)],
+)  # fmt: skip
+def test_a_body_with_whitespace_around_it_reads_and_one_with_more_is_refused(
+    raw: bytes, read: object
+) -> None:
+    from actorctl.mailbox import read_message
+    from actorctl.mailbox._decoding import from_sections
+
+    # Given a message as actorctl writes it, whose body (a data section) is ``raw``
+    data = encode(Envelope(message_id="m", to="a", subject="s", body=None))
+    assert data.endswith(b"\x00\x53\x75\xb0\x00\x00\x00\x04null")
+    sections = read_message(data[:-8] + len(raw).to_bytes(4, "big") + raw)
+    assert sections is not None
+    # Then JSON with whitespace around it reads as JSON; anything else is refused
+    if read is None:
+        with pytest.raises(WireFormatError, match="body is not valid UTF-8 JSON"):
+            from_sections(sections)
+    else:
+        assert from_sections(sections).body == read
+
+
+def test_the_reader_caches_the_text_pairs_that_recur_and_no_unique_one() -> None:
+    from actorctl.mailbox import _amqp, read_message
+
+    # Given more messages with a unique header value (a task id) than the cache holds
+    for n in range(2 * _amqp._MAX_KEYS + 1):
+        data = encode(Envelope(message_id=f"m-{n}", to="a", subject="s", body=[[], {}],
+                               headers={"task_id": f"task-{n}", "pool": "a-new-pool"}))  # fmt: skip
+        sections = read_message(data)
+        # Then each reads as written
+        assert sections is not None
+        assert sections[1] == {"kind": "command", "lang": "py", "task_id": f"task-{n}",
+                               "pool": "a-new-pool"}  # fmt: skip
+    # And the pair that recurs is cached, none of the unique ones
+    cached = {pair for pair, _ in _amqp._pairs.values()}
+    assert "pool" in cached
+    assert "task_id" not in cached

@@ -172,6 +172,17 @@ def test_a_header_that_json_cannot_hold_is_a_wire_format_error_naming_it() -> No
         canonical_bytes(**{**FIELDS, "headers": {"chain": [{1: "x"}]}})
     with pytest.raises(WireFormatError, match="key 7 is not a string"):
         canonical_bytes(**{**FIELDS, "headers": {7: "x"}})
+    with pytest.raises(WireFormatError, match="key 7 is not a string"):
+        canonical_bytes(**{**FIELDS, "headers": {"a": 1, 7: "x"}})  # keys of two types
+
+
+def test_a_null_header_is_left_out_whatever_its_key() -> None:
+    # Given headers with null values, one of them under a key that is not a string
+    headers = {"retries": 2, 7: None, "gone": None, (1,): None}
+    # Then they are left out, as if they were not there (null means absent)
+    assert canonical_bytes(**{**FIELDS, "headers": headers}) == canonical_bytes(
+        **{**FIELDS, "headers": {"retries": 2}}
+    )
 
 
 # --- Signing and verifying -----------------------------------------------------------

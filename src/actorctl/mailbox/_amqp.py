@@ -51,7 +51,32 @@ def read_message(data: bytes) -> Sections | None:
         return None
 
 
+_U32_PAIR = struct.Struct(">II").unpack_from
+# The three sections as actorctl writes them: a list32 of properties, a map32
+# of application properties and a vbin32 of data, each behind its descriptor.
+_PROPERTIES32 = b"\x00\x53\x73\xd0"
+_APP_PROPERTIES32 = b"\x00\x53\x74\xd1"
+_DATA32 = b"\x00\x53\x75\xb0"
+
+
 def _read_message(data: bytes) -> Sections | None:
+    # What actorctl writes, in its order, read straight through (per message);
+    # anything else (another order, other forms, more sections) goes to
+    # _read_sections, which reads these the same way too.
+    if data.startswith(_PROPERTIES32):
+        size, count = _U32_PAIR(data, 4)
+        properties, pos = _compound(data, 12, count, False, 8 + size)
+        if data.startswith(_APP_PROPERTIES32, pos):
+            size, count = _U32_PAIR(data, pos + 4)
+            app, pos = _map(data, pos + 12, count, pos + 8 + size)
+            if data.startswith(_DATA32, pos):
+                start = pos + 8
+                if start + _U32(data, pos + 4)[0] == len(data):
+                    return properties, app, data[start:]
+    return _read_sections(data)
+
+
+def _read_sections(data: bytes) -> Sections | None:
     pos, end = 0, len(data)
     properties: list[Any] = []
     app: dict[Any, Any] = {}
@@ -140,7 +165,7 @@ def _compound(data: bytes, pos: int, count: int, is_map: bool, end: int) -> tupl
         code = data[pos]
         if code == 0xA1 or code == 0xA3:
             stop = pos + 2 + data[pos + 1]
-            items[at] = data[pos + 2 : stop].decode("utf-8")
+            items[at] = data[pos + 2 : stop].decode()
             pos = stop
         elif code == 0x40:
             pos += 1  # null: the item is None already
@@ -149,7 +174,7 @@ def _compound(data: bytes, pos: int, count: int, is_map: bool, end: int) -> tupl
             pos += 9
         elif code == 0xA0:
             stop = pos + 2 + data[pos + 1]
-            items[at] = bytes(data[pos + 2 : stop])
+            items[at] = data[pos + 2 : stop]  # data is bytes: a slice is a copy
             pos = stop
         else:
             items[at], pos = _read(data, pos)
@@ -158,33 +183,71 @@ def _compound(data: bytes, pos: int, count: int, is_map: bool, end: int) -> tupl
     return items, pos
 
 
-# Map keys by their UTF-8 bytes, decoded: bounded, past it they are decoded anew.
+# Map keys by their UTF-8 bytes, decoded: bounded, past it they are decoded
+# anew (never emptied: a key found by ``in`` is still there at ``[]``, whatever
+# another thread reads meanwhile).
 _keys: dict[bytes, str] = {}
 _MAX_KEYS = 4096
+# The text pairs that recur (kind, lang, a pool, the signature's algorithm,
+# session and node), by their bytes as written (both constructors and sizes):
+# the key and value, decoded. A pair goes in at its second sighting (``_once``
+# holds those met once), so that unique values (task ids) never fill it; each
+# is bounded and emptied when full (so it is read with one ``get``).
+_pairs: dict[bytes, tuple[str, str]] = {}
+_once: set[bytes] = set()
 
 
 def _key(raw: bytes) -> str:
     key = raw.decode("utf-8")
     if len(_keys) < _MAX_KEYS:
-        _keys[bytes(raw)] = key
+        _keys[raw] = key
     return key
+
+
+def _pair(pair: bytes, key: str, value: str) -> None:
+    """Note a text pair met: cached if met before (see ``_pairs``)."""
+    if pair in _once:
+        if len(_pairs) >= _MAX_KEYS:
+            _pairs.clear()
+        _pairs[pair] = (key, value)
+    else:
+        if len(_once) >= _MAX_KEYS:
+            _once.clear()
+        _once.add(pair)
 
 
 def _map(data: bytes, pos: int, count: int, end: int) -> tuple[dict[Any, Any], int]:
     """A map's pairs straight into a dict (the application properties of every
     message: a signed one has ten): keys and values as in _compound, inline.
-    The keys recur (header names): each is decoded once, then found by its
-    bytes in ``_keys`` (bounded: past it, keys are decoded anew)."""
+    A pair of texts that recurs is found whole by its bytes in ``_pairs``; any
+    other key is decoded once, then found by its bytes in ``_keys``."""
     if count % 2:
         raise _Unsupported("odd map")
     result: dict[Any, Any] = {}
-    keys = _keys
+    keys, pairs = _keys, _pairs
     key: Any
     value: Any
     for _ in range(count // 2):
         code = data[pos]
         if code == 0xA3 or code == 0xA1:  # keys are symbols or strings, as a rule
             stop = pos + 2 + data[pos + 1]
+            code = data[stop]
+            if code == 0xA1 or code == 0xA3:  # and so are most values
+                after = stop + 2 + data[stop + 1]
+                pair = data[pos:after]
+                found = pairs.get(pair)
+                if found is not None:
+                    key, value = found
+                else:
+                    raw = data[pos + 2 : stop]
+                    key = keys[raw] if raw in keys else _key(raw)
+                    value = data[stop + 2 : after].decode()
+                    if after > end:
+                        raise _Unsupported("truncated")
+                    _pair(pair, key, value)
+                result[key] = value
+                pos = after
+                continue
             raw = data[pos + 2 : stop]
             key = keys[raw] if raw in keys else _key(raw)
             pos = stop
@@ -193,11 +256,11 @@ def _map(data: bytes, pos: int, count: int, end: int) -> tuple[dict[Any, Any], i
         code = data[pos]
         if code == 0xA1 or code == 0xA3:
             stop = pos + 2 + data[pos + 1]
-            value = data[pos + 2 : stop].decode("utf-8")
+            value = data[pos + 2 : stop].decode()
             pos = stop
         elif code == 0xA0:
             stop = pos + 2 + data[pos + 1]
-            value = bytes(data[pos + 2 : stop])
+            value = data[pos + 2 : stop]  # data is bytes: a slice is a copy
             pos = stop
         elif code == 0x40:
             value = None

@@ -168,7 +168,8 @@ def canonical_bytes(
             r = _fields[reply_to] if reply_to in _fields else _field(reply_to)
         else:
             r = _ABSENT
-        h = _headers(headers)
+        # Most messages have no covered header: told without a call (per message)
+        h = _NO_HEADERS if not headers or headers.keys() <= _UNCOVERED else _headers(headers)
     except UnicodeEncodeError as exc:
         raise WireFormatError(
             f"message {message_id!r}: text that is not valid UTF-8 ({exc.reason})"
@@ -208,16 +209,26 @@ def _head(node: str, to: str) -> bytes:
 def _headers(headers: Mapping[str, object]) -> bytes:
     """The header count, then each covered header's key and JSON value, by key.
 
-    Per message: each key's length and bytes come from ``_keys`` (header names
-    recur), text and integer values skip ``_json_value``, and the pairs are
-    sorted by the keys as text (UTF-8 keeps the order of code points, so it is
-    the order of their bytes)."""
-    if headers.keys() <= _UNCOVERED:  # the usual case: only kind, lang, signature
+    Per message: the covered keys are found by one set difference (a received
+    message's properties hold kind, lang and the four signature ones too),
+    each key's length and bytes come from ``_keys`` (header names recur), text
+    and integer values skip ``_json_value``, and the keys are sorted as text
+    (UTF-8 keeps the order of code points, so it is the order of their bytes)."""
+    covered = headers.keys() - _UNCOVERED
+    if not covered:  # the usual case: only kind, lang, signature
         return _NO_HEADERS
-    items: list[tuple[str, bytes]] = []  # (key, the pair as written)
+    try:
+        order = sorted(covered)
+    except TypeError:  # keys of several types: one is not a string
+        named = [key for key in covered if headers[key] is not None]
+        for key in named:
+            _key(key)  # raises, naming a key that is not a string (null ones are left out)
+        order = sorted(named)
+    pairs: list[bytes] = []
     keys = _keys
-    for key, value in headers.items():
-        if value is None or key in _UNCOVERED:
+    for key in order:
+        value = headers[key]
+        if value is None:
             continue
         head = keys[key] if key in keys else _key(key)
         if type(value) is str:
@@ -227,14 +238,11 @@ def _headers(headers: Mapping[str, object]) -> bytes:
         else:
             raw_value = _json_value(key, value)
         n = len(raw_value)
-        items += ((key, head + (_LENGTH[n] if n < 256 else _u32(n)) + raw_value),)
-    if not items:
+        pairs += (head + (_LENGTH[n] if n < 256 else _u32(n)) + raw_value,)
+    if not pairs:
         return _NO_HEADERS
-    if len(items) == 1:
-        return _ONE_HEADER + items[0][1]
-    items.sort()  # keys are unique, so only the keys decide
-    count = _LENGTH[n] if (n := len(items)) < 256 else _u32(n)
-    return count + b"".join([pair for _, pair in items])
+    count = _LENGTH[n] if (n := len(pairs)) < 256 else _u32(n)
+    return count + b"".join(pairs)
 
 
 # A header key's length and UTF-8 bytes, by key: bounded, past it made anew.

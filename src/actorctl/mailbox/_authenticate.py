@@ -51,11 +51,14 @@ def authenticate(
             "one data section of the types docs/protocol.md lists"
         )
     properties, app, body = sections
-    if len(properties) < 10:
+    if len(properties) < 10:  # the trailing nulls left out: the sections given back have them
         properties = properties + [None] * (10 - len(properties))
-    if properties[0] is None:
-        raise WireFormatError("message has no message-id property")
-    message_id = str(properties[0])
+        sections = (properties, app, body)
+    message_id = properties[0]
+    if type(message_id) is not str:
+        if message_id is None:
+            raise WireFormatError("message has no message-id property")
+        message_id = str(message_id)
     subject, reply_to, correlation_id = properties[3], properties[4], properties[5]
     expiry, creation = properties[8], properties[9]
     # The usual types in one expression (per message); what is wrong, if not.

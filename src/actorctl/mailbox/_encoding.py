@@ -13,8 +13,9 @@ from typing import Any, Final
 from proton import Message
 
 from .._errors import WireFormatError
-from ._auth import SIG_NODE, canonical_bytes
+from ._auth import HMAC_SHA256, SIG, SIG_ALG, SIG_KEY, SIG_NODE, canonical_bytes
 from ._envelope import CONTENT_TYPE_JSON, KINDS, Envelope, _dumps, json_dumps
+from ._session import SessionSigner
 
 __all__ = ["Signer", "canonical", "encode", "to_ms"]
 
@@ -51,26 +52,39 @@ def encode(
                 body = _dumps(value).encode()
             except (TypeError, ValueError):
                 body = json_dumps(value)  # raises, saying what is not JSON
-        extra = None
+        extra = signature = None
         if signer is not None:
             # canonical(), written out: one call fewer per message signed
             creation, expiry = envelope.creation_time, envelope.expiry_time
-            extra = signer(
-                canonical_bytes(
-                    node=node,
-                    to=actor,
-                    subject=envelope.subject,
-                    message_id=envelope.message_id,
-                    correlation_id=envelope.correlation_id,
-                    reply_to=envelope.reply_to,
-                    creation_ms=round(creation * 1000) if creation else None,
-                    expiry_ms=round(expiry * 1000) if expiry else None,
-                    kind=envelope.kind,
-                    headers=envelope.headers,
-                    body=body,
-                )
+            canonical = canonical_bytes(
+                node=node,
+                to=actor,
+                subject=envelope.subject,
+                message_id=envelope.message_id,
+                correlation_id=envelope.correlation_id,
+                reply_to=envelope.reply_to,
+                creation_ms=round(creation * 1000) if creation else None,
+                expiry_ms=round(expiry * 1000) if expiry else None,
+                kind=envelope.kind,
+                headers=envelope.headers,
+                body=body,
             )
-        return _encode(envelope, body, extra, node)
+            if type(signer) is SessionSigner:
+                # Within a session (per message): the signature's three
+                # properties written here, as the signer's own call would give them.
+                mac = signer.keyed.copy()
+                mac.update(canonical)
+                sid = signer.session.id
+                head = _session_heads.get(sid) or _session_head(sid)
+                signature = head + mac.digest()
+            else:
+                extra = signer(canonical)
+        app = _app_properties(envelope, extra, signature, node)
+        if app is None:
+            if signature is not None and signer is not None:
+                extra = signer(canonical)  # the same signature, as properties
+            return _encode_with_proton(envelope, body, extra, node)
+        return _encode(envelope, body, app)
     except UnicodeEncodeError as exc:
         raise WireFormatError(
             f"message {envelope.message_id!r}: text that is not valid UTF-8 ({exc.reason})"
@@ -100,18 +114,16 @@ def to_ms(seconds: float | None) -> int | None:
     return None if not seconds else round(seconds * 1000)
 
 
-def _encode(
-    envelope: Envelope, body: bytes, extra: Mapping[str, object] | None, node: str
-) -> bytes:
-    app = _app_properties(envelope, extra, node)
-    if app is None:
-        return _encode_with_proton(envelope, body, extra, node)
+def _encode(envelope: Envelope, body: bytes, app: tuple[bytes, int]) -> bytes:
+    """The message's bytes, its application properties encoded already."""
     names = _names  # the recurring strings, encoded once (_name), looked up inline
     to, reply_to, correlation_id = envelope.to, envelope.reply_to, envelope.correlation_id
     subject = envelope.subject
     expiry, creation = envelope.expiry_time, envelope.creation_time
+    message_id = envelope.message_id.encode()  # _string, inline (per message)
+    size = len(message_id)
     fields = [
-        _string(envelope.message_id),
+        (b"\xa1" + _LENGTHS[size] if size < 256 else b"\xb1" + _pack_size32(size)) + message_id,
         _NULL,  # user-id
         (names[to] if to in names else _name(to)) if to else _NULL,
         names[subject] if subject in names else _name(subject),
@@ -119,8 +131,9 @@ def _encode(
         _string(correlation_id) if correlation_id else _NULL,
         _JSON_SYMBOL,
         _NULL,  # content-encoding
-        _timestamp(expiry) if expiry else _NULL,
-        _timestamp(creation) if creation else _NULL,
+        # _timestamp, inline (per message): as _ms, since the signature covers it
+        b"\x83" + _pack_long(round(expiry * 1000)) if expiry else _NULL,
+        b"\x83" + _pack_long(round(creation * 1000)) if creation else _NULL,
     ]
     while fields[-1] is _NULL:
         fields.pop()
@@ -164,18 +177,16 @@ def _string(text: str) -> bytes:
     return b"\xb1" + _pack_size32(size) + raw
 
 
-def _timestamp(seconds: float) -> bytes:
-    return b"\x83" + _pack_long(round(seconds * 1000))  # as _ms: the signature covers it
-
-
 _JSON_SYMBOL = b"\xa3" + bytes((len(CONTENT_TYPE_JSON),)) + CONTENT_TYPE_JSON.encode()
 
 
 def _app_properties(
-    envelope: Envelope, extra: Mapping[str, object] | None, node: str
+    envelope: Envelope, extra: Mapping[str, object] | None, signature: bytes | None, node: str
 ) -> tuple[bytes, int] | None:
     """The application-properties map, or None if a value is not a simple type.
-    A signed message (``extra``) names the node it was signed for (``sig_node``).
+    A signed message names the node it was signed for (``sig_node``); its
+    signature comes as properties (``extra``), or within a session as their
+    bytes (``signature``: ``sig_alg``, ``sig_key`` and ``sig``, three pairs).
 
     Per message: the usual values (text, integers) are told by their exact type
     first, and the recurring strings (keys, states, key ids) come from ``_names``
@@ -206,7 +217,10 @@ def _app_properties(
                 encoded = found
             parts += (names[key] if key in names else _name(key), encoded)
             count += 2
-    if extra:
+    if signature is not None:
+        parts += (signature, _SIG_NODE, names[node] if node in names else _name(node))
+        count += 8
+    elif extra:
         parts += (_SIG_NODE, names[node] if node in names else _name(node))
         count += 2
     return b"".join(parts), count
@@ -229,18 +243,55 @@ def _value(value: object) -> bytes | None:
     return None
 
 
+#: The strings that recur (header names, subjects, reply addresses, session ids,
+#: node names), each as ``_string`` encodes it, and the strings met once since
+#: ``_once`` was last emptied. Each holds at most ``_MAX_NAMES``: ``_names`` is
+#: never emptied (a name found by ``in`` is still there at ``[]``, whatever
+#: another thread encodes meanwhile), ``_once`` is when it is full.
 _names: dict[str, bytes] = {}
+_once: set[str] = set()
+_MAX_NAMES: Final = 4096
 
 
 def _name(text: str) -> bytes:
-    """``_string`` for the few strings that recur (header names, kinds, session
-    ids): encoded once. The cache is bounded; past it, strings are encoded anew."""
+    """``_string`` for the strings that recur: encoded once, from their second
+    sighting on. A string met once (a task id, a message id in a header) only
+    goes in ``_once``, so that unique strings never fill ``_names``: a string
+    that starts to recur after a million unique ones (a session opened later,
+    a new caller's reply address) is cached at its second message."""
     if text in _names:
         return _names[text]
     encoded = _string(text)
-    if len(_names) < 4096:
-        _names[text] = encoded
+    if text in _once:
+        if len(_names) < _MAX_NAMES:
+            _names[text] = encoded
+    else:
+        if len(_once) >= _MAX_NAMES:
+            _once.clear()
+        _once.add(text)
     return encoded
+
+
+#: The ``sig_alg`` and ``sig_key`` pairs and the ``sig`` key of a message signed
+#: within a session, by session id: the digest's 32 bytes complete them.
+_session_heads: dict[str, bytes] = {}
+
+
+def _session_head(session_id: str) -> bytes:
+    head = b"".join(
+        (
+            _string(SIG_ALG),
+            _string(HMAC_SHA256),
+            _string(SIG_KEY),
+            _string(session_id),
+            _string(SIG),
+            b"\xa0\x20",  # a vbin8 of 32 bytes: an HMAC-SHA256 digest
+        )
+    )
+    if len(_session_heads) >= _MAX_NAMES:
+        _session_heads.clear()
+    _session_heads[session_id] = head
+    return head
 
 
 _LANG = _string("lang") + _string("py")

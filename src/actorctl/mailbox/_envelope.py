@@ -12,8 +12,11 @@ for documents; this module holds the JSON text both directions use.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
-from typing import Any, Final
+import json.encoder
+import json.scanner
+from collections.abc import Callable, Mapping
+from json.encoder import encode_basestring
+from typing import Any, Final, cast
 
 import attrs
 
@@ -44,8 +47,57 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON (RFC 8259 has no non-finite numbers)")
 
 
-_dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
-_loads = json.JSONDecoder(parse_constant=_no_constant).decode
+_encoder = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+_decoder = json.JSONDecoder(parse_constant=_no_constant)
+#: The JSON text of a value, a circular one refused with a ValueError that says so.
+_dumps_checked = _encoder.encode
+_decode_fully = _decoder.decode
+# The C encoder and scanner that those two call on each message, made once
+# (per message: one C call, without the wrappers' own Python calls and set-up).
+# The encoder keeps no record of the containers it is in, so that it can be
+# shared: a circular value recurses until a RecursionError, which _dumps
+# hands to the checked encoder to be named.
+_c_make_encoder: Callable[..., Any] | None = getattr(json.encoder, "c_make_encoder", None)
+_c_encode = (
+    None
+    if _c_make_encoder is None
+    else _c_make_encoder(
+        None, _encoder.default, encode_basestring, None, ":", ",", False, False, False
+    )
+)
+_scan = json.scanner.make_scanner(cast(Any, _decoder))
+
+
+def _dumps(value: object) -> str:
+    """The JSON text of ``value``, as ``_dumps_checked`` writes it.
+
+    Raises:
+        TypeError: a value JSON has no type for.
+        ValueError: a non-finite number, or a circular value.
+    """
+    if _c_encode is None:
+        return _dumps_checked(value)
+    try:
+        return "".join(_c_encode(value, 0))
+    except RecursionError:
+        return _dumps_checked(value)  # circular, or deeper than it can go: it says which
+
+
+def _loads(text: str) -> Any:
+    """The JSON value of ``text``, as ``_decode_fully`` reads it: by the scanner
+    alone when the value fills the text (every body actorctl writes), else by
+    the full decoder (whitespace around it, data after it, and what is wrong).
+
+    Raises:
+        ValueError: it is not one JSON value.
+    """
+    try:
+        value, end = _scan(text, 0)
+    except StopIteration:
+        return _decode_fully(text)  # raises, saying what is wrong
+    if end != len(text):
+        return _decode_fully(text)
+    return value
 
 
 #: What to send instead of a value JSON has no type for, by its type's name.
@@ -72,7 +124,7 @@ def json_dumps(value: object) -> bytes:
             instead (a datetime as its ISO text, a set as a list, ...).
     """
     try:
-        return _dumps(value).encode()
+        return _dumps_checked(value).encode()
     except (TypeError, ValueError) as exc:
         raise WireFormatError(f"value cannot be sent as JSON: {exc}{_instead(exc)}") from None
 

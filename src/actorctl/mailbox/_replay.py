@@ -63,7 +63,7 @@ class ReplayCache:
     def __len__(self) -> int:
         return len(self._until)
 
-    def check_and_add(self, key: tuple[str, str], *, until_ms: float, now_ms: float) -> bool:
+    def check_and_add(self, key: tuple[str, str], until_ms: float, now_ms: float) -> bool:
         """True if ``key`` was added before and is still held at ``now_ms``;
         otherwise add it, to be held until ``until_ms``, and return False."""
         order, held = self._order, self._until

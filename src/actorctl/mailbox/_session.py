@@ -147,15 +147,17 @@ class SessionSigner:
     """Signs within ``session`` (what :func:`sign_hmac` does), keying the HMAC
     once instead of on every message."""
 
-    __slots__ = ("_id", "_mac", "session")
+    __slots__ = ("_id", "keyed", "session")
 
     def __init__(self, session: Session) -> None:
         self.session = session
         self._id = session.id
-        self._mac = keyed_mac(session.mac_key)
+        #: The session's HMAC, keyed and fed nothing (:func:`keyed_mac`): the
+        #: encoder signs with a copy of it itself, without this call's dict.
+        self.keyed = keyed_mac(session.mac_key)
 
     def __call__(self, canonical: bytes) -> dict[str, object]:
-        mac = self._mac.copy()
+        mac = self.keyed.copy()
         mac.update(canonical)
         return {SIG_ALG: HMAC_SHA256, SIG_KEY: self._id, SIG: mac.digest()}
 

@@ -198,17 +198,21 @@ class Verifier:
         Raises:
             AuthError: with the condition that says why it is refused.
         """
-        alg, sig_key, sig = headers.get(SIG_ALG), headers.get(SIG_KEY), headers.get(SIG)
+        get = headers.get
+        alg, sig_key, sig = get(SIG_ALG), get(SIG_KEY), get(SIG)
         if not isinstance(sig_key, str) or not isinstance(sig, bytes):
             raise unsigned(message_id, alg, sig_key, sig)
         if self._generation != self._keyring.generation:
             self._refresh()  # keys were added or revoked while the node runs
         node = self.node
-        if node is not None and headers.get(SIG_NODE) != node:
-            raise wrong_node(message_id, headers.get(SIG_NODE), node)
+        if node is not None and get(SIG_NODE) != node:
+            raise wrong_node(message_id, get(SIG_NODE), node)
         now = self._clock()
         if alg == HMAC_SHA256:
-            entry = self.sessions._find(sig_key, now)
+            # SessionTable._find, inline (per message)
+            entry = self.sessions._sessions.get(sig_key)
+            if entry is not None and entry[0].expires <= now:
+                entry = self.sessions._find(sig_key, now)  # expired: it drops it
             if entry is None:
                 raise self._unknown_session(message_id, sig_key)
             mac = entry[2].copy()
@@ -238,9 +242,7 @@ class Verifier:
         if not creation_ms or not (now_ms - window_ms <= creation_ms <= now_ms + window_ms):
             raise self._stale(message_id, creation_ms, now_ms)
         if self.replay.check_and_add(
-            (verified.key_id, f"{message_id}@{creation_ms}"),
-            until_ms=creation_ms + window_ms,
-            now_ms=now_ms,
+            (verified.key_id, f"{message_id}@{creation_ms}"), creation_ms + window_ms, now_ms
         ):
             raise AuthError(
                 REPLAY, f"message {message_id} from key {verified.key_id} was accepted already"
