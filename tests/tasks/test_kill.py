@@ -104,9 +104,7 @@ async def cluster(tmp_path: Path, nursery: trio.Nursery) -> AsyncIterator[Cluste
     assert process.stdout is not None
     running = Cluster(path, process, Output(process.stdout), Records(records))
     try:
-        for node in ("services", "worker-1", "worker-2"):
-            await running.wait_ready(node)
-        await running.out.until("cluster 'kill' ready")
+        await running.wait_started(("services", "worker-1", "worker-2"))
         yield running
     finally:
         running.release_all()
