@@ -59,9 +59,12 @@ def test_cluster_down_leaves_each_node_log_ending_with_its_stop(tmp_path: Path) 
     cluster.path.write_text(CLUSTER.format(**ports))
     try:
         cluster.start()
-    finally:
         # When `cluster down` stops it (and cluster up has exited)
-        cluster.stop()
+        down = cluster.down()
+    finally:
+        cluster.stop()  # (it has exited: unless a step above failed)
+    assert down.returncode == 0, down.stderr
+    assert "stopping" in down.stdout, down.stdout
     logs = tmp_path / "logs"
     for node in ("services", "worker"):
         events = _events(logs / f"{node}.log")

@@ -8,13 +8,15 @@ project on PYTHONPATH. Every ``127.0.0.1:PORT`` of a page is one free port for
 all of the page's blocks, and for a cluster file a block names. A serving
 command (``actorctl node run``, ``actorctl cluster up``) starts in the
 background, as a reader starts it in a terminal of its own; the next line runs
-once it said it is ready; it is stopped, by its PID (a cluster with ``cluster
-down`` first), when the page's last block has run. A console block's output
-lines are checked: each command must print the lines shown under it, in order.
+once it said it is ready; it is stopped, by its PID (SIGTERM: for a cluster,
+the warm stop ``cluster down`` asks for), when the page's last block has run.
+A console block's output lines are checked: each command must print the
+lines shown under it, in order.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
@@ -85,26 +87,17 @@ class Server:
                 return
 
     def stop(self) -> None:
-        """``cluster down`` for a cluster, then SIGTERM (and SIGKILL) to our PID."""
-        words = self.command.split()
-        if words[1:3] == ["cluster", "up"]:
-            subprocess.run(
-                ["actorctl", "cluster", "down", words[3]],
-                cwd=self.cwd,
-                env=self.page.env,
-                capture_output=True,
-                timeout=TIMEOUT,
-                check=False,
-            )
-        try:
-            self.process.wait(10 if words[1:3] == ["cluster", "up"] else 0.01)
-        except subprocess.TimeoutExpired:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        """SIGTERM to our PID (a cluster's warm stop, as ``cluster down`` asks
+        for: its nodes in reverse order, within 30 s), then SIGKILL."""
+        cluster = self.command.split()[1:3] == ["cluster", "up"]
+        for wait in (30.0, 10.0) if cluster else (10.0,):  # again: a cluster's cold stop
+            if self.process.poll() is None:
+                self.process.terminate()
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self.process.wait(wait)
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
         if self.process.stdout is not None:
             self.process.stdout.close()
 

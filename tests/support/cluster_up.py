@@ -20,7 +20,7 @@ import os
 import signal
 import socket
 import subprocess
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 import attrs
@@ -143,6 +143,11 @@ class Count:
         assert self.duplicated <= max_duplicates, f"{what}: {self.duplicated} duplicates"
 
 
+def _pid(line: str) -> int:
+    """The PID in ``cluster up``'s line ``node NAME ready at ADDRESS (pid PID)``."""
+    return int(line.rpartition("(pid ")[2].partition(")")[0])
+
+
 def records_env(records: Path) -> dict[str, str]:
     """This environment, with the records' directory, and this checkout first on
     the path (the nodes and callers import the apps of tests/apps/)."""
@@ -193,9 +198,18 @@ class ClusterUp:
     async def wait_ready(self, node: str, timeout: float = START) -> int:
         """Wait for ``node`` to say it is (again) ready; its PID."""
         line = await self.out.until(f"node {node} ready at", timeout=timeout)
-        pid = int(line.rpartition("(pid ")[2].partition(")")[0])
-        self.pids[node] = pid
-        return pid
+        self.pids[node] = _pid(line)
+        return self.pids[node]
+
+    async def wait_started(self, nodes: Sequence[str], timeout: float = START) -> None:
+        """Wait until ``cluster up`` says the cluster is ready, and note the PID
+        each of ``nodes`` said it was ready with: they start at once after the
+        first, so their lines come in any order (``timeout`` s for each)."""
+        await self.out.until("' ready", timeout=timeout * len(nodes))  # cluster 'NAME' ready
+        for node in nodes:
+            said = [line for line in self.out.lines if f"node {node} ready at" in line]
+            assert said, f"cluster up said it was ready before node {node} was: {self.out.lines}"
+            self.pids[node] = _pid(said[0])
 
     def kill(self, node: str) -> None:
         """SIGKILL the node's process (one that cluster up started for this test)."""

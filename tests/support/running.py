@@ -67,8 +67,9 @@ class RunningCluster:
     """``actorctl cluster up`` on ``directory/cluster.toml``, its output read
     line by line: the pid of each node, and each restart.
 
-    As a context manager it starts the cluster and stops it (``cluster
-    down``) on the way out, also when it did not get to be ready."""
+    As a context manager it starts the cluster and stops it (SIGTERM, warm,
+    as ``cluster down`` does) on the way out, also when it did not get to be
+    ready."""
 
     def __init__(
         self,
@@ -129,11 +130,28 @@ class RunningCluster:
         process = self._process
         if process is None:
             return
-        stop_cluster(process, self.path, self.env)
+        stop_cluster(process)
         if self._pumping is not None:
             self._pumping.join(10)  # it read to the end of the output
         if process.stdout is not None:
             process.stdout.close()
+
+    def down(self) -> subprocess.CompletedProcess[str]:
+        """``actorctl cluster down`` this cluster, and wait until ``cluster up``
+        has exited (its nodes stopped): what the command did."""
+        assert self._process is not None
+        said = subprocess.run(
+            [*ACTORCTL, "cluster", "down", str(self.path)],
+            env=self.env,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=WAIT,
+            check=False,
+        )
+        if said.returncode == 0:
+            self._process.wait(WAIT)
+        return said
 
     def kill(self, node: str, *, dead: Callable[[], None] | None = None) -> None:
         """SIGKILL ``node``'s process and wait until ``cluster up`` started it

@@ -34,7 +34,7 @@ from tests.apps.kill_app import (
     tight_record,
     tight_step,
 )
-from tests.support.cli import ACTORCTL, ROOT
+from tests.support.cli import ROOT
 from tests.support.cluster_up import (
     START,
     WAIT,
@@ -104,9 +104,7 @@ async def cluster(tmp_path: Path, nursery: trio.Nursery) -> AsyncIterator[Cluste
     assert process.stdout is not None
     running = Cluster(path, process, Output(process.stdout), Records(records))
     try:
-        for node in ("services", "worker-1", "worker-2"):
-            await running.wait_ready(node)
-        await running.out.until("cluster 'kill' ready")
+        await running.wait_started(("services", "worker-1", "worker-2"))
         yield running
     finally:
         running.release_all()
@@ -115,23 +113,16 @@ async def cluster(tmp_path: Path, nursery: trio.Nursery) -> AsyncIterator[Cluste
 
 
 async def _down(cluster: Cluster) -> None:
-    """``cluster down``, then SIGTERM to cluster up (it stops its nodes), and
+    """SIGTERM to cluster up (it stops its nodes warm, as ``cluster down``
+    asks it to), a second one (its cold stop) if that has not ended it, and
     SIGKILL to it only if that fails too."""
-    with trio.move_on_after(START):
-        await trio.run_process(
-            [*ACTORCTL, "cluster", "down", str(cluster.path)],
-            cwd=ROOT,
-            capture_stdout=True,
-            capture_stderr=True,
-            check=False,
-            env=records_env(cluster.records.directory),
-        )
-        await cluster.process.wait()
-        return
-    cluster.process.terminate()
-    with trio.move_on_after(START):
-        await cluster.process.wait()
-        return
+    for _ in range(2):
+        if cluster.process.returncode is not None:
+            return
+        cluster.process.terminate()
+        with trio.move_on_after(START):
+            await cluster.process.wait()
+            return
     cluster.process.kill()
 
 

@@ -88,9 +88,7 @@ async def cluster_up(
     out, err = Output(process.stdout), Output(process.stderr)
     running = Cluster(path, process, out, Records(records), err=err)
     try:
-        for node in nodes:
-            await running.wait_ready(node)
-        await running.out.until("ready", timeout=WAIT)
+        await running.wait_started(nodes, timeout=WAIT)
         yield running
     finally:
         running.release_all()

@@ -320,7 +320,8 @@ async def run_cluster(
     task_status: trio.TaskStatus[dict[str, NodeState]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run the cluster until ``stop`` is set (or cancelled): the Controller's own
-    node first, then every node under one supervisor; stop in reverse order,
+    node first, then every node under one supervisor (the first node in the
+    file, then the others at once); stop in reverse order,
     each node warm (within its ``shutdown_grace``), or cold once ``cold`` is set.
 
     Reports the node states once every node is ready (and, under systemd, says
@@ -348,6 +349,10 @@ async def run_cluster(
         strategy=Strategy.ONE_FOR_ONE,
         max_restarts=10,
         within=60.0,
+        # The first node alone (by convention the one the others use, such as
+        # a services node), then the others at once: a node opens its links
+        # to its peers when it first sends, so none waits for another to start.
+        start_together=True,
     )
     security = config.security(CONTROLLER)
     reloader = Reloader(states, supervisor, runners, make)

@@ -1,6 +1,7 @@
 """Supervisors with OTP semantics, on trio.
 
-A supervisor starts its children in order, each in a cancel scope of its own,
+A supervisor starts its children in order (or, with ``start_together``, the
+first alone and then the others at once), each in a cancel scope of its own,
 and learns of a child's end by the child's task returning or raising into it:
 no polling. It then applies the child's restart type (permanent, transient,
 temporary) and its own strategy (one-for-one, one-for-all, rest-for-one),
@@ -63,6 +64,12 @@ class Supervisor:
             started again, and the supervisor returns when none is left.
         on_gone: called with a child's name and the reason when it ends for good
             (it is not started again): monitors hear of it from here.
+        start_together: at :meth:`run`, start the first child alone and then
+            every other at once, not one after another (for children that
+            need only the first, such as the nodes ``cluster up`` starts);
+            ``run`` reports started once each is. One that fails to start
+            fails the run, as in order, once the others' starts have ended.
+            Stopping, restarts and added children keep their order.
     """
 
     def __init__(
@@ -78,6 +85,7 @@ class Supervisor:
         auto_shutdown: bool = False,
         stopping: trio.Event | None = None,
         on_gone: Callable[[str, str], None] | None = None,
+        start_together: bool = False,
     ) -> None:
         names = [child.name for child in children]
         if len(set(names)) != len(names):
@@ -96,6 +104,7 @@ class Supervisor:
         self.states: dict[str, ChildState] = {child.name: ChildState.NEW for child in children}
         self._stopping = stopping
         self._on_gone = on_gone
+        self._start_together = start_together
         self._running: dict[str, Running] = {}
         self._history: deque[float] = deque()
         self._lock = trio.Lock()  # one change to the children at a time
@@ -128,8 +137,7 @@ class Supervisor:
                 outer.start_soon(self._wake_when_stopping, self._stopping)
             try:
                 async with self._lock:
-                    for spec in self.children:
-                        await self._start(spec)
+                    await self._start_children()
                 task_status.started(self)
                 async for ended in receive:
                     try:
@@ -268,6 +276,30 @@ class Supervisor:
         raise ChildError(f"supervisor {self.name!r} has no child {name!r} (it has: {known})")
 
     # -- children --------------------------------------------------------------------
+
+    async def _start_children(self) -> None:
+        """Start the children of a run: in order, or the first and then the
+        others at once (``start_together``); a failure to start is raised
+        (the first, once every start has ended)."""
+        if not self._start_together or not self.children:
+            for spec in self.children:
+                await self._start(spec)
+            return
+        first, *others = self.children
+        await self._start(first)
+        failed: list[Exception] = []
+
+        async def start(spec: ChildSpec) -> None:
+            try:
+                await self._start(spec)
+            except Exception as exc:  # raised below, once the others' starts ended
+                failed.append(exc)
+
+        async with trio.open_nursery() as nursery:
+            for spec in others:
+                nursery.start_soon(start, spec)
+        if failed:
+            raise failed[0]
 
     async def _start(self, spec: ChildSpec) -> None:
         if self._nursery is None:
