@@ -42,6 +42,7 @@ from ..protocol._protocol import (
     H_TIMELIMIT,
     H_TRACK,
     SCHEDULER,
+    TaskIds,
     compact,
 )
 from ..protocol._send_options import SendOptions
@@ -83,6 +84,8 @@ class TaskClient:
         self.directory = directory
         self.results = results
         self.token = token or trio.lowlevel.current_trio_token()
+        #: The ids of the tasks sent through it (drawn in batches: ``TaskIds``).
+        self.task_ids = TaskIds()
         # Sends that plain code hands over without waiting (see submit()).
         self._queue: collections.deque[_Submitted] = collections.deque()
         self._window = threading.BoundedSemaphore(SUBMIT_WINDOW)
@@ -303,6 +306,7 @@ async def send_task(
     confirm: bool | None = None,
     durable: bool = False,
     message_id: str | None = None,
+    wired: bool = False,
 ) -> None:
     """Send one task message to its pool (or to the scheduler, when it is due
     later). Used by callers, and by workers for chain steps, callbacks and retries.
@@ -320,6 +324,8 @@ async def send_task(
     nothing before the backlog's put: a put the caller made just before lands
     in the same store commit. ``message_id``: a deterministic one (a periodic
     task's firing), so that a copy sent again is taken once; default: a new one.
+    ``wired``: ``args`` and ``kwargs`` are in wire form already (a list and a
+    dict, converted by ``wire_body`` where the call was made).
 
     Raises:
         ConfigError: an unknown pool, or a delay with no scheduler.
@@ -347,7 +353,7 @@ async def send_task(
         message_id=message_id or outbox.new_message_id(),
         to=str(target),
         subject=task,
-        body=[to_wire(list(args)), to_wire(dict(kwargs))],
+        body=[args, kwargs] if wired else [to_wire(list(args)), to_wire(dict(kwargs))],
         kind=kind,
         reply_to=reply_to,
         correlation_id=correlation_id or task_id,
