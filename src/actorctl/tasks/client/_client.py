@@ -70,6 +70,7 @@ class TaskClient:
         results: the caller's result registry; None for a sender nobody answers
             (a worker: the results of tasks sent from inside tasks go to no one).
         token: the trio run the outbox belongs to (default: the current one).
+        window: how many sends plain code may hand over before it waits (:meth:`submit`).
     """
 
     def __init__(
@@ -79,6 +80,7 @@ class TaskClient:
         *,
         results: ResultRegistry | None = None,
         token: trio.lowlevel.TrioToken | None = None,
+        window: int = SUBMIT_WINDOW,
     ) -> None:
         self.outbox = outbox
         self.directory = directory
@@ -88,36 +90,54 @@ class TaskClient:
         self.task_ids = TaskIds()
         # Sends that plain code hands over without waiting (see submit()).
         self._queue: collections.deque[_Submitted] = collections.deque()
-        self._window = threading.BoundedSemaphore(SUBMIT_WINDOW)
         self._lock = threading.Lock()
         self._idle = False  # the pump waits for the bell (under the lock)
         self._bell: socket.socket | None = None  # rings the pump awake (under the lock)
         self._pumping = False
-        self._drained = trio.Event()
+        # The window: sends handed over (counted under the lock) and sent (by
+        # the pump alone); a submit that finds ``window`` unsent waits on
+        # ``_room`` (made held, under the lock), which the pump lets go once
+        # at most half of them are left.
+        self._window = max(window, 1)
+        self._low = self._window // 2
+        self._submitted = 0
+        self._sent = 0
+        self._room: threading.Lock | None = None
+        self._drained = trio.lowlevel.ParkingLot()  # unparked as the pump goes idle
 
     def submit(
         self, send: Callable[[], Awaitable[Any]], on_error: Callable[[Exception], None]
     ) -> None:
         """From plain code: hand ``send`` to the client's trio thread and return
-        at once (blocking only while SUBMIT_WINDOW sends are still waiting), so a
-        caller does not pay a thread round trip per task. Sends go out in order;
+        at once (once its window of sends are waiting, it blocks until half of
+        them went), so a caller does not pay a thread round trip per task. Sends go out in order;
         one that fails calls ``on_error`` there. Without :meth:`pump` running
         (a worker's client), it waits for the send instead."""
         if not self._pumping or in_trio():
             self.wait_in_client_thread(send)  # in trio's thread this raises, saying what to use
             return
-        self._window.acquire()
         with self._lock:
             self._queue.append((send, on_error))
+            self._submitted += 1
             if self._idle and self._bell is not None:
                 # The pump waits on the bell's socket itself: trio wakes it from
                 # its I/O wait directly, a scheduler pass sooner than a callback
                 # run through the trio token (which would then wake the pump).
                 self._idle = False
                 _ring(self._bell)
+            room = self._room
+            if room is None and self._submitted - self._sent >= self._window:
+                room = self._room = threading.Lock()
+                room.acquire()
+        if room is not None:
+            # The window is full: wait until the pump sent half of it (a wake
+            # per half window, not one per send), and let the next waiter go.
+            room.acquire()
+            room.release()
 
     async def pump(self) -> None:
-        """Send what :meth:`submit` queued, in order, until cancelled."""
+        """Send what :meth:`submit` queued, in order, until cancelled: all of
+        it at each wake, with no wake needed while it has more to send."""
         heard, bell = socket.socketpair()
         heard.setblocking(False)
         bell.setblocking(False)
@@ -132,23 +152,38 @@ class TaskClient:
                         await send()
                     except Exception as exc:
                         on_error(exc)
-                    finally:
-                        self._window.release()
+                    self._sent += 1
+                    if self._room is not None:
+                        self._make_room()
                 with self._lock:
                     if self._queue:
                         continue
                     self._idle = True
-                self._drained.set()
+                if self._drained:  # someone waits in wait_drained
+                    self._drained.unpark_all()
                 await trio.lowlevel.wait_readable(heard)
                 _hush(heard)
-                self._drained = trio.Event()
         finally:
             self._pumping = False
             with self._lock:
                 self._bell = None
                 self._idle = False
+                room, self._room = self._room, None
+            if room is not None:
+                room.release()  # nothing sends any more: a waiting submit is not kept
             bell.close()
             heard.close()
+
+    def _make_room(self) -> None:
+        """Let a submit that waits for room go, once at most half the window
+        is unsent. (A submit that makes ``_room`` after the pump looked has a
+        window unsent: the pump looks again after the next send.)"""
+        with self._lock:
+            room = self._room
+            if room is None or self._submitted - self._sent > self._low:
+                return
+            self._room = None
+        room.release()
 
     @property
     def drained(self) -> bool:
@@ -162,7 +197,7 @@ class TaskClient:
             with self._lock:
                 if not self._queue and (self._idle or not self._pumping):
                     return
-            await self._drained.wait()
+            await self._drained.park()
 
     def check_thread(self) -> None:
         """Refuse to be used from a trio run other than the client's own.
@@ -197,16 +232,23 @@ class TaskClient:
 
 
 def _ring(bell: socket.socket) -> None:
-    """Wake the pump: a byte on the bell (a full one already wakes it)."""
-    with contextlib.suppress(BlockingIOError):
+    """Wake the pump: a byte on the bell (a full one already wakes it). (A
+    try, not contextlib.suppress: that costs three calls, on every send
+    that wakes the pump.)"""
+    try:
         bell.send(b"\0")
+    except BlockingIOError:
+        return
 
 
 def _hush(heard: socket.socket) -> None:
-    """Take the bytes that woke the pump."""
-    with contextlib.suppress(BlockingIOError):
-        while heard.recv(4096):
-            pass
+    """Take the byte that woke the pump. (One: a submit rings only a pump
+    that went idle, once; one read takes it, and anything left would only
+    wake the pump once more.)"""
+    try:
+        heard.recv(4096)
+    except BlockingIOError:
+        return
 
 
 # The client of the running context. Not shared state: a ContextVar is task-local
