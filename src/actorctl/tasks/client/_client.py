@@ -384,7 +384,9 @@ async def send_task(
     outbox = client.outbox
     now = outbox.now()
     meta = _task_headers(pool, task_id, options, headers)
-    eta = options.due(now)
+    # Most sends are due now and never expire: no call to say so.
+    due = options.countdown is not None or options.eta is not None
+    eta = options.due(now) if due else None
     directory = client.directory
     receiver = pool
     if eta is not None and eta > now + 0.001:
@@ -400,7 +402,7 @@ async def send_task(
         reply_to=reply_to,
         correlation_id=correlation_id or task_id,
         creation_time=now,
-        expiry_time=options.expiry_time(now),
+        expiry_time=None if options.expires is None else options.expiry_time(now),
         headers=meta,
     )
     if delivery.presettled:
