@@ -295,12 +295,14 @@ class Task:
         target = directory.resolve(self.pool)
         if options:
             check_send_options(self.name, options)
-            if options.get("countdown") is not None or options.get("eta") is not None:
+            if ("countdown" in options or "eta" in options) and (
+                options.get("countdown") is not None or options.get("eta") is not None
+            ):
                 directory.resolve(SCHEDULER)
             task_id = options.pop("task_id", None) or client.task_ids.new()
             ignore = options.pop("ignore_result", self.ignore_result)
             name = options.pop("_name", self.name)
-            headers = self._headers(options)
+            headers = self._headers(options) if options else None  # (ignore_result alone: none)
         else:  # delay(): the task's own options only
             task_id, ignore, name = client.task_ids.new(), self.ignore_result, self.name
             headers = None
