@@ -1,6 +1,7 @@
 """The per-task cost ledger: where one task's time goes, in µs per task.
 
-    python bench/task_cost.py [--tasks N] [--window 100] [--interval 0.001] [--smoke]
+    python bench/task_cost.py [--tasks N] [--window 100] [--interval 0.001] [--calls [--sync]]
+                              [--detail N] [--smoke]
 
 Runs the cluster of ``bench/_tasks.py`` (``bench/tasks.toml``: one worker node with the
 pool "celery", concurrency 1, no threads) as a user gets it from ``cluster up``: durable
@@ -49,6 +50,11 @@ the function calls per task and the functions that make most of them. Those coun
 not move with the machine's load, so a change can be judged by them on a busy machine
 (the µs column is cProfile's own time, inflated by the profiler, for ranking only).
 
+``--calls --sync`` counts the caller's calls on the sync API instead (``bench/_sync_calls.py``):
+``with app.connect(path):``, as ``bench/_tasks.py`` measures it, in the user's main thread
+and in the client's trio thread, pipelined, fire-and-forget and sequential (``--detail N``:
+the top N functions of each).
+
 ``--detail N`` adds, per stage, the N functions the worker was in when sampled (the
 stack's leaf). ``--smoke``: a few hundred tasks, for CI (no figure is judged). Prints the
 table on stdout; progress goes to stderr.
@@ -76,6 +82,7 @@ from examples._cluster import running_cluster
 
 from bench import _smoke
 from bench._stages import ENV, STAGES, CallCounter, Sampler
+from bench._sync_calls import PHASES, measure_sync, sync_calls_table
 from bench._task_app import add, app
 
 CLUSTER = Path(__file__).resolve().parent / "tasks.toml"
@@ -262,9 +269,23 @@ def main() -> int:
     parser.add_argument(
         "--calls", action="store_true", help="count function calls (cProfile) instead of sampling"
     )
+    parser.add_argument(
+        "--sync",
+        action="store_true",
+        help="with --calls: the caller's calls on the sync API, in both of its threads",
+    )
     args = _smoke.parse_args(parser, tasks=300)
     if min(args.tasks, args.window) < 1 or args.interval <= 0:
         parser.error("--tasks and --window must be at least 1, --interval above 0")
+    if args.sync:
+        if not args.calls:
+            parser.error("--sync counts calls: give it with --calls")
+        with running_cluster(CLUSTER, echo=False) as path:
+            _log("cluster up; counting the sync API's calls")
+            counted = measure_sync(path, args.tasks, args.window)
+        print(sync_calls_table(counted, args.window, args.detail or 25, _commit()))
+        _smoke.print_json(args, {phase: counted[phase]["tasks"] for phase in PHASES})
+        return 0
     with tempfile.TemporaryDirectory() as probe:
         env = {ENV: probe, f"{ENV}_INTERVAL": str(args.interval)}
         if args.calls:

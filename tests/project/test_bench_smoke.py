@@ -42,12 +42,12 @@ RUN_BY = {
 }
 
 
-def smoke(script: str) -> subprocess.CompletedProcess[str]:
-    """``python bench/SCRIPT --smoke``, on this checkout's code."""
+def smoke(script: str, *options: str) -> subprocess.CompletedProcess[str]:
+    """``python bench/SCRIPT [OPTIONS] --smoke``, on this checkout's code."""
     path = [str(ROOT / "src"), str(ROOT), os.environ.get("PYTHONPATH", "")]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in path if p))
     return subprocess.run(
-        [sys.executable, str(BENCH / script), "--smoke"],
+        [sys.executable, str(BENCH / script), *options, "--smoke"],
         cwd=ROOT,
         env=env,
         stdin=subprocess.DEVNULL,
@@ -213,6 +213,16 @@ def test_task_cost() -> None:
     assert result["tasks"] > 0
     assert set(result["worker"]["counts"]) <= {*STAGES_LEDGER}
     assert sum(result["worker"]["counts"].values()) > 0
+
+
+def test_task_cost_counts_the_sync_apis_calls_in_both_threads() -> None:
+    text, result = output("task_cost.py", smoke("task_cost.py", "--calls", "--sync"))
+    assert result == {"pipelined": 300, "fire_forget": 300, "sequential": 75}
+    for phase in ("pipelined", "fire_forget", "sequential"):
+        for thread in ("main", "trio"):
+            found = re.search(rf"{phase}, {thread} thread: ([\d,.]+) calls per task", text)
+            assert found, (phase, thread)
+            assert float(found[1].replace(",", "")) > 0
 
 
 #: The stages bench/task_cost.py attributes the worker's samples to.

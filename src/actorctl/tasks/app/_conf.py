@@ -133,6 +133,9 @@ class Settings(Mapping[str, Any]):
         object.__setattr__(self, "_apply", apply)
 
     def __getitem__(self, key: str) -> Any:
+        values = self._values
+        if key in values:  # a setting's own name (every delay() reads one: no call)
+            return values[key]
         key = new_name(key)
         if key not in self._values:
             raise KeyError(f"{key}: {_unknown(key)}")

@@ -20,12 +20,11 @@ import attrs
 
 from ..._errors import ConfigError
 from ..._log import log
-from ...actors import HandlerSpec, to_wire
-from ...mailbox import json_dumps
+from ...actors import HandlerSpec
 from ...supervision import DEFAULT_RETRY_POLICY, RetryPolicy
 from ..client._client import TaskClient, current_client, send_task
 from ..client._results import AsyncResult
-from ..client._validate import check_references
+from ..client._validate import check_references, wire_body
 from ..limits._rates import rate_limit_of
 from ..protocol._protocol import FAILURE, H_GROUP, H_RETRY_POLICY, SCHEDULER, new_task_id
 from ..protocol._send_options import SendOptions
@@ -179,6 +178,7 @@ class Task:
         #: Its app's eager runner (set when the app registers it): while that
         #: is on, ``delay()`` runs the task here instead of sending it.
         self.eager: EagerRunner | None = None
+        self._own_options: SendOptions | None = None  # its own send options (_send_options)
         functools.update_wrapper(self, fn)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -291,31 +291,24 @@ class Task:
         happens in another thread (where a WireFormatError could not reach it);
         a trio caller gets it from the send itself."""
         client.check_thread()
-        check_send_options(self.name, options)
-        target = client.directory.resolve(self.pool)
-        if options.get("countdown") is not None or options.get("eta") is not None:
-            client.directory.resolve(SCHEDULER)
-        kwargs = dict(kwargs or {})
-        if check_json:
-            json_dumps([to_wire(list(args)), to_wire(kwargs)])  # raises WireFormatError
-        task_id = options.pop("task_id", None) or new_task_id()
-        ignore = options.pop("ignore_result", self.ignore_result)
-        name = options.pop("_name", self.name)
-        group_id = options.pop("_group", None)
-        headers: dict[str, Any] | None = {H_GROUP: group_id} if group_id else None
-        if "retry_policy" in options or "max_retries" in options:
-            policy = _call_policy(
-                self, options.pop("retry_policy", None), options.pop("max_retries", None)
-            )
-            if policy is not None:
-                headers = {**(headers or {}), H_RETRY_POLICY: policy}
-        options.setdefault("sinks", self.sinks)
-        if self.track_started:
-            options.setdefault("track_started", True)
-        if not self.acks_late:
-            options.setdefault("acks_late", False)
-        sent = SendOptions.of(wire_options(options, self.pool), f"task {self.name}")
-        check_references(client.directory, f"task {self.name}", self.pool, sent)
+        directory = client.directory
+        target = directory.resolve(self.pool)
+        if options:
+            check_send_options(self.name, options)
+            if ("countdown" in options or "eta" in options) and (
+                options.get("countdown") is not None or options.get("eta") is not None
+            ):
+                directory.resolve(SCHEDULER)
+            task_id = options.pop("task_id", None) or client.task_ids.new()
+            ignore = options.pop("ignore_result", self.ignore_result)
+            name = options.pop("_name", self.name)
+            headers = self._headers(options) if options else None  # (ignore_result alone: none)
+        else:  # delay(): the task's own options only
+            task_id, ignore, name = client.task_ids.new(), self.ignore_result, self.name
+            headers = None
+        body = wire_body(args, kwargs or {}, check=check_json)
+        sent = self._send_options(options)
+        check_references(directory, f"task {self.name}", self.pool, sent)
         result = new_result(client, task_id, name, tracked=not ignore)
         reply_to = client.outbox.reply_address(target) if result.tracked else None
 
@@ -325,8 +318,9 @@ class Task:
                     client,
                     task=self.name,
                     pool=self.pool,
-                    args=args,
-                    kwargs=kwargs,
+                    args=body[0],
+                    kwargs=body[1],
+                    wired=True,
                     task_id=task_id,
                     reply_to=reply_to,
                     options=sent,
@@ -340,6 +334,36 @@ class Task:
                 raise
 
         return result, send
+
+    def _headers(self, options: dict[str, Any]) -> dict[str, Any] | None:
+        """The extra headers of a call (its group, its retry policy), taken
+        out of ``options``; None if it has none."""
+        group_id = options.pop("_group", None)
+        headers: dict[str, Any] | None = {H_GROUP: group_id} if group_id else None
+        if "retry_policy" in options or "max_retries" in options:
+            policy = _call_policy(
+                self, options.pop("retry_policy", None), options.pop("max_retries", None)
+            )
+            if policy is not None:
+                headers = {**(headers or {}), H_RETRY_POLICY: policy}
+        return headers
+
+    def _send_options(self, options: dict[str, Any]) -> SendOptions:
+        """The send options of a call: ``options`` (its own, checked) with the
+        task's. A call that gives none (``delay()``) gets the task's, checked
+        once and kept (a frozen record): none of it is done again per call."""
+        if not options and self._own_options is not None:
+            return self._own_options
+        given = dict(options)
+        given.setdefault("sinks", self.sinks)
+        if self.track_started:
+            given.setdefault("track_started", True)
+        if not self.acks_late:
+            given.setdefault("acks_late", False)
+        sent = SendOptions.of(wire_options(given, self.pool), f"task {self.name}")
+        if not options:
+            self._own_options = sent
+        return sent
 
     def __repr__(self) -> str:
         return f"<Task {self.name} pool={self.pool}>"

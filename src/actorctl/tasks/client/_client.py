@@ -42,6 +42,7 @@ from ..protocol._protocol import (
     H_TIMELIMIT,
     H_TRACK,
     SCHEDULER,
+    TaskIds,
     compact,
 )
 from ..protocol._send_options import SendOptions
@@ -69,6 +70,7 @@ class TaskClient:
         results: the caller's result registry; None for a sender nobody answers
             (a worker: the results of tasks sent from inside tasks go to no one).
         token: the trio run the outbox belongs to (default: the current one).
+        window: how many sends plain code may hand over before it waits (:meth:`submit`).
     """
 
     def __init__(
@@ -78,43 +80,64 @@ class TaskClient:
         *,
         results: ResultRegistry | None = None,
         token: trio.lowlevel.TrioToken | None = None,
+        window: int = SUBMIT_WINDOW,
     ) -> None:
         self.outbox = outbox
         self.directory = directory
         self.results = results
         self.token = token or trio.lowlevel.current_trio_token()
+        #: The ids of the tasks sent through it (drawn in batches: ``TaskIds``).
+        self.task_ids = TaskIds()
         # Sends that plain code hands over without waiting (see submit()).
         self._queue: collections.deque[_Submitted] = collections.deque()
-        self._window = threading.BoundedSemaphore(SUBMIT_WINDOW)
         self._lock = threading.Lock()
         self._idle = False  # the pump waits for the bell (under the lock)
         self._bell: socket.socket | None = None  # rings the pump awake (under the lock)
         self._pumping = False
-        self._drained = trio.Event()
+        # The window: sends handed over (counted under the lock) and sent (by
+        # the pump alone); a submit that finds ``window`` unsent waits on
+        # ``_room`` (made held, under the lock), which the pump lets go once
+        # at most half of them are left.
+        self._window = max(window, 1)
+        self._low = self._window // 2
+        self._submitted = 0
+        self._sent = 0
+        self._room: threading.Lock | None = None
+        self._drained = trio.lowlevel.ParkingLot()  # unparked as the pump goes idle
 
     def submit(
         self, send: Callable[[], Awaitable[Any]], on_error: Callable[[Exception], None]
     ) -> None:
         """From plain code: hand ``send`` to the client's trio thread and return
-        at once (blocking only while SUBMIT_WINDOW sends are still waiting), so a
-        caller does not pay a thread round trip per task. Sends go out in order;
+        at once (once its window of sends are waiting, it blocks until half of
+        them went), so a caller does not pay a thread round trip per task. Sends go out in order;
         one that fails calls ``on_error`` there. Without :meth:`pump` running
         (a worker's client), it waits for the send instead."""
         if not self._pumping or in_trio():
             self.wait_in_client_thread(send)  # in trio's thread this raises, saying what to use
             return
-        self._window.acquire()
         with self._lock:
             self._queue.append((send, on_error))
+            self._submitted += 1
             if self._idle and self._bell is not None:
                 # The pump waits on the bell's socket itself: trio wakes it from
                 # its I/O wait directly, a scheduler pass sooner than a callback
                 # run through the trio token (which would then wake the pump).
                 self._idle = False
                 _ring(self._bell)
+            room = self._room
+            if room is None and self._submitted - self._sent >= self._window:
+                room = self._room = threading.Lock()
+                room.acquire()
+        if room is not None:
+            # The window is full: wait until the pump sent half of it (a wake
+            # per half window, not one per send), and let the next waiter go.
+            room.acquire()
+            room.release()
 
     async def pump(self) -> None:
-        """Send what :meth:`submit` queued, in order, until cancelled."""
+        """Send what :meth:`submit` queued, in order, until cancelled: all of
+        it at each wake, with no wake needed while it has more to send."""
         heard, bell = socket.socketpair()
         heard.setblocking(False)
         bell.setblocking(False)
@@ -129,23 +152,38 @@ class TaskClient:
                         await send()
                     except Exception as exc:
                         on_error(exc)
-                    finally:
-                        self._window.release()
+                    self._sent += 1
+                    if self._room is not None:
+                        self._make_room()
                 with self._lock:
                     if self._queue:
                         continue
                     self._idle = True
-                self._drained.set()
+                if self._drained:  # someone waits in wait_drained
+                    self._drained.unpark_all()
                 await trio.lowlevel.wait_readable(heard)
                 _hush(heard)
-                self._drained = trio.Event()
         finally:
             self._pumping = False
             with self._lock:
                 self._bell = None
                 self._idle = False
+                room, self._room = self._room, None
+            if room is not None:
+                room.release()  # nothing sends any more: a waiting submit is not kept
             bell.close()
             heard.close()
+
+    def _make_room(self) -> None:
+        """Let a submit that waits for room go, once at most half the window
+        is unsent. (A submit that makes ``_room`` after the pump looked has a
+        window unsent: the pump looks again after the next send.)"""
+        with self._lock:
+            room = self._room
+            if room is None or self._submitted - self._sent > self._low:
+                return
+            self._room = None
+        room.release()
 
     @property
     def drained(self) -> bool:
@@ -159,7 +197,7 @@ class TaskClient:
             with self._lock:
                 if not self._queue and (self._idle or not self._pumping):
                     return
-            await self._drained.wait()
+            await self._drained.park()
 
     def check_thread(self) -> None:
         """Refuse to be used from a trio run other than the client's own.
@@ -194,16 +232,23 @@ class TaskClient:
 
 
 def _ring(bell: socket.socket) -> None:
-    """Wake the pump: a byte on the bell (a full one already wakes it)."""
-    with contextlib.suppress(BlockingIOError):
+    """Wake the pump: a byte on the bell (a full one already wakes it). (A
+    try, not contextlib.suppress: that costs three calls, on every send
+    that wakes the pump.)"""
+    try:
         bell.send(b"\0")
+    except BlockingIOError:
+        return
 
 
 def _hush(heard: socket.socket) -> None:
-    """Take the bytes that woke the pump."""
-    with contextlib.suppress(BlockingIOError):
-        while heard.recv(4096):
-            pass
+    """Take the byte that woke the pump. (One: a submit rings only a pump
+    that went idle, once; one read takes it, and anything left would only
+    wake the pump once more.)"""
+    try:
+        heard.recv(4096)
+    except BlockingIOError:
+        return
 
 
 # The client of the running context. Not shared state: a ContextVar is task-local
@@ -303,6 +348,7 @@ async def send_task(
     confirm: bool | None = None,
     durable: bool = False,
     message_id: str | None = None,
+    wired: bool = False,
 ) -> None:
     """Send one task message to its pool (or to the scheduler, when it is due
     later). Used by callers, and by workers for chain steps, callbacks and retries.
@@ -320,6 +366,8 @@ async def send_task(
     nothing before the backlog's put: a put the caller made just before lands
     in the same store commit. ``message_id``: a deterministic one (a periodic
     task's firing), so that a copy sent again is taken once; default: a new one.
+    ``wired``: ``args`` and ``kwargs`` are in wire form already (a list and a
+    dict, converted by ``wire_body`` where the call was made).
 
     Raises:
         ConfigError: an unknown pool, or a delay with no scheduler.
@@ -336,7 +384,9 @@ async def send_task(
     outbox = client.outbox
     now = outbox.now()
     meta = _task_headers(pool, task_id, options, headers)
-    eta = options.due(now)
+    # Most sends are due now and never expire: no call to say so.
+    due = options.countdown is not None or options.eta is not None
+    eta = options.due(now) if due else None
     directory = client.directory
     receiver = pool
     if eta is not None and eta > now + 0.001:
@@ -347,12 +397,12 @@ async def send_task(
         message_id=message_id or outbox.new_message_id(),
         to=str(target),
         subject=task,
-        body=[to_wire(list(args)), to_wire(dict(kwargs))],
+        body=[args, kwargs] if wired else [to_wire(list(args)), to_wire(dict(kwargs))],
         kind=kind,
         reply_to=reply_to,
         correlation_id=correlation_id or task_id,
         creation_time=now,
-        expiry_time=options.expiry_time(now),
+        expiry_time=None if options.expires is None else options.expiry_time(now),
         headers=meta,
     )
     if delivery.presettled:

@@ -17,7 +17,7 @@ import trio
 
 from ...actors import Outbox
 from ...mailbox import Envelope
-from ..protocol._protocol import FAILURE, H_RETRIES, H_STATE, SUCCESS
+from ..protocol._protocol import FAILURE, H_RETRIES, H_STATE, READY_STATES, SUCCESS
 from ..protocol._task_errors import TaskError
 from ._results import AsyncResult
 
@@ -53,7 +53,7 @@ class ResultRegistry:
         """Stop waiting for ``task_id`` (its later documents are logged as late)."""
         if self._waiting.pop(task_id, None) is not None:
             self._outbox.unexpect(task_id)
-            if not self._waiting:
+            if not self._waiting and self._emptied:  # someone waits in wait_empty
                 self._emptied.unpark_all()
 
     async def wait_empty(self) -> None:
@@ -80,7 +80,7 @@ class ResultRegistry:
             return False
         retries = headers.get(H_RETRIES, 0)
         result.update(state, body, retries if isinstance(retries, int) else 0)
-        if result.ready():
+        if state in READY_STATES:  # final now (a result final before is not waited for)
             self.forget(task_id)
         return True
 

@@ -1,6 +1,7 @@
 """Checks made when something is sent, so that a mistake is the sender's error
-and never only a line in a worker's log: every pool and data sink a task
-names resolves, and an event's fields are of its class's types.
+and never only a line in a worker's log: a task's arguments can be sent as
+JSON, every pool and data sink a task names resolves, and an event's fields
+are of its class's types.
 """
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import typing
+from collections.abc import Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, Final
 
@@ -16,15 +18,64 @@ import cattrs
 
 from ..._errors import ConfigError
 from ...actors import BadArguments, converter, to_wire
+from ...mailbox import json_dumps
 from ..protocol._protocol import CHAIN_SEPARATOR, sink_list, unpack_chain
 from ..protocol._send_options import SendOptions
 from ._client import Directory
 
-__all__ = ["check_event", "check_fields", "check_references"]
+__all__ = ["check_event", "check_fields", "check_references", "wire_body"]
 
 #: The field types checked exactly (a JSON value of another type is refused,
 #: where a subscriber's conversion might have let it through as another value).
 _EXACT: Final = MappingProxyType({int: (int,), float: (int, float), str: (str,), bool: (bool,)})
+
+#: Whole numbers inside this bound always encode (a longer one may pass
+#: Python's limit on the digits of an int's text).
+_INT_BOUND: Final = 2**63
+
+
+def wire_body(args: Sequence[Any], kwargs: Mapping[str, Any], *, check: bool) -> list[Any]:
+    """A task message's body, ``[args, kwargs]`` in wire form (``to_wire``);
+    with ``check``, known to encode as JSON (for a caller whose send is
+    encoded in another thread, where the error could not reach it).
+
+    Arguments that are all plain scalars (whole numbers, finite floats, ASCII
+    strings, booleans, None) are their own wire form and always encode: they
+    are neither converted nor encoded here (issue 30: most calls, once per task
+    in the caller's thread).
+
+    Raises:
+        WireFormatError: (with ``check``) an argument that cannot be sent as JSON.
+    """
+    if _plain(args) and (not kwargs or _plain_keywords(kwargs)):
+        return [list(args), dict(kwargs)]
+    body = [to_wire(list(args)), to_wire(dict(kwargs))]
+    if check:
+        json_dumps(body)  # raises WireFormatError
+    return body
+
+
+def _plain(values: Iterable[Any]) -> bool:
+    """Whether every value is a JSON scalar that always encodes (in a loop
+    that calls nothing for the common kinds)."""
+    for value in values:
+        kind = type(value)
+        if kind is int:
+            if not -_INT_BOUND < value < _INT_BOUND:
+                return False
+        elif kind is float:
+            if value - value != 0:  # inf or nan: not JSON
+                return False
+        elif kind is str:
+            if not value.isascii():
+                return False
+        elif value is not None and kind is not bool:
+            return False
+    return True
+
+
+def _plain_keywords(kwargs: Mapping[str, Any]) -> bool:
+    return all(type(key) is str for key in kwargs) and _plain(kwargs.values())
 
 
 def check_references(directory: Directory, sender: str, pool: str, options: SendOptions) -> None:

@@ -12,7 +12,7 @@ import binascii
 import json
 import os
 import zlib
-from typing import Any, Final
+from typing import Any, Final, final
 
 from ...mailbox import BAD_ARGUMENTS, DECODE_ERROR, UNKNOWN_HANDLER, Envelope
 from ._send_options import sink_list
@@ -38,6 +38,7 @@ __all__ = [
     "STATES",
     "SUCCESS",
     "UNKNOWN_HANDLER",
+    "TaskIds",
     "compact",
     "envelope_retries",
     "envelope_task_id",
@@ -137,6 +138,39 @@ def new_task_id() -> str:
     many as a UUID4 carries). Random rather than a counter, so that no module
     holds state and any code can make one, in any process, without an owner."""
     return os.urandom(16).hex()
+
+
+#: How many task ids a :class:`TaskIds` draws with one read of the system's randomness.
+ID_BATCH: Final = 256
+
+
+@final
+class TaskIds:
+    """Task ids as :func:`new_task_id` makes them, drawn ID_BATCH at a time,
+    for a sender that makes many (a caller's client, in its caller's thread).
+
+    A read of the system's randomness lets go of the GIL, and a caller's
+    thread that lets go of it while its client's trio thread runs waits for
+    it again (issue 30): one read per ID_BATCH ids, not per task. Any thread
+    may take one (a list's pop and extend hold the GIL). Its owner is of no
+    use in a forked child (a client's trio thread is not there), so neither
+    are the ids it holds.
+    """
+
+    __slots__ = ("_drawn",)
+
+    def __init__(self) -> None:
+        self._drawn: list[str] = []
+
+    def new(self) -> str:
+        """A task id none had before."""
+        try:
+            return self._drawn.pop()
+        except IndexError:
+            pass
+        digits = os.urandom(16 * ID_BATCH).hex()
+        self._drawn.extend([digits[i : i + 32] for i in range(0, len(digits), 32)])
+        return self._drawn.pop()
 
 
 # Made once (``json.dumps`` with options makes an encoder per call, and every
