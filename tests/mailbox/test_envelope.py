@@ -11,6 +11,11 @@ from proton import Message
 
 from actorctl import Envelope, WireFormatError
 from actorctl.mailbox import decode, encode
+from actorctl.mailbox._decoding import SIGNATURE_PROPERTIES
+
+# Header names a message's writer sets itself (docs/protocol.md §6.2: a client
+# MUST NOT use them for anything else): the reader takes them off.
+RESERVED = ("kind", "lang", *SIGNATURE_PROPERTIES)
 
 json_values = st.recursive(
     st.none()
@@ -47,7 +52,7 @@ header_values = (
     created=st.none() | st.integers(1, 2**40).map(lambda ms: ms / 1000),
     headers=st.dictionaries(
         st.text(st.characters(exclude_categories=("Cs",)), min_size=1, max_size=12).filter(
-            lambda k: k not in ("kind", "lang")
+            lambda k: k not in RESERVED
         ),
         header_values,
         max_size=5,
