@@ -254,5 +254,5 @@ async def test_a_task_an_actor_started_that_raises_crashes_the_actor(
             crashed = logs.of_type("actorctl:actor:crashed")
             assert [m["error"] for m in crashed] == ["the timer broke"]
             assert cell.state == "running"
-            assert len(cell._background) == 1
+            assert cell.background_tasks == 1
             nursery.cancel_scope.cancel()
