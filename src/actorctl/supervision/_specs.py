@@ -118,6 +118,11 @@ class ActorSpec:
             return factory.default_name()
         return getattr(factory, "__name__", "actor")
 
+    def __call__(self) -> Actor:
+        """:meth:`build`: a spec is the factory its cell builds each fresh actor
+        with (kept as it is, no bound method of its own per actor)."""
+        return self.build()
+
     def build(self) -> Actor:
         """A fresh actor.
 

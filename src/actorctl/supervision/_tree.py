@@ -143,7 +143,7 @@ class TreeLevel:
             name, actor, factory, restart = child.name, child.actor, None, child.restart
         else:
             name, actor, restart = child.child_name, child.build(), child.restart
-            factory = child.build
+            factory = child  # (it builds an actor when called)
             handler_errors = child.handler_errors or handler_errors
         cell = host.host(name, actor, factory)
         if handler_errors is not None:
