@@ -15,11 +15,11 @@ blocked on a memory channel (and of cancelling them), the floor any actor
 runtime on trio pays. Starting and stopping N actors should be linear in N:
 compare the per-actor figures.
 
-An idle actor is its cell, its mailbox, its address and its supervisor's
-record of it, about 1.4 KiB (docs/architecture.md, "Idle actors"): the
-1,000,000 row needs about 1.5 GB for the actors and 4 GB for the tasks row
-beside them, and takes a few minutes on a machine of two cores (most of it
-the tasks row). ``--counts 10000 100000`` skips it.
+An idle actor is its cell, its mailbox, its address, its spec and its
+supervisor's record of it, 1.2-1.4 KiB (docs/architecture.md, "Who owns
+what"): the 1,000,000 rows need about 1.2 GB for the actors and 4 GB for
+the tasks beside them, and take a few minutes on a loaded machine of two
+cores (six, most of it the tasks row). ``--counts 10000 100000`` skips them.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """What a cell makes only once its actor has something to do.
 
 An idle actor is its cell, its mailbox and its address: a node may host a
-million of them (docs/architecture.md, "Idle actors"). What only a message
+million of them (docs/architecture.md, "Who owns what"). What only a message
 needs, the cell makes at the actor's first message (or at the first task the
 actor starts of its own), and keeps from then on, across the actor's restarts:
 its dedup window, its counters, its turns and dispatch, the messages in its
