@@ -242,9 +242,9 @@ class ActorCell:
             raise
         self.state = CellState.RUNNING
         self._on_end = on_end
-        self.mailbox.on_arrival(self._wake)
+        self.mailbox.on_arrival(self)  # (see arrived)
         if self.mailbox.pending or self.mailbox.closed:
-            self._wake()
+            self.arrived()
 
     async def deactivate(self) -> None:
         """Stop the actor from outside (its supervisor), keeping its mailbox:
@@ -315,10 +315,11 @@ class ActorCell:
                 parts.seen.abandon(dedup_key(inbound.envelope))
             self.mailbox.requeue(inflight)
 
-    def _wake(self) -> None:
+    def arrived(self) -> None:
         """A message arrived (or the mailbox closed): start a turn unless one runs
         (or, for an idle actor whose mailbox closed, end it at once: see
-        :meth:`_ends_at_once`)."""
+        :meth:`_ends_at_once`). Its mailbox calls it (the cell is its
+        ``ArrivalListener``: no bound method kept per actor)."""
         nursery = self._nursery
         parts = self._parts
         if (
@@ -372,7 +373,7 @@ class ActorCell:
             self.stop()
             await self._end(None)
         elif self.mailbox.pending:
-            self._wake()  # arrived while this turn was ending
+            self.arrived()  # arrived while this turn was ending
 
     def _crashed(self, error: Exception) -> None:
         self.state = CellState.CRASHED
