@@ -284,6 +284,12 @@ class Mailbox:
         self._on_arrival = listener
 
     @property
+    def depth(self) -> int:
+        """Messages it holds now, queued or being handled (``statistics().depth``
+        alone: a node that stops reads it for each of its actors)."""
+        return self._unsettled
+
+    @property
     def pending(self) -> int:
         """Messages queued and not yet taken by the receiver."""
         return len(self._queue) if self._queue else 0
