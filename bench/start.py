@@ -16,8 +16,8 @@ runtime on trio pays. Starting and stopping N actors should be linear in N:
 compare the per-actor figures.
 
 An idle actor is its cell, its mailbox, its address, its spec and its
-supervisor's record of it, 1.2-1.4 KiB (docs/architecture.md, "Who owns
-what"): the 1,000,000 rows need about 1.2 GB for the actors and 4 GB for
+supervisor's record of it, 1.1-1.3 KiB (docs/architecture.md, "Who owns
+what"): the 1,000,000 rows need about 1.1 GB for the actors and 4 GB for
 the tasks beside them, and take a few minutes on a loaded machine of two
 cores (six, most of it the tasks row). ``--counts 10000 100000`` skips them.
 """
