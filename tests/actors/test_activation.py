@@ -254,5 +254,39 @@ async def test_a_task_an_actor_started_that_raises_crashes_the_actor(
             crashed = logs.of_type("actorctl:actor:crashed")
             assert [m["error"] for m in crashed] == ["the timer broke"]
             assert cell.state == "running"
-            assert len(cell._background) == 1
+            assert cell.background_tasks == 1
+            nursery.cancel_scope.cancel()
+
+
+async def test_an_idle_actor_makes_its_counters_and_dedup_window_at_its_first_message(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    # Given an actor activated with no message yet, beside one never activated
+    async with open_node("host", host=None, insecure=True) as node:
+        cell = ActorCell(
+            Counter(), Address("127.0.0.1", 1, "counter", "amqp"), node.outbox, factory=Counter
+        )
+        other = ActorCell(Counter(), Address("127.0.0.1", 1, "other", "amqp"), node.outbox)
+        async with trio.open_nursery() as nursery:
+            await cell.activate(nursery, lambda error: None)
+            # Then both read the same counters, all zero, and keep no reply
+            assert cell.counters is other.counters
+            assert cell.counters.handled == 0
+            assert cell.kept_reply_bytes == 0
+            # When a message arrives
+            cell.mailbox.put_nowait(_message(1, "count"), None)
+            await trio.testing.wait_all_tasks_blocked()
+            # Then it counts on counters of its own; the idle one's stay at zero
+            assert cell.counters is not other.counters
+            assert (cell.counters.handled, other.counters.handled) == (1, 0)
+            # And its next incarnation keeps them, and its dedup window: the
+            # same message again is answered as a duplicate, not run
+            await cell.deactivate()
+            await cell.activate(nursery, lambda error: None)
+            assert cell.starts == 2
+            cell.mailbox.put_nowait(_message(1, "count"), None)
+            await trio.testing.wait_all_tasks_blocked()
+            assert (cell.counters.handled, cell.counters.duplicates) == (1, 1)
+            assert isinstance(cell.actor, Counter)
+            assert cell.actor.seen == []  # a fresh instance, and the duplicate did not run
             nursery.cancel_scope.cancel()

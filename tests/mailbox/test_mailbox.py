@@ -179,3 +179,39 @@ async def test_wait_arrival_wakes_on_the_next_message_or_a_close_and_takes_none(
             box.close()
         await box.wait_arrival()
     assert woken == [1, 0]
+
+
+class Listener:
+    """An idle actor's cell as its mailbox sees it: told of each arrival."""
+
+    def __init__(self) -> None:
+        self.told = 0
+
+    def arrived(self) -> None:
+        self.told += 1
+
+
+def test_a_listener_hears_each_arrival_and_the_close_and_depth_counts_what_is_held() -> None:
+    # Given a mailbox whose arrivals a listener hears (an idle actor's cell)
+    box = Mailbox(10)
+    listener = Listener()
+    box.on_arrival(listener)
+    # When two messages arrive and one is taken
+    box.put_nowait(_envelope(1), None)
+    box.put_nowait(_envelope(2), None)
+    taken = box.receive_nowait()
+    # Then it heard of each, and the depth counts the queued one and the taken one
+    assert listener.told == 2
+    assert box.depth == box.statistics().depth == 2
+    # And once that one is settled and the mailbox closes, it hears of the
+    # close, and the one released is no longer held
+    taken.settle(ACCEPTED)
+    assert box.depth == 1
+    [left] = box.close()
+    assert listener.told == 3
+    left.settle(RELEASED)
+    assert box.depth == box.statistics().depth == 0
+    # And a mailbox nobody listens to any more tells no one
+    box.on_arrival(None)
+    box.close()
+    assert listener.told == 3

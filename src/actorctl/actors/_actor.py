@@ -28,8 +28,11 @@ class ActorHost(Protocol):
     behaviour: Behaviour
     #: The node's monitors (None: the node offers none).
     monitors: Monitors | None
-    #: Addresses this actor watches.
-    watching: set[str]
+
+    @property
+    def watching(self) -> set[str]:
+        """Addresses this actor watches."""
+        ...
 
     def stop(self) -> None: ...
 

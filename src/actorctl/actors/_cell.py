@@ -21,12 +21,13 @@ from .._log import log
 from ..mailbox import CRASHED, RELEASED, Envelope, Inbound, Mailbox, Outcome
 from ._actor import Actor
 from ._address import Address
-from ._background import Background, TaskFn
+from ._background import TaskFn
 from ._counters import ActorCounters
 from ._dedup import Handled, ReplyMemory, SeenWindow, dedup_key
 from ._dispatch import Dispatch
 from ._handlers import Behaviour
 from ._monitor import Monitors
+from ._parts import NO_COUNTERS, CellParts
 from ._ref import Outbox
 from ._turns import Turns
 
@@ -55,7 +56,33 @@ class ActorCell:
     ``replies`` bounds the bytes of replies its dedup window keeps, with those
     of the node's other actors (``_dedup.py``); None: bounds of its own, the
     defaults.
+
+    An idle cell is small: what only a message needs (its dedup window,
+    counters, turns and dispatch) is made at its first message
+    (``_parts.py``), and an actor that watches none has no set of watched
+    addresses.
     """
+
+    __slots__ = (
+        "_concurrency",
+        "_culprits",
+        "_nursery",
+        "_on_end",
+        "_parts",
+        "_replies",
+        "_watching",
+        "actor",
+        "address",
+        "behaviour",
+        "crashes_on_error",
+        "factory",
+        "mailbox",
+        "monitors",
+        "outbox",
+        "starts",
+        "state",
+        "stopped_why",
+    )
 
     def __init__(
         self,
@@ -79,23 +106,22 @@ class ActorCell:
         #: or closed with the node).
         self.stopped_why: str | None = None
         self.starts = 0
-        #: Addresses this actor watches (a Terminated from elsewhere is ignored).
-        self.watching: set[str] = set()
+        self._watching: set[str] | None = None  # see watching
         self.behaviour: Behaviour = actor
         self.mailbox = Mailbox(type(actor).mailbox_capacity)
         concurrency = type(actor).concurrency
         if concurrency < 1:
             raise ValueError(f"{type(actor).__name__}.concurrency must be at least 1")
+        self._concurrency = concurrency
+        if type(actor).dedup_count < 0 or type(actor).dedup_seconds < 0:
+            raise ValueError("the dedup window cannot be negative")
+        self._replies = replies
         # While it runs (see activate): where its turns run, and who hears of
         # its end.
         self._nursery: trio.Nursery | None = None
         self._on_end: Callable[[BaseException | None], None] | None = None
-        # What it handles now, in the order it took them (a requeue keeps it).
-        self._inflight: dict[Inbound, None] = {}
-        # Its turns (``_turns.py``): at most one runs, while it has messages.
-        self._turns = Turns(
-            self.mailbox, concurrency, self._handle, self._inflight, self._requeue_inflight
-        )
+        # Its working parts (``_parts.py``), made at its first message.
+        self._parts: CellParts | None = None
         #: A handler's exception crashes the actor once its caller has the
         #: error (OTP), or only answers the caller (the default): see
         #: ``Actor.handler_errors``; its supervision tree may choose instead.
@@ -108,26 +134,58 @@ class ActorCell:
             )
         self.crashes_on_error = chosen == "crash"
         self._culprits: list[Inbound] | None = None  # what crashed its turn (_crashed)
-        self._seen = SeenWindow(
-            type(actor).dedup_count,
-            type(actor).dedup_seconds,
-            memory=replies,
-            name=address.name,
-        )
-        self._background = Background()
-        #: What it did with its messages (``_counters.py``), read when scraped.
-        self.counters = ActorCounters()
-        self._dispatch = Dispatch(self, self._seen, self.counters, concurrency)
         actor._cell = self
+
+    def _made(self) -> CellParts:
+        """Its working parts: made now if it has none yet (its first message,
+        or the first task it starts), kept from then on."""
+        parts = self._parts
+        if parts is None:
+            kind = type(self.actor)
+            seen = SeenWindow(
+                kind.dedup_count, kind.dedup_seconds, memory=self._replies, name=self.name
+            )
+            counters = ActorCounters()
+            # What it handles now, in the order it took them (a requeue keeps it).
+            inflight: dict[Inbound, None] = {}
+            # Its turns (``_turns.py``): at most one runs, while it has messages.
+            turns = Turns(
+                self.mailbox, self._concurrency, self._handle, inflight, self._requeue_inflight
+            )
+            dispatch = Dispatch(self, seen, counters, self._concurrency)
+            parts = self._parts = CellParts(seen, counters, inflight, turns, dispatch)
+        return parts
 
     @property
     def name(self) -> str:
         return self.address.name
 
     @property
+    def watching(self) -> set[str]:
+        """Addresses this actor watches (a Terminated from elsewhere is ignored)."""
+        watching = self._watching
+        if watching is None:
+            watching = self._watching = set()
+        return watching
+
+    @property
+    def counters(self) -> ActorCounters:
+        """What it did with its messages (``_counters.py``), read when scraped
+        (all zero, and shared, until its first message: never write to them)."""
+        parts = self._parts
+        return NO_COUNTERS if parts is None else parts.counters
+
+    @property
     def kept_reply_bytes(self) -> int:
         """Bytes of replies its dedup window keeps now (for duplicates)."""
-        return self._seen.bytes
+        parts = self._parts
+        return 0 if parts is None else parts.seen.bytes
+
+    @property
+    def background_tasks(self) -> int:
+        """How many tasks of its own the actor runs now (``start_soon``)."""
+        parts = self._parts
+        return 0 if parts is None else len(parts.background)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Run the actor as a task: :meth:`activate` it, return when it ends
@@ -184,9 +242,9 @@ class ActorCell:
             raise
         self.state = CellState.RUNNING
         self._on_end = on_end
-        self.mailbox.on_arrival(self._wake)
+        self.mailbox.on_arrival(self)  # (see arrived)
         if self.mailbox.pending or self.mailbox.closed:
-            self._wake()
+            self.arrived()
 
     async def deactivate(self) -> None:
         """Stop the actor from outside (its supervisor), keeping its mailbox:
@@ -198,7 +256,8 @@ class ActorCell:
             return  # it ended by itself already
         self._on_end = None
         self.mailbox.on_arrival(None)
-        await self._turns.cancel(f"actor {self.name!r} stopped by its supervisor")
+        if self._parts is not None:
+            await self._parts.turns.cancel(f"actor {self.name!r} stopped by its supervisor")
         self._requeue_inflight()
         await self._stop_actor()
         self.state = CellState.STOPPED
@@ -208,7 +267,7 @@ class ActorCell:
         (``_background.py``): from its ``on_start`` or its handlers."""
         if self._nursery is None:
             raise ActorctlError(f"actor {self.name!r} is not running: it cannot start a task")
-        self._background.start_soon(self._nursery, fn, args, self._background_failed)
+        self._made().background.start_soon(self._nursery, fn, args, self._background_failed)
 
     async def _background_failed(self, error: Exception) -> None:
         """A task the actor started raised: the actor crashed."""
@@ -221,8 +280,9 @@ class ActorCell:
 
     async def _stop_background(self, why: str) -> None:
         self._nursery = None  # no task may start from now on
-        with trio.CancelScope(shield=True):
-            await self._background.cancel(f"actor {self.name!r} {why}")
+        if self._parts is not None:
+            with trio.CancelScope(shield=True):
+                await self._parts.background.cancel(f"actor {self.name!r} {why}")
 
     def retire(self, why: str = "not started again") -> None:
         """Its supervisor will not start it again (``why``): close its mailbox,
@@ -247,23 +307,30 @@ class ActorCell:
         """Messages cancelled mid-handling go back to the head of the mailbox
         (for the next incarnation: at least once, so they may run twice), or
         are released if it is closed; never left unsettled on a live link."""
-        if self._inflight:
-            inflight = list(self._inflight)
-            self._inflight.clear()
+        parts = self._parts
+        if parts is not None and parts.inflight:
+            inflight = list(parts.inflight)
+            parts.inflight.clear()
             for inbound in inflight:
-                self._seen.abandon(dedup_key(inbound.envelope))
+                parts.seen.abandon(dedup_key(inbound.envelope))
             self.mailbox.requeue(inflight)
 
-    def _wake(self) -> None:
+    def arrived(self) -> None:
         """A message arrived (or the mailbox closed): start a turn unless one runs
         (or, for an idle actor whose mailbox closed, end it at once: see
-        :meth:`_ends_at_once`)."""
+        :meth:`_ends_at_once`). Its mailbox calls it (the cell is its
+        ``ArrivalListener``: no bound method kept per actor)."""
         nursery = self._nursery
-        if not self._turns.running and self._on_end is not None and nursery is not None:
+        parts = self._parts
+        if (
+            (parts is None or not parts.turns.running)
+            and self._on_end is not None
+            and nursery is not None
+        ):
             if self._ends_at_once():
                 self._end_at_once()
                 return
-            self._turns.start(nursery, self._turn_ended)
+            self._made().turns.start(nursery, self._turn_ended)
 
     def _ends_at_once(self) -> bool:
         """Whether the actor can end now without a task of its own: its mailbox
@@ -271,11 +338,11 @@ class ActorCell:
         no ``on_stop`` of its own to run. (A node that stops closes every
         mailbox: a turn per idle actor, to find it closed, cost a node of
         100,000 idle actors more time than the rest of its stop.)"""
+        parts = self._parts
         return (
             self.mailbox.closed
             and not self.mailbox.pending
-            and not self._inflight
-            and not len(self._background)
+            and (parts is None or (not parts.inflight and not len(parts.background)))
             and type(self.actor).on_stop is Actor.on_stop
         )
 
@@ -306,7 +373,7 @@ class ActorCell:
             self.stop()
             await self._end(None)
         elif self.mailbox.pending:
-            self._wake()  # arrived while this turn was ending
+            self.arrived()  # arrived while this turn was ending
 
     def _crashed(self, error: Exception) -> None:
         self.state = CellState.CRASHED
@@ -404,23 +471,25 @@ class ActorCell:
             left.settle(RELEASED)
 
     async def _handle(self, inbound: Inbound) -> None:
+        parts = self._made()  # (made already: its turn runs)
+        inflight = parts.inflight
         # Kept while it runs: a restart puts it back in the mailbox.
-        self._inflight[inbound] = None
+        inflight[inbound] = None
         try:
-            await self._dispatch.handle(inbound)
+            await parts.dispatch.handle(inbound)
         except Exception:
             # It crashed the actor: not to be run here again (_crashed).
-            self._inflight.pop(inbound, None)
+            inflight.pop(inbound, None)
             if inbound.outcome is not None:
                 raise  # answered already (a handler's error, OTP): nothing to release
             if self._culprits is None:
                 self._culprits = []
             self._culprits.append(inbound)
             raise
-        self._inflight.pop(inbound, None)
+        inflight.pop(inbound, None)
 
     async def dispatch_with(self, behaviour: Behaviour, envelope: Envelope) -> Handled:
         """Run ``envelope``'s handler in ``behaviour`` as every message of this
         cell is run (``_dispatch.py``): for a behaviour that runs the actor's
         own handlers (a circuit breaker's probe)."""
-        return await self._dispatch.dispatch_with(behaviour, envelope)
+        return await self._made().dispatch.dispatch_with(behaviour, envelope)

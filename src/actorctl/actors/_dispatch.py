@@ -64,8 +64,10 @@ class DispatchHost(Protocol):
     outbox: Outbox
     actor: Actor
     behaviour: Behaviour
-    watching: set[str]
     crashes_on_error: bool
+
+    @property
+    def watching(self) -> set[str]: ...
 
 
 @final

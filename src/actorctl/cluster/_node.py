@@ -343,8 +343,7 @@ class Node:
 
     def _unsettled(self) -> dict[str, int]:
         """The messages each actor still holds (once its grace is over)."""
-        held = {name: cell.mailbox.statistics().depth for name, cell in self.cells.items()}
-        return {name: depth for name, depth in held.items() if depth}
+        return {name: cell.mailbox.depth for name, cell in self.cells.items() if cell.mailbox.depth}
 
     def last_heard(self, besides: str) -> float | None:
         """When one of its connections last received bytes from a peer on

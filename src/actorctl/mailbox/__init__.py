@@ -50,6 +50,7 @@ from ._envelope import Envelope as Envelope
 from ._envelope import json_dumps as json_dumps
 from ._mailbox import ACCEPTED as ACCEPTED
 from ._mailbox import RELEASED as RELEASED
+from ._mailbox import ArrivalListener as ArrivalListener
 from ._mailbox import CreditLink as CreditLink
 from ._mailbox import Inbound as Inbound
 from ._mailbox import Mailbox as Mailbox

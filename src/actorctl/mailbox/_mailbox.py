@@ -21,6 +21,7 @@ from ._envelope import Envelope
 
 __all__ = [
     "ACCEPTED",
+    "ArrivalListener",
     "CreditLink",
     "Inbound",
     "Mailbox",
@@ -56,6 +57,17 @@ class Outcome:
 
 ACCEPTED: Final = Outcome("accepted")
 RELEASED: Final = Outcome("released")
+
+
+class ArrivalListener(Protocol):
+    """Who hears that a message arrived, or that the mailbox closed, while no
+    receiver waited (:meth:`Mailbox.on_arrival`): an actor's cell, which has
+    no task while its mailbox is empty. An object, not a callback, so that a
+    node of a million idle actors keeps no bound method per actor."""
+
+    def arrived(self) -> None:
+        """Called at once, in the sender's task: it must not block."""
+        ...
 
 
 class CreditLink(Protocol):
@@ -178,7 +190,7 @@ class Mailbox:
         # never granted any, minus when it attached (an attach number).
         self._last_grant: dict[CreditLink, int] | None = None
         self._grants = 0  # how many grants (and attaches) were made: orders _last_grant
-        self._on_arrival: Callable[[], None] | None = None
+        self._on_arrival: ArrivalListener | None = None
 
     # -- the node's side -------------------------------------------------------
 
@@ -237,7 +249,7 @@ class Mailbox:
             self._arrived = None
             arrived.set()
         elif self._on_arrival is not None:
-            self._on_arrival()
+            self._on_arrival.arrived()
         self._unsettled += 1
         self._received += 1
         if self._unsettled > self._max_unsettled:
@@ -252,7 +264,7 @@ class Mailbox:
             self._arrived = None
             arrived.set()  # a waiting receiver sees the end
         elif self._on_arrival is not None:
-            self._on_arrival()  # so does one that is not running now
+            self._on_arrival.arrived()  # so does one that is not running now
         queue, self._queue = self._queue, None
         return list(queue) if queue else []
 
@@ -265,11 +277,17 @@ class Mailbox:
         """The links that feed this mailbox."""
         return tuple(self._links)
 
-    def on_arrival(self, call: Callable[[], None] | None) -> None:
-        """Have ``call`` run (at once, in the sender's task: it must not block)
-        when a message arrives or the mailbox closes while no receiver waits:
-        an actor with no task of its own starts one then."""
-        self._on_arrival = call
+    def on_arrival(self, listener: ArrivalListener | None) -> None:
+        """Have ``listener`` told (at once, in the sender's task: it must not
+        block) when a message arrives or the mailbox closes while no receiver
+        waits: an actor with no task of its own starts one then."""
+        self._on_arrival = listener
+
+    @property
+    def depth(self) -> int:
+        """Messages it holds now, queued or being handled (``statistics().depth``
+        alone: a node that stops reads it for each of its actors)."""
+        return self._unsettled
 
     @property
     def pending(self) -> int:

@@ -144,15 +144,56 @@ class Status:
 
 @final
 class Running:
-    """A child while it runs: its scope, and how it ended."""
+    """A child while it runs: how it is stopped, and how it ended.
 
-    __slots__ = ("done", "error", "scope", "spec")
+    Small, for a node may supervise a million idle actors: a task child has a
+    cancel scope of its own, an activation (an actor) none, and the event a
+    supervisor waits on for its end is made only when one waits. Called, it is
+    an activation's ``on_end``: ``report`` (one per supervisor, shared by its
+    children) hears of it unless its supervisor stopped it.
+    """
 
-    def __init__(self, spec: ChildSpec) -> None:
+    __slots__ = ("_done", "_report", "error", "finished", "scope", "spec", "stopped")
+
+    def __init__(self, spec: ChildSpec, report: Callable[[Running], None] | None = None) -> None:
         self.spec = spec
-        self.scope = trio.CancelScope()
-        self.done = trio.Event()
+        #: The scope a task child runs in (None: an activation, no task).
+        self.scope = trio.CancelScope() if spec.activation is None else None
         self.error: BaseException | None = None
+        #: Its supervisor stopped it (what ends it then is no end to handle).
+        self.stopped = False
+        #: It has ended (or been stopped).
+        self.finished = False
+        self._done: trio.Event | None = None  # made by the first who waits
+        self._report = report
+
+    def __call__(self, error: BaseException | None) -> None:
+        """An activation ended by itself (``error``: what it failed with)."""
+        self.error = error
+        self.finish()
+        if not self.stopped and self._report is not None:
+            self._report(self)
+
+    def stop(self, reason: str) -> None:
+        """Its supervisor stops it: a task child's scope is cancelled."""
+        self.stopped = True
+        if self.scope is not None:
+            self.scope.cancel(reason=reason)
+
+    def finish(self) -> None:
+        """It has ended: whoever waits (:meth:`wait_finished`) goes on."""
+        self.finished = True
+        if self._done is not None:
+            self._done.set()
+
+    async def wait_finished(self) -> None:
+        """Wait until it has ended (at once if it has)."""
+        if self.finished:
+            await trio.lowlevel.checkpoint()
+            return
+        if self._done is None:
+            self._done = trio.Event()
+        await self._done.wait()
 
 
 def describe(error: BaseException) -> str:

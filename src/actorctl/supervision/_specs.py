@@ -14,7 +14,8 @@ import difflib
 import importlib
 import sys
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, final
+from types import MappingProxyType
+from typing import Any, Final, final
 
 import attrs
 
@@ -76,6 +77,11 @@ def _restart(value: Restart | str) -> Restart:
         raise ConfigError(f"unknown restart type {value!r}: expected one of {choices}") from None
 
 
+#: The keyword arguments of an ActorSpec given none: one shared, read-only
+#: mapping (a node may hold a million specs), not an empty dict each.
+_NO_KWARGS: Final[Mapping[str, Any]] = MappingProxyType({})
+
+
 @final
 @attrs.frozen
 class ActorSpec:
@@ -98,7 +104,7 @@ class ActorSpec:
 
     factory: Callable[..., Actor]
     args: tuple[Any, ...] = attrs.field(default=(), converter=tuple)
-    kwargs: Mapping[str, Any] = attrs.field(factory=dict, hash=False)
+    kwargs: Mapping[str, Any] = attrs.field(default=_NO_KWARGS, hash=False)
     name: str | None = None
     restart: Restart = attrs.field(default=Restart.PERMANENT, converter=_restart)
     handler_errors: str | None = attrs.field(default=None, converter=_handler_errors)
@@ -111,6 +117,11 @@ class ActorSpec:
         if isinstance(factory, type) and issubclass(factory, Actor):
             return factory.default_name()
         return getattr(factory, "__name__", "actor")
+
+    def __call__(self) -> Actor:
+        """:meth:`build`: a spec is the factory its cell builds each fresh actor
+        with (kept as it is, no bound method of its own per actor)."""
+        return self.build()
 
     def build(self) -> Actor:
         """A fresh actor.

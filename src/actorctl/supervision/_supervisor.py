@@ -19,7 +19,6 @@ While it runs it answers OTP's requests: :meth:`~Supervisor.which_children`,
 
 from __future__ import annotations
 
-import functools
 import math
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -106,6 +105,9 @@ class Supervisor:
         self._on_gone = on_gone
         self._start_together = start_together
         self._running: dict[str, Running] = {}
+        # What each activation's Running tells when it ends: one bound method
+        # for every child, not one each.
+        self._report = self._activation_ended
         self._history: deque[float] = deque()
         self._lock = trio.Lock()  # one change to the children at a time
         self._ended: trio.MemorySendChannel[Running | None]
@@ -304,21 +306,17 @@ class Supervisor:
     async def _start(self, spec: ChildSpec) -> None:
         if self._nursery is None:
             raise ChildError(f"supervisor {self.name!r} is not running")
-        running = Running(spec)
+        running = Running(spec, self._report)
         self._running[spec.name] = running
         if spec.activation is not None:
-            await spec.activation.activate(
-                self._nursery, functools.partial(self._activation_ended, running)
-            )
+            await spec.activation.activate(self._nursery, running)  # (its on_end)
         else:
             await self._nursery.start(self._child, running)
         self.states[spec.name] = ChildState.RUNNING
 
-    def _activation_ended(self, running: Running, error: BaseException | None) -> None:
-        running.error = error
-        running.done.set()
-        if not running.scope.cancel_called:
-            self._ended.send_nowait(running)
+    def _activation_ended(self, running: Running) -> None:
+        """An activation ended by itself (``Running`` tells, as its ``on_end``)."""
+        self._ended.send_nowait(running)
 
     async def _child(self, running: Running, *, task_status: trio.TaskStatus[None]) -> None:
         started = False
@@ -328,30 +326,32 @@ class Supervisor:
             started = True
             task_status.started()
 
+        scope = running.scope
+        assert scope is not None  # a task child's
         try:
-            with running.scope:
+            with scope:
                 await running.spec.start(task_status=Status(mark_started))
         except Exception as exc:
             if not started:
                 raise  # it failed to start: the one who started it hears of it
             running.error = exc  # it failed while running: the supervisor's to handle
         finally:
-            running.done.set()
+            running.finish()
         if not started:
             raise ChildFailedToStart(running.spec.name, "it returned before it was ready")
-        if not running.scope.cancel_called:
+        if not running.stopped:
             self._ended.send_nowait(running)
 
     async def _stop(self, running: Running) -> None:
         """Stop one child: cancel its scope and wait until it is gone."""
-        if running.done.is_set():
+        if running.finished:
             return
-        running.scope.cancel(reason=f"stopped by supervisor {self.name!r}")
+        running.stop(f"stopped by supervisor {self.name!r}")
         activation = running.spec.activation
         if activation is not None:
             await activation.deactivate()
-            running.done.set()
-        await running.done.wait()
+            running.finish()
+        await running.wait_finished()
 
     async def _stop_all(self, why: str) -> None:
         """Stop every child, in reverse start order."""

@@ -97,7 +97,11 @@ class TreeLevel:
         self.name = name
         self._host = host
         self._handler_errors = handler_errors  # the supervisor spec's choice
-        self._details: dict[str, Describe] = {}
+        # What each child's row adds: a plain actor's cell (its mailbox), or
+        # how another kind describes itself. A plain actor is on the node by
+        # its cell; boxed workers and nested supervisors are named in
+        # _addressable. (Nothing more per actor: a node may host a million.)
+        self._details: dict[str, ActorCell | Describe] = {}
         self._addressable: set[str] = set()
         specs = [self._make(child) for child in children]
         self.supervisor = Supervisor(
@@ -139,17 +143,20 @@ class TreeLevel:
             name, actor, factory, restart = child.name, child.actor, None, child.restart
         else:
             name, actor, restart = child.child_name, child.build(), child.restart
-            factory = child.build
+            factory = child  # (it builds an actor when called)
             handler_errors = child.handler_errors or handler_errors
         cell = host.host(name, actor, factory)
         if handler_errors is not None:
             cell.crashes_on_error = handler_errors == "crash"
-        self._addressable.add(name)
-        self._details[name] = functools.partial(_describe_actor, cell)
+        self._details[name] = cell
         return ChildSpec(name, cell.run, restart, kind="actor", activation=cell)
 
+    def _hosted(self, name: str) -> bool:
+        """Whether the child ``name`` is reachable on the node (not a process)."""
+        return name in self._addressable or isinstance(self._details.get(name), ActorCell)
+
     def _gone(self, name: str, reason: str) -> None:
-        if name in self._addressable:
+        if self._hosted(name):
             self._host.gone(name, reason)
 
     def rows(self) -> list[TreeRow]:
@@ -158,7 +165,10 @@ class TreeLevel:
         rows = []
         for child in self.supervisor.child_rows():
             detail = self._details.get(child.name)
-            rows.append(child if detail is None else detail(child))
+            if isinstance(detail, ActorCell):
+                rows.append(_describe_actor(detail, child))
+            else:
+                rows.append(child if detail is None else detail(child))
         return rows
 
     def describe(self) -> list[dict[str, Any]]:
@@ -178,10 +188,10 @@ class TreeLevel:
         self._forget(name)
 
     def _forget(self, name: str) -> None:
-        self._details.pop(name, None)
-        if name in self._addressable:
+        if self._hosted(name):
             self._addressable.discard(name)
             self._host.unhost(name)
+        self._details.pop(name, None)
 
 
 @final
