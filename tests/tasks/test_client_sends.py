@@ -13,7 +13,7 @@ import pytest
 import trio
 import trio.testing
 
-from actorctl import WireFormatError, open_node
+from actorctl import App, WireFormatError, open_node
 from actorctl.tasks.client._client import Directory, TaskClient
 from actorctl.tasks.client._validate import wire_body
 from actorctl.tasks.protocol._protocol import ID_BATCH, TaskIds
@@ -65,6 +65,25 @@ def test_arguments_of_other_kinds_are_converted_to_their_wire_form() -> None:
     body = wire_body(((1, 2), "é"), {"k": {3: "v"}}, check=True)
     # Then they are in wire form, as the trio sender always made them
     assert body == [[[1, 2], "é"], {"k": {3: "v"}}]
+
+
+def test_a_tasks_kept_send_options_follow_app_conf() -> None:
+    # Given a task whose options a first delay() made and kept
+    app = App("conf-follow")
+
+    @app.task(pool="p")
+    def add(x: int, y: int) -> int:
+        return x + y
+
+    first = add._send_options({})
+    assert (first.acks_late, first.track_started) == (True, False)
+    assert add._send_options({}) is first  # kept: not made again per call
+    # When app.conf changes the settings the task follows
+    app.conf.task_acks_late = False
+    app.conf.task_track_started = True
+    # Then the next call without options sends them, not the kept ones
+    after = add._send_options({})
+    assert (after.acks_late, after.track_started) == (False, True)
 
 
 def test_task_ids_drawn_in_batches_are_all_different_and_well_formed() -> None:

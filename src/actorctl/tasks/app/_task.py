@@ -178,7 +178,8 @@ class Task:
         #: Its app's eager runner (set when the app registers it): while that
         #: is on, ``delay()`` runs the task here instead of sending it.
         self.eager: EagerRunner | None = None
-        self._own_options: SendOptions | None = None  # its own send options (_send_options)
+        # its own send options, and the settings they were made from (_send_options)
+        self._own_options: tuple[tuple[object, ...], SendOptions] | None = None
         functools.update_wrapper(self, fn)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -351,9 +352,13 @@ class Task:
     def _send_options(self, options: dict[str, Any]) -> SendOptions:
         """The send options of a call: ``options`` (its own, checked) with the
         task's. A call that gives none (``delay()``) gets the task's, checked
-        once and kept (a frozen record): none of it is done again per call."""
-        if not options and self._own_options is not None:
-            return self._own_options
+        once and kept (a frozen record) while the settings they come from stay
+        (``app.conf`` may change them: ``Registry._apply_setting``)."""
+        if not options:
+            settings = (self.pool, self.sinks, self.track_started, self.acks_late)
+            kept = self._own_options
+            if kept is not None and kept[0] == settings:
+                return kept[1]
         given = dict(options)
         given.setdefault("sinks", self.sinks)
         if self.track_started:
@@ -362,7 +367,7 @@ class Task:
             given.setdefault("acks_late", False)
         sent = SendOptions.of(wire_options(given, self.pool), f"task {self.name}")
         if not options:
-            self._own_options = sent
+            self._own_options = (settings, sent)
         return sent
 
     def __repr__(self) -> str:
