@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import pytest
 import trio
+from proton import Message
 
 from actorctl import Actor, ConfigError, Node, handler
 from actorctl.cluster import INSECURE
-from tests.support.harness import Secrets, node_pair
+from tests.support.harness import Secrets, node_pair, send_raw
 from tests.support.metrics import scrape, value
 
 
@@ -87,6 +88,28 @@ async def test_a_refused_message_is_counted_by_its_condition(secrets: Secrets) -
     ]
     assert [(s.labels["outcome"], s.value) for s in samples] == [("rejected", 1.0)]
     assert samples[0].labels["condition"]
+
+
+class Idle(Actor):
+    """An actor no message reaches but the one refused."""
+
+
+async def test_a_refusal_to_an_actor_that_took_no_message_is_its_own(secrets: Secrets) -> None:
+    # Given a secured node with two actors that have taken no message yet
+    actors = {"first": Idle(), "second": Idle()}
+    with trio.fail_after(20):
+        async with node_pair(actors, secrets=secrets, metrics="127.0.0.1:0") as (server, c):
+            # When an unsigned message to the first is refused before it ran
+            msg = Message(id="unsigned-1", subject="work", body=b"[[], {}]", inferred=True)
+            msg.content_type = "application/json"
+            outcome = await send_raw(c, server.address_of("first"), msg.encode(), "unsigned-1")
+            assert outcome.state == "rejected"
+            families = await scrape(server)
+    # Then the first counts it, and the second, idle all along, counts nothing
+    refused = [
+        (s.labels["actor"], s.value) for s in families["actorctl_actor_messages_refused"].samples
+    ]
+    assert refused == [("first", 1.0)]
 
 
 async def test_a_node_serves_no_metrics_unless_asked_and_refuses_a_bad_address() -> None:

@@ -175,6 +175,11 @@ class ActorCell:
         parts = self._parts
         return NO_COUNTERS if parts is None else parts.counters
 
+    def refused(self, state: str, condition: str | None) -> None:
+        """Count a message settled ``state`` (not accepted) with ``condition``
+        in its own counters (made now if it has taken no message yet)."""
+        self._made().counters.refuse(state, condition)
+
     @property
     def kept_reply_bytes(self) -> int:
         """Bytes of replies its dedup window keeps now (for duplicates)."""

@@ -338,7 +338,7 @@ class InboundHandler(EngineHandler):
             return
         if verified is not None and verifier is not None:  # not run: the same bytes may come again
             verifier.forget(verified, envelope.message_id, to_ms(envelope.creation_time))
-        cell.counters.refuse(outcome.state, outcome.condition)
+        cell.refused(outcome.state, outcome.condition)
         log(
             f"actorctl:delivery:{outcome.state}",
             actor=cell.name,

@@ -68,7 +68,7 @@ def refuse_delivery(
     key_id: str | None = None,
 ) -> None:
     if not isinstance(actor, str):  # an actor's inbox, not the session address
-        actor.counters.refuse("rejected", condition)
+        actor.refused("rejected", condition)
         actor = actor.name
     log(
         "actorctl:delivery:rejected",
