@@ -159,6 +159,11 @@ class TaskClient:
                     if self._queue:
                         continue
                     self._idle = True
+                    # Everything is sent: a submit that made its room while the
+                    # last sends went (after the pump looked) must not wait on.
+                    room, self._room = self._room, None
+                if room is not None:
+                    room.release()
                 if self._drained:  # someone waits in wait_drained
                     self._drained.unpark_all()
                 await trio.lowlevel.wait_readable(heard)

@@ -390,12 +390,14 @@ class AsyncResult:
         """Record a state document; wakes whoever waits once it is final."""
         if self._state in READY_STATES:
             return  # a duplicate, or a late document after the final one
-        self._state = state
         self.retries = retries
         if state == SUCCESS:
             self._value = body
         elif state in (FAILURE, RETRY, REVOKED):
             self._error = body if isinstance(body, dict) else {"message": str(body)}
+        # The state last: a get() in another thread that sees it final reads
+        # the value or error already set (it takes no lock to read them).
+        self._state = state
         if state in READY_STATES:
             with self._thread_lock:  # after the state: a get() making its lock now sees it
                 # Released only if it was made held: one made after the state
