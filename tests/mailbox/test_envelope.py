@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Mapping
 
 import pytest
@@ -225,6 +227,31 @@ def test_a_circular_or_non_finite_body_is_refused_naming_what_is_wrong() -> None
     for body, said in ((circular, "Circular reference"), ({"x": float("nan")}, "Out of range")):
         with pytest.raises(WireFormatError, match=said):
             encode(Envelope(message_id="m", to="a", subject="s", body=body))
+
+
+def test_a_circular_body_is_refused_in_a_process_that_raised_its_recursion_limit() -> None:
+    # Given a process that raised its recursion limit far past the default
+    # (there the shared C encoder could overflow the C stack before Python's
+    # limit stopped it: a crash), in a process of its own
+    script = (
+        "import sys\n"
+        "from actorctl import Envelope, WireFormatError\n"
+        "from actorctl.mailbox import encode\n"
+        "sys.setrecursionlimit(100_000)\n"
+        "x = []\n"
+        "x.append(x)\n"
+        "try:\n"
+        "    encode(Envelope(message_id='m', to='a', subject='s', body={'a': x}))\n"
+        "except WireFormatError as exc:\n"
+        "    print(exc)\n"
+    )
+    # When it encodes a circular body
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
+    )
+    # Then it is refused, saying why, and the process goes on
+    assert done.returncode == 0, done.stderr
+    assert "Circular reference" in done.stdout
 
 
 @pytest.mark.parametrize(

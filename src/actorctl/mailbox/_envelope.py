@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import json.encoder
 import json.scanner
+import sys
 from collections.abc import Callable, Mapping
 from json.encoder import encode_basestring
 from typing import Any, Final, cast
@@ -66,6 +67,11 @@ _c_encode = (
     )
 )
 _scan = json.scanner.make_scanner(cast(Any, _decoder))
+# Above this recursion limit a circular value could overflow the C stack
+# before Python's limit stops the shared encoder (a crash, not an error): a
+# process that raised its limit this far has its bodies checked as they go.
+_SHARED_ENCODER_DEPTH: Final = 10_000
+_recursion_limit = sys.getrecursionlimit
 
 
 def _dumps(value: object) -> str:
@@ -75,7 +81,7 @@ def _dumps(value: object) -> str:
         TypeError: a value JSON has no type for.
         ValueError: a non-finite number, or a circular value.
     """
-    if _c_encode is None:
+    if _c_encode is None or _recursion_limit() > _SHARED_ENCODER_DEPTH:
         return _dumps_checked(value)
     try:
         return "".join(_c_encode(value, 0))
