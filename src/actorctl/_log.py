@@ -27,6 +27,10 @@ from typing import Any, Final, final
 
 from eliot import Action, Logger, add_destinations
 
+# And one more, read per line: the module that holds eliot's default logger,
+# which eliot's own testing tools swap for theirs.
+from eliot import _output as _eliot_output
+
 # Two private names of eliot (as of 1.18): the context variable that holds the
 # current action (read on every trace, set by an action and a continued trace:
 # eliot's public ``current_action`` and ``Action.__enter__`` would cost a call
@@ -61,7 +65,22 @@ current_action_or: Final = _ACTION_CONTEXT.get
 #: ``Logger.write`` does after its copy of the line (each line here is a dict
 #: of its own): the global fields added, each destination called, and a
 #: destination's failure logged as eliot logs it.
-_send: Final = add_destinations.__self__.send
+_destinations_send: Final = add_destinations.__self__.send
+#: eliot's default logger as eliot made it: while it is the one in place,
+#: lines go straight to the destinations; a test that swapped in its own
+#: (``eliot.testing.swap_logger``, ``capture_logging``) gets them through it.
+_EXPECTED_LOGGER: Final = _eliot_output._DEFAULT_LOGGER
+
+
+def _send(fields: dict[str, Any]) -> None:
+    """Write one line, a dict of its own, as eliot's default logger would."""
+    logger = _eliot_output._DEFAULT_LOGGER
+    if logger is _EXPECTED_LOGGER:
+        _destinations_send(fields)
+    else:
+        logger.write(fields)
+
+
 #: Where a line that names its own logger or serializer goes (eliot's
 #: ``write_traceback`` and ``Message.write`` do): eliot's generic path.
 _LOGGER: Final = Logger()

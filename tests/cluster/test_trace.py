@@ -13,7 +13,8 @@ from typing import Any
 
 import eliot
 import pytest
-from eliot import start_action
+from eliot import MemoryLogger, start_action
+from eliot.testing import swap_logger
 
 from actorctl._log import (
     MAX_TRACE_DEPTH,
@@ -168,3 +169,19 @@ def test_a_forked_child_makes_trace_uuids_its_parent_never_makes() -> None:
     ours = new_trace_uuid()
     assert theirs[:24] != ours[:24]  # a prefix drawn anew in the child
     assert theirs != ours
+
+
+def test_a_logger_swapped_in_by_eliots_testing_tools_gets_every_line() -> None:
+    # Given eliot's own memory logger swapped in, as eliot.testing's tools do
+    memory = MemoryLogger()
+    previous = swap_logger(memory)
+    try:
+        # When a line, a traced action and a user's line within it are written
+        log("actorctl:something", x=1)
+        with Traced("actorctl:task", {}):
+            eliot.log_message("user:inside")
+    finally:
+        swap_logger(previous)
+    # Then that logger got all four, the action's start and end among them
+    kinds = [m.get("message_type") or m.get("action_type") for m in memory.messages]
+    assert kinds == ["actorctl:something", "actorctl:task", "user:inside", "actorctl:task"]
