@@ -27,17 +27,17 @@ from typing import Any, Final, final
 
 from eliot import Action, Logger, add_destinations
 
-# And one more, read per line: the module that holds eliot's default logger,
-# which eliot's own testing tools swap for theirs.
+# Three private names of eliot (as of 1.18). The module that holds eliot's
+# default logger, which eliot's own testing tools swap for theirs (read per
+# line: ``_send``).
 from eliot import _output as _eliot_output
 
-# Two private names of eliot (as of 1.18): the context variable that holds the
-# current action (read on every trace, set by an action and a continued trace:
-# eliot's public ``current_action`` and ``Action.__enter__`` would cost a call
-# each), and the level type its own actions are built with (for a child that
-# eliot's ``start_action`` asks of ours). tests/cluster/test_trace.py checks
-# that the lines written with them are eliot's own, so an eliot that changes
-# them fails there.
+# The context variable that holds the current action (read on every trace,
+# set by an action and a continued trace: eliot's public ``current_action``
+# and ``Action.__enter__`` would cost a call each), and the level type its
+# own actions are built with (for a child that eliot's ``start_action`` asks
+# of ours). tests/cluster/test_trace.py checks that the lines written with
+# them are eliot's own, so an eliot that changes them fails there.
 from eliot._action import _ACTION_CONTEXT, TaskLevel
 
 __all__ = [
