@@ -266,7 +266,11 @@ class ReplyCheck:
 
         Per reply, so written flat: the canonical bytes (§11.2) are made here,
         and the session of the last reply is found without a look-up."""
-        alg, sig_key, sig = app.get(SIG_ALG), app.get(SIG_KEY), app.get(SIG)
+        try:  # a signed reply has them all: found without a call
+            alg, sig_key, sig, kind = app[SIG_ALG], app[SIG_KEY], app[SIG], app["kind"]
+        except KeyError:
+            alg, sig_key, sig = app.get(SIG_ALG), app.get(SIG_KEY), app.get(SIG)
+            kind = app.get("kind")
         if alg != HMAC_SHA256 and alg != ED25519:
             return UNSIGNED, "no sig_alg ed25519 or hmac-sha256"
         # Exact types: what the reader gives for a string and for binary.
@@ -299,7 +303,7 @@ class ReplyCheck:
                 reply_to=reply_to if reply_to is None or type(reply_to) is str else str(reply_to),
                 creation_ms=creation,
                 expiry_ms=expiry,
-                kind=str(app.get("kind") or "command"),
+                kind=str(kind or "command"),
                 headers=app,
                 body=body,
             )

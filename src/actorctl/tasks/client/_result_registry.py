@@ -92,7 +92,7 @@ class ResultRegistry:
         if result is None:
             return
         headers = envelope.headers
-        state = str(headers.get(H_STATE, SUCCESS))
+        state = str(headers[H_STATE]) if H_STATE in headers else SUCCESS
         retries = headers.get(H_RETRIES, 0)
         if type(retries) is not int and not isinstance(retries, int):
             retries = 0
