@@ -191,6 +191,34 @@ def test_the_documents_as_written_verify_at_the_nodes_own_reply_check() -> None:
             assert other.check(message) is None, (vector["name"], form)
 
 
+def test_a_reply_check_holds_a_session_no_longer_than_it_lasts() -> None:
+    """The caller finds the session of the last reply without a look-up
+    (``ReplyCheck._last``): a reply signed in it is refused all the same once
+    the session is over, or once the connection it was handed on is gone,
+    until it is handed again."""
+    vectors = _vector_file()
+    identity = IdentityKey.from_seed(bytes.fromhex(vectors["identity"]["seed_hex"]))
+    spec = vectors["session"]
+    offer = SessionOffer(
+        spec["id"], bytes.fromhex(spec["mac_key_hex"]), spec["expires_ms"] / 1000, identity.key_id
+    )
+    vector = vectors["documents"][0]
+    message = bytes.fromhex(vector["hmac-sha256"]["message_hex"])
+    now = [NOW + 1]
+    check = ReplyCheck(Keyring(identity), vector["fields"]["to"], "server", lambda: now[0])
+    check.connected(None)
+    check.offered(offer)
+    assert check.check(message) is not None  # and its session is the last one now
+    now[0] = offer.expires
+    assert check.check(message) is None, "accepted in a session that is over"
+    now[0] = NOW + 1
+    assert check.check(message) is not None
+    check.connected(None)  # a new connection: what was handed on the last one is over
+    assert check.check(message) is None, "accepted in a session of the last connection"
+    check.offered(offer)
+    assert check.check(message) is not None
+
+
 def _make_test_vectors() -> Any:
     spec = importlib.util.spec_from_file_location(
         "make_test_vectors", VECTORS.with_name("make_test_vectors.py")

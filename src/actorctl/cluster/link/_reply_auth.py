@@ -166,7 +166,7 @@ class ReplyCheck:
         clock: the wall clock (seconds since the epoch), for session expiry.
     """
 
-    __slots__ = ("_clock", "_identity", "_keyring", "_macs", "address", "peer")
+    __slots__ = ("_clock", "_identity", "_keyring", "_last", "_macs", "address", "peer")
 
     def __init__(
         self, keyring: Keyring | None, address: str, peer: str, clock: Callable[[], float]
@@ -178,12 +178,17 @@ class ReplyCheck:
         # The sessions this node handed the peer on the current connection, by
         # id: the keyed HMAC (made once) and the expiry.
         self._macs: dict[str, tuple[Any, float]] = {}
+        # The session the last reply was signed in (its id, keyed HMAC and
+        # expiry), one of ``_macs``: a peer signs all its replies in its newest
+        # session, so most replies find it without a look-up.
+        self._last: tuple[str, Any, float] = ("", None, 0.0)
         self._identity: str | None = None
 
     def connected(self, identity: str | None) -> None:
         """A new connection to the peer, whose certificate names ``identity``
         (its common name, or None): sessions of the last connection are over."""
         self._macs = {}
+        self._last = ("", None, 0.0)
         self._identity = identity
 
     def offered(self, offer: SessionOffer) -> None:
@@ -192,6 +197,8 @@ class ReplyCheck:
         now = self._clock()
         self._macs = {sid: held for sid, held in self._macs.items() if held[1] > now}
         self._macs[offer.id] = (keyed_mac(offer.mac_key), offer.expires)
+        if self._last[0] not in self._macs:  # an expired session is not kept
+            self._last = ("", None, 0.0)
 
     def link_closed(self, link: Link) -> None:
         """The peer detached the reply link: log why, if it refused it."""
@@ -255,25 +262,74 @@ class ReplyCheck:
     def _verify(
         self, properties: list[Any], app: dict[Any, Any], body: bytes
     ) -> tuple[str, str] | None:
-        """Why the signature does not hold: (reason, description), or None."""
-        alg, sig_key, sig = app.get(SIG_ALG), app.get(SIG_KEY), app.get(SIG)
-        if alg not in (ED25519, HMAC_SHA256):
+        """Why the signature does not hold: (reason, description), or None.
+
+        Per reply, so written flat: the canonical bytes (§11.2) are made here,
+        and the session of the last reply is found without a look-up."""
+        try:  # a signed reply has them all: found without a call
+            alg, sig_key, sig, kind = app[SIG_ALG], app[SIG_KEY], app[SIG], app["kind"]
+        except KeyError:
+            alg, sig_key, sig = app.get(SIG_ALG), app.get(SIG_KEY), app.get(SIG)
+            kind = app.get("kind")
+        if alg != HMAC_SHA256 and alg != ED25519:
             return UNSIGNED, "no sig_alg ed25519 or hmac-sha256"
-        if not isinstance(sig_key, str) or not isinstance(sig, bytes):
+        # Exact types: what the reader gives for a string and for binary.
+        if type(sig_key) is not str or type(sig) is not bytes:
             return BAD_SIGNATURE, "sig_key must be a string and sig binary"
+        message_id, subject, reply_to = properties[0], properties[3], properties[4]
+        correlation_id, expiry, creation = properties[5], properties[8], properties[9]
+        # Only an AMQP timestamp is covered as written (as for a request).
+        if not (type(creation) is int or creation is None) or not (
+            type(expiry) is int or expiry is None
+        ):
+            return BAD_SIGNATURE, (
+                "its fields cannot be signed: creation-time and absolute-expiry-time "
+                "must be timestamps"
+            )
         try:
-            canonical = _canonical(self.address, properties, app, body)
+            canonical = canonical_bytes(
+                # A reply names its destination node in ``to`` already: the
+                # reply address is the caller's own (§8, §8.1).
+                node=REPLY_NODE,
+                to=self.address,
+                # Text as it is (no call per field); else its text, "" when
+                # absent (an empty correlation-id or reply-to is absent in the
+                # canonical form).
+                subject=subject if type(subject) is str else _text(subject),
+                message_id=message_id if type(message_id) is str else _text(message_id),
+                correlation_id=correlation_id
+                if type(correlation_id) is str
+                else _text(correlation_id),
+                reply_to=reply_to if reply_to is None or type(reply_to) is str else str(reply_to),
+                creation_ms=creation,
+                expiry_ms=expiry,
+                kind=str(kind or "command"),
+                headers=app,
+                body=body,
+            )
         except (WireFormatError, TypeError) as exc:
             return BAD_SIGNATURE, f"its fields cannot be signed: {exc}"
         if alg == HMAC_SHA256:
-            held = self._macs.get(sig_key)
-            if held is None or held[1] <= self._clock():
-                return UNKNOWN_KEY, f"session {sig_key} was not handed to this peer (or is over)"
-            mac = held[0].copy()
+            last = self._last
+            if last[0] == sig_key:
+                _, keyed, expires = last
+            else:
+                held = self._macs.get(sig_key)
+                if held is None:
+                    return UNKNOWN_KEY, f"session {sig_key} was not handed to this peer"
+                keyed, expires = held
+                self._last = (sig_key, keyed, expires)
+            if expires <= self._clock():
+                return UNKNOWN_KEY, f"session {sig_key} handed to this peer is over"
+            mac = keyed.copy()
             mac.update(canonical)
             if not hmac.compare_digest(mac.digest(), sig):
                 return BAD_SIGNATURE, "HMAC does not match"
             return None
+        return self._verify_ed25519(sig_key, sig, canonical)
+
+    def _verify_ed25519(self, sig_key: str, sig: bytes, canonical: bytes) -> tuple[str, str] | None:
+        """Why an Ed25519 signature over ``canonical`` does not hold, or None."""
         assert self._keyring is not None
         key = self._keyring.trusted(sig_key)
         if key is None:
@@ -300,34 +356,6 @@ class ReplyCheck:
             message_id=None if message_id is None else str(message_id),
             correlation_id=None if correlation_id is None else str(correlation_id),
         )
-
-
-def _canonical(address: str, properties: list[Any], app: dict[Any, Any], body: bytes) -> bytes:
-    """The canonical bytes (§11.2) of a reply that came back to ``address``."""
-    message_id, subject, reply_to = properties[0], properties[3], properties[4]
-    correlation_id, expiry, creation = properties[5], properties[8], properties[9]
-    # Only an AMQP timestamp is covered as written (as for a request).
-    if not (type(creation) is int or creation is None) or not (
-        type(expiry) is int or expiry is None
-    ):
-        raise TypeError("creation-time and absolute-expiry-time must be timestamps")
-    return canonical_bytes(
-        # A reply names its destination node in ``to`` already: the reply
-        # address is the caller's own (§8, §8.1).
-        node=REPLY_NODE,
-        to=address,
-        # Text as it is (no call per field); else its text, "" when absent
-        # (an empty correlation-id or reply-to is absent in the canonical form).
-        subject=subject if type(subject) is str else _text(subject),
-        message_id=message_id if type(message_id) is str else _text(message_id),
-        correlation_id=correlation_id if type(correlation_id) is str else _text(correlation_id),
-        reply_to=reply_to if reply_to is None or type(reply_to) is str else str(reply_to),
-        creation_ms=creation,
-        expiry_ms=expiry,
-        kind=str(app.get("kind") or "command"),
-        headers=app,
-        body=body,
-    )
 
 
 def _text(value: object) -> str:

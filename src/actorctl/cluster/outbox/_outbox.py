@@ -127,6 +127,7 @@ class NodeOutbox:
         # a peer's first connection, never per message).
         self._breakers: dict[tuple[str, int], PeerBreaker] = {}
         self._waiting: dict[str, _Waiter] = {}
+        self._any_peer: _Waiter | None = None  # expect()'s, with no peer
         # It names this node's key, if it has one (docs/protocol.md §8).
         identity = settings.identity
         self._reply_address = own_reply_address(
@@ -260,7 +261,15 @@ class NodeOutbox:
         """Have ``take`` receive the reply documents that carry ``correlation_id``
         (until :meth:`unexpect`); with ``peer`` (``host:port``), only those that
         come back from that peer."""
-        self._waiting[correlation_id] = _Waiter(take, peer)
+        if peer is not None:
+            self._waiting[correlation_id] = _Waiter(take, peer)
+            return
+        # The same taker for every id, as a caller's result registry has: one
+        # waiter (they are never changed) for all of them, not one per id.
+        waiter = self._any_peer
+        if waiter is None or waiter.take != take:
+            waiter = self._any_peer = _Waiter(take, None)
+        self._waiting[correlation_id] = waiter
 
     def unexpect(self, correlation_id: str) -> None:
         """Stop taking replies for ``correlation_id``; later ones are logged as late."""

@@ -85,5 +85,20 @@ class ResultRegistry:
         return True
 
     def _take(self, envelope: Envelope) -> None:
-        state = str(envelope.headers.get(H_STATE, SUCCESS))
-        self.deliver(str(envelope.correlation_id), state, envelope.body, envelope.headers)
+        """A document the outbox took for a waited-for id: what :meth:`deliver`
+        does, written flat (it runs for every reply)."""
+        task_id = str(envelope.correlation_id)
+        result = self._waiting.get(task_id)
+        if result is None:
+            return
+        headers = envelope.headers
+        state = str(headers[H_STATE]) if H_STATE in headers else SUCCESS
+        retries = headers.get(H_RETRIES, 0)
+        if type(retries) is not int and not isinstance(retries, int):
+            retries = 0
+        result.update(state, envelope.body, retries)
+        # Final now: let the id go, as forget() does.
+        if state in READY_STATES and self._waiting.pop(task_id, None) is not None:
+            self._outbox.unexpect(task_id)
+            if not self._waiting and self._emptied:  # someone waits in wait_empty
+                self._emptied.unpark_all()

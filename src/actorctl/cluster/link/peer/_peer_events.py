@@ -138,7 +138,11 @@ class PeerEvents(EngineHandler):
     def on_delivery(self, engine: Engine, delivery: Any) -> None:
         link = _delivery_link(delivery)
         if _is_receiver(link):
-            self._on_reply(engine, link, delivery)
+            # A reply, authenticated first (docs/protocol.md §8.1): what fails
+            # is logged and dropped. (Inline: this runs for every reply.)
+            envelope = self._replies.receive(engine, link, delivery)
+            if envelope is not None:
+                self._on_reply_document(envelope, self.name)
             return
         if not _remote_settled(delivery):
             return
@@ -167,12 +171,6 @@ class PeerEvents(EngineHandler):
             return  # a plain tell the peer gave back unrun: sent again later
         self.unsettled.free(pending)
         pending.resolve(outcome)
-
-    def _on_reply(self, engine: Engine, link: Any, delivery: Any) -> None:
-        # Authenticated first (docs/protocol.md §8.1): what fails is logged, dropped.
-        envelope = self._replies.receive(engine, link, delivery)
-        if envelope is not None:
-            self._on_reply_document(envelope, self.name)
 
     def on_closed(self, engine: Engine) -> None:
         if self.engine is engine:
