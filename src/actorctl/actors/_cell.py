@@ -28,6 +28,7 @@ from ._dispatch import Dispatch
 from ._handlers import Behaviour
 from ._monitor import Monitors
 from ._ref import Outbox
+from ._settling import Deferred, Settler
 from ._turns import Turns
 
 __all__ = ["ActorCell", "CellState"]
@@ -93,8 +94,16 @@ class ActorCell:
         # What it handles now, in the order it took them (a requeue keeps it).
         self._inflight: dict[Inbound, None] = {}
         # Its turns (``_turns.py``): at most one runs, while it has messages.
+        # What settles the messages whose handlers handed it a wait (a commit's),
+        # while a turn with runners runs (``_settling.py``).
+        self._settler = Settler(self._settled)
         self._turns = Turns(
-            self.mailbox, concurrency, self._handle, self._inflight, self._requeue_inflight
+            self.mailbox,
+            concurrency,
+            self._handle,
+            self._inflight,
+            self._requeue_inflight,
+            self._settler,
         )
         #: A handler's exception crashes the actor once its caller has the
         #: error (OTP), or only answers the caller (the default): see
@@ -117,7 +126,7 @@ class ActorCell:
         self._background = Background()
         #: What it did with its messages (``_counters.py``), read when scraped.
         self.counters = ActorCounters()
-        self._dispatch = Dispatch(self, self._seen, self.counters, concurrency)
+        self._dispatch = Dispatch(self, self._seen, self.counters, concurrency, self._settler)
         actor._cell = self
 
     @property
@@ -407,7 +416,8 @@ class ActorCell:
         # Kept while it runs: a restart puts it back in the mailbox.
         self._inflight[inbound] = None
         try:
-            await self._dispatch.handle(inbound)
+            if await self._dispatch.handle(inbound):
+                return  # in the settler's hands: still in hand until it settles it
         except Exception:
             # It crashed the actor: not to be run here again (_crashed).
             self._inflight.pop(inbound, None)
@@ -418,6 +428,13 @@ class ActorCell:
             self._culprits.append(inbound)
             raise
         self._inflight.pop(inbound, None)
+
+    def _settled(self, deferred: Deferred) -> None:
+        """The settler's: the waits of a message handed to it have returned."""
+        inflight = self._inflight
+        if deferred.inbound in inflight:  # (not put back in the mailbox meanwhile)
+            self._dispatch.settle(deferred)
+            del inflight[deferred.inbound]
 
     async def dispatch_with(self, behaviour: Behaviour, envelope: Envelope) -> Handled:
         """Run ``envelope``'s handler in ``behaviour`` as every message of this

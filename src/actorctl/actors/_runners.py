@@ -6,7 +6,11 @@ then takes the next, until the mailbox is empty; then it waits, idle, until
 the turn's task wakes it for a message that arrived (or the mailbox closed:
 then it ends). The turn's own task takes no message: it waits for arrivals,
 and wakes idle runners, or starts new ones up to the actor's concurrency,
-for the messages queued that the busy runners will not take soon.
+for the messages queued that the busy runners will not take soon: what
+arrived goes to one runner first, which takes, in one step, every message
+whose handler does not wait (one whose settlement waits for a commit hands
+that wait to the turn's settler, ``_settling.py``); once it has begun (a
+pass of the scheduler), those it left get a runner each.
 
 A runner takes a message at the moment it runs, never one handed to it while
 it waited: no message waits in a task that a stop would not release, and
@@ -49,6 +53,7 @@ class Runners:
         "_handle",
         "_has_room",
         "_idle",
+        "_idled",
         "_mailbox",
         "_running",
         "_starting",
@@ -75,6 +80,7 @@ class Runners:
         # while every runner is busy).
         self._has_room: trio.Event | None = None
         self._idle: list[trio.Event] = []  # idle runners, each woken by its event
+        self._idled = 0  # times a runner found the mailbox empty, and went idle
 
     async def drain(self) -> None:
         """Run messages until the mailbox closes; return once the runners
@@ -85,13 +91,26 @@ class Runners:
         """
         mailbox = self._mailbox
         idle = self._idle
+        one = True  # what arrived goes to one runner first
         async with trio.open_nursery() as nursery:
             while True:
                 # Messages queued that the runners started or woken so far
-                # will not take at once: a runner each, idle ones first.
+                # will not take at once: one runner first (it takes, in one
+                # step, all those whose handlers do not wait), then a runner
+                # each, idle ones first.
                 spare = mailbox.pending - self._starting
                 if spare > 0 and (idle or self._running < self._concurrency):
-                    self._supply(nursery, spare)
+                    if one:
+                        idled = self._idled
+                        self._supply(nursery, 1)
+                        while self._starting:  # until it has begun, and taken what it could
+                            await trio.lowlevel.checkpoint()
+                        # A runner found the mailbox empty since: what is queued
+                        # now came after, and goes to one runner first again.
+                        # None did: that one waits in a handler.
+                        one = self._idled != idled
+                    else:
+                        self._supply(nursery, spare)
                     continue
                 if mailbox.closed:
                     while idle:
@@ -104,6 +123,7 @@ class Runners:
                     await room.wait()
                     continue
                 await self._wait_arrival()
+                one = True
 
     def _supply(self, nursery: trio.Nursery, spare: int) -> None:
         """A runner for each of ``spare`` messages, as far as there are: idle
@@ -136,6 +156,7 @@ class Runners:
     async def _idle_until_woken(self) -> None:
         """Wait, idle, until the turn's task wakes this runner (as if started)."""
         woken = trio.Event()
+        self._idled += 1
         self._idle.append(woken)
         self._room()
         await woken.wait()

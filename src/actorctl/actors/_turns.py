@@ -22,6 +22,7 @@ import trio
 
 from ..mailbox import Inbound, Mailbox
 from ._runners import Runners
+from ._settling import Settler
 
 __all__ = ["IDLE_LINGER", "Turns"]
 
@@ -47,6 +48,7 @@ class Turns:
             a turn with any is not idle).
         requeue: puts what is in flight back in the mailbox (a turn cancelled
             mid-message: kept, not lost).
+        settler: the cell's settler (``_settling.py``): a turn with runners runs it.
     """
 
     __slots__ = (
@@ -58,6 +60,7 @@ class Turns:
         "_parked",
         "_requeue",
         "_scope",
+        "_settler",
         "_taken",
         "running",
     )
@@ -69,8 +72,10 @@ class Turns:
         handle: Callable[[Inbound], Awaitable[None]],
         inflight: dict[Inbound, None],
         requeue: Callable[[], None],
+        settler: Settler,
     ) -> None:
         self._mailbox = mailbox
+        self._settler = settler
         self._concurrency = concurrency
         self._handle = handle
         self._inflight = inflight
@@ -152,7 +157,13 @@ class Turns:
             runners = Runners(
                 self._mailbox, self._concurrency, self._take, self._handle, self._wait_arrival
             )
-            await runners.drain()
+            # The settler settles what handlers handed it, beside the runners,
+            # until they have all ended (``_settling.py``).
+            settler = self._settler
+            async with trio.open_nursery() as settling:
+                await settling.start(settler.run)
+                await runners.drain()
+                settler.close()
         return self._mailbox.closed
 
     async def _next(self) -> Inbound | None:

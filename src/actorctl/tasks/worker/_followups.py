@@ -98,7 +98,14 @@ class FollowUps:
             targets += header_sinks(envelope.headers)
         if targets:
             await send_document(
-                self.client, envelope, state, body, targets, expires=self.result_expires, relay=True
+                self.client,
+                envelope,
+                state,
+                body,
+                targets,
+                expires=self.result_expires,
+                relay=True,
+                settle_after_commit=True,
             )
 
     async def succeed(self, envelope: Envelope, value: Any) -> None:
