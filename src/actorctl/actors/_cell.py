@@ -429,12 +429,9 @@ class ActorCell:
             raise
         self._inflight.pop(inbound, None)
 
-    def _settled(self, deferred: Deferred) -> None:
-        """The settler's: the waits of a message handed to it have returned."""
-        inflight = self._inflight
-        if deferred.inbound in inflight:  # (not put back in the mailbox meanwhile)
-            self._dispatch.settle(deferred)
-            del inflight[deferred.inbound]
+    def _settled(self, batch: list[Deferred]) -> None:
+        """The settler's: the waits of the messages handed to it have returned."""
+        self._dispatch.settle(batch, self._inflight)
 
     async def dispatch_with(self, behaviour: Behaviour, envelope: Envelope) -> Handled:
         """Run ``envelope``'s handler in ``behaviour`` as every message of this

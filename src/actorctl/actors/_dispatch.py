@@ -42,7 +42,7 @@ from ._handlers import BadArguments, Behaviour, HandlerSpec, converter, run_in_t
 from ._monitor import TERMINATED, Terminated
 from ._ref import Outbox, to_wire
 from ._replies import handler_failed, refuse, send_reply, settle_refused
-from ._settling import Deferred, Settler, Wait, wait_all
+from ._settling import WAITS, Deferred, Settler, Wait, Waits, wait_all
 
 __all__ = ["Dispatch", "DispatchHost"]
 
@@ -146,9 +146,10 @@ class Dispatch:
         # Waits its handler hands to the turn's settler (``_settling.py``),
         # when one runs: the message is settled once they have returned.
         settler = self._settler
-        waits: list[Wait] | None = [] if settler.running else None
+        handing = Waits() if settler.running else None
+        waits: list[Wait] | None = None  # what it handed over, if anything
         try:
-            token = Settler.collect(waits) if waits is not None else None
+            token = WAITS.set(handing) if handing is not None else None
             try:
                 trace = envelope.headers.get(TRACE)
                 if trace is None:  # most messages: no trace to continue, nothing to enter
@@ -157,10 +158,13 @@ class Dispatch:
                     with continue_trace(trace):
                         handled = await self.dispatch_with(cell.behaviour, envelope)
             finally:
-                if token is not None:
-                    Settler.uncollect(token)
+                if token is not None and handing is not None:
+                    WAITS.reset(token)
+                    handing.open = False
+                    waits = handing.items
             if waits and not settler.running:  # its turn ends: no settler to hand them to
                 await wait_all(waits)
+                waits = None
         except _HandlerCrashed as crash:
             # OTP: the caller gets the error (a copy too, from the window),
             # then the actor crashes with it.
@@ -179,13 +183,22 @@ class Dispatch:
         seen.finish(key, handled, self.finish(inbound, handled))
         return False
 
-    def settle(self, deferred: Deferred) -> None:
-        """Count, answer and settle a message handled (its waits returned), then
-        remember it in the dedup window."""
-        handled = deferred.handled
-        self.counters.record(handled, perf_counter() - deferred.started)
-        # Answered first, then remembered with its reply's size as sent.
-        self._seen.finish(deferred.key, handled, self.finish(deferred.inbound, handled))
+    def settle(self, batch: list[Deferred], inflight: dict[Inbound, None]) -> None:
+        """Count, answer and settle the messages of ``batch`` (their waits
+        returned), remember each in the dedup window, and let it go from
+        ``inflight`` (the cell's: one no longer there was put back in the
+        mailbox meanwhile, and is left alone)."""
+        seen, counters = self._seen, self.counters
+        now, ended = seen.clock(), perf_counter()
+        for deferred in batch:
+            inbound = deferred.inbound
+            if inbound not in inflight:
+                continue
+            handled = deferred.handled
+            counters.record(handled, ended - deferred.started)
+            # Answered first, then remembered with its reply's size as sent.
+            seen.finish(deferred.key, handled, self.finish(inbound, handled), now)
+            del inflight[inbound]
 
     def finish(self, inbound: Inbound, handled: Handled) -> int:
         """Send the reply and settle; return what keeping the reply costs, in
@@ -208,11 +221,10 @@ class Dispatch:
         capacity limiter; say how to answer it. (A behaviour such as a circuit
         breaker's probe runs the actor's own handlers so, not a copy of this.)"""
         cell = self._cell
-        name = cell.name
         if envelope.kind == KIND_DOCUMENT and not type(cell.actor).takes_documents:
             return refuse(
                 BAD_KIND,
-                f"actor {name!r} takes commands and events; a document "
+                f"actor {cell.name!r} takes commands and events; a document "
                 "(a reply) goes to the reply address of the call it answers",
             )
         if envelope.subject == TERMINATED:
@@ -227,9 +239,10 @@ class Dispatch:
                 return Handled(outcome, None)
             return refuse(
                 UNKNOWN_HANDLER,
-                f"actor {name!r} has no handler {envelope.subject!r} "
+                f"actor {cell.name!r} has no handler {envelope.subject!r} "
                 f"(it has: {', '.join(sorted(behaviour.__actorctl_handlers__)) or 'none'})",
             )
+        name = cell.name
         refused = admit(name, spec, envelope)  # the caller's role, before its body
         if refused is not None:
             return refused

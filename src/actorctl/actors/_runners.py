@@ -25,13 +25,18 @@ runner woken costs no more than a task would to start.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import final
+from typing import Final, final
 
 import trio
 
 from ..mailbox import Inbound, Mailbox
 
-__all__ = ["Runners"]
+__all__ = ["YIELD_EVERY", "Runners"]
+
+#: Messages a runner takes between two checkpoints at most, when the handlers
+#: do not wait (the mailbox is bounded: nobody starves for long, and the node's
+#: writer settles a batch of them in one write).
+YIELD_EVERY: Final = 16
 
 
 @final
@@ -41,8 +46,7 @@ class Runners:
     Args:
         mailbox: the actor's mailbox (how many are queued; whether it closed).
         concurrency: the most runners at once.
-        take: the next queued message, or None when none is (or it closed);
-            it must not wait for one.
+        take: the next queued message, or None when none is (or it closed).
         handle: handles one message.
         wait_arrival: waits for the next message to arrive (or the mailbox to
             close), taking none.
@@ -58,14 +62,16 @@ class Runners:
         "_running",
         "_starting",
         "_take",
+        "_takes",
         "_wait_arrival",
+        "_yielding",
     )
 
     def __init__(
         self,
         mailbox: Mailbox,
         concurrency: int,
-        take: Callable[[], Awaitable[Inbound | None]],
+        take: Callable[[], Inbound | None],
         handle: Callable[[Inbound], Awaitable[None]],
         wait_arrival: Callable[[], Awaitable[None]],
     ) -> None:
@@ -81,6 +87,8 @@ class Runners:
         self._has_room: trio.Event | None = None
         self._idle: list[trio.Event] = []  # idle runners, each woken by its event
         self._idled = 0  # times a runner found the mailbox empty, and went idle
+        self._takes = 0  # messages the runners asked for (a checkpoint every YIELD_EVERY)
+        self._yielding = 0  # runners at that checkpoint now
 
     async def drain(self) -> None:
         """Run messages until the mailbox closes; return once the runners
@@ -105,10 +113,11 @@ class Runners:
                         self._supply(nursery, 1)
                         while self._starting:  # until it has begun, and taken what it could
                             await trio.lowlevel.checkpoint()
-                        # A runner found the mailbox empty since: what is queued
-                        # now came after, and goes to one runner first again.
-                        # None did: that one waits in a handler.
-                        one = self._idled != idled
+                        # A runner found the mailbox empty since (or is at its
+                        # checkpoint between messages): what is queued now goes
+                        # to one runner first again. Else that one waits in a
+                        # handler: the rest get a runner each.
+                        one = self._idled != idled or self._yielding > 0
                     else:
                         self._supply(nursery, spare)
                     continue
@@ -142,7 +151,16 @@ class Runners:
         self._starting -= 1
         try:
             while True:
-                inbound = await self._take()
+                self._takes += 1
+                if not self._takes % YIELD_EVERY:
+                    # Now and then between messages (never between taking one
+                    # and beginning it): the node's other tasks run meanwhile.
+                    self._yielding += 1
+                    try:
+                        await trio.lowlevel.checkpoint()
+                    finally:
+                        self._yielding -= 1
+                inbound = self._take()
                 if inbound is not None:
                     await self._handle(inbound)
                 elif self._mailbox.closed:

@@ -21,7 +21,7 @@ returns False and the handler awaits the wait itself.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Hashable
-from contextvars import ContextVar, Token
+from contextvars import ContextVar
 from typing import Final, final
 
 import attrs
@@ -30,15 +30,29 @@ import trio
 from ..mailbox import Inbound
 from ._dedup import Handled
 
-__all__ = ["Deferred", "Settler", "Wait", "settle_after", "wait_all"]
+__all__ = ["WAITS", "Deferred", "Settler", "Wait", "Waits", "settle_after", "wait_all"]
 
 #: A wait the settlement must follow, and what to do if it fails (awaited in
 #: the settler, with the error, before the message is settled as it was handled).
 Wait = tuple[Callable[[], Awaitable[None]], Callable[[Exception], Awaitable[None]]]
 
-# The waits of the message being handled in this task (a fresh list per
-# message, set by its dispatch while its handler runs); None: no settler here.
-_WAITS: Final = ContextVar[list[Wait] | None]("actorctl_settle_after", default=None)
+
+@final
+class Waits:
+    """The waits handed over for one message: open while its handler runs."""
+
+    __slots__ = ("items", "open")
+
+    def __init__(self) -> None:
+        self.items: list[Wait] = []
+        self.open = True
+
+
+#: The waits of the message being handled in this task (fresh per message, set
+#: by its dispatch while its handler runs); None: no settler here. A task the
+#: handler starts inherits them: closed once the handler returns, they take no
+#: more (such a task awaits its own waits).
+WAITS: Final = ContextVar[Waits | None]("actorctl_settle_after", default=None)
 
 
 def settle_after(
@@ -48,11 +62,12 @@ def settle_after(
     returned, by its actor's settler (see the module docstring); ``failed`` is
     awaited there with what ``wait()`` raised, before the message is settled.
     Returns False if this actor's turn has no settler (or this is not a
-    handler's task): then the caller awaits ``wait()`` itself."""
-    waits = _WAITS.get()
-    if waits is None:
+    handler's task, or its handler has returned): then the caller awaits
+    ``wait()`` itself."""
+    waits = WAITS.get()
+    if waits is None or not waits.open:
         return False
-    waits.append((wait, failed))
+    waits.items.append((wait, failed))
     return True
 
 
@@ -74,29 +89,19 @@ class Settler:
     running turn that awaits their waits and settles them.
 
     Args:
-        settle: answers, settles and lets go of one message once its waits
-            have returned (the dispatch's).
+        settle: answers, settles and lets go of the messages of a batch once
+            their waits have returned (the dispatch's).
     """
 
     __slots__ = ("_closing", "_queue", "_settle", "_woken", "running")
 
-    def __init__(self, settle: Callable[[Deferred], None]) -> None:
+    def __init__(self, settle: Callable[[list[Deferred]], None]) -> None:
         self._settle = settle
         self._queue: list[Deferred] = []
         self._woken: trio.Event | None = None  # set when the idle settler has work
         self._closing = False
         #: Whether a turn's settler runs now (messages may be handed to it).
         self.running = False
-
-    @staticmethod
-    def collect(waits: list[Wait]) -> Token[list[Wait] | None]:
-        """Have :func:`settle_after` add to ``waits`` in this task (the waits of
-        the message whose handler runs now), until :meth:`uncollect`."""
-        return _WAITS.set(waits)
-
-    @staticmethod
-    def uncollect(token: Token[list[Wait] | None]) -> None:
-        _WAITS.reset(token)
 
     def add(self, deferred: Deferred) -> None:
         """Hand ``deferred`` over (its message stays in hand until settled);
@@ -133,9 +138,7 @@ class Settler:
                     continue
                 batch, self._queue = self._queue, []
                 await wait_all([wait for deferred in batch for wait in deferred.waits])
-                settle = self._settle
-                for deferred in batch:
-                    settle(deferred)
+                self._settle(batch)
         finally:
             self.running = False
             self._woken = None

@@ -9,7 +9,7 @@ turn for what arrived meanwhile, the actor's end, or its crash).
 
 One timer per turn watches for idleness, not one per message: an actor that
 is busy pays nothing for being able to idle. Messages queued are taken without
-a checkpoint between them, one in ``_YIELD_EVERY`` excepted, so that the
+a checkpoint between them, one in ``YIELD_EVERY`` excepted, so that the
 node's writer settles a batch of them in one write.
 """
 
@@ -21,12 +21,11 @@ from typing import Final, final
 import trio
 
 from ..mailbox import Inbound, Mailbox
-from ._runners import Runners
+from ._runners import YIELD_EVERY, Runners
 from ._settling import Settler
 
 __all__ = ["IDLE_LINGER", "Turns"]
 
-_YIELD_EVERY: Final = 16
 #: Seconds an actor's task waits for the next message before it ends (the
 #: actor stays; its next message starts a new task).
 IDLE_LINGER: Final = 1.0
@@ -173,7 +172,7 @@ class Turns:
         mailbox = self._mailbox
         try:
             self._taken += 1
-            if self._taken % _YIELD_EVERY:
+            if self._taken % YIELD_EVERY:
                 try:
                     return mailbox.receive_nowait()
                 except trio.WouldBlock:
@@ -186,13 +185,11 @@ class Turns:
         except trio.EndOfChannel:
             return None
 
-    async def _take(self) -> Inbound | None:
+    def _take(self) -> Inbound | None:
         """A runner's next message: what is queued, or None (none is, or the
-        mailbox closed). A checkpoint before every ``_YIELD_EVERY``-th, never
-        between taking one and beginning it (``_runners.py``)."""
+        mailbox closed). (The runners checkpoint before every ``YIELD_EVERY``-th,
+        never between taking one and beginning it: ``_runners.py``.)"""
         self._taken += 1
-        if not self._taken % _YIELD_EVERY:
-            await trio.lowlevel.checkpoint()
         try:
             return self._mailbox.receive_nowait()
         except (trio.WouldBlock, trio.EndOfChannel):

@@ -291,7 +291,8 @@ class TaskWorker(Actor):
                 and (refused := breaker.admit())
             ):
                 return await self._refuse(envelope, task, refused)
-            if fence is not None and fence.why is not None:
+            # Raised while it waited for a slot? (No wait: no checkpoint since.)
+            if ticket.event is not None and fence is not None and fence.why is not None:
                 return self._fenced(task, fence.why)
             begun = now()  # one clock read: whether it expired, and when it started
             why_not, runtime = self._why_not_run(envelope, task_id, begun), None
@@ -376,9 +377,13 @@ class TaskWorker(Actor):
         self, envelope: Envelope, task: Task, task_id: str, retries: int, calls: list[Call]
     ) -> list[Any] | BaseException:
         """Run the task (each call of a map): its values, or what it raised."""
+        headers = envelope.headers
         try:
+            if len(calls) == 1:  # not a map: one call
+                call_args, call_kwargs = calls[0]
+                return [await self._run(task, task_id, retries, call_args, call_kwargs, headers)]
             return [
-                await self._run(task, task_id, retries, call_args, call_kwargs, envelope.headers)
+                await self._run(task, task_id, retries, call_args, call_kwargs, headers)
                 for call_args, call_kwargs in calls
             ]
         except (Retry, Exception) as exc:
