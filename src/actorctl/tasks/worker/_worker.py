@@ -12,6 +12,9 @@ dies while it runs (at-most-once).
 A worker holds more messages at once than it runs (``concurrency`` is its
 pool's ``runs`` plus SETTLING): a run slot is held only while the task runs,
 so the next task starts while the last one's follow-ups are being stored.
+The wait for its result's commit holds no runner: ``send_document`` hands it
+to the turn's settler (``actors/_settling.py``), which settles the task once
+the result is committed, with the others of that commit.
 
 When its node begins a graceful stop (a warm shutdown: SIGTERM, or the first
 Ctrl-C), the worker starts nothing more: the tasks it holds that wait for a
@@ -233,7 +236,7 @@ class TaskWorker(Actor):
         # tests/tasks/test_limits.py's test_priority_nine_tasks_... fails at
         # once if a checkpoint comes first (tried); tests/actors/test_concurrency.py
         # guards the runners' side.
-        followups = self.followups
+        followups = self._followups or self.followups  # (the property raises if not running)
         task = self.app.find(envelope.subject) or foreign_task(
             self.boxed, self._foreign, envelope.subject, self.pool
         )
@@ -327,7 +330,12 @@ class TaskWorker(Actor):
         state = await follow(followups, envelope, task, task_id, retries, ran)
         if state != SUCCESS:
             self.named_counters.add(task.name, state.lower())  # failure, retry, revoked
-        outcome = hooks.outcome_of(envelope, ran)  # the page's window of runs (_inspect.py)
+        # What the page's window of runs shows (_inspect.py): hooks.outcome_of,
+        # its values read here for a run that returned (most: no call per task).
+        if isinstance(ran, list):
+            outcome = ran if envelope.headers.get(H_MAP) else ran[0]
+        else:
+            outcome = hooks.outcome_of(envelope, ran)
         holdings.end(held, state, outcome, runtime, retries, now())
         if signals.task_postrun.receivers:
             hooks.postrun(task, task_id, args, kwargs, hooks.retval_of(envelope, ran), state)
