@@ -430,8 +430,14 @@ class ActorCell:
         self._inflight.pop(inbound, None)
 
     def _settled(self, batch: list[Deferred]) -> None:
-        """The settler's: the waits of the messages handed to it have returned."""
-        self._dispatch.settle(batch, self._inflight)
+        """The settler's: the waits of the messages handed to it have returned
+        (their settlements grant credit once, for the batch)."""
+        mailbox = self.mailbox
+        mailbox.begin_batch()
+        try:
+            self._dispatch.settle(batch, self._inflight)
+        finally:
+            mailbox.end_batch()
 
     async def dispatch_with(self, behaviour: Behaviour, envelope: Envelope) -> Handled:
         """Run ``envelope``'s handler in ``behaviour`` as every message of this
