@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import attrs
 
@@ -42,6 +42,9 @@ from ..protocol._protocol import (
 )
 from ..protocol._state import RESULT_EXPIRES, keep_result, store_of
 from ..protocol._task_errors import TaskError
+
+if TYPE_CHECKING:
+    from ...store import Store
 from ._relay import relay_document
 
 __all__ = [
@@ -71,6 +74,7 @@ async def send_document(
     expires: float = RESULT_EXPIRES,
     relay: bool = False,
     settle_after_commit: bool = False,
+    store: Store | None = None,
 ) -> None:
     """Send a state document about the task ``request`` to each of ``targets``:
     on the reply link for a reply address (never waiting), else to the actor's
@@ -83,11 +87,16 @@ async def send_document(
     handed to the worker's settler when it has one (``actors/_settling.py``):
     the task is settled once it is committed, without holding a runner until
     then. Should the commit be refused, the caller gets a FAILURE document
-    saying so, as for any follow-up that could not be sent."""
+    saying so, as for any follow-up that could not be sent.
+
+    ``store``: the node's store, looked up already (a worker's, once); else
+    looked up here, once per final document."""
     outbox = client.outbox
-    # One look-up of the node's store per document: it keeps the result, and
-    # is synced below.
-    store = store_of(outbox) if state in READY_STATES else None
+    # The node's store keeps a final document's result, and is synced below.
+    if state not in READY_STATES:
+        store = None
+    elif store is None:
+        store = store_of(outbox)
     kept = store is not None and keep_result(store, outbox.now(), request, state, body, expires)
     headers = document_headers(request, state)
     for target in targets:
