@@ -31,3 +31,4 @@ from ._ref import Outbox as Outbox
 from ._ref import Reroute as Reroute
 from ._ref import to_wire as to_wire
 from ._replies import REPLIER as REPLIER
+from ._settling import settle_after as settle_after

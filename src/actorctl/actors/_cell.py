@@ -29,6 +29,7 @@ from ._handlers import Behaviour
 from ._monitor import Monitors
 from ._parts import NO_COUNTERS, CellParts
 from ._ref import Outbox
+from ._settling import Deferred, Settler
 from ._turns import Turns
 
 __all__ = ["ActorCell", "CellState"]
@@ -148,11 +149,19 @@ class ActorCell:
             counters = ActorCounters()
             # What it handles now, in the order it took them (a requeue keeps it).
             inflight: dict[Inbound, None] = {}
+            # What settles the messages whose handlers handed it a wait (a
+            # commit's), while a turn with runners runs (``_settling.py``).
+            settler = Settler(self._settled)
             # Its turns (``_turns.py``): at most one runs, while it has messages.
             turns = Turns(
-                self.mailbox, self._concurrency, self._handle, inflight, self._requeue_inflight
+                self.mailbox,
+                self._concurrency,
+                self._handle,
+                inflight,
+                self._requeue_inflight,
+                settler,
             )
-            dispatch = Dispatch(self, seen, counters, self._concurrency)
+            dispatch = Dispatch(self, seen, counters, self._concurrency, settler)
             parts = self._parts = CellParts(seen, counters, inflight, turns, dispatch)
         return parts
 
@@ -481,7 +490,8 @@ class ActorCell:
         # Kept while it runs: a restart puts it back in the mailbox.
         inflight[inbound] = None
         try:
-            await parts.dispatch.handle(inbound)
+            if await parts.dispatch.handle(inbound):
+                return  # in the settler's hands: still in hand until it settles it
         except Exception:
             # It crashed the actor: not to be run here again (_crashed).
             inflight.pop(inbound, None)
@@ -492,6 +502,17 @@ class ActorCell:
             self._culprits.append(inbound)
             raise
         inflight.pop(inbound, None)
+
+    def _settled(self, batch: list[Deferred]) -> None:
+        """The settler's: the waits of the messages handed to it have returned
+        (their settlements grant credit once, for the batch)."""
+        mailbox = self.mailbox
+        parts = self._made()  # (made already: its messages were handled)
+        mailbox.begin_batch()
+        try:
+            parts.dispatch.settle(batch, parts.inflight)
+        finally:
+            mailbox.end_batch()
 
     async def dispatch_with(self, behaviour: Behaviour, envelope: Envelope) -> Handled:
         """Run ``envelope``'s handler in ``behaviour`` as every message of this

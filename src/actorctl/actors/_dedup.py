@@ -250,17 +250,24 @@ class SeenWindow:
         if done is not None:
             done.set()
 
-    def finish(self, key: Hashable, handled: Handled, size: int = 0) -> None:
+    def clock(self) -> float:
+        """The window's clock now (what :meth:`finish` takes as ``now``)."""
+        return self._clock()
+
+    def finish(
+        self, key: Hashable, handled: Handled, size: int = 0, now: float | None = None
+    ) -> None:
         """Remember how the message ``key`` was answered. ``size``: what keeping
         its reply costs, in bytes (its length as encoded); 0 charges nothing (a
-        ``None`` result)."""
+        ``None`` result). ``now``: :meth:`clock` read already (a batch's)."""
         done = self._running.pop(key, None)
         # ``modified`` (an open circuit breaker) and ``released`` (given back by
         # an actor that stops) are not remembered: the message was not handled,
         # and the same message sent again later must run.
         if self.count and handled.outcome.state not in ("modified", "released"):
             entries = self._entries
-            now = self._clock()
+            if now is None:
+                now = self._clock()
             if self._kept and key in self._kept:
                 self._release(key)  # handled again (its entry had expired)
             if size and handled.reply is not None:

@@ -6,8 +6,10 @@ handler is found in the current behaviour, the caller's role checked, its
 arguments bound, and the handler run (a trio task, or a worker thread for a
 plain ``def``, under the actor's capacity limiter) within the message's
 expiry and in its eliot trace; the reply is sent, and only then is the
-message settled (acks-late). ``_cell.py`` owns the actor's life around this:
-its incarnations, its turns, its crashes.
+message settled (acks-late): by the actor's settler (``_settling.py``), once
+what the handler handed it is done, if the handler handed it a wait.
+``_cell.py`` owns the actor's life around this: its incarnations, its turns,
+its crashes.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from ._handlers import BadArguments, Behaviour, HandlerSpec, converter, run_in_t
 from ._monitor import TERMINATED, Terminated
 from ._ref import Outbox, to_wire
 from ._replies import handler_failed, refuse, send_reply, settle_refused
+from ._settling import WAITS, Deferred, Settler, Wait, Waits, wait_all
 
 __all__ = ["Dispatch", "DispatchHost"]
 
@@ -80,22 +83,31 @@ class Dispatch:
         counters: what it counts of its messages (read when scraped).
         concurrency: the actor's concurrency: the size of the capacity limiter
             its plain ``def`` handlers run under.
+        settler: the actor's settler (``_settling.py``): the messages whose
+            settlement waits for what their handlers handed it.
     """
 
-    __slots__ = ("_cell", "_concurrency", "_seen", "_threads", "counters")
+    __slots__ = ("_cell", "_concurrency", "_seen", "_settler", "_threads", "counters")
 
     def __init__(
-        self, cell: DispatchHost, seen: SeenWindow, counters: ActorCounters, concurrency: int
+        self,
+        cell: DispatchHost,
+        seen: SeenWindow,
+        counters: ActorCounters,
+        concurrency: int,
+        settler: Settler,
     ) -> None:
         self._cell = cell
+        self._settler = settler
         self._seen = seen
         self.counters = counters
         self._concurrency = concurrency
         self._threads: trio.CapacityLimiter | None = None  # made by the first thread
 
-    async def handle(self, inbound: Inbound) -> None:
+    async def handle(self, inbound: Inbound) -> bool:
         """Run one message, or answer a duplicate as the first time, then
-        reply and settle it.
+        reply and settle it; True if its settlement was handed to the turn's
+        settler instead (it is still in hand: the settler lets it go).
 
         Raises:
             Exception: what crashes the actor (a handler's error, when its
@@ -130,27 +142,65 @@ class Dispatch:
             ):
                 seen.memory.answered += 1
             self.finish(inbound, handled)
-            return
+            return False
         seen.start(key)
         started = perf_counter()  # one pair per message: the latency histogram
+        # Waits its handler hands to the turn's settler (``_settling.py``),
+        # when one runs: the message is settled once they have returned.
+        settler = self._settler
+        handing = Waits() if settler.running else None
+        waits: list[Wait] | None = None  # what it handed over, if anything
         try:
-            trace = envelope.headers.get(TRACE)
-            if trace is None:  # most messages: no trace to continue, nothing to enter
-                handled = await self.dispatch_with(cell.behaviour, envelope)
-            else:
-                with continue_trace(trace):
+            token = WAITS.set(handing) if handing is not None else None
+            try:
+                trace = envelope.headers.get(TRACE)
+                if trace is None:  # most messages: no trace to continue, nothing to enter
                     handled = await self.dispatch_with(cell.behaviour, envelope)
+                else:
+                    with continue_trace(trace):
+                        handled = await self.dispatch_with(cell.behaviour, envelope)
+            finally:
+                if token is not None and handing is not None:
+                    WAITS.reset(token)
+                    handing.open = False
+                    waits = handing.items
+            if waits and not settler.running:  # its turn ends: no settler to hand them to
+                await wait_all(waits)
+                waits = None
         except _HandlerCrashed as crash:
             # OTP: the caller gets the error (a copy too, from the window),
             # then the actor crashes with it.
+            if waits:
+                await wait_all(waits)
             seen.finish(key, crash.handled, self.finish(inbound, crash.handled))
             raise crash.error from crash.error.__cause__
         except BaseException:
             seen.abandon(key)  # never answered: a resend must run it
             raise
+        if waits:
+            settler.add(Deferred(inbound, key, handled, started, waits))
+            return True
         self.counters.record(handled, perf_counter() - started)
         # Answered first, then remembered with its reply's size as sent.
         seen.finish(key, handled, self.finish(inbound, handled))
+        return False
+
+    def settle(self, batch: list[Deferred], inflight: dict[Inbound, None]) -> None:
+        """Count, answer and settle the messages of ``batch`` (their waits
+        returned), remember each in the dedup window, and let it go from
+        ``inflight`` (the cell's: one no longer there was put back in the
+        mailbox meanwhile, and is left alone)."""
+        seen, counters = self._seen, self.counters
+        now, ended = seen.clock(), perf_counter()
+        for deferred in batch:
+            inbound = deferred.inbound
+            if inbound not in inflight:
+                continue
+            handled = deferred.handled
+            counters.record(handled, ended - deferred.started)
+            # Answered first, then remembered with its reply's size as sent.
+            seen.finish(deferred.key, handled, self.finish(inbound, handled), now)
+            del inflight[inbound]
 
     def finish(self, inbound: Inbound, handled: Handled) -> int:
         """Send the reply and settle; return what keeping the reply costs, in
@@ -173,11 +223,10 @@ class Dispatch:
         capacity limiter; say how to answer it. (A behaviour such as a circuit
         breaker's probe runs the actor's own handlers so, not a copy of this.)"""
         cell = self._cell
-        name = cell.name
         if envelope.kind == KIND_DOCUMENT and not type(cell.actor).takes_documents:
             return refuse(
                 BAD_KIND,
-                f"actor {name!r} takes commands and events; a document "
+                f"actor {cell.name!r} takes commands and events; a document "
                 "(a reply) goes to the reply address of the call it answers",
             )
         if envelope.subject == TERMINATED:
@@ -192,9 +241,10 @@ class Dispatch:
                 return Handled(outcome, None)
             return refuse(
                 UNKNOWN_HANDLER,
-                f"actor {name!r} has no handler {envelope.subject!r} "
+                f"actor {cell.name!r} has no handler {envelope.subject!r} "
                 f"(it has: {', '.join(sorted(behaviour.__actorctl_handlers__)) or 'none'})",
             )
+        name = cell.name
         refused = admit(name, spec, envelope)  # the caller's role, before its body
         if refused is not None:
             return refused

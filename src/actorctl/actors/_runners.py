@@ -6,7 +6,11 @@ then takes the next, until the mailbox is empty; then it waits, idle, until
 the turn's task wakes it for a message that arrived (or the mailbox closed:
 then it ends). The turn's own task takes no message: it waits for arrivals,
 and wakes idle runners, or starts new ones up to the actor's concurrency,
-for the messages queued that the busy runners will not take soon.
+for the messages queued that the busy runners will not take soon: what
+arrived goes to one runner first, which takes, in one step, every message
+whose handler does not wait (one whose settlement waits for a commit hands
+that wait to the turn's settler, ``_settling.py``); once it has begun (a
+pass of the scheduler), those it left get a runner each.
 
 A runner takes a message at the moment it runs, never one handed to it while
 it waited: no message waits in a task that a stop would not release, and
@@ -21,13 +25,18 @@ runner woken costs no more than a task would to start.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import final
+from typing import Final, final
 
 import trio
 
 from ..mailbox import Inbound, Mailbox
 
-__all__ = ["Runners"]
+__all__ = ["YIELD_EVERY", "Runners"]
+
+#: Messages a runner takes between two checkpoints at most, when the handlers
+#: do not wait (the mailbox is bounded: nobody starves for long, and the node's
+#: writer settles a batch of them in one write).
+YIELD_EVERY: Final = 16
 
 
 @final
@@ -37,8 +46,7 @@ class Runners:
     Args:
         mailbox: the actor's mailbox (how many are queued; whether it closed).
         concurrency: the most runners at once.
-        take: the next queued message, or None when none is (or it closed);
-            it must not wait for one.
+        take: the next queued message, or None when none is (or it closed).
         handle: handles one message.
         wait_arrival: waits for the next message to arrive (or the mailbox to
             close), taking none.
@@ -49,18 +57,21 @@ class Runners:
         "_handle",
         "_has_room",
         "_idle",
+        "_idled",
         "_mailbox",
         "_running",
         "_starting",
         "_take",
+        "_takes",
         "_wait_arrival",
+        "_yielding",
     )
 
     def __init__(
         self,
         mailbox: Mailbox,
         concurrency: int,
-        take: Callable[[], Awaitable[Inbound | None]],
+        take: Callable[[], Inbound | None],
         handle: Callable[[Inbound], Awaitable[None]],
         wait_arrival: Callable[[], Awaitable[None]],
     ) -> None:
@@ -75,6 +86,9 @@ class Runners:
         # while every runner is busy).
         self._has_room: trio.Event | None = None
         self._idle: list[trio.Event] = []  # idle runners, each woken by its event
+        self._idled = 0  # times a runner found the mailbox empty, and went idle
+        self._takes = 0  # messages the runners asked for (a checkpoint every YIELD_EVERY)
+        self._yielding = 0  # runners at that checkpoint now
 
     async def drain(self) -> None:
         """Run messages until the mailbox closes; return once the runners
@@ -85,13 +99,27 @@ class Runners:
         """
         mailbox = self._mailbox
         idle = self._idle
+        one = True  # what arrived goes to one runner first
         async with trio.open_nursery() as nursery:
             while True:
                 # Messages queued that the runners started or woken so far
-                # will not take at once: a runner each, idle ones first.
+                # will not take at once: one runner first (it takes, in one
+                # step, all those whose handlers do not wait), then a runner
+                # each, idle ones first.
                 spare = mailbox.pending - self._starting
                 if spare > 0 and (idle or self._running < self._concurrency):
-                    self._supply(nursery, spare)
+                    if one:
+                        idled = self._idled
+                        self._supply(nursery, 1)
+                        while self._starting:  # until it has begun, and taken what it could
+                            await trio.lowlevel.checkpoint()
+                        # A runner found the mailbox empty since (or is at its
+                        # checkpoint between messages): what is queued now goes
+                        # to one runner first again. Else that one waits in a
+                        # handler: the rest get a runner each.
+                        one = self._idled != idled or self._yielding > 0
+                    else:
+                        self._supply(nursery, spare)
                     continue
                 if mailbox.closed:
                     while idle:
@@ -104,6 +132,7 @@ class Runners:
                     await room.wait()
                     continue
                 await self._wait_arrival()
+                one = True
 
     def _supply(self, nursery: trio.Nursery, spare: int) -> None:
         """A runner for each of ``spare`` messages, as far as there are: idle
@@ -122,7 +151,16 @@ class Runners:
         self._starting -= 1
         try:
             while True:
-                inbound = await self._take()
+                self._takes += 1
+                if not self._takes % YIELD_EVERY:
+                    # Now and then between messages (never between taking one
+                    # and beginning it): the node's other tasks run meanwhile.
+                    self._yielding += 1
+                    try:
+                        await trio.lowlevel.checkpoint()
+                    finally:
+                        self._yielding -= 1
+                inbound = self._take()
                 if inbound is not None:
                     await self._handle(inbound)
                 elif self._mailbox.closed:
@@ -136,6 +174,7 @@ class Runners:
     async def _idle_until_woken(self) -> None:
         """Wait, idle, until the turn's task wakes this runner (as if started)."""
         woken = trio.Event()
+        self._idled += 1
         self._idle.append(woken)
         self._room()
         await woken.wait()

@@ -9,7 +9,7 @@ turn for what arrived meanwhile, the actor's end, or its crash).
 
 One timer per turn watches for idleness, not one per message: an actor that
 is busy pays nothing for being able to idle. Messages queued are taken without
-a checkpoint between them, one in ``_YIELD_EVERY`` excepted, so that the
+a checkpoint between them, one in ``YIELD_EVERY`` excepted, so that the
 node's writer settles a batch of them in one write.
 """
 
@@ -21,11 +21,11 @@ from typing import Final, final
 import trio
 
 from ..mailbox import Inbound, Mailbox
-from ._runners import Runners
+from ._runners import YIELD_EVERY, Runners
+from ._settling import Settler
 
 __all__ = ["IDLE_LINGER", "Turns"]
 
-_YIELD_EVERY: Final = 16
 #: Seconds an actor's task waits for the next message before it ends (the
 #: actor stays; its next message starts a new task).
 IDLE_LINGER: Final = 1.0
@@ -47,6 +47,7 @@ class Turns:
             a turn with any is not idle).
         requeue: puts what is in flight back in the mailbox (a turn cancelled
             mid-message: kept, not lost).
+        settler: the cell's settler (``_settling.py``): a turn with runners runs it.
     """
 
     __slots__ = (
@@ -58,6 +59,7 @@ class Turns:
         "_parked",
         "_requeue",
         "_scope",
+        "_settler",
         "_taken",
         "running",
     )
@@ -69,8 +71,10 @@ class Turns:
         handle: Callable[[Inbound], Awaitable[None]],
         inflight: dict[Inbound, None],
         requeue: Callable[[], None],
+        settler: Settler,
     ) -> None:
         self._mailbox = mailbox
+        self._settler = settler
         self._concurrency = concurrency
         self._handle = handle
         self._inflight = inflight
@@ -152,7 +156,13 @@ class Turns:
             runners = Runners(
                 self._mailbox, self._concurrency, self._take, self._handle, self._wait_arrival
             )
-            await runners.drain()
+            # The settler settles what handlers handed it, beside the runners,
+            # until they have all ended (``_settling.py``).
+            settler = self._settler
+            async with trio.open_nursery() as settling:
+                await settling.start(settler.run)
+                await runners.drain()
+                settler.close()
         return self._mailbox.closed
 
     async def _next(self) -> Inbound | None:
@@ -162,7 +172,7 @@ class Turns:
         mailbox = self._mailbox
         try:
             self._taken += 1
-            if self._taken % _YIELD_EVERY:
+            if self._taken % YIELD_EVERY:
                 try:
                     return mailbox.receive_nowait()
                 except trio.WouldBlock:
@@ -175,13 +185,11 @@ class Turns:
         except trio.EndOfChannel:
             return None
 
-    async def _take(self) -> Inbound | None:
+    def _take(self) -> Inbound | None:
         """A runner's next message: what is queued, or None (none is, or the
-        mailbox closed). A checkpoint before every ``_YIELD_EVERY``-th, never
-        between taking one and beginning it (``_runners.py``)."""
+        mailbox closed). (The runners checkpoint before every ``YIELD_EVERY``-th,
+        never between taking one and beginning it: ``_runners.py``.)"""
         self._taken += 1
-        if not self._taken % _YIELD_EVERY:
-            await trio.lowlevel.checkpoint()
         try:
             return self._mailbox.receive_nowait()
         except (trio.WouldBlock, trio.EndOfChannel):

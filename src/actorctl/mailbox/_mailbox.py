@@ -161,6 +161,7 @@ class Mailbox:
 
     __slots__ = (
         "_arrived",
+        "_batched",
         "_closed",
         "_grants",
         "_last_grant",
@@ -191,6 +192,7 @@ class Mailbox:
         self._last_grant: dict[CreditLink, int] | None = None
         self._grants = 0  # how many grants (and attaches) were made: orders _last_grant
         self._on_arrival: ArrivalListener | None = None
+        self._batched = False  # settlements grant no credit until end_batch
 
     # -- the node's side -------------------------------------------------------
 
@@ -401,12 +403,24 @@ class Mailbox:
         used would wait at 0 for a settlement that never comes."""
         self._replenish(force=False)
 
+    def begin_batch(self) -> None:
+        """The settlements until :meth:`end_batch` (made in one step, with no
+        checkpoint between) grant the links credit once, at its end: one look
+        at the links, and one flow, for the batch, not one per message."""
+        self._batched = True
+
+    def end_batch(self) -> None:
+        """Grant what the batch's settlements freed (see :meth:`begin_batch`)."""
+        self._batched = False
+        self._replenish(force=False)
+
     def _release(self) -> None:
         self._unsettled -= 1
         if not self._unsettled and self._settled is not None:
             self._settled.set()
             self._settled = None
-        self._replenish(force=False)
+        if not self._batched:
+            self._replenish(force=False)
 
     def _replenish(self, *, force: bool) -> None:
         links = self._links

@@ -8,8 +8,9 @@ turn (those of tasks run one after another) are gathered and written
 together (``_gather``); everything else (transfers, settlements, credit), and
 a reply after a quiet spell, goes out at once.
 
-"At once", for what a task sends while the writer is idle (:meth:`emit`, and
-a reply after a quiet spell), is the end of that loop turn: before trio
+"At once", for what a task sends while the writer is idle (:meth:`emit`: a
+settlement among them, ``_verdicts.py``; and a reply after a quiet spell),
+is the end of that loop turn: before trio
 waits for I/O, the loop's turn counter (``_loop_turns.py``) calls
 ``_flush``, which writes everything the turn produced without waiting (a
 non-blocking write to the socket's file descriptor; what the socket does not

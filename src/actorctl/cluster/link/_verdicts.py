@@ -53,7 +53,9 @@ def settle(engine: Engine, delivery: Any, outcome: Outcome) -> None:
         else:
             _update(delivery, RELEASED)
         _settle_delivery(delivery)
-        engine.wake()
+        # Written at this loop turn's end while the writer is idle (no task
+        # switch for it), else by the writer: ``EngineOutput.emit``.
+        engine.emit()
     finally:
         lib.pn_decref(delivery)
 

@@ -11,24 +11,40 @@ and dropped, as a reply is). A document to an actor (a chord's barrier as
 keeps it until the actor settles it.
 
 A final document (SUCCESS, FAILURE, REVOKED) is also kept in the sending node's
-store (``_state.py``), committed before :func:`send_document` returns, so before
-the task is settled: any caller can fetch it by id for ``RESULT_EXPIRES``
-seconds from that node's ``_tasks`` (``_lookup.py``).
+store (``_state.py``), committed before the task is settled (before
+:func:`send_document` returns, or, in a worker's handler, by the worker's
+settler, which waits for the commit of a batch of tasks at once): any caller
+can fetch it by id for ``RESULT_EXPIRES`` seconds from that node's ``_tasks``
+(``_lookup.py``).
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import attrs
 
+from ..._errors import ActorctlError
 from ..._log import log
-from ...actors import Actor, Outbox
+from ...actors import Actor, Outbox, settle_after
 from ...mailbox import ACCEPTED, KIND_DOCUMENT, Envelope, Outcome
 from ..client._client import TaskClient
-from ..protocol._protocol import H_RETRIES, H_STATE, H_TASK_ID, READY_STATES, SINK_FAILED, SUCCESS
+from ..protocol._protocol import (
+    FAILURE,
+    H_RETRIES,
+    H_STATE,
+    H_TASK_ID,
+    READY_STATES,
+    SINK_FAILED,
+    SUCCESS,
+)
 from ..protocol._state import RESULT_EXPIRES, keep_result, store_of
+from ..protocol._task_errors import TaskError
+
+if TYPE_CHECKING:
+    from ...store import Store
 from ._relay import relay_document
 
 __all__ = [
@@ -57,17 +73,30 @@ async def send_document(
     *,
     expires: float = RESULT_EXPIRES,
     relay: bool = False,
+    settle_after_commit: bool = False,
+    store: Store | None = None,
 ) -> None:
     """Send a state document about the task ``request`` to each of ``targets``:
     on the reply link for a reply address (never waiting), else to the actor's
     inbox through the node's backlog (returns once the backlog holds it). A
     final state is kept in the node's store too (committed when this returns),
     even with no target. ``relay`` (a worker's node): a document for a caller
-    with no reply link here goes through the services node's ``_relay``."""
+    with no reply link here goes through the services node's ``_relay``.
+
+    ``settle_after_commit`` (a worker's handler): the wait for that commit is
+    handed to the worker's settler when it has one (``actors/_settling.py``):
+    the task is settled once it is committed, without holding a runner until
+    then. Should the commit be refused, the caller gets a FAILURE document
+    saying so, as for any follow-up that could not be sent.
+
+    ``store``: the node's store, looked up already (a worker's, once); else
+    looked up here, once per final document."""
     outbox = client.outbox
-    # One look-up of the node's store per document: it keeps the result, and
-    # is synced below.
-    store = store_of(outbox) if state in READY_STATES else None
+    # The node's store keeps a final document's result, and is synced below.
+    if state not in READY_STATES:
+        store = None
+    elif store is None:
+        store = store_of(outbox)
     kept = store is not None and keep_result(store, outbox.now(), request, state, body, expires)
     headers = document_headers(request, state)
     for target in targets:
@@ -98,7 +127,32 @@ async def send_document(
             address, document, presettled=False, confirm=False, durable=True, reroute=reroute
         )
     if kept and store is not None:
-        await store.sync()
+        handed = settle_after_commit and settle_after(
+            store.sync, functools.partial(_uncommitted, client, request, targets, expires, relay)
+        )
+        if not handed:
+            await store.sync()
+
+
+async def _uncommitted(
+    client: TaskClient,
+    request: Envelope,
+    targets: list[str],
+    expires: float,
+    relay: bool,
+    exc: Exception,
+) -> None:
+    """The settler's, when the commit of a result it waited for failed (a
+    shipper refused it): what the worker does for a follow-up that could not
+    be sent (``_worker.py``), the caller told with a FAILURE document."""
+    error = TaskError.of(exc)
+    log("actorctl:task:unsendable", message_id=request.message_id, **error.wire())
+    try:
+        await send_document(
+            client, request, FAILURE, error.wire(), targets, expires=expires, relay=relay
+        )
+    except ActorctlError as again:
+        log("actorctl:task:unreported", message_id=request.message_id, error=str(again))
 
 
 def document_headers(request: Envelope, state: str) -> dict[str, Any]:

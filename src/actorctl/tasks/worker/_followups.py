@@ -49,7 +49,7 @@ from ..protocol._protocol import (
     signatures_in,
 )
 from ..protocol._send_options import SendOptions
-from ..protocol._state import RESULT_EXPIRES
+from ..protocol._state import RESULT_EXPIRES, store_of
 from ..protocol._task_errors import TaskError
 from ._documents import send_document
 from ._letters import dead_letter
@@ -85,6 +85,8 @@ class FollowUps:
         self.pool = pool
         self.dead_letters = dead_letters
         self.result_expires = result_expires
+        #: Its node's store (keeps final results): looked up once, not per task.
+        self.store = store_of(client.outbox)
         #: Its worker's named counters: a dead letter is counted per task there.
         self.counters: NamedCounters | None = None
 
@@ -98,7 +100,15 @@ class FollowUps:
             targets += header_sinks(envelope.headers)
         if targets:
             await send_document(
-                self.client, envelope, state, body, targets, expires=self.result_expires, relay=True
+                self.client,
+                envelope,
+                state,
+                body,
+                targets,
+                expires=self.result_expires,
+                relay=True,
+                settle_after_commit=True,
+                store=self.store,
             )
 
     async def succeed(self, envelope: Envelope, value: Any) -> None:

@@ -12,6 +12,9 @@ dies while it runs (at-most-once).
 A worker holds more messages at once than it runs (``concurrency`` is its
 pool's ``runs`` plus SETTLING): a run slot is held only while the task runs,
 so the next task starts while the last one's follow-ups are being stored.
+The wait for its result's commit holds no runner: ``send_document`` hands it
+to the turn's settler (``actors/_settling.py``), which settles the task once
+the result is committed, with the others of that commit.
 
 When its node begins a graceful stop (a warm shutdown: SIGTERM, or the first
 Ctrl-C), the worker starts nothing more: the tasks it holds that wait for a
@@ -233,7 +236,7 @@ class TaskWorker(Actor):
         # tests/tasks/test_limits.py's test_priority_nine_tasks_... fails at
         # once if a checkpoint comes first (tried); tests/actors/test_concurrency.py
         # guards the runners' side.
-        followups = self.followups
+        followups = self._followups or self.followups  # (the property raises if not running)
         task = self.app.find(envelope.subject) or foreign_task(
             self.boxed, self._foreign, envelope.subject, self.pool
         )
@@ -291,7 +294,8 @@ class TaskWorker(Actor):
                 and (refused := breaker.admit())
             ):
                 return await self._refuse(envelope, task, refused)
-            if fence is not None and fence.why is not None:
+            # Raised while it waited for a slot? (No wait: no checkpoint since.)
+            if ticket.event is not None and fence is not None and fence.why is not None:
                 return self._fenced(task, fence.why)
             begun = now()  # one clock read: whether it expired, and when it started
             why_not, runtime = self._why_not_run(envelope, task_id, begun), None
@@ -326,7 +330,12 @@ class TaskWorker(Actor):
         state = await follow(followups, envelope, task, task_id, retries, ran)
         if state != SUCCESS:
             self.named_counters.add(task.name, state.lower())  # failure, retry, revoked
-        outcome = hooks.outcome_of(envelope, ran)  # the page's window of runs (_inspect.py)
+        # What the page's window of runs shows (_inspect.py): hooks.outcome_of,
+        # its values read here for a run that returned (most: no call per task).
+        if isinstance(ran, list):
+            outcome = ran if envelope.headers.get(H_MAP) else ran[0]
+        else:
+            outcome = hooks.outcome_of(envelope, ran)
         holdings.end(held, state, outcome, runtime, retries, now())
         if signals.task_postrun.receivers:
             hooks.postrun(task, task_id, args, kwargs, hooks.retval_of(envelope, ran), state)
@@ -376,9 +385,13 @@ class TaskWorker(Actor):
         self, envelope: Envelope, task: Task, task_id: str, retries: int, calls: list[Call]
     ) -> list[Any] | BaseException:
         """Run the task (each call of a map): its values, or what it raised."""
+        headers = envelope.headers
         try:
+            if len(calls) == 1:  # not a map: one call
+                call_args, call_kwargs = calls[0]
+                return [await self._run(task, task_id, retries, call_args, call_kwargs, headers)]
             return [
-                await self._run(task, task_id, retries, call_args, call_kwargs, envelope.headers)
+                await self._run(task, task_id, retries, call_args, call_kwargs, headers)
                 for call_args, call_kwargs in calls
             ]
         except (Retry, Exception) as exc:
