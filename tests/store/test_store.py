@@ -8,7 +8,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -19,7 +19,7 @@ import trio.testing
 from actorctl import ConfigError, Node, open_node
 from actorctl.cluster import INSECURE, load_cluster
 from actorctl.ops._foreman import LocalForeman, NodeState
-from actorctl.store import Store
+from actorctl.store import Store, Write
 from actorctl.store._store import PURGE_EVERY, UNSYNCED_WAIT
 from tests.support.cli import node_ready, start_cli
 from tests.support.harness import Logs, free_port
@@ -68,6 +68,39 @@ async def test_a_write_nobody_syncs_shares_the_commit_of_the_next_one_synced(
         with sqlite3.connect(path) as db:
             rows = db.execute("SELECT tbl, key FROM entries ORDER BY rowid").fetchall()
         assert rows == [("replays", "m1"), ("backlog", "m2")]
+
+
+class BatchTimes:
+    """A shipper that keeps each batch it is handed and the trio time it came."""
+
+    def __init__(self) -> None:
+        self.batches: list[tuple[float, list[str]]] = []
+
+    async def ship(self, batch: Sequence[Write]) -> None:
+        self.batches.append((trio.current_time(), [key for _, key, _, _ in batch]))
+
+
+async def test_writes_nobody_syncs_are_committed_unsynced_wait_after_the_first(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    shipper = BatchTimes()
+    store = Store(tmp_path / "s.sqlite", name="s")
+    store.ship_to(shipper)
+    async with running(store):
+        # Given a write nobody syncs, and another one half the wait later
+        first = trio.current_time()
+        store.put("replays", "m1", b"seen")
+        await trio.sleep(UNSYNCED_WAIT / 2)
+        store.put("replays", "m2", b"seen")
+        # When both wait past UNSYNCED_WAIT after the first
+        await trio.sleep(UNSYNCED_WAIT)
+        # Then one commit took both, UNSYNCED_WAIT after the first write (the
+        # later write did not put it off)
+        [(when, keys)] = shipper.batches
+        assert keys == ["m1", "m2"]
+        assert when == pytest.approx(first + UNSYNCED_WAIT)
+        await store.sync()
+        assert store.commits == 1
 
 
 @pytest.mark.parametrize("durable", [False, True], ids=["memory", "disk"])
@@ -180,7 +213,7 @@ import trio
 
 from actorctl import ConfigError, Node, open_node
 from actorctl.cluster import INSECURE, load_cluster
-from actorctl.store import Store
+from actorctl.store import Store, Write
 
 
 async def main() -> None:

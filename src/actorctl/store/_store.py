@@ -104,8 +104,9 @@ class Store:
         self._committed = 0  # of those, how many are on disk
         self._committing = 0  # of those, how many the commit under way takes
         self._hurry = trio.Event()  # someone syncs: commit now
-        # The committer's wait while it waits (None while it commits, or before
-        # it runs): an unsynced write brings its deadline forward.
+        # The committer's wait while no write has moved its deadline (None while
+        # it commits, before it runs, and once a write moved it): the first
+        # unsynced write of a wait brings its deadline forward.
         self._waiting: trio.CancelScope | None = None
         # Set when the commit under way ends, and when the one after it ends: a
         # sync wakes once, when the commit that takes its writes is done.
@@ -243,6 +244,9 @@ class Store:
             self._queued += 1
             waiting = self._waiting
             if waiting is not None:  # committed within UNSYNCED_WAIT, with no task switch now
+                # The first write of a wait moves its deadline; no later one can
+                # bring it earlier (time only moves on), so they read no clock.
+                self._waiting = None
                 soon = trio.current_time() + UNSYNCED_WAIT
                 if soon < waiting.deadline:
                     waiting.deadline = soon
@@ -295,9 +299,10 @@ class Store:
             # Until a sync hurries it, the purge is due, or the oldest queued
             # write has waited UNSYNCED_WAIT (``_write`` moves the deadline).
             with trio.CancelScope(deadline=next_purge) as waiting:
-                if self._queue:  # queued while the last commit ran
+                if self._queue:  # queued while the last commit ran: no write moves it
                     waiting.deadline = min(next_purge, trio.current_time() + UNSYNCED_WAIT)
-                self._waiting = waiting
+                else:
+                    self._waiting = waiting
                 try:
                     await self._hurry.wait()
                 finally:
