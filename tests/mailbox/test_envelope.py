@@ -294,3 +294,27 @@ def test_the_reader_caches_the_text_pairs_that_recur_and_no_unique_one() -> None
     cached = {pair for pair, _ in _amqp._pairs.values()}
     assert "pool" in cached
     assert "task_id" not in cached
+
+
+def test_the_canonical_form_caches_what_recurs_even_after_many_unique_values() -> None:
+    from actorctl.mailbox import _auth, canonical_bytes
+
+    def canonical(reply_to: str, task_id: str) -> bytes:
+        return canonical_bytes(node="n", to="a", subject="s", message_id=task_id,
+                               correlation_id=None, reply_to=reply_to, creation_ms=1,
+                               expiry_ms=None, kind="command", body=b"[]",
+                               headers={"task_id": task_id, "pool": "a-pool", "n": 3})  # fmt: skip
+
+    # Given more messages with a unique reply address and task id than a cache holds
+    for n in range(2 * _auth._MAX_HEADS + 1):
+        canonical(f"$reply/k/once-{n}", f"task-{n}")
+    # When a reply address starts to recur only after them
+    first = canonical("$reply/k/late", "task-late")
+    again = [canonical("$reply/k/late", "task-late") for _ in range(2)]
+    # Then its bytes stay the same, cached or not
+    assert again == [first, first]
+    # And it is cached, as are the headers that recur, and no unique value
+    assert "$reply/k/late" in _auth._fields
+    assert not [text for text in _auth._fields if text.startswith("$reply/k/once-")]
+    assert {("pool", "a-pool"), ("n", 3), ("task_id", "task-late")} <= _auth._pairs.keys()
+    assert not [pair for pair in _auth._pairs if str(pair[1])[5:].isdigit()]  # task-{n}

@@ -192,7 +192,9 @@ _MAX_KEYS = 4096
 # session and node), by their bytes as written (both constructors and sizes):
 # the key and value, decoded. A pair goes in at its second sighting (``_once``
 # holds those met once), so that unique values (task ids) never fill it; each
-# is bounded and emptied when full (so it is read with one ``get``).
+# is bounded. A full ``_pairs`` is replaced by a new dict, never emptied: a
+# reader holds the dict it began with, so a pair it found by ``in`` is still
+# there at ``[]``, whatever another thread reads meanwhile.
 _pairs: dict[bytes, tuple[str, str]] = {}
 _once: set[bytes] = set()
 
@@ -206,9 +208,10 @@ def _key(raw: bytes) -> str:
 
 def _pair(pair: bytes, key: str, value: str) -> None:
     """Note a text pair met: cached if met before (see ``_pairs``)."""
+    global _pairs
     if pair in _once:
         if len(_pairs) >= _MAX_KEYS:
-            _pairs.clear()
+            _pairs = {}  # a new one: see _pairs
         _pairs[pair] = (key, value)
     else:
         if len(_once) >= _MAX_KEYS:
@@ -235,9 +238,8 @@ def _map(data: bytes, pos: int, count: int, end: int) -> tuple[dict[Any, Any], i
             if code == 0xA1 or code == 0xA3:  # and so are most values
                 after = stop + 2 + data[stop + 1]
                 pair = data[pos:after]
-                found = pairs.get(pair)
-                if found is not None:
-                    key, value = found
+                if pair in pairs:  # ``in`` and ``[]``: no call (per pair)
+                    key, value = pairs[pair]
                 else:
                     raw = data[pos + 2 : stop]
                     key = keys[raw] if raw in keys else _key(raw)

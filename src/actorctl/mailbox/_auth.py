@@ -13,7 +13,7 @@ import struct
 import uuid
 from collections.abc import Mapping
 from json.encoder import encode_basestring
-from typing import Final
+from typing import Final, TypeVar
 
 from .._errors import ActorctlError, WireFormatError
 
@@ -149,8 +149,9 @@ def canonical_bytes(
     # Written out flat, not in a loop: this runs on every message a node sends
     # or receives. What comes before the subject is the same for every message
     # to one actor on one node: it is made once (_head); the subject, the
-    # kind and the reply address recur, each framed once (_field). A length below 256 is looked up
-    # (_LENGTH), not packed: ids and times always are.
+    # kind and the reply address recur, each framed once (_field). A length
+    # below 256 is looked up (_LENGTH), not packed: ids always are; a time of
+    # 13 digits (2001 to 2286) has its length written as a constant.
     lengths = _LENGTH
     try:
         where = (node, to)
@@ -168,85 +169,147 @@ def canonical_bytes(
             r = _fields[reply_to] if reply_to in _fields else _field(reply_to)
         else:
             r = _ABSENT
-        # Most messages have no covered header: told without a call (per message)
-        h = _NO_HEADERS if not headers or headers.keys() <= _UNCOVERED else _headers(headers)
+        # The covered headers' keys in order, by the keys the message has (they
+        # recur): most messages have none covered, and then no call is made.
+        names = (*headers,)
+        order = _orders[names] if names in _orders else _order(names, headers)
+        h = _headers(headers, order) if order else _NO_HEADERS_PARTS
     except UnicodeEncodeError as exc:
         raise WireFormatError(
             f"message {message_id!r}: text that is not valid UTF-8 ({exc.reason})"
         ) from None
-    cr = lengths[len(x := b"%d" % creation_ms)] + x if creation_ms else _ABSENT
-    ex = lengths[len(x := b"%d" % expiry_ms)] + x if expiry_ms else _ABSENT
+    if not creation_ms:
+        cr = _ABSENT
+    elif _MS13_LOW <= creation_ms < _MS13_HIGH:
+        cr = b"\x00\x00\x00\x0d%d" % creation_ms
+    else:
+        cr = lengths[len(x := b"%d" % creation_ms)] + x
+    if not expiry_ms:
+        ex = _ABSENT
+    elif _MS13_LOW <= expiry_ms < _MS13_HIGH:
+        ex = b"\x00\x00\x00\x0d%d" % expiry_ms
+    else:
+        ex = lengths[len(x := b"%d" % expiry_ms)] + x
     b = lengths[n] if (n := len(body)) < 256 else _u32(n)
-    return b"".join((head, s, m, c, r, cr, ex, k, h, b, body))
+    return b"".join((head, s, m, c, r, cr, ex, k, *h, b, body))
 
 
-# PREFIX, node and to, by (node, to): bounded, past it they are made anew.
-_heads: dict[tuple[str, str], bytes] = {}
+#: The times of 13 decimal digits (ms since the epoch, 2001 to 2286).
+_MS13_LOW: Final = 10**12
+_MS13_HIGH: Final = 10**13
+#: ``_headers`` of a message with no covered header: the count 0 alone.
+_NO_HEADERS_PARTS: Final = (_NO_HEADERS,)
+
+# The caches below hold what recurs, each framed or encoded once: a text goes
+# in at its second sighting (its ``_seen_*`` set holds those met once, and is
+# emptied when full), so that unique ones (task ids, one-off addresses) never
+# fill a cache. Each is bounded (_MAX_HEADS) and never emptied: what a reader
+# found by ``in`` is still there at ``[]``, whatever another thread adds.
 _MAX_HEADS: Final = 4096
 
-
-# The subjects, kinds and reply addresses, each as its length and UTF-8 bytes:
-# bounded as _heads.
+# PREFIX, node and to, by (node, to).
+_heads: dict[tuple[str, str], bytes] = {}
+_seen_heads: set[tuple[str, str]] = set()
+# The subjects, kinds and reply addresses, each as its length and UTF-8 bytes.
 _fields: dict[str, bytes] = {}
+_seen_fields: set[str] = set()
+# A header key's length and UTF-8 bytes, by key.
+_keys: dict[str, bytes] = {}
+_seen_keys: set[str] = set()
+# A header's key and JSON value as ``_headers`` writes them, by (key, value),
+# for a value that is exactly a str or an int (so True is never taken for 1).
+# Its ``_seen_pairs`` is a dict, so that noting a pair is no call.
+_pairs: dict[tuple[str, object], bytes] = {}
+_seen_pairs: dict[tuple[str, object], None] = {}
+# The covered header keys in their order, by the keys of the headers as given.
+_orders: dict[tuple[str, ...], tuple[str, ...]] = {}
+_seen_orders: set[tuple[str, ...]] = set()
+
+_Key = TypeVar("_Key")
+_Value = TypeVar("_Value")
+
+
+def _admit(cache: dict[_Key, _Value], seen: set[_Key], key: _Key, value: _Value) -> None:
+    """Cache ``value`` at ``key`` if it was met before (see ``_MAX_HEADS``)."""
+    if key in seen:
+        if len(cache) < _MAX_HEADS:
+            cache[key] = value
+    else:
+        if len(seen) >= _MAX_HEADS:
+            seen.clear()
+        seen.add(key)
 
 
 def _field(text: str) -> bytes:
     raw = text.encode()
     field = _u32(len(raw)) + raw
-    if len(_fields) < _MAX_HEADS:
-        _fields[text] = field
+    _admit(_fields, _seen_fields, text, field)
     return field
 
 
 def _head(node: str, to: str) -> bytes:
     n, t = node.encode(), to.encode()
     head = PREFIX + _u32(len(n)) + n + _u32(len(t)) + t
-    if len(_heads) < _MAX_HEADS:
-        _heads[(node, to)] = head
+    _admit(_heads, _seen_heads, (node, to), head)
     return head
 
 
-def _headers(headers: Mapping[str, object]) -> bytes:
-    """The header count, then each covered header's key and JSON value, by key.
-
-    Per message: the covered keys are found by one set difference (a received
-    message's properties hold kind, lang and the four signature ones too),
-    each key's length and bytes come from ``_keys`` (header names recur), text
-    and integer values skip ``_json_value``, and the keys are sorted as text
-    (UTF-8 keeps the order of code points, so it is the order of their bytes)."""
-    covered = headers.keys() - _UNCOVERED
-    if not covered:  # the usual case: only kind, lang, signature
-        return _NO_HEADERS
+def _order(names: tuple[str, ...], headers: Mapping[str, object]) -> tuple[str, ...]:
+    """The keys of ``headers`` (``names``) that the canonical bytes cover, sorted
+    as text (UTF-8 keeps the order of code points, so it is the order of their
+    bytes); ``kind``, ``lang`` and the signature properties are left out."""
+    covered = {*names} - _UNCOVERED
     try:
-        order = sorted(covered)
+        order = tuple(sorted(covered))
     except TypeError:  # keys of several types: one is not a string
         named = [key for key in covered if headers[key] is not None]
         for key in named:
             _key(key)  # raises, naming a key that is not a string (null ones are left out)
-        order = sorted(named)
-    pairs: list[bytes] = []
-    keys = _keys
+        return tuple(sorted(named))
+    _admit(_orders, _seen_orders, names, order)
+    return order
+
+
+def _headers(headers: Mapping[str, object], order: tuple[str, ...]) -> list[bytes]:
+    """The header count, then each covered header's key and JSON value, in
+    ``order`` (``_order``), as the parts of the canonical bytes.
+
+    Per message: a header that recurs (a pool, a state) is found whole in
+    ``_pairs``; any other has its key from ``_keys``, and a text or integer
+    value skips ``_json_value``; the count is kept as the pairs are written."""
+    parts = [_NO_HEADERS]  # the count, set at the end
+    pairs, keys, count = _pairs, _keys, 0
     for key in order:
         value = headers[key]
-        if value is None:
+        if type(value) is str or type(value) is int:
+            pair = (key, value)
+            if pair in pairs:
+                parts += (pairs[pair],)
+                count += 1
+                continue
+            head = keys[key] if key in keys else _key(key)
+            raw = _json_string(value).encode() if type(value) is str else b"%d" % int(value)
+            n = len(raw)
+            encoded = head + (_LENGTH[n] if n < 256 else _u32(n)) + raw
+            # _admit, inline: a unique value (a task id) comes here per message
+            if pair in _seen_pairs:
+                if len(pairs) < _MAX_HEADS:
+                    pairs[pair] = encoded
+            else:
+                if len(_seen_pairs) >= _MAX_HEADS:
+                    _seen_pairs.clear()
+                _seen_pairs[pair] = None
+        elif value is None:
             continue
-        head = keys[key] if key in keys else _key(key)
-        if type(value) is str:
-            raw_value = _json_string(value).encode()
-        elif type(value) is int:
-            raw_value = b"%d" % value
         else:
-            raw_value = _json_value(key, value)
-        n = len(raw_value)
-        pairs += (head + (_LENGTH[n] if n < 256 else _u32(n)) + raw_value,)
-    if not pairs:
-        return _NO_HEADERS
-    count = _LENGTH[n] if (n := len(pairs)) < 256 else _u32(n)
-    return count + b"".join(pairs)
-
-
-# A header key's length and UTF-8 bytes, by key: bounded, past it made anew.
-_keys: dict[str, bytes] = {}
+            head = keys[key] if key in keys else _key(key)
+            raw = _json_value(key, value)
+            n = len(raw)
+            encoded = head + (_LENGTH[n] if n < 256 else _u32(n)) + raw
+        parts += (encoded,)
+        count += 1
+    parts[0] = _LENGTH[count] if count < 256 else _u32(count)
+    return parts
 
 
 def _key(key: object) -> bytes:
@@ -254,8 +317,7 @@ def _key(key: object) -> bytes:
         raise WireFormatError(f"application property key {key!r} is not a string")
     raw = key.encode()
     head = _u32(len(raw)) + raw
-    if len(_keys) < _MAX_HEADS:
-        _keys[key] = head
+    _admit(_keys, _seen_keys, key, head)
     return head
 
 

@@ -41,30 +41,38 @@ def from_sections(sections: Sections, sender: str = "", role: Role | None = None
     only now, so that a receiver can authenticate it first), from ``sender``
     acting with ``role``."""
     properties, app, raw = sections
-    if len(properties) < 10:
-        properties = properties + [None] * (10 - len(properties))
-    message_id = properties[0]
+    # Per message: the ten properties by one unpacking (a message that leaves
+    # its last ones out, as nulls, is padded first), the envelope made here.
+    try:
+        message_id, _, to, subject, reply_to, correlation_id, content_type, _, expiry, creation = (
+            properties[:10]
+        )
+    except ValueError:  # fewer than ten: the null ones at the end are left out
+        return from_sections((properties + [None] * 10, app, raw), sender, role)
     if message_id is None:
         raise WireFormatError("message has no message-id property")
     if type(message_id) is not str:
         message_id = _id(message_id, "message-id")
-    body = _json_body(message_id, properties[6], raw)
-    correlation_id = properties[5]
+    body = _json_body(message_id, content_type, raw)
     if correlation_id is not None and type(correlation_id) is not str:
         correlation_id = _id(correlation_id, "correlation-id", message_id)
-    expiry, creation = properties[8], properties[9]
-    return _envelope(
-        message_id,
-        properties[2],
-        properties[3],
-        body,
-        properties[4],
-        correlation_id,
-        creation / 1000 if creation else None,
-        expiry / 1000 if expiry else None,
-        dict(app),
-        sender,
-        role,
+    headers = dict(app)
+    kind = _kind(headers, message_id)
+    if not subject and kind != KIND_DOCUMENT:
+        raise WireFormatError(f"message {message_id}: no subject (the handler name)")
+    return Envelope(
+        message_id=message_id,
+        to=to or "",
+        subject=subject or "",
+        body=body,
+        kind=kind,
+        reply_to=reply_to,
+        correlation_id=correlation_id,
+        creation_time=creation / 1000 if creation else None,
+        expiry_time=expiry / 1000 if expiry else None,
+        headers=headers,
+        sender=sender,
+        role=role,
     )
 
 
@@ -128,15 +136,7 @@ def _envelope(
     sender: str = "",
     role: Role | None = None,
 ) -> Envelope:
-    kind = str(props.pop("kind", KIND_COMMAND))
-    if kind not in KINDS:
-        raise WireFormatError(
-            f"message {message_id}: application property kind={kind!r} is not one of "
-            "command, event, document"
-        )
-    props.pop("lang", None)
-    for key in SIGNATURE_PROPERTIES:
-        props.pop(key, None)
+    kind = _kind(props, message_id)
     if not subject and kind != KIND_DOCUMENT:
         raise WireFormatError(f"message {message_id}: no subject (the handler name)")
     return Envelope(
@@ -153,6 +153,35 @@ def _envelope(
         sender=sender,
         role=role,
     )
+
+
+def _kind(props: dict[Any, Any], message_id: str) -> str:
+    """The ``kind`` application property (``command`` if none), taken out of
+    ``props`` with ``lang`` and the signature properties: ``del`` after ``in``,
+    no call per property (per message).
+
+    Raises:
+        WireFormatError: a kind that is not one of command, event, document.
+    """
+    kind = KIND_COMMAND
+    if "kind" in props:
+        kind = props["kind"]
+        del props["kind"]
+        if type(kind) is not str:
+            kind = str(kind)
+    if kind not in KINDS:
+        raise WireFormatError(
+            f"message {message_id}: application property kind={kind!r} is not one of "
+            "command, event, document"
+        )
+    for key in _DROPPED:
+        if key in props:  # in and del, no call: pop(key, None) would be one per key
+            del props[key]  # noqa: RUF051
+    return kind
+
+
+#: The application properties an envelope's headers leave out, besides kind.
+_DROPPED: Final = ("lang", *SIGNATURE_PROPERTIES)
 
 
 def _json_body(message_id: str, content_type: str | None, raw: bytes) -> Any:

@@ -245,11 +245,12 @@ def _value(value: object) -> bytes | None:
 
 #: The strings that recur (header names, subjects, reply addresses, session ids,
 #: node names), each as ``_string`` encodes it, and the strings met once since
-#: ``_once`` was last emptied. Each holds at most ``_MAX_NAMES``: ``_names`` is
-#: never emptied (a name found by ``in`` is still there at ``[]``, whatever
-#: another thread encodes meanwhile), ``_once`` is when it is full.
+#: ``_once`` was last emptied (a dict, so that noting one is no call). Each
+#: holds at most ``_MAX_NAMES``: ``_names`` is never emptied (a name found by
+#: ``in`` is still there at ``[]``, whatever another thread encodes
+#: meanwhile), ``_once`` is when it is full.
 _names: dict[str, bytes] = {}
-_once: set[str] = set()
+_once: dict[str, None] = {}
 _MAX_NAMES: Final = 4096
 
 
@@ -261,14 +262,18 @@ def _name(text: str) -> bytes:
     a new caller's reply address) is cached at its second message."""
     if text in _names:
         return _names[text]
-    encoded = _string(text)
+    raw = text.encode()  # _string, inline: a unique string (a task id) comes here per message
+    if (size := len(raw)) < 256:
+        encoded = b"\xa1" + _LENGTHS[size] + raw
+    else:
+        encoded = b"\xb1" + _pack_size32(size) + raw
     if text in _once:
         if len(_names) < _MAX_NAMES:
             _names[text] = encoded
     else:
         if len(_once) >= _MAX_NAMES:
             _once.clear()
-        _once.add(text)
+        _once[text] = None
     return encoded
 
 
