@@ -204,6 +204,24 @@ def test_a_session_signature_is_written_as_the_signers_own_properties_would_be()
     assert len(app["sig"]) == 32
 
 
+@pytest.fixture
+def fresh_caches(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The codec's caches of recurring text, empty for this test and given back
+    after it: they are the process's, and what other tests in the same
+    process sent (a task id that recurs there, say) is in them."""
+    from actorctl.mailbox import _amqp, _auth, _encoding
+
+    for module, names in (
+        (_encoding, ("_names", "_once", "_session_heads")),
+        (_amqp, ("_keys", "_pairs", "_once")),
+        (_auth, ("_heads", "_seen_heads", "_fields", "_seen_fields", "_keys",
+                 "_seen_keys", "_pairs", "_seen_pairs", "_orders", "_seen_orders")),
+    ):  # fmt: skip
+        for name in names:
+            monkeypatch.setattr(module, name, type(getattr(module, name))())
+
+
+@pytest.mark.usefixtures("fresh_caches")
 def test_unique_strings_never_keep_a_recurring_one_from_the_encoders_cache() -> None:
     from actorctl.mailbox import _encoding
 
@@ -278,6 +296,7 @@ def test_a_body_with_whitespace_around_it_reads_and_one_with_more_is_refused(
         assert from_sections(sections).body == read
 
 
+@pytest.mark.usefixtures("fresh_caches")
 def test_the_reader_caches_the_text_pairs_that_recur_and_no_unique_one() -> None:
     from actorctl.mailbox import _amqp, read_message
 
@@ -296,6 +315,7 @@ def test_the_reader_caches_the_text_pairs_that_recur_and_no_unique_one() -> None
     assert "task_id" not in cached
 
 
+@pytest.mark.usefixtures("fresh_caches")
 def test_the_canonical_form_caches_what_recurs_even_after_many_unique_values() -> None:
     from actorctl.mailbox import _auth, canonical_bytes
 
