@@ -16,6 +16,7 @@ from pathlib import Path
 import trio
 
 from actorctl import App, TaskContext
+from tests.apps.state_app import whole_lines
 
 #: The directory where each run is recorded (set by the test).
 RECORDS = "ACTORCTL_STATE_RECORDS"
@@ -83,10 +84,9 @@ def started_runs(directory: Path, name: str = RUNS) -> list[tuple[str, int, floa
     if not path.exists():
         return []
     found = []
-    for line in path.read_text().split("\n"):
-        if line:
-            task, pid, *started = line.split()
-            found.append((task, int(pid), float(started[0]) if started else 0.0))
+    for line in whole_lines(path.read_text()):
+        task, pid, *started = line.split()
+        found.append((task, int(pid), float(started[0]) if started else 0.0))
     return found
 
 

@@ -41,9 +41,17 @@ def record_run(task_id: str) -> None:
 
 
 def runs(directory: Path) -> list[str]:
-    """The task ids recorded in ``directory``, one per run."""
+    """The task ids recorded in ``directory``, one per run (a line still being
+    written, by a node running now, is left for the next read)."""
     path = directory / RUNS
-    return path.read_text().split() if path.exists() else []
+    return whole_lines(path.read_text()) if path.exists() else []
+
+
+def whole_lines(text: str) -> list[str]:
+    """The lines of ``text`` that end in a newline: a reader may see another
+    process's append half-copied (Linux does not make a read atomic against a
+    write), so the unterminated tail is not a line yet."""
+    return [line for line in text.split("\n")[:-1] if line]
 
 
 def gate(directory: Path, name: str) -> Path:
