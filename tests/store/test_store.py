@@ -205,6 +205,34 @@ async def test_many_concurrent_syncs_share_few_commits(tmp_path: Path) -> None:
     db.close()
 
 
+async def test_a_large_batch_of_puts_and_deletes_is_on_disk_as_memory_has_it(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "s.sqlite"
+    # Given one batch of runs of puts and of deletes, of sizes on both sides of
+    # the most rows one statement writes (256), over keys written again,
+    # replaced and deleted within the batch, in three tables
+    runs = [1, 2, 3, 255, 256, 257, 511, 600, 5, 1, 300, 7]
+    async with running(Store(path, name="s")) as store:
+        written = 0
+        for number, size in enumerate(runs):
+            for i in range(written, written + size):
+                key, table = str(i % 397), f"t{i % 3}"
+                if number % 2:
+                    store.delete(table, key)
+                else:
+                    store.put(table, key, b"%d" % i, expires=None if i % 2 else 1e10)
+            written += size
+        expected = {table: store.items(table) for table in ("t0", "t1", "t2")}
+        await store.sync()
+        assert store.commits == 1
+    # When the store opens again from the file
+    async with running(Store(path, name="s")) as again:
+        # Then every table holds the rows memory held, in the same order
+        assert {table: again.items(table) for table in expected} == expected
+    assert 100 < sum(map(len, expected.values())) < 3 * 397  # some deleted, some kept
+
+
 CHILD = """
 import sys
 from pathlib import Path

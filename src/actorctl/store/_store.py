@@ -421,11 +421,48 @@ def _open(path: Path, now: float) -> tuple[sqlite3.Connection, _Loaded]:
 
 def _commit(db: sqlite3.Connection, batch: Sequence[_Write], purge: float | None) -> None:
     with db:  # one transaction: committed whole, or rolled back
-        # Runs of puts and of deletes, each with executemany, in the order made.
+        # Runs of puts and of deletes, in the order made; each run in a few
+        # statements of many rows (_chunks), not one statement step per row:
+        # sqlite3 lets go of the GIL around every step, and each time it takes
+        # it back it waits for the event loop's thread to let go in turn.
         for is_put, run in itertools.groupby(batch, key=lambda write: write[2] is not None):
-            if is_put:
-                db.executemany(_PUT, run)
-            else:
-                db.executemany(_DELETE, ((table, key) for table, key, _, _ in run))
+            writes = list(run)
+            for start, count in _chunks(len(writes)):
+                chunk = writes[start : start + count]
+                if is_put:
+                    db.execute(_PUTS[count], [field for write in chunk for field in write])
+                else:
+                    keys = [field for table, key, _, _ in chunk for field in (table, key)]
+                    db.execute(_DELETES[count], keys)
         if purge is not None:
             db.execute(_PURGE, (purge,))
+
+
+#: The most rows one statement writes (4 parameters each: well under SQLite's
+#: 32,766), a power of two.
+_MOST_ROWS: Final = 256
+# One statement per power of two up to _MOST_ROWS, so that sqlite3's statement
+# cache (128 by default) holds every one of them, prepared once.
+_SIZES: Final = tuple(1 << bit for bit in range(_MOST_ROWS.bit_length()))
+_PUTS: Final = {
+    n: "INSERT OR REPLACE INTO entries (tbl, key, value, expires) VALUES "
+    + ", ".join(["(?, ?, ?, ?)"] * n)
+    for n in _SIZES
+}
+_DELETES: Final = {
+    n: "DELETE FROM entries WHERE (tbl, key) IN (VALUES " + ", ".join(["(?, ?)"] * n) + ")"
+    for n in _SIZES
+}
+
+
+def _chunks(total: int) -> Iterable[tuple[int, int]]:
+    """(start, count) of the statements that write ``total`` rows in order:
+    _MOST_ROWS at a time, then the rest by its set bits, largest first."""
+    start = 0
+    while total - start >= _MOST_ROWS:
+        yield start, _MOST_ROWS
+        start += _MOST_ROWS
+    for size in reversed(_SIZES):
+        if (total - start) & size:
+            yield start, size
+            start += size
