@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import signal
@@ -20,7 +21,7 @@ from actorctl import ConfigError, Node, open_node
 from actorctl.cluster import INSECURE, load_cluster
 from actorctl.ops._foreman import LocalForeman, NodeState
 from actorctl.store import Store, Write
-from actorctl.store._store import PURGE_EVERY, UNSYNCED_WAIT
+from actorctl.store._store import _DELETES, _PUTS, PURGE_EVERY, UNSYNCED_WAIT
 from tests.support.cli import node_ready, start_cli
 from tests.support.harness import Logs, free_port
 
@@ -231,6 +232,29 @@ async def test_a_large_batch_of_puts_and_deletes_is_on_disk_as_memory_has_it(
         # Then every table holds the rows memory held, in the same order
         assert {table: again.items(table) for table in expected} == expected
     assert 100 < sum(map(len, expected.values())) < 3 * 397  # some deleted, some kept
+
+
+def test_every_statement_a_commit_writes_with_finds_its_rows_by_the_index(
+    tmp_path: Path,
+) -> None:
+    # Given a store's file, as the store makes it
+    path = tmp_path / "s.sqlite"
+    trio.run(_open_and_close, path)
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        for statement in [*_PUTS.values(), *_DELETES.values()]:
+            # When SQLite plans a statement a commit may write with
+            count = statement.count("?")
+            plan = db.execute(f"EXPLAIN QUERY PLAN {statement}", ["t", "k"] * (count // 2))
+            steps = [row[3] for row in plan]
+            # Then it never scans the table (a delete searches the primary key's index)
+            assert not [step for step in steps if step.startswith("SCAN entries")], steps
+            if statement.startswith("DELETE"):
+                assert any("USING INDEX sqlite_autoindex_entries_1" in step for step in steps)
+
+
+async def _open_and_close(path: Path) -> None:
+    async with running(Store(path, name="s")) as store:
+        store.put("t", "k", b"v")
 
 
 CHILD = """
