@@ -14,7 +14,7 @@ import pytest
 from eliot import FileDestination, start_action
 
 from actorctl._log import Traced, log
-from actorctl.cli.output._logfile import BEHIND, BatchedFile
+from actorctl.cli.output._logfile import BEHIND, BatchedFile, raw_of
 
 LONG = 3600.0  # a delay no test waits for: a line held for it is only written by the test
 
@@ -265,3 +265,29 @@ def test_a_batch_the_file_refuses_is_lost_and_the_writer_thread_goes_on() -> Non
     assert out.writes == ["first\n", "kept\n"]
     assert out.threads[-1] == "actorctl-log"
     batched.close()
+
+
+def test_batches_go_to_a_utf8_files_binary_file_after_what_was_written_to_it_as_text() -> None:
+    # Given a UTF-8 text file with text of its own not yet flushed, and a
+    # batched file that writes to the binary file under it
+    out = io.BytesIO()
+    text = io.TextIOWrapper(out, encoding="utf-8")
+    text.write("ready ✓\n")
+    raw = raw_of(text)
+    assert raw is out
+    batched = BatchedFile(text, delay=LONG, raw=raw)
+    # When lines come, one after a quiet spell and others right after it
+    batched.line({"n": 1, "why": "ünï"})
+    batched.write("plain ✓\n")
+    batched.line({"n": 2})
+    batched.close()
+    # Then the file has its own text first, then the lines' UTF-8 bytes, in order
+    assert out.getvalue().decode() == 'ready ✓\n{"n":1,"why":"ünï"}\nplain ✓\n{"n":2}\n'
+    # And text the file could not encode is refused at once, not lost with a batch
+    with pytest.raises(UnicodeEncodeError):
+        batched.write("\udcff\n")
+
+
+def test_only_a_utf8_text_file_is_written_to_through_its_binary_file() -> None:
+    assert raw_of(io.TextIOWrapper(io.BytesIO(), encoding="latin-1")) is None
+    assert raw_of(io.StringIO()) is None  # (no binary file under it)
