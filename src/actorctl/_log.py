@@ -22,14 +22,16 @@ import itertools
 import os
 import time
 import uuid
+from collections.abc import Callable
 from types import TracebackType
 from typing import Any, Final, final
 
-from eliot import Action, Logger, add_destinations
+from eliot import Action, Logger, add_destinations, log_message
 
-# Three private names of eliot (as of 1.18). The module that holds eliot's
-# default logger, which eliot's own testing tools swap for theirs (read per
-# line: ``_send``).
+# Private names of eliot (as of 1.18). The module that holds eliot's default
+# logger, which eliot's own testing tools swap for theirs (read per line:
+# ``_send``), and what its ``send`` logs when a destination fails
+# (``_destination_failed``).
 from eliot import _output as _eliot_output
 
 # The context variable that holds the current action (read on every trace,
@@ -45,6 +47,7 @@ __all__ = [
     "ROUTINE",
     "TRACE",
     "Traced",
+    "add_only_destination",
     "continue_trace",
     "current_action_or",
     "is_routine",
@@ -61,24 +64,68 @@ MAX_TRACE_DEPTH: Final = 32
 #: context variable's own look-up, for a hot path that most often runs outside
 #: any trace (a caller's send: ``trace_here`` only when there is one).
 current_action_or: Final = _ACTION_CONTEXT.get
+#: eliot's destinations (its ``Destinations``, the object whose ``add``
+#: ``add_destinations`` is). Two of its private fields are read per line
+#: (as of eliot 1.18): the list of destinations and the global fields.
+#: tests/cli/test_logfile.py checks that a line written straight is the one
+#: eliot's path writes, so an eliot that changes them fails there.
+_DESTINATIONS: Final = add_destinations.__self__
 #: Every line goes to eliot's destinations through this: what eliot's
 #: ``Logger.write`` does after its copy of the line (each line here is a dict
 #: of its own): the global fields added, each destination called, and a
 #: destination's failure logged as eliot logs it.
-_destinations_send: Final = add_destinations.__self__.send
+_destinations_send: Final = _DESTINATIONS.send
 #: eliot's default logger as eliot made it: while it is the one in place,
 #: lines go straight to the destinations; a test that swapped in its own
 #: (``eliot.testing.swap_logger``, ``capture_logging``) gets them through it.
 _EXPECTED_LOGGER: Final = _eliot_output._DEFAULT_LOGGER
+#: The destination lines go to straight (``add_only_destination``), as a
+#: list of it, to compare with eliot's list: while they are equal (it is
+#: eliot's only destination), a line is handed to ``_only[0]``. (None: no
+#: such destination; eliot's list never holds None.)
+_only: list[Callable[[dict[str, Any]], None] | None] = [None]
+
+
+def add_only_destination(destination: Callable[[dict[str, Any]], None]) -> None:
+    """Add ``destination`` to eliot's (``eliot.add_destinations``), and hand
+    it this module's lines straight while it is eliot's only destination."""
+    global _only  # set once per process, by the CLI's log_to; read per line
+    add_destinations(destination)
+    _only = [destination]
 
 
 def _send(fields: dict[str, Any]) -> None:
     """Write one line, a dict of its own, as eliot's default logger would."""
+    if (
+        _DESTINATIONS._destinations == _only
+        and not _DESTINATIONS._globalFields
+        and _eliot_output._DEFAULT_LOGGER is _EXPECTED_LOGGER
+    ):
+        try:
+            _only[0](fields)  # type: ignore[misc]  # (not None: eliot's list holds it)
+        except Exception as failure:
+            _destination_failed(fields, failure)
+        return
     logger = _eliot_output._DEFAULT_LOGGER
     if logger is _EXPECTED_LOGGER:
         _destinations_send(fields)
     else:
         logger.write(fields)
+
+
+def _destination_failed(fields: dict[str, Any], exc: Exception) -> None:
+    """What eliot's ``send`` does when a destination raises on a line: a
+    line that says so (none for a line that says so itself), and nothing
+    raised to the code that logged."""
+    if fields.get("message_type") == _eliot_output.DESTINATION_FAILURE:
+        return
+    with contextlib.suppress(Exception):  # (logging must not break the code that logs)
+        log_message(
+            message_type=_eliot_output.DESTINATION_FAILURE,
+            reason=_eliot_output.safeunicode(exc),
+            exception=f"{exc.__class__.__module__}.{exc.__class__.__name__}",
+            message=_eliot_output._safe_unicode_dictionary(fields),
+        )
 
 
 #: Where a line that names its own logger or serializer goes (eliot's
@@ -304,7 +351,18 @@ class Traced(_Place):
         fields["task_uuid"] = task_uuid
         fields["action_type"] = action_type
         fields["task_level"] = [*level, 1]
-        _send(fields)
+        # _send's own steps, here: a task's start costs no call of its own
+        if (
+            _DESTINATIONS._destinations == _only
+            and not _DESTINATIONS._globalFields
+            and _eliot_output._DEFAULT_LOGGER is _EXPECTED_LOGGER
+        ):
+            try:
+                _only[0](fields)  # type: ignore[misc]  # (not None: eliot's list holds it)
+            except Exception as failure:
+                _destination_failed(fields, failure)
+        else:
+            _send(fields)
 
     def finish(self, exception: BaseException | None = None) -> None:
         """Write the end line (once): ``succeeded``, or ``failed`` with
@@ -333,7 +391,7 @@ class Traced(_Place):
         if exc is not None or self._done:
             self.finish(exc)
             return
-        # finish's own lines, here: a task's end costs no call of its own
+        # finish's own lines (and _send's steps), here: a task's end costs no call of its own
         self._done = True
         fields = self._success
         fields["action_status"] = "succeeded"
@@ -342,7 +400,17 @@ class Traced(_Place):
         fields["action_type"] = self._type
         self._count += 1
         fields["task_level"] = [*self._level, self._count]
-        _send(fields)
+        if (
+            _DESTINATIONS._destinations == _only
+            and not _DESTINATIONS._globalFields
+            and _eliot_output._DEFAULT_LOGGER is _EXPECTED_LOGGER
+        ):
+            try:
+                _only[0](fields)  # type: ignore[misc]  # (not None: eliot's list holds it)
+            except Exception as failure:
+                _destination_failed(fields, failure)
+        else:
+            _send(fields)
 
 
 #: The classes of the places kept here (the others are eliot's own actions).

@@ -5,16 +5,22 @@ one's within the delay, and nothing left behind at exit."""
 from __future__ import annotations
 
 import io
+import itertools
 import json
+import re
 import threading
+import traceback
 import uuid
+from typing import Any
 
 import eliot
 import pytest
-from eliot import FileDestination, start_action
+from eliot import FileDestination, MemoryLogger, start_action
+from eliot.testing import swap_logger
 
-from actorctl._log import Traced, log
-from actorctl.cli.output._logfile import BEHIND, BatchedFile
+from actorctl import _log
+from actorctl._log import Traced, continue_trace, log, trace_here
+from actorctl.cli.output._logfile import BEHIND, BatchedFile, raw_of
 
 LONG = 3600.0  # a delay no test waits for: a line held for it is only written by the test
 
@@ -265,3 +271,177 @@ def test_a_batch_the_file_refuses_is_lost_and_the_writer_thread_goes_on() -> Non
     assert out.writes == ["first\n", "kept\n"]
     assert out.threads[-1] == "actorctl-log"
     batched.close()
+
+
+# -- a node's lines, handed straight to its log file (_log.add_only_destination) -------------
+
+
+class _Plain:
+    """A value JSON has not, whose text is the same in every run."""
+
+    def __repr__(self) -> str:
+        return "<plain>"
+
+
+def _mixed_run(seen: object) -> None:
+    """The lines a worker writes, of every kind: a task that succeeds (with a
+    line and a result), one that fails with a traceback, a retry, a revoke
+    outside any task, a hop that continues a trace, an action of eliot's
+    own nested in a task, and a value JSON has not (a uuid, a plain object:
+    eliot writes their text) or cannot take at all (``seen``: a destination
+    failure, said as eliot says it)."""
+    with Traced("actorctl:task", {"task": "add", "task_id": "t1", "node": "n", "retries": 0}):
+        log("test:inside", n=1.5, why="ünï", id=uuid.UUID(int=7), what=_Plain())
+        current = eliot.current_action()
+        assert current is not None
+        current.add_success_fields(result=3)
+    with pytest.raises(ZeroDivisionError):
+        _failing_task()
+    with Traced("actorctl:task", {"task": "flaky", "task_id": "t3", "retries": 1}):
+        log("actorctl:task:retry", countdown=2.0, exc="Flaky: try again")
+    log("actorctl:task:revoked", ids=["t4"], terminate=False)
+    with (
+        continue_trace("d2f4c6a8-0000-4000-8000-000000000001@/3"),
+        Traced("actorctl:task", {"task": "step", "task_id": "t5", "retries": 0}),
+    ):
+        with start_action(action_type="user:inner", x=1):
+            eliot.log_message("user:line", y=[1, 2])
+        trace_here()
+        log("test:unwritable", value=seen)
+
+
+def _failing_task() -> None:
+    """A task that fails, its traceback logged within its action."""
+    with Traced("actorctl:task", {"task": "div", "task_id": "t2", "retries": 0}):
+        try:
+            1 / 0  # noqa: B018 (the task's failure)
+        except ZeroDivisionError:
+            log("test:failed", traceback=traceback.format_exc())
+            raise
+
+
+#: A line's time, and a line's time in the text of a line that failed (they differ by run).
+_TIME = re.compile(rb'("timestamp":|\'timestamp\'\\": \')[0-9.e+-]+')
+
+
+def _text_of(
+    monkeypatch: pytest.MonkeyPatch, beside: list[dict[str, Any]] | None
+) -> tuple[bytes, int]:
+    """The mixed run's text in a node's log file (eliot's only destination,
+    or with ``beside`` as a second one), its times left out, its trace
+    uuids the same in every run; and how many lines went eliot's way."""
+    monkeypatch.setattr(_log, "_prefix", "d2f4c6a8-1111-4222-8333-")
+    monkeypatch.setattr(_log, "_count", itertools.count(1))
+    monkeypatch.setattr(_log, "_only", [None])
+    # (none of the test session's destinations: tests/conftest.py's, for one)
+    monkeypatch.setattr(_log._DESTINATIONS, "_destinations", [])
+    eliot_way: list[dict[str, Any]] = []
+    their_send = _log._destinations_send
+
+    def send(fields: dict[str, Any]) -> None:
+        eliot_way.append(fields)
+        their_send(fields)
+
+    monkeypatch.setattr(_log, "_destinations_send", send)
+    out = io.BytesIO()
+    text = io.TextIOWrapper(out, encoding="utf-8", write_through=True)
+    batched = BatchedFile(text, delay=LONG, raw=raw_of(text))
+    _log.add_only_destination(batched.line)
+    if beside is not None:
+        eliot.add_destinations(beside.append)
+    try:
+        if beside is None:  # (nothing else in the way: the lines go straight)
+            assert _log._DESTINATIONS._destinations == [batched.line]
+        _mixed_run(_SEEN)
+    finally:
+        eliot.remove_destination(batched.line)
+        if beside is not None:
+            eliot.remove_destination(beside.append)
+    batched.close()
+    return _TIME.sub(rb"\g<1>0", out.getvalue()), len(eliot_way)
+
+
+#: A value of the mixed run that JSON cannot take (a key not text), the
+#: same one in every run: eliot's failure line shows its repr.
+_SEEN = {(1, 2): "a tuple for a key"}
+
+
+def test_lines_handed_straight_to_a_nodes_log_file_are_the_text_eliots_way_writes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given a node's log file as eliot's only destination (log_to's), and
+    # then as one of two (eliot's way: its send, to each destination)
+    ours, none_eliots_way = _text_of(monkeypatch, None)
+    beside: list[dict[str, Any]] = []
+    theirs, eliots_way = _text_of(monkeypatch, beside)
+    # Then the log file's text is the same, byte for byte, line for line
+    assert ours == theirs
+    lines = [json.loads(line) for line in ours.splitlines()]
+    kinds = [line.get("message_type") or line.get("action_type") for line in lines]
+    assert {"test:failed", "eliot:destination_failure", "user:line"} <= set(kinds)
+    tasks = [line for line in lines if line.get("action_type") == "actorctl:task"]
+    assert [line["action_status"] for line in tasks] == ["started", "succeeded"] + [
+        "started",
+        "failed",
+    ] + ["started", "succeeded"] * 2
+    # And alone, none of actorctl's lines went eliot's way; beside another, all did
+    assert none_eliots_way == 0
+    assert eliots_way >= 10
+    assert len(beside) == len(lines) + 1  # (and the line the file could not take)
+
+
+def test_with_global_fields_or_a_swapped_logger_lines_go_eliots_way(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given a node's log file as eliot's only destination, and eliot asked
+    # to add a field to every line
+    monkeypatch.setattr(_log, "_only", [None])
+    monkeypatch.setattr(_log._DESTINATIONS, "_destinations", [])
+    monkeypatch.setattr(_log._DESTINATIONS, "_globalFields", {})
+    out = io.StringIO()
+    batched = BatchedFile(out, delay=LONG)
+    _log.add_only_destination(batched.line)
+    memory = MemoryLogger()
+    try:
+        eliot.add_global_fields(host="h1")
+        with Traced("actorctl:task", {"task_id": "t1"}):
+            log("test:inside")
+        # When a test's logger is swapped in, it gets the lines instead
+        previous = swap_logger(memory)
+        try:
+            log("test:swapped")
+        finally:
+            swap_logger(previous)
+    finally:
+        eliot.remove_destination(batched.line)
+    batched.close()
+    # Then every line in the file has the global field, and the swapped one is not there
+    lines = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert [line["host"] for line in lines] == ["h1", "h1", "h1"]
+    assert [m["message_type"] for m in memory.messages] == ["test:swapped"]
+
+
+def test_batches_go_to_a_utf8_files_binary_file_after_what_was_written_to_it_as_text() -> None:
+    # Given a UTF-8 text file with text of its own not yet flushed, and a
+    # batched file that writes to the binary file under it
+    out = io.BytesIO()
+    text = io.TextIOWrapper(out, encoding="utf-8")
+    text.write("ready ✓\n")
+    raw = raw_of(text)
+    assert raw is out
+    batched = BatchedFile(text, delay=LONG, raw=raw)
+    # When lines come, one after a quiet spell and others right after it
+    batched.line({"n": 1, "why": "ünï"})
+    batched.write("plain ✓\n")
+    batched.line({"n": 2})
+    batched.close()
+    # Then the file has its own text first, then the lines' UTF-8 bytes, in order
+    assert out.getvalue().decode() == 'ready ✓\n{"n":1,"why":"ünï"}\nplain ✓\n{"n":2}\n'
+    # And text the file could not encode is refused at once, not lost with a batch
+    with pytest.raises(UnicodeEncodeError):
+        batched.write("\udcff\n")
+
+
+def test_only_a_utf8_text_file_is_written_to_through_its_binary_file() -> None:
+    assert raw_of(io.TextIOWrapper(io.BytesIO(), encoding="latin-1")) is None
+    assert raw_of(io.StringIO()) is None  # (no binary file under it)

@@ -11,13 +11,21 @@ time while lines come faster than the delay, and at once when they come
 slower (a quiet process's lines, such as a node saying it is ready, are not
 held back). Its :meth:`BatchedFile.line` is the eliot destination itself (what
 ``to_file``'s destination does, less its steps per line: the same JSON text).
+
+A busy process's batches cost its writer thread one wake-up each: once it has
+written a batch, the thread waits out the delay by itself, so the lines of the
+next batch need not wake it (only a full batch does). A batch for a UTF-8 text
+file goes to the binary file under it (``raw_of``) as the bytes the lines
+were encoded to, not decoded and encoded again.
 """
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import functools
 import json
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -40,7 +48,7 @@ except ImportError:  # pragma: no cover (eliot falls back to json alike)
         return (json.dumps(message, default=json_default) + "\n").encode()
 
 
-__all__ = ["BEHIND", "DELAY", "MOST", "BatchedFile"]
+__all__ = ["BEHIND", "DELAY", "MOST", "BatchedFile", "raw_of"]
 
 #: The longest a line waits to be written, in seconds: the most a process
 #: killed outright (SIGKILL) loses of its log.
@@ -53,6 +61,21 @@ MOST: Final = 1 << 16
 #: process that logs faster than its output is read waits, as it did when
 #: every line was written at once).
 BEHIND: Final = 4
+
+
+def raw_of(file: IO[str]) -> IO[bytes] | None:
+    """The binary file under the text file ``file`` (its ``buffer``), if text
+    written to ``file`` reaches it as its UTF-8 bytes, unchanged (a UTF-8
+    file, and lines that end in "\n" on this system); else None."""
+    raw = getattr(file, "buffer", None)
+    encoding = getattr(file, "encoding", None)
+    if raw is None or not isinstance(encoding, str) or os.linesep != "\n":
+        return None
+    try:
+        utf8 = codecs.lookup(encoding).name == "utf-8"
+    except LookupError:
+        return None
+    return raw if utf8 else None
 
 
 @final
@@ -72,6 +95,10 @@ class BatchedFile:
     Every method may be called from any thread (eliot logs from the event
     loop's thread and from worker threads alike); the text reaches ``file``
     in the order it was written.
+
+    ``raw``: the binary file under ``file`` (``raw_of``), that batches are
+    written to as bytes (``file`` is flushed first, so that what else was
+    written to it comes first).
     """
 
     def __init__(
@@ -81,8 +108,15 @@ class BatchedFile:
         delay: float = DELAY,
         most: int = MOST,
         clock: Callable[[], float] = time.monotonic,
+        raw: IO[bytes] | None = None,
     ) -> None:
         self._file = file
+        self._raw = raw
+        # How text becomes the bytes a line waits as: for ``raw``, as ``file``
+        # would encode it (what it cannot encode is refused at once, not
+        # lost with its batch); else any text, decoded again for ``file``.
+        errors = getattr(file, "errors", None) or "strict"  # (a TextIOWrapper's)
+        self._errors = "surrogatepass" if raw is None else errors
         self._delay = delay
         self._most = most
         self._clock = clock
@@ -92,6 +126,9 @@ class BatchedFile:
         self._size = 0
         self._written_at = float("-inf")  # by self._clock
         self._closed = False
+        # Whether the writer thread waits with no deadline: a line must wake
+        # it (else it wakes by itself within the delay: it has just written).
+        self._idle = True
         # _lock guards the fields above; _writing keeps writes in order (it
         # is taken first, so a line being logged never waits for a write
         # that someone else makes).
@@ -107,7 +144,7 @@ class BatchedFile:
             # eliot's FileDestination asks with b"" whether a file takes bytes.
             raise TypeError(f"a BatchedFile takes text, not {type(text).__name__}")
         if text:
-            self._keep(text.encode("utf-8", "surrogatepass"))
+            self._keep(text.encode("utf-8", self._errors))
         return len(text)
 
     def line(self, message: dict[str, Any]) -> None:
@@ -148,7 +185,7 @@ class BatchedFile:
                 return  # the writer is already due to write it
             else:
                 now = self._clock() - self._written_at >= self._delay
-                if not now:
+                if not now and self._idle:  # (else it writes it once the delay passes)
                     self._wake_writer()
         if now:
             self.write_waiting()
@@ -164,9 +201,16 @@ class BatchedFile:
                 batch, self._waiting, self._size = self._waiting, [], 0
                 if batch:
                     self._written_at = self._clock()
-            if batch:
-                self._file.write(b"".join(batch).decode("utf-8", "surrogatepass"))
+            if not batch:
+                return
+            data = b"".join(batch)
+            if self._raw is None:
+                self._file.write(data.decode("utf-8", "surrogatepass"))
                 self._file.flush()
+            else:
+                self._file.flush()  # (what was written to it as text comes first)
+                self._raw.write(data)
+                self._raw.flush()
 
     def close(self) -> None:
         """Write what waits and stop the writer thread; later lines are
@@ -195,17 +239,28 @@ class BatchedFile:
     def _write_when_due(self) -> None:
         """The writer thread: write what waits once ``delay`` seconds have
         passed since the last write, or at once when a batch is full, until
-        :meth:`close`."""
+        :meth:`close`. Once it has written, it waits for the delay to pass
+        (a full batch or close ends the wait): a line that comes meanwhile
+        is written then, without waking it; only after a delay with no line
+        does it wait to be woken."""
+        lingered = False  # the delay after its last write waited out
         while True:
             with self._lock:
+                if not self._waiting and not self._closed and not lingered:
+                    lingered = True
+                    self._ready.wait(max(self._written_at + self._delay - self._clock(), 0.0))
+                    continue
                 while not self._waiting and not self._closed:
+                    self._idle = True
                     self._ready.wait()
+                self._idle = False
                 if self._closed:
                     return  # close() writes what waits
                 due = self._written_at + self._delay - self._clock()
                 if due > 0 and self._size < self._most:
                     self._ready.wait(due)
                     continue
+            lingered = False
             # A file that cannot be written (a closed pipe, a full disk) loses
             # this batch, as eliot loses a line it cannot write; the next may go.
             with contextlib.suppress(OSError, ValueError):

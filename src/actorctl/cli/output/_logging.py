@@ -34,17 +34,20 @@ def log_to(path: str, default: IO[str], *, journal: bool = False) -> None:
     or ``journal`` prefers it to ``path``."""
     import eliot
 
+    from ..._log import add_only_destination
     from ._journal import journal_for
-    from ._logfile import BatchedFile
+    from ._logfile import BatchedFile, raw_of
 
     to_journal = journal_for(default) if path == "-" or journal else None
     if to_journal is not None:
         eliot.add_destinations(to_journal)
         return
     stream: IO[str] = default if path == "-" else open(path, "a", encoding="utf-8")  # noqa: SIM115
-    batched = BatchedFile(stream)
+    batched = BatchedFile(stream, raw=raw_of(stream))
     atexit.register(batched.close)
-    eliot.add_destinations(batched.line)
+    # While it is eliot's only destination (a node's, unless a user adds one),
+    # a task's lines are handed to it straight (_log.py).
+    add_only_destination(batched.line)
 
 
 def show_log(*, verbose: bool, as_json: bool, stream: IO[str] | None = None) -> None:
