@@ -351,18 +351,7 @@ class Traced(_Place):
         fields["task_uuid"] = task_uuid
         fields["action_type"] = action_type
         fields["task_level"] = [*level, 1]
-        # _send's own steps, here: a task's start costs no call of its own
-        if (
-            _DESTINATIONS._destinations == _only
-            and not _DESTINATIONS._globalFields
-            and _eliot_output._DEFAULT_LOGGER is _EXPECTED_LOGGER
-        ):
-            try:
-                _only[0](fields)  # type: ignore[misc]  # (not None: eliot's list holds it)
-            except Exception as failure:
-                _destination_failed(fields, failure)
-        else:
-            _send(fields)
+        _send(fields)
 
     def finish(self, exception: BaseException | None = None) -> None:
         """Write the end line (once): ``succeeded``, or ``failed`` with
@@ -391,7 +380,7 @@ class Traced(_Place):
         if exc is not None or self._done:
             self.finish(exc)
             return
-        # finish's own lines (and _send's steps), here: a task's end costs no call of its own
+        # finish's own lines, here: a task's end costs no call of its own
         self._done = True
         fields = self._success
         fields["action_status"] = "succeeded"
@@ -400,17 +389,7 @@ class Traced(_Place):
         fields["action_type"] = self._type
         self._count += 1
         fields["task_level"] = [*self._level, self._count]
-        if (
-            _DESTINATIONS._destinations == _only
-            and not _DESTINATIONS._globalFields
-            and _eliot_output._DEFAULT_LOGGER is _EXPECTED_LOGGER
-        ):
-            try:
-                _only[0](fields)  # type: ignore[misc]  # (not None: eliot's list holds it)
-            except Exception as failure:
-                _destination_failed(fields, failure)
-        else:
-            _send(fields)
+        _send(fields)
 
 
 #: The classes of the places kept here (the others are eliot's own actions).
