@@ -58,7 +58,8 @@ class ReplayCache:
         self.dropped = 0
         self._full = False
         self._until: dict[tuple[str, str], float] = {}
-        self._order: deque[tuple[float, tuple[str, str]]] = deque()
+        # Each entry's until, key and size (as ``bytes`` counts it), oldest first.
+        self._order: deque[tuple[float, tuple[str, str], int]] = deque()
 
     def __len__(self) -> int:
         return len(self._until)
@@ -69,12 +70,12 @@ class ReplayCache:
         order, held = self._order, self._until
         while order and order[0][0] < now_ms:
             self._drop(*order.popleft())
-        seen = held.get(key)
-        if seen is not None and seen >= now_ms:
+        if key in held and held[key] >= now_ms:  # in and []: no call (per message)
             return True
         held[key] = until_ms
-        order.append((until_ms, key))
-        self.bytes += len(key[0]) + len(key[1]) + ENTRY_BYTES
+        size = len(key[0]) + len(key[1]) + ENTRY_BYTES
+        order.append((until_ms, key, size))  # its size kept: not counted again when dropped
+        self.bytes += size
         if len(order) > self.max_entries or self.bytes > self.max_bytes:
             self._trim()
         journal = self.journal
@@ -91,8 +92,9 @@ class ReplayCache:
             if until_ms < now_ms or self._until.get(key, -1.0) >= until_ms:
                 continue
             self._until[key] = until_ms
-            self._order.append((until_ms, key))
-            self.bytes += len(key[0]) + len(key[1]) + ENTRY_BYTES
+            size = len(key[0]) + len(key[1]) + ENTRY_BYTES
+            self._order.append((until_ms, key, size))
+            self.bytes += size
             loaded += 1
         self._trim()
         return loaded
@@ -122,13 +124,14 @@ class ReplayCache:
             self._drop(*order.popleft())
             self.dropped += 1
 
-    def _drop(self, until_ms: float, key: tuple[str, str]) -> None:
-        self.bytes -= len(key[0]) + len(key[1]) + ENTRY_BYTES
+    def _drop(self, until_ms: float, key: tuple[str, str], size: int) -> None:
+        self.bytes -= size
         if (
             self._full
             and self.bytes < self.max_bytes * 3 // 4
             and len(self._order) < self.max_entries * 3 // 4
         ):
             self._full = False
-        if self._until.get(key) == until_ms:
-            del self._until[key]
+        held = self._until
+        if key in held and held[key] == until_ms:  # in and []: no call (per entry)
+            del held[key]
