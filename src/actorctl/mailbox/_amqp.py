@@ -2,7 +2,9 @@
 
 It reads the sections and primitive types that messages usually carry and
 gives up (returns None) on anything else, in which case the caller falls back
-to proton's complete decoder. It never guesses.
+to proton's complete decoder. It never guesses. A message signed within a
+session in the layout actorctl writes is read by :func:`read_in_session`,
+which leaves its signature properties out of the map and gives them apart.
 """
 
 from __future__ import annotations

@@ -58,8 +58,7 @@ class ReplayCache:
         self.dropped = 0
         self._full = False
         self._until: dict[tuple[str, str], float] = {}
-        # Each entry's until, key and size (as ``bytes`` counts it), oldest first.
-        self._order: deque[tuple[float, tuple[str, str], int]] = deque()
+        self._order: deque[tuple[float, tuple[str, str]]] = deque()
 
     def __len__(self) -> int:
         return len(self._until)
@@ -73,9 +72,8 @@ class ReplayCache:
         if key in held and held[key] >= now_ms:  # in and []: no call (per message)
             return True
         held[key] = until_ms
-        size = len(key[0]) + len(key[1]) + ENTRY_BYTES
-        order.append((until_ms, key, size))  # its size kept: not counted again when dropped
-        self.bytes += size
+        order.append((until_ms, key))
+        self.bytes += len(key[0]) + len(key[1]) + ENTRY_BYTES
         if len(order) > self.max_entries or self.bytes > self.max_bytes:
             self._trim()
         journal = self.journal
@@ -92,9 +90,8 @@ class ReplayCache:
             if until_ms < now_ms or self._until.get(key, -1.0) >= until_ms:
                 continue
             self._until[key] = until_ms
-            size = len(key[0]) + len(key[1]) + ENTRY_BYTES
-            self._order.append((until_ms, key, size))
-            self.bytes += size
+            self._order.append((until_ms, key))
+            self.bytes += len(key[0]) + len(key[1]) + ENTRY_BYTES
             loaded += 1
         self._trim()
         return loaded
@@ -124,8 +121,8 @@ class ReplayCache:
             self._drop(*order.popleft())
             self.dropped += 1
 
-    def _drop(self, until_ms: float, key: tuple[str, str], size: int) -> None:
-        self.bytes -= size
+    def _drop(self, until_ms: float, key: tuple[str, str]) -> None:
+        self.bytes -= len(key[0]) + len(key[1]) + ENTRY_BYTES
         if (
             self._full
             and self.bytes < self.max_bytes * 3 // 4

@@ -5,8 +5,9 @@ code. This is the feature's one front module: it re-exports the canonical form
 (``_auth``), the keys (``_keys``) and the HMAC sessions (``_session``), and holds
 the signers and the :class:`Verifier`. Everything is pure (no sockets, no tasks).
 A receiver calls :func:`canonical_bytes` and :meth:`Verifier.verify` on every
-message, so the hot path is a few dictionary lookups, one HMAC (or one Ed25519
-verification) and no allocation it can avoid.
+message (:meth:`Verifier.verify_in_session` for one signed within a session
+whose signature it read itself), so the hot path is a few dictionary lookups,
+one HMAC (or one Ed25519 verification) and no allocation it can avoid.
 """
 
 from __future__ import annotations
