@@ -62,9 +62,33 @@ def admit(actor: str, spec: HandlerSpec, envelope: Envelope) -> Handled | None:
     if role is not None and spec.roles is not None and role not in spec.roles:
         return not_permitted(actor, spec.name, envelope, spec.roles)
     sender = envelope.sender
-    # Nobody to name (made here, or no keyring): the shared value, no allocation.
-    _current.set(Caller(sender, role) if sender or role is not None else _NOBODY)
+    if sender or role is not None:
+        # The caller as last seen, when it is the same (per message: a Caller
+        # is frozen, so one serves every message of its key and role).
+        callers = _callers
+        if sender in callers and callers[sender].role is role:  # in and []: no call
+            _current.set(callers[sender])
+        else:
+            _current.set(_caller(sender, role))
+    else:
+        _current.set(_NOBODY)  # nobody to name (made here, or no keyring)
     return None
+
+
+#: The caller of each key's last message, by key id: at most ``_MAX_CALLERS``.
+#: A full one is replaced, never emptied (another thread's reader keeps the
+#: dict it began with).
+_callers: dict[str, Caller] = {}
+_MAX_CALLERS: Final = 4096
+
+
+def _caller(key: str, role: Role | None) -> Caller:
+    global _callers
+    made = Caller(key, role)
+    if len(_callers) >= _MAX_CALLERS:
+        _callers = {}
+    _callers[key] = made
+    return made
 
 
 def not_permitted(actor: str, name: str, envelope: Envelope, needed: frozenset[Role]) -> Handled:

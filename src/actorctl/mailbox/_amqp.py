@@ -2,16 +2,20 @@
 
 It reads the sections and primitive types that messages usually carry and
 gives up (returns None) on anything else, in which case the caller falls back
-to proton's complete decoder. It never guesses.
+to proton's complete decoder. It never guesses. A message signed within a
+session in the layout actorctl writes is read by :func:`read_in_session`,
+which leaves its signature properties out of the map and gives them apart.
 """
 
 from __future__ import annotations
 
 import struct
 import uuid
-from typing import Any
+from typing import Any, Final
 
-__all__ = ["Sections", "read_message"]
+from ._auth import HMAC_SHA256, SIG, SIG_ALG, SIG_KEY, SIG_NODE
+
+__all__ = ["Sections", "SessionTail", "read_in_session", "read_message", "session_tail"]
 
 _U8 = struct.Struct(">B").unpack_from
 _I8 = struct.Struct(">b").unpack_from
@@ -74,6 +78,97 @@ def _read_message(data: bytes) -> Sections | None:
                 if start + _U32(data, pos + 4)[0] == len(data):
                     return properties, app, data[start:]
     return _read_sections(data)
+
+
+def _str8(text: str) -> bytes:
+    raw = text.encode()
+    return b"\xa1" + bytes((len(raw),)) + raw
+
+
+# The signature that ends the application properties of a message signed
+# within a session, as actorctl writes it (``_encoding._session_head``): sig_alg
+# hmac-sha256, sig_key and the session id (32 characters), sig and the digest
+# (a vbin8 of 32 bytes); then sig_node and a node (``session_tail``).
+_IN_SESSION: Final = _str8(SIG_ALG) + _str8(HMAC_SHA256) + _str8(SIG_KEY) + b"\xa1\x20"
+_SESSION_ID_AT: Final = len(_IN_SESSION)
+_DIGEST_HEAD_AT: Final = _SESSION_ID_AT + 32
+_DIGEST_HEAD: Final = _str8(SIG) + b"\xa0\x20"
+_DIGEST_AT: Final = _DIGEST_HEAD_AT + len(_DIGEST_HEAD)
+_NODE_AT: Final = _DIGEST_AT + 32
+
+
+#: The ``sig_node`` pair naming one node, and the size of the four signature
+#: pairs that end with it (see :func:`session_tail`).
+SessionTail = tuple[bytes, int]
+
+
+def session_tail(node: str) -> SessionTail | None:
+    """The ``sig_node`` pair naming ``node`` as it ends the application
+    properties of a message signed within a session for it, and the size of the
+    signature pairs that end with it (see :func:`read_in_session`); None for a
+    name too long for that layout."""
+    raw = node.encode()
+    if len(raw) > 255:
+        return None
+    pair = _str8(SIG_NODE) + _str8(node)
+    return pair, _NODE_AT + len(pair)
+
+
+def read_in_session(data: bytes, tail: SessionTail) -> tuple[Sections, str, bytes] | None:
+    """A message signed within a session for the node ``tail`` names
+    (:func:`session_tail`), in the layout actorctl writes it: its sections (the
+    properties padded to ten, the application properties without the four
+    signature pairs), its session id and its digest. None if it is not in that
+    layout or is read no further here: :func:`read_message` reads it then.
+
+    The signature pairs are matched by their bytes where the sender writes them
+    (the map's last four pairs) and never decoded into the map: what is left of
+    it is read as :func:`read_message` reads it, and must end where they begin.
+    Read from the start, the map's pairs are the ones read here and then these
+    four, so the sections and the signature are what the general reader would
+    give (a signature key given twice: the last one holds in both)."""
+    if type(data) is not bytes or not data.startswith(_PROPERTIES32):
+        return None
+    node, signature = tail
+    try:
+        size, count = _U32_PAIR(data, 4)
+        start = 8 + size  # the application properties
+        if not data.startswith(_APP_PROPERTIES32, start):
+            return None
+        size, items = _U32_PAIR(data, start + 4)
+        end = start + 8 + size  # the data section
+        at = end - signature  # the signature pairs
+        if (
+            items < 8  # keys and values: the four pairs at least
+            or at < start + 12
+            or data[at : _SESSION_ID_AT + at] != _IN_SESSION
+            or data[_DIGEST_HEAD_AT + at : _DIGEST_AT + at] != _DIGEST_HEAD
+            or data[_NODE_AT + at : end] != node
+            or not data.startswith(_DATA32, end)
+            or end + 8 + _U32(data, end + 4)[0] != len(data)
+        ):
+            return None
+        properties, _ = _compound(data, 12, count, False, start)
+        app, _ = _map(data, start + 12, items - 8, at)
+        raw = data[_SESSION_ID_AT + at : _DIGEST_HEAD_AT + at]
+        session_id = _ids[raw] if raw in _ids else _id(raw)  # no call (per message)
+    except (_Unsupported, IndexError, struct.error, UnicodeDecodeError, ValueError, TypeError):
+        return None
+    if count < 10:  # the trailing nulls left out
+        properties += [None] * (10 - count)
+    return (properties, app, data[end + 8 :]), session_id, data[_DIGEST_AT + at : _NODE_AT + at]
+
+
+# Session ids by their bytes, decoded: bounded, past it they are decoded anew
+# (never emptied, as ``_keys``).
+_ids: dict[bytes, str] = {}
+
+
+def _id(raw: bytes) -> str:
+    session_id = raw.decode("utf-8")
+    if len(_ids) < _MAX_KEYS:
+        _ids[raw] = session_id
+    return session_id
 
 
 def _read_sections(data: bytes) -> Sections | None:

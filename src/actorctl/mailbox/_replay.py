@@ -69,8 +69,7 @@ class ReplayCache:
         order, held = self._order, self._until
         while order and order[0][0] < now_ms:
             self._drop(*order.popleft())
-        seen = held.get(key)
-        if seen is not None and seen >= now_ms:
+        if key in held and held[key] >= now_ms:  # in and []: no call (per message)
             return True
         held[key] = until_ms
         order.append((until_ms, key))
@@ -130,5 +129,6 @@ class ReplayCache:
             and len(self._order) < self.max_entries * 3 // 4
         ):
             self._full = False
-        if self._until.get(key) == until_ms:
-            del self._until[key]
+        held = self._until
+        if key in held and held[key] == until_ms:  # in and []: no call (per entry)
+            del held[key]

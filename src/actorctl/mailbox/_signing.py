@@ -5,8 +5,9 @@ code. This is the feature's one front module: it re-exports the canonical form
 (``_auth``), the keys (``_keys``) and the HMAC sessions (``_session``), and holds
 the signers and the :class:`Verifier`. Everything is pure (no sockets, no tasks).
 A receiver calls :func:`canonical_bytes` and :meth:`Verifier.verify` on every
-message, so the hot path is a few dictionary lookups, one HMAC (or one Ed25519
-verification) and no allocation it can avoid.
+message (:meth:`Verifier.verify_in_session` for one signed within a session
+whose signature it read itself), so the hot path is a few dictionary lookups,
+one HMAC (or one Ed25519 verification) and no allocation it can avoid.
 """
 
 from __future__ import annotations
@@ -138,6 +139,12 @@ class Verifier:
         window: how far (s) a message's creation-time may be from the clock.
         replay: remembers accepted message ids; by default a fresh :class:`ReplayCache`.
         max_session_lifetime: the longest session (s) this receiver accepts.
+
+    Attributes:
+        signer_roles: the role each trusted key's own messages act with (what
+            :meth:`role` gives for a message its signer sends for itself), by
+            key id, as of the last message verified: read per message without
+            a call. A key not in it: ask :meth:`role`.
     """
 
     def __init__(
@@ -163,6 +170,7 @@ class Verifier:
         self._generation = -1
         self._keys: dict[str, tuple[PublicKey, Verified]] = {}
         self._roles: dict[str, Role] = {}
+        self.signer_roles: dict[str, Role | None] = {}
         self._self = keyring.identity.key_id
         self._refresh()
 
@@ -174,7 +182,12 @@ class Verifier:
         self.members = keyring.members
         self._roles = keyring.roles()
         self._keys = {k.key_id: (k, Verified(k.key_id, ED25519)) for k in keyring.public_keys()}
+        self.signer_roles = {key: self._role_of(key) for key in self._keys}
         self.sessions.drop_untrusted(self._keys)
+
+    def _role_of(self, key: str) -> Role | None:
+        """What :meth:`role` gives for a message ``key`` signs for itself."""
+        return None if key == self._self else self._roles.get(key, Role.CLIENT)
 
     def verify(
         self,
@@ -207,36 +220,55 @@ class Verifier:
         node = self.node
         if node is not None and get(SIG_NODE) != node:
             raise wrong_node(message_id, get(SIG_NODE), node)
-        now = self._clock()
         if alg == HMAC_SHA256:
-            # SessionTable._find, inline (per message)
-            entry = self.sessions._sessions.get(sig_key)
-            if entry is not None and entry[0].expires <= now:
-                entry = self.sessions._find(sig_key, now)  # expired: it drops it
-            if entry is None:
-                raise self._unknown_session(message_id, sig_key)
-            mac = entry[2].copy()
-            mac.update(canonical)
-            if not hmac.compare_digest(mac.digest(), sig):
-                raise AuthError(BAD_SIGNATURE, f"message {message_id}: HMAC does not match")
-            verified = entry[1]
-        elif alg == ED25519:
-            found = self._keys.get(sig_key)
-            if found is None and self._looked_again():
-                found = self._keys.get(sig_key)
-            if found is None:
-                raise self._unknown_key(message_id, sig_key)
-            try:
-                found[0].verify(sig, canonical)
-            except AuthError as exc:
-                raise AuthError(BAD_SIGNATURE, f"message {message_id}: {exc.description}") from None
-            verified = found[1]
-        else:
+            return self.verify_in_session(sig_key, sig, canonical, message_id, creation_ms)
+        if alg != ED25519:
             raise unsigned(message_id, alg, sig_key, sig)
-        # In the time window, then not seen before. A replay is a copy: same
-        # signer, id and creation time. A sender that sends a message again
-        # signs it anew with a fresh creation time, and the copy goes on to the
-        # receiver's duplicate detection instead.
+        now = self._clock()
+        found = self._keys.get(sig_key)
+        if found is None and self._looked_again():
+            found = self._keys.get(sig_key)
+        if found is None:
+            raise self._unknown_key(message_id, sig_key)
+        try:
+            found[0].verify(sig, canonical)
+        except AuthError as exc:
+            raise AuthError(BAD_SIGNATURE, f"message {message_id}: {exc.description}") from None
+        return self._fresh(found[1], message_id, creation_ms, now)
+
+    def verify_in_session(
+        self,
+        session_id: str,
+        sig: bytes,
+        canonical: bytes,
+        message_id: str,
+        creation_ms: int | None,
+    ) -> Verified:
+        """:meth:`verify` of a message signed within a session, its signature
+        read already (``sig_key`` is ``session_id``) and its ``sig_node`` found
+        to name this node: the session, its HMAC, the time and the novelty,
+        checked as :meth:`verify` checks them, in the same order, with the same
+        errors. Per message: no look at the headers.
+
+        Raises:
+            AuthError: with the condition that says why it is refused.
+        """
+        if self._generation != self._keyring.generation:
+            self._refresh()  # keys were added or revoked while the node runs
+        now = self._clock()
+        # SessionTable._find, inline (per message): in and [], no call
+        held = self.sessions._sessions
+        entry = held[session_id] if session_id in held else None  # noqa: SIM401
+        if entry is not None and entry[0].expires <= now:
+            entry = self.sessions._find(session_id, now)  # expired: it drops it
+        if entry is None:
+            raise self._unknown_session(message_id, session_id)
+        mac = entry[2].copy()
+        mac.update(canonical)
+        if not hmac.compare_digest(mac.digest(), sig):
+            raise AuthError(BAD_SIGNATURE, f"message {message_id}: HMAC does not match")
+        verified: Verified = entry[1]
+        # _fresh, inline (per message)
         now_ms = now * 1000.0
         window_ms = self._window_ms
         if not creation_ms or not (now_ms - window_ms <= creation_ms <= now_ms + window_ms):
@@ -244,10 +276,31 @@ class Verifier:
         if self.replay.check_and_add(
             (verified.key_id, f"{message_id}@{creation_ms}"), creation_ms + window_ms, now_ms
         ):
-            raise AuthError(
-                REPLAY, f"message {message_id} from key {verified.key_id} was accepted already"
-            )
+            raise self._replayed(message_id, verified)
         return verified
+
+    def _fresh(
+        self, verified: Verified, message_id: str, creation_ms: int | None, now: float
+    ) -> Verified:
+        """``verified``, once its message is found in the time window and not
+        seen before (now remembered). A replay is a copy: same signer, id and
+        creation time. A sender that sends a message again signs it anew with a
+        fresh creation time, and the copy goes on to the receiver's duplicate
+        detection instead."""
+        now_ms = now * 1000.0
+        window_ms = self._window_ms
+        if not creation_ms or not (now_ms - window_ms <= creation_ms <= now_ms + window_ms):
+            raise self._stale(message_id, creation_ms, now_ms)
+        if self.replay.check_and_add(
+            (verified.key_id, f"{message_id}@{creation_ms}"), creation_ms + window_ms, now_ms
+        ):
+            raise self._replayed(message_id, verified)
+        return verified
+
+    def _replayed(self, message_id: str, verified: Verified) -> AuthError:
+        return AuthError(
+            REPLAY, f"message {message_id} from key {verified.key_id} was accepted already"
+        )
 
     def _looked_again(self) -> bool:
         """A key it does not know: whether the keyring's directory, looked at
@@ -306,12 +359,10 @@ class Verifier:
         (forwarding raises no one's role). None for the node's own key speaking
         for itself: the node is not checked against itself."""
         signer = verified.key_id
-        if signer == self._self and sender == signer:
-            return None
+        if sender == signer:
+            return self._role_of(signer)
         role = self._roles.get(signer, Role.CLIENT)
-        if sender != signer:
-            role = weakest(role, self._roles.get(sender, Role.CLIENT))
-        return role
+        return weakest(role, self._roles.get(sender, Role.CLIENT))
 
     def forget(self, verified: Verified, message_id: str, creation_ms: int | None) -> None:
         """Let the same message in again: call it when the receiver did not execute

@@ -291,11 +291,17 @@ class InboundHandler(EngineHandler):
                 self._unauthenticated.append(envelope.message_id)
             else:
                 # Authenticate before anything looks at the body or the handler.
-                sections, verified = authenticate(verifier, cell.name, data, self._node_id)
+                # cell.address.name: what cell.name gives, without its call (per message)
+                name = cell.address.name
+                sections, verified = authenticate(verifier, name, data, self._node_id)
                 sender = verified.key_id
                 if ORIGIN_KEY in sections[1]:  # a router asserts whom it forwards for
                     sender = verifier.origin(verified, sections[1]) or _no_origin(engine, verified)
-                envelope = from_sections(sections, sender, verifier.role(verified, sender))
+                    role = verifier.role(verified, sender)
+                else:  # its signer's own: the role looked up without a call (per message)
+                    roles = verifier.signer_roles
+                    role = roles[sender] if sender in roles else verifier.role(verified, sender)
+                envelope = from_sections(sections, sender, role)
                 reply_to = envelope.reply_to
                 if reply_to is not None and reply_to.startswith(REPLY_PREFIX):
                     # Not another key's reply address (§8): checked once, here.

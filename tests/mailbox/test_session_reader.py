@@ -1,0 +1,277 @@
+"""The receiver's reader of messages signed within a session (issue 30): the
+signature is read where actorctl's encoder writes it, never decoded into the
+application properties, and every message is accepted or refused exactly as
+the general reader and :meth:`Verifier.verify` accept or refuse it.
+
+Each case authenticates the same bytes twice, on two receivers in the same
+state: once by :func:`authenticate` (which takes the session reader for
+actorctl's layout) and once by the general path (``read_message``,
+``canonical_of``, ``Verifier.verify``), and compares what each says.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from proton import Message
+
+from actorctl import Envelope, WireFormatError
+from actorctl.mailbox import (
+    IdentityKey,
+    Keyring,
+    SessionSigner,
+    authenticate,
+    canonical_of,
+    encode,
+    read_message,
+)
+from actorctl.mailbox._amqp import read_in_session, session_tail
+from actorctl.mailbox._signing import (
+    BAD_SIGNATURE,
+    REPLAY,
+    REVOKED_KEY,
+    STALE,
+    UNKNOWN_SESSION,
+    WRONG_NODE,
+    AuthError,
+    SessionOffer,
+    SessionTable,
+    Verified,
+    Verifier,
+)
+
+NOW = 1_767_225_600.0
+NODE = "server-0123456789ab"
+ACTOR = "vault"
+SIGNATURE = ("sig_alg", "sig_key", "sig", "sig_node")
+# Text that UTF-8 can carry (no lone surrogates).
+TEXT = st.text(st.characters(exclude_categories=("Cs",)), max_size=60)
+
+
+class Receiver:
+    """A receiver that trusts one sender and holds one session of it."""
+
+    def __init__(self, sender: IdentityKey, offer: SessionOffer) -> None:
+        self.clock = NOW
+        self.keyring = Keyring(IdentityKey.generate("server"), [sender.public])
+        self.verifier = Verifier(self.keyring, SessionTable(), node=NODE, clock=lambda: self.clock)
+        self.verifier.sessions.add(offer.session(), NOW)
+
+
+class Pair:
+    """One sender's session, and two receivers that hold it: ``fast`` for
+    :func:`authenticate`, ``general`` for the general path."""
+
+    def __init__(self) -> None:
+        self.sender = IdentityKey.generate("client")
+        self.offer = SessionOffer.new(self.sender, now=NOW, lifetime=3600)
+        self.signer = SessionSigner(self.offer.session())
+        self.fast = Receiver(self.sender, self.offer)
+        self.general = Receiver(self.sender, self.offer)
+
+    def both(self, change: Callable[[Receiver], Any]) -> None:
+        change(self.fast)
+        change(self.general)
+
+    def encode(self, envelope: Envelope, node: str = NODE) -> bytes:
+        return encode(envelope, signer=self.signer, actor=ACTOR, node=node)
+
+    def outcomes(self, data: bytes, actor: str = ACTOR) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+        """What each path says of ``data`` (``_outcome``)."""
+        return (
+            _outcome(lambda: authenticate(self.fast.verifier, actor, data, NODE)),
+            _outcome(lambda: _general(self.general.verifier, actor, data)),
+        )
+
+
+def _general(verifier: Verifier, actor: str, data: bytes) -> tuple[object, Verified]:
+    """The general path: the whole message read, the signature in its headers."""
+    sections = read_message(data)
+    if sections is None:  # what authenticate says of it
+        raise WireFormatError(
+            "a signed message must be one properties, one application-properties and "
+            "one data section of the types docs/protocol.md lists"
+        )
+    properties, app, body = sections
+    properties = properties + [None] * (10 - len(properties))
+    message_id = str(properties[0])
+    try:
+        verified = verifier.verify(
+            app,
+            canonical_of(actor, properties, app, body, NODE),
+            message_id=message_id,
+            creation_ms=properties[9],
+        )
+    except AuthError as exc:
+        key = app.get("sig_key")
+        raise exc.about(message_id, None if key is None else str(key)) from None
+    return _unsigned(properties, app, body), verified
+
+
+def _unsigned(properties: list[Any], app: dict[Any, Any], body: bytes) -> object:
+    return properties, {k: v for k, v in app.items() if k not in SIGNATURE}, body
+
+
+def _outcome(call: Callable[[], tuple[Any, Verified]]) -> tuple[Any, ...]:
+    """``accepted`` with the sections (less the signature properties) and who
+    vouched; ``refused`` with the condition, the text and the ids it names; or
+    ``unreadable`` with the text."""
+    try:
+        sections, verified = call()
+    except AuthError as exc:
+        return ("refused", exc.condition, exc.description, exc.message_id, exc.key_id)
+    except WireFormatError as exc:
+        return ("unreadable", str(exc))
+    return ("accepted", _unsigned(*sections), verified)
+
+
+def _envelope(message_id: str = "m-1", **changes: Any) -> Envelope:
+    fields: dict[str, Any] = {
+        "message_id": message_id,
+        "to": f"/{ACTOR}",
+        "subject": "open",
+        "body": [["eve"], {"pad": "x" * 40}],
+        "reply_to": "$reply/abc",
+        "correlation_id": "c-1",
+        "creation_time": NOW,
+        "headers": {"trace": "t-1", "retries": 2},
+    }
+    return Envelope(**{**fields, **changes})
+
+
+def test_the_encoders_session_layout_is_read_with_its_signature_apart() -> None:
+    # Given a message actorctl's encoder signs within a session
+    pair = Pair()
+    data = pair.encode(_envelope())
+    # When the session reader reads it
+    tail = session_tail(NODE)
+    assert tail is not None
+    found = read_in_session(data, tail)
+    # Then it gives the general reader's sections without the signature, and
+    # the session id and digest the general reader finds in the properties
+    general = read_message(data)
+    assert found is not None
+    assert general is not None
+    (properties, app, body), session_id, digest = found
+    assert (properties, app, body) == _unsigned(*general)
+    assert "sig" not in app
+    assert session_id == general[1]["sig_key"] == pair.offer.id
+    assert digest == general[1]["sig"]
+    # And it is accepted, by the same key, on both paths
+    fast, slow = pair.outcomes(data)
+    assert fast == slow
+    assert fast[2] == Verified(pair.sender.key_id, "hmac-sha256")
+
+
+def test_each_refusal_is_the_general_paths_own() -> None:
+    # Given two receivers in the same state, each change below applied to both
+    pair = Pair()
+    cases: list[tuple[str, str]] = []
+
+    def case(name: str, data: bytes, actor: str = ACTOR) -> None:
+        fast, slow = pair.outcomes(data, actor)
+        assert fast == slow, name
+        cases.append((name, fast[1] if fast[0] == "refused" else fast[0]))
+
+    good = pair.encode(_envelope("m-good"))
+    case("accepted", good)
+    case("replayed", good)
+    tampered = bytearray(pair.encode(_envelope("m-digest")))
+    tampered[tampered.rindex(b"\xa1\x08sig_node") - 32] ^= 1  # the digest's first byte
+    case("digest tampered", bytes(tampered))
+    body = bytearray(pair.encode(_envelope("m-body")))
+    body[-3] ^= 1
+    case("body tampered", bytes(body))
+    case("wrong actor", pair.encode(_envelope("m-actor")), actor="other")
+    case("wrong node", pair.encode(_envelope("m-node"), node="elsewhere"))
+    case("stale", pair.encode(_envelope("m-stale", creation_time=NOW - 3000)))
+    expiring = pair.encode(_envelope("m-expired", creation_time=NOW + 3600))
+    pair.both(lambda r: setattr(r, "clock", NOW + 3600))  # the session's expiry
+    case("session expired", expiring)
+    # And, with a new session, once the sender's key is revoked (its session is closed)
+    pair = Pair()
+    pair.both(lambda r: r.keyring.replace([], [pair.sender.public]))
+    case("revoked", pair.encode(_envelope("m-revoked")))
+    # Then each refusal is the general path's, condition, text and ids alike
+    assert cases == [
+        ("accepted", "accepted"),
+        ("replayed", REPLAY),
+        ("digest tampered", BAD_SIGNATURE),
+        ("body tampered", BAD_SIGNATURE),
+        ("wrong actor", BAD_SIGNATURE),
+        ("wrong node", WRONG_NODE),
+        ("stale", STALE),
+        ("session expired", UNKNOWN_SESSION),
+        ("revoked", REVOKED_KEY),
+    ]
+
+
+def test_signature_properties_given_twice_count_as_the_last_on_both_paths() -> None:
+    # Given a message whose headers carry signature properties of their own,
+    # written before the session's (a forger's attempt to confuse the reader)
+    pair = Pair()
+    forged = {"sig_alg": "ed25519", "sig_key": "0" * 32, "sig": b"x" * 32, "sig_node": "x"}
+    data = pair.encode(_envelope(headers={"trace": "t-1", **forged}))
+    # When both paths read it: the session's own, written last, hold on both
+    tail = session_tail(NODE)
+    assert tail is not None
+    assert read_in_session(data, tail) is not None
+    fast, slow = pair.outcomes(data)
+    assert fast == slow
+    assert fast[2] == Verified(pair.sender.key_id, "hmac-sha256")
+
+
+def test_a_message_in_another_layout_goes_the_general_way_to_the_same_verdict() -> None:
+    # Given the same signed message as proton writes it (other constructors)
+    pair = Pair()
+    message = Message()
+    message.decode(pair.encode(_envelope()))
+    message.inferred = True  # the body stays a data section
+    data = message.encode()
+    # When it is authenticated: not read by the session reader, yet accepted
+    tail = session_tail(NODE)
+    assert tail is not None
+    assert read_in_session(data, tail) is None
+    verdict = _outcome(lambda: authenticate(pair.fast.verifier, ACTOR, data, NODE))
+    assert verdict[2] == Verified(pair.sender.key_id, "hmac-sha256")
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        pytest.param(lambda d: d[:-1], id="truncated"),
+        pytest.param(lambda d: d + b"\x00", id="trailing byte"),
+        pytest.param(lambda d: d[:40] + b"\xff" + d[41:], id="bad byte in the properties"),
+        pytest.param(lambda d: d.replace(b"hmac-sha256", b"hmac-sha257"), id="another algorithm"),
+    ],
+)
+def test_a_damaged_message_is_refused_as_the_general_path_refuses_it(
+    damage: Callable[[bytes], bytes],
+) -> None:
+    pair = Pair()
+    data = damage(pair.encode(_envelope()))
+    fast, slow = pair.outcomes(data)
+    assert fast == slow
+    assert fast[0] in ("refused", "unreadable")
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    headers=st.dictionaries(
+        TEXT.filter(lambda k: 0 < len(k) <= 10 and k not in ("kind", "lang")),
+        st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | TEXT,
+        max_size=5,
+    ),
+    reply_to=st.none() | TEXT.filter(bool),
+)
+def test_any_headers_read_and_verify_alike_on_both_paths(
+    headers: dict[str, object], reply_to: str | None
+) -> None:
+    pair = Pair()
+    fast, slow = pair.outcomes(pair.encode(_envelope(headers=headers, reply_to=reply_to)))
+    assert fast == slow
+    assert fast[2] == Verified(pair.sender.key_id, "hmac-sha256")
