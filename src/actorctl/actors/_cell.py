@@ -144,7 +144,11 @@ class ActorCell:
         if parts is None:
             kind = type(self.actor)
             seen = SeenWindow(
-                kind.dedup_count, kind.dedup_seconds, memory=self._replies, name=self.name
+                kind.dedup_count,
+                kind.dedup_seconds,
+                _run_clock(),
+                memory=self._replies,
+                name=self.name,
             )
             counters = ActorCounters()
             # What it handles now, in the order it took them (a requeue keeps it).
@@ -485,7 +489,7 @@ class ActorCell:
             left.settle(RELEASED)
 
     async def _handle(self, inbound: Inbound) -> None:
-        parts = self._made()  # (made already: its turn runs)
+        parts = self._parts or self._made()  # (made already: its turn runs)
         inflight = parts.inflight
         # Kept while it runs: a restart puts it back in the mailbox.
         inflight[inbound] = None
@@ -519,3 +523,13 @@ class ActorCell:
         cell is run (``_dispatch.py``): for a behaviour that runs the actor's
         own handlers (a circuit breaker's probe)."""
         return await self._made().dispatch.dispatch_with(behaviour, envelope)
+
+
+def _run_clock() -> Callable[[], float]:
+    """trio's clock of this run, read directly (``trio.current_time`` looks the
+    run up on every read, and a cell's dedup window reads it per message);
+    ``trio.current_time`` itself outside a run."""
+    try:
+        return trio.lowlevel.current_clock().current_time
+    except RuntimeError:
+        return trio.current_time

@@ -239,6 +239,17 @@ class SeenWindow:
             done = running[key] = trio.Event()
         return done
 
+    def begin(self, key: Hashable) -> bool:
+        """If ``key`` is neither being handled nor remembered (most messages),
+        :meth:`start` it and return True; else False, and nothing changes: the
+        caller asks :meth:`running` and :meth:`get` (one call per message
+        instead of those three)."""
+        if key in self._running or key in self._entries:
+            return False
+        if self.count:
+            self._running[key] = None
+        return True
+
     def start(self, key: Hashable) -> None:
         """The message ``key`` is being handled (its duplicates wait: :meth:`running`)."""
         if self.count:

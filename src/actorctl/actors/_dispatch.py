@@ -15,6 +15,7 @@ its crashes.
 from __future__ import annotations
 
 import math
+from collections.abc import Hashable
 from time import perf_counter
 from typing import Any, Protocol, final
 
@@ -119,31 +120,8 @@ class Dispatch:
         # dedup_key, inline (per message): a re-drive's count joins the key
         plain = envelope.headers.get(REDRIVE) is None
         key = (envelope.sender, envelope.message_id) if plain else dedup_key(envelope)
-        running = seen.running(key)
-        if running is not None:
-            await running.wait()  # a duplicate of a message being handled now
-        handled = seen.get(key)
-        if handled is not None:
-            log(
-                "actorctl:delivery:duplicate",
-                actor=cell.name,
-                handler=envelope.subject,
-                message_id=envelope.message_id,
-                sender=envelope.sender,
-                outcome=handled.outcome.state,
-                warning="already handled: answered as the first time, not run again",
-            )
-            self.counters.duplicates += 1
-            reply = handled.reply
-            if (
-                reply is not None
-                and type(reply[1]) is dict
-                and reply[1].get("type") == REPLY_FORGOTTEN
-            ):
-                seen.memory.answered += 1
-            self.finish(inbound, handled)
+        if not seen.begin(key) and await self._answered_before(inbound, key):
             return False
-        seen.start(key)
         started = perf_counter()  # one pair per message: the latency histogram
         # Waits its handler hands to the turn's settler (``_settling.py``),
         # when one runs: the message is settled once they have returned.
@@ -184,6 +162,36 @@ class Dispatch:
         # Answered first, then remembered with its reply's size as sent.
         seen.finish(key, handled, self.finish(inbound, handled))
         return False
+
+    async def _answered_before(self, inbound: Inbound, key: Hashable) -> bool:
+        """A message whose key the window holds, or is handling now
+        (``SeenWindow.begin`` said so): a duplicate waits for its first copy
+        to finish, and is answered as that was (True). False: it runs after
+        all (its entry had expired, or its first copy was abandoned), begun."""
+        envelope = inbound.envelope
+        seen = self._seen
+        running = seen.running(key)
+        if running is not None:
+            await running.wait()  # a duplicate of a message being handled now
+        handled = seen.get(key)
+        if handled is None:
+            seen.start(key)
+            return False
+        log(
+            "actorctl:delivery:duplicate",
+            actor=self._cell.name,
+            handler=envelope.subject,
+            message_id=envelope.message_id,
+            sender=envelope.sender,
+            outcome=handled.outcome.state,
+            warning="already handled: answered as the first time, not run again",
+        )
+        self.counters.duplicates += 1
+        reply = handled.reply
+        if reply is not None and type(reply[1]) is dict and reply[1].get("type") == REPLY_FORGOTTEN:
+            seen.memory.answered += 1
+        self.finish(inbound, handled)
+        return True
 
     def settle(self, batch: list[Deferred], inflight: dict[Inbound, None]) -> None:
         """Count, answer and settle the messages of ``batch`` (their waits
