@@ -79,6 +79,7 @@ class ActorCell:
         "factory",
         "mailbox",
         "monitors",
+        "name",
         "outbox",
         "starts",
         "state",
@@ -99,6 +100,8 @@ class ActorCell:
             raise ValueError(f"{actor!r} is already hosted")
         self.actor = actor
         self.address = address
+        #: Its actor's name (its address's): read per message, so an attribute.
+        self.name = address.name
         self.outbox = outbox
         self.factory = factory
         self.monitors = monitors
@@ -168,10 +171,6 @@ class ActorCell:
             dispatch = Dispatch(self, seen, counters, self._concurrency, settler)
             parts = self._parts = CellParts(seen, counters, inflight, turns, dispatch)
         return parts
-
-    @property
-    def name(self) -> str:
-        return self.address.name
 
     @property
     def watching(self) -> set[str]:
