@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Hashable
 from time import perf_counter
-from typing import Any, Protocol, final
+from typing import Any, Final, Protocol, final
 
 import trio
 
@@ -46,6 +46,10 @@ from ._replies import handler_failed, refuse, send_reply, settle_refused
 from ._settling import WAITS, Deferred, Settler, Wait, Waits, wait_all
 
 __all__ = ["Dispatch", "DispatchHost"]
+
+#: How a message accepted with no reply was answered: one record for all of
+#: them (frozen), not one made per message.
+_ACCEPTED: Final = Handled(ACCEPTED, None)
 
 
 class _HandlerCrashed(Exception):
@@ -160,7 +164,11 @@ class Dispatch:
             return True
         self.counters.record(handled, perf_counter() - started)
         # Answered first, then remembered with its reply's size as sent.
-        seen.finish(key, handled, self.finish(inbound, handled))
+        if handled is _ACCEPTED:  # finish's answer, inline: settled, no reply
+            inbound.settle(ACCEPTED)
+            seen.finish(key, handled)
+        else:
+            seen.finish(key, handled, self.finish(inbound, handled))
         return False
 
     async def _answered_before(self, inbound: Inbound, key: Hashable) -> bool:
@@ -207,7 +215,11 @@ class Dispatch:
             handled = deferred.handled
             counters.record(handled, ended - deferred.started)
             # Answered first, then remembered with its reply's size as sent.
-            seen.finish(deferred.key, handled, self.finish(inbound, handled), now)
+            if handled is _ACCEPTED:  # finish's answer, inline: settled, no reply
+                inbound.settle(ACCEPTED)
+                seen.finish(deferred.key, handled, 0, now)
+            else:
+                seen.finish(deferred.key, handled, self.finish(inbound, handled), now)
             del inflight[inbound]
 
     def finish(self, inbound: Inbound, handled: Handled) -> int:
@@ -243,6 +255,8 @@ class Dispatch:
         if spec is None:
             forwarded = await behaviour.handle_unmatched(envelope)
             if forwarded is not None:
+                if forwarded[0] is ACCEPTED and forwarded[1] is None:
+                    return _ACCEPTED  # (most: a task worker's, per message)
                 return Handled(*forwarded)
             outcome = behaviour.unhandled(envelope)
             if outcome is not None:
