@@ -37,14 +37,7 @@ from ..._errors import ActorctlError
 from ..protocol._protocol import H_PRIORITY
 from ._rates import Pacer, RateLimit
 
-__all__ = [
-    "PRIORITY_DEFAULT",
-    "Gate",
-    "GateClosed",
-    "TaskLimits",
-    "Ticket",
-    "priority_of",
-]
+__all__ = ["PRIORITY_DEFAULT", "Gate", "GateClosed", "TaskLimits", "Ticket", "priority_of"]
 
 #: The priorities AMQP 1.0 defines (0 lowest, 9 highest; 4 is the default).
 PRIORITY_DEFAULT: Final = 4
