@@ -79,6 +79,7 @@ class ActorCell:
         "factory",
         "mailbox",
         "monitors",
+        "name",
         "outbox",
         "starts",
         "state",
@@ -99,6 +100,8 @@ class ActorCell:
             raise ValueError(f"{actor!r} is already hosted")
         self.actor = actor
         self.address = address
+        #: Its actor's name (its address's): read per message, so an attribute.
+        self.name = address.name
         self.outbox = outbox
         self.factory = factory
         self.monitors = monitors
@@ -144,7 +147,11 @@ class ActorCell:
         if parts is None:
             kind = type(self.actor)
             seen = SeenWindow(
-                kind.dedup_count, kind.dedup_seconds, memory=self._replies, name=self.name
+                kind.dedup_count,
+                kind.dedup_seconds,
+                _run_clock(),
+                memory=self._replies,
+                name=self.name,
             )
             counters = ActorCounters()
             # What it handles now, in the order it took them (a requeue keeps it).
@@ -164,10 +171,6 @@ class ActorCell:
             dispatch = Dispatch(self, seen, counters, self._concurrency, settler)
             parts = self._parts = CellParts(seen, counters, inflight, turns, dispatch)
         return parts
-
-    @property
-    def name(self) -> str:
-        return self.address.name
 
     @property
     def watching(self) -> set[str]:
@@ -485,7 +488,7 @@ class ActorCell:
             left.settle(RELEASED)
 
     async def _handle(self, inbound: Inbound) -> None:
-        parts = self._made()  # (made already: its turn runs)
+        parts = self._parts or self._made()  # (made already: its turn runs)
         inflight = parts.inflight
         # Kept while it runs: a restart puts it back in the mailbox.
         inflight[inbound] = None
@@ -519,3 +522,13 @@ class ActorCell:
         cell is run (``_dispatch.py``): for a behaviour that runs the actor's
         own handlers (a circuit breaker's probe)."""
         return await self._made().dispatch.dispatch_with(behaviour, envelope)
+
+
+def _run_clock() -> Callable[[], float]:
+    """trio's clock of this run, read directly (``trio.current_time`` looks the
+    run up on every read, and a cell's dedup window reads it per message);
+    ``trio.current_time`` itself outside a run."""
+    try:
+        return trio.lowlevel.current_clock().current_time
+    except RuntimeError:
+        return trio.current_time

@@ -152,3 +152,15 @@ class NamedCounters:
         if latency is None:
             latency = self.latency[name] = Latency()
         latency.observe(seconds)
+
+    def ran(self, name: str, seconds: float, event: str | None) -> None:
+        """:meth:`observe` and, unless None, :meth:`add` of ``event``, in one
+        call (an actor that counts a run and its outcome per message)."""
+        latency = self.latency.get(name)
+        if latency is None:
+            latency = self.latency[name] = Latency()
+        latency.counts[bisect_left(LATENCY_BUCKETS, seconds)] += 1
+        latency.total += seconds
+        if event is not None:
+            key = (name, event)
+            self.counts[key] = self.counts.get(key, 0) + 1

@@ -207,8 +207,8 @@ class SeenWindow:
         self.bytes = 0
         self._clock = clock
         self._entries: OrderedDict[Hashable, tuple[float, Handled]] = OrderedDict()
-        # When its oldest entry was made (when it has one): whether an entry
-        # has aged out is known per insert without reading the entries.
+        # When its oldest entry was made, or earlier (when it has one): while
+        # no entry could have aged out, none is read per insert to know it.
         self._oldest_at = 0.0
         # The keys whose replies it keeps, oldest first, with their sizes.
         self._kept: OrderedDict[Hashable, int] = OrderedDict()
@@ -238,6 +238,17 @@ class SeenWindow:
         if done is None:
             done = running[key] = trio.Event()
         return done
+
+    def begin(self, key: Hashable) -> bool:
+        """If ``key`` is neither being handled nor remembered (most messages),
+        :meth:`start` it and return True; else False, and nothing changes: the
+        caller asks :meth:`running` and :meth:`get` (one call per message
+        instead of those three)."""
+        if key in self._running or key in self._entries:
+            return False
+        if self.count:
+            self._running[key] = None
+        return True
 
     def start(self, key: Hashable) -> None:
         """The message ``key`` is being handled (its duplicates wait: :meth:`running`)."""
@@ -280,13 +291,23 @@ class SeenWindow:
                 if not entries:
                     self._oldest_at = now
                 entries[key] = (now, handled)
-            count, seconds = self.count, self.seconds
-            while entries and (len(entries) > count or now - self._oldest_at > seconds):
+            kept = self._kept
+            while len(entries) > self.count:  # full (under load: one goes per message)
                 old, _ = entries.popitem(last=False)
-                if self._kept and old in self._kept:
+                if kept and old in kept:
                     self._release(old)
-                if entries:
-                    self._oldest_at = next(iter(entries.values()))[0]
+            # ``_oldest_at`` is never after the oldest entry's time (a pop for
+            # the count leaves it as it was: the oldest only gets newer), so
+            # the oldest is looked at only when it may have aged out.
+            seconds = self.seconds
+            while entries and now - self._oldest_at > seconds:
+                oldest_at = next(iter(entries.values()))[0]
+                if now - oldest_at <= seconds:
+                    self._oldest_at = oldest_at
+                    break
+                old, _ = entries.popitem(last=False)
+                if kept and old in kept:
+                    self._release(old)
         if done is not None:
             done.set()
 

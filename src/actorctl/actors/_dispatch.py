@@ -15,8 +15,9 @@ its crashes.
 from __future__ import annotations
 
 import math
+from collections.abc import Hashable
 from time import perf_counter
-from typing import Any, Protocol, final
+from typing import Any, Final, Protocol, final
 
 import trio
 
@@ -45,6 +46,10 @@ from ._replies import handler_failed, refuse, send_reply, settle_refused
 from ._settling import WAITS, Deferred, Settler, Wait, Waits, wait_all
 
 __all__ = ["Dispatch", "DispatchHost"]
+
+#: How a message accepted with no reply was answered: one record for all of
+#: them (frozen), not one made per message.
+_ACCEPTED: Final = Handled(ACCEPTED, None)
 
 
 class _HandlerCrashed(Exception):
@@ -119,31 +124,8 @@ class Dispatch:
         # dedup_key, inline (per message): a re-drive's count joins the key
         plain = envelope.headers.get(REDRIVE) is None
         key = (envelope.sender, envelope.message_id) if plain else dedup_key(envelope)
-        running = seen.running(key)
-        if running is not None:
-            await running.wait()  # a duplicate of a message being handled now
-        handled = seen.get(key)
-        if handled is not None:
-            log(
-                "actorctl:delivery:duplicate",
-                actor=cell.name,
-                handler=envelope.subject,
-                message_id=envelope.message_id,
-                sender=envelope.sender,
-                outcome=handled.outcome.state,
-                warning="already handled: answered as the first time, not run again",
-            )
-            self.counters.duplicates += 1
-            reply = handled.reply
-            if (
-                reply is not None
-                and type(reply[1]) is dict
-                and reply[1].get("type") == REPLY_FORGOTTEN
-            ):
-                seen.memory.answered += 1
-            self.finish(inbound, handled)
+        if not seen.begin(key) and await self._answered_before(inbound, key):
             return False
-        seen.start(key)
         started = perf_counter()  # one pair per message: the latency histogram
         # Waits its handler hands to the turn's settler (``_settling.py``),
         # when one runs: the message is settled once they have returned.
@@ -182,8 +164,42 @@ class Dispatch:
             return True
         self.counters.record(handled, perf_counter() - started)
         # Answered first, then remembered with its reply's size as sent.
-        seen.finish(key, handled, self.finish(inbound, handled))
+        if handled is _ACCEPTED:  # finish's answer, inline: settled, no reply
+            inbound.settle(ACCEPTED)
+            seen.finish(key, handled)
+        else:
+            seen.finish(key, handled, self.finish(inbound, handled))
         return False
+
+    async def _answered_before(self, inbound: Inbound, key: Hashable) -> bool:
+        """A message whose key the window holds, or is handling now
+        (``SeenWindow.begin`` said so): a duplicate waits for its first copy
+        to finish, and is answered as that was (True). False: it runs after
+        all (its entry had expired, or its first copy was abandoned), begun."""
+        envelope = inbound.envelope
+        seen = self._seen
+        running = seen.running(key)
+        if running is not None:
+            await running.wait()  # a duplicate of a message being handled now
+        handled = seen.get(key)
+        if handled is None:
+            seen.start(key)
+            return False
+        log(
+            "actorctl:delivery:duplicate",
+            actor=self._cell.name,
+            handler=envelope.subject,
+            message_id=envelope.message_id,
+            sender=envelope.sender,
+            outcome=handled.outcome.state,
+            warning="already handled: answered as the first time, not run again",
+        )
+        self.counters.duplicates += 1
+        reply = handled.reply
+        if reply is not None and type(reply[1]) is dict and reply[1].get("type") == REPLY_FORGOTTEN:
+            seen.memory.answered += 1
+        self.finish(inbound, handled)
+        return True
 
     def settle(self, batch: list[Deferred], inflight: dict[Inbound, None]) -> None:
         """Count, answer and settle the messages of ``batch`` (their waits
@@ -199,7 +215,11 @@ class Dispatch:
             handled = deferred.handled
             counters.record(handled, ended - deferred.started)
             # Answered first, then remembered with its reply's size as sent.
-            seen.finish(deferred.key, handled, self.finish(inbound, handled), now)
+            if handled is _ACCEPTED:  # finish's answer, inline: settled, no reply
+                inbound.settle(ACCEPTED)
+                seen.finish(deferred.key, handled, 0, now)
+            else:
+                seen.finish(deferred.key, handled, self.finish(inbound, handled), now)
             del inflight[inbound]
 
     def finish(self, inbound: Inbound, handled: Handled) -> int:
@@ -235,6 +255,8 @@ class Dispatch:
         if spec is None:
             forwarded = await behaviour.handle_unmatched(envelope)
             if forwarded is not None:
+                if forwarded[0] is ACCEPTED and forwarded[1] is None:
+                    return _ACCEPTED  # (most: a task worker's, per message)
                 return Handled(*forwarded)
             outcome = behaviour.unhandled(envelope)
             if outcome is not None:

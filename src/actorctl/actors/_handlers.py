@@ -97,6 +97,7 @@ class HandlerSpec:
     __slots__ = (
         "_any_keywords",
         "_by_position",
+        "_exact",
         "_fast",
         "_hooks",
         "_required",
@@ -121,6 +122,11 @@ class HandlerSpec:
         #: and check (None: taken as it comes), so that a call by position is
         #: checked without inspect's Signature.bind.
         self._by_position: tuple[tuple[str, Callable[[Any], Any] | None], ...] | None = None
+        #: For a handler whose parameters are all positional, each with a
+        #: primitive's hint (``def add(x: int, y: int)``): those types, in
+        #: order. A call by position whose values are of exactly those types
+        #: passes every check: it is bound with no call per argument.
+        self._exact: tuple[type, ...] | None = None
         self._required = 0
 
     def bind(self, args: list[Any], kwargs: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
@@ -144,6 +150,9 @@ class HandlerSpec:
             and not kwargs
             and self._required <= len(args) <= len(by_position)
         ):
+            exact = self._exact
+            if exact is not None and tuple(map(type, args)) == exact[: len(args)]:
+                return args, kwargs  # each value of its hint's very type: each check passes
             # Each hook called directly (per message): a conversion that fails
             # is done again through _convert, which names the argument.
             try:
@@ -207,6 +216,9 @@ class HandlerSpec:
             if hooks:
                 self._by_position = tuple((p.name, hooks.get(p.name)) for p in params)
                 self._required = required
+                exact = tuple(hints.get(p.name) for p in params)
+                if all(hint in _PRIMITIVES for hint in exact):
+                    self._exact = tuple(hint for hint in exact if isinstance(hint, type))
             else:
                 self._fast = (required, len(params))
 

@@ -132,7 +132,7 @@ class ReplayJournal:
     def __call__(self, key: tuple[str, str], until_ms: float) -> None:
         """Journal an entry the cache added (its key, held until ``until_ms``)."""
         # Once per accepted message: the tests that decide whether _expire and
-        # _prune have work are made here, and next_slot and row_bytes inline.
+        # _prune have work are made here, and next_slot, row_bytes and _set inline.
         now_ms = self._clock() * 1000.0
         if self._full or (self._span and self._until[self._oldest] + _GRACE_MS < now_ms):
             self._expire(now_ms)
@@ -149,7 +149,13 @@ class ReplayJournal:
         if self.bytes + size > self.max_bytes:
             self._prune(size)
         self._store.put(TABLE, name, value, expires=until_ms / 1000.0)
-        self._set(slot, size, until_ms)
+        sizes = self._sizes
+        if slot == len(sizes):  # _set, inline: the ring grows to its first ``slots`` rows
+            sizes.append(size)
+            self._until.append(until_ms)
+        else:
+            sizes[slot] = size
+            self._until[slot] = until_ms
         self._span += 1
         self.bytes += size
 

@@ -119,7 +119,15 @@ class Inbound:
             if self._on_settle is not None:
                 self._on_settle(outcome)
         finally:
-            self._mailbox._release()  # the slot is free whatever the answer did
+            # The slot is free whatever the answer did (the mailbox's release,
+            # inline: per message).
+            mailbox = self._mailbox
+            mailbox._unsettled -= 1
+            if not mailbox._unsettled and mailbox._settled is not None:
+                mailbox._settled.set()
+                mailbox._settled = None
+            if not mailbox._batched:
+                mailbox._replenish(force=False)
 
 
 @attrs.frozen
@@ -413,14 +421,6 @@ class Mailbox:
         """Grant what the batch's settlements freed (see :meth:`begin_batch`)."""
         self._batched = False
         self._replenish(force=False)
-
-    def _release(self) -> None:
-        self._unsettled -= 1
-        if not self._unsettled and self._settled is not None:
-            self._settled.set()
-            self._settled = None
-        if not self._batched:
-            self._replenish(force=False)
 
     def _replenish(self, *, force: bool) -> None:
         links = self._links

@@ -34,25 +34,22 @@ class Fence:
 
     def __init__(self, node: str) -> None:
         self.node = node
-        self._why: str | None = None
+        #: Why the node must start no work now, or None: it may. An attribute,
+        #: not a property: a worker reads it per task (set only by raise_ and lower).
+        self.why: str | None = None
         self._since = 0.0
         self.raised_times = 0  # how many times it went up (read by tests and metrics)
         self._lowered = trio.Event()  # set while it is down
         self._lowered.set()
 
-    @property
-    def why(self) -> str | None:
-        """Why the node must start no work now, or None: it may."""
-        return self._why
-
     def raise_(self, why: str) -> None:
         """Start no work until :meth:`lower` (said once, however often raised)."""
-        if self._why is None:
+        if self.why is None:
             self._since = trio.current_time()
             self.raised_times += 1
             self._lowered = trio.Event()
             log("actorctl:node:fenced", node=self.node, why=why)
-        self._why = why
+        self.why = why
 
     async def wait_lowered(self) -> None:
         """Wait until the fence is down (at once if it is)."""
@@ -60,11 +57,11 @@ class Fence:
 
     def lower(self) -> None:
         """Work may start again (the node registered again)."""
-        if self._why is not None:
+        if self.why is not None:
             log(
                 "actorctl:node:unfenced",
                 node=self.node,
                 seconds=round(trio.current_time() - self._since, 3),
             )
             self._lowered.set()
-        self._why = None
+        self.why = None

@@ -132,6 +132,11 @@ class Gate:
         self._arrivals = itertools.count()
         self.on_blocked = on_blocked
         self.closed = False
+        # The ticket of every task let in at once with no limits of its own:
+        # it holds nothing of that task (no limits, no key, never waited), so
+        # one serves them all, and nothing changes it (``leave`` only reads it).
+        self._admitted = Ticket(None, None, (0, -1))
+        self._admitted.admitted = True
 
     @property
     def waiting(self) -> int:
@@ -159,8 +164,15 @@ class Gate:
         if self.closed:
             raise GateClosed(f"task {task}: the gate is closed")
         limits = self.tasks.get(task)
+        free = not self._waiting and self.running < self.capacity
+        if free and limits is None:
+            # The fast path for a task with no limits of its own (most):
+            # nobody waits, nothing holds it, and its ticket is the shared one.
+            self.running += 1
+            self.started += 1
+            return self._admitted
         ticket = Ticket(limits, key, (-priority, next(self._arrivals)))
-        if not self._waiting and self.running < self.capacity and self._may_start(ticket):
+        if free and self._may_start(ticket):
             self._start(ticket)  # the fast path: nobody waits, nothing holds it
             return ticket
         ticket.event = trio.Event()

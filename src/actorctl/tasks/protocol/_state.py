@@ -112,7 +112,11 @@ def keep_result(
     :func:`store_of`: the caller has it already, and syncs it), for ``expires``
     seconds from ``now`` (``app.conf.result_expires``); False if there was
     nothing to keep it under, or it is not JSON (logged)."""
-    keys = result_keys(request)
+    task_id = request.headers.get(H_TASK_ID)
+    if type(task_id) is str and task_id and task_id == request.correlation_id:
+        keys = [task_id]  # the usual call: result_keys' answer, without the call
+    else:
+        keys = result_keys(request)
     if not keys:
         return False
     row: dict[str, Any] = {"state": state, "body": body, "task": request.subject}

@@ -100,7 +100,7 @@ async def send_document(
     kept = store is not None and keep_result(store, outbox.now(), request, state, body, expires)
     headers = document_headers(request, state)
     for target in targets:
-        if is_reply_address(target):
+        if target.startswith(REPLY_PREFIX):  # is_reply_address, inline (per document)
             document = result_document(outbox, request, target, body, headers)
             # On a worker's node (relay), a caller with no link here has one on
             # the services node.

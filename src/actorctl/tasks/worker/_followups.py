@@ -118,7 +118,10 @@ class FollowUps:
         given = headers.get(H_CHAIN)
         chain_header = given if isinstance(given, str) and given else None
         if chain_header is None and H_LINK not in headers:  # most runs: no callback, no step
-            await self.report(envelope, SUCCESS, to_wire(value))
+            # report's targets, asked first: a result nobody gets is not made
+            # (fire-and-forget: no reply address, no sink)
+            if envelope.reply_to or H_SINKS in headers:
+                await self.report(envelope, SUCCESS, to_wire(value))
             return
         pool = self.pool_of(envelope)
         for callback in signatures_in(headers.get(H_LINK)):

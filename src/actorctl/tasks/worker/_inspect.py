@@ -26,7 +26,6 @@ import attrs
 
 from ..._log import Traced
 from ...actors import CounterSchema
-from ..limits._gate import priority_of
 from ..limits._limits import TaskFailure
 from ..protocol._state import node_outbox
 from ._inspect_answers import HeldRow, NodeStats, WorkerStats
@@ -34,7 +33,6 @@ from ._inspect_answers import HeldRow, NodeStats, WorkerStats
 if TYPE_CHECKING:
     from ...actors import Outbox
     from ...mailbox import Envelope
-    from ..limits._gate import Gate, Ticket
     from ..limits._report import WorkerLimits
 
 __all__ = [
@@ -198,30 +196,12 @@ class Holdings:
             },
         )
 
-    async def enter(
-        self,
-        gate: Gate,
-        message_id: str,
-        held: HeldTask,
-        headers: Mapping[str, Any],
-        key: str | None,
-    ) -> Ticket:
-        """Hold ``held`` (reserved) while it waits at ``gate`` for a run slot;
-        the gate's ticket once it has one (then :meth:`start` or :meth:`leave`)."""
-        self.held[message_id] = held
-        try:
-            return await gate.enter(held.name, priority_of(headers), key)
-        except BaseException:
-            del self.held[message_id]
-            raise
-
-    def start(self, held: HeldTask, now: float) -> None:
-        """``held`` (held since :meth:`enter`, until :meth:`leave`) starts
-        running (active)."""
-        held.started = now
-
     def leave(self, message_id: str) -> None:
-        """The task held as ``message_id`` is done here (a run counts as processed)."""
+        """The task held as ``message_id`` is done here (a run counts as processed).
+
+        Its worker holds it (``held[message_id]``, reserved) from before it waits
+        at the gate for a run slot, and marks it active (``started``) when its
+        run begins: both inline, per task (``_worker.py``)."""
         held = self.held.pop(message_id, None)
         if held is not None and held.started is not None:
             self.processed[held.name] += 1

@@ -56,7 +56,7 @@ from ..app._task import PER_CALL, Retry, Task, TaskContext
 from ..client._client import Directory, TaskClient, using_client
 from ..limits._breakers import record, refuse, task_breakers
 from ..limits._budget import Concurrency, worker_gate
-from ..limits._gate import GateClosed
+from ..limits._gate import PRIORITY_DEFAULT, GateClosed, priority_of
 from ..limits._limits import (
     TaskFailure,
     TimeLimits,
@@ -73,13 +73,17 @@ from ..limits._policies import (
     unknown_task,
     warn_no_scheduler,
 )
-from ..protocol._arguments import Call, calls_of, token_key
+from ..protocol._arguments import calls_of, token_key
 from ..protocol._protocol import (
     BAD_ARGUMENTS,
     DECODE_ERROR,
     FAILURE,
     H_MAP,
+    H_PRIORITY,
+    H_RETRIES,
     H_SINKS,
+    H_TASK_ID,
+    H_TIMELIMIT,
     H_TRACK,
     REVOKED,
     SCHEDULER,
@@ -87,8 +91,6 @@ from ..protocol._protocol import (
     SUCCESS,
     UNKNOWN_SINK,
     UNKNOWN_TASK,
-    envelope_retries,
-    envelope_task_id,
     header_sinks,
 )
 from ..protocol._state import node_outbox
@@ -207,8 +209,13 @@ class TaskWorker(Actor):
     ) -> tuple[Outcome, tuple[str, Any] | None] | None:
         counters = self.named_counters
         counters.add(envelope.subject, "received")
-        # Read once per task: its id and its retry count (from its headers).
-        task_id, retries = envelope_task_id(envelope), envelope_retries(envelope)
+        # Read once per task: its id and its retry count (from its headers;
+        # envelope_task_id and envelope_retries, inline: per message).
+        headers = envelope.headers
+        task_id = headers.get(H_TASK_ID) or envelope.correlation_id or envelope.message_id
+        task_id = task_id if type(task_id) is str else str(task_id)
+        retries = headers.get(H_RETRIES, 0)
+        retries = retries if isinstance(retries, int) else 0
         try:
             with self.state.holdings.action(envelope, self._name, task_id, retries):
                 handled = await self._task(envelope, task_id, retries)
@@ -229,7 +236,7 @@ class TaskWorker(Actor):
             return ACCEPTED, None
 
     async def _task(self, envelope: Envelope, task_id: str, retries: int) -> Handled:
-        # No await may come before ``holdings.enter`` on the way to a run (nor
+        # No await may come before the gate's enter on the way to a run (nor
         # in handle_unmatched before this): the cell's runners begin messages
         # in the order they came, each up to its first checkpoint, and the
         # gate's order among equal priorities is the order tickets are taken.
@@ -237,19 +244,24 @@ class TaskWorker(Actor):
         # once if a checkpoint comes first (tried); tests/actors/test_concurrency.py
         # guards the runners' side.
         followups = self._followups or self.followups  # (the property raises if not running)
-        task = self.app.find(envelope.subject) or foreign_task(
-            self.boxed, self._foreign, envelope.subject, self.pool
-        )
+        headers = envelope.headers
+        # By its own name (most messages), else by an alias or as a foreign task.
+        task = self.app.tasks.get(envelope.subject) or self._other_task(envelope)
         if task is None:
             kind, why = unknown_task(
                 self.boxed, self.app.tasks.values(), envelope.subject, self.pool
             )
             await followups.report(envelope, FAILURE, TaskError(kind, why).wire())
             return Outcome.rejected(UNKNOWN_TASK, why), None
+        mapped = headers.get(H_MAP)
         try:
             args, kwargs = envelope.call()
-            calls = calls_of(task, args, kwargs, envelope.headers.get(H_MAP))
-            key = token_key(task, calls)
+            # calls_of and token_key, inline for the usual message (one call, no tokens)
+            if mapped:
+                calls = calls_of(task, args, kwargs, mapped)
+            else:
+                calls = [task.spec.bind(args, kwargs)]
+            key = None if task.concurrency_key is None else token_key(task, calls)
         except WireFormatError as exc:
             error = TaskError("WireFormatError", str(exc))
             await followups.report(envelope, FAILURE, error.wire())
@@ -258,14 +270,14 @@ class TaskWorker(Actor):
             error = TaskError("BadArguments", str(exc))
             await followups.report(envelope, FAILURE, error.wire())
             return Outcome.rejected(BAD_ARGUMENTS, str(exc)), None
-        if H_SINKS in envelope.headers and (bad := self._unknown_sink(envelope)) is not None:
+        if H_SINKS in headers and (bad := self._unknown_sink(envelope)) is not None:
             await followups.report(envelope, FAILURE, TaskError("ConfigError", bad).wire())
             return Outcome.rejected(UNKNOWN_SINK, bad), None
         fence = self._fence  # fenced: see the module's text (checked inline: per task)
         if fence is not None and fence.why is not None:
             return self._fenced(task, fence.why)
         now = followups.client.outbox.now
-        breaker = self._breakers.get(task.name)
+        breaker = self._breakers.get(task.name) if self._breakers else None
         if breaker is not None and not breaker.closed and (refused := breaker.admit()):
             return await self._refuse(envelope, task, refused)
         # Admitted while closed: the breaker may trip while the task waits for
@@ -273,19 +285,24 @@ class TaskWorker(Actor):
         # asked again once the slot is taken. (A half-open probe is not.)
         admitted_closed = breaker is not None and breaker.closed
         # Reserved until a run slot is free, then active until the run ends (inspect).
-        held = HeldTask(task_id, task.name, args, kwargs, self._name, self.pool, now())
+        received = now()
+        held = HeldTask(task_id, task.name, args, kwargs, self._name, self.pool, received)
         holdings = self.state.holdings
         if signals.task_received.receivers:
             hooks.received(task, task_id, retries, args, kwargs)
         # Taken before this task's first checkpoint: the cell begins messages
         # in the order they came (actors/_runners.py), and so their tickets
         # are taken in that order (the gate's order among equal priorities).
+        # (Holdings.enter, inline: held while it waits at the gate.)
+        priority = PRIORITY_DEFAULT if H_PRIORITY not in headers else priority_of(headers)
+        holdings.held[envelope.message_id] = held
         try:
-            ticket = await holdings.enter(
-                self.gate, envelope.message_id, held, envelope.headers, key
-            )
-        except GateClosed:
-            return self._given_back(envelope, task_id)
+            ticket = await self.gate.enter(task.name, priority, key)
+        except BaseException as exc:
+            del holdings.held[envelope.message_id]
+            if isinstance(exc, GateClosed):
+                return self._given_back(envelope, task_id)
+            raise
         try:
             if (
                 admitted_closed
@@ -297,18 +314,38 @@ class TaskWorker(Actor):
             # Raised while it waited for a slot? (No wait: no checkpoint since.)
             if ticket.event is not None and fence is not None and fence.why is not None:
                 return self._fenced(task, fence.why)
-            begun = now()  # one clock read: whether it expired, and when it started
-            why_not, runtime = self._why_not_run(envelope, task_id, begun), None
+            # One clock read: whether it expired, and when it started; none
+            # more if it had no wait (no checkpoint since it was received).
+            begun = received if ticket.event is None else now()
+            why_not, runtime = None, None
+            if self.state.revoked or envelope.expiry_time is not None:
+                why_not = self._why_not_run(envelope, task_id, begun)
             if why_not is None:
-                holdings.start(held, begun)
-                if envelope.headers.get(H_TRACK):
+                held.started = begun  # (Holdings.start, inline: active now)
+                if headers.get(H_TRACK):
                     await followups.report(envelope, STARTED, None)
                 if signals.task_prerun.receivers:
                     hooks.prerun(task, task_id, args, kwargs)
                 started = perf_counter()
-                ran = await self._run_all(envelope, task, task_id, retries, calls)
+                ran: list[Any] | BaseException
+                try:  # its values (each call of a map), or what it raised
+                    if len(calls) == 1:  # not a map: one call
+                        call_args, call_kwargs = calls[0]
+                        ran = [
+                            await self._run(task, task_id, retries, call_args, call_kwargs, headers)
+                        ]
+                    else:
+                        ran = [
+                            await self._run(task, task_id, retries, call_args, call_kwargs, headers)
+                            for call_args, call_kwargs in calls
+                        ]
+                except (Retry, Exception) as exc:
+                    ran = exc
                 runtime = perf_counter() - started
-                self.named_counters.observe(task.name, runtime)
+                # Its run time, and (counted before its result goes: a scrape
+                # after it sees it) its success.
+                succeeded = type(ran) is list
+                self.named_counters.ran(task.name, runtime, "success" if succeeded else None)
         finally:
             holdings.leave(envelope.message_id)
             self.gate.leave(ticket)
@@ -325,21 +362,29 @@ class TaskWorker(Actor):
                 error = TaskError("Expired", why_not.reason)
                 await followups.dead_letter(envelope, REASON_EXPIRED, error, retries)
             return ACCEPTED, None
-        if isinstance(ran, list):  # counted before its result goes: a scrape after it sees it
-            self.named_counters.add(task.name, "success")
-        state = await follow(followups, envelope, task, task_id, retries, ran)
-        if state != SUCCESS:
-            self.named_counters.add(task.name, state.lower())  # failure, retry, revoked
         # What the page's window of runs shows (_inspect.py): hooks.outcome_of,
         # its values read here for a run that returned (most: no call per task).
-        if isinstance(ran, list):
-            outcome = ran if envelope.headers.get(H_MAP) else ran[0]
+        if type(ran) is list:  # follow's first branch, inline (most runs)
+            outcome = ran if mapped else ran[0]
+            await followups.succeed(envelope, outcome)
+            if signals.task_success.receivers:
+                hooks.succeeded(task, outcome)
+            state = SUCCESS
         else:
+            state = await follow(followups, envelope, task, task_id, retries, ran)
+            self.named_counters.add(task.name, state.lower())  # failure, retry, revoked
             outcome = hooks.outcome_of(envelope, ran)
         holdings.end(held, state, outcome, runtime, retries, now())
         if signals.task_postrun.receivers:
             hooks.postrun(task, task_id, args, kwargs, hooks.retval_of(envelope, ran), state)
         return ACCEPTED, None
+
+    def _other_task(self, envelope: Envelope) -> Task | None:
+        """The task a message names by an alias (Celery's default name), or a
+        foreign task its pool's boxed worker serves; None: neither."""
+        return self.app.find(envelope.subject) or foreign_task(
+            self.boxed, self._foreign, envelope.subject, self.pool
+        )
 
     def _given_back(self, envelope: Envelope, task_id: str) -> Handled:
         """The node stops before the task could begin: it goes back unsettled
@@ -381,22 +426,6 @@ class TaskWorker(Actor):
             return NotRun(NotRunKind.EXPIRED, f"expired {late:.3f} s before it could run")
         return None
 
-    async def _run_all(
-        self, envelope: Envelope, task: Task, task_id: str, retries: int, calls: list[Call]
-    ) -> list[Any] | BaseException:
-        """Run the task (each call of a map): its values, or what it raised."""
-        headers = envelope.headers
-        try:
-            if len(calls) == 1:  # not a map: one call
-                call_args, call_kwargs = calls[0]
-                return [await self._run(task, task_id, retries, call_args, call_kwargs, headers)]
-            return [
-                await self._run(task, task_id, retries, call_args, call_kwargs, headers)
-                for call_args, call_kwargs in calls
-            ]
-        except (Retry, Exception) as exc:
-            return exc
-
     async def _run(
         self,
         task: Task,
@@ -412,14 +441,16 @@ class TaskWorker(Actor):
         Raises:
             TaskFailure: it ran past its hard limit, or was terminated.
         """
-        limits = limits_of(task, headers, self._unlimited)
+        if task.time_limit is None and task.soft_time_limit is None and H_TIMELIMIT not in headers:
+            limits = self._unlimited  # limits_of's usual answer, without the call
+        else:
+            limits = limits_of(task, headers, self._unlimited)
         if task.bind:
             aborted = functools.partial(self.state.revoked.__contains__, task_id)
             ctx = TaskContext(
                 task, task_id, retries=retries, args=args, kwargs=kwargs, aborted=aborted
             )
             args = [ctx, *args]
-        call = functools.partial(task.fn, *args, **kwargs)
         if not (task.boxed or task.is_async or self.threads):
             # A plain def on the event loop's own thread: nothing else runs
             # until it returns, so nothing could cancel it (a revoke's
@@ -429,7 +460,14 @@ class TaskWorker(Actor):
             # checkpoint comes between its enter and its exit, so no other
             # run enters it meanwhile.
             with self._client_block or using_client(self.followups.client):
-                return run_inline(call, limits)
+                if limits is self._unlimited:
+                    # No limits: what its context says is the same as none set
+                    # (check_soft_time_limit and soft_time_limit do nothing for
+                    # either), and a runner's context has none set: run_inline's
+                    # set and reset would change nothing.
+                    return task.fn(*args, **kwargs)
+                return run_inline(functools.partial(task.fn, *args, **kwargs), limits)
+        call = functools.partial(task.fn, *args, **kwargs)
         # A long-lived boxed worker counts the hard limit itself, from when one
         # of its processes takes the task (afresh when it runs again after a
         # crash): the wait for a process (a restart's backoff) does not count.
