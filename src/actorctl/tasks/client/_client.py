@@ -88,6 +88,10 @@ class TaskClient:
         self.token = token or trio.lowlevel.current_trio_token()
         #: The ids of the tasks sent through it (drawn in batches: ``TaskIds``).
         self.task_ids = TaskIds()
+        #: Where what a services node that lost its role had not taken goes
+        #: (``Directory.elsewhere``), across hosts; None on one host. (Fixed
+        #: with the directory: looked up once, not per send.)
+        self.reroute = directory.elsewhere if directory.elected else None
         # Sends that plain code hands over without waiting (see submit()).
         self._queue: collections.deque[_Submitted] = collections.deque()
         self._lock = threading.Lock()
@@ -385,7 +389,11 @@ async def send_task(
             services node that took the services role over).
     """
     options = options or SendOptions()
-    delivery = options.delivery(task, confirm=confirm, durable=durable)
+    if options.acks_late:  # SendOptions.delivery's answer for it, without the record
+        presettled = False
+    else:
+        delivery = options.delivery(task, confirm=confirm, durable=durable)
+        presettled, confirm = delivery.presettled, delivery.confirm
     outbox = client.outbox
     now = outbox.now()
     meta = _task_headers(pool, task_id, options, headers)
@@ -410,16 +418,15 @@ async def send_task(
         expiry_time=None if options.expires is None else options.expiry_time(now),
         headers=meta,
     )
-    if delivery.presettled:
+    if presettled:
         await outbox.send(target, envelope, presettled=True, confirm=False)
         return
-    confirm = delivery.confirm
     if confirm is None:
         confirm = receiver in directory.accepting
     # Across hosts, what a services node that lost its role (or its host) had
     # not taken goes to the node that holds the role now: from the backlog
     # (durable), or sent again here (not confirmed: it did not take it).
-    reroute = directory.elsewhere if directory.elected else None
+    reroute = client.reroute
     try:
         await outbox.send(
             target, envelope, presettled=False, confirm=confirm, durable=durable, reroute=reroute
