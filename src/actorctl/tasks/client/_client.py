@@ -17,7 +17,7 @@ import contextvars
 import socket
 import threading
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, Final, TypeVar, final
+from typing import Any, Final, NoReturn, TypeVar, final
 
 import attrs
 import trio
@@ -110,14 +110,19 @@ class TaskClient:
         self._drained = trio.lowlevel.ParkingLot()  # unparked as the pump goes idle
 
     def submit(
-        self, send: Callable[[], Awaitable[Any]], on_error: Callable[[Exception], None]
+        self,
+        send: Callable[[], Awaitable[Any]],
+        on_error: Callable[[Exception], None],
+        *,
+        plain: bool = False,
     ) -> None:
         """From plain code: hand ``send`` to the client's trio thread and return
         at once (once its window of sends are waiting, it blocks until half of
         them went), so a caller does not pay a thread round trip per task. Sends go out in order;
         one that fails calls ``on_error`` there. Without :meth:`pump` running
-        (a worker's client), it waits for the send instead."""
-        if not self._pumping or in_trio():
+        (a worker's client), it waits for the send instead. ``plain``: the
+        caller made sure this is not trio's thread (see :meth:`refuse_blocking`)."""
+        if not self._pumping or (not plain and in_trio()):
             self.wait_in_client_thread(send)  # in trio's thread this raises, saying what to use
             return
         with self._lock:
@@ -157,7 +162,11 @@ class TaskClient:
                     except Exception as exc:
                         on_error(exc)
                     self._sent += 1
-                    if self._room is not None:
+                    # A submit waits for room: let it go once at most half the
+                    # window is unsent. (Looked at without the lock first: a
+                    # count read early is lower, so this never skips a release
+                    # that _make_room, which looks again under the lock, would make.)
+                    if self._room is not None and self._submitted - self._sent <= self._low:
                         self._make_room()
                 with self._lock:
                     if self._queue:
@@ -232,12 +241,21 @@ class TaskClient:
                 the event loop (saying which awaitable to use).
         """
         if in_trio():
-            self.check_thread()
-            raise MisuseError(
-                "this call blocks, and this is trio's thread: use the awaitable form "
-                "(`await task.adelay(...)`, `await task.aapply_async(...)`, `await result.aget()`)"
-            )
+            self.refuse_blocking()
         return trio.from_thread.run(fn, *args, trio_token=self.token)
+
+    def refuse_blocking(self) -> NoReturn:
+        """A call that blocks, made in trio's thread: refuse it.
+
+        Raises:
+            MisuseError: saying which awaitable to use (or, from another trio
+                run than the client's, how to connect there: :meth:`check_thread`).
+        """
+        self.check_thread()
+        raise MisuseError(
+            "this call blocks, and this is trio's thread: use the awaitable form "
+            "(`await task.adelay(...)`, `await task.aapply_async(...)`, `await result.aget()`)"
+        )
 
 
 def _ring(bell: socket.socket) -> None:
