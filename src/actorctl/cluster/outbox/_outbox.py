@@ -282,7 +282,9 @@ class NodeOutbox:
         """The connection to the node at ``address``: started (in the node's
         nursery) the first time, reused after."""
         endpoint = (address.host, address.port)  # address.endpoint, with no call (per send)
-        self.idle_peers.used.add(endpoint)
+        used = self.idle_peers.used
+        if endpoint not in used:  # (marked once per idle check, not per send)
+            used.add(endpoint)
         peers = self._peers
         if endpoint in peers:  # (a membership test and an index: no call per send)
             return peers[endpoint]
