@@ -220,7 +220,10 @@ _MAX_KEYS = 4096
 # reader holds the dict it began with, so a pair it found by ``in`` is still
 # there at ``[]``, whatever another thread reads meanwhile.
 _pairs: dict[bytes, tuple[str, str]] = {}
-_once: set[bytes] = set()
+_once: dict[bytes, None] = {}  # a dict: noting a pair is no call
+#: How many pairs were noted in ``_once`` since it was last emptied (at least
+#: its size): counted, not measured, so that noting one is no call.
+_noted: Final = [0]
 
 
 # The recurring properties' texts (_RECURRING_PROPERTIES) by their UTF-8
@@ -245,16 +248,18 @@ def _key(raw: bytes) -> str:
 
 
 def _pair(pair: bytes, key: str, value: str) -> None:
-    """Note a text pair met: cached if met before (see ``_pairs``)."""
+    """Cache a text pair met before (see ``_pairs``). (``_map`` notes one met
+    the first time itself.)"""
     global _pairs
-    if pair in _once:
-        if len(_pairs) >= _MAX_KEYS:
-            _pairs = {}  # a new one: see _pairs
-        _pairs[pair] = (key, value)
-    else:
-        if len(_once) >= _MAX_KEYS:
-            _once.clear()
-        _once.add(pair)
+    if len(_pairs) >= _MAX_KEYS:
+        _pairs = {}  # a new one: see _pairs
+    _pairs[pair] = (key, value)
+
+
+def _forget_once() -> None:
+    """Empty ``_once`` (it noted ``_MAX_KEYS`` pairs)."""
+    _once.clear()
+    _noted[0] = 0
 
 
 def _map(data: bytes, pos: int, count: int, end: int) -> tuple[dict[Any, Any], int]:
@@ -265,7 +270,7 @@ def _map(data: bytes, pos: int, count: int, end: int) -> tuple[dict[Any, Any], i
     if count % 2:
         raise _Unsupported("odd map")
     result: dict[Any, Any] = {}
-    keys, pairs = _keys, _pairs
+    keys, pairs, once = _keys, _pairs, _once
     key: Any
     value: Any
     for _ in range(count // 2):
@@ -284,7 +289,13 @@ def _map(data: bytes, pos: int, count: int, end: int) -> tuple[dict[Any, Any], i
                     value = data[stop + 2 : after].decode()
                     if after > end:
                         raise _Unsupported("truncated")
-                    _pair(pair, key, value)
+                    if pair in once:  # its second sighting: cached now
+                        _pair(pair, key, value)
+                    else:  # met the first time (a unique value, an id): noted, with no call
+                        once[pair] = None
+                        _noted[0] += 1
+                        if _noted[0] >= _MAX_KEYS:
+                            _forget_once()
                 result[key] = value
                 pos = after
                 continue

@@ -207,7 +207,7 @@ def _app_properties(
     without a call (a membership test and an index: no method call per item)."""
     kind = envelope.kind
     parts = [_KIND_LANG[kind] if kind in _KIND_LANG else _string("kind") + _string(kind) + _LANG]
-    names = _names
+    names, once = _names, _once
     count = 4
     for items in (envelope.headers, extra):
         if not items:
@@ -216,8 +216,22 @@ def _app_properties(
             if type(value) is str:
                 if value in names:
                     encoded = names[value]
+                elif value in once:  # its second sighting (it was short): cached now
+                    encoded = _name(value)
                 else:
-                    encoded = _name(value) if len(value) <= 40 else _string(value)
+                    # Met the first time (a unique value, such as a task id,
+                    # comes here per message): _string, and _name's noting
+                    # for a short one (of at most 40 characters), inline.
+                    raw = value.encode()
+                    n = len(raw)
+                    encoded = (
+                        b"\xa1" + _LENGTHS[n] if n < 256 else b"\xb1" + _pack_size32(n)
+                    ) + raw
+                    if n <= 40 or len(value) <= 40:
+                        once[value] = None
+                        _noted[0] += 1
+                        if _noted[0] >= _MAX_NAMES:
+                            _forget_once()
             elif type(value) is int and -(2**63) <= value < 2**63:
                 encoded = b"\x81" + _pack_long(value)
             elif type(value) is bytes and len(value) < 256:  # a signature
@@ -266,6 +280,15 @@ def _value(value: object) -> bytes | None:
 _names: dict[str, bytes] = {}
 _once: dict[str, None] = {}
 _MAX_NAMES: Final = 4096
+#: How many strings were noted in ``_once`` since it was last emptied (at
+#: least its size): counted, not measured, so that noting one is no call.
+_noted: Final = [0]
+
+
+def _forget_once() -> None:
+    """Empty ``_once`` (it noted ``_MAX_NAMES`` strings)."""
+    _once.clear()
+    _noted[0] = 0
 
 
 def _name(text: str) -> bytes:
@@ -285,9 +308,10 @@ def _name(text: str) -> bytes:
         if len(_names) < _MAX_NAMES:
             _names[text] = encoded
     else:
-        if len(_once) >= _MAX_NAMES:
-            _once.clear()
         _once[text] = None
+        _noted[0] += 1
+        if _noted[0] >= _MAX_NAMES:
+            _forget_once()
     return encoded
 
 
