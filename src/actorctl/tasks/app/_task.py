@@ -319,7 +319,8 @@ class Task:
             headers = None
         body = wire_body(args, kwargs or {}, check=plain)
         sent = self._send_options(options)
-        check_references(directory, f"task {self.name}", self.pool, sent)
+        if sent.sinks or sent.link or sent.link_error or sent.chain:  # (else it names none)
+            check_references(directory, f"task {self.name}", self.pool, sent)
         result = new_result(client, task_id, name, tracked=not ignore)
         reply_to = None if ignore else client.outbox.reply_address(target)
 

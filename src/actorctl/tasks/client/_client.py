@@ -423,10 +423,10 @@ async def send_task(
     if eta is not None and eta > now + 0.001:
         meta[H_ETA] = eta
         receiver = SCHEDULER
-    target = directory.resolve(receiver)
+    target, to = directory.target(receiver)
     envelope = Envelope(
         message_id=message_id or outbox.new_message_id(),
-        to=str(target),
+        to=to,
         subject=task,
         body=[args, kwargs] if wired else [to_wire(list(args)), to_wire(dict(kwargs))],
         kind=kind,
