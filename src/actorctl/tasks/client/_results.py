@@ -224,7 +224,8 @@ class AsyncResult:
         if lookup is not None:
             lookup.run_blocking(self._fetch, lookup, timeout)
             return
-        self._check_tracked()
+        if not self._tracked:
+            self._check_tracked()  # raises
         first = FALLBACK_AFTER if timeout is None or timeout > FALLBACK_AFTER else timeout
         done = self._done_thread()
         if done.acquire(timeout=first):
