@@ -86,6 +86,7 @@ class Peer(PeerEvents):
         self._on_state = on_state
         self.engine: Engine | None = None
         self._ready = trio.Event()
+        self._ready_now = False  # _ready.is_set(), kept beside it (set and made anew with it)
         self._links: dict[str, OutLink] = {}
         self._outs: dict[Any, OutLink] = {}  # by raw pn_link_t pointer
         self._resend: list[Pending] = []
@@ -265,7 +266,7 @@ class Peer(PeerEvents):
         """Put one delivery on the wire, waiting for a connection and for credit."""
         while True:
             engine = self.engine
-            if engine is None or engine.closed or not self._ready.is_set():
+            if engine is None or engine.closed or not self._ready_now:
                 engine = await self.wait_ready()
             links, path = self._links, pending.path
             # _out_link's look-up, inline (no call per message)
@@ -390,6 +391,7 @@ class Peer(PeerEvents):
         identity = settings.identity
         await self._signing.start(engine, self._transmit_now)
         self._ready.set()
+        self._ready_now = True
         self.dialer.connected()
         if self._on_state is not None:
             self._on_state(self.name, True, engine.connection.remote_container)

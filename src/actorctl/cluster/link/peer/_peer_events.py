@@ -60,6 +60,7 @@ class PeerEvents(EngineHandler):
     _outs: dict[Any, OutLink]
     _resend: list[Pending]
     _ready: trio.Event
+    _ready_now: bool  # _ready.is_set(), kept beside it: a send reads it with no call
     _linked: trio.Event
     _linked_once: bool
     _reattach: bool
@@ -187,6 +188,7 @@ class PeerEvents(EngineHandler):
             # must be woken by the next connection.
             if self._ready.is_set():
                 self._ready = trio.Event()
+                self._ready_now = False
             self._linked = trio.Event()
             self.dialer.closed()
             if self._on_state is not None:
