@@ -149,13 +149,15 @@ def _encode(
         _NULL if expiry is None else b"\x83" + _pack_long(expiry),
         _NULL if creation is None else b"\x83" + _pack_long(creation),
     ]
+    count = 10  # len(fields), kept as the null ones at the end go: no call
     while fields[-1] is _NULL:
         fields.pop()
+        count -= 1
     props = b"".join(fields)
     return b"".join(
         (
             _PROPERTIES,
-            _pack_list32(len(props) + 4, len(fields)),
+            _pack_list32(len(props) + 4, count),
             props,
             _APP_PROPERTIES,
             _pack_list32(len(app[0]) + 4, app[1]),
