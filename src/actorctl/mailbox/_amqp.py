@@ -69,7 +69,7 @@ def _read_message(data: bytes) -> Sections | None:
     # _read_sections, which reads these the same way too.
     if data.startswith(_PROPERTIES32):
         size, count = _U32_PAIR(data, 4)
-        properties, pos = _compound(data, 12, count, False, 8 + size)
+        properties, pos = _compound(data, 12, count, False, 8 + size, _RECURRING_PROPERTIES)
         if data.startswith(_APP_PROPERTIES32, pos):
             size, count = _U32_PAIR(data, pos + 4)
             app, pos = _map(data, pos + 12, count, pos + 8 + size)
@@ -185,7 +185,9 @@ def _read_sections(data: bytes) -> Sections | None:
         # data), are read without _read's dispatch; any other form goes there.
         if code == 0x73 and constructor == 0xD0:
             size, count = _U32(data, pos + 4)[0], _U32(data, pos + 8)[0]
-            properties, pos = _compound(data, pos + 12, count, False, pos + 8 + size)
+            properties, pos = _compound(
+                data, pos + 12, count, False, pos + 8 + size, _RECURRING_PROPERTIES
+            )
         elif code == 0x74 and constructor == 0xD1:
             size, count = _U32(data, pos + 4)[0], _U32(data, pos + 8)[0]
             app, pos = _map(data, pos + 12, count, pos + 8 + size)
@@ -244,9 +246,26 @@ def _read(data: bytes, pos: int) -> tuple[Any, int]:
     return (raw if code in (0xA0, 0xB0) else raw.decode("utf-8")), end
 
 
-def _compound(data: bytes, pos: int, count: int, is_map: bool, end: int) -> tuple[Any, int]:
+#: The properties that recur from message to message (to, subject, reply-to,
+#: content-type), by their place in the properties list: their text is found
+#: by its bytes in ``_texts``, not decoded anew. The ids (message-id,
+#: correlation-id) are unique: decoded, never kept.
+_RECURRING_PROPERTIES: Final = frozenset({2, 3, 4, 6})
+_NO_PLACES: Final[frozenset[int]] = frozenset()
+
+
+def _compound(
+    data: bytes,
+    pos: int,
+    count: int,
+    is_map: bool,
+    end: int,
+    recurring: frozenset[int] = _NO_PLACES,
+) -> tuple[Any, int]:
     # The values messages carry most (str8, sym8, null, timestamp, vbin8) are
-    # read inline: this runs for every property of every message.
+    # read inline: this runs for every property of every message. A text at a
+    # place of ``recurring`` (_RECURRING_PROPERTIES, for the properties) is
+    # looked up by its bytes first.
     if is_map:
         return _map(data, pos, count, end)
     # Each item is set in its place (no append call per item), in a list made
@@ -256,11 +275,16 @@ def _compound(data: bytes, pos: int, count: int, is_map: bool, end: int) -> tupl
     if count > len(data) - pos:
         raise _Unsupported("more items than bytes")
     items: list[Any] = [None] * count
+    texts = _texts
     for at in range(count):
         code = data[pos]
         if code == 0xA1 or code == 0xA3:
             stop = pos + 2 + data[pos + 1]
-            items[at] = data[pos + 2 : stop].decode()
+            if at in recurring:  # (a membership test and an index: no call)
+                raw = data[pos + 2 : stop]
+                items[at] = texts[raw] if raw in texts else _text(raw)
+            else:
+                items[at] = data[pos + 2 : stop].decode()
             pos = stop
         elif code == 0x40:
             pos += 1  # null: the item is None already
@@ -291,7 +315,24 @@ _MAX_KEYS = 4096
 # reader holds the dict it began with, so a pair it found by ``in`` is still
 # there at ``[]``, whatever another thread reads meanwhile.
 _pairs: dict[bytes, tuple[str, str]] = {}
-_once: set[bytes] = set()
+_once: dict[bytes, None] = {}  # a dict: noting a pair is no call
+#: How many pairs were noted in ``_once`` since it was last emptied (at least
+#: its size): counted, not measured, so that noting one is no call.
+_noted: Final = [0]
+
+
+# The recurring properties' texts (_RECURRING_PROPERTIES) by their UTF-8
+# bytes, decoded: bounded, past it they are decoded anew (never emptied: a
+# text found by ``in`` is still there at ``[]``, whatever another thread reads
+# meanwhile).
+_texts: dict[bytes, str] = {}
+
+
+def _text(raw: bytes) -> str:
+    text = raw.decode()
+    if len(_texts) < _MAX_KEYS:
+        _texts[raw] = text
+    return text
 
 
 def _key(raw: bytes) -> str:
@@ -302,16 +343,18 @@ def _key(raw: bytes) -> str:
 
 
 def _pair(pair: bytes, key: str, value: str) -> None:
-    """Note a text pair met: cached if met before (see ``_pairs``)."""
+    """Cache a text pair met before (see ``_pairs``). (``_map`` notes one met
+    the first time itself.)"""
     global _pairs
-    if pair in _once:
-        if len(_pairs) >= _MAX_KEYS:
-            _pairs = {}  # a new one: see _pairs
-        _pairs[pair] = (key, value)
-    else:
-        if len(_once) >= _MAX_KEYS:
-            _once.clear()
-        _once.add(pair)
+    if len(_pairs) >= _MAX_KEYS:
+        _pairs = {}  # a new one: see _pairs
+    _pairs[pair] = (key, value)
+
+
+def _forget_once() -> None:
+    """Empty ``_once`` (it noted ``_MAX_KEYS`` pairs)."""
+    _once.clear()
+    _noted[0] = 0
 
 
 def _map(data: bytes, pos: int, count: int, end: int) -> tuple[dict[Any, Any], int]:
@@ -322,7 +365,7 @@ def _map(data: bytes, pos: int, count: int, end: int) -> tuple[dict[Any, Any], i
     if count % 2:
         raise _Unsupported("odd map")
     result: dict[Any, Any] = {}
-    keys, pairs = _keys, _pairs
+    keys, pairs, once = _keys, _pairs, _once
     key: Any
     value: Any
     for _ in range(count // 2):
@@ -341,7 +384,13 @@ def _map(data: bytes, pos: int, count: int, end: int) -> tuple[dict[Any, Any], i
                     value = data[stop + 2 : after].decode()
                     if after > end:
                         raise _Unsupported("truncated")
-                    _pair(pair, key, value)
+                    if pair in once:  # its second sighting: cached now
+                        _pair(pair, key, value)
+                    else:  # met the first time (a unique value, an id): noted, with no call
+                        once[pair] = None
+                        _noted[0] += 1
+                        if _noted[0] >= _MAX_KEYS:
+                            _forget_once()
                 result[key] = value
                 pos = after
                 continue

@@ -221,6 +221,9 @@ _seen_keys: set[str] = set()
 # Its ``_seen_pairs`` is a dict, so that noting a pair is no call.
 _pairs: dict[tuple[str, object], bytes] = {}
 _seen_pairs: dict[tuple[str, object], None] = {}
+#: How many pairs were noted in ``_seen_pairs`` since it was last emptied (at
+#: least its size): counted, not measured, so that noting one is no call.
+_noted_pairs: Final = [0]
 # The covered header keys in their order, by the keys of the headers as given.
 _orders: dict[tuple[str, ...], tuple[str, ...]] = {}
 _seen_orders: set[tuple[str, ...]] = set()
@@ -296,9 +299,10 @@ def _headers(headers: Mapping[str, object], order: tuple[str, ...]) -> list[byte
                 if len(pairs) < _MAX_HEADS:
                     pairs[pair] = encoded
             else:
-                if len(_seen_pairs) >= _MAX_HEADS:
-                    _seen_pairs.clear()
                 _seen_pairs[pair] = None
+                _noted_pairs[0] += 1
+                if _noted_pairs[0] >= _MAX_HEADS:
+                    _forget_pairs()
         elif value is None:
             continue
         else:
@@ -310,6 +314,12 @@ def _headers(headers: Mapping[str, object], order: tuple[str, ...]) -> list[byte
         count += 1
     parts[0] = _LENGTH[count] if count < 256 else _u32(count)
     return parts
+
+
+def _forget_pairs() -> None:
+    """Empty ``_seen_pairs`` (it noted ``_MAX_HEADS`` pairs)."""
+    _seen_pairs.clear()
+    _noted_pairs[0] = 0
 
 
 def _key(key: object) -> bytes:

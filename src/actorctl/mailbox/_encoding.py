@@ -53,9 +53,14 @@ def encode(
             except (TypeError, ValueError):
                 body = json_dumps(value)  # raises, saying what is not JSON
         extra = signature = None
+        # The times as on the wire (ms), made once for the signature and the properties.
+        creation, expiry = envelope.creation_time, envelope.expiry_time
+        times = (
+            round(creation * 1000) if creation else None,
+            round(expiry * 1000) if expiry else None,
+        )
         if signer is not None:
             # canonical(), written out: one call fewer per message signed
-            creation, expiry = envelope.creation_time, envelope.expiry_time
             canonical = canonical_bytes(
                 node=node,
                 to=actor,
@@ -63,8 +68,8 @@ def encode(
                 message_id=envelope.message_id,
                 correlation_id=envelope.correlation_id,
                 reply_to=envelope.reply_to,
-                creation_ms=round(creation * 1000) if creation else None,
-                expiry_ms=round(expiry * 1000) if expiry else None,
+                creation_ms=times[0],
+                expiry_ms=times[1],
                 kind=envelope.kind,
                 headers=envelope.headers,
                 body=body,
@@ -84,7 +89,7 @@ def encode(
             if signature is not None and signer is not None:
                 extra = signer(canonical)  # the same signature, as properties
             return _encode_with_proton(envelope, body, extra, node)
-        return _encode(envelope, body, app)
+        return _encode(envelope, body, app, times)
     except UnicodeEncodeError as exc:
         raise WireFormatError(
             f"message {envelope.message_id!r}: text that is not valid UTF-8 ({exc.reason})"
@@ -114,34 +119,45 @@ def to_ms(seconds: float | None) -> int | None:
     return None if not seconds else round(seconds * 1000)
 
 
-def _encode(envelope: Envelope, body: bytes, app: tuple[bytes, int]) -> bytes:
-    """The message's bytes, its application properties encoded already."""
+def _encode(
+    envelope: Envelope, body: bytes, app: tuple[bytes, int], times: tuple[int | None, int | None]
+) -> bytes:
+    """The message's bytes, its application properties encoded already, its
+    creation and expiry times in ms (as the signature covers them)."""
     names = _names  # the recurring strings, encoded once (_name), looked up inline
     to, reply_to, correlation_id = envelope.to, envelope.reply_to, envelope.correlation_id
     subject = envelope.subject
-    expiry, creation = envelope.expiry_time, envelope.creation_time
+    creation, expiry = times
     message_id = envelope.message_id.encode()  # _string, inline (per message)
     size = len(message_id)
+    if correlation_id:  # _string, inline (per message: a task id)
+        raw = correlation_id.encode()
+        n = len(raw)
+        correlation = (b"\xa1" + _LENGTHS[n] if n < 256 else b"\xb1" + _pack_size32(n)) + raw
+    else:
+        correlation = _NULL
     fields = [
         (b"\xa1" + _LENGTHS[size] if size < 256 else b"\xb1" + _pack_size32(size)) + message_id,
         _NULL,  # user-id
         (names[to] if to in names else _name(to)) if to else _NULL,
         names[subject] if subject in names else _name(subject),
         (names[reply_to] if reply_to in names else _name(reply_to)) if reply_to else _NULL,
-        _string(correlation_id) if correlation_id else _NULL,
+        correlation,
         _JSON_SYMBOL,
         _NULL,  # content-encoding
-        # _timestamp, inline (per message): as _ms, since the signature covers it
-        b"\x83" + _pack_long(round(expiry * 1000)) if expiry else _NULL,
-        b"\x83" + _pack_long(round(creation * 1000)) if creation else _NULL,
+        # _timestamp, inline (per message)
+        _NULL if expiry is None else b"\x83" + _pack_long(expiry),
+        _NULL if creation is None else b"\x83" + _pack_long(creation),
     ]
+    count = 10  # len(fields), kept as the null ones at the end go: no call
     while fields[-1] is _NULL:
         fields.pop()
+        count -= 1
     props = b"".join(fields)
     return b"".join(
         (
             _PROPERTIES,
-            _pack_list32(len(props) + 4, len(fields)),
+            _pack_list32(len(props) + 4, count),
             props,
             _APP_PROPERTIES,
             _pack_list32(len(app[0]) + 4, app[1]),
@@ -193,7 +209,7 @@ def _app_properties(
     without a call (a membership test and an index: no method call per item)."""
     kind = envelope.kind
     parts = [_KIND_LANG[kind] if kind in _KIND_LANG else _string("kind") + _string(kind) + _LANG]
-    names = _names
+    names, once = _names, _once
     count = 4
     for items in (envelope.headers, extra):
         if not items:
@@ -202,8 +218,22 @@ def _app_properties(
             if type(value) is str:
                 if value in names:
                     encoded = names[value]
+                elif value in once:  # its second sighting (it was short): cached now
+                    encoded = _name(value)
                 else:
-                    encoded = _name(value) if len(value) <= 40 else _string(value)
+                    # Met the first time (a unique value, such as a task id,
+                    # comes here per message): _string, and _name's noting
+                    # for a short one (of at most 40 characters), inline.
+                    raw = value.encode()
+                    n = len(raw)
+                    encoded = (
+                        b"\xa1" + _LENGTHS[n] if n < 256 else b"\xb1" + _pack_size32(n)
+                    ) + raw
+                    if n <= 40 or len(value) <= 40:
+                        once[value] = None
+                        _noted[0] += 1
+                        if _noted[0] >= _MAX_NAMES:
+                            _forget_once()
             elif type(value) is int and -(2**63) <= value < 2**63:
                 encoded = b"\x81" + _pack_long(value)
             elif type(value) is bytes and len(value) < 256:  # a signature
@@ -252,6 +282,15 @@ def _value(value: object) -> bytes | None:
 _names: dict[str, bytes] = {}
 _once: dict[str, None] = {}
 _MAX_NAMES: Final = 4096
+#: How many strings were noted in ``_once`` since it was last emptied (at
+#: least its size): counted, not measured, so that noting one is no call.
+_noted: Final = [0]
+
+
+def _forget_once() -> None:
+    """Empty ``_once`` (it noted ``_MAX_NAMES`` strings)."""
+    _once.clear()
+    _noted[0] = 0
 
 
 def _name(text: str) -> bytes:
@@ -271,9 +310,10 @@ def _name(text: str) -> bytes:
         if len(_names) < _MAX_NAMES:
             _names[text] = encoded
     else:
-        if len(_once) >= _MAX_NAMES:
-            _once.clear()
         _once[text] = None
+        _noted[0] += 1
+        if _noted[0] >= _MAX_NAMES:
+            _forget_once()
     return encoded
 
 

@@ -17,7 +17,7 @@ import json.scanner
 import sys
 from collections.abc import Callable, Mapping
 from json.encoder import encode_basestring
-from typing import Any, Final, cast
+from typing import Any, Final, cast, final
 
 import attrs
 
@@ -144,6 +144,7 @@ def _instead(exc: Exception) -> str:
     return f" (send only JSON: dict, list, str, int, float, bool, None; for a {kind}, send {fix})"
 
 
+@final  # never subclassed: the hot paths tell it from bytes by its exact type
 @attrs.frozen(slots=True)
 class Envelope:
     """One message: its routing metadata and its decoded JSON body.

@@ -74,6 +74,10 @@ class EngineOutput:
         #: the ledger's count.
         self.writes = 0
         self._wake_event = trio.Event()
+        # Whether emit() or send_settled() set the wake event since the writer
+        # armed it: then they do not set it again (no call per message in a
+        # busy spell). A wake by another path leaves it False: set again, harmlessly.
+        self._woken = False
         self._send_lock = trio.Lock()
         self._turns = LoopTurns()  # this run's counter, once ``run`` starts
         self._produced_at = -2  # the loop turn of the last reply left to the writer
@@ -112,7 +116,8 @@ class EngineOutput:
         if quiet and self._writer_idle and self._fd >= 0 and not self._send_lock.locked():
             self._flush_due = True
             self._turns.at_turn_end(self._flush)
-        else:
+        elif not self._woken:
+            self._woken = True
             self._wake_event.set()
 
     def send_settled(self, link: Any, tag: bytes, data: bytes | bytearray) -> None:
@@ -128,7 +133,9 @@ class EngineOutput:
             self.emit()
         else:
             self._produced_at = count
-            self._wake_event.set()
+            if not self._woken:
+                self._woken = True
+                self._wake_event.set()
 
     def _flush(self) -> None:
         """At a loop turn's end (before trio waits for I/O; called by the turn
@@ -159,6 +166,7 @@ class EngineOutput:
             while True:
                 # Re-arm before draining, so a wake-up during send_all is not lost.
                 self._wake_event = trio.Event()
+                self._woken = False
                 writes = self.writes
                 if not await self._send_pending():
                     # Nothing more to say: half-close, so the peer's reader sees

@@ -5,7 +5,6 @@ peer (:class:`OutLink`)."""
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable
 from typing import Any, final
 
@@ -165,7 +164,7 @@ class Pending:
 class OutLink:
     """A sender link to one actor on the peer."""
 
-    __slots__ = ("engine", "failure", "link", "lot", "sender", "tags", "unsettled")
+    __slots__ = ("draining", "engine", "failure", "link", "lot", "sender", "tag", "unsettled")
 
     def __init__(self, engine: Engine, sender: Link) -> None:
         self.engine = engine
@@ -173,7 +172,14 @@ class OutLink:
         self.link = sender._impl
         self.lot = trio.lowlevel.ParkingLot()
         self.failure: Outcome | None = None
-        self.tags = itertools.count()
+        #: The number of its next delivery, whose tag is its hex digits (a
+        #: count kept here, not an iterator: no call per message).
+        self.tag = 0
+        #: Whether the receiver asks for its unused credit back (AMQP drain):
+        #: ``pn_link_get_drain`` as of the last flow it sent. Only a flow frame
+        #: changes that flag, and each comes as a LINK_FLOW event, which sets
+        #: this (``drain_if_idle``): a send reads it with no call to proton.
+        self.draining = False
         # Sent at-least-once and not yet settled by the peer, by raw delivery
         # pointer, in sending order.
         self.unsettled: dict[Any, Pending] = {}

@@ -73,6 +73,11 @@ __all__ = [
 
 #: The credit a node keeps on its reply link to each peer.
 REPLY_CREDIT: Final = 1000
+#: A reply link's credit is looked at (and topped up to ``REPLY_CREDIT`` when
+#: below half of it) at every this many deliveries it brings, not at each: a
+#: delivery uses one credit and comes as at least one DELIVERY event, so the
+#: credit never falls below ``REPLY_CREDIT // 2 - _CREDIT_EVERY`` (436).
+_CREDIT_EVERY: Final = 64
 #: The link condition of a reply address that this connection may not take.
 UNAUTHORIZED: Final = "amqp:unauthorized-access"
 #: Canonical field 0 (the node) of a reply or result document, and its
@@ -166,7 +171,7 @@ class ReplyCheck:
         clock: the wall clock (seconds since the epoch), for session expiry.
     """
 
-    __slots__ = ("_clock", "_identity", "_keyring", "_last", "_macs", "address", "peer")
+    __slots__ = ("_clock", "_events", "_identity", "_keyring", "_last", "_macs", "address", "peer")
 
     def __init__(
         self, keyring: Keyring | None, address: str, peer: str, clock: Callable[[], float]
@@ -183,6 +188,7 @@ class ReplyCheck:
         # session, so most replies find it without a look-up.
         self._last: tuple[str, Any, float] = ("", None, 0.0)
         self._identity: str | None = None
+        self._events = 0  # the reply link's DELIVERY events since its credit was looked at
 
     def connected(self, identity: str | None) -> None:
         """A new connection to the peer, whose certificate names ``identity``
@@ -214,17 +220,22 @@ class ReplyCheck:
 
     def receive(self, engine: Engine, link: Any, delivery: Any) -> Envelope | None:
         """Take a delivery off the reply link (raw pointers): settle it, keep the
-        link's credit topped up, and return the reply if it holds (see :meth:`check`)."""
+        link's credit topped up (``_CREDIT_EVERY``), and return the reply if it
+        holds (see :meth:`check`)."""
+        events = self._events + 1
+        if events >= _CREDIT_EVERY:
+            events = 0
+            credit = _link_credit(link)
+            if credit < REPLY_CREDIT // 2:
+                _link_flow(link, REPLY_CREDIT - credit)
+                engine.wake()
+        self._events = events
         if not _readable(delivery) or _partial(delivery):
             return None
         data = raw.recv(link, _pending(delivery))
         if not _remote_settled(delivery):
             _update(delivery, raw.ACCEPTED)
         _settle_delivery(delivery)
-        credit = _link_credit(link)
-        if credit < REPLY_CREDIT // 2:
-            _link_flow(link, REPLY_CREDIT - credit)
-            engine.wake()
         try:
             return self.check(data)
         except WireFormatError as exc:

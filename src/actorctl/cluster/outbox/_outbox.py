@@ -169,7 +169,8 @@ class NodeOutbox:
         durable: bool = False,
         reroute: Reroute | None = None,
     ) -> None:
-        envelope = _traced(envelope)
+        if TRACE not in envelope.headers and current_action_or(None) is not None:
+            envelope = _traced(envelope)  # (its first look, inline: most sends are in none)
         if durable:
             await self.backlog.add(address, envelope, reroute=reroute)
             return
@@ -280,33 +281,36 @@ class NodeOutbox:
     def open_peer(self, address: Address) -> Peer:
         """The connection to the node at ``address``: started (in the node's
         nursery) the first time, reused after."""
-        endpoint = address.endpoint
-        self.idle_peers.used.add(endpoint)
-        peer = self._peers.get(endpoint)
-        if peer is None:
-            if self._nursery is None:
-                raise ConfigError(f"node {self.name!r} is not running: use open_node()")
-            made: list[Peer] = []
+        endpoint = (address.host, address.port)  # address.endpoint, with no call (per send)
+        used = self.idle_peers.used
+        if endpoint not in used:  # (marked once per idle check, not per send)
+            used.add(endpoint)
+        peers = self._peers
+        if endpoint in peers:  # (a membership test and an index: no call per send)
+            return peers[endpoint]
+        if self._nursery is None:
+            raise ConfigError(f"node {self.name!r} is not running: use open_node()")
+        made: list[Peer] = []
 
-            def on_state(name: str, up: bool, node: str | None) -> None:
-                # A connection closed as idle (no longer in the table) is no news:
-                # nothing depended on it, and a new one there may be up already.
-                if self._on_peer_state is not None and self._peers.get(endpoint) is made[0]:
-                    self._on_peer_state(name, up, node)
+        def on_state(name: str, up: bool, node: str | None) -> None:
+            # A connection closed as idle (no longer in the table) is no news:
+            # nothing depended on it, and a new one there may be up already.
+            if self._on_peer_state is not None and self._peers.get(endpoint) is made[0]:
+                self._on_peer_state(name, up, node)
 
-            peer = Peer(
-                address.host,
-                address.port,
-                self.settings,
-                self._engines,
-                self._on_reply,
-                on_state=on_state,
-                breaker=self._breakers.get(endpoint),
-            )
-            self._breakers[endpoint] = peer.breaker
-            made.append(peer)
-            self._peers[endpoint] = peer
-            self._nursery.start_soon(self.idle_peers.run_peer, peer)
+        peer = Peer(
+            address.host,
+            address.port,
+            self.settings,
+            self._engines,
+            self._on_reply,
+            on_state=on_state,
+            breaker=self._breakers.get(endpoint),
+        )
+        self._breakers[endpoint] = peer.breaker
+        made.append(peer)
+        self._peers[endpoint] = peer
+        self._nursery.start_soon(self.idle_peers.run_peer, peer)
         return peer
 
     def peer_back(self, address: Address) -> None:

@@ -23,7 +23,7 @@ from ..._log import log
 from ...actors import HandlerSpec
 from ...supervision import DEFAULT_RETRY_POLICY, RetryPolicy
 from ..client._client import TaskClient, current_client, send_task
-from ..client._results import AsyncResult
+from ..client._results import AsyncResult, in_trio
 from ..client._validate import check_references, wire_body
 from ..limits._rates import rate_limit_of
 from ..protocol._protocol import FAILURE, H_GROUP, H_RETRY_POLICY, SCHEDULER, new_task_id
@@ -250,7 +250,9 @@ class Task:
         if self.eager is not None and self.eager.active:
             return self.eager.apply(self, args, kwargs, options)
         client = current_client(f"task {self.name}")
-        result, send = self._prepare(client, args, kwargs, options, check_json=True)
+        if in_trio():  # before anything is registered: it would block trio's thread
+            client.refuse_blocking()
+        result, send = self._prepare(client, args, kwargs, options, plain=True)
 
         def failed(exc: Exception) -> None:
             # send() has failed the result the caller holds; the log says it too.
@@ -259,7 +261,7 @@ class Task:
         if self.pool in client.directory.accepting:
             client.wait_in_client_thread(send)
         else:
-            client.submit(send, failed)
+            client.submit(send, failed, plain=True)
         return result
 
     async def adelay(self, *args: Any, **kwargs: Any) -> AsyncResult:
@@ -283,15 +285,17 @@ class Task:
         kwargs: Mapping[str, Any] | None,
         options: dict[str, Any],
         *,
-        check_json: bool = False,
+        plain: bool = False,
     ) -> tuple[AsyncResult, Callable[[], Awaitable[None]]]:
         """Check everything that can be wrong with a call, and register its
         result, in the caller's thread; return the send for the client's.
 
-        ``check_json``: encode the arguments here too, for a caller whose send
-        happens in another thread (where a WireFormatError could not reach it);
-        a trio caller gets it from the send itself."""
-        client.check_thread()
+        ``plain``: a caller in plain code (``apply_async``), which made sure it
+        is not in trio's thread already. Its arguments are encoded here too,
+        since its send happens in another thread (where a WireFormatError could
+        not reach it); a trio caller gets that from the send itself."""
+        if not plain:
+            client.check_thread()
         directory = client.directory
         target = directory.resolve(self.pool)
         if options:
@@ -300,18 +304,31 @@ class Task:
                 options.get("countdown") is not None or options.get("eta") is not None
             ):
                 directory.resolve(SCHEDULER)
-            task_id = options.pop("task_id", None) or client.task_ids.new()
-            ignore = options.pop("ignore_result", self.ignore_result)
-            name = options.pop("_name", self.name)
+            # Taken out of ``options`` if given (a membership test first: no
+            # call for an option not given, such as all three but one here).
+            task_id = (options.pop("task_id") if "task_id" in options else None) or (
+                client.task_ids.new()
+            )
+            ignore = (
+                options.pop("ignore_result") if "ignore_result" in options else self.ignore_result
+            )
+            name = options.pop("_name") if "_name" in options else self.name
             headers = self._headers(options) if options else None  # (ignore_result alone: none)
         else:  # delay(): the task's own options only
             task_id, ignore, name = client.task_ids.new(), self.ignore_result, self.name
             headers = None
-        body = wire_body(args, kwargs or {}, check=check_json)
-        sent = self._send_options(options)
-        check_references(directory, f"task {self.name}", self.pool, sent)
+        body = wire_body(args, kwargs or {}, check=plain)
+        # _send_options' record for delay(), looked at here (no call per task)
+        kept = self._own_options
+        settings = (self.pool, self.sinks, self.track_started, self.acks_late)
+        if not options and kept is not None and kept[0] == settings:
+            sent = kept[1]
+        else:
+            sent = self._send_options(options)
+        if sent.sinks or sent.link or sent.link_error or sent.chain:  # (else it names none)
+            check_references(directory, f"task {self.name}", self.pool, sent)
         result = new_result(client, task_id, name, tracked=not ignore)
-        reply_to = client.outbox.reply_address(target) if result.tracked else None
+        reply_to = None if ignore else client.outbox.reply_address(target)
 
         async def send() -> None:
             try:

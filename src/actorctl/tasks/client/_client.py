@@ -17,7 +17,7 @@ import contextvars
 import socket
 import threading
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, Final, TypeVar, final
+from typing import Any, Final, NoReturn, TypeVar, final
 
 import attrs
 import trio
@@ -88,6 +88,10 @@ class TaskClient:
         self.token = token or trio.lowlevel.current_trio_token()
         #: The ids of the tasks sent through it (drawn in batches: ``TaskIds``).
         self.task_ids = TaskIds()
+        #: Where what a services node that lost its role had not taken goes
+        #: (``Directory.elsewhere``), across hosts; None on one host. (Fixed
+        #: with the directory: looked up once, not per send.)
+        self.reroute = directory.elsewhere if directory.elected else None
         # Sends that plain code hands over without waiting (see submit()).
         self._queue: collections.deque[_Submitted] = collections.deque()
         self._lock = threading.Lock()
@@ -106,14 +110,19 @@ class TaskClient:
         self._drained = trio.lowlevel.ParkingLot()  # unparked as the pump goes idle
 
     def submit(
-        self, send: Callable[[], Awaitable[Any]], on_error: Callable[[Exception], None]
+        self,
+        send: Callable[[], Awaitable[Any]],
+        on_error: Callable[[Exception], None],
+        *,
+        plain: bool = False,
     ) -> None:
         """From plain code: hand ``send`` to the client's trio thread and return
         at once (once its window of sends are waiting, it blocks until half of
         them went), so a caller does not pay a thread round trip per task. Sends go out in order;
         one that fails calls ``on_error`` there. Without :meth:`pump` running
-        (a worker's client), it waits for the send instead."""
-        if not self._pumping or in_trio():
+        (a worker's client), it waits for the send instead. ``plain``: the
+        caller made sure this is not trio's thread (see :meth:`refuse_blocking`)."""
+        if not self._pumping or (not plain and in_trio()):
             self.wait_in_client_thread(send)  # in trio's thread this raises, saying what to use
             return
         with self._lock:
@@ -153,7 +162,11 @@ class TaskClient:
                     except Exception as exc:
                         on_error(exc)
                     self._sent += 1
-                    if self._room is not None:
+                    # A submit waits for room: let it go once at most half the
+                    # window is unsent. (Looked at without the lock first: a
+                    # count read early is lower, so this never skips a release
+                    # that _make_room, which looks again under the lock, would make.)
+                    if self._room is not None and self._submitted - self._sent <= self._low:
                         self._make_room()
                 with self._lock:
                     if self._queue:
@@ -228,12 +241,21 @@ class TaskClient:
                 the event loop (saying which awaitable to use).
         """
         if in_trio():
-            self.check_thread()
-            raise MisuseError(
-                "this call blocks, and this is trio's thread: use the awaitable form "
-                "(`await task.adelay(...)`, `await task.aapply_async(...)`, `await result.aget()`)"
-            )
+            self.refuse_blocking()
         return trio.from_thread.run(fn, *args, trio_token=self.token)
+
+    def refuse_blocking(self) -> NoReturn:
+        """A call that blocks, made in trio's thread: refuse it.
+
+        Raises:
+            MisuseError: saying which awaitable to use (or, from another trio
+                run than the client's, how to connect there: :meth:`check_thread`).
+        """
+        self.check_thread()
+        raise MisuseError(
+            "this call blocks, and this is trio's thread: use the awaitable form "
+            "(`await task.adelay(...)`, `await task.aapply_async(...)`, `await result.aget()`)"
+        )
 
 
 def _ring(bell: socket.socket) -> None:
@@ -385,7 +407,11 @@ async def send_task(
             services node that took the services role over).
     """
     options = options or SendOptions()
-    delivery = options.delivery(task, confirm=confirm, durable=durable)
+    if options.acks_late:  # SendOptions.delivery's answer for it, without the record
+        presettled = False
+    else:
+        delivery = options.delivery(task, confirm=confirm, durable=durable)
+        presettled, confirm = delivery.presettled, delivery.confirm
     outbox = client.outbox
     now = outbox.now()
     meta = _task_headers(pool, task_id, options, headers)
@@ -397,10 +423,10 @@ async def send_task(
     if eta is not None and eta > now + 0.001:
         meta[H_ETA] = eta
         receiver = SCHEDULER
-    target = directory.resolve(receiver)
+    target, to = directory.target(receiver)
     envelope = Envelope(
         message_id=message_id or outbox.new_message_id(),
-        to=str(target),
+        to=to,
         subject=task,
         body=[args, kwargs] if wired else [to_wire(list(args)), to_wire(dict(kwargs))],
         kind=kind,
@@ -410,16 +436,15 @@ async def send_task(
         expiry_time=None if options.expires is None else options.expiry_time(now),
         headers=meta,
     )
-    if delivery.presettled:
+    if presettled:
         await outbox.send(target, envelope, presettled=True, confirm=False)
         return
-    confirm = delivery.confirm
     if confirm is None:
         confirm = receiver in directory.accepting
     # Across hosts, what a services node that lost its role (or its host) had
     # not taken goes to the node that holds the role now: from the backlog
     # (durable), or sent again here (not confirmed: it did not take it).
-    reroute = directory.elsewhere if directory.elected else None
+    reroute = client.reroute
     try:
         await outbox.send(
             target, envelope, presettled=False, confirm=confirm, durable=durable, reroute=reroute

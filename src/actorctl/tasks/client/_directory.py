@@ -70,6 +70,17 @@ class Directory:
             takes_self=True,
         ),
     )
+    # The same, each with its text (``str(address)``, an envelope's ``to``),
+    # made once: :meth:`target`. One tuple per name, so that a reader gets an
+    # address and its own text together. Only :meth:`follow` changes it.
+    _targets: dict[str, tuple[Address, str]] = attrs.field(
+        init=False,
+        repr=False,
+        eq=False,
+        default=attrs.Factory(
+            lambda self: {k: (a, str(a)) for k, a in self._parsed.items()}, takes_self=True
+        ),
+    )
     # What :meth:`follow` moves: each services node's address of a name that
     # moves with the role (a pool's router, the scheduler, the event hub, the
     # chord barrier) to that name. New chords open on the holder's barrier;
@@ -127,6 +138,7 @@ class Directory:
         for address, name in self._movable.items():
             if address.endpoint == endpoint:
                 self._parsed[name] = address
+                self._targets[name] = (address, str(address))
         moved: trio.Event = self._holder[1]
         self._holder[:] = [holder, trio.Event()]
         moved.set()
@@ -169,13 +181,24 @@ class Directory:
         """
         if "://" in name:
             return Address.parse(name)
-        address = self._parsed.get(name)
-        if address is None:
-            known = ", ".join(sorted(self.addresses)) or "none"
-            raise ConfigError(
-                f"no pool or service named {name!r} in the directory (known: {known})"
-            )
-        return address
+        parsed = self._parsed
+        if name in parsed:  # (a membership test and an index: no call per task sent)
+            return parsed[name]
+        known = ", ".join(sorted(self.addresses)) or "none"
+        raise ConfigError(f"no pool or service named {name!r} in the directory (known: {known})")
+
+    def target(self, name: str) -> tuple[Address, str]:
+        """:meth:`resolve`, with the address's text (made once): what a send
+        needs, with no call for the text on the path of every task sent.
+
+        Raises:
+            ConfigError: as :meth:`resolve`.
+        """
+        targets = self._targets
+        if name in targets:  # (a membership test and an index: no call)
+            return targets[name]
+        address = self.resolve(name)  # an address given as such, or an unknown name
+        return address, str(address)
 
     def control_addresses(self) -> list[Address]:
         """The task control actor of every node that hosts workers."""

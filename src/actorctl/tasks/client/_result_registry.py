@@ -88,17 +88,21 @@ class ResultRegistry:
         """A document the outbox took for a waited-for id: what :meth:`deliver`
         does, written flat (it runs for every reply)."""
         task_id = str(envelope.correlation_id)
-        result = self._waiting.get(task_id)
-        if result is None:
-            return
         headers = envelope.headers
         state = str(headers[H_STATE]) if H_STATE in headers else SUCCESS
-        retries = headers.get(H_RETRIES, 0)
+        # A final document lets the id go, as forget() does: taken out at once
+        # (one call: pop, not get and then pop). (get and pop, never ``in``
+        # and ``[]``: plain code's thread adds ids, and may forget one.)
+        final = state in READY_STATES
+        result = self._waiting.pop(task_id, None) if final else self._waiting.get(task_id)
+        if result is None:
+            return
+        # (The document's own headers: a membership test and an index, no call.)
+        retries = headers[H_RETRIES] if H_RETRIES in headers else 0  # noqa: SIM401
         if type(retries) is not int and not isinstance(retries, int):
             retries = 0
         result.update(state, envelope.body, retries)
-        # Final now: let the id go, as forget() does.
-        if state in READY_STATES and self._waiting.pop(task_id, None) is not None:
+        if final:
             self._outbox.unexpect(task_id)
             if not self._waiting and self._emptied:  # someone waits in wait_empty
                 self._emptied.unpark_all()

@@ -214,6 +214,8 @@ class AsyncResult:
             self._wait_in_thread(timeout)
             if self._state not in READY_STATES:
                 raise AskTimeout(f"{self._name()} not ready within {timeout:g} s")
+        if self._state == SUCCESS:  # _outcome's first case, inline (no call per get)
+            return self._value
         return self._outcome(propagate)
 
     def _wait_in_thread(self, timeout: float | None) -> None:
@@ -222,7 +224,8 @@ class AsyncResult:
         if lookup is not None:
             lookup.run_blocking(self._fetch, lookup, timeout)
             return
-        self._check_tracked()
+        if not self._tracked:
+            self._check_tracked()  # raises
         first = FALLBACK_AFTER if timeout is None or timeout > FALLBACK_AFTER else timeout
         done = self._done_thread()
         if done.acquire(timeout=first):
@@ -399,13 +402,18 @@ class AsyncResult:
         # the value or error already set (it takes no lock to read them).
         self._state = state
         if state in READY_STATES:
-            with self._thread_lock:  # after the state: a get() making its lock now sees it
-                # Released only if it was made held: one made after the state
-                # was set is free already, and a waiter may hold it a moment.
-                done = self._thread_done if self._thread_held else None
-                self._thread_held = False
-            if done is not None:
-                done.release()
+            # A thread's lock is looked at under the lock only if one was made
+            # (most results are final before anyone waits in a thread). A get()
+            # that makes its lock after this look sees the state final, set
+            # before it, and makes that lock free.
+            if self._thread_done is not None:
+                with self._thread_lock:  # after the state: a get() making its lock now sees it
+                    # Released only if it was made held: one made after the state
+                    # was set is free already, and a waiter may hold it a moment.
+                    done = self._thread_done if self._thread_held else None
+                    self._thread_held = False
+                if done is not None:
+                    done.release()
             if self._done_trio is not None:
                 self._done_trio.set()
         changed, self._changed = self._changed, None  # the next waiter makes a fresh one

@@ -12,7 +12,6 @@ end) is handled in ``_peer_events.py``, the base of :class:`Peer`.
 from __future__ import annotations
 
 import functools
-import itertools
 from collections.abc import Callable
 from typing import Any, Final, final
 
@@ -87,10 +86,11 @@ class Peer(PeerEvents):
         self._on_state = on_state
         self.engine: Engine | None = None
         self._ready = trio.Event()
+        self._ready_now = False  # _ready.is_set(), kept beside it (set and made anew with it)
         self._links: dict[str, OutLink] = {}
         self._outs: dict[Any, OutLink] = {}  # by raw pn_link_t pointer
         self._resend: list[Pending] = []
-        self._sends = itertools.count(1)
+        self._sends = 0  # the sends that had credit at once (each yields every 16th)
         self._session: Session | None = None
         self._reply_receiver: Link | None = None
         self._linked = trio.Event()  # the reply link of the current connection is open
@@ -266,24 +266,30 @@ class Peer(PeerEvents):
         """Put one delivery on the wire, waiting for a connection and for credit."""
         while True:
             engine = self.engine
-            if engine is None or engine.closed or not self._ready.is_set():
+            if engine is None or engine.closed or not self._ready_now:
                 engine = await self.wait_ready()
-            out = self._out_link(engine, pending.path)
+            links, path = self._links, pending.path
+            # _out_link's look-up, inline (no call per message)
+            out = links[path] if path in links else self._out_link(engine, path)
+            if out.engine is not engine:
+                out = self._out_link(engine, path)
             link = out.link
             if _link_credit(link) <= 0:
                 while _link_credit(link) <= 0 and out.failure is None and not engine.closed:
                     await out.lot.park()
-            elif next(self._sends) % _YIELD_EVERY == 0:
-                # A sender with credit does not yield on every message, so that
-                # the writer puts several messages in one write; it yields often
-                # enough that others get their turn.
-                await _take_turn()
-                if _link_credit(link) <= 0:
-                    # While it yielded, a drain took the credit back (it was
-                    # not parked, so its credit looked unused): it waits for
-                    # credit again. A transfer sent without credit would leave
-                    # the link one below what the receiver counts, for good.
-                    continue
+            else:
+                self._sends = sends = self._sends + 1
+                if sends % _YIELD_EVERY == 0:
+                    # A sender with credit does not yield on every message, so that
+                    # the writer puts several messages in one write; it yields often
+                    # enough that others get their turn.
+                    await _take_turn()
+                    if _link_credit(link) <= 0:
+                        # While it yielded, a drain took the credit back (it was
+                        # not parked, so its credit looked unused): it waits for
+                        # credit again. A transfer sent without credit would leave
+                        # the link one below what the receiver counts, for good.
+                        continue
             if out.failure is not None:
                 pending.resolve(out.failure)
                 return
@@ -293,24 +299,31 @@ class Peer(PeerEvents):
                 # Before the message on the wire: the peer takes the attach first.
                 self._attach_replies(engine)
             message = pending.message
-            if isinstance(message, Envelope):
+            if type(message) is Envelope:  # (no subclass: a test of its type, not a call)
                 message = encode(
                     message, signer=self._signing.signer, actor=pending.path, node=self._node
                 )
             presettled = pending.presettled
-            if not presettled and self.unsettled.full_for(len(message)):
+            size = len(message)
+            unsettled = self.unsettled
+            held = unsettled.held
+            if not presettled and held and held + size > unsettled.bound:  # full_for, inline
                 # The peer holds max_unsettled_bytes of ours unsettled: wait
                 # (backpressure), then look at the connection and credit again.
-                await self.unsettled.wait_room(len(message))
+                await unsettled.wait_room(size)
                 continue
-            delivery = send(link, b"%x" % next(out.tags), message)
+            tag = out.tag
+            out.tag = tag + 1
+            delivery = send(link, b"%x" % tag, message)
             if presettled:
                 _settle_delivery(delivery)
                 pending.resolve(ACCEPTED)
             else:
                 out.unsettled[delivery] = pending
-                self.unsettled.add(pending, len(message))
-            drain_if_idle(engine, out)
+                pending.size = size  # UnsettledBytes.add, inline
+                unsettled.held = held + size
+            if out.draining:  # the receiver asks for its unused credit back
+                drain_if_idle(engine, out)
             engine.emit()  # from this task, when the connection is quiet
             return
 
@@ -378,6 +391,7 @@ class Peer(PeerEvents):
         identity = settings.identity
         await self._signing.start(engine, self._transmit_now)
         self._ready.set()
+        self._ready_now = True
         self.dialer.connected()
         if self._on_state is not None:
             self._on_state(self.name, True, engine.connection.remote_container)
@@ -412,5 +426,7 @@ class Peer(PeerEvents):
         assert identity is not None
         signer = functools.partial(sign_ed25519, identity)
         data = encode(message, signer=signer, actor=pending.path, node=self._node)
-        out.unsettled[send(out.link, b"%x" % next(out.tags), data)] = pending
+        tag = out.tag
+        out.tag = tag + 1
+        out.unsettled[send(out.link, b"%x" % tag, data)] = pending
         engine.wake()

@@ -60,6 +60,7 @@ class PeerEvents(EngineHandler):
     _outs: dict[Any, OutLink]
     _resend: list[Pending]
     _ready: trio.Event
+    _ready_now: bool  # _ready.is_set(), kept beside it: a send reads it with no call
     _linked: trio.Event
     _linked_once: bool
     _reattach: bool
@@ -137,20 +138,28 @@ class PeerEvents(EngineHandler):
 
     def on_delivery(self, engine: Engine, delivery: Any) -> None:
         link = _delivery_link(delivery)
-        if _is_receiver(link):
+        # Membership tests and indexing, not calls (get, pop, pn_link_is_receiver):
+        # this runs for every settlement and every reply. A link of ``_outs``
+        # is one of its senders; any other is asked.
+        outs = self._outs
+        if link in outs:
+            unsettled: dict[Any, Pending] | None = outs[link].unsettled
+        elif _is_receiver(link):
             # A reply, authenticated first (docs/protocol.md §8.1): what fails
             # is logged and dropped. (Inline: this runs for every reply.)
             envelope = self._replies.receive(engine, link, delivery)
             if envelope is not None:
                 self._on_reply_document(envelope, self.name)
             return
+        else:
+            unsettled = None  # a sender link it no longer keeps
         if not _remote_settled(delivery):
             return
-        out = self._outs.get(link)
-        pending = out.unsettled.pop(delivery, None) if out is not None else None
-        if pending is None:
+        if unsettled is None or delivery not in unsettled:
             _settle_delivery(delivery)
             return
+        pending = unsettled[delivery]
+        del unsettled[delivery]
         state = _remote_state(delivery)
         if state == ACCEPTED_STATE:
             _settle_delivery(delivery)
@@ -179,6 +188,7 @@ class PeerEvents(EngineHandler):
             # must be woken by the next connection.
             if self._ready.is_set():
                 self._ready = trio.Event()
+                self._ready_now = False
             self._linked = trio.Event()
             self.dialer.closed()
             if self._on_state is not None:
@@ -198,9 +208,11 @@ class PeerEvents(EngineHandler):
 
 
 def drain_if_idle(engine: Engine, out: OutLink) -> None:
-    """The receiver asked for its unused credit back (AMQP drain): give back
-    what no waiting sender is about to use."""
+    """At a flow from the receiver: note whether it asks for its unused credit
+    back (AMQP drain, ``OutLink.draining``) and if so, give back what no
+    waiting sender is about to use. (A send calls it only while that is so.)"""
     link = out.link
-    if lib.pn_link_get_drain(link) and not len(out.lot) and _link_credit(link) > 0:
+    out.draining = draining = bool(lib.pn_link_get_drain(link))
+    if draining and not len(out.lot) and _link_credit(link) > 0:
         lib.pn_link_drained(link)
         engine.wake()

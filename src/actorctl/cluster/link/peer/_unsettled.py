@@ -30,6 +30,10 @@ __all__ = ["UnsettledBytes"]
 class UnsettledBytes:
     """The unsettled bytes of one peer, and the senders waiting for room.
 
+    ``Peer.transmit`` counts a message in itself, on the path of every one
+    (no call): it reads :attr:`held` and :attr:`bound` as :meth:`full_for`
+    does, and adds the message's size to :attr:`held` and to ``Pending.size``.
+
     Args:
         peer: the peer's ``host:port``, for logs.
         bound: the most bytes held at once (``max_unsettled_bytes``).
@@ -74,11 +78,6 @@ class UnsettledBytes:
     def waiting(self) -> bool:
         """Whether a sender waits for room."""
         return self._room is not None
-
-    def add(self, pending: Pending, size: int) -> None:
-        """``pending`` went out with ``size`` bytes, to be settled."""
-        pending.size = size
-        self.held += size
 
     def free(self, pending: Pending) -> None:
         """``pending`` is settled, or given up: its bytes are free."""
