@@ -425,9 +425,13 @@ def _commit(db: sqlite3.Connection, batch: Sequence[_Write], purge: float | None
         # statements of many rows (_chunks), not one statement step per row:
         # sqlite3 lets go of the GIL around every step, and each time it takes
         # it back it waits for the event loop's thread to let go in turn.
+        most = _most_rows(db)
         for is_put, run in itertools.groupby(batch, key=lambda write: write[2] is not None):
             writes = list(run)
-            for start, count in _chunks(len(writes)):
+            if not is_put and not _ROW_VALUES:  # an SQLite before 3.15: a row each
+                db.executemany(_DELETE, ((table, key) for table, key, _, _ in writes))
+                continue
+            for start, count in _chunks(len(writes), most):
                 chunk = writes[start : start + count]
                 if is_put:
                     db.execute(_PUTS[count], [field for write in chunk for field in write])
@@ -438,9 +442,12 @@ def _commit(db: sqlite3.Connection, batch: Sequence[_Write], purge: float | None
             db.execute(_PURGE, (purge,))
 
 
-#: The most rows one statement writes (4 parameters each: well under SQLite's
-#: 32,766), a power of two.
+#: The most rows one statement writes, a power of two: 1,024 parameters for
+#: puts (4 a row). An SQLite built with a lower bound (999 before 3.32, unless
+#: the build raised it) gets fewer: ``_most_rows``.
 _MOST_ROWS: Final = 256
+#: Whether this SQLite reads row values (3.15 on), as the many-row delete does.
+_ROW_VALUES: Final = sqlite3.sqlite_version_info >= (3, 15, 0)
 # One statement per power of two up to _MOST_ROWS, so that sqlite3's statement
 # cache (128 by default) holds every one of them, prepared once.
 _SIZES: Final = tuple(1 << bit for bit in range(_MOST_ROWS.bit_length()))
@@ -460,13 +467,21 @@ _DELETES: Final = {
 _PUTS[1], _DELETES[1] = _PUT, _DELETE
 
 
-def _chunks(total: int) -> Iterable[tuple[int, int]]:
+def _most_rows(db: sqlite3.Connection) -> int:
+    """The most rows one statement writes on ``db``: ``_MOST_ROWS``, or the
+    largest power of two whose puts' parameters fit its SQLite's bound."""
+    fits = min(_MOST_ROWS, db.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) // 4)
+    return 1 << (max(fits, 1).bit_length() - 1)
+
+
+def _chunks(total: int, most: int) -> Iterable[tuple[int, int]]:
     """(start, count) of the statements that write ``total`` rows in order:
-    _MOST_ROWS at a time, then the rest by its set bits, largest first."""
+    ``most`` (a power of two) at a time, then the rest by its set bits,
+    largest first."""
     start = 0
-    while total - start >= _MOST_ROWS:
-        yield start, _MOST_ROWS
-        start += _MOST_ROWS
+    while total - start >= most:
+        yield start, most
+        start += most
     for size in reversed(_SIZES):
         if (total - start) & size:
             yield start, size
