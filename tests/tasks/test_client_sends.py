@@ -13,8 +13,9 @@ import pytest
 import trio
 import trio.testing
 
-from actorctl import App, WireFormatError, open_node
-from actorctl.tasks.client._client import Directory, TaskClient
+from actorctl import Actor, App, Envelope, WireFormatError, open_node
+from actorctl.mailbox import ACCEPTED
+from actorctl.tasks.client._client import Directory, TaskClient, using_client
 from actorctl.tasks.client._validate import wire_body
 from actorctl.tasks.protocol._protocol import ID_BATCH, TaskIds
 
@@ -149,3 +150,39 @@ async def test_plain_code_waits_while_its_window_of_sends_is_unsent() -> None:
     # (when send k ran, k had gone: at most k + window were handed over, one
     # more counted just before its submit)
     assert all(ahead <= index + window + 1 for index, ahead in seen), seen
+
+
+class _Recorder(Actor):
+    """Takes every message it gets, and remembers it."""
+
+    def __init__(self) -> None:
+        self.got: list[Envelope] = []
+        self.arrived = trio.Event()
+
+    async def handle_unmatched(self, envelope: Envelope) -> Any:
+        self.got.append(envelope)
+        self.arrived.set()
+        return ACCEPTED, None
+
+
+async def test_a_task_sent_by_a_client_that_keeps_no_results_names_no_reply_address() -> None:
+    recorder = _Recorder()
+    async with open_node("rec", {"rec": recorder}, host="127.0.0.1", port=0, insecure=True) as node:
+        # Given a client as a worker makes one for its tasks' code: no results kept
+        address = str(node.address_of("rec"))
+        client = TaskClient(node.outbox, Directory(addresses={"p": address}))
+        app = App("subtasks")
+
+        @app.task(pool="p")
+        def add(x: int, y: int) -> int:
+            return x + y
+
+        # When a task's code sends a subtask through it
+        with using_client(client):
+            result = await add.adelay(1, 2)
+        with trio.fail_after(20):
+            await recorder.arrived.wait()
+    # Then nobody waits for its result, and so its message asks for none: its
+    # worker neither keeps nor sends a result that nobody would take
+    assert not result._tracked
+    assert recorder.got[0].reply_to is None

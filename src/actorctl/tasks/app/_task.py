@@ -328,7 +328,9 @@ class Task:
         if sent.sinks or sent.link or sent.link_error or sent.chain:  # (else it names none)
             check_references(directory, f"task {self.name}", self.pool, sent)
         result = new_result(client, task_id, name, tracked=not ignore)
-        reply_to = None if ignore else client.outbox.reply_address(target)
+        # A client with no results (a worker's, the beat's: a task's subtask)
+        # waits for none: its result is tracked by nobody, and goes nowhere.
+        reply_to = client.outbox.reply_address(target) if result.tracked else None
 
         async def send() -> None:
             try:
