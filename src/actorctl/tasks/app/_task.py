@@ -318,13 +318,7 @@ class Task:
             task_id, ignore, name = client.task_ids.new(), self.ignore_result, self.name
             headers = None
         body = wire_body(args, kwargs or {}, check=plain)
-        # _send_options' record for delay(), looked at here (no call per task)
-        kept = self._own_options
-        settings = (self.pool, self.sinks, self.track_started, self.acks_late)
-        if not options and kept is not None and kept[0] == settings:
-            sent = kept[1]
-        else:
-            sent = self._send_options(options)
+        sent = self._send_options(options)
         if sent.sinks or sent.link or sent.link_error or sent.chain:  # (else it names none)
             check_references(directory, f"task {self.name}", self.pool, sent)
         result = new_result(client, task_id, name, tracked=not ignore)

@@ -11,8 +11,6 @@ once a run has ended, after its run slot is free; ``_followups.py`` sends.
 
 from __future__ import annotations
 
-from typing import Any
-
 import attrs
 
 from ..._log import log
@@ -20,11 +18,10 @@ from ...actors import BadArguments
 from ...cluster import REASON_NOT_RETRIED, REASON_OUT_OF_RETRIES, REASON_POISON
 from ...mailbox import Envelope
 from ...supervision import RetryPolicy, failure_mark
-from ..app import _signals as signals
 from ..app._task import Retry, Task
 from ..limits._limits import TaskFailure
 from ..limits._policies import NO_SCHEDULER, can_delay, delay_bound, is_poison, retry_policy_of
-from ..protocol._protocol import FAILURE, H_MAP, RETRY, REVOKED, SCHEDULER, SUCCESS
+from ..protocol._protocol import FAILURE, RETRY, REVOKED, SCHEDULER
 from ..protocol._task_errors import NotRun, NotRunKind, TaskError
 from . import _hooks as hooks
 from ._followups import FollowUps
@@ -38,19 +35,13 @@ async def follow(
     task: Task,
     task_id: str,
     retries: int,
-    ran: list[Any] | BaseException,
+    raised: BaseException,
 ) -> str:
-    """Send what follows a run (``ran``: its values, or what it raised): its
-    result, next step and callbacks, or its failure and errbacks, or its
-    retry. Returns the run's state."""
-    if isinstance(ran, list):
-        value = ran if envelope.headers.get(H_MAP) else ran[0]
-        await followups.succeed(envelope, value)
-        if signals.task_success.receivers:
-            hooks.succeeded(task, value)
-        return SUCCESS
+    """Send what follows a run that raised (``raised``): its failure and
+    errbacks, or its retry. Returns the run's state. (A run that returned is
+    followed by its worker itself: ``followups.succeed``, per task.)"""
     try:
-        raise ran
+        raise raised
     except Retry as asked:
         exc, countdown = asked.exc, asked.countdown
         return await retry_later(followups, envelope, task, task_id, retries, exc, countdown)

@@ -364,7 +364,7 @@ class TaskWorker(Actor):
             return ACCEPTED, None
         # What the page's window of runs shows (_inspect.py): hooks.outcome_of,
         # its values read here for a run that returned (most: no call per task).
-        if type(ran) is list:  # follow's first branch, inline (most runs)
+        if isinstance(ran, list):  # it returned: its result, next step and callbacks
             outcome = ran if mapped else ran[0]
             await followups.succeed(envelope, outcome)
             if signals.task_success.receivers:
