@@ -1,8 +1,8 @@
 """The worker actor: runs every task of one pool of an app.
 
 A ``TaskWorker`` checks that a task was not revoked and has not expired, binds
-its arguments, runs it under its time limits (``_limits.py``) with its node's
-client as the client of the running task (so that ``add.delay()`` inside a task
+its arguments, runs it under its time limits (``_running.py``: with its node's
+client as the client of the running task, so that ``add.delay()`` inside a task
 sends through this node), and then sends what follows: its result, or its
 failure or retry (``_verdict.py`` decides, ``_followups.py`` sends). It
 settles the message only after that (acks-late); a task sent with
@@ -31,10 +31,6 @@ also run here late.
 
 from __future__ import annotations
 
-import contextlib
-import functools
-import math
-from collections.abc import Mapping
 from time import perf_counter
 from typing import Any, ClassVar, Final
 
@@ -52,24 +48,14 @@ from ...mailbox import ACCEPTED, FENCED, STOPPING, Envelope, Outcome
 from ...supervision import Boxed
 from ..app import _signals as signals
 from ..app._registry import TaskRegistry
-from ..app._task import PER_CALL, Retry, Task, TaskContext
-from ..client._client import Directory, TaskClient, using_client
+from ..app._task import Retry, Task
+from ..client._client import Directory, TaskClient
 from ..limits._breakers import record, refuse, task_breakers
 from ..limits._budget import Concurrency, worker_gate
 from ..limits._gate import PRIORITY_DEFAULT, GateClosed, priority_of
-from ..limits._limits import (
-    TaskFailure,
-    TimeLimits,
-    call_boxed,
-    run_async,
-    run_boxed,
-    run_inline,
-    run_thread,
-)
 from ..limits._pacing import task_limits
 from ..limits._policies import (
     foreign_task,
-    limits_of,
     unknown_task,
     warn_no_scheduler,
 )
@@ -83,7 +69,6 @@ from ..protocol._protocol import (
     H_RETRIES,
     H_SINKS,
     H_TASK_ID,
-    H_TIMELIMIT,
     H_TRACK,
     REVOKED,
     SCHEDULER,
@@ -99,6 +84,7 @@ from . import _hooks as hooks
 from ._control import WorkerState
 from ._followups import FollowUps
 from ._inspect import TASK_COUNTERS, HeldTask
+from ._running import Runner
 from ._verdict import follow
 
 __all__ = ["TaskWorker"]
@@ -146,18 +132,16 @@ class TaskWorker(Actor):
         self.pool = pool
         self.directory = directory
         self.state = state
-        self._threads = trio.CapacityLimiter(type(self).runs)
-        self._unlimited = TimeLimits(None, None)  # every run without limits (limits_of)
-        self.gate, self.budget = worker_gate(type(self).budget_spec, self._threads, pool)
+        threads = trio.CapacityLimiter(type(self).runs)
+        #: How one call of a task runs here (``_running.py``).
+        self._runner = Runner(state, threads, inline=not type(self).threads, boxed=boxed)
+        self.gate, self.budget = worker_gate(type(self).budget_spec, threads, pool)
         # A task's global rate limit is its pool's router's to keep; a pool
         # reached directly has no router, and its one worker keeps it.
         routed = pool in directory.accepting
         for task in app.tasks.values():
             task_limits(self.gate, task, routed=routed)
         self._followups: FollowUps | None = None
-        # The node's client as the client of the code a task runs: made once
-        # (on_start), entered per run (see _run).
-        self._client_block: contextlib.AbstractContextManager[TaskClient] | None = None
         self._name = ""  # its actor name, once it runs (read per task)
         self._fence: Fence | None = None  # its node's, once it runs
         #: Per task: messages, outcomes, run times (read when /metrics is scraped).
@@ -175,7 +159,7 @@ class TaskWorker(Actor):
         dead_letters = Address(here.host, here.port, DEAD_LETTERS, here.scheme)
         self._followups = FollowUps(client, self.pool, dead_letters, self.app.conf.result_expires)
         self._followups.counters = self.named_counters
-        self._client_block = using_client(client)
+        self._runner.attach(client)
         self._fence = node_outbox(outbox).fence
         hooks.worker_up(self.state, node_outbox(outbox).name)
         most = type(self).concurrency - SETTLING
@@ -328,15 +312,14 @@ class TaskWorker(Actor):
                     hooks.prerun(task, task_id, args, kwargs)
                 started = perf_counter()
                 ran: list[Any] | BaseException
+                run = self._runner.run
                 try:  # its values (each call of a map), or what it raised
                     if len(calls) == 1:  # not a map: one call
                         call_args, call_kwargs = calls[0]
-                        ran = [
-                            await self._run(task, task_id, retries, call_args, call_kwargs, headers)
-                        ]
+                        ran = [await run(task, task_id, retries, call_args, call_kwargs, headers)]
                     else:
                         ran = [
-                            await self._run(task, task_id, retries, call_args, call_kwargs, headers)
+                            await run(task, task_id, retries, call_args, call_kwargs, headers)
                             for call_args, call_kwargs in calls
                         ]
                 except (Retry, Exception) as exc:
@@ -425,76 +408,3 @@ class TaskWorker(Actor):
             late = now - envelope.expiry_time
             return NotRun(NotRunKind.EXPIRED, f"expired {late:.3f} s before it could run")
         return None
-
-    async def _run(
-        self,
-        task: Task,
-        task_id: str,
-        retries: int,
-        args: list[Any],
-        kwargs: dict[str, Any],
-        headers: Mapping[str, Any],
-    ) -> Any:
-        """One run of ``task`` under its limits, with this node's client as the
-        client of the code it runs.
-
-        Raises:
-            TaskFailure: it ran past its hard limit, or was terminated.
-        """
-        if task.time_limit is None and task.soft_time_limit is None and H_TIMELIMIT not in headers:
-            limits = self._unlimited  # limits_of's usual answer, without the call
-        else:
-            limits = limits_of(task, headers, self._unlimited)
-        if task.bind:
-            aborted = functools.partial(self.state.revoked.__contains__, task_id)
-            ctx = TaskContext(
-                task, task_id, retries=retries, args=args, kwargs=kwargs, aborted=aborted
-            )
-            args = [ctx, *args]
-        if not (task.boxed or task.is_async or self.threads):
-            # A plain def on the event loop's own thread: nothing else runs
-            # until it returns, so nothing could cancel it (a revoke's
-            # terminate, the hard limit's deadline): no cancel scope to enter.
-            # run_inline drops its value if it returned past the hard limit.
-            # The worker's one client block serves every inline run: no
-            # checkpoint comes between its enter and its exit, so no other
-            # run enters it meanwhile.
-            with self._client_block or using_client(self.followups.client):
-                if limits is self._unlimited:
-                    # No limits: what its context says is the same as none set
-                    # (check_soft_time_limit and soft_time_limit do nothing for
-                    # either), and a runner's context has none set: run_inline's
-                    # set and reset would change nothing.
-                    return task.fn(*args, **kwargs)
-                return run_inline(functools.partial(task.fn, *args, **kwargs), limits)
-        call = functools.partial(task.fn, *args, **kwargs)
-        # A long-lived boxed worker counts the hard limit itself, from when one
-        # of its processes takes the task (afresh when it runs again after a
-        # crash): the wait for a process (a restart's backoff) does not count.
-        by_boxed = task.boxed and self.boxed is not None and task.boxed != PER_CALL
-        deadline = math.inf if by_boxed else limits.trio_deadline(limits.hard_deadline)
-        client = self.followups.client
-        with using_client(client), trio.CancelScope(deadline=deadline) as scope:
-            self.state.running[task_id] = scope
-            try:
-                if task.boxed:
-                    return await self._run_boxed(task, args, kwargs, limits, task_id)
-                if task.is_async:
-                    return await run_async(call, limits)
-                return await run_thread(call, limits, self._threads)
-            finally:
-                self.state.running.pop(task_id, None)
-        if self.state.revoked.get(task_id):
-            raise TaskFailure("TaskRevoked", "terminated while running")
-        raise TaskFailure(
-            "TimeLimitExceeded",
-            f"task {task.name} ran past its hard time limit ({limits.hard:g} s) and was stopped"
-            + ("" if task.is_async or task.boxed else " (its thread runs on: use boxed=True)"),
-        )
-
-    async def _run_boxed(
-        self, task: Task, args: list[Any], kwargs: dict[str, Any], limits: TimeLimits, trace: str
-    ) -> Any:
-        if self.boxed is None or task.boxed == PER_CALL:
-            return await run_boxed(task.name, task.fn, args, kwargs)
-        return await call_boxed(self.boxed, task.name, args, kwargs, limits, trace)
