@@ -17,6 +17,7 @@ from typing import Final, Literal, Protocol, final
 import attrs
 import trio
 
+from ._credit import CreditLink, grant_shares, reclaim_over_share
 from ._envelope import Envelope
 
 __all__ = [
@@ -67,26 +68,6 @@ class ArrivalListener(Protocol):
 
     def arrived(self) -> None:
         """Called at once, in the sender's task: it must not block."""
-        ...
-
-
-class CreditLink(Protocol):
-    """One incoming link that feeds a mailbox."""
-
-    @property
-    def credit(self) -> int: ...
-
-    def flow(self, n: int) -> None: ...
-
-    def reclaim(self) -> None:
-        """Ask the sender to give back the credit it is not using (AMQP drain)."""
-        ...
-
-    @property
-    def idle(self) -> int:
-        """0: the link is active. 1: it held credit it did not use and gave it
-        back when asked (drain); 2: it did not, and had it taken. Beside other
-        links, an idle one is granted one credit at a time until it uses it."""
         ...
 
 
@@ -234,7 +215,7 @@ class Mailbox:
         share for the rest (after links attached or detached)."""
         self._replenish(force=True)
         if len(self._links) > 1:
-            self._reclaim_over_share()
+            reclaim_over_share(self._links, self.capacity)
 
     def put_nowait(
         self, envelope: Envelope, on_settle: Callable[[Outcome], None] | None
@@ -442,53 +423,8 @@ class Mailbox:
                     self._grants += 1
                     self._last_grant[link] = self._grants
             return
-        # Several links: none is granted more than its share, and each is topped
-        # up once it is down to half of it, whatever credit the others hold idle
-        # (or a busy sender would starve beside idle ones). An idle link gets one
-        # credit at a time, from what the active ones leave: their share keeps
-        # one credit for each idle link, up to half the capacity. Who goes
-        # first: see _order.
-        capacity = self.capacity
-        idle = 0
-        for link in links:
-            if link.idle:
-                idle += 1
-        active = len(links) - idle
-        share = max(1, (capacity - min(idle, capacity // 2)) // active) if active else 1
-        low = max(1, share // 2)
+        # Several links: each its share, in the order _credit.py gives.
         last = self._last_grant
         if last is None:
             last = self._last_grant = {}
-        for link in sorted(links, key=lambda item: _order(item, last)):
-            target = 1 if link.idle else share
-            if not force and link.credit >= min(low, target):
-                continue
-            give = min(free, target - max(0, link.credit))
-            if give > 0:
-                link.flow(give)
-                self._grants += 1
-                last[link] = self._grants
-                free -= give
-                if free <= 0:
-                    return
-
-    def _reclaim_over_share(self) -> None:
-        """A link that was alone got the whole window; with company, each link
-        keeps at most its share. Drain the ones holding more (AMQP drain: the
-        sender uses the credit at once or gives it back)."""
-        share = max(1, self.capacity // len(self._links))
-        for link in self._links:
-            if link.credit > share:
-                link.reclaim()
-
-
-def _order(link: CreditLink, last: dict[CreditLink, int]) -> tuple[int, int, int]:
-    """Which link is granted credit first: active links that were served before,
-    then idle ones that gave credit back when asked, then links never served
-    (the newest first: a caller attaches a link when it has something to send),
-    then idle ones that had to have their credit taken. Within each, the one with
-    the least credit, then the one served longest ago."""
-    served = last.get(link, 0)
-    idle = link.idle
-    tier = (1 if idle == 1 else 3) if idle else (2 if served < 0 else 0)
-    return (tier, link.credit, served)
+        self._grants = grant_shares(links, self.capacity, free, last, self._grants, force=force)
