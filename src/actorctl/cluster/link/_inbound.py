@@ -291,9 +291,7 @@ class InboundHandler(EngineHandler):
                 self._unauthenticated.append(envelope.message_id)
             else:
                 # Authenticate before anything looks at the body or the handler.
-                # cell.address.name: what cell.name gives, without its call (per message)
-                name = cell.address.name
-                sections, verified = authenticate(verifier, name, data, self._node_id)
+                sections, verified = authenticate(verifier, cell.name, data, self._node_id)
                 sender = verified.key_id
                 if ORIGIN_KEY in sections[1]:  # a router asserts whom it forwards for
                     sender = verifier.origin(verified, sections[1]) or _no_origin(engine, verified)
