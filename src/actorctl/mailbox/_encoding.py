@@ -80,7 +80,10 @@ def encode(
                 mac = signer.keyed.copy()
                 mac.update(canonical)
                 sid = signer.session.id
-                head = _session_heads.get(sid) or _session_head(sid)
+                try:  # (a look-up, no call; emptied when full, so not ``in`` then ``[]``)
+                    head = _session_heads[sid]
+                except KeyError:
+                    head = _session_head(sid)
                 signature = head + mac.digest()
             else:
                 extra = signer(canonical)

@@ -364,12 +364,13 @@ class ConnectionLimits:
         )
 
 
-def reply_queue_full(link: Any, bound: int, max_bytes: int) -> str | None:
+def reply_queue_full(link: Any, bound: int, max_bytes: int, queued: int) -> str | None:
     """Why a reply link (a raw ``pn_link_t``) takes no more replies, if it does
     not: it holds ``bound`` replies that wait for credit already (its caller
     grants none, or too little), or its session holds ``max_bytes`` bytes of
-    them. (Its session's bytes are looked at only while replies wait.)"""
-    queued = _queued(link)
+    them. ``queued``: its replies waiting, as ``pn_link_queued`` gave them (the
+    caller read them already: one C call per reply). (Its session's bytes are
+    looked at only while replies wait.)"""
     if not queued:
         return None
     if queued >= bound:

@@ -115,8 +115,8 @@ def encode_reply(envelope: Envelope, signer: Signer | None) -> bytes:
     """A reply or result document as a node writes it on a reply link: signed
     (by ``signer``, if any) for the reply address in ``envelope.to``, with the
     empty node of :data:`REPLY_NODE` (docs/protocol.md §8.1). Every reply a node
-    sends is these bytes, and docs/make_test_vectors.py writes the reply
-    vectors with it."""
+    sends is these bytes (``ReplyRoutes.send`` makes this call inline), and
+    docs/make_test_vectors.py writes the reply vectors with it."""
     return encode(envelope, signer=signer, actor=envelope.to, node=REPLY_NODE)
 
 

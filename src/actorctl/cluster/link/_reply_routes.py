@@ -18,11 +18,11 @@ from typing import final
 from proton import Link
 
 from ..._log import log
-from ...mailbox import Envelope
+from ...mailbox import Envelope, encode
 from ._engine import Engine
 from ._limits import reply_queue_full
 from ._raw import lib
-from ._reply_auth import ReplySigning, encode_reply
+from ._reply_auth import REPLY_NODE, ReplySigning
 
 __all__ = ["ReplyRoutes"]
 
@@ -115,13 +115,15 @@ class ReplyRoutes:
         engine, link, signing = route
         if engine.closed:
             return 0
-        # Signed for the reply address, as the caller reads it off its link.
-        data = encode_reply(envelope, None if signing is None else signing.signer())
+        # Signed for the reply address, as the caller reads it off its link
+        # (encode_reply, inline: per reply).
+        signer = None if signing is None else signing.signer()
+        data = encode(envelope, signer=signer, actor=envelope.to, node=REPLY_NODE)
         impl = link._impl
         # The bound's check: one C call while no reply waits for credit (the
-        # usual case), the whole of reply_queue_full only while some do.
-        if _queued(impl):
-            full = reply_queue_full(impl, self.max_queued, self.max_queued_bytes)
+        # usual case), reply_queue_full, given that count, only while some do.
+        if queued := _queued(impl):
+            full = reply_queue_full(impl, self.max_queued, self.max_queued_bytes, queued)
             if full is not None:
                 _no_credit(envelope, engine, full)
                 return len(data)  # there is a route: the reply was dropped there, and logged

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Mapping
+from json.encoder import encode_basestring
+from types import MappingProxyType
 from typing import Any, Final, final
 
 from ..._errors import ConfigError
@@ -27,7 +29,7 @@ from ...actors import Address, Outbox, Reroute
 from ...cluster import NodeOutbox
 from ...mailbox import Envelope
 from ...store import Store
-from ._protocol import H_CHORD, H_RETRIES, H_STATE, H_TASK_ID, compact
+from ._protocol import H_CHORD, H_RETRIES, H_STATE, H_TASK_ID, READY_STATES, compact
 
 __all__ = [
     "CHORDS_TABLE",
@@ -112,19 +114,16 @@ def keep_result(
     :func:`store_of`: the caller has it already, and syncs it), for ``expires``
     seconds from ``now`` (``app.conf.result_expires``); False if there was
     nothing to keep it under, or it is not JSON (logged)."""
-    task_id = request.headers.get(H_TASK_ID)
+    headers = request.headers  # (read by ``in`` and ``[]``: no call per task)
+    task_id = headers[H_TASK_ID] if H_TASK_ID in headers else None  # noqa: SIM401
     if type(task_id) is str and task_id and task_id == request.correlation_id:
         keys = [task_id]  # the usual call: result_keys' answer, without the call
     else:
         keys = result_keys(request)
     if not keys:
         return False
-    row: dict[str, Any] = {"state": state, "body": body, "task": request.subject}
-    retries = request.headers.get(H_RETRIES)
-    if isinstance(retries, int):
-        row["retries"] = retries
     try:
-        value = compact(row).encode()
+        value = _result_row(state, body, request.subject, headers).encode()
     except (TypeError, ValueError) as exc:
         log("actorctl:result:unstorable", message_id=request.message_id, error=str(exc))
         return False
@@ -132,6 +131,39 @@ def keep_result(
     for key in keys:
         store.put(RESULTS, key, value, expires=until)
     return True
+
+
+def _result_row(state: str, body: Any, task: str, headers: Mapping[str, Any]) -> str:
+    """A kept result's row: the JSON text of ``{"state", "body", "task"}`` and
+    ``"retries"`` if the command's headers have an integer one, as
+    :func:`compact` writes that object (the same text), written here for the
+    usual values (an integer, null or text body, integer retries) with one
+    call: the task name's quoting.
+
+    Raises:
+        TypeError, ValueError: the body is not JSON (as ``compact`` says).
+    """
+    if type(body) is int:
+        text = "%d" % body  # noqa: UP031 (as json writes an int)
+    elif body is None:
+        text = "null"
+    else:
+        text = compact(body)
+    states = _QUOTED_STATES
+    name = states[state] if state in states else compact(state)
+    task_text = _quote(task)
+    retries = headers[H_RETRIES] if H_RETRIES in headers else None  # noqa: SIM401
+    if type(retries) is int:
+        return f'{{"state":{name},"body":{text},"task":{task_text},"retries":{retries}}}'
+    if isinstance(retries, int):  # a subclass (a bool): as compact writes it
+        return f'{{"state":{name},"body":{text},"task":{task_text},"retries":{compact(retries)}}}'
+    return f'{{"state":{name},"body":{text},"task":{task_text}}}'
+
+
+#: The final states as JSON text, each quoted once.
+_QUOTED_STATES: Final = MappingProxyType({state: compact(state) for state in READY_STATES})
+#: A text as JSON text, as ``compact`` quotes it (its encoder's ``ensure_ascii=False``).
+_quote: Final = encode_basestring
 
 
 def stored_result(store: Store, task_id: str) -> StoredResult | None:

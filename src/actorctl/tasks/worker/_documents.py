@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 import attrs
 
@@ -57,6 +57,7 @@ __all__ = [
 ]
 
 REPLY_PREFIX = "$reply/"
+_REPLY_PREFIX_LENGTH: Final = 7  # len(REPLY_PREFIX), as a constant
 
 
 def is_reply_address(target: str) -> bool:
@@ -92,16 +93,28 @@ async def send_document(
     ``store``: the node's store, looked up already (a worker's, once); else
     looked up here, once per final document."""
     outbox = client.outbox
+    # One clock read: when the result is kept from, and when its documents were made.
+    now = outbox.now()
     # The node's store keeps a final document's result, and is synced below.
     if state not in READY_STATES:
         store = None
     elif store is None:
         store = store_of(outbox)
-    kept = store is not None and keep_result(store, outbox.now(), request, state, body, expires)
+    kept = store is not None and keep_result(store, now, request, state, body, expires)
     headers = document_headers(request, state)
     for target in targets:
-        if target.startswith(REPLY_PREFIX):  # is_reply_address, inline (per document)
-            document = result_document(outbox, request, target, body, headers)
+        if target[:_REPLY_PREFIX_LENGTH] == REPLY_PREFIX:  # is_reply_address, inline
+            # result_document, inline (per document)
+            document = Envelope(
+                message_id=outbox.new_message_id(),
+                to=target,
+                subject=request.subject,
+                body=body,
+                kind=KIND_DOCUMENT,
+                correlation_id=request.correlation_id,
+                creation_time=now,
+                headers=headers,
+            )
             # On a worker's node (relay), a caller with no link here has one on
             # the services node.
             if not outbox.reply(document, quiet=relay) and relay:
@@ -117,7 +130,7 @@ async def send_document(
                 error=str(exc),
             )
             continue
-        document = result_document(outbox, request, str(address), body, headers)
+        document = result_document(outbox, request, str(address), body, headers, now)
         # To an actor (a chord's barrier, a data sink): through the backlog,
         # kept until the actor settles it; across hosts, a barrier's follows
         # the services role when its node is lost (its barriers were taken over).
@@ -160,20 +173,27 @@ def document_headers(request: Envelope, state: str) -> dict[str, Any]:
     command ``request`` (docs/protocol.md §14.4): ``state``, and its ``task_id``
     and integer ``retries`` if it has them."""
     headers: dict[str, Any] = {H_STATE: state}
-    task_id = request.headers.get(H_TASK_ID)
-    if task_id:
+    given = request.headers  # (read by ``in`` and ``[]``: no call per document)
+    if H_TASK_ID in given and (task_id := given[H_TASK_ID]):
         headers[H_TASK_ID] = task_id
-    retries = request.headers.get(H_RETRIES)
-    if isinstance(retries, int):
-        headers[H_RETRIES] = retries
+    if H_RETRIES in given:
+        retries = given[H_RETRIES]
+        if type(retries) is int or isinstance(retries, int):
+            headers[H_RETRIES] = retries
     return headers
 
 
 def result_document(
-    outbox: Outbox, request: Envelope, to: str, body: Any, headers: Mapping[str, Any]
+    outbox: Outbox,
+    request: Envelope,
+    to: str,
+    body: Any,
+    headers: Mapping[str, Any],
+    now: float | None = None,
 ) -> Envelope:
     """The document about the task command ``request`` that goes to ``to``,
-    with ``headers`` (:func:`document_headers`) and ``body``."""
+    with ``headers`` (:func:`document_headers`) and ``body``, made at ``now``
+    (the outbox's clock, read here if not given)."""
     return Envelope(
         message_id=outbox.new_message_id(),
         to=to,
@@ -181,7 +201,7 @@ def result_document(
         body=body,
         kind=KIND_DOCUMENT,
         correlation_id=request.correlation_id,
-        creation_time=outbox.now(),
+        creation_time=outbox.now() if now is None else now,
         headers=headers,
     )
 

@@ -115,14 +115,29 @@ class FollowUps:
         """The task returned ``value``: run its callbacks, then send the next
         step of its chain, or (the last step) its result."""
         headers = envelope.headers
+        if H_CHAIN not in headers and H_LINK not in headers:  # most runs: no callback, no step
+            # report's targets, asked first: a result nobody gets is not made
+            # (fire-and-forget: no reply address, no sink). A plain value (an
+            # integer, text, null) is its own wire form: to_wire is not called.
+            if type(value) is not int and type(value) is not str and value is not None:
+                value = to_wire(value)
+            if H_SINKS in headers:
+                await self.report(envelope, SUCCESS, value)
+            elif envelope.reply_to:  # report, inline: to the caller alone
+                await send_document(
+                    self.client,
+                    envelope,
+                    SUCCESS,
+                    value,
+                    [envelope.reply_to],
+                    expires=self.result_expires,
+                    relay=True,
+                    settle_after_commit=True,
+                    store=self.store,
+                )
+            return
         given = headers.get(H_CHAIN)
         chain_header = given if isinstance(given, str) and given else None
-        if chain_header is None and H_LINK not in headers:  # most runs: no callback, no step
-            # report's targets, asked first: a result nobody gets is not made
-            # (fire-and-forget: no reply address, no sink)
-            if envelope.reply_to or H_SINKS in headers:
-                await self.report(envelope, SUCCESS, to_wire(value))
-            return
         pool = self.pool_of(envelope)
         for callback in signatures_in(headers.get(H_LINK)):
             await self._send_signature(envelope, callback, pool, value, reply=False)
