@@ -190,6 +190,14 @@ class Envelope:
             WireFormatError: the body is not ``[list, object]``.
         """
         body = self.body
+        # A decoded body's exact types first (no call but ``len``), then any list and dict.
+        if (
+            type(body) is list
+            and len(body) == 2
+            and type(body[0]) is list
+            and type(body[1]) is dict
+        ):
+            return body[0], body[1]
         if (
             isinstance(body, list)
             and len(body) == 2

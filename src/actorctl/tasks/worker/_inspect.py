@@ -218,7 +218,10 @@ class Holdings:
         """A run of ``held`` ended in ``state``, with its result or error
         (``value``: an exception is kept as its text): one record appended to
         the bounded window, nothing else."""
-        if isinstance(value, BaseException):  # its text: the traceback would keep its frames
+        # An exception as its text (the traceback would keep its frames); a
+        # plain value (most: an integer, text, null) is told without a call.
+        plain = type(value) is int or type(value) is str or value is None
+        if not plain and isinstance(value, BaseException):
             value = error_text(value)
         self.ended.append((next(self._seq), held, state, value, runtime, retries, now))
 
