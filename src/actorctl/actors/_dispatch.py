@@ -121,8 +121,10 @@ class Dispatch:
         envelope = inbound.envelope
         cell = self._cell
         seen = self._seen
-        # dedup_key, inline (per message): a re-drive's count joins the key
-        plain = envelope.headers.get(REDRIVE) is None
+        # dedup_key, inline (per message): a re-drive's count joins the key.
+        # (Headers read by ``in`` and ``[]`` here: no call per message.)
+        headers = envelope.headers
+        plain = REDRIVE not in headers or headers[REDRIVE] is None
         key = (envelope.sender, envelope.message_id) if plain else dedup_key(envelope)
         if not seen.begin(key) and await self._answered_before(inbound, key):
             return False
@@ -135,7 +137,7 @@ class Dispatch:
         try:
             token = WAITS.set(handing) if handing is not None else None
             try:
-                trace = envelope.headers.get(TRACE)
+                trace = headers[TRACE] if TRACE in headers else None  # noqa: SIM401
                 if trace is None:  # most messages: no trace to continue, nothing to enter
                     handled = await self.dispatch_with(cell.behaviour, envelope)
                 else:
@@ -251,7 +253,8 @@ class Dispatch:
             )
         if envelope.subject == TERMINATED:
             return await self._terminated(envelope)
-        spec = behaviour.__actorctl_handlers__.get(envelope.subject)
+        handlers, subject = behaviour.__actorctl_handlers__, envelope.subject
+        spec = handlers[subject] if subject in handlers else None  # noqa: SIM401 (no call)
         if spec is None:
             forwarded = await behaviour.handle_unmatched(envelope)
             if forwarded is not None:
