@@ -100,6 +100,7 @@ class HandlerSpec:
         "_exact",
         "_fast",
         "_hooks",
+        "_positions",
         "_required",
         "fn",
         "is_async",
@@ -128,6 +129,7 @@ class HandlerSpec:
         #: passes every check: it is bound with no call per argument.
         self._exact: tuple[type, ...] | None = None
         self._required = 0
+        self._positions = 0  # len(_by_position), kept
 
     def bind(self, args: list[Any], kwargs: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
         """Check and convert wire arguments for a call on a bound method.
@@ -145,13 +147,14 @@ class HandlerSpec:
         ):
             return args, kwargs
         by_position = self._by_position
+        # (The count of ``args`` taken once, and ``by_position``'s kept: one call.)
         if (
             by_position is not None
             and not kwargs
-            and self._required <= len(args) <= len(by_position)
+            and self._required <= (count := len(args)) <= self._positions
         ):
             exact = self._exact
-            if exact is not None and tuple(map(type, args)) == exact[: len(args)]:
+            if exact is not None and tuple(map(type, args)) == exact[:count]:
                 return args, kwargs  # each value of its hint's very type: each check passes
             # Each hook called directly (per message): a conversion that fails
             # is done again through _convert, which names the argument.
@@ -215,6 +218,7 @@ class HandlerSpec:
             required = sum(1 for p in params if p.default is p.empty)
             if hooks:
                 self._by_position = tuple((p.name, hooks.get(p.name)) for p in params)
+                self._positions = len(params)
                 self._required = required
                 exact = tuple(hints.get(p.name) for p in params)
                 if all(hint in _PRIMITIVES for hint in exact):
