@@ -31,6 +31,7 @@ __all__ = [
     "VERSION",
     "AuthError",
     "canonical_bytes",
+    "canonical_encoded",
 ]
 
 
@@ -146,6 +147,46 @@ def canonical_bytes(
         WireFormatError: text that is not valid UTF-8, or a header value JSON
             cannot hold (binary, an array, a map with keys that are not strings, ...).
     """
+    try:
+        m = message_id.encode()
+        c = correlation_id.encode() if correlation_id else None
+    except UnicodeEncodeError as exc:
+        raise WireFormatError(
+            f"message {message_id!r}: text that is not valid UTF-8 ({exc.reason})"
+        ) from None
+    return canonical_encoded(
+        node=node,
+        to=to,
+        subject=subject,
+        message_id=m,
+        correlation_id=c,
+        reply_to=reply_to,
+        creation_ms=creation_ms,
+        expiry_ms=expiry_ms,
+        kind=kind,
+        headers=headers,
+        body=body,
+    )
+
+
+def canonical_encoded(
+    *,
+    node: str,
+    to: str,
+    subject: str,
+    message_id: bytes,
+    correlation_id: bytes | None,
+    reply_to: str | None,
+    creation_ms: int | None,
+    expiry_ms: int | None,
+    kind: str,
+    headers: Mapping[str, object],
+    body: bytes,
+) -> bytes:
+    """:func:`canonical_bytes`, given the message id and the correlation id as
+    their UTF-8 bytes already (an encoder that writes them on the wire too
+    encodes each once: ``_encoding.py``); an empty or None correlation id is
+    absent. The same bytes, the same errors."""
     # Written out flat, not in a loop: this runs on every message a node sends
     # or receives. What comes before the subject is the same for every message
     # to one actor on one node: it is made once (_head); the subject, the
@@ -158,11 +199,9 @@ def canonical_bytes(
         head = _heads[where] if where in _heads else _head(node, to)
         s = _fields[subject] if subject in _fields else _field(subject)
         k = _fields[kind] if kind in _fields else _field(kind)
-        m = message_id.encode()
-        m = (lengths[n] if (n := len(m)) < 256 else _u32(n)) + m
+        m = (lengths[n] if (n := len(message_id)) < 256 else _u32(n)) + message_id
         if correlation_id:
-            c = correlation_id.encode()
-            c = (lengths[n] if (n := len(c)) < 256 else _u32(n)) + c
+            c = (lengths[n] if (n := len(correlation_id)) < 256 else _u32(n)) + correlation_id
         else:
             c = _ABSENT
         if reply_to:  # a caller's reply address: it recurs, as the subject does
@@ -175,8 +214,9 @@ def canonical_bytes(
         order = _orders[names] if names in _orders else _order(names, headers)
         h = _headers(headers, order) if order else _NO_HEADERS_PARTS
     except UnicodeEncodeError as exc:
+        said = message_id.decode(errors="replace")
         raise WireFormatError(
-            f"message {message_id!r}: text that is not valid UTF-8 ({exc.reason})"
+            f"message {said!r}: text that is not valid UTF-8 ({exc.reason})"
         ) from None
     if not creation_ms:
         cr = _ABSENT

@@ -14,7 +14,7 @@ from typing import Any, final
 
 from .._errors import WireFormatError
 from ._amqp import Sections, SessionTail, read_in_session, read_message, session_tail
-from ._auth import SIG_KEY, AuthError, canonical_bytes
+from ._auth import SIG_KEY, AuthError, canonical_bytes, canonical_encoded
 from ._signing import Verified, Verifier
 
 __all__ = ["UnsignableMessage", "authenticate", "canonical_of"]
@@ -88,13 +88,14 @@ def authenticate(
             raise UnsignableMessage(problem, message_id)
     kind = app["kind"] if "kind" in app else None  # noqa: SIM401 (in and []: no call)
     try:
-        # canonical_of, inline (per message)
-        canonical = canonical_bytes(
+        # canonical_of, inline (per message), its ids encoded here: canonical_bytes'
+        # own work, without its call
+        canonical = canonical_encoded(
             node=node,
             to=actor,
             subject="" if subject is None else str(subject),
-            message_id=message_id,
-            correlation_id=None if correlation_id is None else str(correlation_id),
+            message_id=message_id.encode(),
+            correlation_id=None if correlation_id is None else str(correlation_id).encode(),
             reply_to=None if reply_to is None else str(reply_to),
             creation_ms=creation,
             expiry_ms=expiry,
@@ -110,6 +111,10 @@ def authenticate(
         key = session_id if session_id is not None else app.get(SIG_KEY)
         exc.about(message_id, None if key is None else str(key))
         raise
+    except UnicodeEncodeError as exc:  # an id canonical_bytes would refuse, as it words it
+        raise WireFormatError(
+            f"message {message_id!r}: text that is not valid UTF-8 ({exc.reason})"
+        ) from None
     return sections, verified
 
 

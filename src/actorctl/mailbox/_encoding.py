@@ -13,7 +13,15 @@ from typing import Any, Final
 from proton import Message
 
 from .._errors import WireFormatError
-from ._auth import HMAC_SHA256, SIG, SIG_ALG, SIG_KEY, SIG_NODE, canonical_bytes
+from ._auth import (
+    HMAC_SHA256,
+    SIG,
+    SIG_ALG,
+    SIG_KEY,
+    SIG_NODE,
+    canonical_bytes,
+    canonical_encoded,
+)
 from ._envelope import CONTENT_TYPE_JSON, KINDS, Envelope, _dumps, json_dumps
 from ._session import SessionSigner
 
@@ -59,14 +67,20 @@ def encode(
             round(creation * 1000) if creation else None,
             round(expiry * 1000) if expiry else None,
         )
+        # The ids' bytes, made once for the signature and the properties.
+        correlation_id = envelope.correlation_id
+        ids = (
+            envelope.message_id.encode(),
+            correlation_id.encode() if correlation_id else None,
+        )
         if signer is not None:
             # canonical(), written out: one call fewer per message signed
-            canonical = canonical_bytes(
+            canonical = canonical_encoded(
                 node=node,
                 to=actor,
                 subject=envelope.subject,
-                message_id=envelope.message_id,
-                correlation_id=envelope.correlation_id,
+                message_id=ids[0],
+                correlation_id=ids[1],
                 reply_to=envelope.reply_to,
                 creation_ms=times[0],
                 expiry_ms=times[1],
@@ -92,7 +106,7 @@ def encode(
             if signature is not None and signer is not None:
                 extra = signer(canonical)  # the same signature, as properties
             return _encode_with_proton(envelope, body, extra, node)
-        return _encode(envelope, body, app, times)
+        return _encode(envelope, body, app, times, ids)
     except UnicodeEncodeError as exc:
         raise WireFormatError(
             f"message {envelope.message_id!r}: text that is not valid UTF-8 ({exc.reason})"
@@ -123,18 +137,22 @@ def to_ms(seconds: float | None) -> int | None:
 
 
 def _encode(
-    envelope: Envelope, body: bytes, app: tuple[bytes, int], times: tuple[int | None, int | None]
+    envelope: Envelope,
+    body: bytes,
+    app: tuple[bytes, int],
+    times: tuple[int | None, int | None],
+    ids: tuple[bytes, bytes | None],
 ) -> bytes:
     """The message's bytes, its application properties encoded already, its
-    creation and expiry times in ms (as the signature covers them)."""
+    creation and expiry times in ms (as the signature covers them), its
+    message id and correlation id (None: none) as UTF-8 bytes."""
     names = _names  # the recurring strings, encoded once (_name), looked up inline
-    to, reply_to, correlation_id = envelope.to, envelope.reply_to, envelope.correlation_id
+    to, reply_to = envelope.to, envelope.reply_to
     subject = envelope.subject
     creation, expiry = times
-    message_id = envelope.message_id.encode()  # _string, inline (per message)
+    message_id, raw = ids  # (_string's encoding, done once in encode)
     size = len(message_id)
-    if correlation_id:  # _string, inline (per message: a task id)
-        raw = correlation_id.encode()
+    if raw:  # _string, inline (per message: a task id)
         n = len(raw)
         correlation = (b"\xa1" + _LENGTHS[n] if n < 256 else b"\xb1" + _pack_size32(n)) + raw
     else:
