@@ -30,6 +30,8 @@ __all__ = ["ReplyRoutes"]
 #: (their routes gone).
 _MAX_OWNERS = 10_000
 _queued = lib.pn_link_queued
+_outgoing_bytes = lib.pn_session_outgoing_bytes
+_link_session = lib.pn_link_session
 
 
 @final
@@ -121,8 +123,12 @@ class ReplyRoutes:
         data = encode(envelope, signer=signer, actor=envelope.to, node=REPLY_NODE)
         impl = link._impl
         # The bound's check: one C call while no reply waits for credit (the
-        # usual case), reply_queue_full, given that count, only while some do.
-        if queued := _queued(impl):
+        # usual case); while some do, their count and their session's bytes
+        # (reply_queue_full's test, inline), and its words only once it is full.
+        if (queued := _queued(impl)) and (
+            queued >= self.max_queued
+            or _outgoing_bytes(_link_session(impl)) >= self.max_queued_bytes
+        ):
             full = reply_queue_full(impl, self.max_queued, self.max_queued_bytes, queued)
             if full is not None:
                 _no_credit(envelope, engine, full)
