@@ -138,7 +138,7 @@ def _result_row(state: str, body: Any, task: str, headers: Mapping[str, Any]) ->
     ``"retries"`` if the command's headers have an integer one, as
     :func:`compact` writes that object (the same text), written here for the
     usual values (an integer, null or text body, integer retries) with one
-    call: the task name's quoting.
+    call, the task name's quoting (and a text body's).
 
     Raises:
         TypeError, ValueError: the body is not JSON (as ``compact`` says).
@@ -147,6 +147,8 @@ def _result_row(state: str, body: Any, task: str, headers: Mapping[str, Any]) ->
         text = "%d" % body  # noqa: UP031 (as json writes an int)
     elif body is None:
         text = "null"
+    elif type(body) is str:
+        text = _quote(body)
     else:
         text = compact(body)
     states = _QUOTED_STATES
