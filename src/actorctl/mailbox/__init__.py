@@ -72,5 +72,6 @@ from ._signing import SessionTable as SessionTable
 from ._signing import Verified as Verified
 from ._signing import Verifier as Verifier
 from ._signing import canonical_bytes as canonical_bytes
+from ._signing import canonical_encoded as canonical_encoded
 from ._signing import sign_ed25519 as sign_ed25519
 from ._signing import sign_hmac as sign_hmac

@@ -31,6 +31,7 @@ from ._auth import SIG_NODE as SIG_NODE
 from ._auth import VERSION as VERSION
 from ._auth import AuthError as AuthError
 from ._auth import canonical_bytes as canonical_bytes
+from ._auth import canonical_encoded as canonical_encoded
 from ._conditions import AUTH_VERSION as AUTH_VERSION
 from ._conditions import BAD_SESSION as BAD_SESSION
 from ._conditions import BAD_SIGNATURE as BAD_SIGNATURE
@@ -95,6 +96,7 @@ __all__ = [
     "Verified",
     "Verifier",
     "canonical_bytes",
+    "canonical_encoded",
     "key_id",
     "keyed_mac",
     "sign_ed25519",

@@ -37,7 +37,7 @@ from ...mailbox import (
     SessionOffer,
     SessionSigner,
     Signer,
-    canonical_bytes,
+    canonical_encoded,
     decode,
     encode,
     from_sections,
@@ -297,8 +297,10 @@ class ReplyCheck:
                 "its fields cannot be signed: creation-time and absolute-expiry-time "
                 "must be timestamps"
             )
+        message_id = message_id if type(message_id) is str else _text(message_id)
         try:
-            canonical = canonical_bytes(
+            # canonical_bytes' work, its ids encoded here (without its call)
+            canonical = canonical_encoded(
                 # A reply names its destination node in ``to`` already: the
                 # reply address is the caller's own (§8, §8.1).
                 node=REPLY_NODE,
@@ -307,10 +309,10 @@ class ReplyCheck:
                 # absent (an empty correlation-id or reply-to is absent in the
                 # canonical form).
                 subject=subject if type(subject) is str else _text(subject),
-                message_id=message_id if type(message_id) is str else _text(message_id),
-                correlation_id=correlation_id
-                if type(correlation_id) is str
-                else _text(correlation_id),
+                message_id=message_id.encode(),
+                correlation_id=(
+                    correlation_id if type(correlation_id) is str else _text(correlation_id)
+                ).encode(),
                 reply_to=reply_to if reply_to is None or type(reply_to) is str else str(reply_to),
                 creation_ms=creation,
                 expiry_ms=expiry,
@@ -320,6 +322,11 @@ class ReplyCheck:
             )
         except (WireFormatError, TypeError) as exc:
             return BAD_SIGNATURE, f"its fields cannot be signed: {exc}"
+        except UnicodeEncodeError as exc:  # an id, as canonical_bytes words it
+            return BAD_SIGNATURE, (
+                f"its fields cannot be signed: message {message_id!r}: text that is not "
+                f"valid UTF-8 ({exc.reason})"
+            )
         if alg == HMAC_SHA256:
             last = self._last
             if last[0] == sig_key:
