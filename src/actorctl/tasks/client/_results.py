@@ -242,6 +242,8 @@ class AsyncResult:
         """Await the task and return its value: :meth:`get` for trio code."""
         if self._state in READY_STATES and self._tracked:  # come already: nothing to time
             await trio.lowlevel.checkpoint()
+            if self._state == SUCCESS:  # _outcome's first case, inline (no call per aget)
+                return self._value
             return self._outcome(propagate)
         lookup = self._lookup_now()
         if lookup is not None:
