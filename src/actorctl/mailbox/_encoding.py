@@ -80,7 +80,10 @@ def encode(
                 mac = signer.keyed.copy()
                 mac.update(canonical)
                 sid = signer.session.id
-                head = _session_heads.get(sid) or _session_head(sid)
+                try:  # (no call per message: the session's head is made once)
+                    head = _session_heads[sid]
+                except KeyError:
+                    head = _session_head(sid)
                 signature = head + mac.digest()
             else:
                 extra = signer(canonical)
