@@ -10,6 +10,7 @@ to the registry, which hands it to the waiting handle (``_results.py``'s
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping
 from typing import Any, final
 
@@ -40,6 +41,9 @@ class ResultRegistry:
 
     def __init__(self, outbox: Outbox) -> None:
         self._outbox = outbox
+        #: What the results it hands documents to share to guard their thread
+        #: locks (``AsyncResult``'s ``thread_lock``).
+        self.thread_lock = threading.Lock()
         self._waiting: dict[str, AsyncResult] = {}
         self._emptied = trio.lowlevel.ParkingLot()  # wait_empty's
 

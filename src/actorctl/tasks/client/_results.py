@@ -119,6 +119,7 @@ class AsyncResult:
         forget: Callable[[str], None] | None = None,
         tracked: bool = True,
         lookup: Lookup | None = None,
+        thread_lock: threading.Lock | None = None,
     ) -> None:
         self.id = task_id
         self.task = task
@@ -134,7 +135,10 @@ class AsyncResult:
         self._delivered = False  # a registry hands it its documents
         self._thread_done: threading.Lock | None = None  # made by a get() that waits
         self._thread_held = False  # it was made held (not final then): update() lets it go
-        self._thread_lock = threading.Lock()  # guards it (a lock costs a 30th of an event)
+        # Guards both (held for a few assignments, never while waiting): the
+        # lock its registry shares among its results, so that a result sent
+        # makes none of its own (a call per task in the caller's thread).
+        self._thread_lock = thread_lock if thread_lock is not None else threading.Lock()
         # Made by whoever first waits in trio (most results are final before
         # anyone awaits them: then neither is made at all).
         self._done_trio: trio.Event | None = None
