@@ -10,7 +10,6 @@ to the registry, which hands it to the waiting handle (``_results.py``'s
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Mapping
 from typing import Any, final
 
@@ -20,7 +19,7 @@ from ...actors import Outbox
 from ...mailbox import Envelope
 from ..protocol._protocol import FAILURE, H_RETRIES, H_STATE, READY_STATES, SUCCESS
 from ..protocol._task_errors import TaskError
-from ._results import AsyncResult
+from ._results import AsyncResult, SharedWaits
 
 __all__ = ["ResultRegistry"]
 
@@ -41,9 +40,8 @@ class ResultRegistry:
 
     def __init__(self, outbox: Outbox) -> None:
         self._outbox = outbox
-        #: What the results it hands documents to share to guard their thread
-        #: locks (``AsyncResult``'s ``thread_lock``).
-        self.thread_lock = threading.Lock()
+        #: What the results it hands documents to share (``AsyncResult``'s ``shared``).
+        self.shared = SharedWaits()
         self._waiting: dict[str, AsyncResult] = {}
         self._emptied = trio.lowlevel.ParkingLot()  # wait_empty's
 
