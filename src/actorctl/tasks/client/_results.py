@@ -103,7 +103,8 @@ class SharedWaits:
     makes it): the lock that guards their thread waits (held for a few
     assignments, never while waiting), so that a result sent makes no lock
     of its own, and the count of awaits that found a result final already
-    (``READY_YIELD_EVERY``), read and written in the client's trio thread only."""
+    (``READY_YIELD_EVERY``), kept by trio code (the client's trio thread: a
+    count another run raced would only move a yield)."""
 
     __slots__ = ("lock", "ready_awaits")
 
@@ -268,7 +269,12 @@ class AsyncResult:
             done.release()
 
     async def aget(self, timeout: float | None = None, *, propagate: bool = True) -> Any:
-        """Await the task and return its value: :meth:`get` for trio code."""
+        """Await the task and return its value: :meth:`get` for trio code.
+
+        A result its registry holds that is final already returns at once:
+        such an await yields to trio's scheduler at one in
+        ``READY_YIELD_EVERY`` of its registry's, and honours a cancellation at
+        every one (a pipelined caller's sends then go out batched)."""
         if self._state in READY_STATES and self._tracked:  # come already: nothing to time
             shared = self._shared
             if shared is None:
