@@ -289,9 +289,11 @@ class ReplyCheck:
     ) -> tuple[str, str] | None:
         """Why the signature of a reply read whole does not hold: (reason,
         description), or None (see :meth:`_verify_signed`)."""
-        return self._verify_signed(
-            properties, app, body, app.get(SIG_ALG), app.get(SIG_KEY), app.get(SIG)
-        )
+        try:  # a signed reply has them all: found without a call
+            alg, sig_key, sig = app[SIG_ALG], app[SIG_KEY], app[SIG]
+        except KeyError:
+            alg, sig_key, sig = app.get(SIG_ALG), app.get(SIG_KEY), app.get(SIG)
+        return self._verify_signed(properties, app, body, alg, sig_key, sig)
 
     def _verify_signed(
         self,
