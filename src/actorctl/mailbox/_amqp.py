@@ -148,7 +148,7 @@ def read_in_session(data: bytes, tail: SessionTail) -> tuple[Sections, str, byte
             or end + 8 + _U32(data, end + 4)[0] != len(data)
         ):
             return None
-        properties, _ = _compound(data, 12, count, False, start)
+        properties, _ = _compound(data, 12, count, False, start, _RECURRING_PROPERTIES)
         app, _ = _map(data, start + 12, items - 8, at)
         raw = data[_SESSION_ID_AT + at : _DIGEST_HEAD_AT + at]
         session_id = _ids[raw] if raw in _ids else _id(raw)  # no call (per message)

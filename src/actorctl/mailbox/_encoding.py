@@ -94,7 +94,7 @@ def encode(
                 mac = signer.keyed.copy()
                 mac.update(canonical)
                 sid = signer.session.id
-                try:  # (a look-up, no call; emptied when full, so not ``in`` then ``[]``)
+                try:  # (no call per message: the session's head is made once)
                     head = _session_heads[sid]
                 except KeyError:
                     head = _session_head(sid)

@@ -44,6 +44,7 @@ from ...mailbox import (
     read_message,
     sign_ed25519,
 )
+from ...mailbox._amqp import SessionTail, read_in_session, session_tail
 from ...mailbox._signing import (
     ED25519,
     HMAC_SHA256,
@@ -246,25 +247,38 @@ class ReplyCheck:
         """The reply in ``data`` if its signature holds; else None, logged as
         ``actorctl:reply:rejected`` with the reason.
 
+        A reply signed within a session in the layout actorctl writes has its
+        signature read where the replier put it (``_amqp.read_in_session``, as
+        a node's inbound path reads a request), not decoded into its
+        application properties first; any other is read whole. Both are
+        checked alike, with the same reasons.
+
         Raises:
             WireFormatError: it verifies but cannot be decoded.
         """
         if self._keyring is None:
             return decode(data)  # an insecure node: nothing to check against
-        sections = read_message(data)
-        if sections is None:
-            self._reject(
-                None,
-                None,
-                UNSIGNED,
-                "not one properties, application-properties and data section: "
-                "it cannot carry a signature (docs/protocol.md §11.6)",
-            )
-            return None
-        properties, app, body = sections
-        if len(properties) < 10:
-            properties = properties + [None] * (10 - len(properties))
-        problem = self._verify(properties, app, body)
+        found = read_in_session(data, _IN_SESSION)
+        if found is not None:  # (per reply: its properties padded to ten already)
+            sections, sig_key, sig = found
+            properties, app, body = sections
+            problem = self._verify_signed(properties, app, body, HMAC_SHA256, sig_key, sig)
+        else:
+            read = read_message(data)
+            if read is None:
+                self._reject(
+                    None,
+                    None,
+                    UNSIGNED,
+                    "not one properties, application-properties and data section: "
+                    "it cannot carry a signature (docs/protocol.md §11.6)",
+                )
+                return None
+            sections = read
+            properties, app, body = sections
+            if len(properties) < 10:
+                properties = properties + [None] * (10 - len(properties))
+            problem = self._verify(properties, app, body)
         if problem is not None:
             self._reject(properties[0], properties[5], *problem)
             return None
@@ -273,15 +287,28 @@ class ReplyCheck:
     def _verify(
         self, properties: list[Any], app: dict[Any, Any], body: bytes
     ) -> tuple[str, str] | None:
-        """Why the signature does not hold: (reason, description), or None.
+        """Why the signature of a reply read whole does not hold: (reason,
+        description), or None (see :meth:`_verify_signed`)."""
+        try:  # a signed reply has them all: found without a call
+            alg, sig_key, sig = app[SIG_ALG], app[SIG_KEY], app[SIG]
+        except KeyError:
+            alg, sig_key, sig = app.get(SIG_ALG), app.get(SIG_KEY), app.get(SIG)
+        return self._verify_signed(properties, app, body, alg, sig_key, sig)
+
+    def _verify_signed(
+        self,
+        properties: list[Any],
+        app: dict[Any, Any],
+        body: bytes,
+        alg: object,
+        sig_key: object,
+        sig: object,
+    ) -> tuple[str, str] | None:
+        """Why the signature (``alg``, ``sig_key``, ``sig``) does not hold:
+        (reason, description), or None.
 
         Per reply, so written flat: the canonical bytes (§11.2) are made here,
         and the session of the last reply is found without a look-up."""
-        try:  # a signed reply has them all: found without a call
-            alg, sig_key, sig, kind = app[SIG_ALG], app[SIG_KEY], app[SIG], app["kind"]
-        except KeyError:
-            alg, sig_key, sig = app.get(SIG_ALG), app.get(SIG_KEY), app.get(SIG)
-            kind = app.get("kind")
         if alg != HMAC_SHA256 and alg != ED25519:
             return UNSIGNED, "no sig_alg ed25519 or hmac-sha256"
         # Exact types: what the reader gives for a string and for binary.
@@ -289,6 +316,7 @@ class ReplyCheck:
             return BAD_SIGNATURE, "sig_key must be a string and sig binary"
         message_id, subject, reply_to = properties[0], properties[3], properties[4]
         correlation_id, expiry, creation = properties[5], properties[8], properties[9]
+        kind = app["kind"] if "kind" in app else None  # noqa: SIM401 (in and []: no call)
         # Only an AMQP timestamp is covered as written (as for a request).
         if not (type(creation) is int or creation is None) or not (
             type(expiry) is int or expiry is None
@@ -374,6 +402,18 @@ class ReplyCheck:
             message_id=None if message_id is None else str(message_id),
             correlation_id=None if correlation_id is None else str(correlation_id),
         )
+
+
+#: Where a reply signed within a session ends its application properties:
+#: ``sig_node`` naming ``REPLY_NODE`` (``_amqp.session_tail``).
+def _reply_tail() -> SessionTail:
+    tail = session_tail(REPLY_NODE)
+    if tail is None:  # pragma: no cover (the empty name fits the layout)
+        raise AssertionError("the reply node's sig_node pair does not fit the session layout")
+    return tail
+
+
+_IN_SESSION: Final = _reply_tail()
 
 
 def _text(value: object) -> str:

@@ -109,13 +109,13 @@ class EagerRuns:
     def __init__(self, tasks: Mapping[str, Task], settings: Mapping[str, Any]) -> None:
         self._tasks = tasks
         self._settings = settings
+        #: Whether it is on: its ``task_always_eager`` setting, which the app
+        #: keeps here as it changes (``Registry._apply_setting``), so that a
+        #: delay() reads an attribute, not the setting (no call per task).
+        self.active = bool(settings["task_always_eager"])
         self._results: dict[str, AsyncResult] = {}
         #: Task ids revoked (``result.revoke()``): they report REVOKED if sent.
         self.revoked: set[str] = set()
-
-    @property
-    def active(self) -> bool:
-        return bool(self._settings["task_always_eager"])
 
     def result(self, task_id: str) -> AsyncResult:
         """``app.AsyncResult(task_id)``: the result of a task run here, or a

@@ -205,7 +205,11 @@ class TaskRegistry(PeriodicDeclarations):
 
     def _apply_setting(self, setting: str, value: Any) -> None:
         """``app.conf`` changed ``setting``: the tasks that did not set it
-        themselves follow it (those defined already, and those to come)."""
+        themselves follow it (those defined already, and those to come); the
+        eager runner follows ``task_always_eager``."""
+        if setting == "task_always_eager":
+            self.eager.active = bool(value)
+            return
         option = "pool" if setting == "task_default_queue" else TASK_DEFAULTS.get(setting)
         if option is None:
             return  # read where it applies (result_expires: by the workers)

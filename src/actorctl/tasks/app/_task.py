@@ -324,7 +324,9 @@ class Task:
         result = new_result(client, task_id, name, tracked=not ignore)
         # A client with no results (a worker's, the beat's: a task's subtask)
         # waits for none: its result is tracked by nobody, and goes nowhere.
-        reply_to = client.outbox.reply_address(target) if result.tracked else None
+        # (``result.tracked``, as new_result sets it: no call per send.)
+        tracked = not ignore and client.results is not None
+        reply_to = client.outbox.reply_address(target) if tracked else None
 
         async def send() -> None:
             try:
@@ -341,7 +343,7 @@ class Task:
                     headers=headers,
                 )
             except Exception as exc:
-                if result.tracked and client.results is not None:
+                if tracked and client.results is not None:
                     # Whoever waits for it hears why it was not sent.
                     error = TaskError(type(exc).__name__, f"not sent: {exc}")
                     client.results.deliver(task_id, FAILURE, error.wire(), {})

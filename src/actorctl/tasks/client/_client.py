@@ -223,9 +223,11 @@ class TaskClient:
         Raises:
             MisuseError: saying what to use instead.
         """
-        if not trio.lowlevel.in_trio_run():
+        try:  # one call (a trio caller checks on every send), not in_trio_run's two more
+            token = trio.lowlevel.current_trio_token()
+        except RuntimeError:
             return  # plain code
-        if trio.lowlevel.current_trio_token() is not self.token:
+        if token is not self.token:
             raise MisuseError(
                 "this app's client runs in another trio run (app.connect() gives it a "
                 "thread of its own): from trio code, connect with `async with "

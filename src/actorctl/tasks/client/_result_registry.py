@@ -19,7 +19,7 @@ from ...actors import Outbox
 from ...mailbox import Envelope
 from ..protocol._protocol import FAILURE, H_RETRIES, H_STATE, READY_STATES, SUCCESS
 from ..protocol._task_errors import TaskError
-from ._results import AsyncResult
+from ._results import AsyncResult, SharedWaits
 
 __all__ = ["ResultRegistry"]
 
@@ -40,6 +40,8 @@ class ResultRegistry:
 
     def __init__(self, outbox: Outbox) -> None:
         self._outbox = outbox
+        #: What the results it hands documents to share (``AsyncResult``'s ``shared``).
+        self.shared = SharedWaits()
         self._waiting: dict[str, AsyncResult] = {}
         self._emptied = trio.lowlevel.ParkingLot()  # wait_empty's
 

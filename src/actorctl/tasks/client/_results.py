@@ -42,9 +42,11 @@ from ..protocol._task_errors import task_error
 FALLBACK_AFTER: Final = 1.0
 
 __all__ = [
+    "READY_YIELD_EVERY",
     "AsyncResult",
     "GroupResult",
     "Lookup",
+    "SharedWaits",
     "in_trio",
     "using_lookup",
 ]
@@ -88,6 +90,29 @@ def _wait(lock: threading.Lock, timeout: float | None) -> bool:
     return lock.acquire(timeout=-1 if timeout is None else timeout)
 
 
+#: A caller that awaits results final already, one after another (pipelined:
+#: the oldest of those in flight), yields to trio's scheduler at one such await
+#: in this many, as a sender with credit does (``link/peer/_peer.py``): the
+#: sends it makes between go out in one write, not one each.
+READY_YIELD_EVERY: Final = 16
+
+
+@final
+class SharedWaits:
+    """What the results one registry tracks share (``_result_registry.py``
+    makes it): the lock that guards their thread waits (held for a few
+    assignments, never while waiting), so that a result sent makes no lock
+    of its own, and the count of awaits that found a result final already
+    (``READY_YIELD_EVERY``), kept by trio code (the client's trio thread: a
+    count another run raced would only move a yield)."""
+
+    __slots__ = ("lock", "ready_awaits")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.ready_awaits = 0
+
+
 #: Whether this code runs in a trio task (trio's own thread): trio's own
 #: function, with no wrapper (plain code asks twice per ``delay().get()``; it
 #: asks without an exception, where a raised and caught RuntimeError cost a
@@ -119,6 +144,7 @@ class AsyncResult:
         forget: Callable[[str], None] | None = None,
         tracked: bool = True,
         lookup: Lookup | None = None,
+        shared: SharedWaits | None = None,
     ) -> None:
         self.id = task_id
         self.task = task
@@ -134,7 +160,11 @@ class AsyncResult:
         self._delivered = False  # a registry hands it its documents
         self._thread_done: threading.Lock | None = None  # made by a get() that waits
         self._thread_held = False  # it was made held (not final then): update() lets it go
-        self._thread_lock = threading.Lock()  # guards it (a lock costs a 30th of an event)
+        # Guards both (held for a few assignments, never while waiting): the
+        # lock its registry shares among its results (``SharedWaits``), else
+        # its own.
+        self._shared = shared
+        self._thread_lock = shared.lock if shared is not None else threading.Lock()
         # Made by whoever first waits in trio (most results are final before
         # anyone awaits them: then neither is made at all).
         self._done_trio: trio.Event | None = None
@@ -239,9 +269,26 @@ class AsyncResult:
             done.release()
 
     async def aget(self, timeout: float | None = None, *, propagate: bool = True) -> Any:
-        """Await the task and return its value: :meth:`get` for trio code."""
+        """Await the task and return its value: :meth:`get` for trio code.
+
+        A result its registry holds that is final already returns at once:
+        such an await yields to trio's scheduler at one in
+        ``READY_YIELD_EVERY`` of its registry's, and honours a cancellation at
+        every one (a pipelined caller's sends then go out batched)."""
         if self._state in READY_STATES and self._tracked:  # come already: nothing to time
-            await trio.lowlevel.checkpoint()
+            shared = self._shared
+            if shared is None:
+                await trio.lowlevel.checkpoint()
+            else:
+                # One such await in READY_YIELD_EVERY yields; the others only
+                # honour a cancellation (checkpoint_if_cancelled yields then).
+                shared.ready_awaits = ready = shared.ready_awaits + 1
+                if ready % READY_YIELD_EVERY == 0:
+                    await trio.lowlevel.checkpoint()
+                else:
+                    await trio.lowlevel.checkpoint_if_cancelled()
+            if self._state == SUCCESS:  # _outcome's first case, inline (no call per aget)
+                return self._value
             return self._outcome(propagate)
         lookup = self._lookup_now()
         if lookup is not None:

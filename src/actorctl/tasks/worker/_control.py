@@ -96,6 +96,7 @@ def new_result(client: TaskClient, task_id: str, task: str, *, tracked: bool) ->
         arevoke=functools.partial(arevoke, client),
         forget=registry.forget if registry is not None else None,
         tracked=registry is not None,
+        shared=None if registry is None else registry.shared,
     )
     if registry is not None:
         registry.expect(result)
