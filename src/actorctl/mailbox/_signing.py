@@ -281,8 +281,9 @@ class Verifier:
         window_ms = self._window_ms
         if not creation_ms or not (now_ms - window_ms <= creation_ms <= now_ms + window_ms):
             raise self._stale(message_id, creation_ms, now_ms)
-        if self.replay.check_and_add(
-            (verified.key_id, f"{message_id}@{creation_ms}"), creation_ms + window_ms, now_ms
+        # Named as entry_name names it, inline (per message: no tuple, no call).
+        if self.replay.check_and_add_name(
+            f"{verified.key_id} {message_id}@{creation_ms}", creation_ms + window_ms, now_ms
         ):
             raise self._replayed(message_id, verified)
         return verified
