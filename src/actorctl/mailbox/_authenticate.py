@@ -88,19 +88,24 @@ def authenticate(
             raise UnsignableMessage(problem, message_id)
     kind = app["kind"] if "kind" in app else None  # noqa: SIM401 (in and []: no call)
     try:
-        # canonical_of, inline (per message)
+        # canonical_of, inline (per message): its arguments in order, and a
+        # text as it is (str() only of another type: a call)
         canonical = canonical_bytes(
-            node=node,
-            to=actor,
-            subject="" if subject is None else str(subject),
-            message_id=message_id,
-            correlation_id=None if correlation_id is None else str(correlation_id),
-            reply_to=None if reply_to is None else str(reply_to),
-            creation_ms=creation,
-            expiry_ms=expiry,
-            kind=str(kind or "command"),
-            headers=app,
-            body=body,
+            node,
+            actor,
+            "" if subject is None else subject,  # a str, if not None (checked above)
+            message_id,
+            None
+            if correlation_id is None
+            else correlation_id
+            if type(correlation_id) is str
+            else str(correlation_id),
+            reply_to,  # a str or None (checked above)
+            creation,
+            expiry,
+            kind if type(kind) is str and kind else str(kind or "command"),
+            app,
+            body,
         )
         if session_id is None or sig is None:
             verified = verifier.verify(app, canonical, message_id=message_id, creation_ms=creation)
