@@ -247,6 +247,22 @@ def test_the_properties_a_tell_repeats_are_read_alike_once_known() -> None:
     assert any(b"tell-known" in middle for middle in _amqp._middles)
 
 
+def test_an_asks_properties_are_read_alike_and_never_kept() -> None:
+    # Given asks alike but for their ids, even with one correlation-id
+    pair = Pair()
+    asks = [
+        pair.encode(_envelope(f"a-{i}", subject="ask-kept", correlation_id="c-same"))
+        for i in range(3)
+    ]
+    # When each is read, it reads as on the general path
+    for data in asks:
+        fast, slow = pair.outcomes(data)
+        assert fast == slow
+        assert fast[0] == "accepted"
+    # Then none of their properties were kept: an ask's are its own
+    assert not any(b"ask-kept" in middle for middle in _amqp._middles)
+
+
 def test_signature_properties_given_twice_count_as_the_last_on_both_paths() -> None:
     # Given a message whose headers carry signature properties of their own,
     # written before the session's (a forger's attempt to confuse the reader)
