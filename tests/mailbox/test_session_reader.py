@@ -24,6 +24,7 @@ from actorctl.mailbox import (
     IdentityKey,
     Keyring,
     SessionSigner,
+    _amqp,
     authenticate,
     canonical_of,
     encode,
@@ -208,6 +209,58 @@ def test_each_refusal_is_the_general_paths_own() -> None:
         ("session expired", UNKNOWN_SESSION),
         ("revoked", REVOKED_KEY),
     ]
+
+
+def test_the_properties_a_tell_repeats_are_read_alike_once_known() -> None:
+    # Given tells alike but for their ids and times: the properties between the
+    # message-id and the creation-time are the same bytes in each
+    pair = Pair()
+    tail = session_tail(NODE)
+    assert tail is not None
+    tells = [
+        pair.encode(
+            _envelope(
+                f"m-{i}",
+                subject="tell-known",
+                reply_to=None,
+                correlation_id=None,
+                creation_time=NOW + i,
+            )
+        )
+        for i in range(4)
+    ]
+    forged = bytearray(tells[3])
+    forged[forged.index(b"m-3") + 2] ^= 1  # its message-id, those bytes alike
+    verdicts = []
+    # When each is read: the first two item by item, the others found by those bytes
+    for data in [*tells, bytes(forged)]:
+        found = read_in_session(data, tail)
+        general = read_message(data)
+        assert found is not None
+        assert general is not None
+        assert found[0] == _unsigned(*general)
+        fast, slow = pair.outcomes(data)
+        assert fast == slow
+        verdicts.append(fast[1] if fast[0] == "refused" else fast[0])
+    # Then they read as the general reader reads them, and the forged id is refused
+    assert verdicts == ["accepted"] * 4 + [BAD_SIGNATURE]
+    assert any(b"tell-known" in middle for middle in _amqp._middles)
+
+
+def test_an_asks_properties_are_read_alike_and_never_kept() -> None:
+    # Given asks alike but for their ids, even with one correlation-id
+    pair = Pair()
+    asks = [
+        pair.encode(_envelope(f"a-{i}", subject="ask-kept", correlation_id="c-same"))
+        for i in range(3)
+    ]
+    # When each is read, it reads as on the general path
+    for data in asks:
+        fast, slow = pair.outcomes(data)
+        assert fast == slow
+        assert fast[0] == "accepted"
+    # Then none of their properties were kept: an ask's are its own
+    assert not any(b"ask-kept" in middle for middle in _amqp._middles)
 
 
 def test_signature_properties_given_twice_count_as_the_last_on_both_paths() -> None:

@@ -148,7 +148,18 @@ def read_in_session(data: bytes, tail: SessionTail) -> tuple[Sections, str, byte
             or end + 8 + _U32(data, end + 4)[0] != len(data)
         ):
             return None
-        properties, _ = _compound(data, 12, count, False, start, _RECURRING_PROPERTIES)
+        # The properties between the message-id (a str8) and the creation-time
+        # (a timestamp) found whole by their bytes (``_middles``), inline (per
+        # message); read item by item otherwise.
+        properties = middle = None
+        if count == 10 and data[12] == 0xA1 and data[start - 9] == 0x83:
+            after = 14 + data[13]
+            middle = data[after : start - 9]
+            if middle in _middles:  # (in and []: no call)
+                mid = data[14:after].decode()
+                properties = [mid, *_middles[middle], _I64(data, start - 8)[0]]
+        if properties is None:
+            properties = _properties(data, count, start, middle)
         app, _ = _map(data, start + 12, items - 8, at)
         raw = data[_SESSION_ID_AT + at : _DIGEST_HEAD_AT + at]
         session_id = _ids[raw] if raw in _ids else _id(raw)  # no call (per message)
@@ -162,6 +173,49 @@ def read_in_session(data: bytes, tail: SessionTail) -> tuple[Sections, str, byte
 # Session ids by their bytes, decoded: bounded, past it they are decoded anew
 # (never emptied, as ``_keys``).
 _ids: dict[bytes, str] = {}
+
+#: The eight properties between a message-id and a creation-time (user-id, to,
+#: subject, reply-to, correlation-id, content-type, content-encoding, expiry),
+#: by their bytes, read: a tell's recur from message to message, since its ids
+#: and time are at either end (an ask's hold its correlation-id and expiry:
+#: never kept). Those of values that cannot change (texts, numbers, nulls) go
+#: in at their second sighting (``_middles_once``), bounded and never emptied,
+#: as ``_keys``; ``_middles_once`` is emptied when full, as ``_once``.
+_middles: dict[bytes, tuple[Any, ...]] = {}
+_middles_once: dict[bytes, None] = {}
+_FIXED_VALUES: Final = frozenset({type(None), str, int, float, bool, bytes})
+_UNREADABLE: Final = (
+    _Unsupported,
+    IndexError,
+    struct.error,
+    UnicodeDecodeError,
+    ValueError,
+    TypeError,
+)
+
+
+def _properties(data: bytes, count: int, end: int, middle: bytes | None) -> list[Any]:
+    """The properties list of a message signed within a session (``count``
+    items from 12 to ``end``), read item by item; and its ``middle`` (the bytes
+    between its message-id and creation-time, None if it has not both), if it
+    holds no correlation-id and no expiry (those of a tell), noted for
+    ``_middles``, where ``read_in_session`` finds them: at a second sighting,
+    read again on their own to the same eight values."""
+    properties: list[Any] = _compound(data, 12, count, False, end, _RECURRING_PROPERTIES)[0]
+    if middle is None or properties[5] is not None or properties[8] is not None:
+        return properties  # an ask's: its correlation-id and expiry are its own
+    if middle not in _middles_once:  # met once: noted
+        if len(_middles_once) >= _MAX_KEYS:
+            _middles_once.clear()
+        _middles_once[middle] = None
+    elif len(_middles) < _MAX_KEYS and len(middle) >= 8:
+        try:  # eight items that end where the creation-time begins, or none kept
+            values, _ = _compound(middle, 0, 8, False, len(middle))
+        except _UNREADABLE:
+            return properties
+        if values == properties[1:9] and {*map(type, values)} <= _FIXED_VALUES:
+            _middles[middle] = tuple(values)
+    return properties
 
 
 def _id(raw: bytes) -> str:

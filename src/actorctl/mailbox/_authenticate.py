@@ -89,17 +89,19 @@ def authenticate(
     kind = app["kind"] if "kind" in app else None  # noqa: SIM401 (in and []: no call)
     try:
         # canonical_of, inline (per message), its ids encoded here: canonical_bytes'
-        # own work, without its call
+        # own work without its call, and a text as it is (str() only of another type)
         canonical = canonical_encoded(
             node=node,
             to=actor,
-            subject="" if subject is None else str(subject),
+            subject="" if subject is None else subject,  # a str, if not None (checked above)
             message_id=message_id.encode(),
-            correlation_id=None if correlation_id is None else str(correlation_id).encode(),
-            reply_to=None if reply_to is None else str(reply_to),
+            correlation_id=None
+            if correlation_id is None
+            else (correlation_id if type(correlation_id) is str else str(correlation_id)).encode(),
+            reply_to=reply_to,  # a str or None (checked above)
             creation_ms=creation,
             expiry_ms=expiry,
-            kind=str(kind or "command"),
+            kind=kind if type(kind) is str and kind else str(kind or "command"),
             headers=app,
             body=body,
         )

@@ -8,17 +8,26 @@ from typing import Final, final
 
 from .._log import log
 
-__all__ = ["DEFAULT_REPLAY_BYTES", "ENTRY_BYTES", "Journal", "ReplayCache"]
+__all__ = ["DEFAULT_REPLAY_BYTES", "ENTRY_BYTES", "Journal", "ReplayCache", "entry_name"]
 
 #: Bytes a replay cache holds at most by default (see :class:`ReplayCache`).
 DEFAULT_REPLAY_BYTES: Final = 32 << 20
-#: What one entry costs besides its ids' characters: the dict slot, the queue
-#: item, their tuples and float (about, on CPython 3.12, 64-bit).
+#: What one entry costs besides its ids' characters: the dict slot, the two
+#: queue items, its name's string and its float (about, on CPython 3.12,
+#: 64-bit; counted as when each entry was a pair of tuples, a little over).
 ENTRY_BYTES: Final = 200
 
 #: Told each entry the cache adds (its key and the time in ms it is held until),
 #: to keep it elsewhere too: a node writes it behind to its durable store.
 Journal = Callable[[tuple[str, str], float], None]
+
+
+def entry_name(key_id: str, message: str) -> str:
+    """The name an entry (a key id and a message's ``id@creation-ms``) is held
+    by: the two, a space between. A key id holds no space (16 hex digits, as
+    :func:`~actorctl.mailbox._keys.key_id` makes it; the journal's rows rely on
+    it too), so the name stands for the pair alone."""
+    return f"{key_id} {message}"
 
 
 @final
@@ -57,8 +66,13 @@ class ReplayCache:
         self.bytes = 0
         self.dropped = 0
         self._full = False
-        self._until: dict[tuple[str, str], float] = {}
-        self._order: deque[tuple[float, tuple[str, str]]] = deque()
+        # By entry name (``entry_name``), the time each is held until; and the
+        # names and their times in the order added, side by side. Strings and
+        # floats alone: nothing the cache holds is tracked by the garbage
+        # collector, whose every collection a tuple per entry would bring sooner.
+        self._until: dict[str, float] = {}
+        self._names: deque[str] = deque()
+        self._times: deque[float] = deque()
 
     def __len__(self) -> int:
         return len(self._until)
@@ -66,19 +80,26 @@ class ReplayCache:
     def check_and_add(self, key: tuple[str, str], until_ms: float, now_ms: float) -> bool:
         """True if ``key`` was added before and is still held at ``now_ms``;
         otherwise add it, to be held until ``until_ms``, and return False."""
-        order, held = self._order, self._until
-        while order and order[0][0] < now_ms:
-            self._drop(*order.popleft())
-        if key in held and held[key] >= now_ms:  # in and []: no call (per message)
+        return self.check_and_add_name(entry_name(*key), until_ms, now_ms)
+
+    def check_and_add_name(self, name: str, until_ms: float, now_ms: float) -> bool:
+        """:meth:`check_and_add` of the entry ``name`` (:func:`entry_name`), as
+        the receiver calls it (per message: no tuple made)."""
+        times, held = self._times, self._until
+        while times and times[0] < now_ms:
+            self._drop(times.popleft(), self._names.popleft())
+        if name in held and held[name] >= now_ms:  # in and []: no call (per message)
             return True
-        held[key] = until_ms
-        order.append((until_ms, key))
-        self.bytes += len(key[0]) + len(key[1]) + ENTRY_BYTES
-        if len(order) > self.max_entries or self.bytes > self.max_bytes:
+        held[name] = until_ms
+        times.append(until_ms)
+        self._names.append(name)
+        self.bytes += len(name) - 1 + ENTRY_BYTES  # the two ids, less the space
+        if len(times) > self.max_entries or self.bytes > self.max_bytes:
             self._trim()
         journal = self.journal
         if journal is not None:
-            journal(key, until_ms)
+            key_id, _, message = name.partition(" ")
+            journal((key_id, message), until_ms)
         return False
 
     def load(self, entries: list[tuple[tuple[str, str], float]], *, now_ms: float) -> int:
@@ -87,48 +108,51 @@ class ReplayCache:
         how many were loaded."""
         loaded = 0
         for key, until_ms in sorted(entries, key=lambda entry: entry[1]):
-            if until_ms < now_ms or self._until.get(key, -1.0) >= until_ms:
+            name = entry_name(*key)
+            if until_ms < now_ms or self._until.get(name, -1.0) >= until_ms:
                 continue
-            self._until[key] = until_ms
-            self._order.append((until_ms, key))
-            self.bytes += len(key[0]) + len(key[1]) + ENTRY_BYTES
+            self._until[name] = until_ms
+            self._times.append(until_ms)
+            self._names.append(name)
+            self.bytes += len(name) - 1 + ENTRY_BYTES
             loaded += 1
         self._trim()
         return loaded
 
     def forget(self, key: tuple[str, str]) -> None:
         """Accept ``key`` once more (its message was not executed, e.g. released)."""
-        self._until.pop(key, None)
+        self._until.pop(entry_name(*key), None)
 
     def _trim(self) -> None:
         """Drop the oldest entries while a bound is exceeded (logged once)."""
-        order = self._order
-        if not (len(order) > self.max_entries or self.bytes > self.max_bytes):
+        times = self._times
+        if not (len(times) > self.max_entries or self.bytes > self.max_bytes):
             return
         if not self._full:
             self._full = True
             log(
                 "actorctl:replay:bound-reached",
                 node=self.node,
-                entries=len(order),
+                entries=len(times),
                 max_entries=self.max_entries,
                 bytes=self.bytes,
                 max_bytes=self.max_bytes,
                 warning="the replay cache reached its bound: the oldest ids go before "
                 "their time (a replay of one is left to the dedup window)",
             )
-        while order and (len(order) > self.max_entries or self.bytes > self.max_bytes):
-            self._drop(*order.popleft())
+        names = self._names
+        while times and (len(times) > self.max_entries or self.bytes > self.max_bytes):
+            self._drop(times.popleft(), names.popleft())
             self.dropped += 1
 
-    def _drop(self, until_ms: float, key: tuple[str, str]) -> None:
-        self.bytes -= len(key[0]) + len(key[1]) + ENTRY_BYTES
+    def _drop(self, until_ms: float, name: str) -> None:
+        self.bytes -= len(name) - 1 + ENTRY_BYTES
         if (
             self._full
             and self.bytes < self.max_bytes * 3 // 4
-            and len(self._order) < self.max_entries * 3 // 4
+            and len(self._times) < self.max_entries * 3 // 4
         ):
             self._full = False
         held = self._until
-        if key in held and held[key] == until_ms:  # in and []: no call (per entry)
-            del held[key]
+        if name in held and held[name] == until_ms:  # in and []: no call (per entry)
+            del held[name]
