@@ -145,8 +145,7 @@ class NamedCounters:
 
     def add(self, name: str, event: str) -> None:
         key = (name, event)
-        counts = self.counts  # (by ``in`` and ``[]``: no call per message)
-        counts[key] = counts[key] + 1 if key in counts else 1
+        self.counts[key] = self.counts.get(key, 0) + 1
 
     def observe(self, name: str, seconds: float) -> None:
         latency = self.latency.get(name)
@@ -157,15 +156,11 @@ class NamedCounters:
     def ran(self, name: str, seconds: float, event: str | None) -> None:
         """:meth:`observe` and, unless None, :meth:`add` of ``event``, in one
         call (an actor that counts a run and its outcome per message)."""
-        # (Both tables read by ``in`` and ``[]``: no call per message but the bisect.)
-        latencies = self.latency
-        if name in latencies:
-            latency = latencies[name]
-        else:
-            latency = latencies[name] = Latency()
+        latency = self.latency.get(name)
+        if latency is None:
+            latency = self.latency[name] = Latency()
         latency.counts[bisect_left(LATENCY_BUCKETS, seconds)] += 1
         latency.total += seconds
         if event is not None:
             key = (name, event)
-            counts = self.counts
-            counts[key] = counts[key] + 1 if key in counts else 1
+            self.counts[key] = self.counts.get(key, 0) + 1

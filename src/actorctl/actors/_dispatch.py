@@ -121,10 +121,9 @@ class Dispatch:
         envelope = inbound.envelope
         cell = self._cell
         seen = self._seen
-        # dedup_key, inline (per message): a re-drive's count joins the key.
-        # (Headers read by ``in`` and ``[]`` here: no call per message.)
+        # dedup_key, inline (per message): a re-drive's count joins the key
         headers = envelope.headers
-        plain = REDRIVE not in headers or headers[REDRIVE] is None
+        plain = headers.get(REDRIVE) is None
         key = (envelope.sender, envelope.message_id) if plain else dedup_key(envelope)
         if not seen.begin(key) and await self._answered_before(inbound, key):
             return False
@@ -137,7 +136,7 @@ class Dispatch:
         try:
             token = WAITS.set(handing) if handing is not None else None
             try:
-                trace = headers[TRACE] if TRACE in headers else None  # noqa: SIM401
+                trace = headers.get(TRACE)
                 if trace is None:  # most messages: no trace to continue, nothing to enter
                     handled = await self.dispatch_with(cell.behaviour, envelope)
                 else:
@@ -253,8 +252,7 @@ class Dispatch:
             )
         if envelope.subject == TERMINATED:
             return await self._terminated(envelope)
-        handlers, subject = behaviour.__actorctl_handlers__, envelope.subject
-        spec = handlers[subject] if subject in handlers else None  # noqa: SIM401 (no call)
+        spec = behaviour.__actorctl_handlers__.get(envelope.subject)
         if spec is None:
             forwarded = await behaviour.handle_unmatched(envelope)
             if forwarded is not None:

@@ -64,12 +64,11 @@ def from_sections(sections: Sections, sender: str = "", role: Role | None = None
         correlation_id = _id(correlation_id, "correlation-id", message_id)
     headers = dict(app)
     # _kind, inline for a kind given as one of the three texts (per message)
-    kind = headers["kind"] if "kind" in headers else None  # noqa: SIM401 (no call)
+    kind = headers.get("kind")
     if type(kind) is str and kind in KINDS:
         del headers["kind"]
         for key in _DROPPED:
-            if key in headers:  # in and del, no call (as _kind)
-                del headers[key]  # noqa: RUF051
+            headers.pop(key, None)
     else:
         kind = _kind(headers, message_id)
     if not subject and kind != KIND_DOCUMENT:

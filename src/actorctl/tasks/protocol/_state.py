@@ -114,8 +114,8 @@ def keep_result(
     :func:`store_of`: the caller has it already, and syncs it), for ``expires``
     seconds from ``now`` (``app.conf.result_expires``); False if there was
     nothing to keep it under, or it is not JSON (logged)."""
-    headers = request.headers  # (read by ``in`` and ``[]``: no call per task)
-    task_id = headers[H_TASK_ID] if H_TASK_ID in headers else None  # noqa: SIM401
+    headers = request.headers
+    task_id = headers.get(H_TASK_ID)
     if type(task_id) is str and task_id and task_id == request.correlation_id:
         keys = [task_id]  # the usual call: result_keys' answer, without the call
     else:
@@ -154,7 +154,7 @@ def _result_row(state: str, body: Any, task: str, headers: Mapping[str, Any]) ->
     states = _QUOTED_STATES
     name = states[state] if state in states else compact(state)
     task_text = _quote(task)
-    retries = headers[H_RETRIES] if H_RETRIES in headers else None  # noqa: SIM401
+    retries = headers.get(H_RETRIES)
     if type(retries) is int:
         return f'{{"state":{name},"body":{text},"task":{task_text},"retries":{retries}}}'
     if isinstance(retries, int):  # a subclass (a bool): as compact writes it

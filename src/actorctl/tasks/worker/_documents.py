@@ -173,13 +173,12 @@ def document_headers(request: Envelope, state: str) -> dict[str, Any]:
     command ``request`` (docs/protocol.md §14.4): ``state``, and its ``task_id``
     and integer ``retries`` if it has them."""
     headers: dict[str, Any] = {H_STATE: state}
-    given = request.headers  # (read by ``in`` and ``[]``: no call per document)
-    if H_TASK_ID in given and (task_id := given[H_TASK_ID]):
+    task_id = request.headers.get(H_TASK_ID)
+    if task_id:
         headers[H_TASK_ID] = task_id
-    if H_RETRIES in given:
-        retries = given[H_RETRIES]
-        if type(retries) is int or isinstance(retries, int):
-            headers[H_RETRIES] = retries
+    retries = request.headers.get(H_RETRIES)
+    if isinstance(retries, int):
+        headers[H_RETRIES] = retries
     return headers
 
 

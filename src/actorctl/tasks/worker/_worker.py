@@ -195,16 +195,11 @@ class TaskWorker(Actor):
         counters.add(envelope.subject, "received")
         # Read once per task: its id and its retry count (from its headers;
         # envelope_task_id and envelope_retries, inline: per message).
-        # (By ``in`` and ``[]``, and the exact type first: no call per task.)
         headers = envelope.headers
-        task_id = (
-            (headers[H_TASK_ID] if H_TASK_ID in headers else None)  # noqa: SIM401
-            or envelope.correlation_id
-            or envelope.message_id
-        )
+        task_id = headers.get(H_TASK_ID) or envelope.correlation_id or envelope.message_id
         task_id = task_id if type(task_id) is str else str(task_id)
-        retries = headers[H_RETRIES] if H_RETRIES in headers else 0  # noqa: SIM401
-        retries = retries if type(retries) is int or isinstance(retries, int) else 0
+        retries = headers.get(H_RETRIES, 0)
+        retries = retries if isinstance(retries, int) else 0
         try:
             with self.state.holdings.action(envelope, self._name, task_id, retries):
                 handled = await self._task(envelope, task_id, retries)
@@ -235,17 +230,14 @@ class TaskWorker(Actor):
         followups = self._followups or self.followups  # (the property raises if not running)
         headers = envelope.headers
         # By its own name (most messages), else by an alias or as a foreign task.
-        # (Headers and tasks are read by ``in`` and ``[]`` here: no call per task.)
-        tasks, subject = self.app.tasks, envelope.subject
-        found = tasks[subject] if subject in tasks else None  # noqa: SIM401
-        task = found or self._other_task(envelope)
+        task = self.app.tasks.get(envelope.subject) or self._other_task(envelope)
         if task is None:
             kind, why = unknown_task(
                 self.boxed, self.app.tasks.values(), envelope.subject, self.pool
             )
             await followups.report(envelope, FAILURE, TaskError(kind, why).wire())
             return Outcome.rejected(UNKNOWN_TASK, why), None
-        mapped = headers[H_MAP] if H_MAP in headers else None  # noqa: SIM401
+        mapped = headers.get(H_MAP)
         try:
             args, kwargs = envelope.call()
             # calls_of and token_key, inline for the usual message (one call, no tokens)
@@ -314,7 +306,7 @@ class TaskWorker(Actor):
                 why_not = self._why_not_run(envelope, task_id, begun)
             if why_not is None:
                 held.started = begun  # (Holdings.start, inline: active now)
-                if H_TRACK in headers and headers[H_TRACK]:  # noqa: RUF019 (no call)
+                if headers.get(H_TRACK):
                     await followups.report(envelope, STARTED, None)
                 if signals.task_prerun.receivers:
                     hooks.prerun(task, task_id, args, kwargs)
