@@ -39,6 +39,7 @@ writers. Without a shipper (the default) nothing of this runs.
 from __future__ import annotations
 
 import collections
+import functools
 import itertools
 import sqlite3
 import time
@@ -49,6 +50,7 @@ from typing import Final, final
 import trio
 
 from .._log import log
+from ._handoff import in_thread
 from ._shipping import Shipper, ShipRefused, Write
 
 __all__ = ["Store"]
@@ -361,7 +363,7 @@ class Store:
         self, db: sqlite3.Connection, batch: list[_Write], purge: float | None, abandon: bool
     ) -> None:
         try:
-            await trio.to_thread.run_sync(_commit, db, batch, purge, abandon_on_cancel=abandon)
+            await in_thread(functools.partial(_commit, db, batch, purge), abandon_on_cancel=abandon)
         except (OSError, sqlite3.Error) as exc:
             self._fail(exc)
 
