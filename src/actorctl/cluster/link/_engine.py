@@ -227,12 +227,8 @@ class Engine(EngineOutput):
                 # Answer from this task when nobody else is writing: one task
                 # switch fewer per message than waking the writer. (What the
                 # writer gathers goes out with it: credit and settlements are
-                # never held back.) On a socket, without waiting: trio's
-                # send_all would yield with the send lock held, and a reply
-                # made in the next pass would then wait for the writer.
-                if fd >= 0:
-                    self.write_now()
-                elif self._send_lock.locked():
+                # never held back.)
+                if self._send_lock.locked():
                     self.wake()
                 elif not await self._send_pending():
                     self._wake_event.set()  # output closed: the writer ends it

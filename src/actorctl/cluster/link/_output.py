@@ -157,19 +157,7 @@ class EngineOutput:
         (or an error, which the writer's send meets again and ends the
         connection on), and anything else, is the writer's."""
         self._flush_due = False
-        if not self._writer_idle:
-            self._wake_event.set()
-            return
-        self.write_now()
-
-    def write_now(self) -> None:
-        """Write what the engine has to send now, from the calling task and
-        without waiting (a non-blocking write), unless a write is under way or
-        left bytes for the writer; what the socket does not take now (or an
-        error, which the writer's send meets again) is the writer's, first.
-        For a socket stream only (the reader's answer to what it read, and
-        ``_flush``)."""
-        if self.closed or self._send_lock.locked() or self._carry:
+        if self.closed or self._send_lock.locked() or self._carry or not self._writer_idle:
             self._wake_event.set()
             return
         try:
