@@ -20,15 +20,6 @@ runs the tasks it wakes in no set order: a message handed to each of several
 tasks would begin out of turn). A busy actor pays no task switch per message
 for this: a runner goes from one message to the next in the same step, and a
 runner woken costs no more than a task would to start.
-
-A runner that finds the mailbox empty while no other runner does so waits
-for the next arrival itself, as the turn's *lead*, beside the turn's task
-(both are woken by the arrival, in the same pass): it takes that message in
-the very pass the arrival wakes it, where an idle runner would wait for the
-turn's task to wake it in the pass after (a scheduler pass and an I/O poll
-on each lone message's way, issue 30). The turn's task counts the lead as
-already on its way to the message, so it wakes no other runner for it; the
-messages queued beyond it get runners as before.
 """
 
 from __future__ import annotations
@@ -67,7 +58,6 @@ class Runners:
         "_has_room",
         "_idle",
         "_idled",
-        "_leading",
         "_mailbox",
         "_running",
         "_starting",
@@ -92,7 +82,6 @@ class Runners:
         self._wait_arrival = wait_arrival
         self._running = 0  # runners alive: busy, idle, or not run yet
         self._starting = 0  # runners started or woken that have not run yet
-        self._leading = 0  # the lead: a runner that waits for the next arrival (0 or 1)
         # Set when a runner ends or goes idle (the turn's task waits on it
         # while every runner is busy).
         self._has_room: trio.Event | None = None
@@ -117,7 +106,7 @@ class Runners:
                 # will not take at once: one runner first (it takes, in one
                 # step, all those whose handlers do not wait), then a runner
                 # each, idle ones first.
-                spare = mailbox.pending - self._starting - self._leading
+                spare = mailbox.pending - self._starting
                 if spare > 0 and (idle or self._running < self._concurrency):
                     if one:
                         idled = self._idled
@@ -176,23 +165,11 @@ class Runners:
                     await self._handle(inbound)
                 elif self._mailbox.closed:
                     return
-                elif not self._leading:
-                    await self._lead_until_arrival()
                 else:
                     await self._idle_until_woken()
         finally:
             self._running -= 1
             self._room()
-
-    async def _lead_until_arrival(self) -> None:
-        """Wait, as the lead, for the next arrival (or the mailbox to close),
-        beside the turn's task; then take what came (the caller's loop)."""
-        self._idled += 1  # it found the mailbox empty: what comes goes to one runner first
-        self._leading += 1
-        try:
-            await self._wait_arrival()
-        finally:
-            self._leading -= 1
 
     async def _idle_until_woken(self) -> None:
         """Wait, idle, until the turn's task wakes this runner (as if started)."""

@@ -345,10 +345,8 @@ class Mailbox:
     async def wait_arrival(self) -> None:
         """Wait until the next message arrives, or the mailbox closes (at once
         if it is closed), taking none: for a receiver whose messages other
-        tasks take (an actor's runners). The tasks that wait here (an actor's
-        turn and its lead runner, woken together by the arrival, and
-        cancelled together) are then its receiver, and no other may wait in
-        :meth:`receive` meanwhile."""
+        tasks take (an actor's runners). The one task that waits here is then
+        its receiver, and no other may wait in :meth:`receive` meanwhile."""
         if self._closed:
             await trio.lowlevel.checkpoint()
             return
