@@ -33,6 +33,11 @@ _event_delivery = lib.pn_event_delivery
 _event_link = lib.pn_event_link
 
 _READ_SIZE: Final = 65536
+#: A read shorter than this took what a lone message left (a task's request is
+#: about 500 bytes, its settlement 48): the next read waits for the socket
+#: first. A longer one is a busy spell's: the next read tries the socket first,
+#: as trio's ``receive_some`` does, where data is likely waiting already.
+_LONE_READ: Final = 4096
 _CLOSE_GRACE: Final = 2.0  # seconds the other direction may linger once one is done
 _LOCAL_UNINIT: Final = Endpoint.LOCAL_UNINIT
 _LOCAL_CLOSED: Final = Endpoint.LOCAL_CLOSED
@@ -202,7 +207,7 @@ class Engine(EngineOutput):
         transport = self.transport
         stream = self.stream
         fd = self._fd
-        drained = False  # the last read took all there was: wait before the next
+        drained = False  # the last read was a lone message's: wait before the next
         data: bytes | bytearray
         try:
             while True:
@@ -218,7 +223,7 @@ class Engine(EngineOutput):
                 if not data:
                     self.peer_ended = True
                     return
-                drained = fd >= 0 and len(data) < _READ_SIZE
+                drained = fd >= 0 and len(data) < _LONE_READ
                 self.received_bytes += len(data)
                 self.heard_at = trio.current_time()
                 if not self._push(data):
@@ -388,7 +393,7 @@ async def _first(*waits: object) -> None:
 
 async def _read_when_readable(stream: trio.abc.Stream, fd: int) -> bytes:
     """Read what the socket ``fd`` (``stream``'s) has once it is readable: after
-    a read that took all there was, as a lone message's is. (trio's
+    a read that took what a lone message left (``_LONE_READ``). (trio's
     ``receive_some`` tries the socket first and waits only once that fails: a
     read system call per message that finds nothing, and on the caller's side
     a hand-over of the GIL while another thread waits for it.) Its end reads
