@@ -92,3 +92,25 @@ async def test_an_abandoned_call_returns_at_once_and_its_thread_ends_on_its_own(
         release.set()
         # and the thread ends on its own (what it returns is dropped)
         assert await trio.to_thread.run_sync(done.wait, BOUND)
+
+
+async def test_then_runs_in_trio_s_thread_once_the_call_returned_and_not_when_it_raised() -> None:
+    # Given a call, and what is to happen in trio's thread once it returned
+    seen: list[tuple[str, int]] = []
+
+    def then() -> None:
+        seen.append(("then", threading.get_ident()))
+
+    def fail() -> None:
+        raise OSError("disk full")
+
+    with trio.fail_after(BOUND):
+        # When the call returns
+        value = await in_thread(lambda: 7, then=then)
+        seen.append(("woken", threading.get_ident()))
+        # and when another raises
+        with pytest.raises(OSError, match="disk full"):
+            await in_thread(fail, then=then)
+    # Then `then` ran once, in this thread, before the awaiting task was woken
+    assert value == 7
+    assert seen == [("then", threading.get_ident()), ("woken", threading.get_ident())]
