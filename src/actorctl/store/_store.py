@@ -39,6 +39,7 @@ writers. Without a shipper (the default) nothing of this runs.
 from __future__ import annotations
 
 import collections
+import functools
 import itertools
 import sqlite3
 import time
@@ -49,6 +50,7 @@ from typing import Final, final
 import trio
 
 from .._log import log
+from ._handoff import in_thread
 from ._shipping import Shipper, ShipRefused, Write
 
 __all__ = ["Store"]
@@ -339,29 +341,55 @@ class Store:
         flushing = self._flushing = self._next_flush
         self._next_flush = trio.Event()
         self._committing = upto
+        done = False
+
+        def committed() -> None:
+            # The disk alone, committed: done at once, in trio's thread, when
+            # the commit thread's result comes back (its waiters run in the
+            # next pass, beside this task, not a pass after it).
+            nonlocal done
+            done = True
+            self._committed_batch(count, upto, flushing)
+
         try:
             if self._shipper is None or not batch:  # the disk alone: no nursery
                 if db is not None:
-                    await self._commit_here(db, batch, purge, abandon)
+                    await self._commit_here(db, batch, purge, abandon, committed)
             else:
                 async with trio.open_nursery() as nursery:
                     if db is not None:
-                        nursery.start_soon(self._commit_here, db, batch, purge, abandon)
+                        nursery.start_soon(self._commit_here, db, batch, purge, abandon, None)
                     nursery.start_soon(self._ship, self._shipper, batch, after, upto)
         except BaseException:
-            self._committing = self._committed  # abandoned: the next commit takes it
-            flushing.set()
+            if not done:
+                self._committing = self._committed  # abandoned: the next commit takes it
+                flushing.set()
             raise
+        if not done:
+            self._committed_batch(count, upto, flushing)
+
+    def _committed_batch(self, count: int, upto: int, flushing: trio.Event) -> None:
+        """The batch of the first ``count`` queued writes (numbered up to
+        ``upto``) is kept: it leaves the queue, and its waiters are woken."""
         del self._queue[:count]
         self.commits += 1
         self._committed = upto
         flushing.set()
 
     async def _commit_here(
-        self, db: sqlite3.Connection, batch: list[_Write], purge: float | None, abandon: bool
+        self,
+        db: sqlite3.Connection,
+        batch: list[_Write],
+        purge: float | None,
+        abandon: bool,
+        committed: Callable[[], None] | None,
     ) -> None:
         try:
-            await trio.to_thread.run_sync(_commit, db, batch, purge, abandon_on_cancel=abandon)
+            await in_thread(
+                functools.partial(_commit, db, batch, purge),
+                abandon_on_cancel=abandon,
+                then=committed,
+            )
         except (OSError, sqlite3.Error) as exc:
             self._fail(exc)
 

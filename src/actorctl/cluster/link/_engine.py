@@ -12,6 +12,7 @@ events is its ``EngineHandler``.
 
 from __future__ import annotations
 
+import os
 from typing import Any, Final, final
 
 import trio
@@ -19,7 +20,7 @@ from proton import SSL, Collector, Connection, Endpoint, Event, Link, SSLDomain,
 
 from ..._log import log
 from ._loop_turns import loop_turns
-from ._output import EngineOutput
+from ._output import EngineOutput, socket_fd
 from ._raw import DELIVERY, LINK_FLOW, NULL, lib
 from ._reply_claims import REPLY_CAPABILITY
 
@@ -32,6 +33,11 @@ _event_delivery = lib.pn_event_delivery
 _event_link = lib.pn_event_link
 
 _READ_SIZE: Final = 65536
+#: A read shorter than this took what a lone message left (a task's request is
+#: about 500 bytes, its settlement 48): the next read waits for the socket
+#: first. A longer one is a busy spell's: the next read tries the socket first,
+#: as trio's ``receive_some`` does, where data is likely waiting already.
+_LONE_READ: Final = 4096
 _CLOSE_GRACE: Final = 2.0  # seconds the other direction may linger once one is done
 _LOCAL_UNINIT: Final = Endpoint.LOCAL_UNINIT
 _LOCAL_CLOSED: Final = Endpoint.LOCAL_CLOSED
@@ -200,10 +206,16 @@ class Engine(EngineOutput):
     async def _read_loop(self) -> None:
         transport = self.transport
         stream = self.stream
+        fd = self._fd
+        drained = False  # the last read was a lone message's: wait before the next
+        data: bytes | bytearray
         try:
             while True:
                 try:
-                    data = await stream.receive_some(_READ_SIZE)
+                    if drained:
+                        data = await _read_when_readable(stream, fd)
+                    else:
+                        data = await stream.receive_some(_READ_SIZE)
                 except trio.ClosedResourceError:
                     return  # this side closed it
                 except _IO_ERRORS:
@@ -211,6 +223,7 @@ class Engine(EngineOutput):
                 if not data:
                     self.peer_ended = True
                     return
+                drained = fd >= 0 and len(data) < _LONE_READ
                 self.received_bytes += len(data)
                 self.heard_at = trio.current_time()
                 if not self._push(data):
@@ -376,3 +389,21 @@ async def _first(*waits: object) -> None:
                 nursery.cancel_scope.cancel()
 
             nursery.start_soon(one)
+
+
+async def _read_when_readable(stream: trio.abc.Stream, fd: int) -> bytes:
+    """Read what the socket ``fd`` (``stream``'s) has once it is readable: after
+    a read that took what a lone message left (``_LONE_READ``). (trio's
+    ``receive_some`` tries the socket first and waits only once that fails: a
+    read system call per message that finds nothing, and on the caller's side
+    a hand-over of the GIL while another thread waits for it.) Its end reads
+    as b"", a reset raises ``OSError``, this side closing it
+    ``trio.ClosedResourceError``, as ``receive_some`` does."""
+    while True:
+        if socket_fd(stream) != fd:  # closed here (its number may be another's now)
+            raise trio.ClosedResourceError("the connection's socket was closed")
+        await trio.lowlevel.wait_readable(fd)
+        try:
+            return os.read(fd, _READ_SIZE)
+        except BlockingIOError:
+            continue  # readable for nothing after all: wait again

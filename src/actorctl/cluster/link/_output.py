@@ -9,7 +9,8 @@ together (``_gather``); everything else (transfers, settlements, credit), and
 a reply after a quiet spell, goes out at once.
 
 "At once", for what a task sends while the writer is idle (:meth:`emit`: a
-settlement among them, ``_verdicts.py``; and a reply after a quiet spell),
+settlement among them, ``_verdicts.py``; and a reply after a quiet spell of
+replies, even just after a settlement),
 is the end of that loop turn: before trio
 waits for I/O, the loop's turn counter (``_loop_turns.py``) calls
 ``_flush``, which writes everything the turn produced without waiting (a
@@ -108,11 +109,16 @@ class EngineOutput:
         in a busy spell writes a turn's sends together with what the last
         turns left (one write, and one read at the peer, for many). For what
         a task sends from outside an event callback."""
-        if self._flush_due:
-            return
         count = self._turns.count
         quiet = count - self._emitted_at >= 2
         self._emitted_at = count
+        self._write_soon(quiet)
+
+    def _write_soon(self, quiet: bool) -> None:
+        """Have what the engine has to send go out: at this turn's end when
+        ``quiet`` and the writer is idle, else by the writer (``emit``)."""
+        if self._flush_due:
+            return
         if quiet and self._writer_idle and self._fd >= 0 and not self._send_lock.locked():
             self._flush_due = True
             self._turns.at_turn_end(self._flush)
@@ -122,15 +128,22 @@ class EngineOutput:
 
     def send_settled(self, link: Any, tag: bytes, data: bytes | bytearray) -> None:
         """Send one pre-settled delivery on a sender (``link``: its raw
-        ``pn_link_t``), such as a reply: after a quiet spell, written at this
-        loop turn's end (:meth:`emit`); in a busy spell (a reply in this turn or
-        the last), left to the writer, which gathers the spell's replies."""
+        ``pn_link_t``), such as a reply: after a quiet spell of replies,
+        written at this loop turn's end while the writer is idle, even if a
+        settlement went out in the last turn (:meth:`emit` would leave it to
+        the writer: a task switch on the caller's wait); in a busy spell (a
+        reply in this turn or the last), left to the writer, which gathers the
+        spell's replies."""
         lib.pn_delivery_settle(send(link, tag, data))
         count = self._turns.count
         quiet = count - self._replied_at >= 2
         self._replied_at = count
         if quiet:
-            self.emit()
+            # A lone reply goes at this turn's end even when a settlement was
+            # emitted just before it (the last task's, once its commit
+            # returned): it is the caller's wait, not part of a busy spell.
+            self._emitted_at = count
+            self._write_soon(True)
         else:
             self._produced_at = count
             if not self._woken:
