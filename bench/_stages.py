@@ -80,6 +80,7 @@ _RULES: Final = {
     ("_task.py", "apply_async"): "send",
     ("_worker.py", "_run_all"): "run",
     ("_store.py", "*"): "store",
+    ("_sqlite.py", "*"): "store",
     ("_documents.py", "keep_result"): "store",
     ("_documents.py", "send_document"): "reply",
     ("_outbox.py", "reply"): "reply",

@@ -21,7 +21,8 @@ from actorctl import ConfigError, Node, open_node
 from actorctl.cluster import INSECURE, load_cluster
 from actorctl.ops._foreman import LocalForeman, NodeState
 from actorctl.store import Store, Write
-from actorctl.store._store import _DELETES, _PUTS, PURGE_EVERY, UNSYNCED_WAIT, _commit, _open
+from actorctl.store._sqlite import DELETES, PUTS, commit, open_database
+from actorctl.store._store import PURGE_EVERY, UNSYNCED_WAIT
 from tests.support.cli import node_ready, start_cli
 from tests.support.harness import Logs, free_port
 
@@ -241,7 +242,7 @@ def test_every_statement_a_commit_writes_with_finds_its_rows_by_the_index(
     path = tmp_path / "s.sqlite"
     trio.run(_open_and_close, path)
     with contextlib.closing(sqlite3.connect(path)) as db:
-        for statement in [*_PUTS.values(), *_DELETES.values()]:
+        for statement in [*PUTS.values(), *DELETES.values()]:
             # When SQLite plans a statement a commit may write with
             count = statement.count("?")
             plan = db.execute(f"EXPLAIN QUERY PLAN {statement}", ["t", "k"] * (count // 2))
@@ -257,13 +258,13 @@ def test_a_sqlite_with_a_lower_bound_on_parameters_takes_a_batch_in_smaller_stat
 ) -> None:
     # Given a store's file opened by an SQLite whose statements take at most
     # 999 parameters (its default before 3.32: RHEL 8's 3.26, for one)
-    db, _ = _open(tmp_path / "s.sqlite", 0.0)
+    db, _ = open_database(tmp_path / "s.sqlite", 0.0)
     with contextlib.closing(db):
         db.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, 999)
         # When a batch of 300 puts, then 299 deletes of them, is committed
         puts: list[Write] = [("t", str(i), b"%d" % i, None) for i in range(300)]
         deletes: list[Write] = [("t", str(i), None, None) for i in range(299)]
-        _commit(db, puts + deletes, None)
+        commit(db, puts + deletes, None)
         # Then it is on disk whole (no statement took more than the bound)
         rows = db.execute("SELECT key, value FROM entries").fetchall()
     assert rows == [("299", b"299")]

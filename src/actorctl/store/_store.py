@@ -40,10 +40,9 @@ from __future__ import annotations
 
 import collections
 import functools
-import itertools
 import sqlite3
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Final, final
 
@@ -52,6 +51,7 @@ import trio
 from .._log import log
 from ._handoff import in_thread
 from ._shipping import Shipper, ShipRefused, Write
+from ._sqlite import commit, open_database
 
 __all__ = ["Store"]
 
@@ -62,19 +62,12 @@ PURGE_EVERY: Final = 60.0
 UNSYNCED_WAIT: Final = 0.005
 #: Seconds the last commit may take when the store stops.
 CLOSE_TIMEOUT: Final = 2.0
-_SCHEMA: Final = """CREATE TABLE IF NOT EXISTS entries (
-    tbl TEXT NOT NULL, key TEXT NOT NULL, value BLOB NOT NULL, expires REAL,
-    PRIMARY KEY (tbl, key))"""
-_PUT: Final = "INSERT OR REPLACE INTO entries (tbl, key, value, expires) VALUES (?, ?, ?, ?)"
-_DELETE: Final = "DELETE FROM entries WHERE tbl = ? AND key = ?"
-_PURGE: Final = "DELETE FROM entries WHERE expires IS NOT NULL AND expires <= ?"
 
 _Write = Write
 #: How many refused batches ``sync`` remembers (to tell their writers).
 _REFUSALS_KEPT: Final = 64
 _Row = tuple[bytes, float | None]
 _Tables = dict[str, dict[str, _Row]]
-_Loaded = list[tuple[str, str, bytes, float | None]]
 
 
 @final
@@ -282,7 +275,7 @@ class Store:
 
     async def _open(self, path: Path) -> None:
         try:
-            self._db, rows = await trio.to_thread.run_sync(_open, path, self._clock())
+            self._db, rows = await trio.to_thread.run_sync(open_database, path, self._clock())
         except (OSError, sqlite3.Error) as exc:
             self._fail(exc)
             return
@@ -386,7 +379,7 @@ class Store:
     ) -> None:
         try:
             await in_thread(
-                functools.partial(_commit, db, batch, purge),
+                functools.partial(commit, db, batch, purge),
                 abandon_on_cancel=abandon,
                 then=committed,
             )
@@ -426,91 +419,3 @@ def _apply(tables: _Tables, write: _Write) -> None:
     rows.pop(key, None)  # a replaced row moves to the end, as INSERT OR REPLACE does
     if value is not None:
         rows[key] = (value, expires)
-
-
-# -- in a worker thread: one at a time per connection -------------------------------
-
-
-def _open(path: Path, now: float) -> tuple[sqlite3.Connection, _Loaded]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    db = sqlite3.connect(path, check_same_thread=False)
-    try:
-        db.execute("PRAGMA journal_mode=WAL")
-        db.execute("PRAGMA synchronous=NORMAL")
-        with db:
-            db.execute(_SCHEMA)
-            db.execute(_PURGE, (now,))
-        rows = db.execute("SELECT tbl, key, value, expires FROM entries ORDER BY rowid").fetchall()
-    except BaseException:
-        db.close()
-        raise
-    return db, rows
-
-
-def _commit(db: sqlite3.Connection, batch: Sequence[_Write], purge: float | None) -> None:
-    with db:  # one transaction: committed whole, or rolled back
-        # Runs of puts and of deletes, in the order made; each run in a few
-        # statements of many rows (_chunks), not one statement step per row:
-        # sqlite3 lets go of the GIL around every step, and each time it takes
-        # it back it waits for the event loop's thread to let go in turn.
-        most = _most_rows(db)
-        for is_put, run in itertools.groupby(batch, key=lambda write: write[2] is not None):
-            writes = list(run)
-            if not is_put and not _ROW_VALUES:  # an SQLite before 3.15: a row each
-                db.executemany(_DELETE, ((table, key) for table, key, _, _ in writes))
-                continue
-            for start, count in _chunks(len(writes), most):
-                chunk = writes[start : start + count]
-                if is_put:
-                    db.execute(_PUTS[count], [field for write in chunk for field in write])
-                else:
-                    keys = [field for table, key, _, _ in chunk for field in (table, key)]
-                    db.execute(_DELETES[count], keys)
-        if purge is not None:
-            db.execute(_PURGE, (purge,))
-
-
-#: The most rows one statement writes, a power of two: 1,024 parameters for
-#: puts (4 a row). An SQLite built with a lower bound (999 before 3.32, unless
-#: the build raised it) gets fewer: ``_most_rows``.
-_MOST_ROWS: Final = 256
-#: Whether this SQLite reads row values (3.15 on), as the many-row delete does.
-_ROW_VALUES: Final = sqlite3.sqlite_version_info >= (3, 15, 0)
-# One statement per power of two up to _MOST_ROWS, so that sqlite3's statement
-# cache (128 by default) holds every one of them, prepared once.
-_SIZES: Final = tuple(1 << bit for bit in range(_MOST_ROWS.bit_length()))
-_PUTS: Final = {
-    n: "INSERT OR REPLACE INTO entries (tbl, key, value, expires) VALUES "
-    + ", ".join(["(?, ?, ?, ?)"] * n)
-    for n in _SIZES
-}
-# (A row value IN a bare VALUES list would scan the table: IN a SELECT from
-# it, SQLite searches the primary key's index for each; tests/store checks.)
-_DELETES: Final = {
-    n: "DELETE FROM entries WHERE (tbl, key) IN (SELECT column1, column2 FROM (VALUES "
-    + ", ".join(["(?, ?)"] * n)
-    + "))"
-    for n in _SIZES
-}
-_PUTS[1], _DELETES[1] = _PUT, _DELETE
-
-
-def _most_rows(db: sqlite3.Connection) -> int:
-    """The most rows one statement writes on ``db``: ``_MOST_ROWS``, or the
-    largest power of two whose puts' parameters fit its SQLite's bound."""
-    fits = min(_MOST_ROWS, db.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) // 4)
-    return 1 << (max(fits, 1).bit_length() - 1)
-
-
-def _chunks(total: int, most: int) -> Iterable[tuple[int, int]]:
-    """(start, count) of the statements that write ``total`` rows in order:
-    ``most`` (a power of two) at a time, then the rest by its set bits,
-    largest first."""
-    start = 0
-    while total - start >= most:
-        yield start, most
-        start += most
-    for size in reversed(_SIZES):
-        if (total - start) & size:
-            yield start, size
-            start += size
