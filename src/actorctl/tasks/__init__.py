@@ -23,9 +23,9 @@ from .client._calls import call as call
 from .client._client import Directory as Directory
 from .client._client import TaskClient as TaskClient
 from .client._client import using_client as using_client
+from .client._group_result import GroupResult as GroupResult
 from .client._result_registry import ResultRegistry as ResultRegistry
 from .client._results import AsyncResult as AsyncResult
-from .client._results import GroupResult as GroupResult
 from .limits._budget import Concurrency as Concurrency
 from .limits._limits import check_soft_time_limit as check_soft_time_limit
 from .limits._limits import soft_time_limit as soft_time_limit

@@ -16,7 +16,8 @@ import attrs
 from ..._errors import ConfigError
 from ...mailbox import Envelope
 from ..client._client import TaskClient, current_client, send_task
-from ..client._results import AsyncResult, GroupResult
+from ..client._group_result import GroupResult
+from ..client._results import AsyncResult
 from ..client._validate import check_references
 from ..protocol._protocol import CHORDS, H_CHORD, new_task_id
 from ..protocol._send_options import SendOptions

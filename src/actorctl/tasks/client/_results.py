@@ -19,8 +19,7 @@ import contextlib
 import contextvars
 import math
 import threading
-import time
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, Final, Protocol, final
 
 import trio
@@ -44,7 +43,6 @@ FALLBACK_AFTER: Final = 1.0
 __all__ = [
     "READY_YIELD_EVERY",
     "AsyncResult",
-    "GroupResult",
     "Lookup",
     "SharedWaits",
     "in_trio",
@@ -474,55 +472,3 @@ class AsyncResult:
 
     def __repr__(self) -> str:
         return f"<AsyncResult {self.task or '?'} {self.id} {self._state}>"
-
-
-@final
-class GroupResult(Sequence[AsyncResult]):
-    """The results of a group, in the order of its tasks."""
-
-    def __init__(self, group_id: str, results: Sequence[AsyncResult]) -> None:
-        self.id = group_id
-        self.results = list(results)
-
-    def __getitem__(self, index: Any) -> Any:
-        return self.results[index]
-
-    def __len__(self) -> int:
-        return len(self.results)
-
-    def __iter__(self) -> Iterator[AsyncResult]:
-        return iter(self.results)
-
-    def ready(self) -> bool:
-        return all(r.ready() for r in self.results)
-
-    def successful(self) -> bool:
-        return all(r.successful() for r in self.results)
-
-    def completed_count(self) -> int:
-        return sum(1 for r in self.results if r.successful())
-
-    def get(self, timeout: float | None = None, *, propagate: bool = True) -> list[Any]:
-        """Every task's value, in order; raises the first error (see
-        :meth:`AsyncResult.get`). ``timeout`` covers the whole group."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        values = []
-        for result in self.results:
-            left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            values.append(result.get(left, propagate=propagate))
-        return values
-
-    async def aget(self, timeout: float | None = None, *, propagate: bool = True) -> list[Any]:
-        """:meth:`get` for trio code."""
-        try:
-            with trio.fail_after(math.inf if timeout is None else timeout):
-                return [await r.aget(propagate=propagate) for r in self.results]
-        except trio.TooSlowError:
-            raise AskTimeout(f"group {self.id} not ready within {timeout:g} s") from None
-
-    def revoke(self, *, terminate: bool = False) -> None:
-        for result in self.results:
-            result.revoke(terminate=terminate)
-
-    def __repr__(self) -> str:
-        return f"<GroupResult {self.id} {len(self.results)} tasks>"
