@@ -263,6 +263,30 @@ def test_an_asks_properties_are_read_alike_and_never_kept() -> None:
     assert not any(b"ask-kept" in middle for middle in _amqp._middles)
 
 
+def test_a_tells_long_properties_are_read_alike_and_neither_noted_nor_kept() -> None:
+    # Given tells alike but for their ids, with a subject far longer than a
+    # tell's usual properties (what a peer could send to fill the cache, which
+    # it fills before the signature is checked)
+    pair = Pair()
+    subject = "long-" + "x" * _amqp._MOST_MIDDLE
+    tells = [
+        pair.encode(
+            _envelope(
+                f"l-{i}", subject=subject, reply_to=None, correlation_id=None, creation_time=NOW + i
+            )
+        )
+        for i in range(3)
+    ]
+    # When each is read, it reads as on the general path
+    for data in tells:
+        fast, slow = pair.outcomes(data)
+        assert fast == slow
+        assert fast[0] == "accepted"
+    # Then its properties were neither noted nor kept: each entry's size is bounded
+    assert not any(b"long-xxx" in middle for middle in _amqp._middles)
+    assert not any(b"long-xxx" in middle for middle in _amqp._middles_once)
+
+
 def test_signature_properties_given_twice_count_as_the_last_on_both_paths() -> None:
     # Given a message whose headers carry signature properties of their own,
     # written before the session's (a forger's attempt to confuse the reader)

@@ -180,9 +180,13 @@ _ids: dict[bytes, str] = {}
 #: and time are at either end (an ask's hold its correlation-id and expiry:
 #: never kept). Those of values that cannot change (texts, numbers, nulls) go
 #: in at their second sighting (``_middles_once``), bounded and never emptied,
-#: as ``_keys``; ``_middles_once`` is emptied when full, as ``_once``.
+#: as ``_keys``; ``_middles_once`` is emptied when full, as ``_once``. Only a
+#: middle of at most ``_MOST_MIDDLE`` bytes is noted or kept: both are filled
+#: before a message's signature is checked, so each entry's size is bounded as
+#: their count is (a tell's middle is about a hundred bytes).
 _middles: dict[bytes, tuple[Any, ...]] = {}
 _middles_once: dict[bytes, None] = {}
+_MOST_MIDDLE: Final = 512
 _FIXED_VALUES: Final = frozenset({type(None), str, int, float, bool, bytes})
 _UNREADABLE: Final = (
     _Unsupported,
@@ -204,6 +208,8 @@ def _properties(data: bytes, count: int, end: int, middle: bytes | None) -> list
     properties: list[Any] = _compound(data, 12, count, False, end, _RECURRING_PROPERTIES)[0]
     if middle is None or properties[5] is not None or properties[8] is not None:
         return properties  # an ask's: its correlation-id and expiry are its own
+    if len(middle) > _MOST_MIDDLE:
+        return properties  # not kept (see _middles)
     if middle not in _middles_once:  # met once: noted
         if len(_middles_once) >= _MAX_KEYS:
             _middles_once.clear()
