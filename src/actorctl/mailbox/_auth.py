@@ -104,6 +104,7 @@ _header_json = json.JSONEncoder(
 
 
 def canonical_bytes(
+    *,
     node: str,
     to: str,
     subject: str,
@@ -117,8 +118,6 @@ def canonical_bytes(
     body: bytes,
 ) -> bytes:
     """The bytes that both authentication forms cover (docs/protocol.md §11.2).
-    (Its arguments are named where it is called, but for the receiver's own
-    call per message, which gives them in order: a call by name costs more.)
 
     ``PREFIX``, then each field as a 4-byte big-endian length and its UTF-8
     bytes, in the order of the parameters. An absent field (None, or an empty

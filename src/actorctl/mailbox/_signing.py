@@ -269,17 +269,7 @@ class Verifier:
         mac.update(canonical)
         if not hmac.compare_digest(mac.digest(), sig):
             raise AuthError(BAD_SIGNATURE, f"message {message_id}: HMAC does not match")
-        # _fresh, inline (per message): the same checks in the same order
-        verified = entry[1]
-        now_ms = now * 1000.0
-        window_ms = self._window_ms
-        if not creation_ms or not (now_ms - window_ms <= creation_ms <= now_ms + window_ms):
-            raise self._stale(message_id, creation_ms, now_ms)
-        if self.replay.check_and_add_name(
-            f"{verified.key_id} {message_id}@{creation_ms}", creation_ms + window_ms, now_ms
-        ):
-            raise self._replayed(message_id, verified)
-        return verified
+        return self._fresh(entry[1], message_id, creation_ms, now)
 
     def _fresh(
         self, verified: Verified, message_id: str, creation_ms: int | None, now: float

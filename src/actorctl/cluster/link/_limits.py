@@ -79,7 +79,6 @@ MESSAGE_SIZE_EXCEEDED: Final = "amqp:link:message-size-exceeded"
 #: handshakes of others.
 SPOKEN_REFUSALS: Final = 4
 
-_queued = lib.pn_link_queued
 _outgoing_bytes = lib.pn_session_outgoing_bytes
 _link_session = lib.pn_link_session
 
