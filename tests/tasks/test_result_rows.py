@@ -60,6 +60,23 @@ async def test_a_kept_row_is_the_json_text_of_its_state_body_task_and_retries(
     path = tmp_path / "store.sqlite"
     expected: dict[str, tuple[str, Any, str]] = {}
     store = Store(path, name="n")
+    with trio.fail_after(60):
+        await _keep_each(store, expected)
+    # The node starts again: each row is there, as the encoder writes it
+    store = Store(path, name="n")
+    with trio.fail_after(60):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(store.run)
+            for task_id, (text, body, state) in expected.items():
+                assert store.get(RESULTS, task_id) == text.encode(), task_id
+                kept = stored_result(store, task_id)
+                assert kept is not None
+                assert kept[:2] == [state, json.loads(json.dumps(body))]
+            nursery.cancel_scope.cancel()
+
+
+async def _keep_each(store: Store, expected: dict[str, tuple[str, Any, str]]) -> None:
+    """Keep a result for each body, retries, state and task name, noting its row."""
     async with trio.open_nursery() as nursery:
         await nursery.start(store.run)
         count = 0
@@ -82,16 +99,6 @@ async def test_a_kept_row_is_the_json_text_of_its_state_body_task_and_retries(
                     assert keep_result(store, time.time(), request, state, body, expires=3600.0)
                     expected[task_id] = (_row(state, body, task, retries), body, state)
         await store.sync()
-        nursery.cancel_scope.cancel()
-    # The node starts again: each row is there, as the encoder writes it
-    store = Store(path, name="n")
-    async with trio.open_nursery() as nursery:
-        await nursery.start(store.run)
-        for task_id, (text, body, state) in expected.items():
-            assert store.get(RESULTS, task_id) == text.encode(), task_id
-            kept = stored_result(store, task_id)
-            assert kept is not None
-            assert kept[:2] == [state, json.loads(json.dumps(body))]
         nursery.cancel_scope.cancel()
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, ClassVar, Final
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import attrs
 
@@ -57,7 +57,6 @@ __all__ = [
 ]
 
 REPLY_PREFIX = "$reply/"
-_REPLY_PREFIX_LENGTH: Final = 7  # len(REPLY_PREFIX), as a constant
 
 
 def is_reply_address(target: str) -> bool:
@@ -103,18 +102,8 @@ async def send_document(
     kept = store is not None and keep_result(store, now, request, state, body, expires)
     headers = document_headers(request, state)
     for target in targets:
-        if target[:_REPLY_PREFIX_LENGTH] == REPLY_PREFIX:  # is_reply_address, inline
-            # result_document, inline (per document)
-            document = Envelope(
-                message_id=outbox.new_message_id(),
-                to=target,
-                subject=request.subject,
-                body=body,
-                kind=KIND_DOCUMENT,
-                correlation_id=request.correlation_id,
-                creation_time=now,
-                headers=headers,
-            )
+        if target.startswith(REPLY_PREFIX):  # is_reply_address, inline (per document)
+            document = result_document(outbox, request, target, body, headers, now)
             # On a worker's node (relay), a caller with no link here has one on
             # the services node.
             if not outbox.reply(document, quiet=relay) and relay:

@@ -119,17 +119,20 @@ class FollowUps:
             # report's targets, asked first: a result nobody gets is not made
             # (fire-and-forget: no reply address, no sink). A plain value (an
             # integer, text, null) is its own wire form: to_wire is not called.
+            reply_to, sinks = envelope.reply_to, H_SINKS in headers
+            if not reply_to and not sinks:
+                return
             if type(value) is not int and type(value) is not str and value is not None:
                 value = to_wire(value)
-            if H_SINKS in headers:
+            if sinks or not reply_to:
                 await self.report(envelope, SUCCESS, value)
-            elif envelope.reply_to:  # report, inline: to the caller alone
+            else:  # report, inline: to the caller alone
                 await send_document(
                     self.client,
                     envelope,
                     SUCCESS,
                     value,
-                    [envelope.reply_to],
+                    [reply_to],
                     expires=self.result_expires,
                     relay=True,
                     settle_after_commit=True,
