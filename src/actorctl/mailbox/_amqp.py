@@ -162,7 +162,7 @@ def read_in_session(data: bytes, tail: SessionTail) -> tuple[Sections, str, byte
             properties = _properties(data, count, start, middle)
         app, _ = _map(data, start + 12, items - 8, at)
         raw = data[_SESSION_ID_AT + at : _DIGEST_HEAD_AT + at]
-        session_id = _ids[raw] if raw in _ids else _id(raw)  # no call (per message)
+        session_id = _ids[raw] if raw in _ids else _decoded(_ids, raw)  # no call (per message)
     except (_Unsupported, IndexError, struct.error, UnicodeDecodeError, ValueError, TypeError):
         return None
     if count < 10:  # the trailing nulls left out
@@ -222,13 +222,6 @@ def _properties(data: bytes, count: int, end: int, middle: bytes | None) -> list
         if values == properties[1:9] and {*map(type, values)} <= _FIXED_VALUES:
             _middles[middle] = tuple(values)
     return properties
-
-
-def _id(raw: bytes) -> str:
-    session_id = raw.decode("utf-8")
-    if len(_ids) < _MAX_KEYS:
-        _ids[raw] = session_id
-    return session_id
 
 
 def _read_sections(data: bytes) -> Sections | None:
@@ -342,7 +335,7 @@ def _compound(
             stop = pos + 2 + data[pos + 1]
             if at in recurring:  # (a membership test and an index: no call)
                 raw = data[pos + 2 : stop]
-                items[at] = texts[raw] if raw in texts else _text(raw)
+                items[at] = texts[raw] if raw in texts else _decoded(texts, raw)
             else:
                 items[at] = data[pos + 2 : stop].decode()
             pos = stop
@@ -388,18 +381,14 @@ _noted: Final = [0]
 _texts: dict[bytes, str] = {}
 
 
-def _text(raw: bytes) -> str:
-    text = raw.decode()
-    if len(_texts) < _MAX_KEYS:
-        _texts[raw] = text
+def _decoded(cache: dict[bytes, str], raw: bytes) -> str:
+    """``raw`` decoded (UTF-8), and kept in ``cache`` (``_ids``, ``_keys``,
+    ``_texts``) while it holds fewer than ``_MAX_KEYS``: a bounded cache,
+    never emptied."""
+    text = raw.decode("utf-8")
+    if len(cache) < _MAX_KEYS:
+        cache[raw] = text
     return text
-
-
-def _key(raw: bytes) -> str:
-    key = raw.decode("utf-8")
-    if len(_keys) < _MAX_KEYS:
-        _keys[raw] = key
-    return key
 
 
 def _pair(pair: bytes, key: str, value: str) -> None:
@@ -440,7 +429,7 @@ def _map(data: bytes, pos: int, count: int, end: int) -> tuple[dict[Any, Any], i
                     key, value = pairs[pair]
                 else:
                     raw = data[pos + 2 : stop]
-                    key = keys[raw] if raw in keys else _key(raw)
+                    key = keys[raw] if raw in keys else _decoded(keys, raw)
                     value = data[stop + 2 : after].decode()
                     if after > end:
                         raise _Unsupported("truncated")
@@ -455,7 +444,7 @@ def _map(data: bytes, pos: int, count: int, end: int) -> tuple[dict[Any, Any], i
                 pos = after
                 continue
             raw = data[pos + 2 : stop]
-            key = keys[raw] if raw in keys else _key(raw)
+            key = keys[raw] if raw in keys else _decoded(keys, raw)
             pos = stop
         else:
             key, pos = _read(data, pos)
