@@ -3,10 +3,12 @@
 It owns the actor's mailbox and its life: a fresh incarnation at each start,
 activation (no task while the mailbox is empty; a message starts a turn, which
 ends once the mailbox has stayed empty for ``IDLE_LINGER``: ``_turns.py``), the
-tasks the actor starts, crashes (the culprit released, the rest kept for the
-next incarnation), stopping and retiring. How one message is run (the handler
-looked up, the arguments bound, the reply sent, then the settlement: acks-late)
-is its dispatch, ``_dispatch.py``."""
+tasks the actor starts, crashes, stopping and retiring. What each way of
+ending does with the actor's messages (those in hand kept for the next
+incarnation, the culprit of a crash sent back, those queued released when
+there is none) is ``_ending.py``. How one message is run (the handler looked
+up, the arguments bound, the reply sent, then the settlement: acks-late) is
+its dispatch, ``_dispatch.py``."""
 
 from __future__ import annotations
 
@@ -17,14 +19,14 @@ from typing import final
 import trio
 
 from .._errors import ActorctlError, ConfigError
-from .._log import log
-from ..mailbox import CRASHED, RELEASED, Envelope, Inbound, Mailbox, Outcome
+from ..mailbox import RELEASED, Envelope, Inbound, Mailbox
 from ._actor import Actor
 from ._address import Address
 from ._background import TaskFn
 from ._counters import ActorCounters
-from ._dedup import Handled, ReplyMemory, SeenWindow, dedup_key
+from ._dedup import Handled, ReplyMemory, SeenWindow
 from ._dispatch import Dispatch
+from ._ending import drain_actor, release_queued, report_crash, requeue_inflight, run_on_stop
 from ._handlers import Behaviour
 from ._monitor import Monitors
 from ._parts import NO_COUNTERS, CellParts
@@ -308,29 +310,13 @@ class ActorCell:
         self.mailbox.on_arrival(None)
         self._requeue_inflight()
         self.stopped_why = why
-        released = self.mailbox.close()
-        if released:
-            log(
-                "actorctl:actor:released",
-                actor=self.name,
-                why=why,
-                released=[inbound.envelope.message_id for inbound in released],
-            )
-        for left in released:
-            left.settle(RELEASED)
+        release_queued(self.mailbox, self.name, why)
         self.state = CellState.STOPPED
 
     def _requeue_inflight(self) -> None:
         """Messages cancelled mid-handling go back to the head of the mailbox
-        (for the next incarnation: at least once, so they may run twice), or
-        are released if it is closed; never left unsettled on a live link."""
-        parts = self._parts
-        if parts is not None and parts.inflight:
-            inflight = list(parts.inflight)
-            parts.inflight.clear()
-            for inbound in inflight:
-                parts.seen.abandon(dedup_key(inbound.envelope))
-            self.mailbox.requeue(inflight)
+        (``_ending.py``)."""
+        requeue_inflight(self._parts, self.mailbox)
 
     def arrived(self) -> None:
         """A message arrived (or the mailbox closed): start a turn unless one runs
@@ -393,28 +379,13 @@ class ActorCell:
             self.arrived()  # arrived while this turn was ending
 
     def _crashed(self, error: Exception) -> None:
+        """It crashed: the messages it crashed on go back to their senders;
+        those it was handling beside them, and those queued, stay for the next
+        incarnation (released by retire() if there is none): ``_ending.py``."""
         self.state = CellState.CRASHED
-        # The message it crashed on goes back to its sender as ``modified``
-        # with ``actorctl:actor-crashed``, not ``released``: a plain tell's
-        # sender sends a released message again, and sent again here it could
-        # crash the actor again. Those it was handling beside it, and those
-        # queued, stay for the next incarnation (released by retire() if
-        # there is none).
         culprits, self._culprits = self._culprits or [], None
         self._requeue_inflight()
-        log(
-            "actorctl:actor:crashed",
-            actor=self.name,
-            error_type=type(error).__name__,
-            error=str(error),
-            released=[inbound.envelope.message_id for inbound in culprits],
-            kept=self.mailbox.pending,
-        )
-        if culprits:
-            why = f"actor {self.name!r} crashed on it ({type(error).__name__}: {error})"
-            crashed = Outcome.modified(CRASHED, why)
-            for inbound in culprits:
-                inbound.settle(crashed)
+        report_crash(self.name, error, culprits, self.mailbox.pending)
 
     async def _end(self, error: Exception | None) -> None:
         on_end = self._on_end
@@ -428,24 +399,11 @@ class ActorCell:
             on_end(error)
 
     async def _stop_actor(self) -> Exception | None:
-        """Run on_stop (at most 5 s). What it raises is logged and returned: a
-        failure of this actor alone, never of the task that stops it. The tasks
-        it started end first."""
+        """Run on_stop (``_ending.py``): what it raises is returned, not
+        raised. The tasks it started end first."""
         await self._stop_background("stopped")
         actor = self.actor
-        failed: Exception | None = None
-        with trio.CancelScope(shield=True) as scope:
-            scope.deadline = trio.current_time() + 5.0
-            try:
-                await actor.on_stop()
-            except Exception as exc:
-                failed = exc
-                log(
-                    "actorctl:actor:on-stop-failed",
-                    actor=self.name,
-                    error_type=type(exc).__name__,
-                    error=str(exc),
-                )
+        failed = await run_on_stop(actor, self.name)
         if actor._cell is self:
             actor._cell = None
         return failed
@@ -471,15 +429,7 @@ class ActorCell:
         what it holds and has not begun. What it raises is logged: a failure
         of this actor alone, never of the node's stop."""
         self.stop()
-        try:
-            self.actor.on_drain()
-        except Exception as exc:
-            log(
-                "actorctl:actor:on-drain-failed",
-                actor=self.name,
-                error_type=type(exc).__name__,
-                error=str(exc),
-            )
+        drain_actor(self.actor, self.name)
 
     def stop(self) -> None:
         """Take no more messages; the actor ends after those it is handling.
