@@ -270,6 +270,43 @@ def test_a_sqlite_with_a_lower_bound_on_parameters_takes_a_batch_in_smaller_stat
     assert rows == [("299", b"299")]
 
 
+SPILL_CHILD = """
+import sys
+from pathlib import Path
+
+from actorctl.store._sqlite import commit, open_database
+
+db, _ = open_database(Path(sys.argv[1]), 0.0)
+keys = [f"{i * 7919 % 4000:06d}" for i in range(4000)]  # spread over the index
+commit(db, [("t", key, b"x" * 200, None) for key in keys], None)
+for start in range(0, 4000, 256):  # statements that change many pages there
+    commit(db, [("t", key, b"y" * 200, None) for key in keys[start : start + 256]], None)
+db.close()
+print("committed", flush=True)
+"""
+
+
+def test_a_commit_of_many_rows_makes_no_temporary_file(tmp_path: Path) -> None:
+    # Given SQLite's directory for temporary files, one of the test's own
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    os.utime(temporary, ns=(0, 0))  # a file made there would move it to now
+    # When a process commits batches whose statements each change many pages
+    # (their statement journals pass the 64 KiB SQLite keeps in memory by default)
+    done = subprocess.run(
+        [sys.executable, "-c", SPILL_CHILD, str(tmp_path / "s.sqlite")],
+        env={**os.environ, "SQLITE_TMPDIR": str(temporary)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.stdout == "committed\n", done.stderr
+    # Then no file was made there (made and unlinked, it would leave the
+    # directory's modification time moved): the journals stayed in memory
+    assert temporary.stat().st_mtime_ns == 0
+
+
 async def _open_and_close(path: Path) -> None:
     async with running(Store(path, name="s")) as store:
         store.put("t", "k", b"v")

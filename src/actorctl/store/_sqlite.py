@@ -34,13 +34,20 @@ Loaded = list[tuple[str, str, bytes, float | None]]
 
 def open_database(path: Path, now: float) -> tuple[sqlite3.Connection, Loaded]:
     """The store's database at ``path`` (made if new), in WAL mode with
-    ``synchronous=NORMAL``, its expired rows purged as of ``now``; and its rows,
-    in the order they were written."""
+    ``synchronous=NORMAL`` and its temporary files in memory, its expired rows
+    purged as of ``now``; and its rows, in the order they were written."""
     path.parent.mkdir(parents=True, exist_ok=True)
     db = sqlite3.connect(path, check_same_thread=False)
     try:
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=NORMAL")
+        # A statement of many rows keeps a statement journal (what it changed,
+        # to undo that statement alone if it fails midway); past 64 KiB SQLite
+        # spills it to a new temporary file, made and unlinked in every commit,
+        # and writes each page it changes there too. In memory it costs a copy.
+        # No crash reads it (a commit's survival is the WAL's): nothing that
+        # survives a kill changes.
+        db.execute("PRAGMA temp_store=MEMORY")
         with db:
             db.execute(_SCHEMA)
             db.execute(_PURGE, (now,))
