@@ -36,6 +36,8 @@ from pathlib import Path
 from types import CodeType, FrameType
 from typing import Any, Final
 
+import trio
+
 __all__ = ["STAGES", "CallCounter", "Sampler", "install_worker_probe"]
 
 ENV: Final = "ACTORCTL_TASK_COST"
@@ -170,8 +172,19 @@ class Sampler:
         }
 
 
+class _Steps(trio.abc.Instrument):
+    """A trio instrument: the steps trio runs (task switches), by task name."""
+
+    def __init__(self) -> None:
+        self.steps: Counter[str] = Counter()
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        self.steps[task.name] += 1
+
+
 class CallCounter:
-    """Counts the main thread's function calls with cProfile, by function.
+    """Counts the main thread's function calls with cProfile, by function, and the
+    task steps trio runs (each a task switch), by task, when started in a trio run.
 
     Unlike the sampler's, its figures do not move with the machine's load: the number
     of calls a task makes is the same on a busy machine as on a quiet one, so a change
@@ -180,12 +193,22 @@ class CallCounter:
 
     def __init__(self) -> None:
         self._profile = cProfile.Profile()
+        self._steps = _Steps()
+        self._instrumented = False
 
     def start(self) -> None:
+        try:
+            trio.lowlevel.add_instrument(self._steps)
+            self._instrumented = True
+        except RuntimeError:
+            pass  # not in a trio run: calls only
         self._profile.enable()
 
     def stop(self) -> None:
         self._profile.disable()
+        if self._instrumented:
+            trio.lowlevel.remove_instrument(self._steps)
+            self._instrumented = False
 
     def dump(self, path: str) -> None:
         self._profile.dump_stats(path)
@@ -195,8 +218,10 @@ class CallCounter:
         stats = pstats.Stats(self._profile).stats  # type: ignore[attr-defined]
         rows = {}
         for (path, line, name), (primitive, total, own, inclusive, _) in stats.items():
+            if path == __file__:
+                continue  # its own instrument's calls (the task steps)
             rows[f"{os.path.basename(path)}:{line}:{name}"] = [primitive, total, own, inclusive]
-        return {"functions": rows}
+        return {"functions": rows, "steps": dict(self._steps.steps)}
 
 
 def _loop_cpu() -> float:

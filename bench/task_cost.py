@@ -254,6 +254,12 @@ def calls_table(result: dict[str, Any], window: int, top: int) -> str:
                 f"  {ncalls / tasks:>10.2f} {own * 1e6 / tasks:>8.1f} "
                 f"{inclusive * 1e6 / tasks:>12.1f}  {where}"
             )
+        steps: dict[str, int] = result[side].get("steps", {})
+        if steps:  # trio's task steps: each one a task switch
+            lines += ["", f"{side}: {sum(steps.values()) / tasks:,.2f} trio task steps per task"]
+            for name, count in sorted(steps.items(), key=lambda item: -item[1])[:top]:
+                if count / tasks >= 0.005:
+                    lines.append(f"  {count / tasks:>10.3f}  {name}")
     return "\n".join(lines)
 
 
