@@ -238,7 +238,9 @@ def _tune_collector() -> None:
     after YOUNG_COLLECTION allocations, not 700. A task leaves no reference
     cycle behind (bench/task_cost.py: no object freed by a collection), yet
     with the defaults the collector cost a worker node 5-10 µs per task,
-    most of it full collections of some 30 ms each (issue 30)."""
+    most of it full collections of some 30 ms each (issue 30). (No full
+    collection comes first: freezing costs nothing, a full collection of a
+    node of a million actors would hold its loop for a second or more.)"""
     gc.freeze()
     _, middle, old = gc.get_threshold()
     gc.set_threshold(YOUNG_COLLECTION, middle, old)
