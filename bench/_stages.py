@@ -68,6 +68,9 @@ _RULES: Final = {
     ("_engine.py", "_send_pending"): "write",  # before the output half moved to _output.py
     ("_output.py", "_send_pending"): "write",
     ("_output.py", "_flush"): "write",
+    # The writer's loop around _send_pending (gathering a turn's output, the
+    # transport's pending bytes): write, not trio's scheduler under it.
+    ("_output.py", "_write_loop"): "write",
     ("_log.py", "*"): "trace",
     ("_inspect.py", "action"): "trace",
     ("_counters.py", "*"): "metrics",
