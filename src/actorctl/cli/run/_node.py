@@ -238,7 +238,7 @@ def _tune_collector() -> None:
     after YOUNG_COLLECTION allocations, not 700. A task leaves no reference
     cycle behind (bench/task_cost.py: no object freed by a collection), yet
     with the defaults the collector cost a worker node 5-10 µs per task,
-    most of it full collections of 24-71 ms each (issue 30). (No full
+    35-70% of it in full collections of 24-71 ms each (issue 30). (No full
     collection comes first: freezing costs nothing, a full collection of a
     node of a million actors would hold its loop for a second or more.)"""
     gc.freeze()
