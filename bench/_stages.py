@@ -36,7 +36,9 @@ from pathlib import Path
 from types import CodeType, FrameType
 from typing import Any, Final
 
-__all__ = ["STAGES", "CallCounter", "Sampler", "install_worker_probe"]
+import trio
+
+__all__ = ["STAGES", "CallCounter", "Collections", "Sampler", "install_worker_probe"]
 
 ENV: Final = "ACTORCTL_TASK_COST"
 DEFAULT_INTERVAL: Final = 0.001
@@ -66,6 +68,9 @@ _RULES: Final = {
     ("_engine.py", "_send_pending"): "write",  # before the output half moved to _output.py
     ("_output.py", "_send_pending"): "write",
     ("_output.py", "_flush"): "write",
+    # The writer's loop around _send_pending (gathering a turn's output, the
+    # transport's pending bytes): write, not trio's scheduler under it.
+    ("_output.py", "_write_loop"): "write",
     ("_log.py", "*"): "trace",
     ("_inspect.py", "action"): "trace",
     ("_counters.py", "*"): "metrics",
@@ -170,8 +175,19 @@ class Sampler:
         }
 
 
+class _Steps(trio.abc.Instrument):
+    """A trio instrument: the steps trio runs (task switches), by task name."""
+
+    def __init__(self) -> None:
+        self.steps: Counter[str] = Counter()
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        self.steps[task.name] += 1
+
+
 class CallCounter:
-    """Counts the main thread's function calls with cProfile, by function.
+    """Counts the main thread's function calls with cProfile, by function, and the
+    task steps trio runs (each a task switch), by task, when started in a trio run.
 
     Unlike the sampler's, its figures do not move with the machine's load: the number
     of calls a task makes is the same on a busy machine as on a quiet one, so a change
@@ -180,12 +196,22 @@ class CallCounter:
 
     def __init__(self) -> None:
         self._profile = cProfile.Profile()
+        self._steps = _Steps()
+        self._instrumented = False
 
     def start(self) -> None:
+        try:
+            trio.lowlevel.add_instrument(self._steps)
+            self._instrumented = True
+        except RuntimeError:
+            pass  # not in a trio run: calls only
         self._profile.enable()
 
     def stop(self) -> None:
         self._profile.disable()
+        if self._instrumented:
+            trio.lowlevel.remove_instrument(self._steps)
+            self._instrumented = False
 
     def dump(self, path: str) -> None:
         self._profile.dump_stats(path)
@@ -195,8 +221,10 @@ class CallCounter:
         stats = pstats.Stats(self._profile).stats  # type: ignore[attr-defined]
         rows = {}
         for (path, line, name), (primitive, total, own, inclusive, _) in stats.items():
+            if path == __file__:
+                continue  # its own instrument's calls (the task steps)
             rows[f"{os.path.basename(path)}:{line}:{name}"] = [primitive, total, own, inclusive]
-        return {"functions": rows}
+        return {"functions": rows, "steps": dict(self._steps.steps)}
 
 
 def _loop_cpu() -> float:
@@ -221,6 +249,37 @@ def io_counters() -> dict[str, int]:
     return totals
 
 
+class Collections:
+    """The garbage collections of this process while it counts, and their time, by
+    generation: a collection runs inside whatever code allocated, so the sampler
+    counts its time in that code's stage; this says how much of it is the collector's."""
+
+    def __init__(self) -> None:
+        self._began = 0.0
+        self.runs = [0, 0, 0]
+        self.seconds = [0.0, 0.0, 0.0]
+        self.collected = [0, 0, 0]  # unreachable objects freed (reference cycles)
+
+    def _callback(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._began = time.perf_counter()
+        else:
+            generation = info["generation"]
+            self.runs[generation] += 1
+            self.seconds[generation] += time.perf_counter() - self._began
+            self.collected[generation] += info["collected"]
+
+    def start(self) -> None:
+        gc.callbacks.append(self._callback)
+
+    def stop(self) -> None:
+        if self._callback in gc.callbacks:
+            gc.callbacks.remove(self._callback)
+
+    def report(self) -> dict[str, Any]:
+        return {"gc": {"runs": self.runs, "seconds": self.seconds, "collected": self.collected}}
+
+
 def install_worker_probe(directory: str) -> None:
     """In a worker node: once its first task worker is up (in the event loop's
     thread), SIGUSR1 starts a :class:`Sampler` and SIGUSR2 writes what it counted."""
@@ -230,21 +289,24 @@ def install_worker_probe(directory: str) -> None:
     interval = float(os.environ.get(f"{ENV}_INTERVAL", DEFAULT_INTERVAL))
     calls = bool(os.environ.get(f"{ENV}_CALLS"))
     sampler: Sampler | CallCounter = CallCounter() if calls else Sampler(interval)
+    collections = Collections()
     before: dict[str, int] = {}
 
     def start(signum: int, frame: object) -> None:
         before.update(io_counters())
+        collections.start()
         sampler.start()
         (where / "started").write_text(str(os.getpid()))
 
     def stop(signum: int, frame: object) -> None:
         sampler.stop()
+        collections.stop()
         if isinstance(sampler, CallCounter) and (keep := os.environ.get(f"{ENV}_PSTATS")):
             sampler.dump(keep)  # the whole profile, for pstats' callers and callees
         after = io_counters()
         counters = {key: after[key] - before.get(key, 0) for key in after}
         counters["engines"] = after["engines"]
-        report = {**sampler.report(), **counters}
+        report = {**sampler.report(), **collections.report(), **counters}
         name = "calls.json" if calls else "ledger.json"
         (where / f"{name}.tmp").write_text(json.dumps(report))
         os.replace(where / f"{name}.tmp", where / name)

@@ -215,6 +215,7 @@ def table(result: dict[str, Any], window: int, detail: int = 0) -> str:
         f"  socket writes              {worker['writes'] / tasks:>9.3f} "
         f"({worker['engines']} connections)",
         f"  bytes written              {worker['sent_bytes'] / tasks:>9.1f}",
+        *_collections(worker, tasks),
         "",
         "caller (this process), event-loop thread (wall µs per task)",
         f"  {'stage':<10} {'µs/task':>9} {'share':>6} {'samples':>8}",
@@ -236,6 +237,21 @@ def table(result: dict[str, Any], window: int, detail: int = 0) -> str:
     return "\n".join(lines)
 
 
+def _collections(side: dict[str, Any], tasks: int) -> list[str]:
+    """The garbage collector's runs and time per task, by generation (any thread)."""
+    gc = side.get("gc")
+    if gc is None:
+        return []
+    runs = " / ".join(f"{n / tasks:.4f}" for n in gc["runs"])
+    spent = " / ".join(f"{s * 1e6 / tasks:.1f}" for s in gc["seconds"])
+    freed = " / ".join(f"{n / tasks:.2f}" for n in gc.get("collected", ()))
+    return [
+        f"  gc runs (gen 0/1/2)        {runs}",
+        f"  gc µs (gen 0/1/2)          {spent}",
+        f"  gc cycles freed (objects)  {freed}",
+    ]
+
+
 def calls_table(result: dict[str, Any], window: int, top: int) -> str:
     """Function calls per task in each event-loop thread, and the functions behind them."""
     tasks = result["tasks"]
@@ -254,6 +270,13 @@ def calls_table(result: dict[str, Any], window: int, top: int) -> str:
                 f"  {ncalls / tasks:>10.2f} {own * 1e6 / tasks:>8.1f} "
                 f"{inclusive * 1e6 / tasks:>12.1f}  {where}"
             )
+        lines += _collections(result[side], tasks)
+        steps: dict[str, int] = result[side].get("steps", {})
+        if steps:  # trio's task steps: each one a task switch
+            lines += ["", f"{side}: {sum(steps.values()) / tasks:,.2f} trio task steps per task"]
+            for name, count in sorted(steps.items(), key=lambda item: -item[1])[:top]:
+                if count / tasks >= 0.005:
+                    lines.append(f"  {count / tasks:>10.3f}  {name}")
     return "\n".join(lines)
 
 
