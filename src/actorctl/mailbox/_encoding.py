@@ -23,6 +23,7 @@ from ._auth import (
 )
 from ._envelope import CONTENT_TYPE_JSON, Envelope, _dumps, json_dumps
 from ._session import SessionSigner
+from ._shapes import Shape, learn, shape_of
 from ._wire import (
     APP_PROPERTIES,
     DATA,
@@ -91,6 +92,13 @@ def encode(
             envelope.message_id.encode(),
             correlation_id.encode() if correlation_id else None,
         )
+        # A message of a shape that recurs (a task's result to its caller, a
+        # task's request to its pool): its fixed parts are encoded once (_shapes).
+        shaped = None
+        if signer is None or type(signer) is SessionSigner:
+            shaped = shape_of(envelope, signer, actor, node, times)
+            if type(shaped) is Shape:
+                return shaped.render(body, times, ids, correlation_id, signer)
         if signer is not None:
             # canonical(), written out: one call fewer per message signed
             canonical = canonical_encoded(
@@ -124,7 +132,11 @@ def encode(
             if signature is not None and signer is not None:
                 extra = signer(canonical)  # the same signature, as properties
             return _encode_with_proton(envelope, body, extra, node)
-        return _encode(envelope, body, app, times, ids)
+        encoded = _encode(envelope, body, app, times, ids)
+        if isinstance(shaped, tuple):  # its key: noted, or made at its second message
+            session = signer if type(signer) is SessionSigner else None  # (it is, or None)
+            learn(shaped, body, times, ids, correlation_id, session, encoded)
+        return encoded
     except UnicodeEncodeError as exc:
         raise WireFormatError(
             f"message {envelope.message_id!r}: text that is not valid UTF-8 ({exc.reason})"
