@@ -76,8 +76,8 @@ _CORRELATION: Final = _Correlation()
 
 #: A message's shape, as its key: the envelope's fixed fields, the actor and
 #: node it is signed for, the session's id (None: unsigned), which of its times
-#: and correlation id it lacks, then its headers' names and values, in order
-#: (``_CORRELATION`` for a value that is the correlation id).
+#: and correlation id it lacks, then its headers' names and values, in order,
+#: in one tuple (``_CORRELATION`` for a value that is the correlation id).
 Key = tuple[object, ...]
 
 
@@ -152,7 +152,7 @@ class Shape:
         else:
             ms = b""
         props = b"".join((m, self.middle, c, self.content, ms))
-        app = c.join(self.app) if len(self.app) > 1 else self.app[0]
+        app = c.join(self.app)  # (one part: that part itself)
         return b"".join(
             (
                 PROPERTIES,
@@ -216,7 +216,7 @@ def shape_of(
     ``signer``: the session that signs it, or None (unsigned); ``times``: its
     creation and expiry times in ms, as the encoder writes them."""
     correlation_id = envelope.correlation_id
-    marks: list[object] = []
+    marks: tuple[object, ...] = ()
     headers = envelope.headers
     if headers:
         for name, value in headers.items():
@@ -240,7 +240,7 @@ def shape_of(
         times[0] is None,
         times[1] is None,
         not correlation_id,
-        *marks,
+        marks,
     )
     try:
         shape = _shapes.get(key)
@@ -288,7 +288,8 @@ def learn(
 def _make(key: Key) -> Shape | None:
     """The shape of ``key``, or None if this module does not write it."""
     to, subject, reply_to, kind, actor, node, session, no_creation, no_expiry = key[:9]
-    marks = key[10:]
+    marks = key[10]
+    assert isinstance(marks, tuple)
     names, values = marks[::2], marks[1::2]
     if not (
         type(to) is str
