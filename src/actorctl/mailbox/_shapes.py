@@ -187,19 +187,22 @@ class Shape:
             rest_bytes = ((lengths[n] if (n := len(json)) < 256 else _u32(n)) + json).join(rest)
         else:
             rest_bytes = rest[0]
+        # The times, as canonical_encoded writes them (inline: per message).
+        creation, expiry = times
+        if not creation:
+            cr = _ABSENT
+        elif _MS13_LOW <= creation < _MS13_HIGH:  # 13 digits: their length is a constant
+            cr = b"\x00\x00\x00\x0d%d" % creation
+        else:
+            cr = lengths[len(x := b"%d" % creation)] + x
+        if not expiry:
+            ex = _ABSENT
+        elif _MS13_LOW <= expiry < _MS13_HIGH:
+            ex = b"\x00\x00\x00\x0d%d" % expiry
+        else:
+            ex = lengths[len(x := b"%d" % expiry)] + x
         b = lengths[n] if (n := len(body)) < 256 else _u32(n)
-        return b"".join(
-            (self.head, m, c, self.reply, _ms(times[0]), _ms(times[1]), rest_bytes, b, body)
-        )
-
-
-def _ms(ms: int | None) -> bytes:
-    """A time in the canonical bytes (``canonical_encoded``'s, the same way)."""
-    if not ms:
-        return _ABSENT
-    if _MS13_LOW <= ms < _MS13_HIGH:
-        return b"\x00\x00\x00\x0d%d" % ms
-    return _LENGTH[len(x := b"%d" % ms)] + x
+        return b"".join((self.head, m, c, self.reply, cr, ex, rest_bytes, b, body))
 
 
 def shape_of(
