@@ -94,6 +94,8 @@ class Shape:
         rest: the canonical kind and headers (before the body).
         middle: the properties between the message id and the correlation id.
         content: the properties after the correlation id, to the times.
+        fixed: the list32 size of the properties but for the message id, the
+            correlation id and the times.
         count: how many properties the list holds (the null ones at its end left out).
         app: the application properties, to the signature.
         app_count: how many items the application properties map holds.
@@ -107,6 +109,7 @@ class Shape:
     rest: tuple[bytes, ...]
     middle: bytes
     content: bytes
+    fixed: int
     count: int
     app: tuple[bytes, ...]
     app_count: int
@@ -126,14 +129,10 @@ class Shape:
         body, times (ms), ids (UTF-8) and correlation id, signed by ``signer``."""
         # Signed first, as the general encoder does: a bad value fails as it does there.
         sig = self.sig
-        if sig is None or signer is None:  # (both or neither: the session is in the key)
-            tail: tuple[bytes, ...] = ()
-            signed = 0
-        else:
+        if sig is not None and signer is not None:  # (both or neither: the key says)
             mac = signer.keyed.copy()
             mac.update(self.canonical(body, times, ids, correlation_id))
-            tail = (sig, mac.digest(), self.sig_node)
-            signed = self.sig_size
+            digest = mac.digest()
         message_id, raw = ids
         creation, expiry = times
         n = len(message_id)
@@ -151,17 +150,41 @@ class Shape:
             ms = b"\x83" + pack_long(expiry)
         else:
             ms = b""
-        props = b"".join((m, self.middle, c, self.content, ms))
+        size = len(m) + len(c) + len(ms) + self.fixed  # the properties' list32 size
         app = c.join(self.app)  # (one part: that part itself)
+        if sig is None or signer is None:
+            return b"".join(
+                (
+                    PROPERTIES,
+                    pack_list32(size, self.count),
+                    m,
+                    self.middle,
+                    c,
+                    self.content,
+                    ms,
+                    APP_PROPERTIES,
+                    pack_list32(len(app) + 4, self.app_count),
+                    app,
+                    DATA,
+                    pack_size32(len(body)),
+                    body,
+                )
+            )
         return b"".join(
             (
                 PROPERTIES,
-                pack_list32(len(props) + 4, self.count),
-                props,
+                pack_list32(size, self.count),
+                m,
+                self.middle,
+                c,
+                self.content,
+                ms,
                 APP_PROPERTIES,
-                pack_list32(len(app) + signed + 4, self.app_count),
+                pack_list32(len(app) + self.sig_size + 4, self.app_count),
                 app,
-                *tail,
+                sig,
+                digest,
+                self.sig_node,
                 DATA,
                 pack_size32(len(body)),
                 body,
@@ -342,6 +365,16 @@ def _build(
     form = 0 if no_creation and no_expiry else 1 if no_creation else 2
     sig = None
     sig_node = SIG_NODE_KEY + string(node)
+    # The properties between the message id and the correlation id, and after it.
+    middle = b"".join(
+        (
+            NULL,  # user-id
+            string(to) if to else NULL,
+            string(subject),
+            string(reply_to) if reply_to else NULL,
+        )
+    )
+    content = JSON_SYMBOL if form == 0 else JSON_SYMBOL + NULL  # content-type, -encoding
     if session is not None:
         sig = b"".join(
             (string(SIG_ALG), string(HMAC_SHA256), string(SIG_KEY), string(session), string(SIG))
@@ -351,15 +384,9 @@ def _build(
         head=PREFIX + _framed(node) + _framed(actor) + _framed(subject),
         reply=_framed(reply_to) if reply_to else _ABSENT,
         rest=_split(rest),
-        middle=b"".join(
-            (
-                NULL,  # user-id
-                string(to) if to else NULL,
-                string(subject),
-                string(reply_to) if reply_to else NULL,
-            )
-        ),
-        content=JSON_SYMBOL if form == 0 else JSON_SYMBOL + NULL,  # content-type, -encoding
+        middle=middle,
+        content=content,
+        fixed=len(middle) + len(content) + 4,  # (4: the list32's count)
         count=(7, 9, 10)[form],
         app=_split(app),
         app_count=4 + 2 * len(pairs) + (0 if sig is None else 8),
