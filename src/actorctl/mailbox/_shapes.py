@@ -15,7 +15,7 @@ it gives for that message are exactly the ones the general encoder
 (a signer other than a session's, a header that is not a str or an int, a
 header named as the encoder's own: ``kind``, ``lang``, ``sig_*``), its
 messages take the general path, errors and all. At most ``MAX_SHAPES`` shapes
-are kept, and a shape met once is only noted.
+are kept (all forgotten when that many are), and a shape met once is only noted.
 """
 
 from __future__ import annotations
@@ -279,8 +279,10 @@ def shape_of(
 
 #: The shapes made, by key (False: one found to take the general path), and
 #: the keys met once since ``_seen`` was last emptied. Each holds at most
-#: ``MAX_SHAPES``: ``_shapes`` is never emptied (what a reader found is still
-#: there, whatever another thread encodes meanwhile), ``_seen`` is when full.
+#: ``MAX_SHAPES``, and is emptied when full (a shape is found with one ``get``,
+#: whatever another thread does meanwhile): shapes that went out of use (a
+#: caller gone, its reply address with it) never keep new ones out, and the
+#: shapes in use are made again at their next two messages.
 _shapes: dict[Key, Shape | Literal[False]] = {}
 _seen: dict[Key, None] = {}
 
@@ -303,7 +305,7 @@ def learn(
         _seen[key] = None
         return
     if len(_shapes) >= MAX_SHAPES:
-        return
+        _shapes.clear()
     shape = _make(key)
     if shape is not None and shape.render(body, times, ids, correlation_id, signer) == encoded:
         _shapes[key] = shape
