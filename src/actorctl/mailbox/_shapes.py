@@ -331,9 +331,11 @@ def _make(key: Key) -> Shape | None:
         and all(type(value) is not int or -(2**63) <= value < 2**63 for value in values)
     ):
         return None
+    # The headers, by name (a str each, as told above), in the envelope's order.
+    pairs = {name: value for name, value in zip(names, values, strict=True) if type(name) is str}
     try:
         return _build(
-            to, subject, reply_to, kind, actor, node, session, no_creation, no_expiry, marks
+            to, subject, reply_to, kind, actor, node, session, no_creation, no_expiry, pairs
         )
     except UnicodeEncodeError:  # text that is not UTF-8: the general path says so
         return None
@@ -349,23 +351,20 @@ def _build(
     session: str | None,
     no_creation: object,
     no_expiry: object,
-    marks: tuple[object, ...],
+    pairs: dict[str, object],
 ) -> Shape:
-    pairs = dict(zip(marks[::2], marks[1::2], strict=True))
     rest: list[bytes | _Correlation] = [_framed(kind), _LENGTH[len(pairs)]]
     app: list[bytes | _Correlation] = [
         KIND_LANG[kind] if kind in KIND_LANG else string("kind") + string(kind) + LANG
     ]
-    for name in sorted(pairs):  # type: ignore[type-var]  # (_make: all str)
-        assert isinstance(name, str)
+    for name in sorted(pairs):  # canonical: sorted by name (their UTF-8 bytes sort so too)
         rest += (_framed(name), _json(pairs[name]))
-    for name, value in pairs.items():
-        assert isinstance(name, str)
+    for name, value in pairs.items():  # on the wire: in the envelope's order
         app += (string(name), _amqp(value))
     # Which times it has (0: none, 1: an expiry, 2: a creation time): the null
     # properties at the end of the list are left out.
     form = 0 if no_creation and no_expiry else 1 if no_creation else 2
-    sig = None
+    sig: bytes | None = None
     sig_node = SIG_NODE_KEY + string(node)
     # The properties between the message id and the correlation id, and after it.
     middle = b"".join(
