@@ -6,7 +6,6 @@ layout itself; what it does not know goes through proton's general encoder.
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
@@ -22,8 +21,28 @@ from ._auth import (
     canonical_bytes,
     canonical_encoded,
 )
-from ._envelope import CONTENT_TYPE_JSON, KINDS, Envelope, _dumps, json_dumps
+from ._envelope import CONTENT_TYPE_JSON, Envelope, _dumps, json_dumps
 from ._session import SessionSigner
+from ._shapes import Shape, learn, shape_of
+from ._wire import (
+    APP_PROPERTIES,
+    DATA,
+    FALSE,
+    JSON_SYMBOL,
+    KIND_LANG,
+    LANG,
+    LENGTHS,
+    NULL,
+    PROPERTIES,
+    SIG_NODE_KEY,
+    TRUE,
+    binary,
+    pack_double,
+    pack_list32,
+    pack_long,
+    pack_size32,
+    string,
+)
 
 __all__ = ["Signer", "canonical", "encode", "to_ms"]
 
@@ -73,6 +92,13 @@ def encode(
             envelope.message_id.encode(),
             correlation_id.encode() if correlation_id else None,
         )
+        # A message of a shape that recurs (a task's result to its caller, a
+        # task's request to its pool): its fixed parts are encoded once (_shapes).
+        shaped = None
+        if signer is None or type(signer) is SessionSigner:
+            shaped = shape_of(envelope, signer, actor, node, times)
+            if type(shaped) is Shape:
+                return shaped.render(body, times, ids, correlation_id, signer)
         if signer is not None:
             # canonical(), written out: one call fewer per message signed
             canonical = canonical_encoded(
@@ -106,7 +132,11 @@ def encode(
             if signature is not None and signer is not None:
                 extra = signer(canonical)  # the same signature, as properties
             return _encode_with_proton(envelope, body, extra, node)
-        return _encode(envelope, body, app, times, ids)
+        encoded = _encode(envelope, body, app, times, ids)
+        if isinstance(shaped, tuple):  # its key: noted, or made at its second message
+            session = signer if type(signer) is SessionSigner else None  # (it is, or None)
+            learn(shaped, body, times, ids, correlation_id, session, encoded)
+        return encoded
     except UnicodeEncodeError as exc:
         raise WireFormatError(
             f"message {envelope.message_id!r}: text that is not valid UTF-8 ({exc.reason})"
@@ -150,71 +180,44 @@ def _encode(
     to, reply_to = envelope.to, envelope.reply_to
     subject = envelope.subject
     creation, expiry = times
-    message_id, raw = ids  # (_string's encoding, done once in encode)
+    message_id, raw = ids  # (its encoding, done once in encode)
     size = len(message_id)
-    if raw:  # _string, inline (per message: a task id)
+    if raw:  # _wire.string, inline (per message: a task id)
         n = len(raw)
-        correlation = (b"\xa1" + _LENGTHS[n] if n < 256 else b"\xb1" + _pack_size32(n)) + raw
+        correlation = (b"\xa1" + LENGTHS[n] if n < 256 else b"\xb1" + pack_size32(n)) + raw
     else:
-        correlation = _NULL
+        correlation = NULL
     fields = [
-        (b"\xa1" + _LENGTHS[size] if size < 256 else b"\xb1" + _pack_size32(size)) + message_id,
-        _NULL,  # user-id
-        (names[to] if to in names else _name(to)) if to else _NULL,
+        (b"\xa1" + LENGTHS[size] if size < 256 else b"\xb1" + pack_size32(size)) + message_id,
+        NULL,  # user-id
+        (names[to] if to in names else _name(to)) if to else NULL,
         names[subject] if subject in names else _name(subject),
-        (names[reply_to] if reply_to in names else _name(reply_to)) if reply_to else _NULL,
+        (names[reply_to] if reply_to in names else _name(reply_to)) if reply_to else NULL,
         correlation,
-        _JSON_SYMBOL,
-        _NULL,  # content-encoding
+        JSON_SYMBOL,
+        NULL,  # content-encoding
         # _timestamp, inline (per message)
-        _NULL if expiry is None else b"\x83" + _pack_long(expiry),
-        _NULL if creation is None else b"\x83" + _pack_long(creation),
+        NULL if expiry is None else b"\x83" + pack_long(expiry),
+        NULL if creation is None else b"\x83" + pack_long(creation),
     ]
     count = 10  # len(fields), kept as the null ones at the end go: no call
-    while fields[-1] is _NULL:
+    while fields[-1] is NULL:
         fields.pop()
         count -= 1
     props = b"".join(fields)
     return b"".join(
         (
-            _PROPERTIES,
-            _pack_list32(len(props) + 4, count),
+            PROPERTIES,
+            pack_list32(len(props) + 4, count),
             props,
-            _APP_PROPERTIES,
-            _pack_list32(len(app[0]) + 4, app[1]),
+            APP_PROPERTIES,
+            pack_list32(len(app[0]) + 4, app[1]),
             app[0],
-            _DATA,
-            _pack_size32(len(body)),
+            DATA,
+            pack_size32(len(body)),
             body,
         )
     )
-
-
-# Section descriptors (0x00, smallulong code) and the 32-bit compound constructors.
-_PROPERTIES = b"\x00\x53\x73\xd0"
-_APP_PROPERTIES = b"\x00\x53\x74\xd1"
-_DATA = b"\x00\x53\x75\xb0"
-_NULL = b"\x40"
-_TRUE = b"\x41"
-_FALSE = b"\x42"
-_pack_list32 = struct.Struct(">II").pack
-_pack_size32 = struct.Struct(">I").pack
-_pack_long = struct.Struct(">q").pack
-_pack_double = struct.Struct(">d").pack
-
-
-#: One byte's worth of lengths, each as its byte (a vbin8's or a str8's size).
-_LENGTHS: Final = [bytes((size,)) for size in range(256)]
-
-
-def _string(text: str) -> bytes:
-    raw = text.encode()
-    if (size := len(raw)) < 256:
-        return b"\xa1" + _LENGTHS[size] + raw
-    return b"\xb1" + _pack_size32(size) + raw
-
-
-_JSON_SYMBOL = b"\xa3" + bytes((len(CONTENT_TYPE_JSON),)) + CONTENT_TYPE_JSON.encode()
 
 
 def _app_properties(
@@ -229,7 +232,7 @@ def _app_properties(
     first, and the recurring strings (keys, states, key ids) come from ``_names``
     without a call (a membership test and an index: no method call per item)."""
     kind = envelope.kind
-    parts = [_KIND_LANG[kind] if kind in _KIND_LANG else _string("kind") + _string(kind) + _LANG]
+    parts = [KIND_LANG[kind] if kind in KIND_LANG else string("kind") + string(kind) + LANG]
     names, once = _names, _once
     count = 4
     for items in (envelope.headers, extra):
@@ -243,22 +246,20 @@ def _app_properties(
                     encoded = _name(value)
                 else:
                     # Met the first time (a unique value, such as a task id,
-                    # comes here per message): _string, and _name's noting
+                    # comes here per message): _wire.string, and _name's noting
                     # for a short one (of at most 40 characters), inline.
                     raw = value.encode()
                     n = len(raw)
-                    encoded = (
-                        b"\xa1" + _LENGTHS[n] if n < 256 else b"\xb1" + _pack_size32(n)
-                    ) + raw
+                    encoded = (b"\xa1" + LENGTHS[n] if n < 256 else b"\xb1" + pack_size32(n)) + raw
                     if n <= 40 or len(value) <= 40:
                         once[value] = None
                         _noted[0] += 1
                         if _noted[0] >= _MAX_NAMES:
                             _forget_once()
             elif type(value) is int and -(2**63) <= value < 2**63:
-                encoded = b"\x81" + _pack_long(value)
+                encoded = b"\x81" + pack_long(value)
             elif type(value) is bytes and len(value) < 256:  # a signature
-                encoded = b"\xa0" + _LENGTHS[len(value)] + value
+                encoded = b"\xa0" + LENGTHS[len(value)] + value
             elif value is None:
                 continue
             else:
@@ -269,10 +270,10 @@ def _app_properties(
             parts += (names[key] if key in names else _name(key), encoded)
             count += 2
     if signature is not None:
-        parts += (signature, _SIG_NODE, names[node] if node in names else _name(node))
+        parts += (signature, SIG_NODE_KEY, names[node] if node in names else _name(node))
         count += 8
     elif extra:
-        parts += (_SIG_NODE, names[node] if node in names else _name(node))
+        parts += (SIG_NODE_KEY, names[node] if node in names else _name(node))
         count += 2
     return b"".join(parts), count
 
@@ -282,20 +283,20 @@ def _value(value: object) -> bytes | None:
     itself (a boolean, a double, a long binary, a subclass of ``str`` or
     ``int``), or None if it is not a simple AMQP type."""
     if isinstance(value, bytes):
-        return _binary(value)
+        return binary(value)
     if value is True or value is False:
-        return _TRUE if value else _FALSE
+        return TRUE if value else FALSE
     if isinstance(value, str):
-        return _name(value) if len(value) <= 40 else _string(value)
+        return _name(value) if len(value) <= 40 else string(value)
     if isinstance(value, int) and -(2**63) <= value < 2**63:
-        return b"\x81" + _pack_long(value)
+        return b"\x81" + pack_long(value)
     if isinstance(value, float):
-        return b"\x82" + _pack_double(value)
+        return b"\x82" + pack_double(value)
     return None
 
 
 #: The strings that recur (header names, subjects, reply addresses, session ids,
-#: node names), each as ``_string`` encodes it, and the strings met once since
+#: node names), each as ``_wire.string`` encodes it, and the strings met once since
 #: ``_once`` was last emptied (a dict, so that noting one is no call). Each
 #: holds at most ``_MAX_NAMES``: ``_names`` is never emptied (a name found by
 #: ``in`` is still there at ``[]``, whatever another thread encodes
@@ -315,18 +316,18 @@ def _forget_once() -> None:
 
 
 def _name(text: str) -> bytes:
-    """``_string`` for the strings that recur: encoded once, from their second
+    """``_wire.string`` for the strings that recur: encoded once, from their second
     sighting on. A string met once (a task id, a message id in a header) only
     goes in ``_once``, so that unique strings never fill ``_names``: a string
     that starts to recur after a million unique ones (a session opened later,
     a new caller's reply address) is cached at its second message."""
     if text in _names:
         return _names[text]
-    raw = text.encode()  # _string, inline: a unique string (a task id) comes here per message
+    raw = text.encode()  # _wire.string, inline: a unique string (a task id) comes here per message
     if (size := len(raw)) < 256:
-        encoded = b"\xa1" + _LENGTHS[size] + raw
+        encoded = b"\xa1" + LENGTHS[size] + raw
     else:
-        encoded = b"\xb1" + _pack_size32(size) + raw
+        encoded = b"\xb1" + pack_size32(size) + raw
     if text in _once:
         if len(_names) < _MAX_NAMES:
             _names[text] = encoded
@@ -346,11 +347,11 @@ _session_heads: dict[str, bytes] = {}
 def _session_head(session_id: str) -> bytes:
     head = b"".join(
         (
-            _string(SIG_ALG),
-            _string(HMAC_SHA256),
-            _string(SIG_KEY),
-            _string(session_id),
-            _string(SIG),
+            string(SIG_ALG),
+            string(HMAC_SHA256),
+            string(SIG_KEY),
+            string(session_id),
+            string(SIG),
             b"\xa0\x20",  # a vbin8 of 32 bytes: an HMAC-SHA256 digest
         )
     )
@@ -358,17 +359,6 @@ def _session_head(session_id: str) -> bytes:
         _session_heads.clear()
     _session_heads[session_id] = head
     return head
-
-
-_LANG = _string("lang") + _string("py")
-_SIG_NODE = _string(SIG_NODE)
-_KIND_LANG = {kind: _string("kind") + _string(kind) + _LANG for kind in KINDS}
-
-
-def _binary(raw: bytes) -> bytes:
-    if len(raw) < 256:
-        return b"\xa0" + bytes((len(raw),)) + raw
-    return b"\xb0" + _pack_size32(len(raw)) + raw
 
 
 def _encode_with_proton(
