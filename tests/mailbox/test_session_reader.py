@@ -254,6 +254,8 @@ def fresh_asks(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_session_read, "_asks", {})
     monkeypatch.setattr(_session_read, "_asks_once", {})
     monkeypatch.setattr(_session_read, "_last_ask", [None])
+    monkeypatch.setattr(_session_read, "_repeats", {})
+    monkeypatch.setattr(_session_read, "_repeats_once", {})
 
 
 def _read_alike(pair: Pair, data: bytes) -> str:
@@ -344,6 +346,62 @@ def test_an_ask_around_a_known_head_in_another_layout_is_read_alike() -> None:
 
 
 @pytest.mark.usefixtures("fresh_asks")
+def test_a_header_that_repeats_the_correlation_id_is_read_alike_once_known(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given tasks alike but for their ids and times, each with a header that
+    # repeats its correlation-id (its task id), between two others
+    pair = Pair()
+
+    def task(n: str, task_id: str, **headers: Any) -> bytes:
+        return pair.encode(
+            _envelope(
+                f"t-{n}",
+                subject="repeat",
+                correlation_id=task_id,
+                headers={"pool": "p", "task_id": task_id, "retries": 0, **headers},
+            )
+        )
+
+    tasks = [task(str(i), f"task-{i}") for i in range(4)]
+    # And, once their head is known: a task id of another length, one that
+    # another header holds before it, one forged in the header alone, one
+    # whose header is given again after it (its last value holds)
+    longer = task("long", "task-" + "5" * 180)
+    earlier = pair.encode(
+        _envelope("t-early", subject="repeat", correlation_id="task-6",
+                  headers={"note": "task-6", "pool": "p", "task_id": "task-6", "retries": 0})
+    )  # fmt: skip
+    forged = bytearray(task("forged", "task-7"))
+    forged[forged.rindex(b"task-7") + 5] ^= 1  # the header's, not the correlation-id
+    twice = task("twice", "task-8", tazk_id="v")
+    twice = twice.replace(b"tazk_id", b"task_id")
+    others = [longer, earlier, bytes(forged), twice]
+    # When each is read, it reads and is judged as on the general path
+    verdicts = [_read_alike(pair, data) for data in [*tasks, *others]]
+    assert verdicts == ["accepted"] * 6 + [BAD_SIGNATURE] * 2
+    # Then the tasks' map was found around the header, by its head's bytes
+    assert any(head.endswith(b"\xa1\x07task_id") for head in _session_read._repeats)
+    # (read with no map read pair by pair, its id of another length too)
+    maps: list[int] = []
+    general_map = _session_read._map
+
+    def counted(*args: Any) -> Any:
+        maps.append(1)
+        return general_map(*args)
+
+    monkeypatch.setattr(_session_read, "_map", counted)
+    tail = session_tail(NODE)
+    assert tail is not None
+    assert read_in_session(task("9", "task-99999"), tail) is not None
+    assert read_in_session(longer, tail) is not None
+    assert maps == []
+    read = read_message(twice)
+    assert read is not None
+    assert read[1]["task_id"] == "v"
+
+
+@pytest.mark.usefixtures("fresh_asks")
 def test_asks_cannot_grow_the_readers_cache_past_its_bounds(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -361,6 +419,13 @@ def test_asks_cannot_grow_the_readers_cache_past_its_bounds(
     asks += [
         pair.encode(_envelope(f"l-{i}", subject=longer, creation_time=NOW + i)) for i in range(3)
     ]
+    asks += [  # a header that repeats the correlation-id, after a long one, and new ones
+        pair.encode(_envelope(f"r-{n}-{i}", correlation_id=f"c-{n}-{i}", creation_time=NOW + i,
+                              headers={"pad": "x" * 600 if n < 2 else f"new-{n}",
+                                       "id": f"c-{n}-{i}"}))
+        for n in range(12)
+        for i in range(2)
+    ]  # fmt: skip
     # When each is read, it reads and is judged as on the general path
     assert {_read_alike(pair, data) for data in asks} == {"accepted"}
     # Then the cache and its notes hold no more than their bound, and no
@@ -371,6 +436,10 @@ def test_asks_cannot_grow_the_readers_cache_past_its_bounds(
     assert not any(b"long-xxx" in head for head in _session_read._asks_once)
     assert all(len(head) + len(kept[3]) <= _session_read._MOST_MIDDLE
                for head, kept in _session_read._asks.items())  # fmt: skip
+    assert len(_session_read._repeats) <= 4
+    assert len(_session_read._repeats_once) <= 4
+    assert all(len(head) + len(kept[2]) <= _session_read._MOST_MIDDLE
+               for head, kept in _session_read._repeats.items())  # fmt: skip
 
 
 def test_a_tells_long_properties_are_read_alike_and_neither_noted_nor_kept() -> None:

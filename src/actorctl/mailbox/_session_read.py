@@ -6,7 +6,8 @@ writes them, never decoded into the application properties; what recurs in
 its properties from message to message is found whole by its bytes: a tell's
 eight properties between its message-id and its creation-time
 (``_middles``), an ask's or a reply's around its correlation-id
-(``_around``). Anything it does not read here it leaves (returns None) to
+(``_around``), and the application properties around a header that repeats
+the correlation-id (``_repeats``). Anything it does not read here it leaves (returns None) to
 ``_amqp.read_message``, the general reader, which gives the same sections.
 """
 
@@ -118,7 +119,16 @@ def read_in_session(data: bytes, tail: SessionTail) -> tuple[Sections, str, byte
                 properties = _around(data, after, start - 9)
         if properties is None:
             properties = _properties(data, count, start, middle)
-        app, _ = _map(data, start + 12, items - 8, at)
+        # A header that repeats the correlation-id (a task's id): the map
+        # found around it (``_repeats``), else read pair by pair.
+        correlation_id = properties[5]
+        app = None
+        if _repeats and type(correlation_id) is str:
+            app = _repeating(data, start + 12, at, items - 8, correlation_id)
+        if app is None:
+            app, _ = _map(data, start + 12, items - 8, at)
+            if type(correlation_id) is str:
+                _note_repeat(data, start + 12, at, items - 8, correlation_id, app)
         raw = data[_SESSION_ID_AT + at : _DIGEST_HEAD_AT + at]
         session_id = _ids[raw] if raw in _ids else _decoded(_ids, raw)  # no call (per message)
     except (_Unsupported, IndexError, struct.error, UnicodeDecodeError, ValueError, TypeError):
@@ -309,3 +319,84 @@ def _note_ask(data: bytes, after: int, stop: int, properties: list[Any]) -> None
         and {*map(type, before), *map(type, later)} <= _FIXED_VALUES
     ):
         _asks[head] = (head, len(head), (*before, *later), tail, timed)
+
+
+#: The application properties (less the signature's) of asks and replies
+#: with a header that repeats their correlation-id (a task's id), by their
+#: bytes before its value (the pairs before it and its key: the head): how
+#: many items the map holds, the header's key, the bytes after its value
+#: (the tail) and the map read (that header's value, the first one's). Kept
+#: as ``_asks`` is: at a head's second sighting (``_repeats_once``), if head
+#: and tail are at most ``_MOST_MIDDLE`` bytes together, of values that
+#: cannot change; at most ``_MAX_KEYS`` of them, never emptied.
+_repeats: dict[bytes, tuple[int, str, bytes, dict[Any, Any]]] = {}
+_repeats_once: dict[bytes, None] = {}
+
+
+def _repeating(
+    data: bytes, begin: int, end: int, count: int, correlation_id: str
+) -> dict[Any, Any] | None:
+    """The map of ``count`` items from ``begin`` to ``end`` whose head is in
+    ``_repeats``: its bytes are that head, the correlation-id (a str8) and
+    that tail, so it is that map with the correlation-id as that header's
+    value (what ``_map`` reads of those bytes). None if not (it is read pair
+    by pair then)."""
+    raw = correlation_id.encode()
+    at = data.find(raw, begin, end)
+    if at < begin + 2:
+        return None
+    head = data[begin : at - 2]
+    if head not in _repeats:  # (in and []: no call)
+        return None
+    items, key, tail, read = _repeats[head]
+    after = at + len(raw)
+    if (
+        items != count
+        or data[at - 2] != 0xA1
+        or data[at - 1] != len(raw)
+        or after + len(tail) != end
+        or not data.startswith(tail, after)
+    ):
+        return None
+    app = read.copy()
+    app[key] = correlation_id  # in its place, as _map would set it
+    return app
+
+
+def _note_repeat(
+    data: bytes, begin: int, end: int, count: int, correlation_id: str, app: dict[Any, Any]
+) -> None:
+    """Note the head of a map (``count`` items from ``begin`` to ``end``, read
+    as ``app``) with a header that repeats ``correlation_id``; at its second
+    sighting keep it in ``_repeats`` if, with that value emptied, the map's
+    bytes read to the same keys in the same order and the same values but
+    that header's (so that the value is that header's last, and nothing
+    else depends on its bytes)."""
+    raw = correlation_id.encode()
+    at = data.find(raw, begin, end)
+    if at < begin + 2 or data[at - 2] != 0xA1 or data[at - 1] != len(raw):
+        return
+    head, tail = data[begin : at - 2], data[at + len(raw) : end]
+    if len(head) + len(tail) > _MOST_MIDDLE or head in _repeats:
+        return
+    if head not in _repeats_once:  # met once: noted
+        if len(_repeats_once) >= _MAX_KEYS:
+            _repeats_once.clear()
+        _repeats_once[head] = None
+        return
+    if len(_repeats) >= _MAX_KEYS:
+        return
+    emptied = head + b"\xa1\x00" + tail
+    try:
+        read, _ = _map(emptied, 0, count, len(emptied))
+    except _UNREADABLE:
+        return
+    changed = [key for key in app if read.get(key) != app[key]]
+    if (
+        list(read) == list(app)
+        and len(changed) == 1
+        and app[changed[0]] == correlation_id
+        and read[changed[0]] == ""
+        and {*map(type, app.values())} <= _FIXED_VALUES
+    ):
+        _repeats[head] = (count, changed[0], tail, dict(app))

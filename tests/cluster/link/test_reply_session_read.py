@@ -166,23 +166,31 @@ def test_replies_alike_are_read_around_their_ids_as_when_read_whole(
     # their correlation-ids, by the bytes before them
     pair = Pair()
     monkeypatch.setattr(_session_read, "_last_ask", [None])
+    monkeypatch.setattr(_session_read, "_repeats", {})
+    monkeypatch.setattr(_session_read, "_repeats_once", {})
     said = []
     for i in range(4):
         fast, general = pair.layouts(_result(f"w-{i}", correlation_id=f"task-{i}"))
         said.append(pair.outcomes(logs, fast, general))
     assert _session_read._last_ask[0] is not None  # found around its ids
+    assert _session_read._repeats  # and its headers around its task_id
     # And, their head known: a correlation-id of another length, one forged
-    # (its bytes around it alike), one with an expiry its head's had not
+    # (its bytes around it alike), one forged in its task_id header alone, one
+    # with an expiry its head's had not
     longer = pair.layouts(_result("w-long", correlation_id="task-" + "7" * 150))
     said.append(pair.outcomes(logs, *longer))
     fast, general = pair.layouts(_result("w-forged", correlation_id="task-8"))
     at, other = fast.index(b"task-8") + 5, general.index(b"task-8") + 5
     forged = fast[:at] + b"9" + fast[at + 1 :], general[:other] + b"9" + general[other + 1 :]
     said.append(pair.outcomes(logs, *forged))
+    fast, general = pair.layouts(_result("w-header", correlation_id="task-9"))
+    at, other = fast.rindex(b"task-9") + 5, general.rindex(b"task-9") + 5  # its task_id header
+    forged = fast[:at] + b"8" + fast[at + 1 :], general[:other] + b"8" + general[other + 1 :]
+    said.append(pair.outcomes(logs, *forged))
     said.append(pair.outcomes(logs, *pair.layouts(_result("w-exp", expiry_time=NOW + 60))))
     # Then each is taken or refused alike, for the same reason
     for taken_fast, taken_general in said:
         assert taken_fast == taken_general
     verdicts = [taken_fast[1] if taken_fast[0] == "refused" else "taken" for taken_fast, _ in said]
-    assert verdicts == ["taken"] * 5 + ["bad signature", "taken"]
+    assert verdicts == ["taken"] * 5 + ["bad signature", "bad signature", "taken"]
     assert said[4][0][1].correlation_id == "task-" + "7" * 150
