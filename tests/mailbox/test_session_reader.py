@@ -447,6 +447,7 @@ def test_asks_cannot_grow_the_readers_cache_past_its_bounds(
     assert len(_session_read._repeats_once) <= 4
     assert all(len(head) + len(kept[2]) <= _session_read._MOST_MIDDLE
                for head, kept in _session_read._repeats.items())  # fmt: skip
+    assert all(kept[3] == len(kept[2]) for kept in _session_read._repeats.values())
 
 
 def test_a_tells_long_properties_are_read_alike_and_neither_noted_nor_kept() -> None:

@@ -170,14 +170,15 @@ _UNREADABLE: Final = (
 #: bytes before it (user-id, to, subject, reply-to: its head, found by their
 #: lengths, ``_correlation_at``): its head and its size, the four read and
 #: the two after it (content-type, content-encoding), the bytes of those two
-#: (its tail), and whether an expiry (a timestamp) or a null follows them. An
+#: (its tail) and their size, and whether an expiry (a timestamp) or a null
+#: follows them (the sizes kept, not measured per message). An
 #: ask's ids and times are its own, the rest recurs (a task's pool, name and
 #: caller). Kept as ``_middles`` is: at a head's second sighting
 #: (``_asks_once``), if head and tail are at most ``_MOST_MIDDLE`` bytes
 #: together, of values that cannot change; at most ``_MAX_KEYS`` of them,
 #: never emptied. ``_last_ask`` holds the one found last (a worker's asks are
 #: of a few kinds), tried first by its bytes alone.
-_Around = tuple[bytes, int, tuple[Any, ...], bytes, bool]
+_Around = tuple[bytes, int, tuple[Any, ...], bytes, int, bool]
 _asks: dict[bytes, _Around] = {}
 _asks_once: dict[bytes, None] = {}
 _last_ask: list[_Around | None] = [None]
@@ -225,12 +226,12 @@ def _around(data: bytes, after: int, stop: int) -> list[Any] | None:
         if head not in _asks:  # (in and []: no call)
             return None
         known = _last_ask[0] = _asks[head]
-    _, _, (user, to, subject, reply_to, content_type, encoding), tail, timed = known
+    _, _, (user, to, subject, reply_to, content_type, encoding), tail, size, timed = known
     begin = at + 2
     end = begin + data[at + 1]
     if not data.startswith(tail, end):
         return None
-    at = end + len(tail)
+    at = end + size
     if timed:
         if at + 9 != stop or data[at] != 0x83:
             return None
@@ -318,18 +319,19 @@ def _note_ask(data: bytes, after: int, stop: int, properties: list[Any]) -> None
         and later == properties[6:8]
         and {*map(type, before), *map(type, later)} <= _FIXED_VALUES
     ):
-        _asks[head] = (head, len(head), (*before, *later), tail, timed)
+        _asks[head] = (head, len(head), (*before, *later), tail, len(tail), timed)
 
 
 #: The application properties (less the signature's) of asks and replies
 #: with a header that repeats their correlation-id (a task's id), by their
 #: bytes before its value (the pairs before it and its key: the head): how
 #: many items the map holds, the header's key, the bytes after its value
-#: (the tail) and the map read (that header's value, the first one's). Kept
+#: (the tail) and their size, and the map read (that header's value, the
+#: first one's). Kept
 #: as ``_asks`` is: at a head's second sighting (``_repeats_once``), if head
 #: and tail are at most ``_MOST_MIDDLE`` bytes together, of values that
 #: cannot change; at most ``_MAX_KEYS`` of them, never emptied.
-_repeats: dict[bytes, tuple[int, str, bytes, dict[Any, Any]]] = {}
+_repeats: dict[bytes, tuple[int, str, bytes, int, dict[Any, Any]]] = {}
 _repeats_once: dict[bytes, None] = {}
 
 
@@ -348,13 +350,14 @@ def _repeating(
     head = data[begin : at - 2]
     if head not in _repeats:  # (in and []: no call)
         return None
-    items, key, tail, read = _repeats[head]
-    after = at + len(raw)
+    items, key, tail, size, read = _repeats[head]
+    found = data[at - 1]  # the size of the str8 the text is found in: the text's alone
+    after = at + found
     if (
         items != count
         or data[at - 2] != 0xA1
-        or data[at - 1] != len(raw)
-        or after + len(tail) != end
+        or found != len(raw)
+        or after + size != end
         or not data.startswith(tail, after)
     ):
         return None
@@ -399,4 +402,4 @@ def _note_repeat(
         and read[changed[0]] == ""
         and {*map(type, app.values())} <= _FIXED_VALUES
     ):
-        _repeats[head] = (count, changed[0], tail, dict(app))
+        _repeats[head] = (count, changed[0], tail, len(tail), dict(app))
