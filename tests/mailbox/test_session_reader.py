@@ -580,3 +580,29 @@ def test_any_bytes_changed_in_a_known_ask_read_alike_on_both_readers(
         # Then what it reads is what the general reader reads
         if found is not None:
             assert found[0] == _read_whole(bytes(changed))
+
+
+@pytest.mark.usefixtures("fresh_asks")
+def test_an_ask_that_leaves_its_last_properties_out_is_read_alike() -> None:
+    # Given an ask of a known head whose properties end before its
+    # creation-time (a list of nine: another client may leave the trailing
+    # nulls out, and a creation-time with them)
+    pair = Pair()
+    for i in range(2):
+        assert _read_alike(pair, pair.encode(_envelope(f"n-{i}", creation_time=NOW + i))) == (
+            "accepted"
+        )
+    data = pair.encode(_envelope("n-9"))
+    size, count = int.from_bytes(data[4:8], "big"), int.from_bytes(data[8:12], "big")
+    assert (count, data[8 + size - 9]) == (10, 0x83)
+    head = data[:4] + (size - 9).to_bytes(4, "big") + (9).to_bytes(4, "big")
+    nine = head + data[12 : 8 + size - 9] + data[8 + size :]
+    # When it is read: by the session reader still, padded to ten
+    tail = session_tail(NODE)
+    assert tail is not None
+    found = read_in_session(nine, tail)
+    assert found is not None
+    assert found[0][0][9] is None
+    # Then it reads and is judged as on the general path (its creation-time
+    # was signed: without it, the signature does not hold)
+    assert _read_alike(pair, nine) == BAD_SIGNATURE

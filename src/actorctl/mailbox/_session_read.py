@@ -121,7 +121,7 @@ def read_in_session(data: bytes, tail: SessionTail) -> tuple[Sections, str, byte
             properties = _properties(data, count, start, middle)
         # A header that repeats the correlation-id (a task's id): the map
         # found around it (``_repeats``), else read pair by pair.
-        correlation_id = properties[5]
+        correlation_id = properties[5] if count > 5 else None  # (padded to ten below)
         app = None
         if _repeats and type(correlation_id) is str:
             app = _repeating(data, start + 12, at, items - 8, correlation_id)
