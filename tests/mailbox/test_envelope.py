@@ -338,3 +338,27 @@ def test_the_canonical_form_caches_what_recurs_even_after_many_unique_values() -
     assert not [text for text in _auth._fields if text.startswith("$reply/k/once-")]
     assert {("pool", "a-pool"), ("n", 3), ("task_id", "task-late")} <= _auth._pairs.keys()
     assert not [pair for pair in _auth._pairs if str(pair[1])[5:].isdigit()]  # task-{n}
+
+
+def test_an_envelope_made_by_its_slots_is_the_record_its_constructor_makes() -> None:
+    import attrs
+
+    from actorctl.mailbox import Role
+    from actorctl.mailbox._envelope import _made
+
+    # Given every field given a value of its own
+    values = {
+        "message_id": "m-1", "to": "/a", "subject": "s", "body": [[1], {}], "kind": "event",
+        "reply_to": "$reply/x", "correlation_id": "c-1", "creation_time": 1.5,
+        "expiry_time": 2.5, "headers": {"h": 1}, "sender": "key-1", "role": Role.MEMBER,
+    }  # fmt: skip
+    # When the decoder's maker and the constructor each make one
+    made = _made(*values.values())
+    built = Envelope(**values)
+    # Then they are one record: equal, every field alike (sender and role too,
+    # which equality leaves out), and still frozen
+    assert made == built
+    assert [getattr(made, f.name) for f in attrs.fields(Envelope)] == list(values.values())
+    assert list(values) == [f.name for f in attrs.fields(Envelope)]
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        made.to = "/b"  # type: ignore[misc]

@@ -230,3 +230,13 @@ STAGES_LEDGER = (
     *("send", "read", "auth", "dedup", "run", "store", "reply", "trace", "metrics"),
     *("write", "settle", "machinery", "scheduler", "other", "idle"),
 )
+
+
+def test_receive_cost() -> None:
+    text, result = output("receive_cost.py")
+    assert "a task request (worker)" in text
+    assert "its reply (caller)" in text
+    for kind in ("request", "reply"):
+        for key in ("cpu_us", "python_calls", "builtin_calls"):
+            assert figure(result[kind][key]), (kind, key)
+        assert result[kind]["python_calls"] > 0, kind

@@ -3,8 +3,8 @@
 It reads the sections and primitive types that messages usually carry and
 gives up (returns None) on anything else, in which case the caller falls back
 to proton's complete decoder. It never guesses. A message signed within a
-session in the layout actorctl writes is read by :func:`read_in_session`,
-which leaves its signature properties out of the map and gives them apart.
+session in the layout actorctl writes is read by ``_session_read``, with
+this module's readers, its signature properties left out of the map.
 """
 
 from __future__ import annotations
@@ -13,9 +13,7 @@ import struct
 import uuid
 from typing import Any, Final
 
-from ._auth import HMAC_SHA256, SIG, SIG_ALG, SIG_KEY, SIG_NODE
-
-__all__ = ["Sections", "SessionTail", "read_in_session", "read_message", "session_tail"]
+__all__ = ["Sections", "read_message"]
 
 _U8 = struct.Struct(">B").unpack_from
 _I8 = struct.Struct(">b").unpack_from
@@ -78,150 +76,6 @@ def _read_message(data: bytes) -> Sections | None:
                 if start + _U32(data, pos + 4)[0] == len(data):
                     return properties, app, data[start:]
     return _read_sections(data)
-
-
-def _str8(text: str) -> bytes:
-    raw = text.encode()
-    return b"\xa1" + bytes((len(raw),)) + raw
-
-
-# The signature that ends the application properties of a message signed
-# within a session, as actorctl writes it (``_encoding._session_head``): sig_alg
-# hmac-sha256, sig_key and the session id (32 characters), sig and the digest
-# (a vbin8 of 32 bytes); then sig_node and a node (``session_tail``).
-_IN_SESSION: Final = _str8(SIG_ALG) + _str8(HMAC_SHA256) + _str8(SIG_KEY) + b"\xa1\x20"
-_SESSION_ID_AT: Final = len(_IN_SESSION)
-_DIGEST_HEAD_AT: Final = _SESSION_ID_AT + 32
-_DIGEST_HEAD: Final = _str8(SIG) + b"\xa0\x20"
-_DIGEST_AT: Final = _DIGEST_HEAD_AT + len(_DIGEST_HEAD)
-_NODE_AT: Final = _DIGEST_AT + 32
-
-
-#: The ``sig_node`` pair naming one node, and the size of the four signature
-#: pairs that end with it (see :func:`session_tail`).
-SessionTail = tuple[bytes, int]
-
-
-def session_tail(node: str) -> SessionTail | None:
-    """The ``sig_node`` pair naming ``node`` as it ends the application
-    properties of a message signed within a session for it, and the size of the
-    signature pairs that end with it (see :func:`read_in_session`); None for a
-    name too long for that layout."""
-    raw = node.encode()
-    if len(raw) > 255:
-        return None
-    pair = _str8(SIG_NODE) + _str8(node)
-    return pair, _NODE_AT + len(pair)
-
-
-def read_in_session(data: bytes, tail: SessionTail) -> tuple[Sections, str, bytes] | None:
-    """A message signed within a session for the node ``tail`` names
-    (:func:`session_tail`), in the layout actorctl writes it: its sections (the
-    properties padded to ten, the application properties without the four
-    signature pairs), its session id and its digest. None if it is not in that
-    layout or is read no further here: :func:`read_message` reads it then.
-
-    The signature pairs are matched by their bytes where the sender writes them
-    (the map's last four pairs) and never decoded into the map: what is left of
-    it is read as :func:`read_message` reads it, and must end where they begin.
-    Read from the start, the map's pairs are the ones read here and then these
-    four, so the sections and the signature are what the general reader would
-    give (a signature key given twice: the last one holds in both)."""
-    if type(data) is not bytes or not data.startswith(_PROPERTIES32):
-        return None
-    node, signature = tail
-    try:
-        size, count = _U32_PAIR(data, 4)
-        start = 8 + size  # the application properties
-        if not data.startswith(_APP_PROPERTIES32, start):
-            return None
-        size, items = _U32_PAIR(data, start + 4)
-        end = start + 8 + size  # the data section
-        at = end - signature  # the signature pairs
-        if (
-            items < 8  # keys and values: the four pairs at least
-            or at < start + 12
-            or data[at : _SESSION_ID_AT + at] != _IN_SESSION
-            or data[_DIGEST_HEAD_AT + at : _DIGEST_AT + at] != _DIGEST_HEAD
-            or data[_NODE_AT + at : end] != node
-            or not data.startswith(_DATA32, end)
-            or end + 8 + _U32(data, end + 4)[0] != len(data)
-        ):
-            return None
-        # The properties between the message-id (a str8) and the creation-time
-        # (a timestamp) found whole by their bytes (``_middles``), inline (per
-        # message); read item by item otherwise.
-        properties = middle = None
-        if count == 10 and data[12] == 0xA1 and data[start - 9] == 0x83:
-            after = 14 + data[13]
-            middle = data[after : start - 9]
-            if middle in _middles:  # (in and []: no call)
-                mid = data[14:after].decode()
-                properties = [mid, *_middles[middle], _I64(data, start - 8)[0]]
-        if properties is None:
-            properties = _properties(data, count, start, middle)
-        app, _ = _map(data, start + 12, items - 8, at)
-        raw = data[_SESSION_ID_AT + at : _DIGEST_HEAD_AT + at]
-        session_id = _ids[raw] if raw in _ids else _decoded(_ids, raw)  # no call (per message)
-    except (_Unsupported, IndexError, struct.error, UnicodeDecodeError, ValueError, TypeError):
-        return None
-    if count < 10:  # the trailing nulls left out
-        properties += [None] * (10 - count)
-    return (properties, app, data[end + 8 :]), session_id, data[_DIGEST_AT + at : _NODE_AT + at]
-
-
-# Session ids by their bytes, decoded: bounded, past it they are decoded anew
-# (never emptied, as ``_keys``).
-_ids: dict[bytes, str] = {}
-
-#: The eight properties between a message-id and a creation-time (user-id, to,
-#: subject, reply-to, correlation-id, content-type, content-encoding, expiry),
-#: by their bytes, read: a tell's recur from message to message, since its ids
-#: and time are at either end (an ask's hold its correlation-id and expiry:
-#: never kept). Those of values that cannot change (texts, numbers, nulls) go
-#: in at their second sighting (``_middles_once``), bounded and never emptied,
-#: as ``_keys``; ``_middles_once`` is emptied when full, as ``_once``. Only a
-#: middle of at most ``_MOST_MIDDLE`` bytes is noted or kept: both are filled
-#: before a message's signature is checked, so each entry's size is bounded as
-#: their count is (a tell's middle is about a hundred bytes).
-_middles: dict[bytes, tuple[Any, ...]] = {}
-_middles_once: dict[bytes, None] = {}
-_MOST_MIDDLE: Final = 512
-_FIXED_VALUES: Final = frozenset({type(None), str, int, float, bool, bytes})
-_UNREADABLE: Final = (
-    _Unsupported,
-    IndexError,
-    struct.error,
-    UnicodeDecodeError,
-    ValueError,
-    TypeError,
-)
-
-
-def _properties(data: bytes, count: int, end: int, middle: bytes | None) -> list[Any]:
-    """The properties list of a message signed within a session (``count``
-    items from 12 to ``end``), read item by item; and its ``middle`` (the bytes
-    between its message-id and creation-time, None if it has not both), if it
-    holds no correlation-id and no expiry (those of a tell), noted for
-    ``_middles``, where ``read_in_session`` finds them: at a second sighting,
-    read again on their own to the same eight values."""
-    properties: list[Any] = _compound(data, 12, count, False, end, _RECURRING_PROPERTIES)[0]
-    if middle is None or properties[5] is not None or properties[8] is not None:
-        return properties  # an ask's: its correlation-id and expiry are its own
-    if len(middle) > _MOST_MIDDLE:
-        return properties  # not kept (see _middles)
-    if middle not in _middles_once:  # met once: noted
-        if len(_middles_once) >= _MAX_KEYS:
-            _middles_once.clear()
-        _middles_once[middle] = None
-    elif len(_middles) < _MAX_KEYS and len(middle) >= 8:
-        try:  # eight items that end where the creation-time begins, or none kept
-            values, _ = _compound(middle, 0, 8, False, len(middle))
-        except _UNREADABLE:
-            return properties
-        if values == properties[1:9] and {*map(type, values)} <= _FIXED_VALUES:
-            _middles[middle] = tuple(values)
-    return properties
 
 
 def _read_sections(data: bytes) -> Sections | None:
@@ -382,9 +236,9 @@ _texts: dict[bytes, str] = {}
 
 
 def _decoded(cache: dict[bytes, str], raw: bytes) -> str:
-    """``raw`` decoded (UTF-8), and kept in ``cache`` (``_ids``, ``_keys``,
-    ``_texts``) while it holds fewer than ``_MAX_KEYS``: a bounded cache,
-    never emptied."""
+    """``raw`` decoded (UTF-8), and kept in ``cache`` (``_keys``, ``_texts``,
+    ``_session_read._ids``) while it holds fewer than ``_MAX_KEYS``: a bounded
+    cache, never emptied."""
     text = raw.decode("utf-8")
     if len(cache) < _MAX_KEYS:
         cache[raw] = text

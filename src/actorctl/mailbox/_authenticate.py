@@ -13,8 +13,9 @@ from __future__ import annotations
 from typing import Any, final
 
 from .._errors import WireFormatError
-from ._amqp import Sections, SessionTail, read_in_session, read_message, session_tail
+from ._amqp import Sections, read_message
 from ._auth import SIG_KEY, AuthError, canonical_bytes, canonical_encoded
+from ._session_read import SessionTail, read_in_session, session_tail
 from ._signing import Verified, Verifier
 
 __all__ = ["UnsignableMessage", "authenticate", "canonical_of"]
@@ -39,7 +40,7 @@ def authenticate(
     """Check a message's signature over its canonical bytes, for ``actor`` on ``node``.
 
     A message signed within a session in the layout actorctl writes has its
-    signature read where the sender put it (``_amqp.read_in_session``), not
+    signature read where the sender put it (``_session_read.read_in_session``), not
     decoded into its application properties only to be taken out again; any
     other is read whole (``_amqp.read_message``). Both are checked alike.
 
@@ -121,7 +122,7 @@ def authenticate(
 
 
 #: The ``sig_node`` pair of a message signed within a session, by node
-#: (``_amqp.session_tail``): one node's, as a rule. Bounded, never emptied.
+#: (``_session_read.session_tail``): one node's, as a rule. Bounded, never emptied.
 _tails: dict[str, SessionTail | None] = {}
 
 

@@ -13,7 +13,15 @@ from proton import Message
 from .._errors import WireFormatError
 from ._amqp import Sections, read_message
 from ._auth import SIG, SIG_ALG, SIG_KEY, SIG_NODE
-from ._envelope import CONTENT_TYPE_JSON, KIND_COMMAND, KIND_DOCUMENT, KINDS, Envelope, _loads
+from ._envelope import (
+    CONTENT_TYPE_JSON,
+    KIND_COMMAND,
+    KIND_DOCUMENT,
+    KINDS,
+    Envelope,
+    _loads,
+    _made,
+)
 from ._roles import Role
 
 __all__ = ["SIGNATURE_PROPERTIES", "decode", "from_sections"]
@@ -73,19 +81,19 @@ def from_sections(sections: Sections, sender: str = "", role: Role | None = None
         kind = _kind(headers, message_id)
     if not subject and kind != KIND_DOCUMENT:
         raise WireFormatError(f"message {message_id}: no subject (the handler name)")
-    return Envelope(
-        message_id=message_id,
-        to=to or "",
-        subject=subject or "",
-        body=body,
-        kind=kind,
-        reply_to=reply_to,
-        correlation_id=correlation_id,
-        creation_time=creation / 1000 if creation else None,
-        expiry_time=expiry / 1000 if expiry else None,
-        headers=headers,
-        sender=sender,
-        role=role,
+    return _made(  # Envelope(...), by its slots (per message)
+        message_id,
+        to or "",
+        subject or "",
+        body,
+        kind,
+        reply_to,
+        correlation_id,
+        creation / 1000 if creation else None,
+        expiry / 1000 if expiry else None,
+        headers,
+        sender,
+        role,
     )
 
 

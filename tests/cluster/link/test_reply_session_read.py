@@ -1,6 +1,6 @@
 """A caller reads a reply signed within a session by its signature's bytes
 (issue 30): ``ReplyCheck.check`` takes the session reader
-(``_amqp.read_in_session``) for the layout actorctl's encoder writes, and
+(``_session_read.read_in_session``) for the layout actorctl's encoder writes, and
 every reply is accepted or refused exactly as when it is read whole.
 
 Each case checks the same reply, signed alike, in two layouts on two callers
@@ -15,6 +15,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import pytest
+
 from actorctl import Envelope
 from actorctl.cluster.link._reply_auth import REPLY_NODE, ReplyCheck, encode_reply
 from actorctl.mailbox import (
@@ -23,9 +25,10 @@ from actorctl.mailbox import (
     Keyring,
     SessionOffer,
     SessionSigner,
+    _session_read,
     encode,
 )
-from actorctl.mailbox._amqp import read_in_session, session_tail
+from actorctl.mailbox._session_read import read_in_session, session_tail
 from tests.support.harness import Logs
 
 NOW = 1_767_225_600.0
@@ -153,3 +156,41 @@ def test_each_refusal_of_a_reply_is_the_whole_reads_own(logs: Logs) -> None:
         ("session over", "unknown key"),
         ("another caller's", "bad signature"),
     ]
+
+
+def test_replies_alike_are_read_around_their_ids_as_when_read_whole(
+    logs: Logs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given replies alike but for their ids and times (the results of one
+    # caller's tasks): the first two read item by item, the others around
+    # their correlation-ids, by the bytes before them
+    pair = Pair()
+    monkeypatch.setattr(_session_read, "_last_ask", [None])
+    monkeypatch.setattr(_session_read, "_repeats", {})
+    monkeypatch.setattr(_session_read, "_repeats_once", {})
+    said = []
+    for i in range(4):
+        fast, general = pair.layouts(_result(f"w-{i}", correlation_id=f"task-{i}"))
+        said.append(pair.outcomes(logs, fast, general))
+    assert _session_read._last_ask[0] is not None  # found around its ids
+    assert _session_read._repeats  # and its headers around its task_id
+    # And, their head known: a correlation-id of another length, one forged
+    # (its bytes around it alike), one forged in its task_id header alone, one
+    # with an expiry its head's had not
+    longer = pair.layouts(_result("w-long", correlation_id="task-" + "7" * 150))
+    said.append(pair.outcomes(logs, *longer))
+    fast, general = pair.layouts(_result("w-forged", correlation_id="task-8"))
+    at, other = fast.index(b"task-8") + 5, general.index(b"task-8") + 5
+    forged = fast[:at] + b"9" + fast[at + 1 :], general[:other] + b"9" + general[other + 1 :]
+    said.append(pair.outcomes(logs, *forged))
+    fast, general = pair.layouts(_result("w-header", correlation_id="task-9"))
+    at, other = fast.rindex(b"task-9") + 5, general.rindex(b"task-9") + 5  # its task_id header
+    forged = fast[:at] + b"8" + fast[at + 1 :], general[:other] + b"8" + general[other + 1 :]
+    said.append(pair.outcomes(logs, *forged))
+    said.append(pair.outcomes(logs, *pair.layouts(_result("w-exp", expiry_time=NOW + 60))))
+    # Then each is taken or refused alike, for the same reason
+    for taken_fast, taken_general in said:
+        assert taken_fast == taken_general
+    verdicts = [taken_fast[1] if taken_fast[0] == "refused" else "taken" for taken_fast, _ in said]
+    assert verdicts == ["taken"] * 5 + ["bad signature", "bad signature", "taken"]
+    assert said[4][0][1].correlation_id == "task-" + "7" * 150

@@ -44,7 +44,7 @@ from ...mailbox import (
     read_message,
     sign_ed25519,
 )
-from ...mailbox._amqp import SessionTail, read_in_session, session_tail
+from ...mailbox._session_read import SessionTail, read_in_session, session_tail
 from ...mailbox._signing import (
     ED25519,
     HMAC_SHA256,
@@ -248,7 +248,7 @@ class ReplyCheck:
         ``actorctl:reply:rejected`` with the reason.
 
         A reply signed within a session in the layout actorctl writes has its
-        signature read where the replier put it (``_amqp.read_in_session``, as
+        signature read where the replier put it (``_session_read.read_in_session``, as
         a node's inbound path reads a request), not decoded into its
         application properties first; any other is read whole. Both are
         checked alike, with the same reasons.
@@ -405,7 +405,7 @@ class ReplyCheck:
 
 
 #: Where a reply signed within a session ends its application properties:
-#: ``sig_node`` naming ``REPLY_NODE`` (``_amqp.session_tail``).
+#: ``sig_node`` naming ``REPLY_NODE`` (``_session_read.session_tail``).
 def _reply_tail() -> SessionTail:
     tail = session_tail(REPLY_NODE)
     if tail is None:  # pragma: no cover (the empty name fits the layout)
