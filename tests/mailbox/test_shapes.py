@@ -24,8 +24,8 @@ OTHER = SessionSigner(Session("fedcba9876543210fedcba9876543210", b"o" * 32, "me
 @pytest.fixture(autouse=True)
 def fresh_shapes(monkeypatch: pytest.MonkeyPatch) -> None:
     """No shape known at the start (the process's shapes are given back after)."""
-    monkeypatch.setattr(_shapes, "_shapes", {})
-    monkeypatch.setattr(_shapes, "_seen", {})
+    for name in ("_shapes", "_older", "_seen", "_seen_older"):
+        monkeypatch.setattr(_shapes, name, {})
 
 
 def general(envelope: Envelope, signer: SessionSigner | None, actor: str, node: str) -> bytes:
@@ -33,12 +33,15 @@ def general(envelope: Envelope, signer: SessionSigner | None, actor: str, node: 
     through a plain function (the general path, as its properties), or unsigned
     with no shape known."""
     if signer is None:
-        known, seen = _shapes._shapes, _shapes._seen
-        _shapes._shapes, _shapes._seen = {}, {}
+        names = ("_shapes", "_older", "_seen", "_seen_older")
+        kept = [getattr(_shapes, name) for name in names]
+        for name in names:
+            setattr(_shapes, name, {})
         try:
             return encode(envelope, actor=actor, node=node)
         finally:
-            _shapes._shapes, _shapes._seen = known, seen
+            for name, value in zip(names, kept, strict=True):
+                setattr(_shapes, name, value)
     session = signer
 
     def as_properties(canonical: bytes) -> Mapping[str, object]:
@@ -279,11 +282,60 @@ def test_shapes_are_bounded_and_unique_values_make_none() -> None:
     # Then at most MAX_SHAPES are kept, and so are the keys met once; the
     # newest shapes are kept, and none for the unique values
     assert len(_shapes._shapes) <= _shapes.MAX_SHAPES
+    assert len(_shapes._older) <= _shapes.MAX_SHAPES
     assert len(_shapes._seen) <= _shapes.MAX_SHAPES
+    assert len(_shapes._seen_older) <= _shapes.MAX_SHAPES
     newest = Envelope(message_id="m-new", to=f"/a{shapes - 1}", subject="s", body=[[], {}],
                       headers={"x": shapes - 1})  # fmt: skip
     assert shaped(newest, None, "", "")
-    assert not any("/u" in key for key in _shapes._shapes)
+    assert not any("/u" in key for key in (*_shapes._shapes, *_shapes._older))
+
+
+def test_more_shapes_in_use_than_fit_are_kept_across_generations() -> None:
+    # Given more shapes than a generation holds, sent in turn (callers that stay)
+    count = _shapes.MAX_SHAPES + 76
+    messages = [
+        Envelope(message_id=f"m-{n}", to=f"/a{n}", subject="s", body=[[], {}], headers={"x": n})
+        for n in range(count)
+    ]
+    # When each is sent three times, in turn
+    for _ in range(3):
+        for envelope in messages:
+            assert encode(envelope) == general(envelope, None, "", "")
+    # Then, sent once more in turn, all but those beyond a generation's room
+    # are written from their shapes (none made anew)
+    found = sum(shaped(envelope, None, "", "") for envelope in messages)
+    assert found >= _shapes.MAX_SHAPES, found
+
+
+def test_a_message_of_many_headers_is_shaped_alike() -> None:
+    # Given messages with 300 headers (more than a one-byte count holds)
+    headers: dict[str, Any] = {f"h{n}": n for n in range(300)}
+    for signer in (None, SIGNER):
+        for n in range(3):
+            envelope = Envelope(message_id=f"m{n}", to="/a", subject="s", body=[[], {}],
+                                headers=headers)  # fmt: skip
+            # When each is encoded, Then it is what the general encoder writes
+            assert encode(envelope, signer=signer, actor="a", node="n") == general(
+                envelope, signer, "a", "n"
+            )
+        assert shaped(envelope, signer, "a", "n")
+
+
+def test_a_shape_of_long_text_is_not_kept() -> None:
+    # Given messages whose reply address is longer than a kept shape may hold
+    reply_to = "/r" + "x" * _shapes.MOST_TEXT
+    for n in range(3):
+        envelope = Envelope(message_id=f"m{n}", to="/a", subject="s", body=[[], {}],
+                            reply_to=reply_to)  # fmt: skip
+        # When each is encoded, Then it is what the general encoder writes
+        assert encode(envelope, signer=SIGNER, actor="a", node="n") == general(
+            envelope, SIGNER, "a", "n"
+        )
+    # And its shape was neither noted nor kept
+    assert not shaped(envelope, SIGNER, "a", "n")
+    assert not _shapes._seen
+    assert not _shapes._shapes
 
 
 header_text = st.text(st.characters(exclude_categories=("Cs",)), max_size=300)
@@ -313,8 +365,8 @@ def test_any_shape_writes_what_the_general_encoder_writes(
     correlations: list[str | None], message_ids: list[str], bodies: list[Any],
     times: list[int], signed: bool,
 ) -> None:  # fmt: skip
-    _shapes._shapes.clear()
-    _shapes._seen.clear()
+    for known in (_shapes._shapes, _shapes._older, _shapes._seen, _shapes._seen_older):
+        known.clear()
     signer = SIGNER if signed else None
     # Given four messages of one shape (a None header value: the correlation id)
     correlation = next((c for c in correlations if c), None)

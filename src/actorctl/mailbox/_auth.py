@@ -32,6 +32,7 @@ __all__ = [
     "AuthError",
     "canonical_bytes",
     "canonical_encoded",
+    "canonical_time",
 ]
 
 
@@ -218,18 +219,7 @@ def canonical_encoded(
         raise WireFormatError(
             f"message {said!r}: text that is not valid UTF-8 ({exc.reason})"
         ) from None
-    if not creation_ms:
-        cr = _ABSENT
-    elif _MS13_LOW <= creation_ms < _MS13_HIGH:
-        cr = b"\x00\x00\x00\x0d%d" % creation_ms
-    else:
-        cr = lengths[len(x := b"%d" % creation_ms)] + x
-    if not expiry_ms:
-        ex = _ABSENT
-    elif _MS13_LOW <= expiry_ms < _MS13_HIGH:
-        ex = b"\x00\x00\x00\x0d%d" % expiry_ms
-    else:
-        ex = lengths[len(x := b"%d" % expiry_ms)] + x
+    cr, ex = canonical_time(creation_ms), canonical_time(expiry_ms)
     b = lengths[n] if (n := len(body)) < 256 else _u32(n)
     return b"".join((head, s, m, c, r, cr, ex, k, *h, b, body))
 
@@ -237,6 +227,20 @@ def canonical_encoded(
 #: The times of 13 decimal digits (ms since the epoch, 2001 to 2286).
 _MS13_LOW: Final = 10**12
 _MS13_HIGH: Final = 10**13
+
+
+def canonical_time(ms: int | None) -> bytes:
+    """A time of the canonical bytes (ms since the epoch; None or 0: absent):
+    its decimal digits, framed (one place, for the general encoder and the
+    shapes alike: a shape signs what this writes)."""
+    if not ms:
+        return _ABSENT
+    if _MS13_LOW <= ms < _MS13_HIGH:  # 13 digits: their length is a constant
+        return b"\x00\x00\x00\x0d%d" % ms
+    digits = b"%d" % ms
+    return _u32(len(digits)) + digits
+
+
 #: ``_headers`` of a message with no covered header: the count 0 alone.
 _NO_HEADERS_PARTS: Final = (_NO_HEADERS,)
 

@@ -1,21 +1,23 @@
 """The shapes of the messages that recur, each encoded once.
 
-A task's result documents to one caller, or the requests of one task to its
-pool, are the same message again and again but for a few values: the ids,
-the times, the body, and a header that carries the correlation id (a task's
-``task_id``). The rest (the addresses, the subject, the kind, the other
-headers, the session that signs it, the actor and node it is signed for) is
-the message's *shape*. A shape's bytes, on the wire and in the canonical form
-a signature covers (docs/protocol.md §11.2), are made once; per message the
-encoder writes only what varies, between them.
+An actor's replies to one caller, or one caller's requests to one handler,
+are the same message again and again but for a few values: the ids, the
+times, the body, and perhaps a header that repeats the correlation id. The
+rest (the addresses, the subject, the kind, the other headers, the session
+that signs it, the actor and node it is signed for) is the message's *shape*.
+A shape's bytes, on the wire and in the canonical form a signature covers
+(docs/protocol.md §11.2), are made once; per message the encoder writes only
+what varies, between them.
 
 A shape is made at its second message, and used from then on only if the bytes
 it gives for that message are exactly the ones the general encoder
 (``_encoding.py``) wrote: otherwise, or if it is not one this module writes
 (a signer other than a session's, a header that is not a str or an int, a
 header named as the encoder's own: ``kind``, ``lang``, ``sig_*``), its
-messages take the general path, errors and all. At most ``MAX_SHAPES`` shapes
-are kept (all forgotten when that many are), and a shape met once is only noted.
+messages take the general path, errors and all. At most twice ``MAX_SHAPES``
+shapes are kept (the older generation forgotten when the newer is full: see
+``_shapes``), a shape met once is only noted, and one that holds over
+``MOST_TEXT`` characters of text is not even noted.
 """
 
 from __future__ import annotations
@@ -27,8 +29,6 @@ import attrs
 from ._auth import (
     _ABSENT,
     _LENGTH,
-    _MS13_HIGH,
-    _MS13_LOW,
     _UNCOVERED,
     HMAC_SHA256,
     PREFIX,
@@ -37,6 +37,7 @@ from ._auth import (
     SIG_KEY,
     _json_string,
     _u32,
+    canonical_time,
 )
 from ._envelope import Envelope
 from ._session import SessionSigner
@@ -56,7 +57,7 @@ from ._wire import (
     string,
 )
 
-__all__ = ["MAX_SHAPES", "Shape", "learn", "shape_of"]
+__all__ = ["MAX_SHAPES", "MOST_TEXT", "Shape", "learn", "shape_of"]
 
 #: How many shapes are kept (and how many met once are noted) at most.
 MAX_SHAPES: Final = 1024
@@ -210,20 +211,7 @@ class Shape:
             rest_bytes = ((lengths[n] if (n := len(json)) < 256 else _u32(n)) + json).join(rest)
         else:
             rest_bytes = rest[0]
-        # The times, as canonical_encoded writes them (inline: per message).
-        creation, expiry = times
-        if not creation:
-            cr = _ABSENT
-        elif _MS13_LOW <= creation < _MS13_HIGH:  # 13 digits: their length is a constant
-            cr = b"\x00\x00\x00\x0d%d" % creation
-        else:
-            cr = lengths[len(x := b"%d" % creation)] + x
-        if not expiry:
-            ex = _ABSENT
-        elif _MS13_LOW <= expiry < _MS13_HIGH:
-            ex = b"\x00\x00\x00\x0d%d" % expiry
-        else:
-            ex = lengths[len(x := b"%d" % expiry)] + x
+        cr, ex = canonical_time(times[0]), canonical_time(times[1])
         b = lengths[n] if (n := len(body)) < 256 else _u32(n)
         return b"".join((self.head, m, c, self.reply, cr, ex, rest_bytes, b, body))
 
@@ -270,21 +258,51 @@ def shape_of(
     )
     try:
         shape = _shapes.get(key)
+        if shape is None:
+            shape = _older.get(key)
+            if shape is None:
+                return key
+            _keep(key, shape)  # in use still: kept in the current generation
     except TypeError:  # a field that is not text: the general path says what
         return None
-    if shape is None:
-        return key
     return shape or None  # False: a shape that takes the general path
 
 
-#: The shapes made, by key (False: one found to take the general path), and
-#: the keys met once since ``_seen`` was last emptied. Each holds at most
-#: ``MAX_SHAPES``, and is emptied when full (a shape is found with one ``get``,
-#: whatever another thread does meanwhile): shapes that went out of use (a
-#: caller gone, its reply address with it) never keep new ones out, and the
-#: shapes in use are made again at their next two messages.
+#: The shapes made, by key (False: one found to take the general path), in two
+#: generations of at most ``MAX_SHAPES`` each: when the current one is full it
+#: becomes the older one, and a shape found there is kept in the new current
+#: one. Shapes that went out of use (a caller gone, its reply address with it)
+#: are forgotten at the second turn and never keep new ones out, while those in
+#: use are not made again (more shapes in use than fit cost no rebuilding,
+#: but for those beyond ``MAX_SHAPES``). The keys met once, in two generations
+#: the same way (so that the second message of a shape is known as such while
+#: more shapes than fit come round in turn). A message whose
+#: shape holds more than ``MOST_TEXT`` characters of text but its correlation
+#: id is neither noted nor kept: a caller's long reply address or header does
+#: not pin memory here.
 _shapes: dict[Key, Shape | Literal[False]] = {}
+_older: dict[Key, Shape | Literal[False]] = {}
 _seen: dict[Key, None] = {}
+_seen_older: dict[Key, None] = {}
+
+#: The most characters of text (addresses, subject, header names and values) a
+#: kept shape holds.
+MOST_TEXT: Final = 2048
+
+
+def _keep(key: Key, shape: Shape | Literal[False]) -> None:
+    """Keep ``shape`` in the current generation (turning it when full)."""
+    global _shapes, _older
+    if len(_shapes) >= MAX_SHAPES:
+        _older, _shapes = _shapes, {}
+    _shapes[key] = shape
+
+
+def _text_size(key: Key) -> int:
+    """The characters of text in ``key`` (its fields and its headers)."""
+    marks = key[10]
+    assert isinstance(marks, tuple)
+    return sum(len(part) for part in (*key[:7], *marks) if type(part) is str)
 
 
 def learn(
@@ -298,19 +316,21 @@ def learn(
 ) -> None:
     """Note the shape of a message the general encoder wrote (``encoded``);
     at its second message, make it, and keep it if it writes that message's
-    very bytes (else keep that the shape takes the general path)."""
-    if key not in _seen:
+    very bytes (else keep that the shape takes the general path). A shape
+    with over ``MOST_TEXT`` characters of text is not noted."""
+    global _seen, _seen_older
+    if key not in _seen and key not in _seen_older:
+        if _text_size(key) > MOST_TEXT:
+            return
         if len(_seen) >= MAX_SHAPES:
-            _seen.clear()
+            _seen_older, _seen = _seen, {}
         _seen[key] = None
         return
-    if len(_shapes) >= MAX_SHAPES:
-        _shapes.clear()
     shape = _make(key)
     if shape is not None and shape.render(body, times, ids, correlation_id, signer) == encoded:
-        _shapes[key] = shape
+        _keep(key, shape)
     else:
-        _shapes[key] = False
+        _keep(key, False)
 
 
 def _make(key: Key) -> Shape | None:
@@ -337,7 +357,7 @@ def _make(key: Key) -> Shape | None:
         return _build(
             to, subject, reply_to, kind, actor, node, session, no_creation, no_expiry, pairs
         )
-    except UnicodeEncodeError:  # text that is not UTF-8: the general path says so
+    except Exception:  # e.g. text that is not UTF-8: the general path says what is wrong
         return None
 
 
@@ -353,7 +373,7 @@ def _build(
     no_expiry: object,
     pairs: dict[str, object],
 ) -> Shape:
-    rest: list[bytes | _Correlation] = [_framed(kind), _LENGTH[len(pairs)]]
+    rest: list[bytes | _Correlation] = [_framed(kind), _u32(len(pairs))]
     app: list[bytes | _Correlation] = [
         KIND_LANG[kind] if kind in KIND_LANG else string("kind") + string(kind) + LANG
     ]
