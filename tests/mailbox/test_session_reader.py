@@ -417,11 +417,18 @@ def test_asks_cannot_grow_the_readers_cache_past_its_bounds(
     # before the signature is checked), some with a head too long to keep
     monkeypatch.setattr(_session_read, "_MAX_KEYS", 4)
     pair = Pair()
-    asks = [
+    news = [
         pair.encode(_envelope(f"b-{n}-{i}", subject=f"new-{n}", creation_time=NOW + i))
         for n in range(12)
         for i in range(2)
     ]
+    # When they are read, each reads and is judged as on the general path
+    assert {_read_alike(pair, data) for data in news} == {"accepted"}
+    # Then the cache holds its bound, the newest heads: a full one was
+    # replaced, so the first ones (a peer's junk) never keep them out
+    assert len(_session_read._asks) == 4
+    assert any(b"new-11" in head for head in _session_read._asks)
+    asks = []
     longer = "long-" + "x" * _session_read._MOST_MIDDLE
     asks += [
         pair.encode(_envelope(f"l-{i}", subject=longer, creation_time=NOW + i)) for i in range(3)
@@ -436,8 +443,10 @@ def test_asks_cannot_grow_the_readers_cache_past_its_bounds(
     # When each is read, it reads and is judged as on the general path
     assert {_read_alike(pair, data) for data in asks} == {"accepted"}
     # Then the cache and its notes hold no more than their bound, and no
-    # head longer than a kept middle may be
+    # head longer than a kept middle may be; a full cache was replaced, so
+    # the newest heads are kept (the first ones never keep them out)
     assert len(_session_read._asks) <= 4
+    assert any(b"new-11" in head for head in _session_read._repeats)
     assert len(_session_read._asks_once) <= 4
     assert not any(b"long-xxx" in head for head in _session_read._asks)
     assert not any(b"long-xxx" in head for head in _session_read._asks_once)

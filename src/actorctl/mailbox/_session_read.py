@@ -112,14 +112,15 @@ def read_in_session(data: bytes, tail: SessionTail) -> tuple[Sections, str, byte
         if count == 10 and data[12] == 0xA1 and data[start - 9] == 0x83:
             after = 14 + data[13]
             middle = data[after : start - 9]
-            if middle in _middles:  # (in and []: no call)
+            middles = _middles  # (the dict found in: a full one is replaced)
+            if middle in middles:  # (in and []: no call)
                 mid = data[14:after].decode()
-                properties = [mid, *_middles[middle], _I64(data, start - 8)[0]]
+                properties = [mid, *middles[middle], _I64(data, start - 8)[0]]
             elif _asks:
                 properties = _around(data, after, start - 9)
         if properties is None:
             properties = _properties(data, count, start, middle)
-        # A header that repeats the correlation-id (a task's id): the map
+        # A header that repeats the correlation-id: the map
         # found around it (``_repeats``), else read pair by pair.
         correlation_id = properties[5] if count > 5 else None  # (padded to ten below)
         app = None
@@ -147,9 +148,11 @@ _ids: dict[bytes, str] = {}
 #: by their bytes, read: a tell's recur from message to message, since its ids
 #: and time are at either end (an ask's hold its correlation-id and expiry:
 #: never kept here, see ``_asks``). Those of values that cannot change (texts,
-#: numbers, nulls) go in at their second sighting (``_middles_once``), bounded
-#: and never emptied, as ``_amqp._keys``; ``_middles_once`` is emptied when
-#: full, as ``_amqp._once``. Only a middle of at most ``_MOST_MIDDLE`` bytes is
+#: numbers, nulls) go in at their second sighting (``_middles_once``); a full
+#: one is replaced by a new dict, as ``_amqp._pairs`` (a reader holds the dict
+#: it found an entry in), so that entries noted once by a peer's junk never
+#: keep the ones in use out for good; ``_middles_once`` is emptied when full,
+#: as ``_amqp._once``. Only a middle of at most ``_MOST_MIDDLE`` bytes is
 #: noted or kept: both are filled before a message's signature is checked, so
 #: each entry's size is bounded as their count is (a tell's middle is about a
 #: hundred bytes).
@@ -172,11 +175,11 @@ _UNREADABLE: Final = (
 #: the two after it (content-type, content-encoding), the bytes of those two
 #: (its tail) and their size, and whether an expiry (a timestamp) or a null
 #: follows them (the sizes kept, not measured per message). An
-#: ask's ids and times are its own, the rest recurs (a task's pool, name and
+#: ask's ids and times are its own, the rest recurs (an actor's address, subject and
 #: caller). Kept as ``_middles`` is: at a head's second sighting
 #: (``_asks_once``), if head and tail are at most ``_MOST_MIDDLE`` bytes
-#: together, of values that cannot change; at most ``_MAX_KEYS`` of them,
-#: never emptied. ``_last_ask`` holds the one found last (a worker's asks are
+#: together, of values that cannot change; at most ``_MAX_KEYS`` of them, a
+#: full one replaced by a new dict. ``_last_ask`` holds the one found last (a worker's asks are
 #: of a few kinds), tried first by its bytes alone.
 _Around = tuple[bytes, int, tuple[Any, ...], bytes, int, bool]
 _asks: dict[bytes, _Around] = {}
@@ -223,9 +226,10 @@ def _around(data: bytes, after: int, stop: int) -> list[Any] | None:
         if at < 0:
             return None
         head = data[after:at]
-        if head not in _asks:  # (in and []: no call)
+        asks = _asks  # (the dict found in: a full one is replaced)
+        if head not in asks:  # (in and []: no call)
             return None
-        known = _last_ask[0] = _asks[head]
+        known = _last_ask[0] = asks[head]
     _, _, (user, to, subject, reply_to, content_type, encoding), tail, size, timed = known
     begin = at + 2
     end = begin + data[at + 1]
@@ -262,6 +266,7 @@ def _properties(data: bytes, count: int, end: int, middle: bytes | None) -> list
     where ``read_in_session`` finds them: at a second sighting, read again on
     their own to the same eight values; else (an ask's, a reply's) noted for
     ``_asks`` (``_note_ask``)."""
+    global _middles
     properties: list[Any] = _compound(data, 12, count, False, end, _RECURRING_PROPERTIES)[0]
     if middle is None or len(middle) > _MOST_MIDDLE:
         return properties  # not kept (see _middles)
@@ -272,12 +277,14 @@ def _properties(data: bytes, count: int, end: int, middle: bytes | None) -> list
         if len(_middles_once) >= _MAX_KEYS:
             _middles_once.clear()
         _middles_once[middle] = None
-    elif len(_middles) < _MAX_KEYS and len(middle) >= 8:
+    elif len(middle) >= 8:
         try:  # eight items that end where the creation-time begins, or none kept
             values, _ = _compound(middle, 0, 8, False, len(middle))
         except _UNREADABLE:
             return properties
         if values == properties[1:9] and {*map(type, values)} <= _FIXED_VALUES:
+            if len(_middles) >= _MAX_KEYS:
+                _middles = {}  # full: a new one (see _middles)
             _middles[middle] = tuple(values)
     return properties
 
@@ -289,6 +296,7 @@ def _note_ask(data: bytes, after: int, stop: int, properties: list[Any]) -> None
     ``_asks``, if its head and its tail read on their own to the same values,
     and its correlation-id is a str8 and its expiry a timestamp or a null, as
     ``_around`` finds them."""
+    global _asks
     at = _correlation_at(data, after, stop)
     if at < 0:
         return
@@ -301,10 +309,8 @@ def _note_ask(data: bytes, after: int, stop: int, properties: list[Any]) -> None
         _asks_once[head] = None
         return
     timed = properties[8] is not None
-    if (
-        len(_asks) >= _MAX_KEYS
-        or type(properties[5]) is not str
-        or data[stop - 9 if timed else stop - 1] != (0x83 if timed else 0x40)
+    if type(properties[5]) is not str or data[stop - 9 if timed else stop - 1] != (
+        0x83 if timed else 0x40
     ):
         return
     end = at + 2 + data[at + 1]
@@ -319,20 +325,25 @@ def _note_ask(data: bytes, after: int, stop: int, properties: list[Any]) -> None
         and later == properties[6:8]
         and {*map(type, before), *map(type, later)} <= _FIXED_VALUES
     ):
+        if len(_asks) >= _MAX_KEYS:
+            _asks = {}  # full: a new one (see _asks)
         _asks[head] = (head, len(head), (*before, *later), tail, len(tail), timed)
 
 
 #: The application properties (less the signature's) of asks and replies
-#: with a header that repeats their correlation-id (a task's id), by their
+#: with a header that repeats their correlation-id, by their
 #: bytes before its value (the pairs before it and its key: the head): how
 #: many items the map holds, the header's key, the bytes after its value
 #: (the tail) and their size, and the map read (that header's value, the
 #: first one's). Kept
 #: as ``_asks`` is: at a head's second sighting (``_repeats_once``), if head
 #: and tail are at most ``_MOST_MIDDLE`` bytes together, of values that
-#: cannot change; at most ``_MAX_KEYS`` of them, never emptied.
+#: cannot change; at most ``_MAX_KEYS`` of them, a full one replaced by a
+#: new dict. A map longer than any kept (``_MOST_REPEATING``) is not searched
+#: for its correlation-id: a peer's long map costs no search of its bytes.
 _repeats: dict[bytes, tuple[int, str, bytes, int, dict[Any, Any]]] = {}
 _repeats_once: dict[bytes, None] = {}
+_MOST_REPEATING: Final = _MOST_MIDDLE + 2 + 255
 
 
 def _repeating(
@@ -343,14 +354,17 @@ def _repeating(
     that tail, so it is that map with the correlation-id as that header's
     value (what ``_map`` reads of those bytes). None if not (it is read pair
     by pair then)."""
+    if end - begin > _MOST_REPEATING:
+        return None  # longer than any kept: not searched
     raw = correlation_id.encode()
     at = data.find(raw, begin, end)
     if at < begin + 2:
         return None
     head = data[begin : at - 2]
-    if head not in _repeats:  # (in and []: no call)
+    repeats = _repeats  # (the dict found in: a full one is replaced)
+    if head not in repeats:  # (in and []: no call)
         return None
-    items, key, tail, size, read = _repeats[head]
+    items, key, tail, size, read = repeats[head]
     found = data[at - 1]  # the size of the str8 the text is found in: the text's alone
     after = at + found
     if (
@@ -375,6 +389,9 @@ def _note_repeat(
     bytes read to the same keys in the same order and the same values but
     that header's (so that the value is that header's last, and nothing
     else depends on its bytes)."""
+    global _repeats
+    if end - begin > _MOST_REPEATING:
+        return
     raw = correlation_id.encode()
     at = data.find(raw, begin, end)
     if at < begin + 2 or data[at - 2] != 0xA1 or data[at - 1] != len(raw):
@@ -386,8 +403,6 @@ def _note_repeat(
         if len(_repeats_once) >= _MAX_KEYS:
             _repeats_once.clear()
         _repeats_once[head] = None
-        return
-    if len(_repeats) >= _MAX_KEYS:
         return
     emptied = head + b"\xa1\x00" + tail
     try:
@@ -402,4 +417,6 @@ def _note_repeat(
         and read[changed[0]] == ""
         and {*map(type, app.values())} <= _FIXED_VALUES
     ):
+        if len(_repeats) >= _MAX_KEYS:
+            _repeats = {}  # full: a new one (see _repeats)
         _repeats[head] = (count, changed[0], tail, len(tail), dict(app))
