@@ -9,11 +9,12 @@ from __future__ import annotations
 import errno
 import functools
 import gc
+import os
 import re
 import signal
 import sys
 import traceback
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Final
 
 import asyncclick as click
@@ -229,21 +230,32 @@ async def node_run(
 #: Container objects allocated (net) between two young-generation collections
 #: in a node's process: Python's default (700) ran one every 60 tasks or so.
 YOUNG_COLLECTION: Final = 10_000
+#: Set to ``python`` in a node's environment, its process keeps Python's
+#: collector as it is (no freeze, the default thresholds).
+GC_VARIABLE: Final = "ACTORCTL_GC"
 
 
-def _tune_collector() -> None:
+def _tune_collector(environ: Mapping[str, str] = os.environ) -> bool:
     """Once the node is up (its process is ours: the collector is the
-    process's): what it made to start (modules, configuration, its actors)
-    is frozen, never scanned again, and the young generation is collected
-    after YOUNG_COLLECTION allocations, not 700. A task leaves no reference
-    cycle behind (bench/task_cost.py: no object freed by a collection), yet
-    with the defaults the collector cost a worker node 5-10 µs per task,
-    35-70% of it in full collections of 24-71 ms each (issue 30). (No full
-    collection comes first: freezing costs nothing, a full collection of a
-    node of a million actors would hold its loop for a second or more.)"""
+    process's), collect once, then freeze what is left (what it made to
+    start: modules, configuration, its actors: never scanned again) and
+    collect the young generation after YOUNG_COLLECTION allocations, not
+    700. A task leaves no reference cycle behind (bench/task_cost.py: no
+    object freed by a collection), yet with the defaults the collector cost
+    a worker node 5-10 µs per task, 35-70% of it in full collections of
+    24-71 ms each (issue 30). The one collection first keeps start-up's
+    garbage out of the frozen heap; an object frozen then is never freed by
+    the collector should it later fall into a cycle of garbage (an actor
+    replaced after a crash that referred to itself): bounded by what the
+    node made to start. ``ACTORCTL_GC=python`` keeps Python's collector as
+    it is. Returns whether it tuned it."""
+    if environ.get(GC_VARIABLE, "").strip().lower() == "python":
+        return False
+    gc.collect()
     gc.freeze()
     _, middle, old = gc.get_threshold()
     gc.set_threshold(YOUNG_COLLECTION, middle, old)
+    return True
 
 
 async def _serve(
