@@ -154,23 +154,11 @@ class Shape:
         size = len(m) + len(c) + len(ms) + self.fixed  # the properties' list32 size
         app = c.join(self.app)  # (one part: that part itself)
         if sig is None or signer is None:
-            return b"".join(
-                (
-                    PROPERTIES,
-                    pack_list32(size, self.count),
-                    m,
-                    self.middle,
-                    c,
-                    self.content,
-                    ms,
-                    APP_PROPERTIES,
-                    pack_list32(len(app) + 4, self.app_count),
-                    app,
-                    DATA,
-                    pack_size32(len(body)),
-                    body,
-                )
-            )
+            signature: tuple[bytes, ...] = ()
+            app_size = len(app) + 4
+        else:
+            signature = (sig, digest, self.sig_node)
+            app_size = len(app) + self.sig_size + 4
         return b"".join(
             (
                 PROPERTIES,
@@ -181,11 +169,9 @@ class Shape:
                 self.content,
                 ms,
                 APP_PROPERTIES,
-                pack_list32(len(app) + self.sig_size + 4, self.app_count),
+                pack_list32(app_size, self.app_count),
                 app,
-                sig,
-                digest,
-                self.sig_node,
+                *signature,
                 DATA,
                 pack_size32(len(body)),
                 body,
