@@ -2,7 +2,9 @@
 
 It reads the sections and primitive types that messages usually carry and
 gives up (returns None) on anything else, in which case the caller falls back
-to proton's complete decoder. It never guesses. A message signed within a
+to proton's complete decoder. It never guesses. A message that nests lists or
+maps deeper than its stack reads is refused (``WireFormatError``), not given
+up on: proton's decoder would recurse as deep. A message signed within a
 session in the layout actorctl writes is read by ``_session_read``, with
 this module's readers, its signature properties left out of the map.
 """
@@ -12,6 +14,8 @@ from __future__ import annotations
 import struct
 import uuid
 from typing import Any, Final
+
+from .._errors import WireFormatError
 
 __all__ = ["Sections", "read_message"]
 
@@ -42,7 +46,11 @@ class _Unsupported(Exception):
 
 
 def read_message(data: bytes) -> Sections | None:
-    """(properties, application-properties, data body) or None if unsure."""
+    """(properties, application-properties, data body) or None if unsure.
+
+    Raises:
+        WireFormatError: its lists or maps nest too deep to be read.
+    """
     if type(data) is not bytes:  # proton's encode gives a bytearray: keys are found by bytes
         data = bytes(data)
     try:
@@ -51,6 +59,16 @@ def read_message(data: bytes) -> Sections | None:
         return None
     except TypeError:  # a map key that is a list or a map: not hashable
         return None
+    except RecursionError:  # lists in lists (a few bytes a level) past Python's stack
+        raise WireFormatError(TOO_DEEP) from None
+
+
+#: Why a message whose lists or maps nest past what the reader's stack holds is
+#: refused (no message actorctl or a client of its protocol writes nests so).
+TOO_DEEP: Final = (
+    "its lists or maps nest too deep to be read (hundreds of levels): no message of "
+    "docs/protocol.md nests more than a few"
+)
 
 
 _U32_PAIR = struct.Struct(">II").unpack_from

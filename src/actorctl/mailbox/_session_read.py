@@ -134,6 +134,8 @@ def read_in_session(data: bytes, tail: SessionTail) -> tuple[Sections, str, byte
         session_id = _ids[raw] if raw in _ids else _decoded(_ids, raw)  # no call (per message)
     except (_Unsupported, IndexError, struct.error, UnicodeDecodeError, ValueError, TypeError):
         return None
+    except RecursionError:  # nested too deep: read_message says so
+        return None
     if count < 10:  # the trailing nulls left out
         properties += [None] * (10 - count)
     return (properties, app, data[end + 8 :]), session_id, data[_DIGEST_AT + at : _NODE_AT + at]

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import json
+import struct
+from pathlib import Path
 
 import pytest
 import trio
 from proton import Message
 
 from actorctl import Actor, Rejected, RemoteError, handler, open_node
+from actorctl.mailbox import DECODE_ERROR
 from tests.apps.actors import Calculator
-from tests.support.harness import Logs, free_port, node_pair, send_raw
+from tests.support.harness import Logs, Secrets, free_port, node_pair, send_raw
 
 
 async def _served(node_port: int, client_ref) -> None:  # type: ignore[no-untyped-def]
@@ -196,3 +199,33 @@ async def test_a_peer_that_never_opens_the_connection_is_dropped(logs: Logs) -> 
         await stream.aclose()
     [line] = logs.of_type("actorctl:connection:no-open")
     assert line["waited"] == 0.5
+
+
+def _nested_lists(depth: int, message_id: str) -> bytes:
+    """A message whose body nests ``depth`` lists (9 bytes a level): what a
+    peer sends to make a recursive reader run out of stack."""
+    props = b"\xa1" + bytes([len(message_id)]) + message_id.encode() + b"\x40\x40\xa1\x03add"
+    props += b"\x40" * 6
+    properties = b"\x00\x53\x73\xd0" + struct.pack(">II", len(props) + 4, 10) + props
+    inner = b"\x40"
+    for _ in range(depth):
+        inner = b"\xd0" + struct.pack(">II", len(inner) + 4, 1) + inner
+    return properties + b"\x00\x53\x77" + inner  # an amqp-value section
+
+
+@pytest.mark.parametrize("secured", [False, True], ids=["insecure", "secured"])
+async def test_lists_nested_past_the_readers_stack_are_rejected_and_the_node_serves_on(
+    secured: bool, tmp_path: Path
+) -> None:
+    secrets = Secrets.make(tmp_path, "server", "client") if secured else None
+    async with node_pair([Calculator()], secrets=secrets) as (server, client):
+        address = server.address_of("calculator")
+        # Given a message whose lists nest 5,000 deep (45 KB)
+        data = _nested_lists(5000, "deep-1")
+        # When a peer sends it
+        outcome = await send_raw(client, address, data, "deep-1")
+        # Then it is rejected as undecodable, saying why, and the node serves on
+        assert outcome.state == "rejected"
+        assert outcome.condition == DECODE_ERROR
+        assert "nest too deep" in (outcome.description or "")
+        await _served(server.port, client.ref(address))
