@@ -362,3 +362,24 @@ def test_an_envelope_made_by_its_slots_is_the_record_its_constructor_makes() -> 
     assert list(values) == [f.name for f in attrs.fields(Envelope)]
     with pytest.raises(attrs.exceptions.FrozenInstanceError):
         made.to = "/b"  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"creation_time": 1e17},  # 1e20 ms: past a signed 64-bit count
+        {"expiry_time": float("inf")},
+        {"creation_time": float("nan")},
+        {"headers": {"n": 2**64}},
+        {"headers": {"n": -(2**63) - 1}},
+    ],
+    ids=["time-past-64-bits", "infinite-expiry", "nan-time", "int-past-64", "int-below-64"],
+)
+def test_a_number_amqp_cannot_carry_is_a_clear_error_naming_the_message(
+    change: dict[str, object],
+) -> None:
+    # Given a message with a time or a header integer no AMQP type here holds
+    envelope = Envelope(message_id="m-big", to="/a", subject="s", body=[[], {}], **change)
+    # When it is encoded, Then the error names the message and what to fix
+    with pytest.raises(WireFormatError, match="'m-big': a number past what AMQP can carry"):
+        encode(envelope)

@@ -6,6 +6,7 @@ layout itself; what it does not know goes through proton's general encoder.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
@@ -82,10 +83,13 @@ def encode(
         extra = signature = None
         # The times as on the wire (ms), made once for the signature and the properties.
         creation, expiry = envelope.creation_time, envelope.expiry_time
-        times = (
-            round(creation * 1000) if creation else None,
-            round(expiry * 1000) if expiry else None,
-        )
+        try:
+            times = (
+                round(creation * 1000) if creation else None,
+                round(expiry * 1000) if expiry else None,
+            )
+        except ValueError:  # NaN: no number of ms at all
+            raise OverflowError from None  # (said below, as for a time past 64 bits)
         # The ids' bytes, made once for the signature and the properties.
         correlation_id = envelope.correlation_id
         ids = (
@@ -140,6 +144,13 @@ def encode(
     except UnicodeEncodeError as exc:
         raise WireFormatError(
             f"message {envelope.message_id!r}: text that is not valid UTF-8 ({exc.reason})"
+        ) from None
+    except (struct.error, OverflowError):  # a number no AMQP type here holds
+        raise WireFormatError(
+            f"message {envelope.message_id!r}: a number past what AMQP can carry: a time "
+            f"(creation {envelope.creation_time!r} s, expiry {envelope.expiry_time!r} s) "
+            "must be finite and within a signed 64-bit count of ms since 1970, a header's "
+            "integer within 64 bits"
         ) from None
 
 
