@@ -236,9 +236,22 @@ def _loop_cpu() -> float:
 
 def io_counters() -> dict[str, int]:
     """Socket writes and bytes of every live ``Engine`` of this process, and the
-    commits of every ``Store``: found by their attributes, once, outside sampling."""
+    commits of every ``Store``: found by their attributes, once, outside sampling.
+
+    A node's process freezes what it made to start (``actorctl node run``), and
+    ``gc.get_objects`` lists no frozen object (its store among them): those are
+    thawed for the search and frozen again (with what was made since, which a
+    frozen process would freeze at its next start anyway)."""
     totals = {"writes": 0, "sent_bytes": 0, "commits": 0, "engines": 0}
-    for thing in gc.get_objects():
+    frozen = gc.get_freeze_count() > 0
+    if frozen:
+        gc.unfreeze()
+    try:
+        things = gc.get_objects()
+    finally:
+        if frozen:
+            gc.freeze()
+    for thing in things:
         kind = type(thing).__name__
         if kind == "Engine" and hasattr(thing, "sent_bytes"):
             totals["engines"] += 1
