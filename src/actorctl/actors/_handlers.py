@@ -20,6 +20,7 @@ import cattrs
 import trio
 
 from .._errors import ActorctlError
+from .._threads import run_sync
 from ..mailbox import Envelope, Outcome, Role
 
 __all__ = ["BadArguments", "Behaviour", "HandlerSpec", "converter", "handler", "run_in_thread"]
@@ -305,4 +306,4 @@ async def run_in_thread(
     node stops waiting for it and never settles the message, so its sender
     sends it again (at-least-once)."""
     call = functools.partial(spec.fn, behaviour, *args, **kwargs)
-    return await trio.to_thread.run_sync(call, limiter=threads, abandon_on_cancel=True)
+    return await run_sync(call, limiter=threads, abandon_on_cancel=True)  # (_threads.py)

@@ -11,7 +11,9 @@ stays: the same idle thread of trio's cache takes every commit (no thread
 start), and the result comes back through the trio token, as
 ``to_thread`` brings it. What must follow a commit at once (its waiters
 woken) may be done there, in trio's thread, before the committer's task
-runs again (``then``): a scheduler pass sooner.
+runs again (``then``): a scheduler pass sooner. Under a clock that jumps
+(trio's autojump ``MockClock``: tests), ``actorctl._threads`` runs it so that
+the clock stands still while it works.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
 
 import trio
+
+from .._threads import clock_jumps, run_sync
 
 if TYPE_CHECKING:
     import outcome
@@ -47,6 +51,11 @@ async def in_thread(
     results back from threads). What it wakes runs a scheduler pass sooner
     than what the awaiting task would wake once it runs."""
     await trio.lowlevel.checkpoint_if_cancelled()
+    if clock_jumps():  # simulated time (tests): it stands still while fn works
+        value = await run_sync(fn, abandon_on_cancel=abandon_on_cancel)
+        if then is not None:
+            then()
+        return value
     token = trio.lowlevel.current_trio_token()
     waiting: list[trio.lowlevel.Task] = [trio.lowlevel.current_task()]
 

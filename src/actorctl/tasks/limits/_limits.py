@@ -41,6 +41,7 @@ from typing import Any, Final, final
 import trio
 
 from ..._errors import RemoteError, SoftTimeLimitExceeded
+from ..._threads import run_sync
 from ...actors import to_wire
 from ...supervision import Boxed, BoxedUnavailable
 
@@ -160,7 +161,7 @@ async def run_thread(
     (``check_soft_time_limit()``); the caller's hard-limit scope abandons it."""
     token = _limits.set(limits)  # the thread runs in a copy of this context
     try:
-        return await trio.to_thread.run_sync(call, limiter=limiter, abandon_on_cancel=True)
+        return await run_sync(call, limiter=limiter, abandon_on_cancel=True)  # (_threads.py)
     finally:
         _limits.reset(token)
 
