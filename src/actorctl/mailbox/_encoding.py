@@ -96,8 +96,9 @@ def encode(
             envelope.message_id.encode(),
             correlation_id.encode() if correlation_id else None,
         )
-        # A message of a shape that recurs (a task's result to its caller, a
-        # task's request to its pool): its fixed parts are encoded once (_shapes).
+        # A message of a shape that recurs (an actor's replies to one caller,
+        # one caller's requests to one handler): its fixed parts are encoded
+        # once (_shapes).
         shaped = None
         if signer is None or type(signer) is SessionSigner:
             shaped = shape_of(envelope, signer, actor, node, times)
