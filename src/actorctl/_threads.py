@@ -36,24 +36,25 @@ def clock_jumps() -> bool:
 
 
 async def run_sync(
-    fn: Callable[[], T],
-    *,
+    fn: Callable[..., T],
+    *args: object,
     limiter: trio.CapacityLimiter | None = None,
     abandon_on_cancel: bool = False,
 ) -> T:
-    """``trio.to_thread.run_sync(fn, ...)``; under a clock that jumps, with the
-    caller kept runnable until the thread has finished (see the module's
-    text). What ``fn`` raises is raised as it is."""
+    """``trio.to_thread.run_sync(fn, *args, ...)``; under a clock that jumps,
+    with the caller kept runnable until the thread has finished (see the
+    module's text). What ``fn`` raises is raised as it is. Every thread
+    actorctl awaits is awaited through it."""
     if not clock_jumps():
         return await trio.to_thread.run_sync(
-            fn, limiter=limiter, abandon_on_cancel=abandon_on_cancel
+            fn, *args, limiter=limiter, abandon_on_cancel=abandon_on_cancel
         )
     ended: list[tuple[bool, object]] = []
 
     async def call() -> None:
         try:
             value = await trio.to_thread.run_sync(
-                fn, limiter=limiter, abandon_on_cancel=abandon_on_cancel
+                fn, *args, limiter=limiter, abandon_on_cancel=abandon_on_cancel
             )
         except Exception as exc:  # raised below, as it is, not in a group
             ended.append((False, exc))

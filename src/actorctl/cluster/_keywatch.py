@@ -28,6 +28,7 @@ import trio
 
 from .._errors import ConfigError
 from .._log import log
+from .._threads import run_sync
 from ..mailbox import Keyring, PublicKey
 from ..mailbox._keyring import MEMBERS_FILE, REVOKED, KeyringChange, read_public_keys
 from ..mailbox._roles import ROLES_FILE
@@ -77,21 +78,19 @@ class KeyringWatch:
         keys the node has, and is logged once until it can be read again.
         """
         directory = self.directory
-        self._last = await trio.to_thread.run_sync(_listing, directory)
+        self._last = await run_sync(_listing, directory)
         task_status.started()
         failing = False
         while True:
             await trio.sleep(self.interval)
             try:
-                now = await trio.to_thread.run_sync(_listing, directory)
+                now = await run_sync(_listing, directory)
                 if now == self._last:
                     failing = False
                     continue
                 # Read off the loop's thread, swap in on it: a verifier sees
                 # one set of keys or the other.
-                trusted, revoked, problems = await trio.to_thread.run_sync(
-                    read_public_keys, directory
-                )
+                trusted, revoked, problems = await run_sync(read_public_keys, directory)
             except (OSError, ConfigError) as exc:
                 if not failing:
                     log(
@@ -137,9 +136,7 @@ class KeyringWatch:
             ConfigError: the directory cannot be read (the keys stay as they are).
         """
         try:
-            trusted, revoked, problems = await trio.to_thread.run_sync(
-                read_public_keys, self.directory
-            )
+            trusted, revoked, problems = await run_sync(read_public_keys, self.directory)
         except OSError as exc:
             raise ConfigError(
                 f"keyring directory {self.directory} cannot be read: {exc.strerror or exc}"

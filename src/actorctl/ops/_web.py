@@ -40,6 +40,7 @@ import trio
 
 from .._errors import ConfigError
 from .._log import log
+from .._threads import run_sync
 from ..cluster._http import Request, Response, failure_text, log_failure
 from ..cluster._metrics import CONTENT_TYPE
 from ..cluster.config._app import PageAction
@@ -215,7 +216,7 @@ class WebApp:
 
     async def _trace(self, task_id: str) -> Response:
         try:
-            lines = await trio.to_thread.run_sync(task_trace, self._log_dir, task_id)
+            lines = await run_sync(task_trace, self._log_dir, task_id)
         except OSError as exc:
             log("actorctl:web:failed", path=f"/api/task/{task_id}", error=repr(exc))
             where = f" ({exc.filename})" if exc.filename else ""

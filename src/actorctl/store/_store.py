@@ -49,6 +49,7 @@ from typing import Final, final
 import trio
 
 from .._log import log
+from .._threads import run_sync
 from ._handoff import in_thread
 from ._shipping import Shipper, ShipRefused, Write
 from ._sqlite import commit, open_database
@@ -270,12 +271,12 @@ class Store:
                 with trio.move_on_after(CLOSE_TIMEOUT) as timer:
                     await self._flush(None, abandon=True)
                 if not timer.cancelled_caught and self._db is not None:
-                    await trio.to_thread.run_sync(self._db.close)
+                    await run_sync(self._db.close)
                 self._db = None
 
     async def _open(self, path: Path) -> None:
         try:
-            self._db, rows = await trio.to_thread.run_sync(open_database, path, self._clock())
+            self._db, rows = await run_sync(open_database, path, self._clock())
         except (OSError, sqlite3.Error) as exc:
             self._fail(exc)
             return

@@ -29,6 +29,7 @@ import trio
 from cryptography import x509
 
 from .._log import log
+from .._threads import run_sync
 from ..actors import Actor, handler
 from ._breaker import Breaker, BreakerStatus, Health
 from ._status import CheckStatus, HealthReport
@@ -124,7 +125,7 @@ class HealthMonitor(Actor):
                 if inspect.iscoroutinefunction(check.fn):
                     result = await check.fn()
                 else:  # in a thread: a plain check may block (fsync, a socket)
-                    result = await trio.to_thread.run_sync(check.fn, abandon_on_cancel=True)
+                    result = await run_sync(check.fn, abandon_on_cancel=True)
                 if inspect.isawaitable(result):
                     result = await result
         except trio.TooSlowError:

@@ -44,6 +44,7 @@ import attrs
 import trio
 
 from ..._errors import MisuseError, RemoteError, WireFormatError
+from ..._threads import run_sync
 from ...actors import BadArguments, to_wire
 from ...mailbox import json_dumps
 from ...supervision import RetryPolicy, failure_mark
@@ -282,7 +283,7 @@ class EagerRuns:
             args = [ctx, *args]
         if task.is_async:
             return await task.fn(*args, **kwargs)
-        return await trio.to_thread.run_sync(functools.partial(task.fn, *args, **kwargs))
+        return await run_sync(functools.partial(task.fn, *args, **kwargs))
 
     async def _succeed(self, message: _Message, value: Any) -> _Message | None:
         """Its callbacks, then its chain's next step (returned) or its result."""

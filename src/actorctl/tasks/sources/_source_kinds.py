@@ -32,9 +32,8 @@ from types import FunctionType, MappingProxyType
 from typing import Any, Final, final
 from urllib.parse import urlsplit
 
-import trio
-
 from ..._errors import ConfigError
+from ..._threads import run_sync
 from ...cluster import http_get
 from ...supervision import import_target
 from ._kind_tables import read_kind
@@ -65,7 +64,7 @@ class DirectorySource:
         self.pattern = pattern
 
     async def read(self, after: Any, limit: int) -> list[tuple[Any, Any]]:
-        return await trio.to_thread.run_sync(self._read, after, limit)
+        return await run_sync(self._read, after, limit)
 
     def _read(self, after: Any, limit: int) -> list[tuple[Any, Any]]:
         name, offset = (str(after[0]), int(after[1])) if after is not None else ("", 0)
@@ -140,7 +139,7 @@ class SqliteSource:
         self.query = f"SELECT {', '.join(names)} FROM {table}"  # names checked above
 
     async def read(self, after: Any, limit: int) -> list[tuple[Any, Any]]:
-        return await trio.to_thread.run_sync(self._read, after, limit)
+        return await run_sync(self._read, after, limit)
 
     def _read(self, after: Any, limit: int) -> list[tuple[Any, Any]]:
         if not self.database.exists():
